@@ -1,0 +1,186 @@
+"""AsyncEngine: runs an EngineCore's step loop on its own thread and streams outputs to
+asyncio callers, so the event loop (HTTP) stays responsive while the model computes.
+
+    caller task --add/abort--> command queue --> engine thread: step(), step(), ...
+    caller task <--EngineOutput-- per-request asyncio.Queue <--call_soon_threadsafe--
+
+Leaving `generate` early (client disconnect, stop string, task cancelled) aborts the request,
+which frees its KV blocks on the engine thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from armature.engine.core import EngineCore
+from armature.engine.interface import InvalidRequestError
+from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
+from armature.protocols.kv_events import KvEvent
+
+__all__ = ["AsyncEngine", "EngineDeadError"]
+
+log = logging.getLogger(__name__)
+
+
+class EngineDeadError(RuntimeError):
+    """The engine thread has stopped; no request can be served."""
+
+
+@dataclass(frozen=True)
+class _Add:
+    request: EngineRequest
+
+
+@dataclass(frozen=True)
+class _Abort:
+    request_id: str
+
+
+_STOP = object()
+MAX_BUFFERED_KV_EVENTS = 65536
+
+
+class AsyncEngine:
+    def __init__(self, core: EngineCore):
+        self.core = core
+        self._commands: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._streams: dict[str, asyncio.Queue[EngineOutput | BaseException]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._load = core.get_load()
+        # bounded: with no consumer, old events drop and a later consumer sees an id gap
+        self._events: deque[KvEvent] = deque(maxlen=MAX_BUFFERED_KV_EVENTS)
+        self._events_lock = threading.Lock()
+        self._dead: BaseException | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="armature-engine", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._commands.put(_STOP)
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self._dead is None
+
+    # ---- requests ----------------------------------------------------------------------
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Stream outputs for `request` until one carries a finish_reason. Raises
+        InvalidRequestError before anything is queued if the request can't be served."""
+        if self._dead is not None or self._loop is None:
+            raise EngineDeadError("the engine is not running")
+        self.core.validate(request)
+        if request.request_id in self._streams:
+            raise InvalidRequestError(f"duplicate request id {request.request_id!r}")
+        stream: asyncio.Queue[EngineOutput | BaseException] = asyncio.Queue()
+        self._streams[request.request_id] = stream
+        self._commands.put(_Add(request))
+        finished = False
+        try:
+            while True:
+                item = await stream.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                if item.finish_reason is not None:
+                    finished = True
+                yield item
+                if finished:
+                    return
+        finally:
+            self._streams.pop(request.request_id, None)
+            if not finished:
+                self._commands.put(_Abort(request.request_id))
+
+    def validate(self, request: EngineRequest) -> None:
+        self.core.validate(request)
+
+    def get_load(self) -> EngineLoad:
+        return self._load
+
+    def take_kv_events(self) -> list[KvEvent]:
+        with self._events_lock:
+            events = list(self._events)
+            self._events.clear()
+        return events
+
+    # ---- engine thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                block = not self.core.has_work()
+                if not self._drain_commands(block):
+                    return
+                self._load = self.core.get_load()
+                if self.core.has_work():
+                    outputs = self.core.step()
+                    self._publish(outputs)
+        except BaseException as exc:
+            log.exception("engine thread died")
+            self._dead = exc
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._fail_all, EngineDeadError(f"engine died: {exc}"))
+
+    def _drain_commands(self, block: bool) -> bool:
+        """Apply queued add/abort commands; with `block`, wait for at least one. False on stop."""
+        try:
+            command = self._commands.get(block=block)
+        except queue.Empty:
+            return True
+        while True:
+            if command is _STOP:
+                return False
+            if isinstance(command, _Add):
+                try:
+                    self.core.add_request(command.request)
+                except InvalidRequestError as exc:
+                    self._publish_error(command.request.request_id, exc)
+            elif isinstance(command, _Abort):
+                self.core.abort_request(command.request_id)
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _publish(self, outputs: list[EngineOutput]) -> None:
+        self._load = self.core.get_load()
+        events = self.core.take_kv_events()
+        if events:
+            with self._events_lock:
+                self._events.extend(events)
+        if outputs:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._deliver, outputs)
+
+    def _publish_error(self, request_id: str, exc: BaseException) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._deliver_error, request_id, exc)
+
+    # ---- event-loop side ---------------------------------------------------------------
+    def _deliver(self, outputs: list[EngineOutput]) -> None:
+        for output in outputs:
+            stream = self._streams.get(output.request_id)
+            if stream is not None:
+                stream.put_nowait(output)
+
+    def _deliver_error(self, request_id: str, exc: BaseException) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.put_nowait(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for stream in self._streams.values():
+            stream.put_nowait(exc)

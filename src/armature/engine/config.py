@@ -1,0 +1,42 @@
+"""The native engine's frozen configuration, built once at startup and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["EngineConfig", "parse_dtype"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(_DTYPES)}") from None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_dir: Path
+    dtype: torch.dtype = torch.bfloat16
+    device: str = "cpu"
+    block_size: int = 16
+    num_kv_blocks: int | None = None  # wins over kv_cache_bytes when set
+    kv_cache_bytes: int = 1 << 30
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 1024
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    enable_prefix_caching: bool = True
+    seed: int = 0  # seeds requests that bring no seed of their own
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
+            raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be > 0")
+        if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:
+            raise ValueError("num_kv_blocks must be > 0")
+        if self.kv_cache_bytes <= 0:
+            raise ValueError("kv_cache_bytes must be > 0")

@@ -1,0 +1,37 @@
+"""The Engine contract (DESIGN §3) that the native engine, the mocker and adapters implement."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
+from armature.protocols.kv_events import KvEvent
+
+__all__ = ["Engine", "InvalidRequestError"]
+
+
+class InvalidRequestError(ValueError):
+    """The request cannot be served by this engine (too long, bad token ids...)."""
+
+
+class Engine(Protocol):
+    def start(self) -> None:
+        """Begin serving; called from inside the running event loop."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    def validate(self, request: EngineRequest) -> None:
+        """Raise InvalidRequestError if `request` can never be served (no side effects)."""
+        ...
+
+    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Stream outputs until one has a finish_reason; closing the iterator early cancels."""
+        ...
+
+    def get_load(self) -> EngineLoad: ...
+
+    def take_kv_events(self) -> list[KvEvent]:
+        """Drain KV events (Stored/Removed/Cleared), oldest first."""
+        ...

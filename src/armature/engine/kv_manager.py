@@ -1,0 +1,63 @@
+"""Per-request block bookkeeping on top of the block pool: prefix-cache lookup, slot
+allocation, registering full blocks, freeing. Pure; called by the scheduler only."""
+
+from __future__ import annotations
+
+from armature.engine.request import RequestState
+from armature.kv.block_pool import BlockPool
+
+__all__ = ["KvCacheManager"]
+
+
+class KvCacheManager:
+    def __init__(self, pool: BlockPool, hash_seed: int):
+        self.pool = pool
+        self.block_size = pool.block_size
+        self.hash_seed = hash_seed
+
+    def find_cached_prefix(self, request: RequestState) -> list[int]:
+        """Blocks of the longest cached prefix of a request with nothing computed. At least
+        the last token is always left to compute (its logits are needed)."""
+        assert request.num_computed_tokens == 0 and not request.block_ids
+        hashes = request.update_block_hashes(self.block_size, self.hash_seed)
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        return self.pool.find_prefix([h for h, _ in hashes[:max_blocks]])
+
+    def allocate_slots(
+        self, request: RequestState, num_new_tokens: int, cached_blocks: list[int] | None = None
+    ) -> bool:
+        """Give `request` blocks for `num_new_tokens` more tokens (after taking `cached_blocks`
+        as its computed prefix). All or nothing: False leaves every state untouched."""
+        cached = cached_blocks or []
+        num_computed = request.num_computed_tokens + len(cached) * self.block_size
+        num_blocks_needed = -(-(num_computed + num_new_tokens) // self.block_size)
+        num_new_blocks = max(0, num_blocks_needed - len(request.block_ids) - len(cached))
+        num_cached_free = sum(1 for b in cached if self.pool.blocks[b].ref_count == 0)
+        if num_new_blocks + num_cached_free > self.pool.get_num_free_blocks():
+            return False
+        if cached:
+            self.pool.touch(cached)
+            request.block_ids.extend(cached)
+            request.num_computed_tokens = num_computed
+            request.num_registered_blocks = len(request.block_ids)
+        if num_new_blocks:
+            request.block_ids.extend(self.pool.allocate(num_new_blocks))
+        return True
+
+    def register_full_blocks(self, request: RequestState) -> None:
+        """Put every newly computed full block of `request` into the prefix cache."""
+        num_full = request.num_computed_tokens // self.block_size
+        start = request.num_registered_blocks
+        if num_full <= start:
+            return
+        hashes = request.update_block_hashes(self.block_size, self.hash_seed)
+        parent = hashes[start - 1][0] if start > 0 else None
+        self.pool.cache_blocks(request.block_ids[start:num_full], hashes[start:num_full], parent)
+        request.num_registered_blocks = num_full
+
+    def free(self, request: RequestState) -> None:
+        """Release all of `request`'s blocks, tail first, and reset its computed state."""
+        self.pool.free(list(reversed(request.block_ids)))
+        request.block_ids = []
+        request.num_computed_tokens = 0
+        request.num_registered_blocks = 0

@@ -1,0 +1,127 @@
+"""The model runner: turns a step's scheduled chunks into one forward pass over the paged cache.
+
+`ModelRunner` is the seam the mocker replaces with a timing model (DESIGN §2: the simulator
+runs the real scheduler and block pool).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from armature.engine.config import EngineConfig
+from armature.engine.scheduler import ScheduledChunk
+from armature.model.arch import ModelArch, read_arch
+from armature.model.forward import DecodeBatch, ForwardBatch, PrefillSpan, forward
+from armature.model.kv_cache import PagedKvCache
+from armature.model.rope import build_rope_tables
+from armature.model.weights import load_weights
+
+__all__ = ["ModelRunner", "TorchModelRunner", "num_kv_blocks_for"]
+
+
+class ModelRunner(Protocol):
+    arch: ModelArch
+
+    def execute(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
+        """Compute `chunks`; float32 logits [n, vocab] for the chunks that complete their
+        sequence, in chunk order."""
+        ...
+
+
+def num_kv_blocks_for(config: EngineConfig, arch: ModelArch) -> int:
+    if config.num_kv_blocks is not None:
+        return config.num_kv_blocks
+    per_block = PagedKvCache.bytes_per_block(arch, config.block_size, config.dtype)
+    num_blocks = config.kv_cache_bytes // per_block
+    if num_blocks < 1:
+        raise ValueError(
+            f"kv_cache_bytes={config.kv_cache_bytes} holds no block ({per_block} bytes each)"
+        )
+    return int(num_blocks)
+
+
+class TorchModelRunner:
+    """Our native PyTorch runner for Llama-family models."""
+
+    def __init__(self, config: EngineConfig, max_model_len: int):
+        self.device = torch.device(config.device)
+        self.arch = read_arch(config.model_dir)
+        self.weights = load_weights(config.model_dir, self.arch, config.dtype, self.device)
+        self.rope = build_rope_tables(config.model_dir, max_model_len, config.dtype, self.device)
+        self.num_blocks = num_kv_blocks_for(config, self.arch)
+        self.cache = PagedKvCache(
+            self.arch, self.num_blocks, config.block_size, config.dtype, self.device
+        )
+        self.block_size = config.block_size
+
+    def build_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
+        prefill = [c for c in chunks if not _is_decode(c)]
+        decode = [c for c in chunks if _is_decode(c)]
+        ordered = prefill + decode
+        bs = self.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        spans: list[PrefillSpan] = []
+        logits_rows: list[int] = []
+        for chunk in ordered:
+            req = chunk.request
+            row_start = len(input_ids)
+            end = chunk.start_pos + chunk.num_tokens
+            input_ids.extend(req.token_ids[chunk.start_pos : end])
+            for pos in range(chunk.start_pos, end):
+                positions.append(pos)
+                slots.append(req.block_ids[pos // bs] * bs + pos % bs)
+            if not _is_decode(chunk):
+                num_blocks = -(-end // bs)
+                table = torch.tensor(req.block_ids[:num_blocks], dtype=torch.long)
+                spans.append(PrefillSpan(row_start, chunk.num_tokens, chunk.start_pos, table))
+            if chunk.completes_sequence:
+                logits_rows.append(len(input_ids) - 1)
+        decode_batch = None
+        if decode:
+            context_lens = [c.start_pos + 1 for c in decode]
+            max_len = max(context_lens)
+            max_blocks = -(-max_len // bs)
+            table_rows = [_padded(c.request.block_ids, max_blocks) for c in decode]
+            decode_batch = DecodeBatch(
+                row_start=len(input_ids) - len(decode),
+                block_table=torch.tensor(table_rows, dtype=torch.long, device=self.device),
+                context_lens=torch.tensor(context_lens, dtype=torch.long, device=self.device),
+                max_context_len=max_len,
+            )
+        dev = self.device
+        return ForwardBatch(
+            input_ids=torch.tensor(input_ids, dtype=torch.long, device=dev),
+            positions=torch.tensor(positions, dtype=torch.long, device=dev),
+            slots=torch.tensor(slots, dtype=torch.long, device=dev),
+            prefills=[
+                PrefillSpan(s.row_start, s.num_tokens, s.start_pos, s.block_table.to(dev))
+                for s in spans
+            ],
+            decode=decode_batch,
+            logits_rows=torch.tensor(logits_rows, dtype=torch.long, device=dev),
+        )
+
+    def execute(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
+        batch = self.build_batch(chunks)
+        logits = forward(batch, self.weights, self.arch, self.rope, self.cache)
+        # the batch holds prefills before decodes; give the rows back in chunk order
+        completing = [c for c in chunks if c.completes_sequence]
+        batch_order = [c for c in completing if not _is_decode(c)] + [
+            c for c in completing if _is_decode(c)
+        ]
+        position = {id(c): i for i, c in enumerate(batch_order)}
+        index = torch.tensor([position[id(c)] for c in completing], dtype=torch.long)
+        return logits[index.to(logits.device)].cpu()
+
+
+def _is_decode(chunk: ScheduledChunk) -> bool:
+    return chunk.num_tokens == 1 and chunk.start_pos > 0
+
+
+def _padded(block_ids: list[int], length: int) -> list[int]:
+    row = block_ids[:length]
+    return row + [0] * (length - len(row))

@@ -1,0 +1,63 @@
+"""A request's mutable state inside the engine (owned by the scheduler's thread)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from armature.kv.hashing import compute_block_hashes
+from armature.protocols.engine import FinishReason, SamplingParams
+
+__all__ = ["RequestState", "RequestStatus"]
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class RequestState:
+    """token_ids = prompt + output. The first `num_computed_tokens` of them have K/V in
+    `block_ids`; `block_hashes` covers the full blocks of token_ids (computed lazily)."""
+
+    request_id: str
+    token_ids: list[int]
+    num_prompt_tokens: int
+    sampling: SamplingParams
+    generator: torch.Generator | None
+    arrival_index: int
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache on first schedule
+    num_output_at_start: int = 0  # output tokens carried in by a resumed request
+    block_ids: list[int] = field(default_factory=list)
+    block_hashes: list[tuple[int, int]] = field(default_factory=list)
+    num_registered_blocks: int = 0  # leading blocks already registered in the prefix cache
+    num_preemptions: int = 0
+    finish_reason: FinishReason | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    def update_block_hashes(self, block_size: int, seed: int) -> list[tuple[int, int]]:
+        """Extend `block_hashes` to every full block of token_ids; returns all of them."""
+        num_full = len(self.token_ids) // block_size
+        have = len(self.block_hashes)
+        if num_full > have:
+            parent = self.block_hashes[-1][0] if self.block_hashes else None
+            tokens = self.token_ids[have * block_size : num_full * block_size]
+            self.block_hashes.extend(compute_block_hashes(tokens, block_size, seed, parent))
+        return self.block_hashes

@@ -1,0 +1,75 @@
+"""Token sampling: greedy, temperature, top-k, top-p, per-request seeds, min_tokens, logprobs.
+
+Logprobs are the model's raw log-softmax (before temperature and truncation), as OpenAI
+reports them. Greedy rows are decided in one batched argmax; random rows each draw from their
+own generator, so a seeded request gives the same tokens whatever it is batched with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from armature.protocols.engine import SamplingParams, TokenLogprob
+
+__all__ = ["SampleInput", "sample"]
+
+
+@dataclass(frozen=True)
+class SampleInput:
+    params: SamplingParams
+    generator: torch.Generator | None
+    num_output_tokens: int
+    blocked_token_ids: tuple[int, ...]  # EOS and stop ids while min_tokens is not yet reached
+
+
+def _truncate(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask logits [vocab] outside top-k and the top-p nucleus to -inf."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        cumulative = torch.cumsum(probs, dim=-1)
+        remove = (cumulative - probs) >= top_p  # keep the token that crosses top_p
+        sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+        logits = torch.empty_like(logits).scatter_(0, order, sorted_logits)
+    return logits
+
+
+def _logprobs(logprobs: torch.Tensor, token_id: int, num_top: int) -> TokenLogprob:
+    top: list[tuple[int, float]] = []
+    if num_top > 0:
+        values, ids = torch.topk(logprobs, num_top)
+        top = list(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenLogprob(token_id, float(logprobs[token_id]), top)
+
+
+def sample(
+    logits: torch.Tensor, inputs: list[SampleInput]
+) -> tuple[list[int], list[TokenLogprob | None]]:
+    """logits: float32 [rows, vocab], one row per input -> (token ids, logprobs or None)."""
+    assert logits.shape[0] == len(inputs)
+    for row, item in enumerate(inputs):
+        if item.blocked_token_ids:
+            logits[row, list(item.blocked_token_ids)] = float("-inf")
+    greedy_ids = torch.argmax(logits, dim=-1).tolist()
+    tokens: list[int] = []
+    for row, item in enumerate(inputs):
+        p = item.params
+        if p.temperature == 0.0 or p.top_k == 1:
+            tokens.append(int(greedy_ids[row]))
+            continue
+        scaled = _truncate(logits[row] / p.temperature, p.top_k, p.top_p)
+        probs = torch.softmax(scaled, dim=-1)
+        tokens.append(int(torch.multinomial(probs, 1, generator=item.generator).item()))
+    out_logprobs: list[TokenLogprob | None] = [None] * len(inputs)
+    rows_wanting = [row for row, item in enumerate(inputs) if item.params.logprobs is not None]
+    if rows_wanting:
+        logprobs = torch.log_softmax(logits[rows_wanting], dim=-1)
+        for i, row in enumerate(rows_wanting):
+            num_top = inputs[row].params.logprobs or 0
+            out_logprobs[row] = _logprobs(logprobs[i], tokens[row], num_top)
+    return tokens, out_logprobs

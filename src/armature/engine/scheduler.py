@@ -1,0 +1,132 @@
+"""Continuous-batching scheduler with chunked prefill, prefix caching and preemption.
+
+Each step has a token budget (`max_num_batched_tokens`). Running requests go first, in
+admission order: a decode takes one token, an unfinished prefill takes the next chunk. When
+blocks run out, the most recently admitted running request is preempted: its blocks are freed
+and it goes back to the head of the waiting queue, to be recomputed from prompt + output so far
+(its own blocks usually still hit the prefix cache). Waiting requests are admitted with what
+budget and blocks remain. Pure: no I/O, no threads, no model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from armature.engine.kv_manager import KvCacheManager
+from armature.engine.request import RequestState, RequestStatus
+from armature.protocols.engine import FinishReason
+
+__all__ = ["ScheduledChunk", "Scheduler", "SchedulerOutput"]
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    request: RequestState
+    start_pos: int  # request.num_computed_tokens when scheduled
+    num_tokens: int
+
+    @property
+    def completes_sequence(self) -> bool:
+        """True when this chunk reaches the end of the request's tokens: sample after it."""
+        return self.start_pos + self.num_tokens == self.request.num_tokens
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    chunks: list[ScheduledChunk]
+    preempted: list[RequestState]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+
+class Scheduler:
+    def __init__(self, kv: KvCacheManager, max_num_seqs: int, max_num_batched_tokens: int):
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[RequestState] = deque()
+        self.running: list[RequestState] = []
+
+    # ---- queue management --------------------------------------------------------------
+    def add_request(self, request: RequestState) -> None:
+        request.status = RequestStatus.WAITING
+        self.waiting.append(request)
+
+    def finish(self, request: RequestState, reason: FinishReason) -> None:
+        """Take `request` out of the queues and free its blocks (finish, abort or error)."""
+        if request.status is RequestStatus.RUNNING:
+            self.running.remove(request)
+        elif request.status is RequestStatus.WAITING:
+            self.waiting.remove(request)
+        if request.status is not RequestStatus.FINISHED:
+            self.kv.free(request)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def get_num_prefill_tokens_queued(self) -> int:
+        return sum(r.num_tokens - r.num_computed_tokens for r in self.waiting) + sum(
+            r.num_tokens - r.num_computed_tokens - 1 for r in self.running
+        )
+
+    # ---- one step ----------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        preempted: list[RequestState] = []
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            assert num_new > 0
+            scheduled = True
+            while not self.kv.allocate_slots(request, num_new):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new))
+            budget -= num_new
+            index += 1
+        if not preempted:
+            budget = self._admit_waiting(budget, chunks)
+        return SchedulerOutput(chunks, preempted)
+
+    def _admit_waiting(self, budget: int, chunks: list[ScheduledChunk]) -> int:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            request = self.waiting[0]
+            cached = self.kv.find_cached_prefix(request)
+            num_cached_tokens = len(cached) * self.kv.block_size
+            num_new = min(request.num_tokens - num_cached_tokens, budget)
+            if not self.kv.allocate_slots(request, num_new, cached):
+                break
+            self.waiting.popleft()
+            if request.num_preemptions == 0:
+                request.num_cached_tokens = num_cached_tokens
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new))
+            budget -= num_new
+        return budget
+
+    def _preempt(self, request: RequestState) -> None:
+        self.kv.free(request)
+        request.status = RequestStatus.WAITING
+        request.num_preemptions += 1
+        self.waiting.appendleft(request)
+
+    def update_after_step(self, output: SchedulerOutput) -> None:
+        """Advance computed-token counts and cache newly full blocks. Sampled tokens are
+        appended by the engine core afterwards."""
+        for chunk in output.chunks:
+            chunk.request.num_computed_tokens = chunk.start_pos + chunk.num_tokens
+            self.kv.register_full_blocks(chunk.request)

@@ -1,0 +1,413 @@
+"""The OpenAI-compatible HTTP app: routes, request validation, streaming, cancellation.
+
+POST /v1/chat/completions   POST /v1/completions   GET /v1/models
+GET /health   GET /live   GET /metrics   GET /openapi.json
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from armature.engine.interface import Engine, InvalidRequestError
+from armature.frontend.detokenizer import IncrementalDetokenizer
+from armature.frontend.errors import ApiError, error_body, install_error_handlers
+from armature.frontend.generation import Delta, GenerationError, Usage, stream_deltas
+from armature.frontend.metrics import FrontendMetrics
+from armature.frontend.preprocess import NoChatTemplateError, Preprocessor
+from armature.frontend.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerationFields,
+)
+from armature.frontend.responses import (
+    chat_chunk,
+    chat_logprobs,
+    completion_chunk,
+    completion_logprobs,
+    sse,
+)
+from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
+
+__all__ = ["ServedModel", "build_app"]
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["chat", "completion"]
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    name: str
+    max_model_len: int
+    created: int
+
+
+@dataclass
+class _Job:
+    """One accepted request, ready to run."""
+
+    kind: Kind
+    request_id: str
+    engine_request: EngineRequest
+    detokenizer: IncrementalDetokenizer
+    stream: bool
+    include_usage: bool
+    want_logprobs: bool
+    echo_text: str = ""
+
+
+class OpenAIService:
+    def __init__(
+        self,
+        engine: Engine,
+        preprocessor: Preprocessor,
+        metrics: FrontendMetrics,
+        model: ServedModel,
+    ):
+        self.engine = engine
+        self.preprocessor = preprocessor
+        self.metrics = metrics
+        self.model = model
+
+    # ---- request -> job ----------------------------------------------------------------
+    def _check_common(self, body: GenerationFields, endpoint: str) -> None:
+        if body.model_extra:
+            log.info("%s: ignoring unknown fields %s", endpoint, sorted(body.model_extra))
+        if body.model != self.model.name:
+            raise ApiError(
+                f"the model {body.model!r} does not exist; this server serves {self.model.name!r}",
+                status_code=404,
+                type="not_found_error",
+                param="model",
+                code="model_not_found",
+            )
+        for param, reason in body.unsupported_fields():
+            raise ApiError(reason, param=param, code="unsupported_parameter")
+
+    def _sampling(
+        self, body: GenerationFields, max_tokens: int | None, num_prompt: int, logprobs: int | None
+    ) -> SamplingParams:
+        limit = self.model.max_model_len
+        if num_prompt >= limit:
+            raise ApiError(
+                f"this model's maximum context length is {limit} tokens; the prompt has "
+                f"{num_prompt} tokens",
+                param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
+                code="context_length_exceeded",
+            )
+        if max_tokens is None:
+            max_tokens = limit - num_prompt
+        elif num_prompt + max_tokens > limit:
+            raise ApiError(
+                f"this model's maximum context length is {limit} tokens; you requested "
+                f"{num_prompt + max_tokens} tokens ({num_prompt} in the prompt, {max_tokens} "
+                "for the completion); reduce the prompt or max_tokens",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        if body.min_tokens > max_tokens:
+            raise ApiError("min_tokens must not exceed max_tokens", param="min_tokens")
+        temperature = 1.0 if body.temperature is None else body.temperature
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            top_k=max(0, body.top_k or 0),
+            seed=body.seed,
+            min_tokens=body.min_tokens,
+            ignore_eos=body.ignore_eos,
+            stop_token_ids=tuple(body.stop_token_ids or ()),
+            logprobs=logprobs,
+        )
+
+    async def chat_job(self, body: ChatCompletionRequest) -> _Job:
+        self._check_common(body, "chat")
+        try:
+            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        except ValueError as exc:
+            raise ApiError(str(exc), param="messages") from None
+        try:
+            prompt_ids = await asyncio.to_thread(self.preprocessor.encode_chat, messages)
+        except NoChatTemplateError as exc:
+            raise ApiError(str(exc), param="messages") from None
+        logprobs = (body.top_logprobs or 0) if body.logprobs else None
+        sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs)
+        return self._job("chat", "chatcmpl", body, prompt_ids, sampling)
+
+    async def completion_job(self, body: CompletionRequest) -> _Job:
+        self._check_common(body, "completions")
+        try:
+            prompt = body.single_prompt()
+        except ValueError as exc:
+            raise ApiError(str(exc), param="prompt") from None
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ApiError("prompt must not be empty", param="prompt")
+            prompt_ids = await asyncio.to_thread(self.preprocessor.encode, prompt)
+        else:
+            prompt_ids = prompt
+        if not prompt_ids:
+            raise ApiError("prompt must not be empty", param="prompt")
+        sampling = self._sampling(body, body.max_tokens, len(prompt_ids), body.logprobs)
+        job = self._job("completion", "cmpl", body, prompt_ids, sampling)
+        if body.echo:
+            job.echo_text = (
+                prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
+            )
+        return job
+
+    def _job(
+        self,
+        kind: Kind,
+        prefix: str,
+        body: GenerationFields,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+    ) -> _Job:
+        request_id = f"{prefix}-{uuid.uuid4().hex}"
+        engine_request = EngineRequest(
+            request_id=request_id, prompt_token_ids=prompt_ids, sampling=sampling
+        )
+        try:
+            self.engine.validate(engine_request)
+        except InvalidRequestError as exc:
+            raise ApiError(str(exc), code="invalid_request") from None
+        detokenizer = IncrementalDetokenizer(
+            self.preprocessor.tokenizer,
+            prompt_ids,
+            stop=body.stop_list(),
+            min_tokens=sampling.min_tokens,
+        )
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return _Job(
+            kind,
+            request_id,
+            engine_request,
+            detokenizer,
+            body.stream,
+            include_usage,
+            sampling.logprobs is not None,
+        )
+
+    # ---- running a job -----------------------------------------------------------------
+    def _deltas(self, job: _Job, usage: Usage) -> AsyncIterator[Delta]:
+        return stream_deltas(self.engine, job.engine_request, job.detokenizer, usage, self.metrics)
+
+    def _logprobs(self, job: _Job, items: list[TokenLogprob], offset: int) -> Any:
+        if not job.want_logprobs:
+            return None
+        token_text = self.preprocessor.token_text
+        if job.kind == "chat":
+            return chat_logprobs(items, token_text)
+        return completion_logprobs(items, token_text, offset)
+
+    async def complete(self, job: _Job, http_request: Request) -> dict[str, Any]:
+        """Run `job` to the end; a client that disconnects cancels it."""
+        usage = Usage()
+        texts: list[str] = [job.echo_text]
+        items: list[TokenLogprob] = []
+        finish: str | None = None
+
+        async def collect() -> None:
+            nonlocal finish
+            async for delta in self._deltas(job, usage):
+                texts.append(delta.text)
+                items.extend(delta.logprobs)
+                finish = delta.finish_reason or finish
+
+        await _unless_disconnected(collect(), http_request)
+        text = "".join(texts)
+        created = int(time.time())
+        logprobs = self._logprobs(job, items, len(job.echo_text))
+        if job.kind == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": logprobs,
+                "finish_reason": finish,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+            obj = "text_completion"
+        return {
+            "id": job.request_id,
+            "object": obj,
+            "created": created,
+            "model": self.model.name,
+            "choices": [choice],
+            "usage": usage.as_dict(),
+        }
+
+    async def stream(self, job: _Job) -> AsyncIterator[str]:
+        """SSE events for `job`, ending with `data: [DONE]`. Closing this generator (client
+        gone) closes the engine stream, which aborts the request."""
+        usage = Usage()
+        created = int(time.time())
+        name = self.model.name
+        offset = 0
+        usage_field = {"usage": None} if job.include_usage else {}
+        if job.kind == "chat":
+            yield sse(
+                {
+                    **chat_chunk(
+                        job.request_id, created, name, {"role": "assistant", "content": ""}
+                    ),
+                    **usage_field,
+                }
+            )
+        elif job.echo_text:
+            yield sse(
+                {**completion_chunk(job.request_id, created, name, job.echo_text), **usage_field}
+            )
+            offset = len(job.echo_text)
+        try:
+            async for delta in self._deltas(job, usage):
+                if not delta.text and not delta.finish_reason and not job.want_logprobs:
+                    continue
+                logprobs = self._logprobs(job, delta.logprobs, offset)
+                offset += len(delta.text)
+                if job.kind == "chat":
+                    content = {"content": delta.text} if delta.text else {}
+                    chunk = chat_chunk(
+                        job.request_id, created, name, content, delta.finish_reason, logprobs
+                    )
+                else:
+                    chunk = completion_chunk(
+                        job.request_id, created, name, delta.text, delta.finish_reason, logprobs
+                    )
+                yield sse({**chunk, **usage_field})
+        except GenerationError as exc:
+            yield sse(error_body(str(exc), "internal_error"))
+        if job.include_usage:
+            yield sse(
+                {
+                    "id": job.request_id,
+                    "object": _chunk_object(job.kind),
+                    "created": created,
+                    "model": name,
+                    "choices": [],
+                    "usage": usage.as_dict(),
+                }
+            )
+        yield "data: [DONE]\n\n"
+
+
+def _chunk_object(kind: Kind) -> str:
+    return "chat.completion.chunk" if kind == "chat" else "text_completion"
+
+
+async def _unless_disconnected(work: Awaitable[None], http_request: Request) -> None:
+    """Run `work`; if the client disconnects first, cancel it (which aborts the request)."""
+    work_task = asyncio.ensure_future(work)
+    watch_task = asyncio.ensure_future(_wait_for_disconnect(http_request))
+    try:
+        await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch_task.cancel()
+        if not work_task.done():
+            work_task.cancel()
+            log.info("client disconnected; request cancelled")
+            raise asyncio.CancelledError
+    work_task.result()
+
+
+async def _wait_for_disconnect(http_request: Request) -> None:
+    while True:
+        message = await http_request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def build_app(
+    engine: Engine,
+    preprocessor: Preprocessor,
+    model: ServedModel,
+) -> FastAPI:
+    metrics = FrontendMetrics(model.name, engine.get_load)
+    service = OpenAIService(engine, preprocessor, metrics, model)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        engine.start()
+        yield
+        await engine.stop()
+
+    app = FastAPI(title="Armature", version="0.1.0", lifespan=lifespan)
+    app.state.service = service
+    install_error_handlers(app)
+
+    async def respond(
+        endpoint: str, make_job: Callable[[], Awaitable[_Job]], http_request: Request
+    ) -> Response:
+        metrics.in_flight.inc()
+        status = "500"
+        try:
+            job = await make_job()
+            if job.stream:
+                status = "200"
+                return StreamingResponse(service.stream(job), media_type="text/event-stream")
+            body = await service.complete(job, http_request)
+            status = "200"
+            return JSONResponse(body)
+        except ApiError as exc:
+            status = str(exc.status_code)
+            raise
+        except GenerationError as exc:
+            return JSONResponse(error_body(str(exc), "internal_error"), status_code=500)
+        except asyncio.CancelledError:
+            status = "499"
+            raise
+        finally:
+            metrics.in_flight.dec()
+            metrics.requests.labels(endpoint, status).inc()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, http_request: Request) -> Response:
+        return await respond("chat", lambda: service.chat_job(body), http_request)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, http_request: Request) -> Response:
+        return await respond("completions", lambda: service.completion_job(body), http_request)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": model.name,
+                    "object": "model",
+                    "created": model.created,
+                    "owned_by": "armature",
+                    "max_model_len": model.max_model_len,
+                }
+            ],
+        }
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        alive = getattr(engine, "is_alive", True)
+        if not alive:
+            return JSONResponse({"status": "unhealthy", "reason": "engine stopped"}, 503)
+        return JSONResponse({"status": "ok", "model": model.name})
+
+    @app.get("/live")
+    async def live() -> dict[str, str]:
+        return {"status": "alive"}
+
+    @app.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    return app

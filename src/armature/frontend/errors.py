@@ -1,0 +1,88 @@
+"""OpenAI-style errors: every user mistake becomes `{"error": {message, type, param, code}}`
+with a 4xx status; nothing a client sends produces a traceback."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+__all__ = ["ApiError", "error_body", "install_error_handlers"]
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error to return to the client as OpenAI's error object."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int = 400,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.type = type
+        self.param = param
+        self.code = code
+
+
+def error_body(
+    message: str, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, dict[str, str | None]]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return JSONResponse(
+        error_body(exc.message, exc.type, exc.param, exc.code), status_code=exc.status_code
+    )
+
+
+def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"msg": "invalid request", "loc": ()}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        ctx = first.get("ctx")
+        detail = ctx.get("error", first["msg"]) if isinstance(ctx, dict) else first["msg"]
+        message = f"malformed JSON body: {detail}"
+        return JSONResponse(error_body(message, "invalid_request_error"), status_code=400)
+    if first.get("type") == "missing" and not loc:
+        message = "the request body must be a JSON object"
+    else:
+        where = ".".join(loc) or "body"
+        message = f"{where}: {first['msg']}"
+        if "input" in first and first.get("type") != "missing":
+            message += f" (got {json.dumps(first['input'], default=str)[:100]})"
+    param = ".".join(loc) or None
+    return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
+
+
+def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+
+
+def _internal_error(_: Request, exc: Exception) -> JSONResponse:
+    log.exception("internal error", exc_info=exc)
+    return JSONResponse(error_body("internal server error", "internal_error"), status_code=500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)

@@ -1,0 +1,99 @@
+"""One request's output pipeline: engine token stream -> detokenizer (stop strings) -> text
+deltas, with latency metrics. Leaving early (stop string, disconnect) closes the engine stream,
+which aborts the request and frees its KV blocks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from armature.engine.interface import Engine
+from armature.frontend.detokenizer import IncrementalDetokenizer
+from armature.frontend.metrics import FrontendMetrics
+from armature.protocols.engine import EngineRequest, FinishReason, TokenLogprob
+
+__all__ = ["Delta", "GenerationError", "Usage", "stream_deltas"]
+
+
+class GenerationError(RuntimeError):
+    """The engine failed this request after it was accepted."""
+
+
+@dataclass
+class Delta:
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprob]
+    finish_reason: str | None = None
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+@dataclass
+class _Clock:
+    started_s: float
+    last_token_s: float | None = None
+    latencies_s: list[float] = field(default_factory=list)
+
+
+async def stream_deltas(
+    engine: Engine,
+    request: EngineRequest,
+    detokenizer: IncrementalDetokenizer,
+    usage: Usage,
+    metrics: FrontendMetrics,
+) -> AsyncIterator[Delta]:
+    """Yield text deltas until the request finishes; fills `usage` as tokens arrive."""
+    clock = _Clock(time.perf_counter())
+    usage.prompt_tokens = len(request.prompt_token_ids)
+    stream = engine.generate(request)
+    try:
+        async for output in stream:
+            if output.finish_reason is FinishReason.ERROR:
+                raise GenerationError(output.error or "the engine failed this request")
+            _observe(output.num_prompt_tokens, output.num_cached_tokens, usage, metrics)
+            now_s = time.perf_counter()
+            if output.new_token_ids:
+                if clock.last_token_s is None:
+                    metrics.ttft_s.observe(now_s - clock.started_s)
+                else:
+                    metrics.itl_s.observe(now_s - clock.last_token_s)
+                clock.last_token_s = now_s
+                usage.completion_tokens += len(output.new_token_ids)
+                metrics.output_tokens.inc(len(output.new_token_ids))
+            update = detokenizer.update(output.new_token_ids)
+            logprobs = output.logprobs or []
+            if update.stop_reason is not None:
+                yield Delta(update.text_delta, output.new_token_ids, logprobs, "stop")
+                return
+            finish = output.finish_reason
+            text = update.text_delta
+            if finish is not None:
+                text += detokenizer.flush()
+            reason = None if finish is None else finish.value
+            yield Delta(text, output.new_token_ids, logprobs, reason)
+            if finish is not None:
+                return
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+        metrics.e2e_s.observe(time.perf_counter() - clock.started_s)
+
+
+def _observe(num_prompt: int, num_cached: int, usage: Usage, metrics: FrontendMetrics) -> None:
+    if num_prompt:
+        usage.cached_tokens = num_cached
+        metrics.observe_prompt(num_prompt, num_cached)

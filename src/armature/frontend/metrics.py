@@ -1,0 +1,103 @@
+"""Prometheus metrics of one frontend, in its own registry (no process-wide globals)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from armature.protocols.engine import EngineLoad
+
+__all__ = ["FrontendMetrics"]
+
+_LATENCY_BUCKETS_S = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+
+
+class FrontendMetrics:
+    def __init__(self, model_name: str, get_load: Callable[[], EngineLoad]):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "armature_requests", "Finished HTTP requests", ["endpoint", "status"], registry=r
+        )
+        self.in_flight = Gauge("armature_requests_in_flight", "Requests being served", registry=r)
+        self.ttft_s = Histogram(
+            "armature_time_to_first_token_seconds",
+            "Time to first token",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.itl_s = Histogram(
+            "armature_inter_token_latency_seconds",
+            "Time between output tokens",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.e2e_s = Histogram(
+            "armature_e2e_request_latency_seconds",
+            "Request latency, end to end",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.prompt_tokens = Counter("armature_prompt_tokens", "Prompt tokens", registry=r)
+        self.output_tokens = Counter("armature_generation_tokens", "Output tokens", registry=r)
+        self.cached_tokens = Counter(
+            "armature_prefix_cache_hit_tokens",
+            "Prompt tokens served from the prefix cache",
+            registry=r,
+        )
+        kv_usage = Gauge(
+            "armature_kv_cache_usage_ratio", "Fraction of KV blocks in use", registry=r
+        )
+        kv_usage.set_function(lambda: _usage(get_load()))
+        hit_rate = Gauge(
+            "armature_prefix_cache_hit_ratio",
+            "Prompt tokens served from the prefix cache / prompt tokens",
+            registry=r,
+        )
+        hit_rate.set_function(self._hit_ratio)
+        self._num_prompt_tokens = 0
+        self._num_cached_tokens = 0
+        Gauge("armature_model_info", "Served model", ["model"], registry=r).labels(model_name).set(
+            1
+        )
+
+    def observe_prompt(self, num_prompt_tokens: int, num_cached_tokens: int) -> None:
+        self._num_prompt_tokens += num_prompt_tokens
+        self._num_cached_tokens += num_cached_tokens
+        self.prompt_tokens.inc(num_prompt_tokens)
+        self.cached_tokens.inc(num_cached_tokens)
+
+    def _hit_ratio(self) -> float:
+        if not self._num_prompt_tokens:
+            return 0.0
+        return self._num_cached_tokens / self._num_prompt_tokens
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _usage(load: EngineLoad) -> float:
+    return load.num_active_blocks / load.num_total_blocks if load.num_total_blocks else 0.0

@@ -1,0 +1,177 @@
+"""OpenAI API request and response models (pydantic, the HTTP edge only).
+
+Unknown request fields are kept (extra="allow") so the app can log and ignore them: clients
+send new fields before servers know them. Known fields this server does not implement are
+rejected by `unsupported_fields` with a clear 400, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "GenerationFields",
+    "StreamOptions",
+]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        """The message's text; list content must be text parts only."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        texts = []
+        for part in self.content:
+            if part.get("type") != "text":
+                raise ValueError(f"content part type {part.get('type')!r} is not supported")
+            texts.append(TextPart.model_validate(part).text)
+        return "".join(texts)
+
+
+class GenerationFields(_Request):
+    """Sampling fields shared by chat and completions (OpenAI plus vLLM's extensions)."""
+
+    model: str
+    max_tokens: int | None = Field(default=None, description="Tokens to generate at most.")
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1, description="0 or -1 disables (vLLM).")
+    n: int = Field(default=1, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    ignore_eos: bool = False
+    min_tokens: int = Field(default=0, ge=0)
+    stop_token_ids: list[int] | None = None
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _positive_max_tokens(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("max_tokens must be at least 1")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, value: str | list[str] | None) -> str | list[str] | None:
+        stops = [value] if isinstance(value, str) else (value or [])
+        if any(not s for s in stops):
+            raise ValueError("stop strings must not be empty")
+        return value
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def unsupported_fields(self) -> list[tuple[str, str]]:
+        """(param, reason) for each known parameter this server does not implement."""
+        out: list[tuple[str, str]] = []
+        if self.n > 1:
+            out.append(("n", "n > 1 is not supported; send separate requests"))
+        if self.presence_penalty:
+            out.append(("presence_penalty", "presence_penalty is not supported"))
+        if self.frequency_penalty:
+            out.append(("frequency_penalty", "frequency_penalty is not supported"))
+        if self.logit_bias:
+            out.append(("logit_bias", "logit_bias is not supported"))
+        return out
+
+
+class ChatCompletionRequest(GenerationFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    functions: list[dict[str, Any]] | None = None
+    response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+    @field_validator("max_completion_tokens")
+    @classmethod
+    def _positive_max_completion_tokens(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("max_completion_tokens must be at least 1")
+        return value
+
+    def get_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def unsupported_fields(self) -> list[tuple[str, str]]:
+        out = super().unsupported_fields()
+        if self.tools:
+            out.append(("tools", "tool calling is not supported yet"))
+        if self.functions:
+            out.append(("functions", "function calling is not supported yet"))
+        if self.tool_choice not in (None, "none"):
+            out.append(("tool_choice", "tool calling is not supported yet"))
+        fmt = (self.response_format or {}).get("type", "text")
+        if fmt != "text":
+            out.append(("response_format", f"response_format {fmt!r} is not supported"))
+        if self.top_logprobs and not self.logprobs:
+            out.append(("top_logprobs", "top_logprobs requires logprobs to be true"))
+        return out
+
+
+class CompletionRequest(GenerationFields):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int | None = Field(default=16, description="Tokens to generate at most.")
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    def single_prompt(self) -> str | list[int]:
+        """The one prompt of this request; a batch of several is refused."""
+        p = self.prompt
+        if isinstance(p, str):
+            return p
+        if not p:
+            raise ValueError("prompt must not be empty")
+        if all(isinstance(t, int) for t in p):
+            return list(p)  # type: ignore[arg-type]
+        if len(p) == 1:
+            first = p[0]
+            return first if isinstance(first, str) else list(first)  # type: ignore[arg-type]
+        raise ValueError("a batch of several prompts is not supported; send one per request")
+
+    def unsupported_fields(self) -> list[tuple[str, str]]:
+        out = super().unsupported_fields()
+        if self.suffix:
+            out.append(("suffix", "suffix is not supported"))
+        if self.best_of is not None and self.best_of > 1:
+            out.append(("best_of", "best_of > 1 is not supported"))
+        return out

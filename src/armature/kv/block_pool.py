@@ -1,0 +1,196 @@
+"""Paged KV block pool with prefix caching and KV events.
+
+Owns every block's reference count and hash. Free blocks sit in an LRU queue: `allocate`
+takes from the head (least recently freed first), `free` appends at the tail. A freed block
+keeps its hash and stays findable by `find_prefix` until it is taken again (evicted), which
+emits a Removed event. Callers free a request's blocks tail-first, so prefix blocks, the most
+reusable, are evicted last.
+
+    free queue:  head [b7, b3, b9, ...] tail      allocate -> b7 first
+    cached map:  seq_hash -> block id (blocks in use and evictable free ones)
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, StoredBlock
+
+__all__ = ["BlockPool", "KvBlock", "NoFreeBlocksError"]
+
+
+class NoFreeBlocksError(RuntimeError):
+    """Raised by `allocate` when fewer free blocks exist than asked for (nothing is taken)."""
+
+
+@dataclass
+class KvBlock:
+    block_id: int
+    ref_count: int = 0
+    seq_hash: int | None = None
+    local_hash: int | None = None
+
+
+class BlockPool:
+    """Fixed set of `num_blocks` blocks of `block_size` tokens. Pure: no I/O, no locks;
+    one owner (the scheduler) calls it from one thread."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks <= 0 or block_size <= 0:
+            raise ValueError("num_blocks and block_size must be positive")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [KvBlock(i) for i in range(num_blocks)]
+        self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self._cached: dict[int, int] = {}  # seq_hash -> block id
+        self._events: list[KvEvent] = []
+        self._next_event_id = 0
+
+    # ---- reads -------------------------------------------------------------------------
+    def get_num_free_blocks(self) -> int:
+        """Blocks that `allocate` can hand out (free, including cached-but-unused ones)."""
+        return len(self._free)
+
+    def get_num_active_blocks(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def get_free_block_ids(self) -> list[int]:
+        """Free queue in eviction order (head first)."""
+        return list(self._free)
+
+    def get_cached_block(self, seq_hash: int) -> int | None:
+        return self._cached.get(seq_hash)
+
+    def get_num_cached_blocks(self) -> int:
+        return len(self._cached)
+
+    def find_prefix(self, seq_hashes: Sequence[int]) -> list[int]:
+        """Block ids of the longest cached prefix of `seq_hashes` (takes no reference)."""
+        out: list[int] = []
+        if not self.enable_prefix_caching:
+            return out
+        for h in seq_hashes:
+            block_id = self._cached.get(h)
+            if block_id is None:
+                break
+            out.append(block_id)
+        return out
+
+    # ---- mutations ---------------------------------------------------------------------
+    def touch(self, block_ids: Sequence[int]) -> None:
+        """Take one more reference on each block (cache hits); a free one leaves the queue."""
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self._free[block_id]
+            block.ref_count += 1
+
+    def allocate(self, num_blocks: int) -> list[int]:
+        """Take `num_blocks` blocks from the queue head, each with one reference. Evicted
+        cached blocks lose their hash (one Removed event). All or nothing."""
+        if num_blocks < 0:
+            raise ValueError(f"num_blocks must be non-negative, got {num_blocks}")
+        if num_blocks > len(self._free):
+            raise NoFreeBlocksError(f"asked for {num_blocks} blocks, {len(self._free)} free")
+        out: list[int] = []
+        evicted: list[int] = []
+        for _ in range(num_blocks):
+            block_id, _none = self._free.popitem(last=False)
+            block = self.blocks[block_id]
+            assert block.ref_count == 0
+            if block.seq_hash is not None:
+                del self._cached[block.seq_hash]
+                evicted.append(block.seq_hash)
+                block.seq_hash = None
+                block.local_hash = None
+            block.ref_count = 1
+            out.append(block_id)
+        if evicted:
+            self._emit(KvRemoved(self._take_event_id(), evicted))
+        return out
+
+    def free(self, block_ids: Sequence[int]) -> None:
+        """Drop one reference from each block, in the given order; a block that reaches zero
+        joins the queue tail (so pass a request's blocks tail-first)."""
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            assert block.ref_count > 0, f"double free of block {block_id}"
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free[block_id] = None
+
+    def cache_blocks(
+        self,
+        block_ids: Sequence[int],
+        hashes: Sequence[tuple[int, int]],
+        parent_hash: int | None,
+    ) -> None:
+        """Register full blocks under their (seq_hash, local_hash); emits one Stored event for
+        the newly cached ones. A hash already cached under another block is left alone (the
+        duplicate block stays uncached and is freed like any other)."""
+        if not self.enable_prefix_caching:
+            return
+        assert len(block_ids) == len(hashes)
+        run: list[StoredBlock] = []  # consecutive newly cached blocks, one event per run
+        run_parent: int | None = None
+        prev_hash = parent_hash
+        for block_id, (seq_hash, local_hash) in zip(block_ids, hashes, strict=True):
+            block = self.blocks[block_id]
+            assert block.ref_count > 0, "only blocks in use can be cached"
+            newly_cached = False
+            if block.seq_hash is not None:
+                assert block.seq_hash == seq_hash, "block re-cached under another hash"
+            elif seq_hash not in self._cached:
+                block.seq_hash = seq_hash
+                block.local_hash = local_hash
+                self._cached[seq_hash] = block_id
+                newly_cached = True
+            if newly_cached:
+                if not run:
+                    run_parent = prev_hash
+                run.append(StoredBlock(seq_hash, local_hash))
+            elif run:
+                self._emit(KvStored(self._take_event_id(), run_parent, run))
+                run = []
+            prev_hash = seq_hash
+        if run:
+            self._emit(KvStored(self._take_event_id(), run_parent, run))
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash (Cleared event). Refused (False) while blocks are in use."""
+        if self.get_num_active_blocks() > 0:
+            return False
+        for block in self.blocks:
+            block.seq_hash = None
+            block.local_hash = None
+        self._cached.clear()
+        self._emit(KvCleared(self._take_event_id()))
+        return True
+
+    def take_events(self) -> list[KvEvent]:
+        """Drain the events emitted since the last call, oldest first."""
+        events, self._events = self._events, []
+        return events
+
+    def check_integrity(self) -> None:
+        """Assert the pool's invariants (tests and debug builds)."""
+        free_ids = set(self._free)
+        assert len(free_ids) == len(self._free)
+        for block in self.blocks:
+            assert block.ref_count >= 0
+            assert (block.ref_count == 0) == (block.block_id in free_ids), block
+            assert (block.seq_hash is None) == (block.local_hash is None), block
+            if block.seq_hash is not None:
+                assert self._cached[block.seq_hash] == block.block_id
+        assert all(self.blocks[b].seq_hash == h for h, b in self._cached.items())
+
+    def _take_event_id(self) -> int:
+        event_id = self._next_event_id
+        self._next_event_id += 1
+        return event_id
+
+    def _emit(self, event: KvEvent) -> None:
+        self._events.append(event)

@@ -1,0 +1,161 @@
+"""Llama-family decoder forward over a flattened batch of sequences, on a paged KV cache.
+
+One step's tokens are laid out flat, prefill spans first, then one token per decode sequence:
+
+    rows: [ prefill seq A (n_A rows) | prefill seq B (n_B rows) | decode x1 | decode x2 | ... ]
+
+Projections and MLPs run once over all rows; attention runs per prefill span (causal within
+the span, over everything cached before it) and once, padded and masked, for all decodes.
+The arithmetic mirrors Hugging Face transformers so float32 greedy output matches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from armature.model.arch import ModelArch
+from armature.model.kv_cache import PagedKvCache
+from armature.model.rope import RopeTables, apply_rope
+from armature.model.weights import LayerWeights, ModelWeights
+
+__all__ = ["DecodeBatch", "ForwardBatch", "PrefillSpan", "forward"]
+
+
+@dataclass(frozen=True)
+class PrefillSpan:
+    row_start: int
+    num_tokens: int
+    start_pos: int  # tokens of this sequence already in the cache before this span
+    block_table: torch.Tensor  # [num_blocks covering start_pos + num_tokens]
+
+
+@dataclass(frozen=True)
+class DecodeBatch:
+    row_start: int
+    block_table: torch.Tensor  # [num_seqs, max_blocks], padded with any valid id
+    context_lens: torch.Tensor  # [num_seqs], including the token being decoded
+    max_context_len: int
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    input_ids: torch.Tensor  # [rows]
+    positions: torch.Tensor  # [rows]
+    slots: torch.Tensor  # [rows] flat cache slot of each row's K/V
+    prefills: list[PrefillSpan]
+    decode: DecodeBatch | None
+    logits_rows: torch.Tensor  # [num_outputs] rows whose next-token logits are wanted
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return weight * h.to(dtype)
+
+
+def _prefill_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    span: PrefillSpan,
+    cache: PagedKvCache,
+    layer: int,
+    scale: float,
+) -> torch.Tensor:
+    """q/k/v: this span's rows [n, heads, head_dim] -> output [n, heads, head_dim]."""
+    n = span.num_tokens
+    if span.start_pos == 0:
+        keys, values = k, v
+        mask = None
+    else:
+        total = span.start_pos + n
+        keys, values = cache.gather(layer, span.block_table)
+        keys, values = keys[:total], values[:total]
+        query_pos = torch.arange(span.start_pos, total, device=q.device)
+        key_pos = torch.arange(total, device=q.device)
+        mask = key_pos[None, :] <= query_pos[:, None]
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0),
+        keys.transpose(0, 1).unsqueeze(0),
+        values.transpose(0, 1).unsqueeze(0),
+        attn_mask=mask,
+        is_causal=mask is None and n > 1,
+        scale=scale,
+        enable_gqa=True,
+    )
+    return out.squeeze(0).transpose(0, 1)
+
+
+def _decode_attention(
+    q: torch.Tensor, batch: DecodeBatch, cache: PagedKvCache, layer: int, scale: float
+) -> torch.Tensor:
+    """q: [seqs, heads, head_dim] -> [seqs, heads, head_dim]. Each KV head's query heads are
+    packed as rows of one query matrix, so no K/V repeat is needed."""
+    num_seqs, num_heads, head_dim = q.shape
+    keys, values = cache.gather(layer, batch.block_table)  # [seqs, tokens, kv_heads, hd]
+    keys = keys[:, : batch.max_context_len].transpose(1, 2)
+    values = values[:, : batch.max_context_len].transpose(1, 2)
+    num_kv_heads = keys.shape[1]
+    packed_q = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    key_pos = torch.arange(batch.max_context_len, device=q.device)
+    mask = (key_pos[None, :] < batch.context_lens[:, None]).view(num_seqs, 1, 1, -1)
+    out = F.scaled_dot_product_attention(packed_q, keys, values, attn_mask=mask, scale=scale)
+    return out.reshape(num_seqs, num_heads, head_dim)
+
+
+def _layer(
+    x: torch.Tensor,
+    w: LayerWeights,
+    layer: int,
+    batch: ForwardBatch,
+    arch: ModelArch,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cache: PagedKvCache,
+) -> torch.Tensor:
+    rows = x.shape[0]
+    nh, nkv, hd = arch.num_heads, arch.num_kv_heads, arch.head_dim
+    h = _rms_norm(x, w.input_norm, arch.rms_norm_eps)
+    qkv = F.linear(h, w.qkv, w.qkv_bias)
+    q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+    q = apply_rope(q.view(rows, nh, hd), cos, sin)
+    k = apply_rope(k.view(rows, nkv, hd), cos, sin)
+    v = v.view(rows, nkv, hd)
+    cache.write(layer, batch.slots, k, v)
+    scale = hd**-0.5
+    attn = torch.empty_like(q)
+    for span in batch.prefills:
+        r = slice(span.row_start, span.row_start + span.num_tokens)
+        attn[r] = _prefill_attention(q[r], k[r], v[r], span, cache, layer, scale)
+    if batch.decode is not None:
+        r = slice(batch.decode.row_start, rows)
+        attn[r] = _decode_attention(q[r], batch.decode, cache, layer, scale)
+    x = x + F.linear(attn.view(rows, nh * hd), w.o_proj)
+    h = _rms_norm(x, w.post_norm, arch.rms_norm_eps)
+    gate, up = F.linear(h, w.gate_up).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, w.down)
+
+
+@torch.inference_mode()
+def forward(
+    batch: ForwardBatch,
+    weights: ModelWeights,
+    arch: ModelArch,
+    rope: RopeTables,
+    cache: PagedKvCache,
+) -> torch.Tensor:
+    """Run the decoder over `batch`, writing its K/V into `cache`; returns float32 logits
+    [num_outputs, vocab] for `batch.logits_rows`."""
+    x = F.embedding(batch.input_ids, weights.embed)
+    cos = rope.cos[batch.positions]
+    sin = rope.sin[batch.positions]
+    for i, layer_weights in enumerate(weights.layers):
+        x = _layer(x, layer_weights, i, batch, arch, cos, sin, cache)
+    x = x[batch.logits_rows]
+    x = _rms_norm(x, weights.final_norm, arch.rms_norm_eps)
+    return F.linear(x, weights.lm_head).float()

@@ -1,0 +1,51 @@
+"""The paged KV cache tensors: one K and one V tensor per layer, indexed by block id.
+
+k[layer]: [num_blocks, block_size, num_kv_heads, head_dim]
+slot = block_id * block_size + offset_in_block
+"""
+
+from __future__ import annotations
+
+import torch
+
+from armature.model.arch import ModelArch
+
+__all__ = ["PagedKvCache"]
+
+
+class PagedKvCache:
+    def __init__(
+        self,
+        arch: ModelArch,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
+        shape = (arch.num_layers, num_blocks, block_size, arch.num_kv_heads, arch.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+
+    @staticmethod
+    def bytes_per_block(arch: ModelArch, block_size: int, dtype: torch.dtype) -> int:
+        dtype_bytes = torch.empty((), dtype=dtype).element_size()
+        return arch.kv_bytes_per_token(dtype_bytes) * block_size
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store k/v [tokens, kv_heads, head_dim] at flat slot indices [tokens]."""
+        k_flat = self.k[layer].view(-1, k.shape[1], k.shape[2])
+        v_flat = self.v[layer].view(-1, v.shape[1], v.shape[2])
+        k_flat.index_copy_(0, slots, k)
+        v_flat.index_copy_(0, slots, v)
+
+    def gather(self, layer: int, block_table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V for block tables [..., num_blocks_per_seq] -> [..., tokens, kv_heads, head_dim]."""
+        k = self.k[layer][block_table]
+        v = self.v[layer][block_table]
+        lead = block_table.shape[:-1]
+        return (
+            k.reshape(*lead, -1, k.shape[-2], k.shape[-1]),
+            v.reshape(*lead, -1, v.shape[-2], v.shape[-1]),
+        )

@@ -1,0 +1,1 @@
+"""Pure data types shared across layers (the lowest layer: imports nothing from armature)."""

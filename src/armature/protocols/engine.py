@@ -1,0 +1,99 @@
+"""Engine request/output contracts (DESIGN §3): the values that cross the engine boundary.
+
+msgspec Structs so the same values travel over the wire in later (multi-process) layers.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NewType
+
+import msgspec
+
+__all__ = [
+    "EngineLoad",
+    "EngineOutput",
+    "EngineRequest",
+    "FinishReason",
+    "RequestId",
+    "SamplingParams",
+    "StepRecord",
+    "TokenLogprob",
+]
+
+RequestId = NewType("RequestId", str)
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"  # EOS, a stop token id, or a stop string
+    LENGTH = "length"  # max_tokens or the context limit
+    ABORT = "abort"  # cancelled by the caller
+    ERROR = "error"  # the engine failed this request
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+    """How to pick tokens. Validated at the edge (frontend); the engine trusts these values.
+
+    temperature 0 means greedy. top_k 0 means disabled. logprobs None means none returned;
+    an int n >= 0 returns the sampled token's logprob and the n most likely alternatives.
+    """
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: int | None = None
+
+
+class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One generation request. `output_token_ids` resumes a request (migration, recompute):
+    the engine treats prompt + output so far as context and continues after them."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingParams
+    output_token_ids: list[int] = msgspec.field(default_factory=list)
+
+
+class TokenLogprob(msgspec.Struct, frozen=True):
+    """Log-probability of one generated token, with the top alternatives (token id, logprob)."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+class EngineOutput(msgspec.Struct, kw_only=True):
+    """Tokens produced for one request by one engine step (usually one token)."""
+
+    request_id: str
+    new_token_ids: list[int]
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: FinishReason | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    error: str | None = None
+
+
+class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of an engine's load, for routers and planners."""
+
+    num_active_blocks: int
+    num_total_blocks: int
+    num_waiting: int
+    num_running: int
+    num_prefill_tokens_queued: int
+
+
+class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What one engine step did (DESIGN §6: the planner fits its model from these)."""
+
+    num_scheduled_prefill_tokens: int
+    num_queued_prefill_tokens: int
+    num_decode_requests: int
+    num_kv_tokens_used: int
+    step_wall_s: float

@@ -1,0 +1,519 @@
+"""BlockPool exact-state tests: block ids, LRU order, ref counts, prefix cache, KV events.
+
+Every pool here is a `CheckedPool`, which runs `check_integrity()` after every mutation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from armature.kv.block_pool import BlockPool, NoFreeBlocksError
+from armature.kv.hashing import compute_block_hashes
+from armature.protocols.kv_events import KvCleared, KvRemoved, KvStored, StoredBlock
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _checked(method: F) -> F:
+    def wrapper(self: BlockPool, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.check_integrity()
+
+    return wrapper  # type: ignore[return-value]
+
+
+class CheckedPool(BlockPool):
+    allocate = _checked(BlockPool.allocate)
+    free = _checked(BlockPool.free)
+    touch = _checked(BlockPool.touch)
+    cache_blocks = _checked(BlockPool.cache_blocks)
+    reset_prefix_cache = _checked(BlockPool.reset_prefix_cache)
+    take_events = _checked(BlockPool.take_events)
+
+
+def make_pool(num_blocks: int = 8, enable_prefix_caching: bool = True) -> CheckedPool:
+    pool = CheckedPool(num_blocks, block_size=4, enable_prefix_caching=enable_prefix_caching)
+    pool.check_integrity()
+    return pool
+
+
+def hashes(*seq_hashes: int) -> list[tuple[int, int]]:
+    """(seq_hash, local_hash) pairs with local = seq + 1000, easy to read in assertions."""
+    return [(h, h + 1000) for h in seq_hashes]
+
+
+def stored(*seq_hashes: int) -> list[StoredBlock]:
+    return [StoredBlock(h, h + 1000) for h in seq_hashes]
+
+
+def ref_counts(pool: BlockPool) -> list[int]:
+    return [b.ref_count for b in pool.blocks]
+
+
+def snapshot(pool: BlockPool) -> tuple[Any, ...]:
+    return (
+        pool.get_free_block_ids(),
+        ref_counts(pool),
+        [(b.seq_hash, b.local_hash) for b in pool.blocks],
+        pool.get_num_cached_blocks(),
+    )
+
+
+def cache_three(pool: BlockPool) -> list[int]:
+    """Allocate blocks 0,1,2, cache them under 10,11,12 and drain the Stored event."""
+    ids = pool.allocate(3)
+    pool.cache_blocks(ids, hashes(10, 11, 12), parent_hash=None)
+    assert pool.take_events() == [KvStored(0, None, stored(10, 11, 12))]
+    return ids
+
+
+# ---- construction and reads ----------------------------------------------------------------
+
+
+def test_fresh_pool() -> None:
+    pool = make_pool(5)
+    assert pool.get_free_block_ids() == [0, 1, 2, 3, 4]
+    assert pool.get_num_free_blocks() == 5
+    assert pool.get_num_active_blocks() == 0
+    assert pool.get_num_cached_blocks() == 0
+    assert ref_counts(pool) == [0] * 5
+    assert pool.take_events() == []
+
+
+@pytest.mark.parametrize(("num_blocks", "block_size"), [(0, 4), (4, 0), (-1, 4), (4, -1)])
+def test_constructor_rejects_non_positive_sizes(num_blocks: int, block_size: int) -> None:
+    with pytest.raises(ValueError):
+        BlockPool(num_blocks, block_size)
+
+
+# ---- allocate / free: ids, LRU order, ref counts -------------------------------------------
+
+
+def test_allocate_takes_from_head() -> None:
+    pool = make_pool(6)
+    assert pool.allocate(2) == [0, 1]
+    assert pool.allocate(3) == [2, 3, 4]
+    assert pool.get_free_block_ids() == [5]
+    assert ref_counts(pool) == [1, 1, 1, 1, 1, 0]
+    assert pool.get_num_free_blocks() == 1
+    assert pool.get_num_active_blocks() == 5
+    assert pool.allocate(0) == []
+    assert pool.get_free_block_ids() == [5]
+    assert pool.take_events() == []
+
+
+def test_allocate_rejects_negative_count() -> None:
+    pool = make_pool(4)
+    with pytest.raises(ValueError):
+        pool.allocate(-1)
+    assert pool.get_free_block_ids() == [0, 1, 2, 3]
+
+
+def test_free_appends_at_tail_in_given_order() -> None:
+    pool = make_pool(6)
+    assert pool.allocate(4) == [0, 1, 2, 3]
+    pool.free([2, 0, 3])
+    assert pool.get_free_block_ids() == [4, 5, 2, 0, 3]
+    assert ref_counts(pool) == [0, 1, 0, 0, 0, 0]
+    # LRU: the oldest free blocks go first, then the freed ones in the order they were freed.
+    assert pool.allocate(3) == [4, 5, 2]
+    assert pool.get_free_block_ids() == [0, 3]
+    pool.free([1])
+    assert pool.get_free_block_ids() == [0, 3, 1]
+    assert pool.allocate(3) == [0, 3, 1]
+    assert pool.get_free_block_ids() == []
+
+
+def test_tail_first_free_evicts_prefix_last() -> None:
+    pool = make_pool(4)
+    ids = pool.allocate(4)
+    pool.cache_blocks(ids, hashes(1, 2, 3, 4), parent_hash=None)
+    pool.take_events()
+    pool.free(list(reversed(ids)))
+    assert pool.get_free_block_ids() == [3, 2, 1, 0]
+    assert pool.allocate(1) == [3]
+    assert pool.take_events() == [KvRemoved(1, [4])]
+    assert pool.find_prefix([1, 2, 3, 4]) == [0, 1, 2]
+
+
+def test_ref_counts_with_shared_blocks() -> None:
+    pool = make_pool(4)
+    assert pool.allocate(2) == [0, 1]
+    pool.touch([0, 0, 1])
+    assert ref_counts(pool) == [3, 2, 0, 0]
+    pool.free([0, 1])
+    assert ref_counts(pool) == [2, 1, 0, 0]
+    assert pool.get_free_block_ids() == [2, 3]
+    pool.free([1, 0])
+    assert pool.get_free_block_ids() == [2, 3, 1]
+    assert pool.get_num_active_blocks() == 1
+    pool.free([0])
+    assert pool.get_free_block_ids() == [2, 3, 1, 0]
+    assert ref_counts(pool) == [0, 0, 0, 0]
+
+
+def test_double_free_asserts() -> None:
+    pool = make_pool(4)
+    ids = pool.allocate(2)
+    pool.free(ids)
+    with pytest.raises(AssertionError, match="double free of block 0"):
+        pool.free([0])
+    assert pool.get_free_block_ids() == [2, 3, 0, 1]
+
+
+def test_free_of_never_allocated_block_asserts() -> None:
+    pool = make_pool(4)
+    with pytest.raises(AssertionError, match="double free of block 2"):
+        pool.free([2])
+    assert pool.get_free_block_ids() == [0, 1, 2, 3]
+
+
+def test_no_free_blocks_is_all_or_nothing() -> None:
+    pool = make_pool(4)
+    ids = cache_three(pool)
+    pool.free([ids[2]])
+    before = snapshot(pool)
+    assert before[0] == [3, 2]
+    with pytest.raises(NoFreeBlocksError):
+        pool.allocate(3)
+    assert snapshot(pool) == before
+    assert pool.take_events() == []  # no Removed: nothing was evicted
+    assert pool.find_prefix([10, 11, 12]) == [0, 1, 2]
+    assert pool.allocate(2) == [3, 2]
+    assert pool.take_events() == [KvRemoved(1, [12])]
+    with pytest.raises(NoFreeBlocksError):
+        pool.allocate(1)
+    assert pool.get_free_block_ids() == []
+
+
+# ---- prefix cache: cache_blocks, find_prefix, touch ----------------------------------------
+
+
+def test_cache_blocks_emits_stored_and_registers_hashes() -> None:
+    pool = make_pool(4)
+    ids = pool.allocate(3)
+    pool.cache_blocks(ids, hashes(10, 11, 12), parent_hash=None)
+    assert pool.take_events() == [KvStored(0, None, stored(10, 11, 12))]
+    assert [pool.get_cached_block(h) for h in (10, 11, 12, 13)] == [0, 1, 2, None]
+    assert [(b.seq_hash, b.local_hash) for b in pool.blocks] == [
+        (10, 1010),
+        (11, 1011),
+        (12, 1012),
+        (None, None),
+    ]
+    assert pool.get_num_cached_blocks() == 3
+    assert pool.get_free_block_ids() == [3]  # caching takes no block and no reference
+    assert ref_counts(pool) == [1, 1, 1, 0]
+
+
+def test_cache_blocks_incrementally_uses_parent_hash() -> None:
+    pool = make_pool(4)
+    first = pool.allocate(1)
+    pool.cache_blocks(first, hashes(10), parent_hash=None)
+    # Re-caching an already cached block with its own hash is a no-op: no event.
+    more = pool.allocate(2)
+    pool.cache_blocks(first + more, hashes(10, 11, 12), parent_hash=None)
+    assert pool.allocate(1) == [3]
+    pool.cache_blocks([3], hashes(13), parent_hash=12)  # caller passes the parent explicitly
+    assert pool.take_events() == [
+        KvStored(0, None, stored(10)),
+        KvStored(1, 10, stored(11, 12)),
+        KvStored(2, 12, stored(13)),
+    ]
+    assert pool.find_prefix([10, 11, 12, 13]) == [0, 1, 2, 3]
+
+
+def test_cache_blocks_with_real_hashes() -> None:
+    pool = make_pool(4)
+    tokens = list(range(100, 110))  # block_size 4: two full blocks and a partial one
+    pairs = compute_block_hashes(tokens, pool.block_size)
+    ids = pool.allocate(3)
+    pool.cache_blocks(ids[:2], pairs, parent_hash=None)
+    assert pool.take_events() == [
+        KvStored(0, None, [StoredBlock(sh, lh) for sh, lh in pairs]),
+    ]
+    assert pool.find_prefix([sh for sh, _ in pairs]) == [0, 1]
+
+
+def test_duplicate_hash_in_the_middle_splits_the_stored_run() -> None:
+    pool = make_pool(8)
+    assert pool.allocate(1) == [0]
+    pool.cache_blocks([0], hashes(21), parent_hash=20)
+    assert pool.take_events() == [KvStored(0, 20, stored(21))]
+    # Second request computes the same block 21 into its own block 2: it stays uncached.
+    ids = pool.allocate(3)
+    assert ids == [1, 2, 3]
+    pool.cache_blocks(ids, hashes(20, 21, 22), parent_hash=None)
+    assert pool.take_events() == [
+        KvStored(1, None, stored(20)),
+        KvStored(2, 21, stored(22)),
+    ]
+    assert [pool.get_cached_block(h) for h in (20, 21, 22)] == [1, 0, 3]
+    assert pool.blocks[2].seq_hash is None
+    assert pool.blocks[2].local_hash is None
+    # The uncached duplicate is freed like any other block; it takes no Removed on eviction.
+    pool.free([3, 2, 1])
+    assert pool.get_free_block_ids() == [4, 5, 6, 7, 3, 2, 1]
+    assert pool.allocate(6) == [4, 5, 6, 7, 3, 2]
+    assert pool.take_events() == [KvRemoved(3, [22])]
+    assert pool.find_prefix([20, 21, 22]) == [1, 0]
+
+
+def test_duplicate_hash_at_the_ends() -> None:
+    pool = make_pool(8)
+    pool.cache_blocks(pool.allocate(2), hashes(1, 4), parent_hash=None)
+    pool.take_events()
+    # Duplicate first: one event whose parent is the duplicate's hash.
+    pool.cache_blocks(pool.allocate(3), hashes(1, 2, 3), parent_hash=None)
+    # Duplicate last: one event, parent as given.
+    pool.cache_blocks(pool.allocate(2), hashes(5, 4), parent_hash=3)
+    assert pool.take_events() == [
+        KvStored(1, 1, stored(2, 3)),
+        KvStored(2, 3, stored(5)),
+    ]
+    assert pool.blocks[2].seq_hash is None
+    assert pool.blocks[6].seq_hash is None
+
+
+def test_all_duplicates_emit_nothing_and_take_no_event_id() -> None:
+    pool = make_pool(4)
+    cache_three(pool)
+    pool.cache_blocks(pool.allocate(1), hashes(11), parent_hash=10)
+    assert pool.take_events() == []
+    pool.cache_blocks([], [], parent_hash=None)  # empty call
+    assert pool.take_events() == []
+    pool.free([0, 1, 2, 3])
+    assert pool.allocate(1) == [0]
+    assert pool.take_events() == [KvRemoved(1, [10])]
+
+
+def test_duplicate_of_a_free_cached_block_stays_uncached() -> None:
+    pool = make_pool(4)
+    ids = cache_three(pool)
+    pool.free(ids)
+    assert pool.allocate(1) == [3]
+    pool.cache_blocks([3], hashes(10), parent_hash=None)
+    assert pool.take_events() == []
+    assert pool.get_cached_block(10) == 0
+    assert pool.blocks[3].seq_hash is None
+
+
+def test_recaching_a_block_under_another_hash_asserts() -> None:
+    pool = make_pool(4)
+    cache_three(pool)
+    with pytest.raises(AssertionError, match="another hash"):
+        pool.cache_blocks([0], hashes(99), parent_hash=None)
+    assert pool.get_cached_block(10) == 0
+    assert pool.get_cached_block(99) is None
+
+
+def test_caching_a_free_block_asserts() -> None:
+    pool = make_pool(4)
+    with pytest.raises(AssertionError, match="only blocks in use"):
+        pool.cache_blocks([0], hashes(1), parent_hash=None)
+    assert pool.get_num_cached_blocks() == 0
+    assert pool.take_events() == []
+
+
+def test_find_prefix_stops_at_first_miss() -> None:
+    pool = make_pool(4)
+    cache_three(pool)
+    assert pool.find_prefix([]) == []
+    assert pool.find_prefix([10, 11, 12]) == [0, 1, 2]
+    assert pool.find_prefix([10, 11, 12, 13]) == [0, 1, 2]
+    assert pool.find_prefix([10, 99, 12]) == [0]
+    assert pool.find_prefix([11, 12]) == [1, 2]  # the map is flat: no chain check here
+    assert pool.find_prefix([99, 10]) == []
+    assert ref_counts(pool) == [1, 1, 1, 0]  # find_prefix takes no reference
+
+
+def test_touch_takes_free_cached_block_out_of_the_queue() -> None:
+    pool = make_pool(6)
+    ids = cache_three(pool)
+    pool.free(list(reversed(ids)))
+    assert pool.get_free_block_ids() == [3, 4, 5, 2, 1, 0]
+    hit = pool.find_prefix([10, 11, 99])
+    assert hit == [0, 1]
+    pool.touch(hit)
+    assert pool.get_free_block_ids() == [3, 4, 5, 2]
+    assert ref_counts(pool) == [1, 1, 0, 0, 0, 0]
+    assert pool.get_num_active_blocks() == 2
+    # The new request's own blocks do not evict the hit blocks.
+    assert pool.allocate(3) == [3, 4, 5]
+    assert pool.take_events() == []
+    assert pool.find_prefix([10, 11, 12]) == [0, 1, 2]
+    # Touching an in-use block only adds a reference.
+    pool.touch([0])
+    assert ref_counts(pool) == [2, 1, 0, 1, 1, 1]
+    assert pool.get_free_block_ids() == [2]
+    # Freed again, the hit blocks rejoin at the tail.
+    pool.free([1, 0, 0])
+    assert pool.get_free_block_ids() == [2, 1, 0]
+
+
+def test_eviction_emits_one_removed_per_allocate() -> None:
+    pool = make_pool(6)
+    ids = pool.allocate(4)
+    pool.cache_blocks(ids[:3], hashes(10, 11, 12), parent_hash=None)
+    assert pool.take_events() == [KvStored(0, None, stored(10, 11, 12))]
+    pool.free([0, 3, 2, 1])
+    assert pool.get_free_block_ids() == [4, 5, 0, 3, 2, 1]
+    # Uncached free blocks first: nothing evicted, no event.
+    assert pool.allocate(2) == [4, 5]
+    assert pool.take_events() == []
+    # One allocate evicting two cached blocks (and an uncached one in between): one event,
+    # hashes in eviction order.
+    assert pool.allocate(3) == [0, 3, 2]
+    assert pool.take_events() == [KvRemoved(1, [10, 12])]
+    assert [pool.get_cached_block(h) for h in (10, 11, 12)] == [None, 1, None]
+    assert [(b.seq_hash, b.local_hash) for b in pool.blocks[:3]] == [
+        (None, None),
+        (11, 1011),
+        (None, None),
+    ]
+    assert pool.get_num_cached_blocks() == 1
+    assert pool.allocate(1) == [1]
+    assert pool.take_events() == [KvRemoved(2, [11])]
+    assert pool.get_num_cached_blocks() == 0
+
+
+def test_evicted_block_can_be_cached_again_under_a_new_hash() -> None:
+    pool = make_pool(1)
+    pool.cache_blocks(pool.allocate(1), hashes(1), parent_hash=None)
+    pool.free([0])
+    pool.cache_blocks(pool.allocate(1), hashes(2), parent_hash=None)
+    assert pool.take_events() == [
+        KvStored(0, None, stored(1)),
+        KvRemoved(1, [1]),
+        KvStored(2, None, stored(2)),
+    ]
+    assert pool.get_cached_block(1) is None
+    assert pool.get_cached_block(2) == 0
+
+
+# ---- events and reset ----------------------------------------------------------------------
+
+
+def test_event_ids_increase_by_exactly_one() -> None:
+    pool = make_pool(2)
+    pool.cache_blocks(pool.allocate(2), hashes(1, 2), parent_hash=None)
+    pool.free([1, 0])
+    first = pool.take_events()
+    assert pool.take_events() == []  # drained
+    pool.cache_blocks(pool.allocate(1), hashes(3), parent_hash=None)
+    pool.free([1])
+    assert pool.reset_prefix_cache()
+    pool.cache_blocks(pool.allocate(2), hashes(4, 5), parent_hash=7)
+    pool.free([0, 1])
+    pool.allocate(1)
+    second = pool.take_events()
+    assert first + second == [
+        KvStored(0, None, stored(1, 2)),
+        KvRemoved(1, [2]),
+        KvStored(2, None, stored(3)),
+        KvCleared(3),
+        KvStored(4, 7, stored(4, 5)),
+        KvRemoved(5, [4]),
+    ]
+    assert [e.event_id for e in first + second] == list(range(6))
+
+
+def test_reset_prefix_cache_refused_while_blocks_are_active() -> None:
+    pool = make_pool(4)
+    ids = cache_three(pool)
+    pool.free(ids[1:])
+    before = snapshot(pool)
+    assert pool.reset_prefix_cache() is False
+    assert snapshot(pool) == before
+    assert pool.take_events() == []
+    assert pool.find_prefix([10, 11, 12]) == [0, 1, 2]
+    pool.free(ids[:1])
+    assert pool.reset_prefix_cache() is True
+    assert pool.take_events() == [KvCleared(1)]
+
+
+def test_reset_prefix_cache_forgets_every_hash() -> None:
+    pool = make_pool(4)
+    ids = cache_three(pool)
+    pool.free([2, 0, 1])
+    assert pool.reset_prefix_cache() is True
+    assert pool.take_events() == [KvCleared(1)]
+    assert pool.get_num_cached_blocks() == 0
+    assert pool.find_prefix([10]) == []
+    assert [pool.get_cached_block(h) for h in (10, 11, 12)] == [None, None, None]
+    assert all(b.seq_hash is None and b.local_hash is None for b in pool.blocks)
+    assert pool.get_free_block_ids() == [3, 2, 0, 1]  # queue order is kept
+    # Evicting formerly cached blocks now emits no Removed.
+    assert pool.allocate(4) == [3, 2, 0, 1]
+    assert pool.take_events() == []
+    # The same hashes can be cached again, with fresh event ids.
+    pool.cache_blocks(ids, hashes(10, 11, 12), parent_hash=None)
+    assert pool.take_events() == [KvStored(2, None, stored(10, 11, 12))]
+
+
+def test_reset_prefix_cache_on_empty_pool() -> None:
+    pool = make_pool(2)
+    assert pool.reset_prefix_cache() is True
+    assert pool.reset_prefix_cache() is True
+    assert pool.take_events() == [KvCleared(0), KvCleared(1)]
+
+
+# ---- prefix caching disabled ---------------------------------------------------------------
+
+
+def test_prefix_caching_disabled() -> None:
+    pool = make_pool(4, enable_prefix_caching=False)
+    ids = pool.allocate(3)
+    assert ids == [0, 1, 2]
+    pool.cache_blocks(ids, hashes(10, 11, 12), parent_hash=None)
+    assert pool.get_num_cached_blocks() == 0
+    assert [pool.get_cached_block(h) for h in (10, 11, 12)] == [None, None, None]
+    assert all(b.seq_hash is None for b in pool.blocks)
+    assert pool.find_prefix([10, 11, 12]) == []
+    pool.free([2, 1, 0])
+    assert pool.get_free_block_ids() == [3, 2, 1, 0]
+    assert pool.allocate(4) == [3, 2, 1, 0]
+    assert ref_counts(pool) == [1, 1, 1, 1]
+    with pytest.raises(NoFreeBlocksError):
+        pool.allocate(1)
+    pool.free([0, 1, 2, 3])
+    assert pool.take_events() == []
+
+
+# ---- check_integrity can fail --------------------------------------------------------------
+
+
+def _corrupt_ref_count(pool: BlockPool) -> None:
+    pool.blocks[0].ref_count = 1  # in use, yet still in the free queue
+
+
+def _corrupt_block_hash(pool: BlockPool) -> None:
+    pool.blocks[1].seq_hash = 10  # claims a hash the map gives to block 0
+
+
+def _corrupt_local_hash(pool: BlockPool) -> None:
+    pool.blocks[0].local_hash = None  # cached block without its local hash
+
+
+def _corrupt_cached_map(pool: BlockPool) -> None:
+    pool._cached[99] = 3  # map entry without a block behind it
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [_corrupt_ref_count, _corrupt_block_hash, _corrupt_local_hash, _corrupt_cached_map],
+)
+def test_check_integrity_detects_corruption(corrupt: Callable[[BlockPool], None]) -> None:
+    pool = BlockPool(4, 4)
+    ids = pool.allocate(1)
+    pool.cache_blocks(ids, hashes(10), parent_hash=None)
+    pool.free(ids)
+    pool.check_integrity()
+    corrupt(pool)
+    with pytest.raises(AssertionError):
+        pool.check_integrity()
