@@ -83,6 +83,8 @@ class EngineCore:
         vocab = self.arch.vocab_size
         if any(t < 0 or t >= vocab for t in request.prompt_token_ids):
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
+        if any(t < 0 or t >= vocab for t in request.sampling.stop_token_ids):
+            raise InvalidRequestError(f"stop token ids must be in [0, {vocab})")
         if request.sampling.max_tokens < 1:
             raise InvalidRequestError("max_tokens must be at least 1")
         total = num_tokens + request.sampling.max_tokens

@@ -16,6 +16,11 @@ from armature.protocols.engine import SamplingParams, TokenLogprob
 __all__ = ["SampleInput", "sample"]
 
 
+# Below this temperature, sampling is greedy: logits / temperature would overflow to inf and
+# softmax would give NaNs (vLLM uses the same threshold).
+MIN_SAMPLING_TEMPERATURE = 1e-5
+
+
 @dataclass(frozen=True)
 class SampleInput:
     params: SamplingParams
@@ -59,7 +64,7 @@ def sample(
     tokens: list[int] = []
     for row, item in enumerate(inputs):
         p = item.params
-        if p.temperature == 0.0 or p.top_k == 1:
+        if p.temperature < MIN_SAMPLING_TEMPERATURE or p.top_k == 1:
             tokens.append(int(greedy_ids[row]))
             continue
         scaled = _truncate(logits[row] / p.temperature, p.top_k, p.top_p)

@@ -10,8 +10,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -50,6 +50,10 @@ class ServedModel:
     name: str
     max_model_len: int
     created: int
+
+
+class ClientDisconnectedError(Exception):
+    """The client went away before its non-streaming response was ready."""
 
 
 @dataclass
@@ -212,7 +216,8 @@ class OpenAIService:
         return completion_logprobs(items, token_text, offset)
 
     async def complete(self, job: _Job, http_request: Request) -> dict[str, Any]:
-        """Run `job` to the end; a client that disconnects cancels it."""
+        """Run `job` to the end; a client that disconnects cancels it (and raises
+        ClientDisconnectedError)."""
         usage = Usage()
         texts: list[str] = [job.echo_text]
         items: list[TokenLogprob] = []
@@ -249,7 +254,7 @@ class OpenAIService:
             "usage": usage.as_dict(),
         }
 
-    async def stream(self, job: _Job) -> AsyncIterator[str]:
+    async def stream(self, job: _Job) -> AsyncGenerator[str, None]:
         """SSE events for `job`, ending with `data: [DONE]`. Closing this generator (client
         gone) closes the engine stream, which aborts the request."""
         usage = Usage()
@@ -308,7 +313,8 @@ def _chunk_object(kind: Kind) -> str:
 
 
 async def _unless_disconnected(work: Awaitable[None], http_request: Request) -> None:
-    """Run `work`; if the client disconnects first, cancel it (which aborts the request)."""
+    """Run `work`; if the client disconnects first, cancel it (which aborts the request) and
+    raise ClientDisconnectedError."""
     work_task = asyncio.ensure_future(work)
     watch_task = asyncio.ensure_future(_wait_for_disconnect(http_request))
     try:
@@ -318,7 +324,8 @@ async def _unless_disconnected(work: Awaitable[None], http_request: Request) -> 
         if not work_task.done():
             work_task.cancel()
             log.info("client disconnected; request cancelled")
-            raise asyncio.CancelledError
+            # Not CancelledError: out of the ASGI app, uvicorn logs that as a crash.
+            raise ClientDisconnectedError
     work_task.result()
 
 
@@ -347,16 +354,34 @@ def build_app(
     app.state.service = service
     install_error_handlers(app)
 
+    async def counted_stream(endpoint: str, job: _Job) -> AsyncIterator[str]:
+        """`service.stream(job)`, counted in flight until the last event is sent or the client
+        leaves. A stream the client leaves before its first event is never counted."""
+        metrics.in_flight.inc()
+        status = "500"
+        try:
+            async with aclosing(service.stream(job)) as events:
+                async for event in events:
+                    yield event
+            status = "200"
+        except (asyncio.CancelledError, GeneratorExit):  # the client left mid-stream
+            status = "499"
+            raise
+        finally:
+            metrics.in_flight.dec()
+            metrics.requests.labels(endpoint, status).inc()
+
     async def respond(
         endpoint: str, make_job: Callable[[], Awaitable[_Job]], http_request: Request
     ) -> Response:
         metrics.in_flight.inc()
-        status = "500"
+        status: str | None = "500"
         try:
             job = await make_job()
             if job.stream:
-                status = "200"
-                return StreamingResponse(service.stream(job), media_type="text/event-stream")
+                status = None  # counted_stream counts it when it ends
+                events = counted_stream(endpoint, job)
+                return StreamingResponse(events, media_type="text/event-stream")
             body = await service.complete(job, http_request)
             status = "200"
             return JSONResponse(body)
@@ -365,12 +390,16 @@ def build_app(
             raise
         except GenerationError as exc:
             return JSONResponse(error_body(str(exc), "internal_error"), status_code=500)
+        except ClientDisconnectedError:
+            status = "499"
+            return Response(status_code=499)  # the client is gone; nobody reads this
         except asyncio.CancelledError:
             status = "499"
             raise
         finally:
             metrics.in_flight.dec()
-            metrics.requests.labels(endpoint, status).inc()
+            if status is not None:
+                metrics.requests.labels(endpoint, status).inc()
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http_request: Request) -> Response:

@@ -66,7 +66,8 @@ class GenerationFields(_Request):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    # torch generators take 64-bit seeds; a larger one would fail on the engine thread.
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None

@@ -291,7 +291,7 @@ texts = st.one_of(
     st.text(st.sampled_from([*"ab !\n", "é", "你", "🎉", "\u0301"]), max_size=20),
     st.text(st.characters(codec="utf-8"), max_size=20),
 )
-_slow_settings = settings(
+_property_settings = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
@@ -329,7 +329,7 @@ def _run(detok: IncrementalDetokenizer, chunks: list[list[int]]) -> tuple[str, s
     return text + detok.flush(), detok.stop_reason
 
 
-@_slow_settings
+@_property_settings
 @given(data=st.data())
 def test_deltas_concatenate_to_the_full_decode(tokenizer: Tokenizer, data: st.DataObject) -> None:
     prompt = data.draw(token_ids(tokenizer), label="prompt")
@@ -345,7 +345,7 @@ def test_deltas_concatenate_to_the_full_decode(tokenizer: Tokenizer, data: st.Da
     assert detok.num_output_tokens == len(output)
 
 
-@_slow_settings
+@_property_settings
 @given(text=texts, data=st.data())
 def test_valid_text_never_streams_a_partial_character(
     tokenizer: Tokenizer, text: str, data: st.DataObject
@@ -372,7 +372,7 @@ def _oracle(text: str, stop: list[str], num_unstoppable_chars: int) -> tuple[str
     return text, None
 
 
-@_slow_settings
+@_property_settings
 @given(data=st.data())
 def test_stop_strings_match_the_naive_oracle(tokenizer: Tokenizer, data: st.DataObject) -> None:
     output = data.draw(token_ids(tokenizer), label="output")
