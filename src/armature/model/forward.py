@@ -31,6 +31,17 @@ class PrefillSpan:
     start_pos: int  # tokens of this sequence already in the cache before this span
     block_table: torch.Tensor  # [num_blocks covering start_pos + num_tokens]
 
+    def causal_mask(self) -> torch.Tensor | None:
+        """[num_tokens, start_pos + num_tokens] bool, or None when nothing is cached before
+        the span (plain causal attention then)."""
+        if self.start_pos == 0:
+            return None
+        total = self.start_pos + self.num_tokens
+        device = self.block_table.device
+        query_pos = torch.arange(self.start_pos, total, device=device)
+        key_pos = torch.arange(total, device=device)
+        return key_pos[None, :] <= query_pos[:, None]
+
 
 @dataclass(frozen=True)
 class DecodeBatch:
@@ -38,6 +49,11 @@ class DecodeBatch:
     block_table: torch.Tensor  # [num_seqs, max_blocks], padded with any valid id
     context_lens: torch.Tensor  # [num_seqs], including the token being decoded
     max_context_len: int
+
+    def padding_mask(self) -> torch.Tensor:
+        """[num_seqs, 1, 1, max_context_len] bool: True where a key position is real."""
+        key_pos = torch.arange(self.max_context_len, device=self.context_lens.device)
+        return (key_pos[None, :] < self.context_lens[:, None]).view(-1, 1, 1, self.max_context_len)
 
 
 @dataclass(frozen=True)
@@ -63,22 +79,19 @@ def _prefill_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     span: PrefillSpan,
+    mask: torch.Tensor | None,
     cache: PagedKvCache,
     layer: int,
     scale: float,
 ) -> torch.Tensor:
     """q/k/v: this span's rows [n, heads, head_dim] -> output [n, heads, head_dim]."""
     n = span.num_tokens
-    if span.start_pos == 0:
+    if mask is None:
         keys, values = k, v
-        mask = None
     else:
         total = span.start_pos + n
         keys, values = cache.gather(layer, span.block_table)
         keys, values = keys[:total], values[:total]
-        query_pos = torch.arange(span.start_pos, total, device=q.device)
-        key_pos = torch.arange(total, device=q.device)
-        mask = key_pos[None, :] <= query_pos[:, None]
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1).unsqueeze(0),
         keys.transpose(0, 1).unsqueeze(0),
@@ -92,7 +105,12 @@ def _prefill_attention(
 
 
 def _decode_attention(
-    q: torch.Tensor, batch: DecodeBatch, cache: PagedKvCache, layer: int, scale: float
+    q: torch.Tensor,
+    batch: DecodeBatch,
+    mask: torch.Tensor,
+    cache: PagedKvCache,
+    layer: int,
+    scale: float,
 ) -> torch.Tensor:
     """q: [seqs, heads, head_dim] -> [seqs, heads, head_dim]. Each KV head's query heads are
     packed as rows of one query matrix, so no K/V repeat is needed."""
@@ -102,20 +120,27 @@ def _decode_attention(
     values = values[:, : batch.max_context_len].transpose(1, 2)
     num_kv_heads = keys.shape[1]
     packed_q = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    key_pos = torch.arange(batch.max_context_len, device=q.device)
-    mask = (key_pos[None, :] < batch.context_lens[:, None]).view(num_seqs, 1, 1, -1)
     out = F.scaled_dot_product_attention(packed_q, keys, values, attn_mask=mask, scale=scale)
     return out.reshape(num_seqs, num_heads, head_dim)
+
+
+@dataclass(frozen=True)
+class _StepInputs:
+    """Per-step tensors shared by every layer (computed once per forward)."""
+
+    batch: ForwardBatch
+    cos: torch.Tensor
+    sin: torch.Tensor
+    prefill_masks: list[torch.Tensor | None]
+    decode_mask: torch.Tensor | None
 
 
 def _layer(
     x: torch.Tensor,
     w: LayerWeights,
     layer: int,
-    batch: ForwardBatch,
+    step: _StepInputs,
     arch: ModelArch,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
     cache: PagedKvCache,
 ) -> torch.Tensor:
     rows = x.shape[0]
@@ -123,18 +148,20 @@ def _layer(
     h = _rms_norm(x, w.input_norm, arch.rms_norm_eps)
     qkv = F.linear(h, w.qkv, w.qkv_bias)
     q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-    q = apply_rope(q.view(rows, nh, hd), cos, sin)
-    k = apply_rope(k.view(rows, nkv, hd), cos, sin)
+    q = apply_rope(q.view(rows, nh, hd), step.cos, step.sin)
+    k = apply_rope(k.view(rows, nkv, hd), step.cos, step.sin)
     v = v.view(rows, nkv, hd)
+    batch = step.batch
     cache.write(layer, batch.slots, k, v)
     scale = hd**-0.5
     attn = torch.empty_like(q)
-    for span in batch.prefills:
+    for span, mask in zip(batch.prefills, step.prefill_masks, strict=True):
         r = slice(span.row_start, span.row_start + span.num_tokens)
-        attn[r] = _prefill_attention(q[r], k[r], v[r], span, cache, layer, scale)
+        attn[r] = _prefill_attention(q[r], k[r], v[r], span, mask, cache, layer, scale)
     if batch.decode is not None:
+        assert step.decode_mask is not None
         r = slice(batch.decode.row_start, rows)
-        attn[r] = _decode_attention(q[r], batch.decode, cache, layer, scale)
+        attn[r] = _decode_attention(q[r], batch.decode, step.decode_mask, cache, layer, scale)
     x = x + F.linear(attn.view(rows, nh * hd), w.o_proj)
     h = _rms_norm(x, w.post_norm, arch.rms_norm_eps)
     gate, up = F.linear(h, w.gate_up).chunk(2, dim=-1)
@@ -152,10 +179,15 @@ def forward(
     """Run the decoder over `batch`, writing its K/V into `cache`; returns float32 logits
     [num_outputs, vocab] for `batch.logits_rows`."""
     x = F.embedding(batch.input_ids, weights.embed)
-    cos = rope.cos[batch.positions]
-    sin = rope.sin[batch.positions]
+    step = _StepInputs(
+        batch=batch,
+        cos=rope.cos.index_select(0, batch.positions),
+        sin=rope.sin.index_select(0, batch.positions),
+        prefill_masks=[span.causal_mask() for span in batch.prefills],
+        decode_mask=batch.decode.padding_mask() if batch.decode is not None else None,
+    )
     for i, layer_weights in enumerate(weights.layers):
-        x = _layer(x, layer_weights, i, batch, arch, cos, sin, cache)
-    x = x[batch.logits_rows]
+        x = _layer(x, layer_weights, i, step, arch, cache)
+    x = x.index_select(0, batch.logits_rows)
     x = _rms_norm(x, weights.final_norm, arch.rms_norm_eps)
     return F.linear(x, weights.lm_head).float()
