@@ -1,0 +1,97 @@
+"""AsyncEngine: streaming from the engine thread, cancellation frees blocks, errors surface."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from fakes import CountingRunner
+
+from armature.engine.async_engine import AsyncEngine
+from armature.engine.config import EngineConfig
+from armature.engine.core import EngineCore
+from armature.engine.interface import InvalidRequestError
+from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
+
+
+def make_engine(num_blocks: int = 64) -> AsyncEngine:
+    config = EngineConfig(model_dir=Path("/unused"), block_size=4)
+    return AsyncEngine(EngineCore(config, CountingRunner(), num_blocks=num_blocks))
+
+
+def req(rid: str, prompt: list[int], max_tokens: int) -> EngineRequest:
+    return EngineRequest(
+        request_id=rid,
+        prompt_token_ids=prompt,
+        sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
+    )
+
+
+async def wait_until(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_streams_tokens_concurrently() -> None:
+    engine = make_engine()
+    engine.start()
+    try:
+
+        async def collect(rid: str, prompt: list[int]) -> list[int]:
+            out = []
+            async for o in engine.generate(req(rid, prompt, 5)):
+                out.extend(o.new_token_ids)
+                last = o
+            assert last.finish_reason is FinishReason.LENGTH
+            return out
+
+        a, b = await asyncio.gather(collect("a", [1, 2]), collect("b", [50]))
+        assert a == [3, 4, 5, 6, 7]
+        assert b == [51, 52, 53, 54, 55]
+        await wait_until(lambda: engine.get_load().num_active_blocks == 0)
+    finally:
+        await engine.stop()
+
+
+async def test_leaving_early_aborts_and_frees_blocks() -> None:
+    engine = make_engine()
+    engine.start()
+    try:
+        stream = engine.generate(req("long", list(range(10)), 200))
+        first = await stream.__anext__()
+        assert first.new_token_ids == [10]
+        await stream.aclose()  # type: ignore[attr-defined]
+        await wait_until(lambda: not engine.core.has_work())
+        await wait_until(lambda: engine.get_load().num_active_blocks == 0)
+        assert engine.core.pool.get_num_active_blocks() == 0
+    finally:
+        await engine.stop()
+
+
+async def test_invalid_request_raises_before_queueing() -> None:
+    engine = make_engine()
+    engine.start()
+    try:
+        with pytest.raises(InvalidRequestError, match="context length"):
+            async for _ in engine.generate(req("x", [1] * 600, 10)):
+                pass
+        assert not engine.core.has_work()
+    finally:
+        await engine.stop()
+
+
+async def test_kv_events_are_drained_through_the_engine() -> None:
+    engine = make_engine()
+    engine.start()
+    try:
+        async for _ in engine.generate(req("a", list(range(8)), 1)):
+            pass
+        await wait_until(lambda: engine.get_load().num_active_blocks == 0)
+        events = engine.take_kv_events()
+        assert [e.event_id for e in events] == [0]
+        assert engine.take_kv_events() == []
+    finally:
+        await engine.stop()
