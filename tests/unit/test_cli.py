@@ -1,0 +1,65 @@
+"""CLI: user mistakes end with one line on stderr and exit code 2; --help lists every flag."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from armature.cli import build_parser, main, parse_bytes
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse exits directly
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["serve", "--port", "0"], "--port: must be positive"),
+        (["serve", "--port", "70000"], "port must be 1..65535"),
+        (["serve", "--kv-cache-bytes", "12XB"], "not a size"),
+        (["serve", "--dtype", "int3"], "invalid choice"),
+        (["serve", "--model", "/definitely/not/here"], "does not exist"),
+        (["serve", "--bogus-flag"], "unrecognized arguments"),
+        ([], "required"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_line(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run(argv, capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("armature: error: ")
+    assert fragment in err
+    assert "Traceback" not in err
+
+
+def test_port_in_use_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        code, err = run(["serve", "--port", str(port)], capsys)
+    assert code == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in err
+
+
+def test_help_lists_every_serve_flag() -> None:
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    text = serve.format_help()
+    for action in serve._actions:
+        for flag in action.option_strings:
+            assert flag in text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1024", 1024), ("2GiB", 2 << 30), ("512MiB", 512 << 20), ("1.5k", 1500), ("3G", 3 * 10**9)],
+)
+def test_parse_bytes(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
