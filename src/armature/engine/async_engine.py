@@ -19,17 +19,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from armature.engine.core import EngineCore
-from armature.engine.interface import InvalidRequestError
+from armature.engine.interface import EngineDeadError, InvalidRequestError
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
 from armature.protocols.kv_events import KvEvent
 
 __all__ = ["AsyncEngine", "EngineDeadError"]
 
 log = logging.getLogger(__name__)
-
-
-class EngineDeadError(RuntimeError):
-    """The engine thread has stopped; no request can be served."""
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,15 @@ from typing import Protocol
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
 from armature.protocols.kv_events import KvEvent
 
-__all__ = ["Engine", "InvalidRequestError"]
+__all__ = ["Engine", "EngineDeadError", "InvalidRequestError"]
 
 
 class InvalidRequestError(ValueError):
     """The request cannot be served by this engine (too long, bad token ids...)."""
+
+
+class EngineDeadError(RuntimeError):
+    """The engine has stopped; no request can be served."""
 
 
 class Engine(Protocol):
@@ -21,6 +25,11 @@ class Engine(Protocol):
         ...
 
     async def stop(self) -> None: ...
+
+    @property
+    def is_alive(self) -> bool:
+        """False once the engine has stopped or died."""
+        ...
 
     def validate(self, request: EngineRequest) -> None:
         """Raise InvalidRequestError if `request` can never be served (no side effects)."""

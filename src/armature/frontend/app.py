@@ -18,7 +18,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from armature.engine.interface import Engine, InvalidRequestError
+from armature.engine.interface import Engine, EngineDeadError, InvalidRequestError
 from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.errors import ApiError, error_body, install_error_handlers
 from armature.frontend.generation import Delta, GenerationError, Usage, stream_deltas
@@ -178,6 +178,13 @@ class OpenAIService:
         prompt_ids: list[int],
         sampling: SamplingParams,
     ) -> _Job:
+        if not self.engine.is_alive:
+            raise ApiError(
+                "the engine is not serving",
+                status_code=503,
+                type="service_unavailable",
+                code="engine_unavailable",
+            )
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         engine_request = EngineRequest(
             request_id=request_id, prompt_token_ids=prompt_ids, sampling=sampling
@@ -292,7 +299,7 @@ class OpenAIService:
                         job.request_id, created, name, delta.text, delta.finish_reason, logprobs
                     )
                 yield sse({**chunk, **usage_field})
-        except GenerationError as exc:
+        except (GenerationError, EngineDeadError) as exc:
             yield sse(error_body(str(exc), "internal_error"))
         if job.include_usage:
             yield sse(
@@ -352,7 +359,14 @@ def build_app(
 
     app = FastAPI(title="Armature", version="0.1.0", lifespan=lifespan)
     app.state.service = service
-    install_error_handlers(app)
+    endpoints = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+    def count_rejected(request: Request, status: int) -> None:
+        endpoint = endpoints.get(request.url.path)
+        if endpoint is not None:
+            metrics.requests.labels(endpoint, str(status)).inc()
+
+    install_error_handlers(app, count_rejected)
 
     async def counted_stream(endpoint: str, job: _Job) -> AsyncIterator[str]:
         """`service.stream(job)`, counted in flight until the last event is sent or the client
@@ -390,6 +404,10 @@ def build_app(
             raise
         except GenerationError as exc:
             return JSONResponse(error_body(str(exc), "internal_error"), status_code=500)
+        except EngineDeadError as exc:
+            status = "503"
+            body = error_body(f"the engine is not serving: {exc}", "service_unavailable")
+            return JSONResponse(body, status_code=503)
         except ClientDisconnectedError:
             status = "499"
             return Response(status_code=499)  # the client is gone; nobody reads this
@@ -426,8 +444,7 @@ def build_app(
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        alive = getattr(engine, "is_alive", True)
-        if not alive:
+        if not engine.is_alive:
             return JSONResponse({"status": "unhealthy", "reason": "engine stopped"}, 503)
         return JSONResponse({"status": "ok", "model": model.name})
 

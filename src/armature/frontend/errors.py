@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -50,6 +51,7 @@ def _api_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    """400 for a body that fails the schema (malformed JSON, wrong types, bad ranges)."""
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     first = errors[0] if errors else {"msg": "invalid request", "loc": ()}
@@ -81,8 +83,25 @@ def _internal_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body("internal server error", "internal_error"), status_code=500)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+ErrorObserver = Callable[[Request, int], None]
+
+
+def install_error_handlers(app: FastAPI, observe: ErrorObserver | None = None) -> None:
+    """Route every error to OpenAI's error object; `observe(request, status)` sees each one
+    that never reached a route's own accounting (schema failures, unknown routes)."""
+
+    def observed(
+        handler: Callable[[Request, Exception], JSONResponse],
+    ) -> Callable[[Request, Exception], JSONResponse]:
+        def wrapper(request: Request, exc: Exception) -> JSONResponse:
+            response = handler(request, exc)
+            if observe is not None:
+                observe(request, response.status_code)
+            return response
+
+        return wrapper
+
     app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, observed(_validation_error))
+    app.add_exception_handler(StarletteHTTPException, observed(_http_error))
     app.add_exception_handler(Exception, _internal_error)

@@ -28,11 +28,6 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -50,7 +45,10 @@ class ChatMessage(BaseModel):
         for part in self.content:
             if part.get("type") != "text":
                 raise ValueError(f"content part type {part.get('type')!r} is not supported")
-            texts.append(TextPart.model_validate(part).text)
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise ValueError("a content part of type 'text' needs a 'text' string")
+            texts.append(text)
         return "".join(texts)
 
 
