@@ -51,7 +51,7 @@ class Workload:
 
 
 FULL = Workload((1, 8, 32), 128, 32, 512, requests_per_slot=2, min_requests=4)
-QUICK = Workload((1, 8, 32), 16, 32, 128, requests_per_slot=1, min_requests=2)
+QUICK = Workload((1, 8, 32), 8, 16, 64, requests_per_slot=1, min_requests=2)
 
 
 @dataclass(frozen=True)

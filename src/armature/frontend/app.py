@@ -194,7 +194,7 @@ class OpenAIService:
         except InvalidRequestError as exc:
             raise ApiError(str(exc), code="invalid_request") from None
         detokenizer = IncrementalDetokenizer(
-            self.preprocessor.tokenizer,
+            self.preprocessor.decoder,
             prompt_ids,
             stop=body.stop_list(),
             min_tokens=sampling.min_tokens,

@@ -19,6 +19,9 @@ class Preprocessor:
 
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir))
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        # the raw `tokenizers` object decodes several times faster than the transformers
+        # wrapper; streaming calls it once or twice per token
+        self.decoder: Any = getattr(self.tokenizer, "backend_tokenizer", self.tokenizer)
 
     def render_chat(self, messages: list[dict[str, str]]) -> str:
         if not self.has_chat_template:
@@ -37,7 +40,7 @@ class Preprocessor:
         return list(ids)
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
-        text = self.tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
+        text = self.decoder.decode(token_ids, skip_special_tokens=skip_special_tokens)
         assert isinstance(text, str)
         return text
 
