@@ -190,4 +190,6 @@ def forward(
         x = _layer(x, layer_weights, i, step, arch, cache)
     x = x.index_select(0, batch.logits_rows)
     x = _rms_norm(x, weights.final_norm, arch.rms_norm_eps)
+    if x.shape[0] == 1 and weights.lm_head_t is not None:
+        return torch.mm(x, weights.lm_head_t).float()
     return F.linear(x, weights.lm_head).float()
