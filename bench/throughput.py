@@ -171,7 +171,12 @@ def main() -> None:
     print()
     print(body)
     title = "Throughput: engine vs transformers"
-    publish(args, Section("throughput", title, body, args.dtype_name))
+    publish(
+        args,
+        Section(
+            f"throughput-{args.dtype_name}", f"{title} ({args.dtype_name})", body, args.dtype_name
+        ),
+    )
 
 
 if __name__ == "__main__":

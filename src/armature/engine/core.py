@@ -18,7 +18,7 @@ from armature.engine.kv_manager import KvCacheManager
 from armature.engine.model_runner import ModelRunner, TorchModelRunner
 from armature.engine.request import RequestState
 from armature.engine.sampler import SampleInput, sample
-from armature.engine.scheduler import Scheduler, SchedulerOutput
+from armature.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from armature.kv.block_pool import BlockPool
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.model.arch import ModelArch, read_arch
@@ -150,7 +150,9 @@ class EngineCore:
         self._record(scheduled, time.perf_counter() - started_s)
         return outputs
 
-    def _sample_and_finish(self, completing: list, logits: torch.Tensor) -> list[EngineOutput]:
+    def _sample_and_finish(
+        self, completing: list[ScheduledChunk], logits: torch.Tensor
+    ) -> list[EngineOutput]:
         inputs = [self._sample_input(c.request) for c in completing]
         tokens, logprobs = sample(logits, inputs)
         outputs: list[EngineOutput] = []
@@ -210,14 +212,12 @@ class EngineCore:
         return outputs
 
     def _record(self, scheduled: SchedulerOutput, wall_s: float) -> None:
-        prefill_tokens = sum(
-            c.num_tokens for c in scheduled.chunks if not c.completes_sequence or c.num_tokens > 1
-        )
+        prefill_tokens = sum(c.num_tokens for c in scheduled.chunks if not c.is_decode)
         self.step_records.append(
             StepRecord(
                 num_scheduled_prefill_tokens=prefill_tokens,
                 num_queued_prefill_tokens=self.scheduler.get_num_prefill_tokens_queued(),
-                num_decode_requests=sum(1 for c in scheduled.chunks if c.num_tokens == 1),
+                num_decode_requests=sum(1 for c in scheduled.chunks if c.is_decode),
                 num_kv_tokens_used=self.pool.get_num_active_blocks() * self.config.block_size,
                 step_wall_s=wall_s,
             )

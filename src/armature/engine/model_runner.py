@@ -57,8 +57,8 @@ class TorchModelRunner:
         self.block_size = config.block_size
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
-        prefill = [c for c in chunks if not _is_decode(c)]
-        decode = [c for c in chunks if _is_decode(c)]
+        prefill = [c for c in chunks if not c.is_decode]
+        decode = [c for c in chunks if c.is_decode]
         ordered = prefill + decode
         bs = self.block_size
         input_ids: list[int] = []
@@ -74,7 +74,7 @@ class TorchModelRunner:
             for pos in range(chunk.start_pos, end):
                 positions.append(pos)
                 slots.append(req.block_ids[pos // bs] * bs + pos % bs)
-            if not _is_decode(chunk):
+            if not chunk.is_decode:
                 num_blocks = -(-end // bs)
                 table = torch.tensor(req.block_ids[:num_blocks], dtype=torch.long)
                 spans.append(PrefillSpan(row_start, chunk.num_tokens, chunk.start_pos, table))
@@ -110,16 +110,12 @@ class TorchModelRunner:
         logits = forward(batch, self.weights, self.arch, self.rope, self.cache)
         # the batch holds prefills before decodes; give the rows back in chunk order
         completing = [c for c in chunks if c.completes_sequence]
-        batch_order = [c for c in completing if not _is_decode(c)] + [
-            c for c in completing if _is_decode(c)
+        batch_order = [c for c in completing if not c.is_decode] + [
+            c for c in completing if c.is_decode
         ]
         position = {id(c): i for i, c in enumerate(batch_order)}
         index = torch.tensor([position[id(c)] for c in completing], dtype=torch.long)
         return logits[index.to(logits.device)].cpu()
-
-
-def _is_decode(chunk: ScheduledChunk) -> bool:
-    return chunk.num_tokens == 1 and chunk.start_pos > 0
 
 
 def _padded(block_ids: list[int], length: int) -> list[int]:

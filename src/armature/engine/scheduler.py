@@ -27,6 +27,11 @@ class ScheduledChunk:
     num_tokens: int
 
     @property
+    def is_decode(self) -> bool:
+        """One new token after a computed context (prefills and recomputes are not)."""
+        return self.num_tokens == 1 and self.start_pos > 0
+
+    @property
     def completes_sequence(self) -> bool:
         """True when this chunk reaches the end of the request's tokens: sample after it."""
         return self.start_pos + self.num_tokens == self.request.num_tokens
@@ -70,9 +75,14 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def get_num_prefill_tokens_queued(self) -> int:
-        return sum(r.num_tokens - r.num_computed_tokens for r in self.waiting) + sum(
-            r.num_tokens - r.num_computed_tokens - 1 for r in self.running
-        )
+        """Tokens still to prefill: all of a waiting request's uncomputed tokens, and a running
+        one's unless only its next decode token is left."""
+        queued = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
+        for r in self.running:
+            remaining = r.num_tokens - r.num_computed_tokens
+            if not (remaining == 1 and r.num_computed_tokens > 0):
+                queued += remaining
+        return queued
 
     # ---- one step ----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:

@@ -231,3 +231,19 @@ def test_request_larger_than_the_cache_is_refused() -> None:
     core = make_core(num_blocks=2, block_size=4)
     with pytest.raises(InvalidRequestError, match="KV cache"):
         core.add_request(request("x", list(range(8)), max_tokens=4))
+
+
+def test_step_records_describe_each_step() -> None:
+    core = make_core(block_size=4, max_num_batched_tokens=4)
+    core.add_request(request("a", list(range(6)), max_tokens=2))
+    core.add_request(request("b", [7], max_tokens=1))
+    run_all(core)
+    records = [
+        (r.num_scheduled_prefill_tokens, r.num_queued_prefill_tokens, r.num_decode_requests,
+         r.num_kv_tokens_used)
+        for r in core.step_records
+    ]
+    # step 1: a's first 4-token chunk; step 2: a's last 2 + b's 1 (b finishes, freeing its
+    # block); step 3: a's decode; a then finishes
+    assert records == [(4, 3, 0, 4), (3, 0, 0, 8), (0, 0, 1, 0)]
+    assert all(r.step_wall_s >= 0 for r in core.step_records)
