@@ -61,6 +61,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _positive_int(text)
     if value > 65535:
@@ -82,6 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="local HF directory, ORG/NAME in the local HF cache, or omitted "
         "for the embedded SmolLM2-135M-Instruct",
+    )
+    serve.add_argument(
+        "--engine",
+        choices=["torch", "mocker"],
+        default="torch",
+        help="torch: the native PyTorch engine; mocker: the same scheduler and KV cache with "
+        "a timing model instead of a model (no weights loaded)",
+    )
+    serve.add_argument(
+        "--speedup-ratio",
+        type=_positive_float,
+        default=1.0,
+        help="mocker only: divide every simulated step time by this",
     )
     serve.add_argument(
         "--served-model-name",
@@ -169,6 +192,8 @@ def _serve(args: argparse.Namespace) -> None:
     from armature.frontend.app import ServedModel, build_app
     from armature.frontend.preprocess import Preprocessor
     from armature.model.source import ModelSourceError, resolve_model
+    from armature.sim.mocker import build_mocker_core
+    from armature.sim.timing import PolynomialTiming
 
     _check_port_free(args.host, args.port)
     try:
@@ -196,7 +221,11 @@ def _serve(args: argparse.Namespace) -> None:
             enable_prefix_caching=not args.no_prefix_caching,
             seed=args.seed,
         )
-        core = EngineCore(config)
+        if args.engine == "mocker":
+            timing = PolynomialTiming(speedup_ratio=args.speedup_ratio)
+            core = build_mocker_core(config, timing=timing)
+        else:
+            core = EngineCore(config)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise CliError(f"cannot load {resolved.path}: {exc}") from None
     except torch.OutOfMemoryError:
@@ -206,8 +235,9 @@ def _serve(args: argparse.Namespace) -> None:
     preprocessor = Preprocessor(resolved.path)
     name = args.served_model_name or resolved.served_name
     log.info(
-        "loaded %s (%s, %s on %s) in %.1f s; KV cache %d blocks x %d tokens; context %d",
+        "loaded %s (%s engine; %s, %s on %s) in %.1f s; KV cache %d blocks x %d tokens; context %d",
         name,
+        args.engine,
         resolved.path,
         str(dtype).removeprefix("torch."),
         device,

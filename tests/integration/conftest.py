@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +57,11 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, stderr_path: Path) ->
     pytest.fail(f"server not healthy after {STARTUP_TIMEOUT_S} s:\n{stderr_path.read_text()}")
 
 
-@pytest.fixture(scope="session")
-def base_url(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextmanager
+def running_server(model_dir: Path, log_dir: Path, extra_args: list[str]) -> Iterator[str]:
+    """Start `armature serve` on a free loopback port; yield its URL; stop it by PID and
+    assert its stderr holds no traceback."""
     port = _free_port()
-    log_dir = tmp_path_factory.mktemp("server")
     stderr_path = log_dir / "stderr.log"
     command = [
         sys.executable,
@@ -67,21 +69,12 @@ def base_url(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
         "armature.cli",
         "serve",
         "--model",
-        str(default_model_dir),
-        "--served-model-name",
-        SERVED_MODEL_NAME,
+        str(model_dir),
         "--host",
         "127.0.0.1",
         "--port",
         str(port),
-        "--device",
-        "cpu",  # deterministic numerics: the tests compare greedy outputs across batches
-        "--dtype",
-        "float32",
-        "--num-kv-blocks",
-        str(NUM_KV_BLOCKS),
-        "--max-model-len",
-        str(MAX_MODEL_LEN),
+        *extra_args,
     ]
     with (
         open(stderr_path, "wb") as stderr,
@@ -104,6 +97,24 @@ def base_url(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
                 proc.wait()
     log_text = stderr_path.read_text(errors="replace")
     assert "Traceback" not in log_text, f"server logged a traceback:\n{log_text}"
+
+
+@pytest.fixture(scope="session")
+def base_url(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    args = [
+        "--served-model-name",
+        SERVED_MODEL_NAME,
+        "--device",
+        "cpu",  # deterministic numerics: tests compare greedy outputs across batches
+        "--dtype",
+        "float32",
+        "--num-kv-blocks",
+        str(NUM_KV_BLOCKS),
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+    ]
+    with running_server(default_model_dir, tmp_path_factory.mktemp("server"), args) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

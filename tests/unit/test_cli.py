@@ -26,6 +26,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--dtype", "int3"], "invalid choice"),
         (["serve", "--model", "/definitely/not/here"], "does not exist"),
         (["serve", "--bogus-flag"], "unrecognized arguments"),
+        (["serve", "--engine", "mocker", "--speedup-ratio", "0"], "must be positive"),
+        (["serve", "--engine", "gpt"], "invalid choice"),
         ([], "required"),
     ],
 )

@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 LAYERS: list[set[str]] = [
     {"protocols"},
     {"kv", "model"},
-    {"engine"},
+    {"engine", "sim"},
     {"frontend"},
     {"cli"},
 ]

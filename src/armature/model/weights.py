@@ -34,7 +34,7 @@ class ModelWeights:
     layers: list[LayerWeights]
     final_norm: torch.Tensor
     lm_head: torch.Tensor  # [vocab, hidden]; the embedding itself when tied
-    # [hidden, vocab] copy for one-row logits on CPU: measured 4.3 ms vs 8.3 ms for
+    # [hidden, vocab] copy for one-row float32 logits on CPU: measured 4.3 ms vs 8.3 ms for
     # F.linear at one row (SmolLM2, 2-core AVX2), while F.linear wins from 4 rows up
     lm_head_t: torch.Tensor | None = None
 
@@ -97,7 +97,9 @@ def load_weights(
         lm_head = take("lm_head.weight")
     else:
         lm_head = embed
-    lm_head_t = lm_head.t().contiguous() if device.type == "cpu" else None
+    # float32 only: the same layout in emulated bfloat16 takes a far slower path (~40x)
+    use_transposed = device.type == "cpu" and dtype == torch.float32
+    lm_head_t = lm_head.t().contiguous() if use_transposed else None
     return ModelWeights(
         embed=embed,
         layers=layers,

@@ -239,8 +239,12 @@ def test_step_records_describe_each_step() -> None:
     core.add_request(request("b", [7], max_tokens=1))
     run_all(core)
     records = [
-        (r.num_scheduled_prefill_tokens, r.num_queued_prefill_tokens, r.num_decode_requests,
-         r.num_kv_tokens_used)
+        (
+            r.num_scheduled_prefill_tokens,
+            r.num_queued_prefill_tokens,
+            r.num_decode_requests,
+            r.num_kv_tokens_used,
+        )
         for r in core.step_records
     ]
     # step 1: a's first 4-token chunk; step 2: a's last 2 + b's 1 (b finishes, freeing its

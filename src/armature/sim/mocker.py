@@ -1,0 +1,102 @@
+"""The mocker: the native engine's real scheduler and block pool with a timing model in place
+of the model (STYLE: the simulator runs the real code).
+
+`MockerRunner` fills the `ModelRunner` seam: each step it advances a clock by the timing
+model's step time and returns logits that pick a seeded token per request. Tokens depend only
+on (seed, request id, position), so a request gets the same tokens whatever it is batched
+with. EOS is never produced: requests end at max_tokens (or the context limit).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import xxhash
+
+from armature.engine.config import EngineConfig
+from armature.engine.core import EngineCore
+from armature.engine.model_runner import num_kv_blocks_for
+from armature.engine.scheduler import ScheduledChunk
+from armature.model.arch import ModelArch, read_arch
+from armature.sim.timing import PolynomialTiming, StepWork, TimingModel
+
+__all__ = ["Clock", "MockerRunner", "VirtualClock", "WallClock", "build_mocker_core"]
+
+
+class Clock(Protocol):
+    def advance(self, seconds: float) -> None: ...
+
+
+class WallClock:
+    """Real time: a step takes as long as the timing model says (serving real traffic)."""
+
+    def advance(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+@dataclass
+class VirtualClock:
+    """Simulated time for offline replay: advancing costs nothing."""
+
+    now_s: float = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
+
+
+class MockerRunner:
+    def __init__(self, arch: ModelArch, timing: TimingModel, clock: Clock, seed: int = 0):
+        self.arch = arch
+        self.timing = timing
+        self.clock = clock
+        self.seed = seed
+        self.kv_utilization: Callable[[], float] = lambda: 0.0  # wired by build_mocker_core
+        self.last_step_ms = 0.0
+
+    def token_for(self, request_id: str, position: int) -> int:
+        digest = xxhash.xxh3_64_intdigest(f"{request_id}/{position}".encode(), seed=self.seed)
+        token = digest % self.arch.vocab_size
+        while token in self.arch.eos_token_ids:
+            token = (token + 1) % self.arch.vocab_size
+        return token
+
+    def execute(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
+        work = StepWork(
+            num_prefill_tokens=sum(c.num_tokens for c in chunks if not c.is_decode),
+            num_decode_requests=sum(1 for c in chunks if c.is_decode),
+            kv_utilization=self.kv_utilization(),
+        )
+        self.last_step_ms = self.timing.step_ms(work)
+        self.clock.advance(self.last_step_ms / 1000.0)
+        completing = [c for c in chunks if c.completes_sequence]
+        logits = torch.full((len(completing), self.arch.vocab_size), float("-inf"))
+        for row, chunk in enumerate(completing):
+            position = chunk.start_pos + chunk.num_tokens
+            logits[row, self.token_for(chunk.request.request_id, position)] = 0.0
+        return logits
+
+
+def build_mocker_core(
+    config: EngineConfig,
+    *,
+    timing: TimingModel | None = None,
+    clock: Clock | None = None,
+    arch: ModelArch | None = None,
+) -> EngineCore:
+    """An EngineCore whose runner is the mocker. `arch` defaults to the config's model
+    directory (only its config.json is read: vocabulary, EOS ids, context length). KV capacity
+    follows the native engine's rule: `num_kv_blocks`, else `kv_cache_bytes` of that model."""
+    arch = arch or read_arch(Path(config.model_dir))
+    runner = MockerRunner(
+        arch, timing or PolynomialTiming(), clock or WallClock(), seed=config.seed
+    )
+    core = EngineCore(config, runner, num_blocks=num_kv_blocks_for(config, arch))
+    pool = core.pool
+    runner.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks
+    return core

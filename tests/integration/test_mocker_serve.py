@@ -1,0 +1,59 @@
+"""`armature serve --engine mocker`: real HTTP traffic through the real scheduler and KV cache,
+with simulated step times and seeded tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import running_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def mocker_url(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    args = [
+        "--engine",
+        "mocker",
+        "--speedup-ratio",
+        "100",
+        "--num-kv-blocks",
+        "256",
+        "--served-model-name",
+        "mock",
+        "--seed",
+        "7",
+    ]
+    with running_server(default_model_dir, tmp_path_factory.mktemp("mocker"), args) as url:
+        yield url
+
+
+def test_mocker_serves_chat_with_exact_lengths_and_prefix_hits(mocker_url: str) -> None:
+    body = {
+        "model": "mock",
+        "messages": [{"role": "user", "content": "tell me a long story " * 8}],
+        "max_tokens": 7,
+    }
+    first = httpx.post(f"{mocker_url}/v1/chat/completions", json=body, timeout=30).json()
+    second = httpx.post(f"{mocker_url}/v1/chat/completions", json=body, timeout=30).json()
+    assert first["usage"]["completion_tokens"] == 7
+    assert first["choices"][0]["finish_reason"] == "length"
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    prompt_tokens = first["usage"]["prompt_tokens"]
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == (
+        (prompt_tokens - 1) // 16 * 16
+    )
+
+
+def test_mocker_streams_and_reports_kv_usage(mocker_url: str) -> None:
+    body = {"model": "mock", "prompt": "hello there", "max_tokens": 5, "stream": True}
+    with httpx.stream("POST", f"{mocker_url}/v1/completions", json=body, timeout=30) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    assert len(lines) >= 2
+    metrics = httpx.get(f"{mocker_url}/metrics", timeout=10).text
+    assert "armature_kv_cache_usage_ratio 0.0" in metrics

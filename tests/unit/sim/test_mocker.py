@@ -1,0 +1,128 @@
+"""The mocker: the real scheduler and block pool, a timing model instead of a model."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from armature.engine.config import EngineConfig
+from armature.engine.core import EngineCore
+from armature.model.arch import ModelArch
+from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
+from armature.protocols.kv_events import KvStored
+from armature.sim.mocker import MockerRunner, VirtualClock, build_mocker_core
+from armature.sim.timing import InterpolatedTiming, PolynomialTiming, StepWork
+
+ARCH = ModelArch(
+    model_type="llama",
+    num_layers=1,
+    hidden_size=8,
+    num_heads=1,
+    num_kv_heads=1,
+    head_dim=8,
+    intermediate_size=8,
+    vocab_size=1000,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    qkv_bias=False,
+    max_position_embeddings=4096,
+    eos_token_ids=(2,),
+    sliding_window=None,
+)
+
+
+def mocker(clock: VirtualClock, seed: int = 0, **overrides: object) -> EngineCore:
+    settings: dict[str, object] = {"num_kv_blocks": 64, "block_size": 4, "seed": seed}
+    settings.update(overrides)
+    config = EngineConfig(model_dir=Path("/unused"), **settings)  # type: ignore[arg-type]
+    return build_mocker_core(config, clock=clock, arch=ARCH)
+
+
+def run(core: EngineCore, prompts: dict[str, list[int]], max_tokens: int) -> dict[str, list[int]]:
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    out: dict[str, list[int]] = {}
+    for rid, prompt in prompts.items():
+        core.add_request(EngineRequest(request_id=rid, prompt_token_ids=prompt, sampling=params))
+        out[rid] = []
+    while core.has_work():
+        for o in core.step():
+            out[o.request_id].extend(o.new_token_ids)
+            if o.finish_reason is not None:
+                assert o.finish_reason is FinishReason.LENGTH
+    return out
+
+
+def test_polynomial_timing_matches_the_design_formula() -> None:
+    timing = PolynomialTiming()
+    assert timing.prefill_ms(1000) == pytest.approx(4.21e-7 * 1e6 + 15.18 + 16.5)
+    assert timing.decode_ms(0.5) == pytest.approx(-25.74 * 0.25 + 54.01 * 0.5 + 5.74)
+    assert timing.decode_ms(2.2) == 1.0  # clamped at 1 ms
+    both = StepWork(num_prefill_tokens=100, num_decode_requests=3, kv_utilization=0.5)
+    assert timing.step_ms(both) == pytest.approx(timing.prefill_ms(100) + timing.decode_ms(0.5))
+    assert PolynomialTiming(speedup_ratio=10).step_ms(both) == pytest.approx(
+        timing.step_ms(both) / 10
+    )
+    assert timing.step_ms(StepWork(0, 0, 0.0)) == 0.0
+
+
+def test_interpolated_timing_is_piecewise_linear() -> None:
+    timing = InterpolatedTiming((0, 100, 1000), (10, 20, 110), (0.0, 1.0), (5.0, 15.0))
+    assert timing.step_ms(StepWork(50, 0, 0.0)) == pytest.approx(15.0)
+    assert timing.step_ms(StepWork(550, 0, 0.0)) == pytest.approx(65.0)
+    assert timing.step_ms(StepWork(0, 4, 0.25)) == pytest.approx(7.5)
+    with pytest.raises(ValueError, match="increase"):
+        InterpolatedTiming((0, 0), (1, 2), (0.0, 1.0), (1.0, 2.0))
+
+
+def test_virtual_clock_advances_by_the_timing_model() -> None:
+    clock = VirtualClock()
+    core = mocker(clock)
+    run(core, {"a": list(range(10))}, max_tokens=3)
+    timing = PolynomialTiming()
+    # step 1: prefill of 10 tokens; steps 2-3: one decode each (3 then 3 blocks of 64 in use)
+    expected_ms = timing.prefill_ms(10) + 2 * timing.decode_ms(3 / 64)
+    assert math.isclose(clock.now_s * 1000, expected_ms, rel_tol=1e-9)
+
+
+def test_tokens_are_seeded_and_independent_of_batching() -> None:
+    prompts = {f"r{i}": list(range(i, i + 5 + i)) for i in range(6)}
+    together = run(mocker(VirtualClock()), prompts, max_tokens=5)
+    alone = {rid: run(mocker(VirtualClock()), {rid: p}, 5)[rid] for rid, p in prompts.items()}
+    assert together == alone
+    other_seed = run(mocker(VirtualClock(), seed=1), prompts, max_tokens=5)
+    assert other_seed != together
+    assert all(2 not in tokens for tokens in together.values())  # never EOS
+
+
+def test_mocker_uses_the_real_pool_events_and_prefix_cache() -> None:
+    core = mocker(VirtualClock())
+    run(core, {"a": list(range(12))}, max_tokens=1)
+    events = core.take_kv_events()
+    assert isinstance(events[0], KvStored) and len(events[0].blocks) == 3
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+    core.add_request(
+        EngineRequest(request_id="b", prompt_token_ids=list(range(12)), sampling=params)
+    )
+    first = core.step()
+    assert first[0].num_cached_tokens == 8
+    assert core.pool.get_num_active_blocks() == 0
+    load = core.get_load()
+    assert (load.num_running, load.num_waiting, load.num_total_blocks) == (0, 0, 64)
+
+
+def test_mocker_sizes_its_cache_like_the_native_engine() -> None:
+    # 1 layer x 2 x 1 kv head x 8 dims x 4 bytes (float32) x 4 tokens = 256 bytes per block
+    config = EngineConfig(
+        model_dir=Path("/unused"), block_size=4, kv_cache_bytes=256 * 10, dtype=torch.float32
+    )
+    core = build_mocker_core(config, clock=VirtualClock(), arch=ARCH)
+    assert core.pool.num_blocks == 10
+
+
+def test_runner_is_a_model_runner_without_weights() -> None:
+    runner = MockerRunner(ARCH, PolynomialTiming(), VirtualClock(), seed=3)
+    assert runner.token_for("x", 5) == runner.token_for("x", 5)
+    assert 0 <= runner.token_for("x", 6) < ARCH.vocab_size
