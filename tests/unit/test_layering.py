@@ -10,7 +10,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 # lowest first; a package may import from any package at its level or below
 LAYERS: list[set[str]] = [
     {"protocols"},
-    {"kv", "model"},
+    {"kv", "model", "router"},
     {"engine", "sim"},
     {"frontend"},
     {"cli"},
