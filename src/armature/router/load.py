@@ -1,0 +1,71 @@
+"""Per-worker active load as the router sees it (DESIGN §4: track load on every path).
+
+A routed request counts its uncached prompt tokens as prefill load until its first token, and
+its blocks as decode load until it ends, whatever way it ends (finish, error, cancel): the
+caller must call `finish` in a `finally`. Pure; one owner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ActiveLoad", "WorkerLoad"]
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    active_prefill_tokens: int = 0
+    active_blocks: int = 0
+    num_requests: int = 0
+
+
+@dataclass
+class _Entry:
+    worker: str
+    prefill_tokens: int
+    blocks: int
+
+
+class ActiveLoad:
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._loads: dict[str, WorkerLoad] = {}
+
+    def start(self, request_id: str, worker: str, prefill_tokens: int, blocks: int) -> None:
+        if request_id in self._entries:
+            raise ValueError(f"request {request_id!r} is already tracked")
+        self._entries[request_id] = _Entry(worker, prefill_tokens, blocks)
+        self._add(worker, prefill_tokens, blocks, 1)
+
+    def first_token(self, request_id: str) -> None:
+        """The prefill is done: its tokens stop counting (idempotent)."""
+        entry = self._entries.get(request_id)
+        if entry is None or entry.prefill_tokens == 0:
+            return
+        self._add(entry.worker, -entry.prefill_tokens, 0, 0)
+        entry.prefill_tokens = 0
+
+    def finish(self, request_id: str) -> None:
+        """The request ended in any way; unknown ids are ignored (idempotent)."""
+        entry = self._entries.pop(request_id, None)
+        if entry is not None:
+            self._add(entry.worker, -entry.prefill_tokens, -entry.blocks, -1)
+
+    def get(self, worker: str) -> WorkerLoad:
+        return self._loads.get(worker, WorkerLoad())
+
+    def get_num_tracked(self) -> int:
+        return len(self._entries)
+
+    def _add(self, worker: str, prefill: int, blocks: int, requests: int) -> None:
+        old = self.get(worker)
+        new = WorkerLoad(
+            old.active_prefill_tokens + prefill,
+            old.active_blocks + blocks,
+            old.num_requests + requests,
+        )
+        assert min(new.active_prefill_tokens, new.active_blocks, new.num_requests) >= 0
+        if new == WorkerLoad():
+            self._loads.pop(worker, None)
+        else:
+            self._loads[worker] = new
