@@ -62,6 +62,8 @@ class PrefixIndex:
         state = self._workers[worker]
         if state.stale:
             return False
+        if event.event_id <= state.last_event_id:
+            return True  # already covered by a dump taken after it
         if event.event_id != state.last_event_id + 1:
             state.stale = True
             return False
@@ -122,6 +124,11 @@ class PrefixIndex:
     def get_num_entries(self) -> int:
         """(worker, block) pairs held: bounded by the workers' total capacity."""
         return sum(len(s.hashes) for s in self._workers.values())
+
+    def get_num_worker_blocks(self, worker: WorkerId) -> int:
+        """Blocks indexed for `worker` (0 for an unknown worker)."""
+        state = self._workers.get(worker)
+        return len(state.hashes) if state is not None else 0
 
     def get_worker_hashes(self, worker: WorkerId) -> set[int]:
         return set(self._workers[worker].hashes)

@@ -50,6 +50,8 @@ def test_gap_marks_stale_until_a_dump() -> None:
     assert index.get_worker_hashes("a") == {1}
     index.load_dump("a", [1, 5, 6], last_event_id=3)
     assert not index.is_stale("a")
+    assert index.apply("a", stored(3, 99))  # older than the dump: ignored
+    assert index.get_num_worker_blocks("a") == 3
     assert index.apply("a", stored(4, 7))
     assert index.get_worker_hashes("a") == {1, 5, 6, 7}
 

@@ -1,0 +1,146 @@
+"""Routing policies: which worker serves a request. Pure; the frontend's shell owns them.
+
+round-robin   workers in turn
+random        uniformly at random (seeded)
+least-loaded  fewest active blocks, then fewest requests (from ActiveLoad)
+kv            the DESIGN §3 cost over the prefix index's overlaps and ActiveLoad
+direct        the worker named by the request (header), for debugging and tests
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from armature.kv.hashing import compute_block_hashes
+from armature.router.cost import score_workers, select_worker
+from armature.router.load import ActiveLoad
+from armature.router.prefix_index import PrefixIndex
+
+__all__ = [
+    "POLICY_NAMES",
+    "DirectPolicy",
+    "KvPolicy",
+    "LeastLoadedPolicy",
+    "RandomPolicy",
+    "RoundRobinPolicy",
+    "RouteDecision",
+    "RouteRequest",
+    "RoutingError",
+    "RoutingPolicy",
+]
+
+POLICY_NAMES = ("round-robin", "random", "least-loaded", "kv", "direct")
+
+
+class RoutingError(ValueError):
+    """The request cannot be routed (no workers, unknown direct target)."""
+
+
+@dataclass(frozen=True)
+class RouteRequest:
+    request_id: str
+    token_ids: Sequence[int]
+    target_worker: str | None = None  # for the direct policy
+
+
+@dataclass(frozen=True)
+class RouteDecision:
+    worker: str
+    overlap_blocks: int = 0
+
+
+class RoutingPolicy(Protocol):
+    def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision: ...
+
+
+def _require(workers: Sequence[str]) -> None:
+    if not workers:
+        raise RoutingError("no workers are available")
+
+
+class RoundRobinPolicy:
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+
+    def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
+        _require(workers)
+        return RouteDecision(workers[next(self._counter) % len(workers)])
+
+
+class RandomPolicy:
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = random.Random(seed)
+
+    def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
+        _require(workers)
+        return RouteDecision(self._rng.choice(list(workers)))
+
+
+class LeastLoadedPolicy:
+    def __init__(self, load: ActiveLoad) -> None:
+        self.load = load
+
+    def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
+        _require(workers)
+
+        def key(worker: str) -> tuple[int, int, int]:
+            w = self.load.get(worker)
+            return (w.active_blocks, w.num_requests, workers.index(worker))
+
+        return RouteDecision(min(workers, key=key))
+
+
+class DirectPolicy:
+    def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
+        if request.target_worker is None:
+            raise RoutingError("the direct router needs a target worker (x-worker-id header)")
+        if request.target_worker not in workers:
+            raise RoutingError(
+                f"unknown worker {request.target_worker!r}; workers: {', '.join(workers)}"
+            )
+        return RouteDecision(request.target_worker)
+
+
+class KvPolicy:
+    def __init__(
+        self,
+        index: PrefixIndex,
+        load: ActiveLoad,
+        block_size: int,
+        hash_seed: int,
+        overlap_weight: float = 1.0,
+        temperature: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        self.index = index
+        self.load = load
+        self.block_size = block_size
+        self.hash_seed = hash_seed
+        self.overlap_weight = overlap_weight
+        self.temperature = temperature
+        self._rng = random.Random(seed)
+
+    def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
+        _require(workers)
+        hashes = [
+            h for h, _ in compute_block_hashes(request.token_ids, self.block_size, self.hash_seed)
+        ]
+        overlaps = self.index.find_overlaps(hashes)
+        scores = score_workers(
+            workers,
+            len(request.token_ids),
+            self.block_size,
+            overlaps,
+            {w: self.load.get(w) for w in workers},
+            self.overlap_weight,
+        )
+        cached = {
+            w: len(self.index.get_worker_hashes(w)) if w in self.index.get_workers() else 0
+            for w in workers
+        }
+        best = select_worker(scores, cached, self.temperature, self._rng)
+        return RouteDecision(best.worker, best.overlap_blocks)

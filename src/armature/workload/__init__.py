@@ -1,0 +1,1 @@
+"""Request workloads: Mooncake traces and synthetic generators (used by sim/ and bench/)."""

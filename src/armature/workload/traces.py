@@ -1,0 +1,309 @@
+"""Request workloads: Mooncake traces, synthetic generators, deterministic prompt synthesis.
+
+A workload is a list of `TraceRequest`s sorted by arrival. As in the Mooncake FAST'25 traces,
+a prompt is described by prefix block ids, one per TRACE_BLOCK_TOKENS tokens: `hash_ids[i]`
+names block i together with every block before it, so two requests sharing their first k ids
+share their first k * TRACE_BLOCK_TOKENS prompt tokens. `synthesize_prompt` turns the ids into
+token ids that keep this promise; `prefix_hit_ceiling` is what an infinite prefix cache gets.
+
+    prompt tokens:  [0 ..... 512)[512 .... 1024)[1024 .. input_length)
+    hash_ids:        h0           h1             h2  (the last block may be partial)
+
+Pure: no I/O except `read_mooncake_trace`, and every random draw comes from a seeded
+`random.Random`, so a seed gives the same workload in every process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "THINK_JITTER_FRACTION",
+    "TRACE_BLOCK_TOKENS",
+    "TraceFormatError",
+    "TraceRequest",
+    "prefix_hit_ceiling",
+    "read_mooncake_trace",
+    "synthesize_prompt",
+    "synthetic_multi_turn",
+    "synthetic_prefix_groups",
+]
+
+TRACE_BLOCK_TOKENS = 512
+# A turn gap in `synthetic_multi_turn` is think_time_ms scaled by U(1 - f, 1 + f).
+THINK_JITTER_FRACTION = 0.25
+# Prompt blocks kept by `_block_token_ids`: ~2 KiB each at 512 tokens, so ~8 MiB in all.
+_BLOCK_CACHE_SIZE = 4096
+
+
+class TraceFormatError(ValueError):
+    """An invalid trace line; the one-line message reads `path:LINE: reason`."""
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request. `hash_ids` holds one prefix id per TRACE_BLOCK_TOKENS block of the prompt
+    (the last one may be partial): len(hash_ids) == ceil(input_length / TRACE_BLOCK_TOKENS)."""
+
+    arrival_ms: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+
+
+def _num_blocks(num_tokens: int, block_tokens: int = TRACE_BLOCK_TOKENS) -> int:
+    return -(-num_tokens // block_tokens)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+# ---- Mooncake JSONL reader -------------------------------------------------------------------
+
+
+class _InvalidLine(Exception):
+    """Why one line is invalid; `read_mooncake_trace` adds the file and line number."""
+
+
+def read_mooncake_trace(
+    path: Path, *, limit: int | None = None, time_scale: float = 1.0
+) -> list[TraceRequest]:
+    """Read a Mooncake JSONL trace: the first `limit` requests of the file (all when None),
+    sorted by arrival (stable), with arrival_ms = timestamp * time_scale (time_scale < 1
+    compresses time, i.e. raises the request rate). Empty lines are skipped; unknown keys are
+    ignored. Raises TraceFormatError at the first invalid line, ValueError on a bad argument."""
+    _require(limit is None or limit >= 0, f"limit must be >= 0, got {limit}")
+    _require(math.isfinite(time_scale) and time_scale > 0, f"bad time_scale {time_scale}")
+    requests: list[TraceRequest] = []
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            if limit is not None and len(requests) >= limit:
+                break
+            if not raw.strip():
+                continue
+            try:
+                requests.append(_parse_line(raw, time_scale))
+            except _InvalidLine as e:
+                raise TraceFormatError(f"{path}:{line_no}: {e}") from None
+    requests.sort(key=lambda r: r.arrival_ms)
+    return requests
+
+
+def _parse_line(raw: bytes, time_scale: float) -> TraceRequest:
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise _InvalidLine(f"invalid JSON: {e.msg} at column {e.colno}") from None
+    except UnicodeDecodeError:
+        raise _InvalidLine("invalid JSON: not UTF-8 text") from None
+    if not isinstance(obj, dict):
+        raise _InvalidLine(f"expected a JSON object, got {type(obj).__name__}")
+    timestamp = _get(obj, "timestamp")
+    if not _is_number(timestamp) or not math.isfinite(timestamp) or timestamp < 0:
+        raise _InvalidLine(f"timestamp must be a finite number >= 0, got {timestamp!r}")
+    input_length = _get_int(obj, "input_length", minimum=1)
+    output_length = _get_int(obj, "output_length", minimum=1)
+    hash_ids = _get(obj, "hash_ids")
+    if not isinstance(hash_ids, list) or not all(_is_int(h) and h >= 0 for h in hash_ids):
+        raise _InvalidLine(f"hash_ids must be a list of ints >= 0, got {hash_ids!r}")
+    expected = _num_blocks(input_length)
+    if len(hash_ids) != expected:
+        raise _InvalidLine(
+            f"hash_ids has {len(hash_ids)} ids, expected ceil(input_length / "
+            f"{TRACE_BLOCK_TOKENS}) = {expected}"
+        )
+    return TraceRequest(timestamp * time_scale, input_length, output_length, tuple(hash_ids))
+
+
+def _get(obj: dict[str, Any], key: str) -> Any:
+    if key not in obj:
+        raise _InvalidLine(f"missing key {key!r}")
+    return obj[key]
+
+
+def _get_int(obj: dict[str, Any], key: str, *, minimum: int) -> int:
+    value = _get(obj, key)
+    if not _is_int(value) or value < minimum:
+        raise _InvalidLine(f"{key} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not a count
+
+
+def _is_number(value: object) -> bool:
+    return _is_int(value) or isinstance(value, float)
+
+
+# ---- Prompt synthesis ------------------------------------------------------------------------
+
+
+def synthesize_prompt(
+    request: TraceRequest,
+    *,
+    vocab_size: int,
+    seed: int = 0,
+    min_token_id: int = 0,
+    trace_block_tokens: int = TRACE_BLOCK_TOKENS,
+) -> list[int]:
+    """Deterministic prompt token ids for `request`, input_length of them. Block i is a
+    pseudo-random run of `trace_block_tokens` ids in [min_token_id, vocab_size) that depends
+    only on (seed, hash_ids[i]) (for a given id range), so requests sharing their first k hash
+    ids share exactly their first k * trace_block_tokens tokens, whatever block size an engine
+    hashes them with. Raises ValueError on an empty id range or too few hash_ids."""
+    _require(0 <= min_token_id < vocab_size, f"empty id range [{min_token_id}, {vocab_size})")
+    _require(trace_block_tokens >= 1, f"trace_block_tokens must be >= 1: {trace_block_tokens}")
+    num_blocks = _num_blocks(request.input_length, trace_block_tokens)
+    _require(
+        len(request.hash_ids) >= num_blocks,
+        f"{len(request.hash_ids)} hash_ids cannot cover {request.input_length} tokens",
+    )
+    tokens: list[int] = []
+    for hash_id in request.hash_ids[:num_blocks]:
+        tokens.extend(
+            _block_token_ids(seed, hash_id, min_token_id, vocab_size, trace_block_tokens)
+        )
+    del tokens[request.input_length :]
+    return tokens
+
+
+@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+def _block_token_ids(
+    seed: int, hash_id: int, min_token_id: int, vocab_size: int, num_tokens: int
+) -> array[int]:
+    """One block's token ids; pure, so cached (traces reuse ids a lot). Callers must not
+    mutate the result. A str seed is hashed with SHA-512, independent of PYTHONHASHSEED."""
+    rng = random.Random(f"{seed}:{hash_id}")
+    return array("i", rng.choices(range(min_token_id, vocab_size), k=num_tokens))
+
+
+# ---- Synthetic workloads ---------------------------------------------------------------------
+
+
+def _poisson_arrivals_ms(rng: random.Random, num_arrivals: int, rate_rps: float) -> list[float]:
+    """Arrival times of a Poisson process at rate_rps, the first at 0 ms."""
+    arrivals_ms: list[float] = []
+    now_ms = 0.0
+    for i in range(num_arrivals):
+        if i:
+            now_ms += rng.expovariate(rate_rps) * 1000.0
+        arrivals_ms.append(now_ms)
+    return arrivals_ms
+
+
+def synthetic_prefix_groups(
+    *,
+    num_requests: int,
+    num_groups: int,
+    shared_prefix_tokens: int,
+    unique_tokens: int,
+    output_length: int,
+    rate_rps: float,
+    seed: int,
+) -> list[TraceRequest]:
+    """Requests in uniformly random groups, each prompt = its group's shared prefix
+    (shared_prefix_tokens) + unique_tokens of its own, Poisson arrivals at rate_rps from 0 ms.
+    Blocks lying wholly in the shared prefix get the group's ids; the others (the unique tail,
+    and a block straddling the boundary) get fresh ids, so once synthesized, group members
+    share floor(shared_prefix_tokens / 512) * 512 tokens (all of them when unique_tokens == 0).
+    Ids are consecutive from 0: the groups' first, then each request's in arrival order."""
+    _require(num_requests >= 0 and num_groups >= 1, "need num_requests >= 0, num_groups >= 1")
+    _require(shared_prefix_tokens >= 0 and unique_tokens >= 0, "token counts must be >= 0")
+    _require(shared_prefix_tokens + unique_tokens >= 1, "prompts must have >= 1 token")
+    _require(output_length >= 1 and rate_rps > 0, "need output_length >= 1, rate_rps > 0")
+    rng = random.Random(seed)
+    new_ids = itertools.count()
+    input_length = shared_prefix_tokens + unique_tokens
+    num_shared_blocks = shared_prefix_tokens // TRACE_BLOCK_TOKENS
+    if unique_tokens == 0:  # a partial last block is then wholly shared too
+        num_shared_blocks = _num_blocks(shared_prefix_tokens)
+    num_own_blocks = _num_blocks(input_length) - num_shared_blocks
+    group_ids = [_take(new_ids, num_shared_blocks) for _ in range(num_groups)]
+    requests = []
+    for arrival_ms in _poisson_arrivals_ms(rng, num_requests, rate_rps):
+        shared_ids = group_ids[rng.randrange(num_groups)]
+        hash_ids = shared_ids + _take(new_ids, num_own_blocks)
+        requests.append(TraceRequest(arrival_ms, input_length, output_length, hash_ids))
+    return requests
+
+
+def synthetic_multi_turn(
+    *,
+    num_sessions: int,
+    turns_per_session: int,
+    system_prompt_tokens: int,
+    turn_tokens: int,
+    output_length: int,
+    rate_rps: float,
+    think_time_ms: float,
+    seed: int,
+) -> list[TraceRequest]:
+    """Chat sessions under one system prompt. Turn k (from 0) of a session sends its whole
+    context, system_prompt_tokens + (k + 1) * turn_tokens tokens, each turn appending
+    turn_tokens (standing for the previous reply plus the new user message). A full block of
+    the context keeps its id from turn to turn (blocks wholly in the system prompt share ids
+    across sessions); a partial last block gets a fresh id, since the next turn fills it with
+    other tokens. So turn k repeats all of turn k-1's full blocks.
+    Sessions start at Poisson arrivals (rate_rps, the first at 0 ms); turn k+1 arrives
+    think_time_ms * U(1 - THINK_JITTER_FRACTION, 1 + THINK_JITTER_FRACTION) after turn k.
+    Sorted by arrival (stable: ties keep session order)."""
+    _require(num_sessions >= 0 and turns_per_session >= 0, "counts must be >= 0")
+    _require(system_prompt_tokens >= 0 and turn_tokens >= 1, "need turn_tokens >= 1")
+    _require(output_length >= 1 and rate_rps > 0, "need output_length >= 1, rate_rps > 0")
+    _require(think_time_ms >= 0, f"think_time_ms must be >= 0, got {think_time_ms}")
+    rng = random.Random(seed)
+    new_ids = itertools.count()
+    system_ids = _take(new_ids, system_prompt_tokens // TRACE_BLOCK_TOKENS)
+    requests = []
+    for start_ms in _poisson_arrivals_ms(rng, num_sessions, rate_rps):
+        context_ids = list(system_ids)  # ids of the session's full context blocks so far
+        arrival_ms = start_ms
+        for turn in range(turns_per_session):
+            if turn:
+                jitter = rng.uniform(1 - THINK_JITTER_FRACTION, 1 + THINK_JITTER_FRACTION)
+                arrival_ms += think_time_ms * jitter
+            input_length = system_prompt_tokens + (turn + 1) * turn_tokens
+            num_full_blocks = input_length // TRACE_BLOCK_TOKENS
+            context_ids += _take(new_ids, num_full_blocks - len(context_ids))
+            partial_ids = _take(new_ids, 1) if input_length % TRACE_BLOCK_TOKENS else ()
+            hash_ids = tuple(context_ids) + partial_ids
+            requests.append(TraceRequest(arrival_ms, input_length, output_length, hash_ids))
+    requests.sort(key=lambda r: r.arrival_ms)
+    return requests
+
+
+def _take(ids: Iterator[int], n: int) -> tuple[int, ...]:
+    return tuple(itertools.islice(ids, max(n, 0)))
+
+
+# ---- Analysis --------------------------------------------------------------------------------
+
+
+def prefix_hit_ceiling(requests: Sequence[TraceRequest]) -> float:
+    """Prefix hit ratio, in blocks, of an infinite cache: over the requests in arrival order
+    (stable), the leading hash ids already seen in any earlier request, over all blocks (0.0
+    when there are none). A set of seen ids suffices: an id names its block together with all
+    the blocks before it."""
+    seen: set[int] = set()
+    num_hit_blocks = 0
+    num_blocks = 0
+    for request in sorted(requests, key=lambda r: r.arrival_ms):
+        for hash_id in request.hash_ids:
+            if hash_id not in seen:
+                break
+            num_hit_blocks += 1
+        num_blocks += len(request.hash_ids)
+        seen.update(request.hash_ids)
+    return num_hit_blocks / num_blocks if num_blocks else 0.0
