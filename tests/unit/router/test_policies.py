@@ -86,7 +86,7 @@ def kv_setup() -> tuple[PrefixIndex, ActiveLoad, KvPolicy, list[int]]:
 
 def test_kv_routes_to_the_longest_cached_prefix() -> None:
     _, _, policy, prompt = kv_setup()
-    decision = policy.select(req(prompt + [7, 7]), WORKERS)
+    decision = policy.select(req([*prompt, 7, 7]), WORKERS)
     assert (decision.worker, decision.overlap_blocks) == ("w1", 6)
 
 
