@@ -11,6 +11,8 @@ import time
 from collections.abc import Sequence
 from typing import NoReturn
 
+from armature.router.policies import POLICY_NAMES
+
 __all__ = ["main"]
 
 log = logging.getLogger("armature")
@@ -71,6 +73,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _positive_int(text)
     if value > 65535:
@@ -99,6 +111,27 @@ def build_parser() -> argparse.ArgumentParser:
         default="torch",
         help="torch: the native PyTorch engine; mocker: the same scheduler and KV cache with "
         "a timing model instead of a model (no weights loaded)",
+    )
+    serve.add_argument(
+        "--workers", type=_positive_int, default=1, help="worker engines in this process"
+    )
+    serve.add_argument(
+        "--router",
+        choices=list(POLICY_NAMES),
+        default="round-robin",
+        help="how requests are spread over workers (direct: by the x-worker-id header)",
+    )
+    serve.add_argument(
+        "--kv-overlap-weight",
+        type=_non_negative_float,
+        default=1.0,
+        help="kv router: weight of prefill blocks against decode blocks in the cost",
+    )
+    serve.add_argument(
+        "--router-temperature",
+        type=_non_negative_float,
+        default=0.0,
+        help="kv router: 0 picks the cheapest worker, above 0 samples by softmax",
     )
     serve.add_argument(
         "--speedup-ratio",
@@ -191,6 +224,7 @@ def _serve(args: argparse.Namespace) -> None:
     from armature.engine.device import pick_device, pick_dtype
     from armature.frontend.app import ServedModel, build_app
     from armature.frontend.preprocess import Preprocessor
+    from armature.frontend.routing import EngineRouter, RouterConfig
     from armature.model.source import ModelSourceError, resolve_model
     from armature.sim.mocker import build_mocker_core
     from armature.sim.timing import PolynomialTiming
@@ -221,11 +255,14 @@ def _serve(args: argparse.Namespace) -> None:
             enable_prefix_caching=not args.no_prefix_caching,
             seed=args.seed,
         )
-        if args.engine == "mocker":
-            timing = PolynomialTiming(speedup_ratio=args.speedup_ratio)
-            core = build_mocker_core(config, timing=timing)
-        else:
-            core = EngineCore(config)
+        cores = []
+        for _ in range(args.workers):
+            if args.engine == "mocker":
+                timing = PolynomialTiming(speedup_ratio=args.speedup_ratio)
+                cores.append(build_mocker_core(config, timing=timing))
+            else:
+                cores.append(EngineCore(config))
+        core = cores[0]
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise CliError(f"cannot load {resolved.path}: {exc}") from None
     except torch.OutOfMemoryError:
@@ -235,9 +272,12 @@ def _serve(args: argparse.Namespace) -> None:
     preprocessor = Preprocessor(resolved.path)
     name = args.served_model_name or resolved.served_name
     log.info(
-        "loaded %s (%s engine; %s, %s on %s) in %.1f s; KV cache %d blocks x %d tokens; context %d",
+        "loaded %s (%d x %s engine, %s router; %s, %s on %s) in %.1f s; KV cache %d blocks "
+        "x %d tokens per worker; context %d",
         name,
+        args.workers,
         args.engine,
+        args.router,
         resolved.path,
         str(dtype).removeprefix("torch."),
         device,
@@ -247,7 +287,15 @@ def _serve(args: argparse.Namespace) -> None:
         core.max_model_len,
     )
     model = ServedModel(name=name, max_model_len=core.max_model_len, created=int(time.time()))
-    app = build_app(AsyncEngine(core), preprocessor, model)
+    router_config = RouterConfig(
+        policy=args.router,
+        block_size=config.block_size,
+        overlap_weight=args.kv_overlap_weight,
+        temperature=args.router_temperature,
+        seed=args.seed,
+    )
+    engines = {f"worker-{i}": AsyncEngine(c) for i, c in enumerate(cores)}
+    app = build_app(EngineRouter(engines, router_config), preprocessor, model)
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from armature.engine.core import EngineCore
 from armature.engine.interface import EngineDeadError, InvalidRequestError
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
-from armature.protocols.kv_events import KvEvent
+from armature.protocols.kv_events import KvDump, KvEvent
 
 __all__ = ["AsyncEngine", "EngineDeadError"]
 
@@ -36,6 +36,11 @@ class _Add:
 @dataclass(frozen=True)
 class _Abort:
     request_id: str
+
+
+@dataclass(frozen=True)
+class _Dump:
+    future: asyncio.Future[KvDump]
 
 
 _STOP = object()
@@ -107,6 +112,14 @@ class AsyncEngine:
     def get_load(self) -> EngineLoad:
         return self._load
 
+    async def dump_kv_blocks(self) -> KvDump:
+        """Every block this engine caches, as of its newest event (answers an event gap)."""
+        if self._dead is not None or self._loop is None:
+            raise EngineDeadError("the engine is not running")
+        future: asyncio.Future[KvDump] = self._loop.create_future()
+        self._commands.put(_Dump(future))
+        return await future
+
     def take_kv_events(self) -> list[KvEvent]:
         with self._events_lock:
             events = list(self._events)
@@ -146,17 +159,25 @@ class AsyncEngine:
                     self._publish_error(command.request.request_id, exc)
             elif isinstance(command, _Abort):
                 self.core.abort_request(command.request_id)
+            elif isinstance(command, _Dump):
+                self._buffer_events()  # events up to the dump stay ahead of it
+                dump = self.core.dump_kv_blocks()
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(_resolve, command.future, dump)
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return True
 
-    def _publish(self, outputs: list[EngineOutput]) -> None:
-        self._load = self.core.get_load()
+    def _buffer_events(self) -> None:
         events = self.core.take_kv_events()
         if events:
             with self._events_lock:
                 self._events.extend(events)
+
+    def _publish(self, outputs: list[EngineOutput]) -> None:
+        self._load = self.core.get_load()
+        self._buffer_events()
         if outputs:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self._deliver, outputs)
@@ -180,3 +201,8 @@ class AsyncEngine:
     def _fail_all(self, exc: BaseException) -> None:
         for stream in self._streams.values():
             stream.put_nowait(exc)
+
+
+def _resolve(future: asyncio.Future[KvDump], dump: KvDump) -> None:
+    if not future.done():
+        future.set_result(dump)

@@ -29,7 +29,7 @@ from armature.protocols.engine import (
     FinishReason,
     StepRecord,
 )
-from armature.protocols.kv_events import KvEvent
+from armature.protocols.kv_events import KvDump, KvEvent
 
 __all__ = ["EngineCore", "InvalidRequestError", "resolve_max_model_len"]
 
@@ -235,3 +235,7 @@ class EngineCore:
 
     def take_kv_events(self) -> list[KvEvent]:
         return self.pool.take_events()
+
+    def dump_kv_blocks(self) -> KvDump:
+        """Every cached block, as of the newest event emitted (take the events first)."""
+        return KvDump(self.pool.get_cached_hashes(), self.pool.get_last_event_id())

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
-from armature.protocols.kv_events import KvEvent
+from armature.protocols.kv_events import KvDump, KvEvent
 
 __all__ = ["Engine", "EngineDeadError", "InvalidRequestError"]
 
@@ -43,4 +43,8 @@ class Engine(Protocol):
 
     def take_kv_events(self) -> list[KvEvent]:
         """Drain KV events (Stored/Removed/Cleared), oldest first."""
+        ...
+
+    async def dump_kv_blocks(self) -> KvDump:
+        """Every cached block as of the newest event (a consumer that saw a gap asks)."""
         ...

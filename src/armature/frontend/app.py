@@ -18,7 +18,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from armature.engine.interface import Engine, EngineDeadError, InvalidRequestError
+from armature.engine.interface import EngineDeadError, InvalidRequestError
 from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.errors import ApiError, error_body, install_error_handlers
 from armature.frontend.generation import Delta, GenerationError, Usage, stream_deltas
@@ -36,13 +36,16 @@ from armature.frontend.responses import (
     completion_logprobs,
     sse,
 )
+from armature.frontend.routing import EngineRouter
 from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
+from armature.router.policies import RoutingError
 
 __all__ = ["ServedModel", "build_app"]
 
 log = logging.getLogger(__name__)
 
 Kind = Literal["chat", "completion"]
+WORKER_HEADER = "x-worker-id"
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,13 @@ class _Job:
     include_usage: bool
     want_logprobs: bool
     echo_text: str = ""
+    target_worker: str | None = None  # from the x-worker-id header (direct routing)
 
 
 class OpenAIService:
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineRouter,
         preprocessor: Preprocessor,
         metrics: FrontendMetrics,
         model: ServedModel,
@@ -212,7 +216,10 @@ class OpenAIService:
 
     # ---- running a job -----------------------------------------------------------------
     def _deltas(self, job: _Job, usage: Usage) -> AsyncIterator[Delta]:
-        return stream_deltas(self.engine, job.engine_request, job.detokenizer, usage, self.metrics)
+        stream = self.engine.generate(job.engine_request, job.target_worker)
+        return stream_deltas(
+            stream, len(job.engine_request.prompt_token_ids), job.detokenizer, usage, self.metrics
+        )
 
     def _logprobs(self, job: _Job, items: list[TokenLogprob], offset: int) -> Any:
         if not job.want_logprobs:
@@ -344,11 +351,13 @@ async def _wait_for_disconnect(http_request: Request) -> None:
 
 
 def build_app(
-    engine: Engine,
+    engine: EngineRouter,
     preprocessor: Preprocessor,
     model: ServedModel,
 ) -> FastAPI:
+    """The app over `engine`, a router in front of one or more worker engines."""
     metrics = FrontendMetrics(model.name, engine.get_load)
+    engine.observer = metrics.router_observer()
     service = OpenAIService(engine, preprocessor, metrics, model)
 
     @asynccontextmanager
@@ -392,6 +401,11 @@ def build_app(
         status: str | None = "500"
         try:
             job = await make_job()
+            job.target_worker = http_request.headers.get(WORKER_HEADER)
+            try:
+                service.engine.check_route(job.target_worker)
+            except RoutingError as exc:
+                raise ApiError(str(exc), param=WORKER_HEADER, code="routing_error") from None
             if job.stream:
                 status = None  # counted_stream counts it when it ends
                 events = counted_stream(endpoint, job)

@@ -8,10 +8,9 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from armature.engine.interface import Engine
 from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.metrics import FrontendMetrics
-from armature.protocols.engine import EngineRequest, FinishReason, TokenLogprob
+from armature.protocols.engine import EngineOutput, FinishReason, TokenLogprob
 
 __all__ = ["Delta", "GenerationError", "Usage", "stream_deltas"]
 
@@ -51,16 +50,16 @@ class _Clock:
 
 
 async def stream_deltas(
-    engine: Engine,
-    request: EngineRequest,
+    stream: AsyncIterator[EngineOutput],
+    num_prompt_tokens: int,
     detokenizer: IncrementalDetokenizer,
     usage: Usage,
     metrics: FrontendMetrics,
 ) -> AsyncIterator[Delta]:
-    """Yield text deltas until the request finishes; fills `usage` as tokens arrive."""
+    """Yield text deltas from an engine stream until the request finishes; fills `usage` as
+    tokens arrive. Closing this generator closes `stream` (which cancels the request)."""
     clock = _Clock(time.perf_counter())
-    usage.prompt_tokens = len(request.prompt_token_ids)
-    stream = engine.generate(request)
+    usage.prompt_tokens = num_prompt_tokens
     try:
         async for output in stream:
             if output.finish_reason is FinishReason.ERROR:

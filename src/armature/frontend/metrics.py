@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from armature.frontend.routing import RouterObserver
 from armature.protocols.engine import EngineLoad
 
 __all__ = ["FrontendMetrics"]
@@ -84,6 +85,9 @@ class FrontendMetrics:
             1
         )
 
+    def router_observer(self) -> RouterMetrics:
+        return RouterMetrics(self.registry)
+
     def observe_prompt(self, num_prompt_tokens: int, num_cached_tokens: int) -> None:
         self._num_prompt_tokens += num_prompt_tokens
         self._num_cached_tokens += num_cached_tokens
@@ -101,3 +105,32 @@ class FrontendMetrics:
 
 def _usage(load: EngineLoad) -> float:
     return load.num_active_blocks / load.num_total_blocks if load.num_total_blocks else 0.0
+
+
+class RouterMetrics(RouterObserver):
+    """Routing decisions per worker, overlap blocks and decision latency."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.decisions = Counter(
+            "armature_router_decisions",
+            "Requests routed, by worker",
+            ["worker"],
+            registry=registry,
+        )
+        self.overlap_blocks = Histogram(
+            "armature_router_overlap_blocks",
+            "Cached prefix blocks on the chosen worker",
+            buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+            registry=registry,
+        )
+        self.decision_s = Histogram(
+            "armature_router_decision_seconds",
+            "Time to choose a worker",
+            buckets=(1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2),
+            registry=registry,
+        )
+
+    def decision(self, worker: str, overlap_blocks: int, latency_s: float) -> None:
+        self.decisions.labels(worker).inc()
+        self.overlap_blocks.observe(overlap_blocks)
+        self.decision_s.observe(latency_s)

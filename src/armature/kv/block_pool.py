@@ -64,6 +64,14 @@ class BlockPool:
     def get_cached_block(self, seq_hash: int) -> int | None:
         return self._cached.get(seq_hash)
 
+    def get_cached_hashes(self) -> list[int]:
+        """Sequence hashes of every cached block (in use or evictable): what a KV dump holds."""
+        return list(self._cached)
+
+    def get_last_event_id(self) -> int:
+        """Id of the newest event emitted so far (-1 before the first)."""
+        return self._next_event_id - 1
+
     def get_num_cached_blocks(self) -> int:
         return len(self._cached)
 

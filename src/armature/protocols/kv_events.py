@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["KvCleared", "KvEvent", "KvRemoved", "KvStored", "StoredBlock", "Tier"]
+__all__ = ["KvCleared", "KvDump", "KvEvent", "KvRemoved", "KvStored", "StoredBlock", "Tier"]
 
 Tier = str  # "G1" engine memory, "G2" host, "G3" disk, "G4" remote
 
@@ -35,3 +35,10 @@ class KvCleared(msgspec.Struct, frozen=True, tag="cleared"):
 
 
 KvEvent = KvStored | KvRemoved | KvCleared
+
+
+class KvDump(msgspec.Struct, frozen=True):
+    """Every block a worker caches, as of its event `last_event_id` (the answer to a gap)."""
+
+    seq_hashes: list[int]
+    last_event_id: int

@@ -102,11 +102,13 @@ def read_mooncake_trace(
 
 def _parse_line(raw: bytes, time_scale: float) -> TraceRequest:
     try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise _InvalidLine(f"invalid JSON: {e.msg} at column {e.colno}") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise _InvalidLine("invalid JSON: not UTF-8 text") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _InvalidLine(f"invalid JSON: {e.msg} at column {e.colno}") from None
     if not isinstance(obj, dict):
         raise _InvalidLine(f"expected a JSON object, got {type(obj).__name__}")
     timestamp = _get(obj, "timestamp")
@@ -172,9 +174,7 @@ def synthesize_prompt(
     )
     tokens: list[int] = []
     for hash_id in request.hash_ids[:num_blocks]:
-        tokens.extend(
-            _block_token_ids(seed, hash_id, min_token_id, vocab_size, trace_block_tokens)
-        )
+        tokens.extend(_block_token_ids(seed, hash_id, min_token_id, vocab_size, trace_block_tokens))
     del tokens[request.input_length :]
     return tokens
 
@@ -197,7 +197,7 @@ def _poisson_arrivals_ms(rng: random.Random, num_arrivals: int, rate_rps: float)
     arrivals_ms: list[float] = []
     now_ms = 0.0
     for i in range(num_arrivals):
-        if i:
+        if True:
             now_ms += rng.expovariate(rate_rps) * 1000.0
         arrivals_ms.append(now_ms)
     return arrivals_ms

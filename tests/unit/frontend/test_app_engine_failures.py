@@ -12,6 +12,7 @@ import pytest
 from armature.engine.interface import EngineDeadError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.preprocess import Preprocessor
+from armature.frontend.routing import EngineRouter, RouterConfig
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
@@ -51,7 +52,8 @@ def preprocessor(default_model_dir: Path) -> Preprocessor:
 
 
 def client(preprocessor: Preprocessor) -> httpx.AsyncClient:
-    app = build_app(DeadEngine(), preprocessor, ServedModel("m", 2048, 0))  # type: ignore[arg-type]
+    router = EngineRouter({"w0": DeadEngine()}, RouterConfig())  # type: ignore[dict-item]
+    app = build_app(router, preprocessor, ServedModel("m", 2048, 0))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
 
 

@@ -1,0 +1,192 @@
+"""The router shell inside the frontend: picks a worker engine per request with a routing
+policy, keeps the prefix index fed from the workers' KV events (asking a worker for a dump
+when its event ids show a gap), and tracks each request's load on every path.
+
+    app --generate(request, target)--> EngineRouter --policy.select--> worker engine
+                                           ^    |
+            KV events / dumps (sync task) -+    +-- ActiveLoad: start .. first token .. finish
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from armature.engine.interface import Engine, EngineDeadError
+from armature.kv.hashing import DEFAULT_HASH_SEED
+from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
+from armature.router.load import ActiveLoad
+from armature.router.policies import (
+    DirectPolicy,
+    KvPolicy,
+    LeastLoadedPolicy,
+    RandomPolicy,
+    RoundRobinPolicy,
+    RouteRequest,
+    RoutingError,
+    RoutingPolicy,
+)
+from armature.router.prefix_index import PrefixIndex
+
+__all__ = ["EngineRouter", "RouterConfig", "RouterObserver"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    policy: str = "round-robin"
+    block_size: int = 16
+    overlap_weight: float = 1.0
+    temperature: float = 0.0
+    seed: int = 0
+    event_sync_interval_s: float = 0.005
+
+
+class RouterObserver:
+    """Hooks for metrics; the default records nothing."""
+
+    def decision(self, worker: str, overlap_blocks: int, latency_s: float) -> None: ...
+
+
+class EngineRouter:
+    """Presents several engines as one: `generate` routes, streams and tracks load."""
+
+    def __init__(
+        self,
+        engines: Mapping[str, Engine],
+        config: RouterConfig,
+        observer: RouterObserver | None = None,
+    ):
+        if not engines:
+            raise ValueError("the router needs at least one engine")
+        self.engines = dict(engines)
+        self.config = config
+        self.observer = observer or RouterObserver()
+        self.index = PrefixIndex()
+        self.load = ActiveLoad()
+        self.policy = self._make_policy(config)
+        self._sync_task: asyncio.Task[None] | None = None
+
+    def _make_policy(self, config: RouterConfig) -> RoutingPolicy:
+        match config.policy:
+            case "round-robin":
+                return RoundRobinPolicy()
+            case "random":
+                return RandomPolicy(config.seed)
+            case "least-loaded":
+                return LeastLoadedPolicy(self.load)
+            case "direct":
+                return DirectPolicy()
+            case "kv":
+                return KvPolicy(
+                    self.index,
+                    self.load,
+                    config.block_size,
+                    DEFAULT_HASH_SEED,
+                    config.overlap_weight,
+                    config.temperature,
+                    config.seed,
+                )
+        raise ValueError(f"unknown router policy {config.policy!r}")
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        for worker, engine in self.engines.items():
+            engine.start()
+            self.index.add_worker(worker, engine.get_load().num_total_blocks)
+        self._sync_task = asyncio.get_running_loop().create_task(self._sync_forever())
+
+    async def stop(self) -> None:
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            await asyncio.gather(self._sync_task, return_exceptions=True)
+            self._sync_task = None
+        for engine in self.engines.values():
+            await engine.stop()
+
+    @property
+    def is_alive(self) -> bool:
+        return any(e.is_alive for e in self.engines.values())
+
+    def get_workers(self) -> list[str]:
+        return [w for w, e in self.engines.items() if e.is_alive]
+
+    # ---- requests ----------------------------------------------------------------------
+    def check_route(self, target_worker: str | None) -> None:
+        """Raise RoutingError now if `generate` could not route (direct policy without a
+        known target, or no live worker)."""
+        workers = self.get_workers()
+        if not workers:
+            raise RoutingError("no workers are available")
+        if isinstance(self.policy, DirectPolicy):
+            self.policy.select(RouteRequest("check", [], target_worker), workers)
+
+    def validate(self, request: EngineRequest) -> None:
+        next(iter(self.engines.values())).validate(request)
+
+    async def generate(
+        self, request: EngineRequest, target_worker: str | None = None
+    ) -> AsyncIterator[EngineOutput]:
+        """Route `request` and stream its outputs; load is released however the stream ends.
+        Raises RoutingError before anything starts when no worker fits."""
+        workers = self.get_workers()
+        if not workers:
+            raise EngineDeadError("no worker engine is serving")
+        started_s = time.perf_counter()
+        route = RouteRequest(request.request_id, request.prompt_token_ids, target_worker)
+        decision = self.policy.select(route, workers)
+        self.observer.decision(
+            decision.worker, decision.overlap_blocks, time.perf_counter() - started_s
+        )
+        bs = self.config.block_size
+        num_tokens = len(request.prompt_token_ids)
+        uncached = max(0, num_tokens - decision.overlap_blocks * bs)
+        self.load.start(request.request_id, decision.worker, uncached, -(-num_tokens // bs))
+        try:
+            stream = self.engines[decision.worker].generate(request)
+            try:
+                async for output in stream:
+                    if output.new_token_ids:
+                        self.load.first_token(request.request_id)
+                    yield output
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]
+        finally:
+            self.load.finish(request.request_id)
+
+    def get_load(self) -> EngineLoad:
+        """The sum over workers."""
+        loads = [e.get_load() for e in self.engines.values()]
+        return EngineLoad(
+            num_active_blocks=sum(x.num_active_blocks for x in loads),
+            num_total_blocks=sum(x.num_total_blocks for x in loads),
+            num_waiting=sum(x.num_waiting for x in loads),
+            num_running=sum(x.num_running for x in loads),
+            num_prefill_tokens_queued=sum(x.num_prefill_tokens_queued for x in loads),
+        )
+
+    # ---- KV events -> index ------------------------------------------------------------
+    async def sync_events(self) -> None:
+        """Apply every worker's pending KV events; a gap triggers a dump from that worker."""
+        for worker, engine in self.engines.items():
+            if not engine.is_alive:
+                if worker in self.index.get_workers():
+                    self.index.remove_worker(worker)  # a dead worker's blocks are gone
+                continue
+            for event in engine.take_kv_events():
+                if not self.index.apply(worker, event):
+                    log.warning("KV event gap from worker %s; asking for a dump", worker)
+                    dump = await engine.dump_kv_blocks()
+                    self.index.load_dump(worker, dump.seq_hashes, dump.last_event_id)
+
+    async def _sync_forever(self) -> None:
+        while True:
+            try:
+                await self.sync_events()
+            except EngineDeadError:
+                log.warning("a worker engine died; its KV events stop")
+            await asyncio.sleep(self.config.event_sync_interval_s)
