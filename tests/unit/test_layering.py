@@ -9,7 +9,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 
 # lowest first; a package may import from any package at its level or below
 LAYERS: list[set[str]] = [
-    {"protocols"},
+    {"protocols", "workload"},
     {"kv", "model", "router"},
     {"engine", "sim"},
     {"frontend"},

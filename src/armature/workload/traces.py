@@ -197,7 +197,7 @@ def _poisson_arrivals_ms(rng: random.Random, num_arrivals: int, rate_rps: float)
     arrivals_ms: list[float] = []
     now_ms = 0.0
     for i in range(num_arrivals):
-        if True:
+        if i:
             now_ms += rng.expovariate(rate_rps) * 1000.0
         arrivals_ms.append(now_ms)
     return arrivals_ms
