@@ -199,7 +199,119 @@ def build_parser() -> argparse.ArgumentParser:
         default="info",
         help="log verbosity",
     )
+    _add_replay_parser(sub)
     return parser
+
+
+def _add_replay_parser(sub: argparse._SubParsersAction) -> None:
+    replay = sub.add_parser(
+        "replay",
+        help="simulate a request trace through mocker workers and the router (offline)",
+        description="Discrete-event replay of a Mooncake-format trace on a virtual clock: "
+        "N mocker workers (real scheduler and KV cache, timing model) behind the real router.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    replay.add_argument("--trace", required=True, help="Mooncake JSONL trace file")
+    replay.add_argument("--workers", type=_positive_int, default=8, help="mocker workers")
+    replay.add_argument(
+        "--router",
+        choices=["round-robin", "random", "least-loaded", "kv"],
+        default="kv",
+        help="routing policy",
+    )
+    replay.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block")
+    replay.add_argument(
+        "--num-kv-blocks", type=_positive_int, default=16384, help="KV blocks per worker"
+    )
+    replay.add_argument(
+        "--max-num-batched-tokens", type=_positive_int, default=8192, help="tokens per engine step"
+    )
+    replay.add_argument(
+        "--max-num-seqs",
+        type=_positive_int,
+        default=256,
+        help="requests running at once per worker",
+    )
+    replay.add_argument(
+        "--speedup",
+        type=_positive_float,
+        default=1.0,
+        help="divide every simulated step time by this",
+    )
+    replay.add_argument(
+        "--time-scale",
+        type=_positive_float,
+        default=1.0,
+        help="multiply arrival times (below 1: a higher request rate)",
+    )
+    replay.add_argument(
+        "--limit", type=_positive_int, default=None, help="replay only the first N requests"
+    )
+    replay.add_argument(
+        "--kv-overlap-weight",
+        type=_non_negative_float,
+        default=1.0,
+        help="kv router: weight of prefill blocks in the cost",
+    )
+    replay.add_argument(
+        "--router-temperature",
+        type=_non_negative_float,
+        default=0.0,
+        help="kv router: softmax sampling temperature (0 = argmin)",
+    )
+    replay.add_argument("--seed", type=int, default=0, help="seed for prompts and tokens")
+    replay.add_argument("--report", default=None, help="write the report as JSON here")
+
+
+def _replay(args: argparse.Namespace) -> None:
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from armature.sim.replay import ReplayConfig, replay
+    from armature.workload.traces import TraceFormatError, read_mooncake_trace
+
+    path = Path(args.trace)
+    if not path.is_file():
+        raise CliError(f"trace file {path} does not exist")
+    try:
+        requests = read_mooncake_trace(path, limit=args.limit, time_scale=args.time_scale)
+    except TraceFormatError as exc:
+        raise CliError(str(exc)) from None
+    config = ReplayConfig(
+        num_workers=args.workers,
+        router=args.router,
+        block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        speedup_ratio=args.speedup,
+        overlap_weight=args.kv_overlap_weight,
+        router_temperature=args.router_temperature,
+        seed=args.seed,
+    )
+    report = dataclasses.asdict(replay(requests, config))
+    summary = {
+        k: report[k]
+        for k in (
+            "num_requests",
+            "num_rejected",
+            "prefix_hit_ratio",
+            "throughput_tokens_s",
+            "load_skew",
+            "simulated_time_s",
+            "wall_time_s",
+        )
+    }
+    for key in ("ttft_ms", "itl_ms", "e2e_ms"):
+        summary[f"{key} p50/p90/p99"] = "/".join(
+            f"{report[key][p]:.1f}" for p in ("p50", "p90", "p99")
+        )
+    for key, value in summary.items():
+        print(f"{key:>24}: {value:.4g}" if isinstance(value, float) else f"{key:>24}: {value}")
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"{'report':>24}: {args.report}")
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -303,11 +415,14 @@ def _serve(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=getattr(args, "log_level", "info").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
         if args.command == "serve":
             _serve(args)
+        elif args.command == "replay":
+            _replay(args)
     except CliError as exc:
         print(f"armature: error: {exc}", file=sys.stderr)
         return 2

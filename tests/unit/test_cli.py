@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +67,62 @@ def test_help_lists_every_serve_flag() -> None:
 )
 def test_parse_bytes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
+
+
+def write_trace(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_replay_prints_a_summary_and_writes_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = write_trace(
+        tmp_path / "t.jsonl",
+        [
+            '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}',
+            '{"timestamp": 10, "input_length": 700, "output_length": 3, "hash_ids": [1, 3]}',
+            '{"timestamp": 20, "input_length": 100, "output_length": 2, "hash_ids": [4]}',
+        ],
+    )
+    report_path = tmp_path / "r.json"
+    code = main(
+        [
+            "replay",
+            "--trace",
+            str(trace),
+            "--workers",
+            "2",
+            "--num-kv-blocks",
+            "256",
+            "--report",
+            str(report_path),
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "num_requests: 3" in out
+    report = json.loads(report_path.read_text())
+    assert report["num_requests"] == 3
+    assert set(report["ttft_ms"]) == {"p50", "p90", "p99", "mean"}
+    assert sum(report["requests_per_worker"].values()) == 3
+    for key in (
+        "prefix_hit_ratio",
+        "itl_ms",
+        "e2e_ms",
+        "throughput_tokens_s",
+        "load_skew",
+        "wall_time_s",
+    ):
+        assert key in report
+
+
+def test_replay_bad_trace_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = write_trace(tmp_path / "bad.jsonl", ['{"timestamp": 0}'])
+    code, err = run(["replay", "--trace", str(trace)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "bad.jsonl:1:" in err
+    code, err = run(["replay", "--trace", str(tmp_path / "missing.jsonl")], capsys)
+    assert code == 2 and "does not exist" in err

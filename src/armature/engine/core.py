@@ -15,7 +15,7 @@ import torch
 from armature.engine.config import EngineConfig
 from armature.engine.interface import InvalidRequestError
 from armature.engine.kv_manager import KvCacheManager
-from armature.engine.model_runner import ModelRunner, TorchModelRunner
+from armature.engine.model_runner import ModelRunner, RunnerOutput, TorchModelRunner
 from armature.engine.request import RequestState
 from armature.engine.sampler import SampleInput, sample
 from armature.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
@@ -28,6 +28,7 @@ from armature.protocols.engine import (
     EngineRequest,
     FinishReason,
     StepRecord,
+    TokenLogprob,
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 
@@ -81,7 +82,7 @@ class EngineCore:
         if not request.prompt_token_ids:
             raise InvalidRequestError("the prompt is empty")
         vocab = self.arch.vocab_size
-        if any(t < 0 or t >= vocab for t in request.prompt_token_ids):
+        if min(request.prompt_token_ids) < 0 or max(request.prompt_token_ids) >= vocab:
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
         if any(t < 0 or t >= vocab for t in request.sampling.stop_token_ids):
             raise InvalidRequestError(f"stop token ids must be in [0, {vocab})")
@@ -151,10 +152,15 @@ class EngineCore:
         return outputs
 
     def _sample_and_finish(
-        self, completing: list[ScheduledChunk], logits: torch.Tensor
+        self, completing: list[ScheduledChunk], result: RunnerOutput
     ) -> list[EngineOutput]:
-        inputs = [self._sample_input(c.request) for c in completing]
-        tokens, logprobs = sample(logits, inputs)
+        tokens: list[int]
+        logprobs: list[TokenLogprob | None]
+        if isinstance(result, list):  # the runner chose the tokens (the mocker)
+            tokens, logprobs = result, [None] * len(result)
+        else:
+            inputs = [self._sample_input(c.request) for c in completing]
+            tokens, logprobs = sample(result, inputs)
         outputs: list[EngineOutput] = []
         for chunk, token, logprob in zip(completing, tokens, logprobs, strict=True):
             req: RequestState = chunk.request

@@ -18,15 +18,18 @@ from armature.model.kv_cache import PagedKvCache
 from armature.model.rope import build_rope_tables
 from armature.model.weights import load_weights
 
-__all__ = ["ModelRunner", "TorchModelRunner", "num_kv_blocks_for"]
+__all__ = ["ModelRunner", "RunnerOutput", "TorchModelRunner", "num_kv_blocks_for"]
+
+
+RunnerOutput = torch.Tensor | list[int]
 
 
 class ModelRunner(Protocol):
     arch: ModelArch
 
-    def execute(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
-        """Compute `chunks`; float32 logits [n, vocab] for the chunks that complete their
-        sequence, in chunk order."""
+    def execute(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
+        """Compute `chunks`; for the chunks that complete their sequence, in chunk order:
+        float32 logits [n, vocab] to sample from, or (the mocker) the token ids themselves."""
         ...
 
 

@@ -138,9 +138,6 @@ class KvPolicy:
             {w: self.load.get(w) for w in workers},
             self.overlap_weight,
         )
-        cached = {
-            w: len(self.index.get_worker_hashes(w)) if w in self.index.get_workers() else 0
-            for w in workers
-        }
+        cached = {w: self.index.get_num_worker_blocks(w) for w in workers}
         best = select_worker(scores, cached, self.temperature, self._rng)
         return RouteDecision(best.worker, best.overlap_blocks)

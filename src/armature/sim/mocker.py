@@ -2,7 +2,8 @@
 of the model (STYLE: the simulator runs the real code).
 
 `MockerRunner` fills the `ModelRunner` seam: each step it advances a clock by the timing
-model's step time and returns logits that pick a seeded token per request. Tokens depend only
+model's step time and returns a seeded token per request (no logits, no sampling: sampling
+parameters and logprobs are not simulated). Tokens depend only
 on (seed, request id, position), so a request gets the same tokens whatever it is batched
 with. EOS is never produced: requests end at max_tokens (or the context limit).
 """
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import torch
 import xxhash
 
 from armature.engine.config import EngineConfig
@@ -66,7 +66,7 @@ class MockerRunner:
             token = (token + 1) % self.arch.vocab_size
         return token
 
-    def execute(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
+    def execute(self, chunks: list[ScheduledChunk]) -> list[int]:
         work = StepWork(
             num_prefill_tokens=sum(c.num_tokens for c in chunks if not c.is_decode),
             num_decode_requests=sum(1 for c in chunks if c.is_decode),
@@ -74,12 +74,11 @@ class MockerRunner:
         )
         self.last_step_ms = self.timing.step_ms(work)
         self.clock.advance(self.last_step_ms / 1000.0)
-        completing = [c for c in chunks if c.completes_sequence]
-        logits = torch.full((len(completing), self.arch.vocab_size), float("-inf"))
-        for row, chunk in enumerate(completing):
-            position = chunk.start_pos + chunk.num_tokens
-            logits[row, self.token_for(chunk.request.request_id, position)] = 0.0
-        return logits
+        return [
+            self.token_for(c.request.request_id, c.start_pos + c.num_tokens)
+            for c in chunks
+            if c.completes_sequence
+        ]
 
 
 def build_mocker_core(

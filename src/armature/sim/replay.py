@@ -1,0 +1,308 @@
+"""Offline replay: a discrete-event simulation of N mocker workers behind the real router, on
+a virtual clock, driven by a trace's arrivals.
+
+    time ->  arrival  arrival      step ends (outputs delivered, KV events indexed)
+    worker0  [== step ==][== step ==]       each step's length is the timing model's
+    worker1        [====== step ======]     a worker starts its next step when one ends
+                                            and it has work; an idle worker wakes on arrival
+
+A step's scheduling happens when it starts (the real EngineCore.step), its outputs land when it
+ends. Routing uses the real policies over a PrefixIndex fed by the workers' KV events and an
+ActiveLoad updated on every path. Deterministic: a seed gives the same report.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from armature.engine.config import EngineConfig
+from armature.engine.core import EngineCore
+from armature.kv.hashing import DEFAULT_HASH_SEED
+from armature.model.arch import ModelArch
+from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
+from armature.router.load import ActiveLoad
+from armature.router.policies import (
+    KvPolicy,
+    LeastLoadedPolicy,
+    RandomPolicy,
+    RoundRobinPolicy,
+    RouteRequest,
+    RoutingPolicy,
+)
+from armature.router.prefix_index import PrefixIndex
+from armature.sim.mocker import MockerRunner, VirtualClock
+from armature.sim.timing import PolynomialTiming, TimingModel
+from armature.workload.traces import TraceRequest, synthesize_prompt
+
+__all__ = ["LatencySummary", "ReplayConfig", "ReplayReport", "replay"]
+
+REPLAY_POLICIES = ("round-robin", "random", "least-loaded", "kv")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    num_workers: int = 8
+    router: str = "kv"
+    block_size: int = 16
+    num_kv_blocks: int = 16384
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    speedup_ratio: float = 1.0
+    overlap_weight: float = 1.0
+    router_temperature: float = 0.0
+    vocab_size: int = 32000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+
+    @staticmethod
+    def of(values: Sequence[float]) -> LatencySummary:
+        if not values:
+            return LatencySummary(0.0, 0.0, 0.0, 0.0)
+        ordered = sorted(values)
+
+        def pct(p: float) -> float:
+            return ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1) + 0.5))]
+
+        return LatencySummary(pct(0.5), pct(0.9), pct(0.99), statistics.fmean(ordered))
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    num_requests: int
+    num_rejected: int
+    prefix_hit_ratio: float
+    ttft_ms: LatencySummary
+    itl_ms: LatencySummary
+    e2e_ms: LatencySummary
+    throughput_tokens_s: float
+    load_skew: float
+    requests_per_worker: dict[str, int]
+    simulated_time_s: float
+    wall_time_s: float
+
+
+@dataclass
+class _Tracked:
+    arrival_ms: float
+    num_prompt_tokens: int
+    worker: str
+    first_token_ms: float | None = None
+    last_token_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    num_cached_tokens: int = 0
+    num_output_tokens: int = 0
+
+
+class _Simulation:
+    def __init__(self, requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel):
+        self.config = config
+        self.requests = sorted(requests, key=lambda r: r.arrival_ms)
+        max_len = max((r.input_length + r.output_length for r in requests), default=1)
+        arch = ModelArch(
+            model_type="llama",
+            num_layers=1,
+            hidden_size=8,
+            num_heads=1,
+            num_kv_heads=1,
+            head_dim=8,
+            intermediate_size=8,
+            vocab_size=config.vocab_size,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            qkv_bias=False,
+            max_position_embeddings=max_len + 1,
+            eos_token_ids=(),
+            sliding_window=None,
+        )
+        engine_config = EngineConfig(
+            model_dir=Path("mocker"),
+            block_size=config.block_size,
+            num_kv_blocks=config.num_kv_blocks,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            seed=config.seed,
+        )
+        self.workers = [f"worker-{i}" for i in range(config.num_workers)]
+        self.cores: dict[str, EngineCore] = {}
+        self.runners: dict[str, MockerRunner] = {}
+        for worker in self.workers:
+            runner = MockerRunner(arch, timing, VirtualClock(), seed=config.seed)
+            core = EngineCore(engine_config, runner, num_blocks=config.num_kv_blocks)
+            runner.kv_utilization = _utilization_of(core)
+            self.cores[worker] = core
+            self.runners[worker] = runner
+        self.index = PrefixIndex()
+        for worker in self.workers:
+            self.index.add_worker(worker, config.num_kv_blocks)
+        self.load = ActiveLoad()
+        self.policy = self._policy()
+        self.tracked: dict[str, _Tracked] = {}
+        self.num_rejected = 0
+        # (time ms, sequence, worker): the end of the step each busy worker is running
+        self.step_ends: list[tuple[float, int, str]] = []
+        self.pending: dict[str, list[EngineOutput]] = {}
+        self.busy: set[str] = set()
+        self._sequence = 0
+
+    def _policy(self) -> RoutingPolicy:
+        c = self.config
+        match c.router:
+            case "round-robin":
+                return RoundRobinPolicy()
+            case "random":
+                return RandomPolicy(c.seed)
+            case "least-loaded":
+                return LeastLoadedPolicy(self.load)
+            case "kv":
+                return KvPolicy(
+                    self.index,
+                    self.load,
+                    c.block_size,
+                    DEFAULT_HASH_SEED,
+                    c.overlap_weight,
+                    c.router_temperature,
+                    c.seed,
+                )
+        raise ValueError(f"unknown router {c.router!r}; choose from {', '.join(REPLAY_POLICIES)}")
+
+    def run(self) -> float:
+        """Simulate to the end; returns the simulated end time in ms."""
+        now_ms = 0.0
+        next_arrival = 0
+        while next_arrival < len(self.requests) or self.step_ends:
+            arrival_ms = (
+                self.requests[next_arrival].arrival_ms
+                if next_arrival < len(self.requests)
+                else float("inf")
+            )
+            step_end_ms = self.step_ends[0][0] if self.step_ends else float("inf")
+            if arrival_ms <= step_end_ms:
+                now_ms = arrival_ms
+                self._arrive(self.requests[next_arrival], next_arrival, now_ms)
+                next_arrival += 1
+            else:
+                now_ms, _, worker = heapq.heappop(self.step_ends)
+                self._finish_step(worker, now_ms)
+        return now_ms
+
+    def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
+        request_id = f"req-{number}"
+        tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
+        decision = self.policy.select(RouteRequest(request_id, tokens), self.workers)
+        core = self.cores[decision.worker]
+        request = EngineRequest(
+            request_id=request_id,
+            prompt_token_ids=tokens,
+            sampling=SamplingParams(
+                max_tokens=trace.output_length, temperature=0.0, ignore_eos=True
+            ),
+        )
+        try:
+            core.add_request(request)
+        except ValueError:
+            self.num_rejected += 1  # larger than a worker's KV cache or context
+            return
+        bs = self.config.block_size
+        uncached = max(0, len(tokens) - decision.overlap_blocks * bs)
+        self.load.start(request_id, decision.worker, uncached, -(-len(tokens) // bs))
+        self.tracked[request_id] = _Tracked(now_ms, len(tokens), decision.worker)
+        if decision.worker not in self.busy:
+            self._start_step(decision.worker, now_ms)
+
+    def _start_step(self, worker: str, now_ms: float) -> None:
+        core = self.cores[worker]
+        outputs = core.step()
+        self._index_events(worker)
+        duration_ms = self.runners[worker].last_step_ms
+        self.pending[worker] = outputs
+        self.busy.add(worker)
+        self._sequence += 1
+        heapq.heappush(self.step_ends, (now_ms + duration_ms, self._sequence, worker))
+
+    def _finish_step(self, worker: str, now_ms: float) -> None:
+        self.busy.discard(worker)
+        for output in self.pending.pop(worker, []):
+            self._deliver(output, now_ms)
+        if self.cores[worker].has_work():
+            self._start_step(worker, now_ms)
+
+    def _deliver(self, output: EngineOutput, now_ms: float) -> None:
+        t = self.tracked[output.request_id]
+        if output.new_token_ids:
+            if t.first_token_ms is None:
+                t.first_token_ms = now_ms
+                t.num_cached_tokens = output.num_cached_tokens
+                self.load.first_token(output.request_id)
+            else:
+                assert t.last_token_ms is not None
+                t.itl_ms.append(now_ms - t.last_token_ms)
+            t.last_token_ms = now_ms
+            t.num_output_tokens += len(output.new_token_ids)
+        if output.finish_reason is not None:
+            self.load.finish(output.request_id)
+
+    def _index_events(self, worker: str) -> None:
+        core = self.cores[worker]
+        for event in core.take_kv_events():
+            if not self.index.apply(worker, event):
+                dump = core.dump_kv_blocks()
+                self.index.load_dump(worker, dump.seq_hashes, dump.last_event_id)
+
+    def report(self, end_ms: float, wall_time_s: float) -> ReplayReport:
+        done = [t for t in self.tracked.values() if t.last_token_ms is not None]
+        prompt_tokens = sum(t.num_prompt_tokens for t in done)
+        output_tokens = sum(t.num_output_tokens for t in done)
+        per_worker = {w: 0 for w in self.workers}
+        for t in self.tracked.values():
+            per_worker[t.worker] += 1
+        mean = statistics.fmean(per_worker.values()) if per_worker else 0.0
+        start_ms = self.requests[0].arrival_ms if self.requests else 0.0
+        span_s = max(end_ms - start_ms, 1e-9) / 1000.0
+        return ReplayReport(
+            num_requests=len(done),
+            num_rejected=self.num_rejected,
+            prefix_hit_ratio=(
+                sum(t.num_cached_tokens for t in done) / prompt_tokens if prompt_tokens else 0.0
+            ),
+            ttft_ms=LatencySummary.of(
+                [t.first_token_ms - t.arrival_ms for t in done if t.first_token_ms is not None]
+            ),
+            itl_ms=LatencySummary.of([x for t in done for x in t.itl_ms]),
+            e2e_ms=LatencySummary.of(
+                [t.last_token_ms - t.arrival_ms for t in done if t.last_token_ms is not None]
+            ),
+            throughput_tokens_s=output_tokens / span_s,
+            load_skew=max(per_worker.values()) / mean if mean else 0.0,
+            requests_per_worker=per_worker,
+            simulated_time_s=span_s,
+            wall_time_s=wall_time_s,
+        )
+
+
+def _utilization_of(core: EngineCore) -> Callable[[], float]:
+    pool = core.pool
+    return lambda: pool.get_num_active_blocks() / pool.num_blocks
+
+
+def replay(
+    requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel | None = None
+) -> ReplayReport:
+    """Simulate `requests` through `config.num_workers` mocker workers and the router."""
+    started_s = time.perf_counter()
+    simulation = _Simulation(
+        requests, config, timing or PolynomialTiming(speedup_ratio=config.speedup_ratio)
+    )
+    end_ms = simulation.run()
+    return simulation.report(end_ms, time.perf_counter() - started_s)
