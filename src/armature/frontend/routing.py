@@ -30,6 +30,7 @@ from armature.router.policies import (
     RoutingPolicy,
 )
 from armature.router.prefix_index import PrefixIndex
+from armature.router.routed_index import RoutedPrefixIndex
 
 __all__ = ["EngineRouter", "RouterConfig", "RouterObserver"]
 
@@ -44,6 +45,7 @@ class RouterConfig:
     temperature: float = 0.0
     seed: int = 0
     event_sync_interval_s: float = 0.005
+    routed_ttl_s: float = 120.0  # how long a routing decision counts as a cached prefix
 
 
 class RouterObserver:
@@ -81,15 +83,17 @@ class EngineRouter:
                 return LeastLoadedPolicy(self.load)
             case "direct":
                 return DirectPolicy()
-            case "kv":
+            case "kv" | "kv-approx":
+                total_blocks = sum(e.get_load().num_total_blocks for e in self.engines.values())
                 return KvPolicy(
-                    self.index,
+                    self.index if config.policy == "kv" else None,
                     self.load,
                     config.block_size,
                     DEFAULT_HASH_SEED,
                     config.overlap_weight,
                     config.temperature,
                     config.seed,
+                    routed=RoutedPrefixIndex(config.routed_ttl_s, max(1, total_blocks)),
                 )
         raise ValueError(f"unknown router policy {config.policy!r}")
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +20,7 @@ from armature.kv.hashing import compute_block_hashes
 from armature.router.cost import score_workers, select_worker
 from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
+from armature.router.routed_index import RoutedPrefixIndex
 
 __all__ = [
     "POLICY_NAMES",
@@ -33,7 +35,7 @@ __all__ = [
     "RoutingPolicy",
 ]
 
-POLICY_NAMES = ("round-robin", "random", "least-loaded", "kv", "direct")
+POLICY_NAMES = ("round-robin", "random", "least-loaded", "kv", "kv-approx", "direct")
 
 
 class RoutingError(ValueError):
@@ -106,16 +108,25 @@ class DirectPolicy:
 
 
 class KvPolicy:
+    """`index` (KV events) and `routed` (recent decisions) are each optional; a worker's
+    overlap is the larger of the two. `clock` gives seconds for the routed entries' TTL."""
+
     def __init__(
         self,
-        index: PrefixIndex,
+        index: PrefixIndex | None,
         load: ActiveLoad,
         block_size: int,
         hash_seed: int,
         overlap_weight: float = 1.0,
         temperature: float = 0.0,
         seed: int = 0,
+        routed: RoutedPrefixIndex | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if index is None and routed is None:
+            raise ValueError("the kv policy needs a prefix index, routed predictions or both")
+        self.routed = routed
+        self.clock = clock
         self.index = index
         self.load = load
         self.block_size = block_size
@@ -129,7 +140,13 @@ class KvPolicy:
         hashes = [
             h for h, _ in compute_block_hashes(request.token_ids, self.block_size, self.hash_seed)
         ]
-        overlaps = self.index.find_overlaps(hashes)
+        now_s = self.clock()
+        overlaps: dict[str, int] = {}
+        if self.index is not None:
+            overlaps = self.index.find_overlaps(hashes)
+        if self.routed is not None:
+            for worker, depth in self.routed.find_overlaps(hashes, now_s).items():
+                overlaps[worker] = max(depth, overlaps.get(worker, 0))
         scores = score_workers(
             workers,
             len(request.token_ids),
@@ -138,6 +155,10 @@ class KvPolicy:
             {w: self.load.get(w) for w in workers},
             self.overlap_weight,
         )
-        cached = {w: self.index.get_num_worker_blocks(w) for w in workers}
+        index = self.index
+        cached = {w: index.get_num_worker_blocks(w) if index else 0 for w in workers}
         best = select_worker(scores, cached, self.temperature, self._rng)
+        if self.routed is not None:
+            self.routed.prune(now_s)
+            self.routed.record(best.worker, hashes, now_s)
         return RouteDecision(best.worker, best.overlap_blocks)

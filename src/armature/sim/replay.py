@@ -35,13 +35,14 @@ from armature.router.policies import (
     RoutingPolicy,
 )
 from armature.router.prefix_index import PrefixIndex
+from armature.router.routed_index import RoutedPrefixIndex
 from armature.sim.mocker import MockerRunner, VirtualClock
 from armature.sim.timing import PolynomialTiming, TimingModel
 from armature.workload.traces import TraceRequest, synthesize_prompt
 
 __all__ = ["LatencySummary", "ReplayConfig", "ReplayReport", "replay"]
 
-REPLAY_POLICIES = ("round-robin", "random", "least-loaded", "kv")
+REPLAY_POLICIES = ("round-robin", "random", "least-loaded", "kv", "kv-approx")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class ReplayConfig:
     overlap_weight: float = 1.0
     router_temperature: float = 0.0
     vocab_size: int = 32000
+    routed_ttl_s: float = 120.0
     seed: int = 0
 
 
@@ -155,6 +157,7 @@ class _Simulation:
         self.pending: dict[str, list[EngineOutput]] = {}
         self.busy: set[str] = set()
         self._sequence = 0
+        self.now_ms = 0.0
 
     def _policy(self) -> RoutingPolicy:
         c = self.config
@@ -165,21 +168,23 @@ class _Simulation:
                 return RandomPolicy(c.seed)
             case "least-loaded":
                 return LeastLoadedPolicy(self.load)
-            case "kv":
+            case "kv" | "kv-approx":
+                routed = RoutedPrefixIndex(c.routed_ttl_s, c.num_workers * c.num_kv_blocks)
                 return KvPolicy(
-                    self.index,
+                    self.index if c.router == "kv" else None,
                     self.load,
                     c.block_size,
                     DEFAULT_HASH_SEED,
                     c.overlap_weight,
                     c.router_temperature,
                     c.seed,
+                    routed=routed,
+                    clock=lambda: self.now_ms / 1000.0,
                 )
         raise ValueError(f"unknown router {c.router!r}; choose from {', '.join(REPLAY_POLICIES)}")
 
     def run(self) -> float:
         """Simulate to the end; returns the simulated end time in ms."""
-        now_ms = 0.0
         next_arrival = 0
         while next_arrival < len(self.requests) or self.step_ends:
             arrival_ms = (
@@ -189,13 +194,13 @@ class _Simulation:
             )
             step_end_ms = self.step_ends[0][0] if self.step_ends else float("inf")
             if arrival_ms <= step_end_ms:
-                now_ms = arrival_ms
-                self._arrive(self.requests[next_arrival], next_arrival, now_ms)
+                self.now_ms = arrival_ms
+                self._arrive(self.requests[next_arrival], next_arrival, self.now_ms)
                 next_arrival += 1
             else:
-                now_ms, _, worker = heapq.heappop(self.step_ends)
-                self._finish_step(worker, now_ms)
-        return now_ms
+                self.now_ms, _, worker = heapq.heappop(self.step_ends)
+                self._finish_step(worker, self.now_ms)
+        return self.now_ms
 
     def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
         request_id = f"req-{number}"
