@@ -9,9 +9,12 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from armature.router.policies import POLICY_NAMES
+
+if TYPE_CHECKING:
+    from armature.workload.traces import TraceRequest
 
 __all__ = ["main"]
 
@@ -211,7 +214,22 @@ def _add_replay_parser(sub: argparse._SubParsersAction) -> None:
         "N mocker workers (real scheduler and KV cache, timing model) behind the real router.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    replay.add_argument("--trace", required=True, help="Mooncake JSONL trace file")
+    source = replay.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", help="Mooncake JSONL trace file")
+    source.add_argument(
+        "--synthetic",
+        choices=["prefix-groups", "multi-turn"],
+        help="a generated workload instead of a trace (see --num-requests, --rate-rps)",
+    )
+    replay.add_argument(
+        "--num-requests", type=_positive_int, default=1000, help="synthetic: requests to generate"
+    )
+    replay.add_argument(
+        "--rate-rps",
+        type=_positive_float,
+        default=8.0,
+        help="synthetic: mean arrival rate (Poisson)",
+    )
     replay.add_argument("--workers", type=_positive_int, default=8, help="mocker workers")
     replay.add_argument(
         "--router",
@@ -271,13 +289,16 @@ def _replay(args: argparse.Namespace) -> None:
     from armature.sim.replay import ReplayConfig, replay
     from armature.workload.traces import TraceFormatError, read_mooncake_trace
 
-    path = Path(args.trace)
-    if not path.is_file():
-        raise CliError(f"trace file {path} does not exist")
-    try:
-        requests = read_mooncake_trace(path, limit=args.limit, time_scale=args.time_scale)
-    except TraceFormatError as exc:
-        raise CliError(str(exc)) from None
+    if args.synthetic:
+        requests = _synthetic_workload(args)
+    else:
+        path = Path(args.trace)
+        if not path.is_file():
+            raise CliError(f"trace file {path} does not exist")
+        try:
+            requests = read_mooncake_trace(path, limit=args.limit, time_scale=args.time_scale)
+        except TraceFormatError as exc:
+            raise CliError(str(exc)) from None
     config = ReplayConfig(
         num_workers=args.workers,
         router=args.router,
@@ -312,6 +333,33 @@ def _replay(args: argparse.Namespace) -> None:
     if args.report:
         Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
         print(f"{'report':>24}: {args.report}")
+
+
+def _synthetic_workload(args: argparse.Namespace) -> list[TraceRequest]:
+    """Prefix groups: 8 groups sharing 2,048-token prefixes + 512 unique tokens. Multi-turn:
+    4-turn sessions on a shared 1,024-token system prompt, 256 tokens per turn."""
+    from armature.workload.traces import synthetic_multi_turn, synthetic_prefix_groups
+
+    if args.synthetic == "prefix-groups":
+        return synthetic_prefix_groups(
+            num_requests=args.num_requests,
+            num_groups=8,
+            shared_prefix_tokens=2048,
+            unique_tokens=512,
+            output_length=128,
+            rate_rps=args.rate_rps,
+            seed=args.seed,
+        )
+    return synthetic_multi_turn(
+        num_sessions=max(1, args.num_requests // 4),
+        turns_per_session=4,
+        system_prompt_tokens=1024,
+        turn_tokens=256,
+        output_length=128,
+        rate_rps=args.rate_rps / 4,
+        think_time_ms=5000.0,
+        seed=args.seed,
+    )
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -126,3 +126,22 @@ def test_replay_bad_trace_is_a_one_line_error(
     assert "bad.jsonl:1:" in err
     code, err = run(["replay", "--trace", str(tmp_path / "missing.jsonl")], capsys)
     assert code == 2 and "does not exist" in err
+
+
+def test_replay_synthetic_workloads_run(capsys: pytest.CaptureFixture[str]) -> None:
+    for kind in ("prefix-groups", "multi-turn"):
+        code = main(
+            [
+                "replay",
+                "--synthetic",
+                kind,
+                "--num-requests",
+                "40",
+                "--workers",
+                "2",
+                "--num-kv-blocks",
+                "1024",
+            ]
+        )
+        assert code == 0
+        assert "num_requests: 40" in capsys.readouterr().out
