@@ -9,6 +9,7 @@ Writes the `replay_routing` section of docs/benchmarks.md (bench/out/ with --qui
 from __future__ import annotations
 
 import argparse
+import itertools
 from pathlib import Path
 
 from armature.sim.replay import ReplayConfig, replay
@@ -27,7 +28,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=2000)
     parser.add_argument("--time-scale", type=float, default=0.25)
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--num-kv-blocks", type=int, default=16384)
+    parser.add_argument("--num-kv-blocks", type=int, nargs="+", default=[32768, 262144])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     limit = 200 if args.quick else args.limit
@@ -35,17 +36,18 @@ def main() -> None:
     for name in args.traces:
         requests = read_mooncake_trace(TRACES_DIR / name, limit=limit, time_scale=args.time_scale)
         ceiling = prefix_hit_ceiling(requests)
-        for router in ROUTERS:
+        for num_blocks, router in itertools.product(args.num_kv_blocks, ROUTERS):
             config = ReplayConfig(
                 num_workers=args.workers,
                 router=router,
                 block_size=16,
-                num_kv_blocks=args.num_kv_blocks,
+                num_kv_blocks=num_blocks,
             )
             r = replay(requests, config)
             rows.append(
                 [
                     name,
+                    num_blocks,
                     router,
                     r.num_requests,
                     round(r.prefix_hit_ratio, 3),
@@ -61,11 +63,12 @@ def main() -> None:
     body = (
         f"First {limit} requests of each trace, arrival times x {args.time_scale}, "
         f"{args.workers} mocker workers (default DESIGN timing), block size 16, "
-        f"{args.num_kv_blocks} KV blocks per worker, router temperature 0, overlap weight 1. "
+        "KV blocks per worker as listed, router temperature 0, overlap weight 1. "
         "Ceiling: the trace's infinite-cache prefix-hit ratio over the same requests.\n\n"
         + markdown_table(
             [
                 "trace",
+                "KV blocks/worker",
                 "router",
                 "requests",
                 "prefix hit",
