@@ -25,7 +25,14 @@ from armature.engine.scheduler import ScheduledChunk
 from armature.model.arch import ModelArch, read_arch
 from armature.sim.timing import PolynomialTiming, StepWork, TimingModel
 
-__all__ = ["Clock", "MockerRunner", "VirtualClock", "WallClock", "build_mocker_core"]
+__all__ = [
+    "Clock",
+    "MockerRunner",
+    "VirtualClock",
+    "WallClock",
+    "build_mocker_core",
+    "simulated_arch",
+]
 
 
 class Clock(Protocol):
@@ -79,6 +86,29 @@ class MockerRunner:
             for c in chunks
             if c.completes_sequence
         ]
+
+
+def simulated_arch(
+    vocab_size: int, max_model_len: int, eos_token_ids: tuple[int, ...] = ()
+) -> ModelArch:
+    """A model description for a mocker with no model directory: only the vocabulary, EOS ids
+    and context length matter (the layer shapes are never used)."""
+    return ModelArch(
+        model_type="llama",
+        num_layers=1,
+        hidden_size=8,
+        num_heads=1,
+        num_kv_heads=1,
+        head_dim=8,
+        intermediate_size=8,
+        vocab_size=vocab_size,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        qkv_bias=False,
+        max_position_embeddings=max_model_len,
+        eos_token_ids=eos_token_ids,
+        sliding_window=None,
+    )
 
 
 def build_mocker_core(

@@ -23,7 +23,6 @@ from pathlib import Path
 from armature.engine.config import EngineConfig
 from armature.engine.core import EngineCore
 from armature.kv.hashing import DEFAULT_HASH_SEED
-from armature.model.arch import ModelArch
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.router.load import ActiveLoad
 from armature.router.policies import (
@@ -36,7 +35,7 @@ from armature.router.policies import (
 )
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex
-from armature.sim.mocker import MockerRunner, VirtualClock
+from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
 from armature.sim.timing import PolynomialTiming, TimingModel
 from armature.workload.traces import TraceRequest, synthesize_prompt
 
@@ -112,22 +111,7 @@ class _Simulation:
         self.config = config
         self.requests = sorted(requests, key=lambda r: r.arrival_ms)
         max_len = max((r.input_length + r.output_length for r in requests), default=1)
-        arch = ModelArch(
-            model_type="llama",
-            num_layers=1,
-            hidden_size=8,
-            num_heads=1,
-            num_kv_heads=1,
-            head_dim=8,
-            intermediate_size=8,
-            vocab_size=config.vocab_size,
-            rms_norm_eps=1e-6,
-            tie_word_embeddings=True,
-            qkv_bias=False,
-            max_position_embeddings=max_len + 1,
-            eos_token_ids=(),
-            sliding_window=None,
-        )
+        arch = simulated_arch(config.vocab_size, max_len + 1)
         engine_config = EngineConfig(
             model_dir=Path("mocker"),
             block_size=config.block_size,

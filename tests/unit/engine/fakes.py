@@ -7,28 +7,14 @@ import torch
 
 from armature.engine.scheduler import ScheduledChunk
 from armature.model.arch import ModelArch
+from armature.sim.mocker import simulated_arch
 
 VOCAB = 100
 EOS = 99
 
 
 def fake_arch() -> ModelArch:
-    return ModelArch(
-        model_type="llama",
-        num_layers=1,
-        hidden_size=8,
-        num_heads=1,
-        num_kv_heads=1,
-        head_dim=8,
-        intermediate_size=8,
-        vocab_size=VOCAB,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-        qkv_bias=False,
-        max_position_embeddings=512,
-        eos_token_ids=(EOS,),
-        sliding_window=None,
-    )
+    return simulated_arch(vocab_size=VOCAB, max_model_len=512, eos_token_ids=(EOS,))
 
 
 class CountingRunner:

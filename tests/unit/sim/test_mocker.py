@@ -10,28 +10,12 @@ import torch
 
 from armature.engine.config import EngineConfig
 from armature.engine.core import EngineCore
-from armature.model.arch import ModelArch
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_events import KvStored
-from armature.sim.mocker import MockerRunner, VirtualClock, build_mocker_core
+from armature.sim.mocker import MockerRunner, VirtualClock, build_mocker_core, simulated_arch
 from armature.sim.timing import InterpolatedTiming, PolynomialTiming, StepWork
 
-ARCH = ModelArch(
-    model_type="llama",
-    num_layers=1,
-    hidden_size=8,
-    num_heads=1,
-    num_kv_heads=1,
-    head_dim=8,
-    intermediate_size=8,
-    vocab_size=1000,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-    qkv_bias=False,
-    max_position_embeddings=4096,
-    eos_token_ids=(2,),
-    sliding_window=None,
-)
+ARCH = simulated_arch(vocab_size=1000, max_model_len=4096, eos_token_ids=(2,))
 
 
 def mocker(clock: VirtualClock, seed: int = 0, **overrides: object) -> EngineCore:

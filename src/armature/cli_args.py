@@ -1,0 +1,90 @@
+"""Argument types and the user-error convention shared by the `armature` subcommands:
+one line on stderr, exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import NoReturn
+
+__all__ = [
+    "CliError",
+    "Parser",
+    "non_negative_float",
+    "parse_bytes",
+    "port",
+    "positive_float",
+    "positive_int",
+]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "ki": 1 << 10,
+    "mi": 1 << 20,
+    "gi": 1 << 30,
+    "ti": 1 << 40,
+}
+
+
+class CliError(Exception):
+    """A user mistake: printed as one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"armature: error: {message} (see --help)\n")
+
+
+def parse_bytes(text: str) -> int:
+    """'1073741824', '1GiB', '512MiB', '2G' -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 2GiB, 512MiB, 1000000)")
+    unit = (match.group(2) or "").lower().removesuffix("b")
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise argparse.ArgumentTypeError("size must be positive")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1..65535, got {value}")
+    return value
