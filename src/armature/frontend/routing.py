@@ -21,16 +21,12 @@ from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
 from armature.router.load import ActiveLoad
 from armature.router.policies import (
     DirectPolicy,
-    KvPolicy,
-    LeastLoadedPolicy,
-    RandomPolicy,
-    RoundRobinPolicy,
     RouteRequest,
     RoutingError,
     RoutingPolicy,
+    make_policy,
 )
 from armature.router.prefix_index import PrefixIndex
-from armature.router.routed_index import RoutedPrefixIndex
 
 __all__ = ["EngineRouter", "RouterConfig", "RouterObserver"]
 
@@ -74,28 +70,19 @@ class EngineRouter:
         self._sync_task: asyncio.Task[None] | None = None
 
     def _make_policy(self, config: RouterConfig) -> RoutingPolicy:
-        match config.policy:
-            case "round-robin":
-                return RoundRobinPolicy()
-            case "random":
-                return RandomPolicy(config.seed)
-            case "least-loaded":
-                return LeastLoadedPolicy(self.load)
-            case "direct":
-                return DirectPolicy()
-            case "kv" | "kv-approx":
-                total_blocks = sum(e.get_load().num_total_blocks for e in self.engines.values())
-                return KvPolicy(
-                    self.index if config.policy == "kv" else None,
-                    self.load,
-                    config.block_size,
-                    DEFAULT_HASH_SEED,
-                    config.overlap_weight,
-                    config.temperature,
-                    config.seed,
-                    routed=RoutedPrefixIndex(config.routed_ttl_s, max(1, total_blocks)),
-                )
-        raise ValueError(f"unknown router policy {config.policy!r}")
+        total_blocks = sum(e.get_load().num_total_blocks for e in self.engines.values())
+        return make_policy(
+            config.policy,
+            index=self.index,
+            load=self.load,
+            block_size=config.block_size,
+            hash_seed=DEFAULT_HASH_SEED,
+            overlap_weight=config.overlap_weight,
+            temperature=config.temperature,
+            seed=config.seed,
+            routed_ttl_s=config.routed_ttl_s,
+            routed_max_entries=total_blocks,
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "RouteRequest",
     "RoutingError",
     "RoutingPolicy",
+    "make_policy",
 ]
 
 POLICY_NAMES = ("round-robin", "random", "least-loaded", "kv", "kv-approx", "direct")
@@ -162,3 +163,43 @@ class KvPolicy:
             self.routed.prune(now_s)
             self.routed.record(best.worker, hashes, now_s)
         return RouteDecision(best.worker, best.overlap_blocks)
+
+
+def make_policy(
+    name: str,
+    *,
+    index: PrefixIndex,
+    load: ActiveLoad,
+    block_size: int,
+    hash_seed: int,
+    overlap_weight: float,
+    temperature: float,
+    seed: int,
+    routed_ttl_s: float,
+    routed_max_entries: int,
+    clock: Callable[[], float] = time.monotonic,
+) -> RoutingPolicy:
+    """The policy named `name` (one of POLICY_NAMES). kv uses `index` and routed predictions;
+    kv-approx only the predictions, bounded by `routed_max_entries`."""
+    match name:
+        case "round-robin":
+            return RoundRobinPolicy()
+        case "random":
+            return RandomPolicy(seed)
+        case "least-loaded":
+            return LeastLoadedPolicy(load)
+        case "direct":
+            return DirectPolicy()
+        case "kv" | "kv-approx":
+            return KvPolicy(
+                index if name == "kv" else None,
+                load,
+                block_size,
+                hash_seed,
+                overlap_weight,
+                temperature,
+                seed,
+                routed=RoutedPrefixIndex(routed_ttl_s, max(1, routed_max_entries)),
+                clock=clock,
+            )
+    raise ValueError(f"unknown router policy {name!r}; choose from {', '.join(POLICY_NAMES)}")

@@ -26,15 +26,11 @@ from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.router.load import ActiveLoad
 from armature.router.policies import (
-    KvPolicy,
-    LeastLoadedPolicy,
-    RandomPolicy,
-    RoundRobinPolicy,
     RouteRequest,
     RoutingPolicy,
+    make_policy,
 )
 from armature.router.prefix_index import PrefixIndex
-from armature.router.routed_index import RoutedPrefixIndex
 from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
 from armature.sim.timing import PolynomialTiming, TimingModel
 from armature.workload.traces import TraceRequest, synthesize_prompt
@@ -145,27 +141,23 @@ class _Simulation:
 
     def _policy(self) -> RoutingPolicy:
         c = self.config
-        match c.router:
-            case "round-robin":
-                return RoundRobinPolicy()
-            case "random":
-                return RandomPolicy(c.seed)
-            case "least-loaded":
-                return LeastLoadedPolicy(self.load)
-            case "kv" | "kv-approx":
-                routed = RoutedPrefixIndex(c.routed_ttl_s, c.num_workers * c.num_kv_blocks)
-                return KvPolicy(
-                    self.index if c.router == "kv" else None,
-                    self.load,
-                    c.block_size,
-                    DEFAULT_HASH_SEED,
-                    c.overlap_weight,
-                    c.router_temperature,
-                    c.seed,
-                    routed=routed,
-                    clock=lambda: self.now_ms / 1000.0,
-                )
-        raise ValueError(f"unknown router {c.router!r}; choose from {', '.join(REPLAY_POLICIES)}")
+        if c.router not in REPLAY_POLICIES:
+            raise ValueError(
+                f"unknown router {c.router!r}; choose from {', '.join(REPLAY_POLICIES)}"
+            )
+        return make_policy(
+            c.router,
+            index=self.index,
+            load=self.load,
+            block_size=c.block_size,
+            hash_seed=DEFAULT_HASH_SEED,
+            overlap_weight=c.overlap_weight,
+            temperature=c.router_temperature,
+            seed=c.seed,
+            routed_ttl_s=c.routed_ttl_s,
+            routed_max_entries=c.num_workers * c.num_kv_blocks,
+            clock=lambda: self.now_ms / 1000.0,
+        )
 
     def run(self) -> float:
         """Simulate to the end; returns the simulated end time in ms."""
