@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from armature.cli_args import (
     CliError,
     Parser,
-    non_negative_float,
+    add_router_cost_args,
     parse_bytes,
     port,
     positive_float,
@@ -57,18 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="round-robin",
         help="how requests are spread over workers (direct: by the x-worker-id header)",
     )
-    serve.add_argument(
-        "--kv-overlap-weight",
-        type=non_negative_float,
-        default=1.0,
-        help="kv router: weight of prefill blocks against decode blocks in the cost",
-    )
-    serve.add_argument(
-        "--router-temperature",
-        type=non_negative_float,
-        default=0.0,
-        help="kv router: 0 picks the cheapest worker, above 0 samples by softmax",
-    )
+    add_router_cost_args(serve)
     serve.add_argument(
         "--speedup-ratio",
         type=positive_float,

@@ -10,6 +10,7 @@ from typing import NoReturn
 __all__ = [
     "CliError",
     "Parser",
+    "add_router_cost_args",
     "non_negative_float",
     "parse_bytes",
     "port",
@@ -53,34 +54,44 @@ def parse_bytes(text: str) -> int:
     return value
 
 
-def positive_int(text: str) -> int:
+def _number(text: str, kind: type[int] | type[float], *, allow_zero: bool) -> float:
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+        noun = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"not {noun}: {text!r}") from None
+    if not (value >= 0 if allow_zero else value > 0):
+        bound = ">= 0" if allow_zero else "positive"
+        raise argparse.ArgumentTypeError(f"must be {bound}, got {text.strip()}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return int(_number(text, int, allow_zero=False))
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+    return _number(text, float, allow_zero=False)
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+    return _number(text, float, allow_zero=True)
+
+
+def add_router_cost_args(parser: argparse.ArgumentParser) -> None:
+    """The kv router's cost knobs, shared by `serve` and `replay`."""
+    parser.add_argument(
+        "--kv-overlap-weight",
+        type=non_negative_float,
+        default=1.0,
+        help="kv router: weight of prefill blocks against decode blocks in the cost",
+    )
+    parser.add_argument(
+        "--router-temperature",
+        type=non_negative_float,
+        default=0.0,
+        help="kv router: 0 picks the cheapest worker, above 0 samples by softmax",
+    )
 
 
 def port(text: str) -> int:

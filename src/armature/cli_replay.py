@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from armature.cli_args import CliError, non_negative_float, positive_float, positive_int
+from armature.cli_args import CliError, add_router_cost_args, positive_float, positive_int
 
 if TYPE_CHECKING:
     from armature.workload.traces import TraceRequest
@@ -72,18 +72,7 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
     replay.add_argument(
         "--limit", type=positive_int, default=None, help="replay only the first N requests"
     )
-    replay.add_argument(
-        "--kv-overlap-weight",
-        type=non_negative_float,
-        default=1.0,
-        help="kv router: weight of prefill blocks in the cost",
-    )
-    replay.add_argument(
-        "--router-temperature",
-        type=non_negative_float,
-        default=0.0,
-        help="kv router: softmax sampling temperature (0 = argmin)",
-    )
+    add_router_cost_args(replay)
     replay.add_argument("--seed", type=int, default=0, help="seed for prompts and tokens")
     replay.add_argument("--report", default=None, help="write the report as JSON here")
 
