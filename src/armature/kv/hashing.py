@@ -3,6 +3,9 @@
 Full blocks of `block_size` tokens only; a partial block is never hashed.
 local hash = xxh3_64(seed) of the block's token ids as little-endian u32;
 seq[0] = local[0]; seq[i] = xxh3_64(seed)(le64(seq[i-1]) || le64(local[i])).
+
+Whole prompts are hashed in one native call (`armature.kv._native`, built from _native.c at
+install) when the extension is present, else in Python; both give the same hashes.
 """
 
 from __future__ import annotations
@@ -15,12 +18,19 @@ from typing import NewType
 
 import xxhash
 
+try:
+    from armature.kv import _native
+except ImportError:  # built without a C compiler: the pure-Python path below
+    _native = None  # type: ignore[assignment]
+
 __all__ = [
     "DEFAULT_HASH_SEED",
     "BlockHash",
     "chain_hash",
     "compute_block_hashes",
     "compute_local_hashes",
+    "compute_seq_hashes",
+    "has_native_hashing",
     "hash_seed_for_salt",
 ]
 
@@ -69,6 +79,10 @@ def chain_hash(parent_seq_hash: int | None, local_hash: int, seed: int = DEFAULT
     return xxhash.xxh3_64_intdigest(struct.pack("<QQ", parent_seq_hash, local_hash), seed=seed)
 
 
+def has_native_hashing() -> bool:
+    return _native is not None
+
+
 def compute_block_hashes(
     token_ids: Sequence[int],
     block_size: int,
@@ -76,6 +90,30 @@ def compute_block_hashes(
     parent_seq_hash: int | None = None,
 ) -> list[tuple[BlockHash, int]]:
     """(seq_hash, local_hash) of every full block, chained from `parent_seq_hash`."""
+    if _native is not None:
+        return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, True)
+    return compute_block_hashes_py(token_ids, block_size, seed, parent_seq_hash)
+
+
+def compute_seq_hashes(
+    token_ids: Sequence[int],
+    block_size: int,
+    seed: int = DEFAULT_HASH_SEED,
+    parent_seq_hash: int | None = None,
+) -> list[int]:
+    """Only the sequence hashes (what the router indexes) of every full block."""
+    if _native is not None:
+        return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, False)
+    return [h for h, _ in compute_block_hashes_py(token_ids, block_size, seed, parent_seq_hash)]
+
+
+def compute_block_hashes_py(
+    token_ids: Sequence[int],
+    block_size: int,
+    seed: int = DEFAULT_HASH_SEED,
+    parent_seq_hash: int | None = None,
+) -> list[tuple[BlockHash, int]]:
+    """The pure-Python reference for `compute_block_hashes`."""
     out: list[tuple[BlockHash, int]] = []
     parent = parent_seq_hash
     digest = xxhash.xxh3_64_intdigest

@@ -6,68 +6,77 @@
 
 Temperature 0 takes the argmin (ties: the worker caching the fewest blocks in total, then
 random); above 0 it samples softmax(-normalized / temperature) over logits normalized to [0, 1]
-by their range. Pure.
+by their range. Pure. This is the router's hot path (64 workers per decision): logits are
+plain floats, idle workers without an overlap share one precomputed logit, and cached-block
+counts are asked for tied workers only.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 
 from armature.router.load import WorkerLoad
 
-__all__ = ["WorkerScore", "score_workers", "select_worker"]
+__all__ = ["cost_terms", "select_worker", "worker_logits"]
+
+_IDLE = WorkerLoad()
 
 
-@dataclass(frozen=True)
-class WorkerScore:
-    worker: str
-    overlap_blocks: int
-    prefill_blocks: float
-    decode_blocks: float
-    logit: float
+def cost_terms(
+    isl_tokens: int, block_size: int, overlap_blocks: int, load: WorkerLoad
+) -> tuple[float, float]:
+    """(prefill_blocks, decode_blocks) of one worker."""
+    total_blocks = -(-isl_tokens // block_size)
+    prefill = (isl_tokens - overlap_blocks * block_size + load.active_prefill_tokens) / block_size
+    return prefill, float(load.active_blocks + total_blocks - overlap_blocks)
 
 
-def score_workers(
+def worker_logits(
     workers: Sequence[str],
     isl_tokens: int,
     block_size: int,
     overlaps: Mapping[str, int],
     loads: Mapping[str, WorkerLoad],
     overlap_weight: float = 1.0,
-) -> list[WorkerScore]:
-    total_blocks = -(-isl_tokens // block_size)
-    scores = []
+) -> list[float]:
+    """The logit of each of `workers`, in order. `loads` may leave out idle workers."""
+    idle_prefill, idle_decode = cost_terms(isl_tokens, block_size, 0, _IDLE)
+    idle_logit = overlap_weight * idle_prefill + idle_decode
+    logits = []
     for worker in workers:
         overlap = overlaps.get(worker, 0)
-        load = loads.get(worker, WorkerLoad())
-        prefill = (isl_tokens - overlap * block_size + load.active_prefill_tokens) / block_size
-        decode = float(load.active_blocks + total_blocks - overlap)
-        scores.append(
-            WorkerScore(worker, overlap, prefill, decode, overlap_weight * prefill + decode)
-        )
-    return scores
+        load = loads.get(worker)
+        if load is None and overlap == 0:
+            logits.append(idle_logit)
+            continue
+        prefill, decode = cost_terms(isl_tokens, block_size, overlap, load or _IDLE)
+        logits.append(overlap_weight * prefill + decode)
+    return logits
 
 
 def select_worker(
-    scores: Sequence[WorkerScore],
-    cached_blocks: Mapping[str, int],
+    logits: Sequence[float],
+    cached_blocks: Callable[[int], int],
     temperature: float,
     rng: random.Random,
-) -> WorkerScore:
-    """Pick a worker from `scores`; `cached_blocks` (total per worker) breaks exact ties."""
-    if not scores:
+) -> int:
+    """The index of the chosen worker; `cached_blocks(i)` (worker i's total) breaks exact
+    ties at temperature 0."""
+    if not logits:
         raise ValueError("no workers to choose from")
     if temperature <= 0:
-        best = min(s.logit for s in scores)
-        tied = [s for s in scores if s.logit == best]
-        fewest = min(cached_blocks.get(s.worker, 0) for s in tied)
-        tied = [s for s in tied if cached_blocks.get(s.worker, 0) == fewest]
+        best = min(logits)
+        tied = [i for i, logit in enumerate(logits) if logit == best]
+        if len(tied) == 1:
+            return tied[0]
+        counts = [cached_blocks(i) for i in tied]
+        fewest = min(counts)
+        tied = [i for i, count in zip(tied, counts, strict=True) if count == fewest]
         return tied[0] if len(tied) == 1 else rng.choice(tied)
-    low = min(s.logit for s in scores)
-    span = max(s.logit for s in scores) - low
-    normalized = [(s.logit - low) / span if span > 0 else 0.0 for s in scores]
+    low = min(logits)
+    span = max(logits) - low
+    normalized = [(logit - low) / span if span > 0 else 0.0 for logit in logits]
     weights = [math.exp(-n / temperature) for n in normalized]
-    return rng.choices(list(scores), weights=weights, k=1)[0]
+    return rng.choices(range(len(logits)), weights=weights, k=1)[0]

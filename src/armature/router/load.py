@@ -7,7 +7,9 @@ caller must call `finish` in a `finally`. Pure; one owner.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 __all__ = ["ActiveLoad", "WorkerLoad"]
 
@@ -30,6 +32,7 @@ class ActiveLoad:
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
         self._loads: dict[str, WorkerLoad] = {}
+        self._view = MappingProxyType(self._loads)
 
     def start(self, request_id: str, worker: str, prefill_tokens: int, blocks: int) -> None:
         if request_id in self._entries:
@@ -53,6 +56,10 @@ class ActiveLoad:
 
     def get(self, worker: str) -> WorkerLoad:
         return self._loads.get(worker, WorkerLoad())
+
+    def get_loads(self) -> Mapping[str, WorkerLoad]:
+        """A read-only live view of the loads of busy workers (idle workers are absent)."""
+        return self._view
 
     def get_num_tracked(self) -> int:
         return len(self._entries)

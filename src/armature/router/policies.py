@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from armature.kv.hashing import compute_block_hashes
-from armature.router.cost import score_workers, select_worker
+from armature.kv.hashing import compute_seq_hashes
+from armature.router.cost import select_worker, worker_logits
 from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex
@@ -138,9 +138,7 @@ class KvPolicy:
 
     def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
         _require(workers)
-        hashes = [
-            h for h, _ in compute_block_hashes(request.token_ids, self.block_size, self.hash_seed)
-        ]
+        hashes = compute_seq_hashes(request.token_ids, self.block_size, self.hash_seed)
         now_s = self.clock()
         overlaps: dict[str, int] = {}
         if self.index is not None:
@@ -148,21 +146,24 @@ class KvPolicy:
         if self.routed is not None:
             for worker, depth in self.routed.find_overlaps(hashes, now_s).items():
                 overlaps[worker] = max(depth, overlaps.get(worker, 0))
-        scores = score_workers(
+        logits = worker_logits(
             workers,
             len(request.token_ids),
             self.block_size,
             overlaps,
-            {w: self.load.get(w) for w in workers},
+            self.load.get_loads(),
             self.overlap_weight,
         )
         index = self.index
-        cached = {w: index.get_num_worker_blocks(w) if index else 0 for w in workers}
-        best = select_worker(scores, cached, self.temperature, self._rng)
+        cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
+        chosen = workers[select_worker(logits, cached, self.temperature, self._rng)]
         if self.routed is not None:
-            self.routed.prune(now_s)
-            self.routed.record(best.worker, hashes, now_s)
-        return RouteDecision(best.worker, best.overlap_blocks)
+            self.routed.record(chosen, hashes, now_s)
+        return RouteDecision(chosen, overlaps.get(chosen, 0))
+
+
+def _no_blocks(worker_index: int) -> int:
+    return 0
 
 
 def make_policy(

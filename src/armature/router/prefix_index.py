@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat, takewhile
 
 from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored
 
 __all__ = ["PrefixIndex", "WorkerId"]
 
 WorkerId = str
+_NO_HOLDERS: frozenset[WorkerId] = frozenset()
 
 
 @dataclass
@@ -102,23 +104,30 @@ class PrefixIndex:
     # ---- queries -----------------------------------------------------------------------
     def find_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, int]:
         """For each worker holding the first block: how many leading blocks of `seq_hashes`
-        it holds (workers holding none are absent)."""
+        it holds (workers holding none are absent).
+
+        The walk runs at C speed while every still-matching worker holds the next block
+        (lazy `map` lookups under `takewhile`); Python only runs where a worker drops out."""
         overlaps: dict[WorkerId, int] = {}
-        if not seq_hashes:
+        num_blocks = len(seq_hashes)
+        if not num_blocks:
             return overlaps
-        active = set(self._by_hash.get(seq_hashes[0], ()))
-        depth = 0
-        for seq_hash in seq_hashes:
-            holders = self._by_hash.get(seq_hash)
-            still = active & holders if holders else set()
+        get = self._by_hash.get
+        lookups = map(get, seq_hashes, repeat(_NO_HOLDERS))
+        active: set[WorkerId] | frozenset[WorkerId] = next(lookups)
+        depth = 1
+        while active:
+            depth += len(list(takewhile(active.issubset, lookups)))
+            if depth >= num_blocks:
+                break
+            # `takewhile` consumed block `depth`, the first some active worker lacks.
+            still = active & get(seq_hashes[depth], _NO_HOLDERS)
             for worker in active - still:
                 overlaps[worker] = depth
             active = still
-            if not active:
-                break
             depth += 1
         for worker in active:
-            overlaps[worker] = depth
+            overlaps[worker] = num_blocks
         return overlaps
 
     def get_num_entries(self) -> int:

@@ -4,18 +4,29 @@ KV events only announce blocks once a worker has computed them; a repeat of a pr
 arrives while the first request is still queued or prefilling would find nothing. Recording
 each routing decision closes that window, and alone it is the event-less ("approximate") mode:
 an entry lives for `ttl_s` after its last use and the whole map is bounded by `max_entries`
-(oldest first out). Pure: the caller passes the time.
+(oldest decisions first out). Pure: the caller passes the time.
 
-    entries:  (seq_hash, worker) -> expiry_s     (insertion order = pruning order)
-    by_hash:  seq_hash -> {worker: expiry_s}
+    by_worker:  worker -> {seq_hash: expiry_s}
+    decisions:  (expiry_s, worker, seq_hashes) in record order   (pruning order)
+
+Every record covers a whole prefix (blocks 0..n) with one expiry, later records only raise
+expiries, and a decision's entries are dropped only where it was their last record (expiries
+are unique and increasing). So along any chain of hashes a worker's live entries form a
+prefix, and a lookup binary-searches each worker's depth: O(workers x log blocks) dict gets.
+Recording is one C-level dict update. Both are on the router's hot path.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import math
+from collections import deque
 from collections.abc import Sequence
 
 __all__ = ["RoutedPrefixIndex"]
+
+# Expired decisions dropped per record at most: each decision is dropped once, so this keeps
+# up with any steady rate while bounding the work added to one routing decision.
+_PRUNE_PER_RECORD = 2
 
 
 class RoutedPrefixIndex:
@@ -24,53 +35,66 @@ class RoutedPrefixIndex:
             raise ValueError("ttl_s and max_entries must be > 0")
         self.ttl_s = ttl_s
         self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[int, str], float] = OrderedDict()
-        self._by_hash: dict[int, dict[str, float]] = {}
+        self._by_worker: dict[str, dict[int, float]] = {}
+        self._decisions: deque[tuple[float, str, Sequence[int]]] = deque()
+        self._num_entries = 0
+        self._last_expiry_s = -math.inf
 
     def record(self, worker: str, seq_hashes: Sequence[int], now_s: float) -> None:
         """`worker` was sent a prompt with these block hashes at `now_s`."""
-        expiry = now_s + self.ttl_s
-        for seq_hash in seq_hashes:
-            key = (seq_hash, worker)
-            self._entries.pop(key, None)
-            self._entries[key] = expiry
-            self._by_hash.setdefault(seq_hash, {})[worker] = expiry
-        while len(self._entries) > self.max_entries:
-            self._pop_oldest()
+        expiry = max(now_s + self.ttl_s, math.nextafter(self._last_expiry_s, math.inf))
+        self._last_expiry_s = expiry
+        entries = self._by_worker.setdefault(worker, {})
+        before = len(entries)
+        entries.update(dict.fromkeys(seq_hashes, expiry))
+        self._num_entries += len(entries) - before
+        self._decisions.append((expiry, worker, seq_hashes))
+        while self._num_entries > self.max_entries:
+            self._drop_oldest()
+        self.prune(now_s, _PRUNE_PER_RECORD)
 
-    def prune(self, now_s: float) -> None:
-        """Drop expired entries. Every entry lives ttl_s from its last record and records come
-        in time order, so insertion order is expiry order: stop at the first live one."""
-        while self._entries:
-            (_, _), expiry = next(iter(self._entries.items()))
-            if expiry > now_s:
+    def prune(self, now_s: float, max_decisions: int | None = None) -> None:
+        """Drop expired decisions (at most `max_decisions` of them)."""
+        dropped = 0
+        decisions = self._decisions
+        while decisions and decisions[0][0] <= now_s:
+            if max_decisions is not None and dropped >= max_decisions:
                 return
-            self._pop_oldest()
+            self._drop_oldest()
+            dropped += 1
 
     def find_overlaps(self, seq_hashes: Sequence[int], now_s: float) -> dict[str, int]:
         """Leading blocks of `seq_hashes` each worker is assumed to hold (unexpired)."""
         overlaps: dict[str, int] = {}
-        active: set[str] | None = None
-        depth = 0
-        for seq_hash in seq_hashes:
-            holders = {w for w, exp in self._by_hash.get(seq_hash, {}).items() if exp > now_s}
-            still = holders if active is None else active & holders
-            for worker in (active or set()) - still:
-                overlaps[worker] = depth
-            active = still
-            if not active:
-                break
-            depth += 1
-        for worker in active or set():
-            overlaps[worker] = depth
+        if not seq_hashes:
+            return overlaps
+        first, last = seq_hashes[0], seq_hashes[-1]
+        for worker, entries in self._by_worker.items():
+            get = entries.get
+            if get(first, -math.inf) <= now_s:
+                continue
+            if get(last, -math.inf) > now_s:
+                overlaps[worker] = len(seq_hashes)
+                continue
+            live, dead = 0, len(seq_hashes) - 1  # seq_hashes[live] is live, [dead] is not
+            while dead - live > 1:
+                mid = (live + dead) // 2
+                if get(seq_hashes[mid], -math.inf) > now_s:
+                    live = mid
+                else:
+                    dead = mid
+            overlaps[worker] = live + 1
         return overlaps
 
     def get_num_entries(self) -> int:
-        return len(self._entries)
+        return self._num_entries
 
-    def _pop_oldest(self) -> None:
-        (seq_hash, worker), _ = self._entries.popitem(last=False)
-        holders = self._by_hash[seq_hash]
-        del holders[worker]
-        if not holders:
-            del self._by_hash[seq_hash]
+    def _drop_oldest(self) -> None:
+        expiry, worker, seq_hashes = self._decisions.popleft()
+        entries = self._by_worker[worker]
+        for seq_hash in seq_hashes:
+            if entries.get(seq_hash) == expiry:  # not refreshed by a later record
+                del entries[seq_hash]
+                self._num_entries -= 1
+        if not entries:
+            del self._by_worker[worker]

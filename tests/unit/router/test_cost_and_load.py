@@ -8,70 +8,79 @@ from collections import Counter
 
 import pytest
 
-from armature.router.cost import WorkerScore, score_workers, select_worker
+from armature.router.cost import cost_terms, select_worker, worker_logits
 from armature.router.load import ActiveLoad, WorkerLoad
+
+
+def _none(worker_index: int) -> int:
+    return 0
 
 
 def test_worked_example_w2_wins() -> None:
     # isl 128 tokens = 8 blocks of 16. W1: no overlap, 2 active blocks -> 8 + 10.
     # W2: 3 cached blocks, idle -> 5 + 5. W3: 6 cached blocks, 7 active blocks -> 2 + 9.
-    scores = score_workers(
+    assert cost_terms(128, 16, 0, WorkerLoad(0, 2, 1)) == (8.0, 10.0)
+    assert cost_terms(128, 16, 3, WorkerLoad()) == (5.0, 5.0)
+    assert cost_terms(128, 16, 6, WorkerLoad(0, 7, 3)) == (2.0, 9.0)
+    logits = worker_logits(
         ["W1", "W2", "W3"],
         128,
         16,
         overlaps={"W2": 3, "W3": 6},
         loads={"W1": WorkerLoad(0, 2, 1), "W3": WorkerLoad(0, 7, 3)},
     )
-    assert [(s.prefill_blocks, s.decode_blocks, s.logit) for s in scores] == [
-        (8.0, 10.0, 18.0),
-        (5.0, 5.0, 10.0),
-        (2.0, 9.0, 11.0),
-    ]
-    assert select_worker(scores, {}, 0.0, random.Random(0)).worker == "W2"
+    assert logits == [18.0, 10.0, 11.0]
+    assert select_worker(logits, _none, 0.0, random.Random(0)) == 1
+
+
+def test_idle_workers_share_the_formula() -> None:
+    logits = worker_logits(["a", "b"], 100, 16, overlaps={}, loads={"b": WorkerLoad()})
+    prefill, decode = cost_terms(100, 16, 0, WorkerLoad())
+    assert logits == [prefill + decode, prefill + decode] == [100 / 16 + 7, 100 / 16 + 7]
 
 
 def test_overlap_weight_and_prefill_load_shift_the_choice() -> None:
     loads = {"A": WorkerLoad(active_prefill_tokens=64)}
-    scores = score_workers(["A", "B"], 64, 16, overlaps={"A": 2}, loads=loads, overlap_weight=2.0)
+    logits = worker_logits(["A", "B"], 64, 16, overlaps={"A": 2}, loads=loads, overlap_weight=2.0)
     # A: prefill (64 - 32 + 64) / 16 = 6, decode 2 -> 14; B: prefill 4, decode 4 -> 12
-    assert [s.logit for s in scores] == [14.0, 12.0]
-    assert select_worker(scores, {}, 0.0, random.Random(0)).worker == "B"
+    assert logits == [14.0, 12.0]
+    assert select_worker(logits, _none, 0.0, random.Random(0)) == 1
 
 
 def test_ties_go_to_the_fewest_cached_blocks_then_random() -> None:
-    tied = [WorkerScore(w, 0, 1.0, 1.0, 2.0) for w in ("a", "b", "c")]
-    assert select_worker(tied, {"a": 5, "b": 1, "c": 3}, 0.0, random.Random(0)).worker == "b"
+    tied = [2.0, 2.0, 2.0, 5.0]
+    assert select_worker(tied, [5, 1, 3, 0].__getitem__, 0.0, random.Random(0)) == 1
     picks = Counter(
-        select_worker(tied, {"a": 1, "b": 1, "c": 9}, 0.0, random.Random(seed)).worker
+        select_worker(tied, [1, 1, 9, 0].__getitem__, 0.0, random.Random(seed))
         for seed in range(200)
     )
-    assert set(picks) == {"a", "b"}
+    assert set(picks) == {0, 1}
+    asked: list[int] = []
+    select_worker([1.0, 2.0], lambda i: asked.append(i) or 0, 0.0, random.Random(0))
+    assert asked == []  # no tie: no cached-block lookups
 
 
 def test_temperature_samples_softmax_of_range_normalized_logits() -> None:
-    scores = [
-        WorkerScore(w, 0, 0.0, 0.0, logit) for w, logit in (("a", 10.0), ("b", 15.0), ("c", 20.0))
-    ]
+    logits = [10.0, 15.0, 20.0]
     temperature = 0.5
     weights = [math.exp(-n / temperature) for n in (0.0, 0.5, 1.0)]
     expected = [w / sum(weights) for w in weights]
     rng = random.Random(1234)
     n = 20000
-    counts = Counter(select_worker(scores, {}, temperature, rng).worker for _ in range(n))
-    for worker, p in zip("abc", expected, strict=True):
-        assert counts[worker] / n == pytest.approx(p, abs=0.015)
+    counts = Counter(select_worker(logits, _none, temperature, rng) for _ in range(n))
+    for index, p in enumerate(expected):
+        assert counts[index] / n == pytest.approx(p, abs=0.015)
 
 
 def test_equal_logits_with_temperature_are_uniform() -> None:
-    scores = [WorkerScore(w, 0, 0.0, 0.0, 3.0) for w in "ab"]
     rng = random.Random(7)
-    counts = Counter(select_worker(scores, {}, 1.0, rng).worker for _ in range(4000))
-    assert counts["a"] / 4000 == pytest.approx(0.5, abs=0.04)
+    counts = Counter(select_worker([3.0, 3.0], _none, 1.0, rng) for _ in range(4000))
+    assert counts[0] / 4000 == pytest.approx(0.5, abs=0.04)
 
 
 def test_no_workers_is_an_error() -> None:
     with pytest.raises(ValueError, match="no workers"):
-        select_worker([], {}, 0.0, random.Random(0))
+        select_worker([], _none, 0.0, random.Random(0))
 
 
 def test_load_follows_a_request_through_every_ending() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from armature.kv.hashing import DEFAULT_HASH_SEED
@@ -31,14 +33,48 @@ def test_a_new_record_refreshes_the_ttl() -> None:
     assert index.find_overlaps([1], now_s=15.0) == {"a": 1}
 
 
-def test_size_bound_drops_the_oldest() -> None:
+def test_size_bound_drops_the_oldest_decisions() -> None:
     index = RoutedPrefixIndex(ttl_s=100.0, max_entries=3)
     index.record("a", [1, 2], now_s=0.0)
     index.record("b", [7, 8], now_s=1.0)
-    assert index.get_num_entries() == 3
-    assert index.find_overlaps([1, 2], now_s=2.0) == {}  # (1, a) went first
-    assert index.find_overlaps([2], now_s=2.0) == {"a": 1}
+    assert index.get_num_entries() == 2  # a's whole decision went first
+    assert index.find_overlaps([1, 2], now_s=2.0) == {}
     assert index.find_overlaps([7, 8], now_s=2.0) == {"b": 2}
+
+
+def test_dropping_a_refreshed_decision_keeps_the_refreshed_blocks() -> None:
+    index = RoutedPrefixIndex(ttl_s=10.0, max_entries=100)
+    index.record("a", [1, 2, 3], now_s=0.0)
+    index.record("a", [1], now_s=0.0)  # same time: expiries stay unique
+    index.prune(now_s=10.0, max_decisions=1)
+    assert index.get_num_entries() == 1
+    assert index.find_overlaps([1, 2, 3], now_s=10.0) == {"a": 1}
+
+
+def test_depth_search_matches_a_linear_scan() -> None:
+    rng = random.Random(5)
+    index = RoutedPrefixIndex(ttl_s=10.0, max_entries=10**6)
+    chains = [[rng.getrandbits(62) for _ in range(40)] for _ in range(4)]
+    # Branches share leading blocks with their parents.
+    chains += [c[: rng.randrange(1, 40)] + [rng.getrandbits(62) for _ in range(9)] for c in chains]
+    live: dict[str, dict[int, float]] = {}
+    for step in range(300):
+        now = step * 0.1
+        worker = f"w{rng.randrange(5)}"
+        chain = rng.choice(chains)
+        prefix = chain[: rng.randrange(1, len(chain) + 1)]
+        index.record(worker, prefix, now)
+        for h in prefix:
+            live.setdefault(worker, {})[h] = now + 10.0
+        query = rng.choice(chains)
+        expected = {}
+        for w, held in live.items():
+            depth = 0
+            while depth < len(query) and held.get(query[depth], -1.0) > now:
+                depth += 1
+            if depth:
+                expected[w] = depth
+        assert index.find_overlaps(query, now) == expected
 
 
 def test_invalid_settings() -> None:

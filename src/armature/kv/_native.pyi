@@ -1,0 +1,22 @@
+from collections.abc import Sequence
+from typing import Literal, overload
+
+from armature.kv.hashing import BlockHash
+
+@overload
+def hash_blocks(
+    token_ids: Sequence[int],
+    block_size: int,
+    seed: int,
+    parent: int | None,
+    with_local: Literal[True],
+) -> list[tuple[BlockHash, int]]: ...
+@overload
+def hash_blocks(
+    token_ids: Sequence[int],
+    block_size: int,
+    seed: int,
+    parent: int | None,
+    with_local: Literal[False],
+) -> list[int]: ...
+def xxh3_64(data: bytes, seed: int) -> int: ...
