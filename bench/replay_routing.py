@@ -1,7 +1,11 @@
 """Routing quality and replay speed: Mooncake traces through `armature.sim.replay` with 8
 mocker workers, for round-robin, least-loaded and kv routing.
 
-    python bench/replay_routing.py [--limit N] [--time-scale X] [--num-kv-blocks K] [--quick]
+    python bench/replay_routing.py [--limit N] [--time-scale X] [--num-kv-blocks K]
+                                   [--speed-run] [--quick]
+
+--speed-run also replays the whole conversation trace (original timestamps, kv, default
+settings) and checks the replay-speed target (<= 60 s of wall time).
 
 Writes the `replay_routing` section of docs/benchmarks.md (bench/out/ with --quick).
 """
@@ -12,7 +16,7 @@ import argparse
 import itertools
 from pathlib import Path
 
-from armature.sim.replay import ReplayConfig, replay
+from armature.sim.replay import ReplayConfig, ReplayReport, replay
 from armature.workload.traces import prefix_hit_ceiling, read_mooncake_trace
 from report import Section, get_machine_facts, markdown_table, write_section
 
@@ -26,16 +30,19 @@ def main() -> None:
         "--traces", nargs="+", default=["conversation_trace.jsonl", "synthetic_trace.jsonl"]
     )
     parser.add_argument("--limit", type=int, default=2000)
-    parser.add_argument("--time-scale", type=float, default=0.25)
+    parser.add_argument("--time-scale", type=float, default=0.12)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--num-kv-blocks", type=int, nargs="+", default=[32768, 262144])
+    parser.add_argument("--speed-run", action="store_true")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     limit = 200 if args.quick else args.limit
     rows = []
+    checks: list[str] = []
     for name in args.traces:
         requests = read_mooncake_trace(TRACES_DIR / name, limit=limit, time_scale=args.time_scale)
         ceiling = prefix_hit_ceiling(requests)
+        rr_ttft_p50 = 0.0
         for num_blocks, router in itertools.product(args.num_kv_blocks, ROUTERS):
             config = ReplayConfig(
                 num_workers=args.workers,
@@ -60,6 +67,12 @@ def main() -> None:
                 ]
             )
             print(rows[-1], flush=True)
+            if router == "round-robin":
+                rr_ttft_p50 = r.ttft_ms.p50
+            if router == "kv" and ceiling:
+                checks += _quality_checks(name, num_blocks, r, ceiling, rr_ttft_p50)
+    if args.speed_run:
+        checks.append(_speed_check())
     body = (
         f"First {limit} requests of each trace, arrival times x {args.time_scale}, "
         f"{args.workers} mocker workers (default DESIGN timing), block size 16, "
@@ -81,6 +94,9 @@ def main() -> None:
             ],
             rows,
         )
+        + "\n\n"
+        + "\n".join(f"- {c}" for c in checks)
+        + "\n"
     )
     out = Path(__file__).resolve().parent / (
         "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
@@ -89,6 +105,35 @@ def main() -> None:
         out, Section("replay_routing", "Replay: routing quality", body, "n/a"), get_machine_facts()
     )
     print(f"wrote {out}")
+
+
+def _quality_checks(
+    trace: str, num_blocks: int, kv: ReplayReport, ceiling: float, rr_ttft_p50_ms: float
+) -> list[str]:
+    def mark(ok: bool) -> str:
+        return "PASS" if ok else "MISS"
+
+    of_ceiling = kv.prefix_hit_ratio / ceiling
+    ratio = rr_ttft_p50_ms / kv.ttft_ms.p50 if kv.ttft_ms.p50 else float("inf")
+    where = f"{trace}, {num_blocks} blocks"
+    return [
+        f"{mark(of_ceiling >= 0.85)}: {where}: kv reaches {of_ceiling:.0%} of the ceiling "
+        "(target >= 85%)",
+        f"{mark(kv.load_skew <= 1.1)}: {where}: load skew {kv.load_skew:.2f} (target <= 1.1)",
+        f"{mark(ratio >= 2 and rr_ttft_p50_ms >= 500)}: {where}: TTFT p50 {ratio:.1f}x lower "
+        f"than round-robin's {rr_ttft_p50_ms:.0f} ms (target >= 2x, round-robin >= 500 ms)",
+    ]
+
+
+def _speed_check() -> str:
+    requests = read_mooncake_trace(TRACES_DIR / "conversation_trace.jsonl")
+    r = replay(requests, ReplayConfig(num_workers=8, router="kv", block_size=16))
+    print(f"speed run: {r.num_requests} requests in {r.wall_time_s:.1f} s", flush=True)
+    return (
+        f"{'PASS' if r.wall_time_s <= 60 else 'MISS'}: the whole conversation trace "
+        f"({r.num_requests:,} requests, original timestamps, 8 workers, kv) replays in "
+        f"{r.wall_time_s:.0f} s of wall time (target <= 60 s)"
+    )
 
 
 if __name__ == "__main__":

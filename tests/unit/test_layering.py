@@ -12,6 +12,7 @@ LAYERS: list[set[str]] = [
     {"protocols", "workload"},
     {"kv", "model", "router"},
     {"engine", "sim"},
+    {"runtime"},
     {"frontend"},
     {"cli", "cli_args", "cli_replay"},
 ]

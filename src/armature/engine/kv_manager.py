@@ -28,7 +28,18 @@ class KvCacheManager:
     ) -> bool:
         """Give `request` blocks for `num_new_tokens` more tokens (after taking `cached_blocks`
         as its computed prefix). All or nothing: False leaves every state untouched."""
-        cached = cached_blocks or []
+        if not cached_blocks:  # the common case (decodes, later prefill chunks): no lookups
+            num_blocks_needed = -(
+                -(request.num_computed_tokens + num_new_tokens) // self.block_size
+            )
+            num_new_blocks = num_blocks_needed - len(request.block_ids)
+            if num_new_blocks <= 0:
+                return True
+            if num_new_blocks > self.pool.get_num_free_blocks():
+                return False
+            request.block_ids.extend(self.pool.allocate(num_new_blocks))
+            return True
+        cached = cached_blocks
         num_computed = request.num_computed_tokens + len(cached) * self.block_size
         num_blocks_needed = -(-(num_computed + num_new_tokens) // self.block_size)
         num_new_blocks = max(0, num_blocks_needed - len(request.block_ids) - len(cached))

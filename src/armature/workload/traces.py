@@ -26,6 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "THINK_JITTER_FRACTION",
     "TRACE_BLOCK_TOKENS",
@@ -185,8 +187,9 @@ def _block_token_ids(
 ) -> array[int]:
     """One block's token ids; pure, so cached (traces reuse ids a lot). Callers must not
     mutate the result. A str seed is hashed with SHA-512, independent of PYTHONHASHSEED."""
-    rng = random.Random(f"{seed}:{hash_id}")
-    return array("i", rng.choices(range(min_token_id, vocab_size), k=num_tokens))
+    raw = random.Random(f"{seed}:{hash_id}").randbytes(4 * num_tokens)
+    values = np.frombuffer(raw, dtype="<u4") % (vocab_size - min_token_id) + min_token_id
+    return array("i", values.astype(np.int32).tobytes())
 
 
 # ---- Synthetic workloads ---------------------------------------------------------------------

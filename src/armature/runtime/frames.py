@@ -1,0 +1,95 @@
+"""Request-plane wire frames (DESIGN §3: msgspec msgpack, never pickle) and their framing:
+a 4-byte big-endian length, then one msgpack-encoded frame. Pure.
+
+Client -> server: Open (start a stream on an endpoint, with an initial credit), Credit (the
+client consumed n more items), Cancel. Server -> client: Data (one item), End, Fail. A
+server sends at most `credit` Data frames ahead of what the client has acknowledged: that is
+the per-stream back-pressure; TCP's own flow control covers the connection.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "Cancel",
+    "Credit",
+    "Data",
+    "End",
+    "Fail",
+    "Frame",
+    "FrameError",
+    "Open",
+    "decode_frame",
+    "encode_frame",
+    "read_length",
+]
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+_HEADER = 4
+
+
+class FrameError(ValueError):
+    """A frame that cannot be accepted (oversized, truncated, undecodable, unknown type)."""
+
+
+class Open(msgspec.Struct, tag="open", frozen=True):
+    stream_id: int
+    endpoint: str
+    payload: bytes
+    credit: int
+
+
+class Credit(msgspec.Struct, tag="credit", frozen=True):
+    stream_id: int
+    n: int
+
+
+class Cancel(msgspec.Struct, tag="cancel", frozen=True):
+    stream_id: int
+
+
+class Data(msgspec.Struct, tag="data", frozen=True):
+    stream_id: int
+    payload: bytes
+
+
+class End(msgspec.Struct, tag="end", frozen=True):
+    stream_id: int
+
+
+class Fail(msgspec.Struct, tag="fail", frozen=True):
+    stream_id: int
+    code: str  # "invalid_request", "not_found", "unavailable", "internal"
+    message: str
+
+
+Frame = Open | Credit | Cancel | Data | End | Fail
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Frame)
+
+
+def encode_frame(frame: Frame, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    body = _encoder.encode(frame)
+    if len(body) > max_bytes:
+        raise FrameError(f"frame of {len(body)} bytes exceeds the {max_bytes}-byte limit")
+    return len(body).to_bytes(_HEADER, "big") + body
+
+
+def read_length(header: bytes, max_bytes: int = MAX_FRAME_BYTES) -> int:
+    """The body length announced by a 4-byte header; FrameError if over `max_bytes`."""
+    if len(header) != _HEADER:
+        raise FrameError("truncated frame header")
+    length = int.from_bytes(header, "big")
+    if length > max_bytes:
+        raise FrameError(f"announced frame of {length} bytes exceeds the {max_bytes}-byte limit")
+    return length
+
+
+def decode_frame(body: bytes) -> Frame:
+    try:
+        return _decoder.decode(body)
+    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+        raise FrameError(f"undecodable frame: {exc}") from None

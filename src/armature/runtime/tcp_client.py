@@ -1,0 +1,169 @@
+"""The request plane's TCP client: streams multiplexed over pooled connections.
+
+`stream(host, port, endpoint, payload)` opens a stream on one of up to `connections_per_peer`
+connections to that peer (the least busy, opened lazily) and yields response payloads. It
+grants the server `window` items of credit and tops it up as items are consumed, so a slow
+consumer holds back its own stream and no other. Closing the iterator early sends Cancel.
+A lost connection fails every stream on it with `PeerUnavailableError`; a Fail frame raises
+`RemoteError` with the server's code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator
+
+from armature.runtime.frames import (
+    MAX_FRAME_BYTES,
+    Cancel,
+    Credit,
+    Data,
+    End,
+    Fail,
+    Frame,
+    FrameError,
+    Open,
+    encode_frame,
+)
+from armature.runtime.tcp_server import read_frame
+
+__all__ = ["PeerUnavailableError", "RemoteError", "RequestPlaneClient"]
+
+log = logging.getLogger(__name__)
+
+_END = object()
+
+
+class PeerUnavailableError(ConnectionError):
+    """The peer cannot be reached, or the connection carrying the stream was lost."""
+
+
+class RemoteError(RuntimeError):
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader = reader
+        self.writer = writer
+        self.queues: dict[int, asyncio.Queue[object]] = {}
+        self.closed = False
+        self.reader_task = asyncio.get_running_loop().create_task(self._read_forever())
+
+    async def _read_forever(self) -> None:
+        reason = "connection closed by the peer"
+        try:
+            while True:
+                frame = await read_frame(self.reader, MAX_FRAME_BYTES)
+                self._route(frame)
+        except EOFError:
+            pass
+        except (FrameError, ConnectionError, OSError) as exc:
+            reason = f"connection lost: {exc}"
+            log.warning("request plane client: %s", reason)
+        finally:
+            self.closed = True
+            for queue in self.queues.values():
+                queue.put_nowait(PeerUnavailableError(reason))
+            self.writer.close()
+
+    def _route(self, frame: Frame) -> None:
+        if isinstance(frame, Data | End | Fail):
+            queue = self.queues.get(frame.stream_id)
+            if queue is not None:  # a cancelled stream's late frames are dropped
+                queue.put_nowait(frame)
+        else:
+            raise FrameError(f"unexpected {type(frame).__name__} frame from a server")
+
+    async def send(self, frame: Frame) -> None:
+        if self.closed:
+            raise PeerUnavailableError("connection closed")
+        try:
+            self.writer.write(encode_frame(frame))
+            await self.writer.drain()
+        except (ConnectionError, OSError) as exc:
+            raise PeerUnavailableError(f"send failed: {exc}") from None
+
+    async def close(self) -> None:
+        self.reader_task.cancel()
+        await asyncio.gather(self.reader_task, return_exceptions=True)
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.writer.wait_closed()
+
+
+class RequestPlaneClient:
+    def __init__(
+        self, connections_per_peer: int = 2, window: int = 32, connect_timeout_s: float = 5.0
+    ):
+        if connections_per_peer <= 0 or window <= 0:
+            raise ValueError("connections_per_peer and window must be > 0")
+        self.connections_per_peer = connections_per_peer
+        self.window = window
+        self.connect_timeout_s = connect_timeout_s
+        self._pools: dict[tuple[str, int], list[_Connection]] = {}
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._ids = itertools.count(1)
+
+    async def _connection(self, host: str, port: int) -> _Connection:
+        key = (host, port)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            pool = [c for c in self._pools.get(key, []) if not c.closed]
+            idle = [c for c in pool if not c.queues]
+            if idle or len(pool) >= self.connections_per_peer:
+                self._pools[key] = pool
+                return idle[0] if idle else min(pool, key=lambda c: len(c.queues))
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), self.connect_timeout_s
+                )
+            except (OSError, TimeoutError) as exc:
+                raise PeerUnavailableError(f"cannot connect to {host}:{port}: {exc}") from None
+            conn = _Connection(reader, writer)
+            self._pools[key] = [*pool, conn]
+            return conn
+
+    async def stream(
+        self, host: str, port: int, endpoint: str, payload: bytes
+    ) -> AsyncIterator[bytes]:
+        conn = await self._connection(host, port)
+        sid = next(self._ids)
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        conn.queues[sid] = queue
+        finished = False
+        try:
+            await conn.send(Open(sid, endpoint, payload, self.window))
+            consumed = 0
+            while True:
+                item = await queue.get()
+                if isinstance(item, Data):
+                    yield item.payload
+                    consumed += 1
+                    if consumed >= self.window // 2:
+                        await conn.send(Credit(sid, consumed))
+                        consumed = 0
+                elif isinstance(item, End):
+                    finished = True
+                    return
+                elif isinstance(item, Fail):
+                    finished = True
+                    raise RemoteError(item.code, item.message)
+                elif isinstance(item, PeerUnavailableError):
+                    finished = True
+                    raise item
+        finally:
+            conn.queues.pop(sid, None)
+            if not finished and not conn.closed:
+                with contextlib.suppress(PeerUnavailableError):
+                    await conn.send(Cancel(sid))
+
+    async def close(self) -> None:
+        conns = [c for pool in self._pools.values() for c in pool]
+        self._pools.clear()
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)

@@ -1,0 +1,230 @@
+"""The request plane's TCP server: streaming handlers, many streams per connection.
+
+A handler takes a request payload and returns an async iterator of response payloads. Each
+Open frame starts one handler task; its items go out as Data frames, never more than the
+stream's credit ahead of the client, then End (or Fail). Cancel, or the connection closing,
+cancels the handler task, and closing its iterator is how a generation is aborted on the
+worker. A peer that sends nothing within `first_frame_timeout_s`, or a malformed, truncated,
+oversized or unexpected frame, or one that stalls half-sent for `frame_timeout_s`, loses its
+connection with a logged reason; other connections are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+
+from armature.runtime.frames import (
+    MAX_FRAME_BYTES,
+    Cancel,
+    Credit,
+    Data,
+    End,
+    Fail,
+    Frame,
+    FrameError,
+    Open,
+    decode_frame,
+    encode_frame,
+    read_length,
+)
+
+__all__ = ["Handler", "HandlerError", "RequestPlaneServer", "read_frame"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[bytes], AsyncIterator[bytes]]
+
+
+class HandlerError(Exception):
+    """Raised by a handler to fail its stream with a code the client can act on."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+async def read_frame(
+    reader: asyncio.StreamReader,
+    max_bytes: int = MAX_FRAME_BYTES,
+    rest_timeout_s: float | None = None,
+) -> Frame:
+    """One frame; EOFError at a clean end of stream, FrameError for anything malformed or for
+    a frame whose rest does not arrive within `rest_timeout_s` of its first byte."""
+    try:
+        first = await reader.readexactly(1)
+    except asyncio.IncompleteReadError:
+        raise EOFError from None
+    try:
+        async with asyncio.timeout(rest_timeout_s):
+            header = first + await reader.readexactly(3)
+            length = read_length(header, max_bytes)
+            body = await reader.readexactly(length)
+    except asyncio.IncompleteReadError:
+        raise FrameError("truncated frame") from None
+    except TimeoutError:
+        raise FrameError(f"frame incomplete after {rest_timeout_s} s") from None
+    return decode_frame(body)
+
+
+class _Stream:
+    def __init__(self, credit: int):
+        self.credit = credit
+        self.credit_changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+
+class _Connection:
+    def __init__(
+        self,
+        server: RequestPlaneServer,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ):
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.streams: dict[int, _Stream] = {}
+        self.peer = writer.get_extra_info("peername")
+
+    async def run(self) -> None:
+        try:
+            first = True
+            while True:
+                timeout = self.server.first_frame_timeout_s if first else None
+                try:
+                    frame = await asyncio.wait_for(
+                        read_frame(
+                            self.reader,
+                            self.server.max_frame_bytes,
+                            self.server.frame_timeout_s,
+                        ),
+                        timeout,
+                    )
+                except TimeoutError:
+                    log.warning("request plane: %s sent nothing; closing", self.peer)
+                    return
+                first = False
+                self._dispatch(frame)
+        except EOFError:
+            return
+        except FrameError as exc:
+            log.warning("request plane: closing %s: %s", self.peer, exc)
+        except (ConnectionError, OSError) as exc:
+            log.info("request plane: connection from %s lost: %s", self.peer, exc)
+        finally:
+            await self._close()
+
+    def _dispatch(self, frame: Frame) -> None:
+        if isinstance(frame, Open):
+            if frame.stream_id in self.streams:
+                raise FrameError(f"stream {frame.stream_id} opened twice")
+            if frame.credit <= 0:
+                raise FrameError(f"stream {frame.stream_id} opened with credit {frame.credit}")
+            stream = _Stream(frame.credit)
+            self.streams[frame.stream_id] = stream
+            stream.task = asyncio.get_running_loop().create_task(self._serve(frame, stream))
+        elif isinstance(frame, Credit):
+            credited = self.streams.get(frame.stream_id)
+            if credited is not None and frame.n > 0:
+                credited.credit += frame.n
+                credited.credit_changed.set()
+        elif isinstance(frame, Cancel):
+            cancelled = self.streams.get(frame.stream_id)
+            if cancelled is not None and cancelled.task is not None:
+                cancelled.task.cancel()
+        else:
+            raise FrameError(f"unexpected {type(frame).__name__} frame from a client")
+
+    async def _serve(self, frame: Open, stream: _Stream) -> None:
+        sid = frame.stream_id
+        handler = self.server.handlers.get(frame.endpoint)
+        try:
+            if handler is None:
+                await self._send(Fail(sid, "not_found", f"no endpoint {frame.endpoint!r}"))
+                return
+            items = handler(frame.payload)
+            try:
+                async for item in items:
+                    while stream.credit <= 0:
+                        stream.credit_changed.clear()
+                        await stream.credit_changed.wait()
+                    stream.credit -= 1
+                    await self._send(Data(sid, item))
+            finally:
+                await items.aclose()  # type: ignore[attr-defined]
+            await self._send(End(sid))
+        except asyncio.CancelledError:
+            pass  # cancelled by the client or the connection closing: nothing to send
+        except HandlerError as exc:
+            await self._send_quietly(Fail(sid, exc.code, exc.message))
+        except Exception as exc:
+            log.exception("request plane: handler %r failed", frame.endpoint)
+            await self._send_quietly(Fail(sid, "internal", f"{type(exc).__name__}: {exc}"))
+        finally:
+            self.streams.pop(sid, None)
+
+    async def _send(self, frame: Frame) -> None:
+        self.writer.write(encode_frame(frame, self.server.max_frame_bytes))
+        await self.writer.drain()
+
+    async def _send_quietly(self, frame: Frame) -> None:
+        with contextlib.suppress(ConnectionError, OSError, FrameError):
+            await self._send(frame)
+
+    async def _close(self) -> None:
+        tasks = [s.task for s in self.streams.values() if s.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.writer.wait_closed()
+
+
+class RequestPlaneServer:
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        first_frame_timeout_s: float = 10.0,
+        frame_timeout_s: float = 10.0,
+    ):
+        self.handlers = dict(handlers)
+        self.host = host
+        self.port = port
+        self.max_frame_bytes = max_frame_bytes
+        self.first_frame_timeout_s = first_frame_timeout_s
+        self.frame_timeout_s = frame_timeout_s
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await _Connection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass  # the server is stopping
+        finally:
+            self._connections.discard(task)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None

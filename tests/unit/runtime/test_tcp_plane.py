@@ -1,0 +1,210 @@
+"""The TCP request plane against a real server on 127.0.0.1: streaming, multiplexing,
+cancellation both ways, back-pressure, and bad peers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+
+from armature.runtime.frames import Open, encode_frame
+from armature.runtime.tcp_client import PeerUnavailableError, RemoteError, RequestPlaneClient
+from armature.runtime.tcp_server import HandlerError, RequestPlaneServer
+
+
+class Probe:
+    """Handlers that record what the server side saw."""
+
+    def __init__(self) -> None:
+        self.produced = 0
+        self.closed = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def count(self, payload: bytes) -> AsyncIterator[bytes]:
+        for i in range(int(payload)):
+            yield str(i).encode()
+
+    async def endless(self, payload: bytes) -> AsyncIterator[bytes]:
+        self.started.set()
+        try:
+            while True:
+                self.produced += 1
+                yield b"x"
+        finally:
+            self.closed.set()
+
+    async def slow_then_close(self, payload: bytes) -> AsyncIterator[bytes]:
+        self.started.set()
+        try:
+            await asyncio.sleep(3600)
+            yield b""
+        finally:
+            self.closed.set()
+
+    async def fail(self, payload: bytes) -> AsyncIterator[bytes]:
+        yield b"one"
+        if payload == b"typed":
+            raise HandlerError("invalid_request", "prompt too long")
+        raise RuntimeError("boom")
+
+
+async def start(probe: Probe, **kwargs: float) -> RequestPlaneServer:
+    kwargs.setdefault("frame_timeout_s", 0.5)
+    server = RequestPlaneServer(
+        {
+            "count": probe.count,
+            "endless": probe.endless,
+            "slow": probe.slow_then_close,
+            "fail": probe.fail,
+        },
+        **kwargs,  # type: ignore[arg-type]
+    )
+    await server.start()
+    return server
+
+
+async def collect(client: RequestPlaneClient, port: int, endpoint: str, body: bytes) -> list[bytes]:
+    return [item async for item in client.stream("127.0.0.1", port, endpoint, body)]
+
+
+async def test_streams_arrive_whole_and_in_order_over_few_connections() -> None:
+    probe = Probe()
+    server = await start(probe)
+    client = RequestPlaneClient(connections_per_peer=2, window=4)
+    try:
+        results = await asyncio.gather(
+            *(collect(client, server.port, "count", str(n).encode()) for n in range(30))
+        )
+        for n, items in enumerate(results):
+            assert items == [str(i).encode() for i in range(n)]
+        assert len(client._pools[("127.0.0.1", server.port)]) <= 2
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_closing_the_stream_cancels_the_handler() -> None:
+    probe = Probe()
+    server = await start(probe)
+    client = RequestPlaneClient()
+    try:
+        stream = client.stream("127.0.0.1", server.port, "endless", b"")
+        assert await anext(stream) == b"x"
+        await stream.aclose()  # type: ignore[attr-defined]
+        await asyncio.wait_for(probe.closed.wait(), 5)
+        # the connection stays usable for other streams
+        assert await collect(client, server.port, "count", b"3") == [b"0", b"1", b"2"]
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_a_client_disconnect_cancels_its_handlers() -> None:
+    probe = Probe()
+    server = await start(probe)
+    client = RequestPlaneClient()
+    stream = client.stream("127.0.0.1", server.port, "slow", b"")
+    task = asyncio.ensure_future(anext(stream))
+    await asyncio.wait_for(probe.started.wait(), 5)
+    await client.close()
+    await asyncio.wait_for(probe.closed.wait(), 5)
+    with pytest.raises(PeerUnavailableError):
+        await asyncio.wait_for(task, 5)
+    await server.stop()
+
+
+async def test_a_slow_consumer_holds_back_its_producer() -> None:
+    probe = Probe()
+    server = await start(probe)
+    client = RequestPlaneClient(window=8)
+    try:
+        stream = client.stream("127.0.0.1", server.port, "endless", b"")
+        for _ in range(3):
+            await anext(stream)
+        await asyncio.sleep(0.3)
+        assert probe.produced <= 8 + 1  # the window, plus the item the handler is holding
+        await stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_errors_reach_the_client_with_their_code() -> None:
+    probe = Probe()
+    server = await start(probe)
+    client = RequestPlaneClient()
+    try:
+        with pytest.raises(RemoteError) as typed:
+            await collect(client, server.port, "fail", b"typed")
+        assert (typed.value.code, typed.value.message) == ("invalid_request", "prompt too long")
+        with pytest.raises(RemoteError) as internal:
+            await collect(client, server.port, "fail", b"")
+        assert internal.value.code == "internal" and "boom" in internal.value.message
+        with pytest.raises(RemoteError) as missing:
+            await collect(client, server.port, "nope", b"")
+        assert missing.value.code == "not_found"
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_unreachable_peer() -> None:
+    server = await start(Probe())
+    port = server.port
+    await server.stop()
+    client = RequestPlaneClient(connect_timeout_s=2)
+    with pytest.raises(PeerUnavailableError, match="cannot connect"):
+        await collect(client, port, "count", b"1")
+    await client.close()
+
+
+async def _raw(port: int, data: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    got = await asyncio.wait_for(reader.read(), 5)  # b"" once the server closes
+    writer.close()
+    return got
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        (2**31).to_bytes(4, "big"),  # oversized announced length
+        (100).to_bytes(4, "big") + b"short",  # truncated body
+        (3).to_bytes(4, "big") + b"\xc1\xc1\xc1",  # not msgpack
+        encode_frame(Open(1, "count", b"1", 4))[:2],  # truncated header
+    ],
+)
+async def test_bad_frames_close_only_that_connection(
+    garbage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = await start(Probe())
+    client = RequestPlaneClient()
+    try:
+        assert await _raw(server.port, garbage) == b""
+        assert await collect(client, server.port, "count", b"2") == [b"0", b"1"]
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_unknown_frame_types_are_rejected(caplog: pytest.LogCaptureFixture) -> None:
+    server = await start(Probe())
+    try:
+        body = msgspec.msgpack.encode({"type": "launch_missiles", "stream_id": 1})
+        assert await _raw(server.port, len(body).to_bytes(4, "big") + body) == b""
+        assert "undecodable frame" in caplog.text
+    finally:
+        await server.stop()
+
+
+async def test_a_silent_peer_times_out(caplog: pytest.LogCaptureFixture) -> None:
+    server = await start(Probe(), first_frame_timeout_s=0.2)
+    try:
+        assert await _raw(server.port, b"") == b""
+        assert "sent nothing" in caplog.text
+    finally:
+        await server.stop()
