@@ -1,0 +1,106 @@
+"""Discovery backends (mem, file) against one contract: register, list, watch, clean
+deregistration, and lease expiry when the owner stops renewing (crash)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from armature.runtime.discovery import Discovery, MemDiscovery, WatchEvent
+from armature.runtime.discovery_file import FileDiscovery
+
+
+@pytest.fixture(params=["mem", "file"])
+async def discovery(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Discovery]:
+    d: Discovery = (
+        MemDiscovery(expire_interval_s=0.05)
+        if request.param == "mem"
+        else FileDiscovery(tmp_path / "disc", poll_interval_s=0.05)
+    )
+    yield d
+    await d.close()
+
+
+async def next_event(watch: AsyncIterator[WatchEvent], timeout_s: float = 5.0) -> WatchEvent:
+    return await asyncio.wait_for(anext(watch), timeout_s)
+
+
+async def test_register_list_watch_deregister(discovery: Discovery) -> None:
+    a = await discovery.register("instances/ns/worker/generate/1", b"card-a", ttl_s=5)
+    watch = discovery.watch("instances/ns/")
+    assert await next_event(watch) == WatchEvent("put", "instances/ns/worker/generate/1", b"card-a")
+    b = await discovery.register("instances/ns/worker/generate/2", b"card-b", ttl_s=5)
+    await discovery.register("other/x", b"not watched", ttl_s=5)
+    assert await next_event(watch) == WatchEvent("put", "instances/ns/worker/generate/2", b"card-b")
+    assert await discovery.list("instances/ns/") == {
+        "instances/ns/worker/generate/1": b"card-a",
+        "instances/ns/worker/generate/2": b"card-b",
+    }
+    await a.close()
+    assert await next_event(watch) == WatchEvent("delete", "instances/ns/worker/generate/1")
+    assert list(await discovery.list("instances/")) == ["instances/ns/worker/generate/2"]
+    await b.close()
+    await watch.aclose()  # type: ignore[attr-defined]
+
+
+async def test_renewal_keeps_a_short_lease_alive(discovery: Discovery) -> None:
+    reg = await discovery.register("k", b"v", ttl_s=0.3)
+    await asyncio.sleep(1.0)  # three lease lengths
+    assert await discovery.list("k") == {"k": b"v"}
+    await reg.close()
+    assert await discovery.list("k") == {}
+
+
+async def test_a_lease_that_stops_renewing_expires(discovery: Discovery) -> None:
+    reg = await discovery.register("k", b"v", ttl_s=0.4)
+    watch = discovery.watch("k")
+    assert (await next_event(watch)).kind == "put"
+    reg._task.cancel()  # type: ignore[attr-defined]  # the owner froze or died
+    started = time.monotonic()
+    assert await next_event(watch) == WatchEvent("delete", "k")
+    assert time.monotonic() - started < 0.4 + 0.5
+    assert await discovery.list("k") == {}
+    await watch.aclose()  # type: ignore[attr-defined]
+
+
+_REGISTER_AND_HANG = """
+import asyncio, sys
+from armature.runtime.discovery_file import FileDiscovery
+async def main():
+    d = FileDiscovery(sys.argv[1])
+    await d.register("instances/crashy", b"x", ttl_s=1.0)
+    print("registered", flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+async def test_file_lease_of_a_killed_process_expires(tmp_path: Path) -> None:
+    directory = tmp_path / "disc"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _REGISTER_AND_HANG, str(directory)], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"registered"
+        d = FileDiscovery(directory, poll_interval_s=0.05)
+        assert await d.list("instances/") == {"instances/crashy": b"x"}
+        os.kill(proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        watch = d.watch("instances/")
+        assert (await next_event(watch)).kind == "put"
+        assert await next_event(watch) == WatchEvent("delete", "instances/crashy")
+        assert time.monotonic() - killed < 1.0 + 0.5
+        assert list((directory / "entries").iterdir()) == []  # collected
+        await watch.aclose()  # type: ignore[attr-defined]
+    finally:
+        proc.kill()
+        proc.wait()
