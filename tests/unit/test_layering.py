@@ -13,7 +13,7 @@ LAYERS: list[set[str]] = [
     {"kv", "model", "router"},
     {"engine", "sim"},
     {"runtime"},
-    {"frontend"},
+    {"frontend", "worker"},
     {"cli", "cli_args", "cli_replay"},
 ]
 

@@ -19,6 +19,7 @@ from armature.engine.model_runner import ModelRunner, RunnerOutput, TorchModelRu
 from armature.engine.request import RequestState
 from armature.engine.sampler import SampleInput, sample
 from armature.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
+from armature.engine.validation import validate_request
 from armature.kv.block_pool import BlockPool
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.model.arch import ModelArch, read_arch
@@ -78,27 +79,13 @@ class EngineCore:
     # ---- requests ----------------------------------------------------------------------
     def validate(self, request: EngineRequest) -> None:
         """Raise InvalidRequestError if `request` can never be served. Reads config only."""
-        num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
-        if not request.prompt_token_ids:
-            raise InvalidRequestError("the prompt is empty")
-        vocab = self.arch.vocab_size
-        if min(request.prompt_token_ids) < 0 or max(request.prompt_token_ids) >= vocab:
-            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
-        if any(t < 0 or t >= vocab for t in request.sampling.stop_token_ids):
-            raise InvalidRequestError(f"stop token ids must be in [0, {vocab})")
-        if request.sampling.max_tokens < 1:
-            raise InvalidRequestError("max_tokens must be at least 1")
-        total = num_tokens + request.sampling.max_tokens
-        if total > self.max_model_len:
-            raise InvalidRequestError(
-                f"prompt ({num_tokens} tokens) plus max_tokens ({request.sampling.max_tokens}) "
-                f"exceeds the context length of {self.max_model_len} tokens"
-            )
-        if -(-total // self.config.block_size) > self.pool.num_blocks:
-            raise InvalidRequestError(
-                f"request needs {total} tokens of KV cache; this engine holds "
-                f"{self.pool.num_blocks * self.config.block_size}"
-            )
+        validate_request(
+            request,
+            vocab_size=self.arch.vocab_size,
+            max_model_len=self.max_model_len,
+            block_size=self.config.block_size,
+            num_kv_blocks=self.pool.num_blocks,
+        )
 
     def add_request(self, request: EngineRequest) -> None:
         self.validate(request)

@@ -59,8 +59,6 @@ class EngineRouter:
         config: RouterConfig,
         observer: RouterObserver | None = None,
     ):
-        if not engines:
-            raise ValueError("the router needs at least one engine")
         self.engines = dict(engines)
         self.config = config
         self.observer = observer or RouterObserver()
@@ -70,7 +68,7 @@ class EngineRouter:
         self._sync_task: asyncio.Task[None] | None = None
 
     def _make_policy(self, config: RouterConfig) -> RoutingPolicy:
-        total_blocks = sum(e.get_load().num_total_blocks for e in self.engines.values())
+        total_blocks = max(1, sum(e.get_load().num_total_blocks for e in self.engines.values()))
         return make_policy(
             config.policy,
             index=self.index,
@@ -90,6 +88,26 @@ class EngineRouter:
             engine.start()
             self.index.add_worker(worker, engine.get_load().num_total_blocks)
         self._sync_task = asyncio.get_running_loop().create_task(self._sync_forever())
+
+    def add_engine(self, worker: str, engine: Engine) -> None:
+        """A worker joined: start routing to it (its blocks join the index as events come)."""
+        if worker in self.engines:
+            raise ValueError(f"worker {worker!r} is already routed to")
+        engine.start()
+        self.index.add_worker(worker, engine.get_load().num_total_blocks)
+        self.engines[worker] = engine
+        routed = getattr(self.policy, "routed", None)
+        if routed is not None:  # the routed predictions stay bounded by the total capacity
+            routed.max_entries = sum(e.get_load().num_total_blocks for e in self.engines.values())
+
+    async def remove_engine(self, worker: str) -> None:
+        """A worker left: no new requests go to it and its blocks leave the index."""
+        engine = self.engines.pop(worker, None)
+        if engine is None:
+            return
+        if worker in self.index.get_workers():
+            self.index.remove_worker(worker)
+        await engine.stop()
 
     async def stop(self) -> None:
         if self._sync_task is not None:
@@ -117,7 +135,9 @@ class EngineRouter:
             self.policy.select(RouteRequest("check", [], target_worker), workers)
 
     def validate(self, request: EngineRequest) -> None:
-        next(iter(self.engines.values())).validate(request)
+        for engine in self.engines.values():
+            engine.validate(request)  # the workers of one model share its limits
+            return
 
     async def generate(
         self, request: EngineRequest, target_worker: str | None = None
@@ -163,7 +183,7 @@ class EngineRouter:
     # ---- KV events -> index ------------------------------------------------------------
     async def sync_events(self) -> None:
         """Apply every worker's pending KV events; a gap triggers a dump from that worker."""
-        for worker, engine in self.engines.items():
+        for worker, engine in list(self.engines.items()):
             if not engine.is_alive:
                 if worker in self.index.get_workers():
                     self.index.remove_worker(worker)  # a dead worker's blocks are gone

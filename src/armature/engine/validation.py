@@ -1,0 +1,41 @@
+"""Whether a request can ever be served by an engine of a given shape. Pure; shared by the
+engine core and by a frontend's view of a remote worker (so both reject the same requests
+with the same words)."""
+
+from __future__ import annotations
+
+from armature.engine.interface import InvalidRequestError
+from armature.protocols.engine import EngineRequest
+
+__all__ = ["validate_request"]
+
+
+def validate_request(
+    request: EngineRequest,
+    *,
+    vocab_size: int,
+    max_model_len: int,
+    block_size: int,
+    num_kv_blocks: int,
+) -> None:
+    """Raise InvalidRequestError if `request` can never be served."""
+    num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
+    if not request.prompt_token_ids:
+        raise InvalidRequestError("the prompt is empty")
+    if min(request.prompt_token_ids) < 0 or max(request.prompt_token_ids) >= vocab_size:
+        raise InvalidRequestError(f"prompt token ids must be in [0, {vocab_size})")
+    if any(t < 0 or t >= vocab_size for t in request.sampling.stop_token_ids):
+        raise InvalidRequestError(f"stop token ids must be in [0, {vocab_size})")
+    if request.sampling.max_tokens < 1:
+        raise InvalidRequestError("max_tokens must be at least 1")
+    total = num_tokens + request.sampling.max_tokens
+    if total > max_model_len:
+        raise InvalidRequestError(
+            f"prompt ({num_tokens} tokens) plus max_tokens ({request.sampling.max_tokens}) "
+            f"exceeds the context length of {max_model_len} tokens"
+        )
+    if -(-total // block_size) > num_kv_blocks:
+        raise InvalidRequestError(
+            f"request needs {total} tokens of KV cache; this engine holds "
+            f"{num_kv_blocks * block_size}"
+        )

@@ -1,0 +1,46 @@
+"""What workers publish about themselves and send to frontends (msgspec, on the wire).
+
+A worker registers a `WorkerCard` in discovery under `worker_key(namespace, instance_id)`; a
+frontend watching `worker_prefix(namespace)` learns its model, capacity and request-plane
+address. Its `events` endpoint streams `WorkerUpdate`s: KV events in order, and its load.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from armature.protocols.engine import EngineLoad
+from armature.protocols.kv_events import KvEvent
+
+__all__ = ["WorkerCard", "WorkerUpdate", "worker_key", "worker_prefix"]
+
+
+class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
+    instance_id: int
+    namespace: str
+    model_name: str
+    model_path: str  # tokenizer and chat template source (a local directory)
+    block_size: int
+    num_kv_blocks: int
+    max_model_len: int
+    vocab_size: int
+    host: str
+    port: int
+    role: str = "aggregated"  # later: "prefill" / "decode"
+
+    @property
+    def worker_id(self) -> str:
+        return f"worker-{self.instance_id:x}"
+
+
+class WorkerUpdate(msgspec.Struct, frozen=True, kw_only=True):
+    kv_events: list[KvEvent]
+    load: EngineLoad
+
+
+def worker_prefix(namespace: str) -> str:
+    return f"instances/{namespace}/worker/generate/"
+
+
+def worker_key(namespace: str, instance_id: int) -> str:
+    return f"{worker_prefix(namespace)}{instance_id:x}"

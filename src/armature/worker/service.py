@@ -1,0 +1,143 @@
+"""A worker: one engine served over the request plane and registered in discovery.
+
+Endpoints (payloads are msgpack):
+    generate  EngineRequest -> stream of EngineOutput; closing the stream aborts the request
+    events    (empty) -> stream of WorkerUpdate every `update_interval_s` (KV events, load)
+    dump      (empty) -> one KvDump
+An invalid request fails its stream with code `invalid_request` (the frontend answers 4xx).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncIterator
+
+import msgspec
+
+from armature.engine.interface import Engine, InvalidRequestError
+from armature.protocols.engine import EngineRequest
+from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_key
+from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
+from armature.runtime.tcp_server import HandlerError, RequestPlaneServer
+
+__all__ = ["WorkerService"]
+
+log = logging.getLogger(__name__)
+
+
+class WorkerService:
+    def __init__(
+        self,
+        engine: Engine,
+        discovery: Discovery,
+        *,
+        namespace: str,
+        model_name: str,
+        model_path: str,
+        block_size: int,
+        max_model_len: int,
+        vocab_size: int,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        update_interval_s: float = 0.01,
+        instance_id: int | None = None,
+    ):
+        self.engine = engine
+        self.discovery = discovery
+        self.namespace = namespace
+        self.model_name = model_name
+        self.model_path = model_path
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.vocab_size = vocab_size
+        self.lease_ttl_s = lease_ttl_s
+        self.update_interval_s = update_interval_s
+        self.instance_id = instance_id if instance_id is not None else secrets.randbits(63)
+        self.server = RequestPlaneServer(
+            {"generate": self._generate, "events": self._events, "dump": self._dump}, host, port
+        )
+        self._registration: Registration | None = None
+        self._subscribers: list[asyncio.Queue[WorkerUpdate]] = []
+        self._pump: asyncio.Task[None] | None = None
+        self.card: WorkerCard | None = None
+
+    async def start(self) -> WorkerCard:
+        self.engine.start()
+        await self.server.start()
+        self._pump = asyncio.get_running_loop().create_task(self._pump_events())
+        self.card = WorkerCard(
+            instance_id=self.instance_id,
+            namespace=self.namespace,
+            model_name=self.model_name,
+            model_path=self.model_path,
+            block_size=self.block_size,
+            num_kv_blocks=self.engine.get_load().num_total_blocks,
+            max_model_len=self.max_model_len,
+            vocab_size=self.vocab_size,
+            host=self.server.host,
+            port=self.server.port,
+        )
+        self._registration = await self.discovery.register(
+            worker_key(self.namespace, self.instance_id),
+            msgspec.msgpack.encode(self.card),
+            self.lease_ttl_s,
+        )
+        log.info("worker %s serving on %s:%d", self.card.worker_id, self.card.host, self.card.port)
+        return self.card
+
+    async def stop(self) -> None:
+        """Deregister first (no new traffic), then stop serving and the engine."""
+        if self._registration is not None:
+            await self._registration.close()
+            self._registration = None
+        if self._pump is not None:
+            self._pump.cancel()
+            await asyncio.gather(self._pump, return_exceptions=True)
+        await self.server.stop()
+        await self.engine.stop()
+
+    async def _generate(self, payload: bytes) -> AsyncIterator[bytes]:
+        try:
+            request = msgspec.msgpack.decode(payload, type=EngineRequest)
+        except msgspec.DecodeError as exc:
+            raise HandlerError("invalid_request", f"malformed request: {exc}") from None
+        try:
+            self.engine.validate(request)
+        except InvalidRequestError as exc:
+            raise HandlerError("invalid_request", str(exc)) from None
+        stream = self.engine.generate(request)
+        try:
+            async for output in stream:
+                yield msgspec.msgpack.encode(output)
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    async def _events(self, payload: bytes) -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[WorkerUpdate] = asyncio.Queue()
+        self._subscribers.append(queue)
+        try:
+            while True:
+                yield msgspec.msgpack.encode(await queue.get())
+        finally:
+            self._subscribers.remove(queue)
+
+    async def _dump(self, payload: bytes) -> AsyncIterator[bytes]:
+        yield msgspec.msgpack.encode(await self.engine.dump_kv_blocks())
+
+    async def _pump_events(self) -> None:
+        """Every interval: drain the engine's KV events and fan them out with the load. The
+        engine's events are taken once, so every subscriber sees the same ordered stream (a
+        subscriber that joins late sees a gap and asks for a dump)."""
+        last_load = None
+        while True:
+            events = self.engine.take_kv_events()
+            load = self.engine.get_load()
+            if events or load != last_load:
+                update = WorkerUpdate(kv_events=events, load=load)
+                for queue in self._subscribers:
+                    queue.put_nowait(update)
+                last_load = load
+            await asyncio.sleep(self.update_interval_s)

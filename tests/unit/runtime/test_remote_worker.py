@@ -1,0 +1,118 @@
+"""A mocker worker served over the real TCP request plane and found through discovery:
+the frontend's router drives RemoteEngines exactly like in-process engines."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from armature.engine.async_engine import AsyncEngine
+from armature.engine.config import EngineConfig
+from armature.engine.interface import InvalidRequestError
+from armature.frontend.routing import EngineRouter, RouterConfig
+from armature.protocols.engine import EngineRequest, SamplingParams
+from armature.protocols.worker import WorkerCard, worker_prefix
+from armature.runtime.discovery import MemDiscovery, MemStore
+from armature.runtime.remote_engine import RemoteEngine
+from armature.runtime.tcp_client import RequestPlaneClient
+from armature.sim.mocker import build_mocker_core
+from armature.sim.timing import PolynomialTiming
+from armature.worker.service import WorkerService
+
+
+def mocker_engine(model_dir: Path) -> AsyncEngine:
+    config = EngineConfig(model_dir=model_dir, block_size=4, num_kv_blocks=256)
+    return AsyncEngine(build_mocker_core(config, timing=PolynomialTiming(speedup_ratio=1.0)))
+
+
+def request(rid: str, prompt: list[int], max_tokens: int = 5) -> EngineRequest:
+    return EngineRequest(
+        request_id=rid,
+        prompt_token_ids=prompt,
+        sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
+    )
+
+
+async def start_worker(discovery: MemDiscovery, model_dir: Path, instance: int) -> WorkerService:
+    engine = mocker_engine(model_dir)
+    core = engine.core
+    service = WorkerService(
+        engine,
+        discovery,
+        namespace="test",
+        model_name="tiny",
+        model_path=str(model_dir),
+        block_size=4,
+        max_model_len=core.max_model_len,
+        vocab_size=core.arch.vocab_size,
+        lease_ttl_s=0.5,
+        instance_id=instance,
+    )
+    await service.start()
+    return service
+
+
+async def test_remote_workers_route_stream_and_index(tiny_llama_dir: Path) -> None:
+    discovery = MemDiscovery(MemStore(), expire_interval_s=0.05)
+    workers = [await start_worker(discovery, tiny_llama_dir, i) for i in (1, 2)]
+    client = RequestPlaneClient()
+    cards = [
+        msgspec.msgpack.decode(v, type=WorkerCard)
+        for v in (await discovery.list(worker_prefix("test"))).values()
+    ]
+    assert sorted(c.worker_id for c in cards) == ["worker-1", "worker-2"]
+    router = EngineRouter({}, RouterConfig(policy="kv", block_size=4))
+    router.start()
+    for card in cards:
+        router.add_engine(card.worker_id, RemoteEngine(card, client))
+    try:
+        prompt = list(range(1, 41))
+        first = [o async for o in router.generate(request("a", prompt))]
+        assert sum(len(o.new_token_ids) for o in first) == 5
+        assert first[-1].finish_reason is not None
+        # The in-process mocker gives the same tokens for the same request id and position.
+        local = mocker_engine(tiny_llama_dir)
+        local.start()
+        expected = [o async for o in local.generate(request("a", prompt))]
+        await local.stop()
+        assert [t for o in first for t in o.new_token_ids] == [
+            t for o in expected for t in o.new_token_ids
+        ]
+        # KV events crossed the wire: the prefix is indexed on the worker that served it.
+        for _ in range(100):
+            await router.sync_events()
+            overlaps = router.index.find_overlaps(
+                [
+                    h
+                    for h, _ in __import__(
+                        "armature.kv.hashing", fromlist=["x"]
+                    ).compute_block_hashes(prompt, 4)
+                ]
+            )
+            if overlaps:
+                break
+            await asyncio.sleep(0.02)
+        assert list(overlaps.values()) == [10]  # the whole 40-token prompt, 10 blocks of 4
+        # Invalid requests fail with the engine's own words.
+        with pytest.raises(InvalidRequestError, match="context length"):
+            router.validate(request("b", [1], max_tokens=10**7))
+        # A client that stops reading cancels the request on the worker.
+        stream = router.generate(request("c", prompt, max_tokens=400))  # ~4 s at speed 1
+        await anext(stream)
+        await stream.aclose()  # type: ignore[attr-defined]
+        for _ in range(50):  # well before the 400 tokens could have finished
+            if all(w.engine.get_load().num_running == 0 for w in workers):
+                break
+            await asyncio.sleep(0.02)
+        assert all(w.engine.get_load().num_running == 0 for w in workers)
+        assert router.load.get_num_tracked() == 0
+    finally:
+        await router.stop()
+        await client.close()
+        for w in workers:
+            await w.stop()
+        await discovery.close()
+    assert await discovery.list("") == {}
