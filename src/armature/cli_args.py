@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import socket
 from typing import NoReturn
 
 __all__ = [
     "CliError",
     "Parser",
     "add_router_cost_args",
+    "check_port_free",
     "non_negative_float",
     "parse_bytes",
     "port",
@@ -99,3 +101,13 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"port must be 1..65535, got {value}")
     return value
+
+
+def check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None

@@ -14,7 +14,7 @@ LAYERS: list[set[str]] = [
     {"engine", "sim"},
     {"runtime"},
     {"frontend", "worker"},
-    {"cli", "cli_args", "cli_replay"},
+    {"cli", "cli_args", "cli_engine", "cli_replay", "cli_runtime", "cli_worker", "cli_frontend"},
 ]
 
 

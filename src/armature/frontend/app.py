@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
@@ -38,8 +38,10 @@ def build_app(
     engine: EngineRouter,
     preprocessor: Preprocessor,
     model: ServedModel,
+    background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
 ) -> FastAPI:
-    """The app over `engine`, a router in front of one or more worker engines."""
+    """The app over `engine`, a router in front of one or more worker engines. `background`
+    coroutines (e.g. following discovery) run from startup until shutdown."""
     metrics = FrontendMetrics(model.name, engine.get_load)
     engine.observer = metrics.router_observer()
     service = OpenAIService(engine, preprocessor, metrics, model)
@@ -47,7 +49,11 @@ def build_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         engine.start()
+        tasks = [asyncio.get_running_loop().create_task(run()) for run in background]
         yield
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await engine.stop()
 
     app = FastAPI(title="Armature", version="0.1.0", lifespan=lifespan)

@@ -50,6 +50,12 @@ class RouterObserver:
     def decision(self, worker: str, overlap_blocks: int, latency_s: float) -> None: ...
 
 
+class _WorkerDied(Exception):
+    def __init__(self, worker: str, cause: EngineDeadError):
+        self.worker = worker
+        self.cause = cause
+
+
 class EngineRouter:
     """Presents several engines as one: `generate` routes, streams and tracks load."""
 
@@ -143,10 +149,31 @@ class EngineRouter:
         self, request: EngineRequest, target_worker: str | None = None
     ) -> AsyncIterator[EngineOutput]:
         """Route `request` and stream its outputs; load is released however the stream ends.
-        Raises RoutingError before anything starts when no worker fits."""
-        workers = self.get_workers()
-        if not workers:
-            raise EngineDeadError("no worker engine is serving")
+        Raises RoutingError before anything starts when no worker fits. A worker found dead
+        before it produced anything (killed, unreachable) is skipped and the request is routed
+        again among the others, so a crash loses no request that had not started."""
+        failed: set[str] = set()
+        while True:
+            workers = [w for w in self.get_workers() if w not in failed]
+            if not workers:
+                raise EngineDeadError("no worker engine is serving")
+            started = False
+            try:
+                async for output in self._generate_on(request, workers, target_worker):
+                    started = True
+                    yield output
+                return
+            except _WorkerDied as died:
+                if started or target_worker is not None:
+                    raise EngineDeadError(str(died.cause)) from None
+                log.warning(
+                    "worker %s died before serving %s; rerouting", died.worker, request.request_id
+                )
+                failed.add(died.worker)
+
+    async def _generate_on(
+        self, request: EngineRequest, workers: list[str], target_worker: str | None
+    ) -> AsyncIterator[EngineOutput]:
         started_s = time.perf_counter()
         route = RouteRequest(request.request_id, request.prompt_token_ids, target_worker)
         decision = self.policy.select(route, workers)
@@ -164,6 +191,8 @@ class EngineRouter:
                     if output.new_token_ids:
                         self.load.first_token(request.request_id)
                     yield output
+            except EngineDeadError as exc:
+                raise _WorkerDied(decision.worker, exc) from None
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
         finally:

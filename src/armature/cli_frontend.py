@@ -1,0 +1,122 @@
+"""`armature frontend`: the OpenAI HTTP API in front of the workers found in discovery."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+
+import msgspec
+
+from armature.cli_args import (
+    CliError,
+    add_router_cost_args,
+    check_port_free,
+    port,
+    positive_float,
+)
+from armature.cli_runtime import add_runtime_args, make_discovery
+from armature.router.policies import POLICY_NAMES
+
+__all__ = ["add_frontend_parser", "run_frontend"]
+
+log = logging.getLogger("armature")
+
+
+def add_frontend_parser(sub: argparse._SubParsersAction) -> None:
+    frontend = sub.add_parser(
+        "frontend",
+        help="serve the OpenAI API, routing to the workers found in discovery",
+        description="Serve the OpenAI API over the workers registered in discovery; workers "
+        "that join or leave are picked up live.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_runtime_args(frontend)
+    frontend.add_argument(
+        "--router", choices=list(POLICY_NAMES), default="kv", help="routing policy"
+    )
+    add_router_cost_args(frontend)
+    frontend.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on")
+    frontend.add_argument("--port", type=port, default=8000, help="HTTP port")
+    frontend.add_argument(
+        "--wait-for-workers-s",
+        type=positive_float,
+        default=600.0,
+        help="how long to wait for the first worker (it tells the model and tokenizer)",
+    )
+    frontend.add_argument("--seed", type=int, default=0, help="router seed")
+    frontend.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], default="info"
+    )
+
+
+async def _first_card(args: argparse.Namespace) -> bytes:
+    from armature.protocols.worker import worker_prefix
+
+    discovery = make_discovery(args)
+    deadline = time.monotonic() + args.wait_for_workers_s
+    logged = False
+    try:
+        while True:
+            cards = await discovery.list(worker_prefix(args.namespace))
+            if cards:
+                return next(iter(cards.values()))
+            if time.monotonic() > deadline:
+                raise CliError(
+                    f"no worker registered in namespace {args.namespace!r} within "
+                    f"{args.wait_for_workers_s:g} s"
+                )
+            if not logged:
+                log.info("waiting for workers in namespace %r", args.namespace)
+                logged = True
+            await asyncio.sleep(0.2)
+    finally:
+        await discovery.close()
+
+
+def run_frontend(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    import uvicorn
+
+    from armature.frontend.app import ServedModel, build_app
+    from armature.frontend.fleet import WorkerFleet
+    from armature.frontend.preprocess import Preprocessor
+    from armature.frontend.routing import EngineRouter, RouterConfig
+    from armature.protocols.worker import WorkerCard
+    from armature.runtime.tcp_client import RequestPlaneClient
+
+    check_port_free(args.host, args.port)
+    served = msgspec.msgpack.decode(asyncio.run(_first_card(args)), type=WorkerCard)
+    preprocessor = Preprocessor(Path(served.model_path))
+    model = ServedModel(
+        name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
+    )
+    router = EngineRouter(
+        {},
+        RouterConfig(
+            policy=args.router,
+            block_size=served.block_size,
+            overlap_weight=args.kv_overlap_weight,
+            temperature=args.router_temperature,
+            seed=args.seed,
+        ),
+    )
+
+    async def follow_discovery() -> None:
+        discovery = make_discovery(args)
+        try:
+            await WorkerFleet(router, discovery, args.namespace, served, RequestPlaneClient()).run()
+        finally:
+            await discovery.close()
+
+    app = build_app(router, preprocessor, model, background=[follow_discovery])
+    log.info(
+        "frontend serving %r on http://%s:%d (OpenAI API under /v1), %s router",
+        served.model_name,
+        args.host,
+        args.port,
+        args.router,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)

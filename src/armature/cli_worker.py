@@ -1,0 +1,103 @@
+"""`armature worker`: one engine served over the request plane, registered in discovery,
+until SIGINT/SIGTERM (then it deregisters before it stops)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+import msgspec
+
+from armature.cli_args import CliError, port
+from armature.cli_engine import add_engine_args, build_engines
+from armature.cli_runtime import add_runtime_args, make_discovery
+
+__all__ = ["add_worker_parser", "run_worker"]
+
+log = logging.getLogger("armature")
+
+
+def add_worker_parser(sub: argparse._SubParsersAction) -> None:
+    worker = sub.add_parser(
+        "worker",
+        help="serve one engine to frontends over the request plane",
+        description="Serve one engine over the request plane and register it in discovery.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_engine_args(worker)
+    add_runtime_args(worker)
+    worker.add_argument(
+        "--served-model-name", default=None, help="model name (default: derived from --model)"
+    )
+    worker.add_argument("--host", default="127.0.0.1", help="request-plane address to listen on")
+    worker.add_argument("--port", type=port, default=0, help="request-plane port (0: any free)")
+    worker.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], default="info"
+    )
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> None:
+    from armature.engine.async_engine import AsyncEngine
+    from armature.protocols.worker import WorkerCard, worker_prefix
+    from armature.worker.service import WorkerService
+
+    built = build_engines(args, 1)
+    core = built.cores[0]
+    name = args.served_model_name or built.resolved.served_name
+    discovery = make_discovery(args)
+    for value in (await discovery.list(worker_prefix(args.namespace))).values():
+        other = msgspec.msgpack.decode(value, type=WorkerCard)
+        if other.model_name != name:
+            continue
+        if other.block_size != built.config.block_size:
+            raise CliError(
+                f"model {name!r} is already served with block size {other.block_size} in "
+                f"namespace {args.namespace!r}; this worker uses {built.config.block_size}"
+            )
+        if other.model_path != str(built.resolved.path):
+            raise CliError(
+                f"model {name!r} is already served from {other.model_path} in namespace "
+                f"{args.namespace!r}; this worker loads {built.resolved.path}"
+            )
+    service = WorkerService(
+        AsyncEngine(core),
+        discovery,
+        namespace=args.namespace,
+        model_name=name,
+        model_path=str(built.resolved.path),
+        block_size=built.config.block_size,
+        max_model_len=core.max_model_len,
+        vocab_size=core.arch.vocab_size,
+        host=args.host,
+        port=args.port,
+        lease_ttl_s=args.lease_ttl_s,
+    )
+    try:
+        card = await service.start()
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    log.info(
+        "worker %s ready: %s (%s engine, %d KV blocks of %d) on %s:%d in namespace %r",
+        card.worker_id,
+        name,
+        args.engine,
+        card.num_kv_blocks,
+        card.block_size,
+        card.host,
+        card.port,
+        args.namespace,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("worker %s stopping", card.worker_id)
+    await service.stop()
+    await discovery.close()

@@ -1,0 +1,87 @@
+"""The frontend's view of its workers: discovery puts and deletes become routers' workers.
+
+Each worker card under the namespace's prefix becomes a RemoteEngine in the router; a deleted
+card (clean exit, or a lease that expired after a crash) removes it. A card that conflicts
+with the model this frontend serves (same name, other tokenizer source or block size) is
+refused with a logged error and never receives traffic.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+
+from armature.frontend.routing import EngineRouter
+from armature.protocols.worker import WorkerCard, worker_prefix
+from armature.runtime.discovery import Discovery
+from armature.runtime.remote_engine import RemoteEngine
+from armature.runtime.tcp_client import RequestPlaneClient
+
+__all__ = ["WorkerFleet", "card_conflict"]
+
+log = logging.getLogger(__name__)
+
+
+def card_conflict(served: WorkerCard, card: WorkerCard) -> str | None:
+    """Why `card` cannot serve next to `served` (None when it can)."""
+    if card.model_name != served.model_name:
+        return f"serves model {card.model_name!r}, this frontend serves {served.model_name!r}"
+    if card.block_size != served.block_size:
+        return f"block size {card.block_size} differs from the running {served.block_size}"
+    if card.model_path != served.model_path:
+        return f"tokenizer source {card.model_path} differs from the running {served.model_path}"
+    return None
+
+
+class WorkerFleet:
+    def __init__(
+        self,
+        router: EngineRouter,
+        discovery: Discovery,
+        namespace: str,
+        served: WorkerCard,
+        client: RequestPlaneClient,
+    ):
+        self.router = router
+        self.discovery = discovery
+        self.namespace = namespace
+        self.served = served
+        self.client = client
+        self._workers_by_key: dict[str, str] = {}
+
+    async def run(self) -> None:
+        """Follow discovery until cancelled."""
+        try:
+            async for event in self.discovery.watch(worker_prefix(self.namespace)):
+                if event.kind == "put":
+                    await self._joined(event.key, event.value)
+                else:
+                    await self._left(event.key)
+        finally:
+            await self.client.close()
+
+    async def _joined(self, key: str, value: bytes) -> None:
+        try:
+            card = msgspec.msgpack.decode(value, type=WorkerCard)
+        except msgspec.DecodeError as exc:
+            log.error("ignoring an unreadable worker card at %s: %s", key, exc)
+            return
+        conflict = card_conflict(self.served, card)
+        if conflict is not None:
+            log.error("refusing worker %s: it %s", card.worker_id, conflict)
+            return
+        previous = self._workers_by_key.get(key)
+        if previous is not None:
+            if previous in self.router.engines and self.router.engines[previous].is_alive:
+                return  # a renewal or re-registration of a worker we already route to
+            await self.router.remove_engine(previous)
+        self._workers_by_key[key] = card.worker_id
+        self.router.add_engine(card.worker_id, RemoteEngine(card, self.client))
+        log.info("worker %s joined (%s:%d)", card.worker_id, card.host, card.port)
+
+    async def _left(self, key: str) -> None:
+        worker = self._workers_by_key.pop(key, None)
+        if worker is not None:
+            await self.router.remove_engine(worker)
+            log.info("worker %s left", worker)
