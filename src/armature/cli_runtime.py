@@ -61,4 +61,9 @@ def make_discovery(args: argparse.Namespace) -> Discovery:
             return FileDiscovery(Path(args.discovery_dir) if args.discovery_dir else None)
         except OSError as exc:
             raise CliError(f"cannot use the discovery directory: {exc}") from None
-    raise CliError(f"discovery backend {args.discovery!r} is not available in this build")
+    from armature.runtime.discovery_etcd import EtcdDiscovery
+
+    endpoints = [e.strip() for e in args.etcd_endpoints.split(",") if e.strip()]
+    if not endpoints or not all(e.startswith(("http://", "https://")) for e in endpoints):
+        raise CliError(f"--etcd-endpoints needs http(s) URLs, got {args.etcd_endpoints!r}")
+    return EtcdDiscovery(endpoints)

@@ -1,0 +1,212 @@
+"""etcd discovery, over etcd's v3 JSON gateway (plain HTTP: no gRPC dependency).
+
+register: grant a lease (TTL rounded up to whole seconds), put the key under it, and keep it
+alive every ttl/3; a keepalive that finds the lease gone (etcd restarted without its data, or
+we stalled past the TTL) grants a new lease and puts the key again. close: revoke the lease,
+which deletes the key at once.
+watch: list the prefix (as puts), then follow a streaming /v3/watch from the next revision;
+when the stream breaks (etcd restarted), retry with backoff, re-list, emit the difference
+(puts for new or changed keys, deletes for vanished ones) and follow again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import math
+import random
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+
+from armature.runtime.discovery import Registration, WatchEvent
+
+__all__ = ["EtcdDiscovery", "EtcdError"]
+
+log = logging.getLogger(__name__)
+
+
+class EtcdError(RuntimeError):
+    """etcd answered with an error, or no endpoint could be reached."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with `prefix` (etcd's range_end)."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"
+
+
+class _EtcdRegistration:
+    def __init__(self, owner: EtcdDiscovery, key: str, value: bytes, ttl_s: float):
+        self.owner = owner
+        self.key = key
+        self.value = value
+        self.ttl_s = ttl_s
+        self.lease_id = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._grant_and_put()
+        self._task = asyncio.get_running_loop().create_task(self._keep_alive())
+
+    async def _grant_and_put(self) -> None:
+        ttl = max(1, math.ceil(self.ttl_s))
+        granted = await self.owner.call("/v3/lease/grant", {"TTL": ttl})
+        self.lease_id = int(granted["ID"])
+        await self.owner.call(
+            "/v3/kv/put",
+            {"key": _b64(self.key.encode()), "value": _b64(self.value), "lease": self.lease_id},
+        )
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                answer = await self.owner.call("/v3/lease/keepalive", {"ID": self.lease_id})
+                if int(answer.get("result", {}).get("TTL", 0)) <= 0:
+                    log.warning("etcd lease for %s is gone; registering again", self.key)
+                    await self._grant_and_put()
+            except EtcdError as exc:
+                log.warning("etcd keepalive for %s failed: %s", self.key, exc)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(EtcdError):
+            await self.owner.call("/v3/lease/revoke", {"ID": self.lease_id})
+
+
+class EtcdDiscovery:
+    def __init__(
+        self,
+        endpoints: Sequence[str] = ("http://127.0.0.1:2379",),
+        request_timeout_s: float = 5.0,
+        retry_max_s: float = 2.0,
+    ):
+        if not endpoints:
+            raise ValueError("at least one etcd endpoint is needed")
+        self.endpoints = [e.rstrip("/") for e in endpoints]
+        self.retry_max_s = retry_max_s
+        self._client = httpx.AsyncClient(timeout=request_timeout_s)
+        self._next = 0
+
+    async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST to the gateway, trying each endpoint once; EtcdError if none answers."""
+        errors = []
+        for _ in range(len(self.endpoints)):
+            endpoint = self.endpoints[self._next % len(self.endpoints)]
+            try:
+                response = await self._client.post(f"{endpoint}{path}", json=body)
+            except httpx.HTTPError as exc:
+                errors.append(f"{endpoint}: {exc!r}")
+                self._next += 1
+                continue
+            if response.status_code != 200:
+                raise EtcdError(f"etcd {path} answered {response.status_code}: {response.text}")
+            answer: dict[str, Any] = response.json()
+            return answer
+        raise EtcdError(f"no etcd endpoint answered {path}: {'; '.join(errors)}")
+
+    async def register(self, key: str, value: bytes, ttl_s: float) -> Registration:
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be > 0")
+        registration = _EtcdRegistration(self, key, value, ttl_s)
+        await registration.start()
+        return registration
+
+    async def _range(self, prefix: str) -> tuple[dict[str, bytes], int]:
+        raw = prefix.encode()
+        answer = await self.call(
+            "/v3/kv/range", {"key": _b64(raw), "range_end": _b64(_prefix_end(raw))}
+        )
+        revision = int(answer["header"]["revision"])
+        kvs = answer.get("kvs", [])
+        return {_unb64(kv["key"]).decode(): _unb64(kv.get("value", "")) for kv in kvs}, revision
+
+    async def list(self, prefix: str) -> dict[str, bytes]:
+        return (await self._range(prefix))[0]
+
+    async def watch(self, prefix: str) -> AsyncIterator[WatchEvent]:
+        known: dict[str, bytes] = {}
+        backoff_s = 0.1
+        while True:
+            try:
+                current, revision = await self._range(prefix)
+            except EtcdError as exc:
+                log.warning("etcd watch on %r waiting for etcd: %s", prefix, exc)
+                await asyncio.sleep(backoff_s + random.uniform(0, backoff_s))
+                backoff_s = min(self.retry_max_s, backoff_s * 2)
+                continue
+            backoff_s = 0.1
+            for key, value in current.items():
+                if known.get(key) != value:
+                    yield WatchEvent("put", key, value)
+            for key in known.keys() - current.keys():
+                yield WatchEvent("delete", key)
+            known = current
+            try:
+                async for event in self._follow(prefix, revision + 1):
+                    if event.kind == "put":
+                        known[event.key] = event.value
+                    else:
+                        known.pop(event.key, None)
+                    yield event
+            except (httpx.HTTPError, EtcdError, ValueError) as exc:
+                log.warning("etcd watch on %r broke (%s); resuming", prefix, exc)
+                await asyncio.sleep(0.1)
+
+    async def _follow(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
+        raw = prefix.encode()
+        body = {
+            "create_request": {
+                "key": _b64(raw),
+                "range_end": _b64(_prefix_end(raw)),
+                "start_revision": start_revision,
+            }
+        }
+        endpoint = self.endpoints[self._next % len(self.endpoints)]
+        timeout = httpx.Timeout(5.0, read=None)
+        async with self._client.stream(
+            "POST", f"{endpoint}/v3/watch", json=body, timeout=timeout
+        ) as response:
+            if response.status_code != 200:
+                raise EtcdError(f"etcd watch answered {response.status_code}")
+            async for line in response.aiter_lines():
+                if not line.strip():
+                    continue
+                message = json.loads(line)
+                if "error" in message:
+                    raise EtcdError(f"etcd watch error: {message['error']}")
+                result = message.get("result", {})
+                if result.get("canceled"):
+                    raise EtcdError(f"etcd cancelled the watch: {result.get('cancel_reason')}")
+                for event in result.get("events", []):
+                    kv = event["kv"]
+                    key = _unb64(kv["key"]).decode()
+                    if event.get("type") == "DELETE":
+                        yield WatchEvent("delete", key)
+                    else:
+                        yield WatchEvent("put", key, _unb64(kv.get("value", "")))
+        raise EtcdError("etcd closed the watch stream")
+
+    async def close(self) -> None:
+        await self._client.aclose()
