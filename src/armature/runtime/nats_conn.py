@@ -1,0 +1,42 @@
+"""One way to connect to NATS: reconnect forever with a short wait, and log the transitions,
+so that a restarted NATS server is picked up again by every user."""
+
+from __future__ import annotations
+
+import logging
+
+import nats
+from nats.aio.client import Client
+
+__all__ = ["NatsUnavailableError", "connect_nats"]
+
+log = logging.getLogger(__name__)
+
+
+class NatsUnavailableError(ConnectionError):
+    """The NATS server cannot be reached at start."""
+
+
+async def connect_nats(url: str, connect_timeout_s: float = 5.0) -> Client:
+    async def disconnected() -> None:
+        log.warning("NATS %s: disconnected; reconnecting", url)
+
+    async def reconnected() -> None:
+        log.info("NATS %s: reconnected", url)
+
+    async def error(exc: Exception) -> None:
+        log.debug("NATS %s: %s", url, exc)
+
+    try:
+        return await nats.connect(
+            url,
+            connect_timeout=connect_timeout_s,
+            reconnect_time_wait=0.2,
+            max_reconnect_attempts=-1,
+            allow_reconnect=True,
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
+            error_cb=error,
+        )
+    except Exception as exc:  # nats raises several unrelated types for "cannot connect"
+        raise NatsUnavailableError(f"cannot connect to NATS at {url}: {exc}") from None
