@@ -16,7 +16,7 @@ from armature.cli_args import (
     port,
     positive_float,
 )
-from armature.cli_runtime import add_runtime_args, make_discovery
+from armature.cli_runtime import add_runtime_args, make_discovery, make_event_plane
 from armature.router.policies import POLICY_NAMES
 
 __all__ = ["add_frontend_parser", "run_frontend"]
@@ -106,9 +106,13 @@ def run_frontend(args: argparse.Namespace) -> None:
 
     async def follow_discovery() -> None:
         discovery = make_discovery(args)
+        event_plane = await make_event_plane(args)
         try:
-            await WorkerFleet(router, discovery, args.namespace, served, RequestPlaneClient()).run()
+            await WorkerFleet(
+                router, discovery, args.namespace, served, RequestPlaneClient(), event_plane
+            ).run()
         finally:
+            await event_plane.close()
             await discovery.close()
 
     app = build_app(router, preprocessor, model, background=[follow_discovery])

@@ -10,8 +10,9 @@ from pathlib import Path
 from armature.cli_args import CliError, positive_float
 from armature.runtime.address import AddressError, EndpointAddress
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery
+from armature.runtime.events import EventPlane
 
-__all__ = ["add_runtime_args", "make_discovery"]
+__all__ = ["add_runtime_args", "make_discovery", "make_event_plane"]
 
 
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +36,17 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
         "--etcd-endpoints",
         default=os.environ.get("ARMATURE_ETCD_ENDPOINTS", "http://127.0.0.1:2379"),
         help="comma-separated etcd client URLs (env ARMATURE_ETCD_ENDPOINTS)",
+    )
+    parser.add_argument(
+        "--event-plane",
+        choices=["zmq", "nats"],
+        default=os.environ.get("ARMATURE_EVENT_PLANE", "zmq"),
+        help="KV events and load: zmq (no server) or nats (env ARMATURE_EVENT_PLANE)",
+    )
+    parser.add_argument(
+        "--nats-url",
+        default=os.environ.get("ARMATURE_NATS_URL", "nats://127.0.0.1:4222"),
+        help="NATS server for --event-plane nats (env ARMATURE_NATS_URL)",
     )
     parser.add_argument(
         "--lease-ttl-s",
@@ -67,3 +79,19 @@ def make_discovery(args: argparse.Namespace) -> Discovery:
     if not endpoints or not all(e.startswith(("http://", "https://")) for e in endpoints):
         raise CliError(f"--etcd-endpoints needs http(s) URLs, got {args.etcd_endpoints!r}")
     return EtcdDiscovery(endpoints)
+
+
+async def make_event_plane(args: argparse.Namespace, host: str = "127.0.0.1") -> EventPlane:
+    """The event plane the flags ask for, connected (create it inside the loop that uses it).
+    zmq publishers bind on `host`."""
+    from armature.runtime.events import NatsEventPlane, ZmqEventPlane
+    from armature.runtime.nats_conn import NatsUnavailableError
+
+    if args.event_plane == "zmq":
+        return ZmqEventPlane(host)
+    plane = NatsEventPlane(args.nats_url)
+    try:
+        await plane.connect()
+    except NatsUnavailableError as exc:
+        raise CliError(str(exc)) from None
+    return plane

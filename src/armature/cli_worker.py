@@ -12,7 +12,7 @@ import msgspec
 
 from armature.cli_args import CliError, port
 from armature.cli_engine import add_engine_args, build_engines
-from armature.cli_runtime import add_runtime_args, make_discovery
+from armature.cli_runtime import add_runtime_args, make_discovery, make_event_plane
 
 __all__ = ["add_worker_parser", "run_worker"]
 
@@ -65,6 +65,7 @@ async def _run(args: argparse.Namespace) -> None:
                 f"model {name!r} is already served from {other.model_path} in namespace "
                 f"{args.namespace!r}; this worker loads {built.resolved.path}"
             )
+    event_plane = await make_event_plane(args, args.host)
     service = WorkerService(
         AsyncEngine(core),
         discovery,
@@ -77,6 +78,7 @@ async def _run(args: argparse.Namespace) -> None:
         host=args.host,
         port=args.port,
         lease_ttl_s=args.lease_ttl_s,
+        event_plane=event_plane,
     )
     try:
         card = await service.start()
@@ -100,4 +102,5 @@ async def _run(args: argparse.Namespace) -> None:
     await stop.wait()
     log.info("worker %s stopping", card.worker_id)
     await service.stop()
+    await event_plane.close()
     await discovery.close()

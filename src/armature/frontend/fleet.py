@@ -15,6 +15,7 @@ import msgspec
 from armature.frontend.routing import EngineRouter
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.discovery import Discovery
+from armature.runtime.events import EventPlane
 from armature.runtime.remote_engine import RemoteEngine
 from armature.runtime.tcp_client import RequestPlaneClient
 
@@ -42,12 +43,14 @@ class WorkerFleet:
         namespace: str,
         served: WorkerCard,
         client: RequestPlaneClient,
+        event_plane: EventPlane,
     ):
         self.router = router
         self.discovery = discovery
         self.namespace = namespace
         self.served = served
         self.client = client
+        self.event_plane = event_plane
         self._workers_by_key: dict[str, str] = {}
 
     async def run(self) -> None:
@@ -77,7 +80,7 @@ class WorkerFleet:
                 return  # a renewal or re-registration of a worker we already route to
             await self.router.remove_engine(previous)
         self._workers_by_key[key] = card.worker_id
-        self.router.add_engine(card.worker_id, RemoteEngine(card, self.client))
+        self.router.add_engine(card.worker_id, RemoteEngine(card, self.client, self.event_plane))
         log.info("worker %s joined (%s:%d)", card.worker_id, card.host, card.port)
 
     async def _left(self, key: str) -> None:

@@ -26,6 +26,7 @@ class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
     vocab_size: int
     host: str
     port: int
+    events_url: str  # where the worker's event-plane publisher is (zmq or nats url)
     role: str = "aggregated"  # later: "prefill" / "decode"
 
     @property

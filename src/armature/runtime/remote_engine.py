@@ -1,15 +1,16 @@
-"""A worker seen from a frontend: the Engine contract over the request plane.
+"""A worker seen from a frontend: the Engine contract over the request and event planes.
 
 `generate` streams the worker's `generate` endpoint (closing it cancels the request on the
-worker); a subscription to its `events` endpoint buffers KV events for the router and keeps
-the latest load. The engine counts as dead once that subscription breaks (the worker exited
-or became unreachable); discovery removes it soon after.
+worker); a subscription to its event-plane url buffers KV events for the router and keeps the
+latest load. A worker that cannot be reached counts as dead for `unreachable_backoff_s` (the
+router routes around it); discovery removes it for good when its lease ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 
@@ -20,6 +21,7 @@ from armature.engine.validation import validate_request
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.worker import WorkerCard, WorkerUpdate
+from armature.runtime.events import EventPlane, EventPlaneError
 from armature.runtime.tcp_client import PeerUnavailableError, RemoteError, RequestPlaneClient
 
 __all__ = ["RemoteEngine"]
@@ -30,9 +32,18 @@ _MAX_BUFFERED_EVENTS = 100_000  # beyond this the oldest go, and the id gap asks
 
 
 class RemoteEngine:
-    def __init__(self, card: WorkerCard, client: RequestPlaneClient):
+    def __init__(
+        self,
+        card: WorkerCard,
+        client: RequestPlaneClient,
+        event_plane: EventPlane,
+        unreachable_backoff_s: float = 2.0,
+    ):
         self.card = card
         self.client = client
+        self.event_plane = event_plane
+        self.unreachable_backoff_s = unreachable_backoff_s
+        self._unreachable_until_s = 0.0
         self._events: deque[KvEvent] = deque(maxlen=_MAX_BUFFERED_EVENTS)
         self._load = EngineLoad(
             num_active_blocks=0,
@@ -55,7 +66,7 @@ class RemoteEngine:
 
     @property
     def is_alive(self) -> bool:
-        return self._alive
+        return self._alive and time.monotonic() >= self._unreachable_until_s
 
     def validate(self, request: EngineRequest) -> None:
         validate_request(
@@ -99,19 +110,20 @@ class RemoteEngine:
                 raise InvalidRequestError(exc.message) from None
             raise EngineDeadError(f"{self.card.worker_id}: {exc}") from None
         except PeerUnavailableError as exc:
+            self._unreachable_until_s = time.monotonic() + self.unreachable_backoff_s
             raise EngineDeadError(f"{self.card.worker_id} is unreachable: {exc}") from None
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
     async def _subscribe(self) -> None:
         try:
-            async for payload in self._stream("events", b""):
-                update = msgspec.msgpack.decode(payload, type=WorkerUpdate)
+            async for payload in self.event_plane.subscribe(self.card.events_url):
+                try:
+                    update = msgspec.msgpack.decode(payload, type=WorkerUpdate)
+                except msgspec.DecodeError as exc:
+                    log.warning("bad update from %s: %s", self.card.worker_id, exc)
+                    continue
                 self._events.extend(update.kv_events)
                 self._load = update.load
-        except EngineDeadError as exc:
-            log.warning("lost the event stream of %s: %s", self.card.worker_id, exc)
-        except msgspec.DecodeError as exc:
-            log.warning("bad update from %s: %s", self.card.worker_id, exc)
-        finally:
-            self._alive = False
+        except EventPlaneError as exc:
+            log.error("no events from %s: %s", self.card.worker_id, exc)

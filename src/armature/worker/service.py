@@ -2,9 +2,11 @@
 
 Endpoints (payloads are msgpack):
     generate  EngineRequest -> stream of EngineOutput; closing the stream aborts the request
-    events    (empty) -> stream of WorkerUpdate every `update_interval_s` (KV events, load)
     dump      (empty) -> one KvDump
 An invalid request fails its stream with code `invalid_request` (the frontend answers 4xx).
+On the event plane it publishes a WorkerUpdate (KV events, load) every `update_interval_s`
+when something changed, and at least every `heartbeat_s` so that late subscribers learn the
+load.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from armature.engine.interface import Engine, InvalidRequestError
 from armature.protocols.engine import EngineRequest
 from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_key
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
+from armature.runtime.events import EventPlane, Publisher
 from armature.runtime.tcp_server import HandlerError, RequestPlaneServer
 
 __all__ = ["WorkerService"]
@@ -44,6 +47,8 @@ class WorkerService:
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
         update_interval_s: float = 0.01,
         instance_id: int | None = None,
+        event_plane: EventPlane,
+        heartbeat_s: float = 1.0,
     ):
         self.engine = engine
         self.discovery = discovery
@@ -56,17 +61,20 @@ class WorkerService:
         self.lease_ttl_s = lease_ttl_s
         self.update_interval_s = update_interval_s
         self.instance_id = instance_id if instance_id is not None else secrets.randbits(63)
+        self.event_plane = event_plane
+        self.heartbeat_s = heartbeat_s
         self.server = RequestPlaneServer(
-            {"generate": self._generate, "events": self._events, "dump": self._dump}, host, port
+            {"generate": self._generate, "dump": self._dump}, host, port
         )
         self._registration: Registration | None = None
-        self._subscribers: list[asyncio.Queue[WorkerUpdate]] = []
+        self._publisher: Publisher | None = None
         self._pump: asyncio.Task[None] | None = None
         self.card: WorkerCard | None = None
 
     async def start(self) -> WorkerCard:
         self.engine.start()
         await self.server.start()
+        self._publisher = await self.event_plane.publisher(f"{self.namespace}.{self.instance_id:x}")
         self._pump = asyncio.get_running_loop().create_task(self._pump_events())
         self.card = WorkerCard(
             instance_id=self.instance_id,
@@ -79,6 +87,7 @@ class WorkerService:
             vocab_size=self.vocab_size,
             host=self.server.host,
             port=self.server.port,
+            events_url=self._publisher.url,
         )
         self._registration = await self.discovery.register(
             worker_key(self.namespace, self.instance_id),
@@ -97,6 +106,8 @@ class WorkerService:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
         await self.server.stop()
+        if self._publisher is not None:
+            await self._publisher.close()
         await self.engine.stop()
 
     async def _generate(self, payload: bytes) -> AsyncIterator[bytes]:
@@ -115,29 +126,24 @@ class WorkerService:
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
-    async def _events(self, payload: bytes) -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[WorkerUpdate] = asyncio.Queue()
-        self._subscribers.append(queue)
-        try:
-            while True:
-                yield msgspec.msgpack.encode(await queue.get())
-        finally:
-            self._subscribers.remove(queue)
-
     async def _dump(self, payload: bytes) -> AsyncIterator[bytes]:
         yield msgspec.msgpack.encode(await self.engine.dump_kv_blocks())
 
     async def _pump_events(self) -> None:
-        """Every interval: drain the engine's KV events and fan them out with the load. The
-        engine's events are taken once, so every subscriber sees the same ordered stream (a
-        subscriber that joins late sees a gap and asks for a dump)."""
+        """Every interval: drain the engine's KV events and publish them with the load."""
+        assert self._publisher is not None
         last_load = None
+        last_sent_s = 0.0
+        loop = asyncio.get_running_loop()
         while True:
             events = self.engine.take_kv_events()
             load = self.engine.get_load()
-            if events or load != last_load:
+            now_s = loop.time()
+            if events or load != last_load or now_s - last_sent_s >= self.heartbeat_s:
                 update = WorkerUpdate(kv_events=events, load=load)
-                for queue in self._subscribers:
-                    queue.put_nowait(update)
-                last_load = load
+                try:
+                    await self._publisher.publish(msgspec.msgpack.encode(update))
+                except Exception as exc:  # the event plane is down: the next dump heals it
+                    log.warning("could not publish worker events: %s", exc)
+                last_load, last_sent_s = load, now_s
             await asyncio.sleep(self.update_interval_s)

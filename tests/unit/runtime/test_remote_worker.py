@@ -16,6 +16,7 @@ from armature.frontend.routing import EngineRouter, RouterConfig
 from armature.protocols.engine import EngineRequest, SamplingParams
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.discovery import MemDiscovery, MemStore
+from armature.runtime.events import ZmqEventPlane
 from armature.runtime.remote_engine import RemoteEngine
 from armature.runtime.tcp_client import RequestPlaneClient
 from armature.sim.mocker import build_mocker_core
@@ -36,7 +37,9 @@ def request(rid: str, prompt: list[int], max_tokens: int = 5) -> EngineRequest:
     )
 
 
-async def start_worker(discovery: MemDiscovery, model_dir: Path, instance: int) -> WorkerService:
+async def start_worker(
+    discovery: MemDiscovery, plane: ZmqEventPlane, model_dir: Path, instance: int
+) -> WorkerService:
     engine = mocker_engine(model_dir)
     core = engine.core
     service = WorkerService(
@@ -50,6 +53,7 @@ async def start_worker(discovery: MemDiscovery, model_dir: Path, instance: int) 
         vocab_size=core.arch.vocab_size,
         lease_ttl_s=0.5,
         instance_id=instance,
+        event_plane=plane,
     )
     await service.start()
     return service
@@ -57,7 +61,8 @@ async def start_worker(discovery: MemDiscovery, model_dir: Path, instance: int) 
 
 async def test_remote_workers_route_stream_and_index(tiny_llama_dir: Path) -> None:
     discovery = MemDiscovery(MemStore(), expire_interval_s=0.05)
-    workers = [await start_worker(discovery, tiny_llama_dir, i) for i in (1, 2)]
+    plane = ZmqEventPlane()
+    workers = [await start_worker(discovery, plane, tiny_llama_dir, i) for i in (1, 2)]
     client = RequestPlaneClient()
     cards = [
         msgspec.msgpack.decode(v, type=WorkerCard)
@@ -67,7 +72,7 @@ async def test_remote_workers_route_stream_and_index(tiny_llama_dir: Path) -> No
     router = EngineRouter({}, RouterConfig(policy="kv", block_size=4))
     router.start()
     for card in cards:
-        router.add_engine(card.worker_id, RemoteEngine(card, client))
+        router.add_engine(card.worker_id, RemoteEngine(card, client, plane))
     try:
         prompt = list(range(1, 41))
         first = [o async for o in router.generate(request("a", prompt))]
@@ -115,4 +120,5 @@ async def test_remote_workers_route_stream_and_index(tiny_llama_dir: Path) -> No
         for w in workers:
             await w.stop()
         await discovery.close()
+        await plane.close()
     assert await discovery.list("") == {}
