@@ -16,7 +16,12 @@ from armature.cli_args import (
     port,
     positive_float,
 )
-from armature.cli_runtime import add_runtime_args, make_discovery, make_event_plane
+from armature.cli_runtime import (
+    add_runtime_args,
+    make_discovery,
+    make_event_plane,
+    make_request_client,
+)
 from armature.router.policies import POLICY_NAMES
 
 __all__ = ["add_frontend_parser", "run_frontend"]
@@ -85,7 +90,6 @@ def run_frontend(args: argparse.Namespace) -> None:
     from armature.frontend.preprocess import Preprocessor
     from armature.frontend.routing import EngineRouter, RouterConfig
     from armature.protocols.worker import WorkerCard
-    from armature.runtime.tcp_client import RequestPlaneClient
 
     check_port_free(args.host, args.port)
     served = msgspec.msgpack.decode(asyncio.run(_first_card(args)), type=WorkerCard)
@@ -108,9 +112,8 @@ def run_frontend(args: argparse.Namespace) -> None:
         discovery = make_discovery(args)
         event_plane = await make_event_plane(args)
         try:
-            await WorkerFleet(
-                router, discovery, args.namespace, served, RequestPlaneClient(), event_plane
-            ).run()
+            client = await make_request_client(args)
+            await WorkerFleet(router, discovery, args.namespace, served, client, event_plane).run()
         finally:
             await event_plane.close()
             await discovery.close()

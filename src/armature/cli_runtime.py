@@ -6,13 +6,24 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from armature.cli_args import CliError, positive_float
 from armature.runtime.address import AddressError, EndpointAddress
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery
 from armature.runtime.events import EventPlane
+from armature.runtime.request_plane import RequestClient
 
-__all__ = ["add_runtime_args", "make_discovery", "make_event_plane"]
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+__all__ = [
+    "add_runtime_args",
+    "connect_nats_or_exit",
+    "make_discovery",
+    "make_event_plane",
+    "make_request_client",
+]
 
 
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +49,12 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
         help="comma-separated etcd client URLs (env ARMATURE_ETCD_ENDPOINTS)",
     )
     parser.add_argument(
+        "--request-plane",
+        choices=["tcp", "nats"],
+        default=os.environ.get("ARMATURE_REQUEST_PLANE", "tcp"),
+        help="requests and token streams: tcp (direct) or nats (env ARMATURE_REQUEST_PLANE)",
+    )
+    parser.add_argument(
         "--event-plane",
         choices=["zmq", "nats"],
         default=os.environ.get("ARMATURE_EVENT_PLANE", "zmq"),
@@ -46,7 +63,7 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--nats-url",
         default=os.environ.get("ARMATURE_NATS_URL", "nats://127.0.0.1:4222"),
-        help="NATS server for --event-plane nats (env ARMATURE_NATS_URL)",
+        help="NATS server for the nats planes (env ARMATURE_NATS_URL)",
     )
     parser.add_argument(
         "--lease-ttl-s",
@@ -95,3 +112,23 @@ async def make_event_plane(args: argparse.Namespace, host: str = "127.0.0.1") ->
     except NatsUnavailableError as exc:
         raise CliError(str(exc)) from None
     return plane
+
+
+async def connect_nats_or_exit(args: argparse.Namespace) -> Client:
+    from armature.runtime.nats_conn import NatsUnavailableError, connect_nats
+
+    try:
+        return await connect_nats(args.nats_url)
+    except NatsUnavailableError as exc:
+        raise CliError(str(exc)) from None
+
+
+async def make_request_client(args: argparse.Namespace) -> RequestClient:
+    """The frontend's request-plane client for the flags (inside the loop that uses it)."""
+    if args.request_plane == "tcp":
+        from armature.runtime.tcp_client import RequestPlaneClient
+
+        return RequestPlaneClient()
+    from armature.runtime.nats_plane import NatsRequestPlaneClient
+
+    return NatsRequestPlaneClient(await connect_nats_or_exit(args))

@@ -6,13 +6,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import secrets
 import signal
+from collections.abc import Mapping
 
 import msgspec
 
 from armature.cli_args import CliError, port
 from armature.cli_engine import add_engine_args, build_engines
-from armature.cli_runtime import add_runtime_args, make_discovery, make_event_plane
+from armature.cli_runtime import (
+    add_runtime_args,
+    connect_nats_or_exit,
+    make_discovery,
+    make_event_plane,
+)
 
 __all__ = ["add_worker_parser", "run_worker"]
 
@@ -45,6 +52,9 @@ def run_worker(args: argparse.Namespace) -> None:
 async def _run(args: argparse.Namespace) -> None:
     from armature.engine.async_engine import AsyncEngine
     from armature.protocols.worker import WorkerCard, worker_prefix
+    from armature.runtime.nats_plane import NatsRequestPlaneServer
+    from armature.runtime.request_plane import RequestServer
+    from armature.runtime.tcp_server import Handler, RequestPlaneServer
     from armature.worker.service import WorkerService
 
     built = build_engines(args, 1)
@@ -66,6 +76,15 @@ async def _run(args: argparse.Namespace) -> None:
                 f"{args.namespace!r}; this worker loads {built.resolved.path}"
             )
     event_plane = await make_event_plane(args, args.host)
+    instance_id = secrets.randbits(63)
+    nc = await connect_nats_or_exit(args) if args.request_plane == "nats" else None
+
+    def make_server(handlers: Mapping[str, Handler]) -> RequestServer:
+        if nc is not None:
+            subject = f"armature.rp.{args.namespace}.{instance_id:x}"
+            return NatsRequestPlaneServer(nc, subject, handlers)
+        return RequestPlaneServer(handlers, args.host, args.port)
+
     service = WorkerService(
         AsyncEngine(core),
         discovery,
@@ -75,8 +94,8 @@ async def _run(args: argparse.Namespace) -> None:
         block_size=built.config.block_size,
         max_model_len=core.max_model_len,
         vocab_size=core.arch.vocab_size,
-        host=args.host,
-        port=args.port,
+        make_server=make_server,
+        instance_id=instance_id,
         lease_ttl_s=args.lease_ttl_s,
         event_plane=event_plane,
     )
@@ -85,14 +104,13 @@ async def _run(args: argparse.Namespace) -> None:
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     log.info(
-        "worker %s ready: %s (%s engine, %d KV blocks of %d) on %s:%d in namespace %r",
+        "worker %s ready: %s (%s engine, %d KV blocks of %d) on %s in namespace %r",
         card.worker_id,
         name,
         args.engine,
         card.num_kv_blocks,
         card.block_size,
-        card.host,
-        card.port,
+        card.request_url,
         args.namespace,
     )
     stop = asyncio.Event()
@@ -103,4 +121,6 @@ async def _run(args: argparse.Namespace) -> None:
     log.info("worker %s stopping", card.worker_id)
     await service.stop()
     await event_plane.close()
+    if nc is not None:
+        await nc.drain()
     await discovery.close()

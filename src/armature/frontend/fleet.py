@@ -17,7 +17,7 @@ from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.discovery import Discovery
 from armature.runtime.events import EventPlane
 from armature.runtime.remote_engine import RemoteEngine
-from armature.runtime.tcp_client import RequestPlaneClient
+from armature.runtime.request_plane import RequestClient
 
 __all__ = ["WorkerFleet", "card_conflict"]
 
@@ -42,7 +42,7 @@ class WorkerFleet:
         discovery: Discovery,
         namespace: str,
         served: WorkerCard,
-        client: RequestPlaneClient,
+        client: RequestClient,
         event_plane: EventPlane,
     ):
         self.router = router
@@ -81,7 +81,7 @@ class WorkerFleet:
             await self.router.remove_engine(previous)
         self._workers_by_key[key] = card.worker_id
         self.router.add_engine(card.worker_id, RemoteEngine(card, self.client, self.event_plane))
-        log.info("worker %s joined (%s:%d)", card.worker_id, card.host, card.port)
+        log.info("worker %s joined (%s)", card.worker_id, card.request_url)
 
     async def _left(self, key: str) -> None:
         worker = self._workers_by_key.pop(key, None)

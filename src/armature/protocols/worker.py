@@ -24,8 +24,7 @@ class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
     num_kv_blocks: int
     max_model_len: int
     vocab_size: int
-    host: str
-    port: int
+    request_url: str  # tcp://host:port or nats:<subject>
     events_url: str  # where the worker's event-plane publisher is (zmq or nats url)
     role: str = "aggregated"  # later: "prefill" / "decode"
 

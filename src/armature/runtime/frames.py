@@ -13,6 +13,7 @@ import msgspec
 
 __all__ = [
     "MAX_FRAME_BYTES",
+    "Accept",
     "Cancel",
     "Credit",
     "Data",
@@ -23,6 +24,7 @@ __all__ = [
     "Open",
     "decode_frame",
     "encode_frame",
+    "encode_message",
     "read_length",
 ]
 
@@ -59,22 +61,36 @@ class End(msgspec.Struct, tag="end", frozen=True):
     stream_id: int
 
 
+class Accept(msgspec.Struct, tag="accept", frozen=True):
+    """NATS only: the server took the stream (NATS cannot tell a sender nobody listens)."""
+
+    stream_id: int
+    control_subject: str  # where the client sends Credit and Cancel
+
+
 class Fail(msgspec.Struct, tag="fail", frozen=True):
     stream_id: int
     code: str  # "invalid_request", "not_found", "unavailable", "internal"
     message: str
 
 
-Frame = Open | Credit | Cancel | Data | End | Fail
+Frame = Open | Credit | Cancel | Data | End | Fail | Accept
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Frame)
 
 
-def encode_frame(frame: Frame, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
+def encode_message(frame: Frame, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """A frame's msgpack body (message transports such as NATS frame it themselves)."""
     body = _encoder.encode(frame)
     if len(body) > max_bytes:
         raise FrameError(f"frame of {len(body)} bytes exceeds the {max_bytes}-byte limit")
+    return body
+
+
+def encode_frame(frame: Frame, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """Length-prefixed, for byte streams (TCP)."""
+    body = encode_message(frame, max_bytes)
     return len(body).to_bytes(_HEADER, "big") + body
 
 

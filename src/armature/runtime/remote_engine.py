@@ -22,7 +22,8 @@ from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.worker import WorkerCard, WorkerUpdate
 from armature.runtime.events import EventPlane, EventPlaneError
-from armature.runtime.tcp_client import PeerUnavailableError, RemoteError, RequestPlaneClient
+from armature.runtime.request_plane import RequestClient
+from armature.runtime.tcp_client import PeerUnavailableError, RemoteError
 
 __all__ = ["RemoteEngine"]
 
@@ -35,7 +36,7 @@ class RemoteEngine:
     def __init__(
         self,
         card: WorkerCard,
-        client: RequestPlaneClient,
+        client: RequestClient,
         event_plane: EventPlane,
         unreachable_backoff_s: float = 2.0,
     ):
@@ -101,7 +102,7 @@ class RemoteEngine:
         raise EngineDeadError(f"{self.card.worker_id} sent no dump")
 
     async def _stream(self, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
-        stream = self.client.stream(self.card.host, self.card.port, endpoint, payload)
+        stream = self.client.stream(self.card.request_url, endpoint, payload)
         try:
             async for item in stream:
                 yield item

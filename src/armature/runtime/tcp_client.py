@@ -30,7 +30,7 @@ from armature.runtime.frames import (
 )
 from armature.runtime.tcp_server import read_frame
 
-__all__ = ["PeerUnavailableError", "RemoteError", "RequestPlaneClient"]
+__all__ = ["PeerUnavailableError", "RemoteError", "RequestPlaneClient", "parse_tcp_url"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,16 @@ class RemoteError(RuntimeError):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+def parse_tcp_url(url: str) -> tuple[str, int]:
+    """tcp://host:port -> (host, port); ValueError otherwise."""
+    if not url.startswith("tcp://"):
+        raise ValueError(f"not a tcp url: {url!r}")
+    host, sep, port = url.removeprefix("tcp://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"not a tcp url: {url!r}")
+    return host.strip("[]"), int(port)
 
 
 class _Connection:
@@ -129,9 +139,9 @@ class RequestPlaneClient:
             self._pools[key] = [*pool, conn]
             return conn
 
-    async def stream(
-        self, host: str, port: int, endpoint: str, payload: bytes
-    ) -> AsyncIterator[bytes]:
+    async def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
+        """Stream `endpoint` at `url` (tcp://host:port)."""
+        host, port = parse_tcp_url(url)
         conn = await self._connection(host, port)
         sid = next(self._ids)
         queue: asyncio.Queue[object] = asyncio.Queue()

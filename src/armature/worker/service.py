@@ -23,7 +23,8 @@ from armature.protocols.engine import EngineRequest
 from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_key
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
 from armature.runtime.events import EventPlane, Publisher
-from armature.runtime.tcp_server import HandlerError, RequestPlaneServer
+from armature.runtime.request_plane import ServerFactory
+from armature.runtime.tcp_server import HandlerError
 
 __all__ = ["WorkerService"]
 
@@ -42,8 +43,7 @@ class WorkerService:
         block_size: int,
         max_model_len: int,
         vocab_size: int,
-        host: str = "127.0.0.1",
-        port: int = 0,
+        make_server: ServerFactory,
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
         update_interval_s: float = 0.01,
         instance_id: int | None = None,
@@ -63,9 +63,7 @@ class WorkerService:
         self.instance_id = instance_id if instance_id is not None else secrets.randbits(63)
         self.event_plane = event_plane
         self.heartbeat_s = heartbeat_s
-        self.server = RequestPlaneServer(
-            {"generate": self._generate, "dump": self._dump}, host, port
-        )
+        self.server = make_server({"generate": self._generate, "dump": self._dump})
         self._registration: Registration | None = None
         self._publisher: Publisher | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -85,8 +83,7 @@ class WorkerService:
             num_kv_blocks=self.engine.get_load().num_total_blocks,
             max_model_len=self.max_model_len,
             vocab_size=self.vocab_size,
-            host=self.server.host,
-            port=self.server.port,
+            request_url=self.server.url,
             events_url=self._publisher.url,
         )
         self._registration = await self.discovery.register(
@@ -94,7 +91,7 @@ class WorkerService:
             msgspec.msgpack.encode(self.card),
             self.lease_ttl_s,
         )
-        log.info("worker %s serving on %s:%d", self.card.worker_id, self.card.host, self.card.port)
+        log.info("worker %s serving on %s", self.card.worker_id, self.card.request_url)
         return self.card
 
     async def stop(self) -> None:

@@ -19,6 +19,7 @@ from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import ZmqEventPlane
 from armature.runtime.remote_engine import RemoteEngine
 from armature.runtime.tcp_client import RequestPlaneClient
+from armature.runtime.tcp_server import RequestPlaneServer
 from armature.sim.mocker import build_mocker_core
 from armature.sim.timing import PolynomialTiming
 from armature.worker.service import WorkerService
@@ -53,6 +54,7 @@ async def start_worker(
         vocab_size=core.arch.vocab_size,
         lease_ttl_s=0.5,
         instance_id=instance,
+        make_server=lambda handlers: RequestPlaneServer(handlers),
         event_plane=plane,
     )
     await service.start()

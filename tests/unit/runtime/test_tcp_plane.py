@@ -66,7 +66,7 @@ async def start(probe: Probe, **kwargs: float) -> RequestPlaneServer:
 
 
 async def collect(client: RequestPlaneClient, port: int, endpoint: str, body: bytes) -> list[bytes]:
-    return [item async for item in client.stream("127.0.0.1", port, endpoint, body)]
+    return [item async for item in client.stream(f"tcp://127.0.0.1:{port}", endpoint, body)]
 
 
 async def test_streams_arrive_whole_and_in_order_over_few_connections() -> None:
@@ -90,7 +90,7 @@ async def test_closing_the_stream_cancels_the_handler() -> None:
     server = await start(probe)
     client = RequestPlaneClient()
     try:
-        stream = client.stream("127.0.0.1", server.port, "endless", b"")
+        stream = client.stream(server.url, "endless", b"")
         assert await anext(stream) == b"x"
         await stream.aclose()  # type: ignore[attr-defined]
         await asyncio.wait_for(probe.closed.wait(), 5)
@@ -105,7 +105,7 @@ async def test_a_client_disconnect_cancels_its_handlers() -> None:
     probe = Probe()
     server = await start(probe)
     client = RequestPlaneClient()
-    stream = client.stream("127.0.0.1", server.port, "slow", b"")
+    stream = client.stream(server.url, "slow", b"")
     task = asyncio.ensure_future(anext(stream))
     await asyncio.wait_for(probe.started.wait(), 5)
     await client.close()
@@ -120,7 +120,7 @@ async def test_a_slow_consumer_holds_back_its_producer() -> None:
     server = await start(probe)
     client = RequestPlaneClient(window=8)
     try:
-        stream = client.stream("127.0.0.1", server.port, "endless", b"")
+        stream = client.stream(server.url, "endless", b"")
         for _ in range(3):
             await anext(stream)
         await asyncio.sleep(0.3)

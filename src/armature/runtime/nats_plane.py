@@ -1,0 +1,242 @@
+"""The request plane over NATS: the same frames and stream semantics as the TCP plane.
+
+    client -> <worker subject>          Open (reply = the client's inbox for this stream)
+    server -> inbox                     Accept(control subject), then Data..., End | Fail
+    client -> <control subject>         Credit, Cancel
+
+NATS cannot tell a publisher that nobody listens, so a stream that is not accepted within
+`accept_timeout_s` fails with PeerUnavailableError. Back-pressure is the same credit window as
+over TCP. A server stream whose client has gone silent (no credit for `idle_timeout_s` while it
+waits for credit: the frontend died) is cancelled. A NATS restart is survived by the client
+library's reconnect; messages sent during the gap are lost, so a stream that was open across
+a reconnect fails on both sides (PeerUnavailableError for the client, which reroutes what had
+not started; cancellation on the worker, which frees the request's KV blocks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator, Mapping
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from armature.runtime.frames import (
+    Accept,
+    Cancel,
+    Credit,
+    Data,
+    End,
+    Fail,
+    Frame,
+    FrameError,
+    Open,
+    decode_frame,
+    encode_message,
+)
+from armature.runtime.tcp_client import PeerUnavailableError, RemoteError
+from armature.runtime.tcp_server import Handler, HandlerError
+
+__all__ = ["NatsRequestPlaneClient", "NatsRequestPlaneServer"]
+
+log = logging.getLogger(__name__)
+
+
+class _ServerStream:
+    def __init__(self, credit: int):
+        self.credit = credit
+        self.credit_changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.control: Subscription | None = None
+
+
+class NatsRequestPlaneServer:
+    def __init__(
+        self,
+        nc: Client,
+        subject: str,
+        handlers: Mapping[str, Handler],
+        idle_timeout_s: float = 30.0,
+    ):
+        self.nc = nc
+        self.subject = subject
+        self.handlers = dict(handlers)
+        self.idle_timeout_s = idle_timeout_s
+        self._subscription: Subscription | None = None
+        self._streams: dict[str, _ServerStream] = {}  # by control subject
+        self._ids = itertools.count()
+
+    @property
+    def url(self) -> str:
+        return f"nats:{self.subject}"
+
+    async def start(self) -> None:
+        self._subscription = await self.nc.subscribe(self.subject, cb=self._on_open)
+
+    async def stop(self) -> None:
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+        tasks = [s.task for s in self._streams.values() if s.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _on_open(self, msg: Msg) -> None:
+        try:
+            frame = decode_frame(msg.data)
+        except FrameError as exc:
+            log.warning("NATS request plane: dropping a bad message on %s: %s", msg.subject, exc)
+            return
+        if not isinstance(frame, Open) or not msg.reply or frame.credit <= 0:
+            log.warning("NATS request plane: dropping an unexpected %s", type(frame).__name__)
+            return
+        control_subject = f"{self.subject}.ctl.{next(self._ids)}"
+        stream = _ServerStream(frame.credit)
+        self._streams[control_subject] = stream
+        stream.control = await self.nc.subscribe(control_subject, cb=self._on_control)
+        stream.task = asyncio.get_running_loop().create_task(
+            self._serve(frame, msg.reply, control_subject, stream)
+        )
+
+    async def _on_control(self, msg: Msg) -> None:
+        stream = self._streams.get(msg.subject)
+        if stream is None:
+            return
+        try:
+            frame = decode_frame(msg.data)
+        except FrameError as exc:
+            log.warning("NATS request plane: bad control message: %s", exc)
+            return
+        if isinstance(frame, Credit) and frame.n > 0:
+            stream.credit += frame.n
+            stream.credit_changed.set()
+        elif isinstance(frame, Cancel) and stream.task is not None:
+            stream.task.cancel()
+
+    async def _serve(self, frame: Open, inbox: str, control: str, stream: _ServerStream) -> None:
+        sid = frame.stream_id
+        reconnects = self.nc.stats["reconnects"]
+        try:
+            await self._send(inbox, Accept(sid, control))
+            handler = self.handlers.get(frame.endpoint)
+            if handler is None:
+                await self._send(inbox, Fail(sid, "not_found", f"no endpoint {frame.endpoint!r}"))
+                return
+            items = handler(frame.payload)
+            try:
+                async for item in items:
+                    while stream.credit <= 0:
+                        stream.credit_changed.clear()
+                        await asyncio.wait_for(stream.credit_changed.wait(), self.idle_timeout_s)
+                    stream.credit -= 1
+                    if self.nc.stats["reconnects"] != reconnects:
+                        log.warning("NATS request plane: stream %d lost in a reconnect", sid)
+                        return
+                    await self._send(inbox, Data(sid, item))
+            finally:
+                await items.aclose()  # type: ignore[attr-defined]
+            await self._send(inbox, End(sid))
+        except asyncio.CancelledError:
+            pass
+        except TimeoutError:
+            log.warning("NATS request plane: client of stream %d went silent; cancelled", sid)
+        except HandlerError as exc:
+            await self._send_quietly(inbox, Fail(sid, exc.code, exc.message))
+        except Exception as exc:
+            log.exception("NATS request plane: handler %r failed", frame.endpoint)
+            await self._send_quietly(inbox, Fail(sid, "internal", f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._streams.pop(control, None)
+            if stream.control is not None:
+                with contextlib.suppress(Exception):
+                    await stream.control.unsubscribe()
+
+    async def _send(self, subject: str, frame: Frame) -> None:
+        await self.nc.publish(subject, encode_message(frame))
+
+    async def _send_quietly(self, subject: str, frame: Frame) -> None:
+        with contextlib.suppress(Exception):
+            await self._send(subject, frame)
+
+
+class NatsRequestPlaneClient:
+    def __init__(self, nc: Client, window: int = 32, accept_timeout_s: float = 5.0):
+        self.nc = nc
+        self.window = window
+        self.accept_timeout_s = accept_timeout_s
+        self._ids = itertools.count(1)
+
+    async def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
+        """Stream `endpoint` at `url` (nats:<subject>)."""
+        if not url.startswith("nats:"):
+            raise ValueError(f"not a nats url: {url!r}")
+        subject = url.removeprefix("nats:")
+        sid = next(self._ids)
+        inbox = self.nc.new_inbox()
+        queue: asyncio.Queue[Frame] = asyncio.Queue()
+
+        async def on_message(msg: Msg) -> None:
+            with contextlib.suppress(FrameError):
+                queue.put_nowait(decode_frame(msg.data))
+
+        try:
+            subscription = await self.nc.subscribe(inbox, cb=on_message)
+        except Exception as exc:
+            raise PeerUnavailableError(f"NATS unavailable: {exc}") from None
+        control: str | None = None
+        finished = False
+        reconnects = self.nc.stats["reconnects"]
+        try:
+            await self._publish(subject, Open(sid, endpoint, payload, self.window), reply=inbox)
+            try:
+                first = await asyncio.wait_for(queue.get(), self.accept_timeout_s)
+            except TimeoutError:
+                raise PeerUnavailableError(f"nobody accepted the stream on {subject}") from None
+            if not isinstance(first, Accept):
+                raise PeerUnavailableError(f"expected Accept, got {type(first).__name__}")
+            control = first.control_subject
+            consumed = 0
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), 1.0)
+                except TimeoutError:
+                    item = None
+                if self.nc.stats["reconnects"] != reconnects:
+                    raise PeerUnavailableError("NATS reconnected; the stream's messages were lost")
+                if item is None:
+                    continue
+                if isinstance(item, Data):
+                    yield item.payload
+                    consumed += 1
+                    if consumed >= self.window // 2:
+                        await self._publish(control, Credit(sid, consumed))
+                        consumed = 0
+                elif isinstance(item, End):
+                    finished = True
+                    return
+                elif isinstance(item, Fail):
+                    finished = True
+                    raise RemoteError(item.code, item.message)
+        finally:
+            if not finished and control is not None:
+                with contextlib.suppress(Exception):
+                    await self._publish(control, Cancel(sid))
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+
+    async def _publish(self, subject: str, frame: Frame, reply: str = "") -> None:
+        try:
+            await self.nc.publish(subject, encode_message(frame), reply=reply)
+        except (msgspec.EncodeError, FrameError):
+            raise
+        except Exception as exc:
+            raise PeerUnavailableError(f"NATS publish failed: {exc}") from None
+
+    async def close(self) -> None:
+        return None
