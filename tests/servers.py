@@ -98,6 +98,12 @@ class Etcd(ManagedServer):
         except httpx.HTTPError:
             return False
 
+    def wipe_and_restart(self) -> None:
+        """Restart with an empty data directory: every key and lease is gone."""
+        self.stop()
+        shutil.rmtree(self.workdir / "data", ignore_errors=True)
+        self.start()
+
 
 class Nats(ManagedServer):
     def __init__(self, workdir: Path):

@@ -77,6 +77,7 @@ class NatsRequestPlaneServer:
 
     async def start(self) -> None:
         self._subscription = await self.nc.subscribe(self.subject, cb=self._on_open)
+        await self.nc.flush()  # the server has the subscription before anyone is told the url
 
     async def stop(self) -> None:
         if self._subscription is not None:

@@ -1,0 +1,120 @@
+"""Frontend and worker processes for the distributed-runtime integration tests: start them
+with any runtime flags, read their logs, check discovery, stop them all by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import SERVED_MODEL_NAME, _free_port, _wait_healthy, parse_metrics
+
+LEASE_TTL_S = 2.0  # seconds; etcd leases are whole seconds
+ENGINE_ARGS = [
+    "--device",
+    "cpu",
+    "--dtype",
+    "float32",
+    "--num-kv-blocks",
+    "256",
+    "--max-model-len",
+    "1024",
+    "--served-model-name",
+    SERVED_MODEL_NAME,
+]
+
+
+class Fleet:
+    def __init__(self, model_dir: Path, root: Path, runtime_args: list[str] | None = None):
+        """`runtime_args` default to file discovery in `root` with the TCP and zmq planes."""
+        self.model_dir = model_dir
+        self.root = root
+        self.discovery_dir = root / "discovery"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._runtime_args = runtime_args
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "armature.cli", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.procs.append(proc)
+        return proc
+
+    def runtime_args(self) -> list[str]:
+        if self._runtime_args is not None:
+            return self._runtime_args
+        return ["--discovery", "file", "--discovery-dir", str(self.discovery_dir)]
+
+    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
+        args = ["worker", "--model", str(self.model_dir), *ENGINE_ARGS, *self.runtime_args()]
+        proc = self._spawn(name, [*args, "--lease-ttl-s", str(LEASE_TTL_S)])
+        self.wait_for_log(name, "ready:", proc)
+        return proc
+
+    def start_frontend(self) -> str:
+        port = _free_port()
+        args = ["frontend", "--port", str(port), "--router", "kv", *self.runtime_args()]
+        proc = self._spawn("frontend", args)
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(proc, url, self.root / "frontend.log")
+        return url
+
+    def wait_for_log(self, name: str, text: str, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 180
+        path = self.root / f"{name}.log"
+        while time.monotonic() < deadline:
+            if text in path.read_text(errors="replace"):
+                return
+            if proc.poll() is not None:
+                pytest.fail(f"{name} exited with {proc.returncode}:\n{path.read_text()}")
+            time.sleep(0.2)
+        pytest.fail(f"{name} did not log {text!r}:\n{path.read_text()}")
+
+    def registered(self) -> list[str]:
+        entries = self.discovery_dir / "entries"
+        return sorted(p.name for p in entries.iterdir()) if entries.exists() else []
+
+    def assert_no_tracebacks(self) -> None:
+        for log in self.root.glob("*.log"):
+            text = log.read_text(errors="replace")
+            assert "Traceback" not in text, f"{log.name}:\n{text}"
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a small robot"]
+
+
+def decisions(url: str) -> dict[str, float]:
+    metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+    prefix = 'armature_router_decisions_total{worker="'
+    return {k[len(prefix) : -2]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def complete(url: str, prompt: str) -> str:
+    response = httpx.post(
+        f"{url}/v1/completions",
+        json={"model": SERVED_MODEL_NAME, "prompt": prompt, "max_tokens": 12, "temperature": 0},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    return str(response.json()["choices"][0]["text"])
