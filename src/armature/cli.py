@@ -37,7 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     serve.add_argument(
-        "--workers", type=positive_int, default=1, help="worker engines in this process"
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="worker engines: one runs in this process; more run as worker processes behind "
+        "this frontend (see --in-process-workers)",
+    )
+    serve.add_argument(
+        "--in-process-workers",
+        action="store_true",
+        help="run every worker engine in this process (cheap mocker fleets, tests)",
     )
     serve.add_argument(
         "--router",
@@ -67,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    if args.workers > 1 and not args.in_process_workers:
+        from armature.cli_serve_fleet import serve_fleet
+
+        serve_fleet(args)
+        return
     import uvicorn
 
     from armature.engine.async_engine import AsyncEngine

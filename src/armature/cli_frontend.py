@@ -57,20 +57,26 @@ def add_frontend_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def _first_card(args: argparse.Namespace) -> bytes:
+    """The card of the first worker, once `min_workers` (default 1) have registered. Fails
+    early if a worker process this command started (`worker_processes`) exits."""
     from armature.protocols.worker import worker_prefix
 
     discovery = make_discovery(args)
     deadline = time.monotonic() + args.wait_for_workers_s
+    min_workers = getattr(args, "min_workers", 1)
     logged = False
     try:
         while True:
             cards = await discovery.list(worker_prefix(args.namespace))
-            if cards:
-                return next(iter(cards.values()))
+            if len(cards) >= min_workers:
+                return next(iter(sorted(cards.items())))[1]
+            for proc in getattr(args, "worker_processes", []):
+                if proc.poll() is not None:
+                    raise CliError(f"a worker exited with code {proc.returncode} at start")
             if time.monotonic() > deadline:
                 raise CliError(
-                    f"no worker registered in namespace {args.namespace!r} within "
-                    f"{args.wait_for_workers_s:g} s"
+                    f"{len(cards)} of {min_workers} workers registered in namespace "
+                    f"{args.namespace!r} within {args.wait_for_workers_s:g} s"
                 )
             if not logged:
                 log.info("waiting for workers in namespace %r", args.namespace)
@@ -91,7 +97,8 @@ def run_frontend(args: argparse.Namespace) -> None:
     from armature.frontend.routing import EngineRouter, RouterConfig
     from armature.protocols.worker import WorkerCard
 
-    check_port_free(args.host, args.port)
+    if not getattr(args, "worker_processes", None):
+        check_port_free(args.host, args.port)
     served = msgspec.msgpack.decode(asyncio.run(_first_card(args)), type=WorkerCard)
     preprocessor = Preprocessor(Path(served.model_path))
     model = ServedModel(

@@ -41,6 +41,12 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:
     worker.add_argument("--host", default="127.0.0.1", help="request-plane address to listen on")
     worker.add_argument("--port", type=port, default=0, help="request-plane port (0: any free)")
     worker.add_argument(
+        "--instance-id",
+        type=int,
+        default=None,
+        help="64-bit instance id (default: random); the worker is named worker-<hex id>",
+    )
+    worker.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], default="info"
     )
 
@@ -76,7 +82,9 @@ async def _run(args: argparse.Namespace) -> None:
                 f"{args.namespace!r}; this worker loads {built.resolved.path}"
             )
     event_plane = await make_event_plane(args, args.host)
-    instance_id = secrets.randbits(63)
+    instance_id = args.instance_id if args.instance_id is not None else secrets.randbits(63)
+    if not 0 <= instance_id < 2**64:
+        raise CliError(f"--instance-id must be in [0, 2**64), got {instance_id}")
     nc = await connect_nats_or_exit(args) if args.request_plane == "nats" else None
 
     def make_server(handlers: Mapping[str, Handler]) -> RequestServer:

@@ -14,7 +14,16 @@ LAYERS: list[set[str]] = [
     {"engine", "sim"},
     {"runtime"},
     {"frontend", "worker"},
-    {"cli", "cli_args", "cli_engine", "cli_replay", "cli_runtime", "cli_worker", "cli_frontend"},
+    {
+        "cli",
+        "cli_args",
+        "cli_engine",
+        "cli_replay",
+        "cli_runtime",
+        "cli_worker",
+        "cli_frontend",
+        "cli_serve_fleet",
+    },
 ]
 
 

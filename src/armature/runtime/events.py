@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 import zmq
@@ -37,7 +37,7 @@ class Publisher(Protocol):
 class EventPlane(Protocol):
     async def publisher(self, name: str) -> Publisher: ...
 
-    def subscribe(self, url: str) -> AsyncIterator[bytes]: ...
+    def subscribe(self, url: str) -> AsyncGenerator[bytes, None]: ...
 
     async def close(self) -> None: ...
 
@@ -72,7 +72,7 @@ class ZmqEventPlane:
             raise EventPlaneError(f"cannot bind an event publisher on {self.host}: {exc}") from None
         return _ZmqPublisher(socket, f"tcp://{self.host}:{port}")
 
-    async def subscribe(self, url: str) -> AsyncIterator[bytes]:
+    async def subscribe(self, url: str) -> AsyncGenerator[bytes, None]:
         if not url.startswith("tcp://"):
             raise EventPlaneError(f"not a zmq event url: {url!r}")
         socket = self._context.socket(zmq.SUB)
@@ -86,8 +86,7 @@ class ZmqEventPlane:
             socket.close(linger=0)
 
     async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._context.term()
+        self._context.destroy(linger=0)  # closes any socket still open, never blocks
 
 
 class _NatsPublisher:
@@ -124,7 +123,7 @@ class NatsEventPlane:
     async def publisher(self, name: str) -> Publisher:
         return _NatsPublisher(self, f"{self.prefix}.{name}")
 
-    async def subscribe(self, url: str) -> AsyncIterator[bytes]:
+    async def subscribe(self, url: str) -> AsyncGenerator[bytes, None]:
         if not url.startswith("nats:"):
             raise EventPlaneError(f"not a nats event url: {url!r}")
         queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=10_000)

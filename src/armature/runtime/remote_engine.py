@@ -13,6 +13,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import msgspec
 
@@ -118,13 +119,14 @@ class RemoteEngine:
 
     async def _subscribe(self) -> None:
         try:
-            async for payload in self.event_plane.subscribe(self.card.events_url):
-                try:
-                    update = msgspec.msgpack.decode(payload, type=WorkerUpdate)
-                except msgspec.DecodeError as exc:
-                    log.warning("bad update from %s: %s", self.card.worker_id, exc)
-                    continue
-                self._events.extend(update.kv_events)
-                self._load = update.load
+            async with aclosing(self.event_plane.subscribe(self.card.events_url)) as updates:
+                async for payload in updates:
+                    try:
+                        update = msgspec.msgpack.decode(payload, type=WorkerUpdate)
+                    except msgspec.DecodeError as exc:
+                        log.warning("bad update from %s: %s", self.card.worker_id, exc)
+                        continue
+                    self._events.extend(update.kv_events)
+                    self._load = update.load
         except EventPlaneError as exc:
             log.error("no events from %s: %s", self.card.worker_id, exc)

@@ -1,0 +1,99 @@
+"""`armature serve --workers N` as a frontend with N worker processes: serving works, and
+stopping it (SIGTERM, or even SIGKILL) leaves no worker process and no registration."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import _free_port, _wait_healthy
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def start(model_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "armature.cli",
+        "serve",
+        "--model",
+        str(model_dir),
+        "--engine",
+        "mocker",
+        "--workers",
+        "2",
+        "--num-kv-blocks",
+        "256",
+        "--speedup-ratio",
+        "100",
+        "--port",
+        str(port),
+    ]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    _wait_healthy(proc, url, log)
+    return proc, url
+
+
+def workers_of(proc: subprocess.Popen[bytes]) -> list[int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        kids = children(proc.pid)
+        if len(kids) == 2:
+            return kids
+        time.sleep(0.1)
+    pytest.fail(f"expected 2 worker processes, found {children(proc.pid)}")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_serve_workers_are_processes_that_end_with_it(
+    how: signal.Signals, default_model_dir: Path, tmp_path: Path
+) -> None:
+    proc, url = start(default_model_dir, tmp_path / "serve.log")
+    try:
+        kids = workers_of(proc)
+        served = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+        response = httpx.post(
+            f"{url}/v1/completions",
+            json={"model": served, "prompt": "Hi there", "max_tokens": 3},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+        proc.send_signal(how)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while any(alive(k) for k in kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(k) for k in kids), "orphaned worker processes"
+        leftovers = list(Path("/tmp").glob("armature-serve-*/entries/*"))
+        if how == signal.SIGTERM:  # a clean stop removes its private discovery directory
+            assert leftovers == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if how == signal.SIGTERM:
+        assert "Traceback" not in (tmp_path / "serve.log").read_text(errors="replace")
