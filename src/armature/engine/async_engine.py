@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from armature.engine.core import EngineCore
 from armature.engine.interface import EngineDeadError, InvalidRequestError
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
+from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, merge_outputs
 from armature.protocols.kv_events import KvDump, KvEvent
 
 __all__ = ["AsyncEngine", "EngineDeadError"]
@@ -96,9 +96,21 @@ class AsyncEngine:
                 if isinstance(item, BaseException):
                     finished = True
                     raise item
-                if item.finish_reason is not None:
+                # A consumer that fell behind gets every output that is already waiting as
+                # one (fewer frames, SSE events and writes downstream); an error stays queued
+                # and is raised on the next call.
+                batch = [item]
+                while item.finish_reason is None and not stream.empty():
+                    waiting = stream.get_nowait()
+                    if isinstance(waiting, BaseException):
+                        stream.put_nowait(waiting)
+                        break
+                    batch.append(waiting)
+                    item = waiting
+                merged = batch[0] if len(batch) == 1 else merge_outputs(batch)
+                if merged.finish_reason is not None:
                     finished = True
-                yield item
+                yield merged
                 if finished:
                     return
         finally:

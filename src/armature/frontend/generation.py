@@ -69,8 +69,10 @@ async def stream_deltas(
             if output.new_token_ids:
                 if clock.last_token_s is None:
                     metrics.ttft_s.observe(now_s - clock.started_s)
-                else:
-                    metrics.itl_s.observe(now_s - clock.last_token_s)
+                else:  # tokens that arrive together share the interval
+                    num = len(output.new_token_ids)
+                    for _ in range(num):
+                        metrics.itl_s.observe((now_s - clock.last_token_s) / num)
                 clock.last_token_s = now_s
                 usage.completion_tokens += len(output.new_token_ids)
                 metrics.output_tokens.inc(len(output.new_token_ids))

@@ -19,6 +19,7 @@ __all__ = [
     "SamplingParams",
     "StepRecord",
     "TokenLogprob",
+    "merge_outputs",
 ]
 
 RequestId = NewType("RequestId", str)
@@ -97,3 +98,21 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
     num_decode_requests: int
     num_kv_tokens_used: int
     step_wall_s: float
+
+
+def merge_outputs(outputs: list[EngineOutput]) -> EngineOutput:
+    """Consecutive outputs of one request as one: tokens and logprobs concatenated, the first
+    output's prompt counts, the last one's finish reason and error."""
+    first, last = outputs[0], outputs[-1]
+    if any(o.request_id != first.request_id for o in outputs):
+        raise ValueError("outputs of different requests cannot be merged")
+    has_logprobs = all(o.logprobs is not None for o in outputs if o.new_token_ids)
+    return EngineOutput(
+        request_id=first.request_id,
+        new_token_ids=[t for o in outputs for t in o.new_token_ids],
+        logprobs=[lp for o in outputs for lp in (o.logprobs or [])] if has_logprobs else None,
+        finish_reason=last.finish_reason,
+        num_prompt_tokens=first.num_prompt_tokens,
+        num_cached_tokens=first.num_cached_tokens,
+        error=last.error,
+    )
