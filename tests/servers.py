@@ -69,11 +69,12 @@ class ManagedServer:
 
 
 class Etcd(ManagedServer):
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, host: str = "127.0.0.1"):
         super().__init__("etcd", workdir)
+        self.host = host
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.url = f"http://{host}:{self.client_port}"
 
     def command(self) -> list[str]:
         return [
@@ -85,11 +86,11 @@ class Etcd(ManagedServer):
             "--advertise-client-urls",
             self.url,
             "--listen-peer-urls",
-            f"http://127.0.0.1:{self.peer_port}",
+            f"http://{self.host}:{self.peer_port}",
             "--initial-advertise-peer-urls",
-            f"http://127.0.0.1:{self.peer_port}",
+            f"http://{self.host}:{self.peer_port}",
             "--initial-cluster",
-            f"default=http://127.0.0.1:{self.peer_port}",
+            f"default=http://{self.host}:{self.peer_port}",
         ]
 
     def healthy(self) -> bool:

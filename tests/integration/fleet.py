@@ -39,10 +39,12 @@ class Fleet:
         self.procs: list[subprocess.Popen[bytes]] = []
         self._runtime_args = runtime_args
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, args: list[str], wrapper: list[str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
-            [sys.executable, "-m", "armature.cli", *args],
+            [*(wrapper or []), sys.executable, "-m", "armature.cli", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -55,17 +57,21 @@ class Fleet:
             return self._runtime_args
         return ["--discovery", "file", "--discovery-dir", str(self.discovery_dir)]
 
-    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self, name: str, extra: list[str] | None = None, wrapper: list[str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """`wrapper` prefixes the command (e.g. `ip netns exec NS`)."""
         args = ["worker", "--model", str(self.model_dir), *ENGINE_ARGS, *self.runtime_args()]
-        proc = self._spawn(name, [*args, "--lease-ttl-s", str(LEASE_TTL_S)])
+        args += ["--lease-ttl-s", str(LEASE_TTL_S), *(extra or [])]
+        proc = self._spawn(name, args, wrapper)
         self.wait_for_log(name, "ready:", proc)
         return proc
 
-    def start_frontend(self) -> str:
+    def start_frontend(self, host: str = "127.0.0.1") -> str:
         port = _free_port()
         args = ["frontend", "--port", str(port), "--router", "kv", *self.runtime_args()]
-        proc = self._spawn("frontend", args)
-        url = f"http://127.0.0.1:{port}"
+        proc = self._spawn("frontend", [*args, "--host", host])
+        url = f"http://{host}:{port}"
         _wait_healthy(proc, url, self.root / "frontend.log")
         return url
 

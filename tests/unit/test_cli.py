@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from armature.cli import build_parser, main, parse_bytes
+from armature.cli import build_parser, main
+from armature.cli_args import parse_bytes
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -145,3 +152,80 @@ def test_replay_synthetic_workloads_run(capsys: pytest.CaptureFixture[str]) -> N
         )
         assert code == 0
         assert "num_requests: 40" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["worker", "--engine", "mocker", "--namespace", "a.b"], "invalid namespace"),
+        (["frontend", "--namespace", "no spaces"], "invalid namespace"),
+        (["frontend", "--discovery", "etcd", "--etcd-endpoints", "localhost:2379"], "http(s)"),
+        (["worker", "--request-plane", "carrier-pigeon"], "invalid choice"),
+        (["frontend", "--event-plane", "smoke"], "invalid choice"),
+        (["worker", "--engine", "mocker", "--instance-id", "-1"], "--instance-id must be"),
+    ],
+)
+def test_runtime_mistakes_exit_2_with_one_line(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = [*argv, "--discovery-dir", str(tmp_path / "d")]
+    if argv[0] == "frontend":
+        argv += ["--port", str(_free_port()), "--wait-for-workers-s", "0.5"]
+    code, err = run(argv, capsys)
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("armature: error: ")
+    assert fragment in err
+
+
+def test_frontend_without_workers_gives_up_clearly(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["frontend", "--discovery-dir", str(tmp_path), "--port", str(_free_port())]
+    code, err = run([*argv, "--wait-for-workers-s", "0.3"], capsys)
+    assert code == 2
+    assert "0 of 1 workers registered in namespace 'armature' within 0.3 s" in err
+
+
+def test_unreachable_nats_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_llama_dir: Path
+) -> None:
+    argv = ["worker", "--engine", "mocker", "--model", str(tiny_llama_dir)]
+    argv += ["--discovery-dir", str(tmp_path), "--event-plane", "nats"]
+    code, err = run([*argv, "--nats-url", f"nats://127.0.0.1:{_free_port()}"], capsys)
+    assert code == 2
+    assert "cannot connect to NATS" in err and err.count("\n") == 1
+
+
+def test_a_worker_whose_card_conflicts_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_llama_dir: Path
+) -> None:
+    import asyncio
+
+    import msgspec
+
+    from armature.protocols.worker import WorkerCard, worker_key
+    from armature.runtime.discovery_file import FileDiscovery
+
+    running = WorkerCard(
+        instance_id=1,
+        namespace="armature",
+        model_name="tiny",
+        model_path=str(tiny_llama_dir.resolve()),
+        block_size=16,
+        num_kv_blocks=64,
+        max_model_len=512,
+        vocab_size=1000,
+        request_url="tcp://127.0.0.1:1",
+        events_url="tcp://127.0.0.1:2",
+    )
+
+    async def register() -> None:  # the entry outlives this loop for its 30 s lease
+        d = FileDiscovery(tmp_path)
+        await d.register(worker_key("armature", 1), msgspec.msgpack.encode(running), 30)
+
+    asyncio.run(register())
+    argv = ["worker", "--engine", "mocker", "--model", str(tiny_llama_dir)]
+    argv += ["--discovery-dir", str(tmp_path), "--served-model-name", "tiny"]
+    code, err = run([*argv, "--block-size", "32"], capsys)
+    assert code == 2
+    assert "model 'tiny' is already served with block size 16" in err

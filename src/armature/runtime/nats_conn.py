@@ -3,7 +3,9 @@ so that a restarted NATS server is picked up again by every user."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from urllib.parse import urlsplit
 
 import nats
 from nats.aio.client import Client
@@ -17,6 +19,21 @@ class NatsUnavailableError(ConnectionError):
     """The NATS server cannot be reached at start."""
 
 
+async def _probe(url: str, timeout_s: float) -> None:
+    """Fail fast when nothing listens: the client would otherwise retry its first connect
+    for ever (it is configured to reconnect for ever once connected)."""
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("nats", "tls") or not parsed.hostname:
+        raise NatsUnavailableError(f"not a NATS url: {url!r}")
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(parsed.hostname, parsed.port or 4222), timeout_s
+        )
+    except (OSError, TimeoutError) as exc:
+        raise NatsUnavailableError(f"cannot connect to NATS at {url}: {exc}") from None
+    writer.close()
+
+
 async def connect_nats(url: str, connect_timeout_s: float = 5.0) -> Client:
     async def disconnected() -> None:
         log.warning("NATS %s: disconnected; reconnecting", url)
@@ -27,6 +44,7 @@ async def connect_nats(url: str, connect_timeout_s: float = 5.0) -> Client:
     async def error(exc: Exception) -> None:
         log.debug("NATS %s: %s", url, exc)
 
+    await _probe(url, connect_timeout_s)
     try:
         return await nats.connect(
             url,

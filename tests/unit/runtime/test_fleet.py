@@ -1,0 +1,77 @@
+"""The frontend's WorkerFleet: discovery puts and deletes become router workers; conflicting
+or unreadable cards are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+import pytest
+
+from armature.frontend.fleet import WorkerFleet, card_conflict
+from armature.frontend.routing import EngineRouter, RouterConfig
+from armature.protocols.worker import WorkerCard, worker_key
+from armature.runtime.discovery import MemDiscovery, MemStore
+from armature.runtime.events import ZmqEventPlane
+from armature.runtime.tcp_client import RequestPlaneClient
+
+
+def card(instance: int, **changes: object) -> WorkerCard:
+    base = WorkerCard(
+        instance_id=instance,
+        namespace="ns",
+        model_name="m",
+        model_path="/models/m",
+        block_size=16,
+        num_kv_blocks=100,
+        max_model_len=512,
+        vocab_size=1000,
+        request_url="tcp://127.0.0.1:1",
+        events_url="tcp://127.0.0.1:2",
+    )
+    return msgspec.structs.replace(base, **changes)
+
+
+def test_card_conflicts_name_the_difference() -> None:
+    served = card(1)
+    assert card_conflict(served, card(2)) is None
+    assert "block size 32" in (card_conflict(served, card(2, block_size=32)) or "")
+    assert "tokenizer source /other" in (card_conflict(served, card(2, model_path="/other")) or "")
+    assert "serves model 'x'" in (card_conflict(served, card(2, model_name="x")) or "")
+
+
+async def wait_for(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(timeout_s / 0.02)):
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met")
+
+
+async def test_fleet_follows_discovery_and_refuses_conflicts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    discovery = MemDiscovery(MemStore(), expire_interval_s=0.02)
+    plane = ZmqEventPlane()
+    router = EngineRouter({}, RouterConfig(policy="round-robin", block_size=16))
+    fleet = WorkerFleet(router, discovery, "ns", card(1), RequestPlaneClient(), plane)
+    task = asyncio.ensure_future(fleet.run())
+    try:
+        a = await discovery.register(worker_key("ns", 1), msgspec.msgpack.encode(card(1)), 5)
+        await wait_for(lambda: list(router.engines) == ["worker-1"])
+        with caplog.at_level(logging.ERROR):
+            bad = card(2, block_size=32)
+            await discovery.register(worker_key("ns", 2), msgspec.msgpack.encode(bad), 5)
+            await discovery.register(worker_key("ns", 3), b"\x00garbage", 5)
+            await wait_for(lambda: "refusing worker worker-2" in caplog.text)
+            await wait_for(lambda: "unreadable worker card" in caplog.text)
+        assert list(router.engines) == ["worker-1"]
+        await a.close()
+        await wait_for(lambda: not router.engines)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await router.stop()
+        await discovery.close()
+        await plane.close()
