@@ -7,12 +7,14 @@ an entry lives for `ttl_s` after its last use and the whole map is bounded by `m
 (oldest decisions first out). Pure: the caller passes the time.
 
     by_worker:  worker -> {seq_hash: expiry_s}
+    by_first:   first block's seq_hash -> workers recorded with it   (the lookup's filter)
     decisions:  (expiry_s, worker, seq_hashes) in record order   (pruning order)
 
 Every record covers a whole prefix (blocks 0..n) with one expiry, later records only raise
 expiries, and a decision's entries are dropped only where it was their last record (expiries
 are unique and increasing). So along any chain of hashes a worker's live entries form a
-prefix, and a lookup binary-searches each worker's depth: O(workers x log blocks) dict gets.
+prefix, and a lookup binary-searches the depth of each worker recorded with the prompt's
+first block: O(holders x log blocks) dict gets.
 Recording is one C-level dict update. Both are on the router's hot path.
 """
 
@@ -36,6 +38,7 @@ class RoutedPrefixIndex:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self._by_worker: dict[str, dict[int, float]] = {}
+        self._by_first: dict[int, set[str]] = {}
         self._decisions: deque[tuple[float, str, Sequence[int]]] = deque()
         self._num_entries = 0
         self._last_expiry_s = -math.inf
@@ -49,6 +52,8 @@ class RoutedPrefixIndex:
         entries.update(dict.fromkeys(seq_hashes, expiry))
         self._num_entries += len(entries) - before
         self._decisions.append((expiry, worker, seq_hashes))
+        if seq_hashes:
+            self._by_first.setdefault(seq_hashes[0], set()).add(worker)
         while self._num_entries > self.max_entries:
             self._drop_oldest()
         self.prune(now_s, _PRUNE_PER_RECORD)
@@ -69,8 +74,8 @@ class RoutedPrefixIndex:
         if not seq_hashes:
             return overlaps
         first, last = seq_hashes[0], seq_hashes[-1]
-        for worker, entries in self._by_worker.items():
-            get = entries.get
+        for worker in self._by_first.get(first, ()):
+            get = self._by_worker[worker].get
             if get(first, -math.inf) <= now_s:
                 continue
             if get(last, -math.inf) > now_s:
@@ -96,5 +101,11 @@ class RoutedPrefixIndex:
             if entries.get(seq_hash) == expiry:  # not refreshed by a later record
                 del entries[seq_hash]
                 self._num_entries -= 1
+        if seq_hashes and seq_hashes[0] not in entries:
+            holders = self._by_first.get(seq_hashes[0])
+            if holders is not None:
+                holders.discard(worker)
+                if not holders:
+                    del self._by_first[seq_hashes[0]]
         if not entries:
             del self._by_worker[worker]

@@ -62,7 +62,7 @@ async def test_leaving_early_aborts_and_frees_blocks() -> None:
     try:
         stream = engine.generate(req("long", list(range(10)), 200))
         first = await stream.__anext__()
-        assert first.new_token_ids == [10]
+        assert first.new_token_ids[0] == 10  # more may come merged: the engine runs ahead
         await stream.aclose()  # type: ignore[attr-defined]
         await wait_until(lambda: not engine.core.has_work())
         await wait_until(lambda: engine.get_load().num_active_blocks == 0)

@@ -107,3 +107,23 @@ def test_kv_policy_without_events_follows_its_own_decisions() -> None:
 def test_kv_policy_needs_some_source_of_overlaps() -> None:
     with pytest.raises(ValueError, match="needs a prefix index"):
         KvPolicy(None, ActiveLoad(), block_size=4, hash_seed=DEFAULT_HASH_SEED)
+
+
+def test_first_block_filter_loses_no_worker_under_eviction() -> None:
+    rng = random.Random(9)
+    index = RoutedPrefixIndex(ttl_s=3.0, max_entries=120)
+    chains = [[rng.getrandbits(62) for _ in range(30)] for _ in range(5)]
+    for step in range(400):
+        now = step * 0.05
+        chain = rng.choice(chains)
+        index.record(f"w{rng.randrange(6)}", chain[: rng.randrange(1, 31)], now)
+        query = rng.choice(chains)
+        expected = {}  # scan every worker's live entries, no filter
+        for worker, entries in index._by_worker.items():
+            depth = 0
+            while depth < len(query) and entries.get(query[depth], -1.0) > now:
+                depth += 1
+            if depth:
+                expected[worker] = depth
+        assert index.find_overlaps(query, now) == expected
+        assert index.get_num_entries() <= 120
