@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from armature.cli_args import CliError, positive_float
-from armature.runtime.address import AddressError, EndpointAddress
+from armature.protocols.address import AddressError
+from armature.protocols.worker import worker_prefix
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery
 from armature.runtime.events import EventPlane
 from armature.runtime.request_plane import RequestClient
@@ -75,7 +76,7 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
 
 def check_namespace(namespace: str) -> None:
     try:
-        EndpointAddress(namespace, "worker", "generate")
+        worker_prefix(namespace)
     except AddressError as exc:
         raise CliError(str(exc)) from None
 

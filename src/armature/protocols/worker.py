@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from armature.protocols.address import EndpointAddress
 from armature.protocols.engine import EngineLoad
 from armature.protocols.kv_events import KvEvent
 
@@ -38,9 +39,16 @@ class WorkerUpdate(msgspec.Struct, frozen=True, kw_only=True):
     load: EngineLoad
 
 
+WORKER_COMPONENT = "worker"
+GENERATE_ENDPOINT = "generate"
+
+
 def worker_prefix(namespace: str) -> str:
-    return f"instances/{namespace}/worker/generate/"
+    """Discovery prefix of every worker in `namespace` (AddressError for a bad namespace)."""
+    return f"instances/{EndpointAddress(namespace, WORKER_COMPONENT, GENERATE_ENDPOINT)}/"
 
 
 def worker_key(namespace: str, instance_id: int) -> str:
-    return f"{worker_prefix(namespace)}{instance_id:x}"
+    """Discovery key of one worker: `instances/<namespace>/worker/generate/<instance hex>`."""
+    address = EndpointAddress(namespace, WORKER_COMPONENT, GENERATE_ENDPOINT, instance_id)
+    return f"instances/{address}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from armature.runtime.address import AddressError, EndpointAddress
+from armature.protocols.address import AddressError, EndpointAddress
 
 
 def test_parse_and_format_round_trip() -> None:
