@@ -16,6 +16,7 @@ from armature.cli_args import (
     port,
     positive_int,
 )
+from armature.cli_bench import add_bench_parser, run_bench
 from armature.cli_engine import add_engine_args, build_engines
 from armature.cli_frontend import add_frontend_parser, run_frontend
 from armature.cli_replay import add_replay_parser, run_replay
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(sub)
     add_worker_parser(sub)
     add_frontend_parser(sub)
+    add_bench_parser(sub)
     return parser
 
 
@@ -138,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_worker(args)
         elif args.command == "frontend":
             run_frontend(args)
+        elif args.command == "bench":
+            return run_bench(args)
     except CliError as exc:
         print(f"armature: error: {exc}", file=sys.stderr)
         return 2

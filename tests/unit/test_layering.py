@@ -13,10 +13,11 @@ LAYERS: list[set[str]] = [
     {"kv", "model", "router"},
     {"engine", "sim"},
     {"runtime"},
-    {"frontend", "worker"},
+    {"frontend", "worker", "bench"},
     {
         "cli",
         "cli_args",
+        "cli_bench",
         "cli_engine",
         "cli_replay",
         "cli_runtime",

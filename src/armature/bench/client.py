@@ -1,0 +1,147 @@
+"""One streamed request to an OpenAI-compatible server, timed: when it was sent, when each
+chunk with text arrived, the token counts (the server's usage when it reports one), and what
+went wrong, if anything. Works against any server that streams SSE like OpenAI's."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+__all__ = ["BenchRequest", "RequestRecord", "send"]
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    prompt: str
+    max_tokens: int
+    arrival_s: float = 0.0  # offset from the start, for open-loop and trace schedules
+    num_prompt_tokens: int = 0  # as synthesized (0: unknown)
+
+
+@dataclass
+class RequestRecord:
+    sent_s: float
+    chunk_times_s: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens per chunk (by tokenizer)
+    done_s: float = 0.0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None  # error type, e.g. "http_429", "timeout", "malformed_sse"
+    error_detail: str = ""
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.chunk_times_s[0] - self.sent_s if self.chunk_times_s else None
+
+    @property
+    def e2e_s(self) -> float:
+        return self.done_s - self.sent_s
+
+    def itl_s(self) -> list[float]:
+        """Gaps between chunks, spread over the tokens each chunk carried."""
+        gaps = []
+        for i in range(1, len(self.chunk_times_s)):
+            n = max(1, self.chunk_tokens[i]) if i < len(self.chunk_tokens) else 1
+            gap = self.chunk_times_s[i] - self.chunk_times_s[i - 1]
+            gaps.extend([gap / n] * n)
+        return gaps
+
+
+def _body(endpoint: str, model: str, request: BenchRequest, ignore_eos: bool) -> dict[str, object]:
+    body: dict[str, object] = {
+        "model": model,
+        "max_tokens": request.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+    }
+    if ignore_eos:
+        body["ignore_eos"] = True
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": request.prompt}]
+    else:
+        body["prompt"] = request.prompt
+    return body
+
+
+def _chunk_text(event: dict[str, object], endpoint: str) -> str:
+    choices = event.get("choices") or []
+    if not isinstance(choices, list) or not choices:
+        return ""
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise ValueError("a choice is not an object")
+    if endpoint == "chat":
+        delta = choice.get("delta") or {}
+        return str(delta.get("content") or "") if isinstance(delta, dict) else ""
+    return str(choice.get("text") or "")
+
+
+async def send(
+    client: httpx.AsyncClient,
+    url: str,
+    endpoint: str,
+    model: str,
+    request: BenchRequest,
+    *,
+    ignore_eos: bool,
+    count_tokens: object = None,
+) -> RequestRecord:
+    """Stream one request; never raises for server or network trouble (see `error`)."""
+    path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+    record = RequestRecord(sent_s=time.perf_counter())
+    counted = 0
+    try:
+        async with client.stream(
+            "POST", url + path, json=_body(endpoint, model, request, ignore_eos)
+        ) as response:
+            if response.status_code != 200:
+                body = (await response.aread()).decode(errors="replace")
+                record.error = f"http_{response.status_code}"
+                record.error_detail = body[:300]
+                return record
+            saw_done = False
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    saw_done = True
+                    break
+                event = json.loads(data)
+                if "error" in event:
+                    record.error = "stream_error"
+                    record.error_detail = str(event["error"])[:300]
+                    return record
+                usage = event.get("usage")
+                if isinstance(usage, dict):
+                    record.prompt_tokens = int(usage.get("prompt_tokens", 0))
+                    record.output_tokens = int(usage.get("completion_tokens", 0))
+                text = _chunk_text(event, endpoint)
+                if text:
+                    now = time.perf_counter()
+                    n = count_tokens(text) if callable(count_tokens) else 1
+                    record.chunk_times_s.append(now)
+                    record.chunk_tokens.append(int(n))
+                    counted += int(n)
+            if not saw_done:
+                record.error = "truncated_stream"
+                record.error_detail = "the stream ended without [DONE]"
+    except (json.JSONDecodeError, ValueError, TypeError) as exc:
+        record.error = "malformed_sse"
+        record.error_detail = str(exc)[:300]
+    except httpx.TimeoutException:
+        record.error = "timeout"
+    except httpx.HTTPError as exc:
+        record.error = "connection"
+        record.error_detail = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        record.done_s = time.perf_counter()
+        if not record.output_tokens:
+            record.output_tokens = counted
+        if not record.prompt_tokens:
+            record.prompt_tokens = request.num_prompt_tokens
+    return record

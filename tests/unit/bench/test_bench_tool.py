@@ -1,0 +1,118 @@
+"""armature bench against a server with a known schedule: measured TTFT, ITL and throughput
+within 10% of the truth; goodput counts exactly the requests that met both SLOs; trace
+prompts keep their prefix structure; bad input gives a clear message and a non-zero exit
+with partial results kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixed_server import FixedServer
+from transformers import AutoTokenizer
+
+from armature.bench.client import RequestRecord
+from armature.bench.prompts import TextSynth
+from armature.bench.stats import summarize
+from armature.cli import main
+from armature.workload.traces import TraceRequest
+
+TTFT_S, ITL_S, TOKENS = 0.2, 0.02, 11
+
+
+def bench(url: str, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    code = main(["bench", "--url", url, "--report", str(tmp_path), "--warmup", "1", *extra])
+    report = tmp_path / "report.json"
+    return code, json.loads(report.read_text()) if report.exists() else {}
+
+
+def test_measures_a_known_schedule_within_ten_percent(tmp_path: Path) -> None:
+    with FixedServer(TTFT_S, ITL_S, TOKENS) as url:
+        code, report = bench(url, tmp_path, "--concurrency", "4", "--num-requests", "16")
+    assert code == 0
+    s = report["summary"]
+    assert s["num_ok"] == 16 and s["errors"] == {}
+    assert s["ttft_ms"]["p50"] == pytest.approx(TTFT_S * 1000, rel=0.10)
+    assert s["itl_ms"]["p50"] == pytest.approx(ITL_S * 1000, rel=0.10)
+    e2e_s = TTFT_S + (TOKENS - 1) * ITL_S
+    assert s["e2e_ms"]["p50"] == pytest.approx(e2e_s * 1000, rel=0.10)
+    assert s["requests_per_s"] == pytest.approx(4 / e2e_s, rel=0.10)
+    assert s["output_tokens_per_s"] == pytest.approx(4 * TOKENS / e2e_s, rel=0.10)
+    assert s["output_tokens"] == 16 * TOKENS  # the server's usage
+
+
+def record(ttft_s: float, gaps_s: list[float], error: str | None = None) -> RequestRecord:
+    times = [ttft_s]
+    for gap in gaps_s:
+        times.append(times[-1] + gap)
+    return RequestRecord(
+        sent_s=0.0,
+        chunk_times_s=times if error is None else [],
+        chunk_tokens=[1] * len(times),
+        done_s=times[-1],
+        output_tokens=len(times),
+        error=error,
+    )
+
+
+def test_goodput_counts_exactly_the_requests_meeting_both_slos() -> None:
+    records = [
+        record(0.1, [0.01, 0.01]),  # meets both
+        record(0.3, [0.01, 0.01]),  # TTFT too slow
+        record(0.1, [0.05, 0.05]),  # ITL too slow
+        record(0.2, [0.02, 0.02]),  # exactly on both limits: meets
+        record(0.1, [0.01], error="http_500"),  # failed
+    ]
+    summary = summarize(records, wall_time_s=2.0, slo_ttft_ms=200, slo_itl_ms=20)
+    assert (summary.goodput_requests, summary.goodput_per_s) == (2, 1.0)
+    assert summary.num_ok == 4 and summary.errors == {"http_500": 1}
+    assert summarize(records, 2.0).goodput_requests == 4  # no SLOs: every success counts
+
+
+@pytest.fixture(scope="module")
+def synth(default_model_dir: Path) -> TextSynth:
+    return TextSynth(AutoTokenizer.from_pretrained(str(default_model_dir)))
+
+
+def test_trace_prompts_keep_prefixes_and_lengths(synth: TextSynth) -> None:
+    a = synth.trace_text(TraceRequest(0.0, 1200, 10, (1, 2, 3)))
+    b = synth.trace_text(TraceRequest(0.0, 700, 10, (1, 2)))
+    c = synth.trace_text(TraceRequest(0.0, 700, 10, (9, 2)))
+    tok = synth.tokenizer
+    ids_a = tok.encode(a, add_special_tokens=False)
+    ids_b = tok.encode(b, add_special_tokens=False)
+    ids_c = tok.encode(c, add_special_tokens=False)
+    assert len(ids_a) == 1200 and len(ids_b) == 700  # exact: word tokens round-trip
+    assert ids_a[:700] == ids_b  # equal hash ids, equal token blocks
+    assert ids_c[:512] != ids_b[:512] and ids_c[512:] == ids_b[512:700]  # the same block 2
+
+
+def test_server_errors_keep_partial_results_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FixedServer(0.01, 0.001, 3, mode="http_500") as url:
+        code, report = bench(url, tmp_path, "--num-requests", "3")
+    assert code == 1
+    assert report["summary"]["errors"] == {"http_500": 3}
+    assert len(report["requests"]) == 3
+    assert "3 requests failed (first: http_500" in capsys.readouterr().err
+
+
+def test_malformed_sse_is_reported_by_type(tmp_path: Path) -> None:
+    with FixedServer(0.01, 0.001, 3, mode="malformed") as url:
+        code, report = bench(url, tmp_path, "--num-requests", "2")
+    assert code == 1
+    assert report["summary"]["errors"] == {"malformed_sse": 2}
+
+
+def test_unreachable_url_and_unreadable_trace_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--num-requests", "1"]) == 2
+    assert "cannot reach http://127.0.0.1:9" in capsys.readouterr().err
+    missing = tmp_path / "nope.jsonl"
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--trace", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read trace" in err and err.count("\n") == 1
