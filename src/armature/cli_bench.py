@@ -31,6 +31,12 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     shape = bench.add_mutually_exclusive_group()
     shape.add_argument("--concurrency", type=positive_int, default=None, help="closed loop")
     shape.add_argument("--rate", type=positive_float, default=None, help="Poisson requests/s")
+    shape.add_argument(
+        "--sweep-concurrency", type=_int_list, default=None, help="e.g. 1,4,16,64: one run each"
+    )
+    shape.add_argument(
+        "--sweep-rate", type=_float_list, default=None, help="e.g. 1,2,4: one run each"
+    )
     bench.add_argument("--trace", type=Path, default=None, help="Mooncake JSONL; its schedule")
     bench.add_argument("--time-scale", type=positive_float, default=1.0, help="trace times x")
     bench.add_argument("--prompts", type=Path, default=None, help='JSONL of {"prompt": ...}')
@@ -57,6 +63,14 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], default="warning"
     )
+
+
+def _int_list(text: str) -> list[int]:
+    return [positive_int(part) for part in text.split(",") if part.strip()]
+
+
+def _float_list(text: str) -> list[float]:
+    return [positive_float(part) for part in text.split(",") if part.strip()]
 
 
 def _tokenizer(spec: str | None) -> Any:
@@ -101,8 +115,9 @@ def _requests(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
 
 
 class _Progress:
-    def __init__(self, total: int):
+    def __init__(self, total: int, label: str):
         self.total = total
+        self.label = label
         self.done = 0
         self.errors = 0
         self.started = time.perf_counter()
@@ -117,7 +132,7 @@ class _Progress:
             self.last_print = now
             elapsed = now - self.started
             line = (
-                f"[bench] {self.done}/{self.total} done, {self.errors} errors, "
+                f"[bench {self.label}] {self.done}/{self.total} done, {self.errors} errors, "
                 f"{self.done / max(elapsed, 1e-9):.1f} req/s, {elapsed:.0f} s"
             )
             print(
@@ -144,25 +159,36 @@ async def _first_model(client: Any, url: str) -> str:
         raise CliError(f"{url}/v1/models lists no model") from None
 
 
+def _shapes(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    from armature.bench.runner import LoadShape
+
+    if args.sweep_concurrency:
+        return [(f"c={c}", LoadShape("closed", concurrency=c)) for c in args.sweep_concurrency]
+    if args.sweep_rate:
+        return [(f"rate={r:g}", LoadShape("poisson", rate_rps=r)) for r in args.sweep_rate]
+    if args.trace is not None:
+        return [("trace", LoadShape("trace"))]
+    if args.rate is not None:
+        return [(f"rate={args.rate:g}", LoadShape("poisson", rate_rps=args.rate))]
+    concurrency = args.concurrency or 1
+    return [(f"c={concurrency}", LoadShape("closed", concurrency=concurrency))]
+
+
 async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int:
     import httpx
 
     from armature.bench.client import send
-    from armature.bench.report import summary_table, write_report
-    from armature.bench.runner import LoadShape, run_load
+    from armature.bench.report import pareto_table, summary_table, write_report
+    from armature.bench.runner import run_load
     from armature.bench.stats import summarize
 
     url = args.url.rstrip("/")
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(args.timeout_s, connect=10.0)
+    results = []
+    failed = 0
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
         model = args.model or await _first_model(client, url)
-        if args.trace is not None:
-            shape = LoadShape("trace")
-        elif args.rate is not None:
-            shape = LoadShape("poisson", rate_rps=args.rate)
-        else:
-            shape = LoadShape("closed", concurrency=args.concurrency or 1)
 
         async def one(request: Any) -> Any:
             return await send(
@@ -170,50 +196,53 @@ async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int
                 count_tokens=count,
             )  # fmt: skip
 
-        progress = _Progress(len(requests) - max(0, args.warmup))
-        try:
-            records, wall_s = await run_load(
-                requests,
-                shape,
-                one,
-                num_warmup=max(0, args.warmup),
-                duration_s=args.duration_s,
-                on_record=progress.update,
-                seed=args.seed,
-            )
-        finally:
-            progress.close()
-    summary = summarize(records, wall_s, args.slo_ttft_ms, args.slo_itl_ms)
-    print(summary_table(summary))
+        for label, shape in _shapes(args):
+            progress = _Progress(len(requests) - max(0, args.warmup), label)
+            try:
+                records, wall_s = await run_load(
+                    requests,
+                    shape,
+                    one,
+                    num_warmup=max(0, args.warmup),
+                    duration_s=args.duration_s,
+                    on_record=progress.update,
+                    seed=args.seed,
+                )
+            finally:
+                progress.close()
+            summary = summarize(records, wall_s, args.slo_ttft_ms, args.slo_itl_ms)
+            results.append((label, shape, summary, records))
+            print(f"== {label}\n{summary_table(summary)}")
+            if summary.errors:
+                failed += summary.num_requests - summary.num_ok
+                first = next(r for r in records if r.error is not None)
+                print(
+                    f"armature bench: {summary.num_requests - summary.num_ok} requests failed "
+                    f"at {label} (first: {first.error} {first.error_detail})",
+                    file=sys.stderr,
+                )
+    if len(results) > 1:
+        print("== sweep\n" + pareto_table([(label, s) for label, _, s, _ in results]))
     if args.report is not None:
         settings = {
             "url": url,
             "model": model,
             "endpoint": args.endpoint,
-            "shape": shape.kind,
-            "concurrency": shape.concurrency if shape.kind == "closed" else None,
-            "rate_rps": args.rate,
             "trace": str(args.trace) if args.trace else None,
             "num_requests": args.num_requests,
             "ignore_eos": args.ignore_eos,
             "seed": args.seed,
+            "slo_ttft_ms": args.slo_ttft_ms,
+            "slo_itl_ms": args.slo_itl_ms,
         }
-        for path in write_report(args.report, summary, records, settings):
+        for path in write_report(args.report, results, settings):
             print(f"wrote {path}")
-    if summary.errors:
-        first = next(r for r in records if r.error is not None)
-        print(
-            f"armature bench: {summary.num_requests - summary.num_ok} requests failed "
-            f"(first: {first.error} {first.error_detail})",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    if args.trace is not None and args.rate is not None:
-        raise CliError("--trace brings its own schedule; drop --rate")
+    if args.trace is not None and (args.rate or args.sweep_rate or args.concurrency):
+        raise CliError("--trace brings its own schedule; drop --rate/--concurrency/sweeps")
     if args.warmup < 0:
         raise CliError("--warmup must be >= 0")
     tokenizer = _tokenizer(args.tokenizer)

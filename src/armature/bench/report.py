@@ -54,30 +54,58 @@ def _record_json(record: RequestRecord) -> dict[str, Any]:
     }
 
 
+def pareto_table(points: list[tuple[str, BenchSummary]]) -> str:
+    header = (
+        "| step | requests/s | output tok/s | tok/s per user | TTFT p50 ms | TTFT p99 ms "
+        "| ITL p50 ms | goodput/s | errors |"
+    )
+    lines = [header, "|" + "---|" * 9]
+    for label, s in points:
+        lines.append(
+            f"| {label} | {s.requests_per_s:.2f} | {s.output_tokens_per_s:.1f} | "
+            f"{s.output_tokens_per_s_per_user:.1f} | {s.ttft_ms.p50:.1f} | {s.ttft_ms.p99:.1f} | "
+            f"{s.itl_ms.p50:.1f} | {s.goodput_per_s:.2f} | {s.num_requests - s.num_ok} |"
+        )
+    return "\n".join(lines)
+
+
 def write_report(
     directory: Path,
-    summary: BenchSummary,
-    records: list[RequestRecord],
+    results: list[tuple[str, Any, BenchSummary, list[RequestRecord]]],
     settings: dict[str, Any],
 ) -> list[Path]:
+    """report.json and report.md for the whole run, and PNG plots: latency CDFs and
+    throughput over time per step (in step subdirectories for a sweep), and pareto.png."""
+    from armature.bench.plots import plot_pareto, plot_run
+
     directory.mkdir(parents=True, exist_ok=True)
-    json_path = directory / "report.json"
-    json_path.write_text(
-        json.dumps(
+    paths = []
+    steps = []
+    for label, shape, summary, records in results:
+        step_dir = directory if len(results) == 1 else directory / label.replace("=", "_")
+        step_dir.mkdir(parents=True, exist_ok=True)
+        paths += plot_run(step_dir, records)
+        steps.append(
             {
-                "settings": settings,
+                "step": label,
+                "shape": {
+                    "kind": shape.kind,
+                    "concurrency": shape.concurrency,
+                    "rate_rps": shape.rate_rps,
+                },
                 "summary": msgspec.to_builtins(summary),
                 "requests": [_record_json(r) for r in records],
-            },
-            indent=2,
+            }
         )
-    )
+    if len(results) > 1:
+        paths.append(plot_pareto(directory, [(label, s) for label, _, s, _ in results]))
+    json_path = directory / "report.json"
+    json_path.write_text(json.dumps({"settings": settings, "steps": steps}, indent=2))
+    md = ["# armature bench", "", *(f"- {k}: {v}" for k, v in settings.items()), ""]
+    for label, _, summary, _ in results:
+        md += [f"## {label}", "", "```", summary_table(summary), "```", ""]
+    if len(results) > 1:
+        md += ["## Sweep", "", pareto_table([(label, s) for label, _, s, _ in results]), ""]
     md_path = directory / "report.md"
-    md_path.write_text(
-        "# armature bench\n\n"
-        + "\n".join(f"- {k}: {v}" for k, v in settings.items())
-        + "\n\n```\n"
-        + summary_table(summary)
-        + "\n```\n"
-    )
-    return [json_path, md_path]
+    md_path.write_text("\n".join(md))
+    return [json_path, md_path, *paths]

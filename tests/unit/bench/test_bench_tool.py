@@ -32,7 +32,7 @@ def test_measures_a_known_schedule_within_ten_percent(tmp_path: Path) -> None:
     with FixedServer(TTFT_S, ITL_S, TOKENS) as url:
         code, report = bench(url, tmp_path, "--concurrency", "4", "--num-requests", "16")
     assert code == 0
-    s = report["summary"]
+    s = report["steps"][0]["summary"]
     assert s["num_ok"] == 16 and s["errors"] == {}
     assert s["ttft_ms"]["p50"] == pytest.approx(TTFT_S * 1000, rel=0.10)
     assert s["itl_ms"]["p50"] == pytest.approx(ITL_S * 1000, rel=0.10)
@@ -95,16 +95,16 @@ def test_server_errors_keep_partial_results_and_exit_1(
     with FixedServer(0.01, 0.001, 3, mode="http_500") as url:
         code, report = bench(url, tmp_path, "--num-requests", "3")
     assert code == 1
-    assert report["summary"]["errors"] == {"http_500": 3}
-    assert len(report["requests"]) == 3
-    assert "3 requests failed (first: http_500" in capsys.readouterr().err
+    assert report["steps"][0]["summary"]["errors"] == {"http_500": 3}
+    assert len(report["steps"][0]["requests"]) == 3
+    assert "3 requests failed at c=1 (first: http_500" in capsys.readouterr().err
 
 
 def test_malformed_sse_is_reported_by_type(tmp_path: Path) -> None:
     with FixedServer(0.01, 0.001, 3, mode="malformed") as url:
         code, report = bench(url, tmp_path, "--num-requests", "2")
     assert code == 1
-    assert report["summary"]["errors"] == {"malformed_sse": 2}
+    assert report["steps"][0]["summary"]["errors"] == {"malformed_sse": 2}
 
 
 def test_unreachable_url_and_unreadable_trace_are_one_line_errors(
@@ -116,3 +116,14 @@ def test_unreachable_url_and_unreadable_trace_are_one_line_errors(
     assert main(["bench", "--url", "http://127.0.0.1:9", "--trace", str(missing)]) == 2
     err = capsys.readouterr().err
     assert "cannot read trace" in err and err.count("\n") == 1
+
+
+def test_a_sweep_writes_one_step_each_and_the_pareto_plot(tmp_path: Path) -> None:
+    with FixedServer(0.05, 0.005, 5) as url:
+        code, report = bench(url, tmp_path, "--sweep-concurrency", "1,4", "--num-requests", "8")
+    assert code == 0
+    steps = report["steps"]
+    assert [s["step"] for s in steps] == ["c=1", "c=4"]
+    assert steps[1]["summary"]["requests_per_s"] > 2.5 * steps[0]["summary"]["requests_per_s"]
+    for name in ("pareto.png", "c_1/latency_cdf.png", "c_4/over_time.png", "report.md"):
+        assert (tmp_path / name).stat().st_size > 1000, name
