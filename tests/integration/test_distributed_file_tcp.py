@@ -10,8 +10,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from fleet import LEASE_TTL_S, PROMPTS, Fleet, complete, decisions
+from fleet import LEASE_TTL_S, PROMPTS, SERVED_MODEL_NAME, Fleet, complete, decisions
 
 
 @pytest.fixture
@@ -32,6 +33,17 @@ def test_processes_serve_fail_over_and_join(fleet: Fleet, base_url: str) -> None
     url = fleet.start_frontend()
     expected = [complete(base_url, p) for p in PROMPTS]  # the single-process server
     assert [complete(url, p) for p in PROMPTS] == expected
+    # one request can be followed through the frontend's and a worker's logs
+    response = httpx.post(
+        f"{url}/v1/completions",
+        json={"model": SERVED_MODEL_NAME, "prompt": "trace me", "max_tokens": 2},
+        timeout=60,
+    )
+    request_id = response.headers["x-request-id"]
+    assert request_id == response.json()["id"]
+    logs = {p.name: p.read_text() for p in fleet.root.glob("*.log")}
+    assert request_id in logs["frontend.log"]
+    assert sum(request_id in text for name, text in logs.items() if name != "frontend.log") == 1
     assert len(fleet.registered()) == 2
 
     first.send_signal(signal.SIGKILL)

@@ -27,11 +27,12 @@ from armature.frontend.routing import EngineRouter
 from armature.frontend.service import ClientDisconnectedError, Job, OpenAIService, ServedModel
 from armature.router.policies import RoutingError
 
-__all__ = ["WORKER_HEADER", "ServedModel", "build_app"]
+__all__ = ["REQUEST_ID_HEADER", "WORKER_HEADER", "ServedModel", "build_app"]
 
 log = logging.getLogger(__name__)
 
 WORKER_HEADER = "x-worker-id"  # names the worker for the direct router
+REQUEST_ID_HEADER = "x-request-id"  # the id that frontend and worker logs carry
 
 
 def build_app(
@@ -96,13 +97,14 @@ def build_app(
                 service.engine.check_route(job.target_worker)
             except RoutingError as exc:
                 raise ApiError(str(exc), param=WORKER_HEADER, code="routing_error") from None
+            headers = {REQUEST_ID_HEADER: job.request_id}
             if job.stream:
                 status = None  # counted_stream counts it when it ends
                 events = counted_stream(endpoint, job)
-                return StreamingResponse(events, media_type="text/event-stream")
+                return StreamingResponse(events, media_type="text/event-stream", headers=headers)
             body = await service.complete(job, http_request)
             status = "200"
-            return JSONResponse(body)
+            return JSONResponse(body, headers=headers)
         except ApiError as exc:
             status = str(exc.status_code)
             raise

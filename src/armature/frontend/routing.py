@@ -184,19 +184,34 @@ class EngineRouter:
         num_tokens = len(request.prompt_token_ids)
         uncached = max(0, num_tokens - decision.overlap_blocks * bs)
         self.load.start(request.request_id, decision.worker, uncached, -(-num_tokens // bs))
+        num_output = 0
+        reason = "cancelled"
         try:
             stream = self.engines[decision.worker].generate(request)
             try:
                 async for output in stream:
                     if output.new_token_ids:
                         self.load.first_token(request.request_id)
+                        num_output += len(output.new_token_ids)
+                    if output.finish_reason is not None:
+                        reason = output.finish_reason.value
                     yield output
             except EngineDeadError as exc:
+                reason = "worker died"
                 raise _WorkerDied(decision.worker, exc) from None
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
         finally:
             self.load.finish(request.request_id)
+            log.info(
+                "request %s on %s: %d prompt tokens (%d blocks cached), %d output, %s",
+                request.request_id,
+                decision.worker,
+                num_tokens,
+                decision.overlap_blocks,
+                num_output,
+                reason,
+            )
 
     def get_load(self) -> EngineLoad:
         """The sum over workers."""

@@ -117,11 +117,22 @@ class WorkerService:
         except InvalidRequestError as exc:
             raise HandlerError("invalid_request", str(exc)) from None
         stream = self.engine.generate(request)
+        num_output, reason = 0, "cancelled"
         try:
             async for output in stream:
+                num_output += len(output.new_token_ids)
+                if output.finish_reason is not None:
+                    reason = output.finish_reason.value
                 yield msgspec.msgpack.encode(output)
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
+            log.info(
+                "request %s: %d prompt tokens, %d output, %s",
+                request.request_id,
+                len(request.prompt_token_ids),
+                num_output,
+                reason,
+            )
 
     async def _dump(self, payload: bytes) -> AsyncIterator[bytes]:
         yield msgspec.msgpack.encode(await self.engine.dump_kv_blocks())
