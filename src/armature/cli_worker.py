@@ -41,6 +41,12 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:
     worker.add_argument("--host", default="127.0.0.1", help="request-plane address to listen on")
     worker.add_argument("--port", type=port, default=0, help="request-plane port (0: any free)")
     worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="Prometheus /metrics port on --host (0: any free port; -1: no endpoint)",
+    )
+    worker.add_argument(
         "--instance-id",
         type=int,
         default=None,
@@ -106,13 +112,15 @@ async def _run(args: argparse.Namespace) -> None:
         instance_id=instance_id,
         lease_ttl_s=args.lease_ttl_s,
         event_plane=event_plane,
+        metrics_host=args.host,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
     )
     try:
         card = await service.start()
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     log.info(
-        "worker %s ready: %s (%s engine, %d KV blocks of %d) on %s in namespace %r",
+        "worker %s ready: %s (%s engine, %d KV blocks of %d) on %s in namespace %r; metrics %s",
         card.worker_id,
         name,
         args.engine,
@@ -120,6 +128,7 @@ async def _run(args: argparse.Namespace) -> None:
         card.block_size,
         card.request_url,
         args.namespace,
+        card.metrics_url or "off",
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -31,13 +31,20 @@ ENGINE_ARGS = [
 
 
 class Fleet:
-    def __init__(self, model_dir: Path, root: Path, runtime_args: list[str] | None = None):
+    def __init__(
+        self,
+        model_dir: Path,
+        root: Path,
+        runtime_args: list[str] | None = None,
+        engine_args: list[str] | None = None,
+    ):
         """`runtime_args` default to file discovery in `root` with the TCP and zmq planes."""
         self.model_dir = model_dir
         self.root = root
         self.discovery_dir = root / "discovery"
         self.procs: list[subprocess.Popen[bytes]] = []
         self._runtime_args = runtime_args
+        self.engine_args = ENGINE_ARGS if engine_args is None else engine_args
 
     def _spawn(
         self, name: str, args: list[str], wrapper: list[str] | None = None
@@ -61,7 +68,7 @@ class Fleet:
         self, name: str, extra: list[str] | None = None, wrapper: list[str] | None = None
     ) -> subprocess.Popen[bytes]:
         """`wrapper` prefixes the command (e.g. `ip netns exec NS`)."""
-        args = ["worker", "--model", str(self.model_dir), *ENGINE_ARGS, *self.runtime_args()]
+        args = ["worker", "--model", str(self.model_dir), *self.engine_args, *self.runtime_args()]
         args += ["--lease-ttl-s", str(LEASE_TTL_S), *(extra or [])]
         proc = self._spawn(name, args, wrapper)
         self.wait_for_log(name, "ready:", proc)

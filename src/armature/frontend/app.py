@@ -43,7 +43,7 @@ def build_app(
 ) -> FastAPI:
     """The app over `engine`, a router in front of one or more worker engines. `background`
     coroutines (e.g. following discovery) run from startup until shutdown."""
-    metrics = FrontendMetrics(model.name, engine.get_load)
+    metrics = FrontendMetrics(model.name, engine.get_load, engine.get_worker_loads)
     engine.observer = metrics.router_observer()
     service = OpenAIService(engine, preprocessor, metrics, model)
 

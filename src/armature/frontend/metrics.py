@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from armature.frontend.routing import RouterObserver
 from armature.protocols.engine import EngineLoad
+from armature.runtime.load_metrics import WorkerLoadCollector
 
 __all__ = ["FrontendMetrics"]
 
@@ -37,9 +38,15 @@ _LATENCY_BUCKETS_S = (
 
 
 class FrontendMetrics:
-    def __init__(self, model_name: str, get_load: Callable[[], EngineLoad]):
+    def __init__(
+        self,
+        model_name: str,
+        get_load: Callable[[], EngineLoad],
+        worker_loads: Callable[[], Mapping[str, EngineLoad]] = dict,
+    ):
         self.registry = CollectorRegistry()
         r = self.registry
+        r.register(WorkerLoadCollector(worker_loads))
         self.requests = Counter(
             "armature_requests", "Finished HTTP requests", ["endpoint", "status"], registry=r
         )

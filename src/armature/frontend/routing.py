@@ -213,6 +213,10 @@ class EngineRouter:
                 reason,
             )
 
+    def get_worker_loads(self) -> dict[str, EngineLoad]:
+        """Each live worker's load as last reported."""
+        return {w: e.get_load() for w, e in self.engines.items() if e.is_alive}
+
     def get_load(self) -> EngineLoad:
         """The sum over workers."""
         loads = [e.get_load() for e in self.engines.values()]

@@ -25,6 +25,7 @@ from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registrat
 from armature.runtime.events import EventPlane, Publisher
 from armature.runtime.request_plane import ServerFactory
 from armature.runtime.tcp_server import HandlerError
+from armature.worker.metrics import WorkerMetrics
 
 __all__ = ["WorkerService"]
 
@@ -49,6 +50,8 @@ class WorkerService:
         instance_id: int | None = None,
         event_plane: EventPlane,
         heartbeat_s: float = 1.0,
+        metrics_host: str = "127.0.0.1",
+        metrics_port: int | None = None,
     ):
         self.engine = engine
         self.discovery = discovery
@@ -68,11 +71,17 @@ class WorkerService:
         self._publisher: Publisher | None = None
         self._pump: asyncio.Task[None] | None = None
         self.card: WorkerCard | None = None
+        self.metrics_host = metrics_host
+        self.metrics_port = metrics_port
+        self.metrics = WorkerMetrics(f"worker-{self.instance_id:x}", engine.get_load)
 
     async def start(self) -> WorkerCard:
         self.engine.start()
         await self.server.start()
         self._publisher = await self.event_plane.publisher(f"{self.namespace}.{self.instance_id:x}")
+        metrics_url = ""
+        if self.metrics_port is not None:
+            metrics_url = self.metrics.serve(self.metrics_host, self.metrics_port)
         self._pump = asyncio.get_running_loop().create_task(self._pump_events())
         self.card = WorkerCard(
             instance_id=self.instance_id,
@@ -85,6 +94,7 @@ class WorkerService:
             vocab_size=self.vocab_size,
             request_url=self.server.url,
             events_url=self._publisher.url,
+            metrics_url=metrics_url,
         )
         self._registration = await self.discovery.register(
             worker_key(self.namespace, self.instance_id),
@@ -103,6 +113,7 @@ class WorkerService:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
         await self.server.stop()
+        self.metrics.stop()
         if self._publisher is not None:
             await self._publisher.close()
         await self.engine.stop()
@@ -126,6 +137,9 @@ class WorkerService:
                 yield msgspec.msgpack.encode(output)
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
+            self.metrics.requests.labels(reason).inc()
+            self.metrics.prompt_tokens.inc(len(request.prompt_token_ids))
+            self.metrics.output_tokens.inc(num_output)
             log.info(
                 "request %s: %d prompt tokens, %d output, %s",
                 request.request_id,

@@ -1,0 +1,68 @@
+"""Observability against live processes: every metric the Grafana dashboard queries is
+exported by a frontend or a worker, and docs/metrics.md lists every metric they export."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from fleet import SERVED_MODEL_NAME, Fleet
+
+from conftest import parse_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+MOCKER = ["--engine", "mocker", "--speedup-ratio", "100", "--num-kv-blocks", "256"]
+SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
+
+
+def family(sample_name: str) -> str:
+    for suffix in SUFFIXES:
+        if sample_name.endswith(suffix):
+            return sample_name.removesuffix(suffix)
+    return sample_name
+
+
+@pytest.mark.integration
+def test_dashboard_and_docs_match_the_live_metrics(default_model_dir: Path, tmp_path: Path) -> None:
+    fleet = Fleet(
+        default_model_dir, tmp_path, engine_args=[*MOCKER, "--served-model-name", SERVED_MODEL_NAME]
+    )
+    try:
+        fleet.start_worker("worker-a")
+        url = fleet.start_frontend()
+        for prompt in ("hello", "hello again"):
+            body = {"model": SERVED_MODEL_NAME, "prompt": prompt, "max_tokens": 3}
+            assert httpx.post(f"{url}/v1/completions", json=body, timeout=30).status_code == 200
+        bad = {"model": SERVED_MODEL_NAME, "prompt": "x", "max_tokens": -1}
+        assert httpx.post(f"{url}/v1/completions", json=bad, timeout=30).status_code == 400
+        worker_log = (tmp_path / "worker-a.log").read_text()
+        metrics_url = re.search(r"metrics (http://\S+/metrics)", worker_log)
+        assert metrics_url, worker_log
+        frontend = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+        worker = parse_metrics(httpx.get(metrics_url.group(1), timeout=10).text)
+    finally:
+        fleet.stop()
+    samples = {key.split("{")[0] for key in [*frontend, *worker]}
+    assert frontend['armature_requests_total{endpoint="completions",status="400"}'] == 1
+    assert worker['armature_worker_requests_total{reason="length"}'] == 2
+    assert worker["armature_worker_generation_tokens_total"] == 6
+
+    dashboard = json.loads((REPO / "deploy" / "grafana-dashboard.json").read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"armature_[a-z0-9_]+", target["expr"])
+    }
+    assert queried and queried <= samples, f"not exported: {sorted(queried - samples)}"
+
+    documented = set(
+        re.findall(r"`(armature_[a-z0-9_]+)`", (REPO / "docs" / "metrics.md").read_text())
+    )
+    exported = {family(s) for s in samples}
+    assert exported <= {family(d) for d in documented}, sorted(
+        exported - {family(d) for d in documented}
+    )
