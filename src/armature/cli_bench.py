@@ -44,6 +44,13 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--output-len", type=positive_int, default=128, help="max_tokens")
     bench.add_argument("--len-spread", type=float, default=0.0, help="lengths +- this fraction")
     bench.add_argument("--prefix-groups", type=positive_int, default=None)
+    bench.add_argument(
+        "--multi-turn",
+        type=positive_int,
+        default=None,
+        help="sessions of this many turns, each resending the history (--num-requests "
+        "counts sessions; --input-len is the length of one user turn)",
+    )
     bench.add_argument("--prefix-ratio", type=float, default=0.5)
     bench.add_argument("--num-requests", type=positive_int, default=100)
     bench.add_argument("--duration-s", type=positive_float, default=None, help="stop sending")
@@ -97,6 +104,10 @@ def _requests(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
         synth = TextSynth(tokenizer, args.seed)
         if args.trace is not None:
             return workloads.from_trace(synth, args.trace, total, args.time_scale)
+        if args.multi_turn is not None:
+            return workloads.multi_turn(
+                synth, total, args.multi_turn, args.input_len, args.output_len, args.seed
+            )
         if args.prefix_groups is not None:
             return workloads.prefix_groups(
                 synth,
@@ -197,7 +208,9 @@ async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int
             )  # fmt: skip
 
         for label, shape in _shapes(args):
-            progress = _Progress(len(requests) - max(0, args.warmup), label)
+            measured = requests[max(0, args.warmup) :]
+            progress = _Progress(sum(1 + len(r.followups) for r in measured), label)
+            cpu_started = time.process_time()
             try:
                 records, wall_s = await run_load(
                     requests,
@@ -210,7 +223,8 @@ async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int
                 )
             finally:
                 progress.close()
-            summary = summarize(records, wall_s, args.slo_ttft_ms, args.slo_itl_ms)
+            client_cpu = 100 * (time.process_time() - cpu_started) / max(wall_s, 1e-9)
+            summary = summarize(records, wall_s, args.slo_ttft_ms, args.slo_itl_ms, client_cpu)
             results.append((label, shape, summary, records))
             print(f"== {label}\n{summary_table(summary)}")
             if summary.errors:

@@ -19,6 +19,8 @@ class BenchRequest:
     max_tokens: int
     arrival_s: float = 0.0  # offset from the start, for open-loop and trace schedules
     num_prompt_tokens: int = 0  # as synthesized (0: unknown)
+    history: tuple[tuple[str, str], ...] = ()  # earlier (user, assistant) turns to resend
+    followups: tuple[str, ...] = ()  # a multi-turn session: the next user turns, in order
 
 
 @dataclass
@@ -31,6 +33,7 @@ class RequestRecord:
     output_tokens: int = 0
     error: str | None = None  # error type, e.g. "http_429", "timeout", "malformed_sse"
     error_detail: str = ""
+    text: str = ""  # the response text (a multi-turn session resends it)
 
     @property
     def ttft_s(self) -> float | None:
@@ -61,9 +64,15 @@ def _body(endpoint: str, model: str, request: BenchRequest, ignore_eos: bool) ->
     if ignore_eos:
         body["ignore_eos"] = True
     if endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": request.prompt}]
+        messages = []
+        for user, assistant in request.history:
+            messages += [
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": assistant},
+            ]
+        body["messages"] = [*messages, {"role": "user", "content": request.prompt}]
     else:
-        body["prompt"] = request.prompt
+        body["prompt"] = "".join(u + a for u, a in request.history) + request.prompt
     return body
 
 
@@ -122,6 +131,7 @@ async def send(
                     record.output_tokens = int(usage.get("completion_tokens", 0))
                 text = _chunk_text(event, endpoint)
                 if text:
+                    record.text += text
                     now = time.perf_counter()
                     n = count_tokens(text) if callable(count_tokens) else 1
                     record.chunk_times_s.append(now)

@@ -31,6 +31,7 @@ def summary_table(summary: BenchSummary) -> str:
                 f"{lat.p50:.1f} / {lat.p90:.1f} / {lat.p99:.1f} / {lat.mean:.1f}",
             )
         )
+    rows.append(("bench client CPU", f"{summary.client_cpu_percent:.0f}% of one core"))
     if summary.slo_ttft_ms is not None or summary.slo_itl_ms is not None:
         rows.append(
             (

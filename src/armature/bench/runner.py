@@ -1,7 +1,8 @@
 """Load shapes: closed loop (a fixed number of users, each sending as soon as its last request
 ended), open loop (Poisson arrivals at a rate), and a trace schedule (each request at its own
-offset). Every run is bounded by its request list and, optionally, a duration; warm-up
-requests go first, one per user, and are left out of the results."""
+offset). A request with follow-up turns is a session: its turns go one after another. Every
+run is bounded by its request list and, optionally, a duration; warm-up requests go first,
+one at a time, and are left out of the results."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Literal
 
 from armature.bench.client import BenchRequest, RequestRecord
 
-__all__ = ["LoadShape", "poisson_offsets", "run_load"]
+__all__ = ["LoadShape", "expand_session", "poisson_offsets", "run_load"]
 
 Send = Callable[[BenchRequest], Awaitable[RequestRecord]]
 
@@ -25,6 +26,23 @@ class LoadShape:
     concurrency: int = 1
     rate_rps: float = 0.0
     max_in_flight: int = 4096  # open loop: a safety bound on outstanding requests
+
+
+async def expand_session(
+    request: BenchRequest, send: Send, done: Callable[[RequestRecord], None]
+) -> None:
+    """Send a request and then its follow-up turns one after another, each resending the
+    conversation so far (user turns and the server's actual answers)."""
+    history: tuple[tuple[str, str], ...] = request.history
+    turn = request
+    for followup in (None, *request.followups):
+        if followup is not None:
+            turn = BenchRequest(followup, request.max_tokens, history=history)
+        record = await send(turn)
+        done(record)
+        if record.error is not None:
+            return  # the rest of the conversation depends on this answer
+        history = (*history, (turn.prompt, record.text))
 
 
 def poisson_offsets(count: int, rate_rps: float, seed: int) -> list[float]:
@@ -49,7 +67,7 @@ async def run_load(
     """(records of the measured requests, measured wall time in seconds)."""
     warmup, measured = list(requests[:num_warmup]), list(requests[num_warmup:])
     for request in warmup:  # one at a time: warms caches and connections, measures nothing
-        await send(request)
+        await expand_session(request, send, lambda record: None)
     records: list[RequestRecord] = []
 
     def done(record: RequestRecord) -> None:
@@ -66,7 +84,7 @@ async def run_load(
             for request in queue:
                 if deadline is not None and time.perf_counter() >= deadline:
                     return
-                done(await send(request))
+                await expand_session(request, send, done)
 
         await asyncio.gather(*(user() for _ in range(max(1, shape.concurrency))))
     else:
@@ -80,7 +98,7 @@ async def run_load(
 
         async def fire(request: BenchRequest) -> None:
             async with limit:
-                done(await send(request))
+                await expand_session(request, send, done)
 
         for request, offset in zip(measured, offsets, strict=True):
             at = started + offset

@@ -54,6 +54,7 @@ class BenchSummary(msgspec.Struct, frozen=True):
     goodput_per_s: float
     slo_ttft_ms: float | None
     slo_itl_ms: float | None
+    client_cpu_percent: float = 0.0  # the bench process's CPU, % of one core, while measuring
 
 
 def _meets(record: RequestRecord, slo_ttft_ms: float | None, slo_itl_ms: float | None) -> bool:
@@ -71,6 +72,7 @@ def summarize(
     wall_time_s: float,
     slo_ttft_ms: float | None = None,
     slo_itl_ms: float | None = None,
+    client_cpu_percent: float = 0.0,
 ) -> BenchSummary:
     ok = [r for r in records if r.error is None]
     wall = max(wall_time_s, 1e-9)
@@ -98,4 +100,5 @@ def summarize(
         goodput_per_s=good / wall,
         slo_ttft_ms=slo_ttft_ms,
         slo_itl_ms=slo_itl_ms,
+        client_cpu_percent=client_cpu_percent,
     )

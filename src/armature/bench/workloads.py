@@ -11,7 +11,14 @@ from armature.bench.client import BenchRequest
 from armature.bench.prompts import TextSynth
 from armature.workload.traces import read_mooncake_trace
 
-__all__ = ["WorkloadError", "from_prompts_file", "from_trace", "prefix_groups", "synthetic"]
+__all__ = [
+    "WorkloadError",
+    "from_prompts_file",
+    "from_trace",
+    "multi_turn",
+    "prefix_groups",
+    "synthetic",
+]
 
 
 class WorkloadError(ValueError):
@@ -60,6 +67,20 @@ def prefix_groups(
             input_len - shared, f"own:{i}"
         )
         out.append(BenchRequest(synth.decode(ids), output_len, 0.0, input_len))
+    return out
+
+
+def multi_turn(
+    synth: TextSynth, num_sessions: int, turns: int, turn_len: int, output_len: int, seed: int
+) -> list[BenchRequest]:
+    """`num_sessions` conversations of `turns` user turns of `turn_len` tokens; every turn
+    resends the whole conversation so far (the server's answers included)."""
+    if turns < 1:
+        raise WorkloadError("--multi-turn needs at least one turn")
+    out = []
+    for session in range(num_sessions):
+        texts = [synth.text(turn_len, f"s{seed}:{session}:{t}") for t in range(turns)]
+        out.append(BenchRequest(texts[0], output_len, 0.0, turn_len, followups=tuple(texts[1:])))
     return out
 
 

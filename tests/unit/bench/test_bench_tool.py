@@ -127,3 +127,31 @@ def test_a_sweep_writes_one_step_each_and_the_pareto_plot(tmp_path: Path) -> Non
     assert steps[1]["summary"]["requests_per_s"] > 2.5 * steps[0]["summary"]["requests_per_s"]
     for name in ("pareto.png", "c_1/latency_cdf.png", "c_4/over_time.png", "report.md"):
         assert (tmp_path / name).stat().st_size > 1000, name
+
+
+def test_multi_turn_sessions_resend_the_history(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    async def fake_send(request: Any) -> RequestRecord:
+        body = "".join(u + a for u, a in request.history) + request.prompt
+        seen.append(body)
+        return RequestRecord(sent_s=0.0, done_s=0.0, text=f"<answer {len(seen)}>")
+
+    import asyncio
+
+    from armature.bench.client import BenchRequest
+    from armature.bench.runner import LoadShape, run_load
+
+    session = BenchRequest("hi.", 4, followups=("and?", "bye."))
+    records, _ = asyncio.run(run_load([session], LoadShape("closed"), fake_send))
+    assert len(records) == 3
+    assert seen == ["hi.", "hi.<answer 1>and?", "hi.<answer 1>and?<answer 2>bye."]
+
+
+def test_multi_turn_against_a_server(tmp_path: Path) -> None:
+    with FixedServer(0.01, 0.001, 3) as url:
+        code, report = bench(
+            url, tmp_path, "--multi-turn", "3", "--num-requests", "2", "--input-len", "16"
+        )
+    assert code == 0
+    assert report["steps"][0]["summary"]["num_ok"] == 6  # 2 sessions x 3 turns
