@@ -188,7 +188,7 @@ def _shapes(args: argparse.Namespace) -> list[tuple[str, Any]]:
 async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int:
     import httpx
 
-    from armature.bench.client import send
+    from armature.bench.client import count_chunk_tokens, send
     from armature.bench.report import pareto_table, summary_table, write_report
     from armature.bench.runner import run_load
     from armature.bench.stats import summarize
@@ -203,9 +203,8 @@ async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int
 
         async def one(request: Any) -> Any:
             return await send(
-                client, url, args.endpoint, model, request, ignore_eos=args.ignore_eos,
-                count_tokens=count,
-            )  # fmt: skip
+                client, url, args.endpoint, model, request, ignore_eos=args.ignore_eos
+            )
 
         for label, shape in _shapes(args):
             measured = requests[max(0, args.warmup) :]
@@ -224,6 +223,7 @@ async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int
             finally:
                 progress.close()
             client_cpu = 100 * (time.process_time() - cpu_started) / max(wall_s, 1e-9)
+            count_chunk_tokens(records, count)
             summary = summarize(records, wall_s, args.slo_ttft_ms, args.slo_itl_ms, client_cpu)
             results.append((label, shape, summary, records))
             print(f"== {label}\n{summary_table(summary)}")
@@ -261,8 +261,8 @@ def run_bench(args: argparse.Namespace) -> int:
         raise CliError("--warmup must be >= 0")
     tokenizer = _tokenizer(args.tokenizer)
 
-    def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False))
+    def count(texts: list[str]) -> list[int]:
+        return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     requests = _requests(args, tokenizer)
     return asyncio.run(_run(args, requests, count))

@@ -4,13 +4,23 @@ went wrong, if anything. Works against any server that streams SSE like OpenAI's
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
+import msgspec
 
-__all__ = ["BenchRequest", "RequestRecord", "send"]
+__all__ = ["BenchRequest", "RequestRecord", "count_chunk_tokens", "send"]
+
+_decoder = msgspec.json.Decoder()
+
+
+def _decode(data: bytes) -> dict[str, Any]:
+    event = _decoder.decode(data)
+    if not isinstance(event, dict):
+        raise ValueError("an SSE event is not a JSON object")
+    return event
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,7 @@ class RequestRecord:
     sent_s: float
     chunk_times_s: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)  # tokens per chunk (by tokenizer)
+    chunk_texts: list[str] = field(default_factory=list)
     done_s: float = 0.0
     prompt_tokens: int = 0
     output_tokens: int = 0
@@ -97,12 +108,10 @@ async def send(
     request: BenchRequest,
     *,
     ignore_eos: bool,
-    count_tokens: object = None,
 ) -> RequestRecord:
     """Stream one request; never raises for server or network trouble (see `error`)."""
     path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
     record = RequestRecord(sent_s=time.perf_counter())
-    counted = 0
     try:
         async with client.stream(
             "POST", url + path, json=_body(endpoint, model, request, ignore_eos)
@@ -113,34 +122,38 @@ async def send(
                 record.error_detail = body[:300]
                 return record
             saw_done = False
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    saw_done = True
+            pending = b""
+            async for raw in response.aiter_raw():
+                now = time.perf_counter()
+                pending += raw
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        saw_done = True
+                        break
+                    event = _decode(data)
+                    if "error" in event:
+                        record.error = "stream_error"
+                        record.error_detail = str(event["error"])[:300]
+                        return record
+                    usage = event.get("usage")
+                    if isinstance(usage, dict):
+                        record.prompt_tokens = int(usage.get("prompt_tokens", 0))
+                        record.output_tokens = int(usage.get("completion_tokens", 0))
+                    text = _chunk_text(event, endpoint)
+                    if text:
+                        record.text += text
+                        record.chunk_times_s.append(now)
+                        record.chunk_texts.append(text)
+                if saw_done:
                     break
-                event = json.loads(data)
-                if "error" in event:
-                    record.error = "stream_error"
-                    record.error_detail = str(event["error"])[:300]
-                    return record
-                usage = event.get("usage")
-                if isinstance(usage, dict):
-                    record.prompt_tokens = int(usage.get("prompt_tokens", 0))
-                    record.output_tokens = int(usage.get("completion_tokens", 0))
-                text = _chunk_text(event, endpoint)
-                if text:
-                    record.text += text
-                    now = time.perf_counter()
-                    n = count_tokens(text) if callable(count_tokens) else 1
-                    record.chunk_times_s.append(now)
-                    record.chunk_tokens.append(int(n))
-                    counted += int(n)
             if not saw_done:
                 record.error = "truncated_stream"
                 record.error_detail = "the stream ended without [DONE]"
-    except (json.JSONDecodeError, ValueError, TypeError) as exc:
+    except (msgspec.DecodeError, ValueError, TypeError) as exc:
         record.error = "malformed_sse"
         record.error_detail = str(exc)[:300]
     except httpx.TimeoutException:
@@ -150,8 +163,16 @@ async def send(
         record.error_detail = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         record.done_s = time.perf_counter()
-        if not record.output_tokens:
-            record.output_tokens = counted
         if not record.prompt_tokens:
             record.prompt_tokens = request.num_prompt_tokens
     return record
+
+
+def count_chunk_tokens(records: list[RequestRecord], count_tokens: Any) -> None:
+    """After a run: tokens per chunk by the tokenizer (one batch call per request, outside the
+    timed loop); the output count falls back to their sum where the server gave no usage."""
+    for record in records:
+        if record.chunk_texts:
+            record.chunk_tokens = [max(1, n) for n in count_tokens(record.chunk_texts)]
+        if not record.output_tokens:
+            record.output_tokens = sum(record.chunk_tokens)
