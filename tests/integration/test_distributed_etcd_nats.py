@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fleet import PROMPTS, SERVED_MODEL_NAME, Fleet, complete
+from fleet import PROMPTS, SERVED_MODEL_NAME, Fleet, complete, decisions
 
 from armature.protocols.worker import worker_prefix
 from armature.runtime.discovery_etcd import EtcdDiscovery
@@ -103,8 +103,14 @@ def test_etcd_and_nats_runtime(
         for prompt in PROMPTS:
             assert complete(url, prompt) in expected
         wait_until(lambda: len(registered(etcd, namespace)) == 1, 1 + 3.0, "the lease to end")
+        before = set(decisions(url))
         fleet.start_worker("worker-c")
         wait_until(lambda: len(registered(etcd, namespace)) == 2, 10, "worker-c")
+        wait_until(
+            lambda: completes(url, f"fresh {time.monotonic()}") and set(decisions(url)) - before,
+            30,
+            "traffic to worker-c",
+        )
 
         etcd.wipe_and_restart()  # every key and lease gone: the workers must register again
         wait_until(lambda: len(registered(etcd, namespace)) == 2, 10, "re-registration")
