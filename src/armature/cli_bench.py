@@ -189,22 +189,25 @@ async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int
     import httpx
 
     from armature.bench.client import count_chunk_tokens, send
+    from armature.bench.http import HttpPool
     from armature.bench.report import pareto_table, summary_table, write_report
     from armature.bench.runner import run_load
     from armature.bench.stats import summarize
 
     url = args.url.rstrip("/")
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(args.timeout_s, connect=10.0)
     results = []
     failed = 0
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    try:
+        pool = HttpPool(url, read_timeout_s=args.timeout_s)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    async with httpx.AsyncClient(timeout=timeout) as client:
         model = args.model or await _first_model(client, url)
 
         async def one(request: Any) -> Any:
-            return await send(
-                client, url, args.endpoint, model, request, ignore_eos=args.ignore_eos
-            )
+            ignore_eos = args.ignore_eos
+            return await send(pool, args.endpoint, model, request, ignore_eos=ignore_eos)
 
         for label, shape in _shapes(args):
             measured = requests[max(0, args.warmup) :]
@@ -235,6 +238,7 @@ async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int
                     f"at {label} (first: {first.error} {first.error_detail})",
                     file=sys.stderr,
                 )
+    pool.close()
     if len(results) > 1:
         print("== sweep\n" + pareto_table([(label, s) for label, _, s, _ in results]))
     if args.report is not None:

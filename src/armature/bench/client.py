@@ -4,23 +4,41 @@ went wrong, if anything. Works against any server that streams SSE like OpenAI's
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import msgspec
+
+from armature.bench.http import HttpError, HttpPool, Response
 
 __all__ = ["BenchRequest", "RequestRecord", "count_chunk_tokens", "send"]
 
-_decoder = msgspec.json.Decoder()
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
 
 
-def _decode(data: bytes) -> dict[str, Any]:
-    event = _decoder.decode(data)
-    if not isinstance(event, dict):
-        raise ValueError("an SSE event is not a JSON object")
-    return event
+class _Choice(msgspec.Struct):
+    text: str | None = None  # completions
+    delta: _Delta | None = None  # chat
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class _Event(msgspec.Struct):
+    """The parts of a streamed chunk the bench reads; everything else is skipped unparsed."""
+
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
+    error: Any = None
+
+
+_decoder = msgspec.json.Decoder(_Event)
 
 
 @dataclass(frozen=True)
@@ -87,22 +105,17 @@ def _body(endpoint: str, model: str, request: BenchRequest, ignore_eos: bool) ->
     return body
 
 
-def _chunk_text(event: dict[str, object], endpoint: str) -> str:
-    choices = event.get("choices") or []
-    if not isinstance(choices, list) or not choices:
+def _chunk_text(event: _Event, endpoint: str) -> str:
+    if not event.choices:
         return ""
-    choice = choices[0]
-    if not isinstance(choice, dict):
-        raise ValueError("a choice is not an object")
+    choice = event.choices[0]
     if endpoint == "chat":
-        delta = choice.get("delta") or {}
-        return str(delta.get("content") or "") if isinstance(delta, dict) else ""
-    return str(choice.get("text") or "")
+        return (choice.delta.content or "") if choice.delta is not None else ""
+    return choice.text or ""
 
 
 async def send(
-    client: httpx.AsyncClient,
-    url: str,
+    pool: HttpPool,
     endpoint: str,
     model: str,
     request: BenchRequest,
@@ -111,61 +124,65 @@ async def send(
 ) -> RequestRecord:
     """Stream one request; never raises for server or network trouble (see `error`)."""
     path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+    body = msgspec.json.encode(_body(endpoint, model, request, ignore_eos))
     record = RequestRecord(sent_s=time.perf_counter())
+    response: Response | None = None
     try:
-        async with client.stream(
-            "POST", url + path, json=_body(endpoint, model, request, ignore_eos)
-        ) as response:
-            if response.status_code != 200:
-                body = (await response.aread()).decode(errors="replace")
-                record.error = f"http_{response.status_code}"
-                record.error_detail = body[:300]
-                return record
-            saw_done = False
-            pending = b""
-            async for raw in response.aiter_raw():
-                now = time.perf_counter()
-                pending += raw
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        saw_done = True
-                        break
-                    event = _decode(data)
-                    if "error" in event:
-                        record.error = "stream_error"
-                        record.error_detail = str(event["error"])[:300]
-                        return record
-                    usage = event.get("usage")
-                    if isinstance(usage, dict):
-                        record.prompt_tokens = int(usage.get("prompt_tokens", 0))
-                        record.output_tokens = int(usage.get("completion_tokens", 0))
-                    text = _chunk_text(event, endpoint)
-                    if text:
-                        record.text += text
-                        record.chunk_times_s.append(now)
-                        record.chunk_texts.append(text)
-                if saw_done:
-                    break
-            if not saw_done:
-                record.error = "truncated_stream"
-                record.error_detail = "the stream ended without [DONE]"
+        async with asyncio.timeout(pool.read_timeout_s):
+            response = await pool.post(path, body)
+            await _read_stream(response, endpoint, record)
     except (msgspec.DecodeError, ValueError, TypeError) as exc:
         record.error = "malformed_sse"
         record.error_detail = str(exc)[:300]
-    except httpx.TimeoutException:
+    except TimeoutError:
         record.error = "timeout"
-    except httpx.HTTPError as exc:
+    except HttpError as exc:
         record.error = "connection"
-        record.error_detail = f"{type(exc).__name__}: {exc}"[:300]
+        record.error_detail = str(exc)[:300]
     finally:
         record.done_s = time.perf_counter()
         if not record.prompt_tokens:
             record.prompt_tokens = request.num_prompt_tokens
+        if response is not None:
+            response.release()
     return record
+
+
+async def _read_stream(response: Response, endpoint: str, record: RequestRecord) -> None:
+    if response.status != 200:
+        text = (await response.read()).decode(errors="replace")
+        record.error = f"http_{response.status}"
+        record.error_detail = text[:300]
+        return
+    saw_done = False
+    pending = b""
+    async for raw in response.iter_raw():
+        now = time.perf_counter()
+        pending += raw
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                saw_done = True
+                continue
+            event = _decoder.decode(data)
+            if event.error is not None:
+                record.error = "stream_error"
+                record.error_detail = str(event.error)[:300]
+                return
+            if event.usage is not None:
+                record.prompt_tokens = event.usage.prompt_tokens
+                record.output_tokens = event.usage.completion_tokens
+            text = _chunk_text(event, endpoint)
+            if text:
+                record.text += text
+                record.chunk_times_s.append(now)
+                record.chunk_texts.append(text)
+    if not saw_done:
+        record.error = "truncated_stream"
+        record.error_detail = "the stream ended without [DONE]"
 
 
 def count_chunk_tokens(records: list[RequestRecord], count_tokens: Any) -> None:
