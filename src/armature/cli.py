@@ -116,6 +116,7 @@ def _serve(args: argparse.Namespace) -> None:
         policy=args.router,
         block_size=config.block_size,
         overlap_weight=args.kv_overlap_weight,
+        decode_weight=args.kv_decode_weight,
         temperature=args.router_temperature,
         seed=args.seed,
     )

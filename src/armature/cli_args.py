@@ -89,6 +89,13 @@ def add_router_cost_args(parser: argparse.ArgumentParser) -> None:
         help="kv router: weight of prefill blocks against decode blocks in the cost",
     )
     parser.add_argument(
+        "--kv-decode-weight",
+        type=non_negative_float,
+        default=1.0,
+        help="kv router: weight of a worker's active blocks in the cost (1: the DESIGN "
+        "baseline; lower favours cache affinity over spreading memory load)",
+    )
+    parser.add_argument(
         "--router-temperature",
         type=non_negative_float,
         default=0.0,

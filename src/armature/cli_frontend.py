@@ -110,6 +110,7 @@ def run_frontend(args: argparse.Namespace) -> None:
             policy=args.router,
             block_size=served.block_size,
             overlap_weight=args.kv_overlap_weight,
+            decode_weight=args.kv_decode_weight,
             temperature=args.router_temperature,
             seed=args.seed,
         ),

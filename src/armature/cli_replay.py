@@ -104,6 +104,7 @@ def run_replay(args: argparse.Namespace) -> None:
         max_num_seqs=args.max_num_seqs,
         speedup_ratio=args.speedup,
         overlap_weight=args.kv_overlap_weight,
+        decode_weight=args.kv_decode_weight,
         router_temperature=args.router_temperature,
         seed=args.seed,
     )

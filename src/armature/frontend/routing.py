@@ -38,6 +38,7 @@ class RouterConfig:
     policy: str = "round-robin"
     block_size: int = 16
     overlap_weight: float = 1.0
+    decode_weight: float = 1.0
     temperature: float = 0.0
     seed: int = 0
     event_sync_interval_s: float = 0.005
@@ -82,6 +83,7 @@ class EngineRouter:
             block_size=config.block_size,
             hash_seed=DEFAULT_HASH_SEED,
             overlap_weight=config.overlap_weight,
+            decode_weight=config.decode_weight,
             temperature=config.temperature,
             seed=config.seed,
             routed_ttl_s=config.routed_ttl_s,

@@ -1,8 +1,12 @@
 """The KV-aware routing cost (DESIGN §3), lower is better:
 
     prefill_blocks_w = (isl - overlap_w * block_size + active_prefill_tokens_w) / block_size
-    decode_blocks_w  = active_blocks_w + (ceil(isl / block_size) - overlap_w)
+    decode_blocks_w  = decode_weight * active_blocks_w + (ceil(isl / block_size) - overlap_w)
     logit_w          = overlap_weight * prefill_blocks_w + decode_blocks_w
+
+decode_weight 1 is DESIGN's baseline. Below 1 the blocks a worker already holds for running
+requests count less against it: with long prompts and a large cache that is what lets a
+repeat prefix go back to its worker (docs/benchmarks.md: decode weight 0.25).
 
 Temperature 0 takes the argmin (ties: the worker caching the fewest blocks in total, then
 random); above 0 it samples softmax(-normalized / temperature) over logits normalized to [0, 1]
@@ -25,12 +29,17 @@ _IDLE = WorkerLoad()
 
 
 def cost_terms(
-    isl_tokens: int, block_size: int, overlap_blocks: int, load: WorkerLoad
+    isl_tokens: int,
+    block_size: int,
+    overlap_blocks: int,
+    load: WorkerLoad,
+    decode_weight: float = 1.0,
 ) -> tuple[float, float]:
     """(prefill_blocks, decode_blocks) of one worker."""
     total_blocks = -(-isl_tokens // block_size)
     prefill = (isl_tokens - overlap_blocks * block_size + load.active_prefill_tokens) / block_size
-    return prefill, float(load.active_blocks + total_blocks - overlap_blocks)
+    active = load.active_blocks if decode_weight == 1.0 else decode_weight * load.active_blocks
+    return prefill, float(active + total_blocks - overlap_blocks)
 
 
 def worker_logits(
@@ -40,6 +49,7 @@ def worker_logits(
     overlaps: Mapping[str, int],
     loads: Mapping[str, WorkerLoad],
     overlap_weight: float = 1.0,
+    decode_weight: float = 1.0,
 ) -> list[float]:
     """The logit of each of `workers`, in order. `loads` may leave out idle workers."""
     idle_prefill, idle_decode = cost_terms(isl_tokens, block_size, 0, _IDLE)
@@ -51,7 +61,7 @@ def worker_logits(
         if load is None and overlap == 0:
             logits.append(idle_logit)
             continue
-        prefill, decode = cost_terms(isl_tokens, block_size, overlap, load or _IDLE)
+        prefill, decode = cost_terms(isl_tokens, block_size, overlap, load or _IDLE, decode_weight)
         logits.append(overlap_weight * prefill + decode)
     return logits
 

@@ -123,6 +123,7 @@ class KvPolicy:
         seed: int = 0,
         routed: RoutedPrefixIndex | None = None,
         clock: Callable[[], float] = time.monotonic,
+        decode_weight: float = 1.0,
     ) -> None:
         if index is None and routed is None:
             raise ValueError("the kv policy needs a prefix index, routed predictions or both")
@@ -133,6 +134,7 @@ class KvPolicy:
         self.block_size = block_size
         self.hash_seed = hash_seed
         self.overlap_weight = overlap_weight
+        self.decode_weight = decode_weight
         self.temperature = temperature
         self._rng = random.Random(seed)
 
@@ -153,6 +155,7 @@ class KvPolicy:
             overlaps,
             self.load.get_loads(),
             self.overlap_weight,
+            self.decode_weight,
         )
         index = self.index
         cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
@@ -179,6 +182,7 @@ def make_policy(
     routed_ttl_s: float,
     routed_max_entries: int,
     clock: Callable[[], float] = time.monotonic,
+    decode_weight: float = 1.0,
 ) -> RoutingPolicy:
     """The policy named `name` (one of POLICY_NAMES). kv uses `index` and routed predictions;
     kv-approx only the predictions, bounded by `routed_max_entries`."""
@@ -202,5 +206,6 @@ def make_policy(
                 seed,
                 routed=RoutedPrefixIndex(routed_ttl_s, max(1, routed_max_entries)),
                 clock=clock,
+                decode_weight=decode_weight,
             )
     raise ValueError(f"unknown router policy {name!r}; choose from {', '.join(POLICY_NAMES)}")

@@ -50,6 +50,7 @@ class ReplayConfig:
     max_num_seqs: int = 256
     speedup_ratio: float = 1.0
     overlap_weight: float = 1.0
+    decode_weight: float = 1.0
     router_temperature: float = 0.0
     vocab_size: int = 32000
     routed_ttl_s: float = 120.0
@@ -152,6 +153,7 @@ class _Simulation:
             block_size=c.block_size,
             hash_seed=DEFAULT_HASH_SEED,
             overlap_weight=c.overlap_weight,
+            decode_weight=c.decode_weight,
             temperature=c.router_temperature,
             seed=c.seed,
             routed_ttl_s=c.routed_ttl_s,

@@ -100,3 +100,15 @@ def test_load_follows_a_request_through_every_ending() -> None:
     with pytest.raises(ValueError, match="already tracked"):
         load.start("r3", "w", 1, 1)
         load.start("r3", "w", 1, 1)
+
+
+def test_decode_weight_discounts_active_blocks() -> None:
+    # The worked example with decode_weight 0.25: W3's 7 active blocks count as 1.75, so its
+    # 6 cached blocks now win: W1 8 + 8.5, W2 5 + 5, W3 2 + 3.75.
+    loads = {"W1": WorkerLoad(0, 2, 1), "W3": WorkerLoad(0, 7, 3)}
+    overlaps = {"W2": 3, "W3": 6}
+    assert cost_terms(128, 16, 6, WorkerLoad(0, 7, 3), decode_weight=0.25) == (2.0, 3.75)
+    logits = worker_logits(["W1", "W2", "W3"], 128, 16, overlaps, loads, decode_weight=0.25)
+    assert logits == [16.5, 10.0, 5.75]
+    assert select_worker(logits, _none, 0.0, random.Random(0)) == 2
+    assert worker_logits(["W1", "W2", "W3"], 128, 16, overlaps, loads) == [18.0, 10.0, 11.0]
