@@ -65,8 +65,8 @@ async def _run(args: argparse.Namespace) -> None:
     from armature.engine.async_engine import AsyncEngine
     from armature.protocols.worker import WorkerCard, worker_prefix
     from armature.runtime.nats_plane import NatsRequestPlaneServer
-    from armature.runtime.request_plane import RequestServer
-    from armature.runtime.tcp_server import Handler, RequestPlaneServer
+    from armature.runtime.request_plane import Handler, RequestServer
+    from armature.runtime.tcp_server import RequestPlaneServer
     from armature.worker.service import WorkerService
 
     built = build_engines(args, 1)

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from servers import free_port as _free_port
+
 SERVED_MODEL_NAME = "smollm2-integration"
 MAX_MODEL_LEN = 2048
 NUM_KV_BLOCKS = 512
@@ -32,12 +33,6 @@ STARTUP_TIMEOUT_S = 180.0
 SHUTDOWN_TIMEOUT_S = 20.0
 
 Metrics = dict[str, float]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], url: str, stderr_path: Path) -> None:

@@ -114,6 +114,9 @@ def test_etcd_and_nats_runtime(
 
         etcd.wipe_and_restart()  # every key and lease gone: the workers must register again
         wait_until(lambda: len(registered(etcd, namespace)) == 2, 10, "re-registration")
+        # the frontend saw the keys vanish and come back: it routes again once its watch
+        # has resumed (a moment after the re-registration)
+        wait_until(lambda: completes(url, "after the etcd restart"), 20, "traffic after etcd")
         assert [complete(url, p) for p in PROMPTS] == expected
 
         nats.restart()

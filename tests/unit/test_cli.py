@@ -10,12 +10,7 @@ import pytest
 
 from armature.cli import build_parser, main
 from armature.cli_args import parse_bytes
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from servers import free_port as _free_port
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -39,8 +39,13 @@ from armature.runtime.frames import (
     decode_frame,
     encode_message,
 )
-from armature.runtime.tcp_client import PeerUnavailableError, RemoteError
-from armature.runtime.tcp_server import Handler, HandlerError
+from armature.runtime.request_plane import (
+    CreditWindow,
+    Handler,
+    PeerUnavailableError,
+    RemoteError,
+    serve_stream,
+)
 
 __all__ = ["NatsRequestPlaneClient", "NatsRequestPlaneServer"]
 
@@ -49,8 +54,7 @@ log = logging.getLogger(__name__)
 
 class _ServerStream:
     def __init__(self, credit: int):
-        self.credit = credit
-        self.credit_changed = asyncio.Event()
+        self.window = CreditWindow(credit)
         self.task: asyncio.Task[None] | None = None
         self.control: Subscription | None = None
 
@@ -114,44 +118,31 @@ class NatsRequestPlaneServer:
         except FrameError as exc:
             log.warning("NATS request plane: bad control message: %s", exc)
             return
-        if isinstance(frame, Credit) and frame.n > 0:
-            stream.credit += frame.n
-            stream.credit_changed.set()
+        if isinstance(frame, Credit):
+            stream.window.grant(frame.n)
         elif isinstance(frame, Cancel) and stream.task is not None:
             stream.task.cancel()
 
     async def _serve(self, frame: Open, inbox: str, control: str, stream: _ServerStream) -> None:
-        sid = frame.stream_id
         reconnects = self.nc.stats["reconnects"]
+
+        async def send(out: Frame) -> None:
+            await self._send(inbox, out)
+
         try:
-            await self._send(inbox, Accept(sid, control))
-            handler = self.handlers.get(frame.endpoint)
-            if handler is None:
-                await self._send(inbox, Fail(sid, "not_found", f"no endpoint {frame.endpoint!r}"))
-                return
-            items = handler(frame.payload)
-            try:
-                async for item in items:
-                    while stream.credit <= 0:
-                        stream.credit_changed.clear()
-                        await asyncio.wait_for(stream.credit_changed.wait(), self.idle_timeout_s)
-                    stream.credit -= 1
-                    if self.nc.stats["reconnects"] != reconnects:
-                        log.warning("NATS request plane: stream %d lost in a reconnect", sid)
-                        return
-                    await self._send(inbox, Data(sid, item))
-            finally:
-                await items.aclose()  # type: ignore[attr-defined]
-            await self._send(inbox, End(sid))
-        except asyncio.CancelledError:
-            pass
-        except TimeoutError:
-            log.warning("NATS request plane: client of stream %d went silent; cancelled", sid)
-        except HandlerError as exc:
-            await self._send_quietly(inbox, Fail(sid, exc.code, exc.message))
-        except Exception as exc:
-            log.exception("NATS request plane: handler %r failed", frame.endpoint)
-            await self._send_quietly(inbox, Fail(sid, "internal", f"{type(exc).__name__}: {exc}"))
+            await send(Accept(frame.stream_id, control))
+            await serve_stream(
+                frame.stream_id,
+                frame.endpoint,
+                frame.payload,
+                self.handlers,
+                stream.window,
+                send,
+                idle_timeout_s=self.idle_timeout_s,
+                lost=lambda: self.nc.stats["reconnects"] != reconnects,
+            )
+        except Exception as exc:  # the Accept could not be sent: the client times out
+            log.warning("NATS request plane: stream %d not accepted: %s", frame.stream_id, exc)
         finally:
             self._streams.pop(control, None)
             if stream.control is not None:
@@ -160,10 +151,6 @@ class NatsRequestPlaneServer:
 
     async def _send(self, subject: str, frame: Frame) -> None:
         await self.nc.publish(subject, encode_message(frame))
-
-    async def _send_quietly(self, subject: str, frame: Frame) -> None:
-        with contextlib.suppress(Exception):
-            await self._send(subject, frame)
 
 
 class NatsRequestPlaneClient:

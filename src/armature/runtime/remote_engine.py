@@ -23,8 +23,7 @@ from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.worker import WorkerCard, WorkerUpdate
 from armature.runtime.events import EventPlane, EventPlaneError
-from armature.runtime.request_plane import RequestClient
-from armature.runtime.tcp_client import PeerUnavailableError, RemoteError
+from armature.runtime.request_plane import PeerUnavailableError, RemoteError, RequestClient
 
 __all__ = ["RemoteEngine"]
 

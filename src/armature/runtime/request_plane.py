@@ -1,14 +1,57 @@
-"""The request plane's two sides as protocols; TCP (tcp_server/tcp_client) and NATS
-(nats_plane) implement them. Urls say which: tcp://host:port or nats:<subject>."""
+"""The request plane's contract and its transport-independent part.
+
+TCP (tcp_server/tcp_client) and NATS (nats_plane) implement the two sides below; urls say
+which: tcp://host:port or nats:<subject>. `serve_stream` is the server side of one stream on
+either transport: the handler's items go out as Data frames, never more than the stream's
+credit ahead of the client, then End, or Fail with a code the client can act on.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Protocol
 
-from armature.runtime.tcp_server import Handler
+from armature.runtime.frames import Data, End, Fail, Frame
 
-__all__ = ["RequestClient", "RequestServer", "ServerFactory"]
+__all__ = [
+    "CreditWindow",
+    "Handler",
+    "HandlerError",
+    "PeerUnavailableError",
+    "RemoteError",
+    "RequestClient",
+    "RequestServer",
+    "ServerFactory",
+    "serve_stream",
+]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[bytes], AsyncIterator[bytes]]
+
+
+class HandlerError(Exception):
+    """Raised by a handler to fail its stream with a code the client can act on."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class PeerUnavailableError(ConnectionError):
+    """The peer cannot be reached, or the connection carrying the stream was lost."""
+
+
+class RemoteError(RuntimeError):
+    """The server failed the stream (a Fail frame) with `code`."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
 
 
 class RequestServer(Protocol):
@@ -30,3 +73,71 @@ class RequestClient(Protocol):
 
 
 ServerFactory = Callable[[Mapping[str, Handler]], RequestServer]
+
+
+class CreditWindow:
+    """How many more items the client will take; the client's Credit frames add to it."""
+
+    def __init__(self, credit: int):
+        self.credit = credit
+        self._changed = asyncio.Event()
+
+    def grant(self, n: int) -> None:
+        if n > 0:
+            self.credit += n
+            self._changed.set()
+
+    async def take(self, timeout_s: float | None) -> None:
+        """Wait for credit (TimeoutError after `timeout_s`), then use one."""
+        while self.credit <= 0:
+            self._changed.clear()
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+        self.credit -= 1
+
+
+async def serve_stream(
+    stream_id: int,
+    endpoint: str,
+    payload: bytes,
+    handlers: Mapping[str, Handler],
+    window: CreditWindow,
+    send: Callable[[Frame], Awaitable[None]],
+    *,
+    idle_timeout_s: float | None = None,
+    lost: Callable[[], bool] = lambda: False,
+) -> None:
+    """Run `endpoint`'s handler on `payload` and send its stream. Cancellation (the client's
+    Cancel, or its connection closing) stops it silently; so does `lost()` turning true (the
+    transport dropped messages) and a client that grants no credit for `idle_timeout_s`."""
+
+    async def send_quietly(frame: Frame) -> None:
+        try:
+            await send(frame)
+        except Exception as exc:  # the peer is gone: nobody to tell
+            log.debug("request plane: could not send %s: %s", type(frame).__name__, exc)
+
+    handler = handlers.get(endpoint)
+    try:
+        if handler is None:
+            await send(Fail(stream_id, "not_found", f"no endpoint {endpoint!r}"))
+            return
+        items = handler(payload)
+        try:
+            async for item in items:
+                await window.take(idle_timeout_s)
+                if lost():
+                    log.warning("request plane: stream %d lost in a reconnect", stream_id)
+                    return
+                await send(Data(stream_id, item))
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
+        await send(End(stream_id))
+    except asyncio.CancelledError:
+        pass  # cancelled by the client or the connection closing: nothing to send
+    except TimeoutError:
+        log.warning("request plane: the client of stream %d went silent; cancelled", stream_id)
+    except HandlerError as exc:
+        await send_quietly(Fail(stream_id, exc.code, exc.message))
+    except Exception as exc:
+        log.exception("request plane: handler %r failed", endpoint)
+        await send_quietly(Fail(stream_id, "internal", f"{type(exc).__name__}: {exc}"))

@@ -28,24 +28,14 @@ from armature.runtime.frames import (
     Open,
     encode_frame,
 )
+from armature.runtime.request_plane import PeerUnavailableError, RemoteError
 from armature.runtime.tcp_server import read_frame
 
-__all__ = ["PeerUnavailableError", "RemoteError", "RequestPlaneClient", "parse_tcp_url"]
+__all__ = ["RequestPlaneClient", "parse_tcp_url"]
 
 log = logging.getLogger(__name__)
 
 _END = object()
-
-
-class PeerUnavailableError(ConnectionError):
-    """The peer cannot be reached, or the connection carrying the stream was lost."""
-
-
-class RemoteError(RuntimeError):
-    def __init__(self, code: str, message: str):
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
 
 
 def parse_tcp_url(url: str) -> tuple[str, int]:

@@ -14,15 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Mapping
 
 from armature.runtime.frames import (
     MAX_FRAME_BYTES,
     Cancel,
     Credit,
-    Data,
-    End,
-    Fail,
     Frame,
     FrameError,
     Open,
@@ -30,21 +27,11 @@ from armature.runtime.frames import (
     encode_frame,
     read_length,
 )
+from armature.runtime.request_plane import CreditWindow, Handler, serve_stream
 
-__all__ = ["Handler", "HandlerError", "RequestPlaneServer", "read_frame"]
+__all__ = ["RequestPlaneServer", "read_frame"]
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[bytes], AsyncIterator[bytes]]
-
-
-class HandlerError(Exception):
-    """Raised by a handler to fail its stream with a code the client can act on."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 async def read_frame(
@@ -72,8 +59,7 @@ async def read_frame(
 
 class _Stream:
     def __init__(self, credit: int):
-        self.credit = credit
-        self.credit_changed = asyncio.Event()
+        self.window = CreditWindow(credit)
         self.task: asyncio.Task[None] | None = None
 
 
@@ -129,9 +115,8 @@ class _Connection:
             stream.task = asyncio.get_running_loop().create_task(self._serve(frame, stream))
         elif isinstance(frame, Credit):
             credited = self.streams.get(frame.stream_id)
-            if credited is not None and frame.n > 0:
-                credited.credit += frame.n
-                credited.credit_changed.set()
+            if credited is not None:
+                credited.window.grant(frame.n)
         elif isinstance(frame, Cancel):
             cancelled = self.streams.get(frame.stream_id)
             if cancelled is not None and cancelled.task is not None:
@@ -140,40 +125,21 @@ class _Connection:
             raise FrameError(f"unexpected {type(frame).__name__} frame from a client")
 
     async def _serve(self, frame: Open, stream: _Stream) -> None:
-        sid = frame.stream_id
-        handler = self.server.handlers.get(frame.endpoint)
         try:
-            if handler is None:
-                await self._send(Fail(sid, "not_found", f"no endpoint {frame.endpoint!r}"))
-                return
-            items = handler(frame.payload)
-            try:
-                async for item in items:
-                    while stream.credit <= 0:
-                        stream.credit_changed.clear()
-                        await stream.credit_changed.wait()
-                    stream.credit -= 1
-                    await self._send(Data(sid, item))
-            finally:
-                await items.aclose()  # type: ignore[attr-defined]
-            await self._send(End(sid))
-        except asyncio.CancelledError:
-            pass  # cancelled by the client or the connection closing: nothing to send
-        except HandlerError as exc:
-            await self._send_quietly(Fail(sid, exc.code, exc.message))
-        except Exception as exc:
-            log.exception("request plane: handler %r failed", frame.endpoint)
-            await self._send_quietly(Fail(sid, "internal", f"{type(exc).__name__}: {exc}"))
+            await serve_stream(
+                frame.stream_id,
+                frame.endpoint,
+                frame.payload,
+                self.server.handlers,
+                stream.window,
+                self._send,
+            )
         finally:
-            self.streams.pop(sid, None)
+            self.streams.pop(frame.stream_id, None)
 
     async def _send(self, frame: Frame) -> None:
         self.writer.write(encode_frame(frame, self.server.max_frame_bytes))
         await self.writer.drain()
-
-    async def _send_quietly(self, frame: Frame) -> None:
-        with contextlib.suppress(ConnectionError, OSError, FrameError):
-            await self._send(frame)
 
     async def _close(self) -> None:
         tasks = [s.task for s in self.streams.values() if s.task is not None]

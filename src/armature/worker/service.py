@@ -23,8 +23,7 @@ from armature.protocols.engine import EngineRequest
 from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_key
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
 from armature.runtime.events import EventPlane, Publisher
-from armature.runtime.request_plane import ServerFactory
-from armature.runtime.tcp_server import HandlerError
+from armature.runtime.request_plane import HandlerError, ServerFactory
 from armature.worker.metrics import WorkerMetrics
 
 __all__ = ["WorkerService"]

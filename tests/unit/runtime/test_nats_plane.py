@@ -13,7 +13,7 @@ from test_tcp_plane import Probe
 
 from armature.runtime.nats_conn import connect_nats
 from armature.runtime.nats_plane import NatsRequestPlaneClient, NatsRequestPlaneServer
-from armature.runtime.tcp_client import PeerUnavailableError, RemoteError
+from armature.runtime.request_plane import PeerUnavailableError, RemoteError
 from servers import Nats
 
 

@@ -10,8 +10,9 @@ import msgspec
 import pytest
 
 from armature.runtime.frames import Open, encode_frame
-from armature.runtime.tcp_client import PeerUnavailableError, RemoteError, RequestPlaneClient
-from armature.runtime.tcp_server import HandlerError, RequestPlaneServer
+from armature.runtime.request_plane import HandlerError, PeerUnavailableError, RemoteError
+from armature.runtime.tcp_client import RequestPlaneClient
+from armature.runtime.tcp_server import RequestPlaneServer
 
 
 class Probe:
