@@ -14,12 +14,16 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from armature.engine.core import EngineCore
 from armature.engine.interface import EngineDeadError, InvalidRequestError
+from armature.kv.transfer.agent import KvTransferAgent
+from armature.kv.transfer.blocks import KvBlocks
+from armature.kv.transfer.wire import TransferError
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, merge_outputs
 from armature.protocols.kv_events import KvDump, KvEvent
 
@@ -29,8 +33,17 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class _Import:
+    hashes: Sequence[tuple[int, int]]
+    start: int
+    blocks: KvBlocks
+
+
+@dataclass(frozen=True)
 class _Add:
     request: EngineRequest
+    imported: _Import | None = None
+    on_added: Callable[[], None] | None = None  # called on the event loop once processed
 
 
 @dataclass(frozen=True)
@@ -44,12 +57,19 @@ class _Dump:
 
 
 _STOP = object()
+_WAKE = object()  # a pinned handle was released: free its blocks now
 MAX_BUFFERED_KV_EVENTS = 65536
 
 
 class AsyncEngine:
-    def __init__(self, core: EngineCore):
+    def __init__(self, core: EngineCore, transfer: KvTransferAgent | None = None):
         self.core = core
+        self.transfer = transfer  # pulls a peer's KV blocks for requests with a kv_handle
+        core.pins.on_release = lambda: self._commands.put(_WAKE)
+        self.num_kv_pulls = 0
+        self.num_kv_pull_failures = 0
+        self.num_kv_blocks_pulled = 0
+        self._releases: set[asyncio.Task[None]] = set()
         self._commands: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._streams: dict[str, asyncio.Queue[EngineOutput | BaseException]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -86,9 +106,12 @@ class AsyncEngine:
         self.core.validate(request)
         if request.request_id in self._streams:
             raise InvalidRequestError(f"duplicate request id {request.request_id!r}")
+        add = _Add(request)
+        if request.kv_handle is not None:
+            add = await self._with_pulled_kv(request)
         stream: asyncio.Queue[EngineOutput | BaseException] = asyncio.Queue()
         self._streams[request.request_id] = stream
-        self._commands.put(_Add(request))
+        self._commands.put(add)
         finished = False
         try:
             while True:
@@ -121,6 +144,43 @@ class AsyncEngine:
     def validate(self, request: EngineRequest) -> None:
         self.core.validate(request)
 
+    async def _with_pulled_kv(self, request: EngineRequest) -> _Add:
+        """The add command for a request that continues a remote prefill: the prompt blocks
+        this engine lacks are pulled first; the handle is released once they are copied in.
+        Any transfer failure leaves the prompt to be computed here (same output, slower)."""
+        handle = request.kv_handle
+        assert handle is not None
+        loop = asyncio.get_running_loop()
+
+        def release() -> None:
+            if self.transfer is not None and handle.seq_hashes:
+                task = loop.create_task(asyncio.to_thread(self.transfer.release, handle))
+                self._releases.add(task)
+                task.add_done_callback(self._releases.discard)
+
+        try:
+            hashes, start = self.core.plan_import(request)
+            if start >= len(hashes) or self.transfer is None:
+                release()
+                return _Add(request)
+            started_s = time.monotonic()
+            blocks = await asyncio.to_thread(self.transfer.pull, handle, start)
+            delay_s = self.core.kv_store.transfer_delay_s(blocks.num_blocks)
+            await asyncio.sleep(max(0.0, delay_s - (time.monotonic() - started_s)))
+        except (TransferError, ValueError) as exc:
+            self.num_kv_pull_failures += 1
+            log.warning(
+                "request %s: KV transfer from %s failed, computing the prompt here: %s",
+                request.request_id,
+                handle.worker_id,
+                exc,
+            )
+            release()
+            return _Add(request)
+        self.num_kv_pulls += 1
+        self.num_kv_blocks_pulled += blocks.num_blocks
+        return _Add(request, _Import(hashes, start, blocks), release)
+
     def get_load(self) -> EngineLoad:
         return self._load
 
@@ -145,6 +205,8 @@ class AsyncEngine:
                 block = not self.core.has_work()
                 if not self._drain_commands(block):
                     return
+                if len(self.core.pins):
+                    self.core.free_unpinned()
                 self._load = self.core.get_load()
                 if self.core.has_work():
                     outputs = self.core.step()
@@ -157,18 +219,19 @@ class AsyncEngine:
 
     def _drain_commands(self, block: bool) -> bool:
         """Apply queued add/abort commands; with `block`, wait for at least one. False on stop."""
+        timeout_s = None
+        deadline_s = self.core.pins.next_deadline_s() if block else None
+        if deadline_s is not None:  # wake up to free expired pins
+            timeout_s = max(0.0, deadline_s - time.monotonic()) + 0.001
         try:
-            command = self._commands.get(block=block)
+            command = self._commands.get(block=block, timeout=timeout_s)
         except queue.Empty:
             return True
         while True:
             if command is _STOP:
                 return False
             if isinstance(command, _Add):
-                try:
-                    self.core.add_request(command.request)
-                except InvalidRequestError as exc:
-                    self._publish_error(command.request.request_id, exc)
+                self._add(command)
             elif isinstance(command, _Abort):
                 self.core.abort_request(command.request_id)
             elif isinstance(command, _Dump):
@@ -180,6 +243,21 @@ class AsyncEngine:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return True
+
+    def _add(self, command: _Add) -> None:
+        held: list[int] = []
+        if command.imported is not None:
+            imported = command.imported
+            held = self.core.import_kv(imported.hashes, imported.start, imported.blocks)
+        try:
+            self.core.add_request(command.request, held)
+        except InvalidRequestError as exc:
+            if held:
+                self.core.pool.free(list(reversed(held)))
+            self._publish_error(command.request.request_id, exc)
+        if command.on_added is not None:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(command.on_added)
 
     def _buffer_events(self) -> None:
         events = self.core.take_kv_events()

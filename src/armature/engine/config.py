@@ -32,6 +32,8 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     enable_prefix_caching: bool = True
     seed: int = 0  # seeds requests that bring no seed of their own
+    shared_kv_cache: bool = False  # KV cache in shared memory (CPU; same-host KV transfer)
+    kv_pin_ttl_s: float = 30.0  # a prefill's pinned blocks are freed after this if unreleased
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from collections import deque
+from collections.abc import Sequence
 
 import torch
 
@@ -21,7 +23,9 @@ from armature.engine.sampler import SampleInput, sample
 from armature.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from armature.engine.validation import validate_request
 from armature.kv.block_pool import BlockPool
-from armature.kv.hashing import DEFAULT_HASH_SEED
+from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
+from armature.kv.transfer.blocks import KvBlocks
+from armature.kv.transfer.pins import PinTable
 from armature.model.arch import ModelArch, read_arch
 from armature.protocols.engine import (
     EngineLoad,
@@ -32,6 +36,7 @@ from armature.protocols.engine import (
     TokenLogprob,
 )
 from armature.protocols.kv_events import KvDump, KvEvent
+from armature.protocols.kv_transfer import KvHandle
 
 __all__ = ["EngineCore", "InvalidRequestError", "resolve_max_model_len"]
 
@@ -75,6 +80,11 @@ class EngineCore:
         self._seed_source = random.Random(config.seed)
         self._arrivals = 0
         self.step_records: deque[StepRecord] = deque(maxlen=1024)
+        # disaggregation: prompt blocks pinned for decode workers, and where they pull them
+        self.kv_store = runner.kv_store
+        self.pins = PinTable()
+        self.worker_id = ""
+        self.kv_endpoints: dict[str, str] = {}
 
     # ---- requests ----------------------------------------------------------------------
     def validate(self, request: EngineRequest) -> None:
@@ -87,7 +97,9 @@ class EngineCore:
             num_kv_blocks=self.pool.num_blocks,
         )
 
-    def add_request(self, request: EngineRequest) -> None:
+    def add_request(self, request: EngineRequest, held_block_ids: list[int] | None = None) -> None:
+        """Queue `request`. `held_block_ids` are imported KV blocks (see `import_kv`) whose
+        references the request takes over; they are dropped once it is admitted."""
         self.validate(request)
         if request.request_id in self._requests:
             raise InvalidRequestError(f"duplicate request id {request.request_id!r}")
@@ -105,6 +117,8 @@ class EngineCore:
             generator=generator,
             arrival_index=self._arrivals,
             num_output_at_start=len(request.output_token_ids),
+            remote_prefill=request.remote_prefill,
+            held_block_ids=list(held_block_ids or []),
         )
         self._arrivals += 1
         self._requests[request.request_id] = state
@@ -154,6 +168,10 @@ class EngineCore:
             first = req.num_output_tokens == req.num_output_at_start
             req.token_ids.append(token)
             reason = self._finish_reason(req, token)
+            handle = None
+            if reason is None and req.remote_prefill:  # a decode worker continues it
+                handle = self._pin_prompt(req)
+                reason = FinishReason.TRANSFER
             if reason is not None:
                 self.scheduler.finish(req, reason)
                 self._requests.pop(req.request_id, None)
@@ -165,6 +183,7 @@ class EngineCore:
                     finish_reason=reason,
                     num_prompt_tokens=req.num_prompt_tokens if first else 0,
                     num_cached_tokens=req.num_cached_tokens if first else 0,
+                    kv_handle=handle,
                 )
             )
         return outputs
@@ -215,6 +234,78 @@ class EngineCore:
                 step_wall_s=wall_s,
             )
         )
+
+    # ---- disaggregation ----------------------------------------------------------------
+    def _pin_prompt(self, req: RequestState) -> KvHandle:
+        """Keep the prompt's full blocks after `req` finishes, for a decode worker to pull."""
+        bs = self.config.block_size
+        num_blocks = req.num_prompt_tokens // bs
+        hashes = req.update_block_hashes(bs, DEFAULT_HASH_SEED)[:num_blocks]
+        block_ids = req.block_ids[:num_blocks]
+        handle_id = f"{req.request_id}/{uuid.uuid4().hex[:12]}"
+        if block_ids:
+            self.pool.touch(block_ids)
+            ttl_s = self.config.kv_pin_ttl_s
+            self.pins.add(handle_id, block_ids, time.monotonic() + ttl_s)
+        return KvHandle(
+            handle_id=handle_id,
+            worker_id=self.worker_id,
+            layout=self.kv_store.layout,
+            seq_hashes=[h for h, _ in hashes],
+            endpoints=self.kv_endpoints,
+            ttl_s=self.config.kv_pin_ttl_s,
+        )
+
+    def free_unpinned(self, now_s: float | None = None) -> int:
+        """Free the blocks of released and expired handles; returns how many."""
+        freed = 0
+        for block_ids in self.pins.take_freeable(time.monotonic() if now_s is None else now_s):
+            self.pool.free(list(reversed(block_ids)))
+            freed += len(block_ids)
+        return freed
+
+    def plan_import(self, request: EngineRequest) -> tuple[Sequence[tuple[int, int]], int]:
+        """(hashes of the prompt blocks `request.kv_handle` offers, how many of them this
+        engine already caches as a prefix). Refuses (ValueError) a handle whose hashes are
+        not this prompt's. Safe from another thread: the cached count is a hint, checked
+        again by `import_kv`."""
+        handle = request.kv_handle
+        assert handle is not None
+        bs = self.config.block_size
+        num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
+        num_blocks = min(len(handle.seq_hashes), (num_tokens - 1) // bs)
+        tokens = request.prompt_token_ids[: num_blocks * bs]
+        hashes = compute_block_hashes(tokens, bs, DEFAULT_HASH_SEED, None)
+        if [h for h, _ in hashes] != handle.seq_hashes[:num_blocks]:
+            raise ValueError("the KV handle's block hashes do not match this prompt")
+        if not self.config.enable_prefix_caching:
+            return hashes, num_blocks  # nothing can be imported: recompute
+        return hashes, len(self.pool.find_prefix([h for h, _ in hashes]))
+
+    def import_kv(
+        self, hashes: Sequence[tuple[int, int]], start: int, blocks: KvBlocks
+    ) -> list[int]:
+        """Cache `blocks` as the prompt blocks `start..` (under `hashes[start:]`) on top of the
+        cached prefix `hashes[:start]`. Returns the ids of the whole prefix with one reference
+        each, for `add_request(held_block_ids=...)`; [] (nothing changed) when the prefix was
+        evicted meanwhile or the pool is too full."""
+        if not self.config.enable_prefix_caching:
+            return []
+        num_new = min(blocks.num_blocks, len(hashes) - start)
+        if num_new < blocks.num_blocks:
+            blocks = KvBlocks(blocks.block_ids[:num_new], blocks.k, blocks.v)
+        prefix = self.pool.find_prefix([h for h, _ in hashes[:start]])
+        if len(prefix) < start or num_new <= 0:
+            return []
+        self.pool.touch(prefix)
+        if num_new > self.pool.get_num_free_blocks():
+            self.pool.free(list(reversed(prefix)))
+            return []
+        new_ids = self.pool.allocate(num_new)
+        self.kv_store.write_blocks(new_ids, blocks)
+        parent = hashes[start - 1][0] if start > 0 else None
+        self.pool.cache_blocks(new_ids, hashes[start : start + num_new], parent)
+        return prefix + new_ids
 
     # ---- observation -------------------------------------------------------------------
     def get_load(self) -> EngineLoad:

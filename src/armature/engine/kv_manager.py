@@ -66,8 +66,16 @@ class KvCacheManager:
         self.pool.cache_blocks(request.block_ids[start:num_full], hashes[start:num_full], parent)
         request.num_registered_blocks = num_full
 
+    def release_held(self, request: RequestState) -> None:
+        """Drop the references that kept `request`'s imported KV blocks from eviction until
+        it was admitted (or finished first)."""
+        if request.held_block_ids:
+            self.pool.free(list(reversed(request.held_block_ids)))
+            request.held_block_ids = []
+
     def free(self, request: RequestState) -> None:
         """Release all of `request`'s blocks, tail first, and reset its computed state."""
+        self.release_held(request)
         self.pool.free(list(reversed(request.block_ids)))
         request.block_ids = []
         request.num_computed_tokens = 0

@@ -11,7 +11,9 @@ from typing import Protocol
 import torch
 
 from armature.engine.config import EngineConfig
+from armature.engine.kv_store import PagedCacheStore
 from armature.engine.scheduler import ScheduledChunk
+from armature.kv.transfer.blocks import KvBlockStore
 from armature.model.arch import ModelArch, read_arch
 from armature.model.forward import DecodeBatch, ForwardBatch, PrefillSpan, forward
 from armature.model.kv_cache import PagedKvCache
@@ -26,6 +28,7 @@ RunnerOutput = torch.Tensor | list[int]
 
 class ModelRunner(Protocol):
     arch: ModelArch
+    kv_store: KvBlockStore  # reads and writes whole blocks (KV transfer)
 
     def execute(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
         """Compute `chunks`; for the chunks that complete their sequence, in chunk order:
@@ -55,8 +58,14 @@ class TorchModelRunner:
         self.rope = build_rope_tables(config.model_dir, max_model_len, config.dtype, self.device)
         self.num_blocks = num_kv_blocks_for(config, self.arch)
         self.cache = PagedKvCache(
-            self.arch, self.num_blocks, config.block_size, config.dtype, self.device
+            self.arch,
+            self.num_blocks,
+            config.block_size,
+            config.dtype,
+            self.device,
+            shared=config.shared_kv_cache,
         )
+        self.kv_store: KvBlockStore = PagedCacheStore(self.cache)
         self.block_size = config.block_size
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:

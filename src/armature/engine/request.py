@@ -38,6 +38,8 @@ class RequestState:
     block_hashes: list[tuple[int, int]] = field(default_factory=list)
     num_registered_blocks: int = 0  # leading blocks already registered in the prefix cache
     num_preemptions: int = 0
+    remote_prefill: bool = False  # pin the prompt's blocks after the first token (disagg)
+    held_block_ids: list[int] = field(default_factory=list)  # imported KV, held until admitted
     finish_reason: FinishReason | None = None
 
     @property

@@ -120,6 +120,7 @@ class Scheduler:
             if not self.kv.allocate_slots(request, num_new, cached):
                 break
             self.waiting.popleft()
+            self.kv.release_held(request)  # the request now holds its own references
             if request.num_preemptions == 0:
                 request.num_cached_tokens = num_cached_tokens
             request.status = RequestStatus.RUNNING

@@ -2,15 +2,35 @@
 
 k[layer]: [num_blocks, block_size, num_kv_heads, head_dim]
 slot = block_id * block_size + offset_in_block
+
+With `shared=True` (CPU only) K and V live in one anonymous shared-memory segment that
+decode workers on this host map to copy pinned blocks straight into their own cache.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from armature.model.arch import ModelArch
+from armature.protocols.kv_transfer import KvLayout
 
-__all__ = ["PagedKvCache"]
+__all__ = ["PagedKvCache", "shared_tensor"]
+
+
+def shared_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, str]:
+    """A zeroed tensor in anonymous shared memory (memfd) and the path another process of
+    this host opens to map it. The memory is released when every mapping is gone, so a killed
+    worker leaves nothing behind in /dev/shm."""
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    fd = os.memfd_create("armature-kv", os.MFD_CLOEXEC)
+    os.ftruncate(fd, numel * torch.empty((), dtype=dtype).element_size())
+    path = f"/proc/{os.getpid()}/fd/{fd}"
+    tensor = torch.from_file(path, shared=True, size=numel, dtype=dtype).view(shape)
+    return tensor, path
 
 
 class PagedKvCache:
@@ -21,12 +41,28 @@ class PagedKvCache:
         block_size: int,
         dtype: torch.dtype,
         device: torch.device,
+        *,
+        shared: bool = False,
     ):
         shape = (arch.num_layers, num_blocks, block_size, arch.num_kv_heads, arch.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.shm_path: str | None = None
+        if shared:
+            if device.type != "cpu":
+                raise ValueError("a shared-memory KV cache must be on the CPU")
+            both, self.shm_path = shared_tensor((2, *shape), dtype)
+            self.k, self.v = both[0], both[1]
+        else:
+            self.k = torch.zeros(shape, dtype=dtype, device=device)
+            self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.layout = KvLayout(
+            num_layers=arch.num_layers,
+            block_size=block_size,
+            num_kv_heads=arch.num_kv_heads,
+            head_dim=arch.head_dim,
+            dtype=str(dtype).removeprefix("torch."),
+        )
 
     @staticmethod
     def bytes_per_block(arch: ModelArch, block_size: int, dtype: torch.dtype) -> int:

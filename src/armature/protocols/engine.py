@@ -10,6 +10,8 @@ from typing import NewType
 
 import msgspec
 
+from armature.protocols.kv_transfer import KvHandle
+
 __all__ = [
     "EngineLoad",
     "EngineOutput",
@@ -30,6 +32,7 @@ class FinishReason(enum.StrEnum):
     LENGTH = "length"  # max_tokens or the context limit
     ABORT = "abort"  # cancelled by the caller
     ERROR = "error"  # the engine failed this request
+    TRANSFER = "transfer"  # prefill done; continue on a decode worker from the output's kv_handle
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +61,11 @@ class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
     prompt_token_ids: list[int]
     sampling: SamplingParams
     output_token_ids: list[int] = msgspec.field(default_factory=list)
+    # disaggregation: this leg computes the prompt and the first token, then pins the prompt's
+    # blocks and finishes with FinishReason.TRANSFER and a kv_handle (unless already finished)
+    remote_prefill: bool = False
+    # disaggregation: the prompt's blocks may be pulled from this handle before computing
+    kv_handle: KvHandle | None = None
 
 
 class TokenLogprob(msgspec.Struct, frozen=True):
@@ -78,6 +86,7 @@ class EngineOutput(msgspec.Struct, kw_only=True):
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     error: str | None = None
+    kv_handle: KvHandle | None = None  # with FinishReason.TRANSFER
 
 
 class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,4 +124,5 @@ def merge_outputs(outputs: list[EngineOutput]) -> EngineOutput:
         num_prompt_tokens=first.num_prompt_tokens,
         num_cached_tokens=first.num_cached_tokens,
         error=last.error,
+        kv_handle=last.kv_handle,
     )

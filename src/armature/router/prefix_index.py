@@ -71,7 +71,7 @@ class PrefixIndex:
             return False
         state.last_event_id = event.event_id
         if isinstance(event, KvStored):
-            new = [b.seq_hash for b in event.blocks if b.seq_hash not in state.hashes]
+            new = {b.seq_hash for b in event.blocks if b.seq_hash not in state.hashes}
             if len(state.hashes) + len(new) > state.capacity_blocks:
                 state.stale = True  # more blocks than the worker can hold: we missed removals
                 return False

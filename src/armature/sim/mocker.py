@@ -22,7 +22,9 @@ from armature.engine.config import EngineConfig
 from armature.engine.core import EngineCore
 from armature.engine.model_runner import num_kv_blocks_for
 from armature.engine.scheduler import ScheduledChunk
+from armature.kv.transfer.blocks import KvBlockStore, ModeledKvStore
 from armature.model.arch import ModelArch, read_arch
+from armature.protocols.kv_transfer import KvLayout
 from armature.sim.timing import PolynomialTiming, StepWork, TimingModel
 
 __all__ = [
@@ -57,9 +59,35 @@ class VirtualClock:
         self.now_s += seconds
 
 
+DEFAULT_TRANSFER_BANDWIDTH_BYTES_S = 25e9  # an RDMA-class link between prefill and decode
+
+
+def modeled_layout(arch: ModelArch, block_size: int, dtype: str = "bfloat16") -> KvLayout:
+    return KvLayout(
+        num_layers=arch.num_layers,
+        block_size=block_size,
+        num_kv_heads=arch.num_kv_heads,
+        head_dim=arch.head_dim,
+        dtype=dtype,
+    )
+
+
 class MockerRunner:
-    def __init__(self, arch: ModelArch, timing: TimingModel, clock: Clock, seed: int = 0):
+    def __init__(
+        self,
+        arch: ModelArch,
+        timing: TimingModel,
+        clock: Clock,
+        seed: int = 0,
+        *,
+        block_size: int = 16,
+        transfer_bandwidth_bytes_s: float = DEFAULT_TRANSFER_BANDWIDTH_BYTES_S,
+        speedup_ratio: float = 1.0,
+    ):
         self.arch = arch
+        self.kv_store: KvBlockStore = ModeledKvStore(
+            modeled_layout(arch, block_size), transfer_bandwidth_bytes_s, speedup_ratio
+        )
         self.timing = timing
         self.clock = clock
         self.seed = seed
@@ -122,8 +150,14 @@ def build_mocker_core(
     directory (only its config.json is read: vocabulary, EOS ids, context length). KV capacity
     follows the native engine's rule: `num_kv_blocks`, else `kv_cache_bytes` of that model."""
     arch = arch or read_arch(Path(config.model_dir))
+    timing = timing or PolynomialTiming()
     runner = MockerRunner(
-        arch, timing or PolynomialTiming(), clock or WallClock(), seed=config.seed
+        arch,
+        timing,
+        clock or WallClock(),
+        seed=config.seed,
+        block_size=config.block_size,
+        speedup_ratio=timing.speedup_ratio,
     )
     core = EngineCore(config, runner, num_blocks=num_kv_blocks_for(config, arch))
     pool = core.pool

@@ -32,6 +32,9 @@ class StepWork:
 
 
 class TimingModel(Protocol):
+    @property
+    def speedup_ratio(self) -> float: ...
+
     def step_ms(self, work: StepWork) -> float: ...
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 from armature.engine.scheduler import ScheduledChunk
+from armature.kv.transfer.blocks import KvBlockStore, ModeledKvStore
 from armature.model.arch import ModelArch
-from armature.sim.mocker import simulated_arch
+from armature.sim.mocker import modeled_layout, simulated_arch
 
 VOCAB = 100
 EOS = 99
@@ -22,6 +23,7 @@ class CountingRunner:
 
     def __init__(self) -> None:
         self.arch = fake_arch()
+        self.kv_store: KvBlockStore = ModeledKvStore(modeled_layout(self.arch, 16), 1e12)
         self.steps: list[list[tuple[str, int, int]]] = []
         self.fail_next = False
 

@@ -1,0 +1,96 @@
+"""A worker's KV transfer agent: serves its pinned blocks (prefill side) and pulls a peer's
+blocks (decode side), choosing the best backend both sides support.
+
+Backends, best first: `shm` (same host: map the peer's cache, copy straight into ours), `tcp`
+(any host). The TCP server also carries every backend's control messages (lookup, release).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from armature.kv.transfer.blocks import KvBlocks, KvBlockStore
+from armature.kv.transfer.pins import PinTable
+from armature.kv.transfer.shm import SharedCacheMaps, shm_url
+from armature.kv.transfer.tcp import TcpTransferClient, TcpTransferServer
+from armature.kv.transfer.wire import TransferError
+from armature.protocols.kv_transfer import KvHandle, layout_mismatch
+
+__all__ = ["BACKENDS", "KvTransferAgent"]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("shm", "tcp")
+
+
+class KvTransferAgent:
+    def __init__(
+        self,
+        store: KvBlockStore,
+        pins: PinTable,
+        *,
+        backends: tuple[str, ...] = BACKENDS,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        shm_path: str | None = None,
+        num_blocks: int = 0,
+        timeout_s: float = 30.0,
+    ):
+        unknown = [b for b in backends if b not in BACKENDS]
+        if unknown or "tcp" not in backends:
+            raise ValueError(
+                f"KV transfer backends must include tcp and be among {', '.join(BACKENDS)}"
+            )
+        self.store = store
+        self.layout = store.layout
+        self.backends = backends
+        self.server = TcpTransferServer(pins, store, host, port, timeout_s)
+        self.client = TcpTransferClient(timeout_s)
+        self.maps = SharedCacheMaps()
+        self.shm_path = shm_path
+        self.num_blocks = num_blocks
+        self.endpoints: dict[str, str] = {}
+        self.num_pulls: dict[str, int] = {b: 0 for b in BACKENDS}
+
+    def start(self) -> dict[str, str]:
+        """Start serving; returns the endpoints to put in KV handles."""
+        self.endpoints = {"tcp": self.server.start()}
+        if "shm" in self.backends and self.shm_path is not None:
+            self.endpoints["shm"] = shm_url(self.shm_path, self.num_blocks)
+        return self.endpoints
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    # ---- decode side (blocking: call from a worker thread) -----------------------------
+    def pull(self, handle: KvHandle, start_block: int) -> KvBlocks:
+        """Blocks `start_block..` of `handle`. Raises TransferError when no backend can."""
+        mismatch = layout_mismatch(self.layout, handle.layout)
+        if mismatch is not None:
+            raise TransferError(mismatch)
+        control = handle.endpoints.get("tcp")
+        if control is None:
+            raise TransferError(f"KV handle {handle.handle_id} names no tcp endpoint")
+        shm = handle.endpoints.get("shm")
+        if "shm" in self.backends and shm is not None and self.maps.usable(shm):
+            try:
+                k, v = self.maps.get(shm, handle.layout)
+            except TransferError as exc:
+                log.warning("shared-memory transfer unavailable, using tcp: %s", exc)
+            else:
+                block_ids = self.client.lookup(control, handle, start_block, self.layout)
+                self.num_pulls["shm"] += 1
+                return KvBlocks(block_ids, k, v)
+        blocks = self.client.pull(control, handle, start_block, self.layout)
+        self.num_pulls["tcp"] += 1
+        return blocks
+
+    def release(self, handle: KvHandle) -> None:
+        """Tell the prefill worker it may free the handle's blocks (best effort)."""
+        control = handle.endpoints.get("tcp")
+        if control is None:
+            return
+        try:
+            self.client.release(control, handle, self.layout)
+        except TransferError as exc:  # it frees them at the handle's deadline anyway
+            log.warning("could not release KV handle %s: %s", handle.handle_id, exc)

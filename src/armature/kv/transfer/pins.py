@@ -1,0 +1,99 @@
+"""Pinned prompt blocks on a prefill worker, shared between the engine thread (which pins and
+frees) and the transfer server's threads (which read and release).
+
+    engine thread:  add(handle, blocks, deadline)        take_freeable(now) -> blocks to free
+    server threads: begin_read(handle) .. end_read(handle)   release(handle)
+
+A handle's blocks are freed once it is released or its deadline passes, but never while a
+read is in flight (the engine would otherwise reuse blocks that are being sent).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["PinTable", "UnknownHandleError"]
+
+
+class UnknownHandleError(KeyError):
+    """The handle was never pinned here, or was already released or expired."""
+
+    def __str__(self) -> str:
+        return f"unknown or expired KV handle {self.args[0]!r}"
+
+
+@dataclass
+class _Pin:
+    block_ids: list[int]
+    deadline_s: float
+    readers: int = 0
+    released: bool = False
+
+
+class PinTable:
+    def __init__(self, on_release: Callable[[], None] | None = None):
+        self._pins: dict[str, _Pin] = {}
+        self._lock = threading.Lock()
+        self.on_release = on_release  # wakes the engine thread so it frees promptly
+        self.num_expired = 0
+
+    def add(self, handle_id: str, block_ids: list[int], deadline_s: float) -> None:
+        with self._lock:
+            if handle_id in self._pins:
+                raise ValueError(f"KV handle {handle_id!r} is already pinned")
+            self._pins[handle_id] = _Pin(list(block_ids), deadline_s)
+
+    def begin_read(self, handle_id: str) -> list[int]:
+        """The pinned block ids; they stay allocated until the matching `end_read`."""
+        with self._lock:
+            pin = self._pins.get(handle_id)
+            if pin is None or pin.released:
+                raise UnknownHandleError(handle_id)
+            pin.readers += 1
+            return list(pin.block_ids)
+
+    def end_read(self, handle_id: str) -> None:
+        with self._lock:
+            pin = self._pins.get(handle_id)
+            if pin is not None:
+                pin.readers -= 1
+
+    def release(self, handle_id: str) -> bool:
+        """The decode side is done with the blocks; False if the handle is unknown."""
+        with self._lock:
+            pin = self._pins.get(handle_id)
+            if pin is None or pin.released:
+                return False
+            pin.released = True
+        if self.on_release is not None:
+            self.on_release()
+        return True
+
+    def take_freeable(self, now_s: float) -> list[list[int]]:
+        """Remove and return the block lists that may be freed now: released or expired
+        handles with no read in flight."""
+        out: list[list[int]] = []
+        with self._lock:
+            for handle_id, pin in list(self._pins.items()):
+                if pin.readers > 0:
+                    continue
+                if pin.released or now_s >= pin.deadline_s:
+                    if not pin.released:
+                        self.num_expired += 1
+                    out.append(pin.block_ids)
+                    del self._pins[handle_id]
+        return out
+
+    def next_deadline_s(self) -> float | None:
+        with self._lock:
+            return min((p.deadline_s for p in self._pins.values()), default=None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pins)
+
+    def get_num_pinned_blocks(self) -> int:
+        with self._lock:
+            return sum(len(p.block_ids) for p in self._pins.values())
