@@ -11,8 +11,12 @@ from collections.abc import Sequence
 from armature.cli_args import (
     CliError,
     Parser,
+    add_disagg_args,
     add_router_cost_args,
+    add_transfer_args,
     check_port_free,
+    disagg_config,
+    non_negative_int,
     port,
     positive_int,
 )
@@ -57,6 +61,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_router_cost_args(serve)
     serve.add_argument(
+        "--prefill-workers",
+        type=non_negative_int,
+        default=None,
+        help="disaggregated serving: prefill workers (with --decode-workers; replaces --workers)",
+    )
+    serve.add_argument(
+        "--decode-workers",
+        type=positive_int,
+        default=None,
+        help="disaggregated serving: decode workers",
+    )
+    add_disagg_args(serve)
+    add_transfer_args(serve)
+    serve.add_argument(
         "--served-model-name",
         default=None,
         help="name clients pass as `model` (default: derived from --model)",
@@ -77,7 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def worker_roles(args: argparse.Namespace) -> list[str]:
+    """The role of each worker `serve` runs, from --workers or --prefill/--decode-workers."""
+    if args.prefill_workers is None and args.decode_workers is None:
+        return ["agg"] * args.workers
+    if args.decode_workers is None:
+        raise CliError("--prefill-workers needs --decode-workers")
+    if args.workers != 1:
+        raise CliError("give either --workers or --prefill-workers/--decode-workers")
+    return ["prefill"] * (args.prefill_workers or 0) + ["decode"] * args.decode_workers
+
+
 def _serve(args: argparse.Namespace) -> None:
+    args.roles = worker_roles(args)
+    args.workers = len(args.roles)
     if args.workers > 1 and not args.in_process_workers:
         from armature.cli_serve_fleet import serve_fleet
 
@@ -86,12 +117,15 @@ def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from armature.engine.async_engine import AsyncEngine
+    from armature.engine.transfer import start_transfer_agent
     from armature.frontend.app import ServedModel, build_app
+    from armature.frontend.disagg import DisaggRouter
     from armature.frontend.preprocess import Preprocessor
-    from armature.frontend.routing import EngineRouter, RouterConfig
+    from armature.frontend.routing import RouterConfig
 
     check_port_free(args.host, args.port)
-    built = build_engines(args, args.workers)
+    disaggregated = "prefill" in args.roles
+    built = build_engines(args, args.workers, shared_kv_cache=disaggregated)
     cores, config, resolved = built.cores, built.config, built.resolved
     core = cores[0]
     preprocessor = Preprocessor(resolved.path)
@@ -120,8 +154,21 @@ def _serve(args: argparse.Namespace) -> None:
         temperature=args.router_temperature,
         seed=args.seed,
     )
-    engines = {f"worker-{i}": AsyncEngine(c) for i, c in enumerate(cores)}
-    app = build_app(EngineRouter(engines, router_config), preprocessor, model)
+    engines: dict[str, AsyncEngine] = {}
+    prefill_engines: dict[str, AsyncEngine] = {}
+    for i, (core_i, role) in enumerate(zip(cores, args.roles, strict=True)):
+        worker = f"worker-{i}"
+        transfer = None
+        if disaggregated:
+            transfer = start_transfer_agent(
+                core_i, worker_id=worker, backends=args.kv_transfer_backends
+            )
+        pool = prefill_engines if role == "prefill" else engines
+        pool[worker] = AsyncEngine(core_i, transfer)
+    router = DisaggRouter(
+        engines, router_config, disagg_config(args), prefill_engines=prefill_engines
+    )
+    app = build_app(router, preprocessor, model)
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 

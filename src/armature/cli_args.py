@@ -6,13 +6,19 @@ from __future__ import annotations
 import argparse
 import re
 import socket
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from armature.frontend.disagg import DisaggConfig
 
 __all__ = [
     "CliError",
     "Parser",
+    "add_disagg_args",
     "add_router_cost_args",
+    "add_transfer_args",
     "check_port_free",
+    "disagg_config",
     "non_negative_float",
     "parse_bytes",
     "port",
@@ -101,6 +107,71 @@ def add_router_cost_args(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="kv router: 0 picks the cheapest worker, above 0 samples by softmax",
     )
+
+
+def non_negative_int(text: str) -> int:
+    return int(_number(text, int, allow_zero=True))
+
+
+def add_disagg_args(parser: argparse.ArgumentParser) -> None:
+    """Conditional disaggregation in the frontend's router (`serve` and `frontend`)."""
+    parser.add_argument(
+        "--max-local-prefill-tokens",
+        type=non_negative_int,
+        default=256,
+        help="with prefill workers: a prompt whose uncached part is shorter than this is "
+        "prefilled on the decode worker itself",
+    )
+    parser.add_argument(
+        "--max-prefill-queue-tokens",
+        type=positive_int,
+        default=65536,
+        help="the prefill pool counts as saturated (prompts prefill locally) when every "
+        "prefill worker has this many prompt tokens in flight",
+    )
+    parser.add_argument(
+        "--enforce-disagg",
+        action="store_true",
+        help="always prefill on a prefill worker; refuse requests (503) when none is alive",
+    )
+
+
+def disagg_config(args: argparse.Namespace) -> DisaggConfig:
+    from armature.frontend.disagg import DisaggConfig
+
+    return DisaggConfig(
+        max_local_prefill_tokens=args.max_local_prefill_tokens,
+        max_prefill_queue_tokens=args.max_prefill_queue_tokens,
+        enforce_disagg=args.enforce_disagg,
+    )
+
+
+def add_transfer_args(parser: argparse.ArgumentParser) -> None:
+    """KV transfer between prefill and decode workers (`serve` and `worker`)."""
+    parser.add_argument(
+        "--kv-transfer-backends",
+        type=transfer_backends,
+        default="shm,tcp",
+        help="KV transfer backends to offer and use, best first: shm (same host, CPU KV "
+        "cache) and tcp (any host; always on: it also carries the control messages)",
+    )
+    parser.add_argument(
+        "--kv-pin-ttl-s",
+        type=positive_float,
+        default=30.0,
+        help="a prefill worker frees a prompt's pinned KV blocks after this long if no "
+        "decode worker released them",
+    )
+
+
+def transfer_backends(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in ("shm", "tcp")]
+    if unknown or "tcp" not in names:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma list of shm,tcp that includes tcp, got {text!r}"
+        )
+    return names
 
 
 def port(text: str) -> int:

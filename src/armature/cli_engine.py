@@ -98,8 +98,11 @@ class BuiltEngines:
     load_s: float
 
 
-def build_engines(args: argparse.Namespace, count: int) -> BuiltEngines:
-    """`count` engine cores of one model from the engine flags; CliError for user mistakes."""
+def build_engines(
+    args: argparse.Namespace, count: int, *, shared_kv_cache: bool = False
+) -> BuiltEngines:
+    """`count` engine cores of one model from the engine flags; CliError for user mistakes.
+    `shared_kv_cache`: KV caches in shared memory (CPU) for same-host KV transfers."""
     import torch
 
     from armature.engine.config import EngineConfig, parse_dtype
@@ -133,6 +136,8 @@ def build_engines(args: argparse.Namespace, count: int) -> BuiltEngines:
             max_model_len=args.max_model_len,
             enable_prefix_caching=not args.no_prefix_caching,
             seed=args.seed,
+            shared_kv_cache=shared_kv_cache and device == "cpu" and args.engine == "torch",
+            kv_pin_ttl_s=getattr(args, "kv_pin_ttl_s", 30.0),
         )
         cores = []
         for _ in range(count):

@@ -11,6 +11,7 @@ import msgspec
 
 from armature.cli_args import (
     CliError,
+    add_disagg_args,
     add_router_cost_args,
     check_port_free,
     port,
@@ -42,6 +43,7 @@ def add_frontend_parser(sub: argparse._SubParsersAction) -> None:
         "--router", choices=list(POLICY_NAMES), default="kv", help="routing policy"
     )
     add_router_cost_args(frontend)
+    add_disagg_args(frontend)
     frontend.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on")
     frontend.add_argument("--port", type=port, default=8000, help="HTTP port")
     frontend.add_argument(
@@ -91,10 +93,12 @@ def run_frontend(args: argparse.Namespace) -> None:
 
     import uvicorn
 
+    from armature.cli_args import disagg_config
     from armature.frontend.app import ServedModel, build_app
+    from armature.frontend.disagg import DisaggRouter
     from armature.frontend.fleet import WorkerFleet
     from armature.frontend.preprocess import Preprocessor
-    from armature.frontend.routing import EngineRouter, RouterConfig
+    from armature.frontend.routing import RouterConfig
     from armature.protocols.worker import WorkerCard
 
     if not getattr(args, "worker_processes", None):
@@ -104,7 +108,7 @@ def run_frontend(args: argparse.Namespace) -> None:
     model = ServedModel(
         name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
     )
-    router = EngineRouter(
+    router = DisaggRouter(
         {},
         RouterConfig(
             policy=args.router,
@@ -114,6 +118,7 @@ def run_frontend(args: argparse.Namespace) -> None:
             temperature=args.router_temperature,
             seed=args.seed,
         ),
+        disagg_config(args),
     )
 
     async def follow_discovery() -> None:

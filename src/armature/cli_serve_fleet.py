@@ -48,7 +48,7 @@ def _die_with_parent() -> None:
 
 
 def _worker_command(
-    args: argparse.Namespace, model: Path, index: int, directory: Path
+    args: argparse.Namespace, model: Path, index: int, directory: Path, role: str
 ) -> list[str]:
     command = [sys.executable, "-m", "armature.cli", "worker", "--model", str(model)]
     for name in _ENGINE_FLAGS:
@@ -59,6 +59,12 @@ def _worker_command(
         command.append("--no-prefix-caching")
     return [
         *command,
+        "--role",
+        role,
+        "--kv-transfer-backends",
+        ",".join(args.kv_transfer_backends),
+        "--kv-pin-ttl-s",
+        str(args.kv_pin_ttl_s),
         "--namespace",
         "serve",
         "--discovery",
@@ -90,8 +96,8 @@ def serve_fleet(args: argparse.Namespace) -> None:
     directory = Path(tempfile.mkdtemp(prefix="armature-serve-"))
     workers: list[subprocess.Popen[bytes]] = []
     try:
-        for index in range(args.workers):
-            command = _worker_command(args, resolved.path, index, directory)
+        for index, role in enumerate(args.roles):
+            command = _worker_command(args, resolved.path, index, directory, role)
             workers.append(subprocess.Popen(command, preexec_fn=_die_with_parent))
         frontend_args = argparse.Namespace(
             **vars(args),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from armature.cli_args import CliError, port
+from armature.cli_args import CliError, add_transfer_args, port
 from armature.cli_engine import add_engine_args, build_engines
 from armature.cli_runtime import (
     add_runtime_args,
@@ -53,6 +53,20 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:
         help="64-bit instance id (default: random); the worker is named worker-<hex id>",
     )
     worker.add_argument(
+        "--role",
+        choices=["agg", "prefill", "decode"],
+        default="agg",
+        help="agg: whole requests; prefill: prompts for decode workers (disaggregated "
+        "serving); decode: continues from a prefill worker's KV (or prefills itself)",
+    )
+    add_transfer_args(worker)
+    worker.add_argument(
+        "--kv-transfer-port",
+        type=int,
+        default=0,
+        help="KV transfer server port on --host (0: any free port)",
+    )
+    worker.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], default="info"
     )
 
@@ -63,13 +77,14 @@ def run_worker(args: argparse.Namespace) -> None:
 
 async def _run(args: argparse.Namespace) -> None:
     from armature.engine.async_engine import AsyncEngine
+    from armature.engine.transfer import start_transfer_agent
     from armature.protocols.worker import WorkerCard, worker_prefix
     from armature.runtime.nats_plane import NatsRequestPlaneServer
     from armature.runtime.request_plane import Handler, RequestServer
     from armature.runtime.tcp_server import RequestPlaneServer
     from armature.worker.service import WorkerService
 
-    built = build_engines(args, 1)
+    built = build_engines(args, 1, shared_kv_cache=args.role == "prefill")
     core = built.cores[0]
     name = args.served_model_name or built.resolved.served_name
     discovery = make_discovery(args)
@@ -92,6 +107,18 @@ async def _run(args: argparse.Namespace) -> None:
     if not 0 <= instance_id < 2**64:
         raise CliError(f"--instance-id must be in [0, 2**64), got {instance_id}")
     nc = await connect_nats_or_exit(args) if args.request_plane == "nats" else None
+    try:
+        transfer = start_transfer_agent(
+            core,
+            worker_id=f"worker-{instance_id:x}",
+            backends=args.kv_transfer_backends,
+            host=args.host,
+            port=args.kv_transfer_port,
+        )
+    except OSError as exc:
+        raise CliError(
+            f"cannot listen for KV transfers on {args.host}:{args.kv_transfer_port}: {exc.strerror}"
+        ) from None
 
     def make_server(handlers: Mapping[str, Handler]) -> RequestServer:
         if nc is not None:
@@ -100,7 +127,7 @@ async def _run(args: argparse.Namespace) -> None:
         return RequestPlaneServer(handlers, args.host, args.port)
 
     service = WorkerService(
-        AsyncEngine(core),
+        AsyncEngine(core, transfer),
         discovery,
         namespace=args.namespace,
         model_name=name,
@@ -114,20 +141,25 @@ async def _run(args: argparse.Namespace) -> None:
         event_plane=event_plane,
         metrics_host=args.host,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        role=args.role,
+        transfer=transfer,
     )
     try:
         card = await service.start()
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     log.info(
-        "worker %s ready: %s (%s engine, %d KV blocks of %d) on %s in namespace %r; metrics %s",
+        "worker %s ready: %s (%s engine, %s role, %d KV blocks of %d) on %s in namespace %r; "
+        "KV transfer %s; metrics %s",
         card.worker_id,
         name,
         args.engine,
+        args.role,
         card.num_kv_blocks,
         card.block_size,
         card.request_url,
         args.namespace,
+        ", ".join(f"{k} {v}" for k, v in core.kv_endpoints.items()),
         card.metrics_url or "off",
     )
     stop = asyncio.Event()

@@ -184,6 +184,16 @@ class AsyncEngine:
     def get_load(self) -> EngineLoad:
         return self._load
 
+    def get_transfer_stats(self) -> dict[str, int]:
+        """KV transfer counters (disaggregated serving), for metrics."""
+        return {
+            "kv_pulls": self.num_kv_pulls,
+            "kv_pull_failures": self.num_kv_pull_failures,
+            "kv_blocks_pulled": self.num_kv_blocks_pulled,
+            "kv_pinned_blocks": self.core.pins.get_num_pinned_blocks(),
+            "kv_expired_pins": self.core.pins.num_expired,
+        }
+
     async def dump_kv_blocks(self) -> KvDump:
         """Every block this engine caches, as of its newest event (answers an event gap)."""
         if self._dead is not None or self._loop is None:

@@ -16,6 +16,7 @@ class PagedCacheStore:
     def __init__(self, cache: PagedKvCache):
         self.cache = cache
         self.layout: KvLayout = cache.layout
+        self.shm_path = cache.shm_path
 
     def read_blocks(self, block_ids: list[int]) -> KvBlocks:
         cache = self.cache

@@ -12,7 +12,7 @@ import logging
 
 import msgspec
 
-from armature.frontend.routing import EngineRouter
+from armature.frontend.disagg import DisaggRouter
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.discovery import Discovery
 from armature.runtime.events import EventPlane
@@ -38,7 +38,7 @@ def card_conflict(served: WorkerCard, card: WorkerCard) -> str | None:
 class WorkerFleet:
     def __init__(
         self,
-        router: EngineRouter,
+        router: DisaggRouter,
         discovery: Discovery,
         namespace: str,
         served: WorkerCard,
@@ -76,11 +76,13 @@ class WorkerFleet:
             return
         previous = self._workers_by_key.get(key)
         if previous is not None:
-            if previous in self.router.engines and self.router.engines[previous].is_alive:
+            engine = self.router.get_engine(previous)
+            if engine is not None and engine.is_alive:
                 return  # a renewal or re-registration of a worker we already route to
             await self.router.remove_engine(previous)
         self._workers_by_key[key] = card.worker_id
-        self.router.add_engine(card.worker_id, RemoteEngine(card, self.client, self.event_plane))
+        remote = RemoteEngine(card, self.client, self.event_plane)
+        self.router.add_engine(card.worker_id, remote, role=card.role)
         log.info("worker %s joined (%s)", card.worker_id, card.request_url)
 
     async def _left(self, key: str) -> None:

@@ -130,12 +130,21 @@ class RouterMetrics(RouterObserver):
             buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
             registry=registry,
         )
+        self.prefills = Counter(
+            "armature_router_prefills",
+            "Prompts by where they were prefilled: remote (a prefill worker) or local",
+            ["where"],
+            registry=registry,
+        )
         self.decision_s = Histogram(
             "armature_router_decision_seconds",
             "Time to choose a worker",
             buckets=(1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2),
             registry=registry,
         )
+
+    def prefill(self, where: str) -> None:
+        self.prefills.labels(where).inc()
 
     def decision(self, worker: str, overlap_blocks: int, latency_s: float) -> None:
         self.decisions.labels(worker).inc()

@@ -50,6 +50,9 @@ class RouterObserver:
 
     def decision(self, worker: str, overlap_blocks: int, latency_s: float) -> None: ...
 
+    def prefill(self, where: str) -> None:
+        """A prompt was prefilled `where`: "remote" (a prefill worker) or "local"."""
+
 
 class _WorkerDied(Exception):
     def __init__(self, worker: str, cause: EngineDeadError):

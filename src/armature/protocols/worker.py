@@ -28,7 +28,7 @@ class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
     request_url: str  # tcp://host:port or nats:<subject>
     events_url: str  # where the worker's event-plane publisher is (zmq or nats url)
     metrics_url: str = ""  # the worker's Prometheus endpoint ("" when it has none)
-    role: str = "aggregated"  # later: "prefill" / "decode"
+    role: str = "agg"  # "agg" | "prefill" | "decode"
 
     @property
     def worker_id(self) -> str:

@@ -3,9 +3,11 @@ the engine sees it, and the requests and tokens it served."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from armature.protocols.engine import EngineLoad
 from armature.runtime.load_metrics import WorkerLoadCollector
@@ -13,10 +15,37 @@ from armature.runtime.load_metrics import WorkerLoadCollector
 __all__ = ["WorkerMetrics"]
 
 
+class _TransferCollector(Collector):
+    def __init__(self, get_stats: Callable[[], dict[str, int]]):
+        self.get_stats = get_stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.get_stats()
+        for name, help_text in _TRANSFER_METRICS.items():
+            family = CounterMetricFamily if name != "kv_pinned_blocks" else GaugeMetricFamily
+            yield family(f"armature_worker_{name}", help_text, value=stats.get(name, 0))
+
+
+_TRANSFER_METRICS = {
+    "kv_pulls": "KV transfers pulled from prefill workers",
+    "kv_pull_failures": "KV transfers that failed (the prompt was computed here)",
+    "kv_blocks_pulled": "KV blocks pulled from prefill workers",
+    "kv_pinned_blocks": "KV blocks pinned for decode workers to pull",
+    "kv_expired_pins": "Pinned prompts freed because no decode worker released them in time",
+}
+
+
 class WorkerMetrics:
-    def __init__(self, worker_id: str, get_load: Callable[[], EngineLoad]):
+    def __init__(
+        self,
+        worker_id: str,
+        get_load: Callable[[], EngineLoad],
+        get_transfer_stats: Callable[[], dict[str, int]] | None = None,
+    ):
         self.registry = CollectorRegistry()
         self.registry.register(WorkerLoadCollector(lambda: {worker_id: get_load()}))
+        if get_transfer_stats is not None:
+            self.registry.register(_TransferCollector(get_transfer_stats))
         self.requests = Counter(
             "armature_worker_requests",
             "Requests the worker finished, by how they ended",

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from armature.engine.interface import Engine, InvalidRequestError
+from armature.kv.transfer.agent import KvTransferAgent
 from armature.protocols.engine import EngineRequest
 from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_key
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
@@ -51,6 +52,8 @@ class WorkerService:
         heartbeat_s: float = 1.0,
         metrics_host: str = "127.0.0.1",
         metrics_port: int | None = None,
+        role: str = "agg",
+        transfer: KvTransferAgent | None = None,
     ):
         self.engine = engine
         self.discovery = discovery
@@ -65,6 +68,8 @@ class WorkerService:
         self.instance_id = instance_id if instance_id is not None else secrets.randbits(63)
         self.event_plane = event_plane
         self.heartbeat_s = heartbeat_s
+        self.role = role
+        self.transfer = transfer  # stopped with the worker
         self.server = make_server({"generate": self._generate, "dump": self._dump})
         self._registration: Registration | None = None
         self._publisher: Publisher | None = None
@@ -72,7 +77,11 @@ class WorkerService:
         self.card: WorkerCard | None = None
         self.metrics_host = metrics_host
         self.metrics_port = metrics_port
-        self.metrics = WorkerMetrics(f"worker-{self.instance_id:x}", engine.get_load)
+        self.metrics = WorkerMetrics(
+            f"worker-{self.instance_id:x}",
+            engine.get_load,
+            getattr(engine, "get_transfer_stats", None),
+        )
 
     async def start(self) -> WorkerCard:
         self.engine.start()
@@ -94,6 +103,7 @@ class WorkerService:
             request_url=self.server.url,
             events_url=self._publisher.url,
             metrics_url=metrics_url,
+            role=self.role,
         )
         self._registration = await self.discovery.register(
             worker_key(self.namespace, self.instance_id),
@@ -112,6 +122,8 @@ class WorkerService:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
         await self.server.stop()
+        if self.transfer is not None:
+            self.transfer.stop()
         self.metrics.stop()
         if self._publisher is not None:
             await self._publisher.close()

@@ -10,7 +10,8 @@ import msgspec
 import pytest
 
 from armature.frontend.fleet import WorkerFleet, card_conflict
-from armature.frontend.routing import EngineRouter, RouterConfig
+from armature.frontend.disagg import DisaggRouter
+from armature.frontend.routing import RouterConfig
 from armature.protocols.worker import WorkerCard, worker_key
 from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import ZmqEventPlane
@@ -54,7 +55,7 @@ async def test_fleet_follows_discovery_and_refuses_conflicts(
 ) -> None:
     discovery = MemDiscovery(MemStore(), expire_interval_s=0.02)
     plane = ZmqEventPlane()
-    router = EngineRouter({}, RouterConfig(policy="round-robin", block_size=16))
+    router = DisaggRouter({}, RouterConfig(policy="round-robin", block_size=16))
     fleet = WorkerFleet(router, discovery, "ns", card(1), RequestPlaneClient(), plane)
     task = asyncio.ensure_future(fleet.run())
     try:
@@ -67,8 +68,16 @@ async def test_fleet_follows_discovery_and_refuses_conflicts(
             await wait_for(lambda: "refusing worker worker-2" in caplog.text)
             await wait_for(lambda: "unreadable worker card" in caplog.text)
         assert list(router.engines) == ["worker-1"]
+        # a prefill worker joins the prefill pool, not the decode pool
+        p = await discovery.register(
+            worker_key("ns", 4), msgspec.msgpack.encode(card(4, role="prefill")), 5
+        )
+        await wait_for(lambda: list(router.prefill.engines) == ["worker-4"])
+        assert list(router.engines) == ["worker-1"]
+        assert router.get_engine("worker-4") is router.prefill.engines["worker-4"]
         await a.close()
-        await wait_for(lambda: not router.engines)
+        await p.close()
+        await wait_for(lambda: not router.engines and not router.prefill.engines)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

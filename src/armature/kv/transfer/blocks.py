@@ -39,6 +39,7 @@ class KvBlocks:
 
 class KvBlockStore(Protocol):
     layout: KvLayout
+    shm_path: str | None  # where peers on this host map the blocks (None: not shared)
 
     def read_blocks(self, block_ids: list[int]) -> KvBlocks:
         """A contiguous CPU copy of `block_ids` (ids 0..n-1 in the result)."""
@@ -85,6 +86,7 @@ class ModeledKvStore:
         if bandwidth_bytes_s <= 0 or speedup_ratio <= 0:
             raise ValueError("bandwidth_bytes_s and speedup_ratio must be positive")
         self.layout = layout
+        self.shm_path: str | None = None
         self.bandwidth_bytes_s = bandwidth_bytes_s
         self.speedup_ratio = speedup_ratio
 

@@ -1,0 +1,185 @@
+"""Disaggregated serving in the frontend: prefill workers compute prompts, decode workers
+continue from the KV blocks they pull.
+
+    request --decide--> local:  decode pool (aggregated serving on a decode/agg worker)
+                  \\--> remote: prefill pool (KV-aware) -> first token + KV handle
+                                -> decode pool, with the handle -> the rest of the stream
+
+Conditional disaggregation: the prompt is prefilled where it is decoded when its uncached part
+(given the decode pool's best cached prefix) is shorter than `max_local_prefill_tokens`, when
+every prefill worker already has `max_prefill_queue_tokens` queued, or when no prefill worker
+is alive (then serving is aggregated) -- unless `enforce_disagg`, which refuses instead. A
+prefill worker that dies before answering is replaced by another, or by local prefill.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+import msgspec
+
+from armature.engine.interface import Engine, EngineDeadError
+from armature.frontend.routing import EngineRouter, RouterConfig, RouterObserver
+from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
+from armature.protocols.engine import (
+    EngineLoad,
+    EngineOutput,
+    EngineRequest,
+    FinishReason,
+    merge_outputs,
+)
+from armature.router.policies import RoutingError
+
+__all__ = ["PREFILL_ROLE", "DisaggConfig", "DisaggRouter"]
+
+log = logging.getLogger(__name__)
+
+PREFILL_ROLE = "prefill"
+
+
+@dataclass(frozen=True)
+class DisaggConfig:
+    max_local_prefill_tokens: int = 256
+    max_prefill_queue_tokens: int = 65536
+    enforce_disagg: bool = False
+
+
+class DisaggRouter(EngineRouter):
+    """An EngineRouter over the decode (and aggregated) workers with a second router over the
+    prefill workers; with no prefill worker it is exactly the aggregated router."""
+
+    def __init__(
+        self,
+        engines: Mapping[str, Engine],
+        config: RouterConfig,
+        disagg: DisaggConfig | None = None,
+        observer: RouterObserver | None = None,
+        prefill_engines: Mapping[str, Engine] | None = None,
+    ):
+        super().__init__(engines, config, observer)
+        self.disagg = disagg or DisaggConfig()
+        self.prefill = EngineRouter(prefill_engines or {}, config, self.observer)
+        self.num_prefills = {"remote": 0, "local": 0}
+
+    @property
+    def observer(self) -> RouterObserver:
+        return self._observer
+
+    @observer.setter
+    def observer(self, value: RouterObserver) -> None:
+        self._observer = value
+        prefill = getattr(self, "prefill", None)
+        if prefill is not None:
+            prefill.observer = value
+
+    # ---- pools -------------------------------------------------------------------------
+    def start(self) -> None:
+        super().start()
+        self.prefill.start()
+
+    async def stop(self) -> None:
+        await self.prefill.stop()
+        await super().stop()
+
+    def add_engine(self, worker: str, engine: Engine, role: str = "agg") -> None:
+        if role == PREFILL_ROLE:
+            self.prefill.add_engine(worker, engine)
+        else:
+            super().add_engine(worker, engine)
+
+    async def remove_engine(self, worker: str) -> None:
+        await self.prefill.remove_engine(worker)
+        await super().remove_engine(worker)
+
+    def get_engine(self, worker: str) -> Engine | None:
+        return self.engines.get(worker) or self.prefill.engines.get(worker)
+
+    def get_worker_loads(self) -> dict[str, EngineLoad]:
+        return {**self.prefill.get_worker_loads(), **super().get_worker_loads()}
+
+    # ---- requests ----------------------------------------------------------------------
+    def check_route(self, target_worker: str | None) -> None:
+        super().check_route(target_worker)
+        if self.disagg.enforce_disagg and target_worker is None and not self.prefill.get_workers():
+            raise RoutingError("no prefill worker is available and disaggregation is enforced")
+
+    def prefills_remotely(self, request: EngineRequest) -> bool:
+        """Whether `request` goes to the prefill pool first (conditional disaggregation)."""
+        prefill_workers = self.prefill.get_workers()
+        if not prefill_workers:
+            return False
+        if self.disagg.enforce_disagg:
+            return True
+        bs = self.config.block_size
+        hashes = compute_seq_hashes(request.prompt_token_ids, bs, DEFAULT_HASH_SEED)
+        overlaps = self.index.find_overlaps(hashes)
+        cached_blocks = max(overlaps.values(), default=0)
+        uncached = len(request.prompt_token_ids) - cached_blocks * bs
+        if uncached < self.disagg.max_local_prefill_tokens:
+            return False
+        loads = self.prefill.load.get_loads()
+        limit = self.disagg.max_prefill_queue_tokens
+        saturated = all(
+            w in loads and loads[w].active_prefill_tokens >= limit for w in prefill_workers
+        )
+        return not saturated  # a saturated prefill pool: prefill where it decodes
+
+    async def generate(
+        self, request: EngineRequest, target_worker: str | None = None
+    ) -> AsyncIterator[EngineOutput]:
+        if target_worker is not None or not self.prefills_remotely(request):
+            if self.disagg.enforce_disagg and target_worker is None:
+                raise RoutingError("no prefill worker is available and disaggregation is enforced")
+            self._count("local")
+            async for output in super().generate(request, target_worker):
+                yield output
+            return
+        first = await self._remote_prefill(request)
+        if first is None:  # no prefill worker could serve it
+            if self.disagg.enforce_disagg:
+                raise EngineDeadError("every prefill worker failed and disaggregation is enforced")
+            self._count("local")
+            async for output in super().generate(request):
+                yield output
+            return
+        self._count("remote")
+        if first.finish_reason is not FinishReason.TRANSFER:
+            yield first  # finished with its first token (or failed): no decode leg
+            return
+        handle = first.kv_handle
+        yield msgspec.structs.replace(first, finish_reason=None, kv_handle=None)
+        sampling = request.sampling
+        decode_request = msgspec.structs.replace(
+            request,
+            output_token_ids=request.output_token_ids + first.new_token_ids,
+            sampling=msgspec.structs.replace(
+                sampling, max_tokens=sampling.max_tokens - len(first.new_token_ids)
+            ),
+            kv_handle=handle,
+        )
+        async for output in super().generate(decode_request):
+            if output.num_prompt_tokens:  # the prefill leg reported the prompt already
+                output = msgspec.structs.replace(output, num_prompt_tokens=0, num_cached_tokens=0)
+            yield output
+
+    def _count(self, where: str) -> None:
+        self.num_prefills[where] += 1
+        self.observer.prefill(where)
+
+    async def _remote_prefill(self, request: EngineRequest) -> EngineOutput | None:
+        """The prefill leg's single output, or None when every prefill worker failed."""
+        prefill_request = msgspec.structs.replace(request, remote_prefill=True)
+        outputs: list[EngineOutput] = []
+        try:
+            async for output in self.prefill.generate(prefill_request):
+                outputs.append(output)
+        except EngineDeadError as exc:
+            if outputs:
+                raise
+            log.warning("request %s: no prefill worker served it (%s)", request.request_id, exc)
+            return None
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else merge_outputs(outputs)

@@ -1,0 +1,231 @@
+"""Disaggregated serving in one process: a DisaggRouter over prefill and decode AsyncEngines
+(tiny float32 model) that move KV blocks through real transfer agents. Greedy outputs equal
+transformers' (near-tie rule), conditional disaggregation picks the documented path, a failed
+prefill pool or an expired handle falls back to local prefill, and every pool ends clean."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from hf_reference import HfReference
+from test_hf_equivalence import check_all, prompts_of
+
+from armature.engine.async_engine import AsyncEngine
+from armature.engine.config import EngineConfig
+from armature.engine.core import EngineCore
+from armature.engine.transfer import start_transfer_agent
+from armature.frontend.disagg import DisaggConfig, DisaggRouter
+from armature.frontend.routing import RouterConfig
+from armature.protocols.engine import (
+    EngineRequest,
+    FinishReason,
+    SamplingParams,
+)
+from armature.router.policies import RoutingError
+
+NEW_TOKENS = 8
+
+
+def make_engine(model_dir: Path, name: str, backends: tuple[str, ...], **kw: object) -> AsyncEngine:
+    config = EngineConfig(
+        model_dir=model_dir,
+        dtype=torch.float32,
+        num_kv_blocks=128,
+        shared_kv_cache="shm" in backends,
+        **kw,  # type: ignore[arg-type]
+    )
+    core = EngineCore(config)
+    return AsyncEngine(core, start_transfer_agent(core, worker_id=name, backends=backends))
+
+
+def request(rid: str, prompt: list[int]) -> EngineRequest:
+    sampling = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, min_tokens=NEW_TOKENS)
+    return EngineRequest(request_id=rid, prompt_token_ids=prompt, sampling=sampling)
+
+
+async def run(router: DisaggRouter, req: EngineRequest) -> list[int]:
+    tokens: list[int] = []
+    async for output in router.generate(req):
+        assert output.finish_reason not in (FinishReason.ERROR, FinishReason.TRANSFER)
+        tokens.extend(output.new_token_ids)
+    return tokens
+
+
+def build(
+    model_dir: Path,
+    num_prefill: int = 1,
+    backends: tuple[str, ...] = ("shm", "tcp"),
+    disagg: DisaggConfig | None = None,
+    **kw: object,
+) -> DisaggRouter:
+    prefill = {f"p{i}": make_engine(model_dir, f"p{i}", backends, **kw) for i in range(num_prefill)}
+    decode = {"d0": make_engine(model_dir, "d0", backends, **kw)}
+    config = RouterConfig(policy="kv", block_size=16)
+    return DisaggRouter(
+        decode, config, disagg or DisaggConfig(max_local_prefill_tokens=0), prefill_engines=prefill
+    )
+
+
+async def settle(router: DisaggRouter) -> None:
+    """Wait until every pin is released and freed; then check every pool."""
+    engines = [*router.engines.values(), *router.prefill.engines.values()]
+    for _ in range(200):
+        if all(e.core.pool.get_num_active_blocks() == 0 for e in engines):  # type: ignore[attr-defined]
+            break
+        await asyncio.sleep(0.01)
+    for engine in engines:
+        core = engine.core  # type: ignore[attr-defined]
+        assert core.pool.get_num_active_blocks() == 0 and len(core.pins) == 0
+        core.pool.check_integrity()
+
+
+@pytest.fixture(scope="module")
+def ref(tiny_llama_dir: Path) -> HfReference:
+    return HfReference(tiny_llama_dir)
+
+
+@pytest.mark.parametrize("backends", [("shm", "tcp"), ("tcp",)])
+async def test_disaggregated_outputs_match_transformers(
+    tiny_llama_dir: Path, ref: HfReference, backends: tuple[str, ...]
+) -> None:
+    router = build(tiny_llama_dir, num_prefill=2, backends=backends)
+    router.start()
+    try:
+        prompts = prompts_of([5, 16, 33, 64, 100, 150], 512, seed=21)
+        outputs = await asyncio.gather(
+            *(run(router, request(f"r{i}", p)) for i, p in enumerate(prompts))
+        )
+        check_all(ref, prompts, list(outputs))
+        assert router.num_prefills == {"remote": 6, "local": 0}
+        decode = router.engines["d0"]
+        assert decode.num_kv_pull_failures == 0  # type: ignore[attr-defined]
+        assert decode.transfer.num_pulls[backends[0]] >= 4  # type: ignore[attr-defined]
+        await settle(router)
+    finally:
+        await router.stop()
+
+
+async def test_conditional_disaggregation(tiny_llama_dir: Path, ref: HfReference) -> None:
+    router = build(tiny_llama_dir, disagg=DisaggConfig(max_local_prefill_tokens=40))
+    router.start()
+    try:
+        short, long = prompts_of([20, 64], 512, seed=22)
+        assert not router.prefills_remotely(request("s", short))
+        assert router.prefills_remotely(request("l", long))
+        outs = [await run(router, request("s", short)), await run(router, request("l", long))]
+        assert router.num_prefills == {"remote": 1, "local": 1}
+        # the decode worker now caches the long prompt's 4 blocks (it imported them): a
+        # follow-up with 3 new tokens has 3 uncached tokens and prefills locally
+        follow = [*long, 7, 8, 9]
+        for _ in range(100):
+            await router.sync_events()
+            if not router.prefills_remotely(request("f", follow)):
+                break
+            await asyncio.sleep(0.01)
+        assert not router.prefills_remotely(request("f", follow))
+        outs.append(await run(router, request("f", follow)))
+        check_all(ref, [short, long, follow], outs)
+        await settle(router)
+    finally:
+        await router.stop()
+
+
+async def test_saturated_or_missing_prefill_pool_serves_locally(tiny_llama_dir: Path) -> None:
+    router = build(
+        tiny_llama_dir, disagg=DisaggConfig(max_local_prefill_tokens=0, max_prefill_queue_tokens=10)
+    )
+    router.start()
+    try:
+        prompt = prompts_of([64], 512, seed=23)[0]
+        assert router.prefills_remotely(request("a", prompt))
+        router.prefill.load.start("other", "p0", prefill_tokens=10, blocks=1)
+        assert not router.prefills_remotely(request("a", prompt))  # saturated
+        router.prefill.load.finish("other")
+        await router.prefill.remove_engine("p0")
+        assert not router.prefills_remotely(request("a", prompt))  # no prefill worker
+        assert len(await run(router, request("a", prompt))) == NEW_TOKENS
+    finally:
+        await router.stop()
+
+
+async def test_enforce_disagg_refuses_without_prefill_workers(tiny_llama_dir: Path) -> None:
+    router = build(tiny_llama_dir, num_prefill=0, disagg=DisaggConfig(enforce_disagg=True))
+    router.start()
+    try:
+        with pytest.raises(RoutingError, match="no prefill worker is available"):
+            router.check_route(None)
+        with pytest.raises(RoutingError, match="no prefill worker is available"):
+            await run(router, request("x", list(range(3, 40))))
+    finally:
+        await router.stop()
+
+
+async def test_dead_prefill_pool_falls_back_to_local_prefill(
+    tiny_llama_dir: Path, ref: HfReference
+) -> None:
+    router = build(tiny_llama_dir)
+    router.start()
+    try:
+        await router.prefill.engines["p0"].stop()  # dead, but not yet removed by discovery
+        prompt = prompts_of([70], 512, seed=24)[0]
+        out = await run(router, request("x", prompt))
+        check_all(ref, [prompt], [out])
+        assert router.num_prefills == {"remote": 0, "local": 1}
+    finally:
+        await router.stop()
+
+
+async def test_expired_handle_frees_both_sides_and_decode_recomputes(
+    tiny_llama_dir: Path, ref: HfReference
+) -> None:
+    prefill = make_engine(tiny_llama_dir, "p0", ("tcp",), kv_pin_ttl_s=0.2)
+    decode = make_engine(tiny_llama_dir, "d0", ("tcp",))
+    prefill.start()
+    decode.start()
+    try:
+        prompt = prompts_of([50], 512, seed=25)[0]
+        first = [
+            o
+            async for o in prefill.generate(
+                EngineRequest(
+                    request_id="x",
+                    prompt_token_ids=prompt,
+                    sampling=SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0),
+                    remote_prefill=True,
+                )
+            )
+        ]
+        [out] = first
+        assert out.finish_reason is FinishReason.TRANSFER and out.kv_handle is not None
+        assert prefill.core.pins.get_num_pinned_blocks() == 3
+        for _ in range(100):  # the engine thread wakes up by itself at the deadline
+            if prefill.core.pool.get_num_active_blocks() == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert prefill.core.pool.get_num_active_blocks() == 0 and prefill.core.pins.num_expired == 1
+        resumed = EngineRequest(
+            request_id="x",
+            prompt_token_ids=prompt,
+            output_token_ids=out.new_token_ids,
+            sampling=SamplingParams(
+                max_tokens=NEW_TOKENS - 1, temperature=0.0, min_tokens=NEW_TOKENS
+            ),
+            kv_handle=out.kv_handle,
+        )
+        tokens = list(out.new_token_ids)
+        async for o in decode.generate(resumed):
+            tokens.extend(o.new_token_ids)
+        check_all(ref, [prompt], [tokens])
+        assert decode.num_kv_pull_failures == 1 and decode.num_kv_pulls == 0
+        assert decode.core.pool.get_num_active_blocks() == 0
+        decode.core.pool.check_integrity()
+        prefill.core.pool.check_integrity()
+    finally:
+        await prefill.stop()
+        await decode.stop()
