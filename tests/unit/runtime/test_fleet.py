@@ -9,8 +9,8 @@ import logging
 import msgspec
 import pytest
 
-from armature.frontend.fleet import WorkerFleet, card_conflict
 from armature.frontend.disagg import DisaggRouter
+from armature.frontend.fleet import WorkerFleet, card_conflict
 from armature.frontend.routing import RouterConfig
 from armature.protocols.worker import WorkerCard, worker_key
 from armature.runtime.discovery import MemDiscovery, MemStore
