@@ -4,6 +4,7 @@ with any runtime flags, read their logs, check discovery, stop them all by PID."
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,9 +75,10 @@ class Fleet:
         self.wait_for_log(name, "ready:", proc)
         return proc
 
-    def start_frontend(self, host: str = "127.0.0.1") -> str:
+    def start_frontend(self, host: str = "127.0.0.1", extra: list[str] | None = None) -> str:
         port = _free_port()
         args = ["frontend", "--port", str(port), "--router", "kv", *self.runtime_args()]
+        args += extra or []
         proc = self._spawn("frontend", [*args, "--host", host])
         url = f"http://{host}:{port}"
         _wait_healthy(proc, url, self.root / "frontend.log")
@@ -92,6 +94,12 @@ class Fleet:
                 pytest.fail(f"{name} exited with {proc.returncode}:\n{path.read_text()}")
             time.sleep(0.2)
         pytest.fail(f"{name} did not log {text!r}:\n{path.read_text()}")
+
+    def worker_metrics(self, name: str) -> dict[str, float]:
+        """The worker's own /metrics, found through the url its log announces."""
+        found = re.search(r"metrics (http://\S+/metrics)", (self.root / f"{name}.log").read_text())
+        assert found, f"{name} logged no metrics url"
+        return parse_metrics(httpx.get(found.group(1), timeout=10).text)
 
     def registered(self) -> list[str]:
         entries = self.discovery_dir / "entries"

@@ -186,8 +186,9 @@ class AsyncEngine:
 
     def get_transfer_stats(self) -> dict[str, int]:
         """KV transfer counters (disaggregated serving), for metrics."""
+        by_backend = self.transfer.num_pulls if self.transfer is not None else {}
         return {
-            "kv_pulls": self.num_kv_pulls,
+            **{f"kv_pulls:{backend}": n for backend, n in by_backend.items()},
             "kv_pull_failures": self.num_kv_pull_failures,
             "kv_blocks_pulled": self.num_kv_blocks_pulled,
             "kv_pinned_blocks": self.core.pins.get_num_pinned_blocks(),

@@ -21,13 +21,21 @@ class _TransferCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         stats = self.get_stats()
+        pulls = CounterMetricFamily(
+            "armature_worker_kv_pulls",
+            "KV transfers pulled from prefill workers, by backend",
+            labels=["backend"],
+        )
+        for key, value in stats.items():
+            if key.startswith("kv_pulls:"):
+                pulls.add_metric([key.removeprefix("kv_pulls:")], value)
+        yield pulls
         for name, help_text in _TRANSFER_METRICS.items():
             family = CounterMetricFamily if name != "kv_pinned_blocks" else GaugeMetricFamily
             yield family(f"armature_worker_{name}", help_text, value=stats.get(name, 0))
 
 
 _TRANSFER_METRICS = {
-    "kv_pulls": "KV transfers pulled from prefill workers",
     "kv_pull_failures": "KV transfers that failed (the prompt was computed here)",
     "kv_blocks_pulled": "KV blocks pulled from prefill workers",
     "kv_pinned_blocks": "KV blocks pinned for decode workers to pull",

@@ -1,0 +1,129 @@
+"""Disaggregated serving with worker processes: prefill workers and a decode worker behind a
+frontend. Greedy float32 outputs equal the single-process aggregated server's over shared
+memory and over TCP, streamed or not; pinned blocks are released; a prefill worker killed with
+SIGKILL mid-burst loses no request (its requests are prefilled again elsewhere, or the decode
+worker computes the prompt when the blocks cannot be pulled)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from fleet import SERVED_MODEL_NAME, Fleet
+
+from conftest import parse_metrics
+
+TOPICS = [
+    "the history of the printing press and how it changed the spread of knowledge in Europe",
+    "a recipe for a simple vegetable soup with carrots, onions, celery and fresh thyme",
+    "how a compiler turns source code into machine instructions, step by step",
+    "the life cycle of a star from a cloud of gas to a white dwarf or a black hole",
+    "why the sky is blue during the day and red at sunset, explained for a child",
+    "the rules of chess, including castling, en passant and pawn promotion",
+]
+PROMPTS = [f"Write a detailed essay about {t}. Start with an introduction." for t in TOPICS]
+MAX_TOKENS = 16
+
+
+def complete(url: str, prompt: str) -> str:
+    body = {
+        "model": SERVED_MODEL_NAME,
+        "prompt": prompt,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+    }
+    response = httpx.post(f"{url}/v1/completions", json={**body, "temperature": 0}, timeout=120)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] == MAX_TOKENS
+    return str(response.json()["choices"][0]["text"])
+
+
+def stream(url: str, prompt: str) -> str:
+    body = {
+        "model": SERVED_MODEL_NAME,
+        "prompt": prompt,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+    }
+    text = []
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/completions",
+        json={**body, "temperature": 0, "stream": True},
+        timeout=120,
+    ) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                text.append(json.loads(line[6:])["choices"][0]["text"])
+    return "".join(text)
+
+
+def wait_for_workers(url: str, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+        if sum(1 for k in metrics if k.startswith("armature_worker_kv_blocks_total{")) >= count:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the frontend did not see {count} workers")
+
+
+@pytest.fixture
+def fleet(default_model_dir: Path, tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(default_model_dir, tmp_path)
+    try:
+        yield f
+    finally:
+        f.stop()
+    f.assert_no_tracebacks()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_disaggregated_processes_match_aggregated(fleet: Fleet, base_url: str) -> None:
+    fleet.start_worker("prefill-a", ["--role", "prefill"])
+    fleet.start_worker("prefill-b", ["--role", "prefill"])
+    fleet.start_worker("decode-a", ["--role", "decode"])
+    url = fleet.start_frontend(extra=["--max-local-prefill-tokens", "0"])
+    wait_for_workers(url, 3)
+    expected = [complete(base_url, p) for p in PROMPTS]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(lambda p: complete(url, p), PROMPTS)) == expected
+    assert stream(url, PROMPTS[0]) == expected[0]
+    frontend = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+    assert frontend['armature_router_prefills_total{where="remote"}'] == len(PROMPTS) + 1
+    decode = fleet.worker_metrics("decode-a")
+    assert decode['armature_worker_kv_pulls_total{backend="shm"}'] >= len(PROMPTS)
+    assert decode["armature_worker_kv_pull_failures_total"] == 0
+    assert decode["armature_worker_kv_blocks_pulled_total"] >= len(PROMPTS)
+    for name in ("prefill-a", "prefill-b"):
+        assert fleet.worker_metrics(name)["armature_worker_kv_pinned_blocks"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_tcp_transfer_and_a_prefill_worker_killed_mid_burst(fleet: Fleet, base_url: str) -> None:
+    tcp = ["--kv-transfer-backends", "tcp"]
+    victim = fleet.start_worker("prefill-a", ["--role", "prefill", *tcp])
+    fleet.start_worker("prefill-b", ["--role", "prefill", *tcp])
+    fleet.start_worker("decode-a", ["--role", "decode", *tcp])
+    url = fleet.start_frontend(extra=["--max-local-prefill-tokens", "0"])
+    wait_for_workers(url, 3)
+    expected = [complete(base_url, p) for p in PROMPTS]
+    assert complete(url, PROMPTS[0]) == expected[0]
+    assert fleet.worker_metrics("decode-a")['armature_worker_kv_pulls_total{backend="tcp"}'] == 1
+    burst = [f"{p} Be thorough." for p in PROMPTS] * 2
+    burst_expected = [complete(base_url, p) for p in burst[: len(PROMPTS)]] * 2
+    with ThreadPoolExecutor(len(burst)) as pool:
+        futures = [pool.submit(complete, url, p) for p in burst]
+        time.sleep(0.3)
+        victim.send_signal(signal.SIGKILL)
+        results = [f.result() for f in futures]
+    assert results == burst_expected
+    assert fleet.worker_metrics("prefill-b")["armature_worker_kv_pinned_blocks"] == 0
