@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from armature.kv.transfer.blocks import KvBlocks, copy_block_runs
+from armature.kv.transfer.blocks import KvBlocks, block_runs, copy_block_runs
 from armature.model.kv_cache import PagedKvCache
 from armature.protocols.kv_transfer import KvLayout
 
@@ -24,6 +24,20 @@ class PagedCacheStore:
         k = cache.k.index_select(1, index).cpu()
         v = cache.v.index_select(1, index).cpu()
         return KvBlocks(list(range(len(block_ids))), k, v)
+
+    def wire_views(self, block_ids: list[int]) -> list[torch.Tensor]:
+        cache = self.cache
+        if cache.k.device.type != "cpu":
+            blocks = self.read_blocks(block_ids)
+            assert blocks.k is not None and blocks.v is not None
+            return [blocks.k, blocks.v]
+        runs = block_runs(block_ids)  # layer-major, like read_blocks' [layers, blocks, ...]
+        return [
+            tensor[layer, start : start + n]
+            for tensor in (cache.k, cache.v)
+            for layer in range(tensor.shape[0])
+            for start, n in runs
+        ]
 
     def write_blocks(self, block_ids: list[int], blocks: KvBlocks) -> None:
         if blocks.k is None or blocks.v is None:

@@ -19,6 +19,7 @@ __all__ = [
     "KvBlockStore",
     "KvBlocks",
     "ModeledKvStore",
+    "block_runs",
     "copy_block_runs",
     "dtype_name",
 ]
@@ -45,6 +46,11 @@ class KvBlockStore(Protocol):
         """A contiguous CPU copy of `block_ids` (ids 0..n-1 in the result)."""
         ...
 
+    def wire_views(self, block_ids: list[int]) -> list[torch.Tensor]:
+        """Contiguous CPU tensors whose bytes, in order, are `read_blocks(block_ids)`'s K
+        then V (views into the cache where it can, so sending copies nothing)."""
+        ...
+
     def write_blocks(self, block_ids: list[int], blocks: KvBlocks) -> None:
         """Copy `blocks` into this store's `block_ids` (same count)."""
         ...
@@ -56,6 +62,11 @@ class KvBlockStore(Protocol):
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def block_runs(block_ids: list[int]) -> list[tuple[int, int]]:
+    """(start, length) runs of consecutive ids."""
+    return [(s, n) for _, s, n in _runs(block_ids, block_ids)]
 
 
 def _runs(dst_ids: list[int], src_ids: list[int]) -> list[tuple[int, int, int]]:
@@ -92,6 +103,9 @@ class ModeledKvStore:
 
     def read_blocks(self, block_ids: list[int]) -> KvBlocks:
         return KvBlocks(list(range(len(block_ids))), None, None)
+
+    def wire_views(self, block_ids: list[int]) -> list[torch.Tensor]:
+        return []
 
     def write_blocks(self, block_ids: list[int], blocks: KvBlocks) -> None:
         if len(block_ids) != blocks.num_blocks:

@@ -23,6 +23,7 @@ from armature.kv.transfer.wire import (
     TransferRequest,
     recv_exact_into,
     recv_message,
+    send_all_views,
     send_message,
 )
 from armature.protocols.kv_transfer import KvHandle, KvLayout, layout_mismatch
@@ -131,17 +132,14 @@ class TcpTransferServer:
                 send_message(sock, TransferReply(ok=True, block_ids=wanted))
                 return
             try:
-                blocks = self.store.read_blocks(wanted)
+                views = [_as_bytes(t) for t in self.store.wire_views(wanted)]
             except Exception as exc:  # refuse this pull, keep serving
                 log.exception("reading pinned KV blocks failed")
                 send_message(sock, TransferReply(ok=False, error=f"reading blocks failed: {exc}"))
                 return
-            parts = [] if blocks.k is None or blocks.v is None else [blocks.k, blocks.v]
-            views = [_as_bytes(t) for t in parts]
             nbytes = sum(v.nbytes for v in views)
             send_message(sock, TransferReply(ok=True, num_blocks=len(wanted), nbytes=nbytes))
-            for view in views:
-                sock.sendall(view)
+            send_all_views(sock, views)
             self.num_pulls += 1
             self.bytes_sent += nbytes
         finally:
