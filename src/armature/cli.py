@@ -12,6 +12,7 @@ from armature.cli_args import (
     CliError,
     Parser,
     add_disagg_args,
+    add_migration_arg,
     add_router_cost_args,
     add_transfer_args,
     check_port_free,
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="disaggregated serving: decode workers",
     )
     add_disagg_args(serve)
+    add_migration_arg(serve)
     add_transfer_args(serve)
     serve.add_argument(
         "--served-model-name",
@@ -153,6 +155,7 @@ def _serve(args: argparse.Namespace) -> None:
         decode_weight=args.kv_decode_weight,
         temperature=args.router_temperature,
         seed=args.seed,
+        migration_limit=args.migration_limit,
     )
     engines: dict[str, AsyncEngine] = {}
     prefill_engines: dict[str, AsyncEngine] = {}

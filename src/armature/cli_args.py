@@ -15,6 +15,7 @@ __all__ = [
     "CliError",
     "Parser",
     "add_disagg_args",
+    "add_migration_arg",
     "add_router_cost_args",
     "add_transfer_args",
     "check_port_free",
@@ -143,6 +144,16 @@ def disagg_config(args: argparse.Namespace) -> DisaggConfig:
         max_local_prefill_tokens=args.max_local_prefill_tokens,
         max_prefill_queue_tokens=args.max_prefill_queue_tokens,
         enforce_disagg=args.enforce_disagg,
+    )
+
+
+def add_migration_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--migration-limit",
+        type=non_negative_int,
+        default=3,
+        help="times a request moves to another worker (with its tokens so far) when its "
+        "worker dies mid-stream; 0 fails it instead",
     )
 
 

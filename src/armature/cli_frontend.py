@@ -12,6 +12,7 @@ import msgspec
 from armature.cli_args import (
     CliError,
     add_disagg_args,
+    add_migration_arg,
     add_router_cost_args,
     check_port_free,
     port,
@@ -44,6 +45,7 @@ def add_frontend_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_router_cost_args(frontend)
     add_disagg_args(frontend)
+    add_migration_arg(frontend)
     frontend.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on")
     frontend.add_argument("--port", type=port, default=8000, help="HTTP port")
     frontend.add_argument(
@@ -117,6 +119,7 @@ def run_frontend(args: argparse.Namespace) -> None:
             decode_weight=args.kv_decode_weight,
             temperature=args.router_temperature,
             seed=args.seed,
+            migration_limit=args.migration_limit,
         ),
         disagg_config(args),
     )

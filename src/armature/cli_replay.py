@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from armature.cli_args import CliError, add_router_cost_args, positive_float, positive_int
+from armature.cli_args import (
+    CliError,
+    add_router_cost_args,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from armature.workload.traces import TraceRequest
@@ -73,6 +79,39 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
         "--limit", type=positive_int, default=None, help="replay only the first N requests"
     )
     add_router_cost_args(replay)
+    replay.add_argument(
+        "--prefill-workers",
+        type=non_negative_int,
+        default=0,
+        help="disaggregated: how many of --workers are prefill workers (the rest decode)",
+    )
+    replay.add_argument(
+        "--max-local-prefill-tokens",
+        type=non_negative_int,
+        default=0,
+        help="disaggregated: prefill on the decode worker when fewer tokens are uncached",
+    )
+    replay.add_argument(
+        "--transfer-bandwidth-gbs",
+        type=positive_float,
+        default=25.0,
+        help="disaggregated: KV transfer bandwidth between workers, GB/s",
+    )
+    replay.add_argument(
+        "--kv-bytes-per-block",
+        type=positive_int,
+        default=2 * 1024 * 1024,
+        help="disaggregated: bytes of one KV block (default: an 8B model, bf16, 16 tokens)",
+    )
+    replay.add_argument(
+        "--slo-ttft-ms", type=positive_float, default=None, help="goodput: TTFT bound"
+    )
+    replay.add_argument(
+        "--slo-itl-ms",
+        type=positive_float,
+        default=None,
+        help="goodput: bound on a request's mean inter-token latency",
+    )
     replay.add_argument("--seed", type=int, default=0, help="seed for prompts and tokens")
     replay.add_argument("--report", default=None, help="write the report as JSON here")
 
@@ -107,7 +146,15 @@ def run_replay(args: argparse.Namespace) -> None:
         decode_weight=args.kv_decode_weight,
         router_temperature=args.router_temperature,
         seed=args.seed,
+        num_prefill_workers=args.prefill_workers,
+        max_local_prefill_tokens=args.max_local_prefill_tokens,
+        transfer_bandwidth_bytes_s=args.transfer_bandwidth_gbs * 1e9,
+        kv_bytes_per_block=args.kv_bytes_per_block,
+        slo_ttft_ms=args.slo_ttft_ms,
+        slo_itl_ms=args.slo_itl_ms,
     )
+    if args.prefill_workers >= args.workers:
+        raise CliError("--prefill-workers must leave at least one of --workers for decode")
     report = dataclasses.asdict(replay(requests, config))
     summary = {
         k: report[k]
@@ -117,6 +164,9 @@ def run_replay(args: argparse.Namespace) -> None:
             "prefix_hit_ratio",
             "throughput_tokens_s",
             "load_skew",
+            "num_remote_prefills",
+            "goodput_requests_s",
+            "goodput_tokens_s",
             "simulated_time_s",
             "wall_time_s",
         )

@@ -31,16 +31,16 @@ PROMPTS = [f"Write a detailed essay about {t}. Start with an introduction." for 
 MAX_TOKENS = 16
 
 
-def complete(url: str, prompt: str) -> str:
+def complete(url: str, prompt: str, max_tokens: int = MAX_TOKENS) -> str:
     body = {
         "model": SERVED_MODEL_NAME,
         "prompt": prompt,
-        "max_tokens": MAX_TOKENS,
+        "max_tokens": max_tokens,
         "ignore_eos": True,
     }
     response = httpx.post(f"{url}/v1/completions", json={**body, "temperature": 0}, timeout=120)
     assert response.status_code == 200, response.text
-    assert response.json()["usage"]["completion_tokens"] == MAX_TOKENS
+    assert response.json()["usage"]["completion_tokens"] == max_tokens
     return str(response.json()["choices"][0]["text"])
 
 
@@ -127,3 +127,27 @@ def test_tcp_transfer_and_a_prefill_worker_killed_mid_burst(fleet: Fleet, base_u
         results = [f.result() for f in futures]
     assert results == burst_expected
     assert fleet.worker_metrics("prefill-b")["armature_worker_kv_pinned_blocks"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_decode_worker_killed_mid_stream_migrates_its_requests(
+    fleet: Fleet, base_url: str
+) -> None:
+    fleet.start_worker("prefill-a", ["--role", "prefill"])
+    victim = fleet.start_worker("decode-a", ["--role", "decode"])
+    fleet.start_worker("decode-b", ["--role", "decode"])
+    url = fleet.start_frontend(
+        extra=["--max-local-prefill-tokens", "0", "--router", "least-loaded"]
+    )
+    wait_for_workers(url, 3)
+    prompts = PROMPTS[:4]
+    expected = [complete(base_url, p, 48) for p in prompts]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        futures = [pool.submit(complete, url, p, 48) for p in prompts]
+        time.sleep(2.0)  # the decode legs are streaming by now
+        victim.send_signal(signal.SIGKILL)
+        results = [f.result() for f in futures]
+    assert results == expected
+    frontend = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+    assert frontend["armature_router_migrations_total"] >= 1

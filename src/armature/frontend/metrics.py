@@ -136,6 +136,11 @@ class RouterMetrics(RouterObserver):
             ["where"],
             registry=registry,
         )
+        self.migrations = Counter(
+            "armature_router_migrations",
+            "Requests moved to another worker after theirs died mid-stream",
+            registry=registry,
+        )
         self.decision_s = Histogram(
             "armature_router_decision_seconds",
             "Time to choose a worker",
@@ -145,6 +150,9 @@ class RouterMetrics(RouterObserver):
 
     def prefill(self, where: str) -> None:
         self.prefills.labels(where).inc()
+
+    def migration(self) -> None:
+        self.migrations.inc()
 
     def decision(self, worker: str, overlap_blocks: int, latency_s: float) -> None:
         self.decisions.labels(worker).inc()

@@ -15,6 +15,8 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
+import msgspec
+
 from armature.engine.interface import Engine, EngineDeadError
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
@@ -43,12 +45,16 @@ class RouterConfig:
     seed: int = 0
     event_sync_interval_s: float = 0.005
     routed_ttl_s: float = 120.0  # how long a routing decision counts as a cached prefix
+    migration_limit: int = 3  # re-issues of a request whose worker died mid-stream
 
 
 class RouterObserver:
     """Hooks for metrics; the default records nothing."""
 
     def decision(self, worker: str, overlap_blocks: int, latency_s: float) -> None: ...
+
+    def migration(self) -> None:
+        """A request moved to another worker after its worker died mid-stream."""
 
     def prefill(self, where: str) -> None:
         """A prompt was prefilled `where`: "remote" (a prefill worker) or "local"."""
@@ -156,25 +162,53 @@ class EngineRouter:
         """Route `request` and stream its outputs; load is released however the stream ends.
         Raises RoutingError before anything starts when no worker fits. A worker found dead
         before it produced anything (killed, unreachable) is skipped and the request is routed
-        again among the others, so a crash loses no request that had not started."""
+        again among the others, so a crash loses no request that had not started. A worker
+        that dies mid-stream is migrated from: the request goes to another worker with the
+        tokens generated so far appended (and max_tokens reduced), up to `migration_limit`
+        times; the caller sees one uninterrupted stream."""
         failed: set[str] = set()
+        generated: list[int] = []
+        num_migrations = 0
+        leg = request
         while True:
             workers = [w for w in self.get_workers() if w not in failed]
             if not workers:
                 raise EngineDeadError("no worker engine is serving")
-            started = False
             try:
-                async for output in self._generate_on(request, workers, target_worker):
-                    started = True
+                async for output in self._generate_on(leg, workers, target_worker):
+                    if generated and output.num_prompt_tokens:  # reported by the first leg
+                        output = msgspec.structs.replace(
+                            output, num_prompt_tokens=0, num_cached_tokens=0
+                        )
+                    generated.extend(output.new_token_ids)
                     yield output
                 return
             except _WorkerDied as died:
-                if started or target_worker is not None:
-                    raise EngineDeadError(str(died.cause)) from None
-                log.warning(
-                    "worker %s died before serving %s; rerouting", died.worker, request.request_id
-                )
                 failed.add(died.worker)
+                if target_worker is not None:
+                    raise EngineDeadError(str(died.cause)) from None
+                if not generated:
+                    log.warning(
+                        "worker %s died before serving %s; rerouting",
+                        died.worker,
+                        request.request_id,
+                    )
+                    continue
+                if num_migrations >= self.config.migration_limit:
+                    raise EngineDeadError(
+                        f"{died.cause} (request migrated {num_migrations} times, the limit)"
+                    ) from None
+                num_migrations += 1
+                self.observer.migration()
+                log.warning(
+                    "worker %s died mid-stream for %s after %d tokens; migrating (%d of %d)",
+                    died.worker,
+                    request.request_id,
+                    len(generated),
+                    num_migrations,
+                    self.config.migration_limit,
+                )
+                leg = _resumed(request, generated)
 
     async def _generate_on(
         self, request: EngineRequest, workers: list[str], target_worker: str | None
@@ -254,3 +288,15 @@ class EngineRouter:
             except EngineDeadError:
                 log.warning("a worker engine died; its KV events stop")
             await asyncio.sleep(self.config.event_sync_interval_s)
+
+
+def _resumed(request: EngineRequest, generated: list[int]) -> EngineRequest:
+    """`request` continued after `generated` tokens: they join its output so far, and its
+    max_tokens shrinks by as many (the engine counts carried tokens toward min_tokens)."""
+    sampling = request.sampling
+    return msgspec.structs.replace(
+        request,
+        output_token_ids=request.output_token_ids + generated,
+        sampling=msgspec.structs.replace(sampling, max_tokens=sampling.max_tokens - len(generated)),
+        kv_handle=None,  # the blocks were imported (or recomputed) by the dead worker
+    )

@@ -55,6 +55,15 @@ class ReplayConfig:
     vocab_size: int = 32000
     routed_ttl_s: float = 120.0
     seed: int = 0
+    # disaggregation: the first `num_prefill_workers` of `num_workers` are prefill workers
+    num_prefill_workers: int = 0
+    max_local_prefill_tokens: int = 0
+    max_prefill_queue_tokens: int = 1 << 30
+    transfer_bandwidth_bytes_s: float = 25e9
+    kv_bytes_per_block: int = 2 * 1024 * 1024  # Llama-3-8B in bfloat16, 16-token blocks
+    # goodput counts requests meeting both (None: no bound)
+    slo_ttft_ms: float | None = None
+    slo_itl_ms: float | None = None  # on the request's mean inter-token latency
 
 
 @dataclass(frozen=True)
@@ -87,12 +96,15 @@ class ReplayReport:
     throughput_tokens_s: float
     load_skew: float
     requests_per_worker: dict[str, int]
+    goodput_requests_s: float
+    goodput_tokens_s: float
+    num_remote_prefills: int
     simulated_time_s: float
     wall_time_s: float
 
 
 @dataclass
-class _Tracked:
+class Tracked:
     arrival_ms: float
     num_prompt_tokens: int
     worker: str
@@ -103,7 +115,7 @@ class _Tracked:
     num_output_tokens: int = 0
 
 
-class _Simulation:
+class Simulation:
     def __init__(self, requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel):
         self.config = config
         self.requests = sorted(requests, key=lambda r: r.arrival_ms)
@@ -117,10 +129,15 @@ class _Simulation:
             max_num_batched_tokens=config.max_num_batched_tokens,
             seed=config.seed,
         )
-        self.workers = [f"worker-{i}" for i in range(config.num_workers)]
+        if not 0 <= config.num_prefill_workers < config.num_workers:
+            raise ValueError("num_prefill_workers must leave at least one decode worker")
+        self.prefill_workers = [f"prefill-{i}" for i in range(config.num_prefill_workers)]
+        self.workers = [
+            f"worker-{i}" for i in range(config.num_workers - config.num_prefill_workers)
+        ]
         self.cores: dict[str, EngineCore] = {}
         self.runners: dict[str, MockerRunner] = {}
-        for worker in self.workers:
+        for worker in [*self.prefill_workers, *self.workers]:
             runner = MockerRunner(arch, timing, VirtualClock(), seed=config.seed)
             core = EngineCore(engine_config, runner, num_blocks=config.num_kv_blocks)
             runner.kv_utilization = _utilization_of(core)
@@ -131,16 +148,19 @@ class _Simulation:
             self.index.add_worker(worker, config.num_kv_blocks)
         self.load = ActiveLoad()
         self.policy = self._policy()
-        self.tracked: dict[str, _Tracked] = {}
+        self.tracked: dict[str, Tracked] = {}
         self.num_rejected = 0
-        # (time ms, sequence, worker): the end of the step each busy worker is running
+        self.num_remote_prefills = 0
+        # (time ms, sequence, key): scheduled events, e.g. the end of a busy worker's step
         self.step_ends: list[tuple[float, int, str]] = []
         self.pending: dict[str, list[EngineOutput]] = {}
         self.busy: set[str] = set()
         self._sequence = 0
         self.now_ms = 0.0
 
-    def _policy(self) -> RoutingPolicy:
+    def _policy(
+        self, index: PrefixIndex | None = None, load: ActiveLoad | None = None
+    ) -> RoutingPolicy:
         c = self.config
         if c.router not in REPLAY_POLICIES:
             raise ValueError(
@@ -148,8 +168,8 @@ class _Simulation:
             )
         return make_policy(
             c.router,
-            index=self.index,
-            load=self.load,
+            index=index or self.index,
+            load=load or self.load,
             block_size=c.block_size,
             hash_seed=DEFAULT_HASH_SEED,
             overlap_weight=c.overlap_weight,
@@ -176,21 +196,30 @@ class _Simulation:
                 self._arrive(self.requests[next_arrival], next_arrival, self.now_ms)
                 next_arrival += 1
             else:
-                self.now_ms, _, worker = heapq.heappop(self.step_ends)
-                self._finish_step(worker, self.now_ms)
+                self.now_ms, _, key = heapq.heappop(self.step_ends)
+                self._on_event(key, self.now_ms)
         return self.now_ms
 
+    def _on_event(self, key: str, now_ms: float) -> None:
+        """A scheduled event: here always the end of worker `key`'s step."""
+        self._finish_step(key, now_ms)
+
+    def _schedule(self, at_ms: float, key: str) -> None:
+        self._sequence += 1
+        heapq.heappush(self.step_ends, (at_ms, self._sequence, key))
+
     def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
-        request_id = f"req-{number}"
         tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
+        self._admit(f"req-{number}", tokens, trace.output_length, now_ms)
+
+    def _admit(self, request_id: str, tokens: list[int], max_tokens: int, now_ms: float) -> None:
+        """Route a request to a worker of `self.workers` and queue it there."""
         decision = self.policy.select(RouteRequest(request_id, tokens), self.workers)
         core = self.cores[decision.worker]
         request = EngineRequest(
             request_id=request_id,
             prompt_token_ids=tokens,
-            sampling=SamplingParams(
-                max_tokens=trace.output_length, temperature=0.0, ignore_eos=True
-            ),
+            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
         )
         try:
             core.add_request(request)
@@ -200,7 +229,7 @@ class _Simulation:
         bs = self.config.block_size
         uncached = max(0, len(tokens) - decision.overlap_blocks * bs)
         self.load.start(request_id, decision.worker, uncached, -(-len(tokens) // bs))
-        self.tracked[request_id] = _Tracked(now_ms, len(tokens), decision.worker)
+        self.tracked[request_id] = Tracked(now_ms, len(tokens), decision.worker)
         if decision.worker not in self.busy:
             self._start_step(decision.worker, now_ms)
 
@@ -211,8 +240,7 @@ class _Simulation:
         duration_ms = self.runners[worker].last_step_ms
         self.pending[worker] = outputs
         self.busy.add(worker)
-        self._sequence += 1
-        heapq.heappush(self.step_ends, (now_ms + duration_ms, self._sequence, worker))
+        self._schedule(now_ms + duration_ms, worker)
 
     def _finish_step(self, worker: str, now_ms: float) -> None:
         self.busy.discard(worker)
@@ -249,10 +277,11 @@ class _Simulation:
         output_tokens = sum(t.num_output_tokens for t in done)
         per_worker = {w: 0 for w in self.workers}
         for t in self.tracked.values():
-            per_worker[t.worker] += 1
+            per_worker[t.worker] = per_worker.get(t.worker, 0) + 1
         mean = statistics.fmean(per_worker.values()) if per_worker else 0.0
         start_ms = self.requests[0].arrival_ms if self.requests else 0.0
         span_s = max(end_ms - start_ms, 1e-9) / 1000.0
+        good = [t for t in done if _meets_slo(t, self.config)]
         return ReplayReport(
             num_requests=len(done),
             num_rejected=self.num_rejected,
@@ -269,9 +298,21 @@ class _Simulation:
             throughput_tokens_s=output_tokens / span_s,
             load_skew=max(per_worker.values()) / mean if mean else 0.0,
             requests_per_worker=per_worker,
+            goodput_requests_s=len(good) / span_s,
+            goodput_tokens_s=sum(t.num_output_tokens for t in good) / span_s,
+            num_remote_prefills=self.num_remote_prefills,
             simulated_time_s=span_s,
             wall_time_s=wall_time_s,
         )
+
+
+def _meets_slo(t: Tracked, config: ReplayConfig) -> bool:
+    assert t.first_token_ms is not None
+    if config.slo_ttft_ms is not None and t.first_token_ms - t.arrival_ms > config.slo_ttft_ms:
+        return False
+    if config.slo_itl_ms is not None and t.itl_ms:
+        return statistics.fmean(t.itl_ms) <= config.slo_itl_ms
+    return True
 
 
 def _utilization_of(core: EngineCore) -> Callable[[], float]:
@@ -283,8 +324,11 @@ def replay(
     requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel | None = None
 ) -> ReplayReport:
     """Simulate `requests` through `config.num_workers` mocker workers and the router."""
+    from armature.sim.replay_disagg import DisaggSimulation
+
     started_s = time.perf_counter()
-    simulation = _Simulation(
+    kind = DisaggSimulation if config.num_prefill_workers else Simulation
+    simulation = kind(
         requests, config, timing or PolynomialTiming(speedup_ratio=config.speedup_ratio)
     )
     end_ms = simulation.run()
