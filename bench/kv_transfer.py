@@ -5,7 +5,8 @@ layout (30 layers, 3 KV heads, head dim 64, block 16) in bfloat16, filled with r
 its blocks pinned, served by the real transfer agent. This process plays the decode worker and
 times what a decode does for a request: pull the blocks and write them into its own cache,
 then checks the bytes. Backends: shm (map the peer's cache, copy straight into ours) and tcp
-(loopback). memcpy: one torch copy of the same bytes inside one process.
+(loopback), nixl (NIXL 1.5 UCX reads into a registered staging tensor, then the write). memcpy:
+one torch copy of the same bytes inside one process.
 
     python bench/kv_transfer.py [--quick]
 """
@@ -65,7 +66,12 @@ def serve_child(num_blocks: int) -> None:
         if n <= num_blocks:
             pins.add(f"h{n}", list(range(n)), deadline_s=float("inf"))
     agent = KvTransferAgent(
-        PagedCacheStore(prefill), pins, shm_path=prefill.shm_path, num_blocks=num_blocks
+        PagedCacheStore(prefill),
+        pins,
+        shm_path=prefill.shm_path,
+        num_blocks=num_blocks,
+        backends=("shm", "nixl", "tcp"),
+        name="bench-prefill",
     )
     print(json.dumps(agent.start()), flush=True)
     sys.stdin.read()
@@ -103,8 +109,8 @@ def main() -> None:
         decode = cache(num_blocks, shared=False)
         store = PagedCacheStore(decode)
         agents = {
-            b: KvTransferAgent(store, PinTable(), backends=bs)
-            for b, bs in (("shm", ("shm", "tcp")), ("tcp", ("tcp",)))
+            b: KvTransferAgent(store, PinTable(), backends=bs, name=f"bench-{b}")
+            for b, bs in (("shm", ("shm", "tcp")), ("nixl", ("nixl", "tcp")), ("tcp", ("tcp",)))
         }
         scratch = cache(num_blocks, shared=False)
         bytes_per_block = decode.layout.bytes_per_block
@@ -131,6 +137,7 @@ def main() -> None:
             for name, fn in (
                 ("memcpy", memcpy),
                 ("shm", lambda: pull("shm")),
+                ("nixl", lambda: pull("nixl")),
                 ("tcp", lambda: pull("tcp")),
             ):
                 fn()  # warm: maps, connections, page faults
@@ -145,7 +152,7 @@ def main() -> None:
             assert torch.equal(decode.k[:, :n], expected_k), "transferred bytes differ"
             nbytes = n * bytes_per_block
             row: list[object] = [n, f"{nbytes / 1e6:,.2f}"]
-            for name in ("memcpy", "shm", "tcp"):
+            for name in ("memcpy", "shm", "nixl", "tcp"):
                 s = results[(name, n)]
                 row += [f"{s * 1e3:,.3f}", f"{nbytes / s / 1e9:,.2f}"]
             row.append(f"{results[('memcpy', n)] / results[('shm', n)]:.0%}")
@@ -162,7 +169,8 @@ def main() -> None:
         "Decode side of one transfer, median over repeats: pull the blocks of a pinned handle "
         "from a prefill process and write them into this process's KV cache. Layout of the "
         "default model in bfloat16 (368,640 bytes per 16-token block); contiguous block ids; "
-        "loopback for tcp. memcpy: the same bytes copied by torch inside one process.\n\n"
+        "loopback for tcp; NIXL 1.5.1 with its UCX backend on CPU memory for nixl. memcpy: the "
+        "same bytes copied by torch inside one process.\n\n"
         + markdown_table(
             [
                 "blocks",
@@ -171,6 +179,8 @@ def main() -> None:
                 "memcpy GB/s",
                 "shm ms",
                 "shm GB/s",
+                "nixl ms",
+                "nixl GB/s",
                 "tcp ms",
                 "tcp GB/s",
                 "shm / memcpy",

@@ -124,6 +124,7 @@ def _serve(args: argparse.Namespace) -> None:
     from armature.frontend.disagg import DisaggRouter
     from armature.frontend.preprocess import Preprocessor
     from armature.frontend.routing import RouterConfig
+    from armature.kv.transfer.wire import TransferError
 
     check_port_free(args.host, args.port)
     disaggregated = "prefill" in args.roles
@@ -163,9 +164,12 @@ def _serve(args: argparse.Namespace) -> None:
         worker = f"worker-{i}"
         transfer = None
         if disaggregated:
-            transfer = start_transfer_agent(
-                core_i, worker_id=worker, backends=args.kv_transfer_backends
-            )
+            try:
+                transfer = start_transfer_agent(
+                    core_i, worker_id=worker, backends=args.kv_transfer_backends
+                )
+            except TransferError as exc:
+                raise CliError(str(exc)) from None
         pool = prefill_engines if role == "prefill" else engines
         pool[worker] = AsyncEngine(core_i, transfer)
     router = DisaggRouter(

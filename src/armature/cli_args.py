@@ -164,7 +164,8 @@ def add_transfer_args(parser: argparse.ArgumentParser) -> None:
         type=transfer_backends,
         default="shm,tcp",
         help="KV transfer backends to offer and use, best first: shm (same host, CPU KV "
-        "cache) and tcp (any host; always on: it also carries the control messages)",
+        "cache), nixl (pip install 'armature[nixl]'; UCX, any host) and tcp (any host; "
+        "always on: it also carries the control messages)",
     )
     parser.add_argument(
         "--kv-pin-ttl-s",
@@ -177,10 +178,10 @@ def add_transfer_args(parser: argparse.ArgumentParser) -> None:
 
 def transfer_backends(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in ("shm", "tcp")]
+    unknown = [n for n in names if n not in ("shm", "nixl", "tcp")]
     if unknown or "tcp" not in names:
         raise argparse.ArgumentTypeError(
-            f"expected a comma list of shm,tcp that includes tcp, got {text!r}"
+            f"expected a comma list of shm,nixl,tcp that includes tcp, got {text!r}"
         )
     return names
 

@@ -112,6 +112,13 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="goodput: bound on a request's mean inter-token latency",
     )
+    replay.add_argument(
+        "--slo-itl-quantile",
+        type=positive_float,
+        default=None,
+        help="goodput: apply --slo-itl-ms to this quantile of each request's ITLs (e.g. "
+        "0.99) instead of their mean",
+    )
     replay.add_argument("--seed", type=int, default=0, help="seed for prompts and tokens")
     replay.add_argument("--report", default=None, help="write the report as JSON here")
 
@@ -152,6 +159,7 @@ def run_replay(args: argparse.Namespace) -> None:
         kv_bytes_per_block=args.kv_bytes_per_block,
         slo_ttft_ms=args.slo_ttft_ms,
         slo_itl_ms=args.slo_itl_ms,
+        slo_itl_quantile=args.slo_itl_quantile,
     )
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")

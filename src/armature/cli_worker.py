@@ -78,6 +78,7 @@ def run_worker(args: argparse.Namespace) -> None:
 async def _run(args: argparse.Namespace) -> None:
     from armature.engine.async_engine import AsyncEngine
     from armature.engine.transfer import start_transfer_agent
+    from armature.kv.transfer.wire import TransferError
     from armature.protocols.worker import WorkerCard, worker_prefix
     from armature.runtime.nats_plane import NatsRequestPlaneServer
     from armature.runtime.request_plane import Handler, RequestServer
@@ -115,6 +116,8 @@ async def _run(args: argparse.Namespace) -> None:
             host=args.host,
             port=args.kv_transfer_port,
         )
+    except TransferError as exc:
+        raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(
             f"cannot listen for KV transfers on {args.host}:{args.kv_transfer_port}: {exc.strerror}"

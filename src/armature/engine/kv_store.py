@@ -49,3 +49,6 @@ class PagedCacheStore:
 
     def transfer_delay_s(self, num_blocks: int) -> float:
         return 0.0
+
+    def kv_tensors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self.cache.k, self.cache.v

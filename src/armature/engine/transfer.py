@@ -27,6 +27,7 @@ def start_transfer_agent(
         port=port,
         shm_path=store.shm_path,
         num_blocks=core.pool.num_blocks,
+        name=worker_id,
     )
     core.worker_id = worker_id
     core.kv_endpoints = agent.start()

@@ -63,7 +63,8 @@ class ReplayConfig:
     kv_bytes_per_block: int = 2 * 1024 * 1024  # Llama-3-8B in bfloat16, 16-token blocks
     # goodput counts requests meeting both (None: no bound)
     slo_ttft_ms: float | None = None
-    slo_itl_ms: float | None = None  # on the request's mean inter-token latency
+    slo_itl_ms: float | None = None  # on each request's mean inter-token latency, or:
+    slo_itl_quantile: float | None = None  # e.g. 0.99: on each request's p99 ITL instead
 
 
 @dataclass(frozen=True)
@@ -311,7 +312,11 @@ def _meets_slo(t: Tracked, config: ReplayConfig) -> bool:
     if config.slo_ttft_ms is not None and t.first_token_ms - t.arrival_ms > config.slo_ttft_ms:
         return False
     if config.slo_itl_ms is not None and t.itl_ms:
-        return statistics.fmean(t.itl_ms) <= config.slo_itl_ms
+        if config.slo_itl_quantile is None:
+            return statistics.fmean(t.itl_ms) <= config.slo_itl_ms
+        ordered = sorted(t.itl_ms)
+        index = min(len(ordered) - 1, int(config.slo_itl_quantile * (len(ordered) - 1) + 0.5))
+        return ordered[index] <= config.slo_itl_ms
     return True
 
 

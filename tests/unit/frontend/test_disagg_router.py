@@ -6,6 +6,7 @@ prefill pool or an expired handle falls back to local prefill, and every pool en
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -90,7 +91,15 @@ def ref(tiny_llama_dir: Path) -> HfReference:
     return HfReference(tiny_llama_dir)
 
 
-@pytest.mark.parametrize("backends", [("shm", "tcp"), ("tcp",)])
+NIXL = pytest.param(
+    ("nixl", "tcp"),
+    marks=pytest.mark.skipif(
+        importlib.util.find_spec("nixl_cu12") is None, reason="NIXL is not installed"
+    ),
+)
+
+
+@pytest.mark.parametrize("backends", [("shm", "tcp"), ("tcp",), NIXL])
 async def test_disaggregated_outputs_match_transformers(
     tiny_llama_dir: Path, ref: HfReference, backends: tuple[str, ...]
 ) -> None:

@@ -4,6 +4,7 @@ on release or expiry, never under a read."""
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 
 import pytest
@@ -85,17 +86,30 @@ def test_copy_block_runs_coalesces_and_matches_indexing() -> None:
     assert dst[:, [1, 2, 3, 7, 8, 9, 10]].abs().sum() == 0
 
 
-@pytest.mark.parametrize("backends", [("tcp",), ("shm", "tcp")])
+NIXL = pytest.param(
+    ("nixl", "tcp"),
+    marks=pytest.mark.skipif(
+        importlib.util.find_spec("nixl_cu12") is None, reason="NIXL is not installed"
+    ),
+)
+
+
+@pytest.mark.parametrize("backends", [("tcp",), ("shm", "tcp"), NIXL])
 def test_pull_moves_pinned_blocks_exactly(backends: tuple[str, ...]) -> None:
     cache = filled_cache(shared=True)
     pins = PinTable()
     pins.add("h", [7, 8, 9, 20, 3], deadline_s=1e18)
     server = KvTransferAgent(
-        store(cache), pins, shm_path=cache.shm_path, num_blocks=cache.num_blocks
+        store(cache),
+        pins,
+        shm_path=cache.shm_path,
+        num_blocks=cache.num_blocks,
+        backends=("shm", *backends),
+        name="prefill",
     )
     server.start()
     local = PagedKvCache(ARCH, 16, 4, torch.float32, torch.device("cpu"))
-    puller = KvTransferAgent(store(local), PinTable(), backends=backends)
+    puller = KvTransferAgent(store(local), PinTable(), backends=backends, name="decode")
     try:
         handle = handle_for(server, "h", 5)
         blocks = puller.pull(handle, start_block=1)

@@ -1,8 +1,9 @@
 """A worker's KV transfer agent: serves its pinned blocks (prefill side) and pulls a peer's
 blocks (decode side), choosing the best backend both sides support.
 
-Backends, best first: `shm` (same host: map the peer's cache, copy straight into ours), `tcp`
-(any host). The TCP server also carries every backend's control messages (lookup, release).
+Backends, best first: `shm` (same host: map the peer's cache, copy straight into ours), `nixl`
+(optional: NIXL's UCX reads, any host), `tcp` (any host). The TCP server also carries every
+backend's control messages (lookup, release, NIXL metadata).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from armature.kv.transfer.blocks import KvBlocks, KvBlockStore
+from armature.kv.transfer.nixl_backend import NixlPuller, NixlSource
 from armature.kv.transfer.pins import PinTable
 from armature.kv.transfer.shm import SharedCacheMaps, shm_url
 from armature.kv.transfer.tcp import TcpTransferClient, TcpTransferServer
@@ -20,7 +22,7 @@ __all__ = ["BACKENDS", "KvTransferAgent"]
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("shm", "tcp")
+BACKENDS = ("shm", "nixl", "tcp")
 
 
 class KvTransferAgent:
@@ -35,6 +37,7 @@ class KvTransferAgent:
         shm_path: str | None = None,
         num_blocks: int = 0,
         timeout_s: float = 30.0,
+        name: str = "armature",
     ):
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown or "tcp" not in backends:
@@ -51,12 +54,22 @@ class KvTransferAgent:
         self.num_blocks = num_blocks
         self.endpoints: dict[str, str] = {}
         self.num_pulls: dict[str, int] = {b: 0 for b in BACKENDS}
+        self.nixl: NixlPuller | None = None
+        self.nixl_source: NixlSource | None = None  # its agent must live as long as we serve
+        if "nixl" in backends:  # TransferError when NIXL is missing or cannot serve this cache
+            tensors = store.kv_tensors()
+            if tensors is not None:
+                self.nixl_source = NixlSource(name, *tensors)
+                self.server.nixl_info = self.nixl_source.encoded_info()
+            self.nixl = NixlPuller(f"{name}/pull", timeout_s)
 
     def start(self) -> dict[str, str]:
         """Start serving; returns the endpoints to put in KV handles."""
         self.endpoints = {"tcp": self.server.start()}
         if "shm" in self.backends and self.shm_path is not None:
             self.endpoints["shm"] = shm_url(self.shm_path, self.num_blocks)
+        if self.server.nixl_info is not None:
+            self.endpoints["nixl"] = "nixl:"
         return self.endpoints
 
     def stop(self) -> None:
@@ -81,9 +94,29 @@ class KvTransferAgent:
                 block_ids = self.client.lookup(control, handle, start_block, self.layout)
                 self.num_pulls["shm"] += 1
                 return KvBlocks(block_ids, k, v)
+        if self.nixl is not None and "nixl" in handle.endpoints:
+            try:
+                blocks = self._pull_nixl(control, handle, start_block)
+            except TransferError as exc:
+                log.warning("NIXL transfer failed, using tcp: %s", exc)
+            else:
+                self.num_pulls["nixl"] += 1
+                return blocks
         blocks = self.client.pull(control, handle, start_block, self.layout)
         self.num_pulls["tcp"] += 1
         return blocks
+
+    def _pull_nixl(self, control: str, handle: KvHandle, start_block: int) -> KvBlocks:
+        assert self.nixl is not None
+        peer = f"{handle.worker_id}@{control}"
+        if not self.nixl.knows(peer):
+            self.nixl.add_peer(peer, self.client.nixl_info(control, self.layout))
+        block_ids = self.client.lookup(control, handle, start_block, self.layout)
+        try:
+            return self.nixl.read(peer, block_ids, self.layout)
+        except TransferError:
+            self.nixl.forget(peer)  # a restarted peer gets fresh metadata next time
+            raise
 
     def release(self, handle: KvHandle) -> None:
         """Tell the prefill worker it may free the handle's blocks (best effort)."""

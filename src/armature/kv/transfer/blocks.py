@@ -59,6 +59,10 @@ class KvBlockStore(Protocol):
         """Extra time a transfer of `num_blocks` takes (a modeled store; 0 for real data)."""
         ...
 
+    def kv_tensors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The whole K and V caches (for backends that register memory); None: no data."""
+        ...
+
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
@@ -110,6 +114,9 @@ class ModeledKvStore:
     def write_blocks(self, block_ids: list[int], blocks: KvBlocks) -> None:
         if len(block_ids) != blocks.num_blocks:
             raise ValueError(f"{blocks.num_blocks} blocks for {len(block_ids)} slots")
+
+    def kv_tensors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return None
 
     def transfer_delay_s(self, num_blocks: int) -> float:
         nbytes = num_blocks * self.layout.bytes_per_block

@@ -63,6 +63,7 @@ class TcpTransferServer:
         self.pins = pins
         self.store = store
         self.timeout_s = timeout_s
+        self.nixl_info: bytes | None = None  # set when this worker offers NIXL
         server = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -120,6 +121,12 @@ class TcpTransferServer:
         mismatch = layout_mismatch(self.store.layout, request.layout)
         if mismatch is not None:
             send_message(sock, TransferReply(ok=False, error=mismatch))
+            return
+        if request.op == "nixl":
+            if self.nixl_info is None:
+                send_message(sock, TransferReply(ok=False, error="this worker offers no NIXL"))
+            else:
+                send_message(sock, TransferReply(ok=True, info=self.nixl_info))
             return
         try:
             block_ids = self.pins.begin_read(request.handle_id)
@@ -201,6 +208,11 @@ class TcpTransferClient:
         sock, reply = self._call(url, request)
         sock.close()
         return reply.block_ids
+
+    def nixl_info(self, url: str, layout: KvLayout) -> bytes:
+        sock, reply = self._call(url, TransferRequest(op="nixl", handle_id="", layout=layout))
+        sock.close()
+        return reply.info
 
     def release(self, url: str, handle: KvHandle, layout: KvLayout) -> None:
         request = TransferRequest(op="release", handle_id=handle.handle_id, layout=layout)

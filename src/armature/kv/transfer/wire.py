@@ -35,7 +35,7 @@ class TransferError(RuntimeError):
 
 
 class TransferRequest(msgspec.Struct, frozen=True, kw_only=True):
-    op: Literal["pull", "lookup", "release"]
+    op: Literal["pull", "lookup", "release", "nixl"]
     handle_id: str
     layout: KvLayout
     start_block: int = 0  # pull/lookup: the first pinned block wanted
@@ -47,6 +47,7 @@ class TransferReply(msgspec.Struct, frozen=True, kw_only=True):
     block_ids: list[int] = msgspec.field(default_factory=list)  # lookup: pinned ids wanted
     num_blocks: int = 0  # pull: blocks in the payload
     nbytes: int = 0  # pull: payload bytes after the reply (K then V, equal halves)
+    info: bytes = b""  # nixl: the peer's NIXL agent metadata and cache addresses
 
 
 def send_message(sock: socket.socket, message: msgspec.Struct) -> None:
