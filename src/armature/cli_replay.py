@@ -128,7 +128,7 @@ def run_replay(args: argparse.Namespace) -> None:
     import json
     from pathlib import Path
 
-    from armature.sim.replay import ReplayConfig, replay
+    from armature.sim.replay import ReplayConfig, Slo, replay
     from armature.workload.traces import TraceFormatError, read_mooncake_trace
 
     if args.synthetic:
@@ -157,9 +157,7 @@ def run_replay(args: argparse.Namespace) -> None:
         max_local_prefill_tokens=args.max_local_prefill_tokens,
         transfer_bandwidth_bytes_s=args.transfer_bandwidth_gbs * 1e9,
         kv_bytes_per_block=args.kv_bytes_per_block,
-        slo_ttft_ms=args.slo_ttft_ms,
-        slo_itl_ms=args.slo_itl_ms,
-        slo_itl_quantile=args.slo_itl_quantile,
+        slos=(Slo("sla", args.slo_ttft_ms, args.slo_itl_ms, args.slo_itl_quantile),),
     )
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
@@ -179,6 +177,8 @@ def run_replay(args: argparse.Namespace) -> None:
             "wall_time_s",
         )
     }
+    for key in ("goodput_requests_s", "goodput_tokens_s"):
+        summary[key] = report[key]["sla"]
     for key in ("ttft_ms", "itl_ms", "e2e_ms"):
         summary[f"{key} p50/p90/p99"] = "/".join(
             f"{report[key][p]:.1f}" for p in ("p50", "p90", "p99")

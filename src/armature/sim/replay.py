@@ -35,9 +35,32 @@ from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
 from armature.sim.timing import PolynomialTiming, TimingModel
 from armature.workload.traces import TraceRequest, synthesize_prompt
 
-__all__ = ["LatencySummary", "ReplayConfig", "ReplayReport", "replay"]
+__all__ = ["LatencySummary", "ReplayConfig", "ReplayReport", "Slo", "replay"]
 
 REPLAY_POLICIES = ("round-robin", "random", "least-loaded", "kv", "kv-approx")
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A service-level target: TTFT and inter-token latency bounds (None: unbounded). The ITL
+    bound applies to each request's mean ITL, or with `itl_quantile` (e.g. 0.99) to that
+    quantile of its ITLs (a stall bound)."""
+
+    name: str
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    itl_quantile: float | None = None
+
+    def met_by(self, ttft_ms: float, itl_ms: Sequence[float]) -> bool:
+        if self.ttft_ms is not None and ttft_ms > self.ttft_ms:
+            return False
+        if self.itl_ms is None or not itl_ms:
+            return True
+        if self.itl_quantile is None:
+            return statistics.fmean(itl_ms) <= self.itl_ms
+        ordered = sorted(itl_ms)
+        index = min(len(ordered) - 1, int(self.itl_quantile * (len(ordered) - 1) + 0.5))
+        return ordered[index] <= self.itl_ms
 
 
 @dataclass(frozen=True)
@@ -61,10 +84,8 @@ class ReplayConfig:
     max_prefill_queue_tokens: int = 1 << 30
     transfer_bandwidth_bytes_s: float = 25e9
     kv_bytes_per_block: int = 2 * 1024 * 1024  # Llama-3-8B in bfloat16, 16-token blocks
-    # goodput counts requests meeting both (None: no bound)
-    slo_ttft_ms: float | None = None
-    slo_itl_ms: float | None = None  # on each request's mean inter-token latency, or:
-    slo_itl_quantile: float | None = None  # e.g. 0.99: on each request's p99 ITL instead
+    # goodput: requests meeting an SLA, for each SLA given
+    slos: tuple[Slo, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,8 +118,8 @@ class ReplayReport:
     throughput_tokens_s: float
     load_skew: float
     requests_per_worker: dict[str, int]
-    goodput_requests_s: float
-    goodput_tokens_s: float
+    goodput_requests_s: dict[str, float]  # by SLA name
+    goodput_tokens_s: dict[str, float]
     num_remote_prefills: int
     simulated_time_s: float
     wall_time_s: float
@@ -282,7 +303,14 @@ class Simulation:
         mean = statistics.fmean(per_worker.values()) if per_worker else 0.0
         start_ms = self.requests[0].arrival_ms if self.requests else 0.0
         span_s = max(end_ms - start_ms, 1e-9) / 1000.0
-        good = [t for t in done if _meets_slo(t, self.config)]
+        good = {
+            slo.name: [
+                t
+                for t in done
+                if slo.met_by((t.first_token_ms or t.arrival_ms) - t.arrival_ms, t.itl_ms)
+            ]
+            for slo in self.config.slos
+        }
         return ReplayReport(
             num_requests=len(done),
             num_rejected=self.num_rejected,
@@ -299,25 +327,14 @@ class Simulation:
             throughput_tokens_s=output_tokens / span_s,
             load_skew=max(per_worker.values()) / mean if mean else 0.0,
             requests_per_worker=per_worker,
-            goodput_requests_s=len(good) / span_s,
-            goodput_tokens_s=sum(t.num_output_tokens for t in good) / span_s,
+            goodput_requests_s={name: len(ts) / span_s for name, ts in good.items()},
+            goodput_tokens_s={
+                name: sum(t.num_output_tokens for t in ts) / span_s for name, ts in good.items()
+            },
             num_remote_prefills=self.num_remote_prefills,
             simulated_time_s=span_s,
             wall_time_s=wall_time_s,
         )
-
-
-def _meets_slo(t: Tracked, config: ReplayConfig) -> bool:
-    assert t.first_token_ms is not None
-    if config.slo_ttft_ms is not None and t.first_token_ms - t.arrival_ms > config.slo_ttft_ms:
-        return False
-    if config.slo_itl_ms is not None and t.itl_ms:
-        if config.slo_itl_quantile is None:
-            return statistics.fmean(t.itl_ms) <= config.slo_itl_ms
-        ordered = sorted(t.itl_ms)
-        index = min(len(ordered) - 1, int(config.slo_itl_quantile * (len(ordered) - 1) + 0.5))
-        return ordered[index] <= config.slo_itl_ms
-    return True
 
 
 def _utilization_of(core: EngineCore) -> Callable[[], float]:
