@@ -57,3 +57,23 @@ def test_mocker_streams_and_reports_kv_usage(mocker_url: str) -> None:
     assert len(lines) >= 2
     metrics = httpx.get(f"{mocker_url}/metrics", timeout=10).text
     assert "armature_kv_cache_usage_ratio 0.0" in metrics
+
+
+def test_in_process_disaggregated_mocker_fleet(default_model_dir: Path, tmp_path: Path) -> None:
+    """`serve --prefill-workers 1 --decode-workers 2 --in-process-workers`: prompts are prefilled
+    on the prefill worker and continued on a decode worker, with exact lengths, streamed."""
+    args = ["--engine", "mocker", "--speedup-ratio", "100", "--num-kv-blocks", "256"]
+    args += ["--served-model-name", "mock", "--prefill-workers", "1", "--decode-workers", "2"]
+    args += ["--in-process-workers", "--max-local-prefill-tokens", "0"]
+    body = {"model": "mock", "prompt": "tell me a long story " * 8, "max_tokens": 9}
+    with running_server(default_model_dir, tmp_path, args) as url:
+        response = httpx.post(f"{url}/v1/completions", json=body, timeout=30).json()
+        with httpx.stream(
+            "POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=30
+        ) as stream:
+            events = [line for line in stream.iter_lines() if line.startswith("data: {")]
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    assert response["usage"]["completion_tokens"] == 9
+    assert response["choices"][0]["finish_reason"] == "length"
+    assert len(events) >= 2  # the prefill's first token, then the decode worker's
+    assert 'armature_router_prefills_total{where="remote"} 2.0' in metrics

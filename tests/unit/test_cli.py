@@ -32,6 +32,17 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--bogus-flag"], "unrecognized arguments"),
         (["serve", "--engine", "mocker", "--speedup-ratio", "0"], "must be positive"),
         (["serve", "--engine", "gpt"], "invalid choice"),
+        (["serve", "--prefill-workers", "1"], "--prefill-workers needs --decode-workers"),
+        (
+            ["serve", "--workers", "3", "--prefill-workers", "1", "--decode-workers", "1"],
+            "either --workers or --prefill-workers",
+        ),
+        (["serve", "--decode-workers", "0"], "must be positive"),
+        (["serve", "--kv-transfer-backends", "shm"], "that includes tcp"),
+        (["serve", "--kv-transfer-backends", "rdma,tcp"], "shm,nixl,tcp"),
+        (["serve", "--max-local-prefill-tokens", "-1"], "must be"),
+        (["serve", "--migration-limit", "x"], "--migration-limit"),
+        (["replay", "--synthetic", "prefix-groups", "--prefill-workers", "8"], "at least one"),
         ([], "required"),
     ],
 )
