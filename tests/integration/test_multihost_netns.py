@@ -71,3 +71,38 @@ def test_worker_on_another_host(
         fleet.stop()
         etcd.stop()
     fleet.assert_no_tracebacks()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_disaggregated_across_hosts(
+    worker_netns: str, default_model_dir: Path, tmp_path: Path, base_url: str
+) -> None:
+    """A prefill worker on the other host, a decode worker here: the KV blocks cross the veth
+    link over TCP and the outputs equal the single-process server's."""
+    etcd = Etcd(tmp_path / "etcd", host=FRONT_IP)
+    etcd.start()
+    runtime = ["--discovery", "etcd", "--etcd-endpoints", etcd.url, "--event-plane", "zmq"]
+    fleet = Fleet(default_model_dir, tmp_path, runtime)
+    tcp = ["--kv-transfer-backends", "tcp"]
+    try:
+        fleet.start_worker(
+            "prefill",
+            extra=["--host", WORKER_IP, "--role", "prefill", *tcp],
+            wrapper=["ip", "netns", "exec", worker_netns],
+        )
+        fleet.start_worker("decode", extra=["--host", FRONT_IP, "--role", "decode", *tcp])
+        url = fleet.start_frontend(host=FRONT_IP, extra=["--max-local-prefill-tokens", "0"])
+        prompts = [
+            f"{p} Tell the whole story in detail, with every step explained. " * 3 for p in PROMPTS
+        ]
+        expected = [complete(base_url, p) for p in prompts]
+        assert [complete(url, p) for p in prompts] == expected
+        assert f"KV transfer tcp tcp://{WORKER_IP}:" in (tmp_path / "prefill.log").read_text()
+        decode = fleet.worker_metrics("decode")
+        assert decode['armature_worker_kv_pulls_total{backend="tcp"}'] >= 1
+        assert decode["armature_worker_kv_pull_failures_total"] == 0
+    finally:
+        fleet.stop()
+        etcd.stop()
+    fleet.assert_no_tracebacks()
