@@ -14,6 +14,7 @@ prefill worker that dies before answering is replaced by another, or by local pr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ import msgspec
 from armature.engine.interface import Engine, EngineDeadError
 from armature.frontend.routing import EngineRouter, RouterConfig, RouterObserver
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
+from armature.kv.transfer.tcp import TcpTransferClient
+from armature.kv.transfer.wire import TransferError
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -30,6 +33,7 @@ from armature.protocols.engine import (
     FinishReason,
     merge_outputs,
 )
+from armature.protocols.kv_transfer import KvHandle
 from armature.router.policies import RoutingError
 
 __all__ = ["PREFILL_ROLE", "DisaggConfig", "DisaggRouter"]
@@ -62,6 +66,7 @@ class DisaggRouter(EngineRouter):
         self.disagg = disagg or DisaggConfig()
         self.prefill = EngineRouter(prefill_engines or {}, config, self.observer)
         self.num_prefills = {"remote": 0, "local": 0}
+        self._releases: set[asyncio.Task[None]] = set()
 
     @property
     def observer(self) -> RouterObserver:
@@ -149,20 +154,45 @@ class DisaggRouter(EngineRouter):
             yield first  # finished with its first token (or failed): no decode leg
             return
         handle = first.kv_handle
-        yield msgspec.structs.replace(first, finish_reason=None, kv_handle=None)
-        sampling = request.sampling
-        decode_request = msgspec.structs.replace(
-            request,
-            output_token_ids=request.output_token_ids + first.new_token_ids,
-            sampling=msgspec.structs.replace(
-                sampling, max_tokens=sampling.max_tokens - len(first.new_token_ids)
-            ),
-            kv_handle=handle,
-        )
-        async for output in super().generate(decode_request):
-            if output.num_prompt_tokens:  # the prefill leg reported the prompt already
-                output = msgspec.structs.replace(output, num_prompt_tokens=0, num_cached_tokens=0)
-            yield output
+        decoding = False  # once the decode leg answers, it has released the handle itself
+        try:
+            yield msgspec.structs.replace(first, finish_reason=None, kv_handle=None)
+            sampling = request.sampling
+            decode_request = msgspec.structs.replace(
+                request,
+                output_token_ids=request.output_token_ids + first.new_token_ids,
+                sampling=msgspec.structs.replace(
+                    sampling, max_tokens=sampling.max_tokens - len(first.new_token_ids)
+                ),
+                kv_handle=handle,
+            )
+            async for output in super().generate(decode_request):
+                decoding = True
+                if output.num_prompt_tokens:  # the prefill leg reported the prompt already
+                    output = msgspec.structs.replace(
+                        output, num_prompt_tokens=0, num_cached_tokens=0
+                    )
+                yield output
+        finally:
+            if not decoding and handle is not None and handle.seq_hashes:
+                self._release(handle)  # cancelled or failed before the decode leg took it
+
+    def _release(self, handle: KvHandle) -> None:
+        """Free a handle's pinned blocks on its prefill worker now (best effort; they are
+        freed at the handle's deadline anyway)."""
+        url = handle.endpoints.get("tcp")
+        if url is None:
+            return
+
+        def release() -> None:
+            try:
+                TcpTransferClient(timeout_s=5.0).release(url, handle, handle.layout)
+            except TransferError as exc:
+                log.info("could not release KV handle %s: %s", handle.handle_id, exc)
+
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(release))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
     def _count(self, where: str) -> None:
         self.num_prefills[where] += 1

@@ -238,3 +238,21 @@ async def test_expired_handle_frees_both_sides_and_decode_recomputes(
     finally:
         await prefill.stop()
         await decode.stop()
+
+
+async def test_a_client_gone_after_the_first_token_frees_the_prefill_blocks(
+    tiny_llama_dir: Path,
+) -> None:
+    router = build(tiny_llama_dir)
+    router.start()
+    try:
+        stream = router.generate(request("x", prompts_of([64], 512, seed=26)[0]))
+        first = await anext(stream)  # type: ignore[arg-type]
+        assert first.new_token_ids and first.finish_reason is None
+        prefill = router.prefill.engines["p0"].core  # type: ignore[attr-defined]
+        assert prefill.pins.get_num_pinned_blocks() == 4
+        await stream.aclose()  # type: ignore[attr-defined]
+        await settle(router)  # released at once, not at the 30 s deadline
+        assert prefill.pins.num_expired == 0
+    finally:
+        await router.stop()
