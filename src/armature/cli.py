@@ -21,6 +21,7 @@ from armature.cli_args import (
     port,
     positive_int,
 )
+from armature.cli_auth import add_auth_args, api_keys_from
 from armature.cli_bench import add_bench_parser, run_bench
 from armature.cli_engine import add_engine_args, build_engines
 from armature.cli_frontend import add_frontend_parser, run_frontend
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_disagg_args(serve)
     add_migration_arg(serve)
+    add_auth_args(serve)
     add_transfer_args(serve)
     serve.add_argument(
         "--served-model-name",
@@ -111,6 +113,7 @@ def worker_roles(args: argparse.Namespace) -> list[str]:
 def _serve(args: argparse.Namespace) -> None:
     args.roles = worker_roles(args)
     args.workers = len(args.roles)
+    api_keys = api_keys_from(args)  # a bad key file fails before any model loads
     if args.workers > 1 and not args.in_process_workers:
         from armature.cli_serve_fleet import serve_fleet
 
@@ -175,7 +178,13 @@ def _serve(args: argparse.Namespace) -> None:
     router = DisaggRouter(
         engines, router_config, disagg_config(args), prefill_engines=prefill_engines
     )
-    app = build_app(router, preprocessor, model)
+    app = build_app(
+        router,
+        preprocessor,
+        model,
+        api_keys=api_keys,
+        protect_metrics=args.protect_metrics,
+    )
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 

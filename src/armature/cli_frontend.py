@@ -18,6 +18,7 @@ from armature.cli_args import (
     port,
     positive_float,
 )
+from armature.cli_auth import add_auth_args, api_keys_from
 from armature.cli_runtime import (
     add_runtime_args,
     make_discovery,
@@ -46,6 +47,7 @@ def add_frontend_parser(sub: argparse._SubParsersAction) -> None:
     add_router_cost_args(frontend)
     add_disagg_args(frontend)
     add_migration_arg(frontend)
+    add_auth_args(frontend)
     frontend.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on")
     frontend.add_argument("--port", type=port, default=8000, help="HTTP port")
     frontend.add_argument(
@@ -103,6 +105,7 @@ def run_frontend(args: argparse.Namespace) -> None:
     from armature.frontend.routing import RouterConfig
     from armature.protocols.worker import WorkerCard
 
+    api_keys = api_keys_from(args)
     if not getattr(args, "worker_processes", None):
         check_port_free(args.host, args.port)
     served = msgspec.msgpack.decode(asyncio.run(_first_card(args)), type=WorkerCard)
@@ -134,7 +137,14 @@ def run_frontend(args: argparse.Namespace) -> None:
             await event_plane.close()
             await discovery.close()
 
-    app = build_app(router, preprocessor, model, background=[follow_discovery])
+    app = build_app(
+        router,
+        preprocessor,
+        model,
+        background=[follow_discovery],
+        api_keys=api_keys,
+        protect_metrics=args.protect_metrics,
+    )
     log.info(
         "frontend serving %r on http://%s:%d (OpenAI API under /v1), %s router",
         served.model_name,

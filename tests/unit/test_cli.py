@@ -43,6 +43,9 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--max-local-prefill-tokens", "-1"], "must be"),
         (["serve", "--migration-limit", "x"], "--migration-limit"),
         (["replay", "--synthetic", "prefix-groups", "--prefill-workers", "8"], "at least one"),
+        (["serve", "--api-key-file", "/definitely/not/here"], "cannot read the API key file"),
+        (["serve", "--protect-metrics"], "--protect-metrics needs an API key"),
+        (["serve", "--api-key", " padded "], "--api-key must not be empty"),
         ([], "required"),
     ],
 )

@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from armature.engine.interface import EngineDeadError
+from armature.frontend.auth import ApiKeyMiddleware, ApiKeys
 from armature.frontend.errors import ApiError, error_body, install_error_handlers
 from armature.frontend.generation import GenerationError
 from armature.frontend.metrics import FrontendMetrics
@@ -40,9 +41,12 @@ def build_app(
     preprocessor: Preprocessor,
     model: ServedModel,
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+    api_keys: ApiKeys | None = None,
+    protect_metrics: bool = False,
 ) -> FastAPI:
     """The app over `engine`, a router in front of one or more worker engines. `background`
-    coroutines (e.g. following discovery) run from startup until shutdown."""
+    coroutines (e.g. following discovery) run from startup until shutdown. With `api_keys`,
+    the API needs one of them (see auth.py)."""
     metrics = FrontendMetrics(model.name, engine.get_load, engine.get_worker_loads)
     engine.observer = metrics.router_observer()
     service = OpenAIService(engine, preprocessor, metrics, model)
@@ -58,6 +62,8 @@ def build_app(
         await engine.stop()
 
     app = FastAPI(title="Armature", version="0.1.0", lifespan=lifespan)
+    if api_keys is not None:
+        app.add_middleware(ApiKeyMiddleware, keys=api_keys, protect_metrics=protect_metrics)
     app.state.service = service
     endpoints = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 

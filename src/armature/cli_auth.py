@@ -1,0 +1,59 @@
+"""API-key flags shared by `armature serve` and `armature frontend`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from armature.cli_args import CliError
+
+if TYPE_CHECKING:
+    from armature.frontend.auth import ApiKeys
+
+__all__ = ["add_auth_args", "api_keys_from"]
+
+
+def add_auth_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on the API (repeatable; also "
+        "$ARMATURE_API_KEYS, comma-separated). /health and /live stay open",
+    )
+    parser.add_argument(
+        "--api-key-file",
+        default=os.environ.get("ARMATURE_API_KEY_FILE"),
+        help="a file of API keys, one per line, # comments (env ARMATURE_API_KEY_FILE)",
+    )
+    parser.add_argument(
+        "--protect-metrics",
+        action="store_true",
+        help="with API keys, /metrics needs a key too (default: open for scrapers)",
+    )
+
+
+def api_keys_from(args: argparse.Namespace) -> ApiKeys | None:
+    """The keys from the flags, the key file and the environment; None when there are none."""
+    from armature.frontend.auth import ApiKeys, read_key_file
+
+    keys = list(args.api_key or [])
+    keys += [k.strip() for k in os.environ.get("ARMATURE_API_KEYS", "").split(",") if k.strip()]
+    if args.api_key_file:
+        path = Path(args.api_key_file)
+        try:
+            from_file = read_key_file(path)
+        except OSError as exc:
+            raise CliError(f"cannot read the API key file {path}: {exc.strerror}") from None
+        if not from_file:
+            raise CliError(f"the API key file {path} holds no key")
+        keys += from_file
+    if any(not k or k != k.strip() for k in args.api_key or []):
+        raise CliError("--api-key must not be empty or carry surrounding spaces")
+    if not keys:
+        if args.protect_metrics:
+            raise CliError("--protect-metrics needs an API key")
+        return None
+    return ApiKeys(keys)

@@ -1,0 +1,90 @@
+"""API keys: `Authorization: Bearer <key>` on the API, checked in constant time.
+
+`/health`, `/live`, `/openapi.json` and the docs stay open; `/metrics` is open unless
+`protect_metrics`. A refused request gets 401 in OpenAI's error format; keys are never logged
+(the header is compared, never formatted).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from armature.frontend.errors import error_body
+
+__all__ = ["ApiKeyMiddleware", "ApiKeys", "read_key_file"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_OPEN_PATHS = frozenset({"/health", "/live", "/openapi.json", "/docs", "/redoc"})
+
+
+class ApiKeys:
+    def __init__(self, keys: Iterable[str]):
+        self._keys = [k.encode() for k in keys if k]
+        if not self._keys:
+            raise ValueError("no API key given")
+
+    def accepts(self, authorization: bytes | None) -> bool:
+        """Whether an Authorization header value carries one of the keys. Every key is
+        compared (no early exit), each in constant time."""
+        if authorization is None or not authorization.startswith(b"Bearer "):
+            return False
+        offered = authorization[len(b"Bearer ") :].strip()
+        found = False
+        for key in self._keys:
+            found |= hmac.compare_digest(offered, key)
+        return found
+
+
+def read_key_file(path: Path) -> list[str]:
+    """One key per line; blank lines and `#` comments are skipped."""
+    lines = path.read_text().splitlines()
+    return [s for line in lines if (s := line.strip()) and not s.startswith("#")]
+
+
+class ApiKeyMiddleware:
+    """ASGI middleware (no response buffering, so streams are untouched)."""
+
+    def __init__(self, app: App, keys: ApiKeys, protect_metrics: bool = False):
+        self.app = app
+        self.keys = keys
+        self.protect_metrics = protect_metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self._is_open(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        authorization = headers.get(b"authorization")
+        if self.keys.accepts(authorization):
+            await self.app(scope, receive, send)
+            return
+        message = (
+            "Missing API key: send it as 'Authorization: Bearer <key>'"
+            if authorization is None
+            else "Incorrect API key provided"
+        )
+        body = json.dumps(error_body(message, "invalid_request_error", None, "invalid_api_key"))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b"Bearer"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body.encode()})
+
+    def _is_open(self, path: str) -> bool:
+        if path in _OPEN_PATHS:
+            return True
+        return path == "/metrics" and not self.protect_metrics

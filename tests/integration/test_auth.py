@@ -1,0 +1,76 @@
+"""API keys on a real server: missing, wrong and right keys over HTTP and through the openai
+client; /health and /live stay open, /metrics as configured; keys from flags, a key file and
+the environment; no key ever appears in the server's logs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from conftest import running_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MOCKER = ["--engine", "mocker", "--speedup-ratio", "100", "--num-kv-blocks", "256"]
+MOCKER += ["--served-model-name", "mock"]
+BODY = {"model": "mock", "prompt": "hello there", "max_tokens": 3}
+
+
+def test_keys_gate_the_api_but_not_health(default_model_dir: Path, tmp_path: Path) -> None:
+    key_file = tmp_path / "keys"
+    key_file.write_text("# ops\nsk-from-file\n")
+    args = [*MOCKER, "--api-key", "sk-flag-key", "--api-key-file", str(key_file)]
+    os.environ["ARMATURE_API_KEYS"] = "sk-env-1,sk-env-2"
+    try:
+        with running_server(default_model_dir, tmp_path, args) as url:
+            missing = httpx.post(f"{url}/v1/completions", json=BODY, timeout=30)
+            wrong = httpx.post(
+                f"{url}/v1/completions",
+                json=BODY,
+                headers={"Authorization": "Bearer sk-nope"},
+                timeout=30,
+            )
+            ok = [
+                httpx.post(
+                    f"{url}/v1/completions",
+                    json=BODY,
+                    headers={"Authorization": f"Bearer {key}"},
+                    timeout=30,
+                )
+                for key in ("sk-flag-key", "sk-from-file", "sk-env-2")
+            ]
+            models = httpx.get(f"{url}/v1/models", timeout=30)
+            open_paths = [httpx.get(f"{url}{p}", timeout=30) for p in ("/health", "/live")]
+            metrics = httpx.get(f"{url}/metrics", timeout=30)
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-flag-key")
+            completion = client.completions.create(model="mock", prompt="hi", max_tokens=2)
+            with pytest.raises(openai.AuthenticationError):
+                openai.OpenAI(base_url=f"{url}/v1", api_key="sk-wrong").models.list()
+    finally:
+        del os.environ["ARMATURE_API_KEYS"]
+    assert missing.status_code == 401
+    assert missing.json()["error"]["code"] == "invalid_api_key"
+    assert "Authorization: Bearer" in missing.json()["error"]["message"]
+    assert wrong.status_code == 401
+    assert wrong.json()["error"]["message"] == "Incorrect API key provided"
+    assert [r.status_code for r in ok] == [200, 200, 200]
+    assert models.status_code == 401
+    assert [r.status_code for r in open_paths] == [200, 200]
+    assert metrics.status_code == 200
+    assert completion.usage is not None and completion.usage.completion_tokens == 2
+    logs = (tmp_path / "stderr.log").read_text()
+    for key in ("sk-flag-key", "sk-from-file", "sk-env-1", "sk-env-2", "sk-nope", "sk-wrong"):
+        assert key not in logs
+
+
+def test_protected_metrics(default_model_dir: Path, tmp_path: Path) -> None:
+    args = [*MOCKER, "--api-key", "sk-m", "--protect-metrics"]
+    with running_server(default_model_dir, tmp_path, args) as url:
+        assert httpx.get(f"{url}/metrics", timeout=30).status_code == 401
+        authorized = {"Authorization": "Bearer sk-m"}
+        assert httpx.get(f"{url}/metrics", headers=authorized, timeout=30).status_code == 200
+        assert httpx.get(f"{url}/health", timeout=30).status_code == 200
