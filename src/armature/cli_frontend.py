@@ -18,7 +18,7 @@ from armature.cli_args import (
     port,
     positive_float,
 )
-from armature.cli_auth import add_auth_args, api_keys_from
+from armature.cli_edge import add_edge_args, api_keys_from
 from armature.cli_runtime import (
     add_runtime_args,
     make_discovery,
@@ -47,7 +47,7 @@ def add_frontend_parser(sub: argparse._SubParsersAction) -> None:
     add_router_cost_args(frontend)
     add_disagg_args(frontend)
     add_migration_arg(frontend)
-    add_auth_args(frontend)
+    add_edge_args(frontend)
     frontend.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on")
     frontend.add_argument("--port", type=port, default=8000, help="HTTP port")
     frontend.add_argument(
@@ -144,6 +144,7 @@ def run_frontend(args: argparse.Namespace) -> None:
         background=[follow_discovery],
         api_keys=api_keys,
         protect_metrics=args.protect_metrics,
+        max_request_bytes=args.max_request_bytes,
     )
     log.info(
         "frontend serving %r on http://%s:%d (OpenAI API under /v1), %s router",

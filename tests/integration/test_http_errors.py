@@ -161,6 +161,35 @@ CASES = [
         completion(prompt=[10**9]),
         code="invalid_request",
     ),
+    # limits: what one request may carry
+    Case("too-many-stop-strings", COMPLETIONS, completion(stop=["x"] * 17), param="stop"),
+    Case("stop-string-too-long", COMPLETIONS, completion(stop=["x" * 513]), param="stop"),
+    Case(
+        "too-many-stop-token-ids",
+        COMPLETIONS,
+        completion(stop_token_ids=[1] * 65),
+        param="stop_token_ids",
+    ),
+    Case("n-too-large", CHAT, chat(n=129), param="n"),
+    Case(
+        "too-many-messages",
+        CHAT,
+        chat(messages=[{"role": "user", "content": "a"}] * 4097),
+        param="messages",
+    ),
+    Case(
+        "logit-bias-too-large",
+        CHAT,
+        chat(logit_bias={str(i): 1.0 for i in range(301)}),
+        param="logit_bias",
+    ),
+    Case(
+        "body-too-large",
+        COMPLETIONS,
+        completion(prompt="x" * (8 << 20)),
+        code="request_too_large",
+        status=413,
+    ),
 ]
 
 
@@ -212,3 +241,24 @@ def test_unknown_route_and_wrong_method(http: httpx.Client) -> None:
     wrong_method = http.get(CHAT)
     assert wrong_method.status_code == 405
     assert set(wrong_method.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_chunked_body_over_the_limit_is_refused(http: httpx.Client, model_name: str) -> None:
+    """No Content-Length: the server reads at most the limit, then answers 413."""
+
+    def chunks():  # type: ignore[no-untyped-def]
+        yield b'{"model": "' + model_name.encode() + b'", "prompt": "'
+        for _ in range(9):
+            yield b"x" * (1 << 20)
+        yield b'"}'
+
+    response = http.post(
+        COMPLETIONS, content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+    body = json.dumps(substitute_model(completion(max_tokens=1), model_name)).encode()
+    small = http.post(
+        COMPLETIONS, content=iter([body]), headers={"content-type": "application/json"}
+    )
+    assert small.status_code == 200, small.text

@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {
         "cli",
         "cli_args",
-        "cli_auth",
+        "cli_edge",
         "cli_bench",
         "cli_engine",
         "cli_replay",

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from armature.engine.interface import EngineDeadError
-from armature.frontend.auth import ApiKeyMiddleware, ApiKeys
+from armature.frontend.auth import ApiKeyMiddleware, ApiKeys, BodyLimitMiddleware
 from armature.frontend.errors import ApiError, error_body, install_error_handlers
 from armature.frontend.generation import GenerationError
 from armature.frontend.metrics import FrontendMetrics
@@ -32,6 +32,7 @@ __all__ = ["REQUEST_ID_HEADER", "WORKER_HEADER", "ServedModel", "build_app"]
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MAX_REQUEST_BYTES = 8 << 20
 WORKER_HEADER = "x-worker-id"  # names the worker for the direct router
 REQUEST_ID_HEADER = "x-request-id"  # the id that frontend and worker logs carry
 
@@ -43,6 +44,7 @@ def build_app(
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
     api_keys: ApiKeys | None = None,
     protect_metrics: bool = False,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
 ) -> FastAPI:
     """The app over `engine`, a router in front of one or more worker engines. `background`
     coroutines (e.g. following discovery) run from startup until shutdown. With `api_keys`,
@@ -62,7 +64,8 @@ def build_app(
         await engine.stop()
 
     app = FastAPI(title="Armature", version="0.1.0", lifespan=lifespan)
-    if api_keys is not None:
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
+    if api_keys is not None:  # added last: runs first, so unauthenticated bodies go unread
         app.add_middleware(ApiKeyMiddleware, keys=api_keys, protect_metrics=protect_metrics)
     app.state.service = service
     endpoints = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}

@@ -1,8 +1,10 @@
-"""API keys: `Authorization: Bearer <key>` on the API, checked in constant time.
+"""The HTTP edge's gates, as ASGI middleware (no response buffering, streams untouched).
+
+API keys: `Authorization: Bearer <key>` on the API, checked in constant time.
 
 `/health`, `/live`, `/openapi.json` and the docs stay open; `/metrics` is open unless
 `protect_metrics`. A refused request gets 401 in OpenAI's error format; keys are never logged
-(the header is compared, never formatted).
+(the header is compared, never formatted). Body size: bodies over the limit get 413.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from armature.frontend.errors import error_body
 
-__all__ = ["ApiKeyMiddleware", "ApiKeys", "read_key_file"]
+__all__ = ["ApiKeyMiddleware", "ApiKeys", "BodyLimitMiddleware", "read_key_file"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -88,3 +90,53 @@ class ApiKeyMiddleware:
         if path in _OPEN_PATHS:
             return True
         return path == "/metrics" and not self.protect_metrics
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over `max_bytes` with 413 before the app parses them: by their
+    Content-Length, or (chunked bodies) by reading at most `max_bytes` + 1 of them."""
+
+    def __init__(self, app: App, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None:
+            if length.isdigit() and int(length) <= self.max_bytes:
+                await self.app(scope, receive, send)
+            else:
+                await self._too_large(send, length.decode(errors="replace"))
+            return
+        messages: list[MutableMapping[str, Any]] = []
+        total = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            total += len(message.get("body", b""))
+            if total > self.max_bytes:
+                await self._too_large(send, f"more than {self.max_bytes}")
+                return
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+
+        async def replay() -> MutableMapping[str, Any]:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Send, size: str) -> None:
+        message = f"the request body ({size} bytes) exceeds the limit of {self.max_bytes} bytes"
+        body = json.dumps(error_body(message, "invalid_request_error", None, "request_too_large"))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body.encode()})

@@ -20,6 +20,15 @@ __all__ = [
 ]
 
 
+# Bounds on what one request may carry (each refused with a 400 naming the field).
+MAX_STOP_STRINGS = 16
+MAX_STOP_STRING_CHARS = 512
+MAX_STOP_TOKEN_IDS = 64
+MAX_MESSAGES = 4096
+MAX_LOGIT_BIAS_ENTRIES = 300
+MAX_N = 128
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -60,7 +69,7 @@ class GenerationFields(_Request):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1, description="0 or -1 disables (vLLM).")
-    n: int = Field(default=1, ge=1)
+    n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
@@ -68,11 +77,11 @@ class GenerationFields(_Request):
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS_ENTRIES)
     user: str | None = None
     ignore_eos: bool = False
     min_tokens: int = Field(default=0, ge=0)
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[int] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
 
     @field_validator("max_tokens")
     @classmethod
@@ -87,6 +96,10 @@ class GenerationFields(_Request):
         stops = [value] if isinstance(value, str) else (value or [])
         if any(not s for s in stops):
             raise ValueError("stop strings must not be empty")
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(stops)}")
+        if any(len(s) > MAX_STOP_STRING_CHARS for s in stops):
+            raise ValueError(f"a stop string may have at most {MAX_STOP_STRING_CHARS} characters")
         return value
 
     def stop_list(self) -> list[str]:
@@ -109,7 +122,7 @@ class GenerationFields(_Request):
 
 
 class ChatCompletionRequest(GenerationFields):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)

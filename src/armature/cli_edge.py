@@ -1,4 +1,4 @@
-"""API-key flags shared by `armature serve` and `armature frontend`."""
+"""The HTTP edge's flags (API keys, request size), shared by `serve` and `frontend`."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from armature.cli_args import CliError
+from armature.cli_args import CliError, parse_bytes
 
 if TYPE_CHECKING:
     from armature.frontend.auth import ApiKeys
 
-__all__ = ["add_auth_args", "api_keys_from"]
+__all__ = ["add_edge_args", "api_keys_from"]
 
 
-def add_auth_args(parser: argparse.ArgumentParser) -> None:
+def add_edge_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key",
         action="append",
@@ -27,6 +27,12 @@ def add_auth_args(parser: argparse.ArgumentParser) -> None:
         "--api-key-file",
         default=os.environ.get("ARMATURE_API_KEY_FILE"),
         help="a file of API keys, one per line, # comments (env ARMATURE_API_KEY_FILE)",
+    )
+    parser.add_argument(
+        "--max-request-bytes",
+        type=parse_bytes,
+        default=8 << 20,
+        help="refuse request bodies larger than this with 413 (e.g. 8MiB)",
     )
     parser.add_argument(
         "--protect-metrics",
