@@ -22,7 +22,7 @@ from armature.cli_args import (
     positive_int,
 )
 from armature.cli_bench import add_bench_parser, run_bench
-from armature.cli_edge import add_edge_args, api_keys_from
+from armature.cli_edge import add_edge_args, api_keys_from, overload_from
 from armature.cli_engine import add_engine_args, build_engines
 from armature.cli_frontend import add_frontend_parser, run_frontend
 from armature.cli_replay import add_replay_parser, run_replay
@@ -185,6 +185,7 @@ def _serve(args: argparse.Namespace) -> None:
         api_keys=api_keys,
         protect_metrics=args.protect_metrics,
         max_request_bytes=args.max_request_bytes,
+        overload=overload_from(args),
     )
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)

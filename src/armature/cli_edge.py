@@ -7,12 +7,40 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from armature.cli_args import CliError, parse_bytes
+from armature.cli_args import (
+    CliError,
+    non_negative_int,
+    parse_bytes,
+    positive_float,
+    positive_int,
+)
 
 if TYPE_CHECKING:
+    from armature.frontend.admission import Overload
     from armature.frontend.auth import ApiKeys
 
-__all__ = ["add_edge_args", "api_keys_from"]
+__all__ = ["add_edge_args", "api_keys_from", "overload_from"]
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in 0..1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in 0..1, got {text!r}")
+    return value
+
+
+def overload_from(args: argparse.Namespace) -> Overload:
+    from armature.frontend.admission import Overload
+
+    return Overload(
+        busy_kv_usage=args.busy_kv_usage,
+        busy_prefill_tokens=args.busy_prefill_tokens,
+        max_queued_requests=args.max_queued_requests,
+        queue_timeout_s=args.queue_timeout_s,
+    )
 
 
 def add_edge_args(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +61,31 @@ def add_edge_args(parser: argparse.ArgumentParser) -> None:
         type=parse_bytes,
         default=8 << 20,
         help="refuse request bodies larger than this with 413 (e.g. 8MiB)",
+    )
+    parser.add_argument(
+        "--busy-kv-usage",
+        type=fraction,
+        default=None,
+        help="overload control: a worker whose KV usage reaches this (0..1) is busy; when "
+        "every worker is busy, requests queue (default: no KV threshold)",
+    )
+    parser.add_argument(
+        "--busy-prefill-tokens",
+        type=positive_int,
+        default=None,
+        help="overload control: a worker with this many prompt tokens waiting is busy",
+    )
+    parser.add_argument(
+        "--max-queued-requests",
+        type=non_negative_int,
+        default=256,
+        help="overload control: requests that may wait for a free worker; more get 503",
+    )
+    parser.add_argument(
+        "--queue-timeout-s",
+        type=positive_float,
+        default=30.0,
+        help="overload control: a request waiting longer gets 503 with Retry-After",
     )
     parser.add_argument(
         "--protect-metrics",

@@ -18,7 +18,7 @@ from armature.cli_args import (
     port,
     positive_float,
 )
-from armature.cli_edge import add_edge_args, api_keys_from
+from armature.cli_edge import add_edge_args, api_keys_from, overload_from
 from armature.cli_runtime import (
     add_runtime_args,
     make_discovery,
@@ -145,6 +145,7 @@ def run_frontend(args: argparse.Namespace) -> None:
         api_keys=api_keys,
         protect_metrics=args.protect_metrics,
         max_request_bytes=args.max_request_bytes,
+        overload=overload_from(args),
     )
     log.info(
         "frontend serving %r on http://%s:%d (OpenAI API under /v1), %s router",

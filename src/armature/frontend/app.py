@@ -9,6 +9,7 @@ The request logic lives in service.py (OpenAIService); routing over workers in r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -16,14 +17,16 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import Gauge
 
 from armature.engine.interface import EngineDeadError
+from armature.frontend.admission import AdmissionGate, Overload, Overloaded, WorkerPressure
 from armature.frontend.auth import ApiKeyMiddleware, ApiKeys, BodyLimitMiddleware
 from armature.frontend.errors import ApiError, error_body, install_error_handlers
 from armature.frontend.generation import GenerationError
 from armature.frontend.metrics import FrontendMetrics
 from armature.frontend.preprocess import Preprocessor
-from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest
+from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
 from armature.frontend.routing import EngineRouter
 from armature.frontend.service import ClientDisconnectedError, Job, OpenAIService, ServedModel
 from armature.router.policies import RoutingError
@@ -45,6 +48,7 @@ def build_app(
     api_keys: ApiKeys | None = None,
     protect_metrics: bool = False,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    overload: Overload | None = None,
 ) -> FastAPI:
     """The app over `engine`, a router in front of one or more worker engines. `background`
     coroutines (e.g. following discovery) run from startup until shutdown. With `api_keys`,
@@ -52,6 +56,22 @@ def build_app(
     metrics = FrontendMetrics(model.name, engine.get_load, engine.get_worker_loads)
     engine.observer = metrics.router_observer()
     service = OpenAIService(engine, preprocessor, metrics, model)
+
+    def pressures() -> list[WorkerPressure]:
+        return [
+            WorkerPressure(
+                kv_usage=load.num_active_blocks / max(1, load.num_total_blocks),
+                prefill_tokens=max(load.num_prefill_tokens_queued, routed_prefill_tokens),
+            )
+            for load, routed_prefill_tokens in engine.get_pool_loads().values()
+        ]
+
+    gate = AdmissionGate(overload or Overload(), pressures)
+    Gauge(
+        "armature_requests_queued",
+        "Requests waiting for a free worker (overload control)",
+        registry=metrics.registry,
+    ).set_function(lambda: gate.num_queued)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -61,6 +81,7 @@ def build_app(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await gate.stop()
         await engine.stop()
 
     app = FastAPI(title="Armature", version="0.1.0", lifespan=lifespan)
@@ -106,6 +127,16 @@ def build_app(
                 service.engine.check_route(job.target_worker)
             except RoutingError as exc:
                 raise ApiError(str(exc), param=WORKER_HEADER, code="routing_error") from None
+            try:
+                await gate.admit(job.priority)
+            except Overloaded as exc:
+                raise ApiError(
+                    str(exc),
+                    status_code=503,
+                    type="service_unavailable",
+                    code=exc.code,
+                    headers={"Retry-After": str(exc.retry_after_s)},
+                ) from None
             headers = {REQUEST_ID_HEADER: job.request_id}
             if job.stream:
                 status = None  # counted_stream counts it when it ends
@@ -166,6 +197,18 @@ def build_app(
     @app.get("/live")
     async def live() -> dict[str, str]:
         return {"status": "alive"}
+
+    @app.get("/admin/overload")
+    async def get_overload() -> dict[str, Any]:
+        return {**dataclasses.asdict(gate.config), "queued": gate.num_queued}
+
+    @app.post("/admin/overload")
+    async def set_overload(update: OverloadUpdate) -> dict[str, Any]:
+        """Change the busy thresholds and queue bounds at runtime (fields left out stay)."""
+        changes = update.model_dump(exclude_unset=True)
+        gate.config = dataclasses.replace(gate.config, **changes)
+        log.info("overload control now %s", gate.config)
+        return {**dataclasses.asdict(gate.config), "queued": gate.num_queued}
 
     @app.get("/metrics")
     async def metrics_endpoint() -> Response:

@@ -28,8 +28,10 @@ class ApiError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
+        self.headers = headers
         self.message = message
         self.status_code = status_code
         self.type = type
@@ -46,7 +48,9 @@ def error_body(
 def _api_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     return JSONResponse(
-        error_body(exc.message, exc.type, exc.param, exc.code), status_code=exc.status_code
+        error_body(exc.message, exc.type, exc.param, exc.code),
+        status_code=exc.status_code,
+        headers=exc.headers,
     )
 
 

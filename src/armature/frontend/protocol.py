@@ -82,6 +82,9 @@ class GenerationFields(_Request):
     ignore_eos: bool = False
     min_tokens: int = Field(default=0, ge=0)
     stop_token_ids: list[int] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
+    priority: int = Field(
+        default=0, ge=-(2**31), lt=2**31, description="Queue order under overload: lower first."
+    )
 
     @field_validator("max_tokens")
     @classmethod
@@ -187,3 +190,14 @@ class CompletionRequest(GenerationFields):
         if self.best_of is not None and self.best_of > 1:
             out.append(("best_of", "best_of > 1 is not supported"))
         return out
+
+
+class OverloadUpdate(BaseModel):
+    """POST /admin/overload: new busy thresholds and queue bounds (null clears a threshold)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    busy_kv_usage: float | None = Field(default=None, ge=0.0, le=1.0)
+    busy_prefill_tokens: int | None = Field(default=None, ge=1)
+    max_queued_requests: int = Field(default=256, ge=0)
+    queue_timeout_s: float = Field(default=30.0, gt=0.0)

@@ -252,6 +252,15 @@ class EngineRouter:
                 reason,
             )
 
+    def get_pool_loads(self) -> dict[str, tuple[EngineLoad, int]]:
+        """This pool's live workers: (load as last reported, prompt tokens in flight as the
+        router counts them, which is fresher)."""
+        return {
+            w: (e.get_load(), self.load.get(w).active_prefill_tokens)
+            for w, e in self.engines.items()
+            if e.is_alive
+        }
+
     def get_worker_loads(self) -> dict[str, EngineLoad]:
         """Each live worker's load as last reported."""
         return {w: e.get_load() for w, e in self.engines.items() if e.is_alive}

@@ -65,6 +65,7 @@ class Job:
     want_logprobs: bool
     echo_text: str = ""
     target_worker: str | None = None  # from the x-worker-id header (direct routing)
+    priority: int = 0  # overload queue order: lower first
 
 
 class OpenAIService:
@@ -205,6 +206,7 @@ class OpenAIService:
             body.stream,
             include_usage,
             sampling.logprobs is not None,
+            priority=body.priority,
         )
 
     # ---- running a job -----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""API keys on a real server: missing, wrong and right keys over HTTP and through the openai
+"""The HTTP edge on a real server. API keys: missing, wrong and right keys over HTTP and through the openai
 client; /health and /live stay open, /metrics as configured; keys from flags, a key file and
 the environment; no key ever appears in the server's logs."""
 
@@ -74,3 +74,27 @@ def test_protected_metrics(default_model_dir: Path, tmp_path: Path) -> None:
         authorized = {"Authorization": "Bearer sk-m"}
         assert httpx.get(f"{url}/metrics", headers=authorized, timeout=30).status_code == 200
         assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+
+
+def test_overload_control_over_http(default_model_dir: Path, tmp_path: Path) -> None:
+    """Every worker busy (KV threshold 0): no queue room -> a fast 503 with Retry-After; a
+    short queue -> 503 after the timeout; thresholds cleared at runtime -> served."""
+    args = [*MOCKER, "--busy-kv-usage", "0", "--max-queued-requests", "0"]
+    with running_server(default_model_dir, tmp_path, args) as url:
+        full = httpx.post(f"{url}/v1/completions", json=BODY, timeout=30)
+        update = {"busy_kv_usage": 0.0, "max_queued_requests": 4, "queue_timeout_s": 0.3}
+        assert httpx.post(f"{url}/admin/overload", json=update, timeout=30).status_code == 200
+        late = httpx.post(f"{url}/v1/completions", json={**BODY, "priority": -3}, timeout=30)
+        bad = httpx.post(f"{url}/admin/overload", json={"busy_kv_usage": 2}, timeout=30)
+        cleared = httpx.post(f"{url}/admin/overload", json={"busy_kv_usage": None}, timeout=30)
+        served = httpx.post(f"{url}/v1/completions", json=BODY, timeout=30)
+        metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    assert full.status_code == 503 and full.headers["retry-after"] == "5"
+    assert full.json()["error"]["code"] == "overloaded"
+    assert full.json()["error"]["type"] == "service_unavailable"
+    assert late.status_code == 503 and late.json()["error"]["code"] == "queue_timeout"
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "busy_kv_usage"
+    assert cleared.json()["busy_kv_usage"] is None
+    assert served.status_code == 200
+    assert 'armature_requests_total{endpoint="completions",status="503"} 2.0' in metrics
+    assert "armature_requests_queued 0.0" in metrics

@@ -1,0 +1,134 @@
+"""Overload control at the frontend: when every worker is busy, requests wait in a bounded
+queue (priority first, then arrival order) instead of piling onto the engines; a full queue or
+a wait past the timeout answers 503 with Retry-After.
+
+A worker is busy when its KV usage or its prompt tokens waiting to be prefilled reach the
+thresholds (`Overload`, changeable at runtime). With no threshold set the gate admits at once.
+
+    request -> admit(priority) --capacity--> routed
+                   |  no capacity: waiters heap (priority, seq) -- pump admits the head
+                   +- queue full / timed out: Overloaded -> 503 + Retry-After
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+__all__ = ["AdmissionGate", "Overload", "Overloaded", "WorkerPressure"]
+
+
+@dataclass(frozen=True)
+class WorkerPressure:
+    kv_usage: float  # active / total KV blocks, 0..1
+    prefill_tokens: int  # prompt tokens waiting to be prefilled
+
+
+@dataclass(frozen=True)
+class Overload:
+    busy_kv_usage: float | None = None
+    busy_prefill_tokens: int | None = None
+    max_queued_requests: int = 256
+    queue_timeout_s: float = 30.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.busy_kv_usage is not None or self.busy_prefill_tokens is not None
+
+    def is_busy(self, worker: WorkerPressure) -> bool:
+        if self.busy_kv_usage is not None and worker.kv_usage >= self.busy_kv_usage:
+            return True
+        limit = self.busy_prefill_tokens
+        return limit is not None and worker.prefill_tokens >= limit
+
+
+class Overloaded(Exception):
+    def __init__(self, message: str, code: str, retry_after_s: int):
+        super().__init__(message)
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+
+class AdmissionGate:
+    def __init__(
+        self,
+        config: Overload,
+        pressures: Callable[[], Iterable[WorkerPressure]],
+        poll_interval_s: float = 0.005,
+    ):
+        self.config = config
+        self.pressures = pressures
+        self.poll_interval_s = poll_interval_s
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._sequence = itertools.count()
+        self._pump: asyncio.Task[None] | None = None
+        self.num_rejected = 0
+
+    @property
+    def num_queued(self) -> int:
+        return sum(1 for *_, f in self._waiters if not f.done())
+
+    def has_capacity(self) -> bool:
+        return any(not self.config.is_busy(p) for p in self.pressures())
+
+    async def admit(self, priority: int = 0) -> None:
+        """Return when the request may be routed; Overloaded when it may not."""
+        config = self.config
+        if not config.enabled or (not self._waiters and self.has_capacity()):
+            return
+        if self.num_queued >= config.max_queued_requests:
+            self.num_rejected += 1
+            raise Overloaded(
+                f"every worker is busy and {config.max_queued_requests} requests are "
+                "already waiting; retry later",
+                "overloaded",
+                self._retry_after_s(),
+            )
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (priority, next(self._sequence), future))
+        self._ensure_pump()
+        try:
+            await asyncio.wait_for(asyncio.shield(future), config.queue_timeout_s)
+        except TimeoutError:
+            future.cancel()
+            self.num_rejected += 1
+            raise Overloaded(
+                f"waited {config.queue_timeout_s:g} s for a free worker; retry later",
+                "queue_timeout",
+                self._retry_after_s(),
+            ) from None
+        finally:
+            if not future.done():
+                future.cancel()  # the caller left (client gone): its place is given up
+
+    def _retry_after_s(self) -> int:
+        return max(1, math.ceil(min(self.config.queue_timeout_s, 5.0)))
+
+    def _ensure_pump(self) -> None:
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+
+    async def _run_pump(self) -> None:
+        """Admit the head waiter whenever a worker has room; one at a time, so that each
+        admitted request is routed (and counted in the load) before the next is weighed."""
+        while self._waiters:
+            _, _, head = self._waiters[0]
+            if head.done():  # timed out or cancelled
+                heapq.heappop(self._waiters)
+                continue
+            if not self.config.enabled or self.has_capacity():
+                heapq.heappop(self._waiters)
+                head.set_result(None)
+                for _ in range(3):  # let the admitted request reach the router
+                    await asyncio.sleep(0)
+                continue
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def stop(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+            await asyncio.gather(self._pump, return_exceptions=True)

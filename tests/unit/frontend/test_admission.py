@@ -1,0 +1,83 @@
+"""Overload control: admission with room, a bounded priority queue (FCFS within a priority),
+503s when full or timed out, and a runtime change of the thresholds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from armature.frontend.admission import AdmissionGate, Overload, Overloaded, WorkerPressure
+
+
+class Workers:
+    def __init__(self) -> None:
+        self.pressures = [WorkerPressure(0.99, 0), WorkerPressure(0.5, 5000)]
+
+    def __call__(self) -> list[WorkerPressure]:
+        return self.pressures
+
+
+def test_busy_by_kv_usage_or_queued_prefill() -> None:
+    config = Overload(busy_kv_usage=0.9, busy_prefill_tokens=4096)
+    assert config.is_busy(WorkerPressure(0.95, 0))
+    assert config.is_busy(WorkerPressure(0.1, 4096))
+    assert not config.is_busy(WorkerPressure(0.89, 4095))
+    assert not Overload().enabled and not Overload().is_busy(WorkerPressure(1.0, 10**9))
+
+
+async def test_admits_at_once_with_room_and_queues_in_priority_order() -> None:
+    workers = Workers()
+    gate = AdmissionGate(Overload(busy_kv_usage=0.9, busy_prefill_tokens=4096), workers)
+    workers.pressures = [WorkerPressure(0.95, 0), WorkerPressure(0.2, 0)]
+    await asyncio.wait_for(gate.admit(), 1)  # a worker has room
+    workers.pressures = [WorkerPressure(0.95, 0), WorkerPressure(0.2, 9000)]  # all busy
+    order: list[str] = []
+
+    async def request(name: str, priority: int) -> None:
+        await gate.admit(priority)
+        order.append(name)
+
+    tasks = [
+        asyncio.ensure_future(request(n, p)) for n, p in [("a", 0), ("b", 5), ("c", 0), ("d", -1)]
+    ]
+    await asyncio.sleep(0.05)
+    assert order == [] and gate.num_queued == 4
+    workers.pressures = [WorkerPressure(0.1, 0)]
+    await asyncio.wait_for(asyncio.gather(*tasks), 2)
+    assert order == ["d", "a", "c", "b"]  # priority, then arrival
+    assert gate.num_queued == 0
+    await gate.stop()
+
+
+async def test_a_full_queue_and_a_long_wait_are_overloaded() -> None:
+    workers = Workers()  # both busy
+    gate = AdmissionGate(
+        Overload(
+            busy_kv_usage=0.9, busy_prefill_tokens=100, max_queued_requests=1, queue_timeout_s=0.1
+        ),
+        workers,
+    )
+    waiting = asyncio.ensure_future(gate.admit())
+    await asyncio.sleep(0.01)
+    with pytest.raises(Overloaded, match="1 requests are already waiting") as full:
+        await gate.admit()
+    assert full.value.code == "overloaded" and full.value.retry_after_s == 1
+    with pytest.raises(Overloaded, match=r"waited 0\.1 s") as late:
+        await waiting
+    assert late.value.code == "queue_timeout"
+    assert gate.num_queued == 0 and gate.num_rejected == 2
+    gate.config = Overload()  # thresholds cleared at runtime: everything passes
+    await asyncio.wait_for(gate.admit(), 1)
+    await gate.stop()
+
+
+async def test_a_cancelled_waiter_gives_up_its_place() -> None:
+    workers = Workers()
+    gate = AdmissionGate(Overload(busy_kv_usage=0.9, busy_prefill_tokens=100), workers)
+    first = asyncio.ensure_future(gate.admit())
+    await asyncio.sleep(0.01)
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    assert gate.num_queued == 0
+    await gate.stop()
