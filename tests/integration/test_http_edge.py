@@ -1,6 +1,7 @@
-"""The HTTP edge on a real server. API keys: missing, wrong and right keys over HTTP and through the openai
-client; /health and /live stay open, /metrics as configured; keys from flags, a key file and
-the environment; no key ever appears in the server's logs."""
+"""The HTTP edge on a real server. API keys: missing, wrong and right keys over HTTP and
+through the openai client; /health and /live stay open, /metrics as configured; keys from
+flags, a key file and the environment; no key ever appears in the server's logs. Overload
+control: 503s with Retry-After when every worker is busy, changed at runtime."""
 
 from __future__ import annotations
 
