@@ -188,7 +188,14 @@ def _serve(args: argparse.Namespace) -> None:
         overload=overload_from(args),
     )
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=max(1, round(args.shutdown_grace_s)),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from armature.cli_args import (
     CliError,
+    non_negative_float,
     non_negative_int,
     parse_bytes,
     positive_float,
@@ -86,6 +87,12 @@ def add_edge_args(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=30.0,
         help="overload control: a request waiting longer gets 503 with Retry-After",
+    )
+    parser.add_argument(
+        "--shutdown-grace-s",
+        type=non_negative_float,
+        default=30.0,
+        help="on SIGTERM: stop accepting, then give in-flight requests this long to finish",
     )
     parser.add_argument(
         "--protect-metrics",

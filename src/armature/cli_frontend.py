@@ -154,4 +154,11 @@ def run_frontend(args: argparse.Namespace) -> None:
         args.port,
         args.router,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=max(1, round(args.shutdown_grace_s)),
+    )

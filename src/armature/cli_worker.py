@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from armature.cli_args import CliError, add_transfer_args, port
+from armature.cli_args import CliError, add_transfer_args, non_negative_float, port
 from armature.cli_engine import add_engine_args, build_engines
 from armature.cli_runtime import (
     add_runtime_args,
@@ -60,6 +60,12 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:
         "serving); decode: continues from a prefill worker's KV (or prefills itself)",
     )
     add_transfer_args(worker)
+    worker.add_argument(
+        "--shutdown-grace-s",
+        type=non_negative_float,
+        default=30.0,
+        help="on SIGTERM: leave discovery, then give in-flight requests this long to finish",
+    )
     worker.add_argument(
         "--kv-transfer-port",
         type=int,
@@ -171,7 +177,7 @@ async def _run(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("worker %s stopping", card.worker_id)
-    await service.stop()
+    await service.stop(args.shutdown_grace_s)
     await event_plane.close()
     if nc is not None:
         await nc.drain()

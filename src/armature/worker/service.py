@@ -70,6 +70,8 @@ class WorkerService:
         self.heartbeat_s = heartbeat_s
         self.role = role
         self.transfer = transfer  # stopped with the worker
+        self._in_flight = 0
+        self._draining = False
         self.server = make_server({"generate": self._generate, "dump": self._dump})
         self._registration: Registration | None = None
         self._publisher: Publisher | None = None
@@ -113,11 +115,22 @@ class WorkerService:
         log.info("worker %s serving on %s", self.card.worker_id, self.card.request_url)
         return self.card
 
-    async def stop(self) -> None:
-        """Deregister first (no new traffic), then stop serving and the engine."""
+    async def stop(self, grace_s: float = 0.0) -> None:
+        """Deregister first (no new traffic; late arrivals are refused and rerouted by the
+        frontend), let in-flight requests finish for up to `grace_s`, then stop serving and
+        the engine (which ends whatever is left)."""
+        self._draining = True
         if self._registration is not None:
             await self._registration.close()
             self._registration = None
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + grace_s
+        if self._in_flight:
+            log.info("draining %d in-flight requests (up to %.0f s)", self._in_flight, grace_s)
+        while self._in_flight and loop.time() < deadline_s:
+            await asyncio.sleep(0.05)
+        if self._in_flight:
+            log.warning("stopping with %d requests still in flight", self._in_flight)
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
@@ -138,8 +151,11 @@ class WorkerService:
             self.engine.validate(request)
         except InvalidRequestError as exc:
             raise HandlerError("invalid_request", str(exc)) from None
+        if self._draining:
+            raise HandlerError("unavailable", "the worker is shutting down")
         stream = self.engine.generate(request)
         num_output, reason = 0, "cancelled"
+        self._in_flight += 1
         try:
             async for output in stream:
                 num_output += len(output.new_token_ids)
@@ -147,6 +163,7 @@ class WorkerService:
                     reason = output.finish_reason.value
                 yield msgspec.msgpack.encode(output)
         finally:
+            self._in_flight -= 1
             await stream.aclose()  # type: ignore[attr-defined]
             self.metrics.requests.labels(reason).inc()
             self.metrics.prompt_tokens.inc(len(request.prompt_token_ids))
