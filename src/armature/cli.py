@@ -15,6 +15,7 @@ from armature.cli_args import (
     add_migration_arg,
     add_router_cost_args,
     add_transfer_args,
+    add_worker_health_args,
     check_port_free,
     disagg_config,
     non_negative_int,
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_disagg_args(serve)
     add_migration_arg(serve)
+    add_worker_health_args(serve)
     add_edge_args(serve)
     add_transfer_args(serve)
     serve.add_argument(

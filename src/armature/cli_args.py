@@ -18,6 +18,7 @@ __all__ = [
     "add_migration_arg",
     "add_router_cost_args",
     "add_transfer_args",
+    "add_worker_health_args",
     "check_port_free",
     "disagg_config",
     "non_negative_float",
@@ -144,6 +145,24 @@ def disagg_config(args: argparse.Namespace) -> DisaggConfig:
         max_local_prefill_tokens=args.max_local_prefill_tokens,
         max_prefill_queue_tokens=args.max_prefill_queue_tokens,
         enforce_disagg=args.enforce_disagg,
+    )
+
+
+def add_worker_health_args(parser: argparse.ArgumentParser) -> None:
+    """How a frontend notices hung workers (`frontend` and `serve`)."""
+    parser.add_argument(
+        "--worker-liveness-timeout-s",
+        type=positive_float,
+        default=10.0,
+        help="a worker that sends no update (heartbeats come every second) this long is not "
+        "routed to",
+    )
+    parser.add_argument(
+        "--worker-stall-timeout-s",
+        type=positive_float,
+        default=60.0,
+        help="a stream with no output this long fails over to another worker (a hung "
+        "worker); keep it above your longest prefill",
     )
 
 

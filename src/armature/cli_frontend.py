@@ -14,6 +14,7 @@ from armature.cli_args import (
     add_disagg_args,
     add_migration_arg,
     add_router_cost_args,
+    add_worker_health_args,
     check_port_free,
     port,
     positive_float,
@@ -45,6 +46,7 @@ def add_frontend_parser(sub: argparse._SubParsersAction) -> None:
         "--router", choices=list(POLICY_NAMES), default="kv", help="routing policy"
     )
     add_router_cost_args(frontend)
+    add_worker_health_args(frontend)
     add_disagg_args(frontend)
     add_migration_arg(frontend)
     add_edge_args(frontend)
@@ -132,7 +134,17 @@ def run_frontend(args: argparse.Namespace) -> None:
         event_plane = await make_event_plane(args)
         try:
             client = await make_request_client(args)
-            await WorkerFleet(router, discovery, args.namespace, served, client, event_plane).run()
+            fleet = WorkerFleet(
+                router,
+                discovery,
+                args.namespace,
+                served,
+                client,
+                event_plane,
+                liveness_timeout_s=args.worker_liveness_timeout_s,
+                stall_timeout_s=args.worker_stall_timeout_s,
+            )
+            await fleet.run()
         finally:
             await event_plane.close()
             await discovery.close()

@@ -79,6 +79,7 @@ class EngineCore:
         self._requests: dict[str, RequestState] = {}
         self._seed_source = random.Random(config.seed)
         self._arrivals = 0
+        self._num_steps = 0
         self.step_records: deque[StepRecord] = deque(maxlen=1024)
         # disaggregation: prompt blocks pinned for decode workers, and where they pull them
         self.kv_store = runner.kv_store
@@ -139,6 +140,7 @@ class EngineCore:
     def step(self) -> list[EngineOutput]:
         started_s = time.perf_counter()
         scheduled = self.scheduler.schedule()
+        self._num_steps += 1
         if not scheduled.chunks:
             return []
         completing = [c for c in scheduled.chunks if c.completes_sequence]
@@ -315,6 +317,7 @@ class EngineCore:
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running),
             num_prefill_tokens_queued=self.scheduler.get_num_prefill_tokens_queued(),
+            num_steps=self._num_steps,
         )
 
     def take_kv_events(self) -> list[KvEvent]:

@@ -44,7 +44,12 @@ class WorkerFleet:
         served: WorkerCard,
         client: RequestClient,
         event_plane: EventPlane,
+        *,
+        liveness_timeout_s: float = 10.0,
+        stall_timeout_s: float = 60.0,
     ):
+        self.liveness_timeout_s = liveness_timeout_s
+        self.stall_timeout_s = stall_timeout_s
         self.router = router
         self.discovery = discovery
         self.namespace = namespace
@@ -81,7 +86,13 @@ class WorkerFleet:
                 return  # a renewal or re-registration of a worker we already route to
             await self.router.remove_engine(previous)
         self._workers_by_key[key] = card.worker_id
-        remote = RemoteEngine(card, self.client, self.event_plane)
+        remote = RemoteEngine(
+            card,
+            self.client,
+            self.event_plane,
+            liveness_timeout_s=self.liveness_timeout_s,
+            stall_timeout_s=self.stall_timeout_s,
+        )
         self.router.add_engine(card.worker_id, remote, role=card.role)
         log.info("worker %s joined (%s)", card.worker_id, card.request_url)
 

@@ -97,6 +97,7 @@ class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
     num_waiting: int
     num_running: int
     num_prefill_tokens_queued: int
+    num_steps: int = 0  # engine steps run so far: a worker with work whose count stalls is hung
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,6 +4,11 @@
 worker); a subscription to its event-plane url buffers KV events for the router and keeps the
 latest load. A worker that cannot be reached counts as dead for `unreachable_backoff_s` (the
 router routes around it); discovery removes it for good when its lease ends.
+
+Hung workers: a worker that sends no update (it sends one at least every second) for
+`liveness_timeout_s` is not routed to; a stream that brings nothing for `stall_timeout_s`
+fails (the router moves the request elsewhere) and the worker is not routed to again until
+its reported engine steps advance (or it reports no work at all).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class RemoteEngine:
         client: RequestClient,
         event_plane: EventPlane,
         unreachable_backoff_s: float = 2.0,
+        liveness_timeout_s: float = 10.0,
+        stall_timeout_s: float = 60.0,
     ):
         self.card = card
         self.client = client
@@ -55,6 +62,10 @@ class RemoteEngine:
         )
         self._alive = True
         self._subscription: asyncio.Task[None] | None = None
+        self.liveness_timeout_s = liveness_timeout_s
+        self.stall_timeout_s = stall_timeout_s
+        self._last_update_s = time.monotonic()
+        self._stalled_at_steps: int | None = None  # engine steps when a stream stalled
 
     def start(self) -> None:
         self._subscription = asyncio.get_running_loop().create_task(self._subscribe())
@@ -67,7 +78,13 @@ class RemoteEngine:
 
     @property
     def is_alive(self) -> bool:
-        return self._alive and time.monotonic() >= self._unreachable_until_s
+        now_s = time.monotonic()
+        return (
+            self._alive
+            and now_s >= self._unreachable_until_s
+            and now_s - self._last_update_s <= self.liveness_timeout_s
+            and self._stalled_at_steps is None
+        )
 
     def validate(self, request: EngineRequest) -> None:
         validate_request(
@@ -83,7 +100,21 @@ class RemoteEngine:
             raise EngineDeadError(f"{self.card.worker_id} is gone")
         stream = self._stream("generate", msgspec.msgpack.encode(request))
         try:
-            async for payload in stream:
+            while True:
+                try:
+                    payload = await asyncio.wait_for(anext(stream), self.stall_timeout_s)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    self._stalled_at_steps = self._load.num_steps
+                    log.warning(
+                        "%s sent nothing for %.0f s; not routing to it until it makes progress",
+                        self.card.worker_id,
+                        self.stall_timeout_s,
+                    )
+                    raise EngineDeadError(
+                        f"{self.card.worker_id} sent nothing for {self.stall_timeout_s:g} s"
+                    ) from None
                 yield msgspec.msgpack.decode(payload, type=EngineOutput)
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
@@ -127,5 +158,11 @@ class RemoteEngine:
                         continue
                     self._events.extend(update.kv_events)
                     self._load = update.load
+                    self._last_update_s = time.monotonic()
+                    stalled, load = self._stalled_at_steps, update.load
+                    idle = load.num_running == 0 and load.num_waiting == 0
+                    if stalled is not None and (load.num_steps > stalled or idle):
+                        log.info("%s is making progress again", self.card.worker_id)
+                        self._stalled_at_steps = None
         except EventPlaneError as exc:
             log.error("no events from %s: %s", self.card.worker_id, exc)
