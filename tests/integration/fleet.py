@@ -66,13 +66,19 @@ class Fleet:
         return ["--discovery", "file", "--discovery-dir", str(self.discovery_dir)]
 
     def start_worker(
-        self, name: str, extra: list[str] | None = None, wrapper: list[str] | None = None
+        self,
+        name: str,
+        extra: list[str] | None = None,
+        wrapper: list[str] | None = None,
+        wait: bool = True,
     ) -> subprocess.Popen[bytes]:
-        """`wrapper` prefixes the command (e.g. `ip netns exec NS`)."""
+        """`wrapper` prefixes the command (e.g. `ip netns exec NS`); `wait`: until it is
+        ready."""
         args = ["worker", "--model", str(self.model_dir), *self.engine_args, *self.runtime_args()]
         args += ["--lease-ttl-s", str(LEASE_TTL_S), *(extra or [])]
         proc = self._spawn(name, args, wrapper)
-        self.wait_for_log(name, "ready:", proc)
+        if wait:
+            self.wait_for_log(name, "ready:", proc)
         return proc
 
     def start_frontend(self, host: str = "127.0.0.1", extra: list[str] | None = None) -> str:

@@ -92,6 +92,23 @@ class AsyncEngine:
         self._commands.put(_STOP)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
+        self._check_pool()
+
+    def _check_pool(self) -> None:
+        """Log the block pool's integrity once the engine thread is gone (chaos tests read
+        this line from the logs of the workers that survive)."""
+        pool = self.core.pool
+        try:
+            pool.check_integrity()
+        except AssertionError as exc:
+            log.error("KV block pool integrity check FAILED: %s", exc)
+            return
+        log.info(
+            "KV block pool integrity ok: %d of %d blocks in use, %d pinned",
+            pool.get_num_active_blocks(),
+            pool.num_blocks,
+            self.core.pins.get_num_pinned_blocks(),
+        )
 
     @property
     def is_alive(self) -> bool:

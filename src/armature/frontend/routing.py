@@ -46,6 +46,7 @@ class RouterConfig:
     event_sync_interval_s: float = 0.005
     routed_ttl_s: float = 120.0  # how long a routing decision counts as a cached prefix
     migration_limit: int = 3  # re-issues of a request whose worker died mid-stream
+    failover_wait_s: float = 10.0  # how long a failed-over request waits for a live worker
 
 
 class RouterObserver:
@@ -171,7 +172,7 @@ class EngineRouter:
         num_migrations = 0
         leg = request
         while True:
-            workers = [w for w in self.get_workers() if w not in failed]
+            workers = await self._candidates(failed)
             if not workers:
                 raise EngineDeadError("no worker engine is serving")
             try:
@@ -209,6 +210,17 @@ class EngineRouter:
                     self.config.migration_limit,
                 )
                 leg = _resumed(request, generated)
+
+    async def _candidates(self, failed: set[str]) -> list[str]:
+        """Live workers not yet failed for this request. After a failure, wait up to
+        `failover_wait_s` for one (replacements join while a fleet recovers)."""
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + (self.config.failover_wait_s if failed else 0.0)
+        while True:
+            workers = [w for w in self.get_workers() if w not in failed]
+            if workers or loop.time() >= deadline_s:
+                return workers
+            await asyncio.sleep(0.05)
 
     async def _generate_on(
         self, request: EngineRequest, workers: list[str], target_worker: str | None
