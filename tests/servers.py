@@ -107,10 +107,11 @@ class Etcd(ManagedServer):
 
 
 class Nats(ManagedServer):
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, token: str | None = None):
         super().__init__("nats", workdir)
         self.port = free_port()
         self.monitor_port = free_port()
+        self.token = token
         self.url = f"nats://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
@@ -122,6 +123,7 @@ class Nats(ManagedServer):
             str(self.port),
             "-m",
             str(self.monitor_port),
+            *(["--auth", self.token] if self.token else []),
         ]
 
     def healthy(self) -> bool:

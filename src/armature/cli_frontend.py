@@ -127,6 +127,7 @@ def run_frontend(args: argparse.Namespace) -> None:
             migration_limit=args.migration_limit,
         ),
         disagg_config(args),
+        transfer_secret=args.plane_secret,
     )
 
     async def follow_discovery() -> None:

@@ -29,6 +29,12 @@ __all__ = [
 
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--plane-secret",
+        default=os.environ.get("ARMATURE_PLANE_SECRET"),
+        help="a shared secret every frontend and worker must present on the TCP request plane "
+        "and for KV transfers (prefer the env ARMATURE_PLANE_SECRET: flags show in ps)",
+    )
+    parser.add_argument(
         "--namespace",
         default=os.environ.get("ARMATURE_NAMESPACE", "armature"),
         help="workers and frontends meet within a namespace (env ARMATURE_NAMESPACE)",
@@ -129,7 +135,7 @@ async def make_request_client(args: argparse.Namespace) -> RequestClient:
     if args.request_plane == "tcp":
         from armature.runtime.tcp_client import RequestPlaneClient
 
-        return RequestPlaneClient()
+        return RequestPlaneClient(secret=args.plane_secret)
     from armature.runtime.nats_plane import NatsRequestPlaneClient
 
     return NatsRequestPlaneClient(await connect_nats_or_exit(args))

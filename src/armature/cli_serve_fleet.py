@@ -9,6 +9,8 @@ import argparse
 import contextlib
 import ctypes
 import logging
+import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -94,11 +96,14 @@ def serve_fleet(args: argparse.Namespace) -> None:
     if args.served_model_name is None:
         args.served_model_name = resolved.served_name
     directory = Path(tempfile.mkdtemp(prefix="armature-serve-"))
+    # a fresh secret per run: only this frontend and its workers speak on their planes
+    secret = secrets.token_hex(16)
+    env = {**os.environ, "ARMATURE_PLANE_SECRET": secret}
     workers: list[subprocess.Popen[bytes]] = []
     try:
         for index, role in enumerate(args.roles):
             command = _worker_command(args, resolved.path, index, directory, role)
-            workers.append(subprocess.Popen(command, preexec_fn=_die_with_parent))
+            workers.append(subprocess.Popen(command, preexec_fn=_die_with_parent, env=env))
         frontend_args = argparse.Namespace(
             **vars(args),
             namespace="serve",
@@ -109,6 +114,7 @@ def serve_fleet(args: argparse.Namespace) -> None:
             wait_for_workers_s=600.0,
             min_workers=args.workers,
             worker_processes=workers,
+            plane_secret=secret,
         )
         run_frontend(frontend_args)
     finally:

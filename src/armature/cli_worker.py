@@ -121,6 +121,7 @@ async def _run(args: argparse.Namespace) -> None:
             backends=args.kv_transfer_backends,
             host=args.host,
             port=args.kv_transfer_port,
+            secret=args.plane_secret,
         )
     except TransferError as exc:
         raise CliError(str(exc)) from None
@@ -133,7 +134,7 @@ async def _run(args: argparse.Namespace) -> None:
         if nc is not None:
             subject = f"armature.rp.{args.namespace}.{instance_id:x}"
             return NatsRequestPlaneServer(nc, subject, handlers)
-        return RequestPlaneServer(handlers, args.host, args.port)
+        return RequestPlaneServer(handlers, args.host, args.port, secret=args.plane_secret)
 
     service = WorkerService(
         AsyncEngine(core, transfer),

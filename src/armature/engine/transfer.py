@@ -15,6 +15,7 @@ def start_transfer_agent(
     backends: tuple[str, ...] = ("shm", "tcp"),
     host: str = "127.0.0.1",
     port: int = 0,
+    secret: str | None = None,
 ) -> KvTransferAgent:
     """Serve `core`'s pinned blocks and let it pull a peer's; its KV handles name the agent's
     endpoints. Shared memory is offered only when the cache lives in shared memory."""
@@ -28,6 +29,7 @@ def start_transfer_agent(
         shm_path=store.shm_path,
         num_blocks=core.pool.num_blocks,
         name=worker_id,
+        secret=secret,
     )
     core.worker_id = worker_id
     core.kv_endpoints = agent.start()

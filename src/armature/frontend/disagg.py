@@ -61,12 +61,14 @@ class DisaggRouter(EngineRouter):
         disagg: DisaggConfig | None = None,
         observer: RouterObserver | None = None,
         prefill_engines: Mapping[str, Engine] | None = None,
+        transfer_secret: str | None = None,
     ):
         super().__init__(engines, config, observer)
         self.disagg = disagg or DisaggConfig()
         self.prefill = EngineRouter(prefill_engines or {}, config, self.observer)
         self.num_prefills = {"remote": 0, "local": 0}
         self._releases: set[asyncio.Task[None]] = set()
+        self.transfer_secret = transfer_secret
 
     @property
     def observer(self) -> RouterObserver:
@@ -186,7 +188,8 @@ class DisaggRouter(EngineRouter):
 
         def release() -> None:
             try:
-                TcpTransferClient(timeout_s=5.0).release(url, handle, handle.layout)
+                client = TcpTransferClient(timeout_s=5.0, secret=self.transfer_secret)
+                client.release(url, handle, handle.layout)
             except TransferError as exc:
                 log.info("could not release KV handle %s: %s", handle.handle_id, exc)
 

@@ -21,6 +21,7 @@ __all__ = [
     "Fail",
     "Frame",
     "FrameError",
+    "Hello",
     "Open",
     "decode_frame",
     "encode_frame",
@@ -34,6 +35,12 @@ _HEADER = 4
 
 class FrameError(ValueError):
     """A frame that cannot be accepted (oversized, truncated, undecodable, unknown type)."""
+
+
+class Hello(msgspec.Struct, tag="hello", frozen=True):
+    """TCP only: a client's first frame, carrying the plane's shared secret ("" for none)."""
+
+    secret: str
 
 
 class Open(msgspec.Struct, tag="open", frozen=True):
@@ -74,7 +81,7 @@ class Fail(msgspec.Struct, tag="fail", frozen=True):
     message: str
 
 
-Frame = Open | Credit | Cancel | Data | End | Fail | Accept
+Frame = Hello | Open | Credit | Cancel | Data | End | Fail | Accept
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Frame)

@@ -30,19 +30,38 @@ async def _probe(url: str, timeout_s: float) -> None:
             asyncio.open_connection(parsed.hostname, parsed.port or 4222), timeout_s
         )
     except (OSError, TimeoutError) as exc:
-        raise NatsUnavailableError(f"cannot connect to NATS at {url}: {exc}") from None
+        raise NatsUnavailableError(f"cannot connect to NATS at {_redacted(url)}: {exc}") from None
     writer.close()
+    try:  # one handshake without retries: refused credentials fail here, not for ever
+        probe = await nats.connect(
+            url, connect_timeout=timeout_s, allow_reconnect=False, max_reconnect_attempts=0
+        )
+    except Exception as exc:  # nats raises several unrelated types for "cannot connect"
+        raise NatsUnavailableError(f"NATS at {_redacted(url)} refused us: {exc}") from None
+    await probe.close()
+
+
+def _redacted(url: str) -> str:
+    """`url` without the credentials it may carry (they must never reach a log)."""
+    parsed = urlsplit(url)
+    if parsed.username is None and parsed.password is None:
+        return url
+    return parsed._replace(netloc=f"***@{parsed.hostname}:{parsed.port or 4222}").geturl()
 
 
 async def connect_nats(url: str, connect_timeout_s: float = 5.0) -> Client:
+    """Connect to `url` (credentials go in it: nats://TOKEN@host or nats://USER:PASS@host);
+    NatsUnavailableError when nothing listens or the server refuses us."""
+    shown = _redacted(url)
+
     async def disconnected() -> None:
-        log.warning("NATS %s: disconnected; reconnecting", url)
+        log.warning("NATS %s: disconnected; reconnecting", shown)
 
     async def reconnected() -> None:
-        log.info("NATS %s: reconnected", url)
+        log.info("NATS %s: reconnected", shown)
 
     async def error(exc: Exception) -> None:
-        log.debug("NATS %s: %s", url, exc)
+        log.debug("NATS %s: %s", shown, exc)
 
     await _probe(url, connect_timeout_s)
     try:
@@ -57,4 +76,4 @@ async def connect_nats(url: str, connect_timeout_s: float = 5.0) -> Client:
             error_cb=error,
         )
     except Exception as exc:  # nats raises several unrelated types for "cannot connect"
-        raise NatsUnavailableError(f"cannot connect to NATS at {url}: {exc}") from None
+        raise NatsUnavailableError(f"cannot connect to NATS at {shown}: {exc}") from None

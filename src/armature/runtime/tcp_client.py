@@ -25,6 +25,7 @@ from armature.runtime.frames import (
     Fail,
     Frame,
     FrameError,
+    Hello,
     Open,
     encode_frame,
 )
@@ -99,8 +100,13 @@ class _Connection:
 
 class RequestPlaneClient:
     def __init__(
-        self, connections_per_peer: int = 2, window: int = 32, connect_timeout_s: float = 5.0
+        self,
+        connections_per_peer: int = 2,
+        window: int = 32,
+        connect_timeout_s: float = 5.0,
+        secret: str | None = None,
     ):
+        self.secret = secret or None  # sent first on every connection
         if connections_per_peer <= 0 or window <= 0:
             raise ValueError("connections_per_peer and window must be > 0")
         self.connections_per_peer = connections_per_peer
@@ -126,6 +132,8 @@ class RequestPlaneClient:
             except (OSError, TimeoutError) as exc:
                 raise PeerUnavailableError(f"cannot connect to {host}:{port}: {exc}") from None
             conn = _Connection(reader, writer)
+            if self.secret is not None:
+                await conn.send(Hello(self.secret))
             self._pools[key] = [*pool, conn]
             return conn
 

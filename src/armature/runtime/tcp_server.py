@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 from collections.abc import Mapping
 
@@ -22,6 +23,7 @@ from armature.runtime.frames import (
     Credit,
     Frame,
     FrameError,
+    Hello,
     Open,
     decode_frame,
     encode_frame,
@@ -93,8 +95,12 @@ class _Connection:
                 except TimeoutError:
                     log.warning("request plane: %s sent nothing; closing", self.peer)
                     return
+                if first and not self._authenticated(frame):
+                    log.warning("request plane: %s gave no valid secret; closing", self.peer)
+                    return
                 first = False
-                self._dispatch(frame)
+                if not isinstance(frame, Hello):
+                    self._dispatch(frame)
         except EOFError:
             return
         except FrameError as exc:
@@ -103,6 +109,14 @@ class _Connection:
             log.info("request plane: connection from %s lost: %s", self.peer, exc)
         finally:
             await self._close()
+
+    def _authenticated(self, first: Frame) -> bool:
+        """With a shared secret set, a connection must open with Hello(secret)."""
+        secret = self.server.secret
+        if secret is None:
+            return True
+        offered = first.secret if isinstance(first, Hello) else ""
+        return hmac.compare_digest(offered.encode(), secret.encode())
 
     def _dispatch(self, frame: Frame) -> None:
         if isinstance(frame, Open):
@@ -160,7 +174,9 @@ class RequestPlaneServer:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         first_frame_timeout_s: float = 10.0,
         frame_timeout_s: float = 10.0,
+        secret: str | None = None,
     ):
+        self.secret = secret or None  # clients must open with Hello(secret)
         self.handlers = dict(handlers)
         self.host = host
         self.port = port

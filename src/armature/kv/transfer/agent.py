@@ -38,6 +38,7 @@ class KvTransferAgent:
         num_blocks: int = 0,
         timeout_s: float = 30.0,
         name: str = "armature",
+        secret: str | None = None,
     ):
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown or "tcp" not in backends:
@@ -47,8 +48,8 @@ class KvTransferAgent:
         self.store = store
         self.layout = store.layout
         self.backends = backends
-        self.server = TcpTransferServer(pins, store, host, port, timeout_s)
-        self.client = TcpTransferClient(timeout_s)
+        self.server = TcpTransferServer(pins, store, host, port, timeout_s, secret)
+        self.client = TcpTransferClient(timeout_s, secret)
         self.maps = SharedCacheMaps()
         self.shm_path = shm_path
         self.num_blocks = num_blocks

@@ -8,11 +8,13 @@ into one preallocated tensor: no intermediate bytes objects.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import socket
 import socketserver
 import threading
 
+import msgspec
 import torch
 
 from armature.kv.transfer.blocks import KvBlocks, KvBlockStore
@@ -59,7 +61,9 @@ class TcpTransferServer:
         host: str = "127.0.0.1",
         port: int = 0,
         timeout_s: float = 30.0,
+        secret: str | None = None,
     ):
+        self.secret = secret or None
         self.pins = pins
         self.store = store
         self.timeout_s = timeout_s
@@ -114,6 +118,11 @@ class TcpTransferServer:
             log.debug("KV transfer connection ended: %s", exc)
 
     def _answer(self, sock: socket.socket, request: TransferRequest) -> None:
+        if self.secret is not None and not hmac.compare_digest(
+            request.secret.encode(), self.secret.encode()
+        ):
+            send_message(sock, TransferReply(ok=False, error="KV transfer refused: bad secret"))
+            return
         if request.op == "release":  # always honoured: it only frees our blocks
             self.pins.release(request.handle_id)
             send_message(sock, TransferReply(ok=True))
@@ -156,8 +165,9 @@ class TcpTransferServer:
 class TcpTransferClient:
     """The decode side's calls to a prefill worker's transfer server."""
 
-    def __init__(self, timeout_s: float = 30.0):
+    def __init__(self, timeout_s: float = 30.0, secret: str | None = None):
         self.timeout_s = timeout_s
+        self.secret = secret or ""
 
     def _call(self, url: str, request: TransferRequest) -> tuple[socket.socket, TransferReply]:
         host, port = parse_tcp_url(url)
@@ -166,6 +176,8 @@ class TcpTransferClient:
         except OSError as exc:
             raise TransferError(f"cannot reach the KV transfer server {url}: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.secret:
+            request = msgspec.structs.replace(request, secret=self.secret)
         try:
             send_message(sock, request)
             reply = recv_message(sock, TransferReply)

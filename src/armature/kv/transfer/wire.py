@@ -39,6 +39,7 @@ class TransferRequest(msgspec.Struct, frozen=True, kw_only=True):
     handle_id: str
     layout: KvLayout
     start_block: int = 0  # pull/lookup: the first pinned block wanted
+    secret: str = ""  # the planes' shared secret, when the server requires one
 
 
 class TransferReply(msgspec.Struct, frozen=True, kw_only=True):
