@@ -55,7 +55,7 @@ def cache(num_blocks: int, shared: bool) -> PagedKvCache:
     return PagedKvCache(ARCH, num_blocks, 16, DTYPE, torch.device("cpu"), shared=shared)
 
 
-def serve_child(num_blocks: int) -> None:
+def serve_child(num_blocks: int, backends: tuple[str, ...]) -> None:
     """The prefill side: pin blocks 0..n-1 under handle h<n> for every size; serve until
     stdin closes."""
     prefill = cache(num_blocks, shared=True)
@@ -70,7 +70,7 @@ def serve_child(num_blocks: int) -> None:
         pins,
         shm_path=prefill.shm_path,
         num_blocks=num_blocks,
-        backends=("shm", "nixl", "tcp"),
+        backends=backends,
         name="bench-prefill",
     )
     print(json.dumps(agent.start()), flush=True)
@@ -91,31 +91,61 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--backends", default="shm,tcp", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:
-        serve_child(args.serve)
+        serve_child(args.serve, tuple(args.backends.split(",")))
         return
     sizes = SIZES[:4] if args.quick else SIZES
+    results: dict[tuple[str, int], float] = {}
+    # NIXL's progress threads poll without sleeping: measured apart from the others, which
+    # they would otherwise starve of CPU on a small machine
+    measure(sizes, ("memcpy", "shm", "tcp"), results)
+    measure(sizes, ("nixl",), results)
+    rows = [row_of(n, results) for n in sizes]
+    write(args, sizes, rows, results)
+
+
+BYTES_PER_BLOCK = 2 * ARCH.num_layers * ARCH.num_kv_heads * ARCH.head_dim * 16 * 2
+
+
+def row_of(n: int, results: dict[tuple[str, int], float]) -> list[object]:
+    nbytes = n * BYTES_PER_BLOCK
+    row: list[object] = [n, f"{nbytes / 1e6:,.2f}"]
+    for name in ("memcpy", "shm", "nixl", "tcp"):
+        s = results[(name, n)]
+        row += [f"{s * 1e3:,.3f}", f"{nbytes / s / 1e9:,.2f}"]
+    row.append(f"{results[('memcpy', n)] / results[('shm', n)]:.0%}")
+    print(row, flush=True)
+    return row
+
+
+def measure(
+    sizes: list[int], names: tuple[str, ...], results: dict[tuple[str, int], float]
+) -> None:
     num_blocks = max(sizes)
+    served = ("nixl", "tcp") if "nixl" in names else ("shm", "tcp")
     child = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(num_blocks)],
+        [sys.executable, __file__, "--serve", str(num_blocks), "--backends", ",".join(served)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert child.stdout is not None
-        endpoints = json.loads(child.stdout.readline())
+        line = child.stdout.readline()
+        while not line.startswith("{"):  # NIXL logs to stdout before the endpoints
+            line = child.stdout.readline()
+        endpoints = json.loads(line)
         decode = cache(num_blocks, shared=False)
         store = PagedCacheStore(decode)
+        backends = {"shm": ("shm", "tcp"), "nixl": ("nixl", "tcp"), "tcp": ("tcp",)}
         agents = {
-            b: KvTransferAgent(store, PinTable(), backends=bs, name=f"bench-{b}")
-            for b, bs in (("shm", ("shm", "tcp")), ("nixl", ("nixl", "tcp")), ("tcp", ("tcp",)))
+            b: KvTransferAgent(store, PinTable(), backends=backends[b], name=f"bench-{b}")
+            for b in names
+            if b != "memcpy"
         }
         scratch = cache(num_blocks, shared=False)
-        bytes_per_block = decode.layout.bytes_per_block
-        rows: list[list[object]] = []
-        results: dict[tuple[str, int], float] = {}
         for n in sizes:
             handle = KvHandle(
                 handle_id=f"h{n}",
@@ -134,12 +164,8 @@ def main() -> None:
             def pull(backend: str, handle: KvHandle = handle, ids: list[int] = ids) -> None:
                 store.write_blocks(ids, agents[backend].pull(handle, 0))
 
-            for name, fn in (
-                ("memcpy", memcpy),
-                ("shm", lambda: pull("shm")),
-                ("nixl", lambda: pull("nixl")),
-                ("tcp", lambda: pull("tcp")),
-            ):
+            for name in names:
+                fn = memcpy if name == "memcpy" else (lambda name=name: pull(name))  # type: ignore[misc]
                 fn()  # warm: maps, connections, page faults
                 seconds = statistics.median(timed(fn, repeats))
                 results[(name, n)] = seconds
@@ -149,19 +175,21 @@ def main() -> None:
                 (ARCH.num_layers, num_blocks, 16, ARCH.num_kv_heads, ARCH.head_dim),
                 generator=torch.Generator().manual_seed(1),
             ).to(DTYPE)[:, :n]
-            assert torch.equal(decode.k[:, :n], expected_k), "transferred bytes differ"
-            nbytes = n * bytes_per_block
-            row: list[object] = [n, f"{nbytes / 1e6:,.2f}"]
-            for name in ("memcpy", "shm", "nixl", "tcp"):
-                s = results[(name, n)]
-                row += [f"{s * 1e3:,.3f}", f"{nbytes / s / 1e9:,.2f}"]
-            row.append(f"{results[('memcpy', n)] / results[('shm', n)]:.0%}")
-            rows.append(row)
-            print(row, flush=True)
+            if names != ("memcpy",):
+                assert torch.equal(decode.k[:, :n], expected_k), "transferred bytes differ"
     finally:
         assert child.stdin is not None
         child.stdin.close()
         child.wait(timeout=30)
+
+
+def write(
+    args: argparse.Namespace,
+    sizes: list[int],
+    rows: list[list[object]],
+    results: dict[tuple[str, int], float],
+) -> None:
+    bytes_per_block = BYTES_PER_BLOCK
     big = max(sizes)
     shm_ratio = results[("memcpy", big)] / results[("shm", big)]
     tcp_gbs = big * bytes_per_block / results[("tcp", big)] / 1e9
@@ -169,7 +197,9 @@ def main() -> None:
         "Decode side of one transfer, median over repeats: pull the blocks of a pinned handle "
         "from a prefill process and write them into this process's KV cache. Layout of the "
         "default model in bfloat16 (368,640 bytes per 16-token block); contiguous block ids; "
-        "loopback for tcp; NIXL 1.5.1 with its UCX backend on CPU memory for nixl. memcpy: the "
+        "loopback for tcp; NIXL 1.5.1 with its UCX backend on CPU memory for nixl, measured in a "
+        "run of its own (its progress threads poll without sleeping and would starve the other "
+        "rows of CPU on this 2-core machine). memcpy: the "
         "same bytes copied by torch inside one process.\n\n"
         + markdown_table(
             [

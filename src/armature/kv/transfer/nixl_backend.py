@@ -47,6 +47,8 @@ class NixlPeerInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _agent(name: str) -> Any:
+    """An agent with NIXL's progress thread, which the remote side of a read needs; note that
+    it polls without sleeping, so it keeps one core busy (NIXL is opt-in for that reason)."""
     api = load_nixl()
     return api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
 
