@@ -161,3 +161,17 @@ def read_metrics(base_url: str) -> Callable[[], Metrics]:
         return parse_metrics(response.text)
 
     return read
+
+
+@pytest.fixture
+def fleet(default_model_dir: Path, tmp_path: Path) -> Iterator[Any]:
+    """A `fleet.Fleet` of worker and frontend processes in `tmp_path`, stopped after the test,
+    whose logs must hold no traceback."""
+    from fleet import Fleet  # fleet.py imports this module
+
+    f = Fleet(default_model_dir, tmp_path)
+    try:
+        yield f
+    finally:
+        f.stop()
+    f.assert_no_tracebacks()

@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -72,16 +70,6 @@ def wait_for_workers(url: str, count: int) -> None:
             return
         time.sleep(0.2)
     pytest.fail(f"the frontend did not see {count} workers")
-
-
-@pytest.fixture
-def fleet(default_model_dir: Path, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(default_model_dir, tmp_path)
-    try:
-        yield f
-    finally:
-        f.stop()
-    f.assert_no_tracebacks()
 
 
 @pytest.mark.slow

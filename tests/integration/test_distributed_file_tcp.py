@@ -7,22 +7,10 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from fleet import LEASE_TTL_S, PROMPTS, SERVED_MODEL_NAME, Fleet, complete, decisions
-
-
-@pytest.fixture
-def fleet(default_model_dir: Path, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(default_model_dir, tmp_path)
-    try:
-        yield f
-    finally:
-        f.stop()
-    f.assert_no_tracebacks()
 
 
 @pytest.mark.slow
