@@ -139,3 +139,71 @@ def test_a_decode_worker_killed_mid_stream_migrates_its_requests(
     assert results == expected
     frontend = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
     assert frontend["armature_router_migrations_total"] >= 1
+
+
+def wait_idle(fleet: Fleet, names: list[str]) -> dict[str, dict[str, float]]:
+    """Poll the workers until none has a running or waiting request, a block in use or a pin;
+    returns their last metrics."""
+    deadline = time.monotonic() + 30
+    while True:
+        metrics = {name: fleet.worker_metrics(name) for name in names}
+        busy = [
+            name
+            for name, m in metrics.items()
+            if any(
+                value
+                for key, value in m.items()
+                if key.startswith(
+                    (
+                        "armature_worker_requests_running",
+                        "armature_worker_requests_waiting",
+                        "armature_worker_kv_usage_ratio",
+                        "armature_worker_kv_pinned_blocks",
+                    )
+                )
+            )
+        ]
+        if not busy:
+            return metrics
+        if time.monotonic() > deadline:
+            pytest.fail(f"still busy after the clients left: {busy}: {metrics}")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_client_leaving_cancels_both_legs_and_frees_every_block(fleet: Fleet) -> None:
+    fleet.start_worker("prefill-a", ["--role", "prefill"])
+    fleet.start_worker("decode-a", ["--role", "decode"])
+    url = fleet.start_frontend(extra=["--max-local-prefill-tokens", "0"])
+    wait_for_workers(url, 2)
+    body = {"model": SERVED_MODEL_NAME, "max_tokens": 600, "ignore_eos": True, "stream": True}
+    # leaves during the decode leg: after a few streamed tokens
+    with httpx.stream(
+        "POST", f"{url}/v1/completions", json={**body, "prompt": PROMPTS[0]}, timeout=60
+    ) as response:
+        chunks = response.iter_lines()
+        received = sum(1 for _, line in zip(range(6), chunks, strict=False) if line)
+    assert received >= 3
+    idle = wait_idle(fleet, ["prefill-a", "decode-a"])
+    assert idle["decode-a"]['armature_worker_requests_total{reason="cancelled"}'] == 1
+    assert idle["prefill-a"]['armature_worker_requests_total{reason="transfer"}'] == 1
+    # leaves during the prefill leg: a long prompt, gone before its first token
+    long_prompt = " ".join(PROMPTS) * 5  # about 810 tokens
+    with (
+        pytest.raises(httpx.ReadTimeout),
+        httpx.stream(
+            "POST",
+            f"{url}/v1/completions",
+            json={**body, "prompt": long_prompt, "max_tokens": 100},
+            timeout=httpx.Timeout(60, read=0.15),
+        ) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        for _ in response.iter_lines():
+            pass
+    idle = wait_idle(fleet, ["prefill-a", "decode-a"])
+    assert idle["prefill-a"]['armature_worker_requests_total{reason="cancelled"}'] == 1
+    assert idle["decode-a"]['armature_worker_requests_total{reason="cancelled"}'] == 1
+    # both workers still serve after the cancellations
+    assert complete(url, PROMPTS[1]) == complete(url, PROMPTS[1])

@@ -126,10 +126,11 @@ class EngineCore:
         self.scheduler.add_request(state)
 
     def abort_request(self, request_id: str) -> bool:
-        """Cancel a request and free its blocks; False if it is unknown or already done."""
+        """Cancel a request and free its blocks; False if it is unknown or already done. A
+        remote prefill that finished just before its caller left has its pin released."""
         state = self._requests.pop(request_id, None)
         if state is None:
-            return False
+            return self.pins.release_request(request_id)
         self.scheduler.finish(state, FinishReason.ABORT)
         return True
 
@@ -248,7 +249,7 @@ class EngineCore:
         if block_ids:
             self.pool.touch(block_ids)
             ttl_s = self.config.kv_pin_ttl_s
-            self.pins.add(handle_id, block_ids, time.monotonic() + ttl_s)
+            self.pins.add(handle_id, block_ids, time.monotonic() + ttl_s, req.request_id)
         return KvHandle(
             handle_id=handle_id,
             worker_id=self.worker_id,

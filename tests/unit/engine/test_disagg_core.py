@@ -166,6 +166,26 @@ def test_unreleased_pins_expire(tiny_llama_dir: Path) -> None:
     core.pool.check_integrity()
 
 
+def test_a_caller_that_left_before_the_handle_frees_the_pin(tiny_llama_dir: Path) -> None:
+    """The prefill finished (blocks pinned) just as its caller left: the late abort releases
+    the pin, since no decode worker will ever get the handle."""
+    core = engine(tiny_llama_dir, kv_pin_ttl_s=60.0)
+    prompt = list(range(3, 40))
+    core.add_request(
+        EngineRequest(
+            request_id="p", prompt_token_ids=prompt, sampling=params(4, 0), remote_prefill=True
+        )
+    )
+    run_to_end(core, {"p": []})
+    assert core.pins.get_num_pinned_blocks() == 2
+    assert not core.pins.release_request("other")
+    assert core.abort_request("p") is True
+    assert core.free_unpinned() == 2
+    assert core.pool.get_num_active_blocks() == 0 and core.pins.num_expired == 0
+    assert core.abort_request("p") is False
+    core.pool.check_integrity()
+
+
 def test_a_handle_for_another_prompt_is_refused(tiny_llama_dir: Path) -> None:
     prefill, decode = engine(tiny_llama_dir), engine(tiny_llama_dir)
     prefill.add_request(

@@ -28,6 +28,7 @@ class UnknownHandleError(KeyError):
 class _Pin:
     block_ids: list[int]
     deadline_s: float
+    request_id: str
     readers: int = 0
     released: bool = False
 
@@ -39,11 +40,13 @@ class PinTable:
         self.on_release = on_release  # wakes the engine thread so it frees promptly
         self.num_expired = 0
 
-    def add(self, handle_id: str, block_ids: list[int], deadline_s: float) -> None:
+    def add(
+        self, handle_id: str, block_ids: list[int], deadline_s: float, request_id: str = ""
+    ) -> None:
         with self._lock:
             if handle_id in self._pins:
                 raise ValueError(f"KV handle {handle_id!r} is already pinned")
-            self._pins[handle_id] = _Pin(list(block_ids), deadline_s)
+            self._pins[handle_id] = _Pin(list(block_ids), deadline_s, request_id)
 
     def begin_read(self, handle_id: str) -> list[int]:
         """The pinned block ids; they stay allocated until the matching `end_read`."""
@@ -70,6 +73,18 @@ class PinTable:
         if self.on_release is not None:
             self.on_release()
         return True
+
+    def release_request(self, request_id: str) -> bool:
+        """Release the handles pinned for `request_id`: its caller left before the handle
+        reached it, so no decode worker will ever release them. False if there were none."""
+        with self._lock:
+            pins = [p for p in self._pins.values() if p.request_id == request_id]
+            pins = [p for p in pins if not p.released]
+            for pin in pins:
+                pin.released = True
+        if pins and self.on_release is not None:
+            self.on_release()
+        return bool(pins)
 
     def take_freeable(self, now_s: float) -> list[list[int]]:
         """Remove and return the block lists that may be freed now: released or expired
