@@ -22,9 +22,9 @@ from armature.cli_args import (
 from armature.cli_edge import add_edge_args, api_keys_from, overload_from
 from armature.cli_runtime import (
     add_runtime_args,
-    make_discovery,
     make_event_plane,
     make_request_client,
+    open_discovery,
 )
 from armature.router.policies import POLICY_NAMES
 
@@ -69,7 +69,7 @@ async def _first_card(args: argparse.Namespace) -> bytes:
     early if a worker process this command started (`worker_processes`) exits."""
     from armature.protocols.worker import worker_prefix
 
-    discovery = make_discovery(args)
+    discovery = await open_discovery(args)
     deadline = time.monotonic() + args.wait_for_workers_s
     min_workers = getattr(args, "min_workers", 1)
     logged = False
@@ -131,7 +131,7 @@ def run_frontend(args: argparse.Namespace) -> None:
     )
 
     async def follow_discovery() -> None:
-        discovery = make_discovery(args)
+        discovery = await open_discovery(args)
         event_plane = await make_event_plane(args)
         try:
             client = await make_request_client(args)

@@ -24,6 +24,7 @@ __all__ = [
     "make_discovery",
     "make_event_plane",
     "make_request_client",
+    "open_discovery",
 ]
 
 
@@ -54,6 +55,28 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
         "--etcd-endpoints",
         default=os.environ.get("ARMATURE_ETCD_ENDPOINTS", "http://127.0.0.1:2379"),
         help="comma-separated etcd client URLs (env ARMATURE_ETCD_ENDPOINTS)",
+    )
+    parser.add_argument(
+        "--etcd-user",
+        default=os.environ.get("ARMATURE_ETCD_USER"),
+        help="etcd user, with its password in the env ARMATURE_ETCD_PASSWORD (env "
+        "ARMATURE_ETCD_USER)",
+    )
+    parser.add_argument(
+        "--etcd-ca-file",
+        default=os.environ.get("ARMATURE_ETCD_CA_FILE"),
+        help="CA bundle that signed etcd's certificate, for https endpoints (default: the "
+        "system's CAs)",
+    )
+    parser.add_argument(
+        "--etcd-cert-file",
+        default=os.environ.get("ARMATURE_ETCD_CERT_FILE"),
+        help="client certificate for etcd's --client-cert-auth (with --etcd-key-file)",
+    )
+    parser.add_argument(
+        "--etcd-key-file",
+        default=os.environ.get("ARMATURE_ETCD_KEY_FILE"),
+        help="the client certificate's private key",
     )
     parser.add_argument(
         "--request-plane",
@@ -87,6 +110,22 @@ def check_namespace(namespace: str) -> None:
         raise CliError(str(exc)) from None
 
 
+async def open_discovery(args: argparse.Namespace) -> Discovery:
+    """The discovery backend the flags ask for, reached (inside the loop that uses it): an
+    unreachable etcd or refused credentials are a CliError."""
+    discovery = make_discovery(args)
+    if args.discovery == "etcd":
+        from armature.runtime.discovery_etcd import EtcdDiscovery, EtcdError
+
+        assert isinstance(discovery, EtcdDiscovery)
+        try:
+            await discovery.check(worker_prefix(args.namespace))
+        except EtcdError as exc:
+            await discovery.close()
+            raise CliError(str(exc)) from None
+    return discovery
+
+
 def make_discovery(args: argparse.Namespace) -> Discovery:
     """The discovery backend the flags ask for (create it inside the loop that uses it)."""
     check_namespace(args.namespace)
@@ -97,12 +136,29 @@ def make_discovery(args: argparse.Namespace) -> Discovery:
             return FileDiscovery(Path(args.discovery_dir) if args.discovery_dir else None)
         except OSError as exc:
             raise CliError(f"cannot use the discovery directory: {exc}") from None
-    from armature.runtime.discovery_etcd import EtcdDiscovery
+    import ssl
+
+    from armature.runtime.discovery_etcd import EtcdAccess, EtcdDiscovery
 
     endpoints = [e.strip() for e in args.etcd_endpoints.split(",") if e.strip()]
     if not endpoints or not all(e.startswith(("http://", "https://")) for e in endpoints):
         raise CliError(f"--etcd-endpoints needs http(s) URLs, got {args.etcd_endpoints!r}")
-    return EtcdDiscovery(endpoints)
+    password = os.environ.get("ARMATURE_ETCD_PASSWORD")
+    if args.etcd_user is not None and password is None:
+        raise CliError("--etcd-user needs its password in the env ARMATURE_ETCD_PASSWORD")
+    try:
+        access = EtcdAccess(
+            user=args.etcd_user,
+            password=password if args.etcd_user is not None else None,
+            ca_file=args.etcd_ca_file,
+            cert_file=args.etcd_cert_file,
+            key_file=args.etcd_key_file,
+        )
+        return EtcdDiscovery(endpoints, access=access)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    except (OSError, ssl.SSLError) as exc:
+        raise CliError(f"cannot use the etcd TLS files: {exc}") from None
 
 
 async def make_event_plane(args: argparse.Namespace, host: str = "127.0.0.1") -> EventPlane:

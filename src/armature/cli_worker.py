@@ -17,8 +17,8 @@ from armature.cli_engine import add_engine_args, build_engines
 from armature.cli_runtime import (
     add_runtime_args,
     connect_nats_or_exit,
-    make_discovery,
     make_event_plane,
+    open_discovery,
 )
 
 __all__ = ["add_worker_parser", "run_worker"]
@@ -94,7 +94,7 @@ async def _run(args: argparse.Namespace) -> None:
     built = build_engines(args, 1, shared_kv_cache=args.role == "prefill")
     core = built.cores[0]
     name = args.served_model_name or built.resolved.served_name
-    discovery = make_discovery(args)
+    discovery = await open_discovery(args)
     for value in (await discovery.list(worker_prefix(args.namespace))).values():
         other = msgspec.msgpack.decode(value, type=WorkerCard)
         if other.model_name != name:

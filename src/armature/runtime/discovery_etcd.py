@@ -7,6 +7,12 @@ which deletes the key at once.
 watch: list the prefix (as puts), then follow a streaming /v3/watch from the next revision;
 when the stream breaks (etcd restarted), retry with backoff, re-list, emit the difference
 (puts for new or changed keys, deletes for vanished ones) and follow again.
+
+Security: `EtcdAccess` carries etcd's own options. A user and password authenticate once
+(/v3/auth/authenticate) and every call carries the token; a call answered 401 (the token
+expired) authenticates again and is retried once. https endpoints verify the server against
+`ca_file` (else the system's CAs) and present `cert_file`/`key_file` where etcd demands client
+certificates. The password never appears in errors or logs.
 """
 
 from __future__ import annotations
@@ -18,20 +24,49 @@ import json
 import logging
 import math
 import random
+import ssl
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from armature.runtime.discovery import Registration, WatchEvent
 
-__all__ = ["EtcdDiscovery", "EtcdError"]
+__all__ = ["EtcdAccess", "EtcdDiscovery", "EtcdError"]
 
 log = logging.getLogger(__name__)
 
 
 class EtcdError(RuntimeError):
     """etcd answered with an error, or no endpoint could be reached."""
+
+
+@dataclass(frozen=True)
+class EtcdAccess:
+    """etcd's authentication and TLS options (all optional)."""
+
+    user: str | None = None
+    password: str | None = None
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.user is None) != (self.password is None):
+            raise ValueError("an etcd user needs a password, and a password a user")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("an etcd client certificate needs its key file, and a key its cert")
+
+    def __repr__(self) -> str:  # never show the password
+        return f"EtcdAccess(user={self.user!r}, ca_file={self.ca_file!r})"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context for https endpoints; OSError or ssl.SSLError for unusable files."""
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file is not None:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
 
 
 def _b64(data: bytes) -> str:
@@ -51,6 +86,14 @@ def _prefix_end(prefix: bytes) -> bytes:
             return bytes(end)
         end.pop()
     return b"\0"
+
+
+def _message(response: httpx.Response) -> str:
+    """etcd's error message from a gateway answer (its JSON `message`, else the body)."""
+    try:
+        return str(response.json().get("message") or response.text)
+    except ValueError:
+        return response.text
 
 
 class _EtcdRegistration:
@@ -101,30 +144,63 @@ class EtcdDiscovery:
         endpoints: Sequence[str] = ("http://127.0.0.1:2379",),
         request_timeout_s: float = 5.0,
         retry_max_s: float = 2.0,
+        access: EtcdAccess | None = None,
     ):
+        """ValueError for unusable options, OSError or ssl.SSLError for unreadable TLS files."""
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self.retry_max_s = retry_max_s
-        self._client = httpx.AsyncClient(timeout=request_timeout_s)
+        self.access = access or EtcdAccess()
+        tls = any(e.startswith("https://") for e in self.endpoints)
+        verify: ssl.SSLContext | bool = self.access.ssl_context() if tls else True
+        self._client = httpx.AsyncClient(timeout=request_timeout_s, verify=verify)
         self._next = 0
+        self._token: str | None = None
+
+    async def check(self, prefix: str) -> None:
+        """Reach etcd, authenticate and read under `prefix` now: EtcdError names what is
+        wrong (unreachable, refused credentials, no permission)."""
+        raw = prefix.encode()
+        body = {"key": _b64(raw), "range_end": _b64(_prefix_end(raw)), "limit": 1}
+        await self.call("/v3/kv/range", body)
 
     async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST to the gateway, trying each endpoint once; EtcdError if none answers."""
+        if self.access.user is not None and self._token is None:
+            await self._authenticate()
+        response = await self._post(path, body)
+        if response.status_code == 401 and self.access.user is not None:
+            await self._authenticate()  # the token expired
+            response = await self._post(path, body)
+        if response.status_code != 200:
+            raise EtcdError(f"etcd {path} answered {response.status_code}: {_message(response)}")
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         errors = []
         for _ in range(len(self.endpoints)):
             endpoint = self.endpoints[self._next % len(self.endpoints)]
             try:
-                response = await self._client.post(f"{endpoint}{path}", json=body)
+                return await self._client.post(
+                    f"{endpoint}{path}", json=body, headers=self._headers()
+                )
             except httpx.HTTPError as exc:
                 errors.append(f"{endpoint}: {exc!r}")
                 self._next += 1
-                continue
-            if response.status_code != 200:
-                raise EtcdError(f"etcd {path} answered {response.status_code}: {response.text}")
-            answer: dict[str, Any] = response.json()
-            return answer
         raise EtcdError(f"no etcd endpoint answered {path}: {'; '.join(errors)}")
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": self._token} if self._token is not None else {}
+
+    async def _authenticate(self) -> None:
+        self._token = None
+        body = {"name": self.access.user, "password": self.access.password}
+        response = await self._post("/v3/auth/authenticate", body)
+        if response.status_code != 200:
+            raise EtcdError(f"etcd refused user {self.access.user!r}: {_message(response)}")
+        self._token = str(response.json()["token"])
 
     async def register(self, key: str, value: bytes, ttl_s: float) -> Registration:
         if ttl_s <= 0:
@@ -186,7 +262,7 @@ class EtcdDiscovery:
         endpoint = self.endpoints[self._next % len(self.endpoints)]
         timeout = httpx.Timeout(5.0, read=None)
         async with self._client.stream(
-            "POST", f"{endpoint}/v3/watch", json=body, timeout=timeout
+            "POST", f"{endpoint}/v3/watch", json=body, timeout=timeout, headers=self._headers()
         ) as response:
             if response.status_code != 200:
                 raise EtcdError(f"etcd watch answered {response.status_code}")
