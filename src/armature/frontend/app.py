@@ -16,13 +16,13 @@ from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import Gauge
 
 from armature.engine.interface import EngineDeadError
 from armature.frontend.admission import AdmissionGate, Overload, Overloaded, WorkerPressure
 from armature.frontend.auth import ApiKeyMiddleware, ApiKeys, BodyLimitMiddleware
-from armature.frontend.errors import ApiError, error_body, install_error_handlers
+from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
 from armature.frontend.generation import GenerationError
 from armature.frontend.metrics import FrontendMetrics
 from armature.frontend.preprocess import Preprocessor
@@ -165,15 +165,20 @@ def build_app(
             if status is not None:
                 metrics.requests.labels(endpoint, status).inc()
 
-    @app.post("/v1/chat/completions")
+    generation_errors: dict[int | str, dict[str, Any]] = {
+        200: {"content": {"text/event-stream": {}}, "description": "a response, or SSE"},
+        **error_responses(400, 401, 404, 413, 500, 503),
+    }
+
+    @app.post("/v1/chat/completions", responses=generation_errors)
     async def chat_completions(body: ChatCompletionRequest, http_request: Request) -> Response:
         return await respond("chat", lambda: service.chat_job(body), http_request)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=generation_errors)
     async def completions(body: CompletionRequest, http_request: Request) -> Response:
         return await respond("completions", lambda: service.completion_job(body), http_request)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=error_responses(401))
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
@@ -188,7 +193,7 @@ def build_app(
             ],
         }
 
-    @app.get("/health")
+    @app.get("/health", responses=error_responses(503))
     async def health() -> JSONResponse:
         if not engine.is_alive:
             return JSONResponse({"status": "unhealthy", "reason": "engine stopped"}, 503)
@@ -198,11 +203,11 @@ def build_app(
     async def live() -> dict[str, str]:
         return {"status": "alive"}
 
-    @app.get("/admin/overload")
+    @app.get("/admin/overload", responses=error_responses(401))
     async def get_overload() -> dict[str, Any]:
         return {**dataclasses.asdict(gate.config), "queued": gate.num_queued}
 
-    @app.post("/admin/overload")
+    @app.post("/admin/overload", responses=error_responses(400, 401, 413))
     async def set_overload(update: OverloadUpdate) -> dict[str, Any]:
         """Change the busy thresholds and queue bounds at runtime (fields left out stay)."""
         changes = update.model_dump(exclude_unset=True)
@@ -210,7 +215,7 @@ def build_app(
         log.info("overload control now %s", gate.config)
         return {**dataclasses.asdict(gate.config), "queued": gate.num_queued}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=error_responses(401))
     async def metrics_endpoint() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 

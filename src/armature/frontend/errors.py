@@ -6,13 +6,21 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-__all__ = ["ApiError", "error_body", "install_error_handlers"]
+__all__ = [
+    "ApiError",
+    "ErrorResponse",
+    "error_body",
+    "error_responses",
+    "install_error_handlers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,37 @@ class ApiError(Exception):
         self.type = type
         self.param = param
         self.code = code
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error object: the body of every 4xx and 5xx answer."""
+
+    error: ErrorDetail
+
+
+_ERROR_MEANINGS = {
+    400: "invalid request (schema, ranges, context length, limits)",
+    401: "missing or wrong API key (when the server requires one)",
+    404: "unknown model",
+    413: "request body over --max-request-bytes",
+    500: "internal error",
+    503: "overloaded (with Retry-After) or no worker is serving",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries documenting these error statuses with OpenAI's body."""
+    return {
+        status: {"model": ErrorResponse, "description": _ERROR_MEANINGS[status]}
+        for status in statuses
+    }
 
 
 def error_body(
