@@ -97,3 +97,64 @@ def test_random_worker_kills_lose_no_request(default_model_dir: Path, tmp_path: 
         assert "KV block pool integrity ok" in log, log[-2000:]
         assert "integrity check FAILED" not in log
     fleet.assert_no_tracebacks()
+
+
+REAL_REQUESTS, REAL_CONCURRENCY, REAL_MAX_TOKENS = 24, 8, 24
+
+
+def greedy(client: httpx.Client, url: str, prompt: str) -> tuple[int, str]:
+    body = {
+        "model": SERVED_MODEL_NAME,
+        "prompt": prompt,
+        "max_tokens": REAL_MAX_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    response = client.post(f"{url}/v1/completions", json=body, timeout=300)
+    data = response.json()
+    if response.status_code != 200:
+        return response.status_code, data["error"]["message"]
+    assert data["usage"]["completion_tokens"] == REAL_MAX_TOKENS, data
+    return 200, data["choices"][0]["text"]
+
+
+def test_real_engine_worker_kills_keep_greedy_output(
+    default_model_dir: Path, tmp_path: Path, base_url: str
+) -> None:
+    """The same chaos on 4 workers of the real engine (float32), fewer requests: each
+    completed request's greedy text equals the undisturbed single-process server's, migrated
+    or not."""
+    fleet = Fleet(default_model_dir, tmp_path)
+    prompts = [f"Question {i}: what is {i} plus {i + 1}? Explain." for i in range(REAL_REQUESTS)]
+    rng = random.Random(11)
+    live: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        with httpx.Client(limits=httpx.Limits(max_connections=REAL_CONCURRENCY)) as client:
+            expected = [greedy(client, base_url, p) for p in prompts]
+            for i in range(4):
+                live[f"w{i}"] = fleet.start_worker(f"w{i}")
+            url = fleet.start_frontend(extra=["--router", "least-loaded"])
+            with ThreadPoolExecutor(REAL_CONCURRENCY) as pool:
+                futures = [pool.submit(greedy, client, url, p) for p in prompts]
+                kills, spawned = 0, len(live)
+                while kills < 3 and not all(f.done() for f in futures):
+                    time.sleep(3.0)
+                    victim = rng.choice(sorted(live))
+                    live.pop(victim).send_signal(signal.SIGKILL)
+                    kills += 1
+                    name = f"w{spawned}"
+                    spawned += 1
+                    live[name] = fleet.start_worker(name, wait=False)
+                results = [f.result() for f in futures]
+        metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+    finally:
+        fleet.stop()
+    assert kills >= 2, "the run ended before the chaos began"
+    for got, want in zip(results, expected, strict=True):
+        if got[0] != 200:  # only once the migration limit was exhausted
+            assert got[0] == 503 and "migrated 3 times, the limit" in got[1], got
+        else:
+            assert got == want
+    assert sum(1 for r in results if r[0] == 200) >= REAL_REQUESTS - 1
+    assert metrics["armature_router_migrations_total"] >= 1
+    fleet.assert_no_tracebacks()
