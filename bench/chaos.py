@@ -54,18 +54,20 @@ class Fleet:
         self.procs.append(proc)
         return proc
 
-    def worker(self, name: str) -> subprocess.Popen[bytes]:
-        return self.spawn(name, ["worker", *MOCKER, "--lease-ttl-s", "2", *self.runtime])
+    def worker(self, name: str, engine_args: list[str] | None = None) -> subprocess.Popen[bytes]:
+        engine = MOCKER if engine_args is None else engine_args
+        return self.spawn(name, ["worker", *engine, "--lease-ttl-s", "2", *self.runtime])
 
-    def frontend(self) -> str:
+    def frontend(self, extra: list[str] | None = None, num_workers: int = 4) -> str:
+        """Start the frontend; returns its url once it sees `num_workers` workers."""
         port = free_port()
-        self.spawn("frontend", ["frontend", "--port", str(port), *self.runtime])
+        self.spawn("frontend", ["frontend", "--port", str(port), *self.runtime, *(extra or [])])
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
                 text = httpx.get(f"{url}/metrics", timeout=2).text
-                if text.count("armature_worker_kv_blocks_total{") >= 4:
+                if text.count("armature_worker_kv_blocks_total{") >= num_workers:
                     return url
             except httpx.HTTPError:
                 pass

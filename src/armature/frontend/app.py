@@ -72,6 +72,16 @@ def build_app(
         "Requests waiting for a free worker (overload control)",
         registry=metrics.registry,
     ).set_function(lambda: gate.num_queued)
+    Gauge(
+        "armature_router_index_blocks",
+        "(worker, block) entries in the router's prefix index",
+        registry=metrics.registry,
+    ).set_function(lambda: engine.get_index_blocks()[0])
+    Gauge(
+        "armature_router_index_capacity_blocks",
+        "The prefix index's bound: the routed workers' KV capacity in blocks",
+        registry=metrics.registry,
+    ).set_function(lambda: engine.get_index_blocks()[1])
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -106,6 +106,10 @@ class DisaggRouter(EngineRouter):
     def get_worker_loads(self) -> dict[str, EngineLoad]:
         return {**self.prefill.get_worker_loads(), **super().get_worker_loads()}
 
+    def get_index_blocks(self) -> tuple[int, int]:
+        prefill, decode = self.prefill.get_index_blocks(), super().get_index_blocks()
+        return prefill[0] + decode[0], prefill[1] + decode[1]
+
     # ---- requests ----------------------------------------------------------------------
     def check_route(self, target_worker: str | None) -> None:
         super().check_route(target_worker)

@@ -273,6 +273,10 @@ class EngineRouter:
             if e.is_alive
         }
 
+    def get_index_blocks(self) -> tuple[int, int]:
+        """(blocks in the prefix index, its bound: the workers' total capacity)."""
+        return self.index.get_num_entries(), self.index.get_capacity_blocks()
+
     def get_worker_loads(self) -> dict[str, EngineLoad]:
         """Each live worker's load as last reported."""
         return {w: e.get_load() for w, e in self.engines.items() if e.is_alive}

@@ -134,6 +134,10 @@ class PrefixIndex:
         """(worker, block) pairs held: bounded by the workers' total capacity."""
         return sum(len(s.hashes) for s in self._workers.values())
 
+    def get_capacity_blocks(self) -> int:
+        """The bound on `get_num_entries`: the indexed workers' capacities, summed."""
+        return sum(s.capacity_blocks for s in self._workers.values())
+
     def get_num_worker_blocks(self, worker: WorkerId) -> int:
         """Blocks indexed for `worker` (0 for an unknown worker)."""
         state = self._workers.get(worker)

@@ -69,6 +69,8 @@ def test_capacity_bounds_memory() -> None:
     assert index.apply("a", stored(0, 1, 2, 3))
     assert not index.apply("a", stored(1, 4))  # a 4th block means removals were missed
     assert index.get_num_entries() == 3
+    index.add_worker("b", 5)
+    assert index.get_capacity_blocks() == 8
     with pytest.raises(ValueError, match="exceeds capacity"):
         index.load_dump("a", [1, 2, 3, 4], last_event_id=1)
 
@@ -83,6 +85,7 @@ def test_removing_a_worker_drops_its_blocks() -> None:
     assert index.find_overlaps([1, 2]) == {"b": 1}
     assert index.get_workers() == ["b"]
     assert index.get_num_entries() == 1
+    assert index.get_capacity_blocks() == 10
 
 
 WORKERS = ["w0", "w1", "w2"]
