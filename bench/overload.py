@@ -32,14 +32,9 @@ MOCKER = ["--engine", "mocker", "--speedup-ratio", SPEEDUP, "--num-kv-blocks", "
 PROMPT_WORDS, MAX_TOKENS = 170, 48  # about 500 prompt tokens
 WORDS = ["apple", "river", "stone", "cloud", "green", "quick", "table", "light", "music", "paper"]
 CONTROL = [
-    "--busy-prefill-tokens",
-    "1024",
-    "--busy-kv-usage",
-    "0.5",
-    "--max-queued-requests",
-    "2",
-    "--queue-timeout-s",
-    "0.5",
+    *("--busy-prefill-tokens", "256"),
+    *("--busy-kv-usage", "0.1"),
+    *("--max-queued-requests", "0"),
 ]
 
 
@@ -107,6 +102,7 @@ async def open_loop(url: str, model: str, rate: float, duration_s: float) -> lis
 
 
 def start(root: Path, control: bool) -> tuple[Fleet, str, str]:
+    root.mkdir()
     fleet = Fleet(root)
     for i in range(2):
         fleet.worker(f"w{i}", MOCKER)

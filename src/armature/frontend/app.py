@@ -57,16 +57,23 @@ def build_app(
     engine.observer = metrics.router_observer()
     service = OpenAIService(engine, preprocessor, metrics, model)
 
-    def pressures() -> list[WorkerPressure]:
-        return [
-            WorkerPressure(
+    def pressures_by_worker() -> dict[str, WorkerPressure]:
+        return {
+            worker: WorkerPressure(
                 kv_usage=load.num_active_blocks / max(1, load.num_total_blocks),
                 prefill_tokens=max(load.num_prefill_tokens_queued, routed_prefill_tokens),
             )
-            for load, routed_prefill_tokens in engine.get_pool_loads().values()
-        ]
+            for worker, (load, routed_prefill_tokens) in engine.get_pool_loads().items()
+        }
 
-    gate = AdmissionGate(overload or Overload(), pressures)
+    def busy_workers() -> set[str]:
+        config = gate.config
+        if not config.enabled:
+            return set()
+        return {w for w, p in pressures_by_worker().items() if config.is_busy(p)}
+
+    gate = AdmissionGate(overload or Overload(), lambda: pressures_by_worker().values())
+    engine.get_busy_workers = busy_workers  # admitted requests go to a worker with room
     Gauge(
         "armature_requests_queued",
         "Requests waiting for a free worker (overload control)",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -83,6 +83,8 @@ class EngineRouter:
         self.load = ActiveLoad()
         self.policy = self._make_policy(config)
         self._sync_task: asyncio.Task[None] | None = None
+        # overload control: workers past their busy thresholds; routing prefers the others
+        self.get_busy_workers: Callable[[], set[str]] = set
 
     def _make_policy(self, config: RouterConfig) -> RoutingPolicy:
         total_blocks = max(1, sum(e.get_load().num_total_blocks for e in self.engines.values()))
@@ -219,7 +221,8 @@ class EngineRouter:
         while True:
             workers = [w for w in self.get_workers() if w not in failed]
             if workers or loop.time() >= deadline_s:
-                return workers
+                busy = self.get_busy_workers() if len(workers) > 1 else set()
+                return [w for w in workers if w not in busy] or workers
             await asyncio.sleep(0.05)
 
     async def _generate_on(

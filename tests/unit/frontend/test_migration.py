@@ -113,3 +113,34 @@ async def test_the_migration_limit_ends_the_request(tiny_llama_dir: Path) -> Non
             await collect(router, request(list(range(3, 30))))
     finally:
         await router.stop()
+
+
+class Decisions(RouterObserver):
+    def __init__(self) -> None:
+        self.workers: list[str] = []
+
+    def decision(self, worker: str, overlap_blocks: int, latency_s: float) -> None:
+        self.workers.append(worker)
+
+
+async def test_busy_workers_are_avoided_while_another_has_room(tiny_llama_dir: Path) -> None:
+    """Overload control marks workers busy; routing sends to the others, whatever the policy
+    prefers, and falls back to every worker when all are busy."""
+    engines = {n: real(tiny_llama_dir) for n in "abc"}
+    observer = Decisions()
+    router = EngineRouter(engines, RouterConfig(policy="round-robin"), observer)  # type: ignore[arg-type]
+    busy = {"a", "b"}
+    router.get_busy_workers = lambda: busy
+    sampling = request([]).sampling
+    router.start()
+    try:
+        for i in range(6):
+            if i == 3:
+                busy = {"a", "b", "c"}
+            prompt = list(range(3 + i, 30))
+            req = EngineRequest(request_id=f"r{i}", prompt_token_ids=prompt, sampling=sampling)
+            await collect(router, req)
+        assert observer.workers[:3] == ["c", "c", "c"]
+        assert sorted(observer.workers[3:]) == ["a", "b", "c"]
+    finally:
+        await router.stop()
