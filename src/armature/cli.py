@@ -121,6 +121,11 @@ def _serve(args: argparse.Namespace) -> None:
 
         serve_fleet(args)
         return
+    if args.engine == "vllm":
+        from armature.cli_serve_vllm import serve_vllm
+
+        serve_vllm(args, api_keys)
+        return
     import uvicorn
 
     from armature.engine.async_engine import AsyncEngine

@@ -20,6 +20,8 @@ __all__ = ["BuiltEngines", "add_engine_args", "build_engines"]
 
 log = logging.getLogger("armature")
 
+DEFAULT_BLOCK_SIZE = 16
+
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -30,10 +32,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--engine",
-        choices=["torch", "mocker"],
+        choices=["torch", "mocker", "vllm"],
         default="torch",
         help="torch: the native PyTorch engine; mocker: the same scheduler and KV cache with "
-        "a timing model instead of a model (no weights loaded)",
+        "a timing model instead of a model (no weights loaded); vllm: vLLM's engine (needs "
+        "pip install 'armature[vllm]')",
     )
     parser.add_argument(
         "--speedup-ratio",
@@ -53,7 +56,19 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="auto = cuda where present, else cpu",
     )
-    parser.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block")
+    parser.add_argument(
+        "--block-size",
+        type=positive_int,
+        default=None,
+        help=f"tokens per KV block (default: {DEFAULT_BLOCK_SIZE}; vllm: its platform's, 128 on "
+        "CPU, where it must be a multiple of 32)",
+    )
+    parser.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="vllm only: skip torch.compile (vLLM then starts in ~45 s instead of ~2 min on "
+        "2 CPU cores, and runs slower)",
+    )
     parser.add_argument(
         "--kv-cache-bytes",
         type=parse_bytes,
@@ -128,7 +143,7 @@ def build_engines(
             model_dir=resolved.path,
             dtype=dtype,
             device=device,
-            block_size=args.block_size,
+            block_size=args.block_size or DEFAULT_BLOCK_SIZE,
             num_kv_blocks=args.num_kv_blocks,
             kv_cache_bytes=args.kv_cache_bytes,
             max_num_seqs=args.max_num_seqs,

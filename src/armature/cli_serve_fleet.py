@@ -59,6 +59,8 @@ def _worker_command(
             command += [f"--{name.replace('_', '-')}", str(value)]
     if args.no_prefix_caching:
         command.append("--no-prefix-caching")
+    if args.enforce_eager:
+        command.append("--enforce-eager")
     return [
         *command,
         "--role",
@@ -84,8 +86,10 @@ def _worker_command(
 
 def serve_fleet(args: argparse.Namespace) -> None:
     from armature.cli_frontend import run_frontend
+    from armature.cli_serve_vllm import check_vllm_roles
     from armature.model.source import ModelSourceError, resolve_model
 
+    check_vllm_roles(args)
     check_port_free(args.host, args.port)
     try:  # once, here: N workers must not convert the default model side by side
         resolved = resolve_model(

@@ -83,6 +83,7 @@ def run_worker(args: argparse.Namespace) -> None:
 
 async def _run(args: argparse.Namespace) -> None:
     from armature.engine.async_engine import AsyncEngine
+    from armature.engine.interface import Engine
     from armature.engine.transfer import start_transfer_agent
     from armature.kv.transfer.wire import TransferError
     from armature.protocols.worker import WorkerCard, worker_prefix
@@ -91,44 +92,58 @@ async def _run(args: argparse.Namespace) -> None:
     from armature.runtime.tcp_server import RequestPlaneServer
     from armature.worker.service import WorkerService
 
-    built = build_engines(args, 1, shared_kv_cache=args.role == "prefill")
-    core = built.cores[0]
-    name = args.served_model_name or built.resolved.served_name
+    core = None
+    if args.engine == "vllm":  # vLLM's engine; it starts inside this event loop
+        from armature.cli_serve_vllm import build_vllm_from_args
+
+        vllm = build_vllm_from_args(args)
+        resolved, info = vllm.resolved, vllm.engine.info
+        block_size, max_model_len, vocab_size = info.block_size, info.max_model_len, info.vocab_size
+    else:
+        built = build_engines(args, 1, shared_kv_cache=args.role == "prefill")
+        core = built.cores[0]
+        resolved, block_size = built.resolved, built.config.block_size
+        max_model_len, vocab_size = core.max_model_len, core.arch.vocab_size
+    name = args.served_model_name or resolved.served_name
     discovery = await open_discovery(args)
     for value in (await discovery.list(worker_prefix(args.namespace))).values():
         other = msgspec.msgpack.decode(value, type=WorkerCard)
         if other.model_name != name:
             continue
-        if other.block_size != built.config.block_size:
+        if other.block_size != block_size:
             raise CliError(
                 f"model {name!r} is already served with block size {other.block_size} in "
-                f"namespace {args.namespace!r}; this worker uses {built.config.block_size}"
+                f"namespace {args.namespace!r}; this worker uses {block_size}"
             )
-        if other.model_path != str(built.resolved.path):
+        if other.model_path != str(resolved.path):
             raise CliError(
                 f"model {name!r} is already served from {other.model_path} in namespace "
-                f"{args.namespace!r}; this worker loads {built.resolved.path}"
+                f"{args.namespace!r}; this worker loads {resolved.path}"
             )
     event_plane = await make_event_plane(args, args.host)
     instance_id = args.instance_id if args.instance_id is not None else secrets.randbits(63)
     if not 0 <= instance_id < 2**64:
         raise CliError(f"--instance-id must be in [0, 2**64), got {instance_id}")
     nc = await connect_nats_or_exit(args) if args.request_plane == "nats" else None
+    transfer = None
     try:
-        transfer = start_transfer_agent(
-            core,
-            worker_id=f"worker-{instance_id:x}",
-            backends=args.kv_transfer_backends,
-            host=args.host,
-            port=args.kv_transfer_port,
-            secret=args.plane_secret,
-        )
+        if core is not None:
+            transfer = start_transfer_agent(
+                core,
+                worker_id=f"worker-{instance_id:x}",
+                backends=args.kv_transfer_backends,
+                host=args.host,
+                port=args.kv_transfer_port,
+                secret=args.plane_secret,
+            )
     except TransferError as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(
             f"cannot listen for KV transfers on {args.host}:{args.kv_transfer_port}: {exc.strerror}"
         ) from None
+
+    engine: Engine = vllm.engine if core is None else AsyncEngine(core, transfer)
 
     def make_server(handlers: Mapping[str, Handler]) -> RequestServer:
         if nc is not None:
@@ -137,14 +152,14 @@ async def _run(args: argparse.Namespace) -> None:
         return RequestPlaneServer(handlers, args.host, args.port, secret=args.plane_secret)
 
     service = WorkerService(
-        AsyncEngine(core, transfer),
+        engine,
         discovery,
         namespace=args.namespace,
         model_name=name,
-        model_path=str(built.resolved.path),
-        block_size=built.config.block_size,
-        max_model_len=core.max_model_len,
-        vocab_size=core.arch.vocab_size,
+        model_path=str(resolved.path),
+        block_size=block_size,
+        max_model_len=max_model_len,
+        vocab_size=vocab_size,
         make_server=make_server,
         instance_id=instance_id,
         lease_ttl_s=args.lease_ttl_s,
@@ -169,7 +184,7 @@ async def _run(args: argparse.Namespace) -> None:
         card.block_size,
         card.request_url,
         args.namespace,
-        ", ".join(f"{k} {v}" for k, v in core.kv_endpoints.items()),
+        ", ".join(f"{k} {v}" for k, v in (core.kv_endpoints if core else {}).items()) or "off",
         card.metrics_url or "off",
     )
     stop = asyncio.Event()

@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 LAYERS: list[set[str]] = [
     {"protocols", "workload"},
     {"kv", "model", "router"},
-    {"engine", "sim"},
+    {"engine", "engines", "sim"},
     {"runtime"},
     {"frontend", "worker", "bench"},
     {
@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
         "cli_worker",
         "cli_frontend",
         "cli_serve_fleet",
+        "cli_serve_vllm",
     },
 ]
 

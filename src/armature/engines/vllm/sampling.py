@@ -1,0 +1,92 @@
+"""Our EngineRequest -> the arguments of one vLLM request. Pure: no vLLM import, so the mapping
+is unit-tested without vLLM installed; the engine turns `VllmSampling` into vLLM's
+`SamplingParams(**asdict(...))`.
+
+Every field of our SamplingParams has a one-to-one vLLM field:
+
+    ours            vLLM            note
+    max_tokens      max_tokens
+    temperature     temperature     0 = greedy in both
+    top_p           top_p
+    top_k           top_k           0 = disabled in both
+    seed            seed
+    min_tokens      min_tokens      minus the output tokens a resumed request carries
+    ignore_eos      ignore_eos
+    stop_token_ids  stop_token_ids
+    logprobs        logprobs        at most the engine's max_logprobs (vLLM refuses more)
+
+What vLLM cannot do through this adapter is refused with InvalidRequestError (a 4xx at the
+frontend): disaggregated legs (a remote prefill or a KV handle) and more logprobs than the
+engine was started with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armature.engine.interface import InvalidRequestError
+from armature.protocols.engine import EngineRequest
+
+__all__ = ["VllmPrompt", "VllmSampling", "to_vllm_prompt", "to_vllm_sampling"]
+
+
+@dataclass(frozen=True)
+class VllmSampling:
+    """Keyword arguments of vLLM's SamplingParams, field for field (names are vLLM's)."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    min_tokens: int
+    ignore_eos: bool
+    stop_token_ids: list[int]
+    logprobs: int | None
+    # we detokenize in the frontend; vLLM sends only the new tokens of each step
+    detokenize: bool = False
+    skip_special_tokens: bool = False
+
+
+@dataclass(frozen=True)
+class VllmPrompt:
+    """What vLLM computes: the prompt plus any output a resumed request already carries."""
+
+    token_ids: list[int]
+    num_prompt_tokens: int  # the caller's prompt only (usage counts these)
+
+
+def to_vllm_sampling(request: EngineRequest, max_logprobs: int) -> VllmSampling:
+    """The vLLM sampling arguments of `request`; InvalidRequestError for what vLLM lacks."""
+    if request.remote_prefill or request.kv_handle is not None:
+        raise InvalidRequestError(
+            "the vllm engine serves whole requests only (no disaggregated prefill or KV handle)"
+        )
+    p = request.sampling
+    if p.logprobs is not None and p.logprobs > max_logprobs:
+        raise InvalidRequestError(
+            f"at most {max_logprobs} logprobs per token with the vllm engine, got {p.logprobs}"
+        )
+    if p.top_k < 0:
+        raise InvalidRequestError(f"top_k must be at least 0 (0 disables it), got {p.top_k}")
+    num_carried = len(request.output_token_ids)
+    return VllmSampling(
+        max_tokens=p.max_tokens,
+        temperature=p.temperature,
+        top_p=p.top_p,
+        top_k=p.top_k,
+        seed=p.seed,
+        min_tokens=max(0, p.min_tokens - num_carried),
+        ignore_eos=p.ignore_eos,
+        stop_token_ids=list(p.stop_token_ids),
+        logprobs=p.logprobs,
+    )
+
+
+def to_vllm_prompt(request: EngineRequest) -> VllmPrompt:
+    """A resumed request (migration) continues after the tokens it already generated: vLLM
+    sees them as part of the prompt; usage still counts only the caller's prompt."""
+    return VllmPrompt(
+        token_ids=list(request.prompt_token_ids) + list(request.output_token_ids),
+        num_prompt_tokens=len(request.prompt_token_ids),
+    )

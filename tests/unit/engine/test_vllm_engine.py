@@ -1,0 +1,240 @@
+"""VllmEngine over a fake AsyncLLM (the `AsyncLlm` seam): streaming, cancellation, validation,
+load. The real vLLM is exercised by tests/vllm_engine (scripts/check-vllm)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from vllm_fakes import FakeCompletion, FakeOutput
+
+from armature.cli import main
+from armature.engine.interface import EngineDeadError, InvalidRequestError
+from armature.engine.validation import validate_request
+from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo
+from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
+from armature.engines.vllm.sampling import VllmSampling
+from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
+
+INFO = VllmEngineInfo(
+    block_size=32, num_kv_blocks=10, max_model_len=256, vocab_size=100, max_logprobs=20
+)
+
+
+@dataclass
+class FakeLlm:
+    """Yields one token per step until max_tokens; records what was aborted."""
+
+    step_s: float = 0.0
+    aborted: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    errored: bool = False
+    shut_down: bool = False
+
+    async def generate(
+        self, prompt: Any, sampling_params: VllmSampling, request_id: str
+    ) -> AsyncGenerator[FakeOutput, None]:
+        done = False
+        try:
+            for i in range(sampling_params.max_tokens):
+                await asyncio.sleep(self.step_s)
+                last = i == sampling_params.max_tokens - 1
+                reason = "length" if last else None
+                yield FakeOutput([FakeCompletion([len(prompt) + i], reason)], num_cached_tokens=0)
+            done = True
+            self.finished.append(request_id)
+        finally:
+            if not done:
+                self.aborted.append(request_id)
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+def make_engine(llm: FakeLlm, client_errors: tuple[type[Exception], ...] = ()) -> VllmEngine:
+    engine = VllmEngine(
+        llm,
+        INFO,
+        make_sampling=lambda s: s,
+        make_prompt=lambda ids: ids,
+        subscriber=None,
+        load=LoadTracker(num_total_blocks=INFO.num_kv_blocks),
+        client_errors=client_errors,
+    )
+    engine.start()
+    return engine
+
+
+def request(request_id: str = "r", max_tokens: int = 3, **kw: Any) -> EngineRequest:
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    return EngineRequest(
+        request_id=request_id, prompt_token_ids=kw.pop("prompt", [1, 2, 3]), sampling=sampling, **kw
+    )
+
+
+async def test_streams_until_finished_with_usage_on_the_first_output() -> None:
+    llm = FakeLlm()
+    engine = make_engine(llm)
+    outputs = [o async for o in engine.generate(request())]
+    assert [o.new_token_ids for o in outputs] == [[3], [4], [5]]
+    assert [o.finish_reason for o in outputs] == [None, None, FinishReason.LENGTH]
+    assert [o.num_prompt_tokens for o in outputs] == [3, 0, 0]
+    assert llm.finished == ["r"] and llm.aborted == []
+    assert engine.get_num_active_requests() == 0
+    await engine.stop()
+    assert llm.shut_down and not engine.is_alive
+
+
+async def test_closing_the_stream_aborts_in_vllm_and_frees_the_request() -> None:
+    llm = FakeLlm()
+    engine = make_engine(llm)
+    stream = engine.generate(request(max_tokens=100))
+    first = await stream.__anext__()
+    assert first.new_token_ids == [3]
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert llm.aborted == ["r"]
+    assert engine.get_num_active_requests() == 0
+    assert engine.get_load().num_prefill_tokens_queued == 0
+
+
+async def test_cancelling_the_consumer_aborts_too() -> None:
+    llm = FakeLlm(step_s=0.05)
+    engine = make_engine(llm)
+
+    async def consume() -> None:
+        async for _ in engine.generate(request(max_tokens=100)):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.12)
+    assert engine.get_num_active_requests() == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert llm.aborted == ["r"]
+    assert engine.get_num_active_requests() == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        request(prompt=[]),
+        request(prompt=[1, 100]),
+        request(max_tokens=300),
+        request(max_tokens=0),
+        msgspec.structs.replace(request(), remote_prefill=True),
+    ],
+)
+async def test_bad_requests_fail_before_reaching_vllm(bad: EngineRequest) -> None:
+    llm = FakeLlm()
+    engine = make_engine(llm)
+    with pytest.raises(InvalidRequestError) as raised:
+        async for _ in engine.generate(bad):
+            pass
+    assert llm.finished == [] and llm.aborted == []
+    if not bad.remote_prefill:  # the native engine's words for the same mistake
+        with pytest.raises(InvalidRequestError) as native:
+            validate_request(
+                bad, vocab_size=100, max_model_len=256, block_size=32, num_kv_blocks=10
+            )
+        assert str(raised.value) == str(native.value)
+
+
+async def test_a_request_vllm_refuses_is_invalid_not_a_crash() -> None:
+    class Refusing(FakeLlm):
+        async def generate(
+            self, prompt: Any, sampling_params: VllmSampling, request_id: str
+        ) -> AsyncGenerator[FakeOutput, None]:
+            raise ValueError("vLLM says no")
+            yield  # an async generator, like vLLM's
+
+    engine = make_engine(Refusing(), client_errors=(ValueError,))
+    with pytest.raises(InvalidRequestError, match="vLLM says no"):
+        await engine.generate(request()).__anext__()
+    assert engine.get_num_active_requests() == 0
+    assert engine.get_load().num_prefill_tokens_queued == 0
+
+
+async def test_duplicate_ids_and_a_dead_engine() -> None:
+    llm = FakeLlm(step_s=0.05)
+    engine = make_engine(llm)
+    first = engine.generate(request(max_tokens=10))
+    await first.__anext__()
+    with pytest.raises(InvalidRequestError, match="duplicate request id"):
+        await engine.generate(request(max_tokens=10)).__anext__()
+    await first.aclose()  # type: ignore[attr-defined]
+    llm.errored = True
+    assert not engine.is_alive
+    with pytest.raises(EngineDeadError):
+        await engine.generate(request("other")).__anext__()
+
+
+async def test_load_follows_vllm_steps_bounded_by_requests_in_flight() -> None:
+    engine = make_engine(FakeLlm())
+    streams = [engine.generate(request(f"r{i}", max_tokens=10)) for i in range(3)]
+    for stream in streams:
+        await stream.__anext__()
+    engine.record_step(SchedulerSnapshot(num_running=2, num_waiting=3, kv_cache_usage=0.5))
+    load = engine.get_load()
+    assert (load.num_running, load.num_waiting, load.num_active_blocks, load.num_steps) == (
+        2,
+        1,
+        5,
+        1,
+    )
+    for stream in streams:
+        await stream.aclose()  # type: ignore[attr-defined]
+    idle = engine.get_load()
+    assert (idle.num_running, idle.num_waiting, idle.num_active_blocks) == (0, 0, 0)
+    assert engine.take_kv_events() == []
+
+
+def test_cli_without_vllm_says_how_to_install(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    assert main(["worker", "--engine", "vllm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "armature: error: the vllm engine needs vLLM: pip install 'armature[vllm]' "
+        "(a ~3.5 GB environment; see README, 'vLLM engine')"
+    ]
+
+
+def test_cli_refuses_disaggregated_vllm_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["serve", "--engine", "vllm", "--prefill-workers", "1", "--decode-workers", "1"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "armature: error: the vllm engine serves aggregated workers only (no --role "
+        "prefill/decode); see README, 'vLLM engine'"
+    ]
+
+
+def test_engine_flags_map_to_vllm_settings(tmp_path: Path) -> None:
+    from armature.cli import build_parser
+    from armature.cli_serve_vllm import vllm_config_from
+    from armature.engines.vllm.build import VllmEngineConfig
+
+    argv = ["worker", "--engine", "vllm", "--dtype", "float32", "--max-model-len", "1024"]
+    argv += ["--num-kv-blocks", "40", "--max-num-seqs", "8", "--no-prefix-caching"]
+    argv += ["--seed", "3", "--enforce-eager"]
+    config = vllm_config_from(build_parser().parse_args(argv), tmp_path)
+    assert config == VllmEngineConfig(
+        model_dir=tmp_path,
+        dtype="float32",
+        block_size=None,  # vLLM's own
+        kv_cache_bytes=None,  # --num-kv-blocks wins
+        num_kv_blocks=40,
+        max_num_seqs=8,
+        max_num_batched_tokens=1024,
+        max_model_len=1024,
+        enable_prefix_caching=False,
+        seed=3,
+        enforce_eager=True,
+    )
