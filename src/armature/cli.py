@@ -21,6 +21,7 @@ from armature.cli_args import (
     non_negative_int,
     port,
     positive_int,
+    router_config,
 )
 from armature.cli_bench import add_bench_parser, run_bench
 from armature.cli_edge import add_edge_args, api_keys_from, overload_from
@@ -133,7 +134,6 @@ def _serve(args: argparse.Namespace) -> None:
     from armature.frontend.app import ServedModel, build_app
     from armature.frontend.disagg import DisaggRouter
     from armature.frontend.preprocess import Preprocessor
-    from armature.frontend.routing import RouterConfig
     from armature.kv.transfer.wire import TransferError
 
     check_port_free(args.host, args.port)
@@ -159,15 +159,6 @@ def _serve(args: argparse.Namespace) -> None:
         core.max_model_len,
     )
     model = ServedModel(name=name, max_model_len=core.max_model_len, created=int(time.time()))
-    router_config = RouterConfig(
-        policy=args.router,
-        block_size=config.block_size,
-        overlap_weight=args.kv_overlap_weight,
-        decode_weight=args.kv_decode_weight,
-        temperature=args.router_temperature,
-        seed=args.seed,
-        migration_limit=args.migration_limit,
-    )
     engines: dict[str, AsyncEngine] = {}
     prefill_engines: dict[str, AsyncEngine] = {}
     for i, (core_i, role) in enumerate(zip(cores, args.roles, strict=True)):
@@ -183,7 +174,10 @@ def _serve(args: argparse.Namespace) -> None:
         pool = prefill_engines if role == "prefill" else engines
         pool[worker] = AsyncEngine(core_i, transfer)
     router = DisaggRouter(
-        engines, router_config, disagg_config(args), prefill_engines=prefill_engines
+        engines,
+        router_config(args, config.block_size),
+        disagg_config(args),
+        prefill_engines=prefill_engines,
     )
     app = build_app(
         router,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from armature.frontend.disagg import DisaggConfig
+    from armature.frontend.routing import RouterConfig
 
 __all__ = [
     "CliError",
@@ -26,6 +27,7 @@ __all__ = [
     "port",
     "positive_float",
     "positive_int",
+    "router_config",
 ]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -145,6 +147,21 @@ def disagg_config(args: argparse.Namespace) -> DisaggConfig:
         max_local_prefill_tokens=args.max_local_prefill_tokens,
         max_prefill_queue_tokens=args.max_prefill_queue_tokens,
         enforce_disagg=args.enforce_disagg,
+    )
+
+
+def router_config(args: argparse.Namespace, block_size: int) -> RouterConfig:
+    """The router's settings from the routing flags, for workers of `block_size`."""
+    from armature.frontend.routing import RouterConfig
+
+    return RouterConfig(
+        policy=args.router,
+        block_size=block_size,
+        overlap_weight=args.kv_overlap_weight,
+        decode_weight=args.kv_decode_weight,
+        temperature=args.router_temperature,
+        seed=args.seed,
+        migration_limit=args.migration_limit,
     )
 
 

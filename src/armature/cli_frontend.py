@@ -99,12 +99,11 @@ def run_frontend(args: argparse.Namespace) -> None:
 
     import uvicorn
 
-    from armature.cli_args import disagg_config
+    from armature.cli_args import disagg_config, router_config
     from armature.frontend.app import ServedModel, build_app
     from armature.frontend.disagg import DisaggRouter
     from armature.frontend.fleet import WorkerFleet
     from armature.frontend.preprocess import Preprocessor
-    from armature.frontend.routing import RouterConfig
     from armature.protocols.worker import WorkerCard
 
     api_keys = api_keys_from(args)
@@ -117,15 +116,7 @@ def run_frontend(args: argparse.Namespace) -> None:
     )
     router = DisaggRouter(
         {},
-        RouterConfig(
-            policy=args.router,
-            block_size=served.block_size,
-            overlap_weight=args.kv_overlap_weight,
-            decode_weight=args.kv_decode_weight,
-            temperature=args.router_temperature,
-            seed=args.seed,
-            migration_limit=args.migration_limit,
-        ),
+        router_config(args, served.block_size),
         disagg_config(args),
         transfer_secret=args.plane_secret,
     )

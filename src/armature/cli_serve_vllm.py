@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from armature.cli_args import CliError, check_port_free, disagg_config
+from armature.cli_args import CliError, check_port_free, disagg_config, router_config
 from armature.cli_edge import overload_from
 
 if TYPE_CHECKING:
@@ -112,7 +112,6 @@ async def _serve(args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
     from armature.frontend.app import ServedModel, build_app
     from armature.frontend.disagg import DisaggRouter
     from armature.frontend.preprocess import Preprocessor
-    from armature.frontend.routing import RouterConfig
 
     built = build_vllm_from_args(args)
     engine, info = built.engine, built.engine.info
@@ -126,16 +125,9 @@ async def _serve(args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
         info.block_size,
         info.max_model_len,
     )
-    router_config = RouterConfig(
-        policy=args.router,
-        block_size=info.block_size,
-        overlap_weight=args.kv_overlap_weight,
-        decode_weight=args.kv_decode_weight,
-        temperature=args.router_temperature,
-        seed=args.seed,
-        migration_limit=args.migration_limit,
+    router = DisaggRouter(
+        {"worker-0": engine}, router_config(args, info.block_size), disagg_config(args)
     )
-    router = DisaggRouter({"worker-0": engine}, router_config, disagg_config(args))
     app = build_app(
         router,
         Preprocessor(built.resolved.path),
