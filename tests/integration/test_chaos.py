@@ -10,8 +10,10 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,6 +32,30 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError("no VmRSS")
+
+
+def kill_while_running(
+    fleet: Fleet,
+    live: dict[str, subprocess.Popen[bytes]],
+    futures: Sequence[Future[Any]],
+    rng: random.Random,
+    every_s: float,
+    most: int | None = None,
+) -> int:
+    """Every `every_s` while requests run, SIGKILL a random live worker and start a
+    replacement (at most `most` times); returns how many were killed. `live` is updated."""
+    kills, spawned = 0, len(live)
+    while (most is None or kills < most) and not all(f.done() for f in futures):
+        time.sleep(every_s)
+        if all(f.done() for f in futures):
+            break
+        victim = rng.choice(sorted(live))
+        live.pop(victim).send_signal(signal.SIGKILL)
+        kills += 1
+        name = f"w{spawned}"
+        spawned += 1
+        live[name] = fleet.start_worker(name, wait=False)
+    return kills
 
 
 def send(client: httpx.Client, url: str, i: int) -> tuple[int, int, str]:
@@ -64,17 +90,7 @@ def test_random_worker_kills_lose_no_request(default_model_dir: Path, tmp_path: 
                 futures: list[Future[tuple[int, int, str]]] = [
                     pool.submit(send, client, url, i) for i in range(NUM_REQUESTS)
                 ]
-                kills, spawned = 0, len(live)
-                while not all(f.done() for f in futures):
-                    time.sleep(1.5)
-                    if all(f.done() for f in futures):
-                        break
-                    victim = rng.choice(sorted(live))
-                    live.pop(victim).send_signal(signal.SIGKILL)
-                    kills += 1
-                    name = f"w{spawned}"
-                    spawned += 1
-                    live[name] = fleet.start_worker(name, wait=False)
+                kills = kill_while_running(fleet, live, futures, rng, every_s=1.5)
                 results = [f.result() for f in futures]
             rss_after = rss_kib(frontend.pid)
         metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
@@ -136,15 +152,7 @@ def test_real_engine_worker_kills_keep_greedy_output(
             url = fleet.start_frontend(extra=["--router", "least-loaded"])
             with ThreadPoolExecutor(REAL_CONCURRENCY) as pool:
                 futures = [pool.submit(greedy, client, url, p) for p in prompts]
-                kills, spawned = 0, len(live)
-                while kills < 3 and not all(f.done() for f in futures):
-                    time.sleep(3.0)
-                    victim = rng.choice(sorted(live))
-                    live.pop(victim).send_signal(signal.SIGKILL)
-                    kills += 1
-                    name = f"w{spawned}"
-                    spawned += 1
-                    live[name] = fleet.start_worker(name, wait=False)
+                kills = kill_while_running(fleet, live, futures, rng, every_s=3.0, most=3)
                 results = [f.result() for f in futures]
         metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
     finally:

@@ -186,7 +186,7 @@ class EtcdDiscovery:
                 return await self._client.post(
                     f"{endpoint}{path}", json=body, headers=self._headers()
                 )
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, ssl.SSLError) as exc:  # TLS alerts may come unwrapped
                 errors.append(f"{endpoint}: {exc!r}")
                 self._next += 1
         raise EtcdError(f"no etcd endpoint answered {path}: {'; '.join(errors)}")
@@ -246,7 +246,7 @@ class EtcdDiscovery:
                     else:
                         known.pop(event.key, None)
                     yield event
-            except (httpx.HTTPError, EtcdError, ValueError) as exc:
+            except (httpx.HTTPError, ssl.SSLError, EtcdError, ValueError) as exc:
                 log.warning("etcd watch on %r broke (%s); resuming", prefix, exc)
                 await asyncio.sleep(0.1)
 
