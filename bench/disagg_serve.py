@@ -12,16 +12,13 @@ prefixes), 64 output tokens, ignore_eos. Reported: TTFT and ITL p50/p99, output 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
 from report import Section, get_machine_facts, markdown_table, write_section
+from serving import run_armature_bench, wait_healthy
 
 LAYOUTS = {
     "agg": ["--workers", "2"],
@@ -62,42 +59,19 @@ def serve(args: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(log.read_text())
-        time.sleep(0.5)
-    raise RuntimeError("server did not start")
+    wait_healthy(proc, url, log, timeout_s=300, poll_s=0.5)
+    return proc, url
 
 
 def bench(url: str, concurrency: int, num_requests: int, out: Path) -> dict[str, object]:
-    command = [
-        sys.executable,
-        "-m",
-        "armature.cli",
-        "bench",
-        "--url",
+    return run_armature_bench(
         url,
-        "--concurrency",
-        str(concurrency),
-        "--num-requests",
-        str(num_requests),
-        "--input-len",
-        "512",
-        "--output-len",
-        "64",
-        "--ignore-eos",
-        "--report",
-        str(out),
-    ]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    report = json.loads((out / "report.json").read_text())
-    return report["steps"][0]["summary"]  # type: ignore[no-any-return]
+        concurrency=concurrency,
+        num_requests=num_requests,
+        input_len=512,
+        output_len=64,
+        out=out,
+    )
 
 
 def main() -> None:

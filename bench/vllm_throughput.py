@@ -21,14 +21,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from armature.model.source import resolve_model
 from report import Section, get_machine_facts, markdown_table, write_section
+from serving import run_armature_bench, wait_healthy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS_OUT = REPO_ROOT / "docs" / "benchmarks.md"
@@ -104,45 +102,17 @@ def _commands(model: Path, port: int) -> dict[str, list[str]]:
     }
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline_s = time.monotonic() + 600
-    while time.monotonic() < deadline_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}; see {log}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"server not ready after 600 s; see {log}")
-
-
 def _bench(url: str, workload: Workload, concurrency: int, out: Path) -> Point:
     num = max(workload.requests_per_user * concurrency, workload.min_requests)
-    command = [
-        sys.executable,
-        "-m",
-        "armature.cli",
-        "bench",
-        "--url",
+    summary = run_armature_bench(
         url,
-        "--concurrency",
-        str(concurrency),
-        "--num-requests",
-        str(num),
-        "--input-len",
-        str(workload.input_len),
-        "--output-len",
-        str(workload.output_len),
-        "--ignore-eos",
-        "--warmup",
-        "2",
-        "--report",
-        str(out),
-    ]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    summary = json.loads((out / "report.json").read_text())["steps"][0]["summary"]
+        concurrency=concurrency,
+        num_requests=num,
+        input_len=workload.input_len,
+        output_len=workload.output_len,
+        out=out,
+        warmup=2,
+    )
     if summary["num_ok"] != num:
         raise RuntimeError(f"{num - summary['num_ok']} requests failed: {summary['errors']}")
     return Point(
@@ -167,7 +137,7 @@ def run_target(name: str, command: list[str], url: str, workload: Workload) -> d
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_server_env())
     try:
-        _wait_ready(proc, url, log)
+        wait_healthy(proc, url, log, timeout_s=600, poll_s=1)
         points = {}
         for c in workload.concurrencies:
             with tempfile.TemporaryDirectory() as tmp:
