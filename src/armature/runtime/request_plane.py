@@ -16,6 +16,7 @@ from typing import Protocol
 from armature.runtime.frames import Data, End, Fail, Frame
 
 __all__ = [
+    "ClientGoneError",
     "CreditWindow",
     "Handler",
     "HandlerError",
@@ -39,6 +40,10 @@ class HandlerError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class ClientGoneError(Exception):
+    """A server could not send on a stream: its client (or the connection) is gone."""
 
 
 class PeerUnavailableError(ConnectionError):
@@ -138,6 +143,8 @@ async def serve_stream(
         log.warning("request plane: the client of stream %d went silent; cancelled", stream_id)
     except HandlerError as exc:
         await send_quietly(Fail(stream_id, exc.code, exc.message))
+    except ClientGoneError as exc:  # nobody to answer
+        log.info("request plane: stream %d: the client left (%s)", stream_id, exc)
     except Exception as exc:
         log.exception("request plane: handler %r failed", endpoint)
         await send_quietly(Fail(stream_id, "internal", f"{type(exc).__name__}: {exc}"))

@@ -83,12 +83,14 @@ class _Connection:
             raise FrameError(f"unexpected {type(frame).__name__} frame from a server")
 
     async def send(self, frame: Frame) -> None:
-        if self.closed:
+        if self.closed or self.writer.is_closing():
             raise PeerUnavailableError("connection closed")
         try:
             self.writer.write(encode_frame(frame))
             await self.writer.drain()
-        except (ConnectionError, OSError) as exc:
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            # RuntimeError: uvloop's answer to a write on a transport it already closed
+            self.closed = True
             raise PeerUnavailableError(f"send failed: {exc}") from None
 
     async def close(self) -> None:

@@ -29,7 +29,7 @@ from armature.runtime.frames import (
     encode_frame,
     read_length,
 )
-from armature.runtime.request_plane import CreditWindow, Handler, serve_stream
+from armature.runtime.request_plane import ClientGoneError, CreditWindow, Handler, serve_stream
 
 __all__ = ["RequestPlaneServer", "read_frame"]
 
@@ -152,8 +152,14 @@ class _Connection:
             self.streams.pop(frame.stream_id, None)
 
     async def _send(self, frame: Frame) -> None:
-        self.writer.write(encode_frame(frame, self.server.max_frame_bytes))
-        await self.writer.drain()
+        if self.writer.is_closing():
+            raise ClientGoneError("the connection is closed")
+        try:
+            self.writer.write(encode_frame(frame, self.server.max_frame_bytes))
+            await self.writer.drain()
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            # RuntimeError: uvloop's answer to a write on a transport it already closed
+            raise ClientGoneError(str(exc)) from None
 
     async def _close(self) -> None:
         tasks = [s.task for s in self.streams.values() if s.task is not None]

@@ -4,6 +4,7 @@ cancellation both ways, back-pressure, and bad peers."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -209,3 +210,46 @@ async def test_a_silent_peer_times_out(caplog: pytest.LogCaptureFixture) -> None
         assert "sent nothing" in caplog.text
     finally:
         await server.stop()
+
+
+def test_sends_on_a_connection_the_loop_already_closed_fail_as_peer_unavailable() -> None:
+    """uvloop (the frontend's loop under uvicorn) raises RuntimeError for a write on a
+    transport it closed, e.g. when a killed worker reset the connection: the client must see
+    PeerUnavailableError (the router then migrates), never a RuntimeError (an HTTP 500)."""
+    uvloop = pytest.importorskip("uvloop")
+    from armature.runtime.frames import Cancel
+    from armature.runtime.tcp_client import _Connection
+
+    async def main() -> None:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        conn = _Connection(reader, writer)
+        writer.transport.abort()
+        for _ in range(2):  # and the cancel sent after the failed send fails the same way
+            with pytest.raises(PeerUnavailableError):
+                await conn.send(Cancel(1))
+        await conn.close()
+        server.close()
+        await server.wait_closed()
+
+    uvloop.run(main())
+
+
+async def test_a_handler_whose_client_left_ends_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    from armature.runtime.frames import Frame
+    from armature.runtime.request_plane import ClientGoneError, CreditWindow, serve_stream
+
+    caplog.set_level(logging.INFO, logger="armature.runtime.request_plane")
+    sent: list[Frame] = []
+
+    async def send(frame: Frame) -> None:
+        sent.append(frame)
+        raise ClientGoneError("the connection is closed")
+
+    async def handler(payload: bytes) -> AsyncIterator[bytes]:
+        yield b"x"
+
+    await serve_stream(7, "gen", b"", {"gen": handler}, CreditWindow(4), send)
+    assert len(sent) == 1  # the first Data frame; no Fail for a client that is gone
+    assert "the client left" in caplog.text and "failed" not in caplog.text
