@@ -22,6 +22,7 @@ __all__ = [
     "add_worker_health_args",
     "check_port_free",
     "disagg_config",
+    "free_port",
     "non_negative_float",
     "parse_bytes",
     "port",
@@ -237,3 +238,15 @@ def check_port_free(host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def free_port(host: str) -> int:
+    """A port on `host` that was free a moment ago (for servers that cannot bind port 0)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError as exc:
+            raise CliError(f"cannot listen on {host}: {exc.strerror}") from None
+        port: int = sock.getsockname()[1]
+        return port

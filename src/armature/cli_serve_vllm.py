@@ -16,7 +16,7 @@ from armature.cli_args import CliError, check_port_free, disagg_config, router_c
 from armature.cli_edge import overload_from
 
 if TYPE_CHECKING:
-    from armature.engines.vllm.build import VllmEngineConfig
+    from armature.engines.vllm.build import VllmConnectorConfig, VllmEngineConfig
     from armature.engines.vllm.engine import VllmEngine
     from armature.frontend.auth import ApiKeys
     from armature.model.source import ResolvedModel
@@ -33,7 +33,9 @@ class BuiltVllm:
     load_s: float
 
 
-def vllm_config_from(args: argparse.Namespace, model_dir: Path) -> VllmEngineConfig:
+def vllm_config_from(
+    args: argparse.Namespace, model_dir: Path, connector: VllmConnectorConfig | None = None
+) -> VllmEngineConfig:
     from armature.engines.vllm.build import VllmEngineConfig
 
     if args.device == "cuda":
@@ -50,22 +52,35 @@ def vllm_config_from(args: argparse.Namespace, model_dir: Path) -> VllmEngineCon
         enable_prefix_caching=not args.no_prefix_caching,
         seed=args.seed,
         enforce_eager=args.enforce_eager,
+        connector=connector,
     )
 
 
 def check_vllm_roles(args: argparse.Namespace) -> None:
-    """CliError unless every worker is aggregated (disaggregation with vLLM: see README)."""
+    """CliError when prefill/decode workers of the vllm engine cannot move KV blocks (vLLM's
+    NIXL connector needs NIXL installed)."""
+    from armature.engines.vllm.build import (
+        VllmNotInstalledError,
+        check_nixl_installed,
+        check_vllm_installed,
+    )
+
     if args.engine != "vllm":
         return
-    if getattr(args, "role", "agg") != "agg" or "prefill" in getattr(args, "roles", ()):
-        raise CliError(
-            "the vllm engine serves aggregated workers only (no --role prefill/decode); "
-            "see README, 'vLLM engine'"
-        )
+    roles = {getattr(args, "role", "agg"), *getattr(args, "roles", ())}
+    if roles & {"prefill", "decode"}:
+        try:
+            check_vllm_installed()
+            check_nixl_installed()
+        except VllmNotInstalledError as exc:
+            raise CliError(str(exc)) from None
 
 
-def build_vllm_from_args(args: argparse.Namespace) -> BuiltVllm:
-    """Start a vLLM engine from the engine flags; call inside the serving event loop."""
+def build_vllm_from_args(
+    args: argparse.Namespace, connector: VllmConnectorConfig | None = None
+) -> BuiltVllm:
+    """Start a vLLM engine from the engine flags (with vLLM's NIXL connector for a prefill or
+    decode worker); call inside the serving event loop."""
     from armature.engines.vllm.build import (
         VllmNotInstalledError,
         build_vllm_engine,
@@ -84,7 +99,7 @@ def build_vllm_from_args(args: argparse.Namespace) -> BuiltVllm:
         )
     except ModelSourceError as exc:
         raise CliError(str(exc)) from None
-    config = vllm_config_from(args, resolved.path)
+    config = vllm_config_from(args, resolved.path, connector)
     started_s = time.perf_counter()
     try:
         engine = build_vllm_engine(config)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from armature.cli_args import CliError, add_transfer_args, non_negative_float, port
+from armature.cli_args import CliError, add_transfer_args, free_port, non_negative_float, port
 from armature.cli_engine import add_engine_args, build_engines
 from armature.cli_runtime import (
     add_runtime_args,
@@ -92,11 +92,22 @@ async def _run(args: argparse.Namespace) -> None:
     from armature.runtime.tcp_server import RequestPlaneServer
     from armature.worker.service import WorkerService
 
-    core = None
+    instance_id = args.instance_id if args.instance_id is not None else secrets.randbits(63)
+    if not 0 <= instance_id < 2**64:
+        raise CliError(f"--instance-id must be in [0, 2**64), got {instance_id}")
+    core, connector = None, None
     if args.engine == "vllm":  # vLLM's engine; it starts inside this event loop
         from armature.cli_serve_vllm import build_vllm_from_args
+        from armature.engines.vllm.build import VllmConnectorConfig
 
-        vllm = build_vllm_from_args(args)
+        if args.role != "agg":  # vLLM's NIXL connector listens on --kv-transfer-port
+            connector = VllmConnectorConfig(
+                worker_id=f"worker-{instance_id:x}",
+                side_channel_host=args.host,
+                side_channel_port=args.kv_transfer_port or free_port(args.host),
+                lease_s=max(1, round(args.kv_pin_ttl_s)),
+            )
+        vllm = build_vllm_from_args(args, connector)
         resolved, info = vllm.resolved, vllm.engine.info
         block_size, max_model_len, vocab_size = info.block_size, info.max_model_len, info.vocab_size
     else:
@@ -121,9 +132,6 @@ async def _run(args: argparse.Namespace) -> None:
                 f"{args.namespace!r}; this worker loads {resolved.path}"
             )
     event_plane = await make_event_plane(args, args.host)
-    instance_id = args.instance_id if args.instance_id is not None else secrets.randbits(63)
-    if not 0 <= instance_id < 2**64:
-        raise CliError(f"--instance-id must be in [0, 2**64), got {instance_id}")
     nc = await connect_nats_or_exit(args) if args.request_plane == "nats" else None
     transfer = None
     try:
@@ -169,6 +177,10 @@ async def _run(args: argparse.Namespace) -> None:
         role=args.role,
         transfer=transfer,
     )
+    endpoints = dict(core.kv_endpoints) if core is not None else {}
+    if core is None and connector is not None:
+        endpoints["vllm-nixl"] = f"{connector.side_channel_host}:{connector.side_channel_port}"
+    transfer_description = ", ".join(f"{k} {v}" for k, v in endpoints.items()) or "off"
     try:
         card = await service.start()
     except OSError as exc:
@@ -184,7 +196,7 @@ async def _run(args: argparse.Namespace) -> None:
         card.block_size,
         card.request_url,
         args.namespace,
-        ", ".join(f"{k} {v}" for k, v in (core.kv_endpoints if core else {}).items()) or "off",
+        transfer_description,
         card.metrics_url or "off",
     )
     stop = asyncio.Event()

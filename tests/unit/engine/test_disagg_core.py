@@ -14,6 +14,7 @@ from test_hf_equivalence import check_all, engine, prompts_of
 
 from armature.engine.core import EngineCore
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
+from armature.protocols.kv_transfer import KvHandle
 
 NEW_TOKENS = 10
 
@@ -186,6 +187,17 @@ def test_a_caller_that_left_before_the_handle_frees_the_pin(tiny_llama_dir: Path
     core.pool.check_integrity()
 
 
+def decode_leg(prompt: list[int], handle: KvHandle | None) -> EngineRequest:
+    """The decode leg of `prompt` after a prefill that sampled token 5."""
+    return EngineRequest(
+        request_id="d",
+        prompt_token_ids=prompt,
+        output_token_ids=[5],
+        sampling=params(3, 0),
+        kv_handle=handle,
+    )
+
+
 def test_a_handle_for_another_prompt_is_refused(tiny_llama_dir: Path) -> None:
     prefill, decode = engine(tiny_llama_dir), engine(tiny_llama_dir)
     prefill.add_request(
@@ -197,13 +209,7 @@ def test_a_handle_for_another_prompt_is_refused(tiny_llama_dir: Path) -> None:
         )
     )
     handle = run_to_end(prefill, {"p": []})["p"].kv_handle  # type: ignore[attr-defined]
-    other = EngineRequest(
-        request_id="d",
-        prompt_token_ids=list(range(4, 41)),
-        output_token_ids=[5],
-        sampling=params(3, 0),
-        kv_handle=handle,
-    )
+    other = decode_leg(list(range(4, 41)), handle)
     with pytest.raises(ValueError, match="do not match this prompt"):
         decode.plan_import(other)
 
@@ -222,3 +228,19 @@ def test_first_token_that_finishes_needs_no_transfer(tiny_llama_dir: Path) -> No
     assert final.finish_reason is FinishReason.LENGTH and final.kv_handle is None  # type: ignore[attr-defined]
     assert core.pool.get_num_active_blocks() == 0 and len(core.pins) == 0
     torch.manual_seed(0)
+
+
+def test_a_vllm_handle_offers_nothing_to_import(tiny_llama_dir: Path) -> None:
+    """A native decode worker handed a vLLM prefill's handle (no block hashes, only vLLM's
+    transfer params) plans no import: it computes the prompt itself."""
+    from armature.engines.vllm.disagg import to_kv_handle
+    from armature.protocols.kv_transfer import KvLayout
+
+    vllm_params = {"remote_engine_id": "e", "remote_block_ids": [[1]], "remote_host": "h"}
+    layout = KvLayout(num_layers=2, block_size=16, num_kv_heads=1, head_dim=8, dtype="float32")
+    handle = to_kv_handle(
+        {**vllm_params, "remote_port": 1}, request_id="p", worker_id="w", layout=layout, ttl_s=1
+    )
+    decode = engine(tiny_llama_dir)
+    hashes, start = decode.plan_import(decode_leg(list(range(3, 40)), handle))
+    assert (list(hashes), start) == ([], 0)

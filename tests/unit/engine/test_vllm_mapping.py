@@ -18,7 +18,6 @@ from armature.protocols.engine import (
     SamplingParams,
     TokenLogprob,
 )
-from armature.protocols.kv_transfer import KvHandle, KvLayout
 
 
 def request(**sampling: object) -> EngineRequest:
@@ -68,22 +67,6 @@ def test_a_resumed_request_continues_after_its_output() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"remote_prefill": True}, "whole requests only"),
-        (
-            {
-                "kv_handle": KvHandle(
-                    handle_id="h",
-                    worker_id="w",
-                    layout=KvLayout(
-                        num_layers=1, block_size=16, num_kv_heads=1, head_dim=8, dtype="float32"
-                    ),
-                    seq_hashes=[],
-                    endpoints={},
-                    ttl_s=1.0,
-                )
-            },
-            "whole requests only",
-        ),
         ({"sampling": SamplingParams(max_tokens=5, logprobs=21)}, "at most 20 logprobs"),
     ],
 )

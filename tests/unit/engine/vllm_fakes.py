@@ -1,8 +1,13 @@
-"""Plain stand-ins for the vLLM output objects the adapter reads (see engines/vllm/outputs.py)."""
+"""Plain stand-ins for the vLLM output objects the adapter reads (see engines/vllm/outputs.py),
+and a VllmEngine over a fake AsyncLLM."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo, VllmTransfer
+from armature.engines.vllm.load import LoadTracker
 
 
 @dataclass
@@ -22,3 +27,26 @@ class FakeCompletion:
 class FakeOutput:
     outputs: list[FakeCompletion] = field(default_factory=list)
     num_cached_tokens: int | None = 0
+    kv_transfer_params: dict[str, object] | None = None
+
+
+def make_engine(
+    llm: Any,
+    info: VllmEngineInfo,
+    *,
+    transfer: VllmTransfer | None = None,
+    client_errors: tuple[type[Exception], ...] = (),
+) -> VllmEngine:
+    """A started VllmEngine over a fake AsyncLLM (prompts and sampling passed through as is)."""
+    engine = VllmEngine(
+        llm,
+        info,
+        make_sampling=lambda s: s,
+        make_prompt=lambda ids: ids,
+        subscriber=None,
+        load=LoadTracker(num_total_blocks=info.num_kv_blocks),
+        client_errors=client_errors,
+        transfer=transfer,
+    )
+    engine.start()
+    return engine

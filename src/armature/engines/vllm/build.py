@@ -19,17 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo
+from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo, VllmTransfer
 from armature.engines.vllm.events import KvEventTranslator
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
 from armature.engines.vllm.sampling import VllmSampling
 from armature.engines.vllm.subscriber import KvEventSubscriber
+from armature.protocols.kv_transfer import KvLayout
 
 __all__ = [
     "INSTALL_HINT",
+    "NIXL_INSTALL_HINT",
+    "VllmConnectorConfig",
     "VllmEngineConfig",
     "VllmNotInstalledError",
     "build_vllm_engine",
+    "check_nixl_installed",
     "check_vllm_installed",
 ]
 
@@ -40,9 +44,25 @@ INSTALL_HINT = (
     "see README, 'vLLM engine')"
 )
 
+NIXL_INSTALL_HINT = (
+    "prefill/decode roles with the vllm engine move KV blocks with vLLM's NIXL connector, "
+    "which needs NIXL: pip install nixl-cu12==1.5.1 && pip install --no-deps nixl==1.5.1"
+)
+
 
 class VllmNotInstalledError(ImportError):
-    """vLLM is not importable in this environment."""
+    """vLLM (or NIXL, for its connector) is not importable in this environment."""
+
+
+@dataclass(frozen=True)
+class VllmConnectorConfig:
+    """vLLM's NIXL connector, for a prefill or decode worker. vLLM reads its side-channel
+    address from the environment: one engine per process, as `armature worker` runs it."""
+
+    worker_id: str
+    side_channel_host: str
+    side_channel_port: int
+    lease_s: int = 30  # vLLM frees prefilled blocks no decode engine read after this long
 
 
 @dataclass(frozen=True)
@@ -61,12 +81,35 @@ class VllmEngineConfig:
     seed: int = 0
     enforce_eager: bool = False
     max_logprobs: int = 20  # the OpenAI edge allows at most 20
+    connector: VllmConnectorConfig | None = None  # disaggregated roles
 
 
 def check_vllm_installed() -> None:
     """Raise VllmNotInstalledError (with how to install it) unless vLLM can be imported."""
     if importlib.util.find_spec("vllm") is None:
         raise VllmNotInstalledError(INSTALL_HINT)
+
+
+def check_nixl_installed() -> None:
+    """Raise VllmNotInstalledError unless vLLM's NIXL connector can load NIXL."""
+    if importlib.util.find_spec("nixl") is None:
+        raise VllmNotInstalledError(NIXL_INSTALL_HINT)
+
+
+def _transfer_config(connector: VllmConnectorConfig) -> Any:
+    """vLLM's KVTransferConfig for its NIXL connector, both directions (a worker's role only
+    decides which legs the frontend sends it); KV buffers where the engine's KV lives."""
+    from vllm.config import KVTransferConfig
+    from vllm.platforms import current_platform
+
+    os.environ["VLLM_NIXL_SIDE_CHANNEL_HOST"] = connector.side_channel_host
+    os.environ["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(connector.side_channel_port)
+    return KVTransferConfig(
+        kv_connector="NixlConnector",
+        kv_role="kv_both",
+        kv_buffer_device="cpu" if current_platform.is_cpu() else "cuda",
+        kv_connector_extra_config={"kv_lease_duration": connector.lease_s},
+    )
 
 
 def _bind_all_cpus() -> None:
@@ -93,6 +136,13 @@ class _StatLogger:
     ) -> None:
         if scheduler_stats is None or not self._engine:
             return
+        transfers = getattr(scheduler_stats, "kv_connector_stats", None)
+        if transfers:  # vLLM's NIXL connector: lists of per-transfer values since the last step
+            self._engine[0].record_transfers(
+                num_bytes=sum(transfers.get("bytes_transferred", ())),
+                num_failures=len(transfers.get("num_failed_transfers", ()))
+                + len(transfers.get("num_failed_handshakes", ())),
+            )
         self._engine[0].record_step(
             SchedulerSnapshot(
                 num_running=scheduler_stats.num_running_reqs,
@@ -117,6 +167,8 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
     VllmNotInstalledError without vLLM, ValueError for settings vLLM refuses and
     RuntimeError when its engine fails to start."""
     check_vllm_installed()
+    if config.connector is not None:
+        check_nixl_installed()
     _bind_all_cpus()
     from vllm import SamplingParams
     from vllm.config import KVEventsConfig
@@ -144,6 +196,7 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
         enforce_eager=config.enforce_eager,
         max_logprobs=config.max_logprobs,
         kv_events_config=events,
+        kv_transfer_config=None if config.connector is None else _transfer_config(config.connector),
         disable_log_stats=True,  # only our stat logger: no vLLM log lines or metrics
     )
     holder: list[VllmEngine] = []
@@ -168,6 +221,19 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
     )
     if translator is not None:
         translator.block_size = info.block_size
+    transfer = None
+    if config.connector is not None:
+        model, parallel = vllm_config.model_config, vllm_config.parallel_config
+        layout = KvLayout(
+            num_layers=model.get_num_layers(parallel),
+            block_size=info.block_size,
+            num_kv_heads=model.get_num_kv_heads(parallel),
+            head_dim=model.get_head_size(),
+            dtype=str(model.dtype).removeprefix("torch."),
+        )
+        transfer = VllmTransfer(
+            worker_id=config.connector.worker_id, layout=layout, lease_s=config.connector.lease_s
+        )
 
     def make_sampling(sampling: VllmSampling) -> Any:
         kwargs = dataclasses.asdict(sampling)
@@ -184,12 +250,17 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
         subscriber=subscriber,
         load=LoadTracker(num_total_blocks=info.num_kv_blocks),
         client_errors=(VLLMClientError, ValueError),  # vLLM's own server answers these 400
+        transfer=transfer,
     )
     holder.append(engine)
     log.info(
-        "vLLM engine ready: %d KV blocks of %d tokens, context %d",
+        "vLLM engine ready: %d KV blocks of %d tokens, context %d; KV transfer %s",
         info.num_kv_blocks,
         info.block_size,
         info.max_model_len,
+        "off"
+        if config.connector is None
+        else f"nixl side channel {config.connector.side_channel_host}:"
+        f"{config.connector.side_channel_port}",
     )
     return engine

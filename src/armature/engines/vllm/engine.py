@@ -8,25 +8,39 @@
 Closing the stream early (client gone, stop string, task cancelled) closes vLLM's stream,
 which aborts the request in vLLM and frees its blocks. vLLM is reached only through the
 `AsyncLlm` protocol and a `make_sampling` callable, so this module imports no vLLM.
+
+Disaggregation (an engine started with vLLM's NIXL connector, `VllmTransfer`): a remote
+prefill runs one token with `do_remote_decode` and finishes with FinishReason.TRANSFER and
+a handle that carries vLLM's transfer params; a request with such a handle has vLLM pull the
+prompt's blocks from the prefill engine (engines/vllm/disagg.py).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
+
+import msgspec
 
 from armature.engine.interface import EngineDeadError, InvalidRequestError
 from armature.engine.validation import validate_request
+from armature.engines.vllm.disagg import (
+    NIXL_BACKEND,
+    PREFILL_PARAMS,
+    decode_transfer_params,
+    to_kv_handle,
+)
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
 from armature.engines.vllm.outputs import RequestOutputLike, to_engine_output
 from armature.engines.vllm.sampling import VllmSampling, to_vllm_prompt, to_vllm_sampling
 from armature.engines.vllm.subscriber import KvEventSubscriber
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
+from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, FinishReason
 from armature.protocols.kv_events import KvDump, KvEvent
+from armature.protocols.kv_transfer import KvLayout
 
-__all__ = ["AsyncLlm", "VllmEngine", "VllmEngineInfo"]
+__all__ = ["AsyncLlm", "VllmEngine", "VllmEngineInfo", "VllmTransfer"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +69,15 @@ class VllmEngineInfo:
     max_logprobs: int
 
 
+@dataclass(frozen=True)
+class VllmTransfer:
+    """The engine runs vLLM's NIXL connector: it can prefill for, and decode from, its peers."""
+
+    worker_id: str  # ours, named in the handles it returns
+    layout: KvLayout
+    lease_s: float  # vLLM frees unread prefilled blocks this long after the prefill
+
+
 class VllmEngine:
     """One vLLM engine (its core runs in vLLM's own processes) behind our Engine contract.
 
@@ -72,6 +95,7 @@ class VllmEngine:
         subscriber: KvEventSubscriber | None,
         load: LoadTracker,
         client_errors: tuple[type[Exception], ...] = (),
+        transfer: VllmTransfer | None = None,
     ):
         self.llm = llm
         self.info = info
@@ -80,6 +104,10 @@ class VllmEngine:
         self._subscriber = subscriber
         self._load = load
         self._client_errors = client_errors  # vLLM's "bad request" exceptions
+        self.transfer = transfer
+        self.num_kv_pulls = 0  # decode legs that had vLLM pull the prompt's blocks
+        self.num_kv_bytes_pulled = 0  # what vLLM's connector reports it read
+        self.num_kv_pull_failures = 0
         self._active: set[str] = set()
         self._started = False
         self._stopped = False
@@ -112,6 +140,10 @@ class VllmEngine:
             block_size=self.info.block_size,
             num_kv_blocks=self.info.num_kv_blocks,
         )
+        if request.remote_prefill and self.transfer is None:
+            raise InvalidRequestError(
+                "this vllm worker prefills for no one: start it with --role prefill"
+            )
         to_vllm_sampling(request, self.info.max_logprobs)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
@@ -124,7 +156,18 @@ class VllmEngine:
         if request_id in self._active:
             raise InvalidRequestError(f"duplicate request id {request_id!r}")
         prompt = to_vllm_prompt(request)
-        sampling = self._make_sampling(to_vllm_sampling(request, self.info.max_logprobs))
+        args = to_vllm_sampling(request, self.info.max_logprobs)
+        prefill_leg = request.remote_prefill and request.sampling.max_tokens > 1
+        pulls = False
+        if prefill_leg:  # one token, then vLLM keeps the blocks for a decode engine
+            extra = {"kv_transfer_params": dict(PREFILL_PARAMS)}
+            args = replace(args, max_tokens=1, min_tokens=min(args.min_tokens, 1), extra_args=extra)
+        elif request.kv_handle is not None and self.transfer is not None:
+            params = self._decode_params(request, len(prompt.token_ids))
+            if params is not None:
+                args = replace(args, extra_args={"kv_transfer_params": params})
+                pulls = True
+        sampling = self._make_sampling(args)
         self._active.add(request_id)
         self._load.add_request(request_id, len(prompt.token_ids))
         stream = self.llm.generate(self._make_prompt(prompt.token_ids), sampling, request_id)
@@ -141,6 +184,10 @@ class VllmEngine:
                 if first:
                     self._load.prefill_done(request_id)
                     first = False
+                    if pulls:
+                        self.num_kv_pulls += 1
+                if prefill_leg and output.finish_reason is FinishReason.LENGTH:
+                    output = self._transfer_output(output, delta)
                 if output.finish_reason is not None:
                     # let vLLM's stream end by itself: closing it now would send an abort
                     # for a request that is already done (a wasted round trip to its core)
@@ -161,6 +208,57 @@ class VllmEngine:
 
     def get_num_active_requests(self) -> int:
         return len(self._active)
+
+    # ---- disaggregation ------------------------------------------------------------------
+    def _decode_params(
+        self, request: EngineRequest, num_context_tokens: int
+    ) -> dict[str, Any] | None:
+        """vLLM's params to pull this request's prompt blocks; None to compute them here (a
+        handle from a native prefill worker, or one that cannot be read)."""
+        assert request.kv_handle is not None
+        try:
+            return decode_transfer_params(
+                request.kv_handle,
+                num_context_tokens=num_context_tokens,
+                block_size=self.info.block_size,
+            )
+        except ValueError as exc:
+            log.warning("request %s: computing the prompt here: %s", request.request_id, exc)
+            return None
+
+    def _transfer_output(self, output: EngineOutput, delta: RequestOutputLike) -> EngineOutput:
+        """The prefill leg's last output: TRANSFER, with a handle to the blocks vLLM kept (or
+        none, when vLLM kept nothing usable: the decode worker then computes the prompt)."""
+        assert self.transfer is not None
+        handle = None
+        try:
+            handle = to_kv_handle(
+                getattr(delta, "kv_transfer_params", None) or {},
+                request_id=output.request_id,
+                worker_id=self.transfer.worker_id,
+                layout=self.transfer.layout,
+                ttl_s=self.transfer.lease_s,
+            )
+        except ValueError as exc:
+            log.warning("request %s: no KV to hand over: %s", output.request_id, exc)
+        return msgspec.structs.replace(
+            output, finish_reason=FinishReason.TRANSFER, kv_handle=handle
+        )
+
+    def record_transfers(self, num_bytes: int, num_failures: int) -> None:
+        """vLLM's connector stats for one engine step (called by the stat logger)."""
+        self.num_kv_bytes_pulled += num_bytes
+        self.num_kv_pull_failures += num_failures
+
+    def get_transfer_stats(self) -> dict[str, int]:
+        """KV transfer counters (disaggregated serving), for metrics; empty without one."""
+        if self.transfer is None:
+            return {}
+        return {
+            f"kv_pulls:{NIXL_BACKEND}": self.num_kv_pulls,
+            "kv_blocks_pulled": self.num_kv_bytes_pulled // self.transfer.layout.bytes_per_block,
+            "kv_pull_failures": self.num_kv_pull_failures,
+        }
 
     # ---- observation -------------------------------------------------------------------
     def record_step(self, snapshot: SchedulerSnapshot) -> None:

@@ -16,13 +16,14 @@ Every field of our SamplingParams has a one-to-one vLLM field:
     logprobs        logprobs        at most the engine's max_logprobs (vLLM refuses more)
 
 What vLLM cannot do through this adapter is refused with InvalidRequestError (a 4xx at the
-frontend): disaggregated legs (a remote prefill or a KV handle) and more logprobs than the
-engine was started with.
+frontend): more logprobs than the engine was started with. Disaggregated legs (a remote
+prefill, a KV handle) are the engine's business: it adds `extra_args` for vLLM's connector.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from armature.engine.interface import InvalidRequestError
 from armature.protocols.engine import EngineRequest
@@ -46,6 +47,7 @@ class VllmSampling:
     # we detokenize in the frontend; vLLM sends only the new tokens of each step
     detokenize: bool = False
     skip_special_tokens: bool = False
+    extra_args: dict[str, Any] | None = None  # {"kv_transfer_params": ...} for disaggregation
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,6 @@ class VllmPrompt:
 
 def to_vllm_sampling(request: EngineRequest, max_logprobs: int) -> VllmSampling:
     """The vLLM sampling arguments of `request`; InvalidRequestError for what vLLM lacks."""
-    if request.remote_prefill or request.kv_handle is not None:
-        raise InvalidRequestError(
-            "the vllm engine serves whole requests only (no disaggregated prefill or KV handle)"
-        )
     p = request.sampling
     if p.logprobs is not None and p.logprobs > max_logprobs:
         raise InvalidRequestError(
