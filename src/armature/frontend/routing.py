@@ -30,7 +30,7 @@ from armature.router.policies import (
 )
 from armature.router.prefix_index import PrefixIndex
 
-__all__ = ["EngineRouter", "RouterConfig", "RouterObserver"]
+__all__ = ["EngineRouter", "RouterConfig", "RouterObserver", "next_sync_interval_s"]
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,12 @@ class RouterConfig:
     decode_weight: float = 1.0
     temperature: float = 0.0
     seed: int = 0
+    # KV events are pulled from the engines every event_sync_interval_s while they flow or
+    # requests are being routed; after rounds that found none the wait doubles, up to
+    # event_sync_idle_interval_s (a 5 ms poll alone costs ~3% of a core, which the model's
+    # steps pay for on a small CPU machine)
     event_sync_interval_s: float = 0.005
+    event_sync_idle_interval_s: float = 0.025
     routed_ttl_s: float = 120.0  # how long a routing decision counts as a cached prefix
     migration_limit: int = 3  # re-issues of a request whose worker died mid-stream
     failover_wait_s: float = 10.0  # how long a failed-over request waits for a live worker
@@ -83,6 +88,7 @@ class EngineRouter:
         self.load = ActiveLoad()
         self.policy = self._make_policy(config)
         self._sync_task: asyncio.Task[None] | None = None
+        self._num_routed_since_sync = 0  # requests routed since the last KV-event round
         # overload control: workers past their busy thresholds; routing prefers the others
         self.get_busy_workers: Callable[[], set[str]] = set
 
@@ -229,6 +235,7 @@ class EngineRouter:
         self, request: EngineRequest, workers: list[str], target_worker: str | None
     ) -> AsyncIterator[EngineOutput]:
         started_s = time.perf_counter()
+        self._num_routed_since_sync += 1  # its prompt's KV events follow soon
         route = RouteRequest(request.request_id, request.prompt_token_ids, target_worker)
         decision = self.policy.select(route, workers)
         self.observer.decision(
@@ -296,26 +303,49 @@ class EngineRouter:
         )
 
     # ---- KV events -> index ------------------------------------------------------------
-    async def sync_events(self) -> None:
-        """Apply every worker's pending KV events; a gap triggers a dump from that worker."""
+    async def sync_events(self) -> int:
+        """Apply every worker's pending KV events (returns how many); a gap triggers a dump
+        from that worker."""
+        num_applied = 0
         for worker, engine in list(self.engines.items()):
             if not engine.is_alive:
                 if worker in self.index.get_workers():
                     self.index.remove_worker(worker)  # a dead worker's blocks are gone
                 continue
             for event in engine.take_kv_events():
+                num_applied += 1
                 if not self.index.apply(worker, event):
                     log.warning("KV event gap from worker %s; asking for a dump", worker)
                     dump = await engine.dump_kv_blocks()
                     self.index.load_dump(worker, dump.seq_hashes, dump.last_event_id)
+        return num_applied
 
     async def _sync_forever(self) -> None:
+        interval_s = self.config.event_sync_interval_s
         while True:
+            num_applied = 0
             try:
-                await self.sync_events()
+                num_applied = await self.sync_events()
             except EngineDeadError:
                 log.warning("a worker engine died; its KV events stop")
-            await asyncio.sleep(self.config.event_sync_interval_s)
+            num_routed, self._num_routed_since_sync = self._num_routed_since_sync, 0
+            interval_s = next_sync_interval_s(
+                interval_s,
+                active=num_applied > 0 or num_routed > 0,
+                fastest_s=self.config.event_sync_interval_s,
+                slowest_s=self.config.event_sync_idle_interval_s,
+            )
+            await asyncio.sleep(interval_s)
+
+
+def next_sync_interval_s(
+    current_s: float, *, active: bool, fastest_s: float, slowest_s: float
+) -> float:
+    """The wait before the next KV-event round: the fastest after an active round (events
+    applied or requests routed), else twice the last wait, up to the slowest."""
+    if active:
+        return fastest_s
+    return max(fastest_s, min(current_s * 2, slowest_s))
 
 
 def _resumed(request: EngineRequest, generated: list[int]) -> EngineRequest:
