@@ -7,12 +7,14 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-__all__ = ["run_armature_bench", "wait_healthy"]
+__all__ = ["run_armature_bench", "running_server", "wait_healthy"]
 
 
 def wait_healthy(
@@ -52,3 +54,23 @@ def run_armature_bench(
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     summary: dict[str, Any] = json.loads((out / "report.json").read_text())["steps"][0]["summary"]
     return summary
+
+
+@contextmanager
+def running_server(
+    command: list[str], url: str, log: Path, env: dict[str, str], timeout_s: float = 600
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start `command` (output to `log`), wait until `url` is healthy, yield the process; stop
+    it (SIGTERM, then SIGKILL after 60 s) on the way out."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_healthy(proc, url, log, timeout_s=timeout_s, poll_s=1)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from armature.model.source import resolve_model
 from report import Section, get_machine_facts, markdown_table, write_section
-from serving import run_armature_bench, wait_healthy
+from serving import run_armature_bench, running_server
 from vllm_throughput import DOCS_OUT, LOG_DIR, free_port, server_commands, server_env
 
 CONCURRENCIES = (1, 8)
@@ -44,38 +44,28 @@ def process_cpu_s(pid: int) -> float:
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
+def _bench(url: str, concurrency: int, num_requests: int, warmup: int | None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_armature_bench(
+            url,
+            concurrency=concurrency,
+            num_requests=num_requests,
+            input_len=INPUT_LEN,
+            output_len=OUTPUT_LEN,
+            out=Path(tmp),
+            warmup=warmup,
+        )
+
+
 def measure(name: str, command: list[str], url: str) -> dict[int, Reading]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / ("cpu-" + name.replace(" ", "_").replace("-", "") + ".log")
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*command, "--enforce-eager"], stdout=out, stderr=subprocess.STDOUT, env=server_env()
-        )
-    try:
-        wait_healthy(proc, url, log, timeout_s=600, poll_s=1)
+    with running_server([*command, "--enforce-eager"], url, log, server_env()) as proc:
         readings = {}
         for c in CONCURRENCIES:
-            num = REQUESTS_PER_USER * c
-            with tempfile.TemporaryDirectory() as tmp:  # warm-up run, not measured
-                run_armature_bench(
-                    url,
-                    concurrency=c,
-                    num_requests=c,
-                    input_len=INPUT_LEN,
-                    output_len=OUTPUT_LEN,
-                    out=Path(tmp),
-                )
+            _bench(url, c, c, warmup=None)  # warm-up run, not measured
             before_s = process_cpu_s(proc.pid)
-            with tempfile.TemporaryDirectory() as tmp:
-                summary = run_armature_bench(
-                    url,
-                    concurrency=c,
-                    num_requests=num,
-                    input_len=INPUT_LEN,
-                    output_len=OUTPUT_LEN,
-                    out=Path(tmp),
-                    warmup=0,
-                )
+            summary = _bench(url, c, REQUESTS_PER_USER * c, warmup=0)
             cpu_s = process_cpu_s(proc.pid) - before_s
             tokens = summary["num_ok"] * OUTPUT_LEN
             readings[c] = Reading(
@@ -83,13 +73,6 @@ def measure(name: str, command: list[str], url: str) -> dict[int, Reading]:
             )
             print(f"{name} c={c}: {readings[c]}", flush=True)
         return readings
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def render(results: dict[str, dict[int, Reading]]) -> str:

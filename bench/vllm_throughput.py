@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from armature.model.source import resolve_model
 from report import Section, get_machine_facts, markdown_table, write_section
-from serving import run_armature_bench, wait_healthy
+from serving import run_armature_bench, running_server
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS_OUT = REPO_ROOT / "docs" / "benchmarks.md"
@@ -134,23 +133,13 @@ def server_env() -> dict[str, str]:
 def run_target(name: str, command: list[str], url: str, workload: Workload) -> dict[int, Point]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / (name.replace(" ", "_").replace("-", "") + ".log")
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=server_env())
-    try:
-        wait_healthy(proc, url, log, timeout_s=600, poll_s=1)
+    with running_server(command, url, log, server_env()):
         points = {}
         for c in workload.concurrencies:
             with tempfile.TemporaryDirectory() as tmp:
                 points[c] = _bench(url, workload, c, Path(tmp))
             print(f"{name} c={c}: {points[c]}", flush=True)
         return points
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _save_points(results: dict[str, dict[int, Point]]) -> None:
