@@ -230,7 +230,8 @@ def port(text: str) -> int:
     return value
 
 
-def check_port_free(host: str, port: int) -> None:
+def _bind_port(host: str, port: int) -> int:
+    """Bind `host`:`port` for a moment (0: any free port); the port bound, or CliError."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -238,15 +239,14 @@ def check_port_free(host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        bound: int = sock.getsockname()[1]
+        return bound
+
+
+def check_port_free(host: str, port: int) -> None:
+    _bind_port(host, port)
 
 
 def free_port(host: str) -> int:
     """A port on `host` that was free a moment ago (for servers that cannot bind port 0)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, 0))
-        except OSError as exc:
-            raise CliError(f"cannot listen on {host}: {exc.strerror}") from None
-        port: int = sock.getsockname()[1]
-        return port
+    return _bind_port(host, 0)

@@ -85,6 +85,7 @@ async def _run(args: argparse.Namespace) -> None:
     from armature.engine.async_engine import AsyncEngine
     from armature.engine.interface import Engine
     from armature.engine.transfer import start_transfer_agent
+    from armature.engines.vllm.disagg import NIXL_BACKEND  # pure: imports no vLLM
     from armature.kv.transfer.wire import TransferError
     from armature.protocols.worker import WorkerCard, worker_prefix
     from armature.runtime.nats_plane import NatsRequestPlaneServer
@@ -178,8 +179,8 @@ async def _run(args: argparse.Namespace) -> None:
         transfer=transfer,
     )
     endpoints = dict(core.kv_endpoints) if core is not None else {}
-    if core is None and connector is not None:
-        endpoints["vllm-nixl"] = f"{connector.side_channel_host}:{connector.side_channel_port}"
+    if connector is not None:  # a vLLM worker's NIXL side channel
+        endpoints[NIXL_BACKEND] = f"{connector.side_channel_host}:{connector.side_channel_port}"
     transfer_description = ", ".join(f"{k} {v}" for k, v in endpoints.items()) or "off"
     try:
         card = await service.start()

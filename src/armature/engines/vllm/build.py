@@ -254,13 +254,9 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
     )
     holder.append(engine)
     log.info(
-        "vLLM engine ready: %d KV blocks of %d tokens, context %d; KV transfer %s",
+        "vLLM engine ready: %d KV blocks of %d tokens, context %d",
         info.num_kv_blocks,
         info.block_size,
         info.max_model_len,
-        "off"
-        if config.connector is None
-        else f"nixl side channel {config.connector.side_channel_host}:"
-        f"{config.connector.side_channel_port}",
     )
     return engine
