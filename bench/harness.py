@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from armature.engine.config import EngineConfig, parse_dtype
-from armature.engine.core import EngineCore
+from armature.engines.native.config import EngineConfig, parse_dtype
+from armature.engines.native.core import EngineCore
 from armature.model.source import resolve_model
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from report import Section, get_machine_facts, write_section

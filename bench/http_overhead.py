@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from armature.engine.async_engine import AsyncEngine
+from armature.engines.native.async_engine import AsyncEngine
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.engine import EngineRequest
 from harness import REPO_ROOT, BenchArgs, build_core, greedy, parse_args, publish

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import torch
 
-from armature.engine.kv_store import PagedCacheStore
-from armature.kv.transfer.agent import KvTransferAgent
-from armature.kv.transfer.pins import PinTable
+from armature.engines.native.kv_store import PagedCacheStore
 from armature.model.arch import ModelArch
 from armature.model.kv_cache import PagedKvCache
 from armature.protocols.kv_transfer import KvHandle
+from armature.transfer.agent import KvTransferAgent
+from armature.transfer.pins import PinTable
 from report import Section, get_machine_facts, markdown_table, write_section
 
 ARCH = ModelArch(

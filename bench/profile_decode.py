@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch.profiler import ProfilerActivity, profile
 
-from armature.engine.core import EngineCore
+from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest
 from harness import build_core, greedy, parse_args, publish, random_prompts, warm_up
 from report import Section, markdown_table

@@ -16,7 +16,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from armature.engine.core import EngineCore
+from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest
 from harness import build_core, greedy, parse_args, publish, random_prompts, warm_up
 from report import Section, markdown_table

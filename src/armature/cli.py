@@ -129,12 +129,12 @@ def _serve(args: argparse.Namespace) -> None:
         return
     import uvicorn
 
-    from armature.engine.async_engine import AsyncEngine
-    from armature.engine.transfer import start_transfer_agent
+    from armature.engines.native.async_engine import AsyncEngine
+    from armature.engines.native.transfer import start_transfer_agent
     from armature.frontend.app import ServedModel, build_app
-    from armature.frontend.disagg import DisaggRouter
     from armature.frontend.preprocess import Preprocessor
-    from armature.kv.transfer.wire import TransferError
+    from armature.router.disagg import DisaggRouter
+    from armature.transfer.wire import TransferError
 
     check_port_free(args.host, args.port)
     disaggregated = "prefill" in args.roles

@@ -8,9 +8,11 @@ import re
 import socket
 from typing import TYPE_CHECKING, NoReturn
 
+from armature.errors import ArmatureError
+
 if TYPE_CHECKING:
-    from armature.frontend.disagg import DisaggConfig
-    from armature.frontend.routing import RouterConfig
+    from armature.router.disagg import DisaggConfig
+    from armature.router.service import RouterConfig
 
 __all__ = [
     "CliError",
@@ -46,7 +48,7 @@ _UNITS = {
 }
 
 
-class CliError(Exception):
+class CliError(ArmatureError):
     """A user mistake: printed as one line, exit code 2."""
 
 
@@ -142,7 +144,7 @@ def add_disagg_args(parser: argparse.ArgumentParser) -> None:
 
 
 def disagg_config(args: argparse.Namespace) -> DisaggConfig:
-    from armature.frontend.disagg import DisaggConfig
+    from armature.router.disagg import DisaggConfig
 
     return DisaggConfig(
         max_local_prefill_tokens=args.max_local_prefill_tokens,
@@ -153,7 +155,7 @@ def disagg_config(args: argparse.Namespace) -> DisaggConfig:
 
 def router_config(args: argparse.Namespace, block_size: int) -> RouterConfig:
     """The router's settings from the routing flags, for workers of `block_size`."""
-    from armature.frontend.routing import RouterConfig
+    from armature.router.service import RouterConfig
 
     return RouterConfig(
         policy=args.router,

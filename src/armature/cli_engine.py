@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from armature.cli_args import CliError, parse_bytes, positive_float, positive_int
 
 if TYPE_CHECKING:  # torch loads only when an engine is built
-    from armature.engine.config import EngineConfig
-    from armature.engine.core import EngineCore
+    from armature.engines.native.config import EngineConfig
+    from armature.engines.native.core import EngineCore
     from armature.model.source import ResolvedModel
 
 __all__ = ["BuiltEngines", "add_engine_args", "build_engines"]
@@ -120,9 +120,9 @@ def build_engines(
     `shared_kv_cache`: KV caches in shared memory (CPU) for same-host KV transfers."""
     import torch
 
-    from armature.engine.config import EngineConfig, parse_dtype
-    from armature.engine.core import EngineCore
-    from armature.engine.device import pick_device, pick_dtype
+    from armature.engines.native.config import EngineConfig, parse_dtype
+    from armature.engines.native.core import EngineCore
+    from armature.engines.native.device import pick_device, pick_dtype
     from armature.model.source import ModelSourceError, resolve_model
     from armature.sim.mocker import build_mocker_core
     from armature.sim.timing import PolynomialTiming

@@ -101,10 +101,10 @@ def run_frontend(args: argparse.Namespace) -> None:
 
     from armature.cli_args import disagg_config, router_config
     from armature.frontend.app import ServedModel, build_app
-    from armature.frontend.disagg import DisaggRouter
     from armature.frontend.fleet import WorkerFleet
     from armature.frontend.preprocess import Preprocessor
     from armature.protocols.worker import WorkerCard
+    from armature.router.disagg import DisaggRouter
 
     api_keys = api_keys_from(args)
     if not getattr(args, "worker_processes", None):
@@ -118,7 +118,6 @@ def run_frontend(args: argparse.Namespace) -> None:
         {},
         router_config(args, served.block_size),
         disagg_config(args),
-        transfer_secret=args.plane_secret,
     )
 
     async def follow_discovery() -> None:

@@ -125,8 +125,8 @@ async def _serve(args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
     import uvicorn
 
     from armature.frontend.app import ServedModel, build_app
-    from armature.frontend.disagg import DisaggRouter
     from armature.frontend.preprocess import Preprocessor
+    from armature.router.disagg import DisaggRouter
 
     built = build_vllm_from_args(args)
     engine, info = built.engine, built.engine.info

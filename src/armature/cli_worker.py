@@ -82,15 +82,15 @@ def run_worker(args: argparse.Namespace) -> None:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    from armature.engine.async_engine import AsyncEngine
-    from armature.engine.interface import Engine
-    from armature.engine.transfer import start_transfer_agent
+    from armature.engines.api import Engine
+    from armature.engines.native.async_engine import AsyncEngine
+    from armature.engines.native.transfer import start_transfer_agent
     from armature.engines.vllm.disagg import NIXL_BACKEND  # pure: imports no vLLM
-    from armature.kv.transfer.wire import TransferError
     from armature.protocols.worker import WorkerCard, worker_prefix
     from armature.runtime.nats_plane import NatsRequestPlaneServer
     from armature.runtime.request_plane import Handler, RequestServer
     from armature.runtime.tcp_server import RequestPlaneServer
+    from armature.transfer.wire import TransferError
     from armature.worker.service import WorkerService
 
     instance_id = args.instance_id if args.instance_id is not None else secrets.randbits(63)

@@ -1,43 +1,40 @@
-"""Layering (DESIGN §3): a module imports only from its own layer or lower ones."""
+"""Layering (DESIGN §2): a module imports only from its own layer or lower ones; the frontend
+and the router never load torch or the KV transfer package."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 
-# lowest first; a package may import from any package at its level or below
+# lowest first; a module may import from any module at its level or below. A module is
+# placed by its most specific entry: "router.service" wins over "router".
 LAYERS: list[set[str]] = [
-    {"protocols", "workload"},
+    {"protocols", "workload", "config", "errors"},
     {"kv", "model", "router"},
-    {"engine", "engines", "sim"},
+    {"transfer", "engines", "sim"},
     {"runtime"},
-    {"frontend", "worker", "bench"},
-    {
-        "cli",
-        "cli_args",
-        "cli_edge",
-        "cli_bench",
-        "cli_engine",
-        "cli_replay",
-        "cli_runtime",
-        "cli_worker",
-        "cli_frontend",
-        "cli_serve_fleet",
-        "cli_serve_vllm",
-    },
+    {"frontend", "worker", "bench", "router.service", "router.disagg"},
+    {"cli", "cli_args", "cli_edge", "cli_bench", "cli_engine", "cli_replay", "cli_runtime"}
+    | {"cli_worker", "cli_frontend", "cli_serve_fleet", "cli_serve_vllm"},
 ]
 
 
-def _level(package: str) -> int:
-    for i, layer in enumerate(LAYERS):
-        if package in layer:
-            return i
-    raise AssertionError(f"package {package!r} is in no layer: add it to LAYERS")
+def _level(module: str) -> int:
+    """The layer of a dotted module path under armature (e.g. "router.service")."""
+    parts = module.split(".")
+    for depth in range(len(parts), 0, -1):
+        name = ".".join(parts[:depth])
+        for i, layer in enumerate(LAYERS):
+            if name in layer:
+                return i
+    raise AssertionError(f"module {module!r} is in no layer: add it to LAYERS")
 
 
-def _imported_packages(path: Path) -> set[str]:
+def _imported_modules(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -49,25 +46,64 @@ def _imported_packages(path: Path) -> set[str]:
         for name in names:
             parts = name.split(".")
             if parts[0] == "armature" and len(parts) > 1:
-                out.add(parts[1])
+                out.add(".".join(parts[1:]))
     return out
+
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join(parts)
 
 
 def test_every_module_imports_only_its_layer_or_lower() -> None:
     violations = []
     for path in SRC.rglob("*.py"):
-        rel = path.relative_to(SRC)
-        if rel.parts == ("__init__.py",):
+        module = _module_of(path)
+        if not module:
             continue
-        package = rel.parts[0].removesuffix(".py")
-        for imported in _imported_packages(path):
-            if _level(imported) > _level(package):
-                violations.append(f"{rel} imports armature.{imported}")
+        for imported in _imported_modules(path):
+            if _level(imported) > _level(module):
+                violations.append(f"{module} imports armature.{imported}")
     assert violations == []
+
+
+def test_the_layer_rule_is_by_module() -> None:
+    assert _level("router.policies") == 1
+    assert _level("router.service") == 4
+    assert _level("cli.serve") == 5
 
 
 def test_kv_does_not_import_the_model_and_vice_versa() -> None:
     for path in (SRC / "kv").rglob("*.py"):
-        assert "model" not in _imported_packages(path), path
+        assert not any(m.startswith("model") for m in _imported_modules(path)), path
     for path in (SRC / "model").rglob("*.py"):
-        assert "kv" not in _imported_packages(path), path
+        assert not any(m.startswith("kv") for m in _imported_modules(path)), path
+
+
+def test_kv_stays_pure() -> None:
+    """Block identity, hashing and the pool: no torch, sockets or threads."""
+    for path in (SRC / "kv").rglob("*.py"):
+        imported = {
+            a.name.split(".")[0]
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Import)
+            for a in node.names
+        } | {
+            (node.module or "").split(".")[0]
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+        }
+        assert not imported & {"torch", "socket", "threading", "asyncio"}, path
+
+
+def test_frontend_and_router_load_neither_torch_nor_kv_transfer() -> None:
+    code = (
+        "import sys, armature.frontend.app, armature.frontend.fleet, armature.router, "
+        "armature.router.service, armature.router.disagg\n"
+        "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.') "
+        "or m.startswith('armature.transfer') or m.startswith('armature.engines.native'))\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -13,10 +13,12 @@ import ssl
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
+from armature.errors import ArmatureError
+
 __all__ = ["HttpError", "HttpPool", "Response"]
 
 
-class HttpError(ConnectionError):
+class HttpError(ArmatureError, ConnectionError):
     """The connection failed or the server broke the protocol."""
 
 

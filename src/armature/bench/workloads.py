@@ -9,6 +9,7 @@ from pathlib import Path
 
 from armature.bench.client import BenchRequest
 from armature.bench.prompts import TextSynth
+from armature.errors import ArmatureError
 from armature.workload.traces import read_mooncake_trace
 
 __all__ = [
@@ -21,7 +22,7 @@ __all__ = [
 ]
 
 
-class WorkloadError(ValueError):
+class WorkloadError(ArmatureError, ValueError):
     """An unreadable or invalid workload file or setting."""
 
 

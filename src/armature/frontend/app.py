@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import Gauge
 
-from armature.engine.interface import EngineDeadError
+from armature.engines.api import EngineDeadError
 from armature.frontend.admission import AdmissionGate, Overload, Overloaded, WorkerPressure
 from armature.frontend.auth import ApiKeyMiddleware, ApiKeys, BodyLimitMiddleware
 from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
@@ -27,9 +27,9 @@ from armature.frontend.generation import GenerationError
 from armature.frontend.metrics import FrontendMetrics
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
-from armature.frontend.routing import EngineRouter
 from armature.frontend.service import ClientDisconnectedError, Job, OpenAIService, ServedModel
 from armature.router.policies import RoutingError
+from armature.router.service import EngineRouter
 
 __all__ = ["REQUEST_ID_HEADER", "WORKER_HEADER", "ServedModel", "build_app"]
 

@@ -14,6 +14,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from armature.errors import ArmatureError
+
 __all__ = [
     "ApiError",
     "ErrorResponse",
@@ -25,7 +27,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class ApiError(Exception):
+class ApiError(ArmatureError):
     """An error to return to the client as OpenAI's error object."""
 
     def __init__(

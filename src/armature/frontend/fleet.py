@@ -12,8 +12,8 @@ import logging
 
 import msgspec
 
-from armature.frontend.disagg import DisaggRouter
 from armature.protocols.worker import WorkerCard, worker_prefix
+from armature.router.disagg import DisaggRouter
 from armature.runtime.discovery import Discovery
 from armature.runtime.events import EventPlane
 from armature.runtime.remote_engine import RemoteEngine

@@ -5,9 +5,10 @@ which aborts the request and frees its KV blocks."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 
+from armature.errors import ArmatureError
 from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.metrics import FrontendMetrics
 from armature.protocols.engine import EngineOutput, FinishReason, TokenLogprob
@@ -15,7 +16,7 @@ from armature.protocols.engine import EngineOutput, FinishReason, TokenLogprob
 __all__ = ["Delta", "GenerationError", "Usage", "stream_deltas"]
 
 
-class GenerationError(RuntimeError):
+class GenerationError(ArmatureError, RuntimeError):
     """The engine failed this request after it was accepted."""
 
 
@@ -50,7 +51,7 @@ class _Clock:
 
 
 async def stream_deltas(
-    stream: AsyncIterator[EngineOutput],
+    stream: AsyncGenerator[EngineOutput, None],
     num_prompt_tokens: int,
     detokenizer: IncrementalDetokenizer,
     usage: Usage,
@@ -90,7 +91,7 @@ async def stream_deltas(
             if finish is not None:
                 return
     finally:
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
         metrics.e2e_s.observe(time.perf_counter() - clock.started_s)
 
 

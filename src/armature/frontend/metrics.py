@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from armature.frontend.routing import RouterObserver
 from armature.protocols.engine import EngineLoad
+from armature.router.service import RouterObserver
 from armature.runtime.load_metrics import WorkerLoadCollector
 
 __all__ = ["FrontendMetrics"]

@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from armature.errors import ArmatureError
+
 __all__ = ["NoChatTemplateError", "Preprocessor"]
 
 
-class NoChatTemplateError(ValueError):
+class NoChatTemplateError(ArmatureError, ValueError):
     """The model's tokenizer carries no chat template."""
 
 

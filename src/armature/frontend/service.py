@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from fastapi import Request
 
-from armature.engine.interface import EngineDeadError, InvalidRequestError
+from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.errors import ArmatureError
 from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.errors import ApiError, error_body
 from armature.frontend.generation import Delta, GenerationError, Usage, stream_deltas
@@ -31,8 +32,8 @@ from armature.frontend.responses import (
     completion_logprobs,
     sse,
 )
-from armature.frontend.routing import EngineRouter
 from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
+from armature.router.service import EngineRouter
 
 __all__ = ["ClientDisconnectedError", "Job", "OpenAIService", "ServedModel"]
 
@@ -48,7 +49,7 @@ class ServedModel:
     created: int
 
 
-class ClientDisconnectedError(Exception):
+class ClientDisconnectedError(ArmatureError):
     """The client went away before its non-streaming response was ready."""
 
 

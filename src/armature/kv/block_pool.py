@@ -16,12 +16,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from armature.errors import ArmatureError
 from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, StoredBlock
 
 __all__ = ["BlockPool", "KvBlock", "NoFreeBlocksError"]
 
 
-class NoFreeBlocksError(RuntimeError):
+class NoFreeBlocksError(ArmatureError, RuntimeError):
     """Raised by `allocate` when fewer free blocks exist than asked for (nothing is taken)."""
 
 

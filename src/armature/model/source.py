@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from armature.errors import ArmatureError
+
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "SUPPORTED_MODEL_TYPES",
@@ -46,7 +48,7 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
-class ModelSourceError(ValueError):
+class ModelSourceError(ArmatureError, ValueError):
     """A user-facing, one-line reason the model can't be used."""
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from armature.errors import ArmatureError
+
 __all__ = ["AddressError", "EndpointAddress"]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
-class AddressError(ValueError):
+class AddressError(ArmatureError, ValueError):
     """A malformed address or name."""
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "EngineLoad",
     "EngineOutput",
     "EngineRequest",
+    "EngineStats",
     "FinishReason",
     "RequestId",
     "SamplingParams",
@@ -98,6 +99,17 @@ class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
     num_running: int
     num_prefill_tokens_queued: int
     num_steps: int = 0  # engine steps run so far: a worker with work whose count stalls is hung
+
+
+class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
+    """An engine's counters for metrics: KV transfers into it (decode side) and the blocks it
+    holds for others (prefill side). Zero where the engine does no disaggregation."""
+
+    num_kv_pulls_by_backend: dict[str, int] = msgspec.field(default_factory=dict)
+    num_kv_pull_failures: int = 0
+    num_kv_blocks_pulled: int = 0
+    num_kv_pinned_blocks: int = 0
+    num_kv_expired_pins: int = 0
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):

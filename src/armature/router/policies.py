@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from armature.errors import ArmatureError
 from armature.kv.hashing import compute_seq_hashes
 from armature.router.cost import select_worker, worker_logits
 from armature.router.load import ActiveLoad
@@ -39,7 +40,7 @@ __all__ = [
 POLICY_NAMES = ("round-robin", "random", "least-loaded", "kv", "kv-approx", "direct")
 
 
-class RoutingError(ValueError):
+class RoutingError(ArmatureError, ValueError):
     """The request cannot be routed (no workers, unknown direct target)."""
 
 

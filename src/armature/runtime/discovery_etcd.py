@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from armature.errors import ArmatureError
 from armature.runtime.discovery import Registration, WatchEvent
 
 __all__ = ["EtcdAccess", "EtcdDiscovery", "EtcdError"]
@@ -38,7 +39,7 @@ __all__ = ["EtcdAccess", "EtcdDiscovery", "EtcdError"]
 log = logging.getLogger(__name__)
 
 
-class EtcdError(RuntimeError):
+class EtcdError(ArmatureError, RuntimeError):
     """etcd answered with an error, or no endpoint could be reached."""
 
 

@@ -19,10 +19,12 @@ import zmq.asyncio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from armature.errors import ArmatureError
+
 __all__ = ["EventPlane", "EventPlaneError", "NatsEventPlane", "Publisher", "ZmqEventPlane"]
 
 
-class EventPlaneError(RuntimeError):
+class EventPlaneError(ArmatureError, RuntimeError):
     """The event plane cannot be used (bad url, server unreachable)."""
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import msgspec
 
+from armature.errors import ArmatureError
+
 __all__ = [
     "MAX_FRAME_BYTES",
     "Accept",
@@ -33,7 +35,7 @@ MAX_FRAME_BYTES = 16 * 1024 * 1024
 _HEADER = 4
 
 
-class FrameError(ValueError):
+class FrameError(ArmatureError, ValueError):
     """A frame that cannot be accepted (oversized, truncated, undecodable, unknown type)."""
 
 

@@ -10,12 +10,14 @@ from urllib.parse import urlsplit
 import nats
 from nats.aio.client import Client
 
+from armature.errors import ArmatureError
+
 __all__ = ["NatsUnavailableError", "connect_nats"]
 
 log = logging.getLogger(__name__)
 
 
-class NatsUnavailableError(ConnectionError):
+class NatsUnavailableError(ArmatureError, ConnectionError):
     """The NATS server cannot be reached at start."""
 
 

@@ -17,15 +17,16 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
 import msgspec
 
-from armature.engine.interface import EngineDeadError, InvalidRequestError
-from armature.engine.validation import validate_request
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
+from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.validation import validate_request
+from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, EngineStats
 from armature.protocols.kv_events import KvDump, KvEvent
+from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.worker import WorkerCard, WorkerUpdate
 from armature.runtime.events import EventPlane, EventPlaneError
 from armature.runtime.request_plane import PeerUnavailableError, RemoteError, RequestClient
@@ -95,7 +96,7 @@ class RemoteEngine:
             num_kv_blocks=self.card.num_kv_blocks,
         )
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         if not self._alive:
             raise EngineDeadError(f"{self.card.worker_id} is gone")
         stream = self._stream("generate", msgspec.msgpack.encode(request))
@@ -131,6 +132,14 @@ class RemoteEngine:
         async for payload in self._stream("dump", b""):
             return msgspec.msgpack.decode(payload, type=KvDump)
         raise EngineDeadError(f"{self.card.worker_id} sent no dump")
+
+    def stats(self) -> EngineStats:
+        """A remote worker's counters are on its own /metrics endpoint."""
+        return EngineStats()
+
+    async def release_kv(self, handle: KvHandle) -> None:
+        async for _ in self._stream("release", msgspec.msgpack.encode(handle)):
+            return
 
     async def _stream(self, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
         stream = self.client.stream(self.card.request_url, endpoint, payload)

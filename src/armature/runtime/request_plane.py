@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Protocol
 
+from armature.errors import ArmatureError
 from armature.runtime.frames import Data, End, Fail, Frame
 
 __all__ = [
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[bytes], AsyncIterator[bytes]]
 
 
-class HandlerError(Exception):
+class HandlerError(ArmatureError):
     """Raised by a handler to fail its stream with a code the client can act on."""
 
     def __init__(self, code: str, message: str):
@@ -42,15 +43,15 @@ class HandlerError(Exception):
         self.message = message
 
 
-class ClientGoneError(Exception):
+class ClientGoneError(ArmatureError):
     """A server could not send on a stream: its client (or the connection) is gone."""
 
 
-class PeerUnavailableError(ConnectionError):
+class PeerUnavailableError(ArmatureError, ConnectionError):
     """The peer cannot be reached, or the connection carrying the stream was lost."""
 
 
-class RemoteError(RuntimeError):
+class RemoteError(ArmatureError, RuntimeError):
     """The server failed the stream (a Fail frame) with `code`."""
 
     def __init__(self, code: str, message: str):

@@ -18,14 +18,14 @@ from typing import Protocol
 
 import xxhash
 
-from armature.engine.config import EngineConfig
-from armature.engine.core import EngineCore
-from armature.engine.model_runner import num_kv_blocks_for
-from armature.engine.scheduler import ScheduledChunk
-from armature.kv.transfer.blocks import KvBlockStore, ModeledKvStore
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.core import EngineCore
+from armature.engines.native.model_runner import num_kv_blocks_for
+from armature.engines.native.scheduler import ScheduledChunk
 from armature.model.arch import ModelArch, read_arch
 from armature.protocols.kv_transfer import KvLayout
 from armature.sim.timing import PolynomialTiming, StepWork, TimingModel
+from armature.transfer.blocks import KvBlockStore, ModeledKvStore
 
 __all__ = [
     "Clock",

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from armature.engine.config import EngineConfig
-from armature.engine.core import EngineCore
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.core import EngineCore
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.router.load import ActiveLoad

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
-from armature.kv.transfer.blocks import KvBlocks
 from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_transfer import KvHandle
 from armature.router.load import ActiveLoad
@@ -23,6 +22,7 @@ from armature.router.policies import RouteRequest
 from armature.router.prefix_index import PrefixIndex
 from armature.sim.replay import ReplayConfig, Simulation, Tracked
 from armature.sim.timing import TimingModel
+from armature.transfer.blocks import KvBlocks
 from armature.workload.traces import TraceRequest, synthesize_prompt
 
 __all__ = ["DisaggSimulation"]

@@ -9,14 +9,14 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from armature.protocols.engine import EngineLoad
+from armature.protocols.engine import EngineLoad, EngineStats
 from armature.runtime.load_metrics import WorkerLoadCollector
 
 __all__ = ["WorkerMetrics"]
 
 
 class _TransferCollector(Collector):
-    def __init__(self, get_stats: Callable[[], dict[str, int]]):
+    def __init__(self, get_stats: Callable[[], EngineStats]):
         self.get_stats = get_stats
 
     def collect(self) -> Iterator[Metric]:
@@ -26,21 +26,29 @@ class _TransferCollector(Collector):
             "KV transfers pulled from prefill workers, by backend",
             labels=["backend"],
         )
-        for key, value in stats.items():
-            if key.startswith("kv_pulls:"):
-                pulls.add_metric([key.removeprefix("kv_pulls:")], value)
+        for backend, value in stats.num_kv_pulls_by_backend.items():
+            pulls.add_metric([backend], value)
         yield pulls
-        for name, help_text in _TRANSFER_METRICS.items():
-            family = CounterMetricFamily if name != "kv_pinned_blocks" else GaugeMetricFamily
-            yield family(f"armature_worker_{name}", help_text, value=stats.get(name, 0))
-
-
-_TRANSFER_METRICS = {
-    "kv_pull_failures": "KV transfers that failed (the prompt was computed here)",
-    "kv_blocks_pulled": "KV blocks pulled from prefill workers",
-    "kv_pinned_blocks": "KV blocks pinned for decode workers to pull",
-    "kv_expired_pins": "Pinned prompts freed because no decode worker released them in time",
-}
+        yield CounterMetricFamily(
+            "armature_worker_kv_pull_failures",
+            "KV transfers that failed (the prompt was computed here)",
+            value=stats.num_kv_pull_failures,
+        )
+        yield CounterMetricFamily(
+            "armature_worker_kv_blocks_pulled",
+            "KV blocks pulled from prefill workers",
+            value=stats.num_kv_blocks_pulled,
+        )
+        yield GaugeMetricFamily(
+            "armature_worker_kv_pinned_blocks",
+            "KV blocks pinned for decode workers to pull",
+            value=stats.num_kv_pinned_blocks,
+        )
+        yield CounterMetricFamily(
+            "armature_worker_kv_expired_pins",
+            "Pinned prompts freed because no decode worker released them in time",
+            value=stats.num_kv_expired_pins,
+        )
 
 
 class WorkerMetrics:
@@ -48,12 +56,11 @@ class WorkerMetrics:
         self,
         worker_id: str,
         get_load: Callable[[], EngineLoad],
-        get_transfer_stats: Callable[[], dict[str, int]] | None = None,
+        get_stats: Callable[[], EngineStats],
     ):
         self.registry = CollectorRegistry()
         self.registry.register(WorkerLoadCollector(lambda: {worker_id: get_load()}))
-        if get_transfer_stats is not None:
-            self.registry.register(_TransferCollector(get_transfer_stats))
+        self.registry.register(_TransferCollector(get_stats))
         self.requests = Counter(
             "armature_worker_requests",
             "Requests the worker finished, by how they ended",

@@ -3,6 +3,7 @@
 Endpoints (payloads are msgpack):
     generate  EngineRequest -> stream of EngineOutput; closing the stream aborts the request
     dump      (empty) -> one KvDump
+    release   KvHandle -> one empty item, once the handle's pinned blocks are released
 An invalid request fails its stream with code `invalid_request` (the frontend answers 4xx).
 On the event plane it publishes a WorkerUpdate (KV events, load) every `update_interval_s`
 when something changed, and at least every `heartbeat_s` so that late subscribers learn the
@@ -18,13 +19,14 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from armature.engine.interface import Engine, InvalidRequestError
-from armature.kv.transfer.agent import KvTransferAgent
+from armature.engines.api import Engine, InvalidRequestError
 from armature.protocols.engine import EngineRequest
+from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_key
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
 from armature.runtime.events import EventPlane, Publisher
 from armature.runtime.request_plane import HandlerError, ServerFactory
+from armature.transfer.agent import KvTransferAgent
 from armature.worker.metrics import WorkerMetrics
 
 __all__ = ["WorkerService"]
@@ -72,7 +74,9 @@ class WorkerService:
         self.transfer = transfer  # stopped with the worker
         self._in_flight = 0
         self._draining = False
-        self.server = make_server({"generate": self._generate, "dump": self._dump})
+        self.server = make_server(
+            {"generate": self._generate, "dump": self._dump, "release": self._release}
+        )
         self._registration: Registration | None = None
         self._publisher: Publisher | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -82,7 +86,7 @@ class WorkerService:
         self.metrics = WorkerMetrics(
             f"worker-{self.instance_id:x}",
             engine.get_load,
-            getattr(engine, "get_transfer_stats", None),
+            engine.stats,
         )
 
     async def start(self) -> WorkerCard:
@@ -164,7 +168,7 @@ class WorkerService:
                 yield msgspec.msgpack.encode(output)
         finally:
             self._in_flight -= 1
-            await stream.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()
             self.metrics.requests.labels(reason).inc()
             self.metrics.prompt_tokens.inc(len(request.prompt_token_ids))
             self.metrics.output_tokens.inc(num_output)
@@ -178,6 +182,14 @@ class WorkerService:
 
     async def _dump(self, payload: bytes) -> AsyncIterator[bytes]:
         yield msgspec.msgpack.encode(await self.engine.dump_kv_blocks())
+
+    async def _release(self, payload: bytes) -> AsyncIterator[bytes]:
+        try:
+            handle = msgspec.msgpack.decode(payload, type=KvHandle)
+        except msgspec.DecodeError as exc:
+            raise HandlerError("invalid_request", f"malformed KV handle: {exc}") from None
+        await self.engine.release_kv(handle)
+        yield b""
 
     async def _pump_events(self) -> None:
         """Every interval: drain the engine's KV events and publish them with the load."""

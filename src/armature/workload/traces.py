@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from armature.errors import ArmatureError
+
 __all__ = [
     "THINK_JITTER_FRACTION",
     "TRACE_BLOCK_TOKENS",
@@ -47,7 +49,7 @@ THINK_JITTER_FRACTION = 0.25
 _BLOCK_CACHE_SIZE = 4096
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(ArmatureError, ValueError):
     """An invalid trace line; the one-line message reads `path:LINE: reason`."""
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from armature.engine.scheduler import ScheduledChunk
-from armature.kv.transfer.blocks import KvBlockStore, ModeledKvStore
+from armature.engines.native.scheduler import ScheduledChunk
 from armature.model.arch import ModelArch
 from armature.sim.mocker import modeled_layout, simulated_arch
+from armature.transfer.blocks import KvBlockStore, ModeledKvStore
 
 VOCAB = 100
 EOS = 99

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from fakes import CountingRunner
 
-from armature.engine.async_engine import AsyncEngine
-from armature.engine.config import EngineConfig
-from armature.engine.core import EngineCore
-from armature.engine.interface import InvalidRequestError
+from armature.engines.api import InvalidRequestError
+from armature.engines.native.async_engine import AsyncEngine
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 
 

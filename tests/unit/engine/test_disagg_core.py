@@ -12,7 +12,7 @@ import torch
 from hf_reference import HfReference
 from test_hf_equivalence import check_all, engine, prompts_of
 
-from armature.engine.core import EngineCore
+from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_transfer import KvHandle
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from fakes import EOS, CountingRunner
 
-from armature.engine.config import EngineConfig
-from armature.engine.core import EngineCore
-from armature.engine.interface import InvalidRequestError
+from armature.engines.api import InvalidRequestError
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_events import KvRemoved, KvStored
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from hf_reference import HfReference
 
-from armature.engine.config import EngineConfig
-from armature.engine.core import EngineCore
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest, SamplingParams
 
 NEW_TOKENS = 12

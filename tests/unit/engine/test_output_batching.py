@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from armature.engine.async_engine import AsyncEngine
-from armature.engine.config import EngineConfig
+from armature.engines.native.async_engine import AsyncEngine
+from armature.engines.native.config import EngineConfig
 from armature.protocols.engine import (
     EngineOutput,
     EngineRequest,

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from armature.engine.sampler import SampleInput, sample
+from armature.engines.native.sampler import SampleInput, sample
 from armature.protocols.engine import SamplingParams
 
 

@@ -13,11 +13,11 @@ import pytest
 from vllm_fakes import FakeCompletion, FakeOutput
 from vllm_fakes import make_engine as make_fake_engine
 
-from armature.engine.interface import InvalidRequestError
+from armature.engines.api import InvalidRequestError
 from armature.engines.vllm.disagg import NIXL_BACKEND, decode_transfer_params, to_kv_handle
 from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo, VllmTransfer
 from armature.engines.vllm.sampling import VllmSampling
-from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
+from armature.protocols.engine import EngineRequest, EngineStats, FinishReason, SamplingParams
 from armature.protocols.kv_transfer import KvHandle, KvLayout
 
 BLOCK_SIZE = 4
@@ -152,11 +152,9 @@ async def test_a_decode_leg_continues_after_the_first_token_and_pulls_the_prompt
     }
     assert [o.new_token_ids for o in outputs] == [[9], [10], [11], [12]]
     engine.record_transfers(num_bytes=3 * LAYOUT.bytes_per_block, num_failures=0)  # vLLM's stats
-    assert engine.get_transfer_stats() == {
-        "kv_pulls:vllm-nixl": 1,
-        "kv_blocks_pulled": 3,
-        "kv_pull_failures": 0,
-    }
+    assert engine.stats() == EngineStats(
+        num_kv_pulls_by_backend={"vllm-nixl": 1}, num_kv_blocks_pulled=3, num_kv_pull_failures=0
+    )
 
 
 async def test_a_handle_from_another_engine_or_no_connector_computes_the_prompt() -> None:

@@ -15,8 +15,8 @@ from vllm_fakes import FakeCompletion, FakeOutput
 from vllm_fakes import make_engine as make_fake_engine
 
 from armature.cli import main
-from armature.engine.interface import EngineDeadError, InvalidRequestError
-from armature.engine.validation import validate_request
+from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.validation import validate_request
 from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo
 from armature.engines.vllm.load import SchedulerSnapshot
 from armature.engines.vllm.sampling import VllmSampling

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 from vllm_fakes import FakeCompletion, FakeLogprob, FakeOutput
 
-from armature.engine.interface import InvalidRequestError
+from armature.engines.api import InvalidRequestError
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
 from armature.engines.vllm.outputs import to_engine_output, to_finish_reason
 from armature.engines.vllm.sampling import VllmSampling, to_vllm_prompt, to_vllm_sampling

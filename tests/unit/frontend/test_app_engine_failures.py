@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from armature.engine.interface import EngineDeadError
+from armature.engines.api import EngineDeadError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.preprocess import Preprocessor
-from armature.frontend.routing import EngineRouter, RouterConfig
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
+from armature.router.service import EngineRouter, RouterConfig
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 

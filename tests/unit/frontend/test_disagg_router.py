@@ -17,18 +17,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from hf_reference import HfReference
 from test_hf_equivalence import check_all, prompts_of
 
-from armature.engine.async_engine import AsyncEngine
-from armature.engine.config import EngineConfig
-from armature.engine.core import EngineCore
-from armature.engine.transfer import start_transfer_agent
-from armature.frontend.disagg import DisaggConfig, DisaggRouter
-from armature.frontend.routing import RouterConfig
+from armature.engines.native.async_engine import AsyncEngine
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.core import EngineCore
+from armature.engines.native.transfer import start_transfer_agent
 from armature.protocols.engine import (
     EngineRequest,
     FinishReason,
     SamplingParams,
 )
+from armature.router.disagg import DisaggConfig, DisaggRouter
 from armature.router.policies import RoutingError
+from armature.router.service import RouterConfig
 
 NEW_TOKENS = 8
 

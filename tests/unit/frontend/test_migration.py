@@ -16,12 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from hf_reference import HfReference
 from test_hf_equivalence import check_all, prompts_of
 
-from armature.engine.async_engine import AsyncEngine
-from armature.engine.config import EngineConfig
-from armature.engine.core import EngineCore
-from armature.engine.interface import EngineDeadError
-from armature.frontend.routing import EngineRouter, RouterConfig, RouterObserver
+from armature.engines.api import EngineDeadError
+from armature.engines.native.async_engine import AsyncEngine
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
+from armature.router.service import EngineRouter, RouterConfig, RouterObserver
 
 NEW_TOKENS = 12
 

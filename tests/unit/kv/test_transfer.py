@@ -10,15 +10,15 @@ import socket
 import pytest
 import torch
 
-from armature.engine.kv_store import PagedCacheStore
-from armature.kv.transfer.agent import KvTransferAgent
-from armature.kv.transfer.blocks import KvBlocks, ModeledKvStore, copy_block_runs
-from armature.kv.transfer.pins import PinTable, UnknownHandleError
-from armature.kv.transfer.tcp import TcpTransferClient
-from armature.kv.transfer.wire import TransferError
+from armature.engines.native.kv_store import PagedCacheStore
 from armature.model.arch import ModelArch
 from armature.model.kv_cache import PagedKvCache
 from armature.protocols.kv_transfer import KvHandle, KvLayout, layout_mismatch
+from armature.transfer.agent import KvTransferAgent
+from armature.transfer.blocks import KvBlocks, ModeledKvStore, copy_block_runs
+from armature.transfer.pins import PinTable, UnknownHandleError
+from armature.transfer.tcp import TcpTransferClient
+from armature.transfer.wire import TransferError
 
 ARCH = ModelArch(
     model_type="llama",

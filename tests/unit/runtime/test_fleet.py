@@ -9,10 +9,10 @@ import logging
 import msgspec
 import pytest
 
-from armature.frontend.disagg import DisaggRouter
 from armature.frontend.fleet import WorkerFleet, card_conflict
-from armature.frontend.routing import RouterConfig
 from armature.protocols.worker import WorkerCard, worker_key
+from armature.router.disagg import DisaggRouter
+from armature.router.service import RouterConfig
 from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import ZmqEventPlane
 from armature.runtime.tcp_client import RequestPlaneClient

@@ -11,10 +11,10 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from armature.kv.transfer.wire import TransferError, TransferRequest, recv_message
 from armature.runtime.frames import FrameError, decode_frame
 from armature.runtime.tcp_client import RequestPlaneClient
 from armature.runtime.tcp_server import RequestPlaneServer
+from armature.transfer.wire import TransferError, TransferRequest, recv_message
 
 TAGS = ["open", "credit", "cancel", "data", "end", "accept", "fail", "other"]
 VALUES = st.recursive(

@@ -9,10 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from armature.engine.kv_store import PagedCacheStore
-from armature.kv.transfer.agent import KvTransferAgent
-from armature.kv.transfer.pins import PinTable
-from armature.kv.transfer.wire import TransferError
+from armature.engines.native.kv_store import PagedCacheStore
 from armature.model.arch import ModelArch
 from armature.model.kv_cache import PagedKvCache
 from armature.protocols.kv_transfer import KvHandle
@@ -20,6 +17,9 @@ from armature.runtime.nats_conn import NatsUnavailableError, connect_nats
 from armature.runtime.request_plane import PeerUnavailableError
 from armature.runtime.tcp_client import RequestPlaneClient
 from armature.runtime.tcp_server import RequestPlaneServer
+from armature.transfer.agent import KvTransferAgent
+from armature.transfer.pins import PinTable
+from armature.transfer.wire import TransferError
 from servers import Nats
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from armature.engine.async_engine import AsyncEngine
-from armature.engine.config import EngineConfig
-from armature.engine.interface import InvalidRequestError
-from armature.frontend.routing import EngineRouter, RouterConfig
+from armature.engines.api import InvalidRequestError
+from armature.engines.native.async_engine import AsyncEngine
+from armature.engines.native.config import EngineConfig
 from armature.protocols.engine import EngineRequest, SamplingParams
 from armature.protocols.worker import WorkerCard, worker_prefix
+from armature.router.service import EngineRouter, RouterConfig
 from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import ZmqEventPlane
 from armature.runtime.remote_engine import RemoteEngine

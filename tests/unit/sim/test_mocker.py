@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from armature.engine.config import EngineConfig
-from armature.engine.core import EngineCore
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_events import KvStored
 from armature.sim.mocker import MockerRunner, VirtualClock, build_mocker_core, simulated_arch

@@ -24,6 +24,7 @@ from armature.engines.vllm.events import KvEventTranslator
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
 from armature.engines.vllm.sampling import VllmSampling
 from armature.engines.vllm.subscriber import KvEventSubscriber
+from armature.errors import ArmatureError
 from armature.protocols.kv_transfer import KvLayout
 
 __all__ = [
@@ -50,7 +51,7 @@ NIXL_INSTALL_HINT = (
 )
 
 
-class VllmNotInstalledError(ImportError):
+class VllmNotInstalledError(ArmatureError, ImportError):
     """vLLM (or NIXL, for its connector) is not importable in this environment."""
 
 

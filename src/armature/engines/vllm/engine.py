@@ -18,14 +18,14 @@ prompt's blocks from the prefill engine (engines/vllm/disagg.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import msgspec
 
-from armature.engine.interface import EngineDeadError, InvalidRequestError
-from armature.engine.validation import validate_request
+from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.validation import validate_request
 from armature.engines.vllm.disagg import (
     NIXL_BACKEND,
     PREFILL_PARAMS,
@@ -36,9 +36,15 @@ from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
 from armature.engines.vllm.outputs import RequestOutputLike, to_engine_output
 from armature.engines.vllm.sampling import VllmSampling, to_vllm_prompt, to_vllm_sampling
 from armature.engines.vllm.subscriber import KvEventSubscriber
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, FinishReason
+from armature.protocols.engine import (
+    EngineLoad,
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    FinishReason,
+)
 from armature.protocols.kv_events import KvDump, KvEvent
-from armature.protocols.kv_transfer import KvLayout
+from armature.protocols.kv_transfer import KvHandle, KvLayout
 
 __all__ = ["AsyncLlm", "VllmEngine", "VllmEngineInfo", "VllmTransfer"]
 
@@ -146,7 +152,7 @@ class VllmEngine:
             )
         to_vllm_sampling(request, self.info.max_logprobs)
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         """Stream outputs until one carries a finish_reason. Raises InvalidRequestError before
         anything reaches vLLM if the request cannot be served."""
         if not self.is_alive:
@@ -250,15 +256,19 @@ class VllmEngine:
         self.num_kv_bytes_pulled += num_bytes
         self.num_kv_pull_failures += num_failures
 
-    def get_transfer_stats(self) -> dict[str, int]:
-        """KV transfer counters (disaggregated serving), for metrics; empty without one."""
+    def stats(self) -> EngineStats:
+        """KV transfer counters (disaggregated serving); zero without a connector."""
         if self.transfer is None:
-            return {}
-        return {
-            f"kv_pulls:{NIXL_BACKEND}": self.num_kv_pulls,
-            "kv_blocks_pulled": self.num_kv_bytes_pulled // self.transfer.layout.bytes_per_block,
-            "kv_pull_failures": self.num_kv_pull_failures,
-        }
+            return EngineStats()
+        return EngineStats(
+            num_kv_pulls_by_backend={NIXL_BACKEND: self.num_kv_pulls},
+            num_kv_blocks_pulled=self.num_kv_bytes_pulled // self.transfer.layout.bytes_per_block,
+            num_kv_pull_failures=self.num_kv_pull_failures,
+        )
+
+    async def release_kv(self, handle: KvHandle) -> None:
+        """Nothing to do: vLLM's connector has no early release; it frees unread prefilled
+        blocks when their lease (`VllmTransfer.lease_s`) ends."""
 
     # ---- observation -------------------------------------------------------------------
     def record_step(self, snapshot: SchedulerSnapshot) -> None:

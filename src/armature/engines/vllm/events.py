@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from armature.errors import ArmatureError
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes, hash_seed_for_salt
 from armature.protocols.kv_events import (
     KvCleared,
@@ -51,7 +52,7 @@ __all__ = [
 VllmHash = bytes | int  # vLLM's ExternalBlockHash
 
 
-class VllmEventError(ValueError):
+class VllmEventError(ArmatureError, ValueError):
     """An event we cannot translate (malformed, or it breaks the hash chain)."""
 
 

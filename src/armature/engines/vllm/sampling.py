@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from armature.engine.interface import InvalidRequestError
+from armature.engines.api import InvalidRequestError
 from armature.protocols.engine import EngineRequest
 
 __all__ = ["VllmPrompt", "VllmSampling", "to_vllm_prompt", "to_vllm_sampling"]

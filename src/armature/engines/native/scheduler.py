@@ -14,8 +14,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from armature.engine.kv_manager import KvCacheManager
-from armature.engine.request import RequestState, RequestStatus
+from armature.engines.native.kv_manager import KvCacheManager
+from armature.engines.native.request import RequestState, RequestStatus
 from armature.protocols.engine import FinishReason
 
 __all__ = ["ScheduledChunk", "Scheduler", "SchedulerOutput"]

@@ -12,6 +12,7 @@ from typing import Literal, TypeVar
 
 import msgspec
 
+from armature.errors import ArmatureError
 from armature.protocols.kv_transfer import KvLayout
 
 __all__ = [
@@ -30,7 +31,7 @@ _LEN = struct.Struct("<I")
 T = TypeVar("T")
 
 
-class TransferError(RuntimeError):
+class TransferError(ArmatureError, RuntimeError):
     """A KV transfer failed or was refused; the decode side recomputes instead."""
 
 

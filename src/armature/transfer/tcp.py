@@ -17,9 +17,10 @@ import threading
 import msgspec
 import torch
 
-from armature.kv.transfer.blocks import KvBlocks, KvBlockStore
-from armature.kv.transfer.pins import PinTable, UnknownHandleError
-from armature.kv.transfer.wire import (
+from armature.protocols.kv_transfer import KvHandle, KvLayout, layout_mismatch
+from armature.transfer.blocks import KvBlocks, KvBlockStore
+from armature.transfer.pins import PinTable, UnknownHandleError
+from armature.transfer.wire import (
     TransferError,
     TransferReply,
     TransferRequest,
@@ -28,7 +29,6 @@ from armature.kv.transfer.wire import (
     send_all_views,
     send_message,
 )
-from armature.protocols.kv_transfer import KvHandle, KvLayout, layout_mismatch
 
 __all__ = ["TcpTransferClient", "TcpTransferServer", "parse_tcp_url"]
 

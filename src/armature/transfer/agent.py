@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 
-from armature.kv.transfer.blocks import KvBlocks, KvBlockStore
-from armature.kv.transfer.nixl_backend import NixlPuller, NixlSource
-from armature.kv.transfer.pins import PinTable
-from armature.kv.transfer.shm import SharedCacheMaps, shm_url
-from armature.kv.transfer.tcp import TcpTransferClient, TcpTransferServer
-from armature.kv.transfer.wire import TransferError
 from armature.protocols.kv_transfer import KvHandle, layout_mismatch
+from armature.transfer.blocks import KvBlocks, KvBlockStore
+from armature.transfer.nixl_backend import NixlPuller, NixlSource
+from armature.transfer.pins import PinTable
+from armature.transfer.shm import SharedCacheMaps, shm_url
+from armature.transfer.tcp import TcpTransferClient, TcpTransferServer
+from armature.transfer.wire import TransferError
 
 __all__ = ["BACKENDS", "KvTransferAgent"]
 

@@ -16,16 +16,23 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
-from armature.engine.core import EngineCore
-from armature.engine.interface import EngineDeadError, InvalidRequestError
-from armature.kv.transfer.agent import KvTransferAgent
-from armature.kv.transfer.blocks import KvBlocks
-from armature.kv.transfer.wire import TransferError
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, merge_outputs
+from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.native.core import EngineCore
+from armature.protocols.engine import (
+    EngineLoad,
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    merge_outputs,
+)
 from armature.protocols.kv_events import KvDump, KvEvent
+from armature.protocols.kv_transfer import KvHandle
+from armature.transfer.agent import KvTransferAgent
+from armature.transfer.blocks import KvBlocks
+from armature.transfer.wire import TransferError
 
 __all__ = ["AsyncEngine", "EngineDeadError"]
 
@@ -115,7 +122,7 @@ class AsyncEngine:
         return self._thread is not None and self._thread.is_alive() and self._dead is None
 
     # ---- requests ----------------------------------------------------------------------
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         """Stream outputs for `request` until one carries a finish_reason. Raises
         InvalidRequestError before anything is queued if the request can't be served."""
         if self._dead is not None or self._loop is None:
@@ -201,16 +208,18 @@ class AsyncEngine:
     def get_load(self) -> EngineLoad:
         return self._load
 
-    def get_transfer_stats(self) -> dict[str, int]:
-        """KV transfer counters (disaggregated serving), for metrics."""
+    def stats(self) -> EngineStats:
         by_backend = self.transfer.num_pulls if self.transfer is not None else {}
-        return {
-            **{f"kv_pulls:{backend}": n for backend, n in by_backend.items()},
-            "kv_pull_failures": self.num_kv_pull_failures,
-            "kv_blocks_pulled": self.num_kv_blocks_pulled,
-            "kv_pinned_blocks": self.core.pins.get_num_pinned_blocks(),
-            "kv_expired_pins": self.core.pins.num_expired,
-        }
+        return EngineStats(
+            num_kv_pulls_by_backend=dict(by_backend),
+            num_kv_pull_failures=self.num_kv_pull_failures,
+            num_kv_blocks_pulled=self.num_kv_blocks_pulled,
+            num_kv_pinned_blocks=self.core.pins.get_num_pinned_blocks(),
+            num_kv_expired_pins=self.core.pins.num_expired,
+        )
+
+    async def release_kv(self, handle: KvHandle) -> None:
+        self.core.pins.release(handle.handle_id)  # wakes the engine thread, which frees
 
     async def dump_kv_blocks(self) -> KvDump:
         """Every block this engine caches, as of its newest event (answers an event gap)."""

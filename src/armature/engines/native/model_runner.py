@@ -10,15 +10,15 @@ from typing import Protocol
 
 import torch
 
-from armature.engine.config import EngineConfig
-from armature.engine.kv_store import PagedCacheStore
-from armature.engine.scheduler import ScheduledChunk
-from armature.kv.transfer.blocks import KvBlockStore
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.kv_store import PagedCacheStore
+from armature.engines.native.scheduler import ScheduledChunk
 from armature.model.arch import ModelArch, read_arch
 from armature.model.forward import DecodeBatch, ForwardBatch, PrefillSpan, forward
 from armature.model.kv_cache import PagedKvCache
 from armature.model.rope import build_rope_tables
 from armature.model.weights import load_weights
+from armature.transfer.blocks import KvBlockStore
 
 __all__ = ["ModelRunner", "RunnerOutput", "TorchModelRunner", "num_kv_blocks_for"]
 

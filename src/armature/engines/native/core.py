@@ -14,18 +14,16 @@ from collections.abc import Sequence
 
 import torch
 
-from armature.engine.config import EngineConfig
-from armature.engine.interface import InvalidRequestError
-from armature.engine.kv_manager import KvCacheManager
-from armature.engine.model_runner import ModelRunner, RunnerOutput, TorchModelRunner
-from armature.engine.request import RequestState
-from armature.engine.sampler import SampleInput, sample
-from armature.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
-from armature.engine.validation import validate_request
+from armature.engines.api import InvalidRequestError
+from armature.engines.native.config import EngineConfig
+from armature.engines.native.kv_manager import KvCacheManager
+from armature.engines.native.model_runner import ModelRunner, RunnerOutput, TorchModelRunner
+from armature.engines.native.request import RequestState
+from armature.engines.native.sampler import SampleInput, sample
+from armature.engines.native.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
+from armature.engines.validation import validate_request
 from armature.kv.block_pool import BlockPool
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
-from armature.kv.transfer.blocks import KvBlocks
-from armature.kv.transfer.pins import PinTable
 from armature.model.arch import ModelArch, read_arch
 from armature.protocols.engine import (
     EngineLoad,
@@ -37,6 +35,8 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
+from armature.transfer.blocks import KvBlocks
+from armature.transfer.pins import PinTable
 
 __all__ = ["EngineCore", "InvalidRequestError", "resolve_max_model_len"]
 

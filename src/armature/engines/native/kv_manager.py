@@ -3,7 +3,7 @@ allocation, registering full blocks, freeing. Pure; called by the scheduler only
 
 from __future__ import annotations
 
-from armature.engine.request import RequestState
+from armature.engines.native.request import RequestState
 from armature.kv.block_pool import BlockPool
 
 __all__ = ["KvCacheManager"]

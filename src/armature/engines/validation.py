@@ -4,7 +4,7 @@ with the same words)."""
 
 from __future__ import annotations
 
-from armature.engine.interface import InvalidRequestError
+from armature.engines.api import InvalidRequestError
 from armature.protocols.engine import EngineRequest
 
 __all__ = ["validate_request"]

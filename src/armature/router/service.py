@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
 
-from armature.engine.interface import Engine, EngineDeadError
+from armature.engines.api import Engine, EngineDeadError
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
 from armature.router.load import ActiveLoad
@@ -167,7 +167,7 @@ class EngineRouter:
 
     async def generate(
         self, request: EngineRequest, target_worker: str | None = None
-    ) -> AsyncIterator[EngineOutput]:
+    ) -> AsyncGenerator[EngineOutput, None]:
         """Route `request` and stream its outputs; load is released however the stream ends.
         Raises RoutingError before anything starts when no worker fits. A worker found dead
         before it produced anything (killed, unreachable) is skipped and the request is routed
@@ -233,7 +233,7 @@ class EngineRouter:
 
     async def _generate_on(
         self, request: EngineRequest, workers: list[str], target_worker: str | None
-    ) -> AsyncIterator[EngineOutput]:
+    ) -> AsyncGenerator[EngineOutput, None]:
         started_s = time.perf_counter()
         self._num_routed_since_sync += 1  # its prompt's KV events follow soon
         route = RouteRequest(request.request_id, request.prompt_token_ids, target_worker)
@@ -261,7 +261,7 @@ class EngineRouter:
                 reason = "worker died"
                 raise _WorkerDied(decision.worker, exc) from None
             finally:
-                await stream.aclose()  # type: ignore[attr-defined]
+                await stream.aclose()
         finally:
             self.load.finish(request.request_id)
             log.info(

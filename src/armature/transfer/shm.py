@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import torch
 
-from armature.kv.transfer.tcp import TORCH_DTYPES
-from armature.kv.transfer.wire import TransferError
 from armature.protocols.kv_transfer import KvLayout
+from armature.transfer.tcp import TORCH_DTYPES
+from armature.transfer.wire import TransferError
 
 __all__ = ["SharedCacheMaps", "host_boot_id", "shm_url"]
 

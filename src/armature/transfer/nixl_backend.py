@@ -18,9 +18,9 @@ import msgspec
 import numpy as np
 import torch
 
-from armature.kv.transfer.blocks import KvBlocks, block_runs
-from armature.kv.transfer.wire import TransferError
 from armature.protocols.kv_transfer import KvLayout
+from armature.transfer.blocks import KvBlocks, block_runs
+from armature.transfer.wire import TransferError
 
 __all__ = ["NixlPeerInfo", "NixlPuller", "NixlSource", "load_nixl"]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from armature.engine.core import EngineCore
-from armature.kv.transfer.agent import KvTransferAgent
+from armature.engines.native.core import EngineCore
+from armature.transfer.agent import KvTransferAgent
 
 __all__ = ["start_transfer_agent"]
 

@@ -14,10 +14,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from armature.errors import ArmatureError
+
 __all__ = ["PinTable", "UnknownHandleError"]
 
 
-class UnknownHandleError(KeyError):
+class UnknownHandleError(ArmatureError, KeyError):
     """The handle was never pinned here, or was already released or expired."""
 
     def __str__(self) -> str:

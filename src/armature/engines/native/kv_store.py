@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from armature.kv.transfer.blocks import KvBlocks, block_runs, copy_block_runs
 from armature.model.kv_cache import PagedKvCache
 from armature.protocols.kv_transfer import KvLayout
+from armature.transfer.blocks import KvBlocks, block_runs, copy_block_runs
 
 __all__ = ["PagedCacheStore"]
 

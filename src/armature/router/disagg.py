@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 
 import msgspec
 
-from armature.engine.interface import Engine, EngineDeadError
-from armature.frontend.routing import EngineRouter, RouterConfig, RouterObserver
+from armature.engines.api import Engine, EngineDeadError
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
-from armature.kv.transfer.tcp import TcpTransferClient
-from armature.kv.transfer.wire import TransferError
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -35,6 +32,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_transfer import KvHandle
 from armature.router.policies import RoutingError
+from armature.router.service import EngineRouter, RouterConfig, RouterObserver
 
 __all__ = ["PREFILL_ROLE", "DisaggConfig", "DisaggRouter"]
 
@@ -61,14 +59,12 @@ class DisaggRouter(EngineRouter):
         disagg: DisaggConfig | None = None,
         observer: RouterObserver | None = None,
         prefill_engines: Mapping[str, Engine] | None = None,
-        transfer_secret: str | None = None,
     ):
         super().__init__(engines, config, observer)
         self.disagg = disagg or DisaggConfig()
         self.prefill = EngineRouter(prefill_engines or {}, config, self.observer)
         self.num_prefills = {"remote": 0, "local": 0}
         self._releases: set[asyncio.Task[None]] = set()
-        self.transfer_secret = transfer_secret
 
     @property
     def observer(self) -> RouterObserver:
@@ -139,7 +135,7 @@ class DisaggRouter(EngineRouter):
 
     async def generate(
         self, request: EngineRequest, target_worker: str | None = None
-    ) -> AsyncIterator[EngineOutput]:
+    ) -> AsyncGenerator[EngineOutput, None]:
         if target_worker is not None or not self.prefills_remotely(request):
             if self.disagg.enforce_disagg and target_worker is None:
                 raise RoutingError("no prefill worker is available and disaggregation is enforced")
@@ -186,18 +182,17 @@ class DisaggRouter(EngineRouter):
     def _release(self, handle: KvHandle) -> None:
         """Free a handle's pinned blocks on its prefill worker now (best effort; they are
         freed at the handle's deadline anyway)."""
-        url = handle.endpoints.get("tcp")
-        if url is None:
+        engine = self.prefill.engines.get(handle.worker_id)
+        if engine is None:
             return
 
-        def release() -> None:
+        async def release() -> None:
             try:
-                client = TcpTransferClient(timeout_s=5.0, secret=self.transfer_secret)
-                client.release(url, handle, handle.layout)
-            except TransferError as exc:
+                await engine.release_kv(handle)
+            except EngineDeadError as exc:
                 log.info("could not release KV handle %s: %s", handle.handle_id, exc)
 
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(release))
+        task = asyncio.get_running_loop().create_task(release())
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
 

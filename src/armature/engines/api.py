@@ -1,0 +1,61 @@
+"""The Engine contract (DESIGN §3) that the native engine, the mocker and adapters implement.
+
+One engine serves one worker. Frontends and routers see engines only through this contract
+(and `KvHandle` from protocols/): a local engine and a remote worker look the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Protocol
+
+from armature.errors import ArmatureError, InvalidRequestError
+from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, EngineStats
+from armature.protocols.kv_events import KvDump, KvEvent
+from armature.protocols.kv_transfer import KvHandle
+
+__all__ = ["Engine", "EngineDeadError", "InvalidRequestError"]
+
+
+class EngineDeadError(ArmatureError, RuntimeError):
+    """The engine has stopped; no request can be served."""
+
+
+class Engine(Protocol):
+    def start(self) -> None:
+        """Begin serving; called from inside the running event loop."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    @property
+    def is_alive(self) -> bool:
+        """False once the engine has stopped or died."""
+        ...
+
+    def validate(self, request: EngineRequest) -> None:
+        """Raise InvalidRequestError if `request` can never be served (no side effects)."""
+        ...
+
+    def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
+        """Stream outputs until one has a finish_reason; closing the generator early cancels."""
+        ...
+
+    def get_load(self) -> EngineLoad: ...
+
+    def stats(self) -> EngineStats:
+        """Counters for metrics (KV transfers so far); cheap, callable from any thread."""
+        ...
+
+    def take_kv_events(self) -> list[KvEvent]:
+        """Drain KV events (Stored/Removed/Cleared), oldest first."""
+        ...
+
+    async def dump_kv_blocks(self) -> KvDump:
+        """Every cached block as of the newest event (a consumer that saw a gap asks)."""
+        ...
+
+    async def release_kv(self, handle: KvHandle) -> None:
+        """Free the blocks this (prefill) engine pinned under `handle` now, because no decode
+        leg will pull them (its caller left). Idempotent; the pin's TTL frees them anyway."""
+        ...
