@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from armature.engines.native.config import EngineConfig, parse_dtype
+from armature.engines.native.config import NativeEngineConfig, parse_dtype
 from armature.engines.native.core import EngineCore
 from armature.model.source import resolve_model
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
@@ -120,8 +120,8 @@ def greedy(max_tokens: int) -> SamplingParams:
 
 
 def build_core(args: BenchArgs, max_num_seqs: int, **overrides: Any) -> EngineCore:
-    """An EngineCore on CPU for the benchmark model; `overrides` are EngineConfig fields."""
-    config = EngineConfig(
+    """An EngineCore on CPU for the benchmark model; `overrides` are NativeEngineConfig fields."""
+    config = NativeEngineConfig(
         model_dir=args.model_dir,
         dtype=args.dtype,
         device="cpu",

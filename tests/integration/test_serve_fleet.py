@@ -30,7 +30,9 @@ def alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
-def start(model_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start(
+    model_dir: Path, log: Path, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     command = [
         sys.executable,
@@ -49,6 +51,7 @@ def start(model_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
         "100",
         "--port",
         str(port),
+        *extra,
     ]
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
@@ -97,3 +100,35 @@ def test_serve_workers_are_processes_that_end_with_it(
             proc.wait()
     if how == signal.SIGTERM:
         assert "Traceback" not in (tmp_path / "serve.log").read_text(errors="replace")
+
+
+def cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+@pytest.mark.integration
+def test_serve_forwards_worker_flags_to_the_worker_processes(
+    default_model_dir: Path, tmp_path: Path
+) -> None:
+    """`serve --workers 2 --max-num-seqs 7 --num-kv-blocks 999 --engine mocker`: each worker's
+    own command line carries both flags, and the workers run with them."""
+    extra = ("--max-num-seqs", "7", "--num-kv-blocks", "999")
+    proc, url = start(default_model_dir, tmp_path / "serve.log", extra)
+    try:
+        kids = workers_of(proc)
+        for kid in kids:
+            argv = cmdline(kid)
+            assert argv[argv.index("--max-num-seqs") + 1] == "7", argv
+            assert argv[argv.index("--num-kv-blocks") + 1] == "999", argv
+            assert argv[argv.index("--engine") + 1] == "mocker", argv
+            assert "--plane-secret" not in argv  # the secret travels in the environment
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+        totals = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith("armature_worker_kv_blocks_total{")
+        ]
+        assert len(totals) == 2 and all(line.endswith(" 999.0") for line in totals), totals
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

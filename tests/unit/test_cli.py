@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from armature.cli import build_parser, main
-from armature.cli_args import parse_bytes
+from armature.config import parse_bytes
 from servers import free_port as _free_port
 
 

@@ -18,8 +18,7 @@ LAYERS: list[set[str]] = [
     {"transfer", "engines", "sim"},
     {"runtime"},
     {"frontend", "worker", "bench", "router.service", "router.disagg"},
-    {"cli", "cli_args", "cli_edge", "cli_bench", "cli_engine", "cli_replay", "cli_runtime"}
-    | {"cli_worker", "cli_frontend", "cli_serve_fleet", "cli_serve_vllm"},
+    {"cli"},
 ]
 
 

@@ -3,7 +3,7 @@ queue (priority first, then arrival order) instead of piling onto the engines; a
 a wait past the timeout answers 503 with Retry-After.
 
 A worker is busy when its KV usage or its prompt tokens waiting to be prefilled reach the
-thresholds (`Overload`, changeable at runtime). With no threshold set the gate admits at once.
+thresholds (`OverloadConfig`, changeable at runtime). With no threshold set the gate admits at once.
 
     request -> admit(priority) --capacity--> routed
                    |  no capacity: waiters heap (priority, seq) -- pump admits the head
@@ -19,7 +19,9 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["AdmissionGate", "Overload", "Overloaded", "WorkerPressure"]
+from armature.config import OverloadConfig
+
+__all__ = ["AdmissionGate", "Overloaded", "WorkerPressure", "is_busy"]
 
 
 @dataclass(frozen=True)
@@ -28,22 +30,12 @@ class WorkerPressure:
     prefill_tokens: int  # prompt tokens waiting to be prefilled
 
 
-@dataclass(frozen=True)
-class Overload:
-    busy_kv_usage: float | None = None
-    busy_prefill_tokens: int | None = None
-    max_queued_requests: int = 256
-    queue_timeout_s: float = 30.0
-
-    @property
-    def enabled(self) -> bool:
-        return self.busy_kv_usage is not None or self.busy_prefill_tokens is not None
-
-    def is_busy(self, worker: WorkerPressure) -> bool:
-        if self.busy_kv_usage is not None and worker.kv_usage >= self.busy_kv_usage:
-            return True
-        limit = self.busy_prefill_tokens
-        return limit is not None and worker.prefill_tokens >= limit
+def is_busy(config: OverloadConfig, worker: WorkerPressure) -> bool:
+    """Whether `worker` is past one of the thresholds `config` sets."""
+    if config.busy_kv_usage is not None and worker.kv_usage >= config.busy_kv_usage:
+        return True
+    limit = config.busy_prefill_tokens
+    return limit is not None and worker.prefill_tokens >= limit
 
 
 class Overloaded(Exception):
@@ -56,7 +48,7 @@ class Overloaded(Exception):
 class AdmissionGate:
     def __init__(
         self,
-        config: Overload,
+        config: OverloadConfig,
         pressures: Callable[[], Iterable[WorkerPressure]],
         poll_interval_s: float = 0.005,
     ):
@@ -73,7 +65,7 @@ class AdmissionGate:
         return sum(1 for *_, f in self._waiters if not f.done())
 
     def has_capacity(self) -> bool:
-        return any(not self.config.is_busy(p) for p in self.pressures())
+        return any(not is_busy(self.config, p) for p in self.pressures())
 
     async def admit(self, priority: int = 0) -> None:
         """Return when the request may be routed; Overloaded when it may not."""

@@ -19,8 +19,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import Gauge
 
+from armature.config import HttpConfig, OverloadConfig
 from armature.engines.api import EngineDeadError
-from armature.frontend.admission import AdmissionGate, Overload, Overloaded, WorkerPressure
+from armature.frontend.admission import AdmissionGate, Overloaded, WorkerPressure, is_busy
 from armature.frontend.auth import ApiKeyMiddleware, ApiKeys, BodyLimitMiddleware
 from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
 from armature.frontend.generation import GenerationError
@@ -35,7 +36,6 @@ __all__ = ["REQUEST_ID_HEADER", "WORKER_HEADER", "ServedModel", "build_app"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_REQUEST_BYTES = 8 << 20
 WORKER_HEADER = "x-worker-id"  # names the worker for the direct router
 REQUEST_ID_HEADER = "x-request-id"  # the id that frontend and worker logs carry
 
@@ -47,8 +47,8 @@ def build_app(
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
     api_keys: ApiKeys | None = None,
     protect_metrics: bool = False,
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-    overload: Overload | None = None,
+    max_request_bytes: int = HttpConfig().max_request_bytes,
+    overload: OverloadConfig | None = None,
 ) -> FastAPI:
     """The app over `engine`, a router in front of one or more worker engines. `background`
     coroutines (e.g. following discovery) run from startup until shutdown. With `api_keys`,
@@ -70,9 +70,9 @@ def build_app(
         config = gate.config
         if not config.enabled:
             return set()
-        return {w for w, p in pressures_by_worker().items() if config.is_busy(p)}
+        return {w for w, p in pressures_by_worker().items() if is_busy(config, p)}
 
-    gate = AdmissionGate(overload or Overload(), lambda: pressures_by_worker().values())
+    gate = AdmissionGate(overload or OverloadConfig(), lambda: pressures_by_worker().values())
     engine.get_busy_workers = busy_workers  # admitted requests go to a worker with room
     Gauge(
         "armature_requests_queued",

@@ -15,9 +15,17 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from armature.config import SecurityConfig
+from armature.errors import ConfigError
 from armature.frontend.errors import error_body
 
-__all__ = ["ApiKeyMiddleware", "ApiKeys", "BodyLimitMiddleware", "read_key_file"]
+__all__ = [
+    "ApiKeyMiddleware",
+    "ApiKeys",
+    "BodyLimitMiddleware",
+    "load_api_keys",
+    "read_key_file",
+]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -140,3 +148,26 @@ class BodyLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body.encode()})
+
+
+def load_api_keys(security: SecurityConfig) -> ApiKeys | None:
+    """The keys of `--api-key` (and its variable) and the key file; None when there are none.
+    A key file that cannot be read or holds no key, a padded key, or `--protect-metrics`
+    without a key is a ConfigError."""
+    keys = list(security.api_keys)
+    if any(not k or k != k.strip() for k in keys):
+        raise ConfigError("--api-key must not be empty or carry surrounding spaces")
+    if security.api_key_file:
+        path = Path(security.api_key_file)
+        try:
+            from_file = read_key_file(path)
+        except OSError as exc:
+            raise ConfigError(f"cannot read the API key file {path}: {exc.strerror}") from None
+        if not from_file:
+            raise ConfigError(f"the API key file {path} holds no key")
+        keys += from_file
+    if not keys:
+        if security.protect_metrics:
+            raise ConfigError("--protect-metrics needs an API key")
+        return None
+    return ApiKeys(keys)

@@ -12,6 +12,7 @@ import logging
 
 import msgspec
 
+from armature.config import HealthConfig
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.router.disagg import DisaggRouter
 from armature.runtime.discovery import Discovery
@@ -45,11 +46,9 @@ class WorkerFleet:
         client: RequestClient,
         event_plane: EventPlane,
         *,
-        liveness_timeout_s: float = 10.0,
-        stall_timeout_s: float = 60.0,
+        health: HealthConfig = HealthConfig(),
     ):
-        self.liveness_timeout_s = liveness_timeout_s
-        self.stall_timeout_s = stall_timeout_s
+        self.health = health
         self.router = router
         self.discovery = discovery
         self.namespace = namespace
@@ -90,8 +89,7 @@ class WorkerFleet:
             card,
             self.client,
             self.event_plane,
-            liveness_timeout_s=self.liveness_timeout_s,
-            stall_timeout_s=self.stall_timeout_s,
+            health=self.health,
         )
         self.router.add_engine(card.worker_id, remote, role=card.role)
         log.info("worker %s joined (%s)", card.worker_id, card.request_url)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
 
 import msgspec
 
+from armature.config import DisaggConfig, RouterConfig
 from armature.engines.api import Engine, EngineDeadError
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
 from armature.protocols.engine import (
@@ -32,20 +32,13 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_transfer import KvHandle
 from armature.router.policies import RoutingError
-from armature.router.service import EngineRouter, RouterConfig, RouterObserver
+from armature.router.service import EngineRouter, RouterObserver
 
-__all__ = ["PREFILL_ROLE", "DisaggConfig", "DisaggRouter"]
+__all__ = ["PREFILL_ROLE", "DisaggRouter"]
 
 log = logging.getLogger(__name__)
 
 PREFILL_ROLE = "prefill"
-
-
-@dataclass(frozen=True)
-class DisaggConfig:
-    max_local_prefill_tokens: int = 256
-    max_prefill_queue_tokens: int = 65536
-    enforce_disagg: bool = False
 
 
 class DisaggRouter(EngineRouter):
@@ -119,7 +112,7 @@ class DisaggRouter(EngineRouter):
             return False
         if self.disagg.enforce_disagg:
             return True
-        bs = self.config.block_size
+        bs = self.config.block_size_tokens
         hashes = compute_seq_hashes(request.prompt_token_ids, bs, DEFAULT_HASH_SEED)
         overlaps = self.index.find_overlaps(hashes)
         cached_blocks = max(overlaps.values(), default=0)

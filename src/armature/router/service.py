@@ -13,10 +13,10 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import dataclass
 
 import msgspec
 
+from armature.config import RouterConfig
 from armature.engines.api import Engine, EngineDeadError
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
@@ -30,28 +30,9 @@ from armature.router.policies import (
 )
 from armature.router.prefix_index import PrefixIndex
 
-__all__ = ["EngineRouter", "RouterConfig", "RouterObserver", "next_sync_interval_s"]
+__all__ = ["EngineRouter", "RouterObserver", "next_sync_interval_s"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RouterConfig:
-    policy: str = "round-robin"
-    block_size: int = 16
-    overlap_weight: float = 1.0
-    decode_weight: float = 1.0
-    temperature: float = 0.0
-    seed: int = 0
-    # KV events are pulled from the engines every event_sync_interval_s while they flow or
-    # requests are being routed; after rounds that found none the wait doubles, up to
-    # event_sync_idle_interval_s (a 5 ms poll alone costs ~3% of a core, which the model's
-    # steps pay for on a small CPU machine)
-    event_sync_interval_s: float = 0.005
-    event_sync_idle_interval_s: float = 0.025
-    routed_ttl_s: float = 120.0  # how long a routing decision counts as a cached prefix
-    migration_limit: int = 3  # re-issues of a request whose worker died mid-stream
-    failover_wait_s: float = 10.0  # how long a failed-over request waits for a live worker
 
 
 class RouterObserver:
@@ -98,7 +79,7 @@ class EngineRouter:
             config.policy,
             index=self.index,
             load=self.load,
-            block_size=config.block_size,
+            block_size=config.block_size_tokens,
             hash_seed=DEFAULT_HASH_SEED,
             overlap_weight=config.overlap_weight,
             decode_weight=config.decode_weight,
@@ -241,7 +222,7 @@ class EngineRouter:
         self.observer.decision(
             decision.worker, decision.overlap_blocks, time.perf_counter() - started_s
         )
-        bs = self.config.block_size
+        bs = self.config.block_size_tokens
         num_tokens = len(request.prompt_token_ids)
         uncached = max(0, num_tokens - decision.overlap_blocks * bs)
         self.load.start(request.request_id, decision.worker, uncached, -(-num_tokens // bs))

@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from armature.config import DEFAULT_LEASE_TTL_S
+
 __all__ = [
     "DEFAULT_LEASE_TTL_S",
     "Discovery",
@@ -29,8 +31,6 @@ __all__ = [
     "Registration",
     "WatchEvent",
 ]
-
-DEFAULT_LEASE_TTL_S = 10.0
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from contextlib import aclosing
 
 import msgspec
 
+from armature.config import HealthConfig
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.engines.validation import validate_request
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, EngineStats
@@ -45,8 +46,7 @@ class RemoteEngine:
         client: RequestClient,
         event_plane: EventPlane,
         unreachable_backoff_s: float = 2.0,
-        liveness_timeout_s: float = 10.0,
-        stall_timeout_s: float = 60.0,
+        health: HealthConfig = HealthConfig(),
     ):
         self.card = card
         self.client = client
@@ -63,8 +63,8 @@ class RemoteEngine:
         )
         self._alive = True
         self._subscription: asyncio.Task[None] | None = None
-        self.liveness_timeout_s = liveness_timeout_s
-        self.stall_timeout_s = stall_timeout_s
+        self.liveness_timeout_s = health.worker_liveness_timeout_s
+        self.stall_timeout_s = health.worker_stall_timeout_s
         self._last_update_s = time.monotonic()
         self._stalled_at_steps: int | None = None  # engine steps when a stream stalled
 

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import xxhash
 
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.engines.native.model_runner import num_kv_blocks_for
 from armature.engines.native.scheduler import ScheduledChunk
@@ -140,7 +140,7 @@ def simulated_arch(
 
 
 def build_mocker_core(
-    config: EngineConfig,
+    config: NativeEngineConfig,
     *,
     timing: TimingModel | None = None,
     clock: Clock | None = None,

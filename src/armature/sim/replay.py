@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
@@ -143,7 +143,7 @@ class Simulation:
         self.requests = sorted(requests, key=lambda r: r.arrival_ms)
         max_len = max((r.input_length + r.output_length for r in requests), default=1)
         arch = simulated_arch(config.vocab_size, max_len + 1)
-        engine_config = EngineConfig(
+        engine_config = NativeEngineConfig(
             model_dir=Path("mocker"),
             block_size=config.block_size,
             num_kv_blocks=config.num_kv_blocks,

@@ -26,7 +26,6 @@ from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_key
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
 from armature.runtime.events import EventPlane, Publisher
 from armature.runtime.request_plane import HandlerError, ServerFactory
-from armature.transfer.agent import KvTransferAgent
 from armature.worker.metrics import WorkerMetrics
 
 __all__ = ["WorkerService"]
@@ -55,7 +54,6 @@ class WorkerService:
         metrics_host: str = "127.0.0.1",
         metrics_port: int | None = None,
         role: str = "agg",
-        transfer: KvTransferAgent | None = None,
     ):
         self.engine = engine
         self.discovery = discovery
@@ -71,7 +69,6 @@ class WorkerService:
         self.event_plane = event_plane
         self.heartbeat_s = heartbeat_s
         self.role = role
-        self.transfer = transfer  # stopped with the worker
         self._in_flight = 0
         self._draining = False
         self.server = make_server(
@@ -139,8 +136,6 @@ class WorkerService:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
         await self.server.stop()
-        if self.transfer is not None:
-            self.transfer.stop()
         self.metrics.stop()
         if self._publisher is not None:
             await self._publisher.close()

@@ -10,13 +10,13 @@ from fakes import CountingRunner
 
 from armature.engines.api import InvalidRequestError
 from armature.engines.native.async_engine import AsyncEngine
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 
 
 def make_engine(num_blocks: int = 64) -> AsyncEngine:
-    config = EngineConfig(model_dir=Path("/unused"), block_size=4)
+    config = NativeEngineConfig(model_dir=Path("/unused"), block_size=4)
     return AsyncEngine(EngineCore(config, CountingRunner(), num_blocks=num_blocks))
 
 

@@ -9,14 +9,14 @@ import pytest
 from fakes import EOS, CountingRunner
 
 from armature.engines.api import InvalidRequestError
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_events import KvRemoved, KvStored
 
 
 def make_core(num_blocks: int = 64, block_size: int = 4, **overrides: object) -> EngineCore:
-    config = EngineConfig(model_dir=Path("/unused"), block_size=block_size, **overrides)  # type: ignore[arg-type]
+    config = NativeEngineConfig(model_dir=Path("/unused"), block_size=block_size, **overrides)  # type: ignore[arg-type]
     return EngineCore(config, CountingRunner(), num_blocks=num_blocks)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from armature.engines.native.async_engine import AsyncEngine
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.protocols.engine import (
     EngineOutput,
     EngineRequest,
@@ -46,7 +46,7 @@ def test_merge_outputs_concatenates_and_keeps_the_ends() -> None:
 
 
 async def test_a_consumer_that_falls_behind_gets_merged_outputs(tiny_llama_dir: Path) -> None:
-    config = EngineConfig(model_dir=tiny_llama_dir, block_size=4, num_kv_blocks=64)
+    config = NativeEngineConfig(model_dir=tiny_llama_dir, block_size=4, num_kv_blocks=64)
     engine = AsyncEngine(build_mocker_core(config, timing=PolynomialTiming(speedup_ratio=1e9)))
     engine.start()
     try:

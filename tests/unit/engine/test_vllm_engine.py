@@ -213,13 +213,17 @@ def test_cli_disaggregated_vllm_workers_need_vllm(capsys: pytest.CaptureFixture[
 
 def test_engine_flags_map_to_vllm_settings(tmp_path: Path) -> None:
     from armature.cli import build_parser
-    from armature.cli_serve_vllm import vllm_config_from
+    from armature.cli.options import read_settings
+    from armature.config import WorkerConfig
     from armature.engines.vllm.build import VllmEngineConfig
+    from armature.engines.vllm.factory import vllm_config
+    from armature.model.source import ResolvedModel
 
     argv = ["worker", "--engine", "vllm", "--dtype", "float32", "--max-model-len", "1024"]
     argv += ["--num-kv-blocks", "40", "--max-num-seqs", "8", "--no-prefix-caching"]
     argv += ["--seed", "3", "--enforce-eager"]
-    config = vllm_config_from(build_parser().parse_args(argv), tmp_path)
+    worker = read_settings(build_parser().parse_args(argv), WorkerConfig)
+    config = vllm_config(worker.engine, worker.kv, ResolvedModel(tmp_path, "m"))
     assert config == VllmEngineConfig(
         model_dir=tmp_path,
         dtype="float32",

@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from armature.frontend.admission import AdmissionGate, Overload, Overloaded, WorkerPressure
+from armature.config import OverloadConfig
+from armature.frontend.admission import AdmissionGate, Overloaded, WorkerPressure, is_busy
 
 
 class Workers:
@@ -19,16 +20,18 @@ class Workers:
 
 
 def test_busy_by_kv_usage_or_queued_prefill() -> None:
-    config = Overload(busy_kv_usage=0.9, busy_prefill_tokens=4096)
-    assert config.is_busy(WorkerPressure(0.95, 0))
-    assert config.is_busy(WorkerPressure(0.1, 4096))
-    assert not config.is_busy(WorkerPressure(0.89, 4095))
-    assert not Overload().enabled and not Overload().is_busy(WorkerPressure(1.0, 10**9))
+    config = OverloadConfig(busy_kv_usage=0.9, busy_prefill_tokens=4096)
+    assert is_busy(config, WorkerPressure(0.95, 0))
+    assert is_busy(config, WorkerPressure(0.1, 4096))
+    assert not is_busy(config, WorkerPressure(0.89, 4095))
+    assert not OverloadConfig().enabled and not is_busy(
+        OverloadConfig(), WorkerPressure(1.0, 10**9)
+    )
 
 
 async def test_admits_at_once_with_room_and_queues_in_priority_order() -> None:
     workers = Workers()
-    gate = AdmissionGate(Overload(busy_kv_usage=0.9, busy_prefill_tokens=4096), workers)
+    gate = AdmissionGate(OverloadConfig(busy_kv_usage=0.9, busy_prefill_tokens=4096), workers)
     workers.pressures = [WorkerPressure(0.95, 0), WorkerPressure(0.2, 0)]
     await asyncio.wait_for(gate.admit(), 1)  # a worker has room
     workers.pressures = [WorkerPressure(0.95, 0), WorkerPressure(0.2, 9000)]  # all busy
@@ -53,7 +56,7 @@ async def test_admits_at_once_with_room_and_queues_in_priority_order() -> None:
 async def test_a_full_queue_and_a_long_wait_are_overloaded() -> None:
     workers = Workers()  # both busy
     gate = AdmissionGate(
-        Overload(
+        OverloadConfig(
             busy_kv_usage=0.9, busy_prefill_tokens=100, max_queued_requests=1, queue_timeout_s=0.1
         ),
         workers,
@@ -67,14 +70,14 @@ async def test_a_full_queue_and_a_long_wait_are_overloaded() -> None:
         await waiting
     assert late.value.code == "queue_timeout"
     assert gate.num_queued == 0 and gate.num_rejected == 2
-    gate.config = Overload()  # thresholds cleared at runtime: everything passes
+    gate.config = OverloadConfig()  # thresholds cleared at runtime: everything passes
     await asyncio.wait_for(gate.admit(), 1)
     await gate.stop()
 
 
 async def test_a_cancelled_waiter_gives_up_its_place() -> None:
     workers = Workers()
-    gate = AdmissionGate(Overload(busy_kv_usage=0.9, busy_prefill_tokens=100), workers)
+    gate = AdmissionGate(OverloadConfig(busy_kv_usage=0.9, busy_prefill_tokens=100), workers)
     first = asyncio.ensure_future(gate.admit())
     await asyncio.sleep(0.01)
     first.cancel()

@@ -9,11 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from armature.config import RouterConfig
 from armature.engines.api import EngineDeadError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
-from armature.router.service import EngineRouter, RouterConfig
+from armature.router.service import EngineRouter
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 

@@ -17,8 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from hf_reference import HfReference
 from test_hf_equivalence import check_all, prompts_of
 
+from armature.config import DisaggConfig, RouterConfig
 from armature.engines.native.async_engine import AsyncEngine
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.engines.native.transfer import start_transfer_agent
 from armature.protocols.engine import (
@@ -26,15 +27,14 @@ from armature.protocols.engine import (
     FinishReason,
     SamplingParams,
 )
-from armature.router.disagg import DisaggConfig, DisaggRouter
+from armature.router.disagg import DisaggRouter
 from armature.router.policies import RoutingError
-from armature.router.service import RouterConfig
 
 NEW_TOKENS = 8
 
 
 def make_engine(model_dir: Path, name: str, backends: tuple[str, ...], **kw: object) -> AsyncEngine:
-    config = EngineConfig(
+    config = NativeEngineConfig(
         model_dir=model_dir,
         dtype=torch.float32,
         num_kv_blocks=128,
@@ -67,7 +67,7 @@ def build(
 ) -> DisaggRouter:
     prefill = {f"p{i}": make_engine(model_dir, f"p{i}", backends, **kw) for i in range(num_prefill)}
     decode = {"d0": make_engine(model_dir, "d0", backends, **kw)}
-    config = RouterConfig(policy="kv", block_size=16)
+    config = RouterConfig(policy="kv", block_size_tokens=16)
     return DisaggRouter(
         decode, config, disagg or DisaggConfig(max_local_prefill_tokens=0), prefill_engines=prefill
     )

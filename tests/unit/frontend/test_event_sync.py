@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from armature.config import RouterConfig
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -18,7 +19,7 @@ from armature.protocols.engine import (
     SamplingParams,
 )
 from armature.protocols.kv_events import KvDump, KvEvent
-from armature.router.service import EngineRouter, RouterConfig, next_sync_interval_s
+from armature.router.service import EngineRouter, next_sync_interval_s
 
 FAST_S, SLOW_S = 0.005, 0.025
 

@@ -16,12 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from hf_reference import HfReference
 from test_hf_equivalence import check_all, prompts_of
 
+from armature.config import RouterConfig
 from armature.engines.api import EngineDeadError
 from armature.engines.native.async_engine import AsyncEngine
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
-from armature.router.service import EngineRouter, RouterConfig, RouterObserver
+from armature.router.service import EngineRouter, RouterObserver
 
 NEW_TOKENS = 12
 
@@ -67,7 +68,7 @@ class Counting(RouterObserver):
 
 
 def real(model_dir: Path) -> AsyncEngine:
-    config = EngineConfig(model_dir=model_dir, dtype=torch.float32, num_kv_blocks=128)
+    config = NativeEngineConfig(model_dir=model_dir, dtype=torch.float32, num_kv_blocks=128)
     return AsyncEngine(EngineCore(config))
 
 

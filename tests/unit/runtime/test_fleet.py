@@ -9,10 +9,10 @@ import logging
 import msgspec
 import pytest
 
+from armature.config import RouterConfig
 from armature.frontend.fleet import WorkerFleet, card_conflict
 from armature.protocols.worker import WorkerCard, worker_key
 from armature.router.disagg import DisaggRouter
-from armature.router.service import RouterConfig
 from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import ZmqEventPlane
 from armature.runtime.tcp_client import RequestPlaneClient
@@ -55,7 +55,7 @@ async def test_fleet_follows_discovery_and_refuses_conflicts(
 ) -> None:
     discovery = MemDiscovery(MemStore(), expire_interval_s=0.02)
     plane = ZmqEventPlane()
-    router = DisaggRouter({}, RouterConfig(policy="round-robin", block_size=16))
+    router = DisaggRouter({}, RouterConfig(policy="round-robin", block_size_tokens=16))
     fleet = WorkerFleet(router, discovery, "ns", card(1), RequestPlaneClient(), plane)
     task = asyncio.ensure_future(fleet.run())
     try:

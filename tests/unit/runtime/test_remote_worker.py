@@ -9,12 +9,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from armature.config import RouterConfig
 from armature.engines.api import InvalidRequestError
 from armature.engines.native.async_engine import AsyncEngine
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.protocols.engine import EngineRequest, SamplingParams
 from armature.protocols.worker import WorkerCard, worker_prefix
-from armature.router.service import EngineRouter, RouterConfig
+from armature.router.service import EngineRouter
 from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import ZmqEventPlane
 from armature.runtime.remote_engine import RemoteEngine
@@ -26,7 +27,7 @@ from armature.worker.service import WorkerService
 
 
 def mocker_engine(model_dir: Path) -> AsyncEngine:
-    config = EngineConfig(model_dir=model_dir, block_size=4, num_kv_blocks=256)
+    config = NativeEngineConfig(model_dir=model_dir, block_size=4, num_kv_blocks=256)
     return AsyncEngine(build_mocker_core(config, timing=PolynomialTiming(speedup_ratio=1.0)))
 
 
@@ -71,7 +72,7 @@ async def test_remote_workers_route_stream_and_index(tiny_llama_dir: Path) -> No
         for v in (await discovery.list(worker_prefix("test"))).values()
     ]
     assert sorted(c.worker_id for c in cards) == ["worker-1", "worker-2"]
-    router = EngineRouter({}, RouterConfig(policy="kv", block_size=4))
+    router = EngineRouter({}, RouterConfig(policy="kv", block_size_tokens=4))
     router.start()
     for card in cards:
         router.add_engine(card.worker_id, RemoteEngine(card, client, plane))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_events import KvStored
@@ -21,7 +21,7 @@ ARCH = simulated_arch(vocab_size=1000, max_model_len=4096, eos_token_ids=(2,))
 def mocker(clock: VirtualClock, seed: int = 0, **overrides: object) -> EngineCore:
     settings: dict[str, object] = {"num_kv_blocks": 64, "block_size": 4, "seed": seed}
     settings.update(overrides)
-    config = EngineConfig(model_dir=Path("/unused"), **settings)  # type: ignore[arg-type]
+    config = NativeEngineConfig(model_dir=Path("/unused"), **settings)  # type: ignore[arg-type]
     return build_mocker_core(config, clock=clock, arch=ARCH)
 
 
@@ -99,7 +99,7 @@ def test_mocker_uses_the_real_pool_events_and_prefix_cache() -> None:
 
 def test_mocker_sizes_its_cache_like_the_native_engine() -> None:
     # 1 layer x 2 x 1 kv head x 8 dims x 4 bytes (float32) x 4 tokens = 256 bytes per block
-    config = EngineConfig(
+    config = NativeEngineConfig(
         model_dir=Path("/unused"), block_size=4, kv_cache_bytes=256 * 10, dtype=torch.float32
     )
     core = build_mocker_core(config, clock=VirtualClock(), arch=ARCH)

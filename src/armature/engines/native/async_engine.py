@@ -71,7 +71,8 @@ MAX_BUFFERED_KV_EVENTS = 65536
 class AsyncEngine:
     def __init__(self, core: EngineCore, transfer: KvTransferAgent | None = None):
         self.core = core
-        self.transfer = transfer  # pulls a peer's KV blocks for requests with a kv_handle
+        # pulls a peer's KV blocks for requests with a kv_handle; owned: stopped with the engine
+        self.transfer = transfer
         core.pins.on_release = lambda: self._commands.put(_WAKE)
         self.num_kv_pulls = 0
         self.num_kv_pull_failures = 0
@@ -100,6 +101,8 @@ class AsyncEngine:
         await asyncio.to_thread(self._thread.join)
         self._thread = None
         self._check_pool()
+        if self.transfer is not None:  # owned: no peer pulls from a stopped engine
+            self.transfer.stop()
 
     def _check_pool(self) -> None:
         """Log the block pool's integrity once the engine thread is gone (chaos tests read

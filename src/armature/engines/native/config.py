@@ -7,7 +7,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["EngineConfig", "parse_dtype"]
+from armature.config import DEFAULT_BLOCK_SIZE_TOKENS, DEFAULT_KV_PIN_TTL_S
+
+__all__ = ["NativeEngineConfig", "parse_dtype"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -20,11 +22,13 @@ def parse_dtype(name: str) -> torch.dtype:
 
 
 @dataclass(frozen=True)
-class EngineConfig:
+class NativeEngineConfig:
+    """The native engine's settings, resolved: a model directory, a torch dtype, a device."""
+
     model_dir: Path
     dtype: torch.dtype = torch.bfloat16
     device: str = "cpu"
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE_TOKENS
     num_kv_blocks: int | None = None  # wins over kv_cache_bytes when set
     kv_cache_bytes: int = 1 << 30
     max_num_seqs: int = 64
@@ -33,7 +37,9 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     seed: int = 0  # seeds requests that bring no seed of their own
     shared_kv_cache: bool = False  # KV cache in shared memory (CPU; same-host KV transfer)
-    kv_pin_ttl_s: float = 30.0  # a prefill's pinned blocks are freed after this if unreleased
+    kv_pin_ttl_s: float = (
+        DEFAULT_KV_PIN_TTL_S  # a prefill's pinned blocks are freed after this if unreleased
+    )
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from armature.engines.api import InvalidRequestError
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.kv_manager import KvCacheManager
 from armature.engines.native.model_runner import ModelRunner, RunnerOutput, TorchModelRunner
 from armature.engines.native.request import RequestState
@@ -43,7 +43,7 @@ __all__ = ["EngineCore", "InvalidRequestError", "resolve_max_model_len"]
 log = logging.getLogger(__name__)
 
 
-def resolve_max_model_len(config: EngineConfig, arch: ModelArch) -> int:
+def resolve_max_model_len(config: NativeEngineConfig, arch: ModelArch) -> int:
     limit = arch.max_position_embeddings
     if arch.sliding_window:
         limit = min(limit, arch.sliding_window)  # no sliding-window attention yet
@@ -57,7 +57,7 @@ def resolve_max_model_len(config: EngineConfig, arch: ModelArch) -> int:
 class EngineCore:
     def __init__(
         self,
-        config: EngineConfig,
+        config: NativeEngineConfig,
         runner: ModelRunner | None = None,
         *,
         num_blocks: int | None = None,

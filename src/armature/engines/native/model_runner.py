@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch
 
-from armature.engines.native.config import EngineConfig
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.kv_store import PagedCacheStore
 from armature.engines.native.scheduler import ScheduledChunk
 from armature.model.arch import ModelArch, read_arch
@@ -36,7 +36,7 @@ class ModelRunner(Protocol):
         ...
 
 
-def num_kv_blocks_for(config: EngineConfig, arch: ModelArch) -> int:
+def num_kv_blocks_for(config: NativeEngineConfig, arch: ModelArch) -> int:
     if config.num_kv_blocks is not None:
         return config.num_kv_blocks
     per_block = PagedKvCache.bytes_per_block(arch, config.block_size, config.dtype)
@@ -51,7 +51,7 @@ def num_kv_blocks_for(config: EngineConfig, arch: ModelArch) -> int:
 class TorchModelRunner:
     """Our native PyTorch runner for Llama-family models."""
 
-    def __init__(self, config: EngineConfig, max_model_len: int):
+    def __init__(self, config: NativeEngineConfig, max_model_len: int):
         self.device = torch.device(config.device)
         self.arch = read_arch(config.model_dir)
         self.weights = load_weights(config.model_dir, self.arch, config.dtype, self.device)

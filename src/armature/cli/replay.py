@@ -5,21 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from armature.cli_args import (
-    CliError,
-    add_router_cost_args,
-    non_negative_int,
-    positive_float,
-    positive_int,
-)
+from armature.cli.options import CliError, add_settings, arg_type, setup_logging
+from armature.config import RouterConfig, non_negative_int, positive_float, positive_int
 
 if TYPE_CHECKING:
     from armature.workload.traces import TraceRequest
 
-__all__ = ["add_replay_parser", "run_replay"]
+__all__ = ["add_parser", "run"]
 
 
-def add_replay_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     replay = sub.add_parser(
         "replay",
         help="simulate a request trace through mocker workers and the router (offline)",
@@ -35,86 +30,97 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
         help="a generated workload instead of a trace (see --num-requests, --rate-rps)",
     )
     replay.add_argument(
-        "--num-requests", type=positive_int, default=1000, help="synthetic: requests to generate"
+        "--num-requests",
+        type=arg_type(positive_int),
+        default=1000,
+        help="synthetic: requests to generate",
     )
     replay.add_argument(
         "--rate-rps",
-        type=positive_float,
+        type=arg_type(positive_float),
         default=8.0,
         help="synthetic: mean arrival rate (Poisson)",
     )
-    replay.add_argument("--workers", type=positive_int, default=8, help="mocker workers")
+    replay.add_argument("--workers", type=arg_type(positive_int), default=8, help="mocker workers")
     replay.add_argument(
         "--router",
         choices=["round-robin", "random", "least-loaded", "kv"],
         default="kv",
         help="routing policy",
     )
-    replay.add_argument("--block-size", type=positive_int, default=16, help="tokens per block")
     replay.add_argument(
-        "--num-kv-blocks", type=positive_int, default=16384, help="KV blocks per worker"
+        "--block-size", type=arg_type(positive_int), default=16, help="tokens per block"
     )
     replay.add_argument(
-        "--max-num-batched-tokens", type=positive_int, default=8192, help="tokens per engine step"
+        "--num-kv-blocks", type=arg_type(positive_int), default=16384, help="KV blocks per worker"
+    )
+    replay.add_argument(
+        "--max-num-batched-tokens",
+        type=arg_type(positive_int),
+        default=8192,
+        help="tokens per engine step",
     )
     replay.add_argument(
         "--max-num-seqs",
-        type=positive_int,
+        type=arg_type(positive_int),
         default=256,
         help="requests running at once per worker",
     )
     replay.add_argument(
         "--speedup",
-        type=positive_float,
+        type=arg_type(positive_float),
         default=1.0,
         help="divide every simulated step time by this",
     )
     replay.add_argument(
         "--time-scale",
-        type=positive_float,
+        type=arg_type(positive_float),
         default=1.0,
         help="multiply arrival times (below 1: a higher request rate)",
     )
     replay.add_argument(
-        "--limit", type=positive_int, default=None, help="replay only the first N requests"
+        "--limit",
+        type=arg_type(positive_int),
+        default=None,
+        help="replay only the first N requests",
     )
-    add_router_cost_args(replay)
+    add_settings(replay, RouterConfig(), only=("overlap_weight", "decode_weight", "temperature"))
     replay.add_argument(
         "--prefill-workers",
-        type=non_negative_int,
+        type=arg_type(non_negative_int),
         default=0,
         help="disaggregated: how many of --workers are prefill workers (the rest decode)",
     )
     replay.add_argument(
         "--max-local-prefill-tokens",
-        type=non_negative_int,
+        type=arg_type(non_negative_int),
         default=0,
         help="disaggregated: prefill on the decode worker when fewer tokens are uncached",
     )
     replay.add_argument(
         "--transfer-bandwidth-gbs",
-        type=positive_float,
+        type=arg_type(positive_float),
         default=25.0,
         help="disaggregated: KV transfer bandwidth between workers, GB/s",
     )
     replay.add_argument(
         "--kv-bytes-per-block",
-        type=positive_int,
+        type=arg_type(positive_int),
         default=2 * 1024 * 1024,
         help="disaggregated: bytes of one KV block (default: an 8B model, bf16, 16 tokens)",
     )
     replay.add_argument(
-        "--slo-ttft-ms", type=positive_float, default=None, help="goodput: TTFT bound"
+        "--slo-ttft-ms", type=arg_type(positive_float), default=None, help="goodput: TTFT bound"
     )
     replay.add_argument(
         "--slo-itl-ms",
-        type=positive_float,
+        type=arg_type(positive_float),
         default=None,
         help="goodput: bound on a request's mean inter-token latency",
     )
     replay.add_argument(
         "--slo-itl-quantile",
-        type=positive_float,
+        type=arg_type(positive_float),
         default=None,
         help="goodput: apply --slo-itl-ms to this quantile of each request's ITLs (e.g. "
         "0.99) instead of their mean",
@@ -123,7 +129,8 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
     replay.add_argument("--report", default=None, help="write the report as JSON here")
 
 
-def run_replay(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> int:
+    setup_logging("info")
     import dataclasses
     import json
     from pathlib import Path
@@ -149,9 +156,9 @@ def run_replay(args: argparse.Namespace) -> None:
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs,
         speedup_ratio=args.speedup,
-        overlap_weight=args.kv_overlap_weight,
-        decode_weight=args.kv_decode_weight,
-        router_temperature=args.router_temperature,
+        overlap_weight=args.overlap_weight,
+        decode_weight=args.decode_weight,
+        router_temperature=args.temperature,
         seed=args.seed,
         num_prefill_workers=args.prefill_workers,
         max_local_prefill_tokens=args.max_local_prefill_tokens,
@@ -188,6 +195,7 @@ def run_replay(args: argparse.Namespace) -> None:
     if args.report:
         Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
         print(f"{'report':>24}: {args.report}")
+    return 0
 
 
 def _synthetic_workload(args: argparse.Namespace) -> list[TraceRequest]:

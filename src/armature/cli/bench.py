@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from armature.cli_args import CliError, positive_float, positive_int
+from armature.cli.options import CliError, arg_type, setup_logging
+from armature.config import positive_float, positive_int
 
-__all__ = ["add_bench_parser", "run_bench"]
+__all__ = ["add_parser", "run"]
 
 
-def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser(
         "bench",
         help="load-test an OpenAI-compatible server (TTFT, ITL, throughput, goodput)",
@@ -29,8 +30,12 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--model", default=None, help="model name (default: the server's first)")
     bench.add_argument("--endpoint", choices=["chat", "completions"], default="completions")
     shape = bench.add_mutually_exclusive_group()
-    shape.add_argument("--concurrency", type=positive_int, default=None, help="closed loop")
-    shape.add_argument("--rate", type=positive_float, default=None, help="Poisson requests/s")
+    shape.add_argument(
+        "--concurrency", type=arg_type(positive_int), default=None, help="closed loop"
+    )
+    shape.add_argument(
+        "--rate", type=arg_type(positive_float), default=None, help="Poisson requests/s"
+    )
     shape.add_argument(
         "--sweep-concurrency", type=_int_list, default=None, help="e.g. 1,4,16,64: one run each"
     )
@@ -38,28 +43,36 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "--sweep-rate", type=_float_list, default=None, help="e.g. 1,2,4: one run each"
     )
     bench.add_argument("--trace", type=Path, default=None, help="Mooncake JSONL; its schedule")
-    bench.add_argument("--time-scale", type=positive_float, default=1.0, help="trace times x")
+    bench.add_argument(
+        "--time-scale", type=arg_type(positive_float), default=1.0, help="trace times x"
+    )
     bench.add_argument("--prompts", type=Path, default=None, help='JSONL of {"prompt": ...}')
-    bench.add_argument("--input-len", type=positive_int, default=256, help="synthetic tokens")
-    bench.add_argument("--output-len", type=positive_int, default=128, help="max_tokens")
+    bench.add_argument(
+        "--input-len", type=arg_type(positive_int), default=256, help="synthetic tokens"
+    )
+    bench.add_argument("--output-len", type=arg_type(positive_int), default=128, help="max_tokens")
     bench.add_argument("--len-spread", type=float, default=0.0, help="lengths +- this fraction")
-    bench.add_argument("--prefix-groups", type=positive_int, default=None)
+    bench.add_argument("--prefix-groups", type=arg_type(positive_int), default=None)
     bench.add_argument(
         "--multi-turn",
-        type=positive_int,
+        type=arg_type(positive_int),
         default=None,
         help="sessions of this many turns, each resending the history (--num-requests "
         "counts sessions; --input-len is the length of one user turn)",
     )
     bench.add_argument("--prefix-ratio", type=float, default=0.5)
-    bench.add_argument("--num-requests", type=positive_int, default=100)
-    bench.add_argument("--duration-s", type=positive_float, default=None, help="stop sending")
+    bench.add_argument("--num-requests", type=arg_type(positive_int), default=100)
+    bench.add_argument(
+        "--duration-s", type=arg_type(positive_float), default=None, help="stop sending"
+    )
     bench.add_argument("--warmup", type=int, default=2, help="requests sent first, not counted")
     bench.add_argument("--ignore-eos", action="store_true", help="ask for exactly max_tokens")
-    bench.add_argument("--slo-ttft-ms", type=positive_float, default=None)
-    bench.add_argument("--slo-itl-ms", type=positive_float, default=None)
+    bench.add_argument("--slo-ttft-ms", type=arg_type(positive_float), default=None)
+    bench.add_argument("--slo-itl-ms", type=arg_type(positive_float), default=None)
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--timeout-s", type=positive_float, default=600.0, help="per request")
+    bench.add_argument(
+        "--timeout-s", type=arg_type(positive_float), default=600.0, help="per request"
+    )
     bench.add_argument(
         "--tokenizer",
         default=None,
@@ -73,11 +86,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _int_list(text: str) -> list[int]:
-    return [positive_int(part) for part in text.split(",") if part.strip()]
+    return [int(positive_int(part)) for part in text.split(",") if part.strip()]
 
 
 def _float_list(text: str) -> list[float]:
-    return [positive_float(part) for part in text.split(",") if part.strip()]
+    return [float(positive_float(part)) for part in text.split(",") if part.strip()]
 
 
 def _tokenizer(spec: str | None) -> Any:
@@ -258,11 +271,12 @@ async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int
     return 1 if failed else 0
 
 
-def run_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.trace is not None and (args.rate or args.sweep_rate or args.concurrency):
         raise CliError("--trace brings its own schedule; drop --rate/--concurrency/sweeps")
     if args.warmup < 0:
         raise CliError("--warmup must be >= 0")
+    setup_logging(args.log_level)
     tokenizer = _tokenizer(args.tokenizer)
 
     def count(texts: list[str]) -> list[int]:

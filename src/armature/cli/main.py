@@ -1,0 +1,43 @@
+"""`armature <command>`: the subcommands' parsers, and the one place user mistakes become one
+line on stderr with exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from armature.cli import bench, frontend, replay, serve, worker
+from armature.cli.options import Parser
+from armature.errors import ConfigError
+
+__all__ = ["build_parser", "main"]
+
+# each command: (name, add its parser, run it from the parsed flags -> exit code)
+COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[..., int]]] = {
+    "serve": (serve.add_parser, serve.run),
+    "replay": (replay.add_parser, replay.run),
+    "worker": (worker.add_parser, worker.run),
+    "frontend": (frontend.add_parser, frontend.run),
+    "bench": (bench.add_parser, bench.run),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand's flags; a malformed `ARMATURE_*` variable is a ConfigError."""
+    parser = Parser(prog="armature", description="Armature: LLM inference serving.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for add, _ in COMMANDS.values():
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command][1](args)
+    except ConfigError as exc:
+        print(f"armature: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,132 @@
+"""Flags from the configuration tree: each `Setting` field of a config dataclass becomes one
+argparse option (its flag, its `ARMATURE_*` variable as the default, its help), and a parsed
+namespace becomes the typed config again. Only the cli package reads a namespace.
+
+    add_settings(parser, ServeConfig())   # --workers ... --max-num-seqs ... --port ...
+    read_settings(namespace, ServeConfig) # -> ServeConfig(engine=EngineConfig(...), ...)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, NoReturn, TypeVar, get_type_hints
+
+from armature.config import Setting, env_name, flag_name, get_setting_value, iter_settings
+from armature.errors import ConfigError
+
+__all__ = ["CliError", "Parser", "add_settings", "arg_type", "read_settings", "setup_logging"]
+
+T = TypeVar("T")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+class CliError(ConfigError):
+    """A user mistake found by the CLI: printed as one line, exit code 2."""
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"armature: error: {message} (see --help)\n")
+
+
+def _dest(path: tuple[str, ...]) -> str:
+    return "__".join(path)
+
+
+def arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def _from_env(field: dataclasses.Field[Any], setting: Setting, text: str) -> Any:
+    """The value a setting's environment variable holds; ConfigError naming it if invalid."""
+    name = env_name(field.name, setting)
+    try:
+        if field.type == "bool" or isinstance(field.default, bool):
+            lowered = text.strip().lower()
+            if lowered not in _TRUE + _FALSE:
+                raise ConfigError(f"expected one of {', '.join(_TRUE + _FALSE[:-1])}")
+            present = lowered in _TRUE
+            return (not present) if setting.negate else present
+        parse = setting.parse or str
+        if setting.repeat:
+            return [parse(part.strip()) for part in text.split(",") if part.strip()]
+        value = parse(text)
+        if setting.choices is not None and value not in setting.choices:
+            raise ConfigError(f"expected one of {', '.join(setting.choices)}, got {text!r}")
+        return value
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def add_settings(
+    parser: argparse.ArgumentParser,
+    defaults: Any,
+    *,
+    choices: Mapping[str, Sequence[str]] | None = None,
+    environ: Mapping[str, str] | None = None,
+    only: Collection[str] | None = None,
+) -> None:
+    """One option per setting of the config `defaults` (an instance: its values are the
+    defaults; a variable `ARMATURE_*` set in `environ` replaces them). `choices` maps a dotted
+    field path to its allowed values when they come from elsewhere (the engine registry).
+    `only`: just these dotted field paths (a command that takes a few of a section's)."""
+    environ = os.environ if environ is None else environ
+    for path, field, setting in iter_settings(type(defaults)):
+        if only is not None and ".".join(path) not in only:
+            continue
+        default = get_setting_value(defaults, path)
+        variable = env_name(field.name, setting)
+        if variable in environ:
+            default = _from_env(field, setting, environ[variable])
+        help_text = f"{setting.help} (env {variable})"
+        kwargs: dict[str, Any] = {"dest": _dest(path), "help": help_text}
+        allowed = (choices or {}).get(".".join(path), setting.choices)
+        if isinstance(field.default, bool):
+            kwargs.update(action="store_false" if setting.negate else "store_true")
+            kwargs["default"] = default
+        elif setting.repeat:
+            kwargs.update(action="append", default=list(default))
+        else:
+            kwargs["default"] = default
+            if setting.parse is not None:
+                kwargs["type"] = arg_type(setting.parse)
+            if allowed is not None:
+                kwargs["choices"] = list(allowed)
+        parser.add_argument(f"--{flag_name(field.name, setting)}", **kwargs)
+
+
+def read_settings(namespace: argparse.Namespace, config_type: type[T]) -> T:
+    """The config of type `config_type` that the parsed `namespace` holds."""
+    config: T = _build(namespace, config_type, ())
+    return config
+
+
+def _build(namespace: argparse.Namespace, config_type: type[Any], path: tuple[str, ...]) -> Any:
+    hints = get_type_hints(config_type)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(config_type):
+        kind = hints[f.name]
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            values[f.name] = _build(namespace, kind, (*path, f.name))
+        elif "setting" in f.metadata:
+            value = getattr(namespace, _dest((*path, f.name)))
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    return config_type(**values)

@@ -1,0 +1,40 @@
+"""`armature serve`: serve a model over an OpenAI-compatible HTTP API: the frontend and one
+worker engine in this process, or more workers as worker processes behind it."""
+
+from __future__ import annotations
+
+import argparse
+
+from armature.cli.options import add_settings, read_settings, setup_logging
+from armature.config import ServeConfig
+from armature.engines.registry import KINDS
+from armature.router.policies import POLICY_NAMES
+
+__all__ = ["add_parser", "run"]
+
+CHOICES = {"engine.engine": list(KINDS), "router.policy": list(POLICY_NAMES)}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "serve",
+        help="serve a model over an OpenAI-compatible HTTP API (one process)",
+        description="Serve a model over an OpenAI-compatible HTTP API, engine in-process.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_settings(parser, ServeConfig(), choices=CHOICES)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = read_settings(args, ServeConfig)
+    setup_logging(config.http.log_level)
+    roles = config.get_worker_roles()
+    if len(roles) > 1 and not config.in_process_workers:
+        from armature.frontend.worker_processes import serve_with_worker_processes
+
+        serve_with_worker_processes(config)
+    else:
+        from armature.frontend.serve import serve_in_process
+
+        serve_in_process(config)
+    return 0

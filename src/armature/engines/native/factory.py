@@ -1,0 +1,108 @@
+"""The registry's factory for the native engine and the mocker (the same core with a timing
+model in place of the model): an `EngineSpec` in, an `AsyncEngine` and its `EngineInfo` out."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from armature.engines.native.async_engine import AsyncEngine
+from armature.engines.native.config import NativeEngineConfig, parse_dtype
+from armature.engines.native.core import EngineCore
+from armature.engines.native.device import pick_device, pick_dtype
+from armature.engines.native.transfer import start_transfer_agent
+from armature.engines.registry import BuiltEngine, EngineInfo, EngineSpec
+from armature.errors import ConfigError
+from armature.transfer.agent import KvTransferAgent
+from armature.transfer.wire import TransferError
+
+__all__ = ["build_native_engine", "native_config"]
+
+log = logging.getLogger(__name__)
+
+
+def native_config(spec: EngineSpec) -> NativeEngineConfig:
+    """The native engine's resolved settings (device and dtype picked for `auto`)."""
+    engine, kv = spec.engine, spec.kv
+    try:
+        device = pick_device(engine.device)
+        dtype = parse_dtype(pick_dtype(engine.dtype, device))
+        return NativeEngineConfig(
+            model_dir=spec.model.path,
+            dtype=dtype,
+            device=device,
+            block_size=engine.get_block_size_tokens(),
+            num_kv_blocks=kv.num_kv_blocks,
+            kv_cache_bytes=kv.kv_cache_bytes,
+            max_num_seqs=engine.max_num_seqs,
+            max_num_batched_tokens=engine.max_num_batched_tokens,
+            max_model_len=engine.max_model_len_tokens,
+            enable_prefix_caching=kv.enable_prefix_caching,
+            seed=engine.seed,
+            shared_kv_cache=spec.shared_kv_cache and device == "cpu" and not _is_mocker(spec),
+            kv_pin_ttl_s=spec.transfer.kv_pin_ttl_s,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _is_mocker(spec: EngineSpec) -> bool:
+    return spec.engine.engine == "mocker"
+
+
+def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -> EngineCore:
+    from armature.sim.mocker import build_mocker_core
+    from armature.sim.timing import PolynomialTiming
+
+    try:
+        if mocker:
+            timing = PolynomialTiming(speedup_ratio=spec.engine.speedup_ratio)
+            return build_mocker_core(config, timing=timing)
+        return EngineCore(config)
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        raise ConfigError(f"cannot load {spec.model.path}: {exc}") from None
+    except torch.OutOfMemoryError:
+        raise ConfigError(
+            "out of memory while allocating the model or KV cache; lower --kv-cache-bytes"
+        ) from None
+
+
+def _start_transfers(core: EngineCore, spec: EngineSpec) -> KvTransferAgent:
+    try:
+        return start_transfer_agent(
+            core,
+            worker_id=spec.worker_id,
+            backends=spec.transfer.kv_transfer_backends,
+            host=spec.transfer_host,
+            port=spec.transfer_port,
+            secret=spec.plane_secret,
+        )
+    except TransferError as exc:
+        raise ConfigError(str(exc)) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen for KV transfers on {spec.transfer_host}:{spec.transfer_port}: "
+            f"{exc.strerror}"
+        ) from None
+
+
+def build_native_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
+    """One engine of `spec`: the model loaded (or the mocker's timing model), its KV cache
+    allocated, and with `spec.serve_kv_transfers` its KV transfer agent listening."""
+    config = native_config(spec)
+    started_s = time.perf_counter()
+    core = _build_core(config, spec, mocker=mocker)
+    transfer = _start_transfers(core, spec) if spec.serve_kv_transfers else None
+    info = EngineInfo(
+        block_size_tokens=config.block_size,
+        num_kv_blocks=core.pool.num_blocks,
+        max_model_len_tokens=core.max_model_len,
+        vocab_size=core.arch.vocab_size,
+        dtype=str(config.dtype).removeprefix("torch."),
+        device=config.device,
+        load_s=time.perf_counter() - started_s,
+        kv_endpoints=dict(core.kv_endpoints),
+    )
+    return BuiltEngine(AsyncEngine(core, transfer), info)

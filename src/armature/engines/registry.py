@@ -1,0 +1,118 @@
+"""The engine registry: each `--engine` name maps to a factory that builds an `Engine` and
+describes it (`EngineInfo`). Commands look engines up here; nothing else chooses by name.
+
+    KINDS["torch"].build(spec)  -> BuiltEngine(engine, info)   the native PyTorch engine
+    KINDS["mocker"].build(spec) -> ...                          its core with a timing model
+    KINDS["vllm"].build(spec)   -> ...                          vLLM's AsyncLLM (armature[vllm])
+
+A factory is called inside the event loop that will serve the engine (vLLM starts its client
+there). Settings that cannot work are a ConfigError naming the setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from armature.config import EngineConfig, KvCacheConfig, TransferConfig
+from armature.engines.api import Engine
+from armature.errors import ConfigError
+from armature.model.source import ResolvedModel
+
+__all__ = ["KINDS", "BuiltEngine", "EngineInfo", "EngineKind", "EngineSpec", "get_kind"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    """What to build: a worker's engine settings, its model and its part in the fleet."""
+
+    engine: EngineConfig
+    kv: KvCacheConfig
+    transfer: TransferConfig
+    model: ResolvedModel
+    worker_id: str
+    role: str = "agg"
+    # KV transfers: a prefill or decode worker serves and pulls KV blocks
+    serve_kv_transfers: bool = False
+    transfer_host: str = "127.0.0.1"
+    transfer_port: int = 0  # 0: any free port (not for kinds that bind it late)
+    plane_secret: str | None = None
+    shared_kv_cache: bool = False  # the KV cache in shared memory (same-host transfers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineInfo:
+    """The built engine's shape, for the worker card and the start-up log."""
+
+    block_size_tokens: int
+    num_kv_blocks: int
+    max_model_len_tokens: int
+    vocab_size: int
+    dtype: str
+    device: str
+    load_s: float
+    kv_endpoints: dict[str, str] = field(default_factory=dict)  # transfer backend -> address
+
+
+@dataclass(frozen=True)
+class BuiltEngine:
+    engine: Engine
+    info: EngineInfo
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """One registry entry. `check` refuses (ConfigError) settings or roles this kind cannot
+    run before anything starts, e.g. before `serve` spawns its worker processes.
+    `binds_transfer_port_late`: the engine cannot listen on port 0 for KV transfers, so its
+    caller picks a free port for it (vLLM's connector is told its side-channel port)."""
+
+    name: str
+    build: Callable[[EngineSpec], BuiltEngine]
+    check: Callable[[EngineConfig, Iterable[str]], None]
+    binds_transfer_port_late: bool = False
+
+
+def _build_native(spec: EngineSpec) -> BuiltEngine:
+    from armature.engines.native.factory import build_native_engine
+
+    return build_native_engine(spec, mocker=False)
+
+
+def _build_mocker(spec: EngineSpec) -> BuiltEngine:
+    from armature.engines.native.factory import build_native_engine
+
+    return build_native_engine(spec, mocker=True)
+
+
+def _build_vllm(spec: EngineSpec) -> BuiltEngine:
+    from armature.engines.vllm.factory import build_vllm
+
+    return build_vllm(spec)
+
+
+def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
+    from armature.engines.vllm.factory import check_vllm
+
+    check_vllm(engine, roles)
+
+
+def _check_nothing(engine: EngineConfig, roles: Iterable[str]) -> None:
+    """Every setting the native engines take is checked when they are built."""
+
+
+KINDS: dict[str, EngineKind] = {
+    kind.name: kind
+    for kind in (
+        EngineKind("torch", _build_native, _check_nothing),
+        EngineKind("mocker", _build_mocker, _check_nothing),
+        EngineKind("vllm", _build_vllm, _check_vllm, binds_transfer_port_late=True),
+    )
+}
+
+
+def get_kind(name: str) -> EngineKind:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ConfigError(f"unknown engine {name!r}; known: {', '.join(KINDS)}") from None

@@ -1,0 +1,147 @@
+"""The frontend process, assembled: the OpenAI app over a router, served by uvicorn.
+
+`run_frontend` follows the workers registered in discovery (`armature frontend`, and `serve`
+with worker processes); `serve_app` runs any built app until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import subprocess
+import time
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import uvicorn
+from fastapi import FastAPI
+
+from armature.config import FrontendConfig, HttpConfig
+from armature.errors import ConfigError
+from armature.frontend.app import ServedModel, build_app
+from armature.frontend.auth import load_api_keys
+from armature.frontend.fleet import WorkerFleet
+from armature.frontend.preprocess import Preprocessor
+from armature.protocols.worker import WorkerCard, worker_prefix
+from armature.router.disagg import DisaggRouter
+from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
+from armature.runtime.ports import check_port_free
+
+__all__ = ["run_frontend", "run_serving", "serve_app", "uvicorn_config"]
+
+log = logging.getLogger("armature")
+
+
+def uvicorn_config(app: FastAPI, http: HttpConfig) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=http.host,
+        port=http.port,
+        log_level=http.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=max(1, round(http.shutdown_grace_s)),
+    )
+
+
+def run_serving(main: Coroutine[Any, Any, None]) -> None:
+    """Run a serving process's main coroutine on the event loop uvicorn would pick (uvloop
+    where installed)."""
+    loop_factory = uvicorn.Config(app="unused:app").get_loop_factory()
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main)
+
+
+def serve_app(app: FastAPI, http: HttpConfig) -> None:
+    """Serve `app` on `http.host:http.port` until SIGINT/SIGTERM (then drain)."""
+    uvicorn.Server(uvicorn_config(app, http)).run()
+
+
+async def _first_card(
+    config: FrontendConfig, min_workers: int, processes: Sequence[subprocess.Popen[bytes]]
+) -> WorkerCard:
+    """The card of the first worker, once `min_workers` have registered. Fails early if a
+    worker process this command started (`processes`) exits."""
+    discovery = await open_discovery(config.runtime)
+    namespace = config.runtime.namespace
+    deadline = time.monotonic() + config.wait_for_workers_s
+    logged = False
+    try:
+        while True:
+            cards = await discovery.list(worker_prefix(namespace))
+            if len(cards) >= min_workers:
+                first = next(iter(sorted(cards.items())))[1]
+                return msgspec.msgpack.decode(first, type=WorkerCard)
+            for proc in processes:
+                if proc.poll() is not None:
+                    raise ConfigError(f"a worker exited with code {proc.returncode} at start")
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    f"{len(cards)} of {min_workers} workers registered in namespace "
+                    f"{namespace!r} within {config.wait_for_workers_s:g} s"
+                )
+            if not logged:
+                log.info("waiting for workers in namespace %r", namespace)
+                logged = True
+            await asyncio.sleep(0.2)
+    finally:
+        await discovery.close()
+
+
+def run_frontend(
+    config: FrontendConfig,
+    *,
+    min_workers: int = 1,
+    worker_processes: Sequence[subprocess.Popen[bytes]] = (),
+) -> None:
+    """Serve the OpenAI API over the workers in discovery, following joins and leaves."""
+    api_keys = load_api_keys(config.security)
+    if not worker_processes:  # `serve` checked the port before starting its workers
+        check_port_free(config.http.host, config.http.port)
+    served = asyncio.run(_first_card(config, min_workers, worker_processes))
+    router_config = dataclasses.replace(
+        config.router, block_size_tokens=served.block_size, seed=config.seed
+    )
+    router = DisaggRouter({}, router_config, config.disagg)
+
+    async def follow_discovery() -> None:
+        discovery = await open_discovery(config.runtime)
+        event_plane = await make_event_plane(config.runtime)
+        try:
+            client = await make_request_client(config.runtime)
+            fleet = WorkerFleet(
+                router,
+                discovery,
+                config.runtime.namespace,
+                served,
+                client,
+                event_plane,
+                health=config.health,
+            )
+            await fleet.run()
+        finally:
+            await event_plane.close()
+            await discovery.close()
+
+    app = build_app(
+        router,
+        Preprocessor(Path(served.model_path)),
+        ServedModel(
+            name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
+        ),
+        background=[follow_discovery],
+        api_keys=api_keys,
+        protect_metrics=config.security.protect_metrics,
+        max_request_bytes=config.http.max_request_bytes,
+        overload=config.overload,
+    )
+    log.info(
+        "frontend serving %r on http://%s:%d (OpenAI API under /v1), %s router",
+        served.model_name,
+        config.http.host,
+        config.http.port,
+        config.router.policy,
+    )
+    serve_app(app, config.http)

@@ -1,0 +1,117 @@
+"""`armature serve` in one process: the frontend and its worker engines (any registered
+engine kind) in this process, on this event loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import uvicorn
+
+from armature.config import ServeConfig
+from armature.engines.api import Engine
+from armature.engines.registry import BuiltEngine, EngineSpec, get_kind
+from armature.errors import ConfigError
+from armature.frontend.app import ServedModel, build_app
+from armature.frontend.auth import ApiKeys, load_api_keys
+from armature.frontend.main import run_serving, uvicorn_config
+from armature.frontend.preprocess import Preprocessor
+from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
+from armature.router.disagg import DisaggRouter
+from armature.runtime.ports import check_port_free
+
+__all__ = ["resolve_served_model", "serve_in_process"]
+
+log = logging.getLogger("armature")
+
+
+def resolve_served_model(config: ServeConfig) -> ResolvedModel:
+    engine = config.engine
+    try:
+        cache_dir = Path(engine.cache_dir) if engine.cache_dir else None
+        return resolve_model(engine.model, cache_dir=cache_dir, log=log.info)
+    except ModelSourceError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def serve_in_process(config: ServeConfig) -> None:
+    """Serve with every worker engine in this process until SIGINT/SIGTERM."""
+    roles = config.get_worker_roles()
+    kind = get_kind(config.engine.engine)
+    kind.check(config.engine, roles)
+    if config.engine.engine == "vllm" and len(roles) != 1:
+        raise ConfigError(
+            "--in-process-workers with --engine vllm: run more than one vLLM worker as "
+            "processes (drop --in-process-workers)"
+        )
+    api_keys = load_api_keys(config.security)  # a bad key file fails before any model loads
+    check_port_free(config.http.host, config.http.port)
+    run_serving(_serve(config, roles, api_keys))
+
+
+def _build_engines(
+    config: ServeConfig, roles: list[str]
+) -> tuple[ResolvedModel, list[BuiltEngine]]:
+    model = resolve_served_model(config)
+    kind = get_kind(config.engine.engine)
+    disaggregated = "prefill" in roles
+    built = []
+    for i, role in enumerate(roles):
+        spec = EngineSpec(
+            engine=config.engine,
+            kv=config.kv,
+            transfer=config.transfer,
+            model=model,
+            worker_id=f"worker-{i}",
+            role=role,
+            serve_kv_transfers=disaggregated,
+            shared_kv_cache=disaggregated,
+        )
+        built.append(kind.build(spec))
+    return model, built
+
+
+async def _serve(config: ServeConfig, roles: list[str], api_keys: ApiKeys | None) -> None:
+    model, built = _build_engines(config, roles)
+    info = built[0].info
+    name = config.engine.served_model_name or model.served_name
+    log.info(
+        "loaded %s (%d x %s engine, %s router; %s, %s on %s) in %.1f s; KV cache %d blocks "
+        "x %d tokens per worker; context %d",
+        name,
+        len(roles),
+        config.engine.engine,
+        config.router.policy,
+        model.path,
+        info.dtype,
+        info.device,
+        sum(b.info.load_s for b in built),
+        info.num_kv_blocks,
+        info.block_size_tokens,
+        info.max_model_len_tokens,
+    )
+    engines: dict[str, Engine] = {}
+    prefill_engines: dict[str, Engine] = {}
+    for i, (one, role) in enumerate(zip(built, roles, strict=True)):
+        (prefill_engines if role == "prefill" else engines)[f"worker-{i}"] = one.engine
+    router_config = dataclasses.replace(
+        config.router, block_size_tokens=info.block_size_tokens, seed=config.engine.seed
+    )
+    router = DisaggRouter(engines, router_config, config.disagg, prefill_engines=prefill_engines)
+    app = build_app(
+        router,
+        Preprocessor(model.path),
+        ServedModel(name=name, max_model_len=info.max_model_len_tokens, created=int(time.time())),
+        api_keys=api_keys,
+        protect_metrics=config.security.protect_metrics,
+        max_request_bytes=config.http.max_request_bytes,
+        overload=config.overload,
+    )
+    http = config.http
+    log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, http.host, http.port)
+    try:
+        await uvicorn.Server(uvicorn_config(app, http)).serve()
+    finally:
+        await router.stop()  # idempotent: the app's shutdown stops the engines first

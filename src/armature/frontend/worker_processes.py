@@ -1,0 +1,144 @@
+"""`armature serve` with worker processes: N `armature worker` processes and the frontend in
+this process, on the embedded runtime (file discovery in a private directory, the TCP request
+plane, the zmq event plane). Each worker's command line is `to_argv` of its `WorkerConfig`,
+so every worker setting `serve` took reaches the workers. The workers die with this process
+(SIGTERM on exit, and the kernel's parent-death signal should it be killed outright); no
+registration outlives it."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from armature.config import (
+    FrontendConfig,
+    RuntimeConfig,
+    ServeConfig,
+    WorkerConfig,
+    WorkerProcessConfig,
+    setting_env_names,
+    to_argv,
+)
+from armature.engines.registry import get_kind
+from armature.frontend.main import run_frontend
+from armature.frontend.serve import resolve_served_model
+from armature.model.source import ResolvedModel
+from armature.runtime.ports import check_port_free
+
+__all__ = ["fleet_runtime", "serve_with_worker_processes", "worker_command", "worker_configs"]
+
+log = logging.getLogger("armature")
+
+_PR_SET_PDEATHSIG = 1
+SERVE_NAMESPACE = "serve"
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the parent dies (Linux)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the SIGTERM on exit still applies
+        return
+
+
+def fleet_runtime(directory: Path, secret: str) -> RuntimeConfig:
+    """The embedded runtime a serve fleet meets on: private, one host, no server."""
+    return RuntimeConfig(
+        plane_secret=secret,
+        namespace=SERVE_NAMESPACE,
+        discovery="file",
+        discovery_dir=str(directory),
+        request_plane="tcp",
+        event_plane="zmq",
+    )
+
+
+def worker_configs(
+    config: ServeConfig, runtime: RuntimeConfig, model: ResolvedModel
+) -> list[WorkerConfig]:
+    """One configuration per worker `config` asks for: the engine, KV cache and transfer
+    sections are serve's own (the model resolved once, here: N workers must not convert the
+    default model side by side); the runtime, role and instance id are the fleet's."""
+    engine = dataclasses.replace(
+        config.engine,
+        model=str(model.path),
+        served_model_name=config.engine.served_model_name or model.served_name,
+    )
+    return [
+        WorkerConfig(
+            engine=engine,
+            kv=config.kv,
+            transfer=config.transfer,
+            runtime=runtime,
+            process=WorkerProcessConfig(
+                role=role, instance_id=index, log_level=config.http.log_level
+            ),
+        )
+        for index, role in enumerate(config.get_worker_roles())
+    ]
+
+
+def worker_command(worker: WorkerConfig) -> list[str]:
+    return [sys.executable, "-m", "armature.cli", "worker", *to_argv(worker)]
+
+
+def worker_environment(runtime: RuntimeConfig) -> dict[str, str]:
+    """This process's environment without the variables of worker settings (the command
+    line carries them all), with the fleet's plane secret."""
+    settings = setting_env_names(WorkerConfig)
+    env = {k: v for k, v in os.environ.items() if k not in settings}
+    assert runtime.plane_secret is not None
+    env["ARMATURE_PLANE_SECRET"] = runtime.plane_secret
+    return env
+
+
+def _stop(workers: list[subprocess.Popen[bytes]]) -> None:
+    for proc in workers:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in workers:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def serve_with_worker_processes(config: ServeConfig) -> None:
+    """Start the workers, then serve the frontend over them until SIGINT/SIGTERM."""
+    roles = config.get_worker_roles()
+    get_kind(config.engine.engine).check(config.engine, roles)
+    check_port_free(config.http.host, config.http.port)
+    model = resolve_served_model(config)
+    directory = Path(tempfile.mkdtemp(prefix="armature-serve-"))
+    # a fresh secret per run: only this frontend and its workers speak on their planes
+    runtime = fleet_runtime(directory, secrets.token_hex(16))
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        env = worker_environment(runtime)
+        for worker in worker_configs(config, runtime, model):
+            command = worker_command(worker)
+            workers.append(subprocess.Popen(command, preexec_fn=_die_with_parent, env=env))
+        frontend = FrontendConfig(
+            runtime=runtime,
+            router=config.router,
+            disagg=config.disagg,
+            health=config.health,
+            http=config.http,
+            security=config.security,
+            overload=config.overload,
+            seed=config.engine.seed,
+        )
+        run_frontend(frontend, min_workers=len(roles), worker_processes=workers)
+    finally:
+        _stop(workers)
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,153 @@
+"""`armature worker`, assembled: one engine from the registry, served over the request plane
+and registered in discovery until SIGINT/SIGTERM (then it deregisters before it stops)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import signal
+from pathlib import Path
+
+import msgspec
+
+from armature.config import WorkerConfig
+from armature.engines.registry import EngineSpec, get_kind
+from armature.errors import ConfigError
+from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
+from armature.protocols.worker import WorkerCard, worker_prefix
+from armature.runtime.discovery import Discovery
+from armature.runtime.factory import (
+    RequestPlaneServerFactory,
+    check_namespace,
+    make_event_plane,
+    open_discovery,
+)
+from armature.runtime.ports import free_port
+from armature.worker.service import WorkerService
+
+__all__ = ["run_worker"]
+
+log = logging.getLogger("armature")
+
+
+def _instance_id(config: WorkerConfig) -> int:
+    instance_id = config.process.instance_id
+    if instance_id is None:
+        return secrets.randbits(63)
+    if not 0 <= instance_id < 2**64:
+        raise ConfigError(f"--instance-id must be in [0, 2**64), got {instance_id}")
+    return instance_id
+
+
+def resolve(config: WorkerConfig) -> ResolvedModel:
+    engine = config.engine
+    try:
+        cache_dir = Path(engine.cache_dir) if engine.cache_dir else None
+        return resolve_model(engine.model, cache_dir=cache_dir, log=log.info)
+    except ModelSourceError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+async def _check_peers(
+    discovery: Discovery, namespace: str, name: str, block_size: int, model: ResolvedModel
+) -> None:
+    """ConfigError when workers of the same model already serve it differently."""
+    for value in (await discovery.list(worker_prefix(namespace))).values():
+        other = msgspec.msgpack.decode(value, type=WorkerCard)
+        if other.model_name != name:
+            continue
+        if other.block_size != block_size:
+            raise ConfigError(
+                f"model {name!r} is already served with block size {other.block_size} in "
+                f"namespace {namespace!r}; this worker uses {block_size}"
+            )
+        if other.model_path != str(model.path):
+            raise ConfigError(
+                f"model {name!r} is already served from {other.model_path} in namespace "
+                f"{namespace!r}; this worker loads {model.path}"
+            )
+
+
+def run_worker(config: WorkerConfig) -> None:
+    asyncio.run(_run(config))
+
+
+async def _run(config: WorkerConfig) -> None:
+    process, runtime = config.process, config.runtime
+    check_namespace(runtime.namespace)
+    kind = get_kind(config.engine.engine)
+    kind.check(config.engine, [process.role])
+    instance_id = _instance_id(config)
+    model = resolve(config)
+    transfer_port = process.kv_transfer_port
+    if transfer_port == 0 and kind.binds_transfer_port_late and process.role != "agg":
+        transfer_port = free_port(process.host)
+    spec = EngineSpec(
+        engine=config.engine,
+        kv=config.kv,
+        transfer=config.transfer,
+        model=model,
+        worker_id=f"worker-{instance_id:x}",
+        role=process.role,
+        serve_kv_transfers=True,
+        transfer_host=process.host,
+        transfer_port=transfer_port,
+        plane_secret=runtime.plane_secret,
+        shared_kv_cache=process.role == "prefill",
+    )
+    built = kind.build(spec)  # vLLM starts inside this event loop
+    info, name = built.info, config.engine.served_model_name or model.served_name
+    discovery = await open_discovery(runtime)
+    await _check_peers(discovery, runtime.namespace, name, info.block_size_tokens, model)
+    event_plane = await make_event_plane(runtime, process.host)
+    servers = RequestPlaneServerFactory(runtime, process.host, process.port, instance_id)
+    await servers.open()
+    service = WorkerService(
+        built.engine,
+        discovery,
+        namespace=runtime.namespace,
+        model_name=name,
+        model_path=str(model.path),
+        block_size=info.block_size_tokens,
+        max_model_len=info.max_model_len_tokens,
+        vocab_size=info.vocab_size,
+        make_server=servers,
+        instance_id=instance_id,
+        lease_ttl_s=runtime.lease_ttl_s,
+        event_plane=event_plane,
+        metrics_host=process.host,
+        metrics_port=None if process.metrics_port < 0 else process.metrics_port,
+        role=process.role,
+    )
+    try:
+        card = await service.start()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {process.host}:{process.port}: {exc.strerror}"
+        ) from None
+    transfers = ", ".join(f"{k} {v}" for k, v in info.kv_endpoints.items()) or "off"
+    log.info(
+        "worker %s ready: %s (%s engine, %s role, %d KV blocks of %d) on %s in namespace %r; "
+        "KV transfer %s; metrics %s",
+        card.worker_id,
+        name,
+        config.engine.engine,
+        process.role,
+        card.num_kv_blocks,
+        card.block_size,
+        card.request_url,
+        runtime.namespace,
+        transfers,
+        card.metrics_url or "off",
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("worker %s stopping", card.worker_id)
+    await service.stop(process.shutdown_grace_s)
+    await event_plane.close()
+    await servers.close()
+    await discovery.close()

@@ -1,0 +1,257 @@
+"""The configuration tree: every setting round-trips through its flag (`to_argv` then the
+command's parser), `serve` forwards every worker setting to its worker processes, and every
+flag's `ARMATURE_*` variable sets its default."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from armature.cli import build_parser, main
+from armature.cli.options import read_settings
+from armature.config import (
+    EngineConfig,
+    FrontendConfig,
+    KvCacheConfig,
+    RuntimeConfig,
+    ServeConfig,
+    Setting,
+    TransferConfig,
+    WorkerConfig,
+    env_name,
+    get_setting_value,
+    iter_settings,
+    to_argv,
+)
+from armature.frontend.worker_processes import (
+    fleet_runtime,
+    worker_command,
+    worker_configs,
+    worker_environment,
+)
+from armature.model.source import ResolvedModel
+
+
+def _other_value(field: dataclasses.Field[Any], setting: Setting, default: Any) -> Any:
+    """A valid value of the setting that is not its default."""
+    if isinstance(field.default, bool):
+        return not default
+    if setting.choices is not None:
+        return next(c for c in setting.choices if c != default)
+    if field.name == "engine":
+        return "mocker"
+    if field.name == "policy":
+        return "kv" if default != "kv" else "least-loaded"
+    if field.name == "kv_transfer_backends":
+        return ("nixl", "tcp")
+    if setting.repeat:
+        return ("key-a", "key-b")
+    if isinstance(default, float):
+        return default + 0.25 if field.name != "busy_kv_usage" else 0.75
+    if isinstance(default, int):
+        return default + 7
+    if field.type in ("int | None",):
+        return 0.75 if field.name == "busy_kv_usage" else 4097
+    if field.type == "float | None":
+        return 0.75
+    return f"/tmp/{field.name}-value"
+
+
+def everything_changed(config_type: type[Any]) -> Any:
+    """An instance of `config_type` with every setting set to a non-default value."""
+    defaults = config_type()
+
+    def build(kind: type[Any], path: tuple[str, ...]) -> Any:
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(kind):
+            sub = getattr(get_setting_value(defaults, path), f.name)
+            if dataclasses.is_dataclass(sub):
+                values[f.name] = build(type(sub), (*path, f.name))
+            elif "setting" in f.metadata:
+                values[f.name] = _other_value(f, f.metadata["setting"], sub)
+        return dataclasses.replace(get_setting_value(defaults, path), **values)
+
+    return build(config_type, ())
+
+
+def parse(command: str, argv: list[str], config_type: type[Any]) -> Any:
+    return read_settings(build_parser().parse_args([command, *argv]), config_type)
+
+
+@pytest.mark.parametrize(
+    ("command", "config_type"),
+    [("worker", WorkerConfig), ("frontend", FrontendConfig), ("serve", ServeConfig)],
+)
+def test_every_setting_round_trips_through_its_flag(command: str, config_type: type[Any]) -> None:
+    changed = everything_changed(config_type)
+    settings = list(iter_settings(config_type))
+    assert all(
+        get_setting_value(changed, path) != get_setting_value(config_type(), path)
+        for path, _, _ in settings
+    )
+    secrets = {path for path, _, s in settings if s.secret}
+    public = dataclasses.replace(changed)
+    for path in secrets:  # secrets travel in the environment, never on a command line
+        section = get_setting_value(public, path[:-1]) if len(path) > 1 else public
+        default = get_setting_value(config_type(), path)
+        replaced = dataclasses.replace(section, **{path[-1]: default})
+        public = _set(public, path[:-1], replaced) if len(path) > 1 else replaced
+    argv = to_argv(changed)
+    assert parse(command, argv, config_type) == public
+    assert all(token not in argv for token in ("key-a", "--plane-secret"))
+
+
+def _set(config: Any, path: tuple[str, ...], value: Any) -> Any:
+    if len(path) == 1:
+        return dataclasses.replace(config, **{path[0]: value})
+    inner = _set(getattr(config, path[0]), path[1:], value)
+    return dataclasses.replace(config, **{path[0]: inner})
+
+
+def test_defaults_give_an_empty_command_line() -> None:
+    for config_type in (WorkerConfig, FrontendConfig, ServeConfig):
+        assert to_argv(config_type()) == []
+        assert (
+            parse(
+                {WorkerConfig: "worker", FrontendConfig: "frontend"}.get(config_type, "serve"),
+                [],
+                config_type,
+            )
+            == config_type()
+        )
+
+
+def test_serve_forwards_every_worker_setting_to_its_worker_processes(tmp_path: Path) -> None:
+    """Each section of a worker's configuration is serve's own section (forwarded whole) or
+    the fleet's (runtime, process); a worker section serve does not forward fails here."""
+    fleet_owned = {"runtime", "process"}
+    serve_sections = {f.name: f.type for f in dataclasses.fields(ServeConfig)}
+    for f in dataclasses.fields(WorkerConfig):
+        assert f.name in fleet_owned or serve_sections.get(f.name) == f.type, f.name
+
+    serve = dataclasses.replace(
+        everything_changed(ServeConfig), workers=2, prefill_workers=None, decode_workers=None
+    )
+    model = ResolvedModel(tmp_path, "served-name")
+    runtime = fleet_runtime(tmp_path / "discovery", "s3cret")
+    workers = worker_configs(serve, runtime, model)
+    assert [w.process.instance_id for w in workers] == [0, 1]
+    for worker in workers:
+        command = worker_command(worker)
+        assert command[:4] == [sys.executable, "-m", "armature.cli", "worker"]
+        parsed = parse("worker", command[4:], WorkerConfig)
+        expected_engine = dataclasses.replace(serve.engine, model=str(tmp_path))
+        assert parsed.engine == expected_engine
+        assert parsed.kv == serve.kv
+        assert parsed.transfer == serve.transfer
+        assert parsed.runtime == dataclasses.replace(runtime, plane_secret=None)
+        assert parsed.process.log_level == serve.http.log_level
+    env = worker_environment(runtime)
+    assert env["ARMATURE_PLANE_SECRET"] == "s3cret"
+
+
+def test_serve_names_the_workers_model_when_no_name_was_given(tmp_path: Path) -> None:
+    serve = ServeConfig(workers=2)
+    model = ResolvedModel(tmp_path, "SmolLM2-135M-Instruct")
+    workers = worker_configs(serve, fleet_runtime(tmp_path, "s"), model)
+    assert [w.engine.served_model_name for w in workers] == ["SmolLM2-135M-Instruct"] * 2
+    assert [w.process.role for w in workers] == ["agg", "agg"]
+    disagg = ServeConfig(prefill_workers=1, decode_workers=2)
+    roles = [w.process.role for w in worker_configs(disagg, fleet_runtime(tmp_path, "s"), model)]
+    assert roles == ["prefill", "decode", "decode"]
+
+
+def test_worker_processes_do_not_inherit_setting_variables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("ARMATURE_MAX_NUM_SEQS", "3")
+    monkeypatch.setenv("ARMATURE_UNRELATED_TO_SETTINGS", "kept")
+    env = worker_environment(fleet_runtime(tmp_path, "s"))
+    assert "ARMATURE_MAX_NUM_SEQS" not in env
+    assert env["ARMATURE_UNRELATED_TO_SETTINGS"] == "kept"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "path", "expected"),
+    [
+        ("ARMATURE_MAX_NUM_SEQS", "7", ("engine", "max_num_seqs"), 7),
+        ("ARMATURE_KV_CACHE_BYTES", "2GiB", ("kv", "kv_cache_bytes"), 2 << 30),
+        ("ARMATURE_NO_PREFIX_CACHING", "1", ("kv", "enable_prefix_caching"), False),
+        ("ARMATURE_NO_PREFIX_CACHING", "0", ("kv", "enable_prefix_caching"), True),
+        (
+            "ARMATURE_KV_TRANSFER_BACKENDS",
+            "nixl,tcp",
+            ("transfer", "kv_transfer_backends"),
+            ("nixl", "tcp"),
+        ),
+        ("ARMATURE_NAMESPACE", "team-a", ("runtime", "namespace"), "team-a"),
+        ("ARMATURE_ROLE", "decode", ("process", "role"), "decode"),
+    ],
+)
+def test_a_variable_sets_its_flag_default(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, path: tuple[str, ...], expected: Any
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert get_setting_value(parse("worker", [], WorkerConfig), path) == expected
+
+
+def test_a_flag_beats_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARMATURE_MAX_NUM_SEQS", "7")
+    assert parse("worker", ["--max-num-seqs", "9"], WorkerConfig).engine.max_num_seqs == 9
+
+
+def test_api_keys_from_the_variable_and_the_flags_add_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARMATURE_API_KEYS", "a, b")
+    config = parse("frontend", ["--api-key", "c"], FrontendConfig)
+    assert config.security.api_keys == ("a", "b", "c")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "fragment"),
+    [
+        ("ARMATURE_MAX_NUM_SEQS", "many", "ARMATURE_MAX_NUM_SEQS: not an integer: 'many'"),
+        ("ARMATURE_NO_PREFIX_CACHING", "perhaps", "ARMATURE_NO_PREFIX_CACHING: expected one of"),
+        ("ARMATURE_DISCOVERY", "carrier-pigeon", "ARMATURE_DISCOVERY: expected one of file, etcd"),
+    ],
+)
+def test_a_bad_variable_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    fragment: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main(["worker"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("armature: error: ")
+    assert fragment in err
+
+
+def test_every_flag_names_its_variable_in_help() -> None:
+    for command, config_type in (("worker", WorkerConfig), ("serve", ServeConfig)):
+        sub = build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+        text = " ".join(sub.format_help().split())
+        for _, f, setting in iter_settings(config_type):
+            assert f"(env {env_name(f.name, setting)})" in text, f.name
+
+
+def test_sections_define_each_default_once() -> None:
+    """The sections serve, worker and frontend share are the same types, so a default lives
+    in one place."""
+    assert ServeConfig().engine == WorkerConfig().engine == EngineConfig()
+    assert ServeConfig().kv == WorkerConfig().kv == KvCacheConfig()
+    assert ServeConfig().transfer == WorkerConfig().transfer == TransferConfig()
+    assert FrontendConfig().runtime == WorkerConfig().runtime == RuntimeConfig()
+    assert FrontendConfig().router.policy == "kv" and ServeConfig().router.policy == "round-robin"
+
+
+def test_the_readme_flag_tables_match_the_definitions() -> None:
+    from armature.cli.flags_table import render_flag_tables
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert render_flag_tables() in readme, "run: python -m armature.cli.flags_table README.md"
