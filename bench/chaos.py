@@ -3,7 +3,7 @@ worker processes (speedup 1), once undisturbed and once while a random worker is
 SIGKILL every 1.5 s and a replacement started. Reported per run: requests sent, completed,
 migrated, failed by reason, end-to-end latency p50/p99, kills.
 
-    python bench/chaos.py [--quick]
+    python -m bench.chaos [--quick]
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import httpx
 
-from report import Section, get_machine_facts, markdown_table, write_section
+from bench.paths import results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 MOCKER = ["--engine", "mocker", "--speedup-ratio", "1", "--num-kv-blocks", "4096"]
 MAX_TOKENS = 160
@@ -183,9 +184,7 @@ def main() -> None:
         )
         + "\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out, Section("chaos", "Chaos: worker kills under load", body, "n/a"), get_machine_facts()
     )

@@ -1,7 +1,7 @@
 """Latency the HTTP server adds over calling the engine in-process.
 
-    python bench/http_overhead.py            # full run, writes docs/benchmarks.md
-    python bench/http_overhead.py --quick    # smoke run, writes bench/out/benchmarks.md
+    python -m bench.http_overhead            # full run, writes docs/benchmarks.md
+    python -m bench.http_overhead --quick    # smoke run, writes bench/out/benchmarks.md
 
 The same greedy request (a short text prompt, max_tokens 1 and 16, EOS ignored) goes
   direct: `AsyncEngine.generate` on an engine in this process, token ids pre-encoded;
@@ -33,8 +33,9 @@ import torch
 from armature.engines.native.async_engine import AsyncEngine
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.engine import EngineRequest
-from harness import REPO_ROOT, BenchArgs, build_core, greedy, parse_args, publish
-from report import Section, markdown_table
+from bench.harness import BenchArgs, build_core, greedy, parse_args, publish
+from bench.paths import REPO_ROOT
+from bench.report import Section, markdown_table
 
 PROMPT = "The capital of France is"
 TARGET_ADDED_P50_MS = 2.0

@@ -9,7 +9,7 @@ and not this CPU are the bottleneck). Steps:
 Targets: with control on, the accepted requests keep TTFT p99 within 2x of unloaded and the
 rest get a 503 fast (p99 < 50 ms).
 
-    python bench/overload.py [--duration-s 30] [--quick]
+    python -m bench.overload [--duration-s 30] [--quick]
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from pathlib import Path
 
 import httpx
 
-from chaos import Fleet
-from report import Section, get_machine_facts, markdown_table, write_section
+from bench.chaos import Fleet
+from bench.paths import results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 SPEEDUP = "0.25"  # the mocker's step times x4: a few requests/s per worker
 MOCKER = ["--engine", "mocker", "--speedup-ratio", SPEEDUP, "--num-kv-blocks", "2048"]
@@ -186,9 +187,7 @@ def main() -> None:
         f"(target <= 2x: {'pass' if ttft_ratio <= 2 else 'MISS'}); 503 p99 "
         f"{refuse_p99_ms:.1f} ms (target < 50 ms: {'pass' if refuse_p99_ms < 50 else 'MISS'}).\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out,
         Section("overload", "Overload at 3x the sustainable rate", body, "n/a"),

@@ -1,7 +1,7 @@
 """Routing quality and replay speed: Mooncake traces through `armature.sim.replay` with 8
 mocker workers, for round-robin, least-loaded and kv routing.
 
-    python bench/replay_routing.py [--limit N] [--time-scale X] [--num-kv-blocks K]
+    python -m bench.replay_routing [--limit N] [--time-scale X] [--num-kv-blocks K]
                                    [--speed-run] [--quick]
 
 --speed-run also replays the whole conversation trace (original timestamps, kv, default
@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from pathlib import Path
 
 from armature.sim.replay import ReplayConfig, ReplayReport, replay
 from armature.workload.traces import prefix_hit_ceiling, read_mooncake_trace
-from report import Section, get_machine_facts, markdown_table, write_section
+from bench.paths import TRACES_DIR, results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
-TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 ROUTERS = ("round-robin", "least-loaded", "kv")
 
 
@@ -98,9 +97,7 @@ def main() -> None:
         + "\n".join(f"- {c}" for c in checks)
         + "\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out, Section("replay_routing", "Replay: routing quality", body, "n/a"), get_machine_facts()
     )

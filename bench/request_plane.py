@@ -7,7 +7,7 @@ concurrency 1, 32 and 128; a minimal keep-alive HTTP/1.1 client (no SSE parsing,
 client costs little). Reported: requests/s, end-to-end p50/p99, the frontend process's CPU
 time per request (from /proc), and at concurrency 1 the latency each plane adds over inproc.
 
-    python bench/request_plane.py [--quick]
+    python -m bench.request_plane [--quick]
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import httpx
 
-from report import Section, get_machine_facts, markdown_table, write_section
+from bench.paths import results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 MODEL_NAME = "mock"
 TOKENS = 64
@@ -235,9 +236,7 @@ def main() -> None:
         + "\n".join(f"- {c}" for c in checks)
         + "\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out,
         Section(

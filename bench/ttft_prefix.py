@@ -1,7 +1,7 @@
 """Time to first token of a 512-token prompt, cold vs served from the prefix cache.
 
-    python bench/ttft_prefix.py            # full run, writes docs/benchmarks.md
-    python bench/ttft_prefix.py --quick    # smoke run, writes bench/out/benchmarks.md
+    python -m bench.ttft_prefix            # full run, writes docs/benchmarks.md
+    python -m bench.ttft_prefix --quick    # smoke run, writes bench/out/benchmarks.md
 
 EngineCore driven directly, one request at a time. Each repetition sends a fresh random
 prompt (cold: nothing cached), lets it finish, then sends the same prompt again under a new
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest
-from harness import build_core, greedy, parse_args, publish, random_prompts, warm_up
-from report import Section, markdown_table
+from bench.harness import build_core, greedy, parse_args, publish, random_prompts, warm_up
+from bench.report import Section, markdown_table
 
 TARGET_SPEEDUP = 5.0
 
