@@ -12,7 +12,6 @@ import argparse
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from armature.workload.measure import quantile
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
 
@@ -124,7 +124,6 @@ def run(num_requests: int, chaos: bool) -> list[object]:
     )
     outcomes = Counter(outcome for outcome, _ in results)
     latencies = sorted(elapsed for outcome, elapsed in results if outcome == "ok")
-    p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else 0.0
     failed = ", ".join(f"{k}: {v}" for k, v in outcomes.items() if k != "ok") or "none"
     return [
         "chaos" if chaos else "undisturbed",
@@ -133,8 +132,8 @@ def run(num_requests: int, chaos: bool) -> list[object]:
         int(migrated),
         failed,
         kills,
-        f"{statistics.median(latencies) * 1000:.0f}" if latencies else "-",
-        f"{p99 * 1000:.0f}",
+        f"{quantile(latencies, 0.5) * 1000:.0f}" if latencies else "-",
+        f"{quantile(latencies, 0.99) * 1000:.0f}" if latencies else "-",
     ]
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from armature.model.kv_cache import PagedKvCache
 from armature.protocols.kv_transfer import KvHandle
 from armature.transfer.agent import KvTransferAgent
 from armature.transfer.pins import PinTable
+from armature.workload.measure import quantile
 from bench.paths import REPO_ROOT, results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
 
@@ -169,7 +169,7 @@ def measure(
             for name in names:
                 fn = memcpy if name == "memcpy" else (lambda name=name: pull(name))  # type: ignore[misc]
                 fn()  # warm: maps, connections, page faults
-                seconds = statistics.median(timed(fn, repeats))
+                seconds = quantile(timed(fn, repeats), 0.5)
                 results[(name, n)] = seconds
                 if name != "memcpy":
                     assert agents[name].num_pulls[name] > 0

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from armature.workload.measure import quantile
 from bench.chaos import Fleet
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
@@ -44,11 +45,6 @@ class Outcome:
     status: int
     ttft_s: float | None  # 200 only
     latency_s: float  # until the last byte (or the error answer)
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def send(client: httpx.AsyncClient, url: str, model: str, rng: random.Random) -> Outcome:
@@ -124,8 +120,8 @@ def summarize(name: str, rate: float, outcomes: list[Outcome]) -> list[object]:
         len(accepted),
         len(refused),
         other,
-        f"{quantile(ttfts, 0.5) * 1000:.0f}",
-        f"{quantile(ttfts, 0.99) * 1000:.0f}",
+        f"{quantile(ttfts, 0.5) * 1000:.0f}" if ttfts else "-",
+        f"{quantile(ttfts, 0.99) * 1000:.0f}" if ttfts else "-",
         f"{quantile([o.latency_s for o in refused], 0.99) * 1000:.1f}" if refused else "-",
     ]
 
@@ -158,7 +154,7 @@ def main() -> None:
     unloaded_p99 = quantile([o.ttft_s for o in unloaded if o.ttft_s is not None], 0.99)
     accepted = [o.ttft_s for o in overload if o.status == 200 and o.ttft_s is not None]
     refused = [o.latency_s for o in overload if o.status == 503]
-    ttft_ratio = quantile(accepted, 0.99) / unloaded_p99
+    ttft_ratio = quantile(accepted, 0.99) / unloaded_p99 if accepted else float("nan")
     refuse_p99_ms = quantile(refused, 0.99) * 1000 if refused else float("nan")
     for row in rows:
         print(row, flush=True)

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from armature.workload.measure import quantile
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
 
@@ -171,11 +171,6 @@ async def run_load(port: int, concurrency: int, total: int) -> tuple[float, list
     return time.perf_counter() - started, latencies
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -196,7 +191,7 @@ def main() -> None:
                 cpu = cpu_s(stack.frontend_pid) - cpu0
                 rps = len(lat) / wall_s
                 cpu_pct_per_rps = 100 * cpu / wall_s / rps
-                p50, p99 = statistics.median(lat), percentile(lat, 0.99)
+                p50, p99 = quantile(lat, 0.5), quantile(lat, 0.99)
                 if concurrency == 1:
                     p50_c1[kind] = p50
                 rows.append([kind, concurrency, len(lat), rps, p50, p99, cpu_pct_per_rps])

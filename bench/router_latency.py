@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
 
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
@@ -19,6 +18,7 @@ from armature.router.load import ActiveLoad
 from armature.router.policies import KvPolicy, RouteRequest
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex
+from armature.workload.measure import quantile
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
 
@@ -37,11 +37,6 @@ def populated_index(rng: random.Random, prefixes: list[list[int]]) -> PrefixInde
             blocks = [StoredBlock(s, loc) for s, loc in compute_block_hashes(prefix, BLOCK_SIZE)]
             index.apply(worker, KvStored(event_id, None, blocks))
     return index
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1) + 0.5))]
 
 
 def decision_latency(num_decisions: int, seed: int) -> list[list[object]]:
@@ -63,7 +58,7 @@ def decision_latency(num_decisions: int, seed: int) -> list[list[object]]:
             policy.select(RouteRequest(f"r{i}", prompt), workers)
             latencies_us.append((time.perf_counter() - started) * 1e6)
         rows.append(
-            [label, num_decisions, statistics.median(latencies_us), percentile(latencies_us, 0.99)]
+            [label, num_decisions, quantile(latencies_us, 0.5), quantile(latencies_us, 0.99)]
         )
     return rows
 

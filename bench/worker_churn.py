@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from armature.workload.measure import quantile
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
 
@@ -114,9 +114,9 @@ def main() -> None:
         "routing decision goes to it, then kill -9's the previous worker and waits for the "
         "frontend to drop it.\n\n"
         + markdown_table(["round", "start -> first routed s", "kill -> removed s"], rows)
-        + f"\n\nMedian start -> first routed {statistics.median(r[1] for r in rows):.2f} s "
+        + f"\n\nMedian start -> first routed {quantile([r[1] for r in rows], 0.5):.2f} s "
         f"(mostly importing torch and building the engine); median kill -> removed "
-        f"{statistics.median(r[2] for r in rows):.2f} s (bounded by the lease TTL plus the "
+        f"{quantile([r[2] for r in rows], 0.5):.2f} s (bounded by the lease TTL plus the "
         "watcher's 0.1 s poll).\n"
     )
     out = results_path(args.quick)
