@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from armature.sim.replay import ReplayConfig
+from bench.replay_routing import configs, parse_args
 from bench.report import command_line
 
 REPO = Path(__file__).resolve().parents[3]
@@ -114,3 +116,25 @@ def test_a_section_quotes_the_module_form_of_its_command() -> None:
         == "python -m bench.vllm_throughput --targets 'vllm serve' --quick"
     )
     assert command_line(["tool.py", "--x", "1"], None) == "python tool.py --x 1"
+
+
+def test_replay_routing_runs_kv_once_per_decode_weight() -> None:
+    """`--kv-decode-weight 1 0.25` adds a kv replay at 0.25 whose config is the one
+    `armature replay --router kv --kv-decode-weight 0.25 --num-kv-blocks 262144` builds."""
+    args = parse_args(["--num-kv-blocks", "262144", "--kv-decode-weight", "1", "0.25"])
+    chosen = configs(args)
+    assert [(c.router, c.num_kv_blocks, c.decode_weight) for c in chosen] == [
+        ("round-robin", 262144, 1.0),
+        ("least-loaded", 262144, 1.0),
+        ("kv", 262144, 1.0),
+        ("kv", 262144, 0.25),
+    ]
+    assert chosen[-1] == ReplayConfig(
+        num_workers=8, router="kv", block_size=16, num_kv_blocks=262144, decode_weight=0.25
+    )
+    default = [(c.router, c.num_kv_blocks, c.decode_weight) for c in configs(parse_args([]))]
+    assert default == [
+        (router, blocks, 1.0)
+        for blocks in (32768, 262144)
+        for router in ("round-robin", "least-loaded", "kv")
+    ]
