@@ -200,9 +200,9 @@ def write(
         "from a prefill process and write them into this process's KV cache. Layout of the "
         "default model in bfloat16 (368,640 bytes per 16-token block); contiguous block ids; "
         "loopback for tcp; NIXL 1.5.1 with its UCX backend on CPU memory for nixl, measured in a "
-        "run of its own (its progress threads poll without sleeping and would starve the other "
-        "rows of CPU on this 2-core machine). memcpy: the "
-        "same bytes copied by torch inside one process.\n\n"
+        "pass of its own after the others (its progress threads poll without sleeping and "
+        "would starve the other rows of CPU on this 2-core machine). memcpy: the same bytes "
+        "copied by torch inside one process.\n\n"
         + markdown_table(
             [
                 "blocks",
