@@ -3,7 +3,7 @@ worker processes (speedup 1), once undisturbed and once while a random worker is
 SIGKILL every 1.5 s and a replacement started. Reported per run: requests sent, completed,
 migrated, failed by reason, end-to-end latency p50/p99, kills.
 
-    python bench/chaos.py [--quick]
+    python -m bench.chaos [--quick]
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import argparse
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,9 @@ from pathlib import Path
 
 import httpx
 
-from report import Section, get_machine_facts, markdown_table, write_section
+from armature.workload.measure import quantile
+from bench.paths import results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 MOCKER = ["--engine", "mocker", "--speedup-ratio", "1", "--num-kv-blocks", "4096"]
 MAX_TOKENS = 160
@@ -123,7 +124,6 @@ def run(num_requests: int, chaos: bool) -> list[object]:
     )
     outcomes = Counter(outcome for outcome, _ in results)
     latencies = sorted(elapsed for outcome, elapsed in results if outcome == "ok")
-    p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else 0.0
     failed = ", ".join(f"{k}: {v}" for k, v in outcomes.items() if k != "ok") or "none"
     return [
         "chaos" if chaos else "undisturbed",
@@ -132,8 +132,8 @@ def run(num_requests: int, chaos: bool) -> list[object]:
         int(migrated),
         failed,
         kills,
-        f"{statistics.median(latencies) * 1000:.0f}" if latencies else "-",
-        f"{p99 * 1000:.0f}",
+        f"{quantile(latencies, 0.5) * 1000:.0f}" if latencies else "-",
+        f"{quantile(latencies, 0.99) * 1000:.0f}" if latencies else "-",
     ]
 
 
@@ -183,9 +183,7 @@ def main() -> None:
         )
         + "\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out, Section("chaos", "Chaos: worker kills under load", body, "n/a"), get_machine_facts()
     )

@@ -6,7 +6,7 @@ disagg: `armature serve --prefill-workers 1 --decode-workers 1` (shm KV transfer
 Load: `armature bench`, closed loop at concurrency 1 and 4, 512-token prompts (no shared
 prefixes), 64 output tokens, ignore_eos. Reported: TTFT and ITL p50/p99, output tokens/s.
 
-    python bench/disagg_serve.py [--quick]
+    python -m bench.disagg_serve [--quick]
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from report import Section, get_machine_facts, markdown_table, write_section
-from serving import run_armature_bench, wait_healthy
+from bench.paths import results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
+from bench.serving import run_armature_bench, wait_healthy
 
 LAYOUTS = {
     "agg": ["--workers", "2"],
@@ -122,9 +123,7 @@ def main() -> None:
         )
         + "\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out,
         Section(

@@ -20,7 +20,8 @@ from armature.engines.native.config import NativeEngineConfig, parse_dtype
 from armature.engines.native.core import EngineCore
 from armature.model.source import resolve_model
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
-from report import Section, get_machine_facts, write_section
+from bench.paths import DOCS_OUT, REPO_ROOT, SCRATCH_OUT, results_path
+from bench.report import Section, get_machine_facts, write_section
 
 __all__ = [
     "BenchArgs",
@@ -33,10 +34,6 @@ __all__ = [
     "run_continuous",
     "warm_up",
 ]
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DOCS_OUT = REPO_ROOT / "docs" / "benchmarks.md"
-SCRATCH_OUT = REPO_ROOT / "bench" / "out" / "benchmarks.md"  # git-ignored
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,7 @@ def parse_args(
     if ns.threads is not None:
         torch.set_num_threads(ns.threads)
     resolved = resolve_model(ns.model)
-    out = ns.out or (SCRATCH_OUT if ns.quick else DOCS_OUT)
+    out = ns.out or results_path(ns.quick)
     args = BenchArgs(
         quick=ns.quick,
         out=out,

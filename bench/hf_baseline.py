@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from harness import RunResult
+from bench.harness import RunResult
 
 __all__ = ["load_hf_model", "run_sequential", "run_static_batches"]
 

@@ -1,7 +1,7 @@
 """Latency the HTTP server adds over calling the engine in-process.
 
-    python bench/http_overhead.py            # full run, writes docs/benchmarks.md
-    python bench/http_overhead.py --quick    # smoke run, writes bench/out/benchmarks.md
+    python -m bench.http_overhead            # full run, writes docs/benchmarks.md
+    python -m bench.http_overhead --quick    # smoke run, writes bench/out/benchmarks.md
 
 The same greedy request (a short text prompt, max_tokens 1 and 16, EOS ignored) goes
   direct: `AsyncEngine.generate` on an engine in this process, token ids pre-encoded;
@@ -25,7 +25,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,21 +32,14 @@ import torch
 from armature.engines.native.async_engine import AsyncEngine
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.engine import EngineRequest
-from harness import REPO_ROOT, BenchArgs, build_core, greedy, parse_args, publish
-from report import Section, markdown_table
+from armature.workload.measure import quantile
+from bench.harness import BenchArgs, build_core, greedy, parse_args, publish
+from bench.paths import REPO_ROOT
+from bench.report import Section, markdown_table
 
 PROMPT = "The capital of France is"
 TARGET_ADDED_P50_MS = 2.0
 SERVER_LOG = REPO_ROOT / "bench" / "out" / "http_overhead_server.log"
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between the closest ranks (numpy's default), q in [0, 1]."""
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def _free_port() -> int:
@@ -196,7 +188,7 @@ async def measure(args: BenchArgs, server: Server, repeats: int, warmups: int) -
                 same = same and d.text == h.text
             pairs = Pairs(max_tokens, direct, via_http, same)
             print(
-                f"max_tokens={max_tokens:>2}: added p50 {percentile(pairs.added_ms, 0.5):.2f} ms",
+                f"max_tokens={max_tokens:>2}: added p50 {quantile(pairs.added_ms, 0.5):.2f} ms",
                 flush=True,
             )
             results.append(pairs)
@@ -215,9 +207,9 @@ def render(results: list[Pairs], repeats: int, warmups: int) -> str:
             ("HTTP `/v1/completions`", p.http_ms),
             ("**added (paired HTTP − direct)**", p.added_ms),
         ):
-            rows.append([p.max_tokens, label, percentile(values, 0.5), percentile(values, 0.9)])
-        added_p50 = percentile(p.added_ms, 0.5)
-        medians_ms = percentile(p.http_ms, 0.5) - percentile(p.direct_ms, 0.5)
+            rows.append([p.max_tokens, label, quantile(values, 0.5), quantile(values, 0.9)])
+        added_p50 = quantile(p.added_ms, 0.5)
+        medians_ms = quantile(p.http_ms, 0.5) - quantile(p.direct_ms, 0.5)
         verdict = "PASS" if added_p50 < TARGET_ADDED_P50_MS else "FAIL"
         checks.append(
             f"- {verdict}: max_tokens {p.max_tokens}: HTTP adds {added_p50:.2f} ms at p50 of the "

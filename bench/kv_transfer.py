@@ -8,18 +8,16 @@ then checks the bytes. Backends: shm (map the peer's cache, copy straight into o
 (loopback), nixl (NIXL 1.5 UCX reads into a registered staging tensor, then the write). memcpy:
 one torch copy of the same bytes inside one process.
 
-    python bench/kv_transfer.py [--quick]
+    python -m bench.kv_transfer [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -29,7 +27,9 @@ from armature.model.kv_cache import PagedKvCache
 from armature.protocols.kv_transfer import KvHandle
 from armature.transfer.agent import KvTransferAgent
 from armature.transfer.pins import PinTable
-from report import Section, get_machine_facts, markdown_table, write_section
+from armature.workload.measure import quantile
+from bench.paths import REPO_ROOT, results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 ARCH = ModelArch(
     model_type="llama",
@@ -125,8 +125,10 @@ def measure(
 ) -> None:
     num_blocks = max(sizes)
     served = ("nixl", "tcp") if "nixl" in names else ("shm", "tcp")
+    serve = ["--serve", str(num_blocks), "--backends", ",".join(served)]
     child = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(num_blocks), "--backends", ",".join(served)],
+        [sys.executable, "-m", "bench.kv_transfer", *serve],
+        cwd=REPO_ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -167,7 +169,7 @@ def measure(
             for name in names:
                 fn = memcpy if name == "memcpy" else (lambda name=name: pull(name))  # type: ignore[misc]
                 fn()  # warm: maps, connections, page faults
-                seconds = statistics.median(timed(fn, repeats))
+                seconds = quantile(timed(fn, repeats), 0.5)
                 results[(name, n)] = seconds
                 if name != "memcpy":
                     assert agents[name].num_pulls[name] > 0
@@ -198,9 +200,9 @@ def write(
         "from a prefill process and write them into this process's KV cache. Layout of the "
         "default model in bfloat16 (368,640 bytes per 16-token block); contiguous block ids; "
         "loopback for tcp; NIXL 1.5.1 with its UCX backend on CPU memory for nixl, measured in a "
-        "run of its own (its progress threads poll without sleeping and would starve the other "
-        "rows of CPU on this 2-core machine). memcpy: the "
-        "same bytes copied by torch inside one process.\n\n"
+        "pass of its own after the others (its progress threads poll without sleeping and "
+        "would starve the other rows of CPU on this 2-core machine). memcpy: the same bytes "
+        "copied by torch inside one process.\n\n"
         + markdown_table(
             [
                 "blocks",
@@ -222,9 +224,7 @@ def write(
         f"- {'PASS' if tcp_gbs >= 1 else 'MISS'}: TCP on loopback at {big} blocks moves "
         f"{tcp_gbs:.2f} GB/s (target >= 1 GB/s)\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out,
         Section("kv_transfer", "KV transfer: bandwidth and latency per backend", body, "bfloat16"),

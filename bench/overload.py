@@ -9,7 +9,7 @@ and not this CPU are the bottleneck). Steps:
 Targets: with control on, the accepted requests keep TTFT p99 within 2x of unloaded and the
 rest get a 503 fast (p99 < 50 ms).
 
-    python bench/overload.py [--duration-s 30] [--quick]
+    python -m bench.overload [--duration-s 30] [--quick]
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from pathlib import Path
 
 import httpx
 
-from chaos import Fleet
-from report import Section, get_machine_facts, markdown_table, write_section
+from armature.workload.measure import quantile
+from bench.chaos import Fleet
+from bench.paths import results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 SPEEDUP = "0.25"  # the mocker's step times x4: a few requests/s per worker
 MOCKER = ["--engine", "mocker", "--speedup-ratio", SPEEDUP, "--num-kv-blocks", "2048"]
@@ -43,11 +45,6 @@ class Outcome:
     status: int
     ttft_s: float | None  # 200 only
     latency_s: float  # until the last byte (or the error answer)
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def send(client: httpx.AsyncClient, url: str, model: str, rng: random.Random) -> Outcome:
@@ -123,8 +120,8 @@ def summarize(name: str, rate: float, outcomes: list[Outcome]) -> list[object]:
         len(accepted),
         len(refused),
         other,
-        f"{quantile(ttfts, 0.5) * 1000:.0f}",
-        f"{quantile(ttfts, 0.99) * 1000:.0f}",
+        f"{quantile(ttfts, 0.5) * 1000:.0f}" if ttfts else "-",
+        f"{quantile(ttfts, 0.99) * 1000:.0f}" if ttfts else "-",
         f"{quantile([o.latency_s for o in refused], 0.99) * 1000:.1f}" if refused else "-",
     ]
 
@@ -157,7 +154,7 @@ def main() -> None:
     unloaded_p99 = quantile([o.ttft_s for o in unloaded if o.ttft_s is not None], 0.99)
     accepted = [o.ttft_s for o in overload if o.status == 200 and o.ttft_s is not None]
     refused = [o.latency_s for o in overload if o.status == 503]
-    ttft_ratio = quantile(accepted, 0.99) / unloaded_p99
+    ttft_ratio = quantile(accepted, 0.99) / unloaded_p99 if accepted else float("nan")
     refuse_p99_ms = quantile(refused, 0.99) * 1000 if refused else float("nan")
     for row in rows:
         print(row, flush=True)
@@ -186,9 +183,7 @@ def main() -> None:
         f"(target <= 2x: {'pass' if ttft_ratio <= 2 else 'MISS'}); 503 p99 "
         f"{refuse_p99_ms:.1f} ms (target < 50 ms: {'pass' if refuse_p99_ms < 50 else 'MISS'}).\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out,
         Section("overload", "Overload at 3x the sustainable rate", body, "n/a"),

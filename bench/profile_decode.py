@@ -1,7 +1,7 @@
 """Where a decode step's time goes, at concurrency 1 and 32.
 
-    python bench/profile_decode.py            # full run, writes docs/benchmarks.md
-    python bench/profile_decode.py --quick    # smoke run, writes bench/out/benchmarks.md
+    python -m bench.profile_decode            # full run, writes docs/benchmarks.md
+    python -m bench.profile_decode --quick    # smoke run, writes bench/out/benchmarks.md
 
 For each concurrency c: c requests with random prompts are prefilled, a few decode steps run
 untimed, then the same number of pure-decode steps (batch c) run three times: plain (step
@@ -22,8 +22,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest
-from harness import build_core, greedy, parse_args, publish, random_prompts, warm_up
-from report import Section, markdown_table
+from bench.harness import build_core, greedy, parse_args, publish, random_prompts, warm_up
+from bench.report import Section, markdown_table
 
 # (file name, function name) of the engine phases, in step order
 PHASES = {

@@ -10,20 +10,19 @@ Layouts: agg (8 workers); disagg P:D (every prompt prefilled on a prefill worker
 (conditional: local prefill when fewer than --max-local-prefill-tokens are uncached, or when
 the prefill pool is saturated: --max-prefill-queue-tokens in flight on every prefill worker).
 
-    python bench/replay_disagg.py [--quick]
+    python -m bench.replay_disagg [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-from pathlib import Path
 
 from armature.sim.replay import ReplayConfig, ReplayReport, Slo, replay
 from armature.workload.traces import TraceRequest, read_mooncake_trace
-from report import Section, get_machine_facts, markdown_table, write_section
+from bench.paths import TRACES_DIR, results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
-TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 LAYOUTS = [("agg", 0, 0), ("disagg 2:6", 2, 0), ("disagg 3:5", 3, 0), ("disagg 4:4", 4, 0)]
 NO_LIMIT = 1 << 30
 
@@ -161,9 +160,7 @@ def main() -> None:
         + "\n".join(checks)
         + "\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out,
         Section("replay_disagg", "Replay: aggregated vs disaggregated goodput", body, "n/a"),

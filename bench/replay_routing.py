@@ -1,9 +1,11 @@
 """Routing quality and replay speed: Mooncake traces through `armature.sim.replay` with 8
 mocker workers, for round-robin, least-loaded and kv routing.
 
-    python bench/replay_routing.py [--limit N] [--time-scale X] [--num-kv-blocks K]
-                                   [--speed-run] [--quick]
+    python -m bench.replay_routing [--limit N] [--time-scale X] [--num-kv-blocks K [K ...]]
+                                   [--kv-decode-weight W [W ...]] [--speed-run] [--quick]
 
+--kv-decode-weight gives the kv router's decode weight, as `armature replay
+--kv-decode-weight` does (1: the DESIGN baseline); with several, kv runs once per weight.
 --speed-run also replays the whole conversation trace (original timestamps, kv, default
 settings) and checks the replay-speed target (<= 60 s of wall time).
 
@@ -13,18 +15,18 @@ Writes the `replay_routing` section of docs/benchmarks.md (bench/out/ with --qui
 from __future__ import annotations
 
 import argparse
-import itertools
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import replace
 
 from armature.sim.replay import ReplayConfig, ReplayReport, replay
 from armature.workload.traces import prefix_hit_ceiling, read_mooncake_trace
-from report import Section, get_machine_facts, markdown_table, write_section
+from bench.paths import TRACES_DIR, results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
-TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
-ROUTERS = ("round-robin", "least-loaded", "kv")
+BASELINE_ROUTERS = ("round-robin", "least-loaded")  # the kv router's cost does not apply
 
 
-def main() -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--traces", nargs="+", default=["conversation_trace.jsonl", "synthetic_trace.jsonl"]
@@ -33,9 +35,32 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=0.12)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--num-kv-blocks", type=int, nargs="+", default=[32768, 262144])
+    parser.add_argument(
+        "--kv-decode-weight",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="kv router: weight of a worker's active blocks in the cost, one kv run per value "
+        "(1: the DESIGN baseline; lower favours cache affinity over spreading memory load)",
+    )
     parser.add_argument("--speed-run", action="store_true")
     parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def configs(args: argparse.Namespace) -> list[ReplayConfig]:
+    """The replays of one trace, in table order: per KV size, each baseline router, then kv at
+    each decode weight (the rest as `armature replay`'s defaults)."""
+    out = []
+    for num_blocks in args.num_kv_blocks:
+        base = ReplayConfig(num_workers=args.workers, block_size=16, num_kv_blocks=num_blocks)
+        out += [replace(base, router=router) for router in BASELINE_ROUTERS]
+        out += [replace(base, router="kv", decode_weight=w) for w in args.kv_decode_weight]
+    return out
+
+
+def main() -> None:
+    args = parse_args()
     limit = 200 if args.quick else args.limit
     rows = []
     checks: list[str] = []
@@ -43,19 +68,15 @@ def main() -> None:
         requests = read_mooncake_trace(TRACES_DIR / name, limit=limit, time_scale=args.time_scale)
         ceiling = prefix_hit_ceiling(requests)
         rr_ttft_p50 = 0.0
-        for num_blocks, router in itertools.product(args.num_kv_blocks, ROUTERS):
-            config = ReplayConfig(
-                num_workers=args.workers,
-                router=router,
-                block_size=16,
-                num_kv_blocks=num_blocks,
-            )
+        for config in configs(args):
             r = replay(requests, config)
+            kv = config.router == "kv"
             rows.append(
                 [
                     name,
-                    num_blocks,
-                    router,
+                    config.num_kv_blocks,
+                    config.router,
+                    f"{config.decode_weight:g}" if kv else "-",
                     r.num_requests,
                     round(r.prefix_hit_ratio, 3),
                     round(ceiling, 3),
@@ -67,22 +88,24 @@ def main() -> None:
                 ]
             )
             print(rows[-1], flush=True)
-            if router == "round-robin":
+            if config.router == "round-robin":
                 rr_ttft_p50 = r.ttft_ms.p50
-            if router == "kv" and ceiling:
-                checks += _quality_checks(name, num_blocks, r, ceiling, rr_ttft_p50)
+            if kv and ceiling:
+                checks += _quality_checks(name, config, r, ceiling, rr_ttft_p50)
     if args.speed_run:
         checks.append(_speed_check())
     body = (
         f"First {limit} requests of each trace, arrival times x {args.time_scale}, "
         f"{args.workers} mocker workers (default DESIGN timing), block size 16, "
-        "KV blocks per worker as listed, router temperature 0, overlap weight 1. "
+        "KV blocks per worker as listed, router temperature 0, overlap weight 1, kv decode "
+        "weight as listed. "
         "Ceiling: the trace's infinite-cache prefix-hit ratio over the same requests.\n\n"
         + markdown_table(
             [
                 "trace",
                 "KV blocks/worker",
                 "router",
+                "decode weight",
                 "requests",
                 "prefix hit",
                 "ceiling",
@@ -98,9 +121,7 @@ def main() -> None:
         + "\n".join(f"- {c}" for c in checks)
         + "\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out, Section("replay_routing", "Replay: routing quality", body, "n/a"), get_machine_facts()
     )
@@ -108,14 +129,14 @@ def main() -> None:
 
 
 def _quality_checks(
-    trace: str, num_blocks: int, kv: ReplayReport, ceiling: float, rr_ttft_p50_ms: float
+    trace: str, config: ReplayConfig, kv: ReplayReport, ceiling: float, rr_ttft_p50_ms: float
 ) -> list[str]:
     def mark(ok: bool) -> str:
         return "PASS" if ok else "MISS"
 
     of_ceiling = kv.prefix_hit_ratio / ceiling
     ratio = rr_ttft_p50_ms / kv.ttft_ms.p50 if kv.ttft_ms.p50 else float("inf")
-    where = f"{trace}, {num_blocks} blocks"
+    where = f"{trace}, {config.num_kv_blocks} blocks, decode weight {config.decode_weight:g}"
     return [
         f"{mark(of_ceiling >= 0.85)}: {where}: kv reaches {of_ceiling:.0%} of the ceiling "
         "(target >= 85%)",

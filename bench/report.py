@@ -18,9 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.paths import REPO_ROOT
+
 __all__ = [
     "MachineFacts",
     "Section",
+    "command_line",
     "get_machine_facts",
     "markdown_table",
     "write_section",
@@ -28,8 +31,9 @@ __all__ = [
 
 _DOC_HEADER = (
     "# Benchmarks\n\n"
-    "Each section below is written by one script in `bench/` (full runs only; `--quick` smoke "
-    "runs write to `bench/out/`). Re-running a script replaces its own section.\n"
+    "Each section below is written by one script in `bench/`, run from the repository root as "
+    "`python -m bench.NAME` (full runs only; `--quick` smoke runs write to `bench/out/`). "
+    "Re-running a script replaces its own section.\n"
 )
 
 
@@ -62,18 +66,17 @@ def _cpu_model() -> str:
 
 
 def _git_revision() -> str:
-    root = Path(__file__).resolve().parent.parent
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
-            cwd=root,
+            cwd=REPO_ROOT,
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
+            cwd=REPO_ROOT,
             capture_output=True,
             text=True,
             check=True,
@@ -109,6 +112,18 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
     return "\n".join(lines)
 
 
+def command_line(argv: Sequence[str], main_module: str | None) -> str:
+    """A command as a section quotes it: `python -m MODULE ARGS` for a script run as a module
+    (`main_module`, how bench/ is run), else `python SCRIPT ARGS`."""
+    program = ["-m", main_module] if main_module is not None else list(argv[:1])
+    return shlex.join(["python", *program, *argv[1:]])
+
+
+def _this_command_line() -> str:
+    spec = sys.modules["__main__"].__spec__
+    return command_line(sys.argv, spec.name if spec is not None else None)
+
+
 @dataclass(frozen=True)
 class Section:
     name: str  # the marker name: <!-- bench:NAME -->
@@ -118,7 +133,7 @@ class Section:
     device: str = "cpu"
 
     def render(self, facts: MachineFacts) -> str:
-        command = shlex.join(["python", *sys.argv])
+        command = _this_command_line()
         date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
         return (
             f"<!-- bench:{self.name} -->\n"

@@ -7,7 +7,7 @@ concurrency 1, 32 and 128; a minimal keep-alive HTTP/1.1 client (no SSE parsing,
 client costs little). Reported: requests/s, end-to-end p50/p99, the frontend process's CPU
 time per request (from /proc), and at concurrency 1 the latency each plane adds over inproc.
 
-    python bench/request_plane.py [--quick]
+    python -m bench.request_plane [--quick]
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,9 @@ from pathlib import Path
 
 import httpx
 
-from report import Section, get_machine_facts, markdown_table, write_section
+from armature.workload.measure import quantile
+from bench.paths import results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 MODEL_NAME = "mock"
 TOKENS = 64
@@ -170,11 +171,6 @@ async def run_load(port: int, concurrency: int, total: int) -> tuple[float, list
     return time.perf_counter() - started, latencies
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -195,7 +191,7 @@ def main() -> None:
                 cpu = cpu_s(stack.frontend_pid) - cpu0
                 rps = len(lat) / wall_s
                 cpu_pct_per_rps = 100 * cpu / wall_s / rps
-                p50, p99 = statistics.median(lat), percentile(lat, 0.99)
+                p50, p99 = quantile(lat, 0.5), quantile(lat, 0.99)
                 if concurrency == 1:
                     p50_c1[kind] = p50
                 rows.append([kind, concurrency, len(lat), rps, p50, p99, cpu_pct_per_rps])
@@ -235,9 +231,7 @@ def main() -> None:
         + "\n".join(f"- {c}" for c in checks)
         + "\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out,
         Section(

@@ -1,7 +1,7 @@
 """Router speed: kv decision latency with 64 workers and 4k-token prompts (hashing included,
 tokenization not), and prefix-index event throughput while serving queries.
 
-    python bench/router_latency.py [--quick]
+    python -m bench.router_latency [--quick]
 
 Writes the `router_latency` section of docs/benchmarks.md (bench/out/ with --quick).
 """
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
-from pathlib import Path
 
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.protocols.kv_events import KvEvent, KvRemoved, KvStored, StoredBlock
@@ -20,7 +18,9 @@ from armature.router.load import ActiveLoad
 from armature.router.policies import KvPolicy, RouteRequest
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex
-from report import Section, get_machine_facts, markdown_table, write_section
+from armature.workload.measure import quantile
+from bench.paths import results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 NUM_WORKERS = 64
 BLOCK_SIZE = 16
@@ -37,11 +37,6 @@ def populated_index(rng: random.Random, prefixes: list[list[int]]) -> PrefixInde
             blocks = [StoredBlock(s, loc) for s, loc in compute_block_hashes(prefix, BLOCK_SIZE)]
             index.apply(worker, KvStored(event_id, None, blocks))
     return index
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1) + 0.5))]
 
 
 def decision_latency(num_decisions: int, seed: int) -> list[list[object]]:
@@ -63,7 +58,7 @@ def decision_latency(num_decisions: int, seed: int) -> list[list[object]]:
             policy.select(RouteRequest(f"r{i}", prompt), workers)
             latencies_us.append((time.perf_counter() - started) * 1e6)
         rows.append(
-            [label, num_decisions, statistics.median(latencies_us), percentile(latencies_us, 0.99)]
+            [label, num_decisions, quantile(latencies_us, 0.5), quantile(latencies_us, 0.99)]
         )
     return rows
 
@@ -122,9 +117,7 @@ def main() -> None:
         f"- {'PASS' if events_per_s >= 200_000 else 'MISS'}: {events_per_s:,.0f} events/s "
         "(target >= 200k)\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out,
         Section("router_latency", "Router: decision latency and index throughput", body, "n/a"),

@@ -3,7 +3,7 @@ the 10-minute soak) with its samples kept: RSS of the frontend and both mocker w
 end of warm-up and at the end, and the router index against its bound. The test's own
 assertions (growth < 5%, index within bound, every request 200) decide pass or fail.
 
-    python bench/soak.py [--duration-s 600] [--quick]
+    python -m bench.soak [--duration-s 600] [--quick]
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from report import Section, get_machine_facts, markdown_table, write_section
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench.paths import REPO_ROOT, results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 
 def main() -> None:
@@ -35,9 +34,8 @@ def main() -> None:
             "ARMATURE_SOAK_REPORT": str(report),
         }
         test = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/integration/test_soak.py"]
-        result = subprocess.run(
-            [sys.executable, *test, "-o", f"timeout={int(duration_s) + 300}"], cwd=ROOT, env=env
-        )
+        test += ["-o", f"timeout={int(duration_s) + 300}"]
+        result = subprocess.run([sys.executable, *test], cwd=REPO_ROOT, env=env)
         data = json.loads(report.read_text())
     samples = data["samples"]
     after = [s for s in samples if s["t_s"] >= data["warmup_s"]]
@@ -71,7 +69,7 @@ def main() -> None:
         + f"\n\nRouter index: at most {index_max:.0f} (worker, block) entries against a bound "
         f"of {bound:.0f} ({'within' if index_max <= bound else 'OVER'} the bound).\n"
     )
-    out = ROOT / ("bench/out/benchmarks.md" if args.quick else "docs/benchmarks.md")
+    out = results_path(args.quick)
     write_section(
         out,
         Section("soak", "Soak: memory and index under steady load", body, "n/a"),

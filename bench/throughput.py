@@ -1,7 +1,7 @@
 """Output tokens/s of the engine vs transformers, at several concurrencies, mixed prompt lengths.
 
-    python bench/throughput.py            # full run, writes docs/benchmarks.md
-    python bench/throughput.py --quick    # smoke run, writes bench/out/benchmarks.md
+    python -m bench.throughput            # full run, writes docs/benchmarks.md
+    python -m bench.throughput --quick    # smoke run, writes bench/out/benchmarks.md
 
 Workload: prompts of random token ids, lengths uniform in [32, 512] (seeded), 128 output
 tokens each, greedy, EOS ignored so every request has the same length. For concurrency c:
@@ -20,7 +20,7 @@ import dataclasses
 import gc
 from dataclasses import dataclass
 
-from harness import (
+from bench.harness import (
     BenchArgs,
     RunResult,
     build_core,
@@ -30,8 +30,8 @@ from harness import (
     run_continuous,
     warm_up,
 )
-from hf_baseline import load_hf_model, run_sequential, run_static_batches
-from report import Section, markdown_table
+from bench.hf_baseline import load_hf_model, run_sequential, run_static_batches
+from bench.report import Section, markdown_table
 
 TARGET_C1_VS_SEQUENTIAL = 1.1
 TARGET_C32_VS_STATIC = 1.3

@@ -1,7 +1,7 @@
 """Time to first token of a 512-token prompt, cold vs served from the prefix cache.
 
-    python bench/ttft_prefix.py            # full run, writes docs/benchmarks.md
-    python bench/ttft_prefix.py --quick    # smoke run, writes bench/out/benchmarks.md
+    python -m bench.ttft_prefix            # full run, writes docs/benchmarks.md
+    python -m bench.ttft_prefix --quick    # smoke run, writes bench/out/benchmarks.md
 
 EngineCore driven directly, one request at a time. Each repetition sends a fresh random
 prompt (cold: nothing cached), lets it finish, then sends the same prompt again under a new
@@ -12,14 +12,14 @@ TTFT = add_request to the step that returns the request's first token.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from dataclasses import dataclass
 
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest
-from harness import build_core, greedy, parse_args, publish, random_prompts, warm_up
-from report import Section, markdown_table
+from armature.workload.measure import quantile
+from bench.harness import build_core, greedy, parse_args, publish, random_prompts, warm_up
+from bench.report import Section, markdown_table
 
 TARGET_SPEEDUP = 5.0
 
@@ -71,8 +71,8 @@ def main() -> None:
             flush=True,
         )
         rows.append((cold, cached))
-    cold_p50 = statistics.median(c.ttft_ms for c, _ in rows)
-    cached_p50 = statistics.median(c.ttft_ms for _, c in rows)
+    cold_p50 = quantile([c.ttft_ms for c, _ in rows], 0.5)
+    cached_p50 = quantile([c.ttft_ms for _, c in rows], 0.5)
     speedup = cold_p50 / cached_p50
     table = markdown_table(
         ["repetition", "cold TTFT ms", "cached TTFT ms", "cached tokens", "speedup"],

@@ -2,7 +2,7 @@
 process (HTTP, detokenization, SSE and vLLM's AsyncLLM client; not vLLM's engine-core process)
 spends per output token, for `vllm serve` and for `armature serve --engine vllm`, with ITL p50.
 
-    ~/.venvs/vllm/bin/python bench/vllm_frontend_cpu.py    # writes docs/benchmarks.md
+    ~/.venvs/vllm/bin/python -m bench.vllm_frontend_cpu    # writes docs/benchmarks.md
 
 On a machine whose cores vLLM's OpenMP threads all use, every CPU-millisecond the serving
 process spends during a model step delays that step, so the per-token CPU of the serving
@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from armature.model.source import resolve_model
-from report import Section, get_machine_facts, markdown_table, write_section
-from serving import run_armature_bench, running_server
-from vllm_throughput import DOCS_OUT, LOG_DIR, free_port, server_commands, server_env
+from bench.paths import DOCS_OUT
+from bench.report import Section, get_machine_facts, markdown_table, write_section
+from bench.serving import run_armature_bench, running_server
+from bench.vllm_throughput import LOG_DIR, free_port, server_commands, server_env
 
 CONCURRENCIES = (1, 8)
 REQUESTS_PER_USER = 3

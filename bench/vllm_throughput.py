@@ -1,8 +1,8 @@
 """Output tokens/s and TTFT at concurrency 1, 8, 32: Armature in front of vLLM
 (`armature serve --engine vllm`) vs `vllm serve` itself vs Armature's native engine.
 
-    ~/.venvs/vllm/bin/python bench/vllm_throughput.py          # writes docs/benchmarks.md
-    ~/.venvs/vllm/bin/python bench/vllm_throughput.py --quick  # smoke run, bench/out/
+    ~/.venvs/vllm/bin/python -m bench.vllm_throughput          # writes docs/benchmarks.md
+    ~/.venvs/vllm/bin/python -m bench.vllm_throughput --quick  # smoke run, bench/out/
 
 Run it with the vLLM environment's Python (scripts/check-vllm sets it up): it starts each
 server in turn on loopback with the same engine settings (float32, as bf16 is emulated on
@@ -24,12 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from armature.model.source import resolve_model
-from report import Section, get_machine_facts, markdown_table, write_section
-from serving import run_armature_bench, running_server
+from bench.paths import REPO_ROOT, results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
+from bench.serving import run_armature_bench, running_server
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DOCS_OUT = REPO_ROOT / "docs" / "benchmarks.md"
-SCRATCH_OUT = REPO_ROOT / "bench" / "out" / "benchmarks.md"
 LOG_DIR = REPO_ROOT / "bench" / "out" / "vllm"
 POINTS = LOG_DIR / "points.json"  # each server's last measurement
 TARGET_THROUGHPUT_RATIO = 0.95
@@ -226,7 +224,7 @@ def main() -> None:
         results[name] = run_target(name, commands[name], url, workload)
         _save_points(results)
     body = render(results, workload) + (f"\n{args.notes}\n" if args.notes else "")
-    out = args.out or (SCRATCH_OUT if args.quick else DOCS_OUT)
+    out = args.out or results_path(args.quick)
     section = Section("vllm-engine", "vLLM engine: Armature in front of vLLM", body, "float32")
     write_section(out, section, get_machine_facts())
     print(body)

@@ -1,7 +1,7 @@
 """Worker churn: how long a kill -9'd worker keeps its place in discovery and in the
 frontend, and how long a new worker takes from process start to its first routed request.
 
-    python bench/worker_churn.py [--lease-ttl-s 10] [--repeats 3]
+    python -m bench.worker_churn [--lease-ttl-s 10] [--repeats 3]
 
 File discovery, TCP request plane, zmq events, mocker workers. "Removed" is when the
 frontend's router drops the worker (its log says "left"); "first routed" is when the frontend
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,9 @@ from pathlib import Path
 
 import httpx
 
-from report import Section, get_machine_facts, markdown_table, write_section
+from armature.workload.measure import quantile
+from bench.paths import results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 ENGINE = ["--engine", "mocker", "--speedup-ratio", "100", "--num-kv-blocks", "1024"]
 
@@ -113,14 +114,12 @@ def main() -> None:
         "routing decision goes to it, then kill -9's the previous worker and waits for the "
         "frontend to drop it.\n\n"
         + markdown_table(["round", "start -> first routed s", "kill -> removed s"], rows)
-        + f"\n\nMedian start -> first routed {statistics.median(r[1] for r in rows):.2f} s "
+        + f"\n\nMedian start -> first routed {quantile([r[1] for r in rows], 0.5):.2f} s "
         f"(mostly importing torch and building the engine); median kill -> removed "
-        f"{statistics.median(r[2] for r in rows):.2f} s (bounded by the lease TTL plus the "
+        f"{quantile([r[2] for r in rows], 0.5):.2f} s (bounded by the lease TTL plus the "
         "watcher's 0.1 s poll).\n"
     )
-    out = Path(__file__).resolve().parent / (
-        "out/benchmarks.md" if args.quick else "../docs/benchmarks.md"
-    )
+    out = results_path(args.quick)
     write_section(
         out,
         Section("worker_churn", "Worker churn: removal and join", body_md, "n/a"),

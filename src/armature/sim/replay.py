@@ -33,34 +33,13 @@ from armature.router.policies import (
 from armature.router.prefix_index import PrefixIndex
 from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
 from armature.sim.timing import PolynomialTiming, TimingModel
+from armature.workload.measure import LatencySummary, RequestTiming, Slo, goodput
 from armature.workload.traces import TraceRequest, synthesize_prompt
 
-__all__ = ["LatencySummary", "ReplayConfig", "ReplayReport", "Slo", "replay"]
+# Slo is defined in workload.measure; it is named here too because ReplayConfig.slos takes it
+__all__ = ["ReplayConfig", "ReplayReport", "Slo", "replay"]
 
 REPLAY_POLICIES = ("round-robin", "random", "least-loaded", "kv", "kv-approx")
-
-
-@dataclass(frozen=True)
-class Slo:
-    """A service-level target: TTFT and inter-token latency bounds (None: unbounded). The ITL
-    bound applies to each request's mean ITL, or with `itl_quantile` (e.g. 0.99) to that
-    quantile of its ITLs (a stall bound)."""
-
-    name: str
-    ttft_ms: float | None = None
-    itl_ms: float | None = None
-    itl_quantile: float | None = None
-
-    def met_by(self, ttft_ms: float, itl_ms: Sequence[float]) -> bool:
-        if self.ttft_ms is not None and ttft_ms > self.ttft_ms:
-            return False
-        if self.itl_ms is None or not itl_ms:
-            return True
-        if self.itl_quantile is None:
-            return statistics.fmean(itl_ms) <= self.itl_ms
-        ordered = sorted(itl_ms)
-        index = min(len(ordered) - 1, int(self.itl_quantile * (len(ordered) - 1) + 0.5))
-        return ordered[index] <= self.itl_ms
 
 
 @dataclass(frozen=True)
@@ -86,25 +65,6 @@ class ReplayConfig:
     kv_bytes_per_block: int = 2 * 1024 * 1024  # Llama-3-8B in bfloat16, 16-token blocks
     # goodput: requests meeting an SLA, for each SLA given
     slos: tuple[Slo, ...] = ()
-
-
-@dataclass(frozen=True)
-class LatencySummary:
-    p50: float
-    p90: float
-    p99: float
-    mean: float
-
-    @staticmethod
-    def of(values: Sequence[float]) -> LatencySummary:
-        if not values:
-            return LatencySummary(0.0, 0.0, 0.0, 0.0)
-        ordered = sorted(values)
-
-        def pct(p: float) -> float:
-            return ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1) + 0.5))]
-
-        return LatencySummary(pct(0.5), pct(0.9), pct(0.99), statistics.fmean(ordered))
 
 
 @dataclass(frozen=True)
@@ -135,6 +95,10 @@ class Tracked:
     itl_ms: list[float] = field(default_factory=list)
     num_cached_tokens: int = 0
     num_output_tokens: int = 0
+
+    def timing(self) -> RequestTiming:
+        ttft_ms = None if self.first_token_ms is None else self.first_token_ms - self.arrival_ms
+        return RequestTiming(ttft_ms, self.itl_ms, self.num_output_tokens)
 
 
 class Simulation:
@@ -303,14 +267,8 @@ class Simulation:
         mean = statistics.fmean(per_worker.values()) if per_worker else 0.0
         start_ms = self.requests[0].arrival_ms if self.requests else 0.0
         span_s = max(end_ms - start_ms, 1e-9) / 1000.0
-        good = {
-            slo.name: [
-                t
-                for t in done
-                if slo.met_by((t.first_token_ms or t.arrival_ms) - t.arrival_ms, t.itl_ms)
-            ]
-            for slo in self.config.slos
-        }
+        timings = [t.timing() for t in done]
+        good = {slo.name: goodput(timings, slo, span_s) for slo in self.config.slos}
         return ReplayReport(
             num_requests=len(done),
             num_rejected=self.num_rejected,
@@ -327,10 +285,8 @@ class Simulation:
             throughput_tokens_s=output_tokens / span_s,
             load_skew=max(per_worker.values()) / mean if mean else 0.0,
             requests_per_worker=per_worker,
-            goodput_requests_s={name: len(ts) / span_s for name, ts in good.items()},
-            goodput_tokens_s={
-                name: sum(t.num_output_tokens for t in ts) / span_s for name, ts in good.items()
-            },
+            goodput_requests_s={name: g.requests_per_s for name, g in good.items()},
+            goodput_tokens_s={name: g.tokens_per_s for name, g in good.items()},
             num_remote_prefills=self.num_remote_prefills,
             simulated_time_s=span_s,
             wall_time_s=wall_time_s,

@@ -1,1 +1,2 @@
-"""Request workloads: Mooncake traces and synthetic generators (used by sim/ and bench/)."""
+"""Request workloads: Mooncake traces and synthetic generators, and how their results are
+measured (percentiles, SLOs, goodput). Used by sim/ and bench/."""

@@ -67,6 +67,7 @@ def test_goodput_counts_exactly_the_requests_meeting_both_slos() -> None:
     ]
     summary = summarize(records, wall_time_s=2.0, slo_ttft_ms=200, slo_itl_ms=20)
     assert (summary.goodput_requests, summary.goodput_per_s) == (2, 1.0)
+    assert summary.goodput_tokens_per_s == 3.0  # 3 tokens each, over 2 s
     assert summary.num_ok == 4 and summary.errors == {"http_500": 1}
     assert summarize(records, 2.0).goodput_requests == 4  # no SLOs: every success counts
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-from armature.sim.replay import LatencySummary, ReplayConfig, replay
+from armature.sim.replay import ReplayConfig, replay
+from armature.workload.measure import Slo
 from armature.workload.traces import TraceRequest, synthetic_prefix_groups
 
 WORKLOAD = synthetic_prefix_groups(
@@ -53,7 +54,16 @@ def test_requests_larger_than_a_worker_are_rejected_not_lost() -> None:
     assert (report.num_requests, report.num_rejected) == (1, 1)
 
 
-def test_latency_summary_percentiles() -> None:
-    summary = LatencySummary.of([float(x) for x in range(1, 101)])
-    assert (summary.p50, summary.p90, summary.p99, summary.mean) == (51.0, 90.0, 99.0, 50.5)
-    assert LatencySummary.of([]) == LatencySummary(0.0, 0.0, 0.0, 0.0)
+def test_goodput_per_slo_over_simulated_time() -> None:
+    """Replay's goodput and percentiles are workload.measure's: requests (and tokens) meeting
+    each SLO per second of simulated time; the p50 of 120 TTFTs lies halfway between the 60th
+    and 61st, so exactly 60 requests meet a TTFT bound at the p50."""
+    ttft_p50_ms = replay(WORKLOAD, CONFIG).ttft_ms.p50
+    slos = (Slo("any"), Slo("never", ttft_ms=0.0), Slo("p50", ttft_ms=ttft_p50_ms))
+    report = replay(WORKLOAD, replace(CONFIG, slos=slos))
+    span_s = report.simulated_time_s
+    assert report.goodput_requests_s["any"] == 120 / span_s
+    assert report.goodput_tokens_s["any"] == report.throughput_tokens_s
+    assert report.goodput_requests_s["never"] == report.goodput_tokens_s["never"] == 0.0
+    assert report.goodput_requests_s["p50"] == 60 / span_s
+    assert report.goodput_tokens_s["p50"] == 60 * 16 / span_s

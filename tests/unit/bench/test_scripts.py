@@ -1,0 +1,140 @@
+"""The benchmark scripts in the root bench/ package: each is run as `python -m bench.NAME` from
+the repository root, none edits sys.path or imports a sibling by its bare name, each parses its
+flags (through --help, without running), and every command the docs quote is in that form and
+uses only flags its script has."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from armature.sim.replay import ReplayConfig
+from bench.replay_routing import configs, parse_args
+from bench.report import command_line
+
+REPO = Path(__file__).resolve().parents[3]
+BENCH = REPO / "bench"
+SCRIPTS = sorted(
+    p.stem for p in BENCH.glob("*.py") if 'if __name__ == "__main__":' in p.read_text()
+)
+DOCS = [REPO / "docs" / "benchmarks.md", REPO / "README.md"]
+# `python -m bench.NAME ARGS` inside backticks, on one line or wrapped
+QUOTED_COMMAND = re.compile(r"`[^`\s]*python -m bench\.([a-z_]+)([^`]*)`")
+
+
+def _help(name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
+    module = importlib.import_module(f"bench.{name}")
+    monkeypatch.setattr(sys, "argv", [name, "--help"])
+    with pytest.raises(SystemExit) as exited:
+        module.main()
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_bench_holds_sixteen_scripts_and_five_shared_modules() -> None:
+    assert SCRIPTS == [
+        "chaos",
+        "disagg_serve",
+        "http_overhead",
+        "kv_transfer",
+        "overload",
+        "profile_decode",
+        "replay_disagg",
+        "replay_routing",
+        "request_plane",
+        "router_latency",
+        "soak",
+        "throughput",
+        "ttft_prefix",
+        "vllm_frontend_cpu",
+        "vllm_throughput",
+        "worker_churn",
+    ]
+    shared = {p.stem for p in BENCH.glob("*.py")} - set(SCRIPTS)
+    assert shared == {"__init__", "harness", "hf_baseline", "paths", "report", "serving"}
+
+
+def test_no_bench_module_edits_sys_path_or_imports_a_sibling_by_bare_name() -> None:
+    siblings = {p.stem for p in BENCH.glob("*.py")}
+    offences = []
+    for path in sorted(BENCH.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "path"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "sys"
+            ):
+                offences.append(f"{path.name}:{node.lineno} uses sys.path")
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            offences += [
+                f"{path.name}:{node.lineno} imports {n}"
+                for n in names
+                if n.split(".")[0] in siblings
+            ]
+    assert offences == []
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_each_script_parses_its_flags(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _help(name, monkeypatch, capsys)
+    assert out.startswith(f"usage: {name} ")
+    assert "-h, --help" in out
+
+
+def test_docs_quote_bench_scripts_only_as_modules_with_their_own_flags(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quoted: list[tuple[str, list[str]]] = []
+    for doc in DOCS:
+        text = doc.read_text()
+        assert re.findall(r"python\S* +(?:bench/)?\w+\.py", text) == [], doc
+        for name, args in QUOTED_COMMAND.findall(text):
+            quoted.append((name, re.findall(r"(?<!\S)--[\w-]+", args)))
+    assert len(quoted) >= 16  # one per section and a few in the prose
+    for name, flags in quoted:
+        assert name in SCRIPTS, name
+        out = _help(name, monkeypatch, capsys)
+        assert [f for f in flags if f not in out] == [], name
+
+
+def test_a_section_quotes_the_module_form_of_its_command() -> None:
+    argv = ["/repo/bench/vllm_throughput.py", "--targets", "vllm serve", "--quick"]
+    assert (
+        command_line(argv, "bench.vllm_throughput")
+        == "python -m bench.vllm_throughput --targets 'vllm serve' --quick"
+    )
+    assert command_line(["tool.py", "--x", "1"], None) == "python tool.py --x 1"
+
+
+def test_replay_routing_runs_kv_once_per_decode_weight() -> None:
+    """`--kv-decode-weight 1 0.25` adds a kv replay at 0.25 whose config is the one
+    `armature replay --router kv --kv-decode-weight 0.25 --num-kv-blocks 262144` builds."""
+    args = parse_args(["--num-kv-blocks", "262144", "--kv-decode-weight", "1", "0.25"])
+    chosen = configs(args)
+    assert [(c.router, c.num_kv_blocks, c.decode_weight) for c in chosen] == [
+        ("round-robin", 262144, 1.0),
+        ("least-loaded", 262144, 1.0),
+        ("kv", 262144, 1.0),
+        ("kv", 262144, 0.25),
+    ]
+    assert chosen[-1] == ReplayConfig(
+        num_workers=8, router="kv", block_size=16, num_kv_blocks=262144, decode_weight=0.25
+    )
+    default = [(c.router, c.num_kv_blocks, c.decode_weight) for c in configs(parse_args([]))]
+    assert default == [
+        (router, blocks, 1.0)
+        for blocks in (32768, 262144)
+        for router in ("round-robin", "least-loaded", "kv")
+    ]
