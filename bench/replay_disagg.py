@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from armature.sim.replay import ReplayConfig, ReplayReport, Slo, replay
+from armature.sim.replay import ReplayConfig, ReplayReport, replay
+from armature.workload.measure import Slo
 from armature.workload.traces import TraceRequest, read_mooncake_trace
 from bench.paths import TRACES_DIR, results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section

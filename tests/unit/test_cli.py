@@ -238,3 +238,9 @@ def test_a_worker_whose_card_conflicts_is_refused(
     code, err = run([*argv, "--block-size", "32"], capsys)
     assert code == 2
     assert "model 'tiny' is already served with block size 16" in err
+
+
+def test_replay_slo_quantile_above_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["replay", "--synthetic", "prefix-groups", "--slo-itl-quantile", "1.5"]
+    code, err = run(argv, capsys)
+    assert code == 2 and "expected a number in 0..1" in err

@@ -6,7 +6,13 @@ import argparse
 from typing import TYPE_CHECKING
 
 from armature.cli.options import CliError, add_settings, arg_type, setup_logging
-from armature.config import RouterConfig, non_negative_int, positive_float, positive_int
+from armature.config import (
+    RouterConfig,
+    fraction,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from armature.workload.traces import TraceRequest
@@ -120,7 +126,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     replay.add_argument(
         "--slo-itl-quantile",
-        type=arg_type(positive_float),
+        type=arg_type(fraction),
         default=None,
         help="goodput: apply --slo-itl-ms to this quantile of each request's ITLs (e.g. "
         "0.99) instead of their mean",
@@ -135,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from armature.sim.replay import ReplayConfig, Slo, replay
+    from armature.sim.replay import ReplayConfig, replay
+    from armature.workload.measure import Slo
     from armature.workload.traces import TraceFormatError, read_mooncake_trace
 
     if args.synthetic:

@@ -36,8 +36,7 @@ from armature.sim.timing import PolynomialTiming, TimingModel
 from armature.workload.measure import LatencySummary, RequestTiming, Slo, goodput
 from armature.workload.traces import TraceRequest, synthesize_prompt
 
-# Slo is defined in workload.measure; it is named here too because ReplayConfig.slos takes it
-__all__ = ["ReplayConfig", "ReplayReport", "Slo", "replay"]
+__all__ = ["ReplayConfig", "ReplayReport", "replay"]
 
 REPLAY_POLICIES = ("round-robin", "random", "least-loaded", "kv", "kv-approx")
 
