@@ -17,25 +17,10 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
-from armature.config import OverloadConfig
+from armature.router.pressure import OverloadThresholds, WorkerPressure
 
-__all__ = ["AdmissionGate", "Overloaded", "WorkerPressure", "is_busy"]
-
-
-@dataclass(frozen=True)
-class WorkerPressure:
-    kv_usage: float  # active / total KV blocks, 0..1
-    prefill_tokens: int  # prompt tokens waiting to be prefilled
-
-
-def is_busy(config: OverloadConfig, worker: WorkerPressure) -> bool:
-    """Whether `worker` is past one of the thresholds `config` sets."""
-    if config.busy_kv_usage is not None and worker.kv_usage >= config.busy_kv_usage:
-        return True
-    limit = config.busy_prefill_tokens
-    return limit is not None and worker.prefill_tokens >= limit
+__all__ = ["AdmissionGate", "Overloaded"]
 
 
 class Overloaded(Exception):
@@ -48,11 +33,11 @@ class Overloaded(Exception):
 class AdmissionGate:
     def __init__(
         self,
-        config: OverloadConfig,
+        thresholds: OverloadThresholds,
         pressures: Callable[[], Iterable[WorkerPressure]],
         poll_interval_s: float = 0.005,
     ):
-        self.config = config
+        self.thresholds = thresholds
         self.pressures = pressures
         self.poll_interval_s = poll_interval_s
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -65,11 +50,11 @@ class AdmissionGate:
         return sum(1 for *_, f in self._waiters if not f.done())
 
     def has_capacity(self) -> bool:
-        return any(not is_busy(self.config, p) for p in self.pressures())
+        return any(not self.thresholds.is_busy(p) for p in self.pressures())
 
     async def admit(self, priority: int = 0) -> None:
         """Return when the request may be routed; Overloaded when it may not."""
-        config = self.config
+        config = self.thresholds.config
         if not config.enabled or (not self._waiters and self.has_capacity()):
             return
         if self.num_queued >= config.max_queued_requests:
@@ -98,7 +83,7 @@ class AdmissionGate:
                 future.cancel()  # the caller left (client gone): its place is given up
 
     def _retry_after_s(self) -> int:
-        return max(1, math.ceil(min(self.config.queue_timeout_s, 5.0)))
+        return max(1, math.ceil(min(self.thresholds.config.queue_timeout_s, 5.0)))
 
     def _ensure_pump(self) -> None:
         if self._pump is None or self._pump.done():
@@ -112,7 +97,7 @@ class AdmissionGate:
             if head.done():  # timed out or cancelled
                 heapq.heappop(self._waiters)
                 continue
-            if not self.config.enabled or self.has_capacity():
+            if not self.thresholds.config.enabled or self.has_capacity():
                 heapq.heappop(self._waiters)
                 head.set_result(None)
                 for _ in range(3):  # let the admitted request reach the router

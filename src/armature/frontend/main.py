@@ -23,10 +23,10 @@ from armature.config import FrontendConfig, HttpConfig
 from armature.errors import ConfigError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import load_api_keys
+from armature.frontend.compose import compose_frontend
 from armature.frontend.fleet import WorkerFleet
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.worker import WorkerCard, worker_prefix
-from armature.router.disagg import DisaggRouter
 from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
 from armature.runtime.ports import check_port_free
 
@@ -101,10 +101,18 @@ def run_frontend(
     if not worker_processes:  # `serve` checked the port before starting its workers
         check_port_free(config.http.host, config.http.port)
     served = asyncio.run(_first_card(config, min_workers, worker_processes))
-    router_config = dataclasses.replace(
-        config.router, block_size_tokens=served.block_size, seed=config.seed
+    parts = compose_frontend(
+        engines={},
+        router_config=dataclasses.replace(
+            config.router, block_size_tokens=served.block_size, seed=config.seed
+        ),
+        preprocessor=Preprocessor(Path(served.model_path)),
+        model=ServedModel(
+            name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
+        ),
+        disagg=config.disagg,
+        overload=config.overload,
     )
-    router = DisaggRouter({}, router_config, config.disagg)
 
     async def follow_discovery() -> None:
         discovery = await open_discovery(config.runtime)
@@ -112,7 +120,7 @@ def run_frontend(
         try:
             client = await make_request_client(config.runtime)
             fleet = WorkerFleet(
-                router,
+                parts.router,
                 discovery,
                 config.runtime.namespace,
                 served,
@@ -126,16 +134,11 @@ def run_frontend(
             await discovery.close()
 
     app = build_app(
-        router,
-        Preprocessor(Path(served.model_path)),
-        ServedModel(
-            name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
-        ),
+        parts,
         background=[follow_discovery],
         api_keys=api_keys,
         protect_metrics=config.security.protect_metrics,
         max_request_bytes=config.http.max_request_bytes,
-        overload=config.overload,
     )
     log.info(
         "frontend serving %r on http://%s:%d (OpenAI API under /v1), %s router",

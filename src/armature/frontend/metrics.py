@@ -10,7 +10,7 @@ from armature.protocols.engine import EngineLoad
 from armature.router.service import RouterObserver
 from armature.runtime.load_metrics import WorkerLoadCollector
 
-__all__ = ["FrontendMetrics"]
+__all__ = ["FrontendMetrics", "RouterMetrics"]
 
 _LATENCY_BUCKETS_S = (
     0.001,
@@ -43,8 +43,9 @@ class FrontendMetrics:
         model_name: str,
         get_load: Callable[[], EngineLoad],
         worker_loads: Callable[[], Mapping[str, EngineLoad]] = dict,
+        registry: CollectorRegistry | None = None,
     ):
-        self.registry = CollectorRegistry()
+        self.registry = registry or CollectorRegistry()
         r = self.registry
         r.register(WorkerLoadCollector(worker_loads))
         self.requests = Counter(
@@ -91,9 +92,6 @@ class FrontendMetrics:
         Gauge("armature_model_info", "Served model", ["model"], registry=r).labels(model_name).set(
             1
         )
-
-    def router_observer(self) -> RouterMetrics:
-        return RouterMetrics(self.registry)
 
     def observe_prompt(self, num_prompt_tokens: int, num_cached_tokens: int) -> None:
         self._num_prompt_tokens += num_prompt_tokens

@@ -16,10 +16,10 @@ from armature.engines.registry import BuiltEngine, EngineSpec, get_kind
 from armature.errors import ConfigError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import ApiKeys, load_api_keys
+from armature.frontend.compose import compose_frontend
 from armature.frontend.main import run_serving, uvicorn_config
 from armature.frontend.preprocess import Preprocessor
 from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
-from armature.router.disagg import DisaggRouter
 from armature.runtime.ports import check_port_free
 
 __all__ = ["resolve_served_model", "serve_in_process"]
@@ -99,19 +99,25 @@ async def _serve(config: ServeConfig, roles: list[str], api_keys: ApiKeys | None
     router_config = dataclasses.replace(
         config.router, block_size_tokens=info.block_size_tokens, seed=config.engine.seed
     )
-    router = DisaggRouter(engines, router_config, config.disagg, prefill_engines=prefill_engines)
+    served = ServedModel(name, info.max_model_len_tokens, int(time.time()))
+    parts = compose_frontend(
+        engines=engines,
+        prefill_engines=prefill_engines,
+        router_config=router_config,
+        preprocessor=Preprocessor(model.path),
+        model=served,
+        disagg=config.disagg,
+        overload=config.overload,
+    )
     app = build_app(
-        router,
-        Preprocessor(model.path),
-        ServedModel(name=name, max_model_len=info.max_model_len_tokens, created=int(time.time())),
+        parts,
         api_keys=api_keys,
         protect_metrics=config.security.protect_metrics,
         max_request_bytes=config.http.max_request_bytes,
-        overload=config.overload,
     )
     http = config.http
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, http.host, http.port)
     try:
         await uvicorn.Server(uvicorn_config(app, http)).serve()
     finally:
-        await router.stop()  # idempotent: the app's shutdown stops the engines first
+        await parts.router.stop()  # idempotent: the app's shutdown stops the engines first

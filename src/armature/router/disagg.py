@@ -32,6 +32,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_transfer import KvHandle
 from armature.router.policies import RoutingError
+from armature.router.pressure import BusyWorkers
 from armature.router.service import EngineRouter, RouterObserver
 
 __all__ = ["PREFILL_ROLE", "DisaggRouter"]
@@ -52,23 +53,13 @@ class DisaggRouter(EngineRouter):
         disagg: DisaggConfig | None = None,
         observer: RouterObserver | None = None,
         prefill_engines: Mapping[str, Engine] | None = None,
+        busy: BusyWorkers | None = None,
     ):
-        super().__init__(engines, config, observer)
+        super().__init__(engines, config, observer, busy)
         self.disagg = disagg or DisaggConfig()
         self.prefill = EngineRouter(prefill_engines or {}, config, self.observer)
         self.num_prefills = {"remote": 0, "local": 0}
         self._releases: set[asyncio.Task[None]] = set()
-
-    @property
-    def observer(self) -> RouterObserver:
-        return self._observer
-
-    @observer.setter
-    def observer(self, value: RouterObserver) -> None:
-        self._observer = value
-        prefill = getattr(self, "prefill", None)
-        if prefill is not None:
-            prefill.observer = value
 
     # ---- pools -------------------------------------------------------------------------
     def start(self) -> None:

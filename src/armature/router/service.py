@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 
 import msgspec
 
@@ -23,12 +23,14 @@ from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
 from armature.router.load import ActiveLoad
 from armature.router.policies import (
     DirectPolicy,
+    KvPolicy,
     RouteRequest,
     RoutingError,
     RoutingPolicy,
     make_policy,
 )
 from armature.router.prefix_index import PrefixIndex
+from armature.router.pressure import BusyWorkers, WorkerPressure
 
 __all__ = ["EngineRouter", "RouterObserver", "next_sync_interval_s"]
 
@@ -61,17 +63,19 @@ class EngineRouter:
         engines: Mapping[str, Engine],
         config: RouterConfig,
         observer: RouterObserver | None = None,
+        busy: BusyWorkers | None = None,
     ):
+        """`observer` is told of decisions, migrations and prefills (metrics); `busy`: the
+        overload thresholds past which a worker is avoided while another has room."""
         self.engines = dict(engines)
         self.config = config
         self.observer = observer or RouterObserver()
+        self.busy = busy
         self.index = PrefixIndex()
         self.load = ActiveLoad()
         self.policy = self._make_policy(config)
         self._sync_task: asyncio.Task[None] | None = None
         self._num_routed_since_sync = 0  # requests routed since the last KV-event round
-        # overload control: workers past their busy thresholds; routing prefers the others
-        self.get_busy_workers: Callable[[], set[str]] = set
 
     def _make_policy(self, config: RouterConfig) -> RoutingPolicy:
         total_blocks = max(1, sum(e.get_load().num_total_blocks for e in self.engines.values()))
@@ -103,9 +107,10 @@ class EngineRouter:
         engine.start()
         self.index.add_worker(worker, engine.get_load().num_total_blocks)
         self.engines[worker] = engine
-        routed = getattr(self.policy, "routed", None)
-        if routed is not None:  # the routed predictions stay bounded by the total capacity
-            routed.max_entries = sum(e.get_load().num_total_blocks for e in self.engines.values())
+        if isinstance(self.policy, KvPolicy) and self.policy.routed is not None:
+            # the routed predictions stay bounded by the total capacity
+            total = sum(e.get_load().num_total_blocks for e in self.engines.values())
+            self.policy.routed.max_entries = total
 
     async def remove_engine(self, worker: str) -> None:
         """A worker left: no new requests go to it and its blocks leave the index."""
@@ -263,6 +268,19 @@ class EngineRouter:
             for w, e in self.engines.items()
             if e.is_alive
         }
+
+    def get_pressures(self) -> dict[str, WorkerPressure]:
+        """Each live worker's pressure, for overload control."""
+        return {
+            w: WorkerPressure.of(load, routed)
+            for w, (load, routed) in self.get_pool_loads().items()
+        }
+
+    def get_busy_workers(self) -> set[str]:
+        """Live workers past the busy thresholds (none without overload control)."""
+        if self.busy is None:
+            return set()
+        return self.busy.get_busy_workers(self.get_pressures())
 
     def get_index_blocks(self) -> tuple[int, int]:
         """(blocks in the prefix index, its bound: the workers' total capacity)."""

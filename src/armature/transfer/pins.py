@@ -11,7 +11,6 @@ read is in flight (the engine would otherwise reuse blocks that are being sent).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from armature.errors import ArmatureError
@@ -36,10 +35,9 @@ class _Pin:
 
 
 class PinTable:
-    def __init__(self, on_release: Callable[[], None] | None = None):
+    def __init__(self) -> None:
         self._pins: dict[str, _Pin] = {}
         self._lock = threading.Lock()
-        self.on_release = on_release  # wakes the engine thread so it frees promptly
         self.num_expired = 0
 
     def add(
@@ -72,8 +70,6 @@ class PinTable:
             if pin is None or pin.released:
                 return False
             pin.released = True
-        if self.on_release is not None:
-            self.on_release()
         return True
 
     def release_request(self, request_id: str) -> bool:
@@ -84,8 +80,6 @@ class PinTable:
             pins = [p for p in pins if not p.released]
             for pin in pins:
                 pin.released = True
-        if pins and self.on_release is not None:
-            self.on_release()
         return bool(pins)
 
     def take_freeable(self, now_s: float) -> list[list[int]]:

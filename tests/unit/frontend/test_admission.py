@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from armature.config import OverloadConfig
-from armature.frontend.admission import AdmissionGate, Overloaded, WorkerPressure, is_busy
+from armature.frontend.admission import AdmissionGate, Overloaded
+from armature.router.pressure import OverloadThresholds, WorkerPressure, is_busy
 
 
 class Workers:
@@ -31,7 +32,9 @@ def test_busy_by_kv_usage_or_queued_prefill() -> None:
 
 async def test_admits_at_once_with_room_and_queues_in_priority_order() -> None:
     workers = Workers()
-    gate = AdmissionGate(OverloadConfig(busy_kv_usage=0.9, busy_prefill_tokens=4096), workers)
+    gate = AdmissionGate(
+        OverloadThresholds(OverloadConfig(busy_kv_usage=0.9, busy_prefill_tokens=4096)), workers
+    )
     workers.pressures = [WorkerPressure(0.95, 0), WorkerPressure(0.2, 0)]
     await asyncio.wait_for(gate.admit(), 1)  # a worker has room
     workers.pressures = [WorkerPressure(0.95, 0), WorkerPressure(0.2, 9000)]  # all busy
@@ -55,12 +58,10 @@ async def test_admits_at_once_with_room_and_queues_in_priority_order() -> None:
 
 async def test_a_full_queue_and_a_long_wait_are_overloaded() -> None:
     workers = Workers()  # both busy
-    gate = AdmissionGate(
-        OverloadConfig(
-            busy_kv_usage=0.9, busy_prefill_tokens=100, max_queued_requests=1, queue_timeout_s=0.1
-        ),
-        workers,
+    config = OverloadConfig(
+        busy_kv_usage=0.9, busy_prefill_tokens=100, max_queued_requests=1, queue_timeout_s=0.1
     )
+    gate = AdmissionGate(OverloadThresholds(config), workers)
     waiting = asyncio.ensure_future(gate.admit())
     await asyncio.sleep(0.01)
     with pytest.raises(Overloaded, match="1 requests are already waiting") as full:
@@ -70,14 +71,16 @@ async def test_a_full_queue_and_a_long_wait_are_overloaded() -> None:
         await waiting
     assert late.value.code == "queue_timeout"
     assert gate.num_queued == 0 and gate.num_rejected == 2
-    gate.config = OverloadConfig()  # thresholds cleared at runtime: everything passes
+    gate.thresholds.config = OverloadConfig()  # thresholds cleared at runtime: everything passes
     await asyncio.wait_for(gate.admit(), 1)
     await gate.stop()
 
 
 async def test_a_cancelled_waiter_gives_up_its_place() -> None:
     workers = Workers()
-    gate = AdmissionGate(OverloadConfig(busy_kv_usage=0.9, busy_prefill_tokens=100), workers)
+    gate = AdmissionGate(
+        OverloadThresholds(OverloadConfig(busy_kv_usage=0.9, busy_prefill_tokens=100)), workers
+    )
     first = asyncio.ensure_future(gate.admit())
     await asyncio.sleep(0.01)
     first.cancel()

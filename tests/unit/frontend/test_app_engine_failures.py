@@ -12,9 +12,9 @@ import pytest
 from armature.config import RouterConfig
 from armature.engines.api import EngineDeadError
 from armature.frontend.app import ServedModel, build_app
+from armature.frontend.compose import compose_frontend
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
-from armature.router.service import EngineRouter
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
@@ -53,8 +53,13 @@ def preprocessor(default_model_dir: Path) -> Preprocessor:
 
 
 def client(preprocessor: Preprocessor) -> httpx.AsyncClient:
-    router = EngineRouter({"w0": DeadEngine()}, RouterConfig())  # type: ignore[dict-item]
-    app = build_app(router, preprocessor, ServedModel("m", 2048, 0))
+    parts = compose_frontend(
+        engines={"w0": DeadEngine()},  # type: ignore[dict-item]
+        router_config=RouterConfig(),
+        preprocessor=preprocessor,
+        model=ServedModel("m", 2048, 0),
+    )
+    app = build_app(parts)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
 
 

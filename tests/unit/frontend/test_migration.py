@@ -6,7 +6,7 @@ reported once, and the migration limit ends it with a clear error."""
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
+from armature.router.pressure import WorkerPressure
 from armature.router.service import EngineRouter, RouterObserver
 
 NEW_TOKENS = 12
@@ -129,9 +130,15 @@ async def test_busy_workers_are_avoided_while_another_has_room(tiny_llama_dir: P
     prefers, and falls back to every worker when all are busy."""
     engines = {n: real(tiny_llama_dir) for n in "abc"}
     observer = Decisions()
-    router = EngineRouter(engines, RouterConfig(policy="round-robin"), observer)  # type: ignore[arg-type]
     busy = {"a", "b"}
-    router.get_busy_workers = lambda: busy
+
+    class ByName:
+        def get_busy_workers(self, pressures: Mapping[str, WorkerPressure]) -> set[str]:
+            assert set(pressures) == {"a", "b", "c"}  # every live worker is weighed
+            return busy & set(pressures)
+
+    config = RouterConfig(policy="round-robin")
+    router = EngineRouter(engines, config, observer, busy=ByName())  # type: ignore[arg-type]
     sampling = request([]).sampling
     router.start()
     try:

@@ -65,6 +65,9 @@ class _Dump:
 
 _STOP = object()
 _WAKE = object()  # a pinned handle was released: free its blocks now
+# while blocks are pinned, an idle engine thread looks for released ones this often (a release
+# through a peer's KV transfer server does not reach the command queue)
+PIN_POLL_S = 0.02
 MAX_BUFFERED_KV_EVENTS = 65536
 
 
@@ -73,7 +76,6 @@ class AsyncEngine:
         self.core = core
         # pulls a peer's KV blocks for requests with a kv_handle; owned: stopped with the engine
         self.transfer = transfer
-        core.pins.on_release = lambda: self._commands.put(_WAKE)
         self.num_kv_pulls = 0
         self.num_kv_pull_failures = 0
         self.num_kv_blocks_pulled = 0
@@ -222,7 +224,8 @@ class AsyncEngine:
         )
 
     async def release_kv(self, handle: KvHandle) -> None:
-        self.core.pins.release(handle.handle_id)  # wakes the engine thread, which frees
+        if self.core.pins.release(handle.handle_id):
+            self._commands.put(_WAKE)  # the engine thread frees them now
 
     async def dump_kv_blocks(self) -> KvDump:
         """Every block this engine caches, as of its newest event (answers an event gap)."""
@@ -261,8 +264,8 @@ class AsyncEngine:
         """Apply queued add/abort commands; with `block`, wait for at least one. False on stop."""
         timeout_s = None
         deadline_s = self.core.pins.next_deadline_s() if block else None
-        if deadline_s is not None:  # wake up to free expired pins
-            timeout_s = max(0.0, deadline_s - time.monotonic()) + 0.001
+        if deadline_s is not None:  # wake up to free released and expired pins
+            timeout_s = min(PIN_POLL_S, max(0.0, deadline_s - time.monotonic()) + 0.001)
         try:
             command = self._commands.get(block=block, timeout=timeout_s)
         except queue.Empty:

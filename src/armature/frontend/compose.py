@@ -1,0 +1,78 @@
+"""The frontend's parts, composed once: every collaborator goes in through a constructor.
+
+registry ─▶ RouterMetrics (observer) ─┐
+OverloadThresholds ───────────────────┼─▶ DisaggRouter ─▶ FrontendMetrics (its loads)
+                                      │        └───────▶ AdmissionGate (its pressures)
+                                      └──────────────────▶ OpenAIService ─▶ build_app
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from armature.config import DisaggConfig, OverloadConfig, RouterConfig
+from armature.engines.api import Engine
+from armature.frontend.admission import AdmissionGate
+from armature.frontend.metrics import FrontendMetrics, RouterMetrics
+from armature.frontend.preprocess import Preprocessor
+from armature.frontend.service import OpenAIService, ServedModel
+from armature.router.disagg import DisaggRouter
+from armature.router.pressure import OverloadThresholds
+
+__all__ = ["FrontendParts", "compose_frontend"]
+
+
+@dataclass(frozen=True)
+class FrontendParts:
+    router: DisaggRouter
+    thresholds: OverloadThresholds
+    gate: AdmissionGate
+    metrics: FrontendMetrics
+    service: OpenAIService
+    model: ServedModel
+
+
+def compose_frontend(
+    *,
+    engines: Mapping[str, Engine],
+    router_config: RouterConfig,
+    preprocessor: Preprocessor,
+    model: ServedModel,
+    disagg: DisaggConfig | None = None,
+    overload: OverloadConfig | None = None,
+    prefill_engines: Mapping[str, Engine] | None = None,
+) -> FrontendParts:
+    """A router over `engines` (more join later through `router.add_engine`), its metrics,
+    the overload gate and the OpenAI service, wired to each other."""
+    registry = CollectorRegistry()
+    thresholds = OverloadThresholds(overload or OverloadConfig())
+    router = DisaggRouter(
+        engines,
+        router_config,
+        disagg,
+        observer=RouterMetrics(registry),
+        prefill_engines=prefill_engines,
+        busy=thresholds,
+    )
+    metrics = FrontendMetrics(model.name, router.get_load, router.get_worker_loads, registry)
+    gate = AdmissionGate(thresholds, lambda: router.get_pressures().values())
+    Gauge(
+        "armature_requests_queued",
+        "Requests waiting for a free worker (overload control)",
+        registry=registry,
+    ).set_function(lambda: gate.num_queued)
+    Gauge(
+        "armature_router_index_blocks",
+        "(worker, block) entries in the router's prefix index",
+        registry=registry,
+    ).set_function(lambda: router.get_index_blocks()[0])
+    Gauge(
+        "armature_router_index_capacity_blocks",
+        "The prefix index's bound: the routed workers' KV capacity in blocks",
+        registry=registry,
+    ).set_function(lambda: router.get_index_blocks()[1])
+    service = OpenAIService(router, preprocessor, metrics, model)
+    return FrontendParts(router, thresholds, gate, metrics, service, model)
