@@ -3,8 +3,9 @@
 Owns every block's reference count and hash. Free blocks sit in an LRU queue: `allocate`
 takes from the head (least recently freed first), `free` appends at the tail. A freed block
 keeps its hash and stays findable by `find_prefix` until it is taken again (evicted), which
-emits a Removed event. Callers free a request's blocks tail-first, so prefix blocks, the most
-reusable, are evicted last.
+emits a Removed event after telling the pool's `EvictionObserver` (a lower KV tier copying the
+block out). Callers free a request's blocks tail-first, so prefix blocks, the most reusable,
+are evicted last.
 
     free queue:  head [b7, b3, b9, ...] tail      allocate -> b7 first
     cached map:  seq_hash -> block id (blocks in use and evictable free ones)
@@ -15,8 +16,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from armature.errors import ArmatureError
+from armature.kv.eviction import EvictedBlock, EvictionObserver
 from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, StoredBlock
 
 __all__ = ["BlockPool", "KvBlock", "NoFreeBlocksError"]
@@ -32,18 +35,28 @@ class KvBlock:
     ref_count: int = 0
     seq_hash: int | None = None
     local_hash: int | None = None
+    parent_hash: int | None = None  # seq_hash of the block before it (only while cached)
 
 
 class BlockPool:
     """Fixed set of `num_blocks` blocks of `block_size` tokens. Pure: no I/O, no locks;
-    one owner (the scheduler) calls it from one thread."""
+    one owner (the scheduler) calls it from one thread. `eviction_observer` is told about
+    every cached block before `allocate` reuses it."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        *,
+        eviction_observer: EvictionObserver | None = None,
+    ):
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self._eviction_observer = eviction_observer
         self.blocks = [KvBlock(i) for i in range(num_blocks)]
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self._cached: dict[int, int] = {}  # seq_hash -> block id
@@ -99,11 +112,15 @@ class BlockPool:
 
     def allocate(self, num_blocks: int) -> list[int]:
         """Take `num_blocks` blocks from the queue head, each with one reference. Evicted
-        cached blocks lose their hash (one Removed event). All or nothing."""
+        cached blocks are first reported to the eviction observer (one call, pool untouched),
+        then lose their hash (one Removed event). All or nothing, also when the observer
+        raises."""
         if num_blocks < 0:
             raise ValueError(f"num_blocks must be non-negative, got {num_blocks}")
         if num_blocks > len(self._free):
             raise NoFreeBlocksError(f"asked for {num_blocks} blocks, {len(self._free)} free")
+        if self._eviction_observer is not None:
+            self._report_evictions(num_blocks, self._eviction_observer)
         out: list[int] = []
         evicted: list[int] = []
         for _ in range(num_blocks):
@@ -115,6 +132,7 @@ class BlockPool:
                 evicted.append(block.seq_hash)
                 block.seq_hash = None
                 block.local_hash = None
+                block.parent_hash = None
             block.ref_count = 1
             out.append(block_id)
         if evicted:
@@ -155,6 +173,7 @@ class BlockPool:
             elif seq_hash not in self._cached:
                 block.seq_hash = seq_hash
                 block.local_hash = local_hash
+                block.parent_hash = prev_hash
                 self._cached[seq_hash] = block_id
                 newly_cached = True
             if newly_cached:
@@ -175,6 +194,7 @@ class BlockPool:
         for block in self.blocks:
             block.seq_hash = None
             block.local_hash = None
+            block.parent_hash = None
         self._cached.clear()
         self._emit(KvCleared(self._take_event_id()))
         return True
@@ -192,9 +212,23 @@ class BlockPool:
             assert block.ref_count >= 0
             assert (block.ref_count == 0) == (block.block_id in free_ids), block
             assert (block.seq_hash is None) == (block.local_hash is None), block
+            assert block.seq_hash is not None or block.parent_hash is None, block
             if block.seq_hash is not None:
                 assert self._cached[block.seq_hash] == block.block_id
         assert all(self.blocks[b].seq_hash == h for h, b in self._cached.items())
+
+    def _report_evictions(self, num_blocks: int, observer: EvictionObserver) -> None:
+        """Tell `observer` which cached blocks the next `allocate(num_blocks)` takes."""
+        evicted: list[EvictedBlock] = []
+        for block_id in islice(self._free, num_blocks):
+            block = self.blocks[block_id]
+            if block.seq_hash is not None:
+                assert block.local_hash is not None
+                evicted.append(
+                    EvictedBlock(block_id, block.seq_hash, block.local_hash, block.parent_hash)
+                )
+        if evicted:
+            observer.on_evict(evicted)
 
     def _take_event_id(self) -> int:
         event_id = self._next_event_id

@@ -5,11 +5,13 @@ local hash = xxh3_64(seed) of the block's token ids as little-endian u32;
 seq[0] = local[0]; seq[i] = xxh3_64(seed)(le64(seq[i-1]) || le64(local[i])).
 
 Whole prompts are hashed in one native call (`armature.kv._native`, built from _native.c at
-install) when the extension is present, else in Python; both give the same hashes.
+install) when the extension is present, else in Python; both give the same hashes and raise
+the same errors. `backend=` picks one explicitly (tests, benchmarks); None takes the fastest.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
 import sys
 from array import array
@@ -17,6 +19,8 @@ from collections.abc import Sequence
 from typing import NewType
 
 import xxhash
+
+from armature.errors import ArmatureError
 
 try:
     from armature.kv import _native
@@ -26,13 +30,28 @@ except ImportError:  # built without a C compiler: the pure-Python path below
 __all__ = [
     "DEFAULT_HASH_SEED",
     "BlockHash",
+    "HashBackend",
+    "HashBackendUnavailableError",
     "chain_hash",
     "compute_block_hashes",
+    "compute_block_hashes_py",
     "compute_local_hashes",
     "compute_seq_hashes",
     "has_native_hashing",
     "hash_seed_for_salt",
 ]
+
+
+class HashBackend(enum.StrEnum):
+    """Which implementation hashes a whole prompt."""
+
+    NATIVE = "native"  # armature.kv._native, the C extension (present if it was built)
+    PYTHON = "python"  # xxhash per block from Python: always present, the reference
+
+
+class HashBackendUnavailableError(ArmatureError, RuntimeError):
+    """`backend=HashBackend.NATIVE` was asked for, but the extension was not built."""
+
 
 BlockHash = NewType("BlockHash", int)
 _PAIR = struct.Struct("<QQ")
@@ -64,7 +83,7 @@ def _le_u32_bytes(token_ids: Sequence[int]) -> bytes:
     faster than packing block by block (256 blocks: 117 us vs 398 us)."""
     try:
         packed = array("I", token_ids)
-    except OverflowError:
+    except (OverflowError, TypeError):  # TypeError: not an int; the native path says the same
         raise ValueError("token ids must fit in an unsigned 32-bit integer") from None
     assert packed.itemsize == 4
     if sys.byteorder != "little":
@@ -80,7 +99,20 @@ def chain_hash(parent_seq_hash: int | None, local_hash: int, seed: int = DEFAULT
 
 
 def has_native_hashing() -> bool:
+    """Whether the native extension was built (and so is the default backend)."""
     return _native is not None
+
+
+def _use_native(backend: HashBackend | None) -> bool:
+    if backend is None:
+        return _native is not None
+    if backend is HashBackend.PYTHON:
+        return False
+    if _native is None:
+        raise HashBackendUnavailableError(
+            "armature.kv._native was not built (no C compiler at install); use HashBackend.PYTHON"
+        )
+    return True
 
 
 def compute_block_hashes(
@@ -88,9 +120,11 @@ def compute_block_hashes(
     block_size: int,
     seed: int = DEFAULT_HASH_SEED,
     parent_seq_hash: int | None = None,
+    *,
+    backend: HashBackend | None = None,
 ) -> list[tuple[BlockHash, int]]:
     """(seq_hash, local_hash) of every full block, chained from `parent_seq_hash`."""
-    if _native is not None:
+    if _use_native(backend):
         return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, True)
     return compute_block_hashes_py(token_ids, block_size, seed, parent_seq_hash)
 
@@ -100,9 +134,11 @@ def compute_seq_hashes(
     block_size: int,
     seed: int = DEFAULT_HASH_SEED,
     parent_seq_hash: int | None = None,
+    *,
+    backend: HashBackend | None = None,
 ) -> list[int]:
     """Only the sequence hashes (what the router indexes) of every full block."""
-    if _native is not None:
+    if _use_native(backend):
         return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, False)
     return [h for h, _ in compute_block_hashes_py(token_ids, block_size, seed, parent_seq_hash)]
 

@@ -5,11 +5,20 @@
 
 from __future__ import annotations
 
+import enum
+
 import msgspec
 
-__all__ = ["KvCleared", "KvDump", "KvEvent", "KvRemoved", "KvStored", "StoredBlock", "Tier"]
+__all__ = ["KvCleared", "KvDump", "KvEvent", "KvRemoved", "KvStored", "KvTier", "StoredBlock"]
 
-Tier = str  # "G1" engine memory, "G2" host, "G3" disk, "G4" remote
+
+class KvTier(enum.StrEnum):
+    """Where a KV block lives (G1..G4 in the docs); on the wire as its value."""
+
+    DEVICE = "device"  # G1: the engine's own KV memory (GPU, or CPU for a CPU engine)
+    HOST = "host"  # G2: host RAM
+    DISK = "disk"  # G3: local disk
+    EXTERNAL = "external"  # G4: a shared remote store
 
 
 class StoredBlock(msgspec.Struct, frozen=True):
@@ -21,13 +30,13 @@ class KvStored(msgspec.Struct, frozen=True, tag="stored"):
     event_id: int
     parent_hash: int | None  # seq_hash of the block before blocks[0]; None at sequence start
     blocks: list[StoredBlock]
-    tier: Tier = "G1"
+    tier: KvTier = KvTier.DEVICE
 
 
 class KvRemoved(msgspec.Struct, frozen=True, tag="removed"):
     event_id: int
     seq_hashes: list[int]
-    tier: Tier = "G1"
+    tier: KvTier = KvTier.DEVICE
 
 
 class KvCleared(msgspec.Struct, frozen=True, tag="cleared"):

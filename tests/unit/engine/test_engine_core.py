@@ -3,6 +3,7 @@ finishing and block accounting."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from fakes import EOS, CountingRunner
 from armature.engines.api import InvalidRequestError
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
+from armature.kv.eviction import EvictedBlock
+from armature.kv.hashing import compute_block_hashes
 from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_events import KvRemoved, KvStored
 
@@ -138,6 +141,26 @@ def test_kv_events_follow_block_lifecycle() -> None:
     removed = [e for e in events if isinstance(e, KvRemoved)]
     assert sorted(h for e in removed for h in e.seq_hashes) == sorted(stored_hashes)
     assert [e.event_id for e in events] == list(range(1, 1 + len(events)))
+
+
+def test_eviction_observer_is_given_to_the_block_pool() -> None:
+    calls: list[list[EvictedBlock]] = []
+
+    class Recorder:
+        def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
+            calls.append(list(blocks))
+
+    config = EngineConfig(model_dir=Path("/unused"), block_size=4)
+    core = EngineCore(config, CountingRunner(), num_blocks=3, eviction_observer=Recorder())
+    core.add_request(request("a", list(range(8)), max_tokens=1))
+    run_all(core)
+    assert calls == []
+    # "a" freed its blocks tail first: [2, 1, 0]; "b" needs all 3, evicting block 1 then 0.
+    assert core.pool.get_free_block_ids() == [2, 1, 0]
+    core.add_request(request("b", list(range(50, 61)), max_tokens=1))
+    run_all(core)
+    (s0, l0), (s1, l1) = compute_block_hashes(list(range(8)), 4)
+    assert calls == [[EvictedBlock(1, s1, l1, s0), EvictedBlock(0, s0, l0, None)]]
 
 
 def test_preemption_recomputes_and_loses_nothing() -> None:

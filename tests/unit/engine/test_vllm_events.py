@@ -18,7 +18,7 @@ from armature.engines.vllm.events import (
 )
 from armature.engines.vllm.subscriber import KvEventSubscriber
 from armature.kv.hashing import compute_block_hashes, compute_seq_hashes, hash_seed_for_salt
-from armature.protocols.kv_events import KvCleared, KvRemoved, KvStored, StoredBlock
+from armature.protocols.kv_events import KvCleared, KvRemoved, KvStored, KvTier, StoredBlock
 from armature.router.prefix_index import PrefixIndex
 
 BS = 4
@@ -55,7 +55,7 @@ def test_stored_recomputes_our_chained_hashes() -> None:
     tokens = list(range(100, 112))
     (event,) = t.translate(stored([b"a", b"b", b"c"], None, tokens))
     expected = compute_block_hashes(tokens, BS)
-    assert event == KvStored(0, None, [StoredBlock(s, loc) for s, loc in expected], "G1")
+    assert event == KvStored(0, None, [StoredBlock(s, loc) for s, loc in expected], KvTier.DEVICE)
 
 
 def test_child_chains_from_the_parents_hash_as_we_computed_it() -> None:
@@ -77,7 +77,7 @@ def test_removed_once_every_copy_is_gone() -> None:
     t.translate(stored([1, 2], None, tokens))
     t.translate(stored([1, 2], None, tokens))  # vLLM computed the same blocks twice
     assert t.translate(VllmBlockRemoved([2], "GPU")) == []
-    assert t.translate(VllmBlockRemoved([2], "GPU")) == [KvRemoved(2, [seq[1]], "G1")]
+    assert t.translate(VllmBlockRemoved([2], "GPU")) == [KvRemoved(2, [seq[1]], KvTier.DEVICE)]
     assert t.dump().seq_hashes == [seq[0]]
     assert t.dump().last_event_id == 2
 
@@ -93,8 +93,12 @@ def test_cleared_forgets_everything() -> None:
 def test_lower_tiers_and_lora_salt() -> None:
     t = KvEventTranslator(block_size=BS)
     (cpu,) = t.translate(stored([1], None, [1, 2, 3, 4], medium="CPU"))
-    assert isinstance(cpu, KvStored) and cpu.tier == "G2"
-    assert t.dump().seq_hashes == []  # the dump covers G1 only
+    assert isinstance(cpu, KvStored) and cpu.tier is KvTier.HOST
+    (disk,) = t.translate(stored([1], None, [1, 2, 3, 4], medium="STORAGE"))
+    assert isinstance(disk, KvStored) and disk.tier is KvTier.DISK
+    assert t.dump().seq_hashes == []  # the dump covers device memory only
+    seq = compute_seq_hashes([1, 2, 3, 4], BS)
+    assert t.translate(VllmBlockRemoved([1], "CPU")) == [KvRemoved(2, seq, KvTier.HOST)]
     lora = VllmBlockStored([2], None, [1, 2, 3, 4], BS, medium="GPU", lora_name="ad")
     (event,) = t.translate(lora)
     assert isinstance(event, KvStored)

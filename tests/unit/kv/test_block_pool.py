@@ -5,12 +5,13 @@ Every pool here is a `CheckedPool`, which runs `check_integrity()` after every m
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import pytest
 
 from armature.kv.block_pool import BlockPool, NoFreeBlocksError
+from armature.kv.eviction import EvictedBlock, EvictionObserver
 from armature.kv.hashing import compute_block_hashes
 from armature.protocols.kv_events import KvCleared, KvRemoved, KvStored, StoredBlock
 
@@ -36,10 +37,34 @@ class CheckedPool(BlockPool):
     take_events = _checked(BlockPool.take_events)
 
 
-def make_pool(num_blocks: int = 8, enable_prefix_caching: bool = True) -> CheckedPool:
-    pool = CheckedPool(num_blocks, block_size=4, enable_prefix_caching=enable_prefix_caching)
+def make_pool(
+    num_blocks: int = 8,
+    enable_prefix_caching: bool = True,
+    eviction_observer: EvictionObserver | None = None,
+) -> CheckedPool:
+    pool = CheckedPool(
+        num_blocks,
+        block_size=4,
+        enable_prefix_caching=enable_prefix_caching,
+        eviction_observer=eviction_observer,
+    )
     pool.check_integrity()
     return pool
+
+
+class RecordingObserver:
+    """Keeps every `on_evict` call's blocks, one list per call."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[EvictedBlock]] = []
+
+    def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
+        self.calls.append(list(blocks))
+
+
+def evicted(block_id: int, seq_hash: int, parent_hash: int | None) -> EvictedBlock:
+    """An EvictedBlock with the `hashes` convention local = seq + 1000."""
+    return EvictedBlock(block_id, seq_hash, seq_hash + 1000, parent_hash)
 
 
 def hashes(*seq_hashes: int) -> list[tuple[int, int]]:
@@ -485,6 +510,158 @@ def test_prefix_caching_disabled() -> None:
     assert pool.take_events() == []
 
 
+# ---- eviction observer ---------------------------------------------------------------------
+
+
+def test_observer_is_told_each_evicted_block_in_lru_order() -> None:
+    observer = RecordingObserver()
+    pool = make_pool(6, eviction_observer=observer)
+    ids = pool.allocate(4)
+    pool.cache_blocks(ids[:3], hashes(10, 11, 12), parent_hash=None)
+    pool.cache_blocks([ids[3]], hashes(13), parent_hash=12)
+    pool.free([3, 0, 2, 1])
+    assert pool.get_free_block_ids() == [4, 5, 3, 0, 2, 1]
+    # Uncached free blocks first: no call at all.
+    assert pool.allocate(2) == [4, 5]
+    assert observer.calls == []
+    # One allocate evicting three cached blocks: one call, in eviction order, with parents.
+    assert pool.allocate(3) == [3, 0, 2]
+    assert observer.calls == [[evicted(3, 13, 12), evicted(0, 10, None), evicted(2, 12, 11)]]
+    assert pool.allocate(1) == [1]
+    assert observer.calls[1:] == [[evicted(1, 11, 10)]]
+    assert pool.take_events() == [
+        KvStored(0, None, stored(10, 11, 12)),
+        KvStored(1, 12, stored(13)),
+        KvRemoved(2, [13, 10, 12]),
+        KvRemoved(3, [11]),
+    ]
+
+
+def test_observer_sees_the_pool_before_the_eviction() -> None:
+    seen: list[tuple[list[int | None], int, list[int]]] = []
+    pool: BlockPool | None = None
+
+    class PeekingObserver:
+        def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
+            assert pool is not None
+            seen.append(
+                (
+                    [pool.get_cached_block(b.seq_hash) for b in blocks],
+                    pool.get_last_event_id(),
+                    pool.get_free_block_ids(),
+                )
+            )
+
+    pool = make_pool(2, eviction_observer=PeekingObserver())
+    pool.cache_blocks(pool.allocate(2), hashes(10, 11), parent_hash=None)
+    pool.free([1, 0])
+    assert pool.allocate(2) == [1, 0]
+    # Still cached, still free, the Removed (event 1) not yet emitted.
+    assert seen == [([1, 0], 0, [1, 0])]
+    assert pool.take_events() == [KvStored(0, None, stored(10, 11)), KvRemoved(1, [11, 10])]
+    assert pool.get_num_cached_blocks() == 0
+
+
+def test_observer_that_raises_leaves_the_pool_unchanged() -> None:
+    class FailingObserver:
+        def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
+            raise OSError("host tier full")
+
+    pool = make_pool(3, eviction_observer=FailingObserver())
+    ids = pool.allocate(2)
+    pool.cache_blocks(ids, hashes(10, 11), parent_hash=None)
+    pool.take_events()
+    pool.free([1, 0])
+    before = snapshot(pool)
+    assert before[0] == [2, 1, 0]
+    assert pool.allocate(1) == [2]  # uncached: the observer is not called
+    pool.free([2])
+    before = snapshot(pool)
+    with pytest.raises(OSError, match="host tier full"):
+        pool.allocate(2)
+    assert snapshot(pool) == before
+    assert pool.take_events() == []
+    assert pool.find_prefix([10, 11]) == [0, 1]
+
+
+def test_observer_is_not_told_about_blocks_never_cached() -> None:
+    observer = RecordingObserver()
+    pool = make_pool(4, eviction_observer=observer)
+    pool.free(pool.allocate(4))
+    assert pool.allocate(4) == [0, 1, 2, 3]
+    # An uncached duplicate (block 1 computes hash 10 again) is not reported either.
+    pool.cache_blocks([0], hashes(10), parent_hash=None)
+    pool.cache_blocks([1], hashes(10), parent_hash=None)
+    assert pool.blocks[1].seq_hash is None
+    pool.free([3, 2, 1, 0])
+    assert pool.get_free_block_ids() == [3, 2, 1, 0]
+    with pytest.raises(NoFreeBlocksError):
+        pool.allocate(5)
+    assert pool.allocate(3) == [3, 2, 1]
+    assert observer.calls == []
+    assert pool.allocate(1) == [0]
+    assert observer.calls == [[evicted(0, 10, None)]]
+
+
+def test_prefix_hit_on_a_free_cached_block_is_not_an_eviction() -> None:
+    observer = RecordingObserver()
+    pool = make_pool(5, eviction_observer=observer)
+    ids = pool.allocate(3)
+    pool.cache_blocks(ids, hashes(10, 11, 12), parent_hash=None)
+    pool.free(list(reversed(ids)))
+    assert pool.get_free_block_ids() == [3, 4, 2, 1, 0]
+    hit = pool.find_prefix([10, 11, 99])
+    assert hit == [0, 1]
+    pool.touch(hit)
+    assert observer.calls == []
+    # The rest of the queue goes; the revived blocks stay cached and unreported.
+    assert pool.allocate(3) == [3, 4, 2]
+    assert observer.calls == [[evicted(2, 12, 11)]]
+    pool.free([1, 0])
+    assert pool.allocate(2) == [1, 0]
+    assert observer.calls[1:] == [[evicted(1, 11, 10), evicted(0, 10, None)]]
+
+
+def test_observer_records_the_parent_the_stored_event_carried() -> None:
+    observer = RecordingObserver()
+    pool = make_pool(8, eviction_observer=observer)
+    assert pool.allocate(1) == [0]
+    pool.cache_blocks([0], hashes(21), parent_hash=20)
+    # 21 again, in block 2: a duplicate; 22 after it still has parent 21.
+    ids = pool.allocate(3)
+    pool.cache_blocks(ids, hashes(20, 21, 22), parent_hash=None)
+    assert pool.take_events() == [
+        KvStored(0, 20, stored(21)),
+        KvStored(1, None, stored(20)),
+        KvStored(2, 21, stored(22)),
+    ]
+    pool.free([0, 3, 2, 1])
+    assert pool.allocate(8) == [4, 5, 6, 7, 0, 3, 2, 1]
+    assert observer.calls == [[evicted(0, 21, 20), evicted(3, 22, 21), evicted(1, 20, None)]]
+
+
+def test_reset_prefix_cache_reports_nothing_now_or_later() -> None:
+    observer = RecordingObserver()
+    pool = make_pool(3, eviction_observer=observer)
+    ids = pool.allocate(3)
+    pool.cache_blocks(ids, hashes(10, 11, 12), parent_hash=None)
+    pool.free(ids)
+    assert pool.reset_prefix_cache()
+    assert pool.allocate(3) == [0, 1, 2]
+    assert observer.calls == []
+    assert pool.take_events() == [KvStored(0, None, stored(10, 11, 12)), KvCleared(1)]
+
+
+def test_no_prefix_caching_reports_nothing() -> None:
+    observer = RecordingObserver()
+    pool = make_pool(2, enable_prefix_caching=False, eviction_observer=observer)
+    ids = pool.allocate(2)
+    pool.cache_blocks(ids, hashes(10, 11), parent_hash=None)
+    pool.free(ids)
+    assert pool.allocate(2) == [0, 1]
+    assert observer.calls == []
+
+
 # ---- check_integrity can fail --------------------------------------------------------------
 
 
@@ -504,9 +681,19 @@ def _corrupt_cached_map(pool: BlockPool) -> None:
     pool._cached[99] = 3  # map entry without a block behind it
 
 
+def _corrupt_parent_hash(pool: BlockPool) -> None:
+    pool.blocks[2].parent_hash = 10  # an uncached block that remembers a parent
+
+
 @pytest.mark.parametrize(
     "corrupt",
-    [_corrupt_ref_count, _corrupt_block_hash, _corrupt_local_hash, _corrupt_cached_map],
+    [
+        _corrupt_ref_count,
+        _corrupt_block_hash,
+        _corrupt_local_hash,
+        _corrupt_cached_map,
+        _corrupt_parent_hash,
+    ],
 )
 def test_check_integrity_detects_corruption(corrupt: Callable[[BlockPool], None]) -> None:
     pool = BlockPool(4, 4)

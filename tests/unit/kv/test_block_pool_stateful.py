@@ -1,19 +1,22 @@
 """BlockPool against a naive model (plain lists, recomputed maps) over random operation runs.
 
-The model keeps the free queue as a list (head first), one `(seq_hash, local_hash) | None` per
-block, and derives the cached map from those on every read. Hashes come from a small alphabet
-so duplicates, cache hits and evictions of cached blocks are common.
+The model keeps the free queue as a list (head first), one `(seq_hash, local_hash) | None` and
+one parent per block, and derives the cached map from those on every read. Hashes come from a
+small alphabet so duplicates, cache hits and evictions of cached blocks are common. The pool's
+eviction observer must have been told exactly the blocks the model says each allocate evicted.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from armature.kv.block_pool import BlockPool, NoFreeBlocksError
+from armature.kv.eviction import EvictedBlock
 from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, StoredBlock
 
 ALPHABET = list(range(1, 9))  # seq hashes
@@ -28,7 +31,9 @@ class NaivePool:
         self.ref = [0] * num_blocks
         self.free_queue = list(range(num_blocks))
         self.hash_of: list[tuple[int, int] | None] = [None] * num_blocks
+        self.parent_of: list[int | None] = [None] * num_blocks
         self.events: list[KvEvent] = []
+        self.evictions: list[list[EvictedBlock]] = []  # one list per allocate that evicts
         self.next_event_id = 0
 
     def cached(self) -> dict[int, int]:
@@ -42,12 +47,18 @@ class NaivePool:
         if n > len(self.free_queue):
             raise NoFreeBlocksError
         taken, self.free_queue = self.free_queue[:n], self.free_queue[n:]
-        evicted = [h[0] for b in taken if (h := self.hash_of[b]) is not None]
+        evicted = [
+            EvictedBlock(b, h[0], h[1], self.parent_of[b])
+            for b in taken
+            if (h := self.hash_of[b]) is not None
+        ]
         for b in taken:
             self.hash_of[b] = None
+            self.parent_of[b] = None
             self.ref[b] = 1
         if evicted:
-            self.events.append(KvRemoved(self._event_id(), evicted))
+            self.evictions.append(evicted)
+            self.events.append(KvRemoved(self._event_id(), [e.seq_hash for e in evicted]))
         return taken
 
     def free(self, ids: list[int]) -> None:
@@ -79,10 +90,11 @@ class NaivePool:
         if not self.enable_prefix_caching:
             return
         is_new = []
-        for b, pair in zip(ids, hashes, strict=True):
+        for i, (b, pair) in enumerate(zip(ids, hashes, strict=True)):
             new = self.hash_of[b] is None and pair[0] not in self.cached()
             if new:
                 self.hash_of[b] = pair
+                self.parent_of[b] = parent if i == 0 else hashes[i - 1][0]
             is_new.append(new)
         # One Stored event per maximal run of newly cached blocks; a run's parent is the seq
         # hash just before it in the call (or the caller's parent for the first block).
@@ -103,13 +115,23 @@ class NaivePool:
         if any(self.ref):
             return False
         self.hash_of = [None] * len(self.hash_of)
+        self.parent_of = [None] * len(self.parent_of)
         self.events.append(KvCleared(self._event_id()))
         return True
+
+
+class RecordingObserver:
+    def __init__(self) -> None:
+        self.calls: list[list[EvictedBlock]] = []
+
+    def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
+        self.calls.append(list(blocks))
 
 
 class BlockPoolMachine(RuleBasedStateMachine):
     pool: BlockPool
     model: NaivePool
+    observer: RecordingObserver
 
     def __init__(self) -> None:
         super().__init__()
@@ -121,7 +143,13 @@ class BlockPoolMachine(RuleBasedStateMachine):
         enable_prefix_caching=st.sampled_from([True, True, True, False]),
     )
     def init_pool(self, num_blocks: int, enable_prefix_caching: bool) -> None:
-        self.pool = BlockPool(num_blocks, 4, enable_prefix_caching=enable_prefix_caching)
+        self.observer = RecordingObserver()
+        self.pool = BlockPool(
+            num_blocks,
+            4,
+            enable_prefix_caching=enable_prefix_caching,
+            eviction_observer=self.observer,
+        )
         self.model = NaivePool(num_blocks, enable_prefix_caching)
 
     @rule(data=st.data())
@@ -187,9 +215,28 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.pool.cache_blocks(ids, hashes, parent)
         self.model.cache_blocks(ids, hashes, parent)
 
-    @rule()
-    def reset_prefix_cache(self) -> None:
-        assert self.pool.reset_prefix_cache() == self.model.reset_prefix_cache()
+    @rule(data=st.data())
+    def run_request(self, data: st.DataObject) -> None:
+        """The scheduler's pattern: take blocks, cache them as one chain, free them tail first
+        (so cached blocks pile up in the queue and later allocations evict them)."""
+        n = data.draw(st.integers(min_value=1, max_value=3), label="n")
+        if n > len(self.model.free_queue):
+            return
+        ids = self.pool.allocate(n)
+        assert ids == self.model.allocate(n)
+        seqs = data.draw(st.lists(st.sampled_from(ALPHABET), min_size=n, max_size=n), label="seq")
+        hashes = [(seq, seq + 100) for seq in seqs]
+        parent = data.draw(st.none() | st.sampled_from(ALPHABET), label="parent")
+        self.pool.cache_blocks(ids, hashes, parent)
+        self.model.cache_blocks(ids, hashes, parent)
+        self.pool.free(ids[::-1])
+        self.model.free(ids[::-1])
+
+    @rule(data=st.data())
+    def reset_prefix_cache(self, data: st.DataObject) -> None:
+        # One try in four: a reset wipes every hash, so frequent ones would leave little to evict.
+        if data.draw(st.integers(0, 3), label="reset") == 0:
+            assert self.pool.reset_prefix_cache() == self.model.reset_prefix_cache()
 
     @invariant()
     def same_state(self) -> None:
@@ -215,6 +262,15 @@ class BlockPoolMachine(RuleBasedStateMachine):
         for event in events:
             assert event.event_id == self.next_event_id
             self.next_event_id += 1
+
+    @invariant()
+    def same_evictions(self) -> None:
+        assert self.observer.calls == self.model.evictions
+        for block in self.pool.blocks:
+            assert (block.parent_hash, block.seq_hash is None) == (
+                self.model.parent_of[block.block_id],
+                self.model.hash_of[block.block_id] is None,
+            )
 
 
 BlockPoolMachine.TestCase.settings = settings(

@@ -23,6 +23,7 @@ from armature.engines.native.sampler import SampleInput, sample
 from armature.engines.native.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from armature.engines.validation import validate_request
 from armature.kv.block_pool import BlockPool
+from armature.kv.eviction import EvictionObserver
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.model.arch import ModelArch, read_arch
 from armature.protocols.engine import (
@@ -61,7 +62,10 @@ class EngineCore:
         runner: ModelRunner | None = None,
         *,
         num_blocks: int | None = None,
+        eviction_observer: EvictionObserver | None = None,
     ):
+        """`eviction_observer` (e.g. a host-memory KV tier) is told about each cached block
+        before the block pool reuses it; see `armature.kv.eviction`."""
         self.config = config
         arch = runner.arch if runner is not None else read_arch(config.model_dir)
         self.max_model_len = resolve_max_model_len(config, arch)
@@ -72,7 +76,12 @@ class EngineCore:
         assert num_blocks is not None, "a custom runner must say how many blocks it has"
         self.runner: ModelRunner = runner
         self.arch = arch
-        self.pool = BlockPool(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.pool = BlockPool(
+            num_blocks,
+            config.block_size,
+            config.enable_prefix_caching,
+            eviction_observer=eviction_observer,
+        )
         self.kv = KvCacheManager(self.pool, DEFAULT_HASH_SEED)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
         self.eos_token_ids = arch.eos_token_ids

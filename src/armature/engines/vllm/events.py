@@ -17,7 +17,7 @@ block twice (a block computed by two requests at once); each copy is stored and 
 once, so a vLLM hash is counted and our Removed is sent only when its last copy goes.
 
 Blocks vLLM stores in lower tiers (medium "CPU" or "STORAGE" from its offloading connector)
-carry tiers G2 and G3; everything else is the engine's own memory, G1.
+carry tiers HOST and DISK; everything else is the engine's own memory, DEVICE.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from armature.protocols.kv_events import (
     KvEvent,
     KvRemoved,
     KvStored,
+    KvTier,
     StoredBlock,
-    Tier,
 )
 
 __all__ = [
@@ -84,7 +84,7 @@ class VllmEventBatch(msgspec.Struct, array_like=True, frozen=True):
 
 
 _DECODER = msgspec.msgpack.Decoder(VllmEventBatch)
-_TIERS = {"CPU": "G2", "STORAGE": "G3"}
+_TIERS = {"CPU": KvTier.HOST, "STORAGE": KvTier.DISK}
 
 
 def decode_batch(payload: bytes) -> VllmEventBatch:
@@ -95,8 +95,8 @@ def decode_batch(payload: bytes) -> VllmEventBatch:
         raise VllmEventError(f"cannot decode a vLLM KV event batch: {exc}") from None
 
 
-def tier_of(medium: str | None) -> Tier:
-    return _TIERS.get(medium or "", "G1")
+def tier_of(medium: str | None) -> KvTier:
+    return _TIERS.get(medium or "", KvTier.DEVICE)
 
 
 @dataclass
@@ -115,7 +115,7 @@ class KvEventTranslator:
 
     block_size: int
     seed: int = DEFAULT_HASH_SEED
-    _cached: dict[tuple[Tier, VllmHash], _Cached] = field(default_factory=dict)
+    _cached: dict[tuple[KvTier, VllmHash], _Cached] = field(default_factory=dict)
     _next_event_id: int = 0
 
     def translate(self, event: VllmEvent) -> list[KvEvent]:
@@ -132,8 +132,8 @@ class KvEventTranslator:
         return [KvCleared(self._take_event_id())]
 
     def dump(self) -> KvDump:
-        """Every block cached in G1 as of the last event returned."""
-        hashes = [c.seq_hash for (tier, _), c in self._cached.items() if tier == "G1"]
+        """Every block cached in device memory as of the last event returned."""
+        hashes = [c.seq_hash for (tier, _), c in self._cached.items() if tier is KvTier.DEVICE]
         return KvDump(seq_hashes=hashes, last_event_id=self._next_event_id - 1)
 
     def get_num_cached_blocks(self) -> int:
