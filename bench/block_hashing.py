@@ -1,7 +1,7 @@
 """Block hashing speed: the native extension against the pure-Python fallback, whole prompts
 (a list of Python ints, block size 16, as the engine and the router call it).
 
-    python bench/block_hashing.py [--quick]
+    python -m bench.block_hashing [--quick]
 
 Each round times `calls` back-to-back calls and keeps the mean per call; the table gives the
 median round and the spread (fastest and slowest round). Writes the `block_hashing` section of
@@ -24,7 +24,7 @@ from armature.kv.hashing import (
     compute_seq_hashes,
     has_native_hashing,
 )
-from report import Section, get_machine_facts, markdown_table, write_section
+from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 BLOCK_SIZE = 16
 PROMPT_TOKENS = (1024, 4096, 16384)

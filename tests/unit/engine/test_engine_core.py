@@ -150,7 +150,7 @@ def test_eviction_observer_is_given_to_the_block_pool() -> None:
         def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
             calls.append(list(blocks))
 
-    config = EngineConfig(model_dir=Path("/unused"), block_size=4)
+    config = NativeEngineConfig(model_dir=Path("/unused"), block_size=4)
     core = EngineCore(config, CountingRunner(), num_blocks=3, eviction_observer=Recorder())
     core.add_request(request("a", list(range(8)), max_tokens=1))
     run_all(core)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import socket
+import time
 
 import pytest
 import torch
@@ -119,7 +120,13 @@ def test_pull_moves_pinned_blocks_exactly(backends: tuple[str, ...]) -> None:
             assert torch.equal(local.k[:, mine], cache.k[:, theirs])
             assert torch.equal(local.v[:, mine], cache.v[:, theirs])
         puller.release(handle)
-        assert pins.take_freeable(now_s=0.0) == [[7, 8, 9, 20, 3]]
+        # the server ends its read just after the last byte left: wait for that event
+        deadline_s = time.monotonic() + 10.0
+        freed = pins.take_freeable(now_s=0.0)
+        while not freed and time.monotonic() < deadline_s:
+            time.sleep(0.001)
+            freed = pins.take_freeable(now_s=0.0)
+        assert freed == [[7, 8, 9, 20, 3]]
         with pytest.raises(TransferError, match="unknown or expired KV handle"):
             puller.pull(handle, 0)
     finally:
