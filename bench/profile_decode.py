@@ -67,7 +67,7 @@ def start_decoding(core: EngineCore, c: int, plan: Plan, seed: int) -> None:
 def _decode_steps(core: EngineCore, c: int, num_steps: int) -> None:
     for _ in range(num_steps):
         outputs = core.step()
-        assert len(outputs) == c and core.step_records[-1].num_decode_requests == c
+        assert len(outputs) == c and core.take_step_records()[-1].num_decode_requests == c
 
 
 def _cumtime_s(stats: pstats.Stats, where: tuple[str, str]) -> float:

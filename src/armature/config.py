@@ -422,6 +422,13 @@ class DisaggConfig:
         "always prefill on a prefill worker; refuse requests (503) when none is alive",
     )
 
+    def __post_init__(self) -> None:
+        if self.max_local_prefill_tokens < 0:
+            raise ConfigError("max_local_prefill_tokens must be >= 0")
+        # a limit of 0 would call an idle prefill pool saturated
+        if self.max_prefill_queue_tokens < 1:
+            raise ConfigError("max_prefill_queue_tokens must be >= 1")
+
 
 @dataclass(frozen=True, kw_only=True)
 class HealthConfig:

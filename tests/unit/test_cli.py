@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from armature.cli import build_parser, main
+from armature.cli.main import build_parser, main
 from armature.config import parse_bytes
 from servers import free_port as _free_port
 

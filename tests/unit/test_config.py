@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from armature.cli import build_parser, main
+from armature.cli.main import build_parser, main
 from armature.cli.options import read_settings
 from armature.config import (
     EngineConfig,

@@ -67,6 +67,37 @@ def test_every_module_imports_only_its_layer_or_lower() -> None:
     assert violations == []
 
 
+def _import_cycle() -> list[str]:
+    """One cycle of armature modules importing each other (lazy imports count), or []."""
+    modules = {_module_of(p): p for p in SRC.rglob("*.py") if _module_of(p)}
+    graph = {m: sorted(_imported_modules(p) & modules.keys() - {m}) for m, p in modules.items()}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str]:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return []
+        for imported in graph[module]:
+            cycle = visit(imported, [*path, module])
+            if cycle:
+                return cycle
+        done.add(module)
+        return []
+
+    for module in sorted(graph):
+        cycle = visit(module, [])
+        if cycle:
+            return cycle
+    return []
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """Imports go one way, even between modules of one layer (e.g. sim.replay and
+    sim.replay_disagg share sim.simulation instead of importing each other)."""
+    assert _import_cycle() == []
+
+
 def test_the_layer_rule_is_by_module() -> None:
     assert _level("router.policies") == 1
     assert _level("router.service") == 4

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from armature.cli import bench, frontend, replay, serve, worker
+from armature.cli import bench, frontend, replay, serve, worker  # the subcommands
 from armature.cli.options import Parser
 from armature.errors import ConfigError
 

@@ -10,7 +10,13 @@ from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from armature.errors import ArmatureError, InvalidRequestError
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, EngineStats
+from armature.protocols.engine import (
+    EngineLoad,
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    StepRecord,
+)
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
 
@@ -49,6 +55,11 @@ class Engine(Protocol):
 
     def take_kv_events(self) -> list[KvEvent]:
         """Drain KV events (Stored/Removed/Cleared), oldest first."""
+        ...
+
+    def take_step_records(self) -> list[StepRecord]:
+        """Drain the records of the steps run since the last call, oldest first (bounded: with
+        no consumer the oldest are dropped); cheap, called from the event loop."""
         ...
 
     async def dump_kv_blocks(self) -> KvDump:

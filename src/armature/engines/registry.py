@@ -12,52 +12,13 @@ there). Settings that cannot work are a ConfigError naming the setting.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from armature.config import EngineConfig, KvCacheConfig, TransferConfig
-from armature.engines.api import Engine
+from armature.config import EngineConfig
+from armature.engines.spec import BuiltEngine, EngineSpec
 from armature.errors import ConfigError
-from armature.model.source import ResolvedModel
 
-__all__ = ["KINDS", "BuiltEngine", "EngineInfo", "EngineKind", "EngineSpec", "get_kind"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineSpec:
-    """What to build: a worker's engine settings, its model and its part in the fleet."""
-
-    engine: EngineConfig
-    kv: KvCacheConfig
-    transfer: TransferConfig
-    model: ResolvedModel
-    worker_id: str
-    role: str = "agg"
-    # KV transfers: a prefill or decode worker serves and pulls KV blocks
-    serve_kv_transfers: bool = False
-    transfer_host: str = "127.0.0.1"
-    transfer_port: int = 0  # 0: any free port (not for kinds that bind it late)
-    plane_secret: str | None = None
-    shared_kv_cache: bool = False  # the KV cache in shared memory (same-host transfers)
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineInfo:
-    """The built engine's shape, for the worker card and the start-up log."""
-
-    block_size_tokens: int
-    num_kv_blocks: int
-    max_model_len_tokens: int
-    vocab_size: int
-    dtype: str
-    device: str
-    load_s: float
-    kv_endpoints: dict[str, str] = field(default_factory=dict)  # transfer backend -> address
-
-
-@dataclass(frozen=True)
-class BuiltEngine:
-    engine: Engine
-    info: EngineInfo
+__all__ = ["KINDS", "EngineKind", "get_kind"]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import uvicorn
 
 from armature.config import ServeConfig
 from armature.engines.api import Engine
-from armature.engines.registry import BuiltEngine, EngineSpec, get_kind
+from armature.engines.registry import get_kind
+from armature.engines.spec import BuiltEngine, EngineSpec
 from armature.errors import ConfigError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import ApiKeys, load_api_keys

@@ -113,13 +113,26 @@ class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """What one engine step did (DESIGN §6: the planner fits its model from these)."""
+    """What one engine step did (DESIGN §6: the planner fits its performance model from these
+    and publishes nothing itself; workers send them on the event plane in `WorkerUpdate`).
 
-    num_scheduled_prefill_tokens: int
-    num_queued_prefill_tokens: int
-    num_decode_requests: int
-    num_kv_tokens_used: int
-    step_wall_s: float
+    Scheduled counts are the step's batch: a prefill is any chunk that is not a single decode
+    token (a prompt chunk, a recompute after preemption); decode KV tokens are the context
+    lengths the decode requests attend over (their new token included). KV tokens used are
+    the engine's blocks in use while the step ran, in tokens (whole blocks). Queued counts are
+    what is left to prefill after the step (waiting requests, unfinished prompt chunks). An
+    engine that cannot observe a field reports 0 (each adapter documents which); every field
+    has a default so that records from older or newer senders decode.
+    """
+
+    num_scheduled_prefill_requests: int = 0
+    num_scheduled_prefill_tokens: int = 0
+    num_queued_prefill_requests: int = 0
+    num_queued_prefill_tokens: int = 0
+    num_decode_requests: int = 0
+    num_decode_kv_tokens: int = 0
+    num_kv_tokens_used: int = 0
+    step_wall_s: float = 0.0
 
 
 def merge_outputs(outputs: list[EngineOutput]) -> EngineOutput:

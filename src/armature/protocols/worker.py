@@ -2,7 +2,8 @@
 
 A worker registers a `WorkerCard` in discovery under `worker_key(namespace, instance_id)`; a
 frontend watching `worker_prefix(namespace)` learns its model, capacity and request-plane
-address. Its `events` endpoint streams `WorkerUpdate`s: KV events in order, and its load.
+address. Its `events` endpoint streams `WorkerUpdate`s: KV events in order, its load, and the
+engine's step records since the previous update (for a planner).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from armature.protocols.address import EndpointAddress
-from armature.protocols.engine import EngineLoad
+from armature.protocols.engine import EngineLoad, StepRecord
 from armature.protocols.kv_events import KvEvent
 
 __all__ = ["WorkerCard", "WorkerUpdate", "worker_key", "worker_prefix"]
@@ -38,6 +39,8 @@ class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
 class WorkerUpdate(msgspec.Struct, frozen=True, kw_only=True):
     kv_events: list[KvEvent]
     load: EngineLoad
+    # oldest first; absent in updates from workers that predate step records
+    step_records: list[StepRecord] = msgspec.field(default_factory=list)
 
 
 WORKER_COMPONENT = "worker"

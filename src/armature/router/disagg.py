@@ -5,11 +5,12 @@ continue from the KV blocks they pull.
                   \\--> remote: prefill pool (KV-aware) -> first token + KV handle
                                 -> decode pool, with the handle -> the rest of the stream
 
-Conditional disaggregation: the prompt is prefilled where it is decoded when its uncached part
-(given the decode pool's best cached prefix) is shorter than `max_local_prefill_tokens`, when
-every prefill worker already has `max_prefill_queue_tokens` queued, or when no prefill worker
-is alive (then serving is aggregated) -- unless `enforce_disagg`, which refuses instead. A
-prefill worker that dies before answering is replaced by another, or by local prefill.
+Conditional disaggregation (`router.prefill_decision`, shared with the simulator): the prompt
+is prefilled where it is decoded when its uncached part (given the decode pool's best cached
+prefix) is shorter than `max_local_prefill_tokens`, when every prefill worker already has
+`max_prefill_queue_tokens` queued, or when no prefill worker is alive (then serving is
+aggregated) -- unless `enforce_disagg`, which refuses instead. A prefill worker that dies
+before answering is replaced by another, or by local prefill.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_transfer import KvHandle
 from armature.router.policies import RoutingError
+from armature.router.prefill_decision import PrefillDecision, decide_prefill
 from armature.router.pressure import BusyWorkers
 from armature.router.service import EngineRouter, RouterObserver
 
-__all__ = ["PREFILL_ROLE", "DisaggRouter"]
+__all__ = ["PREFILL_ROLE", "DisaggRouter", "PrefillDecision"]
 
 log = logging.getLogger(__name__)
 
@@ -96,31 +98,29 @@ class DisaggRouter(EngineRouter):
         if self.disagg.enforce_disagg and target_worker is None and not self.prefill.get_workers():
             raise RoutingError("no prefill worker is available and disaggregation is enforced")
 
-    def prefills_remotely(self, request: EngineRequest) -> bool:
-        """Whether `request` goes to the prefill pool first (conditional disaggregation)."""
-        prefill_workers = self.prefill.get_workers()
-        if not prefill_workers:
-            return False
-        if self.disagg.enforce_disagg:
-            return True
+    def decide_prefill(self, request: EngineRequest) -> PrefillDecision:
+        """Whether `request` goes to the prefill pool first, and why (conditional
+        disaggregation over the live prefill workers and this router's own load view)."""
         bs = self.config.block_size_tokens
-        hashes = compute_seq_hashes(request.prompt_token_ids, bs, DEFAULT_HASH_SEED)
-        overlaps = self.index.find_overlaps(hashes)
-        cached_blocks = max(overlaps.values(), default=0)
-        uncached = len(request.prompt_token_ids) - cached_blocks * bs
-        if uncached < self.disagg.max_local_prefill_tokens:
-            return False
-        loads = self.prefill.load.get_loads()
-        limit = self.disagg.max_prefill_queue_tokens
-        saturated = all(
-            w in loads and loads[w].active_prefill_tokens >= limit for w in prefill_workers
+
+        def get_num_cached_blocks() -> int:
+            hashes = compute_seq_hashes(request.prompt_token_ids, bs, DEFAULT_HASH_SEED)
+            return max(self.index.find_overlaps(hashes).values(), default=0)
+
+        return decide_prefill(
+            num_prompt_tokens=len(request.prompt_token_ids),
+            get_num_cached_blocks=get_num_cached_blocks,
+            block_size=bs,
+            prefill_queue_tokens=[
+                self.prefill.load.get(w).active_prefill_tokens for w in self.prefill.get_workers()
+            ],
+            config=self.disagg,
         )
-        return not saturated  # a saturated prefill pool: prefill where it decodes
 
     async def generate(
         self, request: EngineRequest, target_worker: str | None = None
     ) -> AsyncGenerator[EngineOutput, None]:
-        if target_worker is not None or not self.prefills_remotely(request):
+        if target_worker is not None or not self.decide_prefill(request).is_remote:
             if self.disagg.enforce_disagg and target_worker is None:
                 raise RoutingError("no prefill worker is available and disaggregation is enforced")
             self._count("local")

@@ -1,9 +1,10 @@
 """A worker seen from a frontend: the Engine contract over the request and event planes.
 
 `generate` streams the worker's `generate` endpoint (closing it cancels the request on the
-worker); a subscription to its event-plane url buffers KV events for the router and keeps the
-latest load. A worker that cannot be reached counts as dead for `unreachable_backoff_s` (the
-router routes around it); discovery removes it for good when its lease ends.
+worker); a subscription to its event-plane url buffers KV events for the router and the
+worker's step records (for a planner), and keeps the latest load. A worker that cannot be
+reached counts as dead for `unreachable_backoff_s` (the router routes around it); discovery
+removes it for good when its lease ends.
 
 Hung workers: a worker that sends no update (it sends one at least every second) for
 `liveness_timeout_s` is not routed to; a stream that brings nothing for `stall_timeout_s`
@@ -25,7 +26,13 @@ import msgspec
 from armature.config import HealthConfig
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.engines.validation import validate_request
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, EngineStats
+from armature.protocols.engine import (
+    EngineLoad,
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    StepRecord,
+)
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.worker import WorkerCard, WorkerUpdate
@@ -37,6 +44,7 @@ __all__ = ["RemoteEngine"]
 log = logging.getLogger(__name__)
 
 _MAX_BUFFERED_EVENTS = 100_000  # beyond this the oldest go, and the id gap asks for a dump
+_MAX_BUFFERED_STEP_RECORDS = 4096  # beyond this the oldest go (nobody may be draining them)
 
 
 class RemoteEngine:
@@ -54,6 +62,7 @@ class RemoteEngine:
         self.unreachable_backoff_s = unreachable_backoff_s
         self._unreachable_until_s = 0.0
         self._events: deque[KvEvent] = deque(maxlen=_MAX_BUFFERED_EVENTS)
+        self._step_records: deque[StepRecord] = deque(maxlen=_MAX_BUFFERED_STEP_RECORDS)
         self._load = EngineLoad(
             num_active_blocks=0,
             num_total_blocks=card.num_kv_blocks,
@@ -128,6 +137,12 @@ class RemoteEngine:
         self._events.clear()
         return events
 
+    def take_step_records(self) -> list[StepRecord]:
+        """The worker's step records received since the last call, oldest first."""
+        records = list(self._step_records)
+        self._step_records.clear()
+        return records
+
     async def dump_kv_blocks(self) -> KvDump:
         async for payload in self._stream("dump", b""):
             return msgspec.msgpack.decode(payload, type=KvDump)
@@ -166,6 +181,7 @@ class RemoteEngine:
                         log.warning("bad update from %s: %s", self.card.worker_id, exc)
                         continue
                     self._events.extend(update.kv_events)
+                    self._step_records.extend(update.step_records)
                     self._load = update.load
                     self._last_update_s = time.monotonic()
                     stalled, load = self._stalled_at_steps, update.load

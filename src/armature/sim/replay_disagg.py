@@ -14,13 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from armature.config import DisaggConfig
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
 from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_transfer import KvHandle
 from armature.router.load import ActiveLoad
 from armature.router.policies import RouteRequest
+from armature.router.prefill_decision import PrefillDecision, decide_prefill
 from armature.router.prefix_index import PrefixIndex
-from armature.sim.replay import ReplayConfig, Simulation, Tracked
+from armature.sim.replay_config import ReplayConfig
+from armature.sim.simulation import Simulation, Tracked
 from armature.sim.timing import TimingModel
 from armature.transfer.blocks import KvBlocks
 from armature.workload.traces import TraceRequest, synthesize_prompt
@@ -45,27 +48,37 @@ class DisaggSimulation(Simulation):
             self.prefill_index.add_worker(worker, config.num_kv_blocks)
         self.prefill_load = ActiveLoad()
         self.prefill_policy = self._policy(self.prefill_index, self.prefill_load)
+        self.disagg = DisaggConfig(
+            max_local_prefill_tokens=config.max_local_prefill_tokens,
+            max_prefill_queue_tokens=config.max_prefill_queue_tokens,
+        )
         self.prompts: dict[str, list[int]] = {}
         self.transfers: dict[str, _Transfer] = {}
         self.prefill_of: dict[str, str] = {}
         self.max_tokens_of: dict[str, int] = {}
 
-    def _prefills_remotely(self, tokens: list[int]) -> bool:
-        c = self.config
-        hashes = compute_seq_hashes(tokens, c.block_size, DEFAULT_HASH_SEED)
-        cached = max(self.index.find_overlaps(hashes).values(), default=0)
-        if len(tokens) - cached * c.block_size < c.max_local_prefill_tokens:
-            return False
-        loads = self.prefill_load.get_loads()
-        limit = c.max_prefill_queue_tokens
-        return not all(
-            w in loads and loads[w].active_prefill_tokens >= limit for w in self.prefill_workers
+    def _decide_prefill(self, tokens: list[int]) -> PrefillDecision:
+        """The frontend's decision (router.prefill_decision) over this simulation's pools."""
+        bs = self.config.block_size
+
+        def get_num_cached_blocks() -> int:
+            hashes = compute_seq_hashes(tokens, bs, DEFAULT_HASH_SEED)
+            return max(self.index.find_overlaps(hashes).values(), default=0)
+
+        return decide_prefill(
+            num_prompt_tokens=len(tokens),
+            get_num_cached_blocks=get_num_cached_blocks,
+            block_size=bs,
+            prefill_queue_tokens=[
+                self.prefill_load.get(w).active_prefill_tokens for w in self.prefill_workers
+            ],
+            config=self.disagg,
         )
 
     def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
         tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
         request_id = f"req-{number}"
-        if not self._prefills_remotely(tokens):
+        if not self._decide_prefill(tokens).is_remote:
             self._admit(request_id, tokens, trace.output_length, now_ms)
             return
         decision = self.prefill_policy.select(

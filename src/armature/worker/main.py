@@ -12,7 +12,8 @@ from pathlib import Path
 import msgspec
 
 from armature.config import WorkerConfig
-from armature.engines.registry import EngineSpec, get_kind
+from armature.engines.registry import get_kind
+from armature.engines.spec import EngineSpec
 from armature.errors import ConfigError
 from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
 from armature.protocols.worker import WorkerCard, worker_prefix

@@ -5,9 +5,9 @@ Endpoints (payloads are msgpack):
     dump      (empty) -> one KvDump
     release   KvHandle -> one empty item, once the handle's pinned blocks are released
 An invalid request fails its stream with code `invalid_request` (the frontend answers 4xx).
-On the event plane it publishes a WorkerUpdate (KV events, load) every `update_interval_s`
-when something changed, and at least every `heartbeat_s` so that late subscribers learn the
-load.
+On the event plane it publishes a WorkerUpdate (KV events, load, the engine's step records)
+every `update_interval_s` when something changed, and at least every `heartbeat_s` so that
+late subscribers learn the load.
 """
 
 from __future__ import annotations
@@ -187,17 +187,21 @@ class WorkerService:
         yield b""
 
     async def _pump_events(self) -> None:
-        """Every interval: drain the engine's KV events and publish them with the load."""
+        """Every interval: drain the engine's KV events and step records and publish them with
+        the load. An update the event plane refuses is lost (a router heals its index from a
+        dump; the records are gone)."""
         assert self._publisher is not None
         last_load = None
         last_sent_s = 0.0
         loop = asyncio.get_running_loop()
         while True:
             events = self.engine.take_kv_events()
+            records = self.engine.take_step_records()
             load = self.engine.get_load()
             now_s = loop.time()
-            if events or load != last_load or now_s - last_sent_s >= self.heartbeat_s:
-                update = WorkerUpdate(kv_events=events, load=load)
+            changed = events or records or load != last_load
+            if changed or now_s - last_sent_s >= self.heartbeat_s:
+                update = WorkerUpdate(kv_events=events, load=load, step_records=records)
                 try:
                     await self._publisher.publish(msgspec.msgpack.encode(update))
                 except Exception as exc:  # the event plane is down: the next dump heals it

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 from armature.bench.client import RequestRecord
 from armature.bench.prompts import TextSynth
 from armature.bench.stats import summarize
-from armature.cli import main
+from armature.cli.main import main
 from armature.workload.traces import TraceRequest
 
 TTFT_S, ITL_S, TOKENS = 0.2, 0.02, 11

@@ -95,3 +95,26 @@ async def test_kv_events_are_drained_through_the_engine() -> None:
         assert engine.take_kv_events() == []
     finally:
         await engine.stop()
+
+
+async def test_step_records_are_drained_through_the_engine() -> None:
+    engine = make_engine()
+    engine.start()
+    try:
+        async for _ in engine.generate(req("a", list(range(8)), 3)):
+            pass
+        await wait_until(lambda: engine.get_load().num_active_blocks == 0)
+        records = engine.take_step_records()
+        # one per step: the 8-token prompt (2 blocks), then 2 decodes over 9 and 10 tokens
+        assert [
+            (
+                r.num_scheduled_prefill_tokens,
+                r.num_decode_requests,
+                r.num_decode_kv_tokens,
+                r.num_kv_tokens_used,
+            )
+            for r in records
+        ] == [(8, 0, 0, 8), (0, 1, 9, 12), (0, 1, 10, 12)]
+        assert engine.take_step_records() == []
+    finally:
+        await engine.stop()

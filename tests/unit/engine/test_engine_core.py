@@ -14,7 +14,13 @@ from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.kv.eviction import EvictedBlock
 from armature.kv.hashing import compute_block_hashes
-from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
+from armature.protocols.engine import (
+    EngineOutput,
+    EngineRequest,
+    FinishReason,
+    SamplingParams,
+    StepRecord,
+)
 from armature.protocols.kv_events import KvRemoved, KvStored
 
 
@@ -207,8 +213,10 @@ def test_runner_failure_fails_the_batch_and_frees_blocks() -> None:
     assert [(o.request_id, o.finish_reason) for o in outs] == [("a", FinishReason.ERROR)]
     assert outs[0].error == "simulated device failure"
     assert core.pool.get_num_active_blocks() == 0
+    assert core.take_step_records() == []  # a failed batch says nothing about timing
     core.add_request(request("b", [1, 2, 3], max_tokens=1))
     assert tokens(run_all(core)["b"]) == [4]
+    assert [r.num_scheduled_prefill_tokens for r in core.take_step_records()] == [3]
 
 
 def test_max_num_seqs_limits_running_requests() -> None:
@@ -256,21 +264,56 @@ def test_request_larger_than_the_cache_is_refused() -> None:
         core.add_request(request("x", list(range(8)), max_tokens=4))
 
 
+def _fields(record: StepRecord) -> tuple[int, ...]:
+    return (
+        record.num_scheduled_prefill_requests,
+        record.num_scheduled_prefill_tokens,
+        record.num_queued_prefill_requests,
+        record.num_queued_prefill_tokens,
+        record.num_decode_requests,
+        record.num_decode_kv_tokens,
+        record.num_kv_tokens_used,
+    )
+
+
 def test_step_records_describe_each_step() -> None:
     core = make_core(block_size=4, max_num_batched_tokens=4)
     core.add_request(request("a", list(range(6)), max_tokens=2))
     core.add_request(request("b", [7], max_tokens=1))
     run_all(core)
-    records = [
-        (
-            r.num_scheduled_prefill_tokens,
-            r.num_queued_prefill_tokens,
-            r.num_decode_requests,
-            r.num_kv_tokens_used,
-        )
-        for r in core.step_records
+    records = core.take_step_records()
+    # step 1: a's first 4-token chunk (b waits); step 2: a's last 2 + b's 1 (3 blocks in
+    # use; b finishes); step 3: a's decode over 7 tokens (2 blocks); a then finishes
+    assert [_fields(r) for r in records] == [
+        (1, 4, 2, 3, 0, 0, 4),
+        (2, 3, 0, 0, 0, 0, 12),
+        (0, 0, 0, 0, 1, 7, 8),
     ]
-    # step 1: a's first 4-token chunk; step 2: a's last 2 + b's 1 (b finishes, freeing its
-    # block); step 3: a's decode; a then finishes
-    assert records == [(4, 3, 0, 4), (3, 0, 0, 8), (0, 0, 1, 0)]
-    assert all(r.step_wall_s >= 0 for r in core.step_records)
+    assert all(r.step_wall_s >= 0 for r in records)
+    assert core.take_step_records() == []  # drained
+
+
+def test_step_records_of_a_mixed_batch_with_a_queue() -> None:
+    """Prefill chunks, decodes and a request held back by max_num_seqs: one record per step
+    that ran a batch, none for a step with nothing scheduled."""
+    core = make_core(block_size=4, max_num_batched_tokens=8, max_num_seqs=2)
+    assert core.step() == []  # nothing scheduled: no record
+    core.add_request(request("a", [10, 11, 12, 13, 14], max_tokens=3))
+    core.add_request(request("b", [20, 21, 22, 23, 24, 25], max_tokens=2))
+    core.add_request(request("c", [30, 31, 32], max_tokens=1))
+    steps = []
+    while core.has_work():
+        core.step()
+        steps.append(runner(core).steps[-1])
+    assert steps == [
+        [("a", 0, 5), ("b", 0, 3)],
+        [("a", 5, 1), ("b", 3, 3)],
+        [("a", 6, 1), ("b", 6, 1)],
+        [("c", 0, 3)],
+    ]
+    assert [_fields(r) for r in core.take_step_records()] == [
+        (2, 8, 2, 6, 0, 0, 12),  # b's chunk left 3 to prefill; c waits (3)
+        (1, 3, 1, 3, 1, 6, 16),  # a decodes over 6 tokens; c still waits
+        (0, 0, 1, 3, 2, 14, 16),  # two decodes over 7 tokens each; both finish
+        (1, 3, 0, 0, 0, 0, 4),
+    ]

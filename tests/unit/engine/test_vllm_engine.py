@@ -14,13 +14,14 @@ import pytest
 from vllm_fakes import FakeCompletion, FakeOutput
 from vllm_fakes import make_engine as make_fake_engine
 
-from armature.cli import main
+from armature.cli.main import main
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.engines.validation import validate_request
+from armature.engines.vllm.build import _StatLogger
 from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo
 from armature.engines.vllm.load import SchedulerSnapshot
 from armature.engines.vllm.sampling import VllmSampling
-from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
+from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams, StepRecord
 
 INFO = VllmEngineInfo(
     block_size=32, num_kv_blocks=10, max_model_len=256, vocab_size=100, max_logprobs=20
@@ -185,6 +186,76 @@ async def test_load_follows_vllm_steps_bounded_by_requests_in_flight() -> None:
     assert engine.take_kv_events() == []
 
 
+@dataclass
+class FakePrefixCacheStats:
+    hits: int = 0
+
+
+@dataclass
+class FakeSchedulerStats:
+    """The fields of vLLM's SchedulerStats the adapter reads."""
+
+    num_running_reqs: int = 0
+    num_waiting_reqs: int = 0
+    num_skipped_waiting_reqs: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_stats: FakePrefixCacheStats = field(default_factory=FakePrefixCacheStats)
+    kv_connector_stats: dict[str, Any] | None = None
+
+
+@dataclass
+class FakeIterationStats:
+    """The fields of vLLM's IterationStats the adapter reads."""
+
+    num_prompt_tokens: int = 0
+    time_to_first_tokens_iter: list[float] = field(default_factory=list)
+    inter_token_latencies_iter: list[float] = field(default_factory=list)
+
+
+async def test_each_vllm_step_leaves_a_step_record() -> None:
+    """vLLM's stat logger hands each step's stats over; the engine keeps one StepRecord per
+    step (engines/vllm/steps.py maps the fields) until they are taken."""
+    engine = make_engine(FakeLlm(step_s=60.0))
+    stream = engine.generate(request("w", prompt=[1] * 40))
+    first = asyncio.create_task(anext(stream))  # 40 prompt tokens queued until its output
+    for _ in range(100):
+        if engine.get_load().num_prefill_tokens_queued == 40:
+            break
+        await asyncio.sleep(0.01)
+    logger = _StatLogger([engine])
+    scheduler = FakeSchedulerStats(
+        num_running_reqs=1,
+        num_waiting_reqs=2,
+        kv_cache_usage=0.2,
+        prefix_cache_stats=FakePrefixCacheStats(hits=32),
+    )
+    iteration = FakeIterationStats(
+        num_prompt_tokens=100,
+        time_to_first_tokens_iter=[0.1, 0.2],
+        inter_token_latencies_iter=[0.03, 0.02, 0.05],
+    )
+    logger.record(scheduler, iteration)
+    logger.record(FakeSchedulerStats(num_running_reqs=1, kv_cache_usage=0.1), None)
+    assert engine.take_step_records() == [
+        StepRecord(
+            num_scheduled_prefill_requests=2,
+            num_scheduled_prefill_tokens=68,  # 100 prompt tokens, 32 of them cached
+            num_queued_prefill_requests=0,  # vLLM's 2 waiting, bounded by the 1 in flight
+            num_queued_prefill_tokens=40,
+            num_decode_requests=3,
+            num_decode_kv_tokens=0,  # vLLM does not say
+            num_kv_tokens_used=64,  # 20% of 10 blocks of 32 tokens
+            step_wall_s=0.02,
+        ),
+        StepRecord(num_queued_prefill_tokens=40, num_kv_tokens_used=32),
+    ]
+    assert engine.take_step_records() == []
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert engine.get_load().num_prefill_tokens_queued == 0
+
+
 def test_cli_without_vllm_says_how_to_install(capsys: pytest.CaptureFixture[str]) -> None:
     import importlib.util
 
@@ -212,7 +283,7 @@ def test_cli_disaggregated_vllm_workers_need_vllm(capsys: pytest.CaptureFixture[
 
 
 def test_engine_flags_map_to_vllm_settings(tmp_path: Path) -> None:
-    from armature.cli import build_parser
+    from armature.cli.main import build_parser
     from armature.cli.options import read_settings
     from armature.config import WorkerConfig
     from armature.engines.vllm.build import VllmEngineConfig

@@ -10,12 +10,14 @@ from armature.engines.api import InvalidRequestError
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
 from armature.engines.vllm.outputs import to_engine_output, to_finish_reason
 from armature.engines.vllm.sampling import VllmSampling, to_vllm_prompt, to_vllm_sampling
+from armature.engines.vllm.steps import IterationSnapshot, read_iteration, to_step_record
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
     EngineRequest,
     FinishReason,
     SamplingParams,
+    StepRecord,
     TokenLogprob,
 )
 
@@ -142,3 +144,35 @@ def test_load_is_idle_once_nothing_is_in_flight() -> None:
     idle = load.get_load()
     assert (idle.num_running, idle.num_waiting, idle.num_active_blocks) == (0, 0, 0)
     assert idle.num_prefill_tokens_queued == 0
+
+
+def test_step_record_from_vllm_numbers() -> None:
+    load = EngineLoad(
+        num_active_blocks=3,
+        num_total_blocks=10,
+        num_waiting=2,
+        num_running=1,
+        num_prefill_tokens_queued=90,
+    )
+    iteration = IterationSnapshot(
+        num_first_tokens=1,
+        num_first_token_prompt_tokens=20,
+        num_prefix_hit_tokens=48,  # hits of a long prompt scheduled now, done in a later step
+        num_decode_outputs=4,
+        min_inter_token_latency_s=0.015,
+    )
+    assert to_step_record(iteration, load, block_size=16) == StepRecord(
+        num_scheduled_prefill_requests=1,
+        num_scheduled_prefill_tokens=0,  # never below 0
+        num_queued_prefill_requests=2,
+        num_queued_prefill_tokens=90,
+        num_decode_requests=4,
+        num_decode_kv_tokens=0,
+        num_kv_tokens_used=48,
+        step_wall_s=0.015,
+    )
+
+
+def test_stats_vllm_does_not_send_read_as_nothing_reported() -> None:
+    assert read_iteration(None, None) == IterationSnapshot()
+    assert read_iteration(object(), object()) == IterationSnapshot()

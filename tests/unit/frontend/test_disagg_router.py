@@ -27,7 +27,7 @@ from armature.protocols.engine import (
     FinishReason,
     SamplingParams,
 )
-from armature.router.disagg import DisaggRouter
+from armature.router.disagg import DisaggRouter, PrefillDecision
 from armature.router.policies import RoutingError
 
 NEW_TOKENS = 8
@@ -125,8 +125,8 @@ async def test_conditional_disaggregation(tiny_llama_dir: Path, ref: HfReference
     router.start()
     try:
         short, long = prompts_of([20, 64], 512, seed=22)
-        assert not router.prefills_remotely(request("s", short))
-        assert router.prefills_remotely(request("l", long))
+        assert router.decide_prefill(request("s", short)) is PrefillDecision.LOCAL_SHORT_PREFILL
+        assert router.decide_prefill(request("l", long)) is PrefillDecision.REMOTE
         outs = [await run(router, request("s", short)), await run(router, request("l", long))]
         assert router.num_prefills == {"remote": 1, "local": 1}
         # the decode worker now caches the long prompt's 4 blocks (it imported them): a
@@ -134,10 +134,10 @@ async def test_conditional_disaggregation(tiny_llama_dir: Path, ref: HfReference
         follow = [*long, 7, 8, 9]
         for _ in range(100):
             await router.sync_events()
-            if not router.prefills_remotely(request("f", follow)):
+            if not router.decide_prefill(request("f", follow)).is_remote:
                 break
             await asyncio.sleep(0.01)
-        assert not router.prefills_remotely(request("f", follow))
+        assert router.decide_prefill(request("f", follow)) is PrefillDecision.LOCAL_SHORT_PREFILL
         outs.append(await run(router, request("f", follow)))
         check_all(ref, [short, long, follow], outs)
         await settle(router)
@@ -152,12 +152,17 @@ async def test_saturated_or_missing_prefill_pool_serves_locally(tiny_llama_dir: 
     router.start()
     try:
         prompt = prompts_of([64], 512, seed=23)[0]
-        assert router.prefills_remotely(request("a", prompt))
+        assert router.decide_prefill(request("a", prompt)) is PrefillDecision.REMOTE
+        router.prefill.load.start("other", "p0", prefill_tokens=9, blocks=1)
+        assert router.decide_prefill(request("a", prompt)) is PrefillDecision.REMOTE
+        router.prefill.load.finish("other")
         router.prefill.load.start("other", "p0", prefill_tokens=10, blocks=1)
-        assert not router.prefills_remotely(request("a", prompt))  # saturated
+        saturated = router.decide_prefill(request("a", prompt))
+        assert saturated is PrefillDecision.LOCAL_PREFILL_SATURATED
         router.prefill.load.finish("other")
         await router.prefill.remove_engine("p0")
-        assert not router.prefills_remotely(request("a", prompt))  # no prefill worker
+        no_worker = router.decide_prefill(request("a", prompt))
+        assert no_worker is PrefillDecision.LOCAL_NO_PREFILL_WORKER
         assert len(await run(router, request("a", prompt))) == NEW_TOKENS
     finally:
         await router.stop()

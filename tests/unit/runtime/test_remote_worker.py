@@ -1,5 +1,6 @@
 """A mocker worker served over the real TCP request plane and found through discovery:
-the frontend's router drives RemoteEngines exactly like in-process engines."""
+the frontend's router drives RemoteEngines exactly like in-process engines, and the worker's
+step records reach them over the event plane."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from armature.config import RouterConfig
 from armature.engines.api import InvalidRequestError
 from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig
-from armature.protocols.engine import EngineRequest, SamplingParams
-from armature.protocols.worker import WorkerCard, worker_prefix
+from armature.protocols.engine import EngineLoad, EngineRequest, SamplingParams, StepRecord
+from armature.protocols.kv_events import KvCleared
+from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_prefix
 from armature.router.service import EngineRouter
 from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import ZmqEventPlane
@@ -22,7 +24,7 @@ from armature.runtime.remote_engine import RemoteEngine
 from armature.runtime.tcp_client import RequestPlaneClient
 from armature.runtime.tcp_server import RequestPlaneServer
 from armature.sim.mocker import build_mocker_core
-from armature.sim.timing import PolynomialTiming
+from armature.sim.timing import PolynomialTiming, StepWork
 from armature.worker.service import WorkerService
 
 
@@ -125,3 +127,90 @@ async def test_remote_workers_route_stream_and_index(tiny_llama_dir: Path) -> No
         await discovery.close()
         await plane.close()
     assert await discovery.list("") == {}
+
+
+async def test_step_records_reach_a_remote_engine(tiny_llama_dir: Path) -> None:
+    """The mocker's records, one per step with exact counts and its modeled step time, cross
+    the zmq event plane in WorkerUpdates and are drained from the RemoteEngine in order."""
+    discovery = MemDiscovery(MemStore(), expire_interval_s=0.05)
+    plane = ZmqEventPlane()
+    worker = await start_worker(discovery, plane, tiny_llama_dir, 3)
+    client = RequestPlaneClient()
+    assert worker.card is not None
+    remote = RemoteEngine(worker.card, client, plane)
+    remote.start()
+    try:
+        for i in range(50):  # until the subscription is up (zmq drops what comes before)
+            async for _ in remote.generate(request(f"warm-{i}", [100 + i], 1)):
+                pass
+            await asyncio.sleep(0.05)
+            if remote.take_step_records():
+                break
+        else:
+            raise AssertionError("no step record arrived")
+        outputs = [o async for o in remote.generate(request("a", list(range(1, 41)), 3))]
+        assert sum(len(o.new_token_ids) for o in outputs) == 3
+        records: list[StepRecord] = []
+        for _ in range(100):
+            records += remote.take_step_records()
+            if len(records) >= 3:
+                break
+            await asyncio.sleep(0.02)
+        # the 40-token prompt (10 blocks of 4), then decodes over 41 and 42 tokens (11 blocks)
+        assert [
+            (
+                r.num_scheduled_prefill_requests,
+                r.num_scheduled_prefill_tokens,
+                r.num_queued_prefill_tokens,
+                r.num_decode_requests,
+                r.num_decode_kv_tokens,
+                r.num_kv_tokens_used,
+            )
+            for r in records
+        ] == [(1, 40, 0, 0, 0, 40), (0, 0, 0, 1, 41, 44), (0, 0, 0, 1, 42, 44)]
+        prefill_s = PolynomialTiming().step_ms(StepWork(40, 0, 10 / 256)) / 1000.0
+        assert records[0].step_wall_s >= prefill_s  # the mocker sleeps the modeled time
+        assert remote.take_step_records() == []
+    finally:
+        await remote.stop()
+        await client.close()
+        await worker.stop()
+        await discovery.close()
+        await plane.close()
+
+
+def test_worker_update_round_trips_and_old_payloads_decode() -> None:
+    load = EngineLoad(
+        num_active_blocks=3,
+        num_total_blocks=10,
+        num_waiting=1,
+        num_running=2,
+        num_prefill_tokens_queued=7,
+    )
+    record = StepRecord(
+        num_scheduled_prefill_requests=1,
+        num_scheduled_prefill_tokens=2,
+        num_queued_prefill_requests=3,
+        num_queued_prefill_tokens=4,
+        num_decode_requests=5,
+        num_decode_kv_tokens=6,
+        num_kv_tokens_used=7,
+        step_wall_s=0.008,
+    )
+    update = WorkerUpdate(kv_events=[KvCleared(event_id=4)], load=load, step_records=[record])
+    wire = msgspec.msgpack.encode(update)
+    assert msgspec.msgpack.decode(wire, type=WorkerUpdate) == update
+
+    class OldWorkerUpdate(msgspec.Struct, frozen=True, kw_only=True):  # before step records
+        kv_events: list[KvCleared]
+        load: EngineLoad
+
+    old = msgspec.msgpack.encode(OldWorkerUpdate(kv_events=[KvCleared(event_id=4)], load=load))
+    decoded = msgspec.msgpack.decode(old, type=WorkerUpdate)
+    assert decoded == WorkerUpdate(kv_events=[KvCleared(event_id=4)], load=load)
+    assert decoded.step_records == []
+    # a record from a sender that knows fewer fields decodes with zeros for the rest
+    partial = msgspec.msgpack.encode({"num_decode_requests": 2, "step_wall_s": 0.5})
+    assert msgspec.msgpack.decode(partial, type=StepRecord) == StepRecord(
+        num_decode_requests=2, step_wall_s=0.5
+    )

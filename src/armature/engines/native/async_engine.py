@@ -26,6 +26,7 @@ from armature.protocols.engine import (
     EngineOutput,
     EngineRequest,
     EngineStats,
+    StepRecord,
     merge_outputs,
 )
 from armature.protocols.kv_events import KvDump, KvEvent
@@ -69,6 +70,7 @@ _WAKE = object()  # a pinned handle was released: free its blocks now
 # through a peer's KV transfer server does not reach the command queue)
 PIN_POLL_S = 0.02
 MAX_BUFFERED_KV_EVENTS = 65536
+MAX_BUFFERED_STEP_RECORDS = 4096
 
 
 class AsyncEngine:
@@ -85,9 +87,11 @@ class AsyncEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._load = core.get_load()
-        # bounded: with no consumer, old events drop and a later consumer sees an id gap
+        # bounded: with no consumer, old events drop and a later consumer sees an id gap;
+        # old step records drop silently. Filled by the engine thread, drained by the loop.
         self._events: deque[KvEvent] = deque(maxlen=MAX_BUFFERED_KV_EVENTS)
-        self._events_lock = threading.Lock()
+        self._step_records: deque[StepRecord] = deque(maxlen=MAX_BUFFERED_STEP_RECORDS)
+        self._buffers_lock = threading.Lock()  # guards _events and _step_records
         self._dead: BaseException | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -236,10 +240,16 @@ class AsyncEngine:
         return await future
 
     def take_kv_events(self) -> list[KvEvent]:
-        with self._events_lock:
+        with self._buffers_lock:
             events = list(self._events)
             self._events.clear()
         return events
+
+    def take_step_records(self) -> list[StepRecord]:
+        with self._buffers_lock:
+            records = list(self._step_records)
+            self._step_records.clear()
+        return records
 
     # ---- engine thread -----------------------------------------------------------------
     def _run(self) -> None:
@@ -305,12 +315,16 @@ class AsyncEngine:
     def _buffer_events(self) -> None:
         events = self.core.take_kv_events()
         if events:
-            with self._events_lock:
+            with self._buffers_lock:
                 self._events.extend(events)
 
     def _publish(self, outputs: list[EngineOutput]) -> None:
         self._load = self.core.get_load()
         self._buffer_events()
+        records = self.core.take_step_records()
+        if records:
+            with self._buffers_lock:
+                self._step_records.extend(records)
         if outputs:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self._deliver, outputs)

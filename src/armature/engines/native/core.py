@@ -39,9 +39,11 @@ from armature.protocols.kv_transfer import KvHandle
 from armature.transfer.blocks import KvBlocks
 from armature.transfer.pins import PinTable
 
-__all__ = ["EngineCore", "InvalidRequestError", "resolve_max_model_len"]
+__all__ = ["MAX_STEP_RECORDS", "EngineCore", "InvalidRequestError", "resolve_max_model_len"]
 
 log = logging.getLogger(__name__)
+
+MAX_STEP_RECORDS = 1024  # kept until taken; beyond this the oldest are dropped
 
 
 def resolve_max_model_len(config: NativeEngineConfig, arch: ModelArch) -> int:
@@ -89,7 +91,7 @@ class EngineCore:
         self._seed_source = random.Random(config.seed)
         self._arrivals = 0
         self._num_steps = 0
-        self.step_records: deque[StepRecord] = deque(maxlen=1024)
+        self._step_records: deque[StepRecord] = deque(maxlen=MAX_STEP_RECORDS)
         # disaggregation: prompt blocks pinned for decode workers, and where they pull them
         self.kv_store = runner.kv_store
         self.pins = PinTable()
@@ -148,11 +150,14 @@ class EngineCore:
 
     # ---- the step ----------------------------------------------------------------------
     def step(self) -> list[EngineOutput]:
+        """Schedule a batch, run it, sample, finish requests. A batch that ran without error
+        leaves one StepRecord (see `take_step_records`)."""
         started_s = time.perf_counter()
         scheduled = self.scheduler.schedule()
         self._num_steps += 1
         if not scheduled.chunks:
             return []
+        num_kv_tokens_used = self.pool.get_num_active_blocks() * self.config.block_size
         completing = [c for c in scheduled.chunks if c.completes_sequence]
         try:
             logits = self.runner.execute(scheduled.chunks)
@@ -161,7 +166,7 @@ class EngineCore:
             return self._fail(scheduled, exc)
         self.scheduler.update_after_step(scheduled)
         outputs = self._sample_and_finish(completing, logits)
-        self._record(scheduled, time.perf_counter() - started_s)
+        self._record(scheduled, num_kv_tokens_used, time.perf_counter() - started_s)
         return outputs
 
     def _sample_and_finish(
@@ -235,14 +240,26 @@ class EngineCore:
             )
         return outputs
 
-    def _record(self, scheduled: SchedulerOutput, wall_s: float) -> None:
-        prefill_tokens = sum(c.num_tokens for c in scheduled.chunks if not c.is_decode)
-        self.step_records.append(
+    def _record(self, scheduled: SchedulerOutput, num_kv_tokens_used: int, wall_s: float) -> None:
+        """One StepRecord for a batch that ran; KV in use is as the model saw it (after
+        scheduling allocated, before finished requests freed), queues as they are now."""
+        num_prefills = num_prefill_tokens = num_decodes = num_decode_kv_tokens = 0
+        for chunk in scheduled.chunks:
+            if chunk.is_decode:
+                num_decodes += 1
+                num_decode_kv_tokens += chunk.start_pos + chunk.num_tokens
+            else:
+                num_prefills += 1
+                num_prefill_tokens += chunk.num_tokens
+        self._step_records.append(
             StepRecord(
-                num_scheduled_prefill_tokens=prefill_tokens,
+                num_scheduled_prefill_requests=num_prefills,
+                num_scheduled_prefill_tokens=num_prefill_tokens,
+                num_queued_prefill_requests=self.scheduler.get_num_prefill_requests_queued(),
                 num_queued_prefill_tokens=self.scheduler.get_num_prefill_tokens_queued(),
-                num_decode_requests=sum(1 for c in scheduled.chunks if c.is_decode),
-                num_kv_tokens_used=self.pool.get_num_active_blocks() * self.config.block_size,
+                num_decode_requests=num_decodes,
+                num_decode_kv_tokens=num_decode_kv_tokens,
+                num_kv_tokens_used=num_kv_tokens_used,
                 step_wall_s=wall_s,
             )
         )
@@ -332,6 +349,13 @@ class EngineCore:
 
     def take_kv_events(self) -> list[KvEvent]:
         return self.pool.take_events()
+
+    def take_step_records(self) -> list[StepRecord]:
+        """Drain the records of the steps run since the last call (at most the newest
+        MAX_STEP_RECORDS), oldest first."""
+        records = list(self._step_records)
+        self._step_records.clear()
+        return records
 
     def dump_kv_blocks(self) -> KvDump:
         """Every cached block, as of the newest event emitted (take the events first)."""

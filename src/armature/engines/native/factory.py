@@ -13,7 +13,7 @@ from armature.engines.native.config import NativeEngineConfig, parse_dtype
 from armature.engines.native.core import EngineCore
 from armature.engines.native.device import pick_device, pick_dtype
 from armature.engines.native.transfer import start_transfer_agent
-from armature.engines.registry import BuiltEngine, EngineInfo, EngineSpec
+from armature.engines.spec import BuiltEngine, EngineInfo, EngineSpec
 from armature.errors import ConfigError
 from armature.transfer.agent import KvTransferAgent
 from armature.transfer.wire import TransferError

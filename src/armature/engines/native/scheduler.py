@@ -79,10 +79,13 @@ class Scheduler:
         one's unless only its next decode token is left."""
         queued = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
         for r in self.running:
-            remaining = r.num_tokens - r.num_computed_tokens
-            if not (remaining == 1 and r.num_computed_tokens > 0):
-                queued += remaining
+            if not _only_decode_left(r):
+                queued += r.num_tokens - r.num_computed_tokens
         return queued
+
+    def get_num_prefill_requests_queued(self) -> int:
+        """Requests with tokens still to prefill (those `get_num_prefill_tokens_queued` counts)."""
+        return len(self.waiting) + sum(1 for r in self.running if not _only_decode_left(r))
 
     # ---- one step ----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -141,3 +144,8 @@ class Scheduler:
         for chunk in output.chunks:
             chunk.request.num_computed_tokens = chunk.start_pos + chunk.num_tokens
             self.kv.register_full_blocks(chunk.request)
+
+
+def _only_decode_left(request: RequestState) -> bool:
+    """Only the next decode token is left to compute (the rest is computed)."""
+    return request.num_tokens - request.num_computed_tokens == 1 and request.num_computed_tokens > 0

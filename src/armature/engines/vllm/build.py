@@ -23,6 +23,7 @@ from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo, VllmTransfe
 from armature.engines.vllm.events import KvEventTranslator
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
 from armature.engines.vllm.sampling import VllmSampling
+from armature.engines.vllm.steps import read_iteration
 from armature.engines.vllm.subscriber import KvEventSubscriber
 from armature.errors import ArmatureError
 from armature.protocols.kv_transfer import KvLayout
@@ -123,7 +124,7 @@ def _bind_all_cpus() -> None:
 
 class _StatLogger:
     """vLLM's stat-logger interface (duck-typed: StatLoggerBase is not a stable API): hands
-    every step's scheduler stats to the engine's load tracker."""
+    every step's scheduler and iteration stats to the engine (its load and step records)."""
 
     def __init__(self, engine: list[VllmEngine]):
         self._engine = engine  # filled once the engine exists (vLLM builds loggers first)
@@ -150,7 +151,8 @@ class _StatLogger:
                 num_waiting=scheduler_stats.num_waiting_reqs
                 + scheduler_stats.num_skipped_waiting_reqs,
                 kv_cache_usage=scheduler_stats.kv_cache_usage,
-            )
+            ),
+            read_iteration(scheduler_stats, iteration_stats),
         )
 
     def log_engine_initialized(self) -> None:

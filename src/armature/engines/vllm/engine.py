@@ -3,6 +3,7 @@
     generate(EngineRequest) --TokensPrompt + SamplingParams(DELTA, no detokenize)--> AsyncLLM
     EngineOutput <--to_engine_output-- RequestOutput delta (one per vLLM step)
     get_load()  <-- LoadTracker <-- vLLM's per-step SchedulerStats (a stat logger)
+    take_step_records() <-- to_step_record <-- the same stats and the step's IterationStats
     take_kv_events() / dump_kv_blocks() <-- KvEventSubscriber <-- vLLM's zmq KV events
 
 Closing the stream early (client gone, stop string, task cancelled) closes vLLM's stream,
@@ -18,6 +19,7 @@ prompt's blocks from the prefill engine (engines/vllm/disagg.py).
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -35,6 +37,7 @@ from armature.engines.vllm.disagg import (
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
 from armature.engines.vllm.outputs import RequestOutputLike, to_engine_output
 from armature.engines.vllm.sampling import VllmSampling, to_vllm_prompt, to_vllm_sampling
+from armature.engines.vllm.steps import IterationSnapshot, to_step_record
 from armature.engines.vllm.subscriber import KvEventSubscriber
 from armature.protocols.engine import (
     EngineLoad,
@@ -42,6 +45,7 @@ from armature.protocols.engine import (
     EngineRequest,
     EngineStats,
     FinishReason,
+    StepRecord,
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle, KvLayout
@@ -49,6 +53,8 @@ from armature.protocols.kv_transfer import KvHandle, KvLayout
 __all__ = ["AsyncLlm", "VllmEngine", "VllmEngineInfo", "VllmTransfer"]
 
 log = logging.getLogger(__name__)
+
+MAX_BUFFERED_STEP_RECORDS = 4096  # kept until taken; beyond this the oldest are dropped
 
 
 class AsyncLlm(Protocol):
@@ -88,7 +94,8 @@ class VllmEngine:
     """One vLLM engine (its core runs in vLLM's own processes) behind our Engine contract.
 
     Owns the AsyncLLM and the KV event subscriber: `stop` shuts both down. `record_step` is
-    the stat logger's hook, called by vLLM on the event loop after every engine step.
+    the stat logger's hook, called by vLLM on the event loop after every engine step; step
+    records are kept (bounded) until `take_step_records`, also on the event loop.
     """
 
     def __init__(
@@ -115,6 +122,7 @@ class VllmEngine:
         self.num_kv_bytes_pulled = 0  # what vLLM's connector reports it read
         self.num_kv_pull_failures = 0
         self._active: set[str] = set()
+        self._step_records: deque[StepRecord] = deque(maxlen=MAX_BUFFERED_STEP_RECORDS)
         self._started = False
         self._stopped = False
 
@@ -271,8 +279,21 @@ class VllmEngine:
         blocks when their lease (`VllmTransfer.lease_s`) ends."""
 
     # ---- observation -------------------------------------------------------------------
-    def record_step(self, snapshot: SchedulerSnapshot) -> None:
+    def record_step(
+        self, snapshot: SchedulerSnapshot, iteration: IterationSnapshot | None = None
+    ) -> None:
+        """vLLM ran one step: update the load and keep the step's record (engines/vllm/steps
+        says which fields vLLM's stats fill)."""
         self._load.record_step(snapshot)
+        record = to_step_record(
+            iteration or IterationSnapshot(), self._load.get_load(), self.info.block_size
+        )
+        self._step_records.append(record)
+
+    def take_step_records(self) -> list[StepRecord]:
+        records = list(self._step_records)
+        self._step_records.clear()
+        return records
 
     def get_scheduler_snapshot(self) -> SchedulerSnapshot:
         """vLLM's scheduler counts as of its last step."""

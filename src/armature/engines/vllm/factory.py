@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 
 from armature.config import EngineConfig, KvCacheConfig
-from armature.engines.registry import BuiltEngine, EngineInfo, EngineSpec
+from armature.engines.spec import BuiltEngine, EngineInfo, EngineSpec
 from armature.engines.vllm.build import (
     VllmConnectorConfig,
     VllmEngineConfig,

@@ -1,0 +1,58 @@
+"""What a replay takes and gives: its settings (`ReplayConfig`, with SLAs for goodput) and its
+report (`ReplayReport`, with latency percentiles). Plain values, shared by the simulations
+and their entry point (`sim.replay`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armature.config import DEFAULT_BLOCK_SIZE_TOKENS
+from armature.workload.measure import LatencySummary, Slo
+
+__all__ = ["REPLAY_POLICIES", "ReplayConfig", "ReplayReport"]
+
+REPLAY_POLICIES = ("round-robin", "random", "least-loaded", "kv", "kv-approx")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    num_workers: int = 8
+    router: str = "kv"
+    block_size: int = DEFAULT_BLOCK_SIZE_TOKENS
+    num_kv_blocks: int = 16384
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    speedup_ratio: float = 1.0
+    overlap_weight: float = 1.0
+    decode_weight: float = 1.0
+    router_temperature: float = 0.0
+    vocab_size: int = 32000
+    routed_ttl_s: float = 120.0
+    seed: int = 0
+    # disaggregation: the first `num_prefill_workers` of `num_workers` are prefill workers
+    num_prefill_workers: int = 0
+    max_local_prefill_tokens: int = 0
+    max_prefill_queue_tokens: int = 1 << 30
+    transfer_bandwidth_bytes_s: float = 25e9
+    kv_bytes_per_block: int = 2 * 1024 * 1024  # Llama-3-8B in bfloat16, 16-token blocks
+    # goodput: requests meeting an SLA, for each SLA given
+    slos: tuple[Slo, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    num_requests: int
+    num_rejected: int
+    prefix_hit_ratio: float
+    ttft_ms: LatencySummary
+    itl_ms: LatencySummary
+    e2e_ms: LatencySummary
+    throughput_tokens_s: float
+    load_skew: float
+    requests_per_worker: dict[str, int]
+    goodput_requests_s: dict[str, float]  # by SLA name
+    goodput_tokens_s: dict[str, float]
+    num_remote_prefills: int
+    simulated_time_s: float
+    wall_time_s: float

@@ -1,0 +1,252 @@
+"""Aggregated replay: a discrete-event simulation of N mocker workers behind the real router, on
+a virtual clock, driven by a trace's arrivals.
+
+    time ->  arrival  arrival      step ends (outputs delivered, KV events indexed)
+    worker0  [== step ==][== step ==]       each step's length is the timing model's
+    worker1        [====== step ======]     a worker starts its next step when one ends
+                                            and it has work; an idle worker wakes on arrival
+
+A step's scheduling happens when it starts (the real EngineCore.step), its outputs land when it
+ends. Routing uses the real policies over a PrefixIndex fed by the workers' KV events and an
+ActiveLoad updated on every path. Deterministic: a seed gives the same report.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from armature.engines.native.config import NativeEngineConfig
+from armature.engines.native.core import EngineCore
+from armature.kv.hashing import DEFAULT_HASH_SEED
+from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
+from armature.router.load import ActiveLoad
+from armature.router.policies import (
+    RouteRequest,
+    RoutingPolicy,
+    make_policy,
+)
+from armature.router.prefix_index import PrefixIndex
+from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
+from armature.sim.replay_config import REPLAY_POLICIES, ReplayConfig, ReplayReport
+from armature.sim.timing import TimingModel
+from armature.workload.measure import LatencySummary, RequestTiming, goodput
+from armature.workload.traces import TraceRequest, synthesize_prompt
+
+__all__ = ["Simulation", "Tracked"]
+
+
+@dataclass
+class Tracked:
+    arrival_ms: float
+    num_prompt_tokens: int
+    worker: str
+    first_token_ms: float | None = None
+    last_token_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    num_cached_tokens: int = 0
+    num_output_tokens: int = 0
+
+    def timing(self) -> RequestTiming:
+        ttft_ms = None if self.first_token_ms is None else self.first_token_ms - self.arrival_ms
+        return RequestTiming(ttft_ms, self.itl_ms, self.num_output_tokens)
+
+
+class Simulation:
+    def __init__(self, requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel):
+        self.config = config
+        self.requests = sorted(requests, key=lambda r: r.arrival_ms)
+        max_len = max((r.input_length + r.output_length for r in requests), default=1)
+        arch = simulated_arch(config.vocab_size, max_len + 1)
+        engine_config = NativeEngineConfig(
+            model_dir=Path("mocker"),
+            block_size=config.block_size,
+            num_kv_blocks=config.num_kv_blocks,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            seed=config.seed,
+        )
+        if not 0 <= config.num_prefill_workers < config.num_workers:
+            raise ValueError("num_prefill_workers must leave at least one decode worker")
+        self.prefill_workers = [f"prefill-{i}" for i in range(config.num_prefill_workers)]
+        self.workers = [
+            f"worker-{i}" for i in range(config.num_workers - config.num_prefill_workers)
+        ]
+        self.cores: dict[str, EngineCore] = {}
+        self.runners: dict[str, MockerRunner] = {}
+        for worker in [*self.prefill_workers, *self.workers]:
+            runner = MockerRunner(arch, timing, VirtualClock(), seed=config.seed)
+            core = EngineCore(engine_config, runner, num_blocks=config.num_kv_blocks)
+            runner.kv_utilization = _utilization_of(core)
+            self.cores[worker] = core
+            self.runners[worker] = runner
+        self.index = PrefixIndex()
+        for worker in self.workers:
+            self.index.add_worker(worker, config.num_kv_blocks)
+        self.load = ActiveLoad()
+        self.policy = self._policy()
+        self.tracked: dict[str, Tracked] = {}
+        self.num_rejected = 0
+        self.num_remote_prefills = 0
+        # (time ms, sequence, key): scheduled events, e.g. the end of a busy worker's step
+        self.step_ends: list[tuple[float, int, str]] = []
+        self.pending: dict[str, list[EngineOutput]] = {}
+        self.busy: set[str] = set()
+        self._sequence = 0
+        self.now_ms = 0.0
+
+    def _policy(
+        self, index: PrefixIndex | None = None, load: ActiveLoad | None = None
+    ) -> RoutingPolicy:
+        c = self.config
+        if c.router not in REPLAY_POLICIES:
+            raise ValueError(
+                f"unknown router {c.router!r}; choose from {', '.join(REPLAY_POLICIES)}"
+            )
+        return make_policy(
+            c.router,
+            index=index or self.index,
+            load=load or self.load,
+            block_size=c.block_size,
+            hash_seed=DEFAULT_HASH_SEED,
+            overlap_weight=c.overlap_weight,
+            decode_weight=c.decode_weight,
+            temperature=c.router_temperature,
+            seed=c.seed,
+            routed_ttl_s=c.routed_ttl_s,
+            routed_max_entries=c.num_workers * c.num_kv_blocks,
+            clock=lambda: self.now_ms / 1000.0,
+        )
+
+    def run(self) -> float:
+        """Simulate to the end; returns the simulated end time in ms."""
+        next_arrival = 0
+        while next_arrival < len(self.requests) or self.step_ends:
+            arrival_ms = (
+                self.requests[next_arrival].arrival_ms
+                if next_arrival < len(self.requests)
+                else float("inf")
+            )
+            step_end_ms = self.step_ends[0][0] if self.step_ends else float("inf")
+            if arrival_ms <= step_end_ms:
+                self.now_ms = arrival_ms
+                self._arrive(self.requests[next_arrival], next_arrival, self.now_ms)
+                next_arrival += 1
+            else:
+                self.now_ms, _, key = heapq.heappop(self.step_ends)
+                self._on_event(key, self.now_ms)
+        return self.now_ms
+
+    def _on_event(self, key: str, now_ms: float) -> None:
+        """A scheduled event: here always the end of worker `key`'s step."""
+        self._finish_step(key, now_ms)
+
+    def _schedule(self, at_ms: float, key: str) -> None:
+        self._sequence += 1
+        heapq.heappush(self.step_ends, (at_ms, self._sequence, key))
+
+    def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
+        tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
+        self._admit(f"req-{number}", tokens, trace.output_length, now_ms)
+
+    def _admit(self, request_id: str, tokens: list[int], max_tokens: int, now_ms: float) -> None:
+        """Route a request to a worker of `self.workers` and queue it there."""
+        decision = self.policy.select(RouteRequest(request_id, tokens), self.workers)
+        core = self.cores[decision.worker]
+        request = EngineRequest(
+            request_id=request_id,
+            prompt_token_ids=tokens,
+            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
+        )
+        try:
+            core.add_request(request)
+        except ValueError:
+            self.num_rejected += 1  # larger than a worker's KV cache or context
+            return
+        bs = self.config.block_size
+        uncached = max(0, len(tokens) - decision.overlap_blocks * bs)
+        self.load.start(request_id, decision.worker, uncached, -(-len(tokens) // bs))
+        self.tracked[request_id] = Tracked(now_ms, len(tokens), decision.worker)
+        if decision.worker not in self.busy:
+            self._start_step(decision.worker, now_ms)
+
+    def _start_step(self, worker: str, now_ms: float) -> None:
+        core = self.cores[worker]
+        outputs = core.step()
+        self._index_events(worker)
+        duration_ms = self.runners[worker].last_step_ms
+        self.pending[worker] = outputs
+        self.busy.add(worker)
+        self._schedule(now_ms + duration_ms, worker)
+
+    def _finish_step(self, worker: str, now_ms: float) -> None:
+        self.busy.discard(worker)
+        for output in self.pending.pop(worker, []):
+            self._deliver(output, now_ms)
+        if self.cores[worker].has_work():
+            self._start_step(worker, now_ms)
+
+    def _deliver(self, output: EngineOutput, now_ms: float) -> None:
+        t = self.tracked[output.request_id]
+        if output.new_token_ids:
+            if t.first_token_ms is None:
+                t.first_token_ms = now_ms
+                t.num_cached_tokens = output.num_cached_tokens
+                self.load.first_token(output.request_id)
+            else:
+                assert t.last_token_ms is not None
+                t.itl_ms.append(now_ms - t.last_token_ms)
+            t.last_token_ms = now_ms
+            t.num_output_tokens += len(output.new_token_ids)
+        if output.finish_reason is not None:
+            self.load.finish(output.request_id)
+
+    def _index_events(self, worker: str) -> None:
+        core = self.cores[worker]
+        for event in core.take_kv_events():
+            if not self.index.apply(worker, event):
+                dump = core.dump_kv_blocks()
+                self.index.load_dump(worker, dump.seq_hashes, dump.last_event_id)
+
+    def report(self, end_ms: float, wall_time_s: float) -> ReplayReport:
+        done = [t for t in self.tracked.values() if t.last_token_ms is not None]
+        prompt_tokens = sum(t.num_prompt_tokens for t in done)
+        output_tokens = sum(t.num_output_tokens for t in done)
+        per_worker = {w: 0 for w in self.workers}
+        for t in self.tracked.values():
+            per_worker[t.worker] = per_worker.get(t.worker, 0) + 1
+        mean = statistics.fmean(per_worker.values()) if per_worker else 0.0
+        start_ms = self.requests[0].arrival_ms if self.requests else 0.0
+        span_s = max(end_ms - start_ms, 1e-9) / 1000.0
+        timings = [t.timing() for t in done]
+        good = {slo.name: goodput(timings, slo, span_s) for slo in self.config.slos}
+        return ReplayReport(
+            num_requests=len(done),
+            num_rejected=self.num_rejected,
+            prefix_hit_ratio=(
+                sum(t.num_cached_tokens for t in done) / prompt_tokens if prompt_tokens else 0.0
+            ),
+            ttft_ms=LatencySummary.of(
+                [t.first_token_ms - t.arrival_ms for t in done if t.first_token_ms is not None]
+            ),
+            itl_ms=LatencySummary.of([x for t in done for x in t.itl_ms]),
+            e2e_ms=LatencySummary.of(
+                [t.last_token_ms - t.arrival_ms for t in done if t.last_token_ms is not None]
+            ),
+            throughput_tokens_s=output_tokens / span_s,
+            load_skew=max(per_worker.values()) / mean if mean else 0.0,
+            requests_per_worker=per_worker,
+            goodput_requests_s={name: g.requests_per_s for name, g in good.items()},
+            goodput_tokens_s={name: g.tokens_per_s for name, g in good.items()},
+            num_remote_prefills=self.num_remote_prefills,
+            simulated_time_s=span_s,
+            wall_time_s=wall_time_s,
+        )
+
+
+def _utilization_of(core: EngineCore) -> Callable[[], float]:
+    pool = core.pool
+    return lambda: pool.get_num_active_blocks() / pool.num_blocks
