@@ -168,7 +168,7 @@ def test_malformed_frames_drop_only_that_connection() -> None:
     url = server.start()["tcp"]
     host, port = url.removeprefix("tcp://").rsplit(":", 1)
     try:
-        for junk in [b"\xff\xff\xff\xff", b"\x03\x00\x00\x00abc", b"\x01\x00"]:
+        for junk in [b"\xff\xff\xff\xff", b"\x00\x00\x00\x03abc", b"\x01\x00"]:
             with socket.create_connection((host, int(port))) as sock:
                 sock.sendall(junk)
                 sock.shutdown(socket.SHUT_WR)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
+from armature.protocols.framing import frame
 from armature.runtime.frames import Open, encode_frame
 from armature.runtime.request_plane import HandlerError, PeerUnavailableError, RemoteError
 from armature.runtime.tcp_client import RequestPlaneClient
@@ -175,8 +176,8 @@ async def _raw(port: int, data: bytes) -> bytes:
     "garbage",
     [
         (2**31).to_bytes(4, "big"),  # oversized announced length
-        (100).to_bytes(4, "big") + b"short",  # truncated body
-        (3).to_bytes(4, "big") + b"\xc1\xc1\xc1",  # not msgpack
+        frame(bytes(100))[:9],  # truncated body
+        frame(b"\xc1\xc1\xc1"),  # not msgpack
         encode_frame(Open(1, "count", b"1", 4))[:2],  # truncated header
     ],
 )
@@ -197,7 +198,7 @@ async def test_unknown_frame_types_are_rejected(caplog: pytest.LogCaptureFixture
     server = await start(Probe())
     try:
         body = msgspec.msgpack.encode({"type": "launch_missiles", "stream_id": 1})
-        assert await _raw(server.port, len(body).to_bytes(4, "big") + body) == b""
+        assert await _raw(server.port, frame(body)) == b""
         assert "undecodable frame" in caplog.text
     finally:
         await server.stop()
