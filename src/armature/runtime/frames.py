@@ -13,6 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from armature.protocols import framing
+from armature.protocols.failures import FailureCode
 from armature.protocols.framing import FrameError
 
 __all__ = [
@@ -75,7 +76,7 @@ class Accept(msgspec.Struct, tag="accept", frozen=True):
 
 class Fail(msgspec.Struct, tag="fail", frozen=True):
     stream_id: int
-    code: str  # "invalid_request", "not_found", "unavailable", "internal"
+    code: FailureCode
     message: str
 
 

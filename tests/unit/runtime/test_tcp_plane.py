@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
+from armature.protocols.failures import FailureCode
 from armature.protocols.framing import frame
 from armature.runtime.frames import Open, encode_frame
 from armature.runtime.request_plane import HandlerError, PeerUnavailableError, RemoteError
@@ -49,7 +50,7 @@ class Probe:
     async def fail(self, payload: bytes) -> AsyncIterator[bytes]:
         yield b"one"
         if payload == b"typed":
-            raise HandlerError("invalid_request", "prompt too long")
+            raise HandlerError(FailureCode.INVALID_REQUEST, "prompt too long")
         raise RuntimeError("boom")
 
 
@@ -141,13 +142,14 @@ async def test_errors_reach_the_client_with_their_code() -> None:
     try:
         with pytest.raises(RemoteError) as typed:
             await collect(client, server.port, "fail", b"typed")
-        assert (typed.value.code, typed.value.message) == ("invalid_request", "prompt too long")
+        assert typed.value.code is FailureCode.INVALID_REQUEST
+        assert typed.value.message == "prompt too long"
         with pytest.raises(RemoteError) as internal:
             await collect(client, server.port, "fail", b"")
-        assert internal.value.code == "internal" and "boom" in internal.value.message
+        assert internal.value.code is FailureCode.INTERNAL and "boom" in internal.value.message
         with pytest.raises(RemoteError) as missing:
             await collect(client, server.port, "nope", b"")
-        assert missing.value.code == "not_found"
+        assert missing.value.code is FailureCode.NOT_FOUND
     finally:
         await client.close()
         await server.stop()
