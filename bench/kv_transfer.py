@@ -24,7 +24,7 @@ import torch
 from armature.engines.native.kv_store import PagedCacheStore
 from armature.model.arch import ModelArch
 from armature.model.kv_cache import PagedKvCache
-from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.kv_transfer import KvHandle, NativeTransfer
 from armature.transfer.agent import KvTransferAgent
 from armature.transfer.pins import PinTable
 from armature.workload.measure import quantile
@@ -154,7 +154,7 @@ def measure(
                 worker_id="bench",
                 layout=decode.layout,
                 seq_hashes=list(range(n)),
-                endpoints=endpoints,
+                transfer=NativeTransfer(endpoints=endpoints),
             )
             ids = list(range(n))
             repeats = max(3, min(50, 2000 // n))

@@ -3,15 +3,27 @@ worker so that it can pull the prompt's KV blocks.
 
 A prefill worker computes the prompt, samples the first token and pins the prompt's full
 blocks under a `KvHandle`. The decode worker pulls the blocks it lacks (by position in
-`seq_hashes`) from one of the handle's endpoints, then releases the handle; the prefill worker
+`seq_hashes`) through the handle's `transfer`, then releases the handle; the prefill worker
 frees the blocks on release or when the handle expires.
+
+`transfer` says who can move the blocks: our own transfer agents (`NativeTransfer`: the
+backend -> address map of the prefill worker's agent), or a third-party engine's connector
+(`ConnectorTransfer`: its parameters as bytes, read only by that engine's adapter). A worker
+that cannot use a handle's transfer computes the prompt itself.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-__all__ = ["KvHandle", "KvLayout", "layout_mismatch"]
+__all__ = [
+    "ConnectorTransfer",
+    "KvHandle",
+    "KvLayout",
+    "KvTransfer",
+    "NativeTransfer",
+    "layout_mismatch",
+]
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -44,6 +56,22 @@ def layout_mismatch(ours: KvLayout, theirs: KvLayout) -> str | None:
     return "KV layout mismatch (peer vs local): " + ", ".join(diffs)
 
 
+class NativeTransfer(msgspec.Struct, tag="native", frozen=True, kw_only=True):
+    """Blocks our transfer agents serve: the prefill worker's agent by backend."""
+
+    endpoints: dict[str, str]  # backend ("tcp", "shm", "nixl") -> its address
+
+
+class ConnectorTransfer(msgspec.Struct, tag="connector", frozen=True, kw_only=True):
+    """Blocks a third-party engine's connector serves (e.g. vLLM's NIXL connector)."""
+
+    connector: str  # which adapter reads `params` (e.g. "vllm-nixl")
+    params: bytes  # that connector's own parameters, encoded and decoded by its adapter only
+
+
+KvTransfer = NativeTransfer | ConnectorTransfer
+
+
 class KvHandle(msgspec.Struct, frozen=True, kw_only=True):
     """Pinned prompt blocks on a prefill worker."""
 
@@ -51,5 +79,5 @@ class KvHandle(msgspec.Struct, frozen=True, kw_only=True):
     worker_id: str
     layout: KvLayout
     seq_hashes: list[int]  # the pinned full blocks of the prompt, in order
-    endpoints: dict[str, str] = msgspec.field(default_factory=dict)  # backend -> url
+    transfer: KvTransfer  # how a decode worker gets them
     ttl_s: float = 30.0  # the blocks are freed this long after pinning if not released

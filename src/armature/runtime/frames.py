@@ -1,5 +1,6 @@
-"""Request-plane wire frames (DESIGN §3: msgspec msgpack, never pickle) and their framing:
-a 4-byte big-endian length, then one msgpack-encoded frame. Pure.
+"""Request-plane wire frames (DESIGN §3: msgspec msgpack, never pickle), framed on byte
+streams as every stream is (protocols/framing.py: a 4-byte big-endian length, then the
+msgpack body). Pure.
 
 Client -> server: Open (start a stream on an endpoint, with an initial credit), Credit (the
 client consumed n more items), Cancel. Server -> client: Data (one item), End, Fail. A
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import msgspec
 
-from armature.errors import ArmatureError
+from armature.protocols import framing
+from armature.protocols.failures import FailureCode
+from armature.protocols.framing import FrameError
 
 __all__ = [
     "MAX_FRAME_BYTES",
@@ -28,15 +31,9 @@ __all__ = [
     "decode_frame",
     "encode_frame",
     "encode_message",
-    "read_length",
 ]
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024
-_HEADER = 4
-
-
-class FrameError(ArmatureError, ValueError):
-    """A frame that cannot be accepted (oversized, truncated, undecodable, unknown type)."""
 
 
 class Hello(msgspec.Struct, tag="hello", frozen=True):
@@ -79,7 +76,7 @@ class Accept(msgspec.Struct, tag="accept", frozen=True):
 
 class Fail(msgspec.Struct, tag="fail", frozen=True):
     stream_id: int
-    code: str  # "invalid_request", "not_found", "unavailable", "internal"
+    code: FailureCode
     message: str
 
 
@@ -99,18 +96,7 @@ def encode_message(frame: Frame, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
 
 def encode_frame(frame: Frame, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
     """Length-prefixed, for byte streams (TCP)."""
-    body = encode_message(frame, max_bytes)
-    return len(body).to_bytes(_HEADER, "big") + body
-
-
-def read_length(header: bytes, max_bytes: int = MAX_FRAME_BYTES) -> int:
-    """The body length announced by a 4-byte header; FrameError if over `max_bytes`."""
-    if len(header) != _HEADER:
-        raise FrameError("truncated frame header")
-    length = int.from_bytes(header, "big")
-    if length > max_bytes:
-        raise FrameError(f"announced frame of {length} bytes exceeds the {max_bytes}-byte limit")
-    return length
+    return framing.frame(encode_message(frame, max_bytes))
 
 
 def decode_frame(body: bytes) -> Frame:

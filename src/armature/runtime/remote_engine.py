@@ -33,6 +33,7 @@ from armature.protocols.engine import (
     EngineStats,
     StepRecord,
 )
+from armature.protocols.failures import FailureCode
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.worker import WorkerCard, WorkerUpdate
@@ -162,7 +163,7 @@ class RemoteEngine:
             async for item in stream:
                 yield item
         except RemoteError as exc:
-            if exc.code == "invalid_request":
+            if exc.code is FailureCode.INVALID_REQUEST:
                 raise InvalidRequestError(exc.message) from None
             raise EngineDeadError(f"{self.card.worker_id}: {exc}") from None
         except PeerUnavailableError as exc:

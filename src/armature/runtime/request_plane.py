@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Protocol
 
 from armature.errors import ArmatureError
+from armature.protocols.failures import FailureCode
 from armature.runtime.frames import Data, End, Fail, Frame
 
 __all__ = [
@@ -37,7 +38,7 @@ Handler = Callable[[bytes], AsyncIterator[bytes]]
 class HandlerError(ArmatureError):
     """Raised by a handler to fail its stream with a code the client can act on."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: FailureCode, message: str):
         super().__init__(message)
         self.code = code
         self.message = message
@@ -54,7 +55,7 @@ class PeerUnavailableError(ArmatureError, ConnectionError):
 class RemoteError(ArmatureError, RuntimeError):
     """The server failed the stream (a Fail frame) with `code`."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: FailureCode, message: str):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
@@ -125,7 +126,7 @@ async def serve_stream(
     handler = handlers.get(endpoint)
     try:
         if handler is None:
-            await send(Fail(stream_id, "not_found", f"no endpoint {endpoint!r}"))
+            await send(Fail(stream_id, FailureCode.NOT_FOUND, f"no endpoint {endpoint!r}"))
             return
         items = handler(payload)
         try:
@@ -148,4 +149,4 @@ async def serve_stream(
         log.info("request plane: stream %d: the client left (%s)", stream_id, exc)
     except Exception as exc:
         log.exception("request plane: handler %r failed", endpoint)
-        await send_quietly(Fail(stream_id, "internal", f"{type(exc).__name__}: {exc}"))
+        await send_quietly(Fail(stream_id, FailureCode.INTERNAL, f"{type(exc).__name__}: {exc}"))

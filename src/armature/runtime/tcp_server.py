@@ -17,6 +17,7 @@ import hmac
 import logging
 from collections.abc import Mapping
 
+from armature.protocols.framing import HEADER_BYTES, read_length
 from armature.runtime.frames import (
     MAX_FRAME_BYTES,
     Cancel,
@@ -27,7 +28,6 @@ from armature.runtime.frames import (
     Open,
     decode_frame,
     encode_frame,
-    read_length,
 )
 from armature.runtime.request_plane import ClientGoneError, CreditWindow, Handler, serve_stream
 
@@ -49,7 +49,7 @@ async def read_frame(
         raise EOFError from None
     try:
         async with asyncio.timeout(rest_timeout_s):
-            header = first + await reader.readexactly(3)
+            header = first + await reader.readexactly(HEADER_BYTES - 1)
             length = read_length(header, max_bytes)
             body = await reader.readexactly(length)
     except asyncio.IncompleteReadError:

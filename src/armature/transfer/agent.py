@@ -3,14 +3,15 @@ blocks (decode side), choosing the best backend both sides support.
 
 Backends, best first: `shm` (same host: map the peer's cache, copy straight into ours), `nixl`
 (optional: NIXL's UCX reads, any host), `tcp` (any host). The TCP server also carries every
-backend's control messages (lookup, release, NIXL metadata).
+backend's control messages (lookup, release, NIXL metadata). A handle whose blocks a
+third-party engine's connector holds (`ConnectorTransfer`) is not ours to pull or release.
 """
 
 from __future__ import annotations
 
 import logging
 
-from armature.protocols.kv_transfer import KvHandle, layout_mismatch
+from armature.protocols.kv_transfer import KvHandle, NativeTransfer, layout_mismatch
 from armature.transfer.blocks import KvBlocks, KvBlockStore
 from armature.transfer.nixl_backend import NixlPuller, NixlSource
 from armature.transfer.pins import PinTable
@@ -65,7 +66,7 @@ class KvTransferAgent:
             self.nixl = NixlPuller(f"{name}/pull", timeout_s)
 
     def start(self) -> dict[str, str]:
-        """Start serving; returns the endpoints to put in KV handles."""
+        """Start serving; returns the endpoints to put in KV handles' `NativeTransfer`."""
         self.endpoints = {"tcp": self.server.start()}
         if "shm" in self.backends and self.shm_path is not None:
             self.endpoints["shm"] = shm_url(self.shm_path, self.num_blocks)
@@ -78,14 +79,21 @@ class KvTransferAgent:
 
     # ---- decode side (blocking: call from a worker thread) -----------------------------
     def pull(self, handle: KvHandle, start_block: int) -> KvBlocks:
-        """Blocks `start_block..` of `handle`. Raises TransferError when no backend can."""
+        """Blocks `start_block..` of `handle`. Raises TransferError when no backend can, and
+        for a handle whose blocks a third-party connector holds."""
+        if not isinstance(handle.transfer, NativeTransfer):
+            raise TransferError(
+                f"KV handle {handle.handle_id} is held by the {handle.transfer.connector!r} "
+                "connector; a native engine cannot pull it"
+            )
+        endpoints = handle.transfer.endpoints
         mismatch = layout_mismatch(self.layout, handle.layout)
         if mismatch is not None:
             raise TransferError(mismatch)
-        control = handle.endpoints.get("tcp")
+        control = endpoints.get("tcp")
         if control is None:
             raise TransferError(f"KV handle {handle.handle_id} names no tcp endpoint")
-        shm = handle.endpoints.get("shm")
+        shm = endpoints.get("shm")
         if "shm" in self.backends and shm is not None and self.maps.usable(shm):
             try:
                 k, v = self.maps.get(shm, handle.layout)
@@ -95,7 +103,7 @@ class KvTransferAgent:
                 block_ids = self.client.lookup(control, handle, start_block, self.layout)
                 self.num_pulls["shm"] += 1
                 return KvBlocks(block_ids, k, v)
-        if self.nixl is not None and "nixl" in handle.endpoints:
+        if self.nixl is not None and "nixl" in endpoints:
             try:
                 blocks = self._pull_nixl(control, handle, start_block)
             except TransferError as exc:
@@ -120,8 +128,11 @@ class KvTransferAgent:
             raise
 
     def release(self, handle: KvHandle) -> None:
-        """Tell the prefill worker it may free the handle's blocks (best effort)."""
-        control = handle.endpoints.get("tcp")
+        """Tell the prefill worker it may free the handle's blocks (best effort; nothing to do
+        for a handle a third-party connector holds: that engine frees its blocks itself)."""
+        if not isinstance(handle.transfer, NativeTransfer):
+            return
+        control = handle.transfer.endpoints.get("tcp")
         if control is None:
             return
         try:

@@ -1,18 +1,19 @@
-"""The KV transfer control messages (msgpack, length-prefixed) and the framing helpers.
+"""The KV transfer control messages (msgpack, framed as the request plane's are: see
+protocols/framing.py) and the socket helpers that send and receive them.
 
-client -> server:  u32 length | TransferRequest
-server -> client:  u32 length | TransferReply | nbytes of K then V (op "pull" only)
+client -> server:  u32 length (big-endian) | TransferRequest
+server -> client:  u32 length (big-endian) | TransferReply | nbytes of K then V (op "pull" only)
 """
 
 from __future__ import annotations
 
 import socket
-import struct
 from typing import Literal, TypeVar
 
 import msgspec
 
 from armature.errors import ArmatureError
+from armature.protocols.framing import HEADER_BYTES, FrameError, frame, read_length
 from armature.protocols.kv_transfer import KvLayout
 
 __all__ = [
@@ -27,7 +28,6 @@ __all__ = [
 ]
 
 MAX_MESSAGE_BYTES = 1 << 20
-_LEN = struct.Struct("<I")
 T = TypeVar("T")
 
 
@@ -53,8 +53,7 @@ class TransferReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def send_message(sock: socket.socket, message: msgspec.Struct) -> None:
-    body = msgspec.msgpack.encode(message)
-    sock.sendall(_LEN.pack(len(body)) + body)
+    sock.sendall(frame(msgspec.msgpack.encode(message)))
 
 
 def send_all_views(sock: socket.socket, views: list[memoryview], max_iov: int = 512) -> None:
@@ -81,11 +80,14 @@ def recv_exact_into(sock: socket.socket, view: memoryview) -> None:
 
 
 def recv_message(sock: socket.socket, kind: type[T]) -> T:
-    header = bytearray(_LEN.size)
+    """One framed message of type `kind`; TransferError for a closed, oversized or malformed
+    one (the body of an oversized message is never read)."""
+    header = bytearray(HEADER_BYTES)
     recv_exact_into(sock, memoryview(header))
-    (length,) = _LEN.unpack(header)
-    if length > MAX_MESSAGE_BYTES:
-        raise TransferError(f"transfer message of {length} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        length = read_length(header, MAX_MESSAGE_BYTES)
+    except FrameError as exc:
+        raise TransferError(f"transfer message refused: {exc}") from None
     body = bytearray(length)
     recv_exact_into(sock, memoryview(body))
     try:

@@ -21,6 +21,7 @@ import msgspec
 
 from armature.engines.api import Engine, InvalidRequestError
 from armature.protocols.engine import EngineRequest
+from armature.protocols.failures import FailureCode
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_key
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
@@ -145,13 +146,13 @@ class WorkerService:
         try:
             request = msgspec.msgpack.decode(payload, type=EngineRequest)
         except msgspec.DecodeError as exc:
-            raise HandlerError("invalid_request", f"malformed request: {exc}") from None
+            raise HandlerError(FailureCode.INVALID_REQUEST, f"malformed request: {exc}") from None
         try:
             self.engine.validate(request)
         except InvalidRequestError as exc:
-            raise HandlerError("invalid_request", str(exc)) from None
+            raise HandlerError(FailureCode.INVALID_REQUEST, str(exc)) from None
         if self._draining:
-            raise HandlerError("unavailable", "the worker is shutting down")
+            raise HandlerError(FailureCode.UNAVAILABLE, "the worker is shutting down")
         stream = self.engine.generate(request)
         num_output, reason = 0, "cancelled"
         self._in_flight += 1
@@ -182,7 +183,7 @@ class WorkerService:
         try:
             handle = msgspec.msgpack.decode(payload, type=KvHandle)
         except msgspec.DecodeError as exc:
-            raise HandlerError("invalid_request", f"malformed KV handle: {exc}") from None
+            raise HandlerError(FailureCode.INVALID_REQUEST, f"malformed KV handle: {exc}") from None
         await self.engine.release_kv(handle)
         yield b""
 

@@ -18,7 +18,7 @@ from armature.engines.vllm.disagg import NIXL_BACKEND, decode_transfer_params, t
 from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo, VllmTransfer
 from armature.engines.vllm.sampling import VllmSampling
 from armature.protocols.engine import EngineRequest, EngineStats, FinishReason, SamplingParams
-from armature.protocols.kv_transfer import KvHandle, KvLayout
+from armature.protocols.kv_transfer import ConnectorTransfer, KvHandle, KvLayout, NativeTransfer
 
 BLOCK_SIZE = 4
 INFO = VllmEngineInfo(
@@ -99,7 +99,9 @@ async def test_a_prefill_leg_runs_one_token_and_hands_vllms_params_over() -> Non
     (out,) = outputs
     assert out.new_token_ids == [8] and out.finish_reason is FinishReason.TRANSFER
     assert out.kv_handle == handle()
-    assert msgspec.json.decode(out.kv_handle.endpoints[NIXL_BACKEND]) == PARAMS
+    assert out.kv_handle.transfer == ConnectorTransfer(
+        connector=NIXL_BACKEND, params=msgspec.msgpack.encode(PARAMS)
+    )
     assert out.kv_handle.seq_hashes == []  # nothing for the frontend to release
 
 
@@ -158,7 +160,13 @@ async def test_a_decode_leg_continues_after_the_first_token_and_pulls_the_prompt
 
 
 async def test_a_handle_from_another_engine_or_no_connector_computes_the_prompt() -> None:
-    native = KvHandle(handle_id="h", worker_id="w", layout=LAYOUT, seq_hashes=[1, 2])
+    native = KvHandle(
+        handle_id="h",
+        worker_id="w",
+        layout=LAYOUT,
+        seq_hashes=[1, 2],
+        transfer=NativeTransfer(endpoints={"tcp": "tcp://127.0.0.1:1"}),
+    )
     for engine_transfer, kv_handle in ((TRANSFER, native), (None, handle())):
         llm = FakeLlm()
         engine = make_engine(llm, engine_transfer)
@@ -200,19 +208,33 @@ def test_flat_block_ids_are_one_group() -> None:
     assert params is not None and params["remote_block_ids"] == [[3, 3]]
 
 
+def test_the_adapter_reads_its_own_params_back_exactly() -> None:
+    """What the prefill leg packed is what the decode leg's params are built from: every key
+    and value vLLM returned, as it returned them (only the block ids are padded)."""
+    params = {**PARAMS, "remote_block_ids": [[11, 12], [21, 22]], "extra": {"a": [1.5, None]}}
+    out = decode_transfer_params(handle(params), num_context_tokens=8, block_size=BLOCK_SIZE)
+    assert out == {**params, "do_remote_prefill": True, "do_remote_decode": False}
+
+
+def test_another_connectors_handle_is_not_vllms() -> None:
+    other = msgspec.structs.replace(
+        handle(), transfer=ConnectorTransfer(connector="sglang", params=msgspec.msgpack.encode({}))
+    )
+    assert decode_transfer_params(other, num_context_tokens=5, block_size=BLOCK_SIZE) is None
+
+
 @pytest.mark.parametrize(
-    ("endpoint", "message"),
+    ("params", "message"),
     [
-        ("{not json", "unreadable vLLM transfer params"),
-        ('{"remote_host": "h"}', "lack the remote engine"),
-        (
-            msgspec.json.encode({**PARAMS, "remote_block_ids": [[]]}).decode(),
-            "no remote block",
-        ),
+        (b"\xc1", "unreadable vLLM transfer params"),  # 0xc1: never used in msgpack
+        (msgspec.msgpack.encode({"remote_host": "h"}), "lack the remote engine"),
+        (msgspec.msgpack.encode([1, 2]), "lack the remote engine"),
+        (msgspec.msgpack.encode({**PARAMS, "remote_block_ids": [[]]}), "no remote block"),
     ],
 )
-def test_unreadable_handles_are_refused(endpoint: str, message: str) -> None:
-    bad = msgspec.structs.replace(handle(), endpoints={NIXL_BACKEND: endpoint})
+def test_unreadable_handles_are_refused(params: bytes, message: str) -> None:
+    transfer = ConnectorTransfer(connector=NIXL_BACKEND, params=params)
+    bad = msgspec.structs.replace(handle(), transfer=transfer)
     with pytest.raises(ValueError, match=message):
         decode_transfer_params(bad, num_context_tokens=5, block_size=BLOCK_SIZE)
 

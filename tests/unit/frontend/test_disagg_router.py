@@ -10,6 +10,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 
@@ -27,6 +28,7 @@ from armature.protocols.engine import (
     FinishReason,
     SamplingParams,
 )
+from armature.protocols.kv_transfer import ConnectorTransfer
 from armature.router.disagg import DisaggRouter, PrefillDecision
 from armature.router.policies import RoutingError
 
@@ -240,6 +242,61 @@ async def test_expired_handle_frees_both_sides_and_decode_recomputes(
         assert decode.core.pool.get_num_active_blocks() == 0
         decode.core.pool.check_integrity()
         prefill.core.pool.check_integrity()
+    finally:
+        await prefill.stop()
+        await decode.stop()
+
+
+async def test_a_native_decode_computes_a_connector_handles_prompt(
+    tiny_llama_dir: Path, ref: HfReference
+) -> None:
+    """A handle whose blocks a third-party connector holds (here: a native prefill's handle
+    with its transfer swapped for vLLM's) is not pulled, nor counted as a failed pull: the
+    decode computes the prompt itself and the output is unchanged."""
+    prefill = make_engine(tiny_llama_dir, "p0", ("tcp",))
+    decode = make_engine(tiny_llama_dir, "d0", ("tcp",))
+    prefill.start()
+    decode.start()
+    try:
+        prompt = prompts_of([50], 512, seed=27)[0]
+        [out] = [
+            o
+            async for o in prefill.generate(
+                EngineRequest(
+                    request_id="x",
+                    prompt_token_ids=prompt,
+                    sampling=SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0),
+                    remote_prefill=True,
+                )
+            )
+        ]
+        assert out.kv_handle is not None and len(out.kv_handle.seq_hashes) == 3
+        foreign = msgspec.structs.replace(
+            out.kv_handle, transfer=ConnectorTransfer(connector="vllm-nixl", params=b"")
+        )
+        resumed = EngineRequest(
+            request_id="x",
+            prompt_token_ids=prompt,
+            output_token_ids=out.new_token_ids,
+            sampling=SamplingParams(
+                max_tokens=NEW_TOKENS - 1, temperature=0.0, min_tokens=NEW_TOKENS
+            ),
+            kv_handle=foreign,
+        )
+        tokens = list(out.new_token_ids)
+        async for o in decode.generate(resumed):
+            tokens.extend(o.new_token_ids)
+        check_all(ref, [prompt], [tokens])
+        assert (decode.num_kv_pulls, decode.num_kv_pull_failures) == (0, 0)
+        assert decode.transfer is not None
+        assert decode.transfer.num_pulls == {"shm": 0, "nixl": 0, "tcp": 0}
+        assert prefill.core.pins.get_num_pinned_blocks() == 3  # nobody released it
+        await prefill.release_kv(out.kv_handle)
+        for _ in range(100):
+            if prefill.core.pool.get_num_active_blocks() == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert prefill.core.pool.get_num_active_blocks() == 0 and len(prefill.core.pins) == 0
     finally:
         await prefill.stop()
         await decode.stop()

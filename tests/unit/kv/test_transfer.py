@@ -14,7 +14,13 @@ import torch
 from armature.engines.native.kv_store import PagedCacheStore
 from armature.model.arch import ModelArch
 from armature.model.kv_cache import PagedKvCache
-from armature.protocols.kv_transfer import KvHandle, KvLayout, layout_mismatch
+from armature.protocols.kv_transfer import (
+    ConnectorTransfer,
+    KvHandle,
+    KvLayout,
+    NativeTransfer,
+    layout_mismatch,
+)
 from armature.transfer.agent import KvTransferAgent
 from armature.transfer.blocks import KvBlocks, ModeledKvStore, copy_block_runs
 from armature.transfer.pins import PinTable, UnknownHandleError
@@ -56,7 +62,7 @@ def handle_for(agent: KvTransferAgent, handle_id: str, num_blocks: int) -> KvHan
         worker_id="w",
         layout=agent.layout,
         seq_hashes=list(range(num_blocks)),
-        endpoints=agent.endpoints,
+        transfer=NativeTransfer(endpoints=agent.endpoints),
     )
 
 
@@ -149,7 +155,7 @@ def test_layout_mismatch_is_refused_on_both_sides() -> None:
             worker_id="w",
             layout=other.layout,
             seq_hashes=[0],
-            endpoints=server.endpoints,
+            transfer=NativeTransfer(endpoints=server.endpoints),
         )
         with pytest.raises(TransferError, match=r"KV layout mismatch.*block_size 8 != 4"):
             puller.pull(lying, 0)
@@ -174,7 +180,7 @@ def test_malformed_frames_drop_only_that_connection() -> None:
     url = server.start()["tcp"]
     host, port = url.removeprefix("tcp://").rsplit(":", 1)
     try:
-        for junk in [b"\xff\xff\xff\xff", b"\x03\x00\x00\x00abc", b"\x01\x00"]:
+        for junk in [b"\xff\xff\xff\xff", b"\x00\x00\x00\x03abc", b"\x01\x00"]:
             with socket.create_connection((host, int(port))) as sock:
                 sock.sendall(junk)
                 sock.shutdown(socket.SHUT_WR)
@@ -197,11 +203,33 @@ def test_unreachable_server_is_a_transfer_error() -> None:
         worker_id="w",
         layout=local.layout,
         seq_hashes=[1],
-        endpoints={"tcp": f"tcp://127.0.0.1:{port}"},
+        transfer=NativeTransfer(endpoints={"tcp": f"tcp://127.0.0.1:{port}"}),
     )
     with pytest.raises(TransferError, match="cannot reach the KV transfer server"):
         puller.pull(handle, 0)
     puller.release(handle)  # best effort: logs, does not raise
+
+
+def test_a_connector_handle_is_refused_by_a_native_agent() -> None:
+    """A handle whose blocks vLLM's connector holds names none of our endpoints: pulling it is
+    a TransferError (the decode computes the prompt), releasing it does nothing."""
+    local = PagedKvCache(ARCH, 4, 4, torch.float32, torch.device("cpu"))
+    pins = PinTable()
+    agent = KvTransferAgent(store(local), pins, backends=("tcp",))
+    handle = KvHandle(
+        handle_id="h",
+        worker_id="w",
+        layout=local.layout,
+        seq_hashes=[],
+        transfer=ConnectorTransfer(connector="vllm-nixl", params=b"\x80"),
+    )
+    with pytest.raises(
+        TransferError,
+        match="KV handle h is held by the 'vllm-nixl' connector; a native engine cannot pull it",
+    ):
+        agent.pull(handle, 0)
+    agent.release(handle)
+    assert agent.num_pulls == {"shm": 0, "nixl": 0, "tcp": 0}
 
 
 def test_modeled_store_moves_no_bytes_and_charges_bandwidth() -> None:

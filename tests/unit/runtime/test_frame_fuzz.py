@@ -11,6 +11,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from armature.protocols.framing import frame
 from armature.runtime.frames import FrameError, decode_frame
 from armature.runtime.tcp_client import RequestPlaneClient
 from armature.runtime.tcp_server import RequestPlaneServer
@@ -73,7 +74,7 @@ def test_a_server_survives_garbage_connections(chunks: list[bytes]) -> None:
         try:
             for chunk in chunks:
                 reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-                writer.write(len(chunk).to_bytes(4, "big") + chunk)
+                writer.write(frame(chunk))
                 await writer.drain()
                 await asyncio.wait_for(reader.read(), 5)  # the server answers or closes
                 writer.close()

@@ -11,6 +11,7 @@ import pytest
 from nats.aio.client import Client
 from test_tcp_plane import Probe
 
+from armature.protocols.failures import FailureCode
 from armature.runtime.nats_conn import connect_nats
 from armature.runtime.nats_plane import NatsRequestPlaneClient, NatsRequestPlaneServer
 from armature.runtime.request_plane import PeerUnavailableError, RemoteError
@@ -83,10 +84,10 @@ async def test_errors_and_nobody_listening(nc: Client) -> None:
     client = NatsRequestPlaneClient(nc, accept_timeout_s=0.5)
     with pytest.raises(RemoteError) as typed:
         await collect(client, server.url, "fail", b"typed")
-    assert typed.value.code == "invalid_request"
+    assert typed.value.code is FailureCode.INVALID_REQUEST
     with pytest.raises(RemoteError) as missing:
         await collect(client, server.url, "nope", b"")
-    assert missing.value.code == "not_found"
+    assert missing.value.code is FailureCode.NOT_FOUND
     with pytest.raises(PeerUnavailableError, match="nobody accepted"):
         await collect(client, "nats:nobody.here", "count", b"1")
     await server.stop()

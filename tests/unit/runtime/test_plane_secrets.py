@@ -12,7 +12,7 @@ import torch
 from armature.engines.native.kv_store import PagedCacheStore
 from armature.model.arch import ModelArch
 from armature.model.kv_cache import PagedKvCache
-from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.kv_transfer import KvHandle, NativeTransfer
 from armature.runtime.nats_conn import NatsUnavailableError, connect_nats
 from armature.runtime.request_plane import PeerUnavailableError
 from armature.runtime.tcp_client import RequestPlaneClient
@@ -60,7 +60,7 @@ def test_kv_transfers_need_the_secret() -> None:
     try:
         handle = KvHandle(
             handle_id="h", worker_id="w", layout=cache.layout, seq_hashes=[1, 2],
-            endpoints=server.endpoints,
+            transfer=NativeTransfer(endpoints=server.endpoints),
         )  # fmt: skip
         local = PagedCacheStore(PagedKvCache(arch, 4, 4, torch.float32, torch.device("cpu")))
         intruder = KvTransferAgent(local, PinTable(), backends=("tcp",), secret="guess")

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
+from armature.protocols.failures import FailureCode
+from armature.protocols.framing import frame
 from armature.runtime.frames import Open, encode_frame
 from armature.runtime.request_plane import HandlerError, PeerUnavailableError, RemoteError
 from armature.runtime.tcp_client import RequestPlaneClient
@@ -48,7 +50,7 @@ class Probe:
     async def fail(self, payload: bytes) -> AsyncIterator[bytes]:
         yield b"one"
         if payload == b"typed":
-            raise HandlerError("invalid_request", "prompt too long")
+            raise HandlerError(FailureCode.INVALID_REQUEST, "prompt too long")
         raise RuntimeError("boom")
 
 
@@ -140,13 +142,14 @@ async def test_errors_reach_the_client_with_their_code() -> None:
     try:
         with pytest.raises(RemoteError) as typed:
             await collect(client, server.port, "fail", b"typed")
-        assert (typed.value.code, typed.value.message) == ("invalid_request", "prompt too long")
+        assert typed.value.code is FailureCode.INVALID_REQUEST
+        assert typed.value.message == "prompt too long"
         with pytest.raises(RemoteError) as internal:
             await collect(client, server.port, "fail", b"")
-        assert internal.value.code == "internal" and "boom" in internal.value.message
+        assert internal.value.code is FailureCode.INTERNAL and "boom" in internal.value.message
         with pytest.raises(RemoteError) as missing:
             await collect(client, server.port, "nope", b"")
-        assert missing.value.code == "not_found"
+        assert missing.value.code is FailureCode.NOT_FOUND
     finally:
         await client.close()
         await server.stop()
@@ -175,8 +178,8 @@ async def _raw(port: int, data: bytes) -> bytes:
     "garbage",
     [
         (2**31).to_bytes(4, "big"),  # oversized announced length
-        (100).to_bytes(4, "big") + b"short",  # truncated body
-        (3).to_bytes(4, "big") + b"\xc1\xc1\xc1",  # not msgpack
+        frame(bytes(100))[:9],  # truncated body
+        frame(b"\xc1\xc1\xc1"),  # not msgpack
         encode_frame(Open(1, "count", b"1", 4))[:2],  # truncated header
     ],
 )
@@ -197,7 +200,7 @@ async def test_unknown_frame_types_are_rejected(caplog: pytest.LogCaptureFixture
     server = await start(Probe())
     try:
         body = msgspec.msgpack.encode({"type": "launch_missiles", "stream_id": 1})
-        assert await _raw(server.port, len(body).to_bytes(4, "big") + body) == b""
+        assert await _raw(server.port, frame(body)) == b""
         assert "undecodable frame" in caplog.text
     finally:
         await server.stop()

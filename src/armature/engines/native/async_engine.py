@@ -30,7 +30,7 @@ from armature.protocols.engine import (
     merge_outputs,
 )
 from armature.protocols.kv_events import KvDump, KvEvent
-from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.kv_transfer import KvHandle, NativeTransfer
 from armature.transfer.agent import KvTransferAgent
 from armature.transfer.blocks import KvBlocks
 from armature.transfer.wire import TransferError
@@ -180,9 +180,17 @@ class AsyncEngine:
     async def _with_pulled_kv(self, request: EngineRequest) -> _Add:
         """The add command for a request that continues a remote prefill: the prompt blocks
         this engine lacks are pulled first; the handle is released once they are copied in.
-        Any transfer failure leaves the prompt to be computed here (same output, slower)."""
+        Any transfer failure leaves the prompt to be computed here (same output, slower), as
+        does a handle whose blocks a third-party engine's connector holds (not ours to pull)."""
         handle = request.kv_handle
         assert handle is not None
+        if not isinstance(handle.transfer, NativeTransfer):
+            log.debug(
+                "request %s: a %r handle; computing the prompt here",
+                request.request_id,
+                handle.transfer.connector,
+            )
+            return _Add(request)
         loop = asyncio.get_running_loop()
 
         def release() -> None:

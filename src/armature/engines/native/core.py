@@ -35,7 +35,7 @@ from armature.protocols.engine import (
     TokenLogprob,
 )
 from armature.protocols.kv_events import KvDump, KvEvent
-from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.kv_transfer import KvHandle, NativeTransfer
 from armature.transfer.blocks import KvBlocks
 from armature.transfer.pins import PinTable
 
@@ -281,7 +281,7 @@ class EngineCore:
             worker_id=self.worker_id,
             layout=self.kv_store.layout,
             seq_hashes=[h for h, _ in hashes],
-            endpoints=self.kv_endpoints,
+            transfer=NativeTransfer(endpoints=self.kv_endpoints),
             ttl_s=self.config.kv_pin_ttl_s,
         )
 

@@ -7,8 +7,9 @@ vLLM's NixlConnector moves the blocks; this module only maps our protocol onto i
 - The prefill leg runs with `max_tokens` 1 and `{"do_remote_decode": true}`. vLLM keeps the
   prompt's blocks after the request ends (until a decode engine has read them, or its lease
   runs out) and returns the params a decode engine needs (`remote_engine_id`,
-  `remote_block_ids`, `remote_host`/`remote_port` of its side channel...). They ride, as JSON,
-  in the handle's `endpoints["vllm-nixl"]`.
+  `remote_block_ids`, `remote_host`/`remote_port` of its side channel...). They ride,
+  msgpack-encoded, in the handle's `ConnectorTransfer(connector="vllm-nixl", params=...)`,
+  which only this module reads.
 - The decode leg gets our usual request: the prompt plus the first token the prefill sampled
   (so sampling stays consistent: the decode continues from *that* token). vLLM's decode side
   wants the KV of every context token it is given, pulls them from the prefill engine, and
@@ -26,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from armature.protocols.kv_transfer import KvHandle, KvLayout
+from armature.protocols.kv_transfer import ConnectorTransfer, KvHandle, KvLayout
 
 __all__ = [
     "NIXL_BACKEND",
@@ -35,7 +36,8 @@ __all__ = [
     "to_kv_handle",
 ]
 
-NIXL_BACKEND = "vllm-nixl"  # the handle endpoint that carries vLLM's transfer params
+# the connector named in our handles, and the transfer backend in stats and the ready line
+NIXL_BACKEND = "vllm-nixl"
 PREFILL_PARAMS: Mapping[str, Any] = {"do_remote_decode": True}
 _REQUIRED = ("remote_engine_id", "remote_block_ids", "remote_host", "remote_port")
 
@@ -54,7 +56,9 @@ def to_kv_handle(
         worker_id=worker_id,
         layout=layout,
         seq_hashes=[],
-        endpoints={NIXL_BACKEND: msgspec.json.encode(dict(params)).decode()},
+        transfer=ConnectorTransfer(
+            connector=NIXL_BACKEND, params=msgspec.msgpack.encode(dict(params))
+        ),
         ttl_s=ttl_s,
     )
 
@@ -65,11 +69,11 @@ def decode_transfer_params(
     """vLLM's `kv_transfer_params` for a decode leg whose context (prompt + the tokens already
     generated) is `num_context_tokens` long; None when the handle is not vLLM's (the decode
     then computes the prompt itself). ValueError for a handle that cannot be read."""
-    encoded = handle.endpoints.get(NIXL_BACKEND)
-    if encoded is None:
+    transfer = handle.transfer
+    if not isinstance(transfer, ConnectorTransfer) or transfer.connector != NIXL_BACKEND:
         return None
     try:
-        params = msgspec.json.decode(encoded)
+        params = msgspec.msgpack.decode(transfer.params)
     except msgspec.DecodeError as exc:
         raise ValueError(f"unreadable vLLM transfer params: {exc}") from None
     if not isinstance(params, dict) or any(key not in params for key in _REQUIRED):
