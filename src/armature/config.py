@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 from armature.errors import ConfigError
+from armature.protocols.worker import WorkerRole
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE_TOKENS",
@@ -146,6 +147,14 @@ def fraction(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"expected a number in 0..1, got {text!r}")
     return value
+
+
+def worker_role(text: str) -> WorkerRole:
+    try:
+        return WorkerRole(text)
+    except ValueError:
+        known = ", ".join(WorkerRole)
+        raise ConfigError(f"expected one of {known}, got {text!r}") from None
 
 
 def transfer_backends(text: str) -> tuple[str, ...]:
@@ -336,11 +345,12 @@ class WorkerProcessConfig:
         "64-bit instance id (default: random); the worker is named worker-<hex id>",
         parse=integer,
     )
-    role: str = setting(
-        "agg",
+    role: WorkerRole = setting(
+        WorkerRole.AGG,
         "agg: whole requests; prefill: prompts for decode workers (disaggregated serving); "
         "decode: continues from a prefill worker's KV (or prefills itself)",
-        choices=("agg", "prefill", "decode"),
+        parse=worker_role,
+        choices=tuple(WorkerRole),
     )
     kv_transfer_port: int = setting(
         0, "KV transfer server port on --host (0: any free port)", parse=integer
@@ -578,15 +588,16 @@ class ServeConfig:
     security: SecurityConfig = SecurityConfig()
     overload: OverloadConfig = OverloadConfig()
 
-    def get_worker_roles(self) -> list[str]:
+    def get_worker_roles(self) -> list[WorkerRole]:
         """The role of each worker, from --workers or --prefill/--decode-workers."""
         if self.prefill_workers is None and self.decode_workers is None:
-            return ["agg"] * self.workers
+            return [WorkerRole.AGG] * self.workers
         if self.decode_workers is None:
             raise ConfigError("--prefill-workers needs --decode-workers")
         if self.workers != 1:
             raise ConfigError("give either --workers or --prefill-workers/--decode-workers")
-        return ["prefill"] * (self.prefill_workers or 0) + ["decode"] * self.decode_workers
+        num_prefill = self.prefill_workers or 0
+        return [WorkerRole.PREFILL] * num_prefill + [WorkerRole.DECODE] * self.decode_workers
 
 
 # ---- settings as flags, variables and command lines ---------------------------------------

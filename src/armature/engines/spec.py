@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from armature.config import EngineConfig, KvCacheConfig, TransferConfig
 from armature.engines.api import Engine
 from armature.model.source import ResolvedModel
+from armature.protocols.worker import WorkerRole
 
 __all__ = ["BuiltEngine", "EngineInfo", "EngineSpec"]
 
@@ -22,7 +23,7 @@ class EngineSpec:
     transfer: TransferConfig
     model: ResolvedModel
     worker_id: str
-    role: str = "agg"
+    role: WorkerRole = WorkerRole.AGG
     # KV transfers: a prefill or decode worker serves and pulls KV blocks
     serve_kv_transfers: bool = False
     transfer_host: str = "127.0.0.1"

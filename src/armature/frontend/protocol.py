@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from armature.errors import InvalidRequestError
+
 __all__ = [
     "ChatCompletionRequest",
     "ChatMessage",
@@ -53,10 +55,12 @@ class ChatMessage(BaseModel):
         texts = []
         for part in self.content:
             if part.get("type") != "text":
-                raise ValueError(f"content part type {part.get('type')!r} is not supported")
+                raise InvalidRequestError(
+                    f"content part type {part.get('type')!r} is not supported"
+                )
             text = part.get("text")
             if not isinstance(text, str):
-                raise ValueError("a content part of type 'text' needs a 'text' string")
+                raise InvalidRequestError("a content part of type 'text' needs a 'text' string")
             texts.append(text)
         return "".join(texts)
 
@@ -175,13 +179,15 @@ class CompletionRequest(GenerationFields):
         if isinstance(p, str):
             return p
         if not p:
-            raise ValueError("prompt must not be empty")
+            raise InvalidRequestError("prompt must not be empty")
         if all(isinstance(t, int) for t in p):
             return list(p)  # type: ignore[arg-type]
         if len(p) == 1:
             first = p[0]
             return first if isinstance(first, str) else list(first)  # type: ignore[arg-type]
-        raise ValueError("a batch of several prompts is not supported; send one per request")
+        raise InvalidRequestError(
+            "a batch of several prompts is not supported; send one per request"
+        )
 
     def unsupported_fields(self) -> list[tuple[str, str]]:
         out = super().unsupported_fields()

@@ -21,6 +21,7 @@ from armature.frontend.compose import compose_frontend
 from armature.frontend.main import run_serving, uvicorn_config
 from armature.frontend.preprocess import Preprocessor
 from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
+from armature.protocols.worker import WorkerRole
 from armature.runtime.ports import check_port_free
 
 __all__ = ["resolve_served_model", "serve_in_process"]
@@ -53,11 +54,11 @@ def serve_in_process(config: ServeConfig) -> None:
 
 
 def _build_engines(
-    config: ServeConfig, roles: list[str]
+    config: ServeConfig, roles: list[WorkerRole]
 ) -> tuple[ResolvedModel, list[BuiltEngine]]:
     model = resolve_served_model(config)
     kind = get_kind(config.engine.engine)
-    disaggregated = "prefill" in roles
+    disaggregated = WorkerRole.PREFILL in roles
     built = []
     for i, role in enumerate(roles):
         spec = EngineSpec(
@@ -74,7 +75,7 @@ def _build_engines(
     return model, built
 
 
-async def _serve(config: ServeConfig, roles: list[str], api_keys: ApiKeys | None) -> None:
+async def _serve(config: ServeConfig, roles: list[WorkerRole], api_keys: ApiKeys | None) -> None:
     model, built = _build_engines(config, roles)
     info = built[0].info
     name = config.engine.served_model_name or model.served_name
@@ -96,7 +97,7 @@ async def _serve(config: ServeConfig, roles: list[str], api_keys: ApiKeys | None
     engines: dict[str, Engine] = {}
     prefill_engines: dict[str, Engine] = {}
     for i, (one, role) in enumerate(zip(built, roles, strict=True)):
-        (prefill_engines if role == "prefill" else engines)[f"worker-{i}"] = one.engine
+        (prefill_engines if role is WorkerRole.PREFILL else engines)[f"worker-{i}"] = one.engine
     router_config = dataclasses.replace(
         config.router, block_size_tokens=info.block_size_tokens, seed=config.engine.seed
     )

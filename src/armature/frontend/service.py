@@ -137,7 +137,7 @@ class OpenAIService:
         self._check_common(body, "chat")
         try:
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        except ValueError as exc:
+        except InvalidRequestError as exc:
             raise ApiError(str(exc), param="messages") from None
         try:
             prompt_ids = await asyncio.to_thread(self.preprocessor.encode_chat, messages)
@@ -151,7 +151,7 @@ class OpenAIService:
         self._check_common(body, "completions")
         try:
             prompt = body.single_prompt()
-        except ValueError as exc:
+        except InvalidRequestError as exc:
             raise ApiError(str(exc), param="prompt") from None
         if isinstance(prompt, str):
             if not prompt:

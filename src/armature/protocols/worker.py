@@ -8,13 +8,23 @@ engine's step records since the previous update (for a planner).
 
 from __future__ import annotations
 
+import enum
+
 import msgspec
 
 from armature.protocols.address import EndpointAddress
 from armature.protocols.engine import EngineLoad, StepRecord
 from armature.protocols.kv_events import KvEvent
 
-__all__ = ["WorkerCard", "WorkerUpdate", "worker_key", "worker_prefix"]
+__all__ = ["WorkerCard", "WorkerRole", "WorkerUpdate", "worker_key", "worker_prefix"]
+
+
+class WorkerRole(enum.StrEnum):
+    """What part a worker plays: whole requests, or one side of disaggregated serving."""
+
+    AGG = "agg"  # prefill and decode
+    PREFILL = "prefill"  # prompts for decode workers (pins their KV blocks)
+    DECODE = "decode"  # continues from a prefill worker's KV (or prefills itself)
 
 
 class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,7 +39,7 @@ class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
     request_url: str  # tcp://host:port or nats:<subject>
     events_url: str  # where the worker's event-plane publisher is (zmq or nats url)
     metrics_url: str = ""  # the worker's Prometheus endpoint ("" when it has none)
-    role: str = "agg"  # "agg" | "prefill" | "decode"
+    role: WorkerRole = WorkerRole.AGG
 
     @property
     def worker_id(self) -> str:

@@ -32,16 +32,15 @@ from armature.protocols.engine import (
     merge_outputs,
 )
 from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.worker import WorkerRole
 from armature.router.policies import RoutingError
 from armature.router.prefill_decision import PrefillDecision, decide_prefill
 from armature.router.pressure import BusyWorkers
 from armature.router.service import EngineRouter, RouterObserver
 
-__all__ = ["PREFILL_ROLE", "DisaggRouter", "PrefillDecision"]
+__all__ = ["DisaggRouter", "PrefillDecision"]
 
 log = logging.getLogger(__name__)
-
-PREFILL_ROLE = "prefill"
 
 
 class DisaggRouter(EngineRouter):
@@ -72,8 +71,8 @@ class DisaggRouter(EngineRouter):
         await self.prefill.stop()
         await super().stop()
 
-    def add_engine(self, worker: str, engine: Engine, role: str = "agg") -> None:
-        if role == PREFILL_ROLE:
+    def add_engine(self, worker: str, engine: Engine, role: WorkerRole = WorkerRole.AGG) -> None:
+        if role is WorkerRole.PREFILL:
             self.prefill.add_engine(worker, engine)
         else:
             super().add_engine(worker, engine)

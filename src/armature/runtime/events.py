@@ -20,6 +20,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from armature.errors import ArmatureError
+from armature.runtime.nats_conn import end_quietly
 
 __all__ = ["EventPlane", "EventPlaneError", "NatsEventPlane", "Publisher", "ZmqEventPlane"]
 
@@ -139,11 +140,9 @@ class NatsEventPlane:
             while True:
                 yield await queue.get()
         finally:
-            with contextlib.suppress(Exception):
-                await subscription.unsubscribe()
+            await end_quietly("unsubscribe", subscription.unsubscribe())
 
     async def close(self) -> None:
         if self._nc is not None:
-            with contextlib.suppress(Exception):
-                await self._nc.drain()
+            await end_quietly("drain", self._nc.drain())
             self._nc = None

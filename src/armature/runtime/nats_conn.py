@@ -5,20 +5,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from urllib.parse import urlsplit
 
 import nats
+import nats.errors
 from nats.aio.client import Client
 
 from armature.errors import ArmatureError
 
-__all__ = ["NatsUnavailableError", "connect_nats"]
+__all__ = ["NatsUnavailableError", "connect_nats", "end_quietly"]
 
 log = logging.getLogger(__name__)
 
 
 class NatsUnavailableError(ArmatureError, ConnectionError):
     """The NATS server cannot be reached at start."""
+
+
+async def end_quietly(what: str, step: Awaitable[object]) -> None:
+    """Await a clean-up `step` (an unsubscribe, a drain, a last Cancel) whose failure changes
+    nothing: the connection is already closed or draining. NATS's own errors are logged at
+    debug level, not raised; anything else is a bug and propagates."""
+    try:
+        await step
+    except (nats.errors.Error, OSError) as exc:
+        log.debug("NATS: could not %s: %r", what, exc)
 
 
 async def _probe(url: str, timeout_s: float) -> None:

@@ -39,6 +39,7 @@ from armature.runtime.frames import (
     decode_frame,
     encode_message,
 )
+from armature.runtime.nats_conn import end_quietly
 from armature.runtime.request_plane import (
     CreditWindow,
     Handler,
@@ -85,8 +86,7 @@ class NatsRequestPlaneServer:
 
     async def stop(self) -> None:
         if self._subscription is not None:
-            with contextlib.suppress(Exception):
-                await self._subscription.unsubscribe()
+            await end_quietly("unsubscribe", self._subscription.unsubscribe())
         tasks = [s.task for s in self._streams.values() if s.task is not None]
         for task in tasks:
             task.cancel()
@@ -146,8 +146,7 @@ class NatsRequestPlaneServer:
         finally:
             self._streams.pop(control, None)
             if stream.control is not None:
-                with contextlib.suppress(Exception):
-                    await stream.control.unsubscribe()
+                await end_quietly("unsubscribe", stream.control.unsubscribe())
 
     async def _send(self, subject: str, frame: Frame) -> None:
         await self.nc.publish(subject, encode_message(frame))
@@ -213,10 +212,8 @@ class NatsRequestPlaneClient:
                     raise RemoteError(item.code, item.message)
         finally:
             if not finished and control is not None:
-                with contextlib.suppress(Exception):
-                    await self._publish(control, Cancel(sid))
-            with contextlib.suppress(Exception):
-                await subscription.unsubscribe()
+                await end_quietly("send a Cancel", self._publish(control, Cancel(sid)))
+            await end_quietly("unsubscribe", subscription.unsubscribe())
 
     async def _publish(self, subject: str, frame: Frame, reply: str = "") -> None:
         try:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from armature.config import DisaggConfig
+from armature.errors import InvalidRequestError
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
 from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_transfer import KvHandle
@@ -94,7 +95,7 @@ class DisaggSimulation(Simulation):
         )
         try:
             self.cores[decision.worker].add_request(request)
-        except ValueError:
+        except InvalidRequestError:
             self.num_rejected += 1
             return
         self.num_remote_prefills += 1

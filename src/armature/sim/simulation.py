@@ -21,6 +21,7 @@ from pathlib import Path
 
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
+from armature.errors import InvalidRequestError
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.router.load import ActiveLoad
@@ -163,7 +164,7 @@ class Simulation:
         )
         try:
             core.add_request(request)
-        except ValueError:
+        except InvalidRequestError:
             self.num_rejected += 1  # larger than a worker's KV cache or context
             return
         bs = self.config.block_size

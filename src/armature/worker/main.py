@@ -16,7 +16,7 @@ from armature.engines.registry import get_kind
 from armature.engines.spec import EngineSpec
 from armature.errors import ConfigError
 from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
-from armature.protocols.worker import WorkerCard, worker_prefix
+from armature.protocols.worker import WorkerCard, WorkerRole, worker_prefix
 from armature.runtime.discovery import Discovery
 from armature.runtime.factory import (
     RequestPlaneServerFactory,
@@ -82,7 +82,7 @@ async def _run(config: WorkerConfig) -> None:
     instance_id = _instance_id(config)
     model = resolve(config)
     transfer_port = process.kv_transfer_port
-    if transfer_port == 0 and kind.binds_transfer_port_late and process.role != "agg":
+    if transfer_port == 0 and kind.binds_transfer_port_late and process.role is not WorkerRole.AGG:
         transfer_port = free_port(process.host)
     spec = EngineSpec(
         engine=config.engine,
@@ -95,7 +95,7 @@ async def _run(config: WorkerConfig) -> None:
         transfer_host=process.host,
         transfer_port=transfer_port,
         plane_secret=runtime.plane_secret,
-        shared_kv_cache=process.role == "prefill",
+        shared_kv_cache=process.role is WorkerRole.PREFILL,
     )
     built = kind.build(spec)  # vLLM starts inside this event loop
     info, name = built.info, config.engine.served_model_name or model.served_name

@@ -23,7 +23,7 @@ from armature.engines.api import Engine, InvalidRequestError
 from armature.protocols.engine import EngineRequest
 from armature.protocols.failures import FailureCode
 from armature.protocols.kv_transfer import KvHandle
-from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_key
+from armature.protocols.worker import WorkerCard, WorkerRole, WorkerUpdate, worker_key
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
 from armature.runtime.events import EventPlane, Publisher
 from armature.runtime.request_plane import HandlerError, ServerFactory
@@ -54,7 +54,7 @@ class WorkerService:
         heartbeat_s: float = 1.0,
         metrics_host: str = "127.0.0.1",
         metrics_port: int | None = None,
-        role: str = "agg",
+        role: WorkerRole = WorkerRole.AGG,
     ):
         self.engine = engine
         self.discovery = discovery

@@ -15,6 +15,7 @@ from test_hf_equivalence import check_all, engine, prompts_of
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_transfer import KvHandle
+from armature.transfer.wire import TransferError
 
 NEW_TOKENS = 10
 
@@ -210,7 +211,7 @@ def test_a_handle_for_another_prompt_is_refused(tiny_llama_dir: Path) -> None:
     )
     handle = run_to_end(prefill, {"p": []})["p"].kv_handle  # type: ignore[attr-defined]
     other = decode_leg(list(range(4, 41)), handle)
-    with pytest.raises(ValueError, match="do not match this prompt"):
+    with pytest.raises(TransferError, match="do not match this prompt"):
         decode.plan_import(other)
 
 

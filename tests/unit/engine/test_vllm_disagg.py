@@ -14,7 +14,12 @@ from vllm_fakes import FakeCompletion, FakeOutput
 from vllm_fakes import make_engine as make_fake_engine
 
 from armature.engines.api import InvalidRequestError
-from armature.engines.vllm.disagg import NIXL_BACKEND, decode_transfer_params, to_kv_handle
+from armature.engines.vllm.disagg import (
+    NIXL_BACKEND,
+    ConnectorParamsError,
+    decode_transfer_params,
+    to_kv_handle,
+)
 from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo, VllmTransfer
 from armature.engines.vllm.sampling import VllmSampling
 from armature.protocols.engine import EngineRequest, EngineStats, FinishReason, SamplingParams
@@ -235,12 +240,12 @@ def test_another_connectors_handle_is_not_vllms() -> None:
 def test_unreadable_handles_are_refused(params: bytes, message: str) -> None:
     transfer = ConnectorTransfer(connector=NIXL_BACKEND, params=params)
     bad = msgspec.structs.replace(handle(), transfer=transfer)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConnectorParamsError, match=message):
         decode_transfer_params(bad, num_context_tokens=5, block_size=BLOCK_SIZE)
 
 
 def test_vllm_params_without_a_remote_engine_make_no_handle() -> None:
-    with pytest.raises(ValueError, match="without remote_engine_id"):
+    with pytest.raises(ConnectorParamsError, match="without remote_engine_id"):
         to_kv_handle(
             {"remote_block_ids": [[1]]}, request_id="r", worker_id="w", layout=LAYOUT, ttl_s=1
         )

@@ -208,7 +208,7 @@ class AsyncEngine:
             blocks = await asyncio.to_thread(self.transfer.pull, handle, start)
             delay_s = self.core.kv_store.transfer_delay_s(blocks.num_blocks)
             await asyncio.sleep(max(0.0, delay_s - (time.monotonic() - started_s)))
-        except (TransferError, ValueError) as exc:
+        except TransferError as exc:
             self.num_kv_pull_failures += 1
             log.warning(
                 "request %s: KV transfer from %s failed, computing the prompt here: %s",

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from armature.config import DEFAULT_BLOCK_SIZE_TOKENS, DEFAULT_KV_PIN_TTL_S
+from armature.errors import ConfigError
 
 __all__ = ["NativeEngineConfig", "parse_dtype"]
 
@@ -18,7 +19,7 @@ def parse_dtype(name: str) -> torch.dtype:
     try:
         return _DTYPES[name]
     except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(_DTYPES)}") from None
+        raise ConfigError(f"unknown dtype {name!r}; choose one of {', '.join(_DTYPES)}") from None
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ class NativeEngineConfig:
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
-            raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be > 0")
+            raise ConfigError("block_size, max_num_seqs and max_num_batched_tokens must be > 0")
         if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:
-            raise ValueError("num_kv_blocks must be > 0")
+            raise ConfigError("num_kv_blocks must be > 0")
         if self.kv_cache_bytes <= 0:
-            raise ValueError("kv_cache_bytes must be > 0")
+            raise ConfigError("kv_cache_bytes must be > 0")

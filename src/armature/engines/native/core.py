@@ -22,6 +22,7 @@ from armature.engines.native.request import RequestState
 from armature.engines.native.sampler import SampleInput, sample
 from armature.engines.native.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from armature.engines.validation import validate_request
+from armature.errors import ConfigError
 from armature.kv.block_pool import BlockPool
 from armature.kv.eviction import EvictionObserver
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
@@ -38,6 +39,7 @@ from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle, NativeTransfer
 from armature.transfer.blocks import KvBlocks
 from armature.transfer.pins import PinTable
+from armature.transfer.wire import TransferError
 
 __all__ = ["MAX_STEP_RECORDS", "EngineCore", "InvalidRequestError", "resolve_max_model_len"]
 
@@ -52,7 +54,7 @@ def resolve_max_model_len(config: NativeEngineConfig, arch: ModelArch) -> int:
         limit = min(limit, arch.sliding_window)  # no sliding-window attention yet
     if config.max_model_len is not None:
         if config.max_model_len > limit:
-            raise ValueError(f"max_model_len {config.max_model_len} exceeds the model's {limit}")
+            raise ConfigError(f"max_model_len {config.max_model_len} exceeds the model's {limit}")
         limit = config.max_model_len
     return limit
 
@@ -295,7 +297,7 @@ class EngineCore:
 
     def plan_import(self, request: EngineRequest) -> tuple[Sequence[tuple[int, int]], int]:
         """(hashes of the prompt blocks `request.kv_handle` offers, how many of them this
-        engine already caches as a prefix). Refuses (ValueError) a handle whose hashes are
+        engine already caches as a prefix). Refuses (TransferError) a handle whose hashes are
         not this prompt's. Safe from another thread: the cached count is a hint, checked
         again by `import_kv`."""
         handle = request.kv_handle
@@ -306,7 +308,7 @@ class EngineCore:
         tokens = request.prompt_token_ids[: num_blocks * bs]
         hashes = compute_block_hashes(tokens, bs, DEFAULT_HASH_SEED, None)
         if [h for h, _ in hashes] != handle.seq_hashes[:num_blocks]:
-            raise ValueError("the KV handle's block hashes do not match this prompt")
+            raise TransferError("the KV handle's block hashes do not match this prompt")
         if not self.config.enable_prefix_caching:
             return hashes, num_blocks  # nothing can be imported: recompute
         return hashes, len(self.pool.find_prefix([h for h, _ in hashes]))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from armature.errors import ConfigError
+
 __all__ = ["pick_device", "pick_dtype"]
 
 
@@ -12,7 +14,7 @@ def pick_device(requested: str) -> str:
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for but no CUDA device is available")
+        raise ConfigError("--device cuda was asked for but no CUDA device is available")
     return requested
 
 

@@ -26,26 +26,23 @@ log = logging.getLogger(__name__)
 def native_config(spec: EngineSpec) -> NativeEngineConfig:
     """The native engine's resolved settings (device and dtype picked for `auto`)."""
     engine, kv = spec.engine, spec.kv
-    try:
-        device = pick_device(engine.device)
-        dtype = parse_dtype(pick_dtype(engine.dtype, device))
-        return NativeEngineConfig(
-            model_dir=spec.model.path,
-            dtype=dtype,
-            device=device,
-            block_size=engine.get_block_size_tokens(),
-            num_kv_blocks=kv.num_kv_blocks,
-            kv_cache_bytes=kv.kv_cache_bytes,
-            max_num_seqs=engine.max_num_seqs,
-            max_num_batched_tokens=engine.max_num_batched_tokens,
-            max_model_len=engine.max_model_len_tokens,
-            enable_prefix_caching=kv.enable_prefix_caching,
-            seed=engine.seed,
-            shared_kv_cache=spec.shared_kv_cache and device == "cpu" and not _is_mocker(spec),
-            kv_pin_ttl_s=spec.transfer.kv_pin_ttl_s,
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    device = pick_device(engine.device)
+    dtype = parse_dtype(pick_dtype(engine.dtype, device))
+    return NativeEngineConfig(
+        model_dir=spec.model.path,
+        dtype=dtype,
+        device=device,
+        block_size=engine.get_block_size_tokens(),
+        num_kv_blocks=kv.num_kv_blocks,
+        kv_cache_bytes=kv.kv_cache_bytes,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        max_model_len=engine.max_model_len_tokens,
+        enable_prefix_caching=kv.enable_prefix_caching,
+        seed=engine.seed,
+        shared_kv_cache=spec.shared_kv_cache and device == "cpu" and not _is_mocker(spec),
+        kv_pin_ttl_s=spec.transfer.kv_pin_ttl_s,
+    )
 
 
 def _is_mocker(spec: EngineSpec) -> bool:

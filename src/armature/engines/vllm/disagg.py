@@ -27,16 +27,23 @@ from typing import Any
 
 import msgspec
 
+from armature.errors import ArmatureError
 from armature.protocols.kv_transfer import ConnectorTransfer, KvHandle, KvLayout
 
 __all__ = [
     "NIXL_BACKEND",
     "PREFILL_PARAMS",
+    "ConnectorParamsError",
     "decode_transfer_params",
     "to_kv_handle",
 ]
 
+
 # the connector named in our handles, and the transfer backend in stats and the ready line
+class ConnectorParamsError(ArmatureError, ValueError):
+    """vLLM's transfer parameters cannot be used (missing fields, unreadable)."""
+
+
 NIXL_BACKEND = "vllm-nixl"
 PREFILL_PARAMS: Mapping[str, Any] = {"do_remote_decode": True}
 _REQUIRED = ("remote_engine_id", "remote_block_ids", "remote_host", "remote_port")
@@ -50,7 +57,7 @@ def to_kv_handle(
     end), so there is nothing for the frontend to release."""
     missing = [key for key in _REQUIRED if key not in params]
     if missing:
-        raise ValueError(f"vLLM returned transfer params without {', '.join(missing)}")
+        raise ConnectorParamsError(f"vLLM returned transfer params without {', '.join(missing)}")
     return KvHandle(
         handle_id=request_id,
         worker_id=worker_id,
@@ -75,9 +82,9 @@ def decode_transfer_params(
     try:
         params = msgspec.msgpack.decode(transfer.params)
     except msgspec.DecodeError as exc:
-        raise ValueError(f"unreadable vLLM transfer params: {exc}") from None
+        raise ConnectorParamsError(f"unreadable vLLM transfer params: {exc}") from None
     if not isinstance(params, dict) or any(key not in params for key in _REQUIRED):
-        raise ValueError("vLLM transfer params lack the remote engine or its blocks")
+        raise ConnectorParamsError("vLLM transfer params lack the remote engine or its blocks")
     groups = params["remote_block_ids"]
     if groups and isinstance(groups[0], int):  # one KV cache group, written flat
         groups = [groups]
@@ -85,7 +92,7 @@ def decode_transfer_params(
     padded = []
     for group in groups:
         if not group:
-            raise ValueError("vLLM transfer params name no remote block")
+            raise ConnectorParamsError("vLLM transfer params name no remote block")
         padded.append(list(group) + [group[-1]] * max(0, num_blocks - len(group)))
     return {
         **params,

@@ -31,6 +31,7 @@ from armature.engines.validation import validate_request
 from armature.engines.vllm.disagg import (
     NIXL_BACKEND,
     PREFILL_PARAMS,
+    ConnectorParamsError,
     decode_transfer_params,
     to_kv_handle,
 )
@@ -236,7 +237,7 @@ class VllmEngine:
                 num_context_tokens=num_context_tokens,
                 block_size=self.info.block_size,
             )
-        except ValueError as exc:
+        except ConnectorParamsError as exc:
             log.warning("request %s: computing the prompt here: %s", request.request_id, exc)
             return None
 
@@ -253,7 +254,7 @@ class VllmEngine:
                 layout=self.transfer.layout,
                 ttl_s=self.transfer.lease_s,
             )
-        except ValueError as exc:
+        except ConnectorParamsError as exc:
             log.warning("request %s: no KV to hand over: %s", output.request_id, exc)
         return msgspec.structs.replace(
             output, finish_reason=FinishReason.TRANSFER, kv_handle=handle

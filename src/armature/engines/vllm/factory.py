@@ -19,6 +19,7 @@ from armature.engines.vllm.build import (
 from armature.engines.vllm.disagg import NIXL_BACKEND
 from armature.errors import ConfigError
 from armature.model.source import ResolvedModel
+from armature.protocols.worker import WorkerRole
 
 __all__ = ["build_vllm", "check_vllm", "vllm_config"]
 
@@ -30,7 +31,7 @@ def check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
         raise ConfigError("--device cuda: the vllm engine runs where its vLLM build does; omit it")
     try:
         check_vllm_installed()
-        if set(roles) & {"prefill", "decode"}:
+        if set(roles) & {WorkerRole.PREFILL, WorkerRole.DECODE}:
             check_nixl_installed()
     except VllmNotInstalledError as exc:
         raise ConfigError(str(exc)) from None
@@ -64,7 +65,7 @@ def build_vllm(spec: EngineSpec) -> BuiltEngine:
     listening on the transfer host and port for a prefill or decode worker."""
     check_vllm(spec.engine, [spec.role])
     connector = None
-    if spec.role != "agg":
+    if spec.role is not WorkerRole.AGG:
         if spec.transfer_port == 0:
             raise ConfigError("the vllm engine needs its KV transfer port chosen for it")
         connector = VllmConnectorConfig(
