@@ -13,11 +13,14 @@ from armature.config import (
     positive_float,
     positive_int,
 )
+from armature.sim.replay_config import REPLAY_POLICIES, ReplayConfig
 
 if TYPE_CHECKING:
     from armature.workload.traces import TraceRequest
 
 __all__ = ["add_parser", "run"]
+
+DEFAULTS = ReplayConfig()
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +31,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "N mocker workers (real scheduler and KV cache, timing model) behind the real router.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    _add_workload_args(replay)
+    _add_fleet_args(replay)
+    add_settings(replay, RouterConfig(), only=("overlap_weight", "decode_weight", "temperature"))
+    _add_disagg_args(replay)
+    _add_goodput_args(replay)
+    replay.add_argument(
+        "--seed", type=int, default=DEFAULTS.seed, help="seed for prompts and tokens"
+    )
+    replay.add_argument("--report", default=None, help="write the report as JSON here")
+
+
+def _add_workload_args(replay: argparse.ArgumentParser) -> None:
     source = replay.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", help="Mooncake JSONL trace file")
     source.add_argument(
@@ -47,37 +62,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=8.0,
         help="synthetic: mean arrival rate (Poisson)",
     )
-    replay.add_argument("--workers", type=arg_type(positive_int), default=8, help="mocker workers")
-    replay.add_argument(
-        "--router",
-        choices=["round-robin", "random", "least-loaded", "kv"],
-        default="kv",
-        help="routing policy",
-    )
-    replay.add_argument(
-        "--block-size", type=arg_type(positive_int), default=16, help="tokens per block"
-    )
-    replay.add_argument(
-        "--num-kv-blocks", type=arg_type(positive_int), default=16384, help="KV blocks per worker"
-    )
-    replay.add_argument(
-        "--max-num-batched-tokens",
-        type=arg_type(positive_int),
-        default=8192,
-        help="tokens per engine step",
-    )
-    replay.add_argument(
-        "--max-num-seqs",
-        type=arg_type(positive_int),
-        default=256,
-        help="requests running at once per worker",
-    )
-    replay.add_argument(
-        "--speedup",
-        type=arg_type(positive_float),
-        default=1.0,
-        help="divide every simulated step time by this",
-    )
     replay.add_argument(
         "--time-scale",
         type=arg_type(positive_float),
@@ -90,31 +74,79 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="replay only the first N requests",
     )
-    add_settings(replay, RouterConfig(), only=("overlap_weight", "decode_weight", "temperature"))
+
+
+def _add_fleet_args(replay: argparse.ArgumentParser) -> None:
+    """The simulated workers and the router; the defaults are ReplayConfig's."""
+    replay.add_argument(
+        "--workers",
+        type=arg_type(positive_int),
+        default=DEFAULTS.num_workers,
+        help="mocker workers",
+    )
+    replay.add_argument(
+        "--router", choices=list(REPLAY_POLICIES), default=DEFAULTS.router, help="routing policy"
+    )
+    replay.add_argument(
+        "--block-size",
+        type=arg_type(positive_int),
+        default=DEFAULTS.block_size,
+        help="tokens per block",
+    )
+    replay.add_argument(
+        "--num-kv-blocks",
+        type=arg_type(positive_int),
+        default=DEFAULTS.num_kv_blocks,
+        help="KV blocks per worker",
+    )
+    replay.add_argument(
+        "--max-num-batched-tokens",
+        type=arg_type(positive_int),
+        default=DEFAULTS.max_num_batched_tokens,
+        help="tokens per engine step",
+    )
+    replay.add_argument(
+        "--max-num-seqs",
+        type=arg_type(positive_int),
+        default=DEFAULTS.max_num_seqs,
+        help="requests running at once per worker",
+    )
+    replay.add_argument(
+        "--speedup",
+        type=arg_type(positive_float),
+        default=DEFAULTS.speedup_ratio,
+        help="divide every simulated step time by this",
+    )
+
+
+def _add_disagg_args(replay: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--prefill-workers",
         type=arg_type(non_negative_int),
-        default=0,
+        default=DEFAULTS.num_prefill_workers,
         help="disaggregated: how many of --workers are prefill workers (the rest decode)",
     )
     replay.add_argument(
         "--max-local-prefill-tokens",
         type=arg_type(non_negative_int),
-        default=0,
+        default=DEFAULTS.max_local_prefill_tokens,
         help="disaggregated: prefill on the decode worker when fewer tokens are uncached",
     )
     replay.add_argument(
         "--transfer-bandwidth-gbs",
         type=arg_type(positive_float),
-        default=25.0,
+        default=DEFAULTS.transfer_bandwidth_bytes_s / 1e9,
         help="disaggregated: KV transfer bandwidth between workers, GB/s",
     )
     replay.add_argument(
         "--kv-bytes-per-block",
         type=arg_type(positive_int),
-        default=2 * 1024 * 1024,
+        default=DEFAULTS.kv_bytes_per_block,
         help="disaggregated: bytes of one KV block (default: an 8B model, bf16, 16 tokens)",
     )
+
+
+def _add_goodput_args(replay: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--slo-ttft-ms", type=arg_type(positive_float), default=None, help="goodput: TTFT bound"
     )
@@ -131,8 +163,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="goodput: apply --slo-itl-ms to this quantile of each request's ITLs (e.g. "
         "0.99) instead of their mean",
     )
-    replay.add_argument("--seed", type=int, default=0, help="seed for prompts and tokens")
-    replay.add_argument("--report", default=None, help="write the report as JSON here")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from armature.sim.replay import ReplayConfig, replay
+    from armature.sim.replay import replay
     from armature.workload.measure import Slo
     from armature.workload.traces import TraceFormatError, read_mooncake_trace
 

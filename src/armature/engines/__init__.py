@@ -1,1 +1,3 @@
-"""Adapters that put third-party engines behind our Engine contract (engine/interface.py)."""
+"""Engines behind one contract (`api.Engine`), built by name through the registry
+(`registry.KINDS`): `native/` (our PyTorch engine; the mocker is its core with a timing
+model, in sim/) and `vllm/` (an adapter over vLLM)."""

@@ -4,14 +4,20 @@ settings, its model and its part in the fleet) in, a `BuiltEngine` (the `Engine`
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from armature.config import EngineConfig, KvCacheConfig, TransferConfig
 from armature.engines.api import Engine
-from armature.model.source import ResolvedModel
+from armature.errors import ConfigError
+from armature.kv.eviction import EvictionObserver
+from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["BuiltEngine", "EngineInfo", "EngineSpec"]
+__all__ = ["BuiltEngine", "EngineInfo", "EngineSpec", "resolve_engine_model"]
+
+log = logging.getLogger("armature")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +36,8 @@ class EngineSpec:
     transfer_port: int = 0  # 0: any free port (not for kinds that bind it late)
     plane_secret: str | None = None
     shared_kv_cache: bool = False  # the KV cache in shared memory (same-host transfers)
+    # told of each cached block before its memory is reused (a lower KV tier keeps a copy)
+    eviction_observer: EvictionObserver | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,3 +58,13 @@ class EngineInfo:
 class BuiltEngine:
     engine: Engine
     info: EngineInfo
+
+
+def resolve_engine_model(engine: EngineConfig) -> ResolvedModel:
+    """The local model directory `--model` names (the default model converted once into the
+    cache); ConfigError when it cannot be served."""
+    try:
+        cache_dir = Path(engine.cache_dir) if engine.cache_dir else None
+        return resolve_model(engine.model, cache_dir=cache_dir, log=log.info)
+    except ModelSourceError as exc:
+        raise ConfigError(str(exc)) from None

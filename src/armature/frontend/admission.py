@@ -18,12 +18,13 @@ import itertools
 import math
 from collections.abc import Callable, Iterable
 
+from armature.errors import ArmatureError
 from armature.router.pressure import OverloadThresholds, WorkerPressure
 
 __all__ = ["AdmissionGate", "Overloaded"]
 
 
-class Overloaded(Exception):
+class Overloaded(ArmatureError):
     def __init__(self, message: str, code: str, retry_after_s: int):
         super().__init__(message)
         self.code = code

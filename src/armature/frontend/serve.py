@@ -6,36 +6,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from pathlib import Path
 
 import uvicorn
 
 from armature.config import ServeConfig
 from armature.engines.api import Engine
 from armature.engines.registry import get_kind
-from armature.engines.spec import BuiltEngine, EngineSpec
+from armature.engines.spec import BuiltEngine, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import ApiKeys, load_api_keys
 from armature.frontend.compose import compose_frontend
 from armature.frontend.main import run_serving, uvicorn_config
 from armature.frontend.preprocess import Preprocessor
-from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
+from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerRole
 from armature.runtime.ports import check_port_free
 
-__all__ = ["resolve_served_model", "serve_in_process"]
+__all__ = ["serve_in_process"]
 
 log = logging.getLogger("armature")
-
-
-def resolve_served_model(config: ServeConfig) -> ResolvedModel:
-    engine = config.engine
-    try:
-        cache_dir = Path(engine.cache_dir) if engine.cache_dir else None
-        return resolve_model(engine.model, cache_dir=cache_dir, log=log.info)
-    except ModelSourceError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def serve_in_process(config: ServeConfig) -> None:
@@ -56,7 +46,7 @@ def serve_in_process(config: ServeConfig) -> None:
 def _build_engines(
     config: ServeConfig, roles: list[WorkerRole]
 ) -> tuple[ResolvedModel, list[BuiltEngine]]:
-    model = resolve_served_model(config)
+    model = resolve_engine_model(config.engine)
     kind = get_kind(config.engine.engine)
     disaggregated = WorkerRole.PREFILL in roles
     built = []

@@ -29,8 +29,8 @@ from armature.config import (
     to_argv,
 )
 from armature.engines.registry import get_kind
+from armature.engines.spec import resolve_engine_model
 from armature.frontend.main import run_frontend
-from armature.frontend.serve import resolve_served_model
 from armature.model.source import ResolvedModel
 from armature.runtime.ports import check_port_free
 
@@ -118,7 +118,7 @@ def serve_with_worker_processes(config: ServeConfig) -> None:
     roles = config.get_worker_roles()
     get_kind(config.engine.engine).check(config.engine, roles)
     check_port_free(config.http.host, config.http.port)
-    model = resolve_served_model(config)
+    model = resolve_engine_model(config.engine)
     directory = Path(tempfile.mkdtemp(prefix="armature-serve-"))
     # a fresh secret per run: only this frontend and its workers speak on their planes
     runtime = fleet_runtime(directory, secrets.token_hex(16))

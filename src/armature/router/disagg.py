@@ -29,6 +29,7 @@ from armature.protocols.engine import (
     EngineOutput,
     EngineRequest,
     FinishReason,
+    StepRecord,
     merge_outputs,
 )
 from armature.protocols.kv_transfer import KvHandle
@@ -86,6 +87,9 @@ class DisaggRouter(EngineRouter):
 
     def get_worker_loads(self) -> dict[str, EngineLoad]:
         return {**self.prefill.get_worker_loads(), **super().get_worker_loads()}
+
+    def take_step_records(self) -> dict[str, list[StepRecord]]:
+        return {**self.prefill.take_step_records(), **super().take_step_records()}
 
     def get_index_blocks(self) -> tuple[int, int]:
         prefill, decode = self.prefill.get_index_blocks(), super().get_index_blocks()

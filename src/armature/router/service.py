@@ -19,7 +19,7 @@ import msgspec
 from armature.config import RouterConfig
 from armature.engines.api import Engine, EngineDeadError
 from armature.kv.hashing import DEFAULT_HASH_SEED
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
+from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, StepRecord
 from armature.router.load import ActiveLoad
 from armature.router.policies import (
     DirectPolicy,
@@ -281,6 +281,12 @@ class EngineRouter:
         if self.busy is None:
             return set()
         return self.busy.get_busy_workers(self.get_pressures())
+
+    def take_step_records(self) -> dict[str, list[StepRecord]]:
+        """Drain every worker's step records (what each engine step did), by worker: the
+        planner's and profiler's input. Workers with none are left out."""
+        taken = {w: e.take_step_records() for w, e in self.engines.items()}
+        return {w: records for w, records in taken.items() if records}
 
     def get_index_blocks(self) -> tuple[int, int]:
         """(blocks in the prefix index, its bound: the workers' total capacity)."""

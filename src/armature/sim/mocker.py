@@ -22,6 +22,7 @@ from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.engines.native.model_runner import num_kv_blocks_for
 from armature.engines.native.scheduler import ScheduledChunk
+from armature.kv.eviction import EvictionObserver
 from armature.model.arch import ModelArch, read_arch
 from armature.protocols.kv_transfer import KvLayout
 from armature.sim.timing import PolynomialTiming, StepWork, TimingModel
@@ -145,6 +146,7 @@ def build_mocker_core(
     timing: TimingModel | None = None,
     clock: Clock | None = None,
     arch: ModelArch | None = None,
+    eviction_observer: EvictionObserver | None = None,
 ) -> EngineCore:
     """An EngineCore whose runner is the mocker. `arch` defaults to the config's model
     directory (only its config.json is read: vocabulary, EOS ids, context length). KV capacity
@@ -159,7 +161,12 @@ def build_mocker_core(
         block_size=config.block_size,
         speedup_ratio=timing.speedup_ratio,
     )
-    core = EngineCore(config, runner, num_blocks=num_kv_blocks_for(config, arch))
+    core = EngineCore(
+        config,
+        runner,
+        num_blocks=num_kv_blocks_for(config, arch),
+        eviction_observer=eviction_observer,
+    )
     pool = core.pool
     runner.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks
     return core

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armature.config import DEFAULT_BLOCK_SIZE_TOKENS
+from armature.config import DEFAULT_BLOCK_SIZE_TOKENS, RouterConfig
 from armature.workload.measure import LatencySummary, Slo
 
 __all__ = ["REPLAY_POLICIES", "ReplayConfig", "ReplayReport"]
@@ -28,7 +28,7 @@ class ReplayConfig:
     decode_weight: float = 1.0
     router_temperature: float = 0.0
     vocab_size: int = 32000
-    routed_ttl_s: float = 120.0
+    routed_ttl_s: float = RouterConfig().routed_ttl_s
     seed: int = 0
     # disaggregation: the first `num_prefill_workers` of `num_workers` are prefill workers
     num_prefill_workers: int = 0

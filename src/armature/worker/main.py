@@ -7,15 +7,14 @@ import asyncio
 import logging
 import secrets
 import signal
-from pathlib import Path
 
 import msgspec
 
 from armature.config import WorkerConfig
 from armature.engines.registry import get_kind
-from armature.engines.spec import EngineSpec
+from armature.engines.spec import EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
-from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
+from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerCard, WorkerRole, worker_prefix
 from armature.runtime.discovery import Discovery
 from armature.runtime.factory import (
@@ -39,15 +38,6 @@ def _instance_id(config: WorkerConfig) -> int:
     if not 0 <= instance_id < 2**64:
         raise ConfigError(f"--instance-id must be in [0, 2**64), got {instance_id}")
     return instance_id
-
-
-def resolve(config: WorkerConfig) -> ResolvedModel:
-    engine = config.engine
-    try:
-        cache_dir = Path(engine.cache_dir) if engine.cache_dir else None
-        return resolve_model(engine.model, cache_dir=cache_dir, log=log.info)
-    except ModelSourceError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 async def _check_peers(
@@ -80,7 +70,7 @@ async def _run(config: WorkerConfig) -> None:
     kind = get_kind(config.engine.engine)
     kind.check(config.engine, [process.role])
     instance_id = _instance_id(config)
-    model = resolve(config)
+    model = resolve_engine_model(config.engine)
     transfer_port = process.kv_transfer_port
     if transfer_port == 0 and kind.binds_transfer_port_late and process.role is not WorkerRole.AGG:
         transfer_port = free_port(process.host)

@@ -152,3 +152,23 @@ async def test_busy_workers_are_avoided_while_another_has_room(tiny_llama_dir: P
         assert sorted(observer.workers[3:]) == ["a", "b", "c"]
     finally:
         await router.stop()
+
+
+async def test_the_router_drains_each_workers_step_records(tiny_llama_dir: Path) -> None:
+    """What each engine step did reaches the router by worker (the planner's input): the
+    worker that served a prompt reports its prefill, the idle one reports nothing."""
+    engines = {n: real(tiny_llama_dir) for n in "ab"}
+    router = EngineRouter(engines, RouterConfig(policy="round-robin"))  # type: ignore[arg-type]
+    router.start()
+    try:
+        prompt = list(range(3, 30))
+        await collect(router, request(prompt))
+        records = router.take_step_records()
+        assert list(records) == ["a"]
+        steps = records["a"]
+        assert steps[0].num_scheduled_prefill_tokens == len(prompt)
+        assert sum(s.num_scheduled_prefill_tokens for s in steps) == len(prompt)
+        assert [s.num_decode_requests for s in steps[1:]] == [1] * (NEW_TOKENS - 1)
+        assert router.take_step_records() == {}  # drained
+    finally:
+        await router.stop()

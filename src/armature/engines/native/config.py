@@ -7,11 +7,18 @@ from pathlib import Path
 
 import torch
 
-from armature.config import DEFAULT_BLOCK_SIZE_TOKENS, DEFAULT_KV_PIN_TTL_S
+from armature.config import (
+    DEFAULT_BLOCK_SIZE_TOKENS,
+    DEFAULT_KV_PIN_TTL_S,
+    EngineConfig,
+    KvCacheConfig,
+)
 from armature.errors import ConfigError
 
 __all__ = ["NativeEngineConfig", "parse_dtype"]
 
+# the defaults of tests and tools that build a native engine directly: the config tree's
+_ENGINE, _KV = EngineConfig(), KvCacheConfig()
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -31,12 +38,12 @@ class NativeEngineConfig:
     device: str = "cpu"
     block_size: int = DEFAULT_BLOCK_SIZE_TOKENS
     num_kv_blocks: int | None = None  # wins over kv_cache_bytes when set
-    kv_cache_bytes: int = 1 << 30
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 1024
+    kv_cache_bytes: int = _KV.kv_cache_bytes
+    max_num_seqs: int = _ENGINE.max_num_seqs
+    max_num_batched_tokens: int = _ENGINE.max_num_batched_tokens
     max_model_len: int | None = None  # None: the model's max_position_embeddings
-    enable_prefix_caching: bool = True
-    seed: int = 0  # seeds requests that bring no seed of their own
+    enable_prefix_caching: bool = _KV.enable_prefix_caching
+    seed: int = _ENGINE.seed  # seeds requests that bring no seed of their own
     shared_kv_cache: bool = False  # KV cache in shared memory (CPU; same-host KV transfer)
     kv_pin_ttl_s: float = (
         DEFAULT_KV_PIN_TTL_S  # a prefill's pinned blocks are freed after this if unreleased

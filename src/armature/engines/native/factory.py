@@ -23,7 +23,7 @@ __all__ = ["build_native_engine", "native_config"]
 log = logging.getLogger(__name__)
 
 
-def native_config(spec: EngineSpec) -> NativeEngineConfig:
+def native_config(spec: EngineSpec, *, mocker: bool) -> NativeEngineConfig:
     """The native engine's resolved settings (device and dtype picked for `auto`)."""
     engine, kv = spec.engine, spec.kv
     device = pick_device(engine.device)
@@ -40,13 +40,9 @@ def native_config(spec: EngineSpec) -> NativeEngineConfig:
         max_model_len=engine.max_model_len_tokens,
         enable_prefix_caching=kv.enable_prefix_caching,
         seed=engine.seed,
-        shared_kv_cache=spec.shared_kv_cache and device == "cpu" and not _is_mocker(spec),
+        shared_kv_cache=spec.shared_kv_cache and device == "cpu" and not mocker,
         kv_pin_ttl_s=spec.transfer.kv_pin_ttl_s,
     )
-
-
-def _is_mocker(spec: EngineSpec) -> bool:
-    return spec.engine.engine == "mocker"
 
 
 def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -> EngineCore:
@@ -56,8 +52,10 @@ def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -
     try:
         if mocker:
             timing = PolynomialTiming(speedup_ratio=spec.engine.speedup_ratio)
-            return build_mocker_core(config, timing=timing)
-        return EngineCore(config)
+            return build_mocker_core(
+                config, timing=timing, eviction_observer=spec.eviction_observer
+            )
+        return EngineCore(config, eviction_observer=spec.eviction_observer)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise ConfigError(f"cannot load {spec.model.path}: {exc}") from None
     except torch.OutOfMemoryError:
@@ -88,7 +86,7 @@ def _start_transfers(core: EngineCore, spec: EngineSpec) -> KvTransferAgent:
 def build_native_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
     """One engine of `spec`: the model loaded (or the mocker's timing model), its KV cache
     allocated, and with `spec.serve_kv_transfers` its KV transfer agent listening."""
-    config = native_config(spec)
+    config = native_config(spec, mocker=mocker)
     started_s = time.perf_counter()
     core = _build_core(config, spec, mocker=mocker)
     transfer = _start_transfers(core, spec) if spec.serve_kv_transfers else None

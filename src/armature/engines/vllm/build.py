@@ -165,26 +165,17 @@ class _StatLogger:
         pass  # sleep mode is never used by this adapter
 
 
-def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
-    """Start vLLM (blocks for as long as its engine takes to start) and wrap it. Raises
-    VllmNotInstalledError without vLLM, ValueError for settings vLLM refuses and
-    RuntimeError when its engine fails to start."""
-    check_vllm_installed()
-    if config.connector is not None:
-        check_nixl_installed()
-    _bind_all_cpus()
-    from vllm import SamplingParams
+def _engine_args(config: VllmEngineConfig, events_endpoint: str) -> tuple[Any, Any]:
+    """vLLM's AsyncEngineArgs for `config`, and its KV events config (None without prefix
+    caching: no blocks are cached, so none are announced)."""
     from vllm.config import KVEventsConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.exceptions import VLLMClientError
-    from vllm.inputs import TokensPrompt
-    from vllm.sampling_params import RequestOutputKind
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    endpoint = f"ipc://{tempfile.gettempdir()}/armature-vllm-kv-{uuid.uuid4().hex[:12]}"
     events = None
     if config.enable_prefix_caching:
-        events = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint)
+        events = KVEventsConfig(
+            enable_kv_cache_events=True, publisher="zmq", endpoint=events_endpoint
+        )
     args = AsyncEngineArgs(
         model=str(config.model_dir),
         dtype=config.dtype,
@@ -202,6 +193,37 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
         kv_transfer_config=None if config.connector is None else _transfer_config(config.connector),
         disable_log_stats=True,  # only our stat logger: no vLLM log lines or metrics
     )
+    return args, events
+
+
+def _kv_layout(vllm_config: Any, block_size: int) -> KvLayout:
+    """The running engine's KV block layout, for the handles its prefill legs return."""
+    model, parallel = vllm_config.model_config, vllm_config.parallel_config
+    return KvLayout(
+        num_layers=model.get_num_layers(parallel),
+        block_size=block_size,
+        num_kv_heads=model.get_num_kv_heads(parallel),
+        head_dim=model.get_head_size(),
+        dtype=str(model.dtype).removeprefix("torch."),
+    )
+
+
+def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
+    """Start vLLM (blocks for as long as its engine takes to start) and wrap it. Raises
+    VllmNotInstalledError without vLLM, ValueError for settings vLLM refuses and
+    RuntimeError when its engine fails to start."""
+    check_vllm_installed()
+    if config.connector is not None:
+        check_nixl_installed()
+    _bind_all_cpus()
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMClientError
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    endpoint = f"ipc://{tempfile.gettempdir()}/armature-vllm-kv-{uuid.uuid4().hex[:12]}"
+    args, events = _engine_args(config, endpoint)
     holder: list[VllmEngine] = []
     subscriber = None
     translator = None
@@ -226,16 +248,10 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
         translator.block_size = info.block_size
     transfer = None
     if config.connector is not None:
-        model, parallel = vllm_config.model_config, vllm_config.parallel_config
-        layout = KvLayout(
-            num_layers=model.get_num_layers(parallel),
-            block_size=info.block_size,
-            num_kv_heads=model.get_num_kv_heads(parallel),
-            head_dim=model.get_head_size(),
-            dtype=str(model.dtype).removeprefix("torch."),
-        )
         transfer = VllmTransfer(
-            worker_id=config.connector.worker_id, layout=layout, lease_s=config.connector.lease_s
+            worker_id=config.connector.worker_id,
+            layout=_kv_layout(vllm_config, info.block_size),
+            lease_s=config.connector.lease_s,
         )
 
     def make_sampling(sampling: VllmSampling) -> Any:

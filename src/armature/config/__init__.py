@@ -1,0 +1,92 @@
+"""The typed configuration tree: one frozen dataclass per concern, built once at startup (by
+the CLI) and passed down. Each setting is defined once, in this package, with its default,
+its unit (in its name) and its help text; the CLI derives the flag, its `ARMATURE_*`
+variable and `--help` from that definition (`cli/options.py`), and `to_argv` turns a
+configuration back into the command line that rebuilds it.
+
+    ServeConfig ─┬─ EngineConfig, KvCacheConfig, TransferConfig        (what a worker runs)
+                 ├─ RouterConfig, DisaggConfig, HealthConfig            (how the frontend routes)
+                 └─ HttpConfig, SecurityConfig, OverloadConfig          (the HTTP edge)
+    WorkerConfig ── EngineConfig, KvCacheConfig, TransferConfig, RuntimeConfig, WorkerProcessConfig
+    FrontendConfig ─ RuntimeConfig, RouterConfig, DisaggConfig, HealthConfig, the edge's three
+
+    values.py    text -> value parsers           settings.py  Setting, flags, variables, to_argv
+    engine.py    engine, KV cache, transfer      runtime.py   planes, discovery, one worker
+    routing.py   router, disaggregation, health  edge.py      HTTP, API keys, overload
+    commands.py  WorkerConfig, FrontendConfig, ServeConfig
+
+A field whose metadata has no `Setting` is not a flag (a value the code sets, like the
+router's block size, which comes from the workers).
+"""
+
+from __future__ import annotations
+
+from armature.config.commands import FrontendConfig, ServeConfig, WorkerConfig
+from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
+from armature.config.engine import (
+    DEFAULT_BLOCK_SIZE_TOKENS,
+    DEFAULT_KV_PIN_TTL_S,
+    EngineConfig,
+    KvCacheConfig,
+    TransferConfig,
+)
+from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
+from armature.config.runtime import DEFAULT_LEASE_TTL_S, RuntimeConfig, WorkerProcessConfig
+from armature.config.settings import (
+    Setting,
+    env_name,
+    flag_name,
+    get_setting_value,
+    iter_settings,
+    setting,
+    setting_env_names,
+    to_argv,
+)
+from armature.config.values import (
+    TRANSFER_BACKENDS,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    parse_bytes,
+    port,
+    positive_float,
+    positive_int,
+    transfer_backends,
+)
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE_TOKENS",
+    "DEFAULT_KV_PIN_TTL_S",
+    "DEFAULT_LEASE_TTL_S",
+    "TRANSFER_BACKENDS",
+    "DisaggConfig",
+    "EngineConfig",
+    "FrontendConfig",
+    "HealthConfig",
+    "HttpConfig",
+    "KvCacheConfig",
+    "OverloadConfig",
+    "RouterConfig",
+    "RuntimeConfig",
+    "SecurityConfig",
+    "ServeConfig",
+    "Setting",
+    "TransferConfig",
+    "WorkerConfig",
+    "WorkerProcessConfig",
+    "env_name",
+    "flag_name",
+    "fraction",
+    "get_setting_value",
+    "iter_settings",
+    "non_negative_float",
+    "non_negative_int",
+    "parse_bytes",
+    "port",
+    "positive_float",
+    "positive_int",
+    "setting",
+    "setting_env_names",
+    "to_argv",
+    "transfer_backends",
+]

@@ -1,0 +1,91 @@
+"""One configuration per command, made of the sections it takes (`to_argv` of a
+`WorkerConfig` is how `serve` starts its workers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
+from armature.config.engine import EngineConfig, KvCacheConfig, TransferConfig
+from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
+from armature.config.runtime import RuntimeConfig, WorkerProcessConfig
+from armature.config.settings import setting
+from armature.config.values import integer, non_negative_int, positive_float, positive_int
+from armature.errors import ConfigError
+from armature.protocols.worker import WorkerRole
+
+__all__ = ["FrontendConfig", "ServeConfig", "WorkerConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig:
+    """`armature worker`: everything one worker process needs; `to_argv` rebuilds its
+    command line (how `serve` starts its workers)."""
+
+    engine: EngineConfig = EngineConfig()
+    kv: KvCacheConfig = KvCacheConfig()
+    transfer: TransferConfig = TransferConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    process: WorkerProcessConfig = WorkerProcessConfig()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrontendConfig:
+    """`armature frontend`."""
+
+    runtime: RuntimeConfig = RuntimeConfig()
+    router: RouterConfig = RouterConfig(policy="kv")
+    disagg: DisaggConfig = DisaggConfig()
+    health: HealthConfig = HealthConfig()
+    http: HttpConfig = HttpConfig()
+    security: SecurityConfig = SecurityConfig()
+    overload: OverloadConfig = OverloadConfig()
+    wait_for_workers_s: float = setting(
+        600.0,
+        "how long to wait for the first worker (it tells the model and tokenizer)",
+        parse=positive_float,
+    )
+    seed: int = setting(0, "router seed", parse=integer)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """`armature serve`: a frontend and its workers, in this process or as child processes."""
+
+    workers: int = setting(
+        1,
+        "worker engines: one runs in this process; more run as worker processes behind this "
+        "frontend (see --in-process-workers)",
+        parse=positive_int,
+    )
+    in_process_workers: bool = setting(
+        False, "run every worker engine in this process (cheap mocker fleets, tests)"
+    )
+    prefill_workers: int | None = setting(
+        None,
+        "disaggregated serving: prefill workers (with --decode-workers; replaces --workers)",
+        parse=non_negative_int,
+    )
+    decode_workers: int | None = setting(
+        None, "disaggregated serving: decode workers", parse=positive_int
+    )
+    engine: EngineConfig = EngineConfig()
+    kv: KvCacheConfig = KvCacheConfig()
+    transfer: TransferConfig = TransferConfig()
+    router: RouterConfig = RouterConfig()
+    disagg: DisaggConfig = DisaggConfig()
+    health: HealthConfig = HealthConfig()
+    http: HttpConfig = HttpConfig()
+    security: SecurityConfig = SecurityConfig()
+    overload: OverloadConfig = OverloadConfig()
+
+    def get_worker_roles(self) -> list[WorkerRole]:
+        """The role of each worker, from --workers or --prefill/--decode-workers."""
+        if self.prefill_workers is None and self.decode_workers is None:
+            return [WorkerRole.AGG] * self.workers
+        if self.decode_workers is None:
+            raise ConfigError("--prefill-workers needs --decode-workers")
+        if self.workers != 1:
+            raise ConfigError("give either --workers or --prefill-workers/--decode-workers")
+        num_prefill = self.prefill_workers or 0
+        return [WorkerRole.PREFILL] * num_prefill + [WorkerRole.DECODE] * self.decode_workers

@@ -1,0 +1,86 @@
+"""The HTTP edge: the server, who may call it, and overload control."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armature.config.runtime import LOG_LEVELS
+from armature.config.settings import setting
+from armature.config.values import (
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    parse_bytes,
+    port,
+    positive_float,
+    positive_int,
+)
+
+__all__ = ["HttpConfig", "OverloadConfig", "SecurityConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HttpConfig:
+    """The HTTP server: where it listens, what it accepts, how it stops."""
+
+    host: str = setting("127.0.0.1", "address to listen on")
+    port: int = setting(8000, "port to listen on", parse=port)
+    max_request_bytes: int = setting(
+        8 << 20, "refuse request bodies larger than this with 413 (e.g. 8MiB)", parse=parse_bytes
+    )
+    shutdown_grace_s: float = setting(
+        30.0,
+        "on SIGTERM: stop accepting, then give in-flight requests this long to finish",
+        parse=non_negative_float,
+    )
+    log_level: str = setting("info", "log verbosity", choices=LOG_LEVELS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecurityConfig:
+    """Who may call the API."""
+
+    api_keys: tuple[str, ...] = setting(
+        (),
+        "require 'Authorization: Bearer KEY' on the API (repeatable; its variable holds a "
+        "comma list). /health and /live stay open",
+        flag="api-key",
+        env="ARMATURE_API_KEYS",
+        repeat=True,
+        secret=True,
+    )
+    api_key_file: str | None = setting(None, "a file of API keys, one per line, # comments")
+    protect_metrics: bool = setting(
+        False, "with API keys, /metrics needs a key too (default: open for scrapers)"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverloadConfig:
+    """Overload control; changeable at runtime through /admin/overload."""
+
+    busy_kv_usage: float | None = setting(
+        None,
+        "overload control: a worker whose KV usage reaches this (0..1) is busy; when every "
+        "worker is busy, requests queue (default: no KV threshold)",
+        parse=fraction,
+    )
+    busy_prefill_tokens: int | None = setting(
+        None,
+        "overload control: a worker with this many prompt tokens waiting is busy",
+        parse=positive_int,
+    )
+    max_queued_requests: int = setting(
+        256,
+        "overload control: requests that may wait for a free worker; more get 503",
+        parse=non_negative_int,
+    )
+    queue_timeout_s: float = setting(
+        30.0,
+        "overload control: a request waiting longer gets 503 with Retry-After",
+        parse=positive_float,
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.busy_kv_usage is not None or self.busy_prefill_tokens is not None

@@ -1,0 +1,111 @@
+"""How the frontend routes: the routing policy and its cost, conditional disaggregation, and
+how it notices hung workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armature.config.engine import DEFAULT_BLOCK_SIZE_TOKENS
+from armature.config.settings import setting
+from armature.config.values import (
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
+from armature.errors import ConfigError
+
+__all__ = ["DisaggConfig", "HealthConfig", "RouterConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouterConfig:
+    """How the frontend picks a worker. `block_size_tokens` and `seed` are set by the command
+    (the workers' block size; the command's seed)."""
+
+    policy: str = setting(
+        "round-robin",
+        "how requests are spread over workers (direct: by the x-worker-id header)",
+        flag="router",
+    )
+    overlap_weight: float = setting(
+        1.0,
+        "kv router: weight of prefill blocks against decode blocks in the cost",
+        flag="kv-overlap-weight",
+        parse=non_negative_float,
+    )
+    decode_weight: float = setting(
+        1.0,
+        "kv router: weight of a worker's active blocks in the cost (1: the DESIGN baseline; "
+        "lower favours cache affinity over spreading memory load)",
+        flag="kv-decode-weight",
+        parse=non_negative_float,
+    )
+    temperature: float = setting(
+        0.0,
+        "kv router: 0 picks the cheapest worker, above 0 samples by softmax",
+        flag="router-temperature",
+        parse=non_negative_float,
+    )
+    migration_limit: int = setting(
+        3,
+        "times a request moves to another worker (with its tokens so far) when its worker "
+        "dies mid-stream; 0 fails it instead",
+        parse=non_negative_int,
+    )
+    block_size_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS
+    seed: int = 0
+    # KV events are pulled from the engines every event_sync_interval_s while they flow or
+    # requests are being routed; after rounds that found none the wait doubles, up to
+    # event_sync_idle_interval_s (a 5 ms poll alone costs ~3% of a core, which the model's
+    # steps pay for on a small CPU machine)
+    event_sync_interval_s: float = 0.005
+    event_sync_idle_interval_s: float = 0.025
+    routed_ttl_s: float = 120.0  # how long a routing decision counts as a cached prefix
+    failover_wait_s: float = 10.0  # how long a failed-over request waits for a live worker
+
+
+@dataclass(frozen=True, kw_only=True)
+class DisaggConfig:
+    """Conditional disaggregation in the frontend's router."""
+
+    max_local_prefill_tokens: int = setting(
+        256,
+        "with prefill workers: a prompt whose uncached part is shorter than this is prefilled "
+        "on the decode worker itself",
+        parse=non_negative_int,
+    )
+    max_prefill_queue_tokens: int = setting(
+        65536,
+        "the prefill pool counts as saturated (prompts prefill locally) when every prefill "
+        "worker has this many prompt tokens in flight",
+        parse=positive_int,
+    )
+    enforce_disagg: bool = setting(
+        False,
+        "always prefill on a prefill worker; refuse requests (503) when none is alive",
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_local_prefill_tokens < 0:
+            raise ConfigError("max_local_prefill_tokens must be >= 0")
+        # a limit of 0 would call an idle prefill pool saturated
+        if self.max_prefill_queue_tokens < 1:
+            raise ConfigError("max_prefill_queue_tokens must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HealthConfig:
+    """How a frontend notices hung workers."""
+
+    worker_liveness_timeout_s: float = setting(
+        10.0,
+        "a worker that sends no update (heartbeats come every second) this long is not routed to",
+        parse=positive_float,
+    )
+    worker_stall_timeout_s: float = setting(
+        60.0,
+        "a stream with no output this long fails over to another worker (a hung worker); "
+        "keep it above your longest prefill",
+        parse=positive_float,
+    )

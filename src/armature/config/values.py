@@ -1,0 +1,119 @@
+"""Value parsers for settings: text (a flag or a variable) -> value, or a ConfigError that
+says what was wrong."""
+
+from __future__ import annotations
+
+import re
+
+from armature.errors import ConfigError
+from armature.protocols.worker import WorkerRole
+
+__all__ = [
+    "TRANSFER_BACKENDS",
+    "fraction",
+    "integer",
+    "non_negative_float",
+    "non_negative_int",
+    "parse_bytes",
+    "port",
+    "positive_float",
+    "positive_int",
+    "transfer_backends",
+    "worker_role",
+]
+
+TRANSFER_BACKENDS = ("shm", "nixl", "tcp")
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "ki": 1 << 10,
+    "mi": 1 << 20,
+    "gi": 1 << 30,
+    "ti": 1 << 40,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """'1073741824', '1GiB', '512MiB', '2G' -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ConfigError(f"not a size: {text!r} (e.g. 2GiB, 512MiB, 1000000)")
+    unit = (match.group(2) or "").lower().removesuffix("b")
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise ConfigError("size must be positive")
+    return value
+
+
+def _number(text: str, kind: type[int] | type[float], *, allow_zero: bool) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        noun = "an integer" if kind is int else "a number"
+        raise ConfigError(f"not {noun}: {text!r}") from None
+    if not (value >= 0 if allow_zero else value > 0):
+        bound = ">= 0" if allow_zero else "positive"
+        raise ConfigError(f"must be {bound}, got {text.strip()}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return int(_number(text, int, allow_zero=False))
+
+
+def non_negative_int(text: str) -> int:
+    return int(_number(text, int, allow_zero=True))
+
+
+def positive_float(text: str) -> float:
+    return _number(text, float, allow_zero=False)
+
+
+def non_negative_float(text: str) -> float:
+    return _number(text, float, allow_zero=True)
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"not an integer: {text!r}") from None
+
+
+def port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise ConfigError(f"port must be 1..65535, got {value}")
+    return value
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"expected a number in 0..1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"expected a number in 0..1, got {text!r}")
+    return value
+
+
+def worker_role(text: str) -> WorkerRole:
+    try:
+        return WorkerRole(text)
+    except ValueError:
+        known = ", ".join(WorkerRole)
+        raise ConfigError(f"expected one of {known}, got {text!r}") from None
+
+
+def transfer_backends(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in TRANSFER_BACKENDS]
+    if unknown or "tcp" not in names:
+        raise ConfigError(f"expected a comma list of shm,nixl,tcp that includes tcp, got {text!r}")
+    return names
