@@ -10,6 +10,7 @@ third-party engine's connector holds (`ConnectorTransfer`) is not ours to pull o
 from __future__ import annotations
 
 import logging
+import threading
 
 from armature.protocols.kv_transfer import KvHandle, NativeTransfer, layout_mismatch
 from armature.transfer.blocks import KvBlocks, KvBlockStore
@@ -57,6 +58,7 @@ class KvTransferAgent:
         self.endpoints: dict[str, str] = {}
         self.num_pulls: dict[str, int] = {b: 0 for b in BACKENDS}
         self.nixl: NixlPuller | None = None
+        self._nixl_lock = threading.Lock()
         self.nixl_source: NixlSource | None = None  # its agent must live as long as we serve
         if "nixl" in backends:  # TransferError when NIXL is missing or cannot serve this cache
             tensors = store.kv_tensors()
@@ -116,6 +118,12 @@ class KvTransferAgent:
         return blocks
 
     def _pull_nixl(self, control: str, handle: KvHandle, start_block: int) -> KvBlocks:
+        """One NIXL read at a time: a NIXL agent is not safe for concurrent use from several
+        threads (concurrent pulls raced in createXferReq and later aborted the process)."""
+        with self._nixl_lock:
+            return self._pull_nixl_locked(control, handle, start_block)
+
+    def _pull_nixl_locked(self, control: str, handle: KvHandle, start_block: int) -> KvBlocks:
         assert self.nixl is not None
         peer = f"{handle.worker_id}@{control}"
         if not self.nixl.knows(peer):

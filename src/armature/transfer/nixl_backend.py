@@ -46,6 +46,21 @@ class NixlPeerInfo(msgspec.Struct, frozen=True, kw_only=True):
     num_blocks: int
 
 
+def _nixl_errors() -> tuple[type[Exception], ...]:
+    """The NIXL bindings' error types (each derives from Exception alone)."""
+    for name in ("nixl_cu12._bindings", "nixl._bindings"):
+        try:
+            bindings = importlib.import_module(name)
+        except ImportError:
+            continue
+        return tuple(
+            getattr(bindings, n)
+            for n in dir(bindings)
+            if n.startswith("nixl") and n.endswith("Error")
+        )
+    return ()
+
+
 def _agent(name: str) -> Any:
     """An agent with NIXL's progress thread, which the remote side of a read needs; note that
     it polls without sleeping, so it keeps one core busy (NIXL is opt-in for that reason)."""
@@ -80,6 +95,7 @@ class NixlPuller:
         self.agent = _agent(name)
         self.timeout_s = timeout_s
         self._peers: dict[str, NixlPeerInfo] = {}
+        self._errors = _nixl_errors()
 
     def knows(self, peer_key: str) -> bool:
         return peer_key in self._peers
@@ -118,23 +134,37 @@ class NixlPuller:
                     local = staging[kv, layer, dst].data_ptr()
                     remote_rows.append((remote, length * block_bytes, 0))
                     local_rows.append((local, length * block_bytes, 0))
+        try:
+            self._read_into(staging, local_rows, remote_rows, info.agent_name)
+        except self._errors as exc:  # NIXL's own failure: the caller falls back to tcp
+            raise TransferError(f"NIXL read from {info.agent_name} failed: {exc!r}") from None
+        return KvBlocks(list(range(n)), staging[0], staging[1])
+
+    def _read_into(
+        self,
+        staging: torch.Tensor,
+        local_rows: list[tuple[int, int, int]],
+        remote_rows: list[tuple[int, int, int]],
+        agent_name: str,
+    ) -> None:
         registered = self.agent.register_memory(staging)
         try:
-            local_descs = self.agent.get_xfer_descs(np.array(local_rows, dtype=np.uint64), "DRAM")
-            remote_descs = self.agent.get_xfer_descs(np.array(remote_rows, dtype=np.uint64), "DRAM")
-            handle = self.agent.initialize_xfer("READ", local_descs, remote_descs, info.agent_name)
+            local = np.array(local_rows, dtype=np.uint64)
+            remote = np.array(remote_rows, dtype=np.uint64)
+            local_descs = self.agent.get_xfer_descs(local, "DRAM")
+            remote_descs = self.agent.get_xfer_descs(remote, "DRAM")
+            handle = self.agent.initialize_xfer("READ", local_descs, remote_descs, agent_name)
             try:
                 state = self.agent.transfer(handle)
                 deadline = time.monotonic() + self.timeout_s
                 while state not in ("DONE", "ERR"):
                     if time.monotonic() > deadline:
-                        raise TransferError(f"NIXL read from {info.agent_name} timed out")
+                        raise TransferError(f"NIXL read from {agent_name} timed out")
                     time.sleep(0.0002)
                     state = self.agent.check_xfer_state(handle)
                 if state == "ERR":
-                    raise TransferError(f"NIXL read from {info.agent_name} failed")
+                    raise TransferError(f"NIXL read from {agent_name} failed")
             finally:
                 self.agent.release_xfer_handle(handle)
         finally:
             self.agent.deregister_memory(registered)
-        return KvBlocks(list(range(n)), staging[0], staging[1])
