@@ -59,7 +59,7 @@ def _from_env(field: dataclasses.Field[Any], setting: Setting, text: str) -> Any
     """The value a setting's environment variable holds; ConfigError naming it if invalid."""
     name = env_name(field.name, setting)
     try:
-        if field.type == "bool" or isinstance(field.default, bool):
+        if isinstance(field.default, bool):  # a switch, as add_settings decides
             lowered = text.strip().lower()
             if lowered not in _TRUE + _FALSE:
                 raise ConfigError(f"expected one of {', '.join(_TRUE + _FALSE[:-1])}")
