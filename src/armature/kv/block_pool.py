@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from itertools import islice
 
 from armature.errors import ArmatureError
+from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictedBlock, EvictionObserver
-from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, StoredBlock
+from armature.protocols.kv_events import KvEvent, KvTier, StoredBlock
 
 __all__ = ["BlockPool", "KvBlock", "NoFreeBlocksError"]
 
@@ -36,12 +37,14 @@ class KvBlock:
     seq_hash: int | None = None
     local_hash: int | None = None
     parent_hash: int | None = None  # seq_hash of the block before it (only while cached)
+    num_hits: int = 0  # prefix-cache hits since it was cached (tier offload policy reads it)
 
 
 class BlockPool:
     """Fixed set of `num_blocks` blocks of `block_size` tokens. Pure: no I/O, no locks;
     one owner (the scheduler) calls it from one thread. `eviction_observer` is told about
-    every cached block before `allocate` reuses it."""
+    every cached block before `allocate` reuses it. Events go to `event_log` (shared with the
+    lower KV tiers so that one worker's event ids stay one sequence), a private one if None."""
 
     def __init__(
         self,
@@ -50,6 +53,7 @@ class BlockPool:
         enable_prefix_caching: bool = True,
         *,
         eviction_observer: EvictionObserver | None = None,
+        event_log: KvEventLog | None = None,
     ):
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
@@ -60,8 +64,7 @@ class BlockPool:
         self.blocks = [KvBlock(i) for i in range(num_blocks)]
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self._cached: dict[int, int] = {}  # seq_hash -> block id
-        self._events: list[KvEvent] = []
-        self._next_event_id = 0
+        self.event_log = event_log if event_log is not None else KvEventLog()
 
     # ---- reads -------------------------------------------------------------------------
     def get_num_free_blocks(self) -> int:
@@ -84,7 +87,7 @@ class BlockPool:
 
     def get_last_event_id(self) -> int:
         """Id of the newest event emitted so far (-1 before the first)."""
-        return self._next_event_id - 1
+        return self.event_log.get_last_event_id()
 
     def get_num_cached_blocks(self) -> int:
         return len(self._cached)
@@ -102,13 +105,16 @@ class BlockPool:
         return out
 
     # ---- mutations ---------------------------------------------------------------------
-    def touch(self, block_ids: Sequence[int]) -> None:
-        """Take one more reference on each block (cache hits); a free one leaves the queue."""
+    def touch(self, block_ids: Sequence[int], *, is_hit: bool = False) -> None:
+        """Take one more reference on each block; a free one leaves the queue. `is_hit`: the
+        blocks are a request's prefix-cache hit (counted in each block's `num_hits`)."""
         for block_id in block_ids:
             block = self.blocks[block_id]
             if block.ref_count == 0:
                 del self._free[block_id]
             block.ref_count += 1
+            if is_hit:
+                block.num_hits += 1
 
     def allocate(self, num_blocks: int) -> list[int]:
         """Take `num_blocks` blocks from the queue head, each with one reference. Evicted
@@ -133,10 +139,11 @@ class BlockPool:
                 block.seq_hash = None
                 block.local_hash = None
                 block.parent_hash = None
+            block.num_hits = 0
             block.ref_count = 1
             out.append(block_id)
         if evicted:
-            self._emit(KvRemoved(self._take_event_id(), evicted))
+            self.event_log.removed(evicted, KvTier.DEVICE)
         return out
 
     def free(self, block_ids: Sequence[int]) -> None:
@@ -181,11 +188,11 @@ class BlockPool:
                     run_parent = prev_hash
                 run.append(StoredBlock(seq_hash, local_hash))
             elif run:
-                self._emit(KvStored(self._take_event_id(), run_parent, run))
+                self.event_log.stored(run_parent, run, KvTier.DEVICE)
                 run = []
             prev_hash = seq_hash
         if run:
-            self._emit(KvStored(self._take_event_id(), run_parent, run))
+            self.event_log.stored(run_parent, run, KvTier.DEVICE)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash (Cleared event). Refused (False) while blocks are in use."""
@@ -195,14 +202,15 @@ class BlockPool:
             block.seq_hash = None
             block.local_hash = None
             block.parent_hash = None
+            block.num_hits = 0
         self._cached.clear()
-        self._emit(KvCleared(self._take_event_id()))
+        self.event_log.cleared()
         return True
 
     def take_events(self) -> list[KvEvent]:
-        """Drain the events emitted since the last call, oldest first."""
-        events, self._events = self._events, []
-        return events
+        """Drain the events emitted since the last call (by this pool and whatever shares
+        its event log), oldest first."""
+        return self.event_log.take()
 
     def check_integrity(self) -> None:
         """Assert the pool's invariants (tests and debug builds)."""
@@ -225,15 +233,13 @@ class BlockPool:
             if block.seq_hash is not None:
                 assert block.local_hash is not None
                 evicted.append(
-                    EvictedBlock(block_id, block.seq_hash, block.local_hash, block.parent_hash)
+                    EvictedBlock(
+                        block_id,
+                        block.seq_hash,
+                        block.local_hash,
+                        block.parent_hash,
+                        block.num_hits,
+                    )
                 )
         if evicted:
             observer.on_evict(evicted)
-
-    def _take_event_id(self) -> int:
-        event_id = self._next_event_id
-        self._next_event_id += 1
-        return event_id
-
-    def _emit(self, event: KvEvent) -> None:
-        self._events.append(event)

@@ -25,6 +25,7 @@ class EvictedBlock:
     seq_hash: int
     local_hash: int
     parent_hash: int | None  # seq_hash of the block before it; None at a sequence start
+    num_hits: int = 0  # prefix-cache hits it served while cached in the pool
 
 
 class EvictionObserver(Protocol):

@@ -47,7 +47,7 @@ class KvCacheManager:
         if num_new_blocks + num_cached_free > self.pool.get_num_free_blocks():
             return False
         if cached:
-            self.pool.touch(cached)
+            self.pool.touch(cached, is_hit=True)
             request.block_ids.extend(cached)
             request.num_computed_tokens = num_computed
             request.num_registered_blocks = len(request.block_ids)

@@ -1,0 +1,243 @@
+"""TierPolicy: exact tier contents, copy/drop ops in order, and events after scripted runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from armature.kv.block_key import BlockKey
+from armature.kv.block_pool import BlockPool
+from armature.kv.event_log import KvEventLog
+from armature.kv.eviction import EvictedBlock
+from armature.kv.tier_policy import (
+    NO_SLOT,
+    CopyOp,
+    DiskOffload,
+    DropOp,
+    OffloadMode,
+    RemoteOffload,
+    TierHit,
+    TierPolicy,
+    TierPolicyConfig,
+)
+from armature.protocols.kv_events import KvRemoved, KvStored, KvTier, StoredBlock
+
+D, H, S, X = KvTier.DEVICE, KvTier.HOST, KvTier.DISK, KvTier.EXTERNAL
+
+
+def key(i: int) -> BlockKey:
+    """Block i of one chain: seq hash i, local hash 1000 + i, parent i - 1."""
+    return BlockKey(i, 1000 + i, i - 1 if i > 0 else None)
+
+
+def evicted(i: int, block_id: int | None = None, hits: int = 0) -> EvictedBlock:
+    k = key(i)
+    return EvictedBlock(i if block_id is None else block_id, *k, num_hits=hits)
+
+
+def make(**kwargs: object) -> tuple[TierPolicy, KvEventLog]:
+    log = KvEventLog()
+    policy = TierPolicy(TierPolicyConfig(**kwargs), log)  # type: ignore[arg-type]
+    return policy, log
+
+
+def test_host_tier_keeps_the_most_recent_evictions_in_slot_order() -> None:
+    policy, log = make(num_host_blocks=2)
+    assert policy.on_evict([evicted(0), evicted(1)]) == [
+        CopyOp(key(0), D, 0, H, 0),
+        CopyOp(key(1), D, 1, H, 1),
+    ]
+    # a third block takes the least recently used block's slot (block 0's)
+    assert policy.on_evict([evicted(2, block_id=7)]) == [CopyOp(key(2), D, 7, H, 0)]
+    assert policy.get_keys(H) == [key(1), key(2)]
+    assert [policy.get_slot(H, i) for i in (1, 2)] == [1, 0]
+    assert log.take() == [
+        KvStored(0, None, [StoredBlock(0, 1000), StoredBlock(1, 1001)], H),
+        KvRemoved(1, [0], H),
+        KvStored(2, 1, [StoredBlock(2, 1002)], H),
+    ]
+    policy.check_integrity()
+
+
+def test_an_evicted_block_already_in_host_is_not_copied_again_and_becomes_recent() -> None:
+    policy, log = make(num_host_blocks=2)
+    policy.on_evict([evicted(0), evicted(1)])
+    assert policy.on_evict([evicted(0, hits=3)]) == []
+    assert policy.get_keys(H) == [key(1), key(0)]
+    assert policy.get_num_hits(H, 0) == 3
+    log.take()
+    policy.on_evict([evicted(2)])  # now block 1 is the victim
+    assert policy.get_keys(H) == [key(0), key(2)]
+
+
+def test_host_victims_go_to_disk_only_when_reused_twice() -> None:
+    policy, _ = make(num_host_blocks=1, num_disk_blocks=4)
+    policy.on_evict([evicted(0, hits=2)])
+    ops = policy.on_evict([evicted(1, hits=1)])
+    # block 0 (2 hits) is copied from its host slot to disk before block 1 overwrites it
+    assert ops == [CopyOp(key(0), H, 0, S, NO_SLOT), CopyOp(key(1), D, 1, H, 0)]
+    ops = policy.on_evict([evicted(2)])
+    assert ops == [CopyOp(key(2), D, 2, H, 0)]  # block 1 (1 hit) is dropped
+    assert policy.get_keys(S) == [key(0)]
+    assert policy.get_keys(H) == [key(2)]
+
+
+def test_disk_offload_all_takes_every_host_victim() -> None:
+    policy, _ = make(num_host_blocks=1, num_disk_blocks=4, disk_offload=DiskOffload.ALL)
+    policy.on_evict([evicted(0), evicted(1), evicted(2)])
+    assert policy.get_keys(S) == [key(0), key(1)]
+
+
+def test_onboard_hits_count_towards_disk_reuse() -> None:
+    policy, _ = make(num_host_blocks=1, num_disk_blocks=4)
+    policy.on_evict([evicted(0, hits=1)])
+    hits = policy.find([0])
+    policy.pin(hits)
+    policy.on_onboarded(hits)
+    assert policy.get_num_hits(H, 0) == 2
+    policy.on_evict([evicted(1)])
+    assert policy.get_keys(S) == [key(0)]
+
+
+def test_disk_only_takes_every_eviction_and_drops_its_lru_file() -> None:
+    policy, _ = make(num_disk_blocks=2)
+    policy.on_evict([evicted(0), evicted(1)])
+    ops = policy.on_evict([evicted(2)])
+    assert ops == [DropOp(key(0), S), CopyOp(key(2), D, 2, S, NO_SLOT)]
+
+
+def test_find_takes_the_fastest_tier_and_stops_at_the_first_miss() -> None:
+    policy, _ = make(num_host_blocks=2, num_disk_blocks=4, disk_offload=DiskOffload.ALL)
+    policy.on_evict([evicted(0), evicted(1), evicted(2)])  # 0 -> disk; 1, 2 in host
+    policy.on_evict([evicted(4)])  # 1 -> disk
+    assert policy.find([0, 1, 2, 3, 4]) == [
+        TierHit(key(0), S, NO_SLOT),
+        TierHit(key(1), S, NO_SLOT),
+        TierHit(key(2), H, 0),
+    ]
+    assert policy.find([3, 0]) == []
+
+
+def test_pinned_blocks_are_never_evicted() -> None:
+    policy, _ = make(num_host_blocks=2)
+    policy.on_evict([evicted(0), evicted(1)])
+    hits = policy.find([0])
+    policy.pin(hits)
+    assert policy.on_evict([evicted(2)]) == [CopyOp(key(2), D, 2, H, 1)]  # 1 goes, not 0
+    policy.pin(policy.find([2]))
+    assert policy.on_evict([evicted(3)]) == []  # all pinned: not stored
+    assert policy.get_keys(H) == [key(0), key(2)]
+    policy.unpin(hits)
+    assert policy.on_evict([evicted(3)]) == [CopyOp(key(3), D, 3, H, 0)]
+
+
+def test_a_refused_block_is_forgotten_after_its_last_pin_and_its_file_deleted() -> None:
+    policy, log = make(num_disk_blocks=2)
+    policy.on_evict([evicted(0)])
+    log.take()
+    (hit,) = policy.find([0])
+    policy.pin([hit])
+    policy.pin([hit])  # two requests load it
+    assert policy.refuse(hit) == []
+    assert policy.find([0]) == []  # never found again
+    assert policy.get_keys(S) == [key(0)]  # still being read by the other loader
+    assert policy.on_onboarded([hit]) == [DropOp(key(0), S)]
+    assert policy.get_keys(S) == []
+    assert log.take() == [KvRemoved(1, [0], S)]
+    policy.check_integrity()
+
+
+def test_write_through_copies_at_once_and_eviction_then_costs_nothing() -> None:
+    policy, _ = make(num_host_blocks=4, offload=OffloadMode.WRITE_THROUGH)
+    ops = policy.on_written([(5, key(0)), (6, key(1))])
+    assert ops == [CopyOp(key(0), D, 5, H, 0), CopyOp(key(1), D, 6, H, 1)]
+    assert policy.on_evict([evicted(0, block_id=5)]) == []
+
+
+def test_evicted_mode_ignores_written_blocks() -> None:
+    policy, _ = make(num_host_blocks=4)
+    assert policy.on_written([(5, key(0))]) == []
+    assert policy.get_keys(H) == []
+
+
+def test_remote_all_copies_blocks_entering_the_lowest_local_tier() -> None:
+    policy, _ = make(
+        num_host_blocks=1, num_disk_blocks=2, has_remote=True, remote_offload=RemoteOffload.ALL
+    )
+    policy.on_evict([evicted(0, hits=2)])
+    ops = policy.on_evict([evicted(1)])
+    assert ops == [
+        CopyOp(key(0), H, 0, S, NO_SLOT),
+        CopyOp(key(0), H, 0, X, NO_SLOT),
+        CopyOp(key(1), D, 1, H, 0),
+    ]
+
+
+def test_remote_evicted_copies_disk_victims_before_deleting_them() -> None:
+    policy, _ = make(num_disk_blocks=1, has_remote=True, remote_offload=RemoteOffload.EVICTED)
+    policy.on_evict([evicted(0)])
+    ops = policy.on_evict([evicted(1)])
+    assert ops == [
+        CopyOp(key(0), S, NO_SLOT, X, NO_SLOT),
+        DropOp(key(0), S),
+        CopyOp(key(1), D, 1, S, NO_SLOT),
+    ]
+    assert policy.find([0, 1]) == [TierHit(key(0), X, NO_SLOT), TierHit(key(1), S, NO_SLOT)]
+
+
+def test_remote_without_local_tiers_takes_g1_evictions() -> None:
+    policy, _ = make(has_remote=True, remote_offload=RemoteOffload.EVICTED)
+    assert policy.on_evict([evicted(0)]) == [CopyOp(key(0), D, 0, X, NO_SLOT)]
+
+
+def test_remote_off_is_read_only() -> None:
+    policy, _ = make(has_remote=True)
+    assert policy.on_evict([evicted(0)]) == []
+    assert policy.add_existing(X, [key(7)]) == []
+    assert policy.find([7]) == [TierHit(key(7), X, NO_SLOT)]
+
+
+def test_a_failed_write_forgets_the_block_and_disable_stops_the_tier() -> None:
+    policy, log = make(num_disk_blocks=4)
+    policy.on_evict([evicted(0), evicted(1)])
+    policy.on_write_failed(S, 1, disable=True)
+    assert policy.get_keys(S) == [key(0)]
+    assert not policy.is_writable(S)
+    assert policy.on_evict([evicted(2)]) == []
+    assert policy.find([0]) == [TierHit(key(0), S, NO_SLOT)]  # reads go on
+    assert [type(e) for e in log.take()] == [KvStored, KvRemoved]
+
+
+def test_existing_disk_blocks_are_known_without_copies_and_trimmed_to_capacity() -> None:
+    policy, _ = make(num_disk_blocks=2)
+    ops = policy.add_existing(S, [key(0), key(1), key(2)])
+    assert ops == [DropOp(key(0), S)]
+    assert policy.get_keys(S) == [key(1), key(2)]
+
+
+def test_events_of_the_pool_and_the_tiers_share_one_id_sequence() -> None:
+    log = KvEventLog()
+    policy = TierPolicy(TierPolicyConfig(num_host_blocks=4), log)
+    pool = BlockPool(2, 4, eviction_observer=_Observer(policy), event_log=log)
+    ids = pool.allocate(2)
+    pool.cache_blocks(ids, [(10, 110), (11, 111)], None)
+    pool.free(list(reversed(ids)))
+    pool.allocate(1)  # evicts block 1 (freed first): copied to host, then removed from G1
+    events = pool.take_events()
+    assert [e.event_id for e in events] == [0, 1, 2]
+    assert events[1:] == [
+        KvStored(1, 10, [StoredBlock(11, 111)], H),
+        KvRemoved(2, [11], D),
+    ]
+
+
+class _Observer:
+    def __init__(self, policy: TierPolicy):
+        self.policy = policy
+
+    def on_evict(self, blocks: list[EvictedBlock]) -> None:
+        self.policy.on_evict(blocks)
+
+
+def test_bad_sizes_are_refused() -> None:
+    with pytest.raises(ValueError):
+        TierPolicyConfig(num_host_blocks=-1)
