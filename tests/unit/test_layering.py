@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 LAYERS: list[set[str]] = [
     {"protocols", "workload", "config", "errors"},
     {"kv", "model", "router"},
-    {"transfer", "engines", "sim"},
+    {"transfer", "engines", "sim", "tiers"},
     {"runtime"},
     {"frontend", "worker", "bench", "router.service", "router.disagg"},
     {"cli"},

@@ -1,0 +1,163 @@
+"""`DiskStore`: a `BlockStore` of one file per block in `root/namespace/`, named by
+`block_file.block_name(key)`, so that a directory listing gives every key.
+
+A put writes a temp file (`.<name>.<random>.tmp`) in the same directory and renames it over
+the final name with `os.replace`, so a crash never leaves a partial block under a block's
+name. There is no fsync: after a power loss a renamed file may be short, and `decode_block`
+refuses it as truncated (the caller then deletes it). The same format and code serve a
+directory on a shared file system (G4, `file://`); there each worker is one `DiskStore`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+
+from armature.kv.block_key import BlockKey
+from armature.tiers.block_file import block_name, block_name_prefix, parse_block_name
+from armature.tiers.errors import (
+    BlockMissingError,
+    StoreError,
+    StoreFullError,
+    StoreUnavailableError,
+)
+
+__all__ = ["DiskStore"]
+
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_TEMP_SUFFIX = ".tmp"
+_FILE_MODE = 0o644  # shared stores: other workers (maybe other users) read our blocks
+
+
+class DiskStore:
+    """Blocks as files under `root / namespace`, created at open if missing.
+
+    Thread-safe: file operations need no lock (distinct keys are distinct files; one key's
+    puts race only to an atomic rename), and `_names` (sequence hash -> file name, filled by
+    put and list_keys) is guarded by `_lock`.
+
+    `stale_temp_after_s`: at open, temp files older than this are removed as a crash's
+    leftovers. 0 (a local disk with one owner) removes them all; a shared directory needs a
+    grace period so that one worker's open does not delete another's put in flight.
+    """
+
+    def __init__(self, root: Path, namespace: str, *, stale_temp_after_s: float = 0.0) -> None:
+        assert namespace and "/" not in namespace and not namespace.startswith("."), namespace
+        self.directory = root / namespace
+        self._names: dict[int, str] = {}
+        self._lock = threading.Lock()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise _store_error(self, "open", error) from error
+        self._remove_stale_temp_files(stale_temp_after_s)
+
+    def describe(self) -> str:
+        return f"disk:{self.directory}"
+
+    def put(self, key: BlockKey, data: bytes) -> None:
+        name = block_name(key)
+        temp = self.directory / f".{name}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            try:
+                with open(fd, "wb", closefd=True) as out:
+                    out.write(data)
+                os.replace(temp, self.directory / name)
+            finally:
+                temp.unlink(missing_ok=True)  # gone after the replace; a failed write's rest
+        except OSError as error:
+            raise _store_error(self, f"put {name}", error) from error
+        with self._lock:
+            self._names[key.seq_hash] = name
+
+    def get(self, seq_hash: int) -> bytes:
+        with self._lock:
+            known = self._names.get(seq_hash)
+        if known is not None:
+            data = self._read(known, seq_hash)
+            if data is not None:
+                return data
+        for name in self._glob_names(seq_hash):  # not put or listed here: another writer's
+            data = self._read(name, seq_hash)
+            if data is not None:
+                with self._lock:
+                    self._names[seq_hash] = name
+                return data
+        raise BlockMissingError(f"{self.describe()}: no block {seq_hash:016x}")
+
+    def delete(self, seq_hash: int) -> None:
+        with self._lock:
+            known = self._names.pop(seq_hash, None)
+        for name in [known] if known is not None else self._glob_names(seq_hash):
+            try:
+                (self.directory / name).unlink(missing_ok=True)
+            except OSError as error:
+                raise _store_error(self, f"delete {name}", error) from error
+
+    def list_keys(self) -> list[BlockKey]:
+        found: list[tuple[int, str, BlockKey]] = []
+        try:
+            with os.scandir(self.directory) as entries:
+                for entry in entries:
+                    key = parse_block_name(entry.name)
+                    if key is None:
+                        continue
+                    try:
+                        found.append((entry.stat().st_mtime_ns, entry.name, key))
+                    except FileNotFoundError:
+                        continue  # deleted between the listing and the stat
+        except OSError as error:
+            raise _store_error(self, "list", error) from error
+        found.sort()
+        with self._lock:
+            self._names.update((key.seq_hash, name) for _, name, key in found)
+        return [key for _, _, key in found]
+
+    def _read(self, name: str, seq_hash: int) -> bytes | None:
+        """The file's bytes; None (and `name` forgotten) when it is gone, perhaps deleted
+        by another worker sharing the directory."""
+        try:
+            return (self.directory / name).read_bytes()
+        except FileNotFoundError:
+            with self._lock:
+                if self._names.get(seq_hash) == name:
+                    del self._names[seq_hash]
+            return None
+        except OSError as error:
+            raise _store_error(self, f"get {name}", error) from error
+
+    def _glob_names(self, seq_hash: int) -> list[str]:
+        pattern = f"{block_name_prefix(seq_hash)}*"
+        try:
+            return sorted(
+                path.name
+                for path in self.directory.glob(pattern)
+                if parse_block_name(path.name) is not None
+            )
+        except OSError as error:
+            raise _store_error(self, f"find {seq_hash:016x}", error) from error
+
+    def _remove_stale_temp_files(self, stale_after_s: float) -> None:
+        now_s = time.time()
+        try:
+            for path in self.directory.glob(f".*{_TEMP_SUFFIX}"):
+                try:
+                    if now_s - path.stat().st_mtime >= stale_after_s:
+                        path.unlink()
+                except FileNotFoundError:
+                    continue  # another worker renamed or removed it meanwhile
+        except OSError as error:
+            raise _store_error(self, "open", error) from error
+
+
+def _store_error(store: DiskStore, action: str, error: OSError) -> StoreError:
+    """The store error an OSError means: full for ENOSPC / EDQUOT / EFBIG, else unavailable."""
+    message = f"{store.describe()}: {action}: {error.strerror or error}"
+    if error.errno in _FULL_ERRNOS:
+        return StoreFullError(message)
+    return StoreUnavailableError(message)
