@@ -4,16 +4,17 @@ its unit (in its name) and its help text; the CLI derives the flag, its `ARMATUR
 variable and `--help` from that definition (`cli/options.py`), and `to_argv` turns a
 configuration back into the command line that rebuilds it.
 
-    ServeConfig ─┬─ EngineConfig, KvCacheConfig, TransferConfig        (what a worker runs)
+    ServeConfig ─┬─ EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig  (a worker)
                  ├─ RouterConfig, DisaggConfig, HealthConfig            (how the frontend routes)
                  └─ HttpConfig, SecurityConfig, OverloadConfig          (the HTTP edge)
-    WorkerConfig ── EngineConfig, KvCacheConfig, TransferConfig, RuntimeConfig, WorkerProcessConfig
+    WorkerConfig ── EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig, RuntimeConfig,
+                    WorkerProcessConfig
     FrontendConfig ─ RuntimeConfig, RouterConfig, DisaggConfig, HealthConfig, the edge's three
 
     values.py    text -> value parsers           settings.py  Setting, flags, variables, to_argv
     engine.py    engine, KV cache, transfer      runtime.py   planes, discovery, one worker
     routing.py   router, disaggregation, health  edge.py      HTTP, API keys, overload
-    commands.py  WorkerConfig, FrontendConfig, ServeConfig
+    kv_tiers.py  lower KV tiers (G2-G4)         commands.py  WorkerConfig, FrontendConfig, ...
 
 A field whose metadata has no `Setting` is not a flag (a value the code sets, like the
 router's block size, which comes from the workers).
@@ -30,6 +31,7 @@ from armature.config.engine import (
     KvCacheConfig,
     TransferConfig,
 )
+from armature.config.kv_tiers import KvTierConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import DEFAULT_LEASE_TTL_S, RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import (
@@ -65,6 +67,7 @@ __all__ = [
     "HealthConfig",
     "HttpConfig",
     "KvCacheConfig",
+    "KvTierConfig",
     "OverloadConfig",
     "RouterConfig",
     "RuntimeConfig",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
 from armature.config.engine import EngineConfig, KvCacheConfig, TransferConfig
+from armature.config.kv_tiers import KvTierConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import setting
@@ -24,6 +25,7 @@ class WorkerConfig:
 
     engine: EngineConfig = EngineConfig()
     kv: KvCacheConfig = KvCacheConfig()
+    tiers: KvTierConfig = KvTierConfig()
     transfer: TransferConfig = TransferConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     process: WorkerProcessConfig = WorkerProcessConfig()
@@ -71,6 +73,7 @@ class ServeConfig:
     )
     engine: EngineConfig = EngineConfig()
     kv: KvCacheConfig = KvCacheConfig()
+    tiers: KvTierConfig = KvTierConfig()
     transfer: TransferConfig = TransferConfig()
     router: RouterConfig = RouterConfig()
     disagg: DisaggConfig = DisaggConfig()

@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from armature.config import EngineConfig, KvCacheConfig, TransferConfig
+from armature.config import EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig
 from armature.engines.api import Engine
 from armature.errors import ConfigError
 from armature.kv.eviction import EvictionObserver
@@ -38,6 +38,7 @@ class EngineSpec:
     shared_kv_cache: bool = False  # the KV cache in shared memory (same-host transfers)
     # told of each cached block before its memory is reused (a lower KV tier keeps a copy)
     eviction_observer: EvictionObserver | None = None
+    tiers: KvTierConfig = KvTierConfig()  # lower KV tiers (G2 host, G3 disk, G4 shared)
 
 
 @dataclass(frozen=True, kw_only=True)

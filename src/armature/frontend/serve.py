@@ -54,6 +54,7 @@ def _build_engines(
         spec = EngineSpec(
             engine=config.engine,
             kv=config.kv,
+            tiers=config.tiers.for_worker(i, len(roles)),
             transfer=config.transfer,
             model=model,
             worker_id=f"worker-{i}",

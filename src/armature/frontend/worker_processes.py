@@ -73,17 +73,19 @@ def worker_configs(
         model=str(model.path),
         served_model_name=config.engine.served_model_name or model.served_name,
     )
+    roles = config.get_worker_roles()
     return [
         WorkerConfig(
             engine=engine,
             kv=config.kv,
+            tiers=config.tiers.for_worker(index, len(roles)),
             transfer=config.transfer,
             runtime=runtime,
             process=WorkerProcessConfig(
                 role=role, instance_id=index, log_level=config.http.log_level
             ),
         )
-        for index, role in enumerate(config.get_worker_roles())
+        for index, role in enumerate(roles)
     ]
 
 

@@ -179,6 +179,9 @@ class TierPolicy:
     def get_num_hits(self, tier: KvTier, seq_hash: int) -> int:
         return self._tiers[tier].entries[seq_hash].num_hits
 
+    def get_num_pinned_blocks(self) -> int:
+        return sum(1 for t in self._tiers.values() for e in t.entries.values() if e.num_pins)
+
     def is_writable(self, tier: KvTier) -> bool:
         return tier in self._tiers and self._tiers[tier].writes_enabled
 

@@ -152,7 +152,8 @@ def decode_block(data: bytes | memoryview, layout: KvLayout, seq_hash: int) -> m
 def _decode_header(raw: memoryview) -> BlockHeader:
     try:
         return _HEADER_DECODER.decode(raw)
-    except msgspec.DecodeError as error:  # ValidationError is a DecodeError
+    # ValidationError is a DecodeError; a string field of invalid UTF-8 raises the builtin
+    except (msgspec.DecodeError, UnicodeDecodeError) as error:
         raise BlockRefusedError(RefusalReason.CORRUPT, f"undecodable header: {error}") from None
 
 

@@ -77,6 +77,7 @@ async def _run(config: WorkerConfig) -> None:
     spec = EngineSpec(
         engine=config.engine,
         kv=config.kv,
+        tiers=config.tiers,
         transfer=config.transfer,
         model=model,
         worker_id=f"worker-{instance_id:x}",

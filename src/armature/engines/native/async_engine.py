@@ -106,6 +106,7 @@ class AsyncEngine:
         self._commands.put(_STOP)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
+        await asyncio.to_thread(self.core.close)  # waits for KV tier loads and writes
         self._check_pool()
         if self.transfer is not None:  # owned: no peer pulls from a stopped engine
             self.transfer.stop()

@@ -10,7 +10,7 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -18,12 +18,14 @@ from armature.engines.api import InvalidRequestError
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.kv_manager import KvCacheManager
 from armature.engines.native.model_runner import ModelRunner, RunnerOutput, TorchModelRunner
+from armature.engines.native.onboarding import Onboarding
 from armature.engines.native.request import RequestState
 from armature.engines.native.sampler import SampleInput, sample
 from armature.engines.native.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from armature.engines.validation import validate_request
 from armature.errors import ConfigError
 from armature.kv.block_pool import BlockPool
+from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictionObserver
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.model.arch import ModelArch, read_arch
@@ -37,15 +39,27 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle, NativeTransfer
-from armature.transfer.blocks import KvBlocks
+from armature.tiers.manager import KvTierManager
+from armature.transfer.blocks import KvBlocks, KvBlockStore
 from armature.transfer.pins import PinTable
 from armature.transfer.wire import TransferError
 
-__all__ = ["MAX_STEP_RECORDS", "EngineCore", "InvalidRequestError", "resolve_max_model_len"]
+__all__ = [
+    "MAX_STEP_RECORDS",
+    "EngineCore",
+    "InvalidRequestError",
+    "TierBuilder",
+    "resolve_max_model_len",
+]
 
 log = logging.getLogger(__name__)
 
 MAX_STEP_RECORDS = 1024  # kept until taken; beyond this the oldest are dropped
+ONBOARD_WAIT_S = 0.005  # an engine with only loads in flight waits this long for one
+
+# builds the lower KV tiers of an engine: its event log (shared with the block pool) and
+# its KV cache in, a tier manager out
+TierBuilder = Callable[[KvEventLog, KvBlockStore], KvTierManager]
 
 
 def resolve_max_model_len(config: NativeEngineConfig, arch: ModelArch) -> int:
@@ -67,9 +81,13 @@ class EngineCore:
         *,
         num_blocks: int | None = None,
         eviction_observer: EvictionObserver | None = None,
+        tiers: TierBuilder | None = None,
     ):
-        """`eviction_observer` (e.g. a host-memory KV tier) is told about each cached block
-        before the block pool reuses it; see `armature.kv.eviction`."""
+        """`eviction_observer` is told about each cached block before the block pool reuses
+        it (see `armature.kv.eviction`). `tiers` builds the lower KV tiers (G2-G4): they are
+        the pool's eviction observer, and prompts onboard blocks from them."""
+        if tiers is not None and eviction_observer is not None:
+            raise ValueError("lower KV tiers are the pool's eviction observer: pass one")
         self.config = config
         arch = runner.arch if runner is not None else read_arch(config.model_dir)
         self.max_model_len = resolve_max_model_len(config, arch)
@@ -80,14 +98,21 @@ class EngineCore:
         assert num_blocks is not None, "a custom runner must say how many blocks it has"
         self.runner: ModelRunner = runner
         self.arch = arch
+        event_log = KvEventLog()
+        self.tiers = tiers(event_log, runner.kv_store) if tiers is not None else None
         self.pool = BlockPool(
             num_blocks,
             config.block_size,
             config.enable_prefix_caching,
-            eviction_observer=eviction_observer,
+            eviction_observer=self.tiers if self.tiers is not None else eviction_observer,
+            event_log=event_log,
         )
-        self.kv = KvCacheManager(self.pool, DEFAULT_HASH_SEED)
-        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
+        on_written = self.tiers.on_written if self.tiers is not None else None
+        self.kv = KvCacheManager(self.pool, DEFAULT_HASH_SEED, on_written)
+        self.onboarding = Onboarding(self.pool, self.tiers) if self.tiers is not None else None
+        self.scheduler = Scheduler(
+            self.kv, config.max_num_seqs, config.max_num_batched_tokens, self.onboarding
+        )
         self.eos_token_ids = arch.eos_token_ids
         self._requests: dict[str, RequestState] = {}
         self._seed_source = random.Random(config.seed)
@@ -148,16 +173,30 @@ class EngineCore:
         return True
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        """Requests queued, running or onboarding."""
+        return self.scheduler.has_work() or bool(self.onboarding)
+
+    def close(self) -> None:
+        """Stop the lower tiers' threads (after their loads and writes finish) and release
+        what finished loads hold. The core serves nothing after this."""
+        if self.tiers is None or self.onboarding is None:
+            return
+        self.tiers.close()
+        for request in self.onboarding.take_ready():
+            self.kv.release_held(request)
 
     # ---- the step ----------------------------------------------------------------------
     def step(self) -> list[EngineOutput]:
         """Schedule a batch, run it, sample, finish requests. A batch that ran without error
         leaves one StepRecord (see `take_step_records`)."""
         started_s = time.perf_counter()
+        if self.onboarding is not None:
+            self.scheduler.requeue_onboarded(self.onboarding.take_ready())
         scheduled = self.scheduler.schedule()
         self._num_steps += 1
         if not scheduled.chunks:
+            if self.tiers is not None and self.onboarding:
+                self.tiers.wait_for_loads(ONBOARD_WAIT_S)  # nothing to run until one lands
             return []
         num_kv_tokens_used = self.pool.get_num_active_blocks() * self.config.block_size
         completing = [c for c in scheduled.chunks if c.completes_sequence]

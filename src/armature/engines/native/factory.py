@@ -10,12 +10,16 @@ import torch
 
 from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig, parse_dtype
-from armature.engines.native.core import EngineCore
+from armature.engines.native.core import EngineCore, TierBuilder
 from armature.engines.native.device import pick_device, pick_dtype
 from armature.engines.native.transfer import start_transfer_agent
 from armature.engines.spec import BuiltEngine, EngineInfo, EngineSpec
 from armature.errors import ConfigError
+from armature.kv.event_log import KvEventLog
+from armature.tiers.factory import build_tier_manager
+from armature.tiers.manager import KvTierManager
 from armature.transfer.agent import KvTransferAgent
+from armature.transfer.blocks import KvBlockStore
 from armature.transfer.wire import TransferError
 
 __all__ = ["build_native_engine", "native_config"]
@@ -49,19 +53,40 @@ def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -
     from armature.sim.mocker import build_mocker_core
     from armature.sim.timing import PolynomialTiming
 
+    if mocker and spec.tiers.is_enabled:
+        raise ConfigError(
+            "the mocker does not run lower KV tiers (--kv-host-*, --kv-disk-*, --kv-remote) yet"
+        )
     try:
         if mocker:
             timing = PolynomialTiming(speedup_ratio=spec.engine.speedup_ratio)
             return build_mocker_core(
                 config, timing=timing, eviction_observer=spec.eviction_observer
             )
-        return EngineCore(config, eviction_observer=spec.eviction_observer)
+        return EngineCore(
+            config, eviction_observer=spec.eviction_observer, tiers=_tier_builder(spec)
+        )
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise ConfigError(f"cannot load {spec.model.path}: {exc}") from None
     except torch.OutOfMemoryError:
         raise ConfigError(
             "out of memory while allocating the model or KV cache; lower --kv-cache-bytes"
         ) from None
+
+
+def _tier_builder(spec: EngineSpec) -> TierBuilder | None:
+    """Builds the engine's lower KV tiers once its KV cache exists (None: no tiers)."""
+    tiers = spec.tiers
+    if not tiers.is_enabled:
+        return None
+
+    def build(event_log: KvEventLog, kv_store: KvBlockStore) -> KvTierManager:
+        tensors = kv_store.kv_tensors()
+        assert tensors is not None, "the native engine's KV cache holds data"
+        name = spec.model.served_name
+        return build_tier_manager(tiers, event_log, tensors, kv_store.layout, model_name=name)
+
+    return build
 
 
 def _start_transfers(core: EngineCore, spec: EngineSpec) -> KvTransferAgent:

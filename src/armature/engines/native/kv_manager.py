@@ -3,15 +3,26 @@ allocation, registering full blocks, freeing. Pure; called by the scheduler only
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from armature.engines.native.request import RequestState
+from armature.kv.block_key import BlockKey
 from armature.kv.block_pool import BlockPool
 
 __all__ = ["KvCacheManager"]
 
 
 class KvCacheManager:
-    def __init__(self, pool: BlockPool, hash_seed: int):
+    def __init__(
+        self,
+        pool: BlockPool,
+        hash_seed: int,
+        on_blocks_written: Callable[[Sequence[tuple[int, BlockKey]]], None] | None = None,
+    ):
+        """`on_blocks_written` is told (block id, key) of each block newly registered in the
+        prefix cache (a write-through KV tier copies them down)."""
         self.pool = pool
+        self.on_blocks_written = on_blocks_written
         self.block_size = pool.block_size
         self.hash_seed = hash_seed
 
@@ -63,8 +74,16 @@ class KvCacheManager:
             return
         hashes = request.update_block_hashes(self.block_size, self.hash_seed)
         parent = hashes[start - 1][0] if start > 0 else None
-        self.pool.cache_blocks(request.block_ids[start:num_full], hashes[start:num_full], parent)
+        block_ids = request.block_ids[start:num_full]
+        self.pool.cache_blocks(block_ids, hashes[start:num_full], parent)
         request.num_registered_blocks = num_full
+        if self.on_blocks_written is not None:
+            parents = [parent] + [h for h, _ in hashes[start : num_full - 1]]
+            keys = [
+                BlockKey(seq, local, p)
+                for (seq, local), p in zip(hashes[start:num_full], parents, strict=True)
+            ]
+            self.on_blocks_written(list(zip(block_ids, keys, strict=True)))
 
     def release_held(self, request: RequestState) -> None:
         """Drop the references that kept `request`'s imported KV blocks from eviction until

@@ -15,6 +15,7 @@ __all__ = ["RequestState", "RequestStatus"]
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
+    ONBOARDING = "onboarding"  # out of the queues while lower KV tiers load its prefix
     RUNNING = "running"
     FINISHED = "finished"
 
@@ -40,6 +41,7 @@ class RequestState:
     num_preemptions: int = 0
     remote_prefill: bool = False  # pin the prompt's blocks after the first token (disagg)
     held_block_ids: list[int] = field(default_factory=list)  # imported KV, held until admitted
+    onboard_checked: bool = False  # lower KV tiers were asked for its prefix (until preempted)
     finish_reason: FinishReason | None = None
 
     @property

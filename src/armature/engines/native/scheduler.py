@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from armature.engines.native.kv_manager import KvCacheManager
+from armature.engines.native.onboarding import Onboarding, OnboardStart
 from armature.engines.native.request import RequestState, RequestStatus
 from armature.protocols.engine import FinishReason
 
@@ -48,8 +49,17 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, kv: KvCacheManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(
+        self,
+        kv: KvCacheManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        onboarding: Onboarding | None = None,
+    ):
+        """With `onboarding`, a request whose prompt continues in lower KV tiers waits out of
+        the queues while those blocks load (see `armature.engines.native.onboarding`)."""
         self.kv = kv
+        self.onboarding = onboarding
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[RequestState] = deque()
@@ -60,12 +70,22 @@ class Scheduler:
         request.status = RequestStatus.WAITING
         self.waiting.append(request)
 
+    def requeue_onboarded(self, requests: list[RequestState]) -> None:
+        """Requests whose onboarding finished go back to the head of the waiting queue, in
+        their order."""
+        for request in reversed(requests):
+            request.status = RequestStatus.WAITING
+            self.waiting.appendleft(request)
+
     def finish(self, request: RequestState, reason: FinishReason) -> None:
         """Take `request` out of the queues and free its blocks (finish, abort or error)."""
         if request.status is RequestStatus.RUNNING:
             self.running.remove(request)
         elif request.status is RequestStatus.WAITING:
             self.waiting.remove(request)
+        elif request.status is RequestStatus.ONBOARDING:
+            assert self.onboarding is not None
+            self.onboarding.cancel(request)  # its loads still write its blocks
         if request.status is not RequestStatus.FINISHED:
             self.kv.free(request)
         request.status = RequestStatus.FINISHED
@@ -118,6 +138,15 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
             cached = self.kv.find_cached_prefix(request)
+            if self.onboarding is not None and not request.onboard_checked:
+                start = self.onboarding.try_start(request, cached)
+                if start is OnboardStart.WAIT:
+                    break
+                request.onboard_checked = True
+                if start is OnboardStart.STARTED:
+                    self.waiting.popleft()
+                    request.status = RequestStatus.ONBOARDING
+                    continue
             num_cached_tokens = len(cached) * self.kv.block_size
             num_new = min(request.num_tokens - num_cached_tokens, budget)
             if not self.kv.allocate_slots(request, num_new, cached):
@@ -135,6 +164,7 @@ class Scheduler:
     def _preempt(self, request: RequestState) -> None:
         self.kv.free(request)
         request.status = RequestStatus.WAITING
+        request.onboard_checked = False  # its blocks may have gone down a tier meanwhile
         request.num_preemptions += 1
         self.waiting.appendleft(request)
 

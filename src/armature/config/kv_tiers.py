@@ -1,0 +1,102 @@
+"""A worker's lower KV tiers (the KV block manager): host memory (G2), local disk (G3) and a
+store shared by every worker (G4). None of them is on by default."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from armature.config.settings import setting
+from armature.config.values import parse_bytes, positive_int
+from armature.errors import ConfigError
+
+__all__ = ["DEFAULT_ONBOARD_MAX_INFLIGHT_BYTES", "KvTierConfig"]
+
+DEFAULT_ONBOARD_MAX_INFLIGHT_BYTES = 1 << 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvTierConfig:
+    """Where KV blocks go when the engine's cache evicts them, and where they come back from."""
+
+    kv_host_bytes: int | None = setting(
+        None,
+        "G2: host memory for KV blocks the engine's cache evicts (e.g. 8GiB)",
+        parse=parse_bytes,
+    )
+    kv_host_blocks: int | None = setting(
+        None, "G2 capacity in blocks (overrides --kv-host-bytes)", parse=positive_int
+    )
+    kv_disk_dir: str | None = setting(
+        None, "G3: a directory on local disk for KV blocks (found again after a restart)"
+    )
+    kv_disk_bytes: int | None = setting(
+        None, "G3 capacity in bytes (with --kv-disk-dir)", parse=parse_bytes
+    )
+    kv_disk_blocks: int | None = setting(
+        None, "G3 capacity in blocks (overrides --kv-disk-bytes)", parse=positive_int
+    )
+    kv_remote: str | None = setting(
+        None, "G4: a KV store shared by every worker: file:///shared/dir or s3://bucket/prefix"
+    )
+    kv_remote_endpoint: str | None = setting(
+        None, "the S3 endpoint for --kv-remote s3://... (e.g. http://127.0.0.1:9000)"
+    )
+    kv_offload: str = setting(
+        "evicted",
+        "evicted: a block goes down to G2 when the engine's cache evicts it; write-through: "
+        "every completed block is copied down at once",
+        choices=("evicted", "write-through"),
+    )
+    kv_disk_offload: str = setting(
+        "reused",
+        "which G2 victims go down to G3: reused (blocks that served at least 2 prefix hits) or all",
+        choices=("reused", "all"),
+    )
+    kv_remote_offload: str = setting(
+        "off",
+        "off: G4 is only read; evicted: blocks leaving the lowest local tier (G3, else G2) go "
+        "to G4; all: blocks entering the lowest local tier also go to G4 at once",
+        choices=("off", "evicted", "all"),
+    )
+    kv_onboard_max_inflight_bytes: int = setting(
+        DEFAULT_ONBOARD_MAX_INFLIGHT_BYTES,
+        "bound on KV bytes being loaded from lower tiers at once (onboarding waits beyond it)",
+        parse=parse_bytes,
+    )
+
+    def __post_init__(self) -> None:
+        has_disk_size = self.kv_disk_bytes is not None or self.kv_disk_blocks is not None
+        if self.kv_disk_dir is not None and not has_disk_size:
+            raise ConfigError("--kv-disk-dir needs --kv-disk-bytes or --kv-disk-blocks")
+        if self.kv_disk_dir is None and has_disk_size:
+            raise ConfigError("--kv-disk-bytes/--kv-disk-blocks need --kv-disk-dir")
+        if self.kv_remote is None and self.kv_remote_offload != "off":
+            raise ConfigError("--kv-remote-offload needs --kv-remote")
+        if self.kv_remote is None and self.kv_remote_endpoint is not None:
+            raise ConfigError("--kv-remote-endpoint needs --kv-remote s3://...")
+        if self.kv_onboard_max_inflight_bytes <= 0:
+            raise ConfigError("--kv-onboard-max-inflight-bytes must be positive")
+
+    @property
+    def is_enabled(self) -> bool:
+        return bool(self.kv_host_bytes or self.kv_host_blocks or self.kv_disk_dir or self.kv_remote)
+
+    def get_num_host_blocks(self, bytes_per_block: int) -> int:
+        if self.kv_host_blocks is not None:
+            return self.kv_host_blocks
+        return (self.kv_host_bytes or 0) // bytes_per_block
+
+    def get_num_disk_blocks(self, bytes_per_block: int) -> int:
+        if self.kv_disk_dir is None:
+            return 0
+        if self.kv_disk_blocks is not None:
+            return self.kv_disk_blocks
+        return (self.kv_disk_bytes or 0) // bytes_per_block
+
+    def for_worker(self, index: int, num_workers: int) -> KvTierConfig:
+        """Worker `index`'s tiers when one command starts `num_workers`: each gets its own
+        subdirectory of --kv-disk-dir (a local disk tier has one owner); G4 stays shared."""
+        if num_workers <= 1 or self.kv_disk_dir is None:
+            return self
+        return dataclasses.replace(self, kv_disk_dir=f"{self.kv_disk_dir}/worker-{index}")

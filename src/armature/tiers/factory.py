@@ -1,0 +1,104 @@
+"""Build a worker's KV tier manager from its `KvTierConfig`: sizes in blocks, the host buffer,
+the disk and remote stores, and what those stores already hold (a warm restart)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from armature.config import KvTierConfig
+from armature.errors import ConfigError
+from armature.kv.event_log import KvEventLog
+from armature.kv.tier_policy import (
+    DiskOffload,
+    OffloadMode,
+    RemoteOffload,
+    TierPolicy,
+    TierPolicyConfig,
+)
+from armature.protocols.kv_events import KvTier
+from armature.protocols.kv_transfer import KvLayout
+from armature.tiers.block_file import layout_namespace
+from armature.tiers.disk_store import DiskStore
+from armature.tiers.errors import StoreError
+from armature.tiers.host import HostBlocks
+from armature.tiers.manager import KvTierManager
+from armature.tiers.mover import BlockMover
+from armature.tiers.remote_store import open_remote_store
+from armature.tiers.store import BlockStore
+
+__all__ = ["build_tier_manager", "tier_policy_config"]
+
+log = logging.getLogger(__name__)
+
+
+def tier_policy_config(config: KvTierConfig, bytes_per_block: int) -> TierPolicyConfig:
+    num_host = config.get_num_host_blocks(bytes_per_block)
+    if (config.kv_host_bytes or config.kv_host_blocks) and num_host == 0:
+        raise ConfigError(f"--kv-host-bytes is below one KV block ({bytes_per_block} bytes)")
+    num_disk = config.get_num_disk_blocks(bytes_per_block)
+    if config.kv_disk_dir is not None and num_disk == 0:
+        raise ConfigError(f"--kv-disk-bytes is below one KV block ({bytes_per_block} bytes)")
+    return TierPolicyConfig(
+        num_host_blocks=num_host,
+        num_disk_blocks=num_disk,
+        has_remote=config.kv_remote is not None,
+        offload=OffloadMode(config.kv_offload),
+        disk_offload=DiskOffload(config.kv_disk_offload),
+        remote_offload=RemoteOffload(config.kv_remote_offload),
+    )
+
+
+def build_tier_manager(
+    config: KvTierConfig,
+    event_log: KvEventLog,
+    g1: tuple[torch.Tensor, torch.Tensor],
+    layout: KvLayout,
+    *,
+    model_name: str,
+) -> KvTierManager:
+    """The tiers of one engine whose KV cache is `g1` (k, v) of `layout`. Blocks already in
+    the disk directory or the shared store are known at once (announced as Stored events)."""
+    policy_config = tier_policy_config(config, layout.bytes_per_block)
+    g1_k, g1_v = g1
+    host = None
+    if policy_config.num_host_blocks:
+        pin = g1_k.device.type == "cuda"
+        host = HostBlocks(layout, policy_config.num_host_blocks, g1_k.dtype, pin=pin)
+    namespace = layout_namespace(model_name, layout)
+    stores: dict[KvTier, BlockStore] = {}
+    if config.kv_disk_dir is not None:
+        stores[KvTier.DISK] = _open_disk(Path(config.kv_disk_dir), namespace)
+    if config.kv_remote is not None:
+        endpoint = config.kv_remote_endpoint
+        stores[KvTier.EXTERNAL] = open_remote_store(
+            config.kv_remote, endpoint=endpoint, namespace=namespace
+        )
+    manager = KvTierManager(
+        TierPolicy(policy_config, event_log),
+        BlockMover(g1_k, g1_v, layout, host),
+        stores,
+        max_inflight_bytes=config.kv_onboard_max_inflight_bytes,
+    )
+    for tier, store in stores.items():
+        try:
+            keys = store.list_keys()
+        except StoreError as exc:
+            log.warning(
+                "KV %s tier: cannot list %s (%s); starting empty", tier, store.describe(), exc
+            )
+            continue
+        manager.add_existing(tier, keys)
+        if keys:
+            log.info("KV %s tier: found %d blocks in %s", tier, len(keys), store.describe())
+    return manager
+
+
+def _open_disk(root: Path, namespace: str) -> DiskStore:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return DiskStore(root, namespace)
+    except (OSError, StoreError) as exc:
+        raise ConfigError(f"cannot use --kv-disk-dir {root}: {exc}") from None

@@ -1,0 +1,316 @@
+"""KvTierManager: the KV block manager's shell around the pure `TierPolicy`. It makes the copies
+the policy asks for and loads blocks back into the engine's cache off the engine's thread.
+
+    engine thread:  pool evicts ──on_evict──▶ policy ──ops──▶ host copies (now)
+                                                          └─▶ encoded blocks ──▶ one writer
+                                                              thread per store (FIFO)
+                    scheduler ──reserve/submit──▶ loader threads ──▶ G1 blocks
+                    step ◀──take_finished── results; write failures ──▶ policy
+
+Every policy call happens on the engine thread. Writers and loaders only move bytes and
+report back through queues. A block waiting to be written stays readable from memory
+(`_pending`) until its store has it. A full or unreachable store disables that tier's writes
+with one log line; reads of what it holds go on. A block that fails its checks on load is
+refused: the policy forgets it, the rest of the prompt is computed and the count says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import count
+
+from armature.kv.block_key import BlockKey
+from armature.kv.eviction import EvictedBlock
+from armature.kv.tier_policy import LOWER_TIERS, CopyOp, DropOp, TierHit, TierOp, TierPolicy
+from armature.protocols.kv_events import KvTier
+from armature.tiers.block_file import BlockRefusedError
+from armature.tiers.errors import BlockMissingError, StoreError, StoreFullError
+from armature.tiers.mover import BlockMover
+from armature.tiers.store import BlockStore
+
+__all__ = ["MAX_LATENCY_SAMPLES", "KvTierManager", "LoadResult", "TierCounters"]
+
+log = logging.getLogger(__name__)
+
+MAX_LATENCY_SAMPLES = 4096
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    job_id: int
+    hits: list[TierHit]
+    g1_ids: list[int]
+    num_loaded: int  # hits[:num_loaded] are in their G1 blocks
+    failure: str | None  # why hits[num_loaded] was not loaded (a refusal reason, "missing"...)
+    elapsed_s: float
+
+
+@dataclass
+class TierCounters:
+    """What the tiers did; engine thread only (read as a snapshot by stats)."""
+
+    blocks_offloaded: Counter[tuple[KvTier, KvTier]] = field(default_factory=Counter)
+    blocks_onboarded: Counter[KvTier] = field(default_factory=Counter)
+    blocks_refused: Counter[str] = field(default_factory=Counter)
+    write_failures: Counter[KvTier] = field(default_factory=Counter)
+    num_lookup_blocks: int = 0  # blocks looked up below G1
+    hit_blocks: Counter[KvTier] = field(default_factory=Counter)
+    onboard_latencies_s: deque[float] = field(
+        default_factory=lambda: deque(maxlen=MAX_LATENCY_SAMPLES)
+    )
+
+
+class KvTierManager:
+    def __init__(
+        self,
+        policy: TierPolicy,
+        mover: BlockMover,
+        stores: dict[KvTier, BlockStore],
+        *,
+        max_inflight_bytes: int,
+        num_loader_threads: int = 2,
+    ):
+        self.policy = policy
+        self.mover = mover
+        self.stores = stores
+        self.max_inflight_bytes = max_inflight_bytes
+        self.bytes_per_block = mover.layout.bytes_per_block
+        self.counters = TierCounters()
+        self._writers = {
+            tier: ThreadPoolExecutor(1, thread_name_prefix=f"armature-kv-{tier}") for tier in stores
+        }
+        self._loaders = ThreadPoolExecutor(num_loader_threads, "armature-kv-load")
+        self._pending: dict[KvTier, dict[int, bytes]] = {tier: {} for tier in stores}
+        self._pending_lock = threading.Lock()
+        self._failures: queue.SimpleQueue[tuple[KvTier, int, Exception]] = queue.SimpleQueue()
+        self._finished: queue.SimpleQueue[LoadResult] = queue.SimpleQueue()
+        self._load_done = threading.Event()
+        self._job_ids = count()
+        self._inflight_bytes = 0
+        self._num_inflight = 0
+
+    # ---- offload (engine thread) -------------------------------------------------------
+    def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
+        """The pool's eviction hook: copy the blocks down before the pool reuses them."""
+        self._run(self.policy.on_evict(blocks))
+
+    def on_written(self, blocks: Sequence[tuple[int, BlockKey]]) -> None:
+        """Blocks just completed in G1 (copied down at once in write-through mode)."""
+        self._run(self.policy.on_written(blocks))
+
+    def add_existing(self, tier: KvTier, keys: Sequence[BlockKey]) -> None:
+        self._run(self.policy.add_existing(tier, keys))
+
+    # ---- onboarding (engine thread) ----------------------------------------------------
+    def find(self, seq_hashes: Sequence[int]) -> list[TierHit]:
+        hits = self.policy.find(seq_hashes)
+        self.counters.num_lookup_blocks += len(seq_hashes)
+        self.counters.hit_blocks.update(hit.tier for hit in hits)
+        return hits
+
+    def can_load(self, num_blocks: int) -> bool:
+        """Whether a load of `num_blocks` fits the in-flight bound (one load always may)."""
+        num_bytes = num_blocks * self.bytes_per_block
+        return (
+            self._num_inflight == 0 or self._inflight_bytes + num_bytes <= self.max_inflight_bytes
+        )
+
+    def reserve(self, hits: Sequence[TierHit]) -> None:
+        """Pin `hits` before G1 blocks are allocated for them (an allocation can evict down
+        into the tiers, and must not push these out)."""
+        self.policy.pin(hits)
+
+    def submit(self, hits: list[TierHit], g1_ids: list[int]) -> int:
+        """Load reserved `hits` into `g1_ids` on a loader thread; returns the job id that
+        `take_finished` reports."""
+        assert len(hits) == len(g1_ids)
+        job_id = next(self._job_ids)
+        self._inflight_bytes += len(hits) * self.bytes_per_block
+        self._num_inflight += 1
+        self._loaders.submit(self._load, job_id, hits, g1_ids, time.perf_counter())
+        return job_id
+
+    def get_num_inflight(self) -> int:
+        return self._num_inflight
+
+    def wait_for_loads(self, timeout_s: float) -> None:
+        """Block until a load finishes (or `timeout_s`): an engine with nothing else to do."""
+        if self._load_done.wait(timeout_s):
+            self._load_done.clear()
+
+    def take_finished(self) -> list[LoadResult]:
+        """Settle finished loads and failed writes with the policy; the results, oldest first."""
+        self._settle_write_failures()
+        results: list[LoadResult] = []
+        while True:
+            try:
+                result = self._finished.get_nowait()
+            except queue.Empty:
+                break
+            self._num_inflight -= 1
+            self._inflight_bytes -= len(result.hits) * self.bytes_per_block
+            self._settle(result)
+            results.append(result)
+        return results
+
+    def _settle(self, result: LoadResult) -> None:
+        loaded = result.hits[: result.num_loaded]
+        ops = self.policy.on_onboarded(loaded)
+        self.counters.blocks_onboarded.update(hit.tier for hit in loaded)
+        self.counters.onboard_latencies_s.append(result.elapsed_s)
+        rest = result.hits[result.num_loaded :]
+        if rest:
+            assert result.failure is not None
+            self.counters.blocks_refused[result.failure] += 1
+            if result.failure == "unavailable":  # the store, not the block: try it later
+                ops += self.policy.unpin(rest)
+            else:
+                log.warning(
+                    "KV block %016x from %s refused (%s); computing it instead",
+                    rest[0].key.seq_hash,
+                    rest[0].tier,
+                    result.failure,
+                )
+                ops += self.policy.refuse(rest[0])
+                ops += self.policy.unpin(rest[1:])
+        self._run(ops)
+
+    def _settle_write_failures(self) -> None:
+        while True:
+            try:
+                tier, seq_hash, exc = self._failures.get_nowait()
+            except queue.Empty:
+                return
+            self.counters.write_failures[tier] += 1
+            if self.policy.is_writable(tier):
+                what = "full" if isinstance(exc, StoreFullError) else "unavailable"
+                log.warning("KV %s tier %s: its writes are off from now on (%s)", tier, what, exc)
+            self.policy.on_write_failed(tier, seq_hash, disable=True)
+
+    # ---- loader threads ----------------------------------------------------------------
+    def _load(self, job_id: int, hits: list[TierHit], g1_ids: list[int], started_s: float) -> None:
+        num_loaded, failure = 0, None
+        try:
+            while num_loaded < len(hits):
+                num_loaded += self._load_run(hits, g1_ids, num_loaded)
+        except BlockRefusedError as exc:
+            failure = str(exc.reason)
+        except BlockMissingError:
+            failure = "missing"
+        except StoreError:
+            failure = "unavailable"
+        except Exception:  # a bug must not leave its request waiting forever
+            log.exception("loading KV blocks failed")
+            failure = "error"
+        try:
+            self.mover.finish_loads()
+        finally:
+            elapsed_s = time.perf_counter() - started_s
+            self._finished.put(LoadResult(job_id, hits, g1_ids, num_loaded, failure, elapsed_s))
+            self._load_done.set()
+
+    def _load_run(self, hits: list[TierHit], g1_ids: list[int], start: int) -> int:
+        """Load hits[start] and, for host hits, the host hits right after it; returns how many."""
+        if hits[start].tier is KvTier.HOST:
+            end = start
+            while end < len(hits) and hits[end].tier is KvTier.HOST:
+                end += 1
+            self.mover.load_from_host([h.slot for h in hits[start:end]], g1_ids[start:end])
+            return end - start
+        hit = hits[start]
+        self.mover.load_encoded(
+            self._read(hit.tier, hit.key.seq_hash), hit.key.seq_hash, g1_ids[start]
+        )
+        return 1
+
+    def _read(self, tier: KvTier, seq_hash: int) -> bytes:
+        with self._pending_lock:
+            data = self._pending[tier].get(seq_hash)
+        return data if data is not None else self.stores[tier].get(seq_hash)
+
+    # ---- executing the policy's ops (engine thread) ------------------------------------
+    def _run(self, ops: list[TierOp]) -> None:
+        """Execute `ops` in order; consecutive host copies of one kind go as one batch."""
+        batch: list[CopyOp] = []
+        for op in ops:
+            if isinstance(op, CopyOp) and op.dst is KvTier.HOST:
+                if batch and (
+                    batch[0].src is not op.src or op.dst_slot in {b.dst_slot for b in batch}
+                ):
+                    self._copy_to_host(batch)
+                    batch = []
+                batch.append(op)
+                continue
+            if batch:
+                self._copy_to_host(batch)
+                batch = []
+            if isinstance(op, DropOp):
+                self._writers[op.tier].submit(self._delete, op.tier, op.key)
+            else:
+                self._copy_to_store(op)
+        if batch:
+            self._copy_to_host(batch)
+
+    def _copy_to_host(self, batch: list[CopyOp]) -> None:
+        self.mover.copy_blocks(
+            batch[0].src, [op.src_slot for op in batch], KvTier.HOST, [op.dst_slot for op in batch]
+        )
+        self.counters.blocks_offloaded[(batch[0].src, KvTier.HOST)] += len(batch)
+
+    def _copy_to_store(self, op: CopyOp) -> None:
+        self.counters.blocks_offloaded[(op.src, op.dst)] += 1
+        if op.src in (KvTier.DEVICE, KvTier.HOST):
+            data = self.mover.encode(op.src, op.src_slot, op.key)
+            with self._pending_lock:
+                self._pending[op.dst][op.key.seq_hash] = data
+            self._writers[op.dst].submit(self._put, op.dst, op.key, data)
+        else:  # store to store: read it in the source's writer, so a later drop waits for it
+            self._writers[op.src].submit(self._forward, op.src, op.dst, op.key)
+
+    # ---- writer threads ----------------------------------------------------------------
+    def _put(self, tier: KvTier, key: BlockKey, data: bytes) -> None:
+        try:
+            self.stores[tier].put(key, data)
+        except StoreError as exc:
+            self._failures.put((tier, key.seq_hash, exc))
+        finally:
+            with self._pending_lock:
+                if self._pending[tier].get(key.seq_hash) is data:
+                    del self._pending[tier][key.seq_hash]
+
+    def _forward(self, src: KvTier, dst: KvTier, key: BlockKey) -> None:
+        try:
+            data = self._read(src, key.seq_hash)
+        except StoreError as exc:  # G4 will not have it; a load from there finds it missing
+            log.warning("could not read KV block %016x from %s: %s", key.seq_hash, src, exc)
+            return
+        with self._pending_lock:
+            self._pending[dst][key.seq_hash] = data
+        self._writers[dst].submit(self._put, dst, key, data)
+
+    def _delete(self, tier: KvTier, key: BlockKey) -> None:
+        try:
+            self.stores[tier].delete(key.seq_hash)
+        except StoreError as exc:
+            log.warning("could not delete KV block %016x from %s: %s", key.seq_hash, tier, exc)
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def flush(self) -> None:
+        """Wait until every write and drop submitted so far has reached its store."""
+        for tier in LOWER_TIERS:  # disk first: it may still hand blocks to the G4 writer
+            if tier in self._writers:
+                self._writers[tier].submit(lambda: None).result()
+
+    def close(self) -> None:
+        """Wait for loads and writes in flight, then stop the threads."""
+        self._loaders.shutdown(wait=True)
+        for tier in LOWER_TIERS:  # a disk writer may still hand blocks to the G4 writer
+            if tier in self._writers:
+                self._writers[tier].shutdown(wait=True)

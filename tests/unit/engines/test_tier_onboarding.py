@@ -1,0 +1,182 @@
+"""The native engine with lower KV tiers: a prompt whose blocks the small G1 evicted comes back
+from host memory, disk or the shared store; in float32 its greedy output still equals
+transformers', the prefix is reported as cached, and no tier or pool leaks a block."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from hf_reference import HfReference
+
+from armature.config import KvTierConfig
+from armature.engines.native.config import NativeEngineConfig
+from armature.engines.native.core import EngineCore
+from armature.kv.event_log import KvEventLog
+from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
+from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
+from armature.protocols.kv_events import KvStored, KvTier
+from armature.tiers.factory import build_tier_manager
+from armature.tiers.manager import KvTierManager
+from armature.transfer.blocks import KvBlockStore
+
+NEW_TOKENS = 8
+BLOCK = 16
+PROMPT_TOKENS = 200  # 12 full blocks + 8 tokens
+NUM_G1_BLOCKS = 26  # two prompts (13 blocks each with their output): a third evicts the first
+
+
+def tiered_engine(model_dir: Path, tiers: KvTierConfig, **overrides: object) -> EngineCore:
+    settings: dict[str, object] = {"num_kv_blocks": NUM_G1_BLOCKS, "max_num_batched_tokens": 512}
+    settings.update(overrides)
+    config = NativeEngineConfig(model_dir=model_dir, dtype=torch.float32, **settings)  # type: ignore[arg-type]
+
+    def build(log: KvEventLog, store: KvBlockStore) -> KvTierManager:
+        tensors = store.kv_tensors()
+        assert tensors is not None
+        return build_tier_manager(tiers, log, tensors, store.layout, model_name="tiny")
+
+    return EngineCore(config, tiers=build)
+
+
+def run(core: EngineCore, prompt: list[int], request_id: str) -> tuple[list[int], int]:
+    """Greedy tokens and the prompt tokens reported as cached."""
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, min_tokens=NEW_TOKENS)
+    core.add_request(EngineRequest(request_id=request_id, prompt_token_ids=prompt, sampling=params))
+    outputs: list[EngineOutput] = []
+    while core.has_work():
+        outputs.extend(core.step())
+    assert core.pool.get_num_active_blocks() == 0
+    core.pool.check_integrity()
+    return [t for o in outputs for t in o.new_token_ids], outputs[0].num_cached_tokens
+
+
+def prompts(n: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 512) for _ in range(PROMPT_TOKENS)] for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def ref(tiny_llama_dir: Path) -> HfReference:
+    return HfReference(tiny_llama_dir)
+
+
+def evict_and_return(core: EngineCore, ref: HfReference, seed: int) -> int:
+    """Run A, evict it from G1 with B and C, run A again: both runs equal transformers.
+    Returns the tokens reported cached on the second run of A."""
+    a, b, c = prompts(3, seed)
+    first, cached = run(core, a, "a1")
+    assert cached == 0
+    run(core, b, "b")
+    run(core, c, "c")
+    assert core.pool.find_prefix(hashes_of(a)) == []  # A left G1
+    second, cached = run(core, a, "a2")
+    assert first == second
+    assert ref.assert_matches(a, second, NEW_TOKENS)
+    return cached
+
+
+def test_a_prompt_evicted_to_host_comes_back_with_the_same_tokens(
+    tiny_llama_dir: Path, ref: HfReference
+) -> None:
+    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_host_blocks=64))
+    cached = evict_and_return(core, ref, seed=1)
+    assert cached == 12 * BLOCK
+    tiers = core.tiers
+    assert tiers is not None
+    assert tiers.counters.blocks_onboarded == {KvTier.HOST: 12}
+    a, b, _ = prompts(3, seed=1)
+    # C evicted A's 12 full blocks to host. A's loads took 12 G1 blocks: B's last 11 full
+    # blocks (freed tail first) and C's partial one; A's own last block then evicted b0.
+    # Loaded blocks stay in host (tiers are inclusive) and become the most recent.
+    hb, ha = hashes_of(b), hashes_of(a)
+    host = [k.seq_hash for k in tiers.policy.get_keys(KvTier.HOST)]
+    assert host == hb[1:12][::-1] + ha[:12] + hb[:1]
+    tiers.policy.check_integrity()
+    core.close()
+
+
+def test_a_prompt_comes_back_from_disk_alone(
+    tiny_llama_dir: Path, ref: HfReference, tmp_path: Path
+) -> None:
+    tiers = KvTierConfig(kv_disk_dir=str(tmp_path), kv_disk_blocks=64)
+    core = tiered_engine(tiny_llama_dir, tiers)
+    assert evict_and_return(core, ref, seed=2) == 12 * BLOCK
+    assert core.tiers is not None
+    assert core.tiers.counters.blocks_onboarded == {KvTier.DISK: 12}
+    core.close()
+
+
+def test_a_prompt_comes_back_from_the_shared_store_on_another_engine(
+    tiny_llama_dir: Path, ref: HfReference, tmp_path: Path
+) -> None:
+    shared = f"file://{tmp_path}/shared"
+    writer = tiered_engine(
+        tiny_llama_dir,
+        KvTierConfig(kv_remote=shared, kv_remote_offload="all", kv_offload="write-through"),
+    )
+    a = prompts(1, seed=3)[0]
+    first, _ = run(writer, a, "a1")
+    writer.close()  # its writes have landed
+    reader = tiered_engine(tiny_llama_dir, KvTierConfig(kv_remote=shared))
+    second, cached = run(reader, a, "a2")
+    assert cached == 12 * BLOCK
+    assert first == second
+    assert ref.assert_matches(a, second, NEW_TOKENS)
+    assert reader.tiers is not None
+    assert reader.tiers.counters.blocks_onboarded == {KvTier.EXTERNAL: 12}
+    events = reader.take_kv_events()
+    assert isinstance(events[0], KvStored) and events[0].tier is KvTier.EXTERNAL
+    reader.close()
+
+
+def test_a_corrupt_disk_block_is_refused_and_the_rest_computed(
+    tiny_llama_dir: Path, ref: HfReference, tmp_path: Path
+) -> None:
+    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_disk_dir=str(tmp_path), kv_disk_blocks=64))
+    a, b, c = prompts(3, seed=4)
+    first, _ = run(core, a, "a1")
+    run(core, b, "b")
+    run(core, c, "c")
+    tiers = core.tiers
+    assert tiers is not None
+    tiers.flush()
+    bad_hash = hashes_of(a)[2]
+    [path] = tmp_path.rglob(f"{bad_hash:016x}-*.kvb")
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF  # one payload byte
+    path.write_bytes(bytes(data))
+    second, cached = run(core, a, "a2")
+    assert cached == 2 * BLOCK  # the blocks before the bad one
+    assert first == second
+    assert ref.assert_matches(a, second, NEW_TOKENS)
+    assert tiers.counters.blocks_refused == {"corrupt": 1}
+    assert tiers.policy.get_slot(KvTier.DISK, bad_hash) is None  # forgotten
+    tiers.flush()
+    assert not path.exists()  # and its file deleted
+    core.close()
+
+
+def test_an_abort_while_onboarding_leaks_nothing(tiny_llama_dir: Path) -> None:
+    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_host_blocks=64))
+    a, b, c = prompts(3, seed=5)
+    for i, prompt in enumerate((a, b, c)):
+        run(core, prompt, f"r{i}")
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0)
+    core.add_request(EngineRequest(request_id="a2", prompt_token_ids=a, sampling=params))
+    assert core.step() == []  # admission started the loads
+    assert core.onboarding is not None and len(core.onboarding) == 1
+    assert core.abort_request("a2")
+    while core.has_work():
+        core.step()
+    assert core.pool.get_num_active_blocks() == 0
+    core.pool.check_integrity()
+    assert core.tiers is not None
+    assert core.tiers.policy.get_num_pinned_blocks() == 0
+    core.close()
+
+
+def hashes_of(prompt: list[int]) -> list[int]:
+    return [h for h, _ in compute_block_hashes(prompt, BLOCK, DEFAULT_HASH_SEED, None)]
