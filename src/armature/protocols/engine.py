@@ -18,6 +18,7 @@ __all__ = [
     "EngineRequest",
     "EngineStats",
     "FinishReason",
+    "KvTierStats",
     "RequestId",
     "SamplingParams",
     "StepRecord",
@@ -101,15 +102,34 @@ class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
     num_steps: int = 0  # engine steps run so far: a worker with work whose count stalls is hung
 
 
+class KvTierStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What an engine's lower KV tiers (G2 host, G3 disk, G4 shared store) did since start.
+    Paths are "g1->g2" style (g1: the engine's own KV memory); tiers are KvTier values."""
+
+    bytes_per_block: int
+    blocks_offloaded: dict[str, int]  # path -> blocks copied down
+    blocks_onboarded: dict[str, int]  # path (gN->g1) -> blocks loaded back
+    blocks_refused: dict[str, int]  # reason (corrupt, truncated, missing, ...) -> blocks
+    write_failures: dict[str, int]  # tier -> failed writes (the first disables the tier)
+    num_lookup_blocks: int  # prompt blocks looked up below G1
+    hit_blocks: dict[str, int]  # tier -> lookups it answered
+    tier_blocks: dict[str, int]  # tier -> blocks it holds now
+    tier_capacity_blocks: dict[str, int]
+    onboard_latency_buckets_s: list[float]  # upper bounds
+    onboard_latency_counts: list[int]  # per bucket (not cumulative), then one for +Inf
+    onboard_latency_sum_s: float
+
+
 class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
-    """An engine's counters for metrics: KV transfers into it (decode side) and the blocks it
-    holds for others (prefill side). Zero where the engine does no disaggregation."""
+    """An engine's counters for metrics: KV transfers into it (decode side), the blocks it
+    holds for others (prefill side) and its lower KV tiers (None: it has none)."""
 
     num_kv_pulls_by_backend: dict[str, int] = msgspec.field(default_factory=dict)
     num_kv_pull_failures: int = 0
     num_kv_blocks_pulled: int = 0
     num_kv_pinned_blocks: int = 0
     num_kv_expired_pins: int = 0
+    tiers: KvTierStats | None = None
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):

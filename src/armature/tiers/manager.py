@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,13 +30,22 @@ from itertools import count
 from armature.kv.block_key import BlockKey
 from armature.kv.eviction import EvictedBlock
 from armature.kv.tier_policy import LOWER_TIERS, CopyOp, DropOp, TierHit, TierOp, TierPolicy
+from armature.protocols.engine import KvTierStats
 from armature.protocols.kv_events import KvTier
 from armature.tiers.block_file import BlockRefusedError
 from armature.tiers.errors import BlockMissingError, StoreError, StoreFullError
 from armature.tiers.mover import BlockMover
 from armature.tiers.store import BlockStore
 
-__all__ = ["MAX_LATENCY_SAMPLES", "KvTierManager", "LoadResult", "TierCounters"]
+__all__ = [
+    "GENERATION",
+    "MAX_LATENCY_SAMPLES",
+    "ONBOARD_LATENCY_BUCKETS_S",
+    "KvTierManager",
+    "LoadResult",
+    "TierCounters",
+    "path_name",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +62,22 @@ class LoadResult:
     elapsed_s: float
 
 
+ONBOARD_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+GENERATION = {  # the docs' names for the tiers
+    KvTier.DEVICE: "g1",
+    KvTier.HOST: "g2",
+    KvTier.DISK: "g3",
+    KvTier.EXTERNAL: "g4",
+}
+
+
+def path_name(src: KvTier, dst: KvTier) -> str:
+    return f"{GENERATION[src]}->{GENERATION[dst]}"
+
+
 @dataclass
 class TierCounters:
-    """What the tiers did; engine thread only (read as a snapshot by stats)."""
+    """What the tiers did; engine thread only (others read `KvTierManager.get_stats`)."""
 
     blocks_offloaded: Counter[tuple[KvTier, KvTier]] = field(default_factory=Counter)
     blocks_onboarded: Counter[KvTier] = field(default_factory=Counter)
@@ -65,6 +88,15 @@ class TierCounters:
     onboard_latencies_s: deque[float] = field(
         default_factory=lambda: deque(maxlen=MAX_LATENCY_SAMPLES)
     )
+    onboard_latency_counts: list[int] = field(
+        default_factory=lambda: [0] * (len(ONBOARD_LATENCY_BUCKETS_S) + 1)
+    )
+    onboard_latency_sum_s: float = 0.0
+
+    def add_onboard_latency(self, seconds: float) -> None:
+        self.onboard_latencies_s.append(seconds)
+        self.onboard_latency_counts[bisect_left(ONBOARD_LATENCY_BUCKETS_S, seconds)] += 1
+        self.onboard_latency_sum_s += seconds
 
 
 class KvTierManager:
@@ -164,7 +196,7 @@ class KvTierManager:
         loaded = result.hits[: result.num_loaded]
         ops = self.policy.on_onboarded(loaded)
         self.counters.blocks_onboarded.update(hit.tier for hit in loaded)
-        self.counters.onboard_latencies_s.append(result.elapsed_s)
+        self.counters.add_onboard_latency(result.elapsed_s)
         rest = result.hits[result.num_loaded :]
         if rest:
             assert result.failure is not None
@@ -300,6 +332,27 @@ class KvTierManager:
             self.stores[tier].delete(key.seq_hash)
         except StoreError as exc:
             log.warning("could not delete KV block %016x from %s: %s", key.seq_hash, tier, exc)
+
+    def get_stats(self) -> KvTierStats:
+        """A snapshot of the counters (engine thread; the copy is safe to hand to others)."""
+        c, policy = self.counters, self.policy
+        tiers = policy.get_tiers()
+        return KvTierStats(
+            bytes_per_block=self.bytes_per_block,
+            blocks_offloaded={path_name(s, d): n for (s, d), n in c.blocks_offloaded.items()},
+            blocks_onboarded={
+                path_name(t, KvTier.DEVICE): n for t, n in c.blocks_onboarded.items()
+            },
+            blocks_refused=dict(c.blocks_refused),
+            write_failures={str(t): n for t, n in c.write_failures.items()},
+            num_lookup_blocks=c.num_lookup_blocks,
+            hit_blocks={str(t): n for t, n in c.hit_blocks.items()},
+            tier_blocks={str(t): policy.get_num_blocks(t) for t in tiers},
+            tier_capacity_blocks={str(t): policy.get_capacity_blocks(t) for t in tiers},
+            onboard_latency_buckets_s=list(ONBOARD_LATENCY_BUCKETS_S),
+            onboard_latency_counts=list(c.onboard_latency_counts),
+            onboard_latency_sum_s=c.onboard_latency_sum_s,
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------
     def flush(self) -> None:

@@ -6,10 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from armature.protocols.engine import EngineLoad, EngineStats
+from armature.protocols.engine import EngineLoad, EngineStats, KvTierStats
 from armature.runtime.load_metrics import WorkerLoadCollector
 
 __all__ = ["WorkerMetrics"]
@@ -51,6 +56,103 @@ class _TransferCollector(Collector):
         )
 
 
+OFFLOAD_PATHS = ("g1->g2", "g1->g3", "g1->g4", "g2->g3", "g2->g4", "g3->g4")
+ONBOARD_PATHS = ("g2->g1", "g3->g1", "g4->g1")
+TIERS = ("host", "disk", "external")
+_NO_TIERS = KvTierStats(
+    bytes_per_block=0,
+    blocks_offloaded={},
+    blocks_onboarded={},
+    blocks_refused={},
+    write_failures={},
+    num_lookup_blocks=0,
+    hit_blocks={},
+    tier_blocks={},
+    tier_capacity_blocks={},
+    onboard_latency_buckets_s=[],
+    onboard_latency_counts=[0],
+    onboard_latency_sum_s=0.0,
+)
+
+
+class _TierCollector(Collector):
+    """The lower KV tiers (G2-G4). Every path and tier is exported, at zero where the worker
+    has no such tier, so dashboards and alerts see one set of series on every worker."""
+
+    def __init__(self, get_stats: Callable[[], EngineStats]):
+        self.get_stats = get_stats
+
+    def collect(self) -> Iterator[Metric]:
+        t = self.get_stats().tiers or _NO_TIERS
+        yield from _paths("offloaded", "copied down a tier", t.blocks_offloaded, OFFLOAD_PATHS, t)
+        yield from _paths("onboarded", "loaded back into G1", t.blocks_onboarded, ONBOARD_PATHS, t)
+        ratio = GaugeMetricFamily(
+            "armature_worker_kv_tier_hit_ratio",
+            "Prompt blocks looked up below G1 that a tier held (its share of the lookups)",
+            labels=["tier"],
+        )
+        usage = GaugeMetricFamily(
+            "armature_worker_kv_tier_blocks", "KV blocks a lower tier holds", labels=["tier"]
+        )
+        capacity = GaugeMetricFamily(
+            "armature_worker_kv_tier_capacity_blocks",
+            "A lower tier's capacity in blocks (G4: the blocks this worker indexes)",
+            labels=["tier"],
+        )
+        failures = CounterMetricFamily(
+            "armature_worker_kv_tier_write_failures",
+            "Writes to a lower tier that failed (the first one turns its writes off)",
+            labels=["tier"],
+        )
+        for tier in TIERS:
+            hits = t.hit_blocks.get(tier, 0)
+            ratio.add_metric([tier], hits / t.num_lookup_blocks if t.num_lookup_blocks else 0.0)
+            usage.add_metric([tier], t.tier_blocks.get(tier, 0))
+            capacity.add_metric([tier], t.tier_capacity_blocks.get(tier, 0))
+            failures.add_metric([tier], t.write_failures.get(tier, 0))
+        yield from (ratio, usage, capacity, failures)
+        refused = CounterMetricFamily(
+            "armature_worker_kv_refused_blocks",
+            "Blocks a lower tier offered that failed their checks (computed instead)",
+            labels=["reason"],
+        )
+        for reason in ("corrupt", "truncated", "foreign-layout", "wrong-hash", "missing"):
+            refused.add_metric([reason], t.blocks_refused.get(reason, 0))
+        yield refused
+        yield _latency(t)
+
+
+def _paths(
+    verb: str, meaning: str, counts: dict[str, int], paths: tuple[str, ...], t: KvTierStats
+) -> Iterator[Metric]:
+    blocks = CounterMetricFamily(
+        f"armature_worker_kv_{verb}_blocks", f"KV blocks {meaning}, by path", labels=["path"]
+    )
+    nbytes = CounterMetricFamily(
+        f"armature_worker_kv_{verb}_bytes", f"KV bytes {meaning}, by path", labels=["path"]
+    )
+    for path in paths:
+        blocks.add_metric([path], counts.get(path, 0))
+        nbytes.add_metric([path], counts.get(path, 0) * t.bytes_per_block)
+    yield blocks
+    yield nbytes
+
+
+def _latency(t: KvTierStats) -> HistogramMetricFamily:
+    buckets: list[tuple[str, float]] = []
+    total = 0
+    for bound, n in zip(t.onboard_latency_buckets_s, t.onboard_latency_counts, strict=False):
+        total += n
+        buckets.append((repr(bound), total))
+    buckets.append(("+Inf", sum(t.onboard_latency_counts)))
+    return HistogramMetricFamily(
+        "armature_worker_kv_onboard_seconds",
+        "Time to load a request's KV blocks from lower tiers into G1",
+        buckets=buckets,
+        sum_value=t.onboard_latency_sum_s,
+    )
+
+
 class WorkerMetrics:
     def __init__(
         self,
@@ -61,6 +163,7 @@ class WorkerMetrics:
         self.registry = CollectorRegistry()
         self.registry.register(WorkerLoadCollector(lambda: {worker_id: get_load()}))
         self.registry.register(_TransferCollector(get_stats))
+        self.registry.register(_TierCollector(get_stats))
         self.requests = Counter(
             "armature_worker_requests",
             "Requests the worker finished, by how they ended",

@@ -95,6 +95,12 @@ def test_a_prompt_evicted_to_host_comes_back_with_the_same_tokens(
     host = [k.seq_hash for k in tiers.policy.get_keys(KvTier.HOST)]
     assert host == hb[1:12][::-1] + ha[:12] + hb[:1]
     tiers.policy.check_integrity()
+    stats = tiers.get_stats()
+    assert stats.blocks_offloaded == {"g1->g2": 24}
+    assert stats.blocks_onboarded == {"g2->g1": 12}
+    assert stats.hit_blocks == {"host": 12}
+    assert stats.tier_blocks == {"host": 24} and stats.tier_capacity_blocks == {"host": 64}
+    assert sum(stats.onboard_latency_counts) == 1
     core.close()
 
 

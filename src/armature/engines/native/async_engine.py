@@ -26,6 +26,7 @@ from armature.protocols.engine import (
     EngineOutput,
     EngineRequest,
     EngineStats,
+    KvTierStats,
     StepRecord,
     merge_outputs,
 )
@@ -87,6 +88,7 @@ class AsyncEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._load = core.get_load()
+        self._tier_stats: KvTierStats | None = self._take_tier_stats()
         # bounded: with no consumer, old events drop and a later consumer sees an id gap;
         # old step records drop silently. Filled by the engine thread, drained by the loop.
         self._events: deque[KvEvent] = deque(maxlen=MAX_BUFFERED_KV_EVENTS)
@@ -234,7 +236,12 @@ class AsyncEngine:
             num_kv_blocks_pulled=self.num_kv_blocks_pulled,
             num_kv_pinned_blocks=self.core.pins.get_num_pinned_blocks(),
             num_kv_expired_pins=self.core.pins.num_expired,
+            tiers=self._tier_stats,
         )
+
+    def _take_tier_stats(self) -> KvTierStats | None:
+        """A snapshot of the KV tiers' counters (engine thread, or before it starts)."""
+        return self.core.tiers.get_stats() if self.core.tiers is not None else None
 
     async def release_kv(self, handle: KvHandle) -> None:
         if self.core.pins.release(handle.handle_id):
@@ -329,6 +336,8 @@ class AsyncEngine:
 
     def _publish(self, outputs: list[EngineOutput]) -> None:
         self._load = self.core.get_load()
+        if self.core.tiers is not None:
+            self._tier_stats = self._take_tier_stats()
         self._buffer_events()
         records = self.core.take_step_records()
         if records:
