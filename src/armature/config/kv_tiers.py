@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from armature.config.settings import setting
-from armature.config.values import parse_bytes, positive_int
+from armature.config.values import parse_bytes, positive_float, positive_int
 from armature.errors import ConfigError
 
 __all__ = ["DEFAULT_ONBOARD_MAX_INFLIGHT_BYTES", "KvTierConfig"]
@@ -41,6 +41,11 @@ class KvTierConfig:
     )
     kv_remote_endpoint: str | None = setting(
         None, "the S3 endpoint for --kv-remote s3://... (e.g. http://127.0.0.1:9000)"
+    )
+    kv_remote_refresh_s: float = setting(
+        10.0,
+        "how often a worker lists the shared store for blocks other workers wrote there",
+        parse=positive_float,
     )
     kv_offload: str = setting(
         "evicted",

@@ -108,7 +108,10 @@ class KvTierManager:
         *,
         max_inflight_bytes: int,
         num_loader_threads: int = 2,
+        remote_refresh_s: float | None = None,
     ):
+        """`remote_refresh_s`: how often the shared store (G4) is listed for blocks other
+        workers wrote (None: only at start)."""
         self.policy = policy
         self.mover = mover
         self.stores = stores
@@ -127,6 +130,17 @@ class KvTierManager:
         self._job_ids = count()
         self._inflight_bytes = 0
         self._num_inflight = 0
+        self._listings: queue.SimpleQueue[list[BlockKey]] = queue.SimpleQueue()
+        self._closing = threading.Event()
+        self._lister: threading.Thread | None = None
+        if remote_refresh_s is not None and KvTier.EXTERNAL in stores:
+            self._lister = threading.Thread(
+                target=self._list_remote,
+                args=(stores[KvTier.EXTERNAL], remote_refresh_s),
+                name="armature-kv-list",
+                daemon=True,
+            )
+            self._lister.start()
 
     # ---- offload (engine thread) -------------------------------------------------------
     def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
@@ -178,8 +192,10 @@ class KvTierManager:
             self._load_done.clear()
 
     def take_finished(self) -> list[LoadResult]:
-        """Settle finished loads and failed writes with the policy; the results, oldest first."""
+        """Settle finished loads, failed writes and new listings of the shared store with the
+        policy; the load results, oldest first."""
         self._settle_write_failures()
+        self._take_listings()
         results: list[LoadResult] = []
         while True:
             try:
@@ -225,6 +241,22 @@ class KvTierManager:
                 what = "full" if isinstance(exc, StoreFullError) else "unavailable"
                 log.warning("KV %s tier %s: its writes are off from now on (%s)", tier, what, exc)
             self.policy.on_write_failed(tier, seq_hash, disable=True)
+
+    def _take_listings(self) -> None:
+        while True:
+            try:
+                keys = self._listings.get_nowait()
+            except queue.Empty:
+                return
+            self.add_existing(KvTier.EXTERNAL, keys)
+
+    def _list_remote(self, store: BlockStore, every_s: float) -> None:
+        """Lister thread: what the shared store holds, every `every_s`, for the engine thread."""
+        while not self._closing.wait(every_s):
+            try:
+                self._listings.put(store.list_keys())
+            except StoreError as exc:
+                log.debug("listing %s failed: %s", store.describe(), exc)
 
     # ---- loader threads ----------------------------------------------------------------
     def _load(self, job_id: int, hits: list[TierHit], g1_ids: list[int], started_s: float) -> None:
@@ -363,6 +395,9 @@ class KvTierManager:
 
     def close(self) -> None:
         """Wait for loads and writes in flight, then stop the threads."""
+        self._closing.set()
+        if self._lister is not None:
+            self._lister.join()
         self._loaders.shutdown(wait=True)
         for tier in LOWER_TIERS:  # a disk writer may still hand blocks to the G4 writer
             if tier in self._writers:

@@ -5,6 +5,7 @@ transformers', the prefix is reported as cached, and no tier or pool leaks a blo
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,27 @@ def test_an_abort_while_onboarding_leaks_nothing(tiny_llama_dir: Path) -> None:
 
 def hashes_of(prompt: list[int]) -> list[int]:
     return [h for h, _ in compute_block_hashes(prompt, BLOCK, DEFAULT_HASH_SEED, None)]
+
+
+def test_a_running_engine_finds_blocks_another_wrote_to_the_shared_store_later(
+    tiny_llama_dir: Path, ref: HfReference, tmp_path: Path
+) -> None:
+    shared = f"file://{tmp_path}/shared"
+    reader = tiered_engine(tiny_llama_dir, KvTierConfig(kv_remote=shared, kv_remote_refresh_s=0.01))
+    writer = tiered_engine(
+        tiny_llama_dir,
+        KvTierConfig(kv_remote=shared, kv_remote_offload="all", kv_offload="write-through"),
+    )
+    a = prompts(1, seed=6)[0]
+    first, _ = run(writer, a, "a1")
+    writer.close()
+    tiers = reader.tiers
+    assert tiers is not None
+    deadline = time.monotonic() + 30
+    while tiers.policy.get_num_blocks(KvTier.EXTERNAL) < 12:  # the lister's next round
+        assert time.monotonic() < deadline
+        tiers.take_finished()
+        time.sleep(0.01)
+    second, cached = run(reader, a, "a2")
+    assert (second, cached) == (first, 12 * BLOCK)
+    reader.close()
