@@ -66,6 +66,8 @@ def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -
         return EngineCore(
             config, eviction_observer=spec.eviction_observer, tiers=_tier_builder(spec)
         )
+    except ConfigError:
+        raise  # already says what is wrong (a KV tier setting, the context length)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise ConfigError(f"cannot load {spec.model.path}: {exc}") from None
     except torch.OutOfMemoryError:
