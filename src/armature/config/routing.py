@@ -47,6 +47,13 @@ class RouterConfig:
         flag="router-temperature",
         parse=non_negative_float,
     )
+    tier_aware: bool = setting(
+        True,
+        "kv router: count only the blocks in a worker's device cache, not those it can load "
+        "back from host, disk or the shared store (tier-blind, to compare)",
+        flag="kv-tier-blind",
+        negate=True,
+    )
     migration_limit: int = setting(
         3,
         "times a request moves to another worker (with its tokens so far) when its worker "

@@ -10,6 +10,7 @@ from typing import NewType
 
 import msgspec
 
+from armature.protocols.kv_events import KvTier
 from armature.protocols.kv_transfer import KvHandle
 
 __all__ = [
@@ -92,7 +93,14 @@ class EngineOutput(msgspec.Struct, kw_only=True):
 
 
 class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of an engine's load, for routers and planners."""
+    """A snapshot of an engine's load, for routers and planners.
+
+    The last three fields feed tier-aware routing (docs/architecture.md, "Tier-aware routing")
+    and default to "not measured" so that loads from older senders decode: the measured
+    seconds one prefill block costs (wall time of prefill-only steps over the blocks they
+    computed), the measured seconds one block costs to load back from each lower tier, and
+    each lower tier's capacity in blocks (a tier absent has no capacity: the engine lacks it).
+    """
 
     num_active_blocks: int
     num_total_blocks: int
@@ -100,6 +108,9 @@ class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
     num_running: int
     num_prefill_tokens_queued: int
     num_steps: int = 0  # engine steps run so far: a worker with work whose count stalls is hung
+    prefill_s_per_block: float | None = None
+    onboard_s_per_block: dict[KvTier, float] = msgspec.field(default_factory=dict)
+    num_tier_total_blocks: dict[KvTier, int] = msgspec.field(default_factory=dict)
 
 
 class KvTierStats(msgspec.Struct, frozen=True, kw_only=True):

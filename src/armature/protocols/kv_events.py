@@ -47,7 +47,10 @@ KvEvent = KvStored | KvRemoved | KvCleared
 
 
 class KvDump(msgspec.Struct, frozen=True):
-    """Every block a worker caches, as of its event `last_event_id` (the answer to a gap)."""
+    """Every block a worker caches, as of its event `last_event_id` (the answer to a gap):
+    `seq_hashes` in its device cache (G1), `tier_seq_hashes` in each lower tier it has (absent
+    from dumps of workers that predate tiers, or have none)."""
 
     seq_hashes: list[int]
     last_event_id: int
+    tier_seq_hashes: dict[KvTier, list[int]] = msgspec.field(default_factory=dict)

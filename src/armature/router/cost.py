@@ -4,6 +4,10 @@
     decode_blocks_w  = decode_weight * active_blocks_w + (ceil(isl / block_size) - overlap_w)
     logit_w          = overlap_weight * prefill_blocks_w + decode_blocks_w
 
+Tier-aware, overlap_w is the weighted overlap: a matched block in a lower tier counts as a
+fraction of a device block (`tier_weights`), in both terms. Tier-blind it is the device
+overlap, DESIGN's formula.
+
 decode_weight 1 is DESIGN's baseline. Below 1 the blocks a worker already holds for running
 requests count less against it: with long prompts and a large cache that is what lets a
 repeat prefix go back to its worker (docs/benchmarks.md: decode weight 0.25).
@@ -31,7 +35,7 @@ _IDLE = WorkerLoad()
 def cost_terms(
     isl_tokens: int,
     block_size: int,
-    overlap_blocks: int,
+    overlap_blocks: float,
     load: WorkerLoad,
     decode_weight: float = 1.0,
 ) -> tuple[float, float]:
@@ -46,12 +50,13 @@ def worker_logits(
     workers: Sequence[str],
     isl_tokens: int,
     block_size: int,
-    overlaps: Mapping[str, int],
+    overlaps: Mapping[str, float],
     loads: Mapping[str, WorkerLoad],
     overlap_weight: float = 1.0,
     decode_weight: float = 1.0,
 ) -> list[float]:
-    """The logit of each of `workers`, in order. `loads` may leave out idle workers."""
+    """The logit of each of `workers`, in order. `loads` may leave out idle workers;
+    `overlaps` (weighted or not) may leave out workers with none."""
     idle_prefill, idle_decode = cost_terms(isl_tokens, block_size, 0, _IDLE)
     idle_logit = overlap_weight * idle_prefill + idle_decode
     logits = []

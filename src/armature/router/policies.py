@@ -3,7 +3,8 @@
 round-robin   workers in turn
 random        uniformly at random (seeded)
 least-loaded  fewest active blocks, then fewest requests (from ActiveLoad)
-kv            the DESIGN §3 cost over the prefix index's overlaps and ActiveLoad
+kv            the DESIGN §3 cost over the prefix index's overlaps and ActiveLoad; tier-aware
+              (lower-tier blocks count at their weight, `tier_weights`) or tier-blind
 direct        the worker named by the request (header), for debugging and tests
 """
 
@@ -22,6 +23,7 @@ from armature.router.cost import select_worker, worker_logits
 from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex
+from armature.router.tier_weights import TierWeightBook
 
 __all__ = [
     "POLICY_NAMES",
@@ -54,7 +56,7 @@ class RouteRequest:
 @dataclass(frozen=True)
 class RouteDecision:
     worker: str
-    overlap_blocks: int = 0
+    overlap_blocks: int = 0  # leading prompt blocks the worker has in any tier: no prefill
 
 
 class RoutingPolicy(Protocol):
@@ -111,7 +113,9 @@ class DirectPolicy:
 
 class KvPolicy:
     """`index` (KV events) and `routed` (recent decisions) are each optional; a worker's
-    overlap is the larger of the two. `clock` gives seconds for the routed entries' TTL."""
+    overlap is the larger of the two (a routed prefix counts as device blocks). `clock` gives
+    seconds for the routed entries' TTL. With `tier_weights` the index's lower-tier blocks
+    count at each worker's weights (tier-aware); without, only device blocks count."""
 
     def __init__(
         self,
@@ -125,6 +129,7 @@ class KvPolicy:
         routed: RoutedPrefixIndex | None = None,
         clock: Callable[[], float] = time.monotonic,
         decode_weight: float = 1.0,
+        tier_weights: TierWeightBook | None = None,
     ) -> None:
         if index is None and routed is None:
             raise ValueError("the kv policy needs a prefix index, routed predictions or both")
@@ -137,23 +142,32 @@ class KvPolicy:
         self.overlap_weight = overlap_weight
         self.decode_weight = decode_weight
         self.temperature = temperature
+        self.tier_weights = tier_weights
         self._rng = random.Random(seed)
 
     def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
         _require(workers)
         hashes = compute_seq_hashes(request.token_ids, self.block_size, self.hash_seed)
         now_s = self.clock()
-        overlaps: dict[str, int] = {}
-        if self.index is not None:
+        overlaps: dict[str, int] = {}  # matched blocks, any tier
+        weighted: dict[str, float] | None = None  # tier-aware: overlaps at the tiers' weights
+        if self.index is not None and self.tier_weights is not None:
+            weights = self.tier_weights
+            tiered = self.index.find_tier_overlaps(hashes)
+            overlaps = {w: o.num_blocks for w, o in tiered.items()}
+            weighted = {w: weights.get(w).weigh(o) for w, o in tiered.items()}
+        elif self.index is not None:
             overlaps = self.index.find_overlaps(hashes)
         if self.routed is not None:
             for worker, depth in self.routed.find_overlaps(hashes, now_s).items():
                 overlaps[worker] = max(depth, overlaps.get(worker, 0))
+                if weighted is not None:  # a routed prefix will be on the worker's device
+                    weighted[worker] = max(depth, weighted.get(worker, 0.0))
         logits = worker_logits(
             workers,
             len(request.token_ids),
             self.block_size,
-            overlaps,
+            overlaps if weighted is None else weighted,
             self.load.get_loads(),
             self.overlap_weight,
             self.decode_weight,
@@ -184,9 +198,11 @@ def make_policy(
     routed_max_entries: int,
     clock: Callable[[], float] = time.monotonic,
     decode_weight: float = 1.0,
+    tier_weights: TierWeightBook | None = None,
 ) -> RoutingPolicy:
     """The policy named `name` (one of POLICY_NAMES). kv uses `index` and routed predictions;
-    kv-approx only the predictions, bounded by `routed_max_entries`."""
+    kv-approx only the predictions, bounded by `routed_max_entries`. kv is tier-aware with
+    `tier_weights`, tier-blind without."""
     match name:
         case "round-robin":
             return RoundRobinPolicy()
@@ -208,5 +224,6 @@ def make_policy(
                 routed=RoutedPrefixIndex(routed_ttl_s, max(1, routed_max_entries)),
                 clock=clock,
                 decode_weight=decode_weight,
+                tier_weights=tier_weights,
             )
     raise ValueError(f"unknown router policy {name!r}; choose from {', '.join(POLICY_NAMES)}")

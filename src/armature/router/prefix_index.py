@@ -1,58 +1,128 @@
-"""The router's global prefix index: which worker holds which KV blocks, fed by the workers'
-KV events (DESIGN §3). Pure: no I/O, one owner.
+"""The router's global prefix index: which worker holds which KV blocks in which tier, fed by
+the workers' KV events (DESIGN §3). Pure: no I/O, one owner.
 
-    by_hash:   seq_hash  -> {worker ids holding that block}
-    by_worker: worker id -> {seq_hashes it holds}     (removal, dumps, the memory bound)
+    workers[w].tiers: seq_hash -> bit set of the tiers w holds it in   (removal, dumps, bounds)
+    holders[tier]:    seq_hash -> {workers holding it in tier}          (G1, G2, G3: lookups)
+    external:         seq_hash -> how many workers announce it in G4    (counts for every worker)
+
+A block may sit in several tiers of one worker at once (tiers are inclusive): a Stored or
+Removed event sets or clears that one tier, so a block dropped from host while still on disk
+stays on disk, and a device eviction keeps any lower copy. A G4 block lives in a store every
+worker can read: while any worker announces it, it counts for all of them. `Cleared` (the
+engine's cache reset) empties the device tier only.
 
 A worker's events must arrive with event ids increasing by exactly one, starting at 0. A gap
-(or an event stream that would make a worker hold more blocks than its capacity) marks the
-worker stale: `apply` returns False and the caller asks that worker for a dump of its blocks
-(`load_dump`), which replaces what the index knew. Memory is bounded: a worker never has more
-entries than its capacity, so the index never holds more than the workers' total capacity.
+(or an event stream that would make a worker hold more blocks in a tier than that tier's
+capacity) marks the worker stale: `apply` returns False and the caller asks that worker for a
+dump of its blocks (`load_dump`), which replaces what the index knew. Memory is bounded: a
+worker never has more entries in a tier than the tier's capacity; a lower tier whose capacity
+the worker has not reported (`set_tier_capacities`) is not indexed at all, its events skipped.
+So the index never holds more than the workers' total capacity, and the external counts are
+no more than the workers' G4 entries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat, takewhile
 
-from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored
+from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, KvTier
 
-__all__ = ["PrefixIndex", "WorkerId"]
+__all__ = ["PrefixIndex", "TierOverlap", "WorkerId"]
 
 WorkerId = str
 _NO_HOLDERS: frozenset[WorkerId] = frozenset()
+_BIT = {KvTier.DEVICE: 1, KvTier.HOST: 2, KvTier.DISK: 4, KvTier.EXTERNAL: 8}
+_Holders = set[WorkerId] | frozenset[WorkerId]
+_Classes = tuple[_Holders, _Holders, _Holders, _Holders]  # device, host, disk, external
+_Get = Callable[[int, frozenset[WorkerId]], _Holders]
+
+
+@dataclass(frozen=True)
+class TierOverlap:
+    """One worker's matched prefix: its leading blocks, each counted once in the fastest tier
+    the worker can load it from (a G4 block the worker lacks locally counts as external)."""
+
+    num_device_blocks: int = 0
+    num_host_blocks: int = 0
+    num_disk_blocks: int = 0
+    num_external_blocks: int = 0
+
+    @property
+    def num_blocks(self) -> int:
+        return (
+            self.num_device_blocks
+            + self.num_host_blocks
+            + self.num_disk_blocks
+            + self.num_external_blocks
+        )
 
 
 @dataclass
 class _WorkerState:
-    capacity_blocks: int
-    hashes: set[int] = field(default_factory=set)
+    # tiers indexed for this worker -> capacity in blocks; events of other tiers are skipped
+    capacity_blocks: dict[KvTier, int]
+    tiers: dict[int, int] = field(default_factory=dict)  # seq_hash -> tier bits
+    num_blocks: dict[KvTier, int] = field(default_factory=lambda: dict.fromkeys(KvTier, 0))
     last_event_id: int = -1
     stale: bool = False
 
 
 class PrefixIndex:
     def __init__(self) -> None:
-        self._by_hash: dict[int, set[WorkerId]] = {}
+        self._holders: dict[KvTier, dict[int, set[WorkerId]]] = {
+            KvTier.DEVICE: {},
+            KvTier.HOST: {},
+            KvTier.DISK: {},
+        }
+        self._device = self._holders[KvTier.DEVICE]
+        self._gets: tuple[_Get, _Get, _Get] = (
+            self._device.get,
+            self._holders[KvTier.HOST].get,
+            self._holders[KvTier.DISK].get,
+        )
+        self._external: dict[int, int] = {}
         self._workers: dict[WorkerId, _WorkerState] = {}
+        self._everyone: frozenset[WorkerId] = frozenset()
 
     # ---- workers -----------------------------------------------------------------------
     def add_worker(self, worker: WorkerId, capacity_blocks: int) -> None:
+        """Index `worker`, whose device cache holds `capacity_blocks` blocks (lower tiers are
+        indexed once `set_tier_capacities` names them)."""
         if capacity_blocks <= 0:
             raise ValueError("capacity_blocks must be > 0")
         if worker in self._workers:
             raise ValueError(f"worker {worker!r} is already indexed")
-        self._workers[worker] = _WorkerState(capacity_blocks)
+        self._workers[worker] = _WorkerState({KvTier.DEVICE: capacity_blocks})
+        self._everyone = frozenset(self._workers)
+
+    def set_tier_capacities(self, worker: WorkerId, capacity_blocks: Mapping[KvTier, int]) -> None:
+        """The lower tiers `worker` has, with their capacities in blocks (as in its load
+        report); the device entry, if any, is ignored. A tier no longer named, or now smaller
+        than what the index holds of it, loses its entries for this worker."""
+        state = self._workers[worker]
+        wanted = {KvTier.DEVICE: state.capacity_blocks[KvTier.DEVICE]}
+        wanted |= {t: n for t, n in capacity_blocks.items() if t is not KvTier.DEVICE and n > 0}
+        if wanted == state.capacity_blocks:
+            return
+        for tier in KvTier:
+            if state.num_blocks[tier] > wanted.get(tier, 0):
+                held = [h for h, bits in state.tiers.items() if bits & _BIT[tier]]
+                self._clear(worker, state, held, tier)
+        state.capacity_blocks = wanted
 
     def remove_worker(self, worker: WorkerId) -> None:
-        """Forget a worker and every block it held."""
+        """Forget a worker and every block it held (its G4 announcements too)."""
         state = self._workers.pop(worker)
-        self._drop(worker, state.hashes)
+        self._everyone = frozenset(self._workers)
+        self._clear_all(worker, state)
 
     def get_workers(self) -> list[WorkerId]:
         return list(self._workers)
+
+    def has_worker(self, worker: WorkerId) -> bool:
+        return worker in self._workers
 
     def is_stale(self, worker: WorkerId) -> bool:
         return self._workers[worker].stale
@@ -71,40 +141,57 @@ class PrefixIndex:
             return False
         state.last_event_id = event.event_id
         if isinstance(event, KvStored):
-            new = {b.seq_hash for b in event.blocks if b.seq_hash not in state.hashes}
-            if len(state.hashes) + len(new) > state.capacity_blocks:
-                state.stale = True  # more blocks than the worker can hold: we missed removals
+            capacity = state.capacity_blocks.get(event.tier)
+            if capacity is None:
+                return True  # a tier this worker did not report: not indexed
+            bit = _BIT[event.tier]
+            held = state.tiers
+            new = [
+                h
+                for h in dict.fromkeys(b.seq_hash for b in event.blocks)
+                if not held.get(h, 0) & bit
+            ]
+            if state.num_blocks[event.tier] + len(new) > capacity:
+                state.stale = True  # more blocks than the tier can hold: we missed removals
                 return False
-            state.hashes.update(new)
-            for seq_hash in new:
-                self._by_hash.setdefault(seq_hash, set()).add(worker)
+            self._set(worker, state, new, event.tier)
         elif isinstance(event, KvRemoved):
-            gone = [h for h in event.seq_hashes if h in state.hashes]
-            state.hashes.difference_update(gone)
-            self._drop(worker, gone)
+            if event.tier in state.capacity_blocks:
+                self._clear(worker, state, event.seq_hashes, event.tier)
         elif isinstance(event, KvCleared):
-            self._drop(worker, state.hashes)
-            state.hashes = set()
+            on_device = [h for h, bits in state.tiers.items() if bits & _BIT[KvTier.DEVICE]]
+            self._clear(worker, state, on_device, KvTier.DEVICE)
         return True
 
-    def load_dump(self, worker: WorkerId, seq_hashes: Iterable[int], last_event_id: int) -> None:
+    def load_dump(
+        self,
+        worker: WorkerId,
+        seq_hashes: Iterable[int],
+        last_event_id: int,
+        tier_seq_hashes: Mapping[KvTier, Iterable[int]] | None = None,
+    ) -> None:
         """Replace everything known about `worker` with a dump of its blocks, taken after its
-        event `last_event_id`."""
+        event `last_event_id`: `seq_hashes` on its device, `tier_seq_hashes` in lower tiers
+        (tiers left out are empty; tiers not indexed for the worker are skipped). Raises
+        ValueError, changing nothing, when a tier holds more than its capacity."""
         state = self._workers[worker]
-        hashes = set(seq_hashes)
-        if len(hashes) > state.capacity_blocks:
-            raise ValueError(f"dump of {len(hashes)} blocks exceeds capacity")
-        self._drop(worker, state.hashes)
-        state.hashes = hashes
-        for seq_hash in hashes:
-            self._by_hash.setdefault(seq_hash, set()).add(worker)
+        dump = {KvTier.DEVICE: list(dict.fromkeys(seq_hashes))}
+        for tier, hashes in (tier_seq_hashes or {}).items():
+            if tier is not KvTier.DEVICE and tier in state.capacity_blocks:
+                dump[tier] = list(dict.fromkeys(hashes))
+        for tier, hashes in dump.items():
+            if len(hashes) > state.capacity_blocks[tier]:
+                raise ValueError(f"dump of {len(hashes)} {tier} blocks exceeds capacity")
+        self._clear_all(worker, state)
+        for tier, hashes in dump.items():
+            self._set(worker, state, hashes, tier)
         state.last_event_id = last_event_id
         state.stale = False
 
     # ---- queries -----------------------------------------------------------------------
     def find_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, int]:
-        """For each worker holding the first block: how many leading blocks of `seq_hashes`
-        it holds (workers holding none are absent).
+        """Tier-blind: for each worker holding the first block in its device cache, how many
+        leading blocks of `seq_hashes` it holds there (workers holding none are absent).
 
         The walk runs at C speed while every still-matching worker holds the next block
         (lazy `map` lookups under `takewhile`); Python only runs where a worker drops out."""
@@ -112,7 +199,7 @@ class PrefixIndex:
         num_blocks = len(seq_hashes)
         if not num_blocks:
             return overlaps
-        get = self._by_hash.get
+        get = self._device.get
         lookups = map(get, seq_hashes, repeat(_NO_HOLDERS))
         active: set[WorkerId] | frozenset[WorkerId] = next(lookups)
         depth = 1
@@ -130,27 +217,186 @@ class PrefixIndex:
             overlaps[worker] = num_blocks
         return overlaps
 
+    def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
+        """For each worker that can get the first block from some tier: its matched prefix,
+        the leading blocks of `seq_hashes` it holds in any tier (or that G4 holds), counted
+        by the fastest tier (workers matching none are absent).
+
+        The walk sorts the still-matching workers into classes by the tier a block comes
+        from (device, host, disk, external) and runs at C speed while every class keeps its
+        workers (`_run_length`); Python only runs where a worker changes class or drops out."""
+        num_blocks = len(seq_hashes)
+        get_device, get_host, get_disk = self._gets
+        active: set[WorkerId] | frozenset[WorkerId] = self._everyone
+        num_lower: dict[WorkerId, list[int]] = {}  # blocks from host, disk, external
+        lower: list[_Holders] = [_NO_HOLDERS] * 3  # workers now in the host, disk, external class
+        since: dict[WorkerId, int] = {}  # the depth each of them entered its class at
+        depths: dict[WorkerId, int] = {}
+        depth = 0
+        while active and depth < num_blocks:
+            seq_hash = seq_hashes[depth]
+            device = get_device(seq_hash, _NO_HOLDERS)
+            host = get_host(seq_hash, _NO_HOLDERS)
+            disk = get_disk(seq_hash, _NO_HOLDERS)
+            if seq_hash in self._external:
+                still = active
+            elif host or disk:
+                still = active & (device | host | disk)
+            else:
+                still = active & device
+            if depth and len(still) < len(active):
+                for worker in active - still:
+                    depths[worker] = depth
+            active = still
+            on_device = still & device
+            below = still - on_device
+            on_host = below & host
+            on_disk = (below - on_host) & disk
+            classes = (on_device, on_host, on_disk, below - on_host - on_disk)
+            _settle(lower, classes[1:], since, num_lower, depth)
+            if not still:
+                break
+            depth += 1 + self._run_length(seq_hashes[depth + 1 :], classes)
+        for worker in active:
+            depths[worker] = depth
+        _settle(lower, (_NO_HOLDERS,) * 3, since, num_lower, depth)
+        return {w: _tier_overlap(d, num_lower.get(w)) for w, d in depths.items() if d}
+
+    def _run_length(self, seq_hashes: Sequence[int], classes: _Classes) -> int:
+        """How many leading blocks of `seq_hashes` leave every worker in its class: each
+        worker of class t holds the block in tier t and in no faster tier (external: G4
+        holds it). One C-level predicate per class condition, zipped."""
+        on_device, on_host, on_disk, on_external = classes
+        get_device, get_host, get_disk = self._gets
+        none = repeat(_NO_HOLDERS)
+        tests: list[Iterator[bool]] = []
+        if on_device:
+            tests.append(map(on_device.issubset, map(get_device, seq_hashes, none)))
+        if on_host:
+            tests.append(map(on_host.issubset, map(get_host, seq_hashes, none)))
+            tests.append(map(on_host.isdisjoint, map(get_device, seq_hashes, none)))
+        if on_disk:
+            tests.append(map(on_disk.issubset, map(get_disk, seq_hashes, none)))
+            for get in (get_device, get_host):
+                tests.append(map(on_disk.isdisjoint, map(get, seq_hashes, none)))
+        if on_external:
+            tests.append(map(self._external.__contains__, seq_hashes))
+            for get in self._gets:
+                tests.append(map(on_external.isdisjoint, map(get, seq_hashes, none)))
+        passes = tests[0] if len(tests) == 1 else map(all, zip(*tests, strict=True))
+        return len(list(takewhile(bool, passes)))
+
     def get_num_entries(self) -> int:
-        """(worker, block) pairs held: bounded by the workers' total capacity."""
-        return sum(len(s.hashes) for s in self._workers.values())
+        """(worker, tier, block) entries held: bounded by the workers' total capacity."""
+        return sum(sum(s.num_blocks.values()) for s in self._workers.values())
 
     def get_capacity_blocks(self) -> int:
-        """The bound on `get_num_entries`: the indexed workers' capacities, summed."""
-        return sum(s.capacity_blocks for s in self._workers.values())
+        """The bound on `get_num_entries`: the indexed tiers' capacities, summed over workers."""
+        return sum(sum(s.capacity_blocks.values()) for s in self._workers.values())
 
-    def get_num_worker_blocks(self, worker: WorkerId) -> int:
-        """Blocks indexed for `worker` (0 for an unknown worker)."""
+    def get_num_worker_blocks(self, worker: WorkerId, tier: KvTier = KvTier.DEVICE) -> int:
+        """Blocks indexed for `worker` in `tier` (0 for an unknown worker)."""
         state = self._workers.get(worker)
-        return len(state.hashes) if state is not None else 0
+        return state.num_blocks[tier] if state is not None else 0
 
-    def get_worker_hashes(self, worker: WorkerId) -> set[int]:
-        return set(self._workers[worker].hashes)
+    def get_worker_hashes(self, worker: WorkerId, tier: KvTier = KvTier.DEVICE) -> set[int]:
+        """The blocks `worker` holds in `tier`."""
+        bit = _BIT[tier]
+        return {h for h, bits in self._workers[worker].tiers.items() if bits & bit}
 
-    def _drop(self, worker: WorkerId, hashes: Iterable[int]) -> None:
+    def get_external_hashes(self) -> set[int]:
+        """G4 blocks: announced by at least one indexed worker, they count for every worker."""
+        return set(self._external)
+
+    # ---- bookkeeping -------------------------------------------------------------------
+    def _set(
+        self, worker: WorkerId, state: _WorkerState, hashes: Iterable[int], tier: KvTier
+    ) -> None:
+        """Add `tier` to `worker`'s entry of each of `hashes` (not already there: checked)."""
+        bit = _BIT[tier]
+        held = state.tiers
+        holders = self._holders.get(tier, {})
+        num_new = 0
         for seq_hash in hashes:
-            holders = self._by_hash.get(seq_hash)
-            if holders is None:
+            bits = held.get(seq_hash, 0)
+            if bits & bit:
                 continue
-            holders.discard(worker)
-            if not holders:
-                del self._by_hash[seq_hash]
+            held[seq_hash] = bits | bit
+            num_new += 1
+            if tier is KvTier.EXTERNAL:
+                self._external[seq_hash] = self._external.get(seq_hash, 0) + 1
+            else:
+                holders.setdefault(seq_hash, set()).add(worker)
+        state.num_blocks[tier] += num_new
+
+    def _clear(
+        self, worker: WorkerId, state: _WorkerState, hashes: Iterable[int], tier: KvTier
+    ) -> None:
+        """Remove `tier` from `worker`'s entry of each of `hashes` (absent ones are skipped)."""
+        bit = _BIT[tier]
+        held = state.tiers
+        holders = self._holders.get(tier, {})
+        for seq_hash in hashes:
+            bits = held.get(seq_hash, 0)
+            if not bits & bit:
+                continue
+            bits &= ~bit
+            if bits:
+                held[seq_hash] = bits
+            else:
+                del held[seq_hash]
+            state.num_blocks[tier] -= 1
+            if tier is KvTier.EXTERNAL:
+                count = self._external[seq_hash] - 1
+                if count:
+                    self._external[seq_hash] = count
+                else:
+                    del self._external[seq_hash]
+            else:
+                _discard(holders, seq_hash, worker)
+
+    def _clear_all(self, worker: WorkerId, state: _WorkerState) -> None:
+        for tier in KvTier:
+            if state.num_blocks[tier]:
+                held = [h for h, bits in state.tiers.items() if bits & _BIT[tier]]
+                self._clear(worker, state, held, tier)
+        assert not state.tiers
+
+
+def _discard(holders_by_hash: dict[int, set[WorkerId]], seq_hash: int, worker: WorkerId) -> None:
+    holders = holders_by_hash.get(seq_hash)
+    if holders is None:
+        return
+    holders.discard(worker)
+    if not holders:
+        del holders_by_hash[seq_hash]
+
+
+def _tier_overlap(num_blocks: int, num_lower: list[int] | None) -> TierOverlap:
+    if num_lower is None:
+        return TierOverlap(num_blocks)
+    host, disk, external = num_lower
+    return TierOverlap(num_blocks - host - disk - external, host, disk, external)
+
+
+def _settle(
+    lower: list[_Holders],
+    new: Sequence[_Holders],
+    since: dict[WorkerId, int],
+    num_lower: dict[WorkerId, list[int]],
+    depth: int,
+) -> None:
+    """Workers move from the lower classes `lower` to `new` at `depth`: each one leaving a
+    class adds the blocks it spent there to `num_lower`, each one entering starts its count.
+    Python runs per worker that changes class, not per worker in a class."""
+    moved = [slot for slot in range(3) if lower[slot] != new[slot]]
+    for slot in moved:  # every leaving first: a worker may leave one class for another
+        for worker in lower[slot] - new[slot]:
+            counts = num_lower.get(worker)
+            if counts is None:
+                counts = num_lower[worker] = [0, 0, 0]
+            counts[slot] += depth - since.pop(worker)
+    for slot in moved:
+        for worker in new[slot] - lower[slot]:
+            since[worker] = depth
+        lower[slot] = new[slot]

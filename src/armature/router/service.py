@@ -31,6 +31,7 @@ from armature.router.policies import (
 )
 from armature.router.prefix_index import PrefixIndex
 from armature.router.pressure import BusyWorkers, WorkerPressure
+from armature.router.tier_weights import TierWeightBook
 
 __all__ = ["EngineRouter", "RouterObserver", "next_sync_interval_s"]
 
@@ -73,6 +74,8 @@ class EngineRouter:
         self.busy = busy
         self.index = PrefixIndex()
         self.load = ActiveLoad()
+        # tier-aware routing: each worker's tier weights, from its load reports (see sync_events)
+        self.tier_weights = TierWeightBook() if config.tier_aware else None
         self.policy = self._make_policy(config)
         self._sync_task: asyncio.Task[None] | None = None
         self._num_routed_since_sync = 0  # requests routed since the last KV-event round
@@ -91,6 +94,7 @@ class EngineRouter:
             seed=config.seed,
             routed_ttl_s=config.routed_ttl_s,
             routed_max_entries=total_blocks,
+            tier_weights=self.tier_weights,
         )
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -117,8 +121,7 @@ class EngineRouter:
         engine = self.engines.pop(worker, None)
         if engine is None:
             return
-        if worker in self.index.get_workers():
-            self.index.remove_worker(worker)
+        self._forget(worker)
         await engine.stop()
 
     async def stop(self) -> None:
@@ -310,20 +313,35 @@ class EngineRouter:
     # ---- KV events -> index ------------------------------------------------------------
     async def sync_events(self) -> int:
         """Apply every worker's pending KV events (returns how many); a gap triggers a dump
-        from that worker."""
+        from that worker. First each worker's load report refreshes its lower tiers'
+        capacities in the index and its tier weights."""
         num_applied = 0
         for worker, engine in list(self.engines.items()):
             if not engine.is_alive:
-                if worker in self.index.get_workers():
-                    self.index.remove_worker(worker)  # a dead worker's blocks are gone
+                self._forget(worker)  # a dead worker's blocks are gone
                 continue
+            load = engine.get_load()
+            if not self.index.has_worker(worker):  # alive again after it was dropped:
+                self.index.add_worker(worker, load.num_total_blocks)  # its next event is a gap
+            self.index.set_tier_capacities(worker, load.num_tier_total_blocks)
+            if self.tier_weights is not None:
+                self.tier_weights.update(worker, load.prefill_s_per_block, load.onboard_s_per_block)
             for event in engine.take_kv_events():
                 num_applied += 1
                 if not self.index.apply(worker, event):
                     log.warning("KV event gap from worker %s; asking for a dump", worker)
                     dump = await engine.dump_kv_blocks()
-                    self.index.load_dump(worker, dump.seq_hashes, dump.last_event_id)
+                    self.index.load_dump(
+                        worker, dump.seq_hashes, dump.last_event_id, dump.tier_seq_hashes
+                    )
         return num_applied
+
+    def _forget(self, worker: str) -> None:
+        """Drop a worker that left or died from the index and the tier weights."""
+        if self.index.has_worker(worker):
+            self.index.remove_worker(worker)
+        if self.tier_weights is not None:
+            self.tier_weights.remove(worker)
 
     async def _sync_forever(self) -> None:
         interval_s = self.config.event_sync_interval_s

@@ -1,5 +1,6 @@
 """PrefixIndex: exact cases, gap detection and recovery, worker removal, the memory bound,
-and a hypothesis property test against a naive oracle."""
+and a hypothesis property test against a naive oracle (device tier; the lower tiers are in
+test_tier_index.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from armature.protocols.kv_events import (
     KvEvent,
     KvRemoved,
     KvStored,
-    KvTier,
     StoredBlock,
 )
 from armature.router.prefix_index import PrefixIndex
@@ -45,31 +45,6 @@ def test_removed_and_cleared_events() -> None:
     assert index.apply("a", KvCleared(2))
     assert index.find_overlaps([1]) == {}
     assert index.get_num_entries() == 0
-
-
-def test_the_index_does_not_read_the_tier() -> None:
-    """Today's behaviour, pinned: one set of hashes per worker whatever the tier. Blocks a worker
-    announces in host, disk or external storage count as overlap like device blocks, and a
-    removal from any tier drops the hash (even if the worker still holds it in another tier).
-    Note the vLLM translator's dump lists device blocks only, so after a dump the lower-tier
-    blocks are gone from the index. Making routing tier-aware is a later change."""
-    index = PrefixIndex()
-    index.add_worker("a", 100)
-    assert index.apply("a", KvStored(0, None, [StoredBlock(1, 1)], KvTier.DEVICE))
-    assert index.apply("a", KvStored(1, 1, [StoredBlock(2, 2)], KvTier.HOST))
-    assert index.apply("a", KvStored(2, 2, [StoredBlock(3, 3)], KvTier.DISK))
-    assert index.apply("a", KvStored(3, 3, [StoredBlock(4, 4)], KvTier.EXTERNAL))
-    assert index.find_overlaps([1, 2, 3, 4]) == {"a": 4}
-    assert index.get_num_entries() == 4
-    # Block 1 copied down to host: still one entry.
-    assert index.apply("a", KvStored(4, None, [StoredBlock(1, 1)], KvTier.HOST))
-    assert index.get_worker_hashes("a") == {1, 2, 3, 4}
-    # Dropped from host while still on the device: the index forgets it all the same.
-    assert index.apply("a", KvRemoved(5, [1], KvTier.HOST))
-    assert index.find_overlaps([1, 2, 3, 4]) == {}
-    assert index.find_overlaps([2, 3, 4]) == {"a": 3}
-    assert index.apply("a", KvRemoved(6, [3], KvTier.DEVICE))
-    assert index.get_worker_hashes("a") == {2, 4}
 
 
 def test_gap_marks_stale_until_a_dump() -> None:
