@@ -69,6 +69,8 @@ class LoadResult:
     num_loaded: int  # hits[:num_loaded] are in their G1 blocks
     failure: str | None  # why hits[num_loaded] was not loaded (a refusal reason, "missing"...)
     elapsed_s: float
+    # loader seconds per tier: its runs, plus the final wait for copies shared out per block
+    tier_load_s: dict[KvTier, float] = field(default_factory=dict)
 
 
 ONBOARD_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -101,6 +103,9 @@ class TierCounters:
         default_factory=lambda: [0] * (len(ONBOARD_LATENCY_BUCKETS_S) + 1)
     )
     onboard_latency_sum_s: float = 0.0
+    # loads that completed: loader seconds and blocks per tier (get_onboard_s_per_block)
+    onboard_load_s: dict[KvTier, float] = field(default_factory=dict)
+    onboard_load_blocks: Counter[KvTier] = field(default_factory=Counter)
 
     def add_onboard_latency(self, seconds: float) -> None:
         self.onboard_latencies_s.append(seconds)
@@ -223,6 +228,11 @@ class KvTierManager:
         ops = self.policy.on_onboarded(loaded)
         self.counters.blocks_onboarded.update(hit.tier for hit in loaded)
         self.counters.add_onboard_latency(result.elapsed_s)
+        if result.failure is None:  # a failed load's time is not a block's
+            load_s = self.counters.onboard_load_s
+            for tier, seconds in result.tier_load_s.items():
+                load_s[tier] = load_s.get(tier, 0.0) + seconds
+            self.counters.onboard_load_blocks.update(hit.tier for hit in loaded)
         rest = result.hits[result.num_loaded :]
         if rest:
             assert result.failure is not None
@@ -271,18 +281,26 @@ class KvTierManager:
     # ---- loader threads ----------------------------------------------------------------
     def _load(self, job_id: int, hits: list[TierHit], g1_ids: list[int], started_s: float) -> None:
         num_loaded, failure = 0, None
+        tier_load_s: dict[KvTier, float] = {}
         try:
             while num_loaded < len(hits) and failure is None:
+                tier, run_started_s = hits[num_loaded].tier, time.perf_counter()
                 num_done, failure = self._load_run(hits, g1_ids, num_loaded)
                 num_loaded += num_done
+                tier_load_s[tier] = tier_load_s.get(tier, 0.0) + time.perf_counter() - run_started_s
         except Exception:  # a bug must not leave its request waiting forever
             log.exception("loading KV blocks failed")
             failure = "error"
         try:
+            wait_started_s = time.perf_counter()
             self.mover.finish_loads()
+            waited_s = time.perf_counter() - wait_started_s
+            for hit in hits[:num_loaded]:  # copies in cost the same per block from any tier
+                tier_load_s[hit.tier] += waited_s / num_loaded
         finally:
             elapsed_s = time.perf_counter() - started_s
-            self._finished.put(LoadResult(job_id, hits, g1_ids, num_loaded, failure, elapsed_s))
+            result = LoadResult(job_id, hits, g1_ids, num_loaded, failure, elapsed_s, tier_load_s)
+            self._finished.put(result)
             self._load_done.set()
 
     def _load_run(
@@ -379,6 +397,12 @@ class KvTierManager:
             self.stores[tier].delete(key.seq_hash)
         except StoreError as exc:
             log.warning("could not delete KV block %016x from %s: %s", key.seq_hash, tier, exc)
+
+    def get_onboard_s_per_block(self) -> dict[KvTier, float]:
+        """Measured seconds to load one block back from each lower tier, over the loads that
+        completed so far (tiers not loaded from yet are absent). Engine thread."""
+        c = self.counters
+        return {t: c.onboard_load_s[t] / n for t, n in c.onboard_load_blocks.items() if n}
 
     def get_stats(self) -> KvTierStats:
         """A snapshot of the counters (engine thread; the copy is safe to hand to others)."""

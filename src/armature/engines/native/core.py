@@ -119,6 +119,9 @@ class EngineCore:
         self._arrivals = 0
         self._num_steps = 0
         self._step_records: deque[StepRecord] = deque(maxlen=MAX_STEP_RECORDS)
+        # prefill-only steps so far (no decode in the batch): wall seconds and blocks computed
+        self._prefill_step_s = 0.0
+        self._prefill_step_blocks = 0.0
         # disaggregation: prompt blocks pinned for decode workers, and where they pull them
         self.kv_store = runner.kv_store
         self.pins = PinTable()
@@ -292,6 +295,9 @@ class EngineCore:
             else:
                 num_prefills += 1
                 num_prefill_tokens += chunk.num_tokens
+        if num_prefill_tokens and not num_decodes:
+            self._prefill_step_s += wall_s
+            self._prefill_step_blocks += num_prefill_tokens / self.config.block_size
         self._step_records.append(
             StepRecord(
                 num_scheduled_prefill_requests=num_prefills,
@@ -379,6 +385,11 @@ class EngineCore:
 
     # ---- observation -------------------------------------------------------------------
     def get_load(self) -> EngineLoad:
+        """The load, with the costs tier-aware routing weighs: seconds per prefill block over
+        the prefill-only steps so far, per lower tier the seconds to load a block back, and
+        the lower tiers' capacities."""
+        tiers = self.tiers
+        blocks = self._prefill_step_blocks
         return EngineLoad(
             num_active_blocks=self.pool.get_num_active_blocks(),
             num_total_blocks=self.pool.num_blocks,
@@ -386,6 +397,13 @@ class EngineCore:
             num_running=len(self.scheduler.running),
             num_prefill_tokens_queued=self.scheduler.get_num_prefill_tokens_queued(),
             num_steps=self._num_steps,
+            prefill_s_per_block=self._prefill_step_s / blocks if blocks else None,
+            onboard_s_per_block=tiers.get_onboard_s_per_block() if tiers is not None else {},
+            num_tier_total_blocks={
+                t: tiers.policy.get_capacity_blocks(t) for t in tiers.policy.get_tiers()
+            }
+            if tiers is not None
+            else {},
         )
 
     def take_kv_events(self) -> list[KvEvent]:
@@ -399,5 +417,10 @@ class EngineCore:
         return records
 
     def dump_kv_blocks(self) -> KvDump:
-        """Every cached block, as of the newest event emitted (take the events first)."""
-        return KvDump(self.pool.get_cached_hashes(), self.pool.get_last_event_id())
+        """Every cached block, in G1 and each lower tier, as of the newest event emitted
+        (take the events first)."""
+        tiers = {}
+        if self.tiers is not None:
+            policy = self.tiers.policy
+            tiers = {t: [k.seq_hash for k in policy.get_keys(t)] for t in policy.get_tiers()}
+        return KvDump(self.pool.get_cached_hashes(), self.pool.get_last_event_id(), tiers)
