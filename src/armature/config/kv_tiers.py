@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 DEFAULT_ONBOARD_MAX_INFLIGHT_BYTES = 1 << 30
-# the mocker's load bandwidths, GB/s (1e9 bytes/s; see docs/kv_tiers.md for the reasons)
+# the mocker's load bandwidths, GB/s (1e9 bytes/s; docs/architecture.md, sim/, says why)
 DEFAULT_HOST_BANDWIDTH_GBPS = 25.0  # PCIe Gen4 x16 (32 GB/s) at ~80%: pinned block copies
 DEFAULT_DISK_BANDWIDTH_GBPS = 5.0  # one NVMe Gen4 SSD (~7 GB/s sequential), a file per block
 DEFAULT_REMOTE_BANDWIDTH_GBPS = 2.5  # one worker's share of a network store (~20 Gb/s)
