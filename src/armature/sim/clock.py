@@ -8,10 +8,11 @@ host can compute it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Clock", "VirtualClock", "WallClock"]
+__all__ = ["Clock", "EventClock", "VirtualClock", "WallClock"]
 
 
 class Clock(Protocol):
@@ -46,3 +47,18 @@ class VirtualClock:
 
     def advance(self, seconds: float) -> None:
         self.now_s += seconds
+
+
+class EventClock:
+    """A discrete-event simulation's time (`get_now_s`), as the modeled KV tiers read it. It
+    moves from event to event, never by `advance`: a worker waiting for loads is idle and the
+    simulation wakes it when the next one is done (`sim.simulation`)."""
+
+    def __init__(self, get_now_s: Callable[[], float]):
+        self._get_now_s = get_now_s
+
+    def get_time_s(self) -> float:
+        return self._get_now_s()
+
+    def advance(self, seconds: float) -> None:
+        """Nothing: a wait for loads returns at once."""

@@ -38,6 +38,7 @@ from armature.router.policies import (
     make_policy,
 )
 from armature.router.prefix_index import PrefixIndex
+from armature.sim.clock import EventClock
 from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
 from armature.sim.modeled_tiers import ModeledTiers, build_modeled_tiers
 from armature.sim.replay_config import REPLAY_POLICIES, ReplayConfig, ReplayReport
@@ -94,7 +95,7 @@ class Simulation:
         self.cores: dict[str, EngineCore] = {}
         self.runners: dict[str, MockerRunner] = {}
         self.tiers: dict[str, ModeledTiers] = {}
-        self.clock = _EventClock(self)
+        self.clock = EventClock(lambda: self.now_ms / 1000.0)
         for worker in [*self.prefill_workers, *self.workers]:
             runner = MockerRunner(arch, timing, VirtualClock(), seed=config.seed)
             core = EngineCore(
@@ -323,20 +324,6 @@ class Simulation:
             blocks_offloaded=dict(sorted(offloaded.items())),
             onboarded_token_ratio=onboarded_tokens / prompt_tokens if prompt_tokens else 0.0,
         )
-
-
-class _EventClock:
-    """The simulation's time as the modeled tiers read it. It moves from event to event,
-    never by `advance`: a worker waiting for loads is idle and woken (see `_wake_idle`)."""
-
-    def __init__(self, simulation: Simulation):
-        self._simulation = simulation
-
-    def get_time_s(self) -> float:
-        return self._simulation.now_ms / 1000.0
-
-    def advance(self, seconds: float) -> None:
-        """Nothing: a wait for loads returns at once."""
 
 
 def _utilization_of(core: EngineCore) -> Callable[[], float]:
