@@ -53,9 +53,17 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, stderr_path: Path) ->
 
 
 @contextmanager
-def running_server(model_dir: Path, log_dir: Path, extra_args: list[str]) -> Iterator[str]:
-    """Start `armature serve` on a free loopback port; yield its URL; stop it by PID and
-    assert its stderr holds no traceback."""
+def running_server(
+    model_dir: Path,
+    log_dir: Path,
+    extra_args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> Iterator[str]:
+    """Start `armature serve` on a free loopback port (with `env` added to this process's
+    environment; `preexec_fn` run in the child before exec); yield its URL; stop it by PID
+    and assert its stderr holds no traceback."""
     port = _free_port()
     stderr_path = log_dir / "stderr.log"
     command = [
@@ -76,7 +84,11 @@ def running_server(model_dir: Path, log_dir: Path, extra_args: list[str]) -> Ite
         open(log_dir / "stdout.log", "wb") as stdout,
     ):
         proc = subprocess.Popen(
-            command, stdout=stdout, stderr=stderr, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            command,
+            stdout=stdout,
+            stderr=stderr,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            preexec_fn=preexec_fn,
         )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -22,11 +22,12 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "run"]
 
 DEFAULTS = ReplayConfig()
-# the lower KV tiers' settings replay takes: all but where real blocks would be stored
+# the lower KV tiers' settings replay takes: all but where real blocks would be stored and
+# how often a real shared store is listed (the modeled G4 is each worker's own)
 TIER_SETTINGS = tuple(
     name
     for name in KvTierConfig.__dataclass_fields__
-    if name not in ("kv_disk_dir", "kv_remote_endpoint")
+    if name not in ("kv_disk_dir", "kv_remote_endpoint", "kv_remote_refresh_s")
 )
 
 

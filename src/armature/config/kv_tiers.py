@@ -62,6 +62,11 @@ class KvTierConfig:
     kv_remote_endpoint: str | None = setting(
         None, "the S3 endpoint for --kv-remote s3://... (e.g. http://127.0.0.1:9000)"
     )
+    kv_remote_refresh_s: float = setting(
+        10.0,
+        "how often a worker lists the shared store for blocks other workers wrote there",
+        parse=positive_float,
+    )
     kv_offload: str = setting(
         "evicted",
         "evicted: a block goes down to G2 when the engine's cache evicts it; write-through: "

@@ -81,6 +81,7 @@ def build_tier_manager(
         BlockMover(g1_k, g1_v, layout, host),
         stores,
         max_inflight_bytes=config.kv_onboard_max_inflight_bytes,
+        remote_refresh_s=config.kv_remote_refresh_s,
     )
     for tier, store in stores.items():
         try:

@@ -51,6 +51,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAX_LATENCY_SAMPLES = 4096
+READ_AHEAD_BLOCKS = 32  # stored blocks a load reads at once
+NUM_READER_THREADS = 8  # parallel reads of stored blocks (disk and store I/O overlap)
+
+
+def _failure(exc: BlockRefusedError | StoreError) -> str:
+    """Why a block did not load, as counted in `blocks_refused`."""
+    if isinstance(exc, BlockRefusedError):
+        return str(exc.reason)
+    return "missing" if isinstance(exc, BlockMissingError) else "unavailable"
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,10 @@ class KvTierManager:
         *,
         max_inflight_bytes: int,
         num_loader_threads: int = 2,
+        remote_refresh_s: float | None = None,
     ):
+        """`remote_refresh_s`: how often the shared store (G4) is listed for blocks other
+        workers wrote (None: only at start)."""
         self.policy = policy
         self.mover = mover
         self.stores = stores
@@ -141,6 +153,7 @@ class KvTierManager:
             tier: ThreadPoolExecutor(1, thread_name_prefix=f"armature-kv-{tier}") for tier in stores
         }
         self._loaders = ThreadPoolExecutor(num_loader_threads, "armature-kv-load")
+        self._readers = ThreadPoolExecutor(NUM_READER_THREADS, "armature-kv-read")
         self._pending: dict[KvTier, dict[int, bytes]] = {tier: {} for tier in stores}
         self._pending_lock = threading.Lock()
         self._failures: queue.SimpleQueue[tuple[KvTier, int, Exception]] = queue.SimpleQueue()
@@ -149,6 +162,17 @@ class KvTierManager:
         self._job_ids = count()
         self._inflight_bytes = 0
         self._num_inflight = 0
+        self._listings: queue.SimpleQueue[list[BlockKey]] = queue.SimpleQueue()
+        self._closing = threading.Event()
+        self._lister: threading.Thread | None = None
+        if remote_refresh_s is not None and KvTier.EXTERNAL in stores:
+            self._lister = threading.Thread(
+                target=self._list_remote,
+                args=(stores[KvTier.EXTERNAL], remote_refresh_s),
+                name="armature-kv-list",
+                daemon=True,
+            )
+            self._lister.start()
 
     # ---- offload (engine thread) -------------------------------------------------------
     def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
@@ -200,8 +224,10 @@ class KvTierManager:
             self._load_done.clear()
 
     def take_finished(self) -> list[LoadResult]:
-        """Settle finished loads and failed writes with the policy; the results, oldest first."""
+        """Settle finished loads, failed writes and new listings of the shared store with the
+        policy; the load results, oldest first."""
         self._settle_write_failures()
+        self._take_listings()
         results: list[LoadResult] = []
         while True:
             try:
@@ -248,18 +274,29 @@ class KvTierManager:
                 log.warning("KV %s tier %s: its writes are off from now on (%s)", tier, what, exc)
             self.policy.on_write_failed(tier, seq_hash, disable=True)
 
+    def _take_listings(self) -> None:
+        while True:
+            try:
+                keys = self._listings.get_nowait()
+            except queue.Empty:
+                return
+            self.add_existing(KvTier.EXTERNAL, keys)
+
+    def _list_remote(self, store: BlockStore, every_s: float) -> None:
+        """Lister thread: what the shared store holds, every `every_s`, for the engine thread."""
+        while not self._closing.wait(every_s):
+            try:
+                self._listings.put(store.list_keys())
+            except StoreError as exc:
+                log.debug("listing %s failed: %s", store.describe(), exc)
+
     # ---- loader threads ----------------------------------------------------------------
     def _load(self, job_id: int, hits: list[TierHit], g1_ids: list[int], started_s: float) -> None:
         num_loaded, failure = 0, None
         try:
-            while num_loaded < len(hits):
-                num_loaded += self._load_run(hits, g1_ids, num_loaded)
-        except BlockRefusedError as exc:
-            failure = str(exc.reason)
-        except BlockMissingError:
-            failure = "missing"
-        except StoreError:
-            failure = "unavailable"
+            while num_loaded < len(hits) and failure is None:
+                num_done, failure = self._load_run(hits, g1_ids, num_loaded)
+                num_loaded += num_done
         except Exception:  # a bug must not leave its request waiting forever
             log.exception("loading KV blocks failed")
             failure = "error"
@@ -270,19 +307,29 @@ class KvTierManager:
             self._finished.put(LoadResult(job_id, hits, g1_ids, num_loaded, failure, elapsed_s))
             self._load_done.set()
 
-    def _load_run(self, hits: list[TierHit], g1_ids: list[int], start: int) -> int:
-        """Load hits[start] and, for host hits, the host hits right after it; returns how many."""
-        if hits[start].tier is KvTier.HOST:
-            end = start
-            while end < len(hits) and hits[end].tier is KvTier.HOST:
-                end += 1
+    def _load_run(
+        self, hits: list[TierHit], g1_ids: list[int], start: int
+    ) -> tuple[int, str | None]:
+        """Load hits[start] and the hits of the same tier after it: host blocks as one copy,
+        stored ones up to READ_AHEAD_BLOCKS at a time, read in parallel and applied in order.
+        Returns how many loaded and why the next one did not (None: it was not tried)."""
+        tier = hits[start].tier
+        end = start
+        while end < len(hits) and hits[end].tier is tier:
+            end += 1
+        if tier is KvTier.HOST:
             self.mover.load_from_host([h.slot for h in hits[start:end]], g1_ids[start:end])
-            return end - start
-        hit = hits[start]
-        self.mover.load_encoded(
-            self._read(hit.tier, hit.key.seq_hash), hit.key.seq_hash, g1_ids[start]
-        )
-        return 1
+            return end - start, None
+        run = hits[start : min(end, start + READ_AHEAD_BLOCKS)]
+        reads = [self._readers.submit(self._read, tier, h.key.seq_hash) for h in run]
+        for i, (hit, read) in enumerate(zip(run, reads, strict=True)):
+            try:
+                self.mover.load_encoded(read.result(), hit.key.seq_hash, g1_ids[start + i])
+            except (BlockRefusedError, StoreError) as exc:
+                for later in reads[i + 1 :]:
+                    later.cancel()
+                return i, _failure(exc)
+        return len(run), None
 
     def _read(self, tier: KvTier, seq_hash: int) -> bytes:
         with self._pending_lock:
@@ -368,7 +415,11 @@ class KvTierManager:
 
     def close(self) -> None:
         """Wait for loads and writes in flight, then stop the threads."""
+        self._closing.set()
+        if self._lister is not None:
+            self._lister.join()
         self._loaders.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
         for tier in LOWER_TIERS:  # a disk writer may still hand blocks to the G4 writer
             if tier in self._writers:
                 self._writers[tier].shutdown(wait=True)

@@ -5,6 +5,7 @@ transformers', the prefix is reported as cached, and no tier or pool leaks a blo
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,69 @@ def test_an_abort_while_onboarding_leaks_nothing(tiny_llama_dir: Path) -> None:
 
 def hashes_of(prompt: list[int]) -> list[int]:
     return [h for h, _ in compute_block_hashes(prompt, BLOCK, DEFAULT_HASH_SEED, None)]
+
+
+def test_a_running_engine_finds_blocks_another_wrote_to_the_shared_store_later(
+    tiny_llama_dir: Path, ref: HfReference, tmp_path: Path
+) -> None:
+    shared = f"file://{tmp_path}/shared"
+    reader = tiered_engine(tiny_llama_dir, KvTierConfig(kv_remote=shared, kv_remote_refresh_s=0.01))
+    writer = tiered_engine(
+        tiny_llama_dir,
+        KvTierConfig(kv_remote=shared, kv_remote_offload="all", kv_offload="write-through"),
+    )
+    a = prompts(1, seed=6)[0]
+    first, _ = run(writer, a, "a1")
+    writer.close()
+    tiers = reader.tiers
+    assert tiers is not None
+    deadline = time.monotonic() + 30
+    while tiers.policy.get_num_blocks(KvTier.EXTERNAL) < 12:  # the lister's next round
+        assert time.monotonic() < deadline
+        tiers.take_finished()
+        time.sleep(0.01)
+    second, cached = run(reader, a, "a2")
+    assert (second, cached) == (first, 12 * BLOCK)
+    reader.close()
+
+
+def test_preemption_and_shared_prefixes_under_a_tiny_g1_match_transformers_and_leak_nothing(
+    tiny_llama_dir: Path, ref: HfReference
+) -> None:
+    """Eight requests sharing a 32-token prefix, twice over, in 24 G1 blocks: preemption,
+    eviction to host and onboarding interleave; every output equals transformers'."""
+    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_host_blocks=32), num_kv_blocks=24)
+    rng = random.Random(7)
+    prefix = [rng.randrange(3, 512) for _ in range(32)]
+    prompts = [prefix + [rng.randrange(3, 512) for _ in range(30 + 4 * i)] for i in range(8)]
+    new_tokens = 16
+    params = SamplingParams(max_tokens=new_tokens, temperature=0.0, min_tokens=new_tokens)
+    outputs: dict[str, list[int]] = {}
+    num_preemptions = 0
+    for round_ in range(2):
+        for i, prompt in enumerate(prompts):
+            request_id = f"{round_}-{i}"
+            core.add_request(
+                EngineRequest(request_id=request_id, prompt_token_ids=prompt, sampling=params)
+            )
+            outputs[request_id] = []
+        states = list(core._requests.values())
+        while core.has_work():
+            for out in core.step():
+                outputs[out.request_id].extend(out.new_token_ids)
+        num_preemptions += sum(s.num_preemptions for s in states)
+    assert num_preemptions > 0
+    tiers = core.tiers
+    assert tiers is not None
+    assert sum(tiers.counters.blocks_onboarded.values()) > 0
+    exact = [
+        ref.assert_matches(p, outputs[f"{r}-{i}"], new_tokens)
+        for r in range(2)
+        for i, p in enumerate(prompts)
+    ]
+    assert sum(exact) >= len(exact) - 2  # the near-tie rule of the equivalence tests
+    assert core.pool.get_num_active_blocks() == 0
+    core.pool.check_integrity()
+    assert tiers.policy.get_num_pinned_blocks() == 0
+    tiers.policy.check_integrity()
+    core.close()

@@ -65,7 +65,7 @@ def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -
             config, eviction_observer=spec.eviction_observer, tiers=_tier_builder(spec)
         )
     except ConfigError:
-        raise  # a setting's own message (a ValueError too), e.g. a tier below one block
+        raise  # already says what is wrong (a KV tier setting, the context length)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise ConfigError(f"cannot load {spec.model.path}: {exc}") from None
     except torch.OutOfMemoryError:
