@@ -48,6 +48,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "profile_decode",
         "replay_disagg",
         "replay_routing",
+        "replay_tiers",
         "request_plane",
         "router_latency",
         "soak",
