@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -77,3 +78,29 @@ def test_in_process_disaggregated_mocker_fleet(default_model_dir: Path, tmp_path
     assert response["choices"][0]["finish_reason"] == "length"
     assert len(events) >= 2  # the prefill's first token, then the decode worker's
     assert 'armature_router_prefills_total{where="remote"} 2.0' in metrics
+
+
+def test_mocker_with_lower_tiers_onboards_what_its_small_cache_evicted(
+    default_model_dir: Path, tmp_path: Path
+) -> None:
+    """`serve --engine mocker` with a host and a disk tier (a size alone: the mocker's disk
+    holds no files): a prompt evicted from the 32-block G1 (12 other prompts of its size, 5
+    blocks each, went through it since) comes back from G2, reported as cached."""
+    args = ["--engine", "mocker", "--speedup-ratio", "100", "--num-kv-blocks", "32"]
+    args += ["--served-model-name", "mock", "--kv-host-blocks", "256", "--kv-disk-blocks", "64"]
+
+    def ask(url: str, text: str) -> dict[str, Any]:
+        body = {"model": "mock", "prompt": text, "max_tokens": 2}
+        response = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
+        usage: dict[str, Any] = response.json()["usage"]
+        return usage
+
+    first = "tell me a long story about a dragon " * 8
+    with running_server(default_model_dir, tmp_path, args) as url:
+        assert ask(url, first)["prompt_tokens_details"]["cached_tokens"] == 0
+        for i in range(12):
+            ask(url, f"{i} tell me a long story about a knight " * 8)
+        again = ask(url, first)
+    cached = again["prompt_tokens_details"]["cached_tokens"]
+    assert cached == (again["prompt_tokens"] - 1) // 16 * 16
+    assert not any(tmp_path.rglob("*.kvb"))  # no block files anywhere

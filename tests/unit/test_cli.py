@@ -43,6 +43,13 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--max-local-prefill-tokens", "-1"], "must be"),
         (["serve", "--migration-limit", "x"], "--migration-limit"),
         (["replay", "--synthetic", "prefix-groups", "--prefill-workers", "8"], "at least one"),
+        (
+            ["replay", "--synthetic", "multi-turn", "--kv-remote-offload", "all"],
+            "--kv-remote-offload needs --kv-remote",
+        ),
+        (["replay", "--synthetic", "multi-turn", "--kv-host-bytes", "1MiB"], "below one KV block"),
+        (["replay", "--synthetic", "multi-turn", "--kv-host-bandwidth-gbps", "0"], "positive"),
+        (["replay", "--synthetic", "multi-turn", "--kv-disk-dir", "/tmp"], "unrecognized"),
         (["serve", "--api-key-file", "/definitely/not/here"], "cannot read the API key file"),
         (["serve", "--protect-metrics"], "--protect-metrics needs an API key"),
         (["serve", "--api-key", " padded "], "--api-key must not be empty"),
@@ -142,6 +149,24 @@ def test_replay_bad_trace_is_a_one_line_error(
     assert "bad.jsonl:1:" in err
     code, err = run(["replay", "--trace", str(tmp_path / "missing.jsonl")], capsys)
     assert code == 2 and "does not exist" in err
+
+
+def test_replay_takes_the_tier_flags_and_reports_the_tiers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A disk tier needs no directory in replay (nothing is written); the summary gains the
+    tiers' figures."""
+    argv = ["replay", "--synthetic", "multi-turn", "--num-requests", "40", "--workers", "2"]
+    argv += ["--num-kv-blocks", "256", "--kv-host-blocks", "64", "--kv-disk-blocks", "512"]
+    assert main([*argv, "--kv-disk-offload", "all", "--kv-remote", "any"]) == 0
+    out = capsys.readouterr().out
+    assert "num_requests: 40" in out
+    assert "blocks_onboarded: {'g2->g1': " in out and "'g1->g2': " in out
+    assert "onboarded_token_ratio: " in out
+    help_text = build_parser().parse_args
+    with pytest.raises(SystemExit):
+        help_text(["replay", "--help"])
+    assert "--kv-remote-bandwidth-gbps" in capsys.readouterr().out
 
 
 def test_replay_synthetic_workloads_run(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ from armature.config import (
     EngineConfig,
     FrontendConfig,
     KvCacheConfig,
+    KvTierConfig,
     RuntimeConfig,
     ServeConfig,
     Setting,
@@ -27,6 +28,7 @@ from armature.config import (
     iter_settings,
     to_argv,
 )
+from armature.errors import ConfigError
 from armature.frontend.worker_processes import (
     fleet_runtime,
     worker_command,
@@ -255,3 +257,21 @@ def test_the_readme_flag_tables_match_the_definitions() -> None:
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert render_flag_tables() in readme, "run: python -m armature.cli.flags_table README.md"
+
+
+def test_a_disk_tier_without_a_directory_is_the_mockers_alone() -> None:
+    """A size alone makes a (modeled) disk tier; an engine that writes real blocks refuses it,
+    and refuses the mocker's bandwidths."""
+    modeled = KvTierConfig(kv_disk_blocks=8)
+    assert modeled.is_enabled and modeled.has_disk_tier
+    assert modeled.get_num_disk_blocks(bytes_per_block=1) == 8
+    with pytest.raises(ConfigError, match="need --kv-disk-dir"):
+        modeled.check_stored()
+    with pytest.raises(ConfigError, match="--kv-host-bandwidth-gbps is for --engine mocker"):
+        KvTierConfig(kv_host_blocks=8, kv_host_bandwidth_gbps=50.0).check_stored()
+    KvTierConfig(kv_disk_dir="/d", kv_disk_blocks=8).check_stored()  # the torch engine's G3
+    with pytest.raises(ConfigError, match="--kv-disk-dir needs"):
+        KvTierConfig(kv_disk_dir="/d")
+    with pytest.raises(ConfigError, match="--kv-remote-bandwidth-gbps must be positive"):
+        KvTierConfig(kv_remote_bandwidth_gbps=0.0)
+    assert not KvTierConfig().is_enabled

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from armature.cli.options import CliError, add_settings, arg_type, setup_logging
 from armature.config import (
+    KvTierConfig,
     RouterConfig,
     fraction,
     non_negative_int,
@@ -21,6 +22,13 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "run"]
 
 DEFAULTS = ReplayConfig()
+# the lower KV tiers' settings replay takes: all but where real blocks would be stored and
+# how often a real shared store is listed (the modeled G4 is each worker's own)
+TIER_SETTINGS = tuple(
+    name
+    for name in KvTierConfig.__dataclass_fields__
+    if name not in ("kv_disk_dir", "kv_remote_endpoint", "kv_remote_refresh_s")
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +43,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_fleet_args(replay)
     add_settings(replay, RouterConfig(), only=("overlap_weight", "decode_weight", "temperature"))
     _add_disagg_args(replay)
+    tiers = replay.add_argument_group(
+        "lower KV tiers",
+        "every worker's G2 host, G3 disk and G4 shared tiers, modeled as the mocker models "
+        "them: the real tier policy, no bytes, a load taking blocks x --kv-bytes-per-block / "
+        "the tier's bandwidth",
+    )
+    add_settings(tiers, KvTierConfig(), only=TIER_SETTINGS)
     _add_goodput_args(replay)
     replay.add_argument(
         "--seed", type=int, default=DEFAULTS.seed, help="seed for prompts and tokens"
@@ -142,7 +157,8 @@ def _add_disagg_args(replay: argparse.ArgumentParser) -> None:
         "--kv-bytes-per-block",
         type=arg_type(positive_int),
         default=DEFAULTS.kv_bytes_per_block,
-        help="disaggregated: bytes of one KV block (default: an 8B model, bf16, 16 tokens)",
+        help="bytes of one KV block, for KV transfers and lower-tier loads and sizes "
+        "(default: an 8B model, bf16, 16 tokens)",
     )
 
 
@@ -201,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
         max_local_prefill_tokens=args.max_local_prefill_tokens,
         transfer_bandwidth_bytes_s=args.transfer_bandwidth_gbs * 1e9,
         kv_bytes_per_block=args.kv_bytes_per_block,
+        tiers=KvTierConfig(**{name: getattr(args, name) for name in TIER_SETTINGS}),
         slos=(Slo("sla", args.slo_ttft_ms, args.slo_itl_ms, args.slo_itl_quantile),),
     )
     if args.prefill_workers >= args.workers:
@@ -223,6 +240,9 @@ def run(args: argparse.Namespace) -> int:
     }
     for key in ("goodput_requests_s", "goodput_tokens_s"):
         summary[key] = report[key]["sla"]
+    if config.tiers.is_enabled:
+        for key in ("onboarded_token_ratio", "blocks_onboarded", "blocks_offloaded"):
+            summary[key] = report[key]
     for key in ("ttft_ms", "itl_ms", "e2e_ms"):
         summary[f"{key} p50/p90/p99"] = "/".join(
             f"{report[key][p]:.1f}" for p in ("p50", "p90", "p99")

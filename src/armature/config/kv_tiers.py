@@ -1,5 +1,11 @@
 """A worker's lower KV tiers (the KV block manager): host memory (G2), local disk (G3) and a
-store shared by every worker (G4). None of them is on by default."""
+store shared by every worker (G4). None of them is on by default.
+
+The mocker (and `armature replay`) runs the same tier policy with no bytes: its disk and
+remote tiers hold no files (a size alone makes a disk tier; `--kv-disk-dir` is not needed and
+`--kv-remote` is not opened), and a load takes blocks x bytes per block / the tier's
+`--kv-*-bandwidth-gbps`. Those bandwidths are for the mocker only; the torch engine's copies
+take the time they take."""
 
 from __future__ import annotations
 
@@ -10,9 +16,19 @@ from armature.config.settings import setting
 from armature.config.values import parse_bytes, positive_float, positive_int
 from armature.errors import ConfigError
 
-__all__ = ["DEFAULT_ONBOARD_MAX_INFLIGHT_BYTES", "KvTierConfig"]
+__all__ = [
+    "DEFAULT_DISK_BANDWIDTH_GBPS",
+    "DEFAULT_HOST_BANDWIDTH_GBPS",
+    "DEFAULT_ONBOARD_MAX_INFLIGHT_BYTES",
+    "DEFAULT_REMOTE_BANDWIDTH_GBPS",
+    "KvTierConfig",
+]
 
 DEFAULT_ONBOARD_MAX_INFLIGHT_BYTES = 1 << 30
+# the mocker's load bandwidths, GB/s (1e9 bytes/s; docs/architecture.md, sim/, says why)
+DEFAULT_HOST_BANDWIDTH_GBPS = 25.0  # PCIe Gen4 x16 (32 GB/s) at ~80%: pinned block copies
+DEFAULT_DISK_BANDWIDTH_GBPS = 5.0  # one NVMe Gen4 SSD (~7 GB/s sequential), a file per block
+DEFAULT_REMOTE_BANDWIDTH_GBPS = 2.5  # one worker's share of a network store (~20 Gb/s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,16 +44,20 @@ class KvTierConfig:
         None, "G2 capacity in blocks (overrides --kv-host-bytes)", parse=positive_int
     )
     kv_disk_dir: str | None = setting(
-        None, "G3: a directory on local disk for KV blocks (found again after a restart)"
+        None,
+        "G3: a directory on local disk for KV blocks (found again after a restart; the mocker "
+        "writes no files and needs none)",
     )
     kv_disk_bytes: int | None = setting(
-        None, "G3 capacity in bytes (with --kv-disk-dir)", parse=parse_bytes
+        None, "G3 capacity in bytes (with --kv-disk-dir; alone for the mocker)", parse=parse_bytes
     )
     kv_disk_blocks: int | None = setting(
         None, "G3 capacity in blocks (overrides --kv-disk-bytes)", parse=positive_int
     )
     kv_remote: str | None = setting(
-        None, "G4: a KV store shared by every worker: file:///shared/dir or s3://bucket/prefix"
+        None,
+        "G4: a KV store shared by every worker: file:///shared/dir or s3://bucket/prefix (the "
+        "mocker opens nothing: any value turns its modeled G4 on)",
     )
     kv_remote_endpoint: str | None = setting(
         None, "the S3 endpoint for --kv-remote s3://... (e.g. http://127.0.0.1:9000)"
@@ -69,23 +89,76 @@ class KvTierConfig:
         "bound on KV bytes being loaded from lower tiers at once (onboarding waits beyond it)",
         parse=parse_bytes,
     )
+    kv_host_bandwidth_gbps: float = setting(
+        DEFAULT_HOST_BANDWIDTH_GBPS,
+        "mocker and replay only: GB/s (1e9 bytes/s) of loads from G2; default: what pinned "
+        "copies of KV blocks reach over PCIe Gen4 x16 (32 GB/s line rate)",
+        parse=positive_float,
+    )
+    kv_disk_bandwidth_gbps: float = setting(
+        DEFAULT_DISK_BANDWIDTH_GBPS,
+        "mocker and replay only: GB/s of loads from G3; default: one NVMe Gen4 SSD (~7 GB/s "
+        "sequential) reading a file per block",
+        parse=positive_float,
+    )
+    kv_remote_bandwidth_gbps: float = setting(
+        DEFAULT_REMOTE_BANDWIDTH_GBPS,
+        "mocker and replay only: GB/s of loads from G4; default: one worker's share of a "
+        "network store (~20 Gb/s)",
+        parse=positive_float,
+    )
 
     def __post_init__(self) -> None:
-        has_disk_size = self.kv_disk_bytes is not None or self.kv_disk_blocks is not None
-        if self.kv_disk_dir is not None and not has_disk_size:
+        if self.kv_disk_dir is not None and not self.has_disk_size:
             raise ConfigError("--kv-disk-dir needs --kv-disk-bytes or --kv-disk-blocks")
-        if self.kv_disk_dir is None and has_disk_size:
-            raise ConfigError("--kv-disk-bytes/--kv-disk-blocks need --kv-disk-dir")
         if self.kv_remote is None and self.kv_remote_offload != "off":
             raise ConfigError("--kv-remote-offload needs --kv-remote")
         if self.kv_remote is None and self.kv_remote_endpoint is not None:
             raise ConfigError("--kv-remote-endpoint needs --kv-remote s3://...")
         if self.kv_onboard_max_inflight_bytes <= 0:
             raise ConfigError("--kv-onboard-max-inflight-bytes must be positive")
+        for name, gbps in self.get_bandwidths_gbps().items():
+            if not gbps > 0:
+                raise ConfigError(f"--kv-{name}-bandwidth-gbps must be positive")
 
     @property
     def is_enabled(self) -> bool:
-        return bool(self.kv_host_bytes or self.kv_host_blocks or self.kv_disk_dir or self.kv_remote)
+        return bool(
+            self.kv_host_bytes or self.kv_host_blocks or self.has_disk_tier or self.kv_remote
+        )
+
+    @property
+    def has_disk_size(self) -> bool:
+        return self.kv_disk_bytes is not None or self.kv_disk_blocks is not None
+
+    @property
+    def has_disk_tier(self) -> bool:
+        """A G3 is asked for: a directory (the torch engine) or a size alone (the mocker)."""
+        return self.kv_disk_dir is not None or self.has_disk_size
+
+    def get_bandwidths_gbps(self) -> dict[str, float]:
+        """The mocker's load bandwidths by tier flag name (host, disk, remote), GB/s."""
+        return {
+            "host": self.kv_host_bandwidth_gbps,
+            "disk": self.kv_disk_bandwidth_gbps,
+            "remote": self.kv_remote_bandwidth_gbps,
+        }
+
+    def check_stored(self) -> None:
+        """ConfigError for what an engine that stores real blocks (torch) cannot run: a disk
+        size with no directory to hold it, or a modeled bandwidth (the mocker's alone)."""
+        if self.has_disk_size and self.kv_disk_dir is None:
+            raise ConfigError(
+                "--kv-disk-bytes/--kv-disk-blocks need --kv-disk-dir (only the mocker models a "
+                "disk tier without files)"
+            )
+        defaults = KvTierConfig()
+        for name, gbps in self.get_bandwidths_gbps().items():
+            if gbps != defaults.get_bandwidths_gbps()[name]:
+                raise ConfigError(
+                    f"--kv-{name}-bandwidth-gbps is for --engine mocker (real copies take the "
+                    "time they take)"
+                )
 
     def get_num_host_blocks(self, bytes_per_block: int) -> int:
         if self.kv_host_blocks is not None:
@@ -93,8 +166,6 @@ class KvTierConfig:
         return (self.kv_host_bytes or 0) // bytes_per_block
 
     def get_num_disk_blocks(self, bytes_per_block: int) -> int:
-        if self.kv_disk_dir is None:
-            return 0
         if self.kv_disk_blocks is not None:
             return self.kv_disk_blocks
         return (self.kv_disk_bytes or 0) // bytes_per_block

@@ -10,22 +10,24 @@ with. EOS is never produced: requests end at max_tokens (or the context limit).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import xxhash
 
+from armature.config import KvTierConfig
 from armature.engines.native.config import NativeEngineConfig
-from armature.engines.native.core import EngineCore
+from armature.engines.native.core import EngineCore, TierBuilder
 from armature.engines.native.model_runner import num_kv_blocks_for
 from armature.engines.native.scheduler import ScheduledChunk
+from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictionObserver
 from armature.model.arch import ModelArch, read_arch
 from armature.protocols.kv_transfer import KvLayout
+from armature.sim.clock import Clock, VirtualClock, WallClock
+from armature.sim.modeled_tiers import build_modeled_tiers
 from armature.sim.timing import PolynomialTiming, StepWork, TimingModel
+from armature.tiers.api import KvTiers
 from armature.transfer.blocks import KvBlockStore, ModeledKvStore
 
 __all__ = [
@@ -36,28 +38,6 @@ __all__ = [
     "build_mocker_core",
     "simulated_arch",
 ]
-
-
-class Clock(Protocol):
-    def advance(self, seconds: float) -> None: ...
-
-
-class WallClock:
-    """Real time: a step takes as long as the timing model says (serving real traffic)."""
-
-    def advance(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)
-
-
-@dataclass
-class VirtualClock:
-    """Simulated time for offline replay: advancing costs nothing."""
-
-    now_s: float = 0.0
-
-    def advance(self, seconds: float) -> None:
-        self.now_s += seconds
 
 
 DEFAULT_TRANSFER_BANDWIDTH_BYTES_S = 25e9  # an RDMA-class link between prefill and decode
@@ -93,7 +73,8 @@ class MockerRunner:
         self.clock = clock
         self.seed = seed
         self.kv_utilization: Callable[[], float] = lambda: 0.0  # wired by build_mocker_core
-        self.last_step_ms = 0.0
+        self.last_step_ms = 0.0  # the last batch's simulated time
+        self.num_batches = 0  # batches run (an engine step with nothing to run runs none)
 
     def token_for(self, request_id: str, position: int) -> int:
         digest = xxhash.xxh3_64_intdigest(f"{request_id}/{position}".encode(), seed=self.seed)
@@ -109,6 +90,7 @@ class MockerRunner:
             kv_utilization=self.kv_utilization(),
         )
         self.last_step_ms = self.timing.step_ms(work)
+        self.num_batches += 1
         self.clock.advance(self.last_step_ms / 1000.0)
         return [
             self.token_for(c.request.request_id, c.start_pos + c.num_tokens)
@@ -147,25 +129,43 @@ def build_mocker_core(
     clock: Clock | None = None,
     arch: ModelArch | None = None,
     eviction_observer: EvictionObserver | None = None,
+    tiers: KvTierConfig | None = None,
 ) -> EngineCore:
     """An EngineCore whose runner is the mocker. `arch` defaults to the config's model
     directory (only its config.json is read: vocabulary, EOS ids, context length). KV capacity
-    follows the native engine's rule: `num_kv_blocks`, else `kv_cache_bytes` of that model."""
+    follows the native engine's rule: `num_kv_blocks`, else `kv_cache_bytes` of that model.
+    `tiers` (when enabled) are modeled on the same clock (`armature.sim.modeled_tiers`), their
+    blocks as large as the model's (bfloat16)."""
     arch = arch or read_arch(Path(config.model_dir))
     timing = timing or PolynomialTiming()
+    clock = clock or WallClock()
     runner = MockerRunner(
         arch,
         timing,
-        clock or WallClock(),
+        clock,
         seed=config.seed,
         block_size=config.block_size,
         speedup_ratio=timing.speedup_ratio,
     )
+    builder: TierBuilder | None = None
+    if tiers is not None and tiers.is_enabled:
+        tier_config = tiers
+
+        def builder(event_log: KvEventLog, kv_store: KvBlockStore) -> KvTiers:
+            return build_modeled_tiers(
+                tier_config,
+                event_log,
+                clock,
+                bytes_per_block=kv_store.layout.bytes_per_block,
+                speedup_ratio=timing.speedup_ratio,
+            )
+
     core = EngineCore(
         config,
         runner,
         num_blocks=num_kv_blocks_for(config, arch),
         eviction_observer=eviction_observer,
+        tiers=builder,
     )
     pool = core.pool
     runner.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks

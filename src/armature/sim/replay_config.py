@@ -5,9 +5,9 @@ and their entry point (`sim.replay`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from armature.config import DEFAULT_BLOCK_SIZE_TOKENS, RouterConfig
+from armature.config import DEFAULT_BLOCK_SIZE_TOKENS, KvTierConfig, RouterConfig
 from armature.workload.measure import LatencySummary, Slo
 
 __all__ = ["REPLAY_POLICIES", "ReplayConfig", "ReplayReport"]
@@ -35,7 +35,12 @@ class ReplayConfig:
     max_local_prefill_tokens: int = 0
     max_prefill_queue_tokens: int = 1 << 30
     transfer_bandwidth_bytes_s: float = 25e9
+    # one KV block's bytes, for KV transfers and lower-tier loads (and --kv-host-bytes ...)
     kv_bytes_per_block: int = 2 * 1024 * 1024  # Llama-3-8B in bfloat16, 16-token blocks
+    # lower KV tiers of every worker, modeled (armature.sim.modeled_tiers); the router's
+    # index is fed every tier's events, as the router service is. A router setting for
+    # tier-blind routing (branch tier-routing) is to be passed down beside `router` here.
+    tiers: KvTierConfig = KvTierConfig()
     # goodput: requests meeting an SLA, for each SLA given
     slos: tuple[Slo, ...] = ()
 
@@ -44,6 +49,8 @@ class ReplayConfig:
 class ReplayReport:
     num_requests: int
     num_rejected: int
+    # prompt tokens found cached when first scheduled (in G1, or onboarded from lower tiers)
+    # over all prompt tokens of the requests that finished
     prefix_hit_ratio: float
     ttft_ms: LatencySummary
     itl_ms: LatencySummary
@@ -56,3 +63,9 @@ class ReplayReport:
     num_remote_prefills: int
     simulated_time_s: float
     wall_time_s: float
+    # lower KV tiers, summed over workers (empty without tiers): blocks loaded back into G1
+    # by tier, blocks copied down by path ("device->host"), and the onboarded blocks' tokens
+    # over all prompt tokens (the part of prefix_hit_ratio the lower tiers gave)
+    blocks_onboarded: dict[str, int] = field(default_factory=dict)
+    blocks_offloaded: dict[str, int] = field(default_factory=dict)
+    onboarded_token_ratio: float = 0.0

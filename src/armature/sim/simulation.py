@@ -9,12 +9,18 @@ a virtual clock, driven by a trace's arrivals.
 A step's scheduling happens when it starts (the real EngineCore.step), its outputs land when it
 ends. Routing uses the real policies over a PrefixIndex fed by the workers' KV events and an
 ActiveLoad updated on every path. Deterministic: a seed gives the same report.
+
+With lower KV tiers (`ReplayConfig.tiers`) each worker runs `ModeledTiers` on the simulation's
+time: a load submitted in a step is done n blocks x bytes / bandwidth later. A worker whose
+step finds nothing to run (its requests wait for loads) is idle, not busy: an arrival starts
+its next step at once, and a wake event starts one when its next load is done.
 """
 
 from __future__ import annotations
 
 import heapq
 import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +28,7 @@ from pathlib import Path
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.errors import InvalidRequestError
+from armature.kv.event_log import KvEventLog
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.router.load import ActiveLoad
@@ -31,13 +38,22 @@ from armature.router.policies import (
     make_policy,
 )
 from armature.router.prefix_index import PrefixIndex
+from armature.sim.clock import EventClock
 from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
+from armature.sim.modeled_tiers import ModeledTiers, build_modeled_tiers
 from armature.sim.replay_config import REPLAY_POLICIES, ReplayConfig, ReplayReport
 from armature.sim.timing import TimingModel
+from armature.tiers.api import KvTiers
+from armature.transfer.blocks import KvBlockStore
 from armature.workload.measure import LatencySummary, RequestTiming, goodput
 from armature.workload.traces import TraceRequest, synthesize_prompt
 
-__all__ = ["Simulation", "Tracked"]
+__all__ = ["MIN_RETRY_MS", "Simulation", "Tracked"]
+
+_WAKE = "wake:"
+# a worker whose step ran nothing with requests queued (all of them preempted) tries again
+# after its last step's time, and at least this long
+MIN_RETRY_MS = 1.0
 
 
 @dataclass
@@ -78,9 +94,16 @@ class Simulation:
         ]
         self.cores: dict[str, EngineCore] = {}
         self.runners: dict[str, MockerRunner] = {}
+        self.tiers: dict[str, ModeledTiers] = {}
+        self.clock = EventClock(lambda: self.now_ms / 1000.0)
         for worker in [*self.prefill_workers, *self.workers]:
             runner = MockerRunner(arch, timing, VirtualClock(), seed=config.seed)
-            core = EngineCore(engine_config, runner, num_blocks=config.num_kv_blocks)
+            core = EngineCore(
+                engine_config,
+                runner,
+                num_blocks=config.num_kv_blocks,
+                tiers=self._build_tiers(worker) if config.tiers.is_enabled else None,
+            )
             runner.kv_utilization = _utilization_of(core)
             self.cores[worker] = core
             self.runners[worker] = runner
@@ -96,8 +119,24 @@ class Simulation:
         self.step_ends: list[tuple[float, int, str]] = []
         self.pending: dict[str, list[EngineOutput]] = {}
         self.busy: set[str] = set()
+        self.wake_ms: dict[str, float] = {}  # an idle worker's next wake event
         self._sequence = 0
         self.now_ms = 0.0
+
+    def _build_tiers(self, worker: str) -> Callable[[KvEventLog, KvBlockStore], KvTiers]:
+        def build(event_log: KvEventLog, kv_store: KvBlockStore) -> KvTiers:
+            c = self.config
+            tiers = build_modeled_tiers(
+                c.tiers,
+                event_log,
+                self.clock,
+                bytes_per_block=c.kv_bytes_per_block,
+                speedup_ratio=c.speedup_ratio,
+            )
+            self.tiers[worker] = tiers
+            return tiers
+
+        return build
 
     def _policy(
         self, index: PrefixIndex | None = None, load: ActiveLoad | None = None
@@ -142,8 +181,16 @@ class Simulation:
         return self.now_ms
 
     def _on_event(self, key: str, now_ms: float) -> None:
-        """A scheduled event: here always the end of worker `key`'s step."""
-        self._finish_step(key, now_ms)
+        """A scheduled event: the end of worker `key`'s step, or an idle worker's wake."""
+        if not key.startswith(_WAKE):
+            self._finish_step(key, now_ms)
+            return
+        worker = key.removeprefix(_WAKE)
+        if self.wake_ms.get(worker) != now_ms:
+            return  # an earlier wake replaced this one
+        del self.wake_ms[worker]
+        if worker not in self.busy and self.cores[worker].has_work():
+            self._start_step(worker, now_ms)
 
     def _schedule(self, at_ms: float, key: str) -> None:
         self._sequence += 1
@@ -176,12 +223,33 @@ class Simulation:
 
     def _start_step(self, worker: str, now_ms: float) -> None:
         core = self.cores[worker]
+        runner = self.runners[worker]
+        num_batches = runner.num_batches
         outputs = core.step()
         self._index_events(worker)
-        duration_ms = self.runners[worker].last_step_ms
+        if runner.num_batches == num_batches:  # nothing could run: idle until woken
+            assert not outputs
+            self._wake_idle(worker, now_ms)
+            return
         self.pending[worker] = outputs
         self.busy.add(worker)
-        self._schedule(now_ms + duration_ms, worker)
+        self._schedule(now_ms + runner.last_step_ms, worker)
+
+    def _wake_idle(self, worker: str, now_ms: float) -> None:
+        """Wake idle `worker` when its next load is done; with none in flight and requests
+        queued (a step that preempted all it ran), after a step's time. An arrival wakes it
+        sooner."""
+        tiers = self.tiers.get(worker)
+        done_s = tiers.get_next_done_s() if tiers is not None else None
+        if done_s is not None:
+            at_ms = done_s * 1000.0
+        elif self.cores[worker].has_work():
+            at_ms = now_ms + max(self.runners[worker].last_step_ms, MIN_RETRY_MS)
+        else:
+            return
+        if at_ms < self.wake_ms.get(worker, float("inf")):
+            self.wake_ms[worker] = at_ms
+            self._schedule(at_ms, _WAKE + worker)
 
     def _finish_step(self, worker: str, now_ms: float) -> None:
         self.busy.discard(worker)
@@ -224,6 +292,13 @@ class Simulation:
         span_s = max(end_ms - start_ms, 1e-9) / 1000.0
         timings = [t.timing() for t in done]
         good = {slo.name: goodput(timings, slo, span_s) for slo in self.config.slos}
+        onboarded: Counter[str] = Counter()
+        offloaded: Counter[str] = Counter()
+        for tiers in self.tiers.values():
+            stats = tiers.get_stats()
+            onboarded.update(stats.blocks_onboarded)
+            offloaded.update(stats.blocks_offloaded)
+        onboarded_tokens = sum(onboarded.values()) * self.config.block_size
         return ReplayReport(
             num_requests=len(done),
             num_rejected=self.num_rejected,
@@ -245,6 +320,9 @@ class Simulation:
             num_remote_prefills=self.num_remote_prefills,
             simulated_time_s=span_s,
             wall_time_s=wall_time_s,
+            blocks_onboarded=dict(sorted(onboarded.items())),
+            blocks_offloaded=dict(sorted(offloaded.items())),
+            onboarded_token_ratio=onboarded_tokens / prompt_tokens if prompt_tokens else 0.0,
         )
 
 

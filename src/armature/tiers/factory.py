@@ -39,7 +39,7 @@ def tier_policy_config(config: KvTierConfig, bytes_per_block: int) -> TierPolicy
     if (config.kv_host_bytes or config.kv_host_blocks) and num_host == 0:
         raise ConfigError(f"--kv-host-bytes is below one KV block ({bytes_per_block} bytes)")
     num_disk = config.get_num_disk_blocks(bytes_per_block)
-    if config.kv_disk_dir is not None and num_disk == 0:
+    if config.has_disk_tier and num_disk == 0:
         raise ConfigError(f"--kv-disk-bytes is below one KV block ({bytes_per_block} bytes)")
     return TierPolicyConfig(
         num_host_blocks=num_host,

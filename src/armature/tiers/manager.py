@@ -45,6 +45,7 @@ __all__ = [
     "LoadResult",
     "TierCounters",
     "path_name",
+    "tier_stats",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,27 @@ class TierCounters:
         self.onboard_latencies_s.append(seconds)
         self.onboard_latency_counts[bisect_left(ONBOARD_LATENCY_BUCKETS_S, seconds)] += 1
         self.onboard_latency_sum_s += seconds
+
+
+def tier_stats(counters: TierCounters, policy: TierPolicy, bytes_per_block: int) -> KvTierStats:
+    """A snapshot of what tiers with these counters and this policy did and hold (shared with
+    the mocker's modeled tiers, `armature.sim.modeled_tiers`)."""
+    c = counters
+    tiers = policy.get_tiers()
+    return KvTierStats(
+        bytes_per_block=bytes_per_block,
+        blocks_offloaded={path_name(s, d): n for (s, d), n in c.blocks_offloaded.items()},
+        blocks_onboarded={path_name(t, KvTier.DEVICE): n for t, n in c.blocks_onboarded.items()},
+        blocks_refused=dict(c.blocks_refused),
+        write_failures={str(t): n for t, n in c.write_failures.items()},
+        num_lookup_blocks=c.num_lookup_blocks,
+        hit_blocks={str(t): n for t, n in c.hit_blocks.items()},
+        tier_blocks={str(t): policy.get_num_blocks(t) for t in tiers},
+        tier_capacity_blocks={str(t): policy.get_capacity_blocks(t) for t in tiers},
+        onboard_latency_buckets_s=list(ONBOARD_LATENCY_BUCKETS_S),
+        onboard_latency_counts=list(c.onboard_latency_counts),
+        onboard_latency_sum_s=c.onboard_latency_sum_s,
+    )
 
 
 class KvTierManager:
@@ -406,24 +428,7 @@ class KvTierManager:
 
     def get_stats(self) -> KvTierStats:
         """A snapshot of the counters (engine thread; the copy is safe to hand to others)."""
-        c, policy = self.counters, self.policy
-        tiers = policy.get_tiers()
-        return KvTierStats(
-            bytes_per_block=self.bytes_per_block,
-            blocks_offloaded={path_name(s, d): n for (s, d), n in c.blocks_offloaded.items()},
-            blocks_onboarded={
-                path_name(t, KvTier.DEVICE): n for t, n in c.blocks_onboarded.items()
-            },
-            blocks_refused=dict(c.blocks_refused),
-            write_failures={str(t): n for t, n in c.write_failures.items()},
-            num_lookup_blocks=c.num_lookup_blocks,
-            hit_blocks={str(t): n for t, n in c.hit_blocks.items()},
-            tier_blocks={str(t): policy.get_num_blocks(t) for t in tiers},
-            tier_capacity_blocks={str(t): policy.get_capacity_blocks(t) for t in tiers},
-            onboard_latency_buckets_s=list(ONBOARD_LATENCY_BUCKETS_S),
-            onboard_latency_counts=list(c.onboard_latency_counts),
-            onboard_latency_sum_s=c.onboard_latency_sum_s,
-        )
+        return tier_stats(self.counters, self.policy, self.bytes_per_block)
 
     # ---- lifecycle ---------------------------------------------------------------------
     def flush(self) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
+from armature.config import KvTierConfig
 from armature.sim.replay import ReplayConfig, replay
 from armature.workload.measure import Slo
-from armature.workload.traces import TraceRequest, synthetic_prefix_groups
+from armature.workload.traces import TraceRequest, synthetic_multi_turn, synthetic_prefix_groups
 
 WORKLOAD = synthetic_prefix_groups(
     num_requests=120,
@@ -67,3 +68,42 @@ def test_goodput_per_slo_over_simulated_time() -> None:
     assert report.goodput_requests_s["never"] == report.goodput_tokens_s["never"] == 0.0
     assert report.goodput_requests_s["p50"] == 60 / span_s
     assert report.goodput_tokens_s["p50"] == 60 * 16 / span_s
+
+
+MULTI_TURN = synthetic_multi_turn(
+    num_sessions=16,
+    turns_per_session=3,
+    system_prompt_tokens=256,
+    turn_tokens=128,
+    output_length=8,
+    rate_rps=2.0,
+    think_time_ms=3000.0,
+    seed=3,
+)
+TINY_G1 = ReplayConfig(num_workers=2, block_size=16, num_kv_blocks=100, seed=1)
+
+
+def test_a_host_tier_brings_back_what_a_tiny_g1_evicts() -> None:
+    """A session's next turn comes 3 s later; by then the tiny G1 (100 blocks, a prompt is
+    up to 40) evicted its prefix, and the host tier (G2) gives it back. The hit ratio counts
+    the onboarded blocks' tokens; every request completes either way."""
+    alone = replay(MULTI_TURN, TINY_G1)
+    tiered_config = replace(TINY_G1, tiers=KvTierConfig(kv_host_blocks=1024))
+    tiered = replay(MULTI_TURN, tiered_config)
+    assert alone.num_requests == tiered.num_requests == 48
+    assert alone.num_rejected == tiered.num_rejected == 0
+    assert (alone.prefix_hit_ratio, alone.onboarded_token_ratio) == (0.040364583333333336, 0.0)
+    assert (alone.blocks_onboarded, alone.blocks_offloaded) == ({}, {})
+    assert tiered.prefix_hit_ratio == 0.14583333333333334
+    assert tiered.blocks_onboarded == {"g2->g1": 162}
+    assert tiered.blocks_offloaded == {"g1->g2": 1186}
+    prompt_tokens = sum(r.input_length for r in MULTI_TURN)
+    assert tiered.onboarded_token_ratio == 162 * 16 / prompt_tokens
+    assert without_wall_time(replay(MULTI_TURN, tiered_config)) == without_wall_time(tiered)
+
+
+def test_disaggregated_replay_runs_the_tiers_on_every_worker() -> None:
+    config = replace(TINY_G1, num_workers=3, num_prefill_workers=1)
+    tiered = replay(MULTI_TURN, replace(config, tiers=KvTierConfig(kv_host_blocks=1024)))
+    assert (tiered.num_requests, tiered.num_remote_prefills) == (48, 48)
+    assert tiered.prefix_hit_ratio > replay(MULTI_TURN, config).prefix_hit_ratio

@@ -39,7 +39,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle, NativeTransfer
-from armature.tiers.manager import KvTierManager
+from armature.tiers.api import KvTiers
 from armature.transfer.blocks import KvBlocks, KvBlockStore
 from armature.transfer.pins import PinTable
 from armature.transfer.wire import TransferError
@@ -59,7 +59,7 @@ ONBOARD_WAIT_S = 0.005  # an engine with only loads in flight waits this long fo
 
 # builds the lower KV tiers of an engine: its event log (shared with the block pool) and
 # its KV cache in, a tier manager out
-TierBuilder = Callable[[KvEventLog, KvBlockStore], KvTierManager]
+TierBuilder = Callable[[KvEventLog, KvBlockStore], KvTiers]
 
 
 def resolve_max_model_len(config: NativeEngineConfig, arch: ModelArch) -> int:

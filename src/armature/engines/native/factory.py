@@ -53,15 +53,13 @@ def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -
     from armature.sim.mocker import build_mocker_core
     from armature.sim.timing import PolynomialTiming
 
-    if mocker and spec.tiers.is_enabled:
-        raise ConfigError(
-            "the mocker does not run lower KV tiers (--kv-host-*, --kv-disk-*, --kv-remote) yet"
-        )
+    if not mocker:
+        spec.tiers.check_stored()
     try:
         if mocker:
             timing = PolynomialTiming(speedup_ratio=spec.engine.speedup_ratio)
             return build_mocker_core(
-                config, timing=timing, eviction_observer=spec.eviction_observer
+                config, timing=timing, eviction_observer=spec.eviction_observer, tiers=spec.tiers
             )
         return EngineCore(
             config, eviction_observer=spec.eviction_observer, tiers=_tier_builder(spec)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from armature.engines.native.request import RequestState
 from armature.kv.block_pool import BlockPool
 from armature.kv.tier_policy import TierHit
-from armature.tiers.manager import KvTierManager
+from armature.tiers.api import KvTiers
 
 __all__ = ["OnboardStart", "Onboarding"]
 
@@ -40,7 +40,7 @@ class _Job:
 class Onboarding:
     """Engine thread only."""
 
-    def __init__(self, pool: BlockPool, tiers: KvTierManager):
+    def __init__(self, pool: BlockPool, tiers: KvTiers):
         self.pool = pool
         self.tiers = tiers
         self._jobs: dict[int, _Job] = {}

@@ -1,0 +1,171 @@
+"""Lower KV tiers in replay: does a small G1 plus a host tier (G2) keep the hit ratio and TTFT
+of a G1 as large as both? The conversation trace through `armature.sim.replay`, 8 mocker
+workers, block size 16, the trace's own arrival times, kv routing:
+
+    (a) G1 alone: 16,384 blocks per worker          the case to fix
+    (b) the same G1 + 131,072 G2 (host) blocks      the tiers
+    (c) G1 alone: 131,072 blocks per worker         the reference
+
+Targets (issue "KV block manager: host, disk and shared remote tiers"): (b)'s hit ratio
+>= 90% of (c)'s, and (b)'s TTFT p50 <= 1.2x (c)'s. The hit ratio is the token hit ratio:
+prompt tokens found cached when a request is first scheduled (in G1, or onboarded from G2)
+over all prompt tokens, the same unit in every row.
+
+    python -m bench.replay_tiers [--limit N] [--time-scale X] [--routers R [R ...]] [--quick]
+
+Each router in --routers (default: kv, then round-robin, whose choices ignore the cache, so
+its (b)/(c) ratio measures the tiers alone) runs the three cases.
+
+Tier-aware vs tier-blind routing: the router's index is fed every tier's KV events, as the
+router service is on main. A router setting for tier-blind routing is coming on branch
+tier-routing; pass it down through `ReplayConfig` and add its values to `cases` here to
+compare (not done in this script yet).
+
+Writes the `replay_tiers` section of docs/benchmarks.md (bench/out/ with --quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from armature.config import KvTierConfig
+from armature.sim.replay import ReplayConfig, ReplayReport, replay
+from armature.workload.traces import prefix_hit_ceiling, read_mooncake_trace
+from bench.paths import TRACES_DIR, results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
+
+HIT_RATIO_TARGET = 0.90  # (b) over (c)
+TTFT_P50_TARGET = 1.2  # (b) over (c), at most
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str  # (a), (b) or (c)
+    config: ReplayConfig
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trace", default="conversation_trace.jsonl")
+    parser.add_argument("--limit", type=int, default=None, help="first N requests (all)")
+    parser.add_argument("--time-scale", type=float, default=1.0)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--g1-blocks", type=int, default=16384)
+    parser.add_argument("--g2-blocks", type=int, default=131072)
+    parser.add_argument("--large-g1-blocks", type=int, default=131072)
+    parser.add_argument("--routers", nargs="+", default=["kv", "round-robin"])
+    parser.add_argument("--quick", action="store_true", help="first 500 requests, bench/out/")
+    return parser.parse_args(argv)
+
+
+def cases(args: argparse.Namespace, router: str) -> list[Case]:
+    """(a), (b), (c) with `router`."""
+    base = ReplayConfig(
+        num_workers=args.workers, router=router, block_size=16, num_kv_blocks=args.g1_blocks
+    )
+    tiers = KvTierConfig(kv_host_blocks=args.g2_blocks)
+    return [
+        Case("(a) G1", base),
+        Case("(b) G1 + G2", replace(base, tiers=tiers)),
+        Case("(c) large G1", replace(base, num_kv_blocks=args.large_g1_blocks)),
+    ]
+
+
+def row(case: Case, r: ReplayReport) -> list[object]:
+    return [
+        case.config.router,
+        case.label,
+        case.config.num_kv_blocks,
+        case.config.tiers.kv_host_blocks or 0,
+        r.num_requests,
+        round(r.prefix_hit_ratio, 4),
+        round(r.onboarded_token_ratio, 4),
+        r.ttft_ms.p50,
+        r.ttft_ms.p99,
+        r.itl_ms.p50,
+        r.blocks_onboarded.get("g2->g1", 0),
+        r.wall_time_s,
+    ]
+
+
+def checks(router: str, tiered: ReplayReport, large: ReplayReport) -> list[str]:
+    hit = tiered.prefix_hit_ratio / large.prefix_hit_ratio if large.prefix_hit_ratio else 0.0
+    ttft = tiered.ttft_ms.p50 / large.ttft_ms.p50 if large.ttft_ms.p50 else float("inf")
+
+    def mark(ok: bool) -> str:
+        return "PASS" if ok else "MISS"
+
+    return [
+        f"{mark(hit >= HIT_RATIO_TARGET)}: {router}: (b)'s hit ratio is {hit:.1%} of (c)'s "
+        f"({tiered.prefix_hit_ratio:.4f} / {large.prefix_hit_ratio:.4f}; target >= "
+        f"{HIT_RATIO_TARGET:.0%})",
+        f"{mark(ttft <= TTFT_P50_TARGET)}: {router}: (b)'s TTFT p50 is {ttft:.2f}x (c)'s "
+        f"({tiered.ttft_ms.p50:,.0f} / {large.ttft_ms.p50:,.0f} ms; target <= "
+        f"{TTFT_P50_TARGET}x)",
+    ]
+
+
+def _shell(command: str) -> str:
+    return subprocess.run(command, shell=True, capture_output=True, text=True).stdout.strip()
+
+
+def main() -> None:
+    args = parse_args()
+    limit = 500 if args.quick else args.limit
+    requests = read_mooncake_trace(TRACES_DIR / args.trace, limit=limit, time_scale=args.time_scale)
+    ceiling = prefix_hit_ceiling(requests)
+    rows: list[list[object]] = []
+    marks: list[str] = []
+    for router in args.routers:
+        reports = []
+        for case in cases(args, router):
+            reports.append(replay(requests, case.config))
+            rows.append(row(case, reports[-1]))
+            print(rows[-1], flush=True)
+        marks += checks(router, reports[1], reports[2])
+    what = f"first {limit:,} requests" if limit else f"all {len(requests):,} requests"
+    body = (
+        f"{args.trace}, {what}, arrival times x {args.time_scale:g}, {args.workers} mocker "
+        "workers (default DESIGN timing), block size 16, routers as listed (kv: temperature "
+        "0, overlap weight 1, decode weight 1), 2 MiB per KV block (an 8B model in bfloat16); "
+        "G2 loads at the default --kv-host-bandwidth-gbps (25 GB/s), one load at a time per "
+        "worker, offload on eviction. Hit ratio: prompt tokens cached when first scheduled "
+        "(G1 hits and blocks onboarded from G2) over prompt tokens; onboarded: the part of it "
+        f"that came from G2. The trace's infinite-cache ceiling over these requests: "
+        f"{ceiling:.3f}.\n\n"
+        + markdown_table(
+            [
+                "router",
+                "case",
+                "G1 blocks/worker",
+                "G2 blocks/worker",
+                "requests",
+                "hit ratio",
+                "onboarded",
+                "TTFT p50 ms",
+                "TTFT p99 ms",
+                "ITL p50 ms",
+                "blocks onboarded",
+                "wall s",
+            ],
+            rows,
+        )
+        + "\n\n"
+        + "\n".join(f"- {c}" for c in marks)
+        + "\n\nMachine (`nproc`; `lscpu | head -15`):\n\n```\n"
+        + _shell("nproc")
+        + "\n"
+        + _shell("lscpu | head -15")
+        + "\n```\n"
+    )
+    out = results_path(args.quick)
+    section = Section("replay_tiers", "Replay: lower KV tiers (G1 + G2 vs a large G1)", body, "n/a")
+    write_section(out, section, get_machine_facts())
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

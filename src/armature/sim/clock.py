@@ -1,0 +1,64 @@
+"""The mocker's clocks: wall time for serving real traffic, virtual time for offline replay.
+
+Everything simulated that takes time (a model step, a load from a lower KV tier) reads and
+advances one of these instead of `time`, so the same code runs in real time or as fast as the
+host can compute it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["Clock", "EventClock", "VirtualClock", "WallClock"]
+
+
+class Clock(Protocol):
+    def get_time_s(self) -> float:
+        """Now, in seconds (only differences between readings mean anything)."""
+        ...
+
+    def advance(self, seconds: float) -> None:
+        """Let `seconds` pass: a wall clock sleeps, a virtual one moves forward at once."""
+        ...
+
+
+class WallClock:
+    """Real time: a step takes as long as the timing model says (serving real traffic)."""
+
+    def get_time_s(self) -> float:
+        return time.monotonic()
+
+    def advance(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+@dataclass
+class VirtualClock:
+    """Simulated time for offline replay: advancing costs nothing."""
+
+    now_s: float = 0.0
+
+    def get_time_s(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
+
+
+class EventClock:
+    """A discrete-event simulation's time (`get_now_s`), as the modeled KV tiers read it. It
+    moves from event to event, never by `advance`: a worker waiting for loads is idle and the
+    simulation wakes it when the next one is done (`sim.simulation`)."""
+
+    def __init__(self, get_now_s: Callable[[], float]):
+        self._get_now_s = get_now_s
+
+    def get_time_s(self) -> float:
+        return self._get_now_s()
+
+    def advance(self, seconds: float) -> None:
+        """Nothing: a wait for loads returns at once."""
