@@ -50,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the tier's bandwidth",
     )
     add_settings(tiers, KvTierConfig(), only=TIER_SETTINGS)
+    add_settings(tiers, RouterConfig(), only=("tier_aware",))
     _add_goodput_args(replay)
     replay.add_argument(
         "--seed", type=int, default=DEFAULTS.seed, help="seed for prompts and tokens"
@@ -218,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         transfer_bandwidth_bytes_s=args.transfer_bandwidth_gbs * 1e9,
         kv_bytes_per_block=args.kv_bytes_per_block,
         tiers=KvTierConfig(**{name: getattr(args, name) for name in TIER_SETTINGS}),
+        tier_aware=args.tier_aware,
         slos=(Slo("sla", args.slo_ttft_ms, args.slo_itl_ms, args.slo_itl_quantile),),
     )
     if args.prefill_workers >= args.workers:

@@ -166,6 +166,7 @@ def build_mocker_core(
         num_blocks=num_kv_blocks_for(config, arch),
         eviction_observer=eviction_observer,
         tiers=builder,
+        time_s=clock.get_time_s,
     )
     pool = core.pool
     runner.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks

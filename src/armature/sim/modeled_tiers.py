@@ -153,6 +153,12 @@ class ModeledTiers:
             self.counters.blocks_onboarded.update(hit.tier for hit in load.hits)
             elapsed_s = load.done_s - load.submitted_s
             self.counters.add_onboard_latency(elapsed_s)
+            tier_load_s: dict[KvTier, float] = {}
+            for hit in load.hits:
+                tier_load_s[hit.tier] = (
+                    tier_load_s.get(hit.tier, 0.0) + self._block_load_s[hit.tier]
+                )
+            self.counters.add_load_time(tier_load_s, load.hits)
             results.append(
                 LoadResult(load.job_id, load.hits, load.g1_ids, len(load.hits), None, elapsed_s)
             )

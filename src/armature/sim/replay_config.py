@@ -38,9 +38,10 @@ class ReplayConfig:
     # one KV block's bytes, for KV transfers and lower-tier loads (and --kv-host-bytes ...)
     kv_bytes_per_block: int = 2 * 1024 * 1024  # Llama-3-8B in bfloat16, 16-token blocks
     # lower KV tiers of every worker, modeled (armature.sim.modeled_tiers); the router's
-    # index is fed every tier's events, as the router service is. A router setting for
-    # tier-blind routing (branch tier-routing) is to be passed down beside `router` here.
+    # index is fed every tier's events, as the router service is, and with `tier_aware` the
+    # kv router counts lower-tier hits at their weights (tier-blind: device hits only)
     tiers: KvTierConfig = KvTierConfig()
+    tier_aware: bool = RouterConfig().tier_aware
     # goodput: requests meeting an SLA, for each SLA given
     slos: tuple[Slo, ...] = ()
 

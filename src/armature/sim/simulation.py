@@ -38,6 +38,7 @@ from armature.router.policies import (
     make_policy,
 )
 from armature.router.prefix_index import PrefixIndex
+from armature.router.tier_weights import TierWeightBook
 from armature.sim.clock import EventClock
 from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
 from armature.sim.modeled_tiers import ModeledTiers, build_modeled_tiers
@@ -103,6 +104,7 @@ class Simulation:
                 runner,
                 num_blocks=config.num_kv_blocks,
                 tiers=self._build_tiers(worker) if config.tiers.is_enabled else None,
+                time_s=runner.clock.get_time_s,
             )
             runner.kv_utilization = _utilization_of(core)
             self.cores[worker] = core
@@ -110,6 +112,10 @@ class Simulation:
         self.index = PrefixIndex()
         for worker in self.workers:
             self.index.add_worker(worker, config.num_kv_blocks)
+        # tier-aware routing weighs lower-tier hits from the workers' load reports
+        self.tier_weights = (
+            TierWeightBook() if config.tiers.is_enabled and config.tier_aware else None
+        )
         self.load = ActiveLoad()
         self.policy = self._policy()
         self.tracked: dict[str, Tracked] = {}
@@ -159,6 +165,7 @@ class Simulation:
             routed_ttl_s=c.routed_ttl_s,
             routed_max_entries=c.num_workers * c.num_kv_blocks,
             clock=lambda: self.now_ms / 1000.0,
+            tier_weights=self.tier_weights,
         )
 
     def run(self) -> float:
@@ -274,11 +281,20 @@ class Simulation:
             self.load.finish(output.request_id)
 
     def _index_events(self, worker: str) -> None:
+        """The worker's KV events into the index; with lower tiers, first its load report's
+        tier capacities and costs (as the router service reads them)."""
         core = self.cores[worker]
+        if self.config.tiers.is_enabled and self.index.has_worker(worker):
+            load = core.get_load()
+            self.index.set_tier_capacities(worker, load.num_tier_total_blocks)
+            if self.tier_weights is not None:
+                self.tier_weights.update(worker, load.prefill_s_per_block, load.onboard_s_per_block)
         for event in core.take_kv_events():
             if not self.index.apply(worker, event):
                 dump = core.dump_kv_blocks()
-                self.index.load_dump(worker, dump.seq_hashes, dump.last_event_id)
+                self.index.load_dump(
+                    worker, dump.seq_hashes, dump.last_event_id, dump.tier_seq_hashes
+                )
 
     def report(self, end_ms: float, wall_time_s: float) -> ReplayReport:
         done = [t for t in self.tracked.values() if t.last_token_ms is not None]

@@ -22,7 +22,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import count
@@ -112,6 +112,17 @@ class TierCounters:
         self.onboard_latencies_s.append(seconds)
         self.onboard_latency_counts[bisect_left(ONBOARD_LATENCY_BUCKETS_S, seconds)] += 1
         self.onboard_latency_sum_s += seconds
+
+    def add_load_time(self, tier_load_s: Mapping[KvTier, float], hits: Sequence[TierHit]) -> None:
+        """A completed load: the seconds it took per tier, and the blocks it brought back."""
+        for tier, seconds in tier_load_s.items():
+            self.onboard_load_s[tier] = self.onboard_load_s.get(tier, 0.0) + seconds
+        self.onboard_load_blocks.update(hit.tier for hit in hits)
+
+    def get_onboard_s_per_block(self) -> dict[KvTier, float]:
+        """Seconds to load one block back from each lower tier, over the loads completed so
+        far (a tier not loaded from yet is absent)."""
+        return {t: self.onboard_load_s[t] / n for t, n in self.onboard_load_blocks.items() if n}
 
 
 def tier_stats(counters: TierCounters, policy: TierPolicy, bytes_per_block: int) -> KvTierStats:
@@ -251,10 +262,7 @@ class KvTierManager:
         self.counters.blocks_onboarded.update(hit.tier for hit in loaded)
         self.counters.add_onboard_latency(result.elapsed_s)
         if result.failure is None:  # a failed load's time is not a block's
-            load_s = self.counters.onboard_load_s
-            for tier, seconds in result.tier_load_s.items():
-                load_s[tier] = load_s.get(tier, 0.0) + seconds
-            self.counters.onboard_load_blocks.update(hit.tier for hit in loaded)
+            self.counters.add_load_time(result.tier_load_s, loaded)
         rest = result.hits[result.num_loaded :]
         if rest:
             assert result.failure is not None
@@ -419,12 +427,6 @@ class KvTierManager:
             self.stores[tier].delete(key.seq_hash)
         except StoreError as exc:
             log.warning("could not delete KV block %016x from %s: %s", key.seq_hash, tier, exc)
-
-    def get_onboard_s_per_block(self) -> dict[KvTier, float]:
-        """Measured seconds to load one block back from each lower tier, over the loads that
-        completed so far (tiers not loaded from yet are absent). Engine thread."""
-        c = self.counters
-        return {t: c.onboard_load_s[t] / n for t, n in c.onboard_load_blocks.items() if n}
 
     def get_stats(self) -> KvTierStats:
         """A snapshot of the counters (engine thread; the copy is safe to hand to others)."""

@@ -102,6 +102,14 @@ def test_a_prompt_evicted_to_host_comes_back_with_the_same_tokens(
     assert stats.hit_blocks == {"host": 12}
     assert stats.tier_blocks == {"host": 24} and stats.tier_capacity_blocks == {"host": 64}
     assert sum(stats.onboard_latency_counts) == 1
+    # what tier-aware routing reads: measured costs, the host tier's size and contents
+    load = core.get_load()
+    assert set(load.onboard_s_per_block) == {KvTier.HOST}
+    assert load.onboard_s_per_block[KvTier.HOST] > 0
+    assert load.prefill_s_per_block is not None and load.prefill_s_per_block > 0
+    assert load.num_tier_total_blocks == {KvTier.HOST: 64}
+    core.take_kv_events()
+    assert core.dump_kv_blocks().tier_seq_hashes == {KvTier.HOST: host}
     core.close()
 
 

@@ -160,5 +160,13 @@ def test_a_mocker_onboards_an_evicted_prompt_from_host_in_the_modeled_time() -> 
     assert math.isclose(clock.now_s - started_s, load_s + prefill_s, rel_tol=1e-12)
     assert core.tiers.counters.blocks_onboarded == {H: 3}
     assert core.tiers.policy.get_num_pinned_blocks() == 0
+    # the load report tier-aware routing weighs: the modeled costs, on the mocker's clock
+    # (a prefill-only step of 15 tokens each for a, b and c, then 3 for a2)
+    load = core.get_load()
+    assert load.onboard_s_per_block == {H: MOCKER_BLOCK_S}
+    prefill_steps_s = 3 * PolynomialTiming().prefill_ms(15) / 1000 + prefill_s
+    assert load.prefill_s_per_block is not None
+    assert math.isclose(load.prefill_s_per_block, prefill_steps_s / (48 / 4), rel_tol=1e-12)
+    assert load.num_tier_total_blocks == {H: 16}
     core.tiers.policy.check_integrity()
     core.pool.check_integrity()

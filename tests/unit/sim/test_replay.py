@@ -86,20 +86,26 @@ TINY_G1 = ReplayConfig(num_workers=2, block_size=16, num_kv_blocks=100, seed=1)
 def test_a_host_tier_brings_back_what_a_tiny_g1_evicts() -> None:
     """A session's next turn comes 3 s later; by then the tiny G1 (100 blocks, a prompt is
     up to 40) evicted its prefix, and the host tier (G2) gives it back. The hit ratio counts
-    the onboarded blocks' tokens; every request completes either way."""
+    the onboarded blocks' tokens; every request completes either way. Tier-blind routing
+    sees only G1, so a turn often lands on the worker without its session's blocks;
+    tier-aware routing follows them into G2 and more than doubles the hits."""
     alone = replay(MULTI_TURN, TINY_G1)
     tiered_config = replace(TINY_G1, tiers=KvTierConfig(kv_host_blocks=1024))
-    tiered = replay(MULTI_TURN, tiered_config)
-    assert alone.num_requests == tiered.num_requests == 48
-    assert alone.num_rejected == tiered.num_rejected == 0
+    blind = replay(MULTI_TURN, replace(tiered_config, tier_aware=False))
+    aware = replay(MULTI_TURN, tiered_config)
+    assert alone.num_requests == blind.num_requests == aware.num_requests == 48
+    assert alone.num_rejected == blind.num_rejected == aware.num_rejected == 0
     assert (alone.prefix_hit_ratio, alone.onboarded_token_ratio) == (0.040364583333333336, 0.0)
     assert (alone.blocks_onboarded, alone.blocks_offloaded) == ({}, {})
-    assert tiered.prefix_hit_ratio == 0.14583333333333334
-    assert tiered.blocks_onboarded == {"g2->g1": 162}
-    assert tiered.blocks_offloaded == {"g1->g2": 1186}
+    assert blind.prefix_hit_ratio == 0.14583333333333334
+    assert blind.blocks_onboarded == {"g2->g1": 162}
+    assert blind.blocks_offloaded == {"g1->g2": 1186}
     prompt_tokens = sum(r.input_length for r in MULTI_TURN)
-    assert tiered.onboarded_token_ratio == 162 * 16 / prompt_tokens
-    assert without_wall_time(replay(MULTI_TURN, tiered_config)) == without_wall_time(tiered)
+    assert blind.onboarded_token_ratio == 162 * 16 / prompt_tokens
+    assert aware.prefix_hit_ratio == 0.3333333333333333
+    assert aware.blocks_onboarded == {"g2->g1": 448}
+    assert aware.onboarded_token_ratio == 448 * 16 / prompt_tokens
+    assert without_wall_time(replay(MULTI_TURN, tiered_config)) == without_wall_time(aware)
 
 
 def test_disaggregated_replay_runs_the_tiers_on_every_worker() -> None:

@@ -82,13 +82,16 @@ class EngineCore:
         num_blocks: int | None = None,
         eviction_observer: EvictionObserver | None = None,
         tiers: TierBuilder | None = None,
+        time_s: Callable[[], float] = time.perf_counter,
     ):
         """`eviction_observer` is told about each cached block before the block pool reuses
         it (see `armature.kv.eviction`). `tiers` builds the lower KV tiers (G2-G4): they are
-        the pool's eviction observer, and prompts onboard blocks from them."""
+        the pool's eviction observer, and prompts onboard blocks from them. `time_s` times
+        the steps (the mocker passes its clock, on which a step takes its modeled time)."""
         if tiers is not None and eviction_observer is not None:
             raise ValueError("lower KV tiers are the pool's eviction observer: pass one")
         self.config = config
+        self._time_s = time_s
         arch = runner.arch if runner is not None else read_arch(config.model_dir)
         self.max_model_len = resolve_max_model_len(config, arch)
         if runner is None:
@@ -192,7 +195,7 @@ class EngineCore:
     def step(self) -> list[EngineOutput]:
         """Schedule a batch, run it, sample, finish requests. A batch that ran without error
         leaves one StepRecord (see `take_step_records`)."""
-        started_s = time.perf_counter()
+        started_s = self._time_s()
         if self.onboarding is not None:
             self.scheduler.requeue_onboarded(self.onboarding.take_ready())
         scheduled = self.scheduler.schedule()
@@ -210,7 +213,7 @@ class EngineCore:
             return self._fail(scheduled, exc)
         self.scheduler.update_after_step(scheduled)
         outputs = self._sample_and_finish(completing, logits)
-        self._record(scheduled, num_kv_tokens_used, time.perf_counter() - started_s)
+        self._record(scheduled, num_kv_tokens_used, self._time_s() - started_s)
         return outputs
 
     def _sample_and_finish(
@@ -398,7 +401,9 @@ class EngineCore:
             num_prefill_tokens_queued=self.scheduler.get_num_prefill_tokens_queued(),
             num_steps=self._num_steps,
             prefill_s_per_block=self._prefill_step_s / blocks if blocks else None,
-            onboard_s_per_block=tiers.get_onboard_s_per_block() if tiers is not None else {},
+            onboard_s_per_block=tiers.counters.get_onboard_s_per_block()
+            if tiers is not None
+            else {},
             num_tier_total_blocks={
                 t: tiers.policy.get_capacity_blocks(t) for t in tiers.policy.get_tiers()
             }
