@@ -16,10 +16,10 @@ over all prompt tokens, the same unit in every row.
 Each router in --routers (default: kv, then round-robin, whose choices ignore the cache, so
 its (b)/(c) ratio measures the tiers alone) runs the three cases.
 
-Tier-aware vs tier-blind routing: the router's index is fed every tier's KV events, as the
-router service is on main. A router setting for tier-blind routing is coming on branch
-tier-routing; pass it down through `ReplayConfig` and add its values to `cases` here to
-compare (not done in this script yet).
+Tier-aware vs tier-blind routing: with kv routing, (b) runs twice, tier-aware (lower-tier
+hits count at each worker's measured weight, docs/architecture.md "Tier-aware routing") and
+tier-blind (`--kv-tier-blind`: only G1 hits count). Both are reported; (b) in the targets is
+the tier-aware run.
 
 Writes the `replay_tiers` section of docs/benchmarks.md (bench/out/ with --quick).
 """
@@ -41,9 +41,12 @@ HIT_RATIO_TARGET = 0.90  # (b) over (c)
 TTFT_P50_TARGET = 1.2  # (b) over (c), at most
 
 
+TIERED, BLIND, LARGE = "(b) G1 + G2", "(b) G1 + G2, tier-blind", "(c) large G1"
+
+
 @dataclass(frozen=True)
 class Case:
-    label: str  # (a), (b) or (c)
+    label: str  # (a), (b), (b) tier-blind or (c)
     config: ReplayConfig
 
 
@@ -62,15 +65,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def cases(args: argparse.Namespace, router: str) -> list[Case]:
-    """(a), (b), (c) with `router`."""
+    """(a), (b), (c) with `router`; with kv routing (b) tier-blind too."""
     base = ReplayConfig(
         num_workers=args.workers, router=router, block_size=16, num_kv_blocks=args.g1_blocks
     )
     tiers = KvTierConfig(kv_host_blocks=args.g2_blocks)
+    blind = [Case(BLIND, replace(base, tiers=tiers, tier_aware=False))] if router == "kv" else []
     return [
         Case("(a) G1", base),
-        Case("(b) G1 + G2", replace(base, tiers=tiers)),
-        Case("(c) large G1", replace(base, num_kv_blocks=args.large_g1_blocks)),
+        Case(TIERED, replace(base, tiers=tiers)),
+        *blind,
+        Case(LARGE, replace(base, num_kv_blocks=args.large_g1_blocks)),
     ]
 
 
@@ -91,7 +96,8 @@ def row(case: Case, r: ReplayReport) -> list[object]:
     ]
 
 
-def checks(router: str, tiered: ReplayReport, large: ReplayReport) -> list[str]:
+def checks(router: str, reports: dict[str, ReplayReport]) -> list[str]:
+    tiered, large = reports[TIERED], reports[LARGE]
     hit = tiered.prefix_hit_ratio / large.prefix_hit_ratio if large.prefix_hit_ratio else 0.0
     ttft = tiered.ttft_ms.p50 / large.ttft_ms.p50 if large.ttft_ms.p50 else float("inf")
 
@@ -105,7 +111,16 @@ def checks(router: str, tiered: ReplayReport, large: ReplayReport) -> list[str]:
         f"{mark(ttft <= TTFT_P50_TARGET)}: {router}: (b)'s TTFT p50 is {ttft:.2f}x (c)'s "
         f"({tiered.ttft_ms.p50:,.0f} / {large.ttft_ms.p50:,.0f} ms; target <= "
         f"{TTFT_P50_TARGET}x)",
+        *([_aware_vs_blind(tiered, reports[BLIND])] if BLIND in reports else []),
     ]
+
+
+def _aware_vs_blind(aware: ReplayReport, blind: ReplayReport) -> str:
+    return (
+        f"tier-aware vs tier-blind kv routing in (b): hit ratio {aware.prefix_hit_ratio:.4f} "
+        f"vs {blind.prefix_hit_ratio:.4f}, TTFT p50 {aware.ttft_ms.p50:,.0f} vs "
+        f"{blind.ttft_ms.p50:,.0f} ms, p99 {aware.ttft_ms.p99:,.0f} vs {blind.ttft_ms.p99:,.0f} ms"
+    )
 
 
 def _shell(command: str) -> str:
@@ -120,12 +135,12 @@ def main() -> None:
     rows: list[list[object]] = []
     marks: list[str] = []
     for router in args.routers:
-        reports = []
+        reports: dict[str, ReplayReport] = {}
         for case in cases(args, router):
-            reports.append(replay(requests, case.config))
-            rows.append(row(case, reports[-1]))
+            reports[case.label] = replay(requests, case.config)
+            rows.append(row(case, reports[case.label]))
             print(rows[-1], flush=True)
-        marks += checks(router, reports[1], reports[2])
+        marks += checks(router, reports)
     what = f"first {limit:,} requests" if limit else f"all {len(requests):,} requests"
     body = (
         f"{args.trace}, {what}, arrival times x {args.time_scale:g}, {args.workers} mocker "
