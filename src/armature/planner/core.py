@@ -137,6 +137,7 @@ class Planner:
         what the window's arrival rate needs."""
         frontend = observation.frontend
         if frontend.num_requests > 0:
+            self._prefix_hit_rate = frontend.prefix_hit_rate
             self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
         if self._lengths is None:
             return self._effects([], [])
@@ -259,18 +260,32 @@ class Planner:
         max_workers = self._config.get_role_limits(role).max_workers
         if role is WorkerRole.PREFILL:
             return plan_prefill(
-                load, self._prefix_hit_rate, self._model, k_p, self._targets,
-                queue_aware=queue_aware, max_workers=max_workers,
-            )  # fmt: skip
+                load,
+                self._prefix_hit_rate,
+                self._model,
+                k_p,
+                self._targets,
+                queue_aware=queue_aware,
+                max_workers=max_workers,
+            )
         if role is WorkerRole.DECODE:
             return plan_decode(
-                load, self._model, k_d, self._targets,
-                queue_aware=queue_aware, max_workers=max_workers,
-            )  # fmt: skip
+                load,
+                self._model,
+                k_d,
+                self._targets,
+                queue_aware=queue_aware,
+                max_workers=max_workers,
+            )
         return plan_agg(
-            load, self._prefix_hit_rate, self._model, (k_p, k_d), self._targets,
-            queue_aware=queue_aware, max_workers=max_workers,
-        )  # fmt: skip
+            load,
+            self._prefix_hit_rate,
+            self._model,
+            (k_p, k_d),
+            self._targets,
+            queue_aware=queue_aware,
+            max_workers=max_workers,
+        )
 
     def _roles(self) -> tuple[WorkerRole, ...]:
         return self._config.get_roles()
