@@ -111,3 +111,33 @@ def test_over_the_total_the_mins_still_hold() -> None:
         P: (2, LimitReason.TOTAL_WORKERS),
         D: (2, None),
     }
+
+
+def test_planner_settings_round_trip_through_their_flags() -> None:
+    """Ready for the planner command: each setting is one flag (no clashes), and `to_argv`
+    then parsing gives the configuration back."""
+    from armature.cli.options import Parser, add_settings, read_settings
+    from armature.config import to_argv
+
+    config = PlannerConfig(
+        ttft_ms=300.0,
+        itl_ms=25.0,
+        slo_attainment=0.99,
+        mode="agg",
+        interval_s=30.0,
+        predictor="moving-average",
+        season_intervals=24,
+        queue_aware=False,
+        min_prefill_workers=0,
+        max_decode_workers=12,
+        gpus_per_worker=2,
+        gpu_budget=16,
+        scale_down_cooldown_s=120.0,
+    )
+    parser = Parser(prog="armature plan")
+    add_settings(parser, PlannerConfig(), environ={})
+    argv = to_argv(config)
+    assert "--planner-queue-blind" in argv and "--planner-interval-s" in argv
+    assert read_settings(parser.parse_args(argv), PlannerConfig) == config
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--slo-attainment", "1.0"])
