@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 # placed by its most specific entry: "router.service" wins over "router".
 LAYERS: list[set[str]] = [
     {"protocols", "workload", "config", "errors"},
-    {"kv", "model", "router"},
+    {"kv", "model", "router", "planner"},
     {"transfer", "engines", "sim", "tiers"},
     {"runtime"},
     {"frontend", "worker", "bench", "router.service", "router.disagg"},

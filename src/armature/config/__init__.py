@@ -15,6 +15,7 @@ configuration back into the command line that rebuilds it.
     engine.py    engine, KV cache, transfer      runtime.py   planes, discovery, one worker
     routing.py   router, disaggregation, health  edge.py      HTTP, API keys, overload
     kv_tiers.py  lower KV tiers (G2-G4)         commands.py  WorkerConfig, FrontendConfig, ...
+    planner.py   the planner's targets, predictor, limits and cool-downs (no command yet)
 
 A field whose metadata has no `Setting` is not a flag (a value the code sets, like the
 router's block size, which comes from the workers).
@@ -32,6 +33,7 @@ from armature.config.engine import (
     TransferConfig,
 )
 from armature.config.kv_tiers import KvTierConfig
+from armature.config.planner import PlannerConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import DEFAULT_LEASE_TTL_S, RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import (
@@ -69,6 +71,7 @@ __all__ = [
     "KvCacheConfig",
     "KvTierConfig",
     "OverloadConfig",
+    "PlannerConfig",
     "RouterConfig",
     "RuntimeConfig",
     "SecurityConfig",

@@ -1,0 +1,191 @@
+"""The planner: the latency targets it holds, how it predicts load, and the limits and
+cool-downs of its scaling decisions (docs/architecture.md, "Planner"). No command takes it
+yet; the planner service will."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armature.config.settings import setting
+from armature.config.values import non_negative_int, positive_float, positive_int
+from armature.errors import ConfigError
+from armature.protocols.worker import WorkerRole
+
+__all__ = ["PLANNER_MODES", "PREDICTORS", "PlannerConfig", "RoleLimits"]
+
+PREDICTORS = ("constant", "moving-average", "holt-winters")
+PLANNER_MODES = ("disagg", "agg")
+
+
+def _fraction_open(text: str) -> float:
+    """A number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise ConfigError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RoleLimits:
+    """The fewest and most workers of one role."""
+
+    min_workers: int
+    max_workers: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerConfig:
+    """What the planner aims for and how far it may go. `__post_init__` rejects limits that
+    cannot all hold (a ConfigError, one line, naming the flags)."""
+
+    ttft_ms: float = setting(
+        500.0, "target time to first token of each request, ms", parse=positive_float
+    )
+    itl_ms: float = setting(
+        50.0, "target mean inter-token latency of each request, ms", parse=positive_float
+    )
+    slo_attainment: float = setting(
+        0.95,
+        "the fraction of requests that should meet both --ttft-ms and --itl-ms",
+        parse=_fraction_open,
+    )
+    mode: str = setting(
+        "disagg",
+        "disagg: scale prefill and decode workers; agg: scale one pool of workers that do both",
+        flag="planner-mode",
+        choices=PLANNER_MODES,
+    )
+    interval_s: float = setting(
+        60.0,
+        "how often the throughput plan runs: predict the next interval's load, size each pool",
+        flag="planner-interval-s",
+        parse=positive_float,
+    )
+    load_interval_s: float = setting(
+        5.0,
+        "how often the load rule runs: +-1 worker from live latency estimates and the queue",
+        parse=positive_float,
+    )
+    predictor: str = setting(
+        "holt-winters",
+        "how the next interval's request rate and lengths are predicted: the last value, a "
+        "moving average, or exponential smoothing (statsmodels' Holt-Winters)",
+        choices=PREDICTORS,
+    )
+    predictor_window_intervals: int = setting(
+        6,
+        "moving-average: the intervals averaged",
+        parse=positive_int,
+    )
+    predictor_history_intervals: int = setting(
+        96,
+        "holt-winters: the most recent intervals it is fitted on",
+        parse=positive_int,
+    )
+    season_intervals: int | None = setting(
+        None,
+        "holt-winters: the length of a season (e.g. a day) in intervals; none by default",
+        parse=positive_int,
+    )
+    queue_aware: bool = setting(
+        True,
+        "size pools with a threshold rule only, not also with a queueing model (Erlang C) that "
+        "scales up before a queue builds (to compare)",
+        flag="planner-queue-blind",
+        negate=True,
+    )
+    min_workers: int = setting(1, "the fewest workers of each role", parse=positive_int)
+    max_workers: int = setting(8, "the most workers of each role", parse=positive_int)
+    min_prefill_workers: int | None = setting(
+        None,
+        "the fewest prefill workers (default: --min-workers; 0: decode workers prefill alone "
+        "when the pool is empty)",
+        parse=non_negative_int,
+    )
+    max_prefill_workers: int | None = setting(
+        None, "the most prefill workers (default: --max-workers)", parse=positive_int
+    )
+    min_decode_workers: int | None = setting(
+        None, "the fewest decode workers (default: --min-workers)", parse=positive_int
+    )
+    max_decode_workers: int | None = setting(
+        None, "the most decode workers (default: --max-workers)", parse=positive_int
+    )
+    max_total_workers: int | None = setting(
+        None, "the most workers of all roles together", parse=positive_int
+    )
+    gpus_per_worker: int = setting(1, "GPUs one worker takes", parse=positive_int)
+    gpu_budget: int | None = setting(
+        None, "the most GPUs all workers together may take", parse=positive_int
+    )
+    scale_up_cooldown_s: float = setting(
+        10.0,
+        "after a role scales, it scales up again only after this long (new workers need time "
+        "to start and take load)",
+        parse=positive_float,
+    )
+    scale_down_cooldown_s: float = setting(
+        60.0,
+        "after a role scales, it scales down only after this long (against flapping)",
+        parse=positive_float,
+    )
+    scale_down_ratio: float = setting(
+        0.5,
+        "the load rule removes a worker only while live TTFT and ITL estimates are below this "
+        "fraction of their targets",
+        parse=_fraction_open,
+    )
+
+    def __post_init__(self) -> None:
+        for role in self.get_roles():
+            limits = self.get_role_limits(role)
+            if limits.min_workers > limits.max_workers:
+                raise ConfigError(
+                    f"{role.value} workers: the minimum ({limits.min_workers}) is above the "
+                    f"maximum ({limits.max_workers}); check --min-workers/--max-workers"
+                )
+        num_min_workers = sum(self.get_role_limits(r).min_workers for r in self.get_roles())
+        if self.max_total_workers is not None and self.max_total_workers < num_min_workers:
+            raise ConfigError(
+                f"--max-total-workers {self.max_total_workers} is below the sum of the roles' "
+                f"minimum workers ({num_min_workers})"
+            )
+        num_min_gpus = num_min_workers * self.gpus_per_worker
+        if self.gpu_budget is not None and self.gpu_budget < num_min_gpus:
+            raise ConfigError(
+                f"--gpu-budget {self.gpu_budget} is below what the roles' minimum workers take "
+                f"({num_min_workers} x {self.gpus_per_worker} GPUs = {num_min_gpus})"
+            )
+        if self.scale_down_cooldown_s < self.scale_up_cooldown_s:
+            raise ConfigError("--scale-down-cooldown-s must be >= --scale-up-cooldown-s")
+        if self.mode not in PLANNER_MODES:
+            raise ConfigError(f"--planner-mode must be one of {', '.join(PLANNER_MODES)}")
+        if self.predictor not in PREDICTORS:
+            raise ConfigError(f"--predictor must be one of {', '.join(PREDICTORS)}")
+
+    def get_roles(self) -> tuple[WorkerRole, ...]:
+        """The roles the planner scales: prefill and decode, or the aggregated pool."""
+        if self.mode == "agg":
+            return (WorkerRole.AGG,)
+        return (WorkerRole.PREFILL, WorkerRole.DECODE)
+
+    def get_role_limits(self, role: WorkerRole) -> RoleLimits:
+        """A role's limits: its own flags where given, else --min-workers/--max-workers."""
+        low, high = self.min_workers, self.max_workers
+        if role is WorkerRole.PREFILL:
+            low = low if self.min_prefill_workers is None else self.min_prefill_workers
+            high = high if self.max_prefill_workers is None else self.max_prefill_workers
+        elif role is WorkerRole.DECODE:
+            low = low if self.min_decode_workers is None else self.min_decode_workers
+            high = high if self.max_decode_workers is None else self.max_decode_workers
+        return RoleLimits(low, high)
+
+    def get_max_total_workers(self) -> int | None:
+        """The tighter of --max-total-workers and --gpu-budget / --gpus-per-worker."""
+        bounds = [b for b in (self.max_total_workers,) if b is not None]
+        if self.gpu_budget is not None:
+            bounds.append(self.gpu_budget // self.gpus_per_worker)
+        return min(bounds) if bounds else None

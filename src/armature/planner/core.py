@@ -1,0 +1,328 @@
+"""The planner's state machine: observations in, scaling decisions out; no I/O, no clock
+(the caller passes `now_s`). A service shell calls `plan_interval` every `interval_s` and
+`plan_load` every `load_interval_s`, and has a connector carry out `PlannerEffects.decisions`.
+
+    plan_interval  feed the predictors and correction factors; predict the next interval's
+                   load; size each pool for it (replicas.py): the throughput plan, which is
+                   also the floor the load rule cannot go below
+    plan_load      live TTFT/ITL estimates (live.py): +1 above target, -1 well below it; with
+                   the queueing model, jump to what the window's arrival rate needs at once
+
+Every change passes the role's cool-down (cooldown.py) and the limits (limits.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from armature.config.planner import PlannerConfig
+from armature.planner.cooldown import RoleCooldown
+from armature.planner.correction import CorrectionTracker
+from armature.planner.decisions import DecisionReason, LimitReason, ScalingDecision
+from armature.planner.forecast import LoadForecast, LoadForecaster
+from armature.planner.limits import apply_limits
+from armature.planner.live import LiveEstimate, estimate_live
+from armature.planner.observation import PlannerObservation
+from armature.planner.performance import PerformanceModel
+from armature.planner.predictors import LoadPredictor, make_predictor
+from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, plan_prefill
+from armature.protocols.worker import WorkerRole
+
+__all__ = ["Planner", "PlannerEffects"]
+
+
+@dataclass(frozen=True)
+class PlannerEffects:
+    """What one tick decided: the changes to make (`decisions`), the changes a cool-down
+    held back (`held`), every role's count after it, and the numbers behind it."""
+
+    decisions: list[ScalingDecision]
+    held: list[ScalingDecision]
+    num_workers: dict[WorkerRole, int]
+    forecast: LoadForecast | None = None
+    plans: dict[WorkerRole, PoolPlan] = field(default_factory=dict)
+    live: dict[WorkerRole, LiveEstimate] = field(default_factory=dict)
+    prefill_correction: float = 1.0
+    decode_correction: float = 1.0
+
+
+@dataclass(frozen=True)
+class _Want:
+    num_workers: int
+    reason: DecisionReason
+    detail: str
+
+
+class Planner:
+    """Sizes the pools of `config.get_roles()`. Owns its predictors, correction factors,
+    each role's count (what it last decided: the connector makes the fleet follow), the
+    throughput plan's floor and the cool-downs."""
+
+    def __init__(
+        self,
+        config: PlannerConfig,
+        model: PerformanceModel,
+        *,
+        num_workers: Mapping[WorkerRole, int] | None = None,
+        predictor_factory: Callable[[], LoadPredictor] | None = None,
+    ) -> None:
+        self._config = config
+        self._model = model
+        self._targets = Targets(
+            config.ttft_ms / 1000.0, config.itl_ms / 1000.0, config.slo_attainment
+        )
+        self._forecaster = LoadForecaster(predictor_factory or self._make_predictor)
+        self._corrections = CorrectionTracker()
+        roles = config.get_roles()
+        given = num_workers or {}
+        start = {r: given.get(r, config.get_role_limits(r).min_workers) for r in roles}
+        self._num_workers = {r: num for r, (num, _) in apply_limits(config, start).items()}
+        self._floor = {r: config.get_role_limits(r).min_workers for r in roles}
+        self._cooldowns = {
+            r: RoleCooldown(config.scale_up_cooldown_s, config.scale_down_cooldown_s) for r in roles
+        }
+        self._prefix_hit_rate = 0.0
+        self._lengths: tuple[float, float] | None = None  # last measured (isl, osl)
+        self._live: dict[WorkerRole, LiveEstimate] = {}
+
+    def _make_predictor(self) -> LoadPredictor:
+        config = self._config
+        return make_predictor(
+            config.predictor,
+            window=config.predictor_window_intervals,
+            history=config.predictor_history_intervals,
+            season_length=config.season_intervals,
+        )
+
+    def get_num_workers(self) -> dict[WorkerRole, int]:
+        """Each role's count as last decided."""
+        return dict(self._num_workers)
+
+    def get_floor(self) -> dict[WorkerRole, int]:
+        """Each role's floor: the last throughput plan within the limits."""
+        return dict(self._floor)
+
+    def plan_interval(self, observation: PlannerObservation, now_s: float) -> PlannerEffects:
+        """The throughput plan for the next interval, from the one that just ended."""
+        frontend = observation.frontend
+        self._forecaster.observe(frontend)
+        self._corrections.observe(observation.workers, self._model)
+        if frontend.num_requests > 0:
+            self._prefix_hit_rate = frontend.prefix_hit_rate
+            self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
+        forecast = self._forecaster.predict_next()
+        if forecast is None:
+            return self._effects([], [])
+        plans = {r: self._plan_pool(r, forecast, self._config.queue_aware) for r in self._roles()}
+        wants: dict[WorkerRole, _Want] = {}
+        for role, plan in plans.items():
+            limits = self._config.get_role_limits(role)
+            self._floor[role] = min(max(plan.num_workers, limits.min_workers), limits.max_workers)
+            cooldown = self._cooldowns[role]
+            cooldown.add_plan(plan.num_workers, now_s)
+            wanted = plan.num_workers
+            if wanted < self._num_workers[role]:
+                # scale down only to the highest recent plan, and not while the load rule
+                # last saw this role at or above its targets
+                wanted = min(self._num_workers[role], max(wanted, cooldown.get_stable_plan()))
+                if self._is_at_target(role):
+                    wanted = self._num_workers[role]
+            wants[role] = _Want(wanted, DecisionReason.THROUGHPUT, self._describe(forecast, plan))
+        decisions, held = self._apply(wants, now_s, share_total=True)
+        return self._effects(decisions, held, forecast=forecast, plans=plans)
+
+    def plan_load(self, observation: PlannerObservation, now_s: float) -> PlannerEffects:
+        """The load rule over a short window: +-1 worker from live estimates, or (queue-aware)
+        what the window's arrival rate needs."""
+        frontend = observation.frontend
+        if frontend.num_requests > 0:
+            self._prefix_hit_rate = frontend.prefix_hit_rate
+            self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
+        if self._lengths is None:
+            return self._effects([], [])
+        input_tokens, output_tokens = self._lengths
+        new_tokens = input_tokens * (1.0 - self._prefix_hit_rate)
+        observed = LoadForecast(frontend.get_request_rate_per_s(), input_tokens, output_tokens)
+        wants: dict[WorkerRole, _Want] = {}
+        plans: dict[WorkerRole, PoolPlan] = {}
+        for role in self._roles():
+            live = estimate_live(
+                role,
+                observation.get_workers(role),
+                frontend,
+                self._model,
+                self._corrections.prefill_factor,
+                new_tokens,
+            )
+            self._live[role] = live
+            plan = self._plan_pool(role, observed, True) if self._config.queue_aware else None
+            if plan is not None:
+                plans[role] = plan
+            want = self._load_rule(role, live, plan)
+            if want is not None:
+                wants[role] = want
+        decisions, held = self._apply(wants, now_s, share_total=False)
+        return self._effects(decisions, held, plans=plans)
+
+    def _load_rule(
+        self, role: WorkerRole, live: LiveEstimate, plan: PoolPlan | None
+    ) -> _Want | None:
+        current = self._num_workers[role]
+        ttft_s, itl_s = self._targets.ttft_s, self._targets.itl_s
+        detail = _describe_live(live)
+        if plan is not None and plan.num_workers > current:
+            return _Want(
+                plan.num_workers,
+                DecisionReason.QUEUE_PREDICTED,
+                f"{detail}; queue model needs {plan.num_workers} (by queue "
+                f"{plan.num_by_queue}, by throughput {plan.num_by_throughput})",
+            )
+        up = max(current + 1, self._floor[role])
+        if live.ttft_s is not None and live.ttft_s > ttft_s:
+            return _Want(up, DecisionReason.TTFT_ABOVE_TARGET, detail)
+        if live.itl_s is not None and live.itl_s > itl_s:
+            return _Want(up, DecisionReason.ITL_ABOVE_TARGET, detail)
+        ratio = self._config.scale_down_ratio
+        pairs = ((live.ttft_s, ttft_s), (live.itl_s, itl_s))
+        measured = [(v, t) for v, t in pairs if v is not None]
+        if (
+            measured
+            and all(v < ratio * t for v, t in measured)
+            and current - 1 >= self._floor[role]
+            and (plan is None or plan.num_workers <= current - 1)
+        ):
+            return _Want(current - 1, DecisionReason.BELOW_TARGET, detail)
+        return None
+
+    def _is_at_target(self, role: WorkerRole) -> bool:
+        """Whether the last live estimate of `role` reached a target (False: none yet)."""
+        live = self._live.get(role)
+        if live is None:
+            return False
+        return (live.ttft_s is not None and live.ttft_s >= self._targets.ttft_s) or (
+            live.itl_s is not None and live.itl_s >= self._targets.itl_s
+        )
+
+    def _apply(
+        self, wants: Mapping[WorkerRole, _Want], now_s: float, *, share_total: bool
+    ) -> tuple[list[ScalingDecision], list[ScalingDecision]]:
+        """Limits, then cool-downs. `share_total`: roles share the total budget in proportion
+        to what they want (the throughput plan); otherwise a role grows only into what the
+        others leave free (the load rule moves one role and must not shrink another)."""
+        wanted = {
+            r: (wants[r].num_workers if r in wants else n) for r, n in self._num_workers.items()
+        }
+        if share_total:
+            limited = apply_limits(self._config, wanted)
+        else:
+            limited = {}
+            for role, num in wanted.items():
+                others = {r: n for r, n in self._num_workers.items() if r != role}
+                limited[role] = self._limit_alone(role, num, others)
+        decisions: list[ScalingDecision] = []
+        held: list[ScalingDecision] = []
+        for role, want in wants.items():
+            current = self._num_workers[role]
+            target, limit = limited[role]
+            if target == current:
+                continue
+            decision = ScalingDecision(
+                role=role,
+                from_workers=current,
+                to_workers=target,
+                wanted_workers=want.num_workers,
+                reason=want.reason,
+                at_s=now_s,
+                limited_by=limit,
+                detail=want.detail,
+            )
+            if not self._cooldowns[role].allows(current, target, now_s):
+                held.append(decision)
+                continue
+            self._num_workers[role] = target
+            self._cooldowns[role].record_change(now_s)
+            decisions.append(decision)
+        return decisions, held
+
+    def _limit_alone(
+        self, role: WorkerRole, num: int, others: Mapping[WorkerRole, int]
+    ) -> tuple[int, LimitReason | None]:
+        num, limit = apply_limits(self._config, {role: num})[role]
+        max_total = self._config.get_max_total_workers()
+        if max_total is not None and num + sum(others.values()) > max_total:
+            num = max(self._num_workers[role], max_total - sum(others.values()))
+            limit = LimitReason.TOTAL_WORKERS
+        return num, limit
+
+    def _plan_pool(self, role: WorkerRole, load: LoadForecast, queue_aware: bool) -> PoolPlan:
+        k_p, k_d = self._corrections.prefill_factor, self._corrections.decode_factor
+        max_workers = self._config.get_role_limits(role).max_workers
+        if role is WorkerRole.PREFILL:
+            return plan_prefill(
+                load,
+                self._prefix_hit_rate,
+                self._model,
+                k_p,
+                self._targets,
+                queue_aware=queue_aware,
+                max_workers=max_workers,
+            )
+        if role is WorkerRole.DECODE:
+            return plan_decode(
+                load,
+                self._model,
+                k_d,
+                self._targets,
+                queue_aware=queue_aware,
+                max_workers=max_workers,
+            )
+        return plan_agg(
+            load,
+            self._prefix_hit_rate,
+            self._model,
+            (k_p, k_d),
+            self._targets,
+            queue_aware=queue_aware,
+            max_workers=max_workers,
+        )
+
+    def _roles(self) -> tuple[WorkerRole, ...]:
+        return self._config.get_roles()
+
+    def _describe(self, forecast: LoadForecast, plan: PoolPlan) -> str:
+        unreachable = "" if plan.meets_target else "; the target cannot be met at any size"
+        return (
+            f"predicted {forecast.request_rate_per_s:.3g} req/s, isl "
+            f"{forecast.mean_input_tokens:.0f}, osl {forecast.mean_output_tokens:.0f}; by "
+            f"throughput {plan.num_by_throughput}, by queue {plan.num_by_queue}; service "
+            f"{plan.service_s * 1000.0:.1f} ms{unreachable}"
+        )
+
+    def _effects(
+        self,
+        decisions: list[ScalingDecision],
+        held: list[ScalingDecision],
+        *,
+        forecast: LoadForecast | None = None,
+        plans: dict[WorkerRole, PoolPlan] | None = None,
+    ) -> PlannerEffects:
+        return PlannerEffects(
+            decisions=decisions,
+            held=held,
+            num_workers=self.get_num_workers(),
+            forecast=forecast,
+            plans=plans or {},
+            live=dict(self._live),
+            prefill_correction=self._corrections.prefill_factor,
+            decode_correction=self._corrections.decode_factor,
+        )
+
+
+def _describe_live(live: LiveEstimate) -> str:
+    parts = []
+    if live.ttft_s is not None:
+        parts.append(f"live ttft {live.ttft_s * 1000.0:.0f} ms")
+    if live.itl_s is not None:
+        parts.append(f"live itl {live.itl_s * 1000.0:.1f} ms")
+    return ", ".join(parts) or "no live estimate"

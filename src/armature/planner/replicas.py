@@ -1,0 +1,216 @@
+"""The throughput plan: how many workers each role needs for a predicted load, from the
+performance model (times multiplied by the correction factors). Pure; docs/architecture.md,
+"Planner", works the formulas through.
+
+    new tokens     n = isl (1 - prefix hit rate)
+    prefill        p = k_p prefill_s(n)                 one prompt, batch 1
+    prefill pool   ceil(lam n / (n / p)) = ceil(lam p)  prompt tokens/s over one worker's
+    decode batch   B = the largest B with k_d decode_step_s(B, isl + osl/2) <= itl target
+    decode pool    ceil(lam osl step / B)               Little: lam x residence osl*step, / B
+    agg pool       ceil(lam p + lam osl step / B)       each worker's time shared by both
+
+With the queueing model (queue-aware), a pool is also at least the fewest servers for which
+`slo_attainment` of arrivals wait no longer than the target leaves after service (Erlang C,
+`queueing.py`): prefill servers are workers; decode servers are B slots per worker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from armature.planner.forecast import LoadForecast
+from armature.planner.performance import PerformanceModel
+from armature.planner.queueing import get_min_servers
+
+__all__ = [
+    "DecodeBatch",
+    "PoolPlan",
+    "Targets",
+    "get_decode_batch",
+    "plan_agg",
+    "plan_decode",
+    "plan_prefill",
+    "workers_for",
+]
+
+# a computed load of 2.0000000001 workers is 2 workers, not 3 (float error, not demand)
+_CEIL_TOLERANCE = 1e-9
+
+
+def workers_for(load: float) -> int:
+    """ceil(load), forgiving float error."""
+    return max(0, math.ceil(load - _CEIL_TOLERANCE))
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The SLO the planner holds: per-request TTFT and mean ITL, met by a fraction."""
+
+    ttft_s: float
+    itl_s: float
+    slo_attainment: float
+
+
+@dataclass(frozen=True)
+class DecodeBatch:
+    """The largest decode batch within the ITL target at a context length (`num_requests`
+    1 with `meets_itl` False when even one request is too slow), and its step time."""
+
+    context_tokens: float
+    num_requests: int
+    step_s: float
+    meets_itl: bool
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """One pool's size for a predicted load, and why.
+
+    `service_s`: the time one request holds a server (a prefill; a decode residence);
+    `num_by_throughput`: the capacity formula; `num_by_queue`: the queueing model's fewest
+    workers (None when queue-blind, no load, or not reachable within `max_workers`);
+    `meets_target`: whether service alone fits the target (else no pool size will)."""
+
+    num_workers: int
+    num_by_throughput: int
+    num_by_queue: int | None
+    service_s: float
+    meets_target: bool
+
+
+def get_decode_batch(
+    model: PerformanceModel, context_tokens: float, itl_s: float, correction: float
+) -> DecodeBatch:
+    """The largest batch B (up to the model's limit at this context) whose corrected step
+    time is within `itl_s`."""
+    best: DecodeBatch | None = None
+    for num_requests in range(1, model.get_max_decode_requests(context_tokens) + 1):
+        step_s = correction * model.get_decode_step_s(num_requests, context_tokens)
+        if step_s <= itl_s:
+            best = DecodeBatch(context_tokens, num_requests, step_s, True)
+    if best is None:
+        step_s = correction * model.get_decode_step_s(1, context_tokens)
+        return DecodeBatch(context_tokens, 1, step_s, False)
+    return best
+
+
+def _queue_workers(
+    load: LoadForecast,
+    service_s: float,
+    slack_s: float,
+    attainment: float,
+    slots_per_worker: int,
+    max_workers: int,
+) -> int | None:
+    if load.request_rate_per_s <= 0.0 or slack_s < 0.0:
+        return None
+    num_servers = get_min_servers(
+        load.request_rate_per_s,
+        service_s,
+        slack_s,
+        attainment,
+        max_servers=max_workers * slots_per_worker,
+    )
+    return None if num_servers is None else workers_for(num_servers / slots_per_worker)
+
+
+def _pool(by_throughput: int, by_queue: int | None, service_s: float, meets: bool) -> PoolPlan:
+    num_workers = max(by_throughput, by_queue or 0)
+    return PoolPlan(num_workers, by_throughput, by_queue, service_s, meets)
+
+
+def plan_prefill(
+    load: LoadForecast,
+    prefix_hit_rate: float,
+    model: PerformanceModel,
+    correction: float,
+    targets: Targets,
+    *,
+    queue_aware: bool,
+    max_workers: int,
+) -> PoolPlan:
+    """Prefill workers: predicted prompt tokens/s (after prefix hits) over what one worker
+    sustains, n / p tokens/s, which is ceil(lam p); with the queue, at least the fewest
+    workers for which `slo_attainment` of prompts wait at most ttft - p."""
+    new_tokens = load.mean_input_tokens * (1.0 - prefix_hit_rate)
+    service_s = correction * model.get_prefill_s(new_tokens)
+    by_throughput = workers_for(load.request_rate_per_s * service_s)
+    slack_s = targets.ttft_s - service_s
+    by_queue = (
+        _queue_workers(load, service_s, slack_s, targets.slo_attainment, 1, max_workers)
+        if queue_aware
+        else None
+    )
+    return _pool(by_throughput, by_queue, service_s, slack_s >= 0.0)
+
+
+def plan_decode(
+    load: LoadForecast,
+    model: PerformanceModel,
+    correction: float,
+    targets: Targets,
+    *,
+    queue_aware: bool,
+    max_workers: int,
+) -> PoolPlan:
+    """Decode workers: B requests per worker within ITL at context isl + osl/2; by Little's
+    law a worker finishes B / (osl step) requests/s. With the queue: B slots per worker, and a
+    request may wait for a slot what its ITL budget leaves, (itl - step)(osl - 1)."""
+    batch = get_decode_batch(
+        model, load.mean_input_tokens + load.mean_output_tokens / 2.0, targets.itl_s, correction
+    )
+    residence_s = load.mean_output_tokens * batch.step_s
+    by_throughput = workers_for(load.request_rate_per_s * residence_s / batch.num_requests)
+    slack_s = (targets.itl_s - batch.step_s) * max(load.mean_output_tokens - 1.0, 1.0)
+    by_queue = (
+        _queue_workers(
+            load, residence_s, slack_s, targets.slo_attainment, batch.num_requests, max_workers
+        )
+        if queue_aware and batch.meets_itl
+        else None
+    )
+    return _pool(by_throughput, by_queue, residence_s, batch.meets_itl)
+
+
+def plan_agg(
+    load: LoadForecast,
+    prefix_hit_rate: float,
+    model: PerformanceModel,
+    corrections: tuple[float, float],
+    targets: Targets,
+    *,
+    queue_aware: bool,
+    max_workers: int,
+) -> PoolPlan:
+    """Aggregated workers: each spends lam_w p s/s on prefill and lam_w osl step / B on
+    decode, so the pool is ceil(lam p + lam osl step / B) (first order: a prefill chunk
+    also slows the decodes in its step, which the decode correction factor absorbs). With
+    the queue: B slots per worker, each held p + osl step, waits within ttft - p."""
+    prefill_correction, decode_correction = corrections
+    new_tokens = load.mean_input_tokens * (1.0 - prefix_hit_rate)
+    prefill_s = prefill_correction * model.get_prefill_s(new_tokens)
+    batch = get_decode_batch(
+        model,
+        load.mean_input_tokens + load.mean_output_tokens / 2.0,
+        targets.itl_s,
+        decode_correction,
+    )
+    decode_s = load.mean_output_tokens * batch.step_s
+    rate = load.request_rate_per_s
+    by_throughput = workers_for(rate * prefill_s + rate * decode_s / batch.num_requests)
+    slack_s = targets.ttft_s - prefill_s
+    meets = slack_s >= 0.0 and batch.meets_itl
+    by_queue = (
+        _queue_workers(
+            load,
+            prefill_s + decode_s,
+            slack_s,
+            targets.slo_attainment,
+            batch.num_requests,
+            max_workers,
+        )
+        if queue_aware and meets
+        else None
+    )
+    return _pool(by_throughput, by_queue, prefill_s + decode_s, meets)

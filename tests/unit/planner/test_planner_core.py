@@ -1,0 +1,276 @@
+"""The Planner state machine: the throughput plan on a step load, hysteresis, the load rule,
+cool-downs, limits, and the queueing model acting before the threshold rule.
+
+Profile: conftest.py. Load: prompts of 3000 tokens, half from the prefix cache (n = 1500,
+prefill p = 0.17 s), 200 output tokens; targets TTFT 500 ms, ITL 30 ms. Decode context
+3000 + 100 = 3100: step = 0.010 + 0.001025 B <= 0.030 -> B = 19, step 0.029475 s, a
+request decodes for 200 x 0.029475 = 5.895 s.
+
+    2 req/s:  prefill 2 x 0.17 = 0.34 -> 1;   decode 2 x 5.895 / 19 = 0.62 -> 1
+    10 req/s: prefill 10 x 0.17 = 1.7 -> 2;   decode 10 x 5.895 / 19 = 3.10 -> 4
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from armature.config import PlannerConfig
+from armature.planner import (
+    DecisionReason,
+    FrontendMetrics,
+    LimitReason,
+    Planner,
+    PlannerObservation,
+    ScalingDecision,
+    TablePerformanceModel,
+    WorkerSteps,
+)
+from armature.planner.predictors import ConstantPredictor
+from armature.protocols.engine import StepRecord
+from armature.protocols.worker import WorkerRole
+
+P, D, A = WorkerRole.PREFILL, WorkerRole.DECODE, WorkerRole.AGG
+INTERVAL_S = 60.0
+
+
+def observe(
+    rate_per_s: float,
+    window_s: float = INTERVAL_S,
+    *,
+    isl: float = 3000.0,
+    osl: float = 200.0,
+    workers: list[WorkerSteps] | None = None,
+) -> PlannerObservation:
+    frontend = FrontendMetrics(
+        window_s=window_s,
+        num_requests=round(rate_per_s * window_s),
+        mean_input_tokens=isl,
+        mean_output_tokens=osl,
+        prefix_hit_rate=0.5,
+    )
+    return PlannerObservation(frontend=frontend, workers=workers or [])
+
+
+def make_planner(profile: TablePerformanceModel, **settings: object) -> Planner:
+    values: dict[str, object] = {"ttft_ms": 500.0, "itl_ms": 30.0, "queue_aware": False}
+    values.update(settings)
+    return Planner(PlannerConfig(**values), profile, predictor_factory=ConstantPredictor)  # type: ignore[arg-type]
+
+
+def run_intervals(planner: Planner, rates: list[float]) -> list[list[ScalingDecision]]:
+    return [
+        planner.plan_interval(observe(rate), now_s=INTERVAL_S * (k + 1)).decisions
+        for k, rate in enumerate(rates)
+    ]
+
+
+def summary(decisions: list[ScalingDecision]) -> list[tuple[str, int, int, str]]:
+    return [(d.role.value, d.from_workers, d.to_workers, d.reason.value) for d in decisions]
+
+
+def test_step_load_scales_up_at_once_and_down_after_the_window(
+    profile: TablePerformanceModel,
+) -> None:
+    """2 -> 10 -> 2 req/s. Up in the interval that first predicts 10; the first interval
+    back at 2 (t = 420) still has the t = 360 plan (2, 4) in its 60 s window, so the pools go
+    down one interval later (t = 480)."""
+    planner = make_planner(profile)
+    decisions = run_intervals(planner, [2, 2, 2, 10, 10, 10, 2, 2, 2])
+    assert [k for k, d in enumerate(decisions) if d] == [3, 7]
+    assert summary(decisions[3]) == [
+        ("prefill", 1, 2, "throughput"),
+        ("decode", 1, 4, "throughput"),
+    ]
+    assert summary(decisions[7]) == [
+        ("prefill", 2, 1, "throughput"),
+        ("decode", 4, 1, "throughput"),
+    ]
+    assert decisions[3][0].get_log_line() == (
+        "planner: prefill 1 -> 2 workers, throughput: predicted 10 req/s, isl 3000, osl 200; "
+        "by throughput 2, by queue None; service 170.0 ms"
+    )
+    assert planner.get_num_workers() == {P: 1, D: 1}
+
+
+def test_queue_aware_plan_adds_a_prefill_worker(profile: TablePerformanceModel) -> None:
+    """10 req/s at p = 0.17 s with 0.33 s of slack: Erlang C needs 3 (test_planner_replicas);
+    decode's 4 workers (76 slots at a = 58.95 Erlangs) already let 95% of requests wait within
+    their slack, (0.030 - 0.029475) x 199 = 0.104 s."""
+    planner = make_planner(profile, queue_aware=True)
+    decisions = run_intervals(planner, [10])
+    assert summary(decisions[0]) == [
+        ("prefill", 1, 3, "throughput"),
+        ("decode", 1, 4, "throughput"),
+    ]
+
+
+def test_alternating_load_does_not_flap(profile: TablePerformanceModel) -> None:
+    """2, 10, 2, 10, ...: every 60 s window holds a plan for 10 req/s, so after the first
+    scale-up nothing moves (the complaint about planners that oscillate)."""
+    planner = make_planner(profile)
+    decisions = run_intervals(planner, [2, 10] * 6)
+    assert [(k, summary(d)) for k, d in enumerate(decisions) if d] == [
+        (1, [("prefill", 1, 2, "throughput"), ("decode", 1, 4, "throughput")])
+    ]
+
+
+def test_agg_mode_sizes_one_pool(profile: TablePerformanceModel) -> None:
+    """ITL 50 ms: decode at 3100 tokens takes B = 39, 9.995 s a request; 5 req/s:
+    5 x 0.17 + 5 x 9.995 / 39 = 2.13 -> 3 (test_planner_replicas.test_agg_replicas)."""
+    planner = make_planner(profile, mode="agg", itl_ms=50.0)
+    decisions = run_intervals(planner, [5])
+    assert summary(decisions[0]) == [("agg", 1, 3, "throughput")]
+
+
+def test_max_workers_and_total_budget_limit_the_plan(profile: TablePerformanceModel) -> None:
+    """10 req/s wants (2, 4); max 3 per role gives (2, 3); a total of 4 then shares 4 over
+    wanted (2, 3): 1.6 and 2.4 -> 1 and 2, the one left to prefill's 0.6: (2, 2)."""
+    capped = make_planner(profile, max_workers=3)
+    assert [(d.to_workers, d.limited_by) for d in run_intervals(capped, [10])[0]] == [
+        (2, None),
+        (3, LimitReason.MAX_WORKERS),
+    ]
+    budget = make_planner(profile, max_workers=3, max_total_workers=4)
+    decisions = run_intervals(budget, [10])[0]
+    assert [(d.to_workers, d.wanted_workers, d.limited_by) for d in decisions] == [
+        (2, 2, None),
+        (2, 4, LimitReason.TOTAL_WORKERS),
+    ]
+
+
+def prefill_workers(num_workers: int, queued_tokens: float) -> list[WorkerSteps]:
+    record = StepRecord(num_queued_prefill_tokens=round(queued_tokens / num_workers))
+    return [
+        WorkerSteps(worker_id=f"p{i}", role=P, step_records=[record]) for i in range(num_workers)
+    ]
+
+
+def decode_workers(num_workers: int, step_s: float) -> list[WorkerSteps]:
+    record = StepRecord(num_decode_requests=8, num_decode_kv_tokens=8 * 3100, step_wall_s=step_s)
+    return [
+        WorkerSteps(worker_id=f"d{i}", role=D, step_records=[record]) for i in range(num_workers)
+    ]
+
+
+def test_load_rule_adds_one_above_target_with_a_cool_down(
+    profile: TablePerformanceModel,
+) -> None:
+    """A 12000-token queue on one prefill worker: ttft = 0.17 (12000 + 1500) / 1500 = 1.53 s
+    > 0.5 s: +1 at t = 0; at t = 5 the 10 s cool-down holds the next +1; at t = 10 it goes."""
+    planner = make_planner(profile)
+    load = observe(2, window_s=5.0, workers=prefill_workers(1, 12000))
+    first = planner.plan_load(load, now_s=0.0)
+    assert summary(first.decisions) == [("prefill", 1, 2, "ttft_above_target")]
+    assert first.decisions[0].detail == "live ttft 1530 ms"
+    held = planner.plan_load(load, now_s=5.0)
+    assert (summary(held.decisions), summary(held.held)) == (
+        [],
+        [("prefill", 2, 3, "ttft_above_target")],
+    )
+    assert summary(planner.plan_load(load, now_s=10.0).decisions) == [
+        ("prefill", 2, 3, "ttft_above_target")
+    ]
+
+
+def test_load_rule_itl_above_target_and_well_below(profile: TablePerformanceModel) -> None:
+    planner = make_planner(profile)
+    slow = observe(2, window_s=5.0, workers=decode_workers(1, 0.045))
+    assert summary(planner.plan_load(slow, now_s=0.0).decisions) == [
+        ("decode", 1, 2, "itl_above_target")
+    ]
+    # 10 ms < 0.5 x 30 ms: down, but only after the 60 s down cool-down
+    fast = observe(2, window_s=5.0, workers=decode_workers(2, 0.010))
+    assert planner.plan_load(fast, now_s=30.0).decisions == []
+    assert summary(planner.plan_load(fast, now_s=60.0).decisions) == [
+        ("decode", 2, 1, "below_target")
+    ]
+
+
+def test_load_rule_never_goes_below_the_throughput_plan(profile: TablePerformanceModel) -> None:
+    planner = make_planner(profile)
+    run_intervals(planner, [10])  # floor: prefill 2, decode 4
+    idle = observe(0.2, window_s=5.0, workers=prefill_workers(2, 0) + decode_workers(4, 0.005))
+    assert planner.plan_load(idle, now_s=1000.0).decisions == []
+    assert planner.get_floor() == {P: 2, D: 4}
+
+
+def test_load_rule_grows_into_the_budget_without_shrinking_another_role(
+    profile: TablePerformanceModel,
+) -> None:
+    planner = make_planner(profile, max_total_workers=3)
+    run_intervals(planner, [10])  # wants (2, 4), total 3: (1, 2)
+    assert planner.get_num_workers() == {P: 1, D: 2}
+    busy = observe(2, window_s=5.0, workers=prefill_workers(1, 12000))
+    assert planner.plan_load(busy, now_s=1000.0).decisions == []  # no room: decode keeps 2
+    assert planner.get_num_workers() == {P: 1, D: 2}
+
+
+def simulate_step_load(profile: TablePerformanceModel, *, queue_aware: bool) -> list[float]:
+    """Prefill pool under a step from 5 to 12 req/s at t = 0, as a fluid queue: prompts of
+    1500 new tokens (isl 3000, half cached), each worker drains 1500 / 0.17 = 8823.5 tokens/s.
+    Two workers (the min) drain 17647 tokens/s against 12 x 1500 = 18000 arriving: the queue
+    grows by 353 tokens/s. The live TTFT, 0.17 (Q/2 + 1500) / 1500, passes 0.5 s when
+    Q > 5824, after 16.5 s: the threshold rule acts at the t = 20 tick. Erlang C sees the
+    rate: at rho = 12 x 0.17 / 2 = 1.02 two workers cannot hold, three reach 0.928 < 0.95,
+    four 0.996, so it goes to 4 at the first tick after the step, t = 5, before any queue
+    has built. Returns the times of the prefill pool's scale-ups."""
+    planner = make_planner(profile, queue_aware=queue_aware, min_prefill_workers=2)
+    queued_tokens, num_workers, ups = 0.0, 2, []
+    for tick in range(1, 9):
+        now_s = 5.0 * tick
+        rate = 12.0
+        drain_per_s = num_workers * 1500 / 0.17
+        queued_tokens = max(0.0, queued_tokens + (rate * 1500 - drain_per_s) * 5.0)
+        workers = prefill_workers(num_workers, queued_tokens)
+        effects = planner.plan_load(observe(rate, window_s=5.0, workers=workers), now_s=now_s)
+        for decision in effects.decisions:
+            if decision.role is P:
+                ups.append(now_s)
+                num_workers = decision.to_workers
+                assert decision.reason in (
+                    DecisionReason.QUEUE_PREDICTED,
+                    DecisionReason.TTFT_ABOVE_TARGET,
+                )
+    return ups
+
+
+def test_queue_aware_acts_before_the_threshold_rule(profile: TablePerformanceModel) -> None:
+    assert simulate_step_load(profile, queue_aware=False) == [20.0]
+    assert simulate_step_load(profile, queue_aware=True) == [5.0]
+
+
+def test_queue_model_does_not_scale_up_before_the_step(profile: TablePerformanceModel) -> None:
+    """5 req/s on two prefill workers: Erlang C 0.973 >= 0.95, no change; one worker would
+    give 0.365, so no scale-down either (the live TTFT 0.17 s is below 0.25 s)."""
+    planner = Planner(
+        PlannerConfig(ttft_ms=500.0, itl_ms=30.0, min_prefill_workers=1),
+        profile,
+        num_workers={P: 2},
+        predictor_factory=ConstantPredictor,
+    )
+    load = observe(5, window_s=5.0, workers=prefill_workers(2, 0))
+    effects = planner.plan_load(load, now_s=100.0)
+    assert [d for d in effects.decisions if d.role is P] == []
+    assert effects.plans[P].num_by_queue == 2
+
+
+def test_correction_factor_from_steps_grows_the_plan(profile: TablePerformanceModel) -> None:
+    """Prefill steps twice as slow as the profile: factor 1 -> 1.5; p = 1.5 x 0.17 = 0.255,
+    10 req/s -> 2.55 -> 3 prefill workers (not 2)."""
+    planner = make_planner(profile)
+    slow = StepRecord(num_scheduled_prefill_tokens=1500, step_wall_s=2 * 0.17)
+    workers = [WorkerSteps(worker_id="p0", role=P, step_records=[slow])]
+    effects = planner.plan_interval(observe(10, workers=workers), now_s=60.0)
+    assert effects.prefill_correction == pytest.approx(1.5)
+    assert summary(effects.decisions)[0] == ("prefill", 1, 3, "throughput")
+
+
+def test_no_traffic_yet_decides_nothing(profile: TablePerformanceModel) -> None:
+    planner = make_planner(profile)
+    empty = PlannerObservation(
+        frontend=FrontendMetrics(
+            window_s=5.0, num_requests=0, mean_input_tokens=0.0, mean_output_tokens=0.0
+        )
+    )
+    assert planner.plan_load(empty, now_s=0.0).decisions == []
+    assert planner.get_num_workers() == {P: 1, D: 1}

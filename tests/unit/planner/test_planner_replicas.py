@@ -1,0 +1,108 @@
+"""The throughput plan's formulas against hand-worked examples (profile: conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from armature.planner import LoadForecast, TablePerformanceModel, Targets
+from armature.planner.replicas import (
+    get_decode_batch,
+    plan_agg,
+    plan_decode,
+    plan_prefill,
+    workers_for,
+)
+
+TARGETS = Targets(ttft_s=0.5, itl_s=0.030, slo_attainment=0.95)
+
+
+def test_workers_for_forgives_float_error() -> None:
+    assert workers_for(2.0000000001) == 2
+    assert workers_for(2.01) == 3
+    assert workers_for(0.0) == 0
+
+
+def test_prefill_replicas(profile: TablePerformanceModel) -> None:
+    """10 req/s of 3000 tokens, half from the prefix cache: n = 1500 new tokens,
+    p = 0.02 + 1e-4 x 1500 = 0.17 s. Predicted prompt tokens/s 10 x 1500 = 15000; one worker
+    sustains 1500 / 0.17 = 8823.5 tokens/s; 15000 / 8823.5 = 1.7 -> 2 workers.
+    Correction 1.5: p = 0.255 s, 2.55 -> 3 workers."""
+    load = LoadForecast(10.0, 3000.0, 200.0)
+    plan = plan_prefill(load, 0.5, profile, 1.0, TARGETS, queue_aware=False, max_workers=16)
+    assert (plan.num_workers, plan.num_by_throughput, plan.num_by_queue) == (2, 2, None)
+    assert plan.service_s == pytest.approx(0.17)
+    assert plan.meets_target
+    slower = plan_prefill(load, 0.5, profile, 1.5, TARGETS, queue_aware=False, max_workers=16)
+    assert slower.num_workers == 3
+
+
+def test_prefill_replicas_with_the_queue(profile: TablePerformanceModel) -> None:
+    """Same load, queue-aware: lam = 10, s = 0.17 (a = 1.7), slack 0.5 - 0.17 = 0.33 s.
+    c = 2: 1 - C(2, 1.7) e^-(2/0.17 - 10) 0.33 = 0.564 < 0.95; c = 3: 0.975 -> 3 workers,
+    one more than capacity alone: at 85% utilization too many prompts would wait."""
+    load = LoadForecast(10.0, 3000.0, 200.0)
+    plan = plan_prefill(load, 0.5, profile, 1.0, TARGETS, queue_aware=True, max_workers=16)
+    assert (plan.num_workers, plan.num_by_throughput, plan.num_by_queue) == (3, 2, 3)
+
+
+def test_prefill_that_cannot_meet_ttft_says_so(profile: TablePerformanceModel) -> None:
+    """8000 new tokens: p = 0.82 s > 0.5 s; no pool size helps, the plan still sizes for
+    throughput (2 req/s x 0.82 = 1.64 -> 2) and the queue model gives nothing."""
+    load = LoadForecast(2.0, 8000.0, 10.0)
+    plan = plan_prefill(load, 0.0, profile, 1.0, TARGETS, queue_aware=True, max_workers=16)
+    assert (plan.num_workers, plan.num_by_queue, plan.meets_target) == (2, None, False)
+
+
+def test_decode_batch_is_the_largest_within_itl(profile: TablePerformanceModel) -> None:
+    """isl 1000, osl 200: context 1000 + 200/2 = 1100; step = 0.010 + 0.000525 B <= 0.030
+    -> B <= 38.1 -> B = 38, step 0.02995 s."""
+    batch = get_decode_batch(profile, 1100.0, 0.030, 1.0)
+    assert (batch.num_requests, batch.meets_itl) == (38, True)
+    assert batch.step_s == pytest.approx(0.02995)
+    # ITL 5 ms: not even one request (0.010525 s)
+    alone = get_decode_batch(profile, 1100.0, 0.005, 1.0)
+    assert (alone.num_requests, alone.meets_itl) == (1, False)
+
+
+def test_decode_replicas(profile: TablePerformanceModel) -> None:
+    """B = 38 at step 0.02995 s; a request stays osl x step = 200 x 0.02995 = 5.99 s.
+    Little: 10 req/s x 5.99 s = 59.9 requests in flight; / 38 per worker = 1.58 -> 2.
+    (A worker finishes 38 / 5.99 = 6.34 req/s.) 30 req/s: 179.7 / 38 = 4.73 -> 5."""
+    plan = plan_decode(
+        LoadForecast(10.0, 1000.0, 200.0), profile, 1.0, TARGETS, queue_aware=False, max_workers=16
+    )
+    assert plan.num_workers == 2
+    assert plan.service_s == pytest.approx(5.99)
+    busier = plan_decode(
+        LoadForecast(30.0, 1000.0, 200.0), profile, 1.0, TARGETS, queue_aware=False, max_workers=16
+    )
+    assert busier.num_workers == 5
+
+
+def test_decode_replicas_with_the_queue(profile: TablePerformanceModel) -> None:
+    """30 req/s: 5 workers are 190 slots for a = 179.7 Erlangs; the slack is
+    (0.030 - 0.02995) x 199 = 0.00995 s, so nearly no arrival may wait: Erlang C must be
+    <= 5%, which 190 slots are not and 228 (6 workers) are."""
+    plan = plan_decode(
+        LoadForecast(30.0, 1000.0, 200.0), profile, 1.0, TARGETS, queue_aware=True, max_workers=16
+    )
+    assert (plan.num_by_throughput, plan.num_by_queue, plan.num_workers) == (5, 6, 6)
+
+
+def test_agg_replicas(profile: TablePerformanceModel) -> None:
+    """5 req/s, isl 3000 (half cached), osl 200, ITL 50 ms. Prefill p = 0.17 s. Decode at
+    context 3100: step = 0.010 + 0.001025 B <= 0.050 -> B = 39, step 0.049975 s, a request
+    decodes for 200 x 0.049975 = 9.995 s. Time per second of the pool: 5 x 0.17 = 0.85 on
+    prefill + 5 x 9.995 / 39 = 1.2814 on decode = 2.131 -> 3 workers."""
+    targets = Targets(ttft_s=0.5, itl_s=0.050, slo_attainment=0.95)
+    plan = plan_agg(
+        LoadForecast(5.0, 3000.0, 200.0),
+        0.5,
+        profile,
+        (1.0, 1.0),
+        targets,
+        queue_aware=False,
+        max_workers=16,
+    )
+    assert plan.num_workers == 3
+    assert plan.service_s == pytest.approx(0.17 + 9.995)
