@@ -103,8 +103,14 @@ class ProfileConfig:
     kv: KvCacheConfig = KvCacheConfig()
     sweep: ProfileSweepConfig = ProfileSweepConfig()
     output: str = setting(
-        "timing_profile.json", "write the timing profile (JSON) here", flag="output"
+        "timing_profile.json",
+        "write the timing profile (JSON) here",
+        flag="output",
+        env="ARMATURE_PROFILE_OUTPUT",
     )
     report_dir: str | None = setting(
-        None, "write plots (PNG) of the profile into this directory", flag="report"
+        None,
+        "write plots (PNG) of the profile into this directory",
+        flag="report",
+        env="ARMATURE_PROFILE_REPORT",
     )

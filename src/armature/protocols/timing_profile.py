@@ -94,9 +94,11 @@ def read_profile(path: Path) -> TimingProfile:
     try:
         version = msgspec.json.decode(data, type=_Versioned).version
     except (msgspec.DecodeError, msgspec.ValidationError):
+        version = None
+    if version is None:
         raise ProfileError(
             f"{path} is not a timing profile (write one with `armature profile --output`)"
-        ) from None
+        )
     if version != PROFILE_VERSION:
         raise ProfileError(
             f"{path} is a timing profile of version {version}; this armature reads version "
