@@ -269,3 +269,49 @@ def test_replay_slo_quantile_above_one_is_refused(capsys: pytest.CaptureFixture[
     argv = ["replay", "--synthetic", "prefix-groups", "--slo-itl-quantile", "1.5"]
     code, err = run(argv, capsys)
     assert code == 2 and "expected a number in 0..1" in err
+
+
+@pytest.mark.parametrize(
+    ("command", "text", "fragment"),
+    [
+        (["replay", "--synthetic", "multi-turn"], None, "cannot read timing profile"),
+        (["replay", "--synthetic", "multi-turn"], "{not json", "is not a timing profile"),
+        (["replay", "--synthetic", "multi-turn"], '{"version": 99}', "of version 99"),
+        (["serve", "--engine", "mocker"], '{"version": 1}', "is not a valid timing profile"),
+        (["worker", "--engine", "mocker"], '{"version": 99}', "of version 99"),
+        (["serve"], '{"version": 1}', "--timing-profile is for --engine mocker, not torch"),
+    ],
+)
+def test_bad_timing_profiles_exit_2_with_one_line(
+    command: list[str],
+    text: str | None,
+    fragment: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "profile.json"
+    if text is not None:
+        path.write_text(text)
+    code, err = run([*command, "--timing-profile", str(path)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("armature: error: ")
+    assert fragment in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--decode-requests", "128"], "--decode-requests 128 is above --max-num-seqs 64"),
+        (["--prefill-input-tokens", "64,32"], "expected increasing positive integers"),
+        (["--prefill-input-tokens", "2048,4096"], "at least two lengths within"),
+    ],
+)
+def test_profile_mistakes_exit_2_with_one_line(
+    argv: list[str], fragment: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "p.json"
+    code, err = run(["profile", "--engine", "mocker", *argv, "--output", str(out)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("armature: error: ")
+    assert fragment in err
+    assert not out.exists()

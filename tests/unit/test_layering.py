@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"kv", "model", "router", "planner"},
     {"transfer", "engines", "sim", "tiers"},
     {"runtime"},
-    {"frontend", "worker", "bench", "router.service", "router.disagg"},
+    {"frontend", "worker", "bench", "profiler", "router.service", "router.disagg"},
     {"cli"},
 ]
 

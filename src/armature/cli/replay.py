@@ -133,6 +133,12 @@ def _add_fleet_args(replay: argparse.ArgumentParser) -> None:
         default=DEFAULTS.speedup_ratio,
         help="divide every simulated step time by this",
     )
+    replay.add_argument(
+        "--timing-profile",
+        default=None,
+        help="step times from this profile of a real engine (armature profile --output) "
+        "instead of the default H100-class model",
+    )
 
 
 def _add_disagg_args(replay: argparse.ArgumentParser) -> None:
@@ -188,10 +194,14 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from armature.sim.profile_timing import load_profile_timing
     from armature.sim.replay import replay
     from armature.workload.measure import Slo
     from armature.workload.traces import TraceFormatError, read_mooncake_trace
 
+    timing = None
+    if args.timing_profile is not None:  # before the trace: a bad profile fails at once
+        timing = load_profile_timing(Path(args.timing_profile), args.speedup)
     if args.synthetic:
         requests = _synthetic_workload(args)
     else:
@@ -224,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
-    report = dataclasses.asdict(replay(requests, config))
+    report = dataclasses.asdict(replay(requests, config, timing))
     summary = {
         k: report[k]
         for k in (

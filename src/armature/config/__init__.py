@@ -10,12 +10,14 @@ configuration back into the command line that rebuilds it.
     WorkerConfig ── EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig, RuntimeConfig,
                     WorkerProcessConfig
     FrontendConfig ─ RuntimeConfig, RouterConfig, DisaggConfig, HealthConfig, the edge's three
+    ProfileConfig ── EngineConfig, KvCacheConfig, ProfileSweepConfig
 
     values.py    text -> value parsers           settings.py  Setting, flags, variables, to_argv
     engine.py    engine, KV cache, transfer      runtime.py   planes, discovery, one worker
     routing.py   router, disaggregation, health  edge.py      HTTP, API keys, overload
     kv_tiers.py  lower KV tiers (G2-G4)         commands.py  WorkerConfig, FrontendConfig, ...
     planner.py   the planner's targets, predictor, limits and cool-downs (no command yet)
+    profiling.py the profiler's sweep
 
 A field whose metadata has no `Setting` is not a flag (a value the code sets, like the
 router's block size, which comes from the workers).
@@ -23,7 +25,7 @@ router's block size, which comes from the workers).
 
 from __future__ import annotations
 
-from armature.config.commands import FrontendConfig, ServeConfig, WorkerConfig
+from armature.config.commands import FrontendConfig, ProfileConfig, ServeConfig, WorkerConfig
 from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
 from armature.config.engine import (
     DEFAULT_BLOCK_SIZE_TOKENS,
@@ -34,6 +36,7 @@ from armature.config.engine import (
 )
 from armature.config.kv_tiers import KvTierConfig
 from armature.config.planner import PlannerConfig
+from armature.config.profiling import ProfileSweepConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import DEFAULT_LEASE_TTL_S, RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import (
@@ -55,6 +58,7 @@ from armature.config.values import (
     port,
     positive_float,
     positive_int,
+    positive_ints,
     transfer_backends,
 )
 
@@ -72,6 +76,8 @@ __all__ = [
     "KvTierConfig",
     "OverloadConfig",
     "PlannerConfig",
+    "ProfileConfig",
+    "ProfileSweepConfig",
     "RouterConfig",
     "RuntimeConfig",
     "SecurityConfig",
@@ -91,6 +97,7 @@ __all__ = [
     "port",
     "positive_float",
     "positive_int",
+    "positive_ints",
     "setting",
     "setting_env_names",
     "to_argv",

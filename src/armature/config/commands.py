@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
 from armature.config.engine import EngineConfig, KvCacheConfig, TransferConfig
 from armature.config.kv_tiers import KvTierConfig
+from armature.config.profiling import ProfileSweepConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import setting
@@ -15,7 +16,7 @@ from armature.config.values import integer, non_negative_int, positive_float, po
 from armature.errors import ConfigError
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["FrontendConfig", "ServeConfig", "WorkerConfig"]
+__all__ = ["FrontendConfig", "ProfileConfig", "ServeConfig", "WorkerConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,3 +93,24 @@ class ServeConfig:
             raise ConfigError("give either --workers or --prefill-workers/--decode-workers")
         num_prefill = self.prefill_workers or 0
         return [WorkerRole.PREFILL] * num_prefill + [WorkerRole.DECODE] * self.decode_workers
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileConfig:
+    """`armature profile`: one engine alone, swept, written as a timing profile."""
+
+    engine: EngineConfig = EngineConfig()
+    kv: KvCacheConfig = KvCacheConfig()
+    sweep: ProfileSweepConfig = ProfileSweepConfig()
+    output: str = setting(
+        "timing_profile.json",
+        "write the timing profile (JSON) here",
+        flag="output",
+        env="ARMATURE_PROFILE_OUTPUT",
+    )
+    report_dir: str | None = setting(
+        None,
+        "write plots (PNG) of the profile into this directory",
+        flag="report",
+        env="ARMATURE_PROFILE_REPORT",
+    )

@@ -47,6 +47,11 @@ class EngineConfig:
     speedup_ratio: float = setting(
         1.0, "mocker only: divide every simulated step time by this", parse=positive_float
     )
+    timing_profile: str | None = setting(
+        None,
+        "mocker only: step times from this profile of a real engine (`armature profile "
+        "--output`) instead of the default H100-class model",
+    )
     dtype: str = setting(
         "auto",
         "weights and KV dtype; auto = bfloat16 where supported",

@@ -3,6 +3,7 @@ says what was wrong."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from armature.errors import ConfigError
@@ -18,6 +19,7 @@ __all__ = [
     "port",
     "positive_float",
     "positive_int",
+    "positive_ints",
     "transfer_backends",
     "worker_role",
 ]
@@ -109,6 +111,14 @@ def worker_role(text: str) -> WorkerRole:
     except ValueError:
         known = ", ".join(WorkerRole)
         raise ConfigError(f"expected one of {known}, got {text!r}") from None
+
+
+def positive_ints(text: str) -> tuple[int, ...]:
+    """'64,256,1024' -> (64, 256, 1024): positive, strictly increasing."""
+    values = tuple(positive_int(part) for part in text.split(",") if part.strip())
+    if not values or any(b <= a for a, b in itertools.pairwise(values)):
+        raise ConfigError(f"expected increasing positive integers like 64,256,1024, got {text!r}")
+    return values
 
 
 def transfer_backends(text: str) -> tuple[str, ...]:

@@ -52,21 +52,39 @@ def _build_vllm(spec: EngineSpec) -> BuiltEngine:
     return build_vllm(spec)
 
 
+def _no_timing_profile(engine: EngineConfig) -> None:
+    if engine.timing_profile is not None:
+        raise ConfigError(f"--timing-profile is for --engine mocker, not {engine.engine}")
+
+
 def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
     from armature.engines.vllm.factory import check_vllm
 
+    _no_timing_profile(engine)
     check_vllm(engine, roles)
 
 
-def _check_nothing(engine: EngineConfig, roles: Iterable[str]) -> None:
-    """Every setting the native engines take is checked when they are built."""
+def _check_native(engine: EngineConfig, roles: Iterable[str]) -> None:
+    """Every other setting the native engine takes is checked when it is built."""
+    _no_timing_profile(engine)
+
+
+def _check_mocker(engine: EngineConfig, roles: Iterable[str]) -> None:
+    """A timing profile is read now, before any worker starts (ProfileError: one line); whether
+    it is this model's is checked when the engine is built."""
+    from pathlib import Path
+
+    from armature.sim.profile_timing import load_profile_timing
+
+    if engine.timing_profile is not None:
+        load_profile_timing(Path(engine.timing_profile), engine.speedup_ratio)
 
 
 KINDS: dict[str, EngineKind] = {
     kind.name: kind
     for kind in (
-        EngineKind("torch", _build_native, _check_nothing),
-        EngineKind("mocker", _build_mocker, _check_nothing),
+        EngineKind("torch", _build_native, _check_native),
+        EngineKind("mocker", _build_mocker, _check_mocker),
         EngineKind("vllm", _build_vllm, _check_vllm, binds_transfer_port_late=True),
     )
 }

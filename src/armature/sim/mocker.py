@@ -84,10 +84,12 @@ class MockerRunner:
         return token
 
     def execute(self, chunks: list[ScheduledChunk]) -> list[int]:
+        decodes = [c for c in chunks if c.is_decode]
         work = StepWork(
             num_prefill_tokens=sum(c.num_tokens for c in chunks if not c.is_decode),
-            num_decode_requests=sum(1 for c in chunks if c.is_decode),
+            num_decode_requests=len(decodes),
             kv_utilization=self.kv_utilization(),
+            num_decode_kv_tokens=sum(c.start_pos + c.num_tokens for c in decodes),
         )
         self.last_step_ms = self.timing.step_ms(work)
         self.num_batches += 1

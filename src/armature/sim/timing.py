@@ -8,7 +8,9 @@ tokens in the step and `u` the KV-cache utilization (0..1):
     decode_ms(u)  = max(1, -25.74 u^2 + 54.01 u + 5.74)
 
 A step with both prefill and decode work costs the sum. Every time is divided by the speedup
-ratio. Profiles measured from a real engine are interpolated tables instead.
+ratio. Profiles measured from a real engine are interpolated tables instead: by KV
+utilization here, or by decode requests and context (`sim.profile_timing`, from
+`armature profile`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class StepWork:
     num_prefill_tokens: int
     num_decode_requests: int
     kv_utilization: float  # active blocks / total blocks, 0..1
+    # the context the decode requests attend over, summed (their new tokens included)
+    num_decode_kv_tokens: int = 0
 
 
 class TimingModel(Protocol):

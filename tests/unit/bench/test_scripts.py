@@ -46,6 +46,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "kv_transfer",
         "overload",
         "profile_decode",
+        "profile_fidelity",
         "replay_disagg",
         "replay_routing",
         "replay_tiers",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,7 +24,10 @@ from armature.transfer.agent import KvTransferAgent
 from armature.transfer.blocks import KvBlockStore
 from armature.transfer.wire import TransferError
 
-__all__ = ["build_native_engine", "native_config"]
+if TYPE_CHECKING:
+    from armature.sim.timing import TimingModel
+
+__all__ = ["build_native_engine", "mocker_timing", "native_config"]
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +54,28 @@ def native_config(spec: EngineSpec, *, mocker: bool) -> NativeEngineConfig:
     )
 
 
+def mocker_timing(spec: EngineSpec) -> TimingModel:
+    """The mocker's step times: from `--timing-profile` (a profile of this model), else the
+    default H100-class model. ProfileError (a ConfigError) for a profile it cannot use."""
+    from armature.sim.profile_timing import load_profile_timing
+    from armature.sim.timing import PolynomialTiming
+
+    engine = spec.engine
+    if engine.timing_profile is None:
+        return PolynomialTiming(speedup_ratio=engine.speedup_ratio)
+    return load_profile_timing(
+        Path(engine.timing_profile), engine.speedup_ratio, model=spec.model.served_name
+    )
+
+
 def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -> EngineCore:
     from armature.sim.mocker import build_mocker_core
-    from armature.sim.timing import PolynomialTiming
 
     if not mocker:
         spec.tiers.check_stored()
     try:
         if mocker:
-            timing = PolynomialTiming(speedup_ratio=spec.engine.speedup_ratio)
+            timing = mocker_timing(spec)
             return build_mocker_core(
                 config, timing=timing, eviction_observer=spec.eviction_observer, tiers=spec.tiers
             )

@@ -1,0 +1,58 @@
+"""`armature profile`: time one engine alone over prefill and decode work, and write the
+timing profile that `--timing-profile` runs the mocker from."""
+
+from __future__ import annotations
+
+import argparse
+
+from armature.cli.options import add_settings, read_settings, setup_logging
+from armature.config import ProfileConfig
+from armature.engines.registry import KINDS
+
+__all__ = ["add_parser", "run"]
+
+CHOICES = {"engine.engine": list(KINDS)}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "profile",
+        help="time one engine alone (prefill and decode sweeps) and write a timing profile",
+        description="Drive one engine in isolation: prefill TTFT and tokens/s by input length "
+        "(alone and in batches), decode ITL and tokens/s by running requests and context "
+        "length. Writes a versioned JSON profile (--output) that the mocker runs from "
+        "(--timing-profile), and plots (--report).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_settings(parser, ProfileConfig(), choices=CHOICES)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from armature.profiler.run import profile_engine
+    from armature.protocols.timing_profile import write_profile
+
+    config = read_settings(args, ProfileConfig)
+    setup_logging("info")
+    profile = asyncio.run(profile_engine(config))
+    output = Path(config.output)
+    write_profile(profile, output)
+    for p in profile.prefill:
+        print(
+            f"prefill {p.num_requests:>3} x {p.input_tokens:>6} tokens: TTFT {p.ttft_ms:9.1f} ms"
+            f"  {p.tokens_per_s:10.1f} tokens/s"
+        )
+    for d in profile.decode:
+        print(
+            f"decode {d.num_requests:>4} requests x {d.context_tokens:>6} context: ITL "
+            f"{d.itl_ms:8.2f} ms  {d.tokens_per_s:10.1f} tokens/s"
+        )
+    print(f"profile: {output}")
+    if config.report_dir is not None:
+        from armature.profiler.plots import plot_profile
+
+        for path in plot_profile(profile, Path(config.report_dir)):
+            print(f"plot: {path}")
+    return 0

@@ -1,0 +1,48 @@
+"""What `armature profile` measures: the sweep over input lengths (prefill) and over running
+requests and context lengths (decode)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armature.config.settings import setting
+from armature.config.values import integer, non_negative_int, positive_int, positive_ints
+
+__all__ = ["ProfileSweepConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileSweepConfig:
+    """The profiler's sweep: every combination it measures, each on fresh random prompts."""
+
+    prefill_input_tokens: tuple[int, ...] = setting(
+        (64, 256, 1024),
+        "prefill: input lengths to time, comma list (the timing model uses those within "
+        "--max-num-batched-tokens)",
+        parse=positive_ints,
+    )
+    prefill_repeats: int = setting(
+        3,
+        "prefill: prompts timed alone at each input length (the median is kept)",
+        parse=positive_int,
+    )
+    prefill_batch_requests: int = setting(
+        4,
+        "prefill: prompts submitted together at each input length, for chunked batches (0: none)",
+        parse=non_negative_int,
+    )
+    decode_requests: tuple[int, ...] = setting(
+        (1, 4, 16, 64),
+        "decode: running requests to time, comma list (at most --max-num-seqs)",
+        parse=positive_ints,
+    )
+    decode_context_tokens: tuple[int, ...] = setting(
+        (128, 512),
+        "decode: prompt lengths to decode after, comma list (prompts are cached first, so "
+        "no prefill is mixed in)",
+        parse=positive_ints,
+    )
+    decode_output_tokens: int = setting(
+        16, "decode: inter-token latencies timed per request", parse=positive_int
+    )
+    prompt_seed: int = setting(0, "seed for the random prompts", parse=integer)

@@ -1,0 +1,95 @@
+"""Which points a profile measures, and whether the engine can run them: pure.
+
+A decode point of b requests over c context tokens runs b prompts of c tokens once (to cache
+them), then again with `1 + DECODE_SKIP_TOKENS + n` output tokens: the first token comes from
+the cached prompt (a prefill of the last partial block only), the next DECODE_SKIP_TOKENS
+inter-token latencies are left out (requests admitted a step apart settle), and the n after
+them are timed. The step giving token k (k >= 2) attends over c + k - 1 tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armature.config import ProfileSweepConfig
+from armature.errors import ConfigError
+
+__all__ = [
+    "DECODE_SKIP_TOKENS",
+    "EngineLimits",
+    "check_sweep",
+    "decode_context_tokens",
+    "decode_max_tokens",
+]
+
+DECODE_SKIP_TOKENS = 2
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """What the built engine can hold (from its `EngineInfo` and batch settings)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len_tokens: int
+    block_size_tokens: int
+    num_kv_blocks: int
+
+    @property
+    def num_kv_tokens(self) -> int:
+        return self.num_kv_blocks * self.block_size_tokens
+
+
+def decode_max_tokens(sweep: ProfileSweepConfig) -> int:
+    """Output tokens of a timed decode request."""
+    return 1 + DECODE_SKIP_TOKENS + sweep.decode_output_tokens
+
+
+def decode_context_tokens(prompt_tokens: int, sweep: ProfileSweepConfig) -> int:
+    """The mean context of the timed decode steps: tokens k = 2 + skip .. 1 + skip + n, each
+    over prompt + k - 1 tokens (rounded down)."""
+    return prompt_tokens + DECODE_SKIP_TOKENS + (sweep.decode_output_tokens + 1) // 2
+
+
+def _blocks(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size)
+
+
+def check_sweep(sweep: ProfileSweepConfig, limits: EngineLimits) -> None:
+    """ConfigError naming the first point the engine cannot run, or a sweep that gives the
+    timing model too little (fewer than two input lengths within the step budget)."""
+    budget = limits.max_num_batched_tokens
+    if sum(1 for t in sweep.prefill_input_tokens if t <= budget) < 2:
+        raise ConfigError(
+            f"--prefill-input-tokens needs at least two lengths within --max-num-batched-tokens "
+            f"({budget})"
+        )
+    longest = max(sweep.prefill_input_tokens)
+    if longest + 1 > limits.max_model_len_tokens:
+        raise ConfigError(
+            f"--prefill-input-tokens {longest} does not fit the context of "
+            f"{limits.max_model_len_tokens} tokens"
+        )
+    batch = max(1, sweep.prefill_batch_requests)
+    if batch * _blocks(longest + 1, limits.block_size_tokens) > limits.num_kv_blocks:
+        raise ConfigError(
+            f"{batch} prompts of {longest} tokens do not fit the KV cache "
+            f"({limits.num_kv_tokens} tokens): lower --prefill-batch-requests or raise "
+            "--kv-cache-bytes"
+        )
+    most = max(sweep.decode_requests)
+    if most > limits.max_num_seqs:
+        raise ConfigError(f"--decode-requests {most} is above --max-num-seqs {limits.max_num_seqs}")
+    context = max(sweep.decode_context_tokens)
+    length = context + decode_max_tokens(sweep)
+    if length > limits.max_model_len_tokens:
+        raise ConfigError(
+            f"--decode-context-tokens {context} plus {decode_max_tokens(sweep)} output tokens "
+            f"does not fit the context of {limits.max_model_len_tokens} tokens"
+        )
+    if most * _blocks(length, limits.block_size_tokens) > limits.num_kv_blocks:
+        raise ConfigError(
+            f"{most} requests of {length} tokens do not fit the KV cache "
+            f"({limits.num_kv_tokens} tokens): lower --decode-requests or "
+            "--decode-context-tokens, or raise --kv-cache-bytes"
+        )

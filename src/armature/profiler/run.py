@@ -1,0 +1,109 @@
+"""The profiler's shell: build one engine from the registry (`--engine`), check the sweep
+against it, run the sweep, and write the profile and its plots.
+
+    config -> EngineSpec -> KINDS[engine].build -> start -> Sweep.run -> TimingProfile
+           -> checked (the mocker's timing model must build from it) -> written, plotted
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import platform
+from pathlib import Path
+
+from armature.config import EngineConfig, KvCacheConfig, ProfileConfig, TransferConfig
+from armature.config.settings import flag_name, get_setting_value, iter_settings
+from armature.engines.registry import get_kind
+from armature.engines.spec import EngineInfo, EngineSpec, resolve_engine_model
+from armature.errors import ConfigError
+from armature.profiler.plan import EngineLimits, check_sweep
+from armature.profiler.sweep import Sweep
+from armature.protocols.timing_profile import PROFILE_VERSION, ProfileSource, TimingProfile
+from armature.sim.profile_timing import timing_from_profile
+
+__all__ = ["describe_machine", "engine_flags", "profile_engine"]
+
+log = logging.getLogger(__name__)
+
+
+def describe_machine(device: str) -> str:
+    """The CPU model, and the GPU's name when the engine runs on one."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass  # not Linux: platform's answer stands
+    if device.startswith("cuda"):
+        import torch
+
+        return f"{torch.cuda.get_device_name(0)}; {cpu}"
+    return cpu
+
+
+def engine_flags(engine: EngineConfig, kv: KvCacheConfig) -> dict[str, str]:
+    """The engine's settings that differ from their defaults, by flag."""
+    flags: dict[str, str] = {}
+    for section in (engine, kv):
+        defaults = type(section)()
+        for path, f, setting in iter_settings(type(section)):
+            value = get_setting_value(section, path)
+            if value != get_setting_value(defaults, path):
+                flags[flag_name(f.name, setting)] = str(value)
+    return flags
+
+
+def _limits(config: ProfileConfig, info: EngineInfo) -> EngineLimits:
+    return EngineLimits(
+        max_num_seqs=config.engine.max_num_seqs,
+        max_num_batched_tokens=config.engine.max_num_batched_tokens,
+        max_model_len_tokens=info.max_model_len_tokens,
+        block_size_tokens=info.block_size_tokens,
+        num_kv_blocks=info.num_kv_blocks,
+    )
+
+
+async def profile_engine(config: ProfileConfig) -> TimingProfile:
+    """Build the engine `config` names, sweep it, and return its profile (nothing written).
+    ConfigError for settings or a sweep the engine cannot run."""
+    kind = get_kind(config.engine.engine)
+    kind.check(config.engine, ["agg"])
+    model = resolve_engine_model(config.engine)
+    spec = EngineSpec(
+        engine=config.engine,
+        kv=config.kv,
+        transfer=TransferConfig(),
+        model=model,
+        worker_id="profile",
+    )
+    built = kind.build(spec)
+    check_sweep(config.sweep, _limits(config, built.info))
+    engine = built.engine
+    engine.start()
+    try:
+        prefill, decode = await Sweep(engine, built.info.vocab_size, config.sweep).run()
+    finally:
+        await engine.stop()
+    profile = TimingProfile(
+        version=PROFILE_VERSION,
+        source=ProfileSource(
+            machine=describe_machine(built.info.device),
+            engine=config.engine.engine,
+            model=model.served_name,
+            dtype=built.info.dtype,
+            device=built.info.device,
+            flags=engine_flags(config.engine, config.kv),
+            created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        ),
+        max_num_batched_tokens=config.engine.max_num_batched_tokens,
+        prefill=prefill,
+        decode=decode,
+    )
+    try:
+        timing_from_profile(profile)
+    except ValueError as exc:
+        raise ConfigError(f"the sweep cannot drive the mocker: {exc}") from None
+    return profile

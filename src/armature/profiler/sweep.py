@@ -1,0 +1,144 @@
+"""Drive one engine through the `Engine` contract and time its requests: the same code for
+every kind in the registry (the native engine, the mocker, vLLM), as a client sees it.
+
+    time_request(engine, request)       -> RequestTimes  (submitted, each output's arrival)
+    time_together(engine, requests)     -> [RequestTimes] all submitted at once
+    Sweep(engine, ...).run()            -> (prefill points, decode points)
+
+Prompts are random token ids from a seeded generator, a fresh one for every request that must
+not hit the prefix cache. Requests ignore EOS, so each makes exactly max_tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+
+from armature.config import ProfileSweepConfig
+from armature.engines.api import Engine
+from armature.errors import ArmatureError
+from armature.profiler.plan import DECODE_SKIP_TOKENS, decode_context_tokens, decode_max_tokens
+from armature.profiler.points import (
+    RequestTimes,
+    decode_point,
+    prefill_alone_point,
+    prefill_batch_point,
+)
+from armature.protocols.engine import EngineRequest, SamplingParams
+from armature.protocols.timing_profile import DecodePoint, PrefillPoint
+
+__all__ = ["ProfilerError", "Sweep", "time_request", "time_together"]
+
+log = logging.getLogger(__name__)
+
+NUM_WARMUP_REQUESTS = 2  # untimed, first: lazy initialisation (allocator, kernels)
+
+
+class ProfilerError(ArmatureError, RuntimeError):
+    """The engine failed a request while it was being profiled."""
+
+
+async def time_request(
+    engine: Engine, request: EngineRequest, clock_s: Callable[[], float] = time.perf_counter
+) -> RequestTimes:
+    """Submit `request` now and note when each output arrives; ProfilerError if it fails."""
+    submitted_s = clock_s()
+    outputs: list[tuple[float, int]] = []
+    async for output in engine.generate(request):
+        if output.error is not None:
+            raise ProfilerError(f"request {request.request_id} failed: {output.error}")
+        if output.new_token_ids:
+            outputs.append((clock_s(), len(output.new_token_ids)))
+    if len(outputs) == 0:
+        raise ProfilerError(f"request {request.request_id} produced no token")
+    return RequestTimes(submitted_s, tuple(outputs))
+
+
+async def time_together(
+    engine: Engine,
+    requests: Sequence[EngineRequest],
+    clock_s: Callable[[], float] = time.perf_counter,
+) -> list[RequestTimes]:
+    return list(await asyncio.gather(*(time_request(engine, r, clock_s) for r in requests)))
+
+
+class Sweep:
+    """The profile's measurements on one started engine, in order: warm-up, prefill alone,
+    prefill in batches, decode. Owns nothing but its prompt generator."""
+
+    def __init__(self, engine: Engine, vocab_size: int, sweep: ProfileSweepConfig):
+        self.engine = engine
+        self.vocab_size = vocab_size
+        self.sweep = sweep
+        self._rng = random.Random(sweep.prompt_seed)
+        self._num_requests = 0
+
+    def _request(self, prompt: list[int], max_tokens: int) -> EngineRequest:
+        self._num_requests += 1
+        return EngineRequest(
+            request_id=f"profile-{self._num_requests}",
+            prompt_token_ids=prompt,
+            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
+        )
+
+    def _prompt(self, num_tokens: int) -> list[int]:
+        return [self._rng.randrange(self.vocab_size) for _ in range(num_tokens)]
+
+    async def run(self) -> tuple[list[PrefillPoint], list[DecodePoint]]:
+        warmup = [self._request(self._prompt(32), 4) for _ in range(NUM_WARMUP_REQUESTS)]
+        await time_together(self.engine, warmup)
+        prefill = await self.measure_prefill()
+        decode = await self.measure_decode()
+        return prefill, decode
+
+    async def measure_prefill(self) -> list[PrefillPoint]:
+        points: list[PrefillPoint] = []
+        sweep = self.sweep
+        for length in sweep.prefill_input_tokens:
+            repeats = [
+                await time_request(self.engine, self._request(self._prompt(length), 1))
+                for _ in range(sweep.prefill_repeats)
+            ]
+            points.append(prefill_alone_point(length, repeats))
+            log.info("prefill %d tokens alone: %.1f ms", length, points[-1].ttft_ms)
+            if sweep.prefill_batch_requests > 0:
+                batch = [
+                    self._request(self._prompt(length), 1)
+                    for _ in range(sweep.prefill_batch_requests)
+                ]
+                points.append(prefill_batch_point(length, await time_together(self.engine, batch)))
+                log.info(
+                    "prefill %d x %d tokens: %.0f tokens/s",
+                    len(batch),
+                    length,
+                    points[-1].tokens_per_s,
+                )
+        return points
+
+    async def measure_decode(self) -> list[DecodePoint]:
+        """Per point: cache fresh prompts (one token each), then decode them together."""
+        points: list[DecodePoint] = []
+        sweep = self.sweep
+        for context in sweep.decode_context_tokens:
+            for num_requests in sweep.decode_requests:
+                prompts = [self._prompt(context) for _ in range(num_requests)]
+                await time_together(self.engine, [self._request(p, 1) for p in prompts])
+                timed = [self._request(p, decode_max_tokens(sweep)) for p in prompts]
+                times = await time_together(self.engine, timed)
+                point = decode_point(
+                    decode_context_tokens(context, sweep),
+                    times,
+                    DECODE_SKIP_TOKENS,
+                    sweep.decode_output_tokens,
+                )
+                points.append(point)
+                log.info(
+                    "decode %d requests over %d tokens: ITL %.1f ms",
+                    num_requests,
+                    point.context_tokens,
+                    point.itl_ms,
+                )
+        return points

@@ -1,0 +1,110 @@
+"""The timing profile file that `armature profile --output` writes and `--timing-profile` reads:
+what one engine measured in isolation on one machine, as versioned JSON.
+
+    {"version": 1,
+     "source": {"machine", "engine", "model", "dtype", "device", "flags", "created_at"},
+     "max_num_batched_tokens": 1024,
+     "prefill": [{"num_requests", "input_tokens", "ttft_ms", "tokens_per_s"}, ...],
+     "decode":  [{"num_requests", "context_tokens", "itl_ms", "tokens_per_s"}, ...]}
+
+A prefill point with `num_requests` 1 is one prompt alone (batch 1); more are that many
+prompts submitted together (chunked batches). A decode point is `num_requests` requests
+decoding together over `context_tokens` tokens each (their prompts cached beforehand, so no
+prefill is mixed in). Times are medians. A reader refuses (`ProfileError`, one line) a file it
+cannot read, a version other than `PROFILE_VERSION`, or a body that is not a profile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from armature.errors import ConfigError
+
+__all__ = [
+    "PROFILE_VERSION",
+    "DecodePoint",
+    "PrefillPoint",
+    "ProfileError",
+    "ProfileSource",
+    "TimingProfile",
+    "read_profile",
+    "write_profile",
+]
+
+PROFILE_VERSION = 1
+
+
+class ProfileError(ConfigError):
+    """A timing profile that cannot be read or used; the message names the file."""
+
+
+class ProfileSource(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a profile was measured: the machine, and the engine as it was configured."""
+
+    machine: str  # CPU model, and the GPU's name on a GPU
+    engine: str  # the registry kind: torch, mocker, vllm
+    model: str  # the served model name
+    dtype: str
+    device: str
+    flags: dict[str, str]  # the engine's command-line settings that differed from defaults
+    created_at: str  # ISO 8601, UTC
+
+
+class PrefillPoint(msgspec.Struct, frozen=True, kw_only=True):
+    num_requests: int  # prompts submitted together (1: batch 1)
+    input_tokens: int  # per prompt, none of them cached
+    ttft_ms: float  # median time to first token
+    tokens_per_s: float  # prompt tokens over the time the last first token took
+
+
+class DecodePoint(msgspec.Struct, frozen=True, kw_only=True):
+    num_requests: int  # requests decoding together
+    context_tokens: int  # per request, mean over the measured steps
+    itl_ms: float  # median inter-token latency
+    tokens_per_s: float  # output tokens per second, all requests together
+
+
+class TimingProfile(msgspec.Struct, frozen=True, kw_only=True):
+    version: int
+    source: ProfileSource
+    max_num_batched_tokens: int  # the step's token budget the engine ran with
+    prefill: list[PrefillPoint]
+    decode: list[DecodePoint]
+
+
+class _Versioned(msgspec.Struct):
+    version: int | None = None
+
+
+def write_profile(profile: TimingProfile, path: Path) -> None:
+    """Write `profile` as indented JSON (parent directories created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(msgspec.json.format(msgspec.json.encode(profile), indent=2) + b"\n")
+
+
+def read_profile(path: Path) -> TimingProfile:
+    """The profile at `path`; ProfileError when it is unreadable, of another version, or not a
+    profile."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ProfileError(f"cannot read timing profile {path}: {exc.strerror}") from None
+    try:
+        version = msgspec.json.decode(data, type=_Versioned).version
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        version = None
+    if version is None:
+        raise ProfileError(
+            f"{path} is not a timing profile (write one with `armature profile --output`)"
+        )
+    if version != PROFILE_VERSION:
+        raise ProfileError(
+            f"{path} is a timing profile of version {version}; this armature reads version "
+            f"{PROFILE_VERSION} (profile the engine again)"
+        )
+    try:
+        return msgspec.json.decode(data, type=TimingProfile)
+    except msgspec.ValidationError as exc:
+        raise ProfileError(f"{path} is not a valid timing profile: {exc}") from None

@@ -1,0 +1,107 @@
+"""The profiler's pure parts: which sweeps an engine can run, and request timings -> points."""
+
+from __future__ import annotations
+
+import pytest
+
+from armature.config import ProfileSweepConfig
+from armature.errors import ConfigError
+from armature.profiler.plan import (
+    EngineLimits,
+    check_sweep,
+    decode_context_tokens,
+    decode_max_tokens,
+)
+from armature.profiler.points import (
+    RequestTimes,
+    decode_point,
+    prefill_alone_point,
+    prefill_batch_point,
+)
+
+LIMITS = EngineLimits(
+    max_num_seqs=16,
+    max_num_batched_tokens=256,
+    max_model_len_tokens=512,
+    block_size_tokens=16,
+    num_kv_blocks=256,  # 4096 tokens
+)
+
+
+def test_decode_requests_are_timed_after_settling() -> None:
+    sweep = ProfileSweepConfig(decode_output_tokens=8)
+    assert decode_max_tokens(sweep) == 1 + 2 + 8
+    # tokens 4..11 are timed, over 100 + 3 .. 100 + 10 tokens: mean 106.5, rounded down
+    assert decode_context_tokens(100, sweep) == 106
+
+
+def test_a_sweep_that_fits_passes() -> None:
+    check_sweep(
+        ProfileSweepConfig(
+            prefill_input_tokens=(32, 128, 400),
+            prefill_batch_requests=4,
+            decode_requests=(1, 16),
+            decode_context_tokens=(64, 128),
+        ),
+        LIMITS,
+    )
+
+
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [
+        (ProfileSweepConfig(prefill_input_tokens=(32, 512)), "at least two lengths within"),
+        (ProfileSweepConfig(prefill_input_tokens=(32, 64, 600)), "600 does not fit the context"),
+        (
+            ProfileSweepConfig(prefill_input_tokens=(32, 64, 500), prefill_batch_requests=9),
+            "9 prompts of 500 tokens do not fit the KV cache (4096 tokens)",
+        ),
+        (
+            ProfileSweepConfig(prefill_input_tokens=(32, 64), decode_requests=(1, 32)),
+            "--decode-requests 32 is above --max-num-seqs 16",
+        ),
+        (
+            ProfileSweepConfig(
+                prefill_input_tokens=(32, 64), decode_requests=(1,), decode_context_tokens=(500,)
+            ),
+            "--decode-context-tokens 500 plus 19 output tokens does not fit",
+        ),
+        (
+            ProfileSweepConfig(
+                prefill_input_tokens=(32, 64), decode_requests=(16,), decode_context_tokens=(300,)
+            ),
+            "16 requests of 319 tokens do not fit the KV cache",
+        ),
+    ],
+)
+def test_a_sweep_the_engine_cannot_run_is_refused(sweep: ProfileSweepConfig, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_sweep(sweep, LIMITS)
+
+
+def test_merged_outputs_share_their_gap() -> None:
+    times = RequestTimes(10.0, ((10.5, 1), (10.6, 1), (10.9, 3), (11.0, 1)))
+    assert times.ttft_s == pytest.approx(0.5)
+    assert times.get_itls_s() == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.1])
+
+
+def test_prefill_points() -> None:
+    alone = [RequestTimes(0.0, ((t, 1),)) for t in (0.3, 0.1, 0.2)]
+    point = prefill_alone_point(100, alone)
+    assert (point.num_requests, point.input_tokens) == (1, 100)
+    assert point.ttft_ms == pytest.approx(200.0)
+    assert point.tokens_per_s == pytest.approx(500.0)
+    together = [RequestTimes(s, ((t, 1),)) for s, t in ((0.0, 0.2), (0.01, 0.4))]
+    point = prefill_batch_point(100, together)
+    assert point.num_requests == 2
+    assert point.ttft_ms == pytest.approx((0.2 + 0.39) / 2 * 1e3)
+    assert point.tokens_per_s == pytest.approx(200 / 0.4)
+
+
+def test_decode_point_takes_the_median_after_skipping() -> None:
+    # ITLs: 0.5 (skipped), then 0.1, 0.2, 0.3 (timed), then 0.9 (past the count)
+    arrivals = ((1.0, 1), (1.5, 1), (1.6, 1), (1.8, 1), (2.1, 1), (3.0, 1))
+    point = decode_point(300, [RequestTimes(0.0, arrivals)] * 2, skip=1, count=3)
+    assert (point.num_requests, point.context_tokens) == (2, 300)
+    assert point.itl_ms == pytest.approx(200.0)
+    assert point.tokens_per_s == pytest.approx(2 / 0.2)

@@ -1,0 +1,112 @@
+"""`armature profile` for real on the tiny model: the mocker and the native engine each give a
+valid profile and plots, and a mocker run from the native engine's profile takes its times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from armature.cli.main import main
+from armature.protocols.timing_profile import TimingProfile, read_profile
+from armature.sim.profile_timing import load_profile_timing
+from armature.sim.timing import PolynomialTiming
+
+SWEEP = [
+    "--prefill-input-tokens",
+    "16,64",
+    "--prefill-repeats",
+    "2",
+    "--prefill-batch-requests",
+    "2",
+    "--decode-requests",
+    "1,3",
+    "--decode-context-tokens",
+    "16,48",
+    "--decode-output-tokens",
+    "4",
+    "--max-num-seqs",
+    "4",
+    "--num-kv-blocks",
+    "64",
+]
+
+
+def _profile(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> TimingProfile:
+    report = out.with_suffix("")
+    code = main(["profile", *argv, *SWEEP, "--output", str(out), "--report", str(report)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert f"profile: {out}" in printed
+    assert sorted(p.name for p in report.iterdir()) == ["decode.png", "prefill.png"]
+    assert all(p.stat().st_size > 10_000 for p in report.iterdir())
+    profile = read_profile(out)
+    assert [(p.num_requests, p.input_tokens) for p in profile.prefill] == [
+        (1, 16),
+        (2, 16),
+        (1, 64),
+        (2, 64),
+    ]
+    # timed: tokens 4..7, over context + 3 .. context + 6 tokens: mean context + 4
+    assert [(d.num_requests, d.context_tokens) for d in profile.decode] == [
+        (1, 20),
+        (3, 20),
+        (1, 52),
+        (3, 52),
+    ]
+    assert all(p.ttft_ms > 0 and p.tokens_per_s > 0 for p in profile.prefill)
+    assert all(d.itl_ms > 0 and d.tokens_per_s > 0 for d in profile.decode)
+    return profile
+
+
+def test_profile_the_mocker(
+    tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--engine", "mocker", "--model", str(tiny_llama_dir), "--speedup-ratio", "10"]
+    profile = _profile(argv, tmp_path / "mocker.json", capsys)
+    source = profile.source
+    assert (source.engine, source.model, source.device) == ("mocker", tiny_llama_dir.name, "cpu")
+    assert source.flags == {
+        "model": str(tiny_llama_dir),
+        "engine": "mocker",
+        "speedup-ratio": "10.0",
+        "max-num-seqs": "4",
+        "num-kv-blocks": "64",
+    }
+    # the mocker sleeps its modeled step times: no step is timed shorter
+    model = PolynomialTiming(speedup_ratio=10)
+    for p in profile.prefill:
+        if p.num_requests == 1:
+            assert p.ttft_ms >= model.prefill_ms(p.input_tokens) / 10
+    assert all(d.itl_ms >= model.decode_ms(0.0) / 10 for d in profile.decode)
+
+
+def test_profile_the_native_engine_then_run_the_mocker_from_it(
+    tiny_llama_dir: Path,
+    tiny_qwen2_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = ["--model", str(tiny_llama_dir)]
+    torch_path = tmp_path / "torch.json"
+    native = _profile(
+        ["--engine", "torch", *model, "--device", "cpu", "--dtype", "float32"], torch_path, capsys
+    )
+    assert (native.source.engine, native.source.dtype) == ("torch", "float32")
+    timing = load_profile_timing(torch_path, model=tiny_llama_dir.name)
+    assert timing.prefill_tokens == (16.0, 64.0)
+    # the mocker driven by that profile, profiled in turn, sleeps the native engine's times
+    argv = ["--engine", "mocker", *model, "--timing-profile", str(torch_path)]
+    mocked = _profile(argv, tmp_path / "mocked.json", capsys)
+    for real, sim in zip(native.decode, mocked.decode, strict=True):
+        assert real.itl_ms * 0.95 <= sim.itl_ms <= real.itl_ms * 1.5 + 2.0
+    # a profile of another model is refused in one line
+    other = ["--engine", "mocker", "--model", str(tiny_qwen2_dir), "--timing-profile"]
+    code = main(["profile", *other, str(torch_path), "--output", str(tmp_path / "x.json")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (
+        f"armature: error: timing profile {torch_path} was measured on model "
+        f"'{tiny_llama_dir.name}', not '{tiny_qwen2_dir.name}' (profile this model, or serve "
+        "that one)\n"
+    )

@@ -1,0 +1,69 @@
+"""The timing profile file: a round trip keeps every field; unreadable files, other versions
+and other JSON are refused with one line naming the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from armature.protocols.timing_profile import (
+    PROFILE_VERSION,
+    DecodePoint,
+    PrefillPoint,
+    ProfileError,
+    ProfileSource,
+    TimingProfile,
+    read_profile,
+    write_profile,
+)
+
+PROFILE = TimingProfile(
+    version=PROFILE_VERSION,
+    source=ProfileSource(
+        machine="Intel(R) Xeon(R) Processor",
+        engine="torch",
+        model="SmolLM2-135M-Instruct",
+        dtype="bfloat16",
+        device="cpu",
+        flags={"max-num-seqs": "16"},
+        created_at="2026-11-24T15:00:00+00:00",
+    ),
+    max_num_batched_tokens=1024,
+    prefill=[PrefillPoint(num_requests=1, input_tokens=64, ttft_ms=81.5, tokens_per_s=785.3)],
+    decode=[DecodePoint(num_requests=4, context_tokens=137, itl_ms=95.25, tokens_per_s=42.0)],
+)
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "profile.json"
+    write_profile(PROFILE, path)
+    assert read_profile(path) == PROFILE
+    assert path.read_text().startswith('{\n  "version": 1,\n  "source": {\n')
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"version": 2, "source": {}}',
+            "is a timing profile of version 2; this armature reads version 1",
+        ),
+        ('{"source": {}}', "is not a timing profile (write one with `armature profile"),
+        ("not json", "is not a timing profile"),
+        ("[1, 2]", "is not a timing profile"),
+        ('{"version": 1, "source": {}}', "is not a valid timing profile: Object missing"),
+    ],
+)
+def test_bad_files_are_refused_in_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as refused:
+        read_profile(path)
+    assert str(refused.value).startswith(str(path))
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_missing_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match=r"cannot read timing profile .*: No such file"):
+        read_profile(tmp_path / "absent.json")
