@@ -163,7 +163,7 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
     num_decode_requests: int = 0
     num_decode_kv_tokens: int = 0
     num_kv_tokens_used: int = 0
-    step_wall_s: float = 0.0
+    step_wall_s: float = 0.0  # the mocker's: its modeled step time (on its clock)
 
 
 def merge_outputs(outputs: list[EngineOutput]) -> EngineOutput:
