@@ -10,12 +10,13 @@ configuration back into the command line that rebuilds it.
     WorkerConfig ── EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig, RuntimeConfig,
                     WorkerProcessConfig
     FrontendConfig ─ RuntimeConfig, RouterConfig, DisaggConfig, HealthConfig, the edge's three
+    PlannerCommandConfig ─ PlannerConfig, PlannerServiceConfig, RuntimeConfig
 
     values.py    text -> value parsers           settings.py  Setting, flags, variables, to_argv
     engine.py    engine, KV cache, transfer      runtime.py   planes, discovery, one worker
     routing.py   router, disaggregation, health  edge.py      HTTP, API keys, overload
     kv_tiers.py  lower KV tiers (G2-G4)         commands.py  WorkerConfig, FrontendConfig, ...
-    planner.py   the planner's targets, predictor, limits and cool-downs (no command yet)
+    planner.py   the planner's targets, predictor, limits, cool-downs; its service's settings
 
 A field whose metadata has no `Setting` is not a flag (a value the code sets, like the
 router's block size, which comes from the workers).
@@ -23,7 +24,12 @@ router's block size, which comes from the workers).
 
 from __future__ import annotations
 
-from armature.config.commands import FrontendConfig, ServeConfig, WorkerConfig
+from armature.config.commands import (
+    FrontendConfig,
+    PlannerCommandConfig,
+    ServeConfig,
+    WorkerConfig,
+)
 from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
 from armature.config.engine import (
     DEFAULT_BLOCK_SIZE_TOKENS,
@@ -33,7 +39,7 @@ from armature.config.engine import (
     TransferConfig,
 )
 from armature.config.kv_tiers import KvTierConfig
-from armature.config.planner import PlannerConfig
+from armature.config.planner import PlannerConfig, PlannerServiceConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import DEFAULT_LEASE_TTL_S, RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import (
@@ -71,7 +77,9 @@ __all__ = [
     "KvCacheConfig",
     "KvTierConfig",
     "OverloadConfig",
+    "PlannerCommandConfig",
     "PlannerConfig",
+    "PlannerServiceConfig",
     "RouterConfig",
     "RuntimeConfig",
     "SecurityConfig",
