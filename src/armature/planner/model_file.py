@@ -66,8 +66,7 @@ def read_performance_model(path: Path) -> tuple[TablePerformanceModel, str | Non
         header = msgspec.json.decode(data, type=_Header)
         if header.format != TABLE_FORMAT:
             raise ConfigError(
-                f"--performance-model {path}: format {header.format!r}, expected "
-                f"{TABLE_FORMAT!r}"
+                f"--performance-model {path}: format {header.format!r}, expected {TABLE_FORMAT!r}"
             )
         table = msgspec.json.decode(data, type=PerformanceModelFile)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
