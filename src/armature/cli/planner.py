@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from armature.cli.options import add_settings, read_settings, setup_logging
 from armature.config import PlannerCommandConfig
@@ -28,5 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = read_settings(args, PlannerCommandConfig)
     setup_logging(config.service.log_level)
+    if config.service.log_level != "debug":  # one line per scrape otherwise
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     run_planner(config)
     return 0
