@@ -11,6 +11,7 @@ from typing import Any, get_type_hints
 
 from armature.config import (
     FrontendConfig,
+    PlannerCommandConfig,
     ServeConfig,
     Setting,
     WorkerConfig,
@@ -27,6 +28,7 @@ COMMANDS: dict[str, type[Any]] = {
     "serve": ServeConfig,
     "worker": WorkerConfig,
     "frontend": FrontendConfig,
+    "planner": PlannerCommandConfig,
 }
 
 

@@ -109,6 +109,7 @@ async def _run(config: PlannerCommandConfig) -> None:
                 lease_ttl_s=runtime.lease_ttl_s,
             )
         planner = Planner(config.planner, model, num_workers=initial)
+        metrics.set_workers(planner.get_num_workers(), discovered)
         actuator = None
         if connector is not None:
             actuator = Actuator(

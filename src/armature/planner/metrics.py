@@ -3,10 +3,12 @@ on its own /metrics port."""
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from armature.planner.core import PlannerEffects
-from armature.planner.decisions import ScalingDecision
+from armature.planner.decisions import DecisionReason, ScalingDecision
 from armature.protocols.worker import WorkerRole
 
 __all__ = ["PlannerMetrics"]
@@ -69,25 +71,35 @@ class PlannerMetrics:
             "Ticks skipped because the frontend's metrics could not be read",
             registry=r,
         )
-        for role in roles:  # every series exists from the start
+        # every series exists from the start; an estimate not made yet is NaN (not 0: no
+        # measurement is not a low latency)
+        for gauge in (self.predicted_rate, self.predicted_input, self.predicted_output):
+            gauge.set(math.nan)
+        for role in roles:
             self.workers.labels(role.value)
             self.target_workers.labels(role.value)
+            self.ttft_s.labels(role.value).set(math.nan)
+            self.itl_s.labels(role.value).set(math.nan)
+            for reason in DecisionReason:
+                self.decisions.labels(role.value, reason.value)
         self._server: object | None = None
+
+    def set_workers(self, targets: dict[WorkerRole, int], current: dict[WorkerRole, int]) -> None:
+        """Each role's target and its workers in discovery now."""
+        for role, num in targets.items():
+            self.target_workers.labels(role.value).set(num)
+            self.workers.labels(role.value).set(current.get(role, 0))
 
     def observe(self, effects: PlannerEffects, num_workers: dict[WorkerRole, int]) -> None:
         """A tick's effects; `num_workers`: the workers in discovery now."""
-        for role, num in effects.num_workers.items():
-            self.target_workers.labels(role.value).set(num)
-            self.workers.labels(role.value).set(num_workers.get(role, 0))
+        self.set_workers(effects.num_workers, num_workers)
         if effects.forecast is not None:
             self.predicted_rate.set(effects.forecast.request_rate_per_s)
             self.predicted_input.set(effects.forecast.mean_input_tokens)
             self.predicted_output.set(effects.forecast.mean_output_tokens)
         for role, live in effects.live.items():
-            if live.ttft_s is not None:
-                self.ttft_s.labels(role.value).set(live.ttft_s)
-            if live.itl_s is not None:
-                self.itl_s.labels(role.value).set(live.itl_s)
+            self.ttft_s.labels(role.value).set(math.nan if live.ttft_s is None else live.ttft_s)
+            self.itl_s.labels(role.value).set(math.nan if live.itl_s is None else live.itl_s)
 
     def count_decision(self, decision: ScalingDecision) -> None:
         self.decisions.labels(decision.role.value, decision.reason.value).inc()
