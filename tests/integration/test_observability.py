@@ -1,5 +1,6 @@
 """Observability against live processes: every metric the Grafana dashboard queries is
-exported by a frontend or a worker, and docs/metrics.md lists every metric they export."""
+exported by a frontend, a worker or the planner, and docs/metrics.md lists every metric they
+export."""
 
 from __future__ import annotations
 
@@ -43,9 +44,11 @@ def test_dashboard_and_docs_match_the_live_metrics(default_model_dir: Path, tmp_
         assert metrics_url, worker_log
         frontend = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
         worker = parse_metrics(httpx.get(metrics_url.group(1), timeout=10).text)
+        planner = _planner_metrics(fleet, url, tmp_path)
     finally:
         fleet.stop()
-    samples = {key.split("{")[0] for key in [*frontend, *worker]}
+    assert planner['armature_planner_target_workers{role="agg"}'] == 1
+    samples = {key.split("{")[0] for key in [*frontend, *worker, *planner]}
     assert frontend['armature_requests_total{endpoint="completions",status="400"}'] == 1
     assert worker['armature_worker_requests_total{reason="length"}'] == 2
     assert worker["armature_worker_generation_tokens_total"] == 6
@@ -66,3 +69,25 @@ def test_dashboard_and_docs_match_the_live_metrics(default_model_dir: Path, tmp_
     assert exported <= {family(d) for d in documented}, sorted(
         exported - {family(d) for d in documented}
     )
+
+
+def _planner_metrics(fleet: Fleet, url: str, tmp_path: Path) -> dict[str, float]:
+    """A dry-run planner over the fleet: its /metrics after its first load tick."""
+    table = {
+        "format": "armature-planner-table/1",
+        "prefill_tokens": [16, 1024],
+        "prefill_s": [0.017, 0.032],
+        "decode_requests": [1, 32],
+        "decode_context_tokens": [128, 1536],
+        "decode_step_s": [[0.006, 0.012], [0.015, 0.034]],
+        "max_num_seqs": 32,
+        "max_kv_tokens": 4096,
+    }
+    (tmp_path / "table.json").write_text(json.dumps(table))
+    args = ["planner", "--dry-run", "--planner-mode", "agg", "--load-interval-s", "0.2"]
+    args += ["--performance-model", str(tmp_path / "table.json"), "--frontend-url", url]
+    proc = fleet._spawn("planner", [*args, *fleet.runtime_args()])
+    fleet.wait_for_log("planner", "planner ready", proc)
+    found = re.search(r"metrics (http://\S+/metrics)", (tmp_path / "planner.log").read_text())
+    assert found
+    return parse_metrics(httpx.get(found.group(1), timeout=10).text)

@@ -53,6 +53,11 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--api-key-file", "/definitely/not/here"], "cannot read the API key file"),
         (["serve", "--protect-metrics"], "--protect-metrics needs an API key"),
         (["serve", "--api-key", " padded "], "--api-key must not be empty"),
+        (["planner", "--dry-run"], "--performance-model is required"),
+        (["planner", "--performance-model", "/definitely/not/here.json"], "not/here.json"),
+        (["planner", "--min-workers", "3", "--max-workers", "2"], "minimum (3) is above"),
+        (["planner", "--gpu-budget", "1"], "--gpu-budget 1 is below"),
+        (["planner", "--connector", "k8s"], "invalid choice"),
         ([], "required"),
     ],
 )
@@ -315,3 +320,31 @@ def test_profile_mistakes_exit_2_with_one_line(
     assert err.count("\n") == 1 and err.startswith("armature: error: ")
     assert fragment in err
     assert not out.exists()
+
+
+def test_planner_with_an_unreachable_frontend_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = tmp_path / "table.json"
+    table.write_text(
+        '{"format": "armature-planner-table/1", "prefill_tokens": [0, 1000], "prefill_s":'
+        ' [0.02, 0.12], "decode_requests": [1, 64], "decode_context_tokens": [1000],'
+        ' "decode_step_s": [[0.01], [0.04]], "max_num_seqs": 64, "max_kv_tokens": 6400}'
+    )
+    argv = ["planner", "--dry-run", "--performance-model", str(table), "--frontend-wait-s", "0"]
+    argv += ["--frontend-url", f"http://127.0.0.1:{_free_port()}"]
+    argv += ["--discovery-dir", str(tmp_path / "discovery"), "--metrics-port", "-1"]
+    code, err = run(argv, capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "the frontend does not answer: cannot read" in err
+
+
+def test_planner_with_a_mismatched_model_file_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = tmp_path / "profile.json"
+    table.write_text('{"format": "armature-profile/2", "points": []}')
+    code, err = run(["planner", "--performance-model", str(table)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "format 'armature-profile/2', expected 'armature-planner-table/1'" in err

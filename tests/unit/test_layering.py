@@ -17,7 +17,21 @@ LAYERS: list[set[str]] = [
     {"kv", "model", "router", "planner"},
     {"transfer", "engines", "sim", "tiers"},
     {"runtime"},
-    {"frontend", "worker", "bench", "profiler", "router.service", "router.disagg"},
+    {
+        "frontend",
+        "worker",
+        "bench",
+        "profiler",
+        "router.service",
+        "router.disagg",
+        "planner.connectors",
+        "planner.actuator",
+        "planner.frontend_feed",
+        "planner.worker_feed",
+        "planner.metrics",
+        "planner.service",
+        "planner.main",
+    },
     {"cli"},
 ]
 

@@ -11,6 +11,7 @@ from typing import Any, get_type_hints
 
 from armature.config import (
     FrontendConfig,
+    PlannerCommandConfig,
     ProfileConfig,
     ServeConfig,
     Setting,
@@ -28,6 +29,7 @@ COMMANDS: dict[str, type[Any]] = {
     "serve": ServeConfig,
     "worker": WorkerConfig,
     "frontend": FrontendConfig,
+    "planner": PlannerCommandConfig,
     "profile": ProfileConfig,
 }
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from armature.cli import bench, frontend, profile, replay, serve, worker  # the subcommands
+from armature.cli import bench, frontend, planner, profile, replay, serve, worker  # the subcommands
 from armature.cli.options import Parser
 from armature.errors import ConfigError
 
@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "worker": (worker.add_parser, worker.run),
     "frontend": (frontend.add_parser, frontend.run),
     "bench": (bench.add_parser, bench.run),
+    "planner": (planner.add_parser, planner.run),
     "profile": (profile.add_parser, profile.run),
 }
 

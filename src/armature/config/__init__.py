@@ -10,13 +10,14 @@ configuration back into the command line that rebuilds it.
     WorkerConfig ── EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig, RuntimeConfig,
                     WorkerProcessConfig
     FrontendConfig ─ RuntimeConfig, RouterConfig, DisaggConfig, HealthConfig, the edge's three
+    PlannerCommandConfig ─ PlannerConfig, PlannerServiceConfig, RuntimeConfig
     ProfileConfig ── EngineConfig, KvCacheConfig, ProfileSweepConfig
 
     values.py    text -> value parsers           settings.py  Setting, flags, variables, to_argv
     engine.py    engine, KV cache, transfer      runtime.py   planes, discovery, one worker
     routing.py   router, disaggregation, health  edge.py      HTTP, API keys, overload
     kv_tiers.py  lower KV tiers (G2-G4)         commands.py  WorkerConfig, FrontendConfig, ...
-    planner.py   the planner's targets, predictor, limits and cool-downs (no command yet)
+    planner.py   the planner's targets, predictor, limits, cool-downs; its service's settings
     profiling.py the profiler's sweep
 
 A field whose metadata has no `Setting` is not a flag (a value the code sets, like the
@@ -25,7 +26,13 @@ router's block size, which comes from the workers).
 
 from __future__ import annotations
 
-from armature.config.commands import FrontendConfig, ProfileConfig, ServeConfig, WorkerConfig
+from armature.config.commands import (
+    FrontendConfig,
+    PlannerCommandConfig,
+    ProfileConfig,
+    ServeConfig,
+    WorkerConfig,
+)
 from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
 from armature.config.engine import (
     DEFAULT_BLOCK_SIZE_TOKENS,
@@ -35,7 +42,7 @@ from armature.config.engine import (
     TransferConfig,
 )
 from armature.config.kv_tiers import KvTierConfig
-from armature.config.planner import PlannerConfig
+from armature.config.planner import PlannerConfig, PlannerServiceConfig
 from armature.config.profiling import ProfileSweepConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import DEFAULT_LEASE_TTL_S, RuntimeConfig, WorkerProcessConfig
@@ -75,7 +82,9 @@ __all__ = [
     "KvCacheConfig",
     "KvTierConfig",
     "OverloadConfig",
+    "PlannerCommandConfig",
     "PlannerConfig",
+    "PlannerServiceConfig",
     "ProfileConfig",
     "ProfileSweepConfig",
     "RouterConfig",

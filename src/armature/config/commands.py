@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
 from armature.config.engine import EngineConfig, KvCacheConfig, TransferConfig
 from armature.config.kv_tiers import KvTierConfig
+from armature.config.planner import PlannerConfig, PlannerServiceConfig
 from armature.config.profiling import ProfileSweepConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import RuntimeConfig, WorkerProcessConfig
@@ -16,7 +17,7 @@ from armature.config.values import integer, non_negative_int, positive_float, po
 from armature.errors import ConfigError
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["FrontendConfig", "ProfileConfig", "ServeConfig", "WorkerConfig"]
+__all__ = ["FrontendConfig", "PlannerCommandConfig", "ProfileConfig", "ServeConfig", "WorkerConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +94,16 @@ class ServeConfig:
             raise ConfigError("give either --workers or --prefill-workers/--decode-workers")
         num_prefill = self.prefill_workers or 0
         return [WorkerRole.PREFILL] * num_prefill + [WorkerRole.DECODE] * self.decode_workers
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerCommandConfig:
+    """`armature planner`: the planner's targets and limits, its service, and the runtime its
+    workers meet on (discovery, event plane)."""
+
+    planner: PlannerConfig = PlannerConfig()
+    service: PlannerServiceConfig = PlannerServiceConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
 
 
 @dataclass(frozen=True, kw_only=True)

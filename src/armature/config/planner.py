@@ -1,20 +1,34 @@
 """The planner: the latency targets it holds, how it predicts load, and the limits and
-cool-downs of its scaling decisions (docs/architecture.md, "Planner"). No command takes it
-yet; the planner service will."""
+cool-downs of its scaling decisions (docs/architecture.md, "Planner"); and the planner
+service's own settings (`PlannerServiceConfig`: what it watches, how it acts)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from armature.config.settings import setting
-from armature.config.values import non_negative_int, positive_float, positive_int
+from armature.config.values import (
+    integer,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from armature.errors import ConfigError
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["PLANNER_MODES", "PREDICTORS", "PlannerConfig", "RoleLimits"]
+__all__ = [
+    "CONNECTORS",
+    "PLANNER_MODES",
+    "PREDICTORS",
+    "PlannerConfig",
+    "PlannerServiceConfig",
+    "RoleLimits",
+]
 
 PREDICTORS = ("constant", "moving-average", "holt-winters")
 PLANNER_MODES = ("disagg", "agg")
+CONNECTORS = ("local", "virtual")
 
 
 def _fraction_open(text: str) -> float:
@@ -189,3 +203,55 @@ class PlannerConfig:
         if self.gpu_budget is not None:
             bounds.append(self.gpu_budget // self.gpus_per_worker)
         return min(bounds) if bounds else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerServiceConfig:
+    """`armature planner`'s shell: the frontend it reads, the performance model, and the
+    connector that carries decisions out."""
+
+    frontend_url: str = setting(
+        "http://127.0.0.1:8000", "the frontend whose /metrics the planner reads"
+    )
+    frontend_wait_s: float = setting(
+        30.0,
+        "how long to wait at start for the frontend's /metrics to answer (the local connector "
+        "starts the first workers before: a frontend waits for one)",
+        parse=non_negative_float,
+    )
+    performance_model: str | None = setting(
+        None,
+        "JSON table of one worker's prefill and decode times (format armature-planner-table/1, "
+        "see the README's Planner section); required",
+    )
+    connector: str = setting(
+        "local",
+        "local: start and stop `armature worker` processes on this host; virtual: publish "
+        "targets in discovery for an external orchestrator and wait for its acks",
+        choices=CONNECTORS,
+    )
+    worker_args: tuple[str, ...] = setting(
+        (),
+        "local: the flags of each worker it starts, as one quoted string (repeatable), e.g. "
+        '--worker-args="--engine mocker --model ./m"; the planner adds --role and the runtime',
+        repeat=True,
+    )
+    worker_log_dir: str | None = setting(
+        None, "local: write each worker's output to <dir>/<worker>.log (default: discard)"
+    )
+    drain_timeout_s: float = setting(
+        60.0,
+        "local: how long a removed worker may take to drain and exit before it is killed",
+        parse=positive_float,
+    )
+    ack_timeout_s: float = setting(
+        60.0,
+        "virtual: how long to wait for the orchestrator's ack before retrying",
+        parse=positive_float,
+    )
+    dry_run: bool = setting(False, "log the decisions without acting on them")
+    host: str = setting("127.0.0.1", "address of the planner's /metrics endpoint")
+    metrics_port: int = setting(
+        0, "the planner's Prometheus /metrics port (0: any free port; -1: none)", parse=integer
+    )
+    log_level: str = setting("info", "log verbosity", choices=("debug", "info", "warning", "error"))

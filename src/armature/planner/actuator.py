@@ -1,0 +1,86 @@
+"""Makes the fleet follow the planner's counts through a connector, one action at a time,
+off the tick loop (a drain can take a minute; the planner keeps observing meanwhile).
+
+`set_targets` records what each role should have and wakes the actuator; it scales each
+role whose connector count differs. A `ConnectorError` is logged and counted, and the role
+is tried again after `retry_s` (or at the next new target); the planner never crashes on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+
+from armature.planner.connectors.api import Connector, ConnectorError
+from armature.protocols.worker import WorkerRole
+
+__all__ = ["Actuator"]
+
+log = logging.getLogger(__name__)
+
+
+class Actuator:
+    """Owns the targets and the wake-up event; `run` until cancelled."""
+
+    def __init__(
+        self,
+        connector: Connector,
+        *,
+        retry_s: float,
+        on_failure: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._connector = connector
+        self._retry_s = retry_s
+        self._on_failure = on_failure
+        self._targets: dict[WorkerRole, tuple[int, str]] = {}
+        self._wake = asyncio.Event()
+        self.idle = asyncio.Event()  # set while the fleet matches every target
+
+    def set_targets(
+        self, targets: Mapping[WorkerRole, int], reasons: Mapping[WorkerRole, str]
+    ) -> None:
+        """What each role should have; `reasons` for the roles whose target changed."""
+        for role, num in targets.items():
+            old = self._targets.get(role)
+            reason = reasons.get(role) or (old[1] if old else "the planner's initial count")
+            self._targets[role] = (num, reason)
+        self.idle.clear()
+        self._wake.set()
+
+    def get_pending(self) -> dict[WorkerRole, int]:
+        """The roles whose connector count differs from their target, with the target."""
+        have = self._connector.get_num_workers()
+        return {r: n for r, (n, _) in self._targets.items() if have.get(r, 0) != n}
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            failed = await self._step()
+            if failed:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._retry_s)
+                except TimeoutError:
+                    self._wake.set()
+            elif not self.get_pending():
+                self.idle.set()
+
+    async def _step(self) -> bool:
+        """One pass over the roles; whether an action failed."""
+        failed = False
+        for role, num in self.get_pending().items():
+            _, reason = self._targets[role]
+            try:
+                await self._connector.scale(role, num, reason)
+            except ConnectorError as exc:
+                log.error(
+                    "scaling %s to %d failed (retrying in %.0f s): %s",
+                    role,
+                    num,
+                    self._retry_s,
+                    exc,
+                )
+                self._on_failure()
+                failed = True
+        return failed

@@ -1,0 +1,161 @@
+"""`armature planner`, assembled: the performance model, discovery and the event plane, the
+connector, the planner's metrics, then the tick loop until SIGINT/SIGTERM. Settings that
+cannot work (no or a bad model file, an unreachable frontend, a model file measured on
+another model) are a ConfigError before the loop starts; the workers a local connector
+started by then are stopped first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shlex
+import signal
+import time
+from pathlib import Path
+
+import msgspec
+
+from armature.config import PlannerCommandConfig
+from armature.errors import ConfigError
+from armature.planner.actuator import Actuator
+from armature.planner.connectors.api import Connector
+from armature.planner.connectors.local import LocalConnector, SubprocessLauncher
+from armature.planner.connectors.virtual import VirtualConnector
+from armature.planner.core import Planner
+from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
+from armature.planner.metrics import PlannerMetrics
+from armature.planner.model_file import read_performance_model
+from armature.planner.scrape import FrontendSample
+from armature.planner.service import INTERVAL_WINDOW, LOAD_WINDOW, PlannerService
+from armature.planner.worker_feed import WorkerStepFeed
+from armature.protocols.worker import WorkerCard, WorkerRole, worker_prefix
+from armature.runtime.discovery import Discovery
+from armature.runtime.factory import make_event_plane, open_discovery
+
+__all__ = ["get_worker_argv", "run_planner"]
+
+log = logging.getLogger("armature")
+
+
+def get_worker_argv(worker_args: tuple[str, ...]) -> list[str]:
+    """Each --worker-args string split as a shell would; ConfigError on bad quoting."""
+    argv: list[str] = []
+    for text in worker_args:
+        try:
+            argv += shlex.split(text)
+        except ValueError as exc:
+            raise ConfigError(f"--worker-args {text!r}: {exc}") from None
+    return argv
+
+
+def run_planner(config: PlannerCommandConfig) -> None:
+    asyncio.run(_run(config))
+
+
+async def _discovered(discovery: Discovery, namespace: str) -> dict[WorkerRole, int]:
+    counts: dict[WorkerRole, int] = {}
+    for value in (await discovery.list(worker_prefix(namespace))).values():
+        with contextlib.suppress(msgspec.DecodeError):  # the feed logs unreadable cards
+            role = msgspec.msgpack.decode(value, type=WorkerCard).role
+            counts[role] = counts.get(role, 0) + 1
+    return counts
+
+
+async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendSample:
+    deadline_s = time.monotonic() + wait_s
+    while True:
+        try:
+            return await frontend.scrape()
+        except FrontendUnreachableError as exc:
+            if time.monotonic() >= deadline_s:
+                raise ConfigError(f"the frontend does not answer: {exc}") from None
+        await asyncio.sleep(0.25)  # polling a server that is still starting
+
+
+async def _run(config: PlannerCommandConfig) -> None:
+    service, runtime = config.service, config.runtime
+    if service.performance_model is None:
+        raise ConfigError("--performance-model is required (a JSON table; see --help)")
+    model, model_name = read_performance_model(Path(service.performance_model))
+    worker_argv = get_worker_argv(service.worker_args)
+    acting = not service.dry_run
+    if acting and service.connector == "local" and not worker_argv:
+        raise ConfigError('--connector local needs --worker-args, e.g. "--engine mocker"')
+    discovery = await open_discovery(runtime)
+    event_plane = await make_event_plane(runtime)
+    tasks: list[asyncio.Task[None]] = []
+    connector: Connector | None = None
+    metrics = PlannerMetrics(config.planner.get_roles())
+    frontend = FrontendFeed(service.frontend_url, (LOAD_WINDOW, INTERVAL_WINDOW))
+    try:
+        workers = WorkerStepFeed(
+            discovery, event_plane, runtime.namespace, (LOAD_WINDOW, INTERVAL_WINDOW)
+        )
+        tasks.append(asyncio.create_task(workers.run()))
+        discovered = await _discovered(discovery, runtime.namespace)
+        initial = discovered
+        if acting and service.connector == "local":
+            log_dir = Path(service.worker_log_dir) if service.worker_log_dir else None
+            launcher = SubprocessLauncher(worker_argv, runtime, log_dir=log_dir)
+            connector = LocalConnector(launcher, drain_timeout_s=service.drain_timeout_s)
+            initial = connector.get_num_workers()
+        elif acting:
+            connector = VirtualConnector(
+                discovery,
+                runtime.namespace,
+                num_workers=discovered,
+                ack_timeout_s=service.ack_timeout_s,
+                lease_ttl_s=runtime.lease_ttl_s,
+            )
+        planner = Planner(config.planner, model, num_workers=initial)
+        metrics.set_workers(planner.get_num_workers(), discovered)
+        actuator = None
+        if connector is not None:
+            actuator = Actuator(
+                connector,
+                retry_s=config.planner.load_interval_s,
+                on_failure=metrics.connector_failures.inc,
+            )
+            actuator.set_targets(planner.get_num_workers(), {})
+            tasks.append(asyncio.create_task(actuator.run()))
+        sample = await _first_scrape(frontend, service.frontend_wait_s)
+        if model_name is not None and sample.model_name not in (None, model_name):
+            raise ConfigError(
+                f"--performance-model was measured on {model_name!r}; the frontend serves "
+                f"{sample.model_name!r}"
+            )
+        metrics_url = "off"
+        if service.metrics_port >= 0:
+            try:
+                metrics_url = metrics.serve(service.host, service.metrics_port)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot listen on {service.host}:{service.metrics_port}: {exc.strerror}"
+                ) from None
+        log.info(
+            "planner ready: %s mode, roles %s, targets %s, connector %s, frontend %s, metrics %s",
+            config.planner.mode,
+            ", ".join(f"{r.value}={n}" for r, n in planner.get_num_workers().items()),
+            f"ttft {config.planner.ttft_ms:g} ms itl {config.planner.itl_ms:g} ms",
+            "none (dry run)" if connector is None else service.connector,
+            service.frontend_url,
+            metrics_url,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        loop_service = PlannerService(planner, config.planner, frontend, workers, metrics, actuator)
+        await loop_service.run(stop)
+        log.info("planner stopping")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if connector is not None:
+            await connector.close()
+        metrics.stop()
+        await frontend.close()
+        await event_plane.close()
+        await discovery.close()

@@ -1,0 +1,117 @@
+"""The planner's Prometheus metrics, in its own registry (no process-wide globals), served
+on its own /metrics port."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from armature.planner.core import PlannerEffects
+from armature.planner.decisions import DecisionReason, ScalingDecision
+from armature.protocols.worker import WorkerRole
+
+__all__ = ["PlannerMetrics"]
+
+
+class PlannerMetrics:
+    """Owns its registry and, once `serve` ran, the HTTP server thread."""
+
+    def __init__(self, roles: tuple[WorkerRole, ...]) -> None:
+        self.registry = r = CollectorRegistry()
+        self.workers = Gauge(
+            "armature_planner_workers", "Workers of each role in discovery", ["role"], registry=r
+        )
+        self.target_workers = Gauge(
+            "armature_planner_target_workers",
+            "Workers of each role the planner wants",
+            ["role"],
+            registry=r,
+        )
+        self.predicted_rate = Gauge(
+            "armature_planner_predicted_requests_per_second",
+            "The next interval's predicted request rate",
+            registry=r,
+        )
+        self.predicted_input = Gauge(
+            "armature_planner_predicted_input_tokens",
+            "The next interval's predicted mean input length",
+            registry=r,
+        )
+        self.predicted_output = Gauge(
+            "armature_planner_predicted_output_tokens",
+            "The next interval's predicted mean output length",
+            registry=r,
+        )
+        self.ttft_s = Gauge(
+            "armature_planner_estimated_ttft_seconds",
+            "Live TTFT estimate of each role (the load rule's)",
+            ["role"],
+            registry=r,
+        )
+        self.itl_s = Gauge(
+            "armature_planner_estimated_itl_seconds",
+            "Live ITL estimate of each role (the load rule's)",
+            ["role"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "armature_planner_decisions",
+            "Scaling decisions, by role and reason",
+            ["role", "reason"],
+            registry=r,
+        )
+        self.connector_failures = Counter(
+            "armature_planner_connector_failures",
+            "Scaling actions that failed (retried)",
+            registry=r,
+        )
+        self.scrape_failures = Counter(
+            "armature_planner_scrape_failures",
+            "Ticks skipped because the frontend's metrics could not be read",
+            registry=r,
+        )
+        # every series exists from the start; an estimate not made yet is NaN (not 0: no
+        # measurement is not a low latency)
+        for gauge in (self.predicted_rate, self.predicted_input, self.predicted_output):
+            gauge.set(math.nan)
+        for role in roles:
+            self.workers.labels(role.value)
+            self.target_workers.labels(role.value)
+            self.ttft_s.labels(role.value).set(math.nan)
+            self.itl_s.labels(role.value).set(math.nan)
+            for reason in DecisionReason:
+                self.decisions.labels(role.value, reason.value)
+        self._server: object | None = None
+
+    def set_workers(self, targets: dict[WorkerRole, int], current: dict[WorkerRole, int]) -> None:
+        """Each role's target and its workers in discovery now."""
+        for role, num in targets.items():
+            self.target_workers.labels(role.value).set(num)
+            self.workers.labels(role.value).set(current.get(role, 0))
+
+    def observe(self, effects: PlannerEffects, num_workers: dict[WorkerRole, int]) -> None:
+        """A tick's effects; `num_workers`: the workers in discovery now."""
+        self.set_workers(effects.num_workers, num_workers)
+        if effects.forecast is not None:
+            self.predicted_rate.set(effects.forecast.request_rate_per_s)
+            self.predicted_input.set(effects.forecast.mean_input_tokens)
+            self.predicted_output.set(effects.forecast.mean_output_tokens)
+        for role, live in effects.live.items():
+            self.ttft_s.labels(role.value).set(math.nan if live.ttft_s is None else live.ttft_s)
+            self.itl_s.labels(role.value).set(math.nan if live.itl_s is None else live.itl_s)
+
+    def count_decision(self, decision: ScalingDecision) -> None:
+        self.decisions.labels(decision.role.value, decision.reason.value).inc()
+
+    def serve(self, host: str, port: int) -> str:
+        """Start the /metrics endpoint; returns its url."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server = server
+        return f"http://{host}:{server.server_address[1]}/metrics"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()  # type: ignore[attr-defined]
+            self._server.server_close()  # type: ignore[attr-defined]
+            self._server = None

@@ -1,0 +1,144 @@
+"""The frontend's Prometheus text as the planner's window (`FrontendMetrics`): pure, no I/O.
+
+`parse_frontend_sample` reads one scrape into the counters and gauges the planner needs
+(`FrontendSample`); `get_window_metrics` turns two scrapes into one window by differences:
+
+    requests     finished requests (4xx other than 499 left out: they never reached a worker)
+                 + the change in requests in flight: the requests that arrived
+    input        prompt tokens / first tokens     (both counted once a request's prefill ends)
+    output       output tokens / finished streams (the e2e histogram's count)
+    prefix hits  cached prompt tokens / prompt tokens
+    TTFT, ITL    the histograms' sum / count      (None when the window has no sample)
+    queue        the admission gate's queue at the window's end
+
+A length with no sample in the window (requests arrived, none has finished its prefill yet)
+keeps the previous window's value: an unmeasured length is not zero tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+from prometheus_client.parser import text_string_to_metric_families
+
+from armature.errors import ArmatureError
+from armature.planner.observation import FrontendMetrics
+
+__all__ = ["FrontendSample", "ScrapeError", "get_window_metrics", "parse_frontend_sample"]
+
+
+class ScrapeError(ArmatureError):
+    """The frontend's metrics cannot be read (not Prometheus text, not a frontend's)."""
+
+
+class FrontendSample(msgspec.Struct, frozen=True, kw_only=True):
+    """One scrape: counters since the frontend started, gauges now."""
+
+    model_name: str | None
+    num_finished_requests: float
+    num_in_flight_requests: float
+    num_queued_requests: float
+    num_prompt_tokens: float
+    num_cached_tokens: float
+    num_output_tokens: float
+    num_first_tokens: float  # the TTFT histogram's count
+    ttft_sum_s: float
+    num_token_gaps: float  # the ITL histogram's count
+    itl_sum_s: float
+    num_finished_streams: float  # the e2e histogram's count
+
+
+_SCALARS = {
+    "armature_requests_in_flight": "num_in_flight_requests",
+    "armature_requests_queued": "num_queued_requests",
+    "armature_prompt_tokens_total": "num_prompt_tokens",
+    "armature_prefix_cache_hit_tokens_total": "num_cached_tokens",
+    "armature_generation_tokens_total": "num_output_tokens",
+    "armature_time_to_first_token_seconds_count": "num_first_tokens",
+    "armature_time_to_first_token_seconds_sum": "ttft_sum_s",
+    "armature_inter_token_latency_seconds_count": "num_token_gaps",
+    "armature_inter_token_latency_seconds_sum": "itl_sum_s",
+    "armature_e2e_request_latency_seconds_count": "num_finished_streams",
+}
+_REQUIRED = ("armature_requests_in_flight", "armature_time_to_first_token_seconds_count")
+
+
+def _is_served(status: str) -> bool:
+    """Whether a finished request with HTTP `status` reached a worker."""
+    return not (status.startswith("4") and status != "499")
+
+
+def parse_frontend_sample(text: str) -> FrontendSample:
+    """One scrape of a frontend's /metrics; ScrapeError when it is not one."""
+    values: dict[str, float] = dict.fromkeys(_SCALARS.values(), 0.0)
+    seen: set[str] = set()
+    num_finished = 0.0
+    model_name = None
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise ScrapeError(f"not Prometheus text: {exc}") from None
+    for family in families:
+        for sample in family.samples:
+            seen.add(sample.name)
+            if sample.name in _SCALARS:
+                values[_SCALARS[sample.name]] = float(sample.value)
+            elif sample.name == "armature_requests_total":
+                if _is_served(sample.labels.get("status", "")):
+                    num_finished += float(sample.value)
+            elif sample.name == "armature_model_info" and sample.value == 1:
+                model_name = sample.labels.get("model")
+    missing = [name for name in _REQUIRED if name not in seen]
+    if missing:
+        raise ScrapeError(f"not an armature frontend's metrics (no {', '.join(missing)})")
+    return FrontendSample(model_name=model_name, num_finished_requests=num_finished, **values)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None
+
+
+def get_window_metrics(
+    before: FrontendSample,
+    after: FrontendSample,
+    window_s: float,
+    previous: FrontendMetrics | None = None,
+) -> FrontendMetrics:
+    """The window from scrape `before` to scrape `after`, `window_s` seconds apart.
+    `previous`: the last window, whose lengths stand in for unmeasured ones. A counter that
+    went down (the frontend restarted) counts from zero."""
+    assert window_s > 0.0
+
+    def delta(name: str) -> float:
+        now: float = getattr(after, name)
+        then: float = getattr(before, name)
+        return now if now < then else now - then
+
+    in_flight_change = after.num_in_flight_requests - before.num_in_flight_requests
+    num_requests = max(0, math.floor(delta("num_finished_requests") + in_flight_change + 0.5))
+    num_prompt = delta("num_prompt_tokens")
+    mean_input = _ratio(num_prompt, delta("num_first_tokens"))
+    mean_output = _ratio(delta("num_output_tokens"), delta("num_finished_streams"))
+    ttft_s = _ratio(delta("ttft_sum_s"), delta("num_first_tokens"))
+    itl_s = _ratio(delta("itl_sum_s"), delta("num_token_gaps"))
+    hit_rate = _ratio(delta("num_cached_tokens"), num_prompt)
+    return FrontendMetrics(
+        window_s=window_s,
+        num_requests=num_requests,
+        mean_input_tokens=_or_previous(mean_input, previous, "mean_input_tokens"),
+        mean_output_tokens=_or_previous(mean_output, previous, "mean_output_tokens"),
+        prefix_hit_rate=_or_previous(hit_rate, previous, "prefix_hit_rate"),
+        mean_ttft_ms=None if ttft_s is None else ttft_s * 1000.0,
+        mean_itl_ms=None if itl_s is None else itl_s * 1000.0,
+        num_queued_requests=int(after.num_queued_requests),
+    )
+
+
+def _or_previous(value: float | None, previous: FrontendMetrics | None, name: str) -> float:
+    if value is not None:
+        return value
+    if previous is None:
+        return 0.0
+    old: float = getattr(previous, name)
+    return old

@@ -1,0 +1,108 @@
+"""The planner service: the tick loop around the pure `Planner`.
+
+Every `load_interval_s` it scrapes the frontend, takes the workers' step records of the
+window, and runs `plan_load`; every `interval_s` the same over the longer window with
+`plan_interval`. Each decision is one log line with its reason, is counted in the metrics,
+and (unless dry-run) becomes the role's target for the `Actuator`, which makes the fleet
+follow through the connector. A tick whose scrape fails is skipped with a logged error and
+a counted failure: a failed feed never reads as "no traffic".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from armature.config.planner import PlannerConfig
+from armature.planner.actuator import Actuator
+from armature.planner.core import Planner, PlannerEffects
+from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
+from armature.planner.metrics import PlannerMetrics
+from armature.planner.observation import PlannerObservation
+from armature.planner.worker_feed import WorkerStepFeed
+
+__all__ = ["INTERVAL_WINDOW", "LOAD_WINDOW", "PlannerService"]
+
+log = logging.getLogger(__name__)
+
+LOAD_WINDOW = "load"
+INTERVAL_WINDOW = "interval"
+
+
+class PlannerService:
+    """Owns the tick schedule; the planner, feeds, metrics and actuator are given (the
+    actuator is None in a dry run)."""
+
+    def __init__(
+        self,
+        planner: Planner,
+        config: PlannerConfig,
+        frontend: FrontendFeed,
+        workers: WorkerStepFeed,
+        metrics: PlannerMetrics,
+        actuator: Actuator | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._planner = planner
+        self._config = config
+        self._frontend = frontend
+        self._workers = workers
+        self._metrics = metrics
+        self._actuator = actuator
+        self._clock = clock
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick until `stop` is set. The frontend must answer once first (main checks it)."""
+        start_s = self._clock()
+        self._frontend.start(await self._frontend.scrape(), start_s)
+        for window in (LOAD_WINDOW, INTERVAL_WINDOW):
+            self._workers.take_steps(window)
+        next_load_s = start_s + self._config.load_interval_s
+        next_interval_s = start_s + self._config.interval_s
+        while not stop.is_set():
+            wait_s = max(0.0, min(next_load_s, next_interval_s) - self._clock())
+            try:
+                await asyncio.wait_for(stop.wait(), wait_s)
+                return
+            except TimeoutError:
+                pass
+            now_s = self._clock()
+            if now_s >= next_interval_s:
+                next_interval_s += self._config.interval_s
+                await self._tick(INTERVAL_WINDOW, now_s)
+            if now_s >= next_load_s:
+                next_load_s = max(next_load_s + self._config.load_interval_s, now_s)
+                await self._tick(LOAD_WINDOW, now_s)
+
+    async def _tick(self, window: str, now_s: float) -> None:
+        try:
+            sample = await self._frontend.scrape()
+        except FrontendUnreachableError as exc:
+            log.error("skipping the %s tick: %s", window, exc)
+            self._metrics.scrape_failures.inc()
+            return
+        observation = PlannerObservation(
+            frontend=self._frontend.take_window(window, sample, now_s),
+            workers=self._workers.take_steps(window),
+        )
+        if window == INTERVAL_WINDOW:
+            effects = self._planner.plan_interval(observation, now_s)
+        else:
+            effects = self._planner.plan_load(observation, now_s)
+        self._act(effects)
+
+    def _act(self, effects: PlannerEffects) -> None:
+        dry = " (dry run)" if self._actuator is None else ""
+        reasons = {}
+        for decision in effects.decisions:
+            log.info("%s%s", decision.get_log_line(), dry)
+            self._metrics.count_decision(decision)
+            reasons[decision.role] = decision.get_log_line()
+        for decision in effects.held:
+            log.debug("held by a cool-down: %s", decision.get_log_line())
+        self._metrics.observe(effects, self._workers.get_num_workers())
+        if self._actuator is not None and effects.decisions:
+            self._actuator.set_targets(effects.num_workers, reasons)

@@ -1,0 +1,175 @@
+"""The frontend's Prometheus text as planner windows: exact numbers from two captured
+expositions (the frontend's metric names and prometheus_client's text format)."""
+
+from __future__ import annotations
+
+import pytest
+
+from armature.planner.observation import FrontendMetrics
+from armature.planner.scrape import (
+    FrontendSample,
+    ScrapeError,
+    get_window_metrics,
+    parse_frontend_sample,
+)
+
+
+def exposition(
+    *,
+    ok: int,
+    bad: int,
+    left: int,
+    in_flight: int,
+    queued: int,
+    prompt: int,
+    cached: int,
+    output: int,
+    ttft: tuple[int, float],
+    itl: tuple[int, float],
+    e2e: int,
+) -> str:
+    """A frontend's /metrics as prometheus_client writes it (the families the planner reads,
+    with their neighbours)."""
+    return f"""\
+# HELP armature_requests_total Finished HTTP requests
+# TYPE armature_requests_total counter
+armature_requests_total{{endpoint="completions",status="200"}} {ok}.0
+armature_requests_total{{endpoint="completions",status="400"}} {bad}.0
+armature_requests_total{{endpoint="chat",status="499"}} {left}.0
+# HELP armature_requests_created Finished HTTP requests
+# TYPE armature_requests_created gauge
+armature_requests_created{{endpoint="completions",status="200"}} 1.7e+09
+# HELP armature_requests_in_flight Requests being served
+# TYPE armature_requests_in_flight gauge
+armature_requests_in_flight {in_flight}.0
+# HELP armature_requests_queued Requests waiting for a free worker (overload control)
+# TYPE armature_requests_queued gauge
+armature_requests_queued {queued}.0
+# HELP armature_time_to_first_token_seconds Time to first token
+# TYPE armature_time_to_first_token_seconds histogram
+armature_time_to_first_token_seconds_bucket{{le="0.1"}} 0.0
+armature_time_to_first_token_seconds_bucket{{le="+Inf"}} {ttft[0]}.0
+armature_time_to_first_token_seconds_count {ttft[0]}.0
+armature_time_to_first_token_seconds_sum {ttft[1]}
+# HELP armature_inter_token_latency_seconds Time between output tokens
+# TYPE armature_inter_token_latency_seconds histogram
+armature_inter_token_latency_seconds_bucket{{le="+Inf"}} {itl[0]}.0
+armature_inter_token_latency_seconds_count {itl[0]}.0
+armature_inter_token_latency_seconds_sum {itl[1]}
+# HELP armature_e2e_request_latency_seconds Request latency, end to end
+# TYPE armature_e2e_request_latency_seconds histogram
+armature_e2e_request_latency_seconds_bucket{{le="+Inf"}} {e2e}.0
+armature_e2e_request_latency_seconds_count {e2e}.0
+armature_e2e_request_latency_seconds_sum 12.5
+# HELP armature_prompt_tokens_total Prompt tokens
+# TYPE armature_prompt_tokens_total counter
+armature_prompt_tokens_total {prompt}.0
+# HELP armature_generation_tokens_total Output tokens
+# TYPE armature_generation_tokens_total counter
+armature_generation_tokens_total {output}.0
+# HELP armature_prefix_cache_hit_tokens_total Prompt tokens served from the prefix cache
+# TYPE armature_prefix_cache_hit_tokens_total counter
+armature_prefix_cache_hit_tokens_total {cached}.0
+# HELP armature_prefix_cache_hit_ratio Prompt tokens served from the prefix cache / prompt tokens
+# TYPE armature_prefix_cache_hit_ratio gauge
+armature_prefix_cache_hit_ratio 0.2
+# HELP armature_model_info Served model
+# TYPE armature_model_info gauge
+armature_model_info{{model="smollm2"}} 1.0
+"""
+
+
+BEFORE = exposition(
+    ok=10,
+    bad=2,
+    left=1,
+    in_flight=3,
+    queued=0,
+    prompt=5000,
+    cached=1000,
+    output=1200,
+    ttft=(13, 2.6),
+    itl=(1187, 23.74),
+    e2e=11,
+)
+AFTER = exposition(
+    ok=30,
+    bad=5,
+    left=2,
+    in_flight=5,
+    queued=4,
+    prompt=15000,
+    cached=4000,
+    output=5200,
+    ttft=(35, 9.2),
+    itl=(5165, 103.3),
+    e2e=32,
+)
+
+
+def test_a_scrape_reads_the_counters_the_planner_needs() -> None:
+    assert parse_frontend_sample(BEFORE) == FrontendSample(
+        model_name="smollm2",
+        num_finished_requests=11.0,  # 10 ok + 1 client left; the 2 x 400 never reached a worker
+        num_in_flight_requests=3.0,
+        num_queued_requests=0.0,
+        num_prompt_tokens=5000.0,
+        num_cached_tokens=1000.0,
+        num_output_tokens=1200.0,
+        num_first_tokens=13.0,
+        ttft_sum_s=2.6,
+        num_token_gaps=1187.0,
+        itl_sum_s=23.74,
+        num_finished_streams=11.0,
+    )
+
+
+def test_two_scrapes_make_a_window_by_differences() -> None:
+    window = get_window_metrics(parse_frontend_sample(BEFORE), parse_frontend_sample(AFTER), 10.0)
+    # 21 finished (20 ok + 1 left) and 2 more in flight: 23 arrived
+    assert window.num_requests == 23
+    assert window.get_request_rate_per_s() == pytest.approx(2.3)
+    assert window.mean_input_tokens == pytest.approx(10000 / 22)  # per first token
+    assert window.mean_output_tokens == pytest.approx(4000 / 21)  # per finished stream
+    assert window.prefix_hit_rate == pytest.approx(0.3)
+    assert window.mean_ttft_ms == pytest.approx(300.0)  # 6.6 s / 22
+    assert window.mean_itl_ms == pytest.approx(20.0)  # 79.56 s / 3978
+    assert window.num_queued_requests == 4
+    assert window.window_s == 10.0
+
+
+def test_an_idle_window_has_no_latencies_and_keeps_the_last_lengths() -> None:
+    sample = parse_frontend_sample(AFTER)
+    previous = FrontendMetrics(
+        window_s=5.0, num_requests=3, mean_input_tokens=400.0, mean_output_tokens=90.0
+    )
+    window = get_window_metrics(sample, sample, 5.0, previous)
+    assert window == FrontendMetrics(
+        window_s=5.0,
+        num_requests=0,
+        mean_input_tokens=400.0,
+        mean_output_tokens=90.0,
+        prefix_hit_rate=0.0,
+        mean_ttft_ms=None,
+        mean_itl_ms=None,
+        num_queued_requests=4,
+    )
+
+
+def test_a_restarted_frontend_counts_from_zero() -> None:
+    window = get_window_metrics(parse_frontend_sample(AFTER), parse_frontend_sample(BEFORE), 10.0)
+    # every counter went down: the window is BEFORE's counts themselves
+    assert window.mean_ttft_ms == pytest.approx(2.6 / 13 * 1000.0)
+    assert window.mean_input_tokens == pytest.approx(5000 / 13)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("# TYPE up gauge\nup 1\n", "not an armature frontend"),
+        ("<html>not metrics</html>", "not"),
+    ],
+)
+def test_what_is_not_a_frontends_metrics_is_a_scrape_error(text: str, fragment: str) -> None:
+    with pytest.raises(ScrapeError, match=fragment):
+        parse_frontend_sample(text)
