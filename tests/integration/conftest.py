@@ -63,8 +63,11 @@ def running_server(
 ) -> Iterator[str]:
     """Start `armature serve` on a free loopback port (with `env` added to this process's
     environment; `preexec_fn` run in the child before exec); yield its URL; stop it by PID
-    and assert its stderr holds no traceback."""
+    and assert its stderr holds no traceback. Its $XDG_RUNTIME_DIR is `log_dir / "run"`:
+    a `--workers` fleet's private directory lies there, not in a directory others share."""
     port = _free_port()
+    runtime_dir = log_dir / "run"
+    runtime_dir.mkdir(exist_ok=True)
     stderr_path = log_dir / "stderr.log"
     command = [
         sys.executable,
@@ -87,7 +90,12 @@ def running_server(
             command,
             stdout=stdout,
             stderr=stderr,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                "XDG_RUNTIME_DIR": str(runtime_dir),
+                **(env or {}),
+            },
             preexec_fn=preexec_fn,
         )
     url = f"http://127.0.0.1:{port}"

@@ -99,7 +99,8 @@ def test_a_server_killed_and_restarted_on_its_disk_dir_serves_its_blocks(
     command = [sys.executable, "-m", "armature.cli", "serve", "--model", str(default_model_dir)]
     command += ["--host", "127.0.0.1", "--port", str(port), *args]
     with open(tmp_path / "first.log", "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=log)
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}  # its fleet's directory: here
+        proc = subprocess.Popen(command, stdout=log, stderr=log, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc)

@@ -1,5 +1,8 @@
 """`armature serve --workers N` as a frontend with N worker processes: serving works, and
-stopping it (SIGTERM, or even SIGKILL) leaves no worker process and no registration."""
+stopping it (SIGTERM, or even SIGKILL) leaves no worker process and no registration.
+
+Each serve here gets its own $XDG_RUNTIME_DIR under the test's tmp_path, so its private
+directory is the only one the test looks at: what other runs left elsewhere cannot matter."""
 
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ def alive(pid: int) -> bool:
 def start(
     model_dir: Path, log: Path, extra: tuple[str, ...] = ()
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """Serve with 2 mocker workers, logging to `log`; its private directory lies under
+    `runtime_dir(log)`."""
     port = _free_port()
     command = [
         sys.executable,
@@ -54,10 +59,22 @@ def start(
         *extra,
     ]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime_dir(log))}
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     _wait_healthy(proc, url, log)
     return proc, url
+
+
+def runtime_dir(log: Path) -> Path:
+    """The $XDG_RUNTIME_DIR of the serve that logs to `log`: its own, beside the log."""
+    path = log.parent / "run"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def serve_dirs(log: Path) -> list[Path]:
+    return sorted(runtime_dir(log).glob("armature-serve-*"))
 
 
 def workers_of(proc: subprocess.Popen[bytes]) -> list[int]:
@@ -75,9 +92,13 @@ def workers_of(proc: subprocess.Popen[bytes]) -> list[int]:
 def test_serve_workers_are_processes_that_end_with_it(
     how: signal.Signals, default_model_dir: Path, tmp_path: Path
 ) -> None:
-    proc, url = start(default_model_dir, tmp_path / "serve.log")
+    log = tmp_path / "serve.log"
+    proc, url = start(default_model_dir, log)
     try:
         kids = workers_of(proc)
+        [directory] = serve_dirs(log)
+        assert directory.name.startswith(f"armature-serve-{proc.pid}-")
+        assert f"the workers meet in {directory}" in log.read_text()
         served = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
         response = httpx.post(
             f"{url}/v1/completions",
@@ -86,20 +107,31 @@ def test_serve_workers_are_processes_that_end_with_it(
         )
         assert response.status_code == 200, response.text
         proc.send_signal(how)
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=30) == -how  # ended by the signal, as uvicorn leaves it
         deadline = time.monotonic() + 15
         while any(alive(k) for k in kids) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(alive(k) for k in kids), "orphaned worker processes"
-        leftovers = list(Path("/tmp").glob("armature-serve-*/entries/*"))
         if how == signal.SIGTERM:  # a clean stop removes its private discovery directory
-            assert leftovers == []
+            assert serve_dirs(log) == []
+        else:  # nothing ran to remove it: the next serve to start does
+            assert serve_dirs(log) == [directory]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     if how == signal.SIGTERM:
-        assert "Traceback" not in (tmp_path / "serve.log").read_text(errors="replace")
+        assert "Traceback" not in log.read_text(errors="replace")
+        return
+    after, _ = start(default_model_dir, tmp_path / "after.log")
+    try:
+        [own] = serve_dirs(log)  # the same runtime directory: the log's parent
+        assert own.name.startswith(f"armature-serve-{after.pid}-")
+        assert not directory.exists()
+    finally:
+        after.terminate()
+        after.wait(timeout=30)
+    assert serve_dirs(log) == []
 
 
 def cmdline(pid: int) -> list[str]:

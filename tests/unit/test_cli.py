@@ -58,6 +58,14 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["planner", "--min-workers", "3", "--max-workers", "2"], "minimum (3) is above"),
         (["planner", "--gpu-budget", "1"], "--gpu-budget 1 is below"),
         (["planner", "--connector", "k8s"], "invalid choice"),
+        (["serve", "--queue-timeout-s", "1.4e307"], "--queue-timeout-s: must be at most 3600"),
+        (["serve", "--queue-timeout-s", "inf"], "must be a finite number"),
+        (["serve", "--engine", "mocker", "--speedup-ratio", "nan"], "must be a finite number"),
+        (["serve", "--max-queued-requests", "1000001"], "must be 0..1000000"),
+        (["serve", "--busy-prefill-tokens", "2147483648"], "must be 1..2147483647"),
+        (["serve", "--seed", "9223372036854775808"], "--seed: must be -9223372036854775808.."),
+        (["worker", "--metrics-port", "-2"], "--metrics-port: must be -1..65535"),
+        (["worker", "--kv-transfer-port", "65536"], "--kv-transfer-port: must be 0..65535"),
         ([], "required"),
     ],
 )
@@ -201,7 +209,7 @@ def test_replay_synthetic_workloads_run(capsys: pytest.CaptureFixture[str]) -> N
         (["frontend", "--discovery", "etcd", "--etcd-endpoints", "localhost:2379"], "http(s)"),
         (["worker", "--request-plane", "carrier-pigeon"], "invalid choice"),
         (["frontend", "--event-plane", "smoke"], "invalid choice"),
-        (["worker", "--engine", "mocker", "--instance-id", "-1"], "--instance-id must be"),
+        (["worker", "--engine", "mocker", "--instance-id", "-1"], "--instance-id: must be 0.."),
     ],
 )
 def test_runtime_mistakes_exit_2_with_one_line(

@@ -72,8 +72,11 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> No
 @contextmanager
 def armature_serve(model_dir: Path, log_path: Path, args: list[str]) -> Iterator[str]:
     """`armature serve --model model_dir *args` on a free loopback port; yields its URL; stops
-    it by PID and asserts its log holds no traceback."""
+    it by PID and asserts its log holds no traceback. Its $XDG_RUNTIME_DIR (where a fleet's
+    private directory lies) is `run/` beside the log."""
     port = free_port()
+    runtime_dir = log_path.parent / "run"
+    runtime_dir.mkdir(exist_ok=True)
     command = [sys.executable, "-m", "armature.cli", "serve", "--model", str(model_dir)]
     command += ["--host", "127.0.0.1", "--port", str(port), *args]
     with open(log_path, "wb") as log:
@@ -81,7 +84,7 @@ def armature_serve(model_dir: Path, log_path: Path, args: list[str]) -> Iterator
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(runtime_dir)},
         )
     url = f"http://127.0.0.1:{port}"
     try:

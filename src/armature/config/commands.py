@@ -13,7 +13,7 @@ from armature.config.profiling import ProfileSweepConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import setting
-from armature.config.values import integer, non_negative_int, positive_float, positive_int
+from armature.config.values import int64, non_negative_int, positive_float, positive_int
 from armature.errors import ConfigError
 from armature.protocols.worker import WorkerRole
 
@@ -49,7 +49,7 @@ class FrontendConfig:
         "how long to wait for the first worker (it tells the model and tokenizer)",
         parse=positive_float,
     )
-    seed: int = setting(0, "router seed", parse=integer)
+    seed: int = setting(0, "router seed", parse=int64)
 
 
 @dataclass(frozen=True, kw_only=True)

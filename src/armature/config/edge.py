@@ -7,16 +7,25 @@ from dataclasses import dataclass
 from armature.config.runtime import LOG_LEVELS
 from armature.config.settings import setting
 from armature.config.values import (
+    float_at_most,
     fraction,
+    int_between,
     non_negative_float,
-    non_negative_int,
     parse_bytes,
     port,
-    positive_float,
-    positive_int,
 )
 
-__all__ = ["HttpConfig", "OverloadConfig", "SecurityConfig"]
+__all__ = [
+    "MAX_QUEUED_REQUESTS",
+    "MAX_QUEUE_TIMEOUT_S",
+    "HttpConfig",
+    "OverloadConfig",
+    "SecurityConfig",
+]
+
+# Bounds of the overload settings, on the command line and at /admin/overload alike.
+MAX_QUEUED_REQUESTS = 1_000_000
+MAX_QUEUE_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,17 +77,17 @@ class OverloadConfig:
     busy_prefill_tokens: int | None = setting(
         None,
         "overload control: a worker with this many prompt tokens waiting is busy",
-        parse=positive_int,
+        parse=int_between(1, 2**31 - 1),
     )
     max_queued_requests: int = setting(
         256,
         "overload control: requests that may wait for a free worker; more get 503",
-        parse=non_negative_int,
+        parse=int_between(0, MAX_QUEUED_REQUESTS),
     )
     queue_timeout_s: float = setting(
         30.0,
         "overload control: a request waiting longer gets 503 with Retry-After",
-        parse=positive_float,
+        parse=float_at_most(MAX_QUEUE_TIMEOUT_S),
     )
 
     @property

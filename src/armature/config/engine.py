@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from armature.config.settings import setting
 from armature.config.values import (
-    integer,
+    int64,
     parse_bytes,
     positive_float,
     positive_int,
@@ -79,7 +79,7 @@ class EngineConfig:
     max_model_len_tokens: int | None = setting(
         None, "context length (default: the model's)", flag="max-model-len", parse=positive_int
     )
-    seed: int = setting(0, "seed for requests that bring none", parse=integer)
+    seed: int = setting(0, "seed for requests that bring none", parse=int64)
     cache_dir: str | None = setting(
         None, "where the default model is converted (default: the XDG cache)"
     )

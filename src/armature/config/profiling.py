@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armature.config.settings import setting
-from armature.config.values import integer, non_negative_int, positive_int, positive_ints
+from armature.config.values import int64, non_negative_int, positive_int, positive_ints
 
 __all__ = ["ProfileSweepConfig"]
 
@@ -45,4 +45,4 @@ class ProfileSweepConfig:
     decode_output_tokens: int = setting(
         16, "decode: inter-token latencies timed per request", parse=positive_int
     )
-    prompt_seed: int = setting(0, "seed for the random prompts", parse=integer)
+    prompt_seed: int = setting(0, "seed for the random prompts", parse=int64)

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from armature.config.settings import setting
 from armature.config.values import (
-    integer,
+    int_between,
     non_negative_float,
-    non_negative_int,
     positive_float,
     worker_role,
 )
@@ -71,14 +70,16 @@ class WorkerProcessConfig:
     """One `armature worker` process: where it listens and what part it plays."""
 
     host: str = setting("127.0.0.1", "request-plane address to listen on")
-    port: int = setting(0, "request-plane port (0: any free)", parse=non_negative_int)
+    port: int = setting(0, "request-plane port (0: any free)", parse=int_between(0, 65535))
     metrics_port: int = setting(
-        0, "Prometheus /metrics port on --host (0: any free port; -1: no endpoint)", parse=integer
+        0,
+        "Prometheus /metrics port on --host (0: any free port; -1: no endpoint)",
+        parse=int_between(-1, 65535),
     )
     instance_id: int | None = setting(
         None,
         "64-bit instance id (default: random); the worker is named worker-<hex id>",
-        parse=integer,
+        parse=int_between(0, 2**64 - 1),
     )
     role: WorkerRole = setting(
         WorkerRole.AGG,
@@ -88,7 +89,7 @@ class WorkerProcessConfig:
         choices=tuple(WorkerRole),
     )
     kv_transfer_port: int = setting(
-        0, "KV transfer server port on --host (0: any free port)", parse=integer
+        0, "KV transfer server port on --host (0: any free port)", parse=int_between(0, 65535)
     )
     shutdown_grace_s: float = setting(
         30.0,

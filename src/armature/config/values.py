@@ -4,14 +4,19 @@ says what was wrong."""
 from __future__ import annotations
 
 import itertools
+import math
 import re
+from collections.abc import Callable
 
 from armature.errors import ConfigError
 from armature.protocols.worker import WorkerRole
 
 __all__ = [
     "TRANSFER_BACKENDS",
+    "float_at_most",
     "fraction",
+    "int64",
+    "int_between",
     "integer",
     "non_negative_float",
     "non_negative_int",
@@ -59,6 +64,8 @@ def _number(text: str, kind: type[int] | type[float], *, allow_zero: bool) -> fl
     except ValueError:
         noun = "an integer" if kind is int else "a number"
         raise ConfigError(f"not {noun}: {text!r}") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"must be a finite number, got {text.strip()}")
     if not (value >= 0 if allow_zero else value > 0):
         bound = ">= 0" if allow_zero else "positive"
         raise ConfigError(f"must be {bound}, got {text.strip()}")
@@ -93,6 +100,35 @@ def port(text: str) -> int:
     if value > 65535:
         raise ConfigError(f"port must be 1..65535, got {value}")
     return value
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """A parser of integers in low..high (both included)."""
+
+    def parse(text: str) -> int:
+        value = integer(text)
+        if not low <= value <= high:
+            raise ConfigError(f"must be {low}..{high}, got {value}")
+        return value
+
+    return parse
+
+
+def float_at_most(high: float) -> Callable[[str], float]:
+    """A parser of positive numbers up to `high` (included)."""
+
+    def parse(text: str) -> float:
+        value = positive_float(text)
+        if value > high:
+            raise ConfigError(f"must be at most {high:g}, got {text.strip()}")
+        return value
+
+    return parse
+
+
+def int64(text: str) -> int:
+    """A 64-bit signed integer (seeds: torch generators take no larger one)."""
+    return int_between(-(2**63), 2**63 - 1)(text)
 
 
 def fraction(text: str) -> float:

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from armature.errors import ArmatureError
+from armature.frontend.text_check import LONE_SURROGATE
 
 __all__ = [
     "ApiError",
@@ -106,6 +107,11 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
         detail = ctx.get("error", first["msg"]) if isinstance(ctx, dict) else first["msg"]
         message = f"malformed JSON body: {detail}"
         return JSONResponse(error_body(message, "invalid_request_error"), status_code=400)
+    if first.get("type") == LONE_SURROGATE:  # the body as a whole: name the field, not it
+        ctx = first.get("ctx")
+        param = str(ctx["param"]) if isinstance(ctx, dict) else None
+        body = error_body(str(first["msg"]), "invalid_request_error", param)
+        return JSONResponse(body, status_code=400)
     if first.get("type") == "missing" and not loc:
         message = "the request body must be a JSON object"
     else:

@@ -3,15 +3,22 @@
 Unknown request fields are kept (extra="allow") so the app can log and ignore them: clients
 send new fields before servers know them. Known fields this server does not implement are
 rejected by `unsupported_fields` with a clear 400, never silently ignored.
+
+Every input model is strict (no `true` for a number, no `"1"` for an integer, no NaN or
+infinity) and every number has bounds, written into the OpenAPI schema as minimum/maximum.
+A body holding a lone UTF-16 surrogate anywhere is refused (see text_check.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from armature.config.edge import MAX_QUEUE_TIMEOUT_S, MAX_QUEUED_REQUESTS, OverloadConfig
 from armature.errors import InvalidRequestError
+from armature.frontend.text_check import LONE_SURROGATE, find_lone_surrogate
 
 __all__ = [
     "ChatCompletionRequest",
@@ -29,17 +36,41 @@ MAX_STOP_TOKEN_IDS = 64
 MAX_MESSAGES = 4096
 MAX_LOGIT_BIAS_ENTRIES = 300
 MAX_N = 128
+MAX_LOGPROBS = 20
+MAX_PENALTY = 2.0  # presence and frequency penalties lie in -2..2 (OpenAI)
+MAX_LOGIT_BIAS = 100.0  # a logit bias lies in -100..100 (OpenAI)
+INT32_END = 2**31  # token counts, ids and priorities are 32-bit in the engine
+INT64_END = 2**63  # torch generators take 64-bit seeds
+
+TokenCount = Annotated[int, Field(ge=1, lt=INT32_END)]
+TokenId = Annotated[int, Field(ge=0, lt=INT32_END)]
 
 
-class _Request(BaseModel):
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
+
+
+class _Request(_Strict):
     model_config = ConfigDict(extra="allow")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        path = find_lone_surrogate(data)
+        if path is not None:
+            raise PydanticCustomError(
+                LONE_SURROGATE,
+                "{param}: text must be valid Unicode; it holds a lone UTF-16 surrogate",
+                {"param": path or "body"},
+            )
+        return data
 
-class StreamOptions(BaseModel):
+
+class StreamOptions(_Strict):
     include_usage: bool = False
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(_Strict):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
@@ -69,33 +100,33 @@ class GenerationFields(_Request):
     """Sampling fields shared by chat and completions (OpenAI plus vLLM's extensions)."""
 
     model: str
-    max_tokens: int | None = Field(default=None, description="Tokens to generate at most.")
+    max_tokens: TokenCount | None = Field(default=None, description="Tokens to generate at most.")
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1, description="0 or -1 disables (vLLM).")
+    top_k: int | None = Field(
+        default=None, ge=-1, lt=INT32_END, description="0 or -1 disables (vLLM)."
+    )
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    # torch generators take 64-bit seeds; a larger one would fail on the engine thread.
-    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS_ENTRIES)
+    # a larger seed would fail on the engine thread
+    seed: int | None = Field(default=None, ge=-INT64_END, lt=INT64_END)
+    presence_penalty: float = Field(default=0.0, ge=-MAX_PENALTY, le=MAX_PENALTY)
+    frequency_penalty: float = Field(default=0.0, ge=-MAX_PENALTY, le=MAX_PENALTY)
+    logit_bias: dict[str, Annotated[float, Field(ge=-MAX_LOGIT_BIAS, le=MAX_LOGIT_BIAS)]] | None = (
+        Field(default=None, max_length=MAX_LOGIT_BIAS_ENTRIES)
+    )
     user: str | None = None
     ignore_eos: bool = False
-    min_tokens: int = Field(default=0, ge=0)
-    stop_token_ids: list[int] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
+    min_tokens: int = Field(default=0, ge=0, lt=INT32_END)
+    stop_token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
     priority: int = Field(
-        default=0, ge=-(2**31), lt=2**31, description="Queue order under overload: lower first."
+        default=0,
+        ge=-INT32_END,
+        lt=INT32_END,
+        description="Queue order under overload: lower first.",
     )
-
-    @field_validator("max_tokens")
-    @classmethod
-    def _positive_max_tokens(cls, value: int | None) -> int | None:
-        if value is not None and value <= 0:
-            raise ValueError("max_tokens must be at least 1")
-        return value
 
     @field_validator("stop")
     @classmethod
@@ -130,21 +161,14 @@ class GenerationFields(_Request):
 
 class ChatCompletionRequest(GenerationFields):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
-    max_completion_tokens: int | None = None
+    max_completion_tokens: TokenCount | None = None
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     functions: list[dict[str, Any]] | None = None
     response_format: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-
-    @field_validator("max_completion_tokens")
-    @classmethod
-    def _positive_max_completion_tokens(cls, value: int | None) -> int | None:
-        if value is not None and value <= 0:
-            raise ValueError("max_completion_tokens must be at least 1")
-        return value
 
     def get_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -166,12 +190,12 @@ class ChatCompletionRequest(GenerationFields):
 
 
 class CompletionRequest(GenerationFields):
-    prompt: str | list[int] | list[str] | list[list[int]]
-    max_tokens: int | None = Field(default=16, description="Tokens to generate at most.")
-    logprobs: int | None = Field(default=None, ge=0, le=20)
+    prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
+    max_tokens: TokenCount | None = Field(default=16, description="Tokens to generate at most.")
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
 
     def single_prompt(self) -> str | list[int]:
         """The one prompt of this request; a batch of several is refused."""
@@ -198,12 +222,17 @@ class CompletionRequest(GenerationFields):
         return out
 
 
-class OverloadUpdate(BaseModel):
-    """POST /admin/overload: new busy thresholds and queue bounds (null clears a threshold)."""
+class OverloadUpdate(_Strict):
+    """POST /admin/overload: new busy thresholds and queue bounds (null clears a threshold).
+    The bounds are the command line's (config/edge.py); a field left out keeps its value."""
 
     model_config = ConfigDict(extra="forbid")
 
     busy_kv_usage: float | None = Field(default=None, ge=0.0, le=1.0)
-    busy_prefill_tokens: int | None = Field(default=None, ge=1)
-    max_queued_requests: int = Field(default=256, ge=0)
-    queue_timeout_s: float = Field(default=30.0, gt=0.0)
+    busy_prefill_tokens: TokenCount | None = None
+    max_queued_requests: int = Field(
+        default=OverloadConfig().max_queued_requests, ge=0, le=MAX_QUEUED_REQUESTS
+    )
+    queue_timeout_s: float = Field(
+        default=OverloadConfig().queue_timeout_s, gt=0.0, le=MAX_QUEUE_TIMEOUT_S
+    )

@@ -3,7 +3,8 @@ this process, on the embedded runtime (file discovery in a private directory, th
 plane, the zmq event plane). Each worker's command line is `to_argv` of its `WorkerConfig`,
 so every worker setting `serve` took reaches the workers. The workers die with this process
 (SIGTERM on exit, and the kernel's parent-death signal should it be killed outright); no
-registration outlives it."""
+registration outlives it. The private directory lies where the OS cleans up, and one left by
+a serve killed outright is removed by the next serve to start (serve_dir.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 from armature.config import (
     FrontendConfig,
@@ -31,6 +34,7 @@ from armature.config import (
 from armature.engines.registry import get_kind
 from armature.engines.spec import resolve_engine_model
 from armature.frontend.main import run_frontend
+from armature.frontend.serve_dir import create_serve_dir, remove_stale_serve_dirs, serve_dir_root
 from armature.model.source import ResolvedModel
 from armature.runtime.ports import check_port_free
 
@@ -115,13 +119,47 @@ def _stop(workers: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised so that the `finally` blocks on the way out run."""
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Within: SIGTERM raises `_Terminated`, so cleanup in `finally` blocks runs (uvicorn,
+    which handles SIGTERM itself while serving, raises the signal again once drained: by
+    default that ends the process on the spot). On the way out the process still ends by
+    SIGTERM, as its parent expects."""
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        raise  # only if SIGTERM were blocked
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def serve_with_worker_processes(config: ServeConfig) -> None:
     """Start the workers, then serve the frontend over them until SIGINT/SIGTERM."""
     roles = config.get_worker_roles()
     get_kind(config.engine.engine).check(config.engine, roles)
     check_port_free(config.http.host, config.http.port)
     model = resolve_engine_model(config.engine)
-    directory = Path(tempfile.mkdtemp(prefix="armature-serve-"))
+    root = serve_dir_root()
+    remove_stale_serve_dirs(root)
+    with _sigterm_unwinds():
+        _serve_fleet(config, model, create_serve_dir(root))
+
+
+def _serve_fleet(config: ServeConfig, model: ResolvedModel, directory: Path) -> None:
+    """Serve over worker processes meeting in `directory`; stop them and remove it on the
+    way out."""
+    log.info("the workers meet in %s", directory)
     # a fresh secret per run: only this frontend and its workers speak on their planes
     runtime = fleet_runtime(directory, secrets.token_hex(16))
     workers: list[subprocess.Popen[bytes]] = []
@@ -140,7 +178,7 @@ def serve_with_worker_processes(config: ServeConfig) -> None:
             overload=config.overload,
             seed=config.engine.seed,
         )
-        run_frontend(frontend, min_workers=len(roles), worker_processes=workers)
+        run_frontend(frontend, min_workers=len(workers), worker_processes=workers)
     finally:
         _stop(workers)
         shutil.rmtree(directory, ignore_errors=True)

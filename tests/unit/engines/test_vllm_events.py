@@ -3,6 +3,7 @@ them (msgpack of `[ts, [{"type": ..., ...}], dp_rank]`, seq as 8-byte big-endian
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -137,13 +138,14 @@ def test_decode_vllm_payload_ignores_fields_we_do_not_read() -> None:
         decode_batch(b"\x01not msgpack")
 
 
-def _subscriber() -> KvEventSubscriber:
+def _subscriber(directory: Path) -> KvEventSubscriber:
     # connect() to an ipc path nobody binds: fine for zmq, and handle() needs no socket
-    return KvEventSubscriber("ipc:///tmp/armature-test-unbound", KvEventTranslator(BS))
+    endpoint = f"ipc://{directory / 'unbound'}"
+    return KvEventSubscriber(endpoint, KvEventTranslator(BS))
 
 
-def test_subscriber_resets_on_a_lost_batch() -> None:
-    sub = _subscriber()
+def test_subscriber_resets_on_a_lost_batch(tmp_path: Path) -> None:
+    sub = _subscriber(tmp_path)
     try:
         first = sub.handle([b"", (0).to_bytes(8, "big"), payload(stored_dict([1], None, [0] * 4))])
         assert [type(e) for e in first] == [KvStored]
