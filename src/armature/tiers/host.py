@@ -1,6 +1,9 @@
 """G2: host memory for KV blocks, shaped like the engine's cache so a block moves as one slice
 copy per tensor. Pinned (page-locked) when the engine's cache is on a GPU, so copies between
-them can run asynchronously; on a CPU engine it is plain memory, touched only when written."""
+them can run asynchronously; on a CPU engine it is plain memory. Either way every page is
+written once at start (zeroed): a first write to a fresh page faults, and those faults, paid
+on the engine thread at eviction time, cost about 5x the copy itself (bench/kv_tiers'
+diagnosis, docs/benchmarks.md). The tier's memory is committed at start, as sized."""
 
 from __future__ import annotations
 
@@ -26,5 +29,5 @@ class HostBlocks:
         )
         self.layout = layout
         self.num_blocks = num_blocks
-        self.k = torch.empty(shape, dtype=dtype, pin_memory=pin)
-        self.v = torch.empty(shape, dtype=dtype, pin_memory=pin)
+        self.k = torch.empty(shape, dtype=dtype, pin_memory=pin).zero_()
+        self.v = torch.empty(shape, dtype=dtype, pin_memory=pin).zero_()
