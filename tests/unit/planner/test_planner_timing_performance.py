@@ -1,0 +1,67 @@
+"""The planner's performance model read off a step-time model, against hand-worked numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from armature.planner.timing_performance import TimingPerformanceModel
+from armature.sim.profile_timing import ProfileTiming
+from armature.sim.timing import PolynomialTiming
+
+
+def _model(**kwargs: int) -> TimingPerformanceModel:
+    settings = {
+        "block_size": 16,
+        "num_kv_blocks": 1000,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 1024,
+    }
+    settings.update(kwargs)
+    return TimingPerformanceModel(PolynomialTiming(), **settings)
+
+
+def test_prefill_runs_in_chunks_of_the_step_budget() -> None:
+    # prefill_ms(1024) = 4.21e-7 * 1024^2 + 0.01518 * 1024 + 16.5 = 32.48577 ms, twice
+    one_chunk_ms = 4.21e-7 * 1024**2 + 0.01518 * 1024 + 16.5
+    assert _model().get_prefill_s(2048) == pytest.approx(2 * one_chunk_ms / 1000.0)
+    # 100 tokens: one step, 0.00421 + 1.518 + 16.5 ms
+    assert _model().get_prefill_s(100) == pytest.approx((4.21e-3 + 1.518 + 16.5) / 1000.0)
+    assert _model().get_prefill_s(0) == 0.0
+
+
+def test_decode_step_reads_the_pool_utilization_of_the_batch() -> None:
+    # 10 requests x 160 tokens = 100 blocks of 1000: u = 0.1
+    # decode_ms(0.1) = -25.74 * 0.01 + 54.01 * 0.1 + 5.74 = 10.8836 ms
+    assert _model().get_decode_step_s(10, 160) == pytest.approx(10.8836e-3)
+    # a full pool: u = 1 -> -25.74 + 54.01 + 5.74 = 34.01 ms
+    assert _model().get_decode_step_s(100, 160) == pytest.approx(34.01e-3)
+
+
+def test_max_decode_requests_by_pool_and_batch_limit() -> None:
+    assert _model().get_max_decode_requests(160) == 100  # 1000 blocks / 10 each
+    assert _model(max_num_seqs=64).get_max_decode_requests(160) == 64
+    assert _model().get_max_decode_requests(1_000_000) == 1
+
+
+def test_speedup_divides_every_time() -> None:
+    fast = TimingPerformanceModel(PolynomialTiming(speedup_ratio=2.0), 16, 1000, 256, 1024)
+    assert fast.get_decode_step_s(10, 160) == pytest.approx(10.8836e-3 / 2)
+
+
+def test_profile_tables_by_requests_and_context() -> None:
+    timing = ProfileTiming(
+        prefill_tokens=(100.0, 1100.0),
+        prefill_ms_table=(20.0, 120.0),
+        decode_requests=(1.0, 5.0),
+        decode_context_tokens=(100.0, 500.0),
+        decode_ms_grid=((10.0, 14.0), (18.0, 30.0)),
+    )
+    model = TimingPerformanceModel(timing, 16, 1000, 256, 4096)
+    assert model.get_prefill_s(600) == pytest.approx(0.070)
+    # 3 requests at 300 tokens: rows at b=1 (12) and b=5 (24), halfway: 18 ms
+    assert model.get_decode_step_s(3, 300) == pytest.approx(0.018)
+
+
+def test_rejects_empty_sizes() -> None:
+    with pytest.raises(ValueError, match="num_kv_blocks"):
+        TimingPerformanceModel(PolynomialTiming(), 16, 0, 256, 1024)
