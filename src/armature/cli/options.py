@@ -77,7 +77,7 @@ def _from_env(field: dataclasses.Field[Any], setting: Setting, text: str) -> Any
 
 
 def add_settings(
-    parser: argparse.ArgumentParser,
+    parser: argparse._ActionsContainer,
     defaults: Any,
     *,
     choices: Mapping[str, Sequence[str]] | None = None,

@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from armature.cli.options import CliError, add_settings, arg_type, setup_logging
 from armature.config import (
     KvTierConfig,
+    PlannerConfig,
     RouterConfig,
+    at_least_one,
     fraction,
+    non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
 )
-from armature.sim.replay_config import REPLAY_POLICIES, ReplayConfig
+from armature.errors import ConfigError
+from armature.sim.replay_config import PLANNER_RULES, REPLAY_POLICIES, ReplayConfig
 
 if TYPE_CHECKING:
+    from armature.sim.replay_config import FleetSample
     from armature.workload.traces import TraceRequest
 
 __all__ = ["add_parser", "run"]
 
 DEFAULTS = ReplayConfig()
+# the planner's settings replay takes: all but its mode (from --prefill-workers)
+PLANNER_SETTINGS = tuple(name for name in PlannerConfig.__dataclass_fields__ if name != "mode")
 # the lower KV tiers' settings replay takes: all but where real blocks would be stored and
 # how often a real shared store is listed (the modeled G4 is each worker's own)
 TIER_SETTINGS = tuple(
@@ -40,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _add_workload_args(replay)
+    _add_shape_args(replay)
     _add_fleet_args(replay)
     add_settings(replay, RouterConfig(), only=("overlap_weight", "decode_weight", "temperature"))
     _add_disagg_args(replay)
@@ -52,10 +60,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_settings(tiers, KvTierConfig(), only=TIER_SETTINGS)
     add_settings(tiers, RouterConfig(), only=("tier_aware",))
     _add_goodput_args(replay)
+    _add_planner_args(replay)
     replay.add_argument(
         "--seed", type=int, default=DEFAULTS.seed, help="seed for prompts and tokens"
     )
     replay.add_argument("--report", default=None, help="write the report as JSON here")
+    replay.add_argument(
+        "--plot",
+        default=None,
+        help="write a PNG of the workers, the arrival rate, TTFT and ITL over time here",
+    )
 
 
 def _add_workload_args(replay: argparse.ArgumentParser) -> None:
@@ -90,6 +104,54 @@ def _add_workload_args(replay: argparse.ArgumentParser) -> None:
         default=None,
         help="replay only the first N requests",
     )
+
+
+def _add_shape_args(replay: argparse.ArgumentParser) -> None:
+    shape = replay.add_argument_group(
+        "rate shape",
+        "move the workload's arrivals so its rate follows a shape (the requests and their "
+        "order stay): a step (x --shape-factor from --step-at-s for --step-for-s) or a day "
+        "(a cosine from the trough to --shape-factor x at half of --shape-period-s)",
+    )
+    shape.add_argument("--rate-shape", choices=["step", "diurnal"], default=None)
+    shape.add_argument(
+        "--shape-factor",
+        type=arg_type(at_least_one),
+        default=4.0,
+        help="the peak's rate over the base rate",
+    )
+    shape.add_argument(
+        "--step-at-s",
+        type=arg_type(non_negative_float),
+        default=120.0,
+        help="step: seconds from the first arrival to the step",
+    )
+    shape.add_argument(
+        "--step-for-s", type=arg_type(positive_float), default=300.0, help="step: its length"
+    )
+    shape.add_argument(
+        "--shape-period-s",
+        type=arg_type(positive_float),
+        default=1800.0,
+        help="diurnal: the length of one day, seconds",
+    )
+
+
+def _add_planner_args(replay: argparse.ArgumentParser) -> None:
+    planner = replay.add_argument_group(
+        "planner",
+        "the planner in the loop, on the virtual clock: it sizes the fleet (--workers and "
+        "--prefill-workers at start) by the throughput plan (sla), the load rule (load) or "
+        "both; its targets --ttft-ms and --itl-ms also give every replay's sla_attainment",
+    )
+    planner.add_argument("--planner", choices=list(PLANNER_RULES), default=None)
+    planner.add_argument(
+        "--worker-startup-s",
+        type=arg_type(non_negative_float),
+        default=30.0,
+        help="how long a new worker takes to join routing (it costs from when it is asked for)",
+    )
+    add_settings(planner, PlannerConfig(), only=PLANNER_SETTINGS)
 
 
 def _add_fleet_args(replay: argparse.ArgumentParser) -> None:
@@ -212,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
             requests = read_mooncake_trace(path, limit=args.limit, time_scale=args.time_scale)
         except TraceFormatError as exc:
             raise CliError(str(exc)) from None
+    requests = _reshape(args, requests)
     config = ReplayConfig(
         num_workers=args.workers,
         router=args.router,
@@ -231,6 +294,9 @@ def run(args: argparse.Namespace) -> int:
         tiers=KvTierConfig(**{name: getattr(args, name) for name in TIER_SETTINGS}),
         tier_aware=args.tier_aware,
         slos=(Slo("sla", args.slo_ttft_ms, args.slo_itl_ms, args.slo_itl_quantile),),
+        planner=_planner_config(args),
+        planner_rule=args.planner,
+        worker_startup_s=args.worker_startup_s,
     )
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
@@ -248,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
             "goodput_tokens_s",
             "simulated_time_s",
             "wall_time_s",
+            "worker_seconds",
+            "sla_attainment",
         )
     }
     for key in ("goodput_requests_s", "goodput_tokens_s"):
@@ -259,12 +327,59 @@ def run(args: argparse.Namespace) -> int:
         summary[f"{key} p50/p90/p99"] = "/".join(
             f"{report[key][p]:.1f}" for p in ("p50", "p90", "p99")
         )
+    summary["peak_workers"] = _by_role(report["peak_workers"])
+    if args.planner:
+        summary["planner_decisions"] = _by_role(report["planner_decisions"]) or "none"
     for key, value in summary.items():
         print(f"{key:>24}: {value:.4g}" if isinstance(value, float) else f"{key:>24}: {value}")
     if args.report:
         Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
         print(f"{'report':>24}: {args.report}")
+    if args.plot:
+        from armature.sim.fleet_plot import plot_fleet
+
+        source = args.trace or f"synthetic {args.synthetic}"
+        rule = f"planner {args.planner}" if args.planner else "static fleet"
+        plot_fleet(
+            report_timeline(report),
+            Path(args.plot),
+            ttft_target_ms=config.planner.ttft_ms,
+            itl_target_ms=config.planner.itl_ms,
+            title=f"{source}, {rule}: SLA attainment {report['sla_attainment']:.3f}, "
+            f"{report['worker_seconds']:.0f} worker-seconds",
+        )
+        print(f"{'plot':>24}: {args.plot}")
     return 0
+
+
+def report_timeline(report: dict[str, Any]) -> list[FleetSample]:
+    from armature.sim.replay_config import FleetSample
+
+    return [FleetSample(**sample) for sample in report["timeline"]]
+
+
+def _by_role(counts: dict[str, Any]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in counts.items())
+
+
+def _planner_config(args: argparse.Namespace) -> PlannerConfig:
+    mode = "disagg" if args.prefill_workers else "agg"
+    try:
+        return PlannerConfig(mode=mode, **{name: getattr(args, name) for name in PLANNER_SETTINGS})
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _reshape(args: argparse.Namespace, requests: list[TraceRequest]) -> list[TraceRequest]:
+    from armature.workload.rate_shapes import DiurnalShape, StepShape, reshape_arrivals
+
+    if args.rate_shape is None:
+        return requests
+    if args.rate_shape == "step":
+        return reshape_arrivals(
+            requests, StepShape(args.shape_factor, args.step_at_s, args.step_for_s)
+        )
+    return reshape_arrivals(requests, DiurnalShape(args.shape_factor, args.shape_period_s))
 
 
 def _synthetic_workload(args: argparse.Namespace) -> list[TraceRequest]:

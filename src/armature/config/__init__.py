@@ -58,6 +58,7 @@ from armature.config.settings import (
 )
 from armature.config.values import (
     TRANSFER_BACKENDS,
+    at_least_one,
     fraction,
     non_negative_float,
     non_negative_int,
@@ -95,6 +96,7 @@ __all__ = [
     "TransferConfig",
     "WorkerConfig",
     "WorkerProcessConfig",
+    "at_least_one",
     "env_name",
     "flag_name",
     "fraction",

@@ -88,6 +88,14 @@ def non_negative_float(text: str) -> float:
     return _number(text, float, allow_zero=True)
 
 
+def at_least_one(text: str) -> float:
+    """A finite number >= 1 (a factor that only grows)."""
+    value = positive_float(text)
+    if value < 1.0:
+        raise ConfigError(f"must be >= 1, got {text.strip()}")
+    return value
+
+
 def integer(text: str) -> int:
     try:
         return int(text)

@@ -9,9 +9,14 @@ settings and report it is called with (from `sim.replay_config`).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 
+from armature.planner.core import Planner
+from armature.planner.timing_performance import TimingPerformanceModel
+from armature.protocols.worker import WorkerRole
+from armature.sim.planned_fleet import PlannedFleet, get_sla_attainment
 from armature.sim.replay_config import ReplayConfig, ReplayReport
 from armature.sim.replay_disagg import DisaggSimulation
 from armature.sim.simulation import Simulation
@@ -26,9 +31,53 @@ def replay(
 ) -> ReplayReport:
     """Simulate `requests` through `config.num_workers` mocker workers and the router."""
     started_s = time.perf_counter()
+    timing = timing or PolynomialTiming(speedup_ratio=config.speedup_ratio)
+    mode = "disagg" if config.num_prefill_workers else "agg"
+    planner_config = dataclasses.replace(config.planner, mode=mode)
+    planner = None
+    if config.planner_rule is not None:
+        fleet_size = {WorkerRole.AGG: config.num_workers}
+        if config.num_prefill_workers:
+            fleet_size = {
+                WorkerRole.PREFILL: config.num_prefill_workers,
+                WorkerRole.DECODE: config.num_workers - config.num_prefill_workers,
+            }
+        planner = Planner(planner_config, _performance_of(config, timing), num_workers=fleet_size)
     kind = DisaggSimulation if config.num_prefill_workers else Simulation
-    simulation = kind(
-        requests, config, timing or PolynomialTiming(speedup_ratio=config.speedup_ratio)
+    simulation = kind(requests, config, timing)
+    fleet = PlannedFleet(
+        simulation,
+        load_interval_s=planner_config.load_interval_s,
+        interval_s=planner_config.interval_s,
+        planner=planner,
+        rule=config.planner_rule or "both",
+        worker_startup_s=config.worker_startup_s,
     )
+    if planner is not None:  # the planner's limits apply from the start
+        for role, num_workers in planner.get_num_workers().items():
+            fleet.resize(role, num_workers, simulation.now_ms)
     end_ms = simulation.run()
-    return simulation.report(end_ms, time.perf_counter() - started_s)
+    report = simulation.report(end_ms, time.perf_counter() - started_s)
+    by_role = fleet.get_worker_seconds(end_ms)
+    return dataclasses.replace(
+        report,
+        worker_seconds=sum(by_role.values()),
+        worker_seconds_by_role=by_role,
+        peak_workers=dict(fleet.get_peak_workers()),
+        sla_attainment=get_sla_attainment(
+            simulation, planner_config.ttft_ms, planner_config.itl_ms
+        ),
+        planner_decisions=dict(sorted(fleet.decisions.items())),
+        timeline=fleet.timeline,
+    )
+
+
+def _performance_of(config: ReplayConfig, timing: TimingModel) -> TimingPerformanceModel:
+    """The planner's model of one simulated worker: the step times the mocker runs on."""
+    return TimingPerformanceModel(
+        timing,
+        block_size=config.block_size,
+        num_kv_blocks=config.num_kv_blocks,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+    )

@@ -8,11 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from armature.config import DEFAULT_BLOCK_SIZE_TOKENS, KvTierConfig, RouterConfig
+from armature.config.planner import PlannerConfig
 from armature.workload.measure import LatencySummary, Slo
 
-__all__ = ["REPLAY_POLICIES", "ReplayConfig", "ReplayReport"]
+__all__ = ["PLANNER_RULES", "REPLAY_POLICIES", "FleetSample", "ReplayConfig", "ReplayReport"]
 
 REPLAY_POLICIES = ("round-robin", "random", "least-loaded", "kv", "kv-approx")
+# what sizes a planned replay's fleet: the throughput plan, the load rule, or both
+PLANNER_RULES = ("sla", "load", "both")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,24 @@ class ReplayConfig:
     tier_aware: bool = RouterConfig().tier_aware
     # goodput: requests meeting an SLA, for each SLA given
     slos: tuple[Slo, ...] = ()
+    # the planner's settings: its TTFT and ITL targets give every replay's `sla_attainment`,
+    # its load interval the timeline's step; with `planner_rule` (sim.planned_fleet's
+    # PLANNER_RULES) it sizes the fleet, whose new workers take `worker_startup_s` to start
+    planner: PlannerConfig = PlannerConfig()
+    planner_rule: str | None = None
+    worker_startup_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class FleetSample:
+    """The fleet at `time_s` (from the first arrival) and the last load window's traffic."""
+
+    time_s: float
+    serving: dict[str, int]  # by role: in routing
+    starting: dict[str, int]  # by role: asked for, not yet up
+    arrival_rate_per_s: float
+    mean_ttft_ms: float | None
+    mean_itl_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -70,3 +91,12 @@ class ReplayReport:
     blocks_onboarded: dict[str, int] = field(default_factory=dict)
     blocks_offloaded: dict[str, int] = field(default_factory=dict)
     onboarded_token_ratio: float = 0.0
+    # what the fleet cost and how it held the planner's targets (planned or static)
+    worker_seconds: float = 0.0
+    worker_seconds_by_role: dict[str, float] = field(default_factory=dict)
+    peak_workers: dict[str, int] = field(default_factory=dict)
+    # requests whose TTFT and mean ITL are both within the targets, over all that arrived
+    # (a rejected request misses)
+    sla_attainment: float = 0.0
+    planner_decisions: dict[str, int] = field(default_factory=dict)  # by reason
+    timeline: list[FleetSample] = field(default_factory=list)

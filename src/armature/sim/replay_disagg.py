@@ -19,6 +19,7 @@ from armature.errors import InvalidRequestError
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
 from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.worker import WorkerRole
 from armature.router.load import ActiveLoad
 from armature.router.policies import RouteRequest
 from armature.router.prefill_decision import PrefillDecision, decide_prefill
@@ -79,7 +80,7 @@ class DisaggSimulation(Simulation):
     def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
         tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
         request_id = f"req-{number}"
-        if not self._decide_prefill(tokens).is_remote:
+        if not self.prefill_workers or not self._decide_prefill(tokens).is_remote:
             self._admit(request_id, tokens, trace.output_length, now_ms)
             return
         decision = self.prefill_policy.select(
@@ -125,8 +126,12 @@ class DisaggSimulation(Simulation):
         self.prefill_load.finish(rid)
         prefill_worker = self.prefill_of.pop(rid)
         tokens = self.prompts.pop(rid)
+        if self.monitor is not None:
+            self.monitor.on_first_token(now_ms - t.arrival_ms, t.num_cached_tokens, len(tokens))
         if output.finish_reason is not FinishReason.TRANSFER:
             self.max_tokens_of.pop(rid, None)
+            if self.monitor is not None:
+                self.monitor.on_finish(None)
             return  # finished with its first token
         handle: KvHandle | None = output.kv_handle
         assert handle is not None
@@ -176,6 +181,21 @@ class DisaggSimulation(Simulation):
         self.tracked[rid].worker = worker
         if worker not in self.busy:
             self._start_step(worker, now_ms)
+
+    def join(self, worker: str, role: WorkerRole) -> None:
+        if role is not WorkerRole.PREFILL:
+            super().join(worker, role)
+            return
+        self.prefill_workers.append(worker)
+        self.prefill_index.add_worker(worker, self.config.num_kv_blocks)
+
+    def leave(self, worker: str, role: WorkerRole) -> None:
+        if role is not WorkerRole.PREFILL:
+            super().leave(worker, role)
+            return
+        self.prefill_workers.remove(worker)
+        self.prefill_index.remove_worker(worker)
+        self._drain(worker, self.now_ms)
 
     def _index_events(self, worker: str) -> None:
         if worker not in self.prefill_index.get_workers():

@@ -31,6 +31,7 @@ from armature.errors import InvalidRequestError
 from armature.kv.event_log import KvEventLog
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
+from armature.protocols.worker import WorkerRole
 from armature.router.load import ActiveLoad
 from armature.router.policies import (
     RouteRequest,
@@ -40,6 +41,7 @@ from armature.router.policies import (
 from armature.router.prefix_index import PrefixIndex
 from armature.router.tier_weights import TierWeightBook
 from armature.sim.clock import EventClock
+from armature.sim.fleet_monitor import FleetMonitor
 from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
 from armature.sim.modeled_tiers import ModeledTiers, build_modeled_tiers
 from armature.sim.replay_config import REPLAY_POLICIES, ReplayConfig, ReplayReport
@@ -52,6 +54,7 @@ from armature.workload.traces import TraceRequest, synthesize_prompt
 __all__ = ["MIN_RETRY_MS", "Simulation", "Tracked"]
 
 _WAKE = "wake:"
+_TIMER = "timer:"
 # a worker whose step ran nothing with requests queued (all of them preempted) tries again
 # after its last step's time, and at least this long
 MIN_RETRY_MS = 1.0
@@ -78,8 +81,9 @@ class Simulation:
         self.config = config
         self.requests = sorted(requests, key=lambda r: r.arrival_ms)
         max_len = max((r.input_length + r.output_length for r in requests), default=1)
-        arch = simulated_arch(config.vocab_size, max_len + 1)
-        engine_config = NativeEngineConfig(
+        self._arch = simulated_arch(config.vocab_size, max_len + 1)
+        self._timing = timing
+        self._engine_config = NativeEngineConfig(
             model_dir=Path("mocker"),
             block_size=config.block_size,
             num_kv_blocks=config.num_kv_blocks,
@@ -98,17 +102,7 @@ class Simulation:
         self.tiers: dict[str, ModeledTiers] = {}
         self.clock = EventClock(lambda: self.now_ms / 1000.0)
         for worker in [*self.prefill_workers, *self.workers]:
-            runner = MockerRunner(arch, timing, VirtualClock(), seed=config.seed)
-            core = EngineCore(
-                engine_config,
-                runner,
-                num_blocks=config.num_kv_blocks,
-                tiers=self._build_tiers(worker) if config.tiers.is_enabled else None,
-                time_s=runner.clock.get_time_s,
-            )
-            runner.kv_utilization = _utilization_of(core)
-            self.cores[worker] = core
-            self.runners[worker] = runner
+            self.make_worker(worker)
         self.index = PrefixIndex()
         for worker in self.workers:
             self.index.add_worker(worker, config.num_kv_blocks)
@@ -128,6 +122,54 @@ class Simulation:
         self.wake_ms: dict[str, float] = {}  # an idle worker's next wake event
         self._sequence = 0
         self.now_ms = 0.0
+        self.next_arrival = 0
+        # callbacks on the virtual clock (`call_at`), and what a planned fleet watches
+        self.timers: dict[str, Callable[[float], None]] = {}
+        self.monitor: FleetMonitor | None = None
+        self.draining: set[str] = set()  # out of routing, finishing their requests
+        self.on_drained: Callable[[str, float], None] | None = None
+
+    def make_worker(self, worker: str) -> None:
+        """A mocker worker named `worker`, out of routing (see `join`)."""
+        c = self.config
+        runner = MockerRunner(self._arch, self._timing, VirtualClock(), seed=c.seed)
+        core = EngineCore(
+            self._engine_config,
+            runner,
+            num_blocks=c.num_kv_blocks,
+            tiers=self._build_tiers(worker) if c.tiers.is_enabled else None,
+            time_s=runner.clock.get_time_s,
+        )
+        runner.kv_utilization = _utilization_of(core)
+        self.cores[worker] = core
+        self.runners[worker] = runner
+
+    def join(self, worker: str, role: WorkerRole) -> None:
+        """Route to `worker` (made by `make_worker`) as a `role` worker."""
+        assert role is not WorkerRole.PREFILL, "prefill workers are disaggregated"
+        self.workers.append(worker)
+        self.index.add_worker(worker, self.config.num_kv_blocks)
+
+    def leave(self, worker: str, role: WorkerRole) -> None:
+        """Stop routing to `worker`; it finishes what it holds, then `on_drained` is called."""
+        self.workers.remove(worker)
+        self.index.remove_worker(worker)
+        self._drain(worker, self.now_ms)
+
+    def _drain(self, worker: str, now_ms: float) -> None:
+        if worker in self.busy or self.cores[worker].has_work():
+            self.draining.add(worker)
+        elif self.on_drained is not None:
+            self.on_drained(worker, now_ms)
+
+    def call_at(self, at_ms: float, name: str, callback: Callable[[float], None]) -> None:
+        """Call `callback(now_ms)` at `at_ms` on the virtual clock."""
+        self.timers[name] = callback
+        self._schedule(at_ms, _TIMER + name)
+
+    def has_work_left(self) -> bool:
+        """Arrivals still to come, or events other than timers still to happen."""
+        return self.next_arrival < len(self.requests) or len(self.step_ends) > len(self.timers)
 
     def _build_tiers(self, worker: str) -> Callable[[KvEventLog, KvBlockStore], KvTiers]:
         def build(event_log: KvEventLog, kv_store: KvBlockStore) -> KvTiers:
@@ -170,25 +212,31 @@ class Simulation:
 
     def run(self) -> float:
         """Simulate to the end; returns the simulated end time in ms."""
-        next_arrival = 0
-        while next_arrival < len(self.requests) or self.step_ends:
+        while self.next_arrival < len(self.requests) or self.step_ends:
             arrival_ms = (
-                self.requests[next_arrival].arrival_ms
-                if next_arrival < len(self.requests)
+                self.requests[self.next_arrival].arrival_ms
+                if self.next_arrival < len(self.requests)
                 else float("inf")
             )
             step_end_ms = self.step_ends[0][0] if self.step_ends else float("inf")
             if arrival_ms <= step_end_ms:
                 self.now_ms = arrival_ms
-                self._arrive(self.requests[next_arrival], next_arrival, self.now_ms)
-                next_arrival += 1
+                trace = self.requests[self.next_arrival]
+                if self.monitor is not None:
+                    self.monitor.on_arrival(trace.input_length, trace.output_length)
+                self._arrive(trace, self.next_arrival, self.now_ms)
+                self.next_arrival += 1
             else:
                 self.now_ms, _, key = heapq.heappop(self.step_ends)
                 self._on_event(key, self.now_ms)
         return self.now_ms
 
     def _on_event(self, key: str, now_ms: float) -> None:
-        """A scheduled event: the end of worker `key`'s step, or an idle worker's wake."""
+        """A scheduled event: the end of worker `key`'s step, an idle worker's wake, or a
+        timer."""
+        if key.startswith(_TIMER):
+            self.timers.pop(key.removeprefix(_TIMER))(now_ms)
+            return
         if not key.startswith(_WAKE):
             self._finish_step(key, now_ms)
             return
@@ -264,6 +312,9 @@ class Simulation:
             self._deliver(output, now_ms)
         if self.cores[worker].has_work():
             self._start_step(worker, now_ms)
+        elif worker in self.draining:
+            self.draining.discard(worker)
+            self._drain(worker, now_ms)
 
     def _deliver(self, output: EngineOutput, now_ms: float) -> None:
         t = self.tracked[output.request_id]
@@ -272,6 +323,10 @@ class Simulation:
                 t.first_token_ms = now_ms
                 t.num_cached_tokens = output.num_cached_tokens
                 self.load.first_token(output.request_id)
+                if self.monitor is not None:
+                    self.monitor.on_first_token(
+                        now_ms - t.arrival_ms, t.num_cached_tokens, t.num_prompt_tokens
+                    )
             else:
                 assert t.last_token_ms is not None
                 t.itl_ms.append(now_ms - t.last_token_ms)
@@ -279,12 +334,17 @@ class Simulation:
             t.num_output_tokens += len(output.new_token_ids)
         if output.finish_reason is not None:
             self.load.finish(output.request_id)
+            if self.monitor is not None:
+                self.monitor.on_finish(statistics.fmean(t.itl_ms) if t.itl_ms else None)
 
     def _index_events(self, worker: str) -> None:
         """The worker's KV events into the index; with lower tiers, first its load report's
         tier capacities and costs (as the router service reads them)."""
         core = self.cores[worker]
-        if self.config.tiers.is_enabled and self.index.has_worker(worker):
+        if not self.index.has_worker(worker):
+            core.take_kv_events()  # a worker out of routing: nobody indexes it
+            return
+        if self.config.tiers.is_enabled:
             load = core.get_load()
             self.index.set_tier_capacities(worker, load.num_tier_total_blocks)
             if self.tier_weights is not None:
