@@ -111,7 +111,12 @@ async def open_kubernetes_connector(
     ConfigError, one line, when that fails."""
     try:
         config = KubeConfig.from_env()
-        client = AsyncClient(config, namespace=namespace, field_manager=FIELD_MANAGER)
+        client = AsyncClient(
+            config,
+            namespace=namespace,
+            field_manager=FIELD_MANAGER,
+            timeout=httpx2.Timeout(_TIMEOUT_S),
+        )
     except (KubeConfigError, OSError, KeyError, ValueError, yaml.YAMLError) as exc:
         raise ConfigError(
             "--connector kubernetes: no usable cluster configuration (not in a Pod, and "
