@@ -15,10 +15,13 @@ import httpx
 import pytest
 
 from armature.cli.main import main
+from armature.config import PlannerConfig
 from armature.errors import ConfigError
 from armature.planner.actuator import Actuator
 from armature.planner.connectors.api import ConnectorError
 from armature.planner.connectors.kubernetes import open_kubernetes_connector
+from armature.planner.core import Planner
+from armature.planner.performance import TablePerformanceModel
 from armature.protocols.worker import WorkerRole
 from kube_api import KubeApiFake, RecordedRequest
 from servers import free_port
@@ -203,6 +206,37 @@ async def test_the_actuator_retries_while_the_api_server_is_down_and_recovers(
         patch("armature-decode", 3),
     ]
     assert fake.deployments[("serving", "armature-decode")] == 3
+
+
+async def test_the_planner_starts_from_the_deployments_within_its_limits(
+    fake: KubeApiFake, profile: TablePerformanceModel
+) -> None:
+    """As `armature planner` starts: the planner takes the Deployments' replicas, brought
+    within its limits, and the actuator patches only the role outside them."""
+    fake.deployments[("serving", "armature-prefill")] = 0
+    fake.deployments[("serving", "armature-decode")] = 9
+    connector = await open_kubernetes_connector(DEPLOYMENTS)
+    planner = Planner(
+        PlannerConfig(min_workers=1, max_workers=4),
+        profile,
+        num_workers=connector.get_num_workers(),
+    )
+    assert planner.get_num_workers() == {PREFILL: 1, DECODE: 4}
+    actuator = Actuator(connector, retry_s=0.05)
+    actuator.set_targets(planner.get_num_workers(), {})
+    task = asyncio.create_task(actuator.run())
+    try:
+        await asyncio.wait_for(actuator.idle.wait(), 10.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await connector.close()
+    assert calls(fake) == [
+        get("armature-prefill"),
+        get("armature-decode"),
+        patch("armature-prefill", 1),
+        patch("armature-decode", 4),
+    ]
 
 
 def test_the_fake_enforces_the_token_and_the_rbac_scope(fake: KubeApiFake) -> None:

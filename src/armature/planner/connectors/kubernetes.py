@@ -25,7 +25,8 @@ that drain (the worker's --shutdown-grace-s), or Kubernetes kills it mid-request
 
 The counts it reports are the Deployments' `spec.replicas` as read at start and after each
 PATCH it made (what was asked for, not the Pods running yet); a change made by someone else
-(kubectl scale, an HPA) is seen only at the next PATCH.
+(kubectl scale, an HPA) is seen only at the next PATCH. The planner starts from the counts
+read at start, brought within its limits (a Deployment at 0 replicas goes to --min-workers).
 """
 
 from __future__ import annotations
