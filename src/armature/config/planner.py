@@ -28,7 +28,7 @@ __all__ = [
 
 PREDICTORS = ("constant", "moving-average", "holt-winters")
 PLANNER_MODES = ("disagg", "agg")
-CONNECTORS = ("local", "virtual")
+CONNECTORS = ("local", "virtual", "kubernetes")
 
 
 def _fraction_open(text: str) -> float:
@@ -227,7 +227,8 @@ class PlannerServiceConfig:
     connector: str = setting(
         "local",
         "local: start and stop `armature worker` processes on this host; virtual: publish "
-        "targets in discovery for an external orchestrator and wait for its acks",
+        "targets in discovery for an external orchestrator and wait for its acks; kubernetes: "
+        "set the replicas of one Deployment per role (pip install 'armature[kubernetes]')",
         choices=CONNECTORS,
     )
     worker_args: tuple[str, ...] = setting(
@@ -249,9 +250,32 @@ class PlannerServiceConfig:
         "virtual: how long to wait for the orchestrator's ack before retrying",
         parse=positive_float,
     )
+    k8s_namespace: str | None = setting(
+        None,
+        "kubernetes: the namespace of the worker Deployments (default: the planner's own Pod's "
+        "namespace in a cluster, else the kubeconfig context's)",
+    )
+    k8s_prefill_deployment: str = setting(
+        "armature-prefill", "kubernetes: the Deployment of the prefill workers"
+    )
+    k8s_decode_deployment: str = setting(
+        "armature-decode", "kubernetes: the Deployment of the decode workers"
+    )
+    k8s_agg_deployment: str = setting(
+        "armature-agg", "kubernetes: the Deployment of the aggregated workers (--planner-mode agg)"
+    )
     dry_run: bool = setting(False, "log the decisions without acting on them")
     host: str = setting("127.0.0.1", "address of the planner's /metrics endpoint")
     metrics_port: int = setting(
         0, "the planner's Prometheus /metrics port (0: any free port; -1: none)", parse=integer
     )
     log_level: str = setting("info", "log verbosity", choices=("debug", "info", "warning", "error"))
+
+    def get_k8s_deployments(self, roles: tuple[WorkerRole, ...]) -> dict[WorkerRole, str]:
+        """The Deployment of each of `roles` (kubernetes connector)."""
+        names = {
+            WorkerRole.PREFILL: self.k8s_prefill_deployment,
+            WorkerRole.DECODE: self.k8s_decode_deployment,
+            WorkerRole.AGG: self.k8s_agg_deployment,
+        }
+        return {role: names[role] for role in roles}

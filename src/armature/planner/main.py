@@ -1,8 +1,8 @@
 """`armature planner`, assembled: the performance model, discovery and the event plane, the
 connector, the planner's metrics, then the tick loop until SIGINT/SIGTERM. Settings that
 cannot work (no or a bad model file, an unreachable frontend, a model file measured on
-another model) are a ConfigError before the loop starts; the workers a local connector
-started by then are stopped first."""
+another model, a Kubernetes API server that cannot be reached or refuses) are a ConfigError
+before the loop starts; the workers a local connector started by then are stopped first."""
 
 from __future__ import annotations
 
@@ -62,6 +62,38 @@ async def _discovered(discovery: Discovery, namespace: str) -> dict[WorkerRole, 
     return counts
 
 
+async def _open_connector(
+    config: PlannerCommandConfig,
+    discovery: Discovery,
+    discovered: dict[WorkerRole, int],
+    worker_argv: list[str],
+) -> Connector:
+    """The connector --connector names; the kubernetes one reads its Deployments first (a
+    ConfigError when it cannot)."""
+    service, runtime = config.service, config.runtime
+    if service.connector == "local":
+        log_dir = Path(service.worker_log_dir) if service.worker_log_dir else None
+        launcher = SubprocessLauncher(worker_argv, runtime, log_dir=log_dir)
+        return LocalConnector(launcher, drain_timeout_s=service.drain_timeout_s)
+    if service.connector == "kubernetes":
+        try:  # an optional extra: imported only when chosen
+            from armature.planner.connectors.kubernetes import open_kubernetes_connector
+        except ImportError as exc:
+            raise ConfigError(
+                f"--connector kubernetes needs lightkube ({exc}): pip install "
+                "'armature[kubernetes]'"
+            ) from None
+        deployments = service.get_k8s_deployments(config.planner.get_roles())
+        return await open_kubernetes_connector(deployments, namespace=service.k8s_namespace)
+    return VirtualConnector(
+        discovery,
+        runtime.namespace,
+        num_workers=discovered,
+        ack_timeout_s=service.ack_timeout_s,
+        lease_ttl_s=runtime.lease_ttl_s,
+    )
+
+
 async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendSample:
     deadline_s = time.monotonic() + wait_s
     while True:
@@ -94,20 +126,9 @@ async def _run(config: PlannerCommandConfig) -> None:
         )
         tasks.append(asyncio.create_task(workers.run()))
         discovered = await _discovered(discovery, runtime.namespace)
-        initial = discovered
-        if acting and service.connector == "local":
-            log_dir = Path(service.worker_log_dir) if service.worker_log_dir else None
-            launcher = SubprocessLauncher(worker_argv, runtime, log_dir=log_dir)
-            connector = LocalConnector(launcher, drain_timeout_s=service.drain_timeout_s)
-            initial = connector.get_num_workers()
-        elif acting:
-            connector = VirtualConnector(
-                discovery,
-                runtime.namespace,
-                num_workers=discovered,
-                ack_timeout_s=service.ack_timeout_s,
-                lease_ttl_s=runtime.lease_ttl_s,
-            )
+        if acting:
+            connector = await _open_connector(config, discovery, discovered, worker_argv)
+        initial = discovered if connector is None else connector.get_num_workers()
         planner = Planner(config.planner, model, num_workers=initial)
         metrics.set_workers(planner.get_num_workers(), discovered)
         actuator = None

@@ -5,8 +5,8 @@ that the planner service logs and retries.
     api.py      Connector, ConnectorError
     local.py    LocalConnector: `armature worker` processes on this host (ProcessLauncher seam)
     virtual.py  VirtualConnector: targets in discovery, acknowledged by an external orchestrator
-
-A Kubernetes connector will implement the same Protocol (patch a deployment's replicas).
+    kubernetes.py  KubernetesConnector: a Deployment's replicas per role (lightkube, imported
+                only when chosen: not exported here)
 """
 
 from __future__ import annotations

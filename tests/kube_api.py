@@ -1,0 +1,336 @@
+"""A fake Kubernetes API server speaking the real HTTP protocol (JSON over HTTP/1.1, bearer
+tokens, `Status` objects on errors) on a free loopback port, for the planner's Kubernetes
+connector; a real client (lightkube) talks to it through a generated kubeconfig.
+
+    fake = KubeApiFake(token="t0k3n", namespace="serving", deployments={"armature-decode": 1})
+    with fake:                                   # uvicorn in a thread, 127.0.0.1:<free port>
+        fake.write_kubeconfig(tmp_path / "kubeconfig")
+        ...
+        fake.stop(); fake.start()                # down, and back on the same port
+    fake.requests                                # every request, in order, with its answer
+
+Each request goes through the steps of the real API server, in its order:
+    1. authentication: no bearer token, or another one          -> 401 Unauthorized
+    2. authorization: (verb, group, resource) not in `rules`      -> 403 Forbidden (RBAC)
+    3. the handler of (group, resource) in `handlers`; none, or an unknown object -> 404
+The verb follows Kubernetes' request info: GET of a name is `get`, of a collection `list`
+(`watch` with ?watch=true), POST `create`, PUT `update`, PATCH `patch`, DELETE `delete`; the
+resource of a subresource is "deployments/scale". Served now: deployments/scale get and patch
+(a merge or strategic merge patch of spec.replicas; the status follows at once). A later
+issue adds list/watch (e.g. pods, endpointslices) with a rule and a handler; a watch handler
+may return a starlette StreamingResponse of JSON lines.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+__all__ = ["SCALE_RULES", "KubeApiFake", "KubeRequest", "RecordedRequest", "status_response"]
+
+# what the planner's service account may do (a Role's rules: verb, API group, resource)
+SCALE_RULES = frozenset(
+    {("get", "apps", "deployments/scale"), ("patch", "apps", "deployments/scale")}
+)
+MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the fake saw it, and the status it answered."""
+
+    method: str
+    path: str
+    query: str
+    content_type: str | None
+    authorization: str | None
+    body: Any  # the decoded JSON body, or None
+    status: int
+
+
+@dataclass(frozen=True)
+class KubeRequest:
+    """A resource request, parsed as the API server's request info: `/api/v1/...` (group "")
+    or `/apis/<group>/<version>/...`, then `namespaces/<ns>/` for a namespaced resource."""
+
+    verb: str
+    group: str
+    version: str
+    namespace: str | None
+    resource: str  # with its subresource: "deployments/scale"
+    name: str | None
+    body: Any
+    content_type: str | None
+    query: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[KubeRequest], Response]
+
+
+def status_response(code: int, reason: str, message: str, **details: str) -> JSONResponse:
+    """A `Status` failure, as the API server answers every error."""
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = details
+    return JSONResponse(body, status_code=code)
+
+
+def parse_request_info(
+    method: str, path: str, query: dict[str, str], body: Any, content_type: str | None
+) -> KubeRequest:
+    """The verb, group, version, namespace, resource and name of a resource path; ValueError
+    for a path that names no resource (/version, /healthz, /apis)."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        raise ValueError(path)
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        raise ValueError(path)
+    resource = rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+    name = rest[1] if len(rest) >= 2 else None
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+    if method == "GET":
+        verb = "get" if name else ("watch" if query.get("watch") in ("1", "true") else "list")
+    elif method == "DELETE":
+        verb = "delete" if name else "deletecollection"
+    else:
+        verb = verbs[method]
+    return KubeRequest(verb, group, version, namespace, resource, name, body, content_type, query)
+
+
+class KubeApiFake:
+    """The fake's objects, rules and request log; serves them from a thread while started.
+    Objects are read and changed only on the server's thread; `requests` is appended there
+    and may be read from any thread (under `lock`)."""
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        namespace: str = "default",
+        deployments: dict[str, int] | None = None,
+        rules: frozenset[tuple[str, str, str]] = SCALE_RULES,
+    ) -> None:
+        self.token = token
+        self.namespace = namespace
+        self.rules = set(rules)
+        # (namespace, name) -> the Deployment's replicas
+        self.deployments: dict[tuple[str, str], int] = {
+            (namespace, name): n for name, n in (deployments or {}).items()
+        }
+        self.handlers: dict[tuple[str, str], Handler] = {
+            ("apps", "deployments/scale"): self._deployment_scale
+        }
+        self.requests: list[RecordedRequest] = []
+        self.lock = threading.Lock()
+        self.port = 0
+        self._uids: dict[tuple[str, str], str] = {}
+        self._resource_versions = itertools.count(1)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.app = Starlette(
+            routes=[Route("/{path:path}", self._handle, methods=_METHODS)],
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get_requests(self) -> list[RecordedRequest]:
+        with self.lock:
+            return list(self.requests)
+
+    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
+        """A kubeconfig whose current context is this server, `namespace` and the token
+        (`token`: another one, to be refused). JSON, which is YAML."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "planner", "user": {"token": token or self.token}}],
+            "contexts": [
+                {
+                    "name": "fake",
+                    "context": {"cluster": "fake", "user": "planner", "namespace": self.namespace},
+                }
+            ],
+            "current-context": "fake",
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen on 127.0.0.1 (the port of the last start, else a free one) and serve from a
+        thread; connections queue from the moment this returns."""
+        assert self._thread is None, "already started"
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        sock.listen(64)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app, lifespan="off", log_config=None, access_log=False, log_level="warning"
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="kube-api-fake", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and close every connection (a client then sees connection refused)."""
+        assert self._server is not None and self._thread is not None, "not started"
+        self._server.should_exit = True
+        self._thread.join(timeout=10.0)
+        assert not self._thread.is_alive(), "the fake API server did not stop"
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> KubeApiFake:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._thread is not None:
+            self.stop()
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def _handle(self, request: Request) -> Response:
+        raw = await request.body()
+        content_type = request.headers.get("content-type")
+        authorization = request.headers.get("authorization")
+        body: Any = None
+        response: Response | None = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                response = status_response(400, "BadRequest", "the body is not JSON")
+        if response is None:
+            response = self._answer(request, body, content_type, authorization)
+        record = RecordedRequest(
+            method=request.method,
+            path=request.url.path,
+            query=request.url.query,
+            content_type=content_type,
+            authorization=authorization,
+            body=body,
+            status=response.status_code,
+        )
+        with self.lock:
+            self.requests.append(record)
+        return response
+
+    def _answer(
+        self, request: Request, body: Any, content_type: str | None, authorization: str | None
+    ) -> Response:
+        if authorization != f"Bearer {self.token}":
+            return status_response(401, "Unauthorized", "Unauthorized")
+        query = dict(request.query_params)
+        try:
+            info = parse_request_info(request.method, request.url.path, query, body, content_type)
+        except ValueError:
+            return status_response(
+                403,
+                "Forbidden",
+                f'forbidden: User "planner" cannot {request.method} path "{request.url.path}"',
+            )
+        if (info.verb, info.group, info.resource) not in self.rules:
+            where = f' in the namespace "{info.namespace}"' if info.namespace else ""
+            return status_response(
+                403,
+                "Forbidden",
+                f'{info.resource.split("/")[0]}.{info.group or "core"} "{info.name or ""}" is '
+                f'forbidden: User "planner" cannot {info.verb} resource "{info.resource}" in API '
+                f'group "{info.group}"{where}',
+                name=info.name or "",
+                group=info.group,
+                kind=info.resource.split("/")[0],
+            )
+        handler = self.handlers.get((info.group, info.resource))
+        if handler is None:
+            return status_response(
+                404, "NotFound", "the server could not find the requested resource"
+            )
+        return handler(info)
+
+    def _deployment_scale(self, info: KubeRequest) -> Response:
+        assert info.namespace is not None and info.name is not None
+        key = (info.namespace, info.name)
+        if key not in self.deployments:
+            return status_response(
+                404,
+                "NotFound",
+                f'deployments.apps "{info.name}" not found',
+                name=info.name,
+                group="apps",
+                kind="deployments",
+            )
+        if info.verb == "patch":
+            if info.content_type not in MERGE_PATCH_TYPES:
+                return status_response(
+                    415, "UnsupportedMediaType", f"the media type {info.content_type} is not served"
+                )
+            replicas = (info.body or {}).get("spec", {}).get("replicas")
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                return status_response(
+                    422, "Invalid", f'Scale.autoscaling "{info.name}" is invalid: spec.replicas'
+                )
+            self.deployments[key] = replicas
+        return JSONResponse(self._scale(key))
+
+    def _scale(self, key: tuple[str, str]) -> dict[str, Any]:
+        namespace, name = key
+        replicas = self.deployments[key]
+        uid = self._uids.setdefault(key, str(uuid.uuid4()))
+        return {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+                "resourceVersion": str(next(self._resource_versions)),
+                "creationTimestamp": "2025-01-01T00:00:00Z",
+            },
+            "spec": {"replicas": replicas},
+            "status": {"replicas": replicas, "selector": f"app={name}"},
+        }
