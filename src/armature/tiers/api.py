@@ -23,7 +23,8 @@ from armature.kv.eviction import EvictedBlock
 from armature.kv.tier_policy import TierHit, TierPolicy
 from armature.protocols.engine import KvTierStats
 from armature.protocols.kv_events import KvTier
-from armature.tiers.manager import LoadResult, TierCounters
+from armature.tiers.counters import TierCounters
+from armature.tiers.manager import LoadResult
 
 __all__ = ["KvTiers", "LoadResult", "TierCounters"]
 
