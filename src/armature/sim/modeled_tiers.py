@@ -33,9 +33,9 @@ from armature.kv.tier_policy import CopyOp, TierHit, TierOp, TierPolicy
 from armature.protocols.engine import KvTierStats
 from armature.protocols.kv_events import KvTier
 from armature.sim.clock import Clock
+from armature.tiers.api import LoadResult
 from armature.tiers.counters import TierCounters, tier_stats
 from armature.tiers.factory import tier_policy_config
-from armature.tiers.manager import LoadResult
 
 __all__ = ["LOAD_TIME_TOLERANCE_S", "ModeledTiers", "build_modeled_tiers"]
 

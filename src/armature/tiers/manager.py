@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from itertools import count
 
 from armature.kv.block_key import BlockKey
@@ -30,13 +29,14 @@ from armature.kv.eviction import EvictedBlock
 from armature.kv.tier_policy import LOWER_TIERS, CopyOp, DropOp, TierHit, TierOp, TierPolicy
 from armature.protocols.engine import KvTierStats
 from armature.protocols.kv_events import KvTier
+from armature.tiers.api import LoadResult
 from armature.tiers.block_file import BlockRefusedError
 from armature.tiers.counters import TierCounters, tier_stats
 from armature.tiers.errors import BlockMissingError, StoreError, StoreFullError
 from armature.tiers.mover import BlockMover
 from armature.tiers.store import BlockStore
 
-__all__ = ["KvTierManager", "LoadResult"]
+__all__ = ["KvTierManager"]
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +49,6 @@ def _failure(exc: BlockRefusedError | StoreError) -> str:
     if isinstance(exc, BlockRefusedError):
         return str(exc.reason)
     return "missing" if isinstance(exc, BlockMissingError) else "unavailable"
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    job_id: int
-    hits: list[TierHit]
-    g1_ids: list[int]
-    num_loaded: int  # hits[:num_loaded] are in their G1 blocks
-    failure: str | None  # why hits[num_loaded] was not loaded (a refusal reason, "missing"...)
-    elapsed_s: float
-    # loader seconds per tier: its runs, plus the final wait for copies shared out per block
-    tier_load_s: dict[KvTier, float] = field(default_factory=dict)
 
 
 class KvTierManager:
