@@ -9,6 +9,9 @@ how its copies happen:
                                              n x bytes per block / the tier's bandwidth
                                              on the mocker's clock
 
+Both share `armature.tiers.policy_shell.TierPolicyShell` (the policy's calls and their
+counting) and differ in `_run` (the ops) and in how loads run.
+
 The engine (`EngineCore`, `Onboarding`) types against this protocol only. Every method is
 called on the engine's thread.
 """

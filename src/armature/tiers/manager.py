@@ -20,20 +20,17 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import count
 
 from armature.kv.block_key import BlockKey
-from armature.kv.eviction import EvictedBlock
 from armature.kv.tier_policy import LOWER_TIERS, CopyOp, DropOp, TierHit, TierOp, TierPolicy
-from armature.protocols.engine import KvTierStats
 from armature.protocols.kv_events import KvTier
 from armature.tiers.api import LoadResult
 from armature.tiers.block_file import BlockRefusedError
-from armature.tiers.counters import TierCounters, tier_stats
 from armature.tiers.errors import BlockMissingError, StoreError, StoreFullError
 from armature.tiers.mover import BlockMover
+from armature.tiers.policy_shell import TierPolicyShell
 from armature.tiers.store import BlockStore
 
 __all__ = ["KvTierManager"]
@@ -51,7 +48,9 @@ def _failure(exc: BlockRefusedError | StoreError) -> str:
     return "missing" if isinstance(exc, BlockMissingError) else "unavailable"
 
 
-class KvTierManager:
+class KvTierManager(TierPolicyShell):
+    """`KvTiers` that move real bytes (see the module docstring)."""
+
     def __init__(
         self,
         policy: TierPolicy,
@@ -64,12 +63,13 @@ class KvTierManager:
     ):
         """`remote_refresh_s`: how often the shared store (G4) is listed for blocks other
         workers wrote (None: only at start)."""
-        self.policy = policy
+        super().__init__(
+            policy,
+            bytes_per_block=mover.layout.bytes_per_block,
+            max_inflight_bytes=max_inflight_bytes,
+        )
         self.mover = mover
         self.stores = stores
-        self.max_inflight_bytes = max_inflight_bytes
-        self.bytes_per_block = mover.layout.bytes_per_block
-        self.counters = TierCounters()
         self._writers = {
             tier: ThreadPoolExecutor(1, thread_name_prefix=f"armature-kv-{tier}") for tier in stores
         }
@@ -81,7 +81,6 @@ class KvTierManager:
         self._finished: queue.SimpleQueue[LoadResult] = queue.SimpleQueue()
         self._load_done = threading.Event()
         self._job_ids = count()
-        self._inflight_bytes = 0
         self._num_inflight = 0
         self._listings: queue.SimpleQueue[list[BlockKey]] = queue.SimpleQueue()
         self._closing = threading.Event()
@@ -95,37 +94,7 @@ class KvTierManager:
             )
             self._lister.start()
 
-    # ---- offload (engine thread) -------------------------------------------------------
-    def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
-        """The pool's eviction hook: copy the blocks down before the pool reuses them."""
-        self._run(self.policy.on_evict(blocks))
-
-    def on_written(self, blocks: Sequence[tuple[int, BlockKey]]) -> None:
-        """Blocks just completed in G1 (copied down at once in write-through mode)."""
-        self._run(self.policy.on_written(blocks))
-
-    def add_existing(self, tier: KvTier, keys: Sequence[BlockKey]) -> None:
-        self._run(self.policy.add_existing(tier, keys))
-
-    # ---- onboarding (engine thread) ----------------------------------------------------
-    def find(self, seq_hashes: Sequence[int]) -> list[TierHit]:
-        hits = self.policy.find(seq_hashes)
-        self.counters.num_lookup_blocks += len(seq_hashes)
-        self.counters.hit_blocks.update(hit.tier for hit in hits)
-        return hits
-
-    def can_load(self, num_blocks: int) -> bool:
-        """Whether a load of `num_blocks` fits the in-flight bound (one load always may)."""
-        num_bytes = num_blocks * self.bytes_per_block
-        return (
-            self._num_inflight == 0 or self._inflight_bytes + num_bytes <= self.max_inflight_bytes
-        )
-
-    def reserve(self, hits: Sequence[TierHit]) -> None:
-        """Pin `hits` before G1 blocks are allocated for them (an allocation can evict down
-        into the tiers, and must not push these out)."""
-        self.policy.pin(hits)
-
+    # ---- onboarding (engine thread; find/reserve: TierPolicyShell) ----------------------
     def submit(self, hits: list[TierHit], g1_ids: list[int]) -> int:
         """Load reserved `hits` into `g1_ids` on a loader thread; returns the job id that
         `take_finished` reports."""
@@ -163,11 +132,8 @@ class KvTierManager:
 
     def _settle(self, result: LoadResult) -> None:
         loaded = result.hits[: result.num_loaded]
-        ops = self.policy.on_onboarded(loaded)
-        self.counters.blocks_onboarded.update(hit.tier for hit in loaded)
-        self.counters.add_onboard_latency(result.elapsed_s)
-        if result.failure is None:  # a failed load's time is not a block's
-            self.counters.add_load_time(result.tier_load_s, loaded)
+        tier_load_s = result.tier_load_s if result.failure is None else None
+        ops = self._onboarded(loaded, result.elapsed_s, tier_load_s)
         rest = result.hits[result.num_loaded :]
         if rest:
             assert result.failure is not None
@@ -332,10 +298,6 @@ class KvTierManager:
             self.stores[tier].delete(key.seq_hash)
         except StoreError as exc:
             log.warning("could not delete KV block %016x from %s: %s", key.seq_hash, tier, exc)
-
-    def get_stats(self) -> KvTierStats:
-        """A snapshot of the counters (engine thread; the copy is safe to hand to others)."""
-        return tier_stats(self.counters, self.policy, self.bytes_per_block)
 
     # ---- lifecycle ---------------------------------------------------------------------
     def flush(self) -> None:
