@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from armature.config import PlannerCommandConfig
+from armature.config import PlannerCommandConfig, PlannerServiceConfig
 from armature.errors import ConfigError
 from armature.planner.actuator import Actuator
 from armature.planner.connectors.api import Connector
@@ -73,14 +73,52 @@ async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendSample
         await asyncio.sleep(0.25)  # polling a server that is still starting
 
 
+def _make_connector(
+    config: PlannerCommandConfig,
+    discovery: Discovery,
+    worker_argv: list[str],
+    discovered: dict[WorkerRole, int],
+) -> tuple[Connector | None, dict[WorkerRole, int]]:
+    """The connector that carries decisions out (None: a dry run), and the workers the planner
+    starts from: the local connector's own (none yet), else those in discovery."""
+    service, runtime = config.service, config.runtime
+    if service.dry_run:
+        return None, discovered
+    if service.connector == "local":
+        log_dir = Path(service.worker_log_dir) if service.worker_log_dir else None
+        launcher = SubprocessLauncher(worker_argv, runtime, log_dir=log_dir)
+        connector = LocalConnector(launcher, drain_timeout_s=service.drain_timeout_s)
+        return connector, connector.get_num_workers()
+    virtual = VirtualConnector(
+        discovery,
+        runtime.namespace,
+        num_workers=discovered,
+        ack_timeout_s=service.ack_timeout_s,
+        lease_ttl_s=runtime.lease_ttl_s,
+    )
+    return virtual, discovered
+
+
+def _serve_metrics(metrics: PlannerMetrics, service: PlannerServiceConfig) -> str:
+    """Start the planner's /metrics endpoint; its url ("off": --metrics-port below 0).
+    ConfigError when the port cannot be had."""
+    if service.metrics_port < 0:
+        return "off"
+    try:
+        return metrics.serve(service.host, service.metrics_port)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {service.host}:{service.metrics_port}: {exc.strerror}"
+        ) from None
+
+
 async def _run(config: PlannerCommandConfig) -> None:
     service, runtime = config.service, config.runtime
     if service.performance_model is None:
         raise ConfigError("--performance-model is required (a JSON table; see --help)")
     model, model_name = read_performance_model(Path(service.performance_model))
     worker_argv = get_worker_argv(service.worker_args)
-    acting = not service.dry_run
-    if acting and service.connector == "local" and not worker_argv:
+    if not service.dry_run and service.connector == "local" and not worker_argv:
         raise ConfigError('--connector local needs --worker-args, e.g. "--engine mocker"')
     discovery = await open_discovery(runtime)
     event_plane = await make_event_plane(runtime)
@@ -94,20 +132,7 @@ async def _run(config: PlannerCommandConfig) -> None:
         )
         tasks.append(asyncio.create_task(workers.run()))
         discovered = await _discovered(discovery, runtime.namespace)
-        initial = discovered
-        if acting and service.connector == "local":
-            log_dir = Path(service.worker_log_dir) if service.worker_log_dir else None
-            launcher = SubprocessLauncher(worker_argv, runtime, log_dir=log_dir)
-            connector = LocalConnector(launcher, drain_timeout_s=service.drain_timeout_s)
-            initial = connector.get_num_workers()
-        elif acting:
-            connector = VirtualConnector(
-                discovery,
-                runtime.namespace,
-                num_workers=discovered,
-                ack_timeout_s=service.ack_timeout_s,
-                lease_ttl_s=runtime.lease_ttl_s,
-            )
+        connector, initial = _make_connector(config, discovery, worker_argv, discovered)
         planner = Planner(config.planner, model, num_workers=initial)
         metrics.set_workers(planner.get_num_workers(), discovered)
         actuator = None
@@ -125,14 +150,7 @@ async def _run(config: PlannerCommandConfig) -> None:
                 f"--performance-model was measured on {model_name!r}; the frontend serves "
                 f"{sample.model_name!r}"
             )
-        metrics_url = "off"
-        if service.metrics_port >= 0:
-            try:
-                metrics_url = metrics.serve(service.host, service.metrics_port)
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot listen on {service.host}:{service.metrics_port}: {exc.strerror}"
-                ) from None
+        metrics_url = _serve_metrics(metrics, service)
         log.info(
             "planner ready: %s mode, roles %s, targets %s, connector %s, frontend %s, metrics %s",
             config.planner.mode,
