@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from armature.config import PlannerCommandConfig
+from armature.config import PlannerCommandConfig, PlannerServiceConfig
 from armature.errors import ConfigError
 from armature.planner.actuator import Actuator
 from armature.planner.connectors.api import Connector
@@ -105,14 +105,26 @@ async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendSample
         await asyncio.sleep(0.25)  # polling a server that is still starting
 
 
+def _serve_metrics(metrics: PlannerMetrics, service: PlannerServiceConfig) -> str:
+    """Start the planner's /metrics endpoint; its url ("off": --metrics-port below 0).
+    ConfigError when the port cannot be had."""
+    if service.metrics_port < 0:
+        return "off"
+    try:
+        return metrics.serve(service.host, service.metrics_port)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {service.host}:{service.metrics_port}: {exc.strerror}"
+        ) from None
+
+
 async def _run(config: PlannerCommandConfig) -> None:
     service, runtime = config.service, config.runtime
     if service.performance_model is None:
         raise ConfigError("--performance-model is required (a JSON table; see --help)")
     model, model_name = read_performance_model(Path(service.performance_model))
     worker_argv = get_worker_argv(service.worker_args)
-    acting = not service.dry_run
-    if acting and service.connector == "local" and not worker_argv:
+    if not service.dry_run and service.connector == "local" and not worker_argv:
         raise ConfigError('--connector local needs --worker-args, e.g. "--engine mocker"')
     discovery = await open_discovery(runtime)
     event_plane = await make_event_plane(runtime)
@@ -126,7 +138,7 @@ async def _run(config: PlannerCommandConfig) -> None:
         )
         tasks.append(asyncio.create_task(workers.run()))
         discovered = await _discovered(discovery, runtime.namespace)
-        if acting:
+        if not service.dry_run:
             connector = await _open_connector(config, discovery, discovered, worker_argv)
         initial = discovered if connector is None else connector.get_num_workers()
         planner = Planner(config.planner, model, num_workers=initial)
@@ -146,14 +158,7 @@ async def _run(config: PlannerCommandConfig) -> None:
                 f"--performance-model was measured on {model_name!r}; the frontend serves "
                 f"{sample.model_name!r}"
             )
-        metrics_url = "off"
-        if service.metrics_port >= 0:
-            try:
-                metrics_url = metrics.serve(service.host, service.metrics_port)
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot listen on {service.host}:{service.metrics_port}: {exc.strerror}"
-                ) from None
+        metrics_url = _serve_metrics(metrics, service)
         log.info(
             "planner ready: %s mode, roles %s, targets %s, connector %s, frontend %s, metrics %s",
             config.planner.mode,

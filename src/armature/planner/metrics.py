@@ -4,6 +4,7 @@ on its own /metrics port."""
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -13,63 +14,62 @@ from armature.protocols.worker import WorkerRole
 
 __all__ = ["PlannerMetrics"]
 
+_Metric = TypeVar("_Metric", Gauge, Counter)
+
+
+def _metric(
+    kind: type[_Metric], registry: CollectorRegistry, name: str, doc: str, *labels: str
+) -> _Metric:
+    """A `kind` (Gauge, Counter) named armature_planner_`name` in `registry`."""
+    return kind(name, doc, labels, namespace="armature", subsystem="planner", registry=registry)
+
 
 class PlannerMetrics:
     """Owns its registry and, once `serve` ran, the HTTP server thread."""
 
     def __init__(self, roles: tuple[WorkerRole, ...]) -> None:
         self.registry = r = CollectorRegistry()
-        self.workers = Gauge(
-            "armature_planner_workers", "Workers of each role in discovery", ["role"], registry=r
+        self.workers = _metric(Gauge, r, "workers", "Workers of each role in discovery", "role")
+        self.target_workers = _metric(
+            Gauge, r, "target_workers", "Workers of each role the planner wants", "role"
         )
-        self.target_workers = Gauge(
-            "armature_planner_target_workers",
-            "Workers of each role the planner wants",
-            ["role"],
-            registry=r,
-        )
-        self.predicted_rate = Gauge(
-            "armature_planner_predicted_requests_per_second",
+        self.predicted_rate = _metric(
+            Gauge,
+            r,
+            "predicted_requests_per_second",
             "The next interval's predicted request rate",
-            registry=r,
         )
-        self.predicted_input = Gauge(
-            "armature_planner_predicted_input_tokens",
-            "The next interval's predicted mean input length",
-            registry=r,
+        self.predicted_input = _metric(
+            Gauge, r, "predicted_input_tokens", "The next interval's predicted mean input length"
         )
-        self.predicted_output = Gauge(
-            "armature_planner_predicted_output_tokens",
-            "The next interval's predicted mean output length",
-            registry=r,
+        self.predicted_output = _metric(
+            Gauge, r, "predicted_output_tokens", "The next interval's predicted mean output length"
         )
-        self.ttft_s = Gauge(
-            "armature_planner_estimated_ttft_seconds",
+        self.ttft_s = _metric(
+            Gauge,
+            r,
+            "estimated_ttft_seconds",
             "Live TTFT estimate of each role (the load rule's)",
-            ["role"],
-            registry=r,
+            "role",
         )
-        self.itl_s = Gauge(
-            "armature_planner_estimated_itl_seconds",
+        self.itl_s = _metric(
+            Gauge,
+            r,
+            "estimated_itl_seconds",
             "Live ITL estimate of each role (the load rule's)",
-            ["role"],
-            registry=r,
+            "role",
         )
-        self.decisions = Counter(
-            "armature_planner_decisions",
-            "Scaling decisions, by role and reason",
-            ["role", "reason"],
-            registry=r,
+        self.decisions = _metric(
+            Counter, r, "decisions", "Scaling decisions, by role and reason", "role", "reason"
         )
-        self.connector_failures = Counter(
-            "armature_planner_connector_failures",
-            "Scaling actions that failed (retried)",
-            registry=r,
+        self.connector_failures = _metric(
+            Counter, r, "connector_failures", "Scaling actions that failed (retried)"
         )
-        self.scrape_failures = Counter(
-            "armature_planner_scrape_failures",
+        self.scrape_failures = _metric(
+            Counter,
+            r,
+            "scrape_failures",
             "Ticks skipped because the frontend's metrics could not be read",
-            registry=r,
         )
         # every series exists from the start; an estimate not made yet is NaN (not 0: no
         # measurement is not a low latency)

@@ -23,40 +23,22 @@ no more than the workers' G4 entries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat, takewhile
 
 from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, KvTier
+from armature.router.tier_overlap import (
+    NO_HOLDERS,
+    HolderGet,
+    TierOverlap,
+    WorkerId,
+    find_tier_overlaps,
+)
 
 __all__ = ["PrefixIndex", "TierOverlap", "WorkerId"]
 
-WorkerId = str
-_NO_HOLDERS: frozenset[WorkerId] = frozenset()
 _BIT = {KvTier.DEVICE: 1, KvTier.HOST: 2, KvTier.DISK: 4, KvTier.EXTERNAL: 8}
-_Holders = set[WorkerId] | frozenset[WorkerId]
-_Classes = tuple[_Holders, _Holders, _Holders, _Holders]  # device, host, disk, external
-_Get = Callable[[int, frozenset[WorkerId]], _Holders]
-
-
-@dataclass(frozen=True)
-class TierOverlap:
-    """One worker's matched prefix: its leading blocks, each counted once in the fastest tier
-    the worker can load it from (a G4 block the worker lacks locally counts as external)."""
-
-    num_device_blocks: int = 0
-    num_host_blocks: int = 0
-    num_disk_blocks: int = 0
-    num_external_blocks: int = 0
-
-    @property
-    def num_blocks(self) -> int:
-        return (
-            self.num_device_blocks
-            + self.num_host_blocks
-            + self.num_disk_blocks
-            + self.num_external_blocks
-        )
 
 
 @dataclass
@@ -77,7 +59,7 @@ class PrefixIndex:
             KvTier.DISK: {},
         }
         self._device = self._holders[KvTier.DEVICE]
-        self._gets: tuple[_Get, _Get, _Get] = (
+        self._gets: tuple[HolderGet, HolderGet, HolderGet] = (
             self._device.get,
             self._holders[KvTier.HOST].get,
             self._holders[KvTier.DISK].get,
@@ -200,7 +182,7 @@ class PrefixIndex:
         if not num_blocks:
             return overlaps
         get = self._device.get
-        lookups = map(get, seq_hashes, repeat(_NO_HOLDERS))
+        lookups = map(get, seq_hashes, repeat(NO_HOLDERS))
         active: set[WorkerId] | frozenset[WorkerId] = next(lookups)
         depth = 1
         while active:
@@ -208,7 +190,7 @@ class PrefixIndex:
             if depth >= num_blocks:
                 break
             # `takewhile` consumed block `depth`, the first some active worker lacks.
-            still = active & get(seq_hashes[depth], _NO_HOLDERS)
+            still = active & get(seq_hashes[depth], NO_HOLDERS)
             for worker in active - still:
                 overlaps[worker] = depth
             active = still
@@ -220,71 +202,9 @@ class PrefixIndex:
     def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
         """For each worker that can get the first block from some tier: its matched prefix,
         the leading blocks of `seq_hashes` it holds in any tier (or that G4 holds), counted
-        by the fastest tier (workers matching none are absent).
-
-        The walk sorts the still-matching workers into classes by the tier a block comes
-        from (device, host, disk, external) and runs at C speed while every class keeps its
-        workers (`_run_length`); Python only runs where a worker changes class or drops out."""
-        num_blocks = len(seq_hashes)
-        get_device, get_host, get_disk = self._gets
-        active: set[WorkerId] | frozenset[WorkerId] = self._everyone
-        num_lower: dict[WorkerId, list[int]] = {}  # blocks from host, disk, external
-        lower: list[_Holders] = [_NO_HOLDERS] * 3  # workers now in the host, disk, external class
-        since: dict[WorkerId, int] = {}  # the depth each of them entered its class at
-        depths: dict[WorkerId, int] = {}
-        depth = 0
-        while active and depth < num_blocks:
-            seq_hash = seq_hashes[depth]
-            device = get_device(seq_hash, _NO_HOLDERS)
-            host = get_host(seq_hash, _NO_HOLDERS)
-            disk = get_disk(seq_hash, _NO_HOLDERS)
-            if seq_hash in self._external:
-                still = active
-            elif host or disk:
-                still = active & (device | host | disk)
-            else:
-                still = active & device
-            if depth and len(still) < len(active):
-                for worker in active - still:
-                    depths[worker] = depth
-            active = still
-            on_device = still & device
-            below = still - on_device
-            on_host = below & host
-            on_disk = (below - on_host) & disk
-            classes = (on_device, on_host, on_disk, below - on_host - on_disk)
-            _settle(lower, classes[1:], since, num_lower, depth)
-            if not still:
-                break
-            depth += 1 + self._run_length(seq_hashes[depth + 1 :], classes)
-        for worker in active:
-            depths[worker] = depth
-        _settle(lower, (_NO_HOLDERS,) * 3, since, num_lower, depth)
-        return {w: _tier_overlap(d, num_lower.get(w)) for w, d in depths.items() if d}
-
-    def _run_length(self, seq_hashes: Sequence[int], classes: _Classes) -> int:
-        """How many leading blocks of `seq_hashes` leave every worker in its class: each
-        worker of class t holds the block in tier t and in no faster tier (external: G4
-        holds it). One C-level predicate per class condition, zipped."""
-        on_device, on_host, on_disk, on_external = classes
-        get_device, get_host, get_disk = self._gets
-        none = repeat(_NO_HOLDERS)
-        tests: list[Iterator[bool]] = []
-        if on_device:
-            tests.append(map(on_device.issubset, map(get_device, seq_hashes, none)))
-        if on_host:
-            tests.append(map(on_host.issubset, map(get_host, seq_hashes, none)))
-            tests.append(map(on_host.isdisjoint, map(get_device, seq_hashes, none)))
-        if on_disk:
-            tests.append(map(on_disk.issubset, map(get_disk, seq_hashes, none)))
-            for get in (get_device, get_host):
-                tests.append(map(on_disk.isdisjoint, map(get, seq_hashes, none)))
-        if on_external:
-            tests.append(map(self._external.__contains__, seq_hashes))
-            for get in self._gets:
-                tests.append(map(on_external.isdisjoint, map(get, seq_hashes, none)))
-        passes = tests[0] if len(tests) == 1 else map(all, zip(*tests, strict=True))
-        return len(list(takewhile(bool, passes)))
+        by the fastest tier (workers matching none are absent). The walk:
+        `armature.router.tier_overlap`."""
+        return find_tier_overlaps(seq_hashes, self._gets, self._external, self._everyone)
 
     def get_num_entries(self) -> int:
         """(worker, tier, block) entries held: bounded by the workers' total capacity."""
@@ -370,33 +290,3 @@ def _discard(holders_by_hash: dict[int, set[WorkerId]], seq_hash: int, worker: W
     holders.discard(worker)
     if not holders:
         del holders_by_hash[seq_hash]
-
-
-def _tier_overlap(num_blocks: int, num_lower: list[int] | None) -> TierOverlap:
-    if num_lower is None:
-        return TierOverlap(num_blocks)
-    host, disk, external = num_lower
-    return TierOverlap(num_blocks - host - disk - external, host, disk, external)
-
-
-def _settle(
-    lower: list[_Holders],
-    new: Sequence[_Holders],
-    since: dict[WorkerId, int],
-    num_lower: dict[WorkerId, list[int]],
-    depth: int,
-) -> None:
-    """Workers move from the lower classes `lower` to `new` at `depth`: each one leaving a
-    class adds the blocks it spent there to `num_lower`, each one entering starts its count.
-    Python runs per worker that changes class, not per worker in a class."""
-    moved = [slot for slot in range(3) if lower[slot] != new[slot]]
-    for slot in moved:  # every leaving first: a worker may leave one class for another
-        for worker in lower[slot] - new[slot]:
-            counts = num_lower.get(worker)
-            if counts is None:
-                counts = num_lower[worker] = [0, 0, 0]
-            counts[slot] += depth - since.pop(worker)
-    for slot in moved:
-        for worker in new[slot] - lower[slot]:
-            since[worker] = depth
-        lower[slot] = new[slot]

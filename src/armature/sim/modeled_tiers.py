@@ -26,15 +26,13 @@ from itertools import count
 from typing import NamedTuple
 
 from armature.config import KvTierConfig
-from armature.kv.block_key import BlockKey
 from armature.kv.event_log import KvEventLog
-from armature.kv.eviction import EvictedBlock
 from armature.kv.tier_policy import CopyOp, TierHit, TierOp, TierPolicy
-from armature.protocols.engine import KvTierStats
 from armature.protocols.kv_events import KvTier
 from armature.sim.clock import Clock
+from armature.tiers.api import LoadResult
 from armature.tiers.factory import tier_policy_config
-from armature.tiers.manager import LoadResult, TierCounters, tier_stats
+from armature.tiers.policy_shell import TierPolicyShell
 
 __all__ = ["LOAD_TIME_TOLERANCE_S", "ModeledTiers", "build_modeled_tiers"]
 
@@ -53,7 +51,7 @@ class _Load(NamedTuple):
     submitted_s: float
 
 
-class ModeledTiers:
+class ModeledTiers(TierPolicyShell):
     """`KvTiers` for the mocker (see the module docstring). Engine thread only."""
 
     def __init__(
@@ -70,30 +68,19 @@ class ModeledTiers:
         missing = set(policy.get_tiers()) - set(bandwidth_bytes_s)
         assert not missing, f"no bandwidth for {missing}"
         assert bytes_per_block > 0 and speedup_ratio > 0
-        self.policy = policy
+        super().__init__(
+            policy, bytes_per_block=bytes_per_block, max_inflight_bytes=max_inflight_bytes
+        )
         self.clock = clock
-        self.bytes_per_block = bytes_per_block
-        self.max_inflight_bytes = max_inflight_bytes
-        self.counters = TierCounters()
         self._block_load_s = {
             tier: bytes_per_block / bw / speedup_ratio for tier, bw in bandwidth_bytes_s.items()
         }
         self._loads: list[_Load] = []  # a heap by (done_s, job_id)
         self._link_free_s = float("-inf")
         self._job_ids = count()
-        self._inflight_bytes = 0
         self._closed = False
 
-    # ---- offload -----------------------------------------------------------------------
-    def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
-        self._run(self.policy.on_evict(blocks))
-
-    def on_written(self, blocks: Sequence[tuple[int, BlockKey]]) -> None:
-        self._run(self.policy.on_written(blocks))
-
-    def add_existing(self, tier: KvTier, keys: Sequence[BlockKey]) -> None:
-        self._run(self.policy.add_existing(tier, keys))
-
+    # ---- the policy's ops --------------------------------------------------------------
     def _run(self, ops: list[TierOp]) -> None:
         """The policy's copies happen at once, for free; only counted."""
         for op in ops:
@@ -101,19 +88,6 @@ class ModeledTiers:
                 self.counters.blocks_offloaded[(op.src, op.dst)] += 1
 
     # ---- onboarding --------------------------------------------------------------------
-    def find(self, seq_hashes: Sequence[int]) -> list[TierHit]:
-        hits = self.policy.find(seq_hashes)
-        self.counters.num_lookup_blocks += len(seq_hashes)
-        self.counters.hit_blocks.update(hit.tier for hit in hits)
-        return hits
-
-    def can_load(self, num_blocks: int) -> bool:
-        num_bytes = num_blocks * self.bytes_per_block
-        return not self._loads or self._inflight_bytes + num_bytes <= self.max_inflight_bytes
-
-    def reserve(self, hits: Sequence[TierHit]) -> None:
-        self.policy.pin(hits)
-
     def get_load_s(self, hits: Sequence[TierHit]) -> float:
         """How long loading `hits` occupies the link."""
         return sum(self._block_load_s[hit.tier] for hit in hits)
@@ -149,25 +123,19 @@ class ModeledTiers:
         while self._loads and self._loads[0].done_s <= now_s + LOAD_TIME_TOLERANCE_S:
             load = heapq.heappop(self._loads)
             self._inflight_bytes -= len(load.hits) * self.bytes_per_block
-            self._run(self.policy.on_onboarded(load.hits))
-            self.counters.blocks_onboarded.update(hit.tier for hit in load.hits)
             elapsed_s = load.done_s - load.submitted_s
-            self.counters.add_onboard_latency(elapsed_s)
             tier_load_s: dict[KvTier, float] = {}
             for hit in load.hits:
                 tier_load_s[hit.tier] = (
                     tier_load_s.get(hit.tier, 0.0) + self._block_load_s[hit.tier]
                 )
-            self.counters.add_load_time(tier_load_s, load.hits)
+            self._run(self._onboarded(load.hits, elapsed_s, tier_load_s))
             results.append(
                 LoadResult(load.job_id, load.hits, load.g1_ids, len(load.hits), None, elapsed_s)
             )
         return results
 
     # ---- observation and lifecycle -----------------------------------------------------
-    def get_stats(self) -> KvTierStats:
-        return tier_stats(self.counters, self.policy, self.bytes_per_block)
-
     def flush(self) -> None:
         """Writes land at once: nothing to wait for."""
 

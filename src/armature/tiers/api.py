@@ -9,6 +9,9 @@ how its copies happen:
                                              n x bytes per block / the tier's bandwidth
                                              on the mocker's clock
 
+Both share `armature.tiers.policy_shell.TierPolicyShell` (the policy's calls and their
+counting) and differ in `_run` (the ops) and in how loads run.
+
 The engine (`EngineCore`, `Onboarding`) types against this protocol only. Every method is
 called on the engine's thread.
 """
@@ -16,6 +19,7 @@ called on the engine's thread.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from armature.kv.block_key import BlockKey
@@ -23,9 +27,21 @@ from armature.kv.eviction import EvictedBlock
 from armature.kv.tier_policy import TierHit, TierPolicy
 from armature.protocols.engine import KvTierStats
 from armature.protocols.kv_events import KvTier
-from armature.tiers.manager import LoadResult, TierCounters
+from armature.tiers.counters import TierCounters
 
 __all__ = ["KvTiers", "LoadResult", "TierCounters"]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    job_id: int
+    hits: list[TierHit]
+    g1_ids: list[int]
+    num_loaded: int  # hits[:num_loaded] are in their G1 blocks
+    failure: str | None  # why hits[num_loaded] was not loaded (a refusal reason, "missing"...)
+    elapsed_s: float
+    # loader seconds per tier: its runs, plus the final wait for copies shared out per block
+    tier_load_s: dict[KvTier, float] = field(default_factory=dict)
 
 
 class KvTiers(Protocol):

@@ -20,37 +20,23 @@ import logging
 import queue
 import threading
 import time
-from bisect import bisect_left
-from collections import Counter, deque
-from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from itertools import count
 
 from armature.kv.block_key import BlockKey
-from armature.kv.eviction import EvictedBlock
 from armature.kv.tier_policy import LOWER_TIERS, CopyOp, DropOp, TierHit, TierOp, TierPolicy
-from armature.protocols.engine import KvTierStats
 from armature.protocols.kv_events import KvTier
+from armature.tiers.api import LoadResult
 from armature.tiers.block_file import BlockRefusedError
 from armature.tiers.errors import BlockMissingError, StoreError, StoreFullError
 from armature.tiers.mover import BlockMover
+from armature.tiers.policy_shell import TierPolicyShell
 from armature.tiers.store import BlockStore
 
-__all__ = [
-    "GENERATION",
-    "MAX_LATENCY_SAMPLES",
-    "ONBOARD_LATENCY_BUCKETS_S",
-    "KvTierManager",
-    "LoadResult",
-    "TierCounters",
-    "path_name",
-    "tier_stats",
-]
+__all__ = ["KvTierManager"]
 
 log = logging.getLogger(__name__)
 
-MAX_LATENCY_SAMPLES = 4096
 READ_AHEAD_BLOCKS = 32  # stored blocks a load reads at once
 NUM_READER_THREADS = 8  # parallel reads of stored blocks (disk and store I/O overlap)
 
@@ -62,91 +48,9 @@ def _failure(exc: BlockRefusedError | StoreError) -> str:
     return "missing" if isinstance(exc, BlockMissingError) else "unavailable"
 
 
-@dataclass(frozen=True)
-class LoadResult:
-    job_id: int
-    hits: list[TierHit]
-    g1_ids: list[int]
-    num_loaded: int  # hits[:num_loaded] are in their G1 blocks
-    failure: str | None  # why hits[num_loaded] was not loaded (a refusal reason, "missing"...)
-    elapsed_s: float
-    # loader seconds per tier: its runs, plus the final wait for copies shared out per block
-    tier_load_s: dict[KvTier, float] = field(default_factory=dict)
+class KvTierManager(TierPolicyShell):
+    """`KvTiers` that move real bytes (see the module docstring)."""
 
-
-ONBOARD_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-GENERATION = {  # the docs' names for the tiers
-    KvTier.DEVICE: "g1",
-    KvTier.HOST: "g2",
-    KvTier.DISK: "g3",
-    KvTier.EXTERNAL: "g4",
-}
-
-
-def path_name(src: KvTier, dst: KvTier) -> str:
-    return f"{GENERATION[src]}->{GENERATION[dst]}"
-
-
-@dataclass
-class TierCounters:
-    """What the tiers did; engine thread only (others read `KvTierManager.get_stats`)."""
-
-    blocks_offloaded: Counter[tuple[KvTier, KvTier]] = field(default_factory=Counter)
-    blocks_onboarded: Counter[KvTier] = field(default_factory=Counter)
-    blocks_refused: Counter[str] = field(default_factory=Counter)
-    write_failures: Counter[KvTier] = field(default_factory=Counter)
-    num_lookup_blocks: int = 0  # blocks looked up below G1
-    hit_blocks: Counter[KvTier] = field(default_factory=Counter)
-    onboard_latencies_s: deque[float] = field(
-        default_factory=lambda: deque(maxlen=MAX_LATENCY_SAMPLES)
-    )
-    onboard_latency_counts: list[int] = field(
-        default_factory=lambda: [0] * (len(ONBOARD_LATENCY_BUCKETS_S) + 1)
-    )
-    onboard_latency_sum_s: float = 0.0
-    # loads that completed: loader seconds and blocks per tier (get_onboard_s_per_block)
-    onboard_load_s: dict[KvTier, float] = field(default_factory=dict)
-    onboard_load_blocks: Counter[KvTier] = field(default_factory=Counter)
-
-    def add_onboard_latency(self, seconds: float) -> None:
-        self.onboard_latencies_s.append(seconds)
-        self.onboard_latency_counts[bisect_left(ONBOARD_LATENCY_BUCKETS_S, seconds)] += 1
-        self.onboard_latency_sum_s += seconds
-
-    def add_load_time(self, tier_load_s: Mapping[KvTier, float], hits: Sequence[TierHit]) -> None:
-        """A completed load: the seconds it took per tier, and the blocks it brought back."""
-        for tier, seconds in tier_load_s.items():
-            self.onboard_load_s[tier] = self.onboard_load_s.get(tier, 0.0) + seconds
-        self.onboard_load_blocks.update(hit.tier for hit in hits)
-
-    def get_onboard_s_per_block(self) -> dict[KvTier, float]:
-        """Seconds to load one block back from each lower tier, over the loads completed so
-        far (a tier not loaded from yet is absent)."""
-        return {t: self.onboard_load_s[t] / n for t, n in self.onboard_load_blocks.items() if n}
-
-
-def tier_stats(counters: TierCounters, policy: TierPolicy, bytes_per_block: int) -> KvTierStats:
-    """A snapshot of what tiers with these counters and this policy did and hold (shared with
-    the mocker's modeled tiers, `armature.sim.modeled_tiers`)."""
-    c = counters
-    tiers = policy.get_tiers()
-    return KvTierStats(
-        bytes_per_block=bytes_per_block,
-        blocks_offloaded={path_name(s, d): n for (s, d), n in c.blocks_offloaded.items()},
-        blocks_onboarded={path_name(t, KvTier.DEVICE): n for t, n in c.blocks_onboarded.items()},
-        blocks_refused=dict(c.blocks_refused),
-        write_failures={str(t): n for t, n in c.write_failures.items()},
-        num_lookup_blocks=c.num_lookup_blocks,
-        hit_blocks={str(t): n for t, n in c.hit_blocks.items()},
-        tier_blocks={str(t): policy.get_num_blocks(t) for t in tiers},
-        tier_capacity_blocks={str(t): policy.get_capacity_blocks(t) for t in tiers},
-        onboard_latency_buckets_s=list(ONBOARD_LATENCY_BUCKETS_S),
-        onboard_latency_counts=list(c.onboard_latency_counts),
-        onboard_latency_sum_s=c.onboard_latency_sum_s,
-    )
-
-
-class KvTierManager:
     def __init__(
         self,
         policy: TierPolicy,
@@ -159,12 +63,13 @@ class KvTierManager:
     ):
         """`remote_refresh_s`: how often the shared store (G4) is listed for blocks other
         workers wrote (None: only at start)."""
-        self.policy = policy
+        super().__init__(
+            policy,
+            bytes_per_block=mover.layout.bytes_per_block,
+            max_inflight_bytes=max_inflight_bytes,
+        )
         self.mover = mover
         self.stores = stores
-        self.max_inflight_bytes = max_inflight_bytes
-        self.bytes_per_block = mover.layout.bytes_per_block
-        self.counters = TierCounters()
         self._writers = {
             tier: ThreadPoolExecutor(1, thread_name_prefix=f"armature-kv-{tier}") for tier in stores
         }
@@ -176,7 +81,6 @@ class KvTierManager:
         self._finished: queue.SimpleQueue[LoadResult] = queue.SimpleQueue()
         self._load_done = threading.Event()
         self._job_ids = count()
-        self._inflight_bytes = 0
         self._num_inflight = 0
         self._listings: queue.SimpleQueue[list[BlockKey]] = queue.SimpleQueue()
         self._closing = threading.Event()
@@ -190,37 +94,7 @@ class KvTierManager:
             )
             self._lister.start()
 
-    # ---- offload (engine thread) -------------------------------------------------------
-    def on_evict(self, blocks: Sequence[EvictedBlock]) -> None:
-        """The pool's eviction hook: copy the blocks down before the pool reuses them."""
-        self._run(self.policy.on_evict(blocks))
-
-    def on_written(self, blocks: Sequence[tuple[int, BlockKey]]) -> None:
-        """Blocks just completed in G1 (copied down at once in write-through mode)."""
-        self._run(self.policy.on_written(blocks))
-
-    def add_existing(self, tier: KvTier, keys: Sequence[BlockKey]) -> None:
-        self._run(self.policy.add_existing(tier, keys))
-
-    # ---- onboarding (engine thread) ----------------------------------------------------
-    def find(self, seq_hashes: Sequence[int]) -> list[TierHit]:
-        hits = self.policy.find(seq_hashes)
-        self.counters.num_lookup_blocks += len(seq_hashes)
-        self.counters.hit_blocks.update(hit.tier for hit in hits)
-        return hits
-
-    def can_load(self, num_blocks: int) -> bool:
-        """Whether a load of `num_blocks` fits the in-flight bound (one load always may)."""
-        num_bytes = num_blocks * self.bytes_per_block
-        return (
-            self._num_inflight == 0 or self._inflight_bytes + num_bytes <= self.max_inflight_bytes
-        )
-
-    def reserve(self, hits: Sequence[TierHit]) -> None:
-        """Pin `hits` before G1 blocks are allocated for them (an allocation can evict down
-        into the tiers, and must not push these out)."""
-        self.policy.pin(hits)
-
+    # ---- onboarding (engine thread; find/reserve: TierPolicyShell) ----------------------
     def submit(self, hits: list[TierHit], g1_ids: list[int]) -> int:
         """Load reserved `hits` into `g1_ids` on a loader thread; returns the job id that
         `take_finished` reports."""
@@ -258,11 +132,8 @@ class KvTierManager:
 
     def _settle(self, result: LoadResult) -> None:
         loaded = result.hits[: result.num_loaded]
-        ops = self.policy.on_onboarded(loaded)
-        self.counters.blocks_onboarded.update(hit.tier for hit in loaded)
-        self.counters.add_onboard_latency(result.elapsed_s)
-        if result.failure is None:  # a failed load's time is not a block's
-            self.counters.add_load_time(result.tier_load_s, loaded)
+        tier_load_s = result.tier_load_s if result.failure is None else None
+        ops = self._onboarded(loaded, result.elapsed_s, tier_load_s)
         rest = result.hits[result.num_loaded :]
         if rest:
             assert result.failure is not None
@@ -427,10 +298,6 @@ class KvTierManager:
             self.stores[tier].delete(key.seq_hash)
         except StoreError as exc:
             log.warning("could not delete KV block %016x from %s: %s", key.seq_hash, tier, exc)
-
-    def get_stats(self) -> KvTierStats:
-        """A snapshot of the counters (engine thread; the copy is safe to hand to others)."""
-        return tier_stats(self.counters, self.policy, self.bytes_per_block)
 
     # ---- lifecycle ---------------------------------------------------------------------
     def flush(self) -> None:

@@ -9,7 +9,6 @@ import logging
 import random
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Sequence
 
 import torch
@@ -22,6 +21,7 @@ from armature.engines.native.onboarding import Onboarding
 from armature.engines.native.request import RequestState
 from armature.engines.native.sampler import SampleInput, sample
 from armature.engines.native.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
+from armature.engines.native.step_stats import StepStats
 from armature.engines.validation import validate_request
 from armature.errors import ConfigError
 from armature.kv.block_pool import BlockPool
@@ -45,7 +45,6 @@ from armature.transfer.pins import PinTable
 from armature.transfer.wire import TransferError
 
 __all__ = [
-    "MAX_STEP_RECORDS",
     "EngineCore",
     "InvalidRequestError",
     "TierBuilder",
@@ -54,7 +53,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_STEP_RECORDS = 1024  # kept until taken; beyond this the oldest are dropped
 ONBOARD_WAIT_S = 0.005  # an engine with only loads in flight waits this long for one
 
 # builds the lower KV tiers of an engine: its event log (shared with the block pool) and
@@ -121,10 +119,7 @@ class EngineCore:
         self._seed_source = random.Random(config.seed)
         self._arrivals = 0
         self._num_steps = 0
-        self._step_records: deque[StepRecord] = deque(maxlen=MAX_STEP_RECORDS)
-        # prefill-only steps so far (no decode in the batch): wall seconds and blocks computed
-        self._prefill_step_s = 0.0
-        self._prefill_step_blocks = 0.0
+        self.step_stats = StepStats(config.block_size)
         # disaggregation: prompt blocks pinned for decode workers, and where they pull them
         self.kv_store = runner.kv_store
         self.pins = PinTable()
@@ -213,7 +208,14 @@ class EngineCore:
             return self._fail(scheduled, exc)
         self.scheduler.update_after_step(scheduled)
         outputs = self._sample_and_finish(completing, logits)
-        self._record(scheduled, num_kv_tokens_used, self._time_s() - started_s)
+        wall_s = self._time_s() - started_s
+        self.step_stats.record(
+            scheduled,
+            num_kv_tokens_used=num_kv_tokens_used,
+            num_queued_prefill_requests=self.scheduler.get_num_prefill_requests_queued(),
+            num_queued_prefill_tokens=self.scheduler.get_num_prefill_tokens_queued(),
+            wall_s=wall_s,
+        )
         return outputs
 
     def _sample_and_finish(
@@ -286,33 +288,6 @@ class EngineCore:
                 )
             )
         return outputs
-
-    def _record(self, scheduled: SchedulerOutput, num_kv_tokens_used: int, wall_s: float) -> None:
-        """One StepRecord for a batch that ran; KV in use is as the model saw it (after
-        scheduling allocated, before finished requests freed), queues as they are now."""
-        num_prefills = num_prefill_tokens = num_decodes = num_decode_kv_tokens = 0
-        for chunk in scheduled.chunks:
-            if chunk.is_decode:
-                num_decodes += 1
-                num_decode_kv_tokens += chunk.start_pos + chunk.num_tokens
-            else:
-                num_prefills += 1
-                num_prefill_tokens += chunk.num_tokens
-        if num_prefill_tokens and not num_decodes:
-            self._prefill_step_s += wall_s
-            self._prefill_step_blocks += num_prefill_tokens / self.config.block_size
-        self._step_records.append(
-            StepRecord(
-                num_scheduled_prefill_requests=num_prefills,
-                num_scheduled_prefill_tokens=num_prefill_tokens,
-                num_queued_prefill_requests=self.scheduler.get_num_prefill_requests_queued(),
-                num_queued_prefill_tokens=self.scheduler.get_num_prefill_tokens_queued(),
-                num_decode_requests=num_decodes,
-                num_decode_kv_tokens=num_decode_kv_tokens,
-                num_kv_tokens_used=num_kv_tokens_used,
-                step_wall_s=wall_s,
-            )
-        )
 
     # ---- disaggregation ----------------------------------------------------------------
     def _pin_prompt(self, req: RequestState) -> KvHandle:
@@ -392,7 +367,6 @@ class EngineCore:
         the prefill-only steps so far, per lower tier the seconds to load a block back, and
         the lower tiers' capacities."""
         tiers = self.tiers
-        blocks = self._prefill_step_blocks
         return EngineLoad(
             num_active_blocks=self.pool.get_num_active_blocks(),
             num_total_blocks=self.pool.num_blocks,
@@ -400,7 +374,7 @@ class EngineCore:
             num_running=len(self.scheduler.running),
             num_prefill_tokens_queued=self.scheduler.get_num_prefill_tokens_queued(),
             num_steps=self._num_steps,
-            prefill_s_per_block=self._prefill_step_s / blocks if blocks else None,
+            prefill_s_per_block=self.step_stats.get_prefill_s_per_block(),
             onboard_s_per_block=tiers.counters.get_onboard_s_per_block()
             if tiers is not None
             else {},
@@ -415,11 +389,8 @@ class EngineCore:
         return self.pool.take_events()
 
     def take_step_records(self) -> list[StepRecord]:
-        """Drain the records of the steps run since the last call (at most the newest
-        MAX_STEP_RECORDS), oldest first."""
-        records = list(self._step_records)
-        self._step_records.clear()
-        return records
+        """Drain the records of the steps run since the last call (see `StepStats`)."""
+        return self.step_stats.take_records()
 
     def dump_kv_blocks(self) -> KvDump:
         """Every cached block, in G1 and each lower tier, as of the newest event emitted
