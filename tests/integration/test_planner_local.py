@@ -1,8 +1,9 @@
 """The planner with the `local` connector and mocker workers, as processes, sized by a timing
 profile of that worker (`armature profile`): it starts the fleet's minimum, adds a worker
 under a step load (which then receives traffic), and removes it when the load stops, draining
-it: no request fails. Bounded: at most 2 workers, a fixed number of client threads, every
-wait an event with a deadline."""
+it: no request fails. Aggregated, and disaggregated (the worker added is a decode one).
+Bounded: at most 3 workers, a fixed number of client threads, every wait an event with a
+deadline."""
 
 from __future__ import annotations
 
@@ -213,6 +214,41 @@ def test_the_planner_adds_a_worker_under_load_and_drains_it_after(
         )
     finally:
         fleet.stop()  # SIGTERM: the planner drains and stops the workers it started
+    assert_stopped_cleanly(fleet, planner)
+
+
+@pytest.mark.integration
+def test_the_disagg_planner_adds_a_decode_worker_under_load_and_drains_it_after(
+    default_model_dir: Path, tmp_path: Path
+) -> None:
+    """Disaggregated: the planner starts one prefill and one decode worker; a decode-heavy
+    burst (short prompts, every one prefilled on the prefill worker) passes the ITL target
+    but not the TTFT one, so it adds a decode worker, never a prefill one; the new decode
+    worker gets traffic, and the trickle after lets the planner drain it. At most 3 workers."""
+    fleet = Fleet(default_model_dir, tmp_path)
+    frontend_port = _free_port()
+    log = tmp_path / "planner.log"
+    planner = start_planner(fleet, "disagg", frontend_port, ["--metrics-port", "-1"])
+    try:
+        wait_for("the first two workers", lambda: len(fleet.registered()) == 2, log)
+        assert sorted(_worker_roles(fleet).values()) == ["decode", "prefill"]
+        url = start_frontend(fleet, frontend_port, ["--enforce-disagg"])
+        fleet.wait_for_log("planner", "planner ready", planner)
+
+        added, statuses = burst_until_scaled_up(fleet, url, 3, log)
+        assert list(added.values()) == ["decode"]
+        assert re.search(r"planner: decode 1 -> 2 workers, itl_above_target", log.read_text())
+        prefills = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+        assert prefills['armature_router_prefills_total{where="remote"}'] >= len(statuses)
+        assert prefills.get('armature_router_prefills_total{where="local"}', 0.0) == 0.0
+
+        statuses += trickle_until_scaled_down(fleet, url, 2, log)
+        assert "planner: decode 2 -> 1 workers, below_target" in log.read_text()
+        assert "planner: prefill 1 -> 2" not in log.read_text()
+        assert sorted(_worker_roles(fleet).values()) == ["decode", "prefill"]
+        assert statuses and set(statuses) == {200}, sorted(set(statuses))
+    finally:
+        fleet.stop()
     assert_stopped_cleanly(fleet, planner)
 
 
