@@ -13,6 +13,7 @@ import pytest
 from fleet import SERVED_MODEL_NAME, Fleet
 
 from conftest import parse_metrics
+from profiles import write_small_profile
 
 REPO = Path(__file__).resolve().parents[2]
 MOCKER = ["--engine", "mocker", "--speedup-ratio", "100", "--num-kv-blocks", "256"]
@@ -73,19 +74,9 @@ def test_dashboard_and_docs_match_the_live_metrics(default_model_dir: Path, tmp_
 
 def _planner_metrics(fleet: Fleet, url: str, tmp_path: Path) -> dict[str, float]:
     """A dry-run planner over the fleet: its /metrics after its first load tick."""
-    table = {
-        "format": "armature-planner-table/1",
-        "prefill_tokens": [16, 1024],
-        "prefill_s": [0.017, 0.032],
-        "decode_requests": [1, 32],
-        "decode_context_tokens": [128, 1536],
-        "decode_step_s": [[0.006, 0.012], [0.015, 0.034]],
-        "max_num_seqs": 32,
-        "max_kv_tokens": 4096,
-    }
-    (tmp_path / "table.json").write_text(json.dumps(table))
+    write_small_profile(tmp_path / "profile.json", model=SERVED_MODEL_NAME)
     args = ["planner", "--dry-run", "--planner-mode", "agg", "--load-interval-s", "0.2"]
-    args += ["--performance-model", str(tmp_path / "table.json"), "--frontend-url", url]
+    args += ["--performance-model", str(tmp_path / "profile.json"), "--frontend-url", url]
     proc = fleet._spawn("planner", [*args, *fleet.runtime_args()])
     fleet.wait_for_log("planner", "planner ready", proc)
     found = re.search(r"metrics (http://\S+/metrics)", (tmp_path / "planner.log").read_text())

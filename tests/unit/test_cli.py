@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from armature.cli.main import build_parser, main
 from armature.config import parse_bytes
+from profiles import write_small_profile
 from servers import free_port as _free_port
 
 
@@ -298,7 +301,7 @@ def test_replay_slo_quantile_above_one_is_refused(capsys: pytest.CaptureFixture[
         (["replay", "--synthetic", "multi-turn"], None, "cannot read timing profile"),
         (["replay", "--synthetic", "multi-turn"], "{not json", "is not a timing profile"),
         (["replay", "--synthetic", "multi-turn"], '{"version": 99}', "of version 99"),
-        (["serve", "--engine", "mocker"], '{"version": 1}', "is not a valid timing profile"),
+        (["serve", "--engine", "mocker"], '{"version": 2}', "is not a valid timing profile"),
         (["worker", "--engine", "mocker"], '{"version": 99}', "of version 99"),
         (["serve"], '{"version": 1}', "--timing-profile is for --engine mocker, not torch"),
     ],
@@ -341,13 +344,9 @@ def test_profile_mistakes_exit_2_with_one_line(
 def test_planner_with_an_unreachable_frontend_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    table = tmp_path / "table.json"
-    table.write_text(
-        '{"format": "armature-planner-table/1", "prefill_tokens": [0, 1000], "prefill_s":'
-        ' [0.02, 0.12], "decode_requests": [1, 64], "decode_context_tokens": [1000],'
-        ' "decode_step_s": [[0.01], [0.04]], "max_num_seqs": 64, "max_kv_tokens": 6400}'
-    )
-    argv = ["planner", "--dry-run", "--performance-model", str(table), "--frontend-wait-s", "0"]
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile)
+    argv = ["planner", "--dry-run", "--performance-model", str(profile), "--frontend-wait-s", "0"]
     argv += ["--frontend-url", f"http://127.0.0.1:{_free_port()}"]
     argv += ["--discovery-dir", str(tmp_path / "discovery"), "--metrics-port", "-1"]
     code, err = run(argv, capsys)
@@ -355,12 +354,47 @@ def test_planner_with_an_unreachable_frontend_is_a_one_line_error(
     assert err.count("\n") == 1 and "the frontend does not answer: cannot read" in err
 
 
-def test_planner_with_a_mismatched_model_file_is_a_one_line_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def _write_text(text: str) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        path.write_text(text)
+
+    return write
+
+
+def _write_one_prefill_point(path: Path) -> None:
+    write_small_profile(path)
+    data = json.loads(path.read_text())
+    data["prefill"] = data["prefill"][:1]
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("write", "fragment"),
+    [
+        (lambda path: None, "cannot read timing profile"),
+        (_write_text("[1, 2]"), "is not a timing profile (write one with `armature profile"),
+        (_write_text('{"format": "armature-planner-table/1"}'), "is not a timing profile"),
+        (
+            functools.partial(write_small_profile, version=1),
+            "is a timing profile of version 1; this armature reads version 2",
+        ),
+        (_write_text('{"version": 2, "source": {}}'), "not a valid timing profile: Object missing"),
+        (
+            _write_one_prefill_point,
+            "cannot give step times: prefill input tokens: needs",
+        ),
+    ],
+)
+def test_planner_with_a_bad_performance_model_is_a_one_line_error(
+    write: Callable[[Path], None],
+    fragment: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    table = tmp_path / "profile.json"
-    table.write_text('{"format": "armature-profile/2", "points": []}')
-    code, err = run(["planner", "--performance-model", str(table)], capsys)
+    path = tmp_path / "profile.json"
+    write(path)
+    code, err = run(["planner", "--dry-run", "--performance-model", str(path)], capsys)
     assert code == 2
     assert err.count("\n") == 1
-    assert "format 'armature-profile/2', expected 'armature-planner-table/1'" in err
+    assert err.startswith("armature: error: --performance-model: ")
+    assert str(path) in err and fragment in err

@@ -15,6 +15,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 LAYERS: list[set[str]] = [
     {"protocols", "workload", "config", "errors"},
     {"kv", "model", "router", "planner"},
+    # the planner's performance model read off the mocker's step-time models
     {"transfer", "engines", "sim", "tiers", "planner.timing_performance"},
     {"runtime"},
     {

@@ -221,8 +221,9 @@ class PlannerServiceConfig:
     )
     performance_model: str | None = setting(
         None,
-        "JSON table of one worker's prefill and decode times (format armature-planner-table/1, "
-        "see the README's Planner section); required",
+        "timing profile of one worker (`armature profile --output`), measured on the model "
+        "the frontend serves: its step times, and its KV blocks, block size, --max-num-seqs and "
+        "--max-num-batched-tokens as profiled (run the workers with the same); required",
     )
     connector: str = setting(
         "local",

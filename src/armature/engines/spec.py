@@ -40,6 +40,10 @@ class EngineSpec:
     eviction_observer: EvictionObserver | None = None
     tiers: KvTierConfig = KvTierConfig()  # lower KV tiers (G2 host, G3 disk, G4 shared)
 
+    def get_served_model_name(self) -> str:
+        """The name clients pass as `model`: --served-model-name, else the model's own."""
+        return self.engine.served_model_name or self.model.served_name
+
 
 @dataclass(frozen=True, kw_only=True)
 class EngineInfo:

@@ -2,18 +2,19 @@
 hold TTFT and ITL targets. No I/O and no clock: a service shell feeds it observations and
 carries out its decisions through a connector (docs/architecture.md, "Planner").
 
-    observation.py  PlannerObservation: the frontend's metrics and the workers' step records
-    performance.py  PerformanceModel (what a profile must answer), TablePerformanceModel
-    predictors.py   constant, moving average, Holt-Winters (statsmodels)
-    forecast.py     LoadForecaster: the next interval's request rate and lengths
-    correction.py   observed / predicted step time: the profile's correction factors
-    replicas.py     the throughput plan's formulas, with the queueing model
-    queueing.py     Erlang C (M/M/c) and its M/G/c scaling
-    live.py         live TTFT/ITL estimates for the load rule
-    limits.py       per-role min/max and the total budget
-    cooldown.py     cool-downs and the scale-down stabilization window
-    decisions.py    ScalingDecision and its reasons
-    core.py         Planner: plan_interval (throughput), plan_load (load rule)
+    observation.py         PlannerObservation: the frontend's metrics and the workers' step records
+    performance.py         PerformanceModel (what a profile must answer)
+    timing_performance.py  TimingPerformanceModel: one off a step-time model (sim layer)
+    predictors.py          constant, moving average, Holt-Winters (statsmodels)
+    forecast.py            LoadForecaster: the next interval's request rate and lengths
+    correction.py          observed / predicted step time: the profile's correction factors
+    replicas.py            the throughput plan's formulas, with the queueing model
+    queueing.py            Erlang C (M/M/c) and its M/G/c scaling
+    live.py                live TTFT/ITL estimates for the load rule
+    limits.py              per-role min/max and the total budget
+    cooldown.py            cool-downs and the scale-down stabilization window
+    decisions.py           ScalingDecision and its reasons
+    core.py                Planner: plan_interval (throughput), plan_load (load rule)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from armature.planner.decisions import DecisionReason, LimitReason, ScalingDecis
 from armature.planner.forecast import LoadForecast, LoadForecaster
 from armature.planner.live import LiveEstimate
 from armature.planner.observation import FrontendMetrics, PlannerObservation, WorkerSteps
-from armature.planner.performance import PerformanceModel, TablePerformanceModel
+from armature.planner.performance import PerformanceModel
 from armature.planner.predictors import LoadPredictor, make_predictor
 from armature.planner.replicas import PoolPlan, Targets
 
@@ -41,7 +42,6 @@ __all__ = [
     "PlannerObservation",
     "PoolPlan",
     "ScalingDecision",
-    "TablePerformanceModel",
     "Targets",
     "WorkerSteps",
     "make_predictor",

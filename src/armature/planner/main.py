@@ -1,8 +1,12 @@
 """`armature planner`, assembled: the performance model, discovery and the event plane, the
 connector, the planner's metrics, then the tick loop until SIGINT/SIGTERM. Settings that
-cannot work (no or a bad model file, an unreachable frontend, a model file measured on
+cannot work (no or a bad timing profile, an unreachable frontend, a profile measured on
 another model, a Kubernetes API server that cannot be reached or refuses) are a ConfigError
-before the loop starts; the workers a local connector started by then are stopped first."""
+before the loop starts; the workers a local connector started by then are stopped first.
+
+The performance model is one worker as `armature profile` measured it: step times from the
+profile's tables, and its KV pool (block size, blocks), step budget and batch size as the
+profiled engine ran; the workers are expected to run with the same settings."""
 
 from __future__ import annotations
 
@@ -25,15 +29,17 @@ from armature.planner.connectors.virtual import VirtualConnector
 from armature.planner.core import Planner
 from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
 from armature.planner.metrics import PlannerMetrics
-from armature.planner.model_file import read_performance_model
 from armature.planner.scrape import FrontendSample
 from armature.planner.service import INTERVAL_WINDOW, LOAD_WINDOW, PlannerService
+from armature.planner.timing_performance import TimingPerformanceModel
 from armature.planner.worker_feed import WorkerStepFeed
+from armature.protocols.timing_profile import ProfileError
 from armature.protocols.worker import WorkerCard, WorkerRole, worker_prefix
 from armature.runtime.discovery import Discovery
 from armature.runtime.factory import make_event_plane, open_discovery
+from armature.sim.profile_timing import load_profile
 
-__all__ = ["get_worker_argv", "run_planner"]
+__all__ = ["get_worker_argv", "read_performance_model", "run_planner"]
 
 log = logging.getLogger("armature")
 
@@ -47,6 +53,27 @@ def get_worker_argv(worker_args: tuple[str, ...]) -> list[str]:
         except ValueError as exc:
             raise ConfigError(f"--worker-args {text!r}: {exc}") from None
     return argv
+
+
+def read_performance_model(path: str | None) -> tuple[TimingPerformanceModel, str]:
+    """One worker as the timing profile at `path` describes it, and the served model it was
+    measured on; a one-line ConfigError when there is none or it cannot be used."""
+    if path is None:
+        raise ConfigError(
+            "--performance-model is required (a timing profile: `armature profile --output`)"
+        )
+    try:
+        profile, timing = load_profile(Path(path))
+    except ProfileError as exc:
+        raise ConfigError(f"--performance-model: {exc}") from None
+    model = TimingPerformanceModel(
+        timing,
+        block_size=profile.block_size_tokens,
+        num_kv_blocks=profile.num_kv_blocks,
+        max_num_seqs=profile.max_num_seqs,
+        max_num_batched_tokens=profile.max_num_batched_tokens,
+    )
+    return model, profile.source.model
 
 
 def run_planner(config: PlannerCommandConfig) -> None:
@@ -120,9 +147,7 @@ def _serve_metrics(metrics: PlannerMetrics, service: PlannerServiceConfig) -> st
 
 async def _run(config: PlannerCommandConfig) -> None:
     service, runtime = config.service, config.runtime
-    if service.performance_model is None:
-        raise ConfigError("--performance-model is required (a JSON table; see --help)")
-    model, model_name = read_performance_model(Path(service.performance_model))
+    model, model_name = read_performance_model(service.performance_model)
     worker_argv = get_worker_argv(service.worker_args)
     if not service.dry_run and service.connector == "local" and not worker_argv:
         raise ConfigError('--connector local needs --worker-args, e.g. "--engine mocker"')
@@ -153,10 +178,10 @@ async def _run(config: PlannerCommandConfig) -> None:
             actuator.set_targets(planner.get_num_workers(), {})
             tasks.append(asyncio.create_task(actuator.run()))
         sample = await _first_scrape(frontend, service.frontend_wait_s)
-        if model_name is not None and sample.model_name not in (None, model_name):
+        if sample.model_name not in (None, model_name):
             raise ConfigError(
-                f"--performance-model was measured on {model_name!r}; the frontend serves "
-                f"{sample.model_name!r}"
+                f"--performance-model was measured on model {model_name!r}; the frontend "
+                f"serves {sample.model_name!r} (profile that model)"
             )
         metrics_url = _serve_metrics(metrics, service)
         log.info(

@@ -92,13 +92,16 @@ async def profile_engine(config: ProfileConfig) -> TimingProfile:
         source=ProfileSource(
             machine=describe_machine(built.info.device),
             engine=config.engine.engine,
-            model=model.served_name,
+            model=spec.get_served_model_name(),
             dtype=built.info.dtype,
             device=built.info.device,
             flags=engine_flags(config.engine, config.kv),
             created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         ),
         max_num_batched_tokens=config.engine.max_num_batched_tokens,
+        max_num_seqs=config.engine.max_num_seqs,
+        block_size_tokens=built.info.block_size_tokens,
+        num_kv_blocks=built.info.num_kv_blocks,
         prefill=prefill,
         decode=decode,
     )

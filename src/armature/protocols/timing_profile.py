@@ -1,22 +1,28 @@
 """The timing profile file that `armature profile --output` writes and `--timing-profile` reads:
 what one engine measured in isolation on one machine, as versioned JSON.
 
-    {"version": 1,
+    {"version": 2,
      "source": {"machine", "engine", "model", "dtype", "device", "flags", "created_at"},
-     "max_num_batched_tokens": 1024,
+     "max_num_batched_tokens": 1024, "max_num_seqs": 64,
+     "block_size_tokens": 16, "num_kv_blocks": 4096,
      "prefill": [{"num_requests", "input_tokens", "ttft_ms", "tokens_per_s"}, ...],
      "decode":  [{"num_requests", "context_tokens", "itl_ms", "tokens_per_s"}, ...]}
 
 A prefill point with `num_requests` 1 is one prompt alone (batch 1); more are that many
 prompts submitted together (chunked batches). A decode point is `num_requests` requests
 decoding together over `context_tokens` tokens each (their prompts cached beforehand, so no
-prefill is mixed in). Times are medians. A reader refuses (`ProfileError`, one line) a file it
-cannot read, a version other than `PROFILE_VERSION`, or a body that is not a profile.
+prefill is mixed in). Times are medians. The limits are the engine's as it ran: its step
+budget and batch size, and its KV pool as built (what `--num-kv-blocks` or `--kv-cache-bytes`
+came to for that model, or vLLM's own sizing), so a reader such as the planner knows one
+worker's capacity without the model at hand (version 2 added them). A reader refuses
+(`ProfileError`, one line) a file it cannot read, a version other than `PROFILE_VERSION`, or a
+body that is not a profile.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -33,7 +39,9 @@ __all__ = [
     "write_profile",
 ]
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+
+_PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 
 
 class ProfileError(ConfigError):
@@ -69,7 +77,10 @@ class DecodePoint(msgspec.Struct, frozen=True, kw_only=True):
 class TimingProfile(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     source: ProfileSource
-    max_num_batched_tokens: int  # the step's token budget the engine ran with
+    max_num_batched_tokens: _PositiveInt  # the step's token budget the engine ran with
+    max_num_seqs: _PositiveInt  # the most requests it ran at once
+    block_size_tokens: _PositiveInt  # tokens per KV block
+    num_kv_blocks: _PositiveInt  # its KV cache (G1) as built, in blocks
     prefill: list[PrefillPoint]
     decode: list[DecodePoint]
 

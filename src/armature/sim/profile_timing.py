@@ -28,7 +28,7 @@ from pathlib import Path
 from armature.protocols.timing_profile import ProfileError, TimingProfile, read_profile
 from armature.sim.timing import StepWork
 
-__all__ = ["ProfileTiming", "load_profile_timing", "timing_from_profile"]
+__all__ = ["ProfileTiming", "load_profile", "load_profile_timing", "timing_from_profile"]
 
 
 def _segment(xs: Sequence[float], x: float) -> tuple[int, float]:
@@ -147,10 +147,10 @@ def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> P
     )
 
 
-def load_profile_timing(
+def load_profile(
     path: Path, speedup_ratio: float = 1.0, *, model: str | None = None
-) -> ProfileTiming:
-    """The timing model of the profile at `path`. With `model`, a profile of another model is
+) -> tuple[TimingProfile, ProfileTiming]:
+    """The profile at `path` and its timing model. With `model`, a profile of another model is
     refused. ProfileError (one line, naming the file) for anything that cannot be used."""
     profile = read_profile(path)
     if model is not None and profile.source.model != model:
@@ -159,6 +159,13 @@ def load_profile_timing(
             f"{model!r} (profile this model, or serve that one)"
         )
     try:
-        return timing_from_profile(profile, speedup_ratio)
+        return profile, timing_from_profile(profile, speedup_ratio)
     except ValueError as exc:
-        raise ProfileError(f"timing profile {path} cannot drive the mocker: {exc}") from None
+        raise ProfileError(f"timing profile {path} cannot give step times: {exc}") from None
+
+
+def load_profile_timing(
+    path: Path, speedup_ratio: float = 1.0, *, model: str | None = None
+) -> ProfileTiming:
+    """`load_profile`'s timing model alone (the mocker's step times)."""
+    return load_profile(path, speedup_ratio, model=model)[1]

@@ -89,7 +89,7 @@ async def _run(config: WorkerConfig) -> None:
         shared_kv_cache=process.role is WorkerRole.PREFILL,
     )
     built = kind.build(spec)  # vLLM starts inside this event loop
-    info, name = built.info, config.engine.served_model_name or model.served_name
+    info, name = built.info, spec.get_served_model_name()
     discovery = await open_discovery(runtime)
     await _check_peers(discovery, runtime.namespace, name, info.block_size_tokens, model)
     event_plane = await make_event_plane(runtime, process.host)

@@ -19,10 +19,10 @@ from armature.planner import (
     DecisionReason,
     FrontendMetrics,
     LimitReason,
+    PerformanceModel,
     Planner,
     PlannerObservation,
     ScalingDecision,
-    TablePerformanceModel,
     WorkerSteps,
 )
 from armature.planner.predictors import ConstantPredictor
@@ -51,7 +51,7 @@ def observe(
     return PlannerObservation(frontend=frontend, workers=workers or [])
 
 
-def make_planner(profile: TablePerformanceModel, **settings: object) -> Planner:
+def make_planner(profile: PerformanceModel, **settings: object) -> Planner:
     values: dict[str, object] = {"ttft_ms": 500.0, "itl_ms": 30.0, "queue_aware": False}
     values.update(settings)
     return Planner(PlannerConfig(**values), profile, predictor_factory=ConstantPredictor)  # type: ignore[arg-type]
@@ -69,7 +69,7 @@ def summary(decisions: list[ScalingDecision]) -> list[tuple[str, int, int, str]]
 
 
 def test_step_load_scales_up_at_once_and_down_after_the_window(
-    profile: TablePerformanceModel,
+    profile: PerformanceModel,
 ) -> None:
     """2 -> 10 -> 2 req/s. Up in the interval that first predicts 10; the first interval
     back at 2 (t = 420) still has the t = 360 plan (2, 4) in its 60 s window, so the pools go
@@ -92,7 +92,7 @@ def test_step_load_scales_up_at_once_and_down_after_the_window(
     assert planner.get_num_workers() == {P: 1, D: 1}
 
 
-def test_queue_aware_plan_adds_a_prefill_worker(profile: TablePerformanceModel) -> None:
+def test_queue_aware_plan_adds_a_prefill_worker(profile: PerformanceModel) -> None:
     """10 req/s at p = 0.17 s with 0.33 s of slack: Erlang C needs 3 (test_planner_replicas);
     decode's 4 workers (76 slots at a = 58.95 Erlangs) already let 95% of requests wait within
     their slack, (0.030 - 0.029475) x 199 = 0.104 s."""
@@ -104,7 +104,7 @@ def test_queue_aware_plan_adds_a_prefill_worker(profile: TablePerformanceModel) 
     ]
 
 
-def test_alternating_load_does_not_flap(profile: TablePerformanceModel) -> None:
+def test_alternating_load_does_not_flap(profile: PerformanceModel) -> None:
     """2, 10, 2, 10, ...: every 60 s window holds a plan for 10 req/s, so after the first
     scale-up nothing moves (the complaint about planners that oscillate)."""
     planner = make_planner(profile)
@@ -114,7 +114,7 @@ def test_alternating_load_does_not_flap(profile: TablePerformanceModel) -> None:
     ]
 
 
-def test_agg_mode_sizes_one_pool(profile: TablePerformanceModel) -> None:
+def test_agg_mode_sizes_one_pool(profile: PerformanceModel) -> None:
     """ITL 50 ms: decode at 3100 tokens takes B = 39, 9.995 s a request; 5 req/s:
     5 x 0.17 + 5 x 9.995 / 39 = 2.13 -> 3 (test_planner_replicas.test_agg_replicas)."""
     planner = make_planner(profile, mode="agg", itl_ms=50.0)
@@ -122,7 +122,7 @@ def test_agg_mode_sizes_one_pool(profile: TablePerformanceModel) -> None:
     assert summary(decisions[0]) == [("agg", 1, 3, "throughput")]
 
 
-def test_max_workers_and_total_budget_limit_the_plan(profile: TablePerformanceModel) -> None:
+def test_max_workers_and_total_budget_limit_the_plan(profile: PerformanceModel) -> None:
     """10 req/s wants (2, 4); max 3 per role gives (2, 3); a total of 4 then shares 4 over
     wanted (2, 3): 1.6 and 2.4 -> 1 and 2, the one left to prefill's 0.6: (2, 2)."""
     capped = make_planner(profile, max_workers=3)
@@ -153,7 +153,7 @@ def decode_workers(num_workers: int, step_s: float) -> list[WorkerSteps]:
 
 
 def test_load_rule_adds_one_above_target_with_a_cool_down(
-    profile: TablePerformanceModel,
+    profile: PerformanceModel,
 ) -> None:
     """A 12000-token queue on one prefill worker: ttft = 0.17 (12000 + 1500) / 1500 = 1.53 s
     > 0.5 s: +1 at t = 0; at t = 5 the 10 s cool-down holds the next +1; at t = 10 it goes."""
@@ -172,7 +172,7 @@ def test_load_rule_adds_one_above_target_with_a_cool_down(
     ]
 
 
-def test_load_rule_itl_above_target_and_well_below(profile: TablePerformanceModel) -> None:
+def test_load_rule_itl_above_target_and_well_below(profile: PerformanceModel) -> None:
     planner = make_planner(profile)
     slow = observe(2, window_s=5.0, workers=decode_workers(1, 0.045))
     assert summary(planner.plan_load(slow, now_s=0.0).decisions) == [
@@ -186,7 +186,7 @@ def test_load_rule_itl_above_target_and_well_below(profile: TablePerformanceMode
     ]
 
 
-def test_load_rule_never_goes_below_the_throughput_plan(profile: TablePerformanceModel) -> None:
+def test_load_rule_never_goes_below_the_throughput_plan(profile: PerformanceModel) -> None:
     planner = make_planner(profile)
     run_intervals(planner, [10])  # floor: prefill 2, decode 4
     idle = observe(0.2, window_s=5.0, workers=prefill_workers(2, 0) + decode_workers(4, 0.005))
@@ -195,7 +195,7 @@ def test_load_rule_never_goes_below_the_throughput_plan(profile: TablePerformanc
 
 
 def test_load_rule_grows_into_the_budget_without_shrinking_another_role(
-    profile: TablePerformanceModel,
+    profile: PerformanceModel,
 ) -> None:
     planner = make_planner(profile, max_total_workers=3)
     run_intervals(planner, [10])  # wants (2, 4), total 3: (1, 2)
@@ -205,7 +205,7 @@ def test_load_rule_grows_into_the_budget_without_shrinking_another_role(
     assert planner.get_num_workers() == {P: 1, D: 2}
 
 
-def simulate_step_load(profile: TablePerformanceModel, *, queue_aware: bool) -> list[float]:
+def simulate_step_load(profile: PerformanceModel, *, queue_aware: bool) -> list[float]:
     """Prefill pool under a step from 5 to 12 req/s at t = 0, as a fluid queue: prompts of
     1500 new tokens (isl 3000, half cached), each worker drains 1500 / 0.17 = 8823.5 tokens/s.
     Two workers (the min) drain 17647 tokens/s against 12 x 1500 = 18000 arriving: the queue
@@ -234,12 +234,12 @@ def simulate_step_load(profile: TablePerformanceModel, *, queue_aware: bool) -> 
     return ups
 
 
-def test_queue_aware_acts_before_the_threshold_rule(profile: TablePerformanceModel) -> None:
+def test_queue_aware_acts_before_the_threshold_rule(profile: PerformanceModel) -> None:
     assert simulate_step_load(profile, queue_aware=False) == [20.0]
     assert simulate_step_load(profile, queue_aware=True) == [5.0]
 
 
-def test_queue_model_does_not_scale_up_before_the_step(profile: TablePerformanceModel) -> None:
+def test_queue_model_does_not_scale_up_before_the_step(profile: PerformanceModel) -> None:
     """5 req/s on two prefill workers: Erlang C 0.973 >= 0.95, no change; one worker would
     give 0.365, so no scale-down either (the live TTFT 0.17 s is below 0.25 s)."""
     planner = Planner(
@@ -254,7 +254,7 @@ def test_queue_model_does_not_scale_up_before_the_step(profile: TablePerformance
     assert effects.plans[P].num_by_queue == 2
 
 
-def test_correction_factor_from_steps_grows_the_plan(profile: TablePerformanceModel) -> None:
+def test_correction_factor_from_steps_grows_the_plan(profile: PerformanceModel) -> None:
     """Prefill steps twice as slow as the profile: factor 1 -> 1.5; p = 1.5 x 0.17 = 0.255,
     10 req/s -> 2.55 -> 3 prefill workers (not 2)."""
     planner = make_planner(profile)
@@ -265,7 +265,7 @@ def test_correction_factor_from_steps_grows_the_plan(profile: TablePerformanceMo
     assert summary(effects.decisions)[0] == ("prefill", 1, 3, "throughput")
 
 
-def test_no_traffic_yet_decides_nothing(profile: TablePerformanceModel) -> None:
+def test_no_traffic_yet_decides_nothing(profile: PerformanceModel) -> None:
     planner = make_planner(profile)
     empty = PlannerObservation(
         frontend=FrontendMetrics(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from armature.planner import FrontendMetrics, TablePerformanceModel, WorkerSteps
+from armature.planner import FrontendMetrics, PerformanceModel, WorkerSteps
 from armature.planner.correction import CorrectionTracker, get_step_ratios
 from armature.planner.live import LiveEstimate, estimate_live
 from armature.protocols.engine import StepRecord
@@ -17,7 +17,7 @@ UNMEASURED = StepRecord(num_scheduled_prefill_tokens=1000, step_wall_s=0.0)
 
 
 def test_step_ratios_leave_out_mixed_and_unmeasured_steps(
-    profile: TablePerformanceModel,
+    profile: PerformanceModel,
 ) -> None:
     """Prefill: 0.24 / 0.12 = 2.0. Decode: 16 requests at 1000 tokens: profile 0.018 s,
     observed 0.018 s: 1.0."""
@@ -27,7 +27,7 @@ def test_step_ratios_leave_out_mixed_and_unmeasured_steps(
 
 
 def test_correction_factors_move_halfway_and_stay_bounded(
-    profile: TablePerformanceModel,
+    profile: PerformanceModel,
 ) -> None:
     """1.0 -> 0.5 x 1.0 + 0.5 x 2.0 = 1.5 -> 1.75; a window with no decode step keeps 1.0.
     A 100x slower window stops at the bound, 5.0."""
@@ -44,7 +44,7 @@ def test_correction_factors_move_halfway_and_stay_bounded(
     assert tracker.prefill_factor == 5.0
 
 
-def test_live_ttft_counts_the_queue_ahead(profile: TablePerformanceModel) -> None:
+def test_live_ttft_counts_the_queue_ahead(profile: PerformanceModel) -> None:
     """n = 1500, p = 0.17 s. Worker p0 has 3000 tokens queued, p1 none; the frontend holds 2
     requests, 1500 tokens each over 2 workers. p0: 0.17 (3000 + 1500 + 1500) / 1500 = 0.68;
     p1: 0.17 (0 + 1500 + 1500) / 1500 = 0.34; mean 0.51 s."""
@@ -68,7 +68,7 @@ def test_live_ttft_counts_the_queue_ahead(profile: TablePerformanceModel) -> Non
     assert live.itl_s is None
 
 
-def test_live_itl_is_the_mean_decoding_step(profile: TablePerformanceModel) -> None:
+def test_live_itl_is_the_mean_decoding_step(profile: PerformanceModel) -> None:
     records = [
         StepRecord(num_decode_requests=8, step_wall_s=0.020),
         StepRecord(num_decode_requests=8, step_wall_s=0.040),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from armature.planner import LoadForecast, TablePerformanceModel, Targets
+from armature.planner import LoadForecast, PerformanceModel, Targets
 from armature.planner.replicas import (
     get_decode_batch,
     plan_agg,
@@ -22,7 +22,7 @@ def test_workers_for_forgives_float_error() -> None:
     assert workers_for(0.0) == 0
 
 
-def test_prefill_replicas(profile: TablePerformanceModel) -> None:
+def test_prefill_replicas(profile: PerformanceModel) -> None:
     """10 req/s of 3000 tokens, half from the prefix cache: n = 1500 new tokens,
     p = 0.02 + 1e-4 x 1500 = 0.17 s. Predicted prompt tokens/s 10 x 1500 = 15000; one worker
     sustains 1500 / 0.17 = 8823.5 tokens/s; 15000 / 8823.5 = 1.7 -> 2 workers.
@@ -36,7 +36,7 @@ def test_prefill_replicas(profile: TablePerformanceModel) -> None:
     assert slower.num_workers == 3
 
 
-def test_prefill_replicas_with_the_queue(profile: TablePerformanceModel) -> None:
+def test_prefill_replicas_with_the_queue(profile: PerformanceModel) -> None:
     """Same load, queue-aware: lam = 10, s = 0.17 (a = 1.7), slack 0.5 - 0.17 = 0.33 s.
     c = 2: 1 - C(2, 1.7) e^-(2/0.17 - 10) 0.33 = 0.564 < 0.95; c = 3: 0.975 -> 3 workers,
     one more than capacity alone: at 85% utilization too many prompts would wait."""
@@ -45,7 +45,7 @@ def test_prefill_replicas_with_the_queue(profile: TablePerformanceModel) -> None
     assert (plan.num_workers, plan.num_by_throughput, plan.num_by_queue) == (3, 2, 3)
 
 
-def test_prefill_that_cannot_meet_ttft_says_so(profile: TablePerformanceModel) -> None:
+def test_prefill_that_cannot_meet_ttft_says_so(profile: PerformanceModel) -> None:
     """8000 new tokens: p = 0.82 s > 0.5 s; no pool size helps, the plan still sizes for
     throughput (2 req/s x 0.82 = 1.64 -> 2) and the queue model gives nothing."""
     load = LoadForecast(2.0, 8000.0, 10.0)
@@ -53,7 +53,7 @@ def test_prefill_that_cannot_meet_ttft_says_so(profile: TablePerformanceModel) -
     assert (plan.num_workers, plan.num_by_queue, plan.meets_target) == (2, None, False)
 
 
-def test_decode_batch_is_the_largest_within_itl(profile: TablePerformanceModel) -> None:
+def test_decode_batch_is_the_largest_within_itl(profile: PerformanceModel) -> None:
     """isl 1000, osl 200: context 1000 + 200/2 = 1100; step = 0.010 + 0.000525 B <= 0.030
     -> B <= 38.1 -> B = 38, step 0.02995 s."""
     batch = get_decode_batch(profile, 1100.0, 0.030, 1.0)
@@ -64,7 +64,7 @@ def test_decode_batch_is_the_largest_within_itl(profile: TablePerformanceModel) 
     assert (alone.num_requests, alone.meets_itl) == (1, False)
 
 
-def test_decode_replicas(profile: TablePerformanceModel) -> None:
+def test_decode_replicas(profile: PerformanceModel) -> None:
     """B = 38 at step 0.02995 s; a request stays osl x step = 200 x 0.02995 = 5.99 s.
     Little: 10 req/s x 5.99 s = 59.9 requests in flight; / 38 per worker = 1.58 -> 2.
     (A worker finishes 38 / 5.99 = 6.34 req/s.) 30 req/s: 179.7 / 38 = 4.73 -> 5."""
@@ -79,7 +79,7 @@ def test_decode_replicas(profile: TablePerformanceModel) -> None:
     assert busier.num_workers == 5
 
 
-def test_decode_replicas_with_the_queue(profile: TablePerformanceModel) -> None:
+def test_decode_replicas_with_the_queue(profile: PerformanceModel) -> None:
     """30 req/s: 5 workers are 190 slots for a = 179.7 Erlangs; the slack is
     (0.030 - 0.02995) x 199 = 0.00995 s, so nearly no arrival may wait: Erlang C must be
     <= 5%, which 190 slots are not and 228 (6 workers) are."""
@@ -89,7 +89,7 @@ def test_decode_replicas_with_the_queue(profile: TablePerformanceModel) -> None:
     assert (plan.num_by_throughput, plan.num_by_queue, plan.num_workers) == (5, 6, 6)
 
 
-def test_agg_replicas(profile: TablePerformanceModel) -> None:
+def test_agg_replicas(profile: PerformanceModel) -> None:
     """5 req/s, isl 3000 (half cached), osl 200, ITL 50 ms. Prefill p = 0.17 s. Decode at
     context 3100: step = 0.010 + 0.001025 B <= 0.050 -> B = 39, step 0.049975 s, a request
     decodes for 200 x 0.049975 = 9.995 s. Time per second of the pool: 5 x 0.17 = 0.85 on

@@ -1,12 +1,17 @@
-"""The planner's performance model read off a step-time model, against hand-worked numbers."""
+"""The planner's performance model read off a step-time model, against hand-worked numbers,
+and read from a timing profile with the limits the engine was profiled with."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from armature.planner.main import read_performance_model
 from armature.planner.timing_performance import TimingPerformanceModel
-from armature.sim.profile_timing import ProfileTiming
+from armature.sim.profile_timing import ProfileTiming, timing_from_profile
 from armature.sim.timing import PolynomialTiming
+from profiles import make_profile, write_small_profile
 
 
 def _model(**kwargs: int) -> TimingPerformanceModel:
@@ -65,3 +70,23 @@ def test_profile_tables_by_requests_and_context() -> None:
 def test_rejects_empty_sizes() -> None:
     with pytest.raises(ValueError, match="num_kv_blocks"):
         TimingPerformanceModel(PolynomialTiming(), 16, 0, 256, 1024)
+
+
+def test_a_timing_profile_gives_one_worker_with_the_limits_it_was_profiled_with(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "profile.json"
+    write_small_profile(path, model="tiny")
+    model, model_name = read_performance_model(str(path))
+    assert model_name == "tiny"
+    assert model == TimingPerformanceModel(
+        timing_from_profile(make_profile()),
+        block_size=16,
+        num_kv_blocks=96,
+        max_num_seqs=32,
+        max_num_batched_tokens=1024,
+    )
+    assert model.get_max_decode_requests(160) == 9  # 96 blocks / 10 each
+    assert model.get_max_decode_requests(16) == 32  # --max-num-seqs
+    # 2048 tokens in two 1024-token steps of 32 ms each
+    assert model.get_prefill_s(2048) == pytest.approx(0.064)

@@ -63,16 +63,21 @@ def test_profile_the_mocker(
     tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["--engine", "mocker", "--model", str(tiny_llama_dir), "--speedup-ratio", "10"]
+    argv += ["--served-model-name", "tiny-mock"]
     profile = _profile(argv, tmp_path / "mocker.json", capsys)
     source = profile.source
-    assert (source.engine, source.model, source.device) == ("mocker", tiny_llama_dir.name, "cpu")
+    assert (source.engine, source.model, source.device) == ("mocker", "tiny-mock", "cpu")
     assert source.flags == {
         "model": str(tiny_llama_dir),
         "engine": "mocker",
+        "served-model-name": "tiny-mock",
         "speedup-ratio": "10.0",
         "max-num-seqs": "4",
         "num-kv-blocks": "64",
     }
+    # the engine's limits as it ran: the step budget, batch size and KV pool
+    assert profile.max_num_batched_tokens == 1024
+    assert (profile.max_num_seqs, profile.block_size_tokens, profile.num_kv_blocks) == (4, 16, 64)
     # the mocker sleeps its modeled step times: no step is timed shorter
     model = PolynomialTiming(speedup_ratio=10)
     for p in profile.prefill:
@@ -93,6 +98,7 @@ def test_profile_the_native_engine_then_run_the_mocker_from_it(
         ["--engine", "torch", *model, "--device", "cpu", "--dtype", "float32"], torch_path, capsys
     )
     assert (native.source.engine, native.source.dtype) == ("torch", "float32")
+    assert (native.block_size_tokens, native.num_kv_blocks, native.max_num_seqs) == (16, 64, 4)
     timing = load_profile_timing(torch_path, model=tiny_llama_dir.name)
     assert timing.prefill_tokens == (16.0, 64.0)
     # the mocker driven by that profile, profiled in turn, sleeps the native engine's times
@@ -110,3 +116,8 @@ def test_profile_the_native_engine_then_run_the_mocker_from_it(
         f"'{tiny_llama_dir.name}', not '{tiny_qwen2_dir.name}' (profile this model, or serve "
         "that one)\n"
     )
+    # the name compared is the served one: the same model served as another name is refused
+    aliased = [*model, "--engine", "mocker", "--served-model-name", "alias", "--timing-profile"]
+    code = main(["profile", *aliased, str(torch_path), "--output", str(tmp_path / "y.json")])
+    assert code == 2
+    assert f"'{tiny_llama_dir.name}', not 'alias'" in capsys.readouterr().err

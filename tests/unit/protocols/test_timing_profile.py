@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from armature.protocols.timing_profile import (
@@ -30,6 +31,9 @@ PROFILE = TimingProfile(
         created_at="2026-11-24T15:00:00+00:00",
     ),
     max_num_batched_tokens=1024,
+    max_num_seqs=16,
+    block_size_tokens=16,
+    num_kv_blocks=2048,
     prefill=[PrefillPoint(num_requests=1, input_tokens=64, ttft_ms=81.5, tokens_per_s=785.3)],
     decode=[DecodePoint(num_requests=4, context_tokens=137, itl_ms=95.25, tokens_per_s=42.0)],
 )
@@ -39,20 +43,20 @@ def test_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "profile.json"
     write_profile(PROFILE, path)
     assert read_profile(path) == PROFILE
-    assert path.read_text().startswith('{\n  "version": 1,\n  "source": {\n')
+    assert path.read_text().startswith('{\n  "version": 2,\n  "source": {\n')
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         (
-            '{"version": 2, "source": {}}',
-            "is a timing profile of version 2; this armature reads version 1",
+            '{"version": 1, "source": {}}',
+            "is a timing profile of version 1; this armature reads version 2 (profile the",
         ),
         ('{"source": {}}', "is not a timing profile (write one with `armature profile"),
         ("not json", "is not a timing profile"),
         ("[1, 2]", "is not a timing profile"),
-        ('{"version": 1, "source": {}}', "is not a valid timing profile: Object missing"),
+        ('{"version": 2, "source": {}}', "is not a valid timing profile: Object missing"),
     ],
 )
 def test_bad_files_are_refused_in_one_line(tmp_path: Path, text: str, message: str) -> None:
@@ -62,6 +66,16 @@ def test_bad_files_are_refused_in_one_line(tmp_path: Path, text: str, message: s
         read_profile(path)
     assert str(refused.value).startswith(str(path))
     assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_limits_below_one_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    write_profile(msgspec.structs.replace(PROFILE, num_kv_blocks=0), path)
+    with pytest.raises(
+        ProfileError,
+        match=r"not a valid timing profile: Expected `int` >= 1 - at `\$.num_kv_blocks`",
+    ):
+        read_profile(path)
 
 
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:

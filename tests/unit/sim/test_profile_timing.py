@@ -8,16 +8,15 @@ from pathlib import Path
 import pytest
 
 from armature.protocols.timing_profile import (
-    PROFILE_VERSION,
     DecodePoint,
     PrefillPoint,
     ProfileError,
-    ProfileSource,
     TimingProfile,
     write_profile,
 )
 from armature.sim.profile_timing import ProfileTiming, load_profile_timing, timing_from_profile
 from armature.sim.timing import StepWork
+from profiles import make_profile
 
 TIMING = ProfileTiming(
     prefill_tokens=(64.0, 256.0, 1024.0),
@@ -71,22 +70,7 @@ def test_tables_must_be_usable() -> None:
 def _profile(
     prefill: list[PrefillPoint], decode: list[DecodePoint], model: str = "tiny"
 ) -> TimingProfile:
-    source = ProfileSource(
-        machine="cpu",
-        engine="torch",
-        model=model,
-        dtype="float32",
-        device="cpu",
-        flags={"max-num-seqs": "8"},
-        created_at="2026-11-24T00:00:00+00:00",
-    )
-    return TimingProfile(
-        version=PROFILE_VERSION,
-        source=source,
-        max_num_batched_tokens=256,
-        prefill=prefill,
-        decode=decode,
-    )
+    return make_profile(model=model, max_num_batched_tokens=256, prefill=prefill, decode=decode)
 
 
 PREFILL = [
@@ -127,5 +111,5 @@ def test_loading_checks_the_model_and_says_which_file(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="measured on model 'tiny', not 'other'"):
         load_profile_timing(path, model="other")
     write_profile(_profile(PREFILL, DECODE[:3]), path)
-    with pytest.raises(ProfileError, match=f"{path} cannot drive the mocker: decode points"):
+    with pytest.raises(ProfileError, match=f"{path} cannot give step times: decode points"):
         load_profile_timing(path)

@@ -64,7 +64,7 @@ def mocker_timing(spec: EngineSpec) -> TimingModel:
     if engine.timing_profile is None:
         return PolynomialTiming(speedup_ratio=engine.speedup_ratio)
     return load_profile_timing(
-        Path(engine.timing_profile), engine.speedup_ratio, model=spec.model.served_name
+        Path(engine.timing_profile), engine.speedup_ratio, model=spec.get_served_model_name()
     )
 
 

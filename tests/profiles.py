@@ -1,0 +1,57 @@
+"""A small valid timing profile for tests that need one on disk (the planner's
+--performance-model, the mocker's --timing-profile), built from the protocol's own types."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from armature.protocols.timing_profile import (
+    PROFILE_VERSION,
+    DecodePoint,
+    PrefillPoint,
+    ProfileSource,
+    TimingProfile,
+    write_profile,
+)
+
+
+def make_profile(
+    *,
+    model: str = "tiny",
+    version: int = PROFILE_VERSION,
+    max_num_batched_tokens: int = 1024,
+    prefill: list[PrefillPoint] | None = None,
+    decode: list[DecodePoint] | None = None,
+) -> TimingProfile:
+    """Model `model` on a worker of 96 blocks of 16 tokens, 32 requests, a 1024-token step;
+    by default prefill 17 ms at 16 tokens and 32 ms at 1024, decode 8 ms (one point)."""
+    source = ProfileSource(
+        machine="cpu",
+        engine="mocker",
+        model=model,
+        dtype="float32",
+        device="cpu",
+        flags={"num-kv-blocks": "96", "max-num-seqs": "32"},
+        created_at="2026-11-24T00:00:00+00:00",
+    )
+    if prefill is None:
+        prefill = [
+            PrefillPoint(num_requests=1, input_tokens=n, ttft_ms=ms, tokens_per_s=n / ms * 1e3)
+            for n, ms in ((16, 17.0), (1024, 32.0))
+        ]
+    if decode is None:
+        decode = [DecodePoint(num_requests=1, context_tokens=128, itl_ms=8.0, tokens_per_s=125.0)]
+    return TimingProfile(
+        version=version,
+        source=source,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=32,
+        block_size_tokens=16,
+        num_kv_blocks=96,
+        prefill=prefill,
+        decode=decode,
+    )
+
+
+def write_small_profile(path: Path, *, model: str = "tiny", version: int = PROFILE_VERSION) -> None:
+    write_profile(make_profile(model=model, version=version), path)
