@@ -21,10 +21,11 @@ from armature.planner.actuator import Actuator
 from armature.planner.connectors.api import ConnectorError
 from armature.planner.connectors.kubernetes import open_kubernetes_connector
 from armature.planner.core import Planner
-from armature.planner.performance import TablePerformanceModel
+from armature.planner.timing_performance import TimingPerformanceModel
 from armature.protocols.worker import WorkerRole
 from kube_api import KubeApiFake, RecordedRequest
 from servers import free_port
+from tests.profiles import write_small_profile
 
 PREFILL, DECODE = WorkerRole.PREFILL, WorkerRole.DECODE
 TOKEN = "planner-sa-token"
@@ -209,7 +210,7 @@ async def test_the_actuator_retries_while_the_api_server_is_down_and_recovers(
 
 
 async def test_the_planner_starts_from_the_deployments_within_its_limits(
-    fake: KubeApiFake, profile: TablePerformanceModel
+    fake: KubeApiFake, profile: TimingPerformanceModel
 ) -> None:
     """As `armature planner` starts: the planner takes the Deployments' replicas, brought
     within its limits, and the actuator patches only the role outside them."""
@@ -264,13 +265,9 @@ def test_planner_with_refused_kubernetes_credentials_exits_2_with_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(fake.write_kubeconfig(tmp_path / "kc", token="nope")))
-    table = tmp_path / "table.json"
-    table.write_text(
-        '{"format": "armature-planner-table/1", "prefill_tokens": [0, 1000], "prefill_s":'
-        ' [0.02, 0.12], "decode_requests": [1, 64], "decode_context_tokens": [1000],'
-        ' "decode_step_s": [[0.01], [0.04]], "max_num_seqs": 64, "max_kv_tokens": 6400}'
-    )
-    argv = ["planner", "--connector", "kubernetes", "--performance-model", str(table)]
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile)
+    argv = ["planner", "--connector", "kubernetes", "--performance-model", str(profile)]
     argv += ["--frontend-url", f"http://127.0.0.1:{free_port()}", "--frontend-wait-s", "0"]
     argv += ["--discovery-dir", str(tmp_path / "discovery"), "--metrics-port", "-1"]
     argv += ["--k8s-prefill-deployment", "p", "--k8s-decode-deployment", "d"]
