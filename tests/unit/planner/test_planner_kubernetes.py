@@ -24,8 +24,8 @@ from armature.planner.core import Planner
 from armature.planner.timing_performance import TimingPerformanceModel
 from armature.protocols.worker import WorkerRole
 from kube_api import KubeApiFake, RecordedRequest
+from profiles import write_small_profile
 from servers import free_port
-from tests.profiles import write_small_profile
 
 PREFILL, DECODE = WorkerRole.PREFILL, WorkerRole.DECODE
 TOKEN = "planner-sa-token"
