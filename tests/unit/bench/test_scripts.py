@@ -48,6 +48,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "profile_decode",
         "profile_fidelity",
         "replay_disagg",
+        "replay_planner",
         "replay_routing",
         "replay_tiers",
         "request_plane",
