@@ -143,7 +143,7 @@ def run_workload(
     threshold = replay(shaped, blind)
     mean_workers = max(1, round(planned.worker_seconds / planned.simulated_time_s))
     average = replay(shaped, replace(config, num_workers=mean_workers))
-    peak_num, peak = static_peak(shaped, config, max(mean_workers, 1))
+    peak_num, peak = static_peak(shaped, config, 1)
     out_dir = REPO_ROOT / ("bench/out" if args.quick or args.windows == [0] else "docs/img")
     for label, report in (("planned", planned), ("threshold", threshold)):
         plot_fleet(

@@ -13,6 +13,7 @@ Every change passes the role's cool-down (cooldown.py) and the limits (limits.py
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -29,7 +30,10 @@ from armature.planner.predictors import LoadPredictor, make_predictor
 from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, plan_prefill
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["Planner", "PlannerEffects"]
+__all__ = ["RATE_BOUND_Z", "Planner", "PlannerEffects", "get_rate_bounds"]
+
+# the load rule's confidence in a window's arrival rate: one standard deviation each way
+RATE_BOUND_Z = 1.0
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,9 @@ class Planner:
             return self._effects([], [])
         input_tokens, output_tokens = self._lengths
         new_tokens = input_tokens * (1.0 - self._prefix_hit_rate)
-        observed = LoadForecast(frontend.get_request_rate_per_s(), input_tokens, output_tokens)
+        low_rate_per_s, high_rate_per_s = get_rate_bounds(frontend.num_requests, frontend.window_s)
+        rising = LoadForecast(low_rate_per_s, input_tokens, output_tokens)
+        falling = LoadForecast(high_rate_per_s, input_tokens, output_tokens)
         wants: dict[WorkerRole, _Want] = {}
         plans: dict[WorkerRole, PoolPlan] = {}
         for role in self._roles():
@@ -156,18 +162,27 @@ class Planner:
                 new_tokens,
             )
             self._live[role] = live
-            plan = self._plan_pool(role, observed, True) if self._config.queue_aware else None
-            if plan is not None:
+            plan = down_plan = None
+            if self._config.queue_aware:
+                plan = self._plan_pool(role, rising, True)
+                down_plan = self._plan_pool(role, falling, True)
                 plans[role] = plan
-            want = self._load_rule(role, live, plan)
+            want = self._load_rule(role, live, plan, down_plan)
             if want is not None:
                 wants[role] = want
         decisions, held = self._apply(wants, now_s, share_total=False)
         return self._effects(decisions, held, plans=plans)
 
     def _load_rule(
-        self, role: WorkerRole, live: LiveEstimate, plan: PoolPlan | None
+        self,
+        role: WorkerRole,
+        live: LiveEstimate,
+        plan: PoolPlan | None,
+        down_plan: PoolPlan | None,
     ) -> _Want | None:
+        """+1 above a target, -1 well below both; queue-aware, jump to `plan` (the queue model
+        at the window's rate, its low bound) and go down only where `down_plan` (the high
+        bound) holds with one worker fewer."""
         current = self._num_workers[role]
         ttft_s, itl_s = self._targets.ttft_s, self._targets.itl_s
         detail = _describe_live(live)
@@ -190,7 +205,7 @@ class Planner:
             measured
             and all(v < ratio * t for v, t in measured)
             and current - 1 >= self._floor[role]
-            and (plan is None or plan.num_workers <= current - 1)
+            and (down_plan is None or down_plan.num_workers <= current - 1)
         ):
             return _Want(current - 1, DecisionReason.BELOW_TARGET, detail)
         return None
@@ -317,6 +332,17 @@ class Planner:
             prefill_correction=self._corrections.prefill_factor,
             decode_correction=self._corrections.decode_factor,
         )
+
+
+def get_rate_bounds(num_arrivals: int, window_s: float) -> tuple[float, float]:
+    """A window's arrival rate, low and high: `num_arrivals` Poisson arrivals in `window_s`
+    seconds put the rate within (sqrt(k) -+ z / 2)^2 / window_s (sqrt(k) is about normal with
+    variance 1/4), z = RATE_BOUND_Z. Scaling up on the low bound and down on the high one
+    keeps a short window's noise from moving the fleet both ways."""
+    root = math.sqrt(num_arrivals)
+    half = RATE_BOUND_Z / 2.0
+    low = max(0.0, root - half) ** 2
+    return low / window_s, (root + half) ** 2 / window_s
 
 
 def _describe_live(live: LiveEstimate) -> str:

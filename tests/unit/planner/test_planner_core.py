@@ -25,7 +25,10 @@ from armature.planner import (
     ScalingDecision,
     WorkerSteps,
 )
+from armature.planner.core import get_rate_bounds
+from armature.planner.forecast import LoadForecast
 from armature.planner.predictors import ConstantPredictor
+from armature.planner.replicas import Targets, plan_prefill
 from armature.protocols.engine import StepRecord
 from armature.protocols.worker import WorkerRole
 
@@ -274,3 +277,35 @@ def test_no_traffic_yet_decides_nothing(profile: PerformanceModel) -> None:
     )
     assert planner.plan_load(empty, now_s=0.0).decisions == []
     assert planner.get_num_workers() == {P: 1, D: 1}
+
+
+def test_rate_bounds_of_a_window() -> None:
+    """16 arrivals in 5 s: (4 -+ 0.5)^2 / 5 = 2.45 and 4.05 req/s; none: 0 and 0.25 / 5."""
+    assert get_rate_bounds(16, 5.0) == pytest.approx((2.45, 4.05))
+    assert get_rate_bounds(0, 5.0) == pytest.approx((0.0, 0.05))
+    assert get_rate_bounds(1, 2.0) == pytest.approx((0.125, 1.125))
+
+
+def test_queue_jump_reads_the_low_bound_of_a_short_window(profile: PerformanceModel) -> None:
+    """8 arrivals in a 1 s window: on its face 8 req/s, for which the queue model wants 3
+    prefill workers; 5 req/s gives such a window now and then. The low bound,
+    (sqrt(8) - 0.5)^2 = 5.4 req/s, needs 2, so the two workers stay."""
+    face = plan_prefill(
+        LoadForecast(8.0, 3000.0, 200.0),
+        0.5,
+        profile,
+        1.0,
+        Targets(0.5, 0.03, 0.95),
+        queue_aware=True,
+        max_workers=8,
+    )
+    assert face.num_by_queue == 3
+    planner = Planner(
+        PlannerConfig(ttft_ms=500.0, itl_ms=30.0, min_prefill_workers=1),
+        profile,
+        num_workers={P: 2},
+        predictor_factory=ConstantPredictor,
+    )
+    effects = planner.plan_load(observe(8, window_s=1.0, workers=prefill_workers(2, 0)), 100.0)
+    assert effects.plans[P].num_by_queue == 2
+    assert [d for d in effects.decisions if d.role is P] == []
