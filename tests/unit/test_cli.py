@@ -193,6 +193,30 @@ def test_replay_takes_the_tier_flags_and_reports_the_tiers(
     assert "--kv-remote-bandwidth-gbps" in capsys.readouterr().out
 
 
+def test_replay_with_the_planner_on_a_step_load_reports_and_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A step load (x4 from 10 s for 10 s) on one worker: the planner adds workers, the
+    summary and report carry the fleet's cost and attainment, --plot writes a PNG."""
+    report_path, plot_path = tmp_path / "r.json", tmp_path / "fleet.png"
+    argv = ["replay", "--synthetic", "prefix-groups", "--num-requests", "400", "--rate-rps", "8"]
+    argv += ["--workers", "1", "--rate-shape", "step", "--step-at-s", "10", "--step-for-s", "10"]
+    argv += ["--planner", "both", "--worker-startup-s", "2", "--ttft-ms", "300", "--itl-ms", "15"]
+    argv += ["--planner-interval-s", "10", "--load-interval-s", "2", "--scale-up-cooldown-s", "2"]
+    argv += ["--report", str(report_path), "--plot", str(plot_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "worker_seconds: " in out and "sla_attainment: " in out
+    assert "planner_decisions: " in out
+    report = json.loads(report_path.read_text())
+    assert report["num_requests"] == 400
+    assert report["peak_workers"]["agg"] > 1
+    assert report["worker_seconds"] > report["simulated_time_s"]
+    assert sum(report["planner_decisions"].values()) >= 1
+    assert [s["time_s"] for s in report["timeline"][:3]] == [2.0, 4.0, 6.0]
+    assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_replay_synthetic_workloads_run(capsys: pytest.CaptureFixture[str]) -> None:
     for kind in ("prefix-groups", "multi-turn"):
         code = main(
