@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import (
@@ -26,6 +26,11 @@ from conftest import running_server
 
 SERVED = "fuzzed-model"
 EXAMPLES_PER_OPERATION = 25
+# The examples depend only on this seed, the pinned hypothesis and schemathesis
+# (constraints/test.txt) and the schema the server publishes: the same on every run and every
+# machine. (derandomize=True alone seeds from a hash of fuzz()'s source, so any edit to it
+# drew other examples.)
+SEED = 0
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -65,9 +70,9 @@ def test_schemathesis_finds_no_server_error(server: str) -> None:
         modes = [GenerationMode.POSITIVE] + ([GenerationMode.NEGATIVE] if has_input else [])
         for mode in modes:
 
+            @seed(SEED)
             @settings(
                 max_examples=EXAMPLES_PER_OPERATION,
-                derandomize=True,  # the same examples on every run
                 deadline=None,
                 database=None,
                 suppress_health_check=list(HealthCheck),
@@ -78,8 +83,11 @@ def test_schemathesis_finds_no_server_error(server: str) -> None:
                 key=st.just(f"{operation.method.upper()} {operation.path} {mode.value}"),
             )
             def fuzz(case: schemathesis.Case, served: bool, key: str) -> None:
-                if served and isinstance(case.body, dict) and "model" in case.body:
-                    case.body["model"] = SERVED  # past the model check, into the engine
+                # past the model check, into the engine; a model that is not a string is a
+                # negative case's invalid part, which the served name would make valid
+                model = case.body.get("model") if isinstance(case.body, dict) else None
+                if served and isinstance(model, str):
+                    case.body["model"] = SERVED
                 response = case.call(base_url=server, timeout=60)
                 answered.append((key, response.status_code))
                 case.validate_response(response, checks=CHECKS)
