@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture import providers
 from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
@@ -26,6 +27,11 @@ from conftest import running_server
 
 SERVED = "fuzzed-model"
 EXAMPLES_PER_OPERATION = 25
+# The examples depend only on this seed, the pinned hypothesis and schemathesis
+# (constraints/test.txt) and the schema the server publishes: the same on every run and every
+# machine, whatever ran before in the process (see `no_local_constants`). (derandomize=True
+# alone seeds from a hash of fuzz()'s source, so any edit to it drew other examples.)
+SEED = 0
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -46,6 +52,17 @@ def server(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         yield url
 
 
+@pytest.fixture
+def no_local_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hypothesis draws some strings and numbers from the literals of the local (not installed)
+    modules loaded so far, so our examples would change with any edit to armature and with which
+    tests ran first in the process. No setting turns that off: this replaces the private
+    function that collects them (pinned with hypothesis; if it moves, the test fails here) and
+    gives the draws a cache of their own."""
+    monkeypatch.setattr(providers, "_get_local_constants", providers.Constants)
+    monkeypatch.setattr(providers, "CONSTANTS_CACHE", type(providers.CONSTANTS_CACHE)(1024))
+
+
 def operations(url: str) -> list[schemathesis.APIOperation]:  # type: ignore[name-defined]
     schema = schemathesis.openapi.from_dict(httpx.get(f"{url}/openapi.json", timeout=10).json())
     found = [result.ok() for result in schema.get_all_operations()]
@@ -56,7 +73,7 @@ def operations(url: str) -> list[schemathesis.APIOperation]:  # type: ignore[nam
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(900)
-def test_schemathesis_finds_no_server_error(server: str) -> None:
+def test_schemathesis_finds_no_server_error(server: str, no_local_constants: None) -> None:
     overload = httpx.get(f"{server}/admin/overload", timeout=10).json()
     overload.pop("queued")
     answered: list[tuple[str, int]] = []  # (operation and mode, status)
@@ -65,9 +82,9 @@ def test_schemathesis_finds_no_server_error(server: str) -> None:
         modes = [GenerationMode.POSITIVE] + ([GenerationMode.NEGATIVE] if has_input else [])
         for mode in modes:
 
+            @seed(SEED)
             @settings(
                 max_examples=EXAMPLES_PER_OPERATION,
-                derandomize=True,  # the same examples on every run
                 deadline=None,
                 database=None,
                 suppress_health_check=list(HealthCheck),
@@ -78,8 +95,11 @@ def test_schemathesis_finds_no_server_error(server: str) -> None:
                 key=st.just(f"{operation.method.upper()} {operation.path} {mode.value}"),
             )
             def fuzz(case: schemathesis.Case, served: bool, key: str) -> None:
-                if served and isinstance(case.body, dict) and "model" in case.body:
-                    case.body["model"] = SERVED  # past the model check, into the engine
+                # past the model check, into the engine; a model that is not a string is a
+                # negative case's invalid part, which the served name would make valid
+                model = case.body.get("model") if isinstance(case.body, dict) else None
+                if served and isinstance(model, str):
+                    case.body["model"] = SERVED
                 response = case.call(base_url=server, timeout=60)
                 answered.append((key, response.status_code))
                 case.validate_response(response, checks=CHECKS)
