@@ -27,6 +27,7 @@ __all__ = [
     "DecodeBatch",
     "PoolPlan",
     "Targets",
+    "get_agg_workers_for_itl",
     "get_decode_batch",
     "plan_agg",
     "plan_decode",
@@ -173,6 +174,35 @@ def plan_decode(
     return _pool(by_throughput, by_queue, residence_s, batch.meets_itl)
 
 
+def get_agg_workers_for_itl(
+    load: LoadForecast,
+    prefill_s: float,
+    model: PerformanceModel,
+    decode_correction: float,
+    context_tokens: float,
+    itl_s: float,
+    max_workers: int,
+) -> int | None:
+    """The fewest aggregated workers whose decodes keep `itl_s` while prefills share their
+    steps (None: not within `max_workers`). A worker of W prefills for a share f = lam p / W
+    of its time; the decodes advance one token a step in the rest, so their ITL is
+    step(B) / (1 - f), where B = lam osl itl / W requests decode at once (Little's law at the
+    target ITL)."""
+    rate = load.request_rate_per_s
+    if rate <= 0.0:
+        return 0
+    max_batch = model.get_max_decode_requests(context_tokens)
+    for num_workers in range(1, max_workers + 1):
+        prefill_share = rate * prefill_s / num_workers
+        num_decoding = max(1, workers_for(rate * load.mean_output_tokens * itl_s / num_workers))
+        if prefill_share >= 1.0 or num_decoding > max_batch:
+            continue
+        step_s = decode_correction * model.get_decode_step_s(num_decoding, context_tokens)
+        if step_s / (1.0 - prefill_share) <= itl_s:
+            return num_workers
+    return None
+
+
 def plan_agg(
     load: LoadForecast,
     prefix_hit_rate: float,
@@ -184,9 +214,9 @@ def plan_agg(
     max_workers: int,
 ) -> PoolPlan:
     """Aggregated workers: each spends lam_w p s/s on prefill and lam_w osl step / B on
-    decode, so the pool is ceil(lam p + lam osl step / B) (first order: a prefill chunk
-    also slows the decodes in its step, which the decode correction factor absorbs). With
-    the queue: B slots per worker, each held p + osl step, waits within ttft - p."""
+    decode, so the pool is ceil(lam p + lam osl step / B), and at least what keeps the
+    decodes' ITL within target while prefills share their steps (`get_agg_workers_for_itl`).
+    With the queue: B slots per worker, each held p + osl step, waits within ttft - p."""
     prefill_correction, decode_correction = corrections
     new_tokens = load.mean_input_tokens * (1.0 - prefix_hit_rate)
     prefill_s = prefill_correction * model.get_prefill_s(new_tokens)
@@ -199,8 +229,12 @@ def plan_agg(
     decode_s = load.mean_output_tokens * batch.step_s
     rate = load.request_rate_per_s
     by_throughput = workers_for(rate * prefill_s + rate * decode_s / batch.num_requests)
+    by_itl = get_agg_workers_for_itl(
+        load, prefill_s, model, decode_correction, batch.context_tokens, targets.itl_s, max_workers
+    )
+    by_throughput = max(by_throughput, max_workers if by_itl is None else by_itl)
     slack_s = targets.ttft_s - prefill_s
-    meets = slack_s >= 0.0 and batch.meets_itl
+    meets = slack_s >= 0.0 and batch.meets_itl and by_itl is not None
     by_queue = (
         _queue_workers(
             load,

@@ -6,6 +6,7 @@ import pytest
 
 from armature.planner import LoadForecast, PerformanceModel, Targets
 from armature.planner.replicas import (
+    get_agg_workers_for_itl,
     get_decode_batch,
     plan_agg,
     plan_decode,
@@ -106,3 +107,20 @@ def test_agg_replicas(profile: PerformanceModel) -> None:
     )
     assert plan.num_workers == 3
     assert plan.service_s == pytest.approx(0.17 + 9.995)
+
+
+def test_agg_replicas_keep_itl_while_prefills_share_the_steps(profile: PerformanceModel) -> None:
+    """5 req/s, isl 6000 (half cached), osl 200, ITL 50 ms: p = 0.02 + 1e-4 x 3000 = 0.32 s.
+    Decode at context 6100: step = 0.010 + 0.001775 B. By capacity alone: B = 22 within 50
+    ms (step 0.04905 s), 1.6 s/s on prefill + 5 x 200 x 0.04905 / 22 = 2.23 on decode ->
+    4 workers. But a worker of 4 prefills 40% of the time, and its 13 decodes (1.25 x 200 x
+    0.05) step 0.033075 s -> ITL 0.033075 / 0.6 = 0.0551 s, above target; 5 workers: 32%
+    and 10 decodes, 0.02775 / 0.68 = 0.0408 s -> 5."""
+    targets = Targets(ttft_s=0.5, itl_s=0.050, slo_attainment=0.95)
+    load = LoadForecast(5.0, 6000.0, 200.0)
+    assert get_agg_workers_for_itl(load, 0.32, profile, 1.0, 6100.0, 0.050, 16) == 5
+    plan = plan_agg(load, 0.5, profile, (1.0, 1.0), targets, queue_aware=False, max_workers=16)
+    assert (plan.num_by_throughput, plan.num_workers, plan.meets_target) == (5, 5, True)
+    # within 4 workers it cannot be held: the plan asks for the most it may, and says so
+    small = plan_agg(load, 0.5, profile, (1.0, 1.0), targets, queue_aware=False, max_workers=4)
+    assert (small.num_workers, small.meets_target) == (4, False)
