@@ -13,7 +13,8 @@ For each workload and window:
 
     planned         --planner both (throughput plan + load rule, queue-aware)
     threshold       the same without the queueing model (--planner-queue-blind)
-    static peak     the smallest static fleet with SLA attainment >= 95% (searched upward)
+    static peak     the smallest static fleet with SLA attainment >= 95% (searched from the
+                    planned run's peak)
     static average  a static fleet of the planned run's mean size (worker-seconds / span)
 
 Targets (issue "Planner"): planned SLA attainment >= 95%; planned worker-seconds <= 70% of
@@ -58,7 +59,7 @@ PLANNER = PlannerConfig(
     scale_up_cooldown_s=10.0,
     scale_down_cooldown_s=60.0,
     min_workers=1,
-    max_workers=16,
+    max_workers=24,
     predictor="holt-winters",
 )
 
@@ -123,13 +124,24 @@ def first_up_s(report: ReplayReport, step_at_s: float) -> float | None:
 def static_peak(
     requests: list[TraceRequest], config: ReplayConfig, start: int
 ) -> tuple[int, ReplayReport]:
-    """The smallest static fleet from `start` up with attainment >= SLA_TARGET."""
-    for num in range(start, PLANNER.max_workers + 1):
-        report = replay(requests, replace(config, num_workers=num))
-        print(f"  static {num}: attainment {report.sla_attainment:.3f}", flush=True)
-        if report.sla_attainment >= SLA_TARGET:
-            return num, report
-    return PLANNER.max_workers, report
+    """The smallest static fleet with attainment >= SLA_TARGET, walking from `start` (the
+    planned run's peak): down while it holds, else up until it does."""
+    results: dict[int, ReplayReport] = {}
+
+    def attain(num: int) -> bool:
+        if num not in results:
+            results[num] = replay(requests, replace(config, num_workers=num))
+            print(f"  static {num}: attainment {results[num].sla_attainment:.3f}", flush=True)
+        return results[num].sla_attainment >= SLA_TARGET
+
+    num = min(max(start, 1), PLANNER.max_workers)
+    if attain(num):
+        while num > 1 and attain(num - 1):
+            num -= 1
+    else:
+        while num < PLANNER.max_workers and not attain(num):
+            num += 1
+    return num, results[num]
 
 
 def run_workload(
@@ -143,7 +155,7 @@ def run_workload(
     threshold = replay(shaped, blind)
     mean_workers = max(1, round(planned.worker_seconds / planned.simulated_time_s))
     average = replay(shaped, replace(config, num_workers=mean_workers))
-    peak_num, peak = static_peak(shaped, config, 1)
+    peak_num, peak = static_peak(shaped, config, planned.peak_workers.get("agg", 1))
     out_dir = REPO_ROOT / ("bench/out" if args.quick or args.windows == [0] else "docs/img")
     for label, report in (("planned", planned), ("threshold", threshold)):
         plot_fleet(

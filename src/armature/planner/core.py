@@ -5,8 +5,9 @@
     plan_interval  feed the predictors and correction factors; predict the next interval's
                    load; size each pool for it (replicas.py): the throughput plan, which is
                    also the floor the load rule cannot go below
-    plan_load      live TTFT/ITL estimates (live.py): +1 above target, -1 well below it; with
-                   the queueing model, jump to what the window's arrival rate needs at once
+    plan_load      live TTFT/ITL estimates (live.py): +1 above target, -1 once well below it
+                   for a scale-down cool-down; with the queueing model, jump to what the
+                   window's arrival rate needs at once
 
 Every change passes the role's cool-down (cooldown.py) and the limits (limits.py).
 """
@@ -89,6 +90,10 @@ class Planner:
         self._prefix_hit_rate = 0.0
         self._lengths: tuple[float, float] | None = None  # last measured (isl, osl)
         self._live: dict[WorkerRole, LiveEstimate] = {}
+        # since when each role's live estimates have all been below scale_down_ratio of
+        # their targets (absent: they are not): the load rule scales down only after
+        # scale_down_cooldown_s of that, so one quiet window does not remove a worker
+        self._calm_since_s: dict[WorkerRole, float] = {}
 
     def _make_predictor(self) -> LoadPredictor:
         config = self._config
@@ -167,7 +172,7 @@ class Planner:
                 plan = self._plan_pool(role, rising, True)
                 down_plan = self._plan_pool(role, falling, True)
                 plans[role] = plan
-            want = self._load_rule(role, live, plan, down_plan)
+            want = self._load_rule(role, live, plan, down_plan, now_s)
             if want is not None:
                 wants[role] = want
         decisions, held = self._apply(wants, now_s, share_total=False)
@@ -179,10 +184,11 @@ class Planner:
         live: LiveEstimate,
         plan: PoolPlan | None,
         down_plan: PoolPlan | None,
+        now_s: float,
     ) -> _Want | None:
-        """+1 above a target, -1 well below both; queue-aware, jump to `plan` (the queue model
-        at the window's rate, its low bound) and go down only where `down_plan` (the high
-        bound) holds with one worker fewer."""
+        """+1 above a target, -1 once well below both for `scale_down_cooldown_s`; queue-aware,
+        jump to `plan` (the queue model at the window's rate, its low bound) and go down only
+        where `down_plan` (the high bound) holds with one worker fewer."""
         current = self._num_workers[role]
         ttft_s, itl_s = self._targets.ttft_s, self._targets.itl_s
         detail = _describe_live(live)
@@ -201,9 +207,12 @@ class Planner:
         ratio = self._config.scale_down_ratio
         pairs = ((live.ttft_s, ttft_s), (live.itl_s, itl_s))
         measured = [(v, t) for v, t in pairs if v is not None]
+        if not measured or any(v >= ratio * t for v, t in measured):
+            self._calm_since_s.pop(role, None)
+            return None
+        calm_since_s = self._calm_since_s.setdefault(role, now_s)
         if (
-            measured
-            and all(v < ratio * t for v, t in measured)
+            now_s - calm_since_s >= self._config.scale_down_cooldown_s
             and current - 1 >= self._floor[role]
             and (down_plan is None or down_plan.num_workers <= current - 1)
         ):

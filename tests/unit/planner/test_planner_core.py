@@ -181,10 +181,16 @@ def test_load_rule_itl_above_target_and_well_below(profile: PerformanceModel) ->
     assert summary(planner.plan_load(slow, now_s=0.0).decisions) == [
         ("decode", 1, 2, "itl_above_target")
     ]
-    # 10 ms < 0.5 x 30 ms: down, but only after the 60 s down cool-down
+    # 10 ms < 0.5 x 30 ms: down, but only once it has been so for the 60 s down cool-down
+    # (calm from 30 s on), and a busy window in between starts the count again
     fast = observe(2, window_s=5.0, workers=decode_workers(2, 0.010))
+    busy = observe(2, window_s=5.0, workers=decode_workers(2, 0.020))
     assert planner.plan_load(fast, now_s=30.0).decisions == []
-    assert summary(planner.plan_load(fast, now_s=60.0).decisions) == [
+    assert planner.plan_load(fast, now_s=60.0).decisions == []
+    assert planner.plan_load(busy, now_s=70.0).decisions == []  # 20 ms >= 15 ms: not calm
+    assert planner.plan_load(fast, now_s=80.0).decisions == []
+    assert planner.plan_load(fast, now_s=135.0).decisions == []
+    assert summary(planner.plan_load(fast, now_s=140.0).decisions) == [
         ("decode", 2, 1, "below_target")
     ]
 
