@@ -11,7 +11,9 @@ consecutive requests, its arrivals stretched by --time-scale, then reshaped):
 
 For each workload and window:
 
-    planned         --planner both (throughput plan + load rule, queue-aware)
+    planned         --planner both (throughput plan + load rule, queue-aware), starting
+                    from the planner's own plan for the window's first interval (where a
+                    planner that ran before would stand); the threshold run starts there too
     threshold       the same without the queueing model (--planner-queue-blind)
     static peak     the smallest static fleet with SLA attainment >= 95% (searched from the
                     planned run's peak)
@@ -34,13 +36,19 @@ plot per planned run under docs/img/ (bench/out/ with --quick).
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from armature.config import PlannerConfig
+from armature.planner.core import Planner
+from armature.planner.observation import FrontendMetrics, PlannerObservation
+from armature.planner.predictors import ConstantPredictor
+from armature.protocols.worker import WorkerRole
 from armature.sim.fleet_plot import plot_fleet
-from armature.sim.replay import ReplayConfig, ReplayReport, replay
+from armature.sim.replay import ReplayConfig, ReplayReport, get_performance_model, replay
+from armature.sim.timing import PolynomialTiming
 from armature.workload.rate_shapes import DiurnalShape, RateShape, StepShape, reshape_arrivals
 from armature.workload.traces import TraceRequest, read_mooncake_trace
 from bench.paths import REPO_ROOT, TRACES_DIR, results_path
@@ -114,6 +122,27 @@ def base_config(args: argparse.Namespace) -> ReplayConfig:
     )
 
 
+def initial_fleet(requests: list[TraceRequest]) -> int:
+    """Where a planner that ran before the window would stand: its own throughput plan for
+    the window's first interval (the load it would have seen; no prefix hits assumed)."""
+    start_ms = requests[0].arrival_ms
+    first = [r for r in requests if r.arrival_ms - start_ms < PLANNER.interval_s * 1000.0]
+    metrics = FrontendMetrics(
+        window_s=PLANNER.interval_s,
+        num_requests=len(first),
+        mean_input_tokens=statistics.fmean(r.input_length for r in first),
+        mean_output_tokens=statistics.fmean(r.output_length for r in first),
+    )
+    config = ReplayConfig(block_size=16, num_kv_blocks=16384)
+    planner = Planner(
+        PLANNER,
+        get_performance_model(config, PolynomialTiming()),
+        predictor_factory=ConstantPredictor,
+    )
+    effects = planner.plan_interval(PlannerObservation(frontend=metrics), PLANNER.interval_s)
+    return effects.num_workers[WorkerRole.AGG]
+
+
 def first_up_s(report: ReplayReport, step_at_s: float) -> float | None:
     for sample in report.timeline:
         if sample.time_s >= step_at_s and sample.starting.get("agg", 0) > 0:
@@ -149,7 +178,7 @@ def run_workload(
 ) -> tuple[list[Run], int, int]:
     shape, step_at_s = shape_for(workload, requests)
     shaped = reshape_arrivals(requests, shape)
-    config = base_config(args)
+    config = replace(base_config(args), num_workers=initial_fleet(shaped))
     planned = replay(shaped, replace(config, planner_rule="both"))
     blind = replace(config, planner_rule="both", planner=replace(PLANNER, queue_aware=False))
     threshold = replay(shaped, blind)

@@ -23,7 +23,7 @@ from armature.sim.simulation import Simulation
 from armature.sim.timing import PolynomialTiming, TimingModel
 from armature.workload.traces import TraceRequest
 
-__all__ = ["ReplayConfig", "ReplayReport", "replay"]
+__all__ = ["ReplayConfig", "ReplayReport", "get_performance_model", "replay"]
 
 
 def replay(
@@ -42,7 +42,9 @@ def replay(
                 WorkerRole.PREFILL: config.num_prefill_workers,
                 WorkerRole.DECODE: config.num_workers - config.num_prefill_workers,
             }
-        planner = Planner(planner_config, _performance_of(config, timing), num_workers=fleet_size)
+        planner = Planner(
+            planner_config, get_performance_model(config, timing), num_workers=fleet_size
+        )
     kind = DisaggSimulation if config.num_prefill_workers else Simulation
     simulation = kind(requests, config, timing)
     fleet = PlannedFleet(
@@ -72,7 +74,7 @@ def replay(
     )
 
 
-def _performance_of(config: ReplayConfig, timing: TimingModel) -> TimingPerformanceModel:
+def get_performance_model(config: ReplayConfig, timing: TimingModel) -> TimingPerformanceModel:
     """The planner's model of one simulated worker: the step times the mocker runs on."""
     return TimingPerformanceModel(
         timing,
