@@ -85,7 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--windows", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--requests", type=int, default=3000, help="requests per window")
     parser.add_argument(
-        "--time-scale", type=float, default=4.0, help="stretch the trace's arrivals (lower rate)"
+        "--time-scale", type=float, default=2.0, help="stretch the trace's arrivals (lower rate)"
     )
     parser.add_argument("--startup-s", type=float, default=30.0)
     parser.add_argument("--workloads", nargs="+", default=["step", "diurnal"])
