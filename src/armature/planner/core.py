@@ -132,10 +132,11 @@ class Planner:
             cooldown.add_plan(plan.num_workers, now_s)
             wanted = plan.num_workers
             if wanted < self._num_workers[role]:
-                # scale down only to the highest recent plan, and not while the load rule
-                # last saw this role at or above its targets
+                # scale down only to the highest recent plan, and, where the load rule runs,
+                # only once it has seen this role calm for the down cool-down (the rule that
+                # added workers for a live latency is not undone by a lower prediction)
                 wanted = min(self._num_workers[role], max(wanted, cooldown.get_stable_plan()))
-                if self._is_at_target(role):
+                if role in self._live and not self._is_calm(role, now_s):
                     wanted = self._num_workers[role]
             wants[role] = _Want(wanted, DecisionReason.THROUGHPUT, self._describe(forecast, plan))
         decisions, held = self._apply(wants, now_s, share_total=True)
@@ -210,23 +211,20 @@ class Planner:
         if not measured or any(v >= ratio * t for v, t in measured):
             self._calm_since_s.pop(role, None)
             return None
-        calm_since_s = self._calm_since_s.setdefault(role, now_s)
+        self._calm_since_s.setdefault(role, now_s)
         if (
-            now_s - calm_since_s >= self._config.scale_down_cooldown_s
+            self._is_calm(role, now_s)
             and current - 1 >= self._floor[role]
             and (down_plan is None or down_plan.num_workers <= current - 1)
         ):
             return _Want(current - 1, DecisionReason.BELOW_TARGET, detail)
         return None
 
-    def _is_at_target(self, role: WorkerRole) -> bool:
-        """Whether the last live estimate of `role` reached a target (False: none yet)."""
-        live = self._live.get(role)
-        if live is None:
-            return False
-        return (live.ttft_s is not None and live.ttft_s >= self._targets.ttft_s) or (
-            live.itl_s is not None and live.itl_s >= self._targets.itl_s
-        )
+    def _is_calm(self, role: WorkerRole, now_s: float) -> bool:
+        """Whether the load rule has seen every live estimate of `role` below the scale-down
+        ratio of its target for the down cool-down."""
+        since_s = self._calm_since_s.get(role)
+        return since_s is not None and now_s - since_s >= self._config.scale_down_cooldown_s
 
     def _apply(
         self, wants: Mapping[WorkerRole, _Want], now_s: float, *, share_total: bool

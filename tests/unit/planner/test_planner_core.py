@@ -315,3 +315,24 @@ def test_queue_jump_reads_the_low_bound_of_a_short_window(profile: PerformanceMo
     effects = planner.plan_load(observe(8, window_s=1.0, workers=prefill_workers(2, 0)), 100.0)
     assert effects.plans[P].num_by_queue == 2
     assert [d for d in effects.decisions if d.role is P] == []
+
+
+def test_throughput_plan_does_not_undo_the_load_rule_until_calm(
+    profile: PerformanceModel,
+) -> None:
+    """The load rule adds a decode worker for a slow ITL; a low prediction does not take it
+    away until the live estimates have been calm (below half the targets) for the 60 s down
+    cool-down: calm from 70 s, so not at 120 s, and at 180 s."""
+    planner = make_planner(profile)
+    slow = observe(2, window_s=5.0, workers=decode_workers(1, 0.045))
+    assert summary(planner.plan_load(slow, now_s=0.0).decisions) == [
+        ("decode", 1, 2, "itl_above_target")
+    ]
+    quiet = observe(0.5)
+    assert [d for d in planner.plan_interval(quiet, now_s=60.0).decisions if d.role is D] == []
+    fast = observe(2, window_s=5.0, workers=decode_workers(2, 0.010))
+    assert planner.plan_load(fast, now_s=70.0).decisions == []
+    assert [d for d in planner.plan_interval(quiet, now_s=120.0).decisions if d.role is D] == []
+    assert [
+        summary([d])[0] for d in planner.plan_interval(quiet, now_s=180.0).decisions if d.role is D
+    ] == [("decode", 2, 1, "throughput")]
