@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from armature.cli.options import CliError, add_settings, arg_type, setup_logging
+from armature.cli.replay_workload import load_requests
 from armature.config import (
     KvTierConfig,
     PlannerConfig,
@@ -18,11 +19,7 @@ from armature.config import (
     positive_int,
 )
 from armature.errors import ConfigError
-from armature.sim.replay_config import PLANNER_RULES, REPLAY_POLICIES, ReplayConfig
-
-if TYPE_CHECKING:
-    from armature.sim.replay_config import FleetSample
-    from armature.workload.traces import TraceRequest
+from armature.sim.replay_config import PLANNER_RULES, REPLAY_POLICIES, ReplayConfig, ReplayReport
 
 __all__ = ["add_parser", "run"]
 
@@ -259,22 +256,11 @@ def run(args: argparse.Namespace) -> int:
     from armature.sim.profile_timing import load_profile_timing
     from armature.sim.replay import replay
     from armature.workload.measure import Slo
-    from armature.workload.traces import TraceFormatError, read_mooncake_trace
 
     timing = None
     if args.timing_profile is not None:  # before the trace: a bad profile fails at once
         timing = load_profile_timing(Path(args.timing_profile), args.speedup)
-    if args.synthetic:
-        requests = _synthetic_workload(args)
-    else:
-        path = Path(args.trace)
-        if not path.is_file():
-            raise CliError(f"trace file {path} does not exist")
-        try:
-            requests = read_mooncake_trace(path, limit=args.limit, time_scale=args.time_scale)
-        except TraceFormatError as exc:
-            raise CliError(str(exc)) from None
-    requests = _reshape(args, requests)
+    requests = load_requests(args)
     config = ReplayConfig(
         num_workers=args.workers,
         router=args.router,
@@ -300,7 +286,18 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
-    report = dataclasses.asdict(replay(requests, config, timing))
+    result = replay(requests, config, timing)
+    report = dataclasses.asdict(result)
+    _print_summary(args, config, report)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"{'report':>24}: {args.report}")
+    if args.plot:
+        _write_plot(args, config, result)
+    return 0
+
+
+def _print_summary(args: argparse.Namespace, config: ReplayConfig, report: dict[str, Any]) -> None:
     summary = {
         k: report[k]
         for k in (
@@ -332,30 +329,24 @@ def run(args: argparse.Namespace) -> int:
         summary["planner_decisions"] = _by_role(report["planner_decisions"]) or "none"
     for key, value in summary.items():
         print(f"{key:>24}: {value:.4g}" if isinstance(value, float) else f"{key:>24}: {value}")
-    if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"{'report':>24}: {args.report}")
-    if args.plot:
-        from armature.sim.fleet_plot import plot_fleet
-
-        source = args.trace or f"synthetic {args.synthetic}"
-        rule = f"planner {args.planner}" if args.planner else "static fleet"
-        plot_fleet(
-            report_timeline(report),
-            Path(args.plot),
-            ttft_target_ms=config.planner.ttft_ms,
-            itl_target_ms=config.planner.itl_ms,
-            title=f"{source}, {rule}: SLA attainment {report['sla_attainment']:.3f}, "
-            f"{report['worker_seconds']:.0f} worker-seconds",
-        )
-        print(f"{'plot':>24}: {args.plot}")
-    return 0
 
 
-def report_timeline(report: dict[str, Any]) -> list[FleetSample]:
-    from armature.sim.replay_config import FleetSample
+def _write_plot(args: argparse.Namespace, config: ReplayConfig, report: ReplayReport) -> None:
+    from pathlib import Path
 
-    return [FleetSample(**sample) for sample in report["timeline"]]
+    from armature.sim.fleet_plot import plot_fleet
+
+    source = args.trace or f"synthetic {args.synthetic}"
+    rule = f"planner {args.planner}" if args.planner else "static fleet"
+    plot_fleet(
+        report.timeline,
+        Path(args.plot),
+        ttft_target_ms=config.planner.ttft_ms,
+        itl_target_ms=config.planner.itl_ms,
+        title=f"{source}, {rule}: SLA attainment {report.sla_attainment:.3f}, "
+        f"{report.worker_seconds:.0f} worker-seconds",
+    )
+    print(f"{'plot':>24}: {args.plot}")
 
 
 def _by_role(counts: dict[str, Any]) -> str:
@@ -368,42 +359,3 @@ def _planner_config(args: argparse.Namespace) -> PlannerConfig:
         return PlannerConfig(mode=mode, **{name: getattr(args, name) for name in PLANNER_SETTINGS})
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-
-
-def _reshape(args: argparse.Namespace, requests: list[TraceRequest]) -> list[TraceRequest]:
-    from armature.workload.rate_shapes import DiurnalShape, StepShape, reshape_arrivals
-
-    if args.rate_shape is None:
-        return requests
-    if args.rate_shape == "step":
-        return reshape_arrivals(
-            requests, StepShape(args.shape_factor, args.step_at_s, args.step_for_s)
-        )
-    return reshape_arrivals(requests, DiurnalShape(args.shape_factor, args.shape_period_s))
-
-
-def _synthetic_workload(args: argparse.Namespace) -> list[TraceRequest]:
-    """Prefix groups: 8 groups sharing 2,048-token prefixes + 512 unique tokens. Multi-turn:
-    4-turn sessions on a shared 1,024-token system prompt, 256 tokens per turn."""
-    from armature.workload.traces import synthetic_multi_turn, synthetic_prefix_groups
-
-    if args.synthetic == "prefix-groups":
-        return synthetic_prefix_groups(
-            num_requests=args.num_requests,
-            num_groups=8,
-            shared_prefix_tokens=2048,
-            unique_tokens=512,
-            output_length=128,
-            rate_rps=args.rate_rps,
-            seed=args.seed,
-        )
-    return synthetic_multi_turn(
-        num_sessions=max(1, args.num_requests // 4),
-        turns_per_session=4,
-        system_prompt_tokens=1024,
-        turn_tokens=256,
-        output_length=128,
-        rate_rps=args.rate_rps / 4,
-        think_time_ms=5000.0,
-        seed=args.seed,
-    )

@@ -1,0 +1,76 @@
+"""What `armature replay` replays: a trace or a synthetic workload (`load_requests`), its
+arrival rate reshaped when asked (`--rate-shape`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from armature.cli.options import CliError
+
+if TYPE_CHECKING:
+    from armature.workload.traces import TraceRequest
+
+__all__ = ["load_requests"]
+
+
+def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
+    """The workload `args` name, reshaped by --rate-shape; a one-line CliError when the trace
+    cannot be read."""
+    return _reshape(args, _read(args))
+
+
+def _read(args: argparse.Namespace) -> list[TraceRequest]:
+    """The synthetic workload, or the trace (a one-line error when it cannot be read)."""
+    from pathlib import Path
+
+    from armature.workload.traces import TraceFormatError, read_mooncake_trace
+
+    if args.synthetic:
+        return _synthetic_workload(args)
+    path = Path(args.trace)
+    if not path.is_file():
+        raise CliError(f"trace file {path} does not exist")
+    try:
+        return read_mooncake_trace(path, limit=args.limit, time_scale=args.time_scale)
+    except TraceFormatError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _reshape(args: argparse.Namespace, requests: list[TraceRequest]) -> list[TraceRequest]:
+    from armature.workload.rate_shapes import DiurnalShape, StepShape, reshape_arrivals
+
+    if args.rate_shape is None:
+        return requests
+    if args.rate_shape == "step":
+        return reshape_arrivals(
+            requests, StepShape(args.shape_factor, args.step_at_s, args.step_for_s)
+        )
+    return reshape_arrivals(requests, DiurnalShape(args.shape_factor, args.shape_period_s))
+
+
+def _synthetic_workload(args: argparse.Namespace) -> list[TraceRequest]:
+    """Prefix groups: 8 groups sharing 2,048-token prefixes + 512 unique tokens. Multi-turn:
+    4-turn sessions on a shared 1,024-token system prompt, 256 tokens per turn."""
+    from armature.workload.traces import synthetic_multi_turn, synthetic_prefix_groups
+
+    if args.synthetic == "prefix-groups":
+        return synthetic_prefix_groups(
+            num_requests=args.num_requests,
+            num_groups=8,
+            shared_prefix_tokens=2048,
+            unique_tokens=512,
+            output_length=128,
+            rate_rps=args.rate_rps,
+            seed=args.seed,
+        )
+    return synthetic_multi_turn(
+        num_sessions=max(1, args.num_requests // 4),
+        turns_per_session=4,
+        system_prompt_tokens=1024,
+        turn_tokens=256,
+        output_length=128,
+        rate_rps=args.rate_rps / 4,
+        think_time_ms=5000.0,
+        seed=args.seed,
+    )
