@@ -28,6 +28,7 @@ from armature.sim.fleet_monitor import FrontendWindows
 from armature.sim.replay_config import PLANNER_RULES, FleetSample
 from armature.sim.replay_disagg import DisaggSimulation
 from armature.sim.simulation import Simulation
+from armature.workload.measure import Slo
 
 __all__ = ["PlannedFleet", "WorkerSpan", "get_sla_attainment"]
 
@@ -38,11 +39,10 @@ _MAX_RECORDS_PER_WORKER = 4096
 
 @dataclass
 class WorkerSpan:
-    """One worker's life: asked for, in routing, stopped (None: not yet)."""
+    """One worker's cost: from when it was asked for until it stopped (None: not yet)."""
 
     role: WorkerRole
     provisioned_ms: float
-    serving_ms: float | None = None
     stopped_ms: float | None = None
 
 
@@ -98,10 +98,7 @@ class PlannedFleet:
     def _add_initial(self, role: WorkerRole, workers: list[str]) -> None:
         self._pools[role] = _Pool(serving=list(workers))
         for worker in workers:
-            self.spans[worker] = WorkerSpan(role, self._start_ms, serving_ms=self._start_ms)
-
-    def get_roles(self) -> tuple[WorkerRole, ...]:
-        return tuple(self._pools)
+            self.spans[worker] = WorkerSpan(role, self._start_ms)
 
     # ---- ticks ---------------------------------------------------------------------------
     def _on_load_tick(self, now_ms: float) -> None:
@@ -186,7 +183,6 @@ class PlannedFleet:
                 return  # cancelled while starting
             pool.starting.remove(worker)
             pool.serving.append(worker)
-            self.spans[worker].serving_ms = now_ms
             self._sim.join(worker, role)
 
         return callback
@@ -228,12 +224,7 @@ class PlannedFleet:
 def get_sla_attainment(simulation: Simulation, ttft_ms: float, itl_ms: float) -> float:
     """The share of `simulation`'s requests, rejected ones included, that got their first
     token within `ttft_ms` and then tokens `itl_ms` apart on average (within a request)."""
-    num_met = 0
-    for t in simulation.tracked.values():
-        if t.first_token_ms is None or t.first_token_ms - t.arrival_ms > ttft_ms:
-            continue
-        if t.itl_ms and sum(t.itl_ms) / len(t.itl_ms) > itl_ms:
-            continue
-        num_met += 1
+    slo = Slo("sla", ttft_ms, itl_ms)
+    num_met = sum(1 for t in simulation.tracked.values() if slo.met_by(t.timing()))
     num_requests = len(simulation.tracked) + simulation.num_rejected
     return num_met / num_requests if num_requests else 0.0
