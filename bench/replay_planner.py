@@ -122,7 +122,7 @@ def base_config(args: argparse.Namespace) -> ReplayConfig:
     )
 
 
-def initial_fleet(requests: list[TraceRequest]) -> int:
+def initial_fleet(requests: list[TraceRequest], config: ReplayConfig) -> int:
     """Where a planner that ran before the window would stand: its own throughput plan for
     the window's first interval (the load it would have seen; no prefix hits assumed)."""
     start_ms = requests[0].arrival_ms
@@ -133,7 +133,6 @@ def initial_fleet(requests: list[TraceRequest]) -> int:
         mean_input_tokens=statistics.fmean(r.input_length for r in first),
         mean_output_tokens=statistics.fmean(r.output_length for r in first),
     )
-    config = ReplayConfig(block_size=16, num_kv_blocks=16384)
     planner = Planner(
         PLANNER,
         get_performance_model(config, PolynomialTiming()),
@@ -181,7 +180,8 @@ def run_workload(
 ) -> tuple[list[Run], int, int]:
     shape, step_at_s = shape_for(workload, requests)
     shaped = reshape_arrivals(requests, shape)
-    config = replace(base_config(args), num_workers=initial_fleet(shaped))
+    config = base_config(args)
+    config = replace(config, num_workers=initial_fleet(shaped, config))
     planned = replay(shaped, replace(config, planner_rule="both"))
     blind = replace(config, planner_rule="both", planner=replace(PLANNER, queue_aware=False))
     threshold = replay(shaped, blind)
