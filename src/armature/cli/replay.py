@@ -142,12 +142,6 @@ def _add_planner_args(replay: argparse.ArgumentParser) -> None:
         "both; its targets --ttft-ms and --itl-ms also give every replay's sla_attainment",
     )
     planner.add_argument("--planner", choices=list(PLANNER_RULES), default=None)
-    planner.add_argument(
-        "--worker-startup-s",
-        type=arg_type(non_negative_float),
-        default=30.0,
-        help="how long a new worker takes to join routing (it costs from when it is asked for)",
-    )
     add_settings(planner, PlannerConfig(), only=PLANNER_SETTINGS)
 
 

@@ -146,6 +146,13 @@ class PlannerConfig:
         "after a role scales, it scales down only after this long (against flapping)",
         parse=positive_float,
     )
+    worker_startup_s: float = setting(
+        30.0,
+        "how long a worker asked for takes to serve: the load rule adds one for a live latency "
+        "only where the queue would outlast that and no worker is already starting (a replay's "
+        "new workers join routing this long after they are asked for)",
+        parse=non_negative_float,
+    )
     scale_down_ratio: float = setting(
         0.5,
         "the load rule removes a worker only while live TTFT and ITL estimates are below this "

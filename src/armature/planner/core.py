@@ -19,12 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from armature.config.planner import PlannerConfig
+from armature.planner.backlog import get_drain_s, get_workers_for_backlog
 from armature.planner.cooldown import RoleCooldown
 from armature.planner.correction import CorrectionTracker
 from armature.planner.decisions import DecisionReason, LimitReason, ScalingDecision
 from armature.planner.forecast import LoadForecast, LoadForecaster
 from armature.planner.limits import apply_limits
-from armature.planner.live import LiveEstimate, estimate_live
+from armature.planner.live import LiveEstimate, estimate_live, get_backlog_requests
 from armature.planner.observation import PlannerObservation
 from armature.planner.performance import PerformanceModel
 from armature.planner.predictors import LoadPredictor, make_predictor
@@ -50,6 +51,22 @@ class PlannerEffects:
     live: dict[WorkerRole, LiveEstimate] = field(default_factory=dict)
     prefill_correction: float = 1.0
     decode_correction: float = 1.0
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """What a role has serving, starting and queued: `backlog_requests` prompts wait for a
+    prefill (None: the role has no prompt queue); `busy_*` the workers the window's arrival
+    rate keeps busy and `work_*_s` one request's worker-seconds, at the rate's low (up) and
+    high (down) bound."""
+
+    num_serving: int
+    num_starting: int
+    backlog_requests: float | None
+    busy_up: float
+    busy_down: float
+    work_up_s: float
+    work_down_s: float
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,9 @@ class Planner:
         }
         self._prefix_hit_rate = 0.0
         self._lengths: tuple[float, float] | None = None  # last measured (isl, osl)
+        # the last interval's (isl, osl): steadier than a load window's, which a few long
+        # prompts move; the load rule sizes up on the lower of the two and down on the higher
+        self._interval_lengths: tuple[float, float] | None = None
         self._live: dict[WorkerRole, LiveEstimate] = {}
         # since when each role's live estimates have all been below scale_down_ratio of
         # their targets (absent: they are not): the load rule scales down only after
@@ -120,6 +140,7 @@ class Planner:
         if frontend.num_requests > 0:
             self._prefix_hit_rate = frontend.prefix_hit_rate
             self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
+            self._interval_lengths = self._lengths
         forecast = self._forecaster.predict_next()
         if forecast is None:
             return self._effects([], [])
@@ -154,26 +175,48 @@ class Planner:
         input_tokens, output_tokens = self._lengths
         new_tokens = input_tokens * (1.0 - self._prefix_hit_rate)
         low_rate_per_s, high_rate_per_s = get_rate_bounds(frontend.num_requests, frontend.window_s)
-        rising = LoadForecast(low_rate_per_s, input_tokens, output_tokens)
-        falling = LoadForecast(high_rate_per_s, input_tokens, output_tokens)
+        steady_input, steady_output = self._interval_lengths or self._lengths
+        rising = LoadForecast(
+            low_rate_per_s, min(input_tokens, steady_input), min(output_tokens, steady_output)
+        )
+        falling = LoadForecast(
+            high_rate_per_s, max(input_tokens, steady_input), max(output_tokens, steady_output)
+        )
         wants: dict[WorkerRole, _Want] = {}
         plans: dict[WorkerRole, PoolPlan] = {}
         for role in self._roles():
+            workers = observation.get_workers(role)
             live = estimate_live(
-                role,
-                observation.get_workers(role),
-                frontend,
-                self._model,
-                self._corrections.prefill_factor,
-                new_tokens,
+                role, workers, frontend, self._model, self._corrections.prefill_factor, new_tokens
             )
             self._live[role] = live
-            plan = down_plan = None
-            if self._config.queue_aware:
-                plan = self._plan_pool(role, rising, True)
-                down_plan = self._plan_pool(role, falling, True)
-                plans[role] = plan
-            want = self._load_rule(role, live, plan, down_plan, now_s)
+            queue_aware = self._config.queue_aware
+            up_plan = self._plan_pool(role, rising, queue_aware)
+            down_plan = self._plan_pool(role, falling, queue_aware)
+            if queue_aware:
+                plans[role] = up_plan
+            backlog = (
+                None
+                if role is WorkerRole.DECODE
+                else get_backlog_requests(workers, frontend, new_tokens)
+            )
+            pending = _Pending(
+                num_serving=len(workers),
+                num_starting=max(0, self._num_workers[role] - len(workers)),
+                backlog_requests=backlog,
+                busy_up=rising.request_rate_per_s * up_plan.work_s,
+                busy_down=falling.request_rate_per_s * down_plan.work_s,
+                work_up_s=up_plan.work_s,
+                work_down_s=down_plan.work_s,
+            )
+            want = self._load_rule(
+                role,
+                live,
+                up_plan if queue_aware else None,
+                down_plan if queue_aware else None,
+                pending,
+                now_s,
+            )
             if want is not None:
                 wants[role] = want
         decisions, held = self._apply(wants, now_s, share_total=False)
@@ -185,25 +228,56 @@ class Planner:
         live: LiveEstimate,
         plan: PoolPlan | None,
         down_plan: PoolPlan | None,
+        pending: _Pending,
         now_s: float,
     ) -> _Want | None:
-        """+1 above a target, -1 once well below both for `scale_down_cooldown_s`; queue-aware,
-        jump to `plan` (the queue model at the window's rate, its low bound) and go down only
-        where `down_plan` (the high bound) holds with one worker fewer."""
+        """+1 above a target, unless `pending` says a worker added now would come too late
+        (one is already starting, or the queue drains before a new one could serve); -1 once
+        well below both for `scale_down_cooldown_s`. Queue-aware: jump to `plan` (the queue
+        model at the window's rate, its low bound), and go down to `down_plan` (the high
+        bound) where it needs fewer."""
         current = self._num_workers[role]
         ttft_s, itl_s = self._targets.ttft_s, self._targets.itl_s
         detail = _describe_live(live)
-        if plan is not None and plan.num_workers > current:
-            return _Want(
-                plan.num_workers,
-                DecisionReason.QUEUE_PREDICTED,
-                f"{detail}; queue model needs {plan.num_workers} (by queue "
-                f"{plan.num_by_queue}, by throughput {plan.num_by_throughput})",
-            )
+        startup_s = self._config.worker_startup_s
+        if plan is not None:
+            by_backlog = 0
+            if pending.backlog_requests:
+                by_backlog = get_workers_for_backlog(
+                    pending.backlog_requests * pending.work_up_s,
+                    pending.num_serving,
+                    pending.busy_up,
+                    startup_s,
+                    max(startup_s, self._config.load_interval_s),
+                )
+            if max(plan.num_workers, by_backlog) > current:
+                reason = DecisionReason.QUEUE_PREDICTED
+                if by_backlog > plan.num_workers:
+                    reason = DecisionReason.QUEUE_BACKLOG
+                return _Want(
+                    max(plan.num_workers, by_backlog),
+                    reason,
+                    f"{detail}; queue model needs {plan.num_workers} (by queue "
+                    f"{plan.num_by_queue}, by throughput {plan.num_by_throughput}), "
+                    f"{pending.backlog_requests or 0:.0f} prompts queued {by_backlog}",
+                )
         up = max(current + 1, self._floor[role])
-        if live.ttft_s is not None and live.ttft_s > ttft_s:
+        drain_s = None
+        if pending.backlog_requests is not None:
+            drain_s = get_drain_s(
+                pending.backlog_requests * pending.work_down_s,
+                pending.num_serving,
+                pending.busy_down,
+            )
+        # a worker added for a live latency helps only if none is starting already and the
+        # queue would still be there when it serves (prefills of a queue that drains sooner
+        # are also what slows the decodes sharing their steps)
+        idle_start = pending.num_starting == 0
+        outlasts = drain_s is None or drain_s > startup_s
+        if idle_start and outlasts and live.ttft_s is not None and live.ttft_s > ttft_s:
             return _Want(up, DecisionReason.TTFT_ABOVE_TARGET, detail)
-        if live.itl_s is not None and live.itl_s > itl_s:
+        itl_capacity = not pending.backlog_requests or outlasts
+        if idle_start and itl_capacity and live.itl_s is not None and live.itl_s > itl_s:
             return _Want(up, DecisionReason.ITL_ABOVE_TARGET, detail)
         ratio = self._config.scale_down_ratio
         pairs = ((live.ttft_s, ttft_s), (live.itl_s, itl_s))
@@ -212,12 +286,12 @@ class Planner:
             self._calm_since_s.pop(role, None)
             return None
         self._calm_since_s.setdefault(role, now_s)
-        if (
-            self._is_calm(role, now_s)
-            and current - 1 >= self._floor[role]
-            and (down_plan is None or down_plan.num_workers <= current - 1)
-        ):
-            return _Want(current - 1, DecisionReason.BELOW_TARGET, detail)
+        if not self._is_calm(role, now_s):
+            return None
+        down = current - 1 if down_plan is None else down_plan.num_workers
+        down = max(down, self._floor[role])
+        if down < current:
+            return _Want(down, DecisionReason.BELOW_TARGET, detail)
         return None
 
     def _is_calm(self, role: WorkerRole, now_s: float) -> bool:

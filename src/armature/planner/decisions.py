@@ -17,6 +17,7 @@ class DecisionReason(enum.StrEnum):
 
     THROUGHPUT = "throughput"  # the throughput plan for the predicted load
     QUEUE_PREDICTED = "queue_predicted"  # the queueing model: waits would pass the target
+    QUEUE_BACKLOG = "queue_backlog"  # queued prompts would outlast a new worker's start
     TTFT_ABOVE_TARGET = "ttft_above_target"  # load rule: live TTFT estimate above target
     ITL_ABOVE_TARGET = "itl_above_target"  # load rule: live ITL estimate above target
     BELOW_TARGET = "below_target"  # load rule: live estimates well below their targets

@@ -9,6 +9,8 @@ frontend's queue.
     ITL (decode, agg): the mean wall time of the window's steps that decoded (a step is one
         token for each decode in it), over the role's workers.
 
+    Backlog (prefill, agg): the prompts waiting for a prefill, (sum_w q_w) / n + Q.
+
 An estimate is None when nothing was measured (no worker of the role reported, no decode
 step in the window): no measurement is not a low latency.
 """
@@ -22,7 +24,7 @@ from armature.planner.observation import FrontendMetrics, WorkerSteps
 from armature.planner.performance import PerformanceModel
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["LiveEstimate", "estimate_live"]
+__all__ = ["LiveEstimate", "estimate_live", "get_backlog_requests"]
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,23 @@ def _estimate_ttft_s(
     spread_tokens = frontend.num_queued_requests * new_tokens / len(workers)
     estimates = []
     for worker in workers:
-        queued = worker.step_records[-1].num_queued_prefill_tokens if worker.step_records else 0
+        queued = _get_queued_tokens(worker)
         estimates.append(prefill_s * (queued + spread_tokens + new_tokens) / new_tokens)
     return statistics.fmean(estimates)
+
+
+def _get_queued_tokens(worker: WorkerSteps) -> int:
+    return worker.step_records[-1].num_queued_prefill_tokens if worker.step_records else 0
+
+
+def get_backlog_requests(
+    workers: list[WorkerSteps], frontend: FrontendMetrics, new_tokens: float
+) -> float:
+    """The prompts waiting for a prefill, in prompts of `new_tokens`: those queued on
+    `workers` (their last records' queued prefill tokens / n) and at the frontend."""
+    queued_tokens = sum(_get_queued_tokens(w) for w in workers)
+    on_workers = queued_tokens / new_tokens if new_tokens > 0.0 else 0.0
+    return on_workers + frontend.num_queued_requests
 
 
 def _estimate_itl_s(workers: list[WorkerSteps]) -> float | None:

@@ -69,6 +69,8 @@ class PoolPlan:
     """One pool's size for a predicted load, and why.
 
     `service_s`: the time one request holds a server (a prefill; a decode residence);
+    `work_s`: the worker-seconds one request costs the pool (a prefill, p; a decode's share
+    of its steps, osl step / B; both in an aggregated pool), so lam work_s workers are busy;
     `num_by_throughput`: the capacity formula; `num_by_queue`: the queueing model's fewest
     workers (None when queue-blind, no load, or not reachable within `max_workers`);
     `meets_target`: whether service alone fits the target (else no pool size will)."""
@@ -78,6 +80,7 @@ class PoolPlan:
     num_by_queue: int | None
     service_s: float
     meets_target: bool
+    work_s: float
 
 
 def get_decode_batch(
@@ -116,9 +119,11 @@ def _queue_workers(
     return None if num_servers is None else workers_for(num_servers / slots_per_worker)
 
 
-def _pool(by_throughput: int, by_queue: int | None, service_s: float, meets: bool) -> PoolPlan:
+def _pool(
+    by_throughput: int, by_queue: int | None, service_s: float, meets: bool, work_s: float
+) -> PoolPlan:
     num_workers = max(by_throughput, by_queue or 0)
-    return PoolPlan(num_workers, by_throughput, by_queue, service_s, meets)
+    return PoolPlan(num_workers, by_throughput, by_queue, service_s, meets, work_s)
 
 
 def plan_prefill(
@@ -143,7 +148,7 @@ def plan_prefill(
         if queue_aware
         else None
     )
-    return _pool(by_throughput, by_queue, service_s, slack_s >= 0.0)
+    return _pool(by_throughput, by_queue, service_s, slack_s >= 0.0, service_s)
 
 
 def plan_decode(
@@ -171,7 +176,9 @@ def plan_decode(
         if queue_aware and batch.meets_itl
         else None
     )
-    return _pool(by_throughput, by_queue, residence_s, batch.meets_itl)
+    return _pool(
+        by_throughput, by_queue, residence_s, batch.meets_itl, residence_s / batch.num_requests
+    )
 
 
 def get_agg_workers_for_itl(
@@ -247,4 +254,5 @@ def plan_agg(
         if queue_aware and meets
         else None
     )
-    return _pool(by_throughput, by_queue, prefill_s + decode_s, meets)
+    work_s = prefill_s + decode_s / batch.num_requests
+    return _pool(by_throughput, by_queue, prefill_s + decode_s, meets, work_s)

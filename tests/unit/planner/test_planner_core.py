@@ -159,12 +159,16 @@ def test_load_rule_adds_one_above_target_with_a_cool_down(
     profile: PerformanceModel,
 ) -> None:
     """A 12000-token queue on one prefill worker: ttft = 0.17 (12000 + 1500) / 1500 = 1.53 s
-    > 0.5 s: +1 at t = 0; at t = 5 the 10 s cool-down holds the next +1; at t = 10 it goes."""
-    planner = make_planner(profile)
-    load = observe(2, window_s=5.0, workers=prefill_workers(1, 12000))
-    first = planner.plan_load(load, now_s=0.0)
+    > 0.5 s. Workers that serve at once (worker_startup_s 0): +1 at t = 0; at t = 5, with two
+    serving and the queue as long on each, the 10 s cool-down holds the next +1; at t = 10 it
+    goes."""
+    planner = make_planner(profile, worker_startup_s=0.0)
+    first = planner.plan_load(
+        observe(2, window_s=5.0, workers=prefill_workers(1, 12000)), now_s=0.0
+    )
     assert summary(first.decisions) == [("prefill", 1, 2, "ttft_above_target")]
     assert first.decisions[0].detail == "live ttft 1530 ms"
+    load = observe(2, window_s=5.0, workers=prefill_workers(2, 24000))
     held = planner.plan_load(load, now_s=5.0)
     assert (summary(held.decisions), summary(held.held)) == (
         [],
@@ -172,6 +176,42 @@ def test_load_rule_adds_one_above_target_with_a_cool_down(
     )
     assert summary(planner.plan_load(load, now_s=10.0).decisions) == [
         ("prefill", 2, 3, "ttft_above_target")
+    ]
+
+
+def test_load_rule_waits_for_a_starting_worker(profile: PerformanceModel) -> None:
+    """Workers take 30 s to start. The live TTFT is above target (1.53 s) with the queue
+    growing (12 req/s against one worker): +1. Five and fifteen seconds later the same
+    window, one worker still serving: the one asked for is starting, so nothing more (not
+    even a held decision); once it serves and the queue still grows, +1 again."""
+    planner = make_planner(profile, worker_startup_s=30.0)
+    growing = observe(12, window_s=5.0, workers=prefill_workers(1, 12000))
+    assert summary(planner.plan_load(growing, now_s=0.0).decisions) == [
+        ("prefill", 1, 2, "ttft_above_target")
+    ]
+    for now_s in (5.0, 15.0):
+        effects = planner.plan_load(growing, now_s=now_s)
+        assert (effects.decisions, effects.held) == ([], [])
+    both = observe(12, window_s=5.0, workers=prefill_workers(2, 40000))
+    assert summary(planner.plan_load(both, now_s=30.0).decisions) == [
+        ("prefill", 2, 3, "ttft_above_target")
+    ]
+
+
+def test_load_rule_leaves_a_queue_that_drains_before_a_worker_could_start(
+    profile: PerformanceModel,
+) -> None:
+    """12000 queued tokens on one prefill worker are 8 prompts of 1500, 8 x 0.17 = 1.36
+    worker-seconds. At 2 req/s (10 arrivals in 5 s; high bound (sqrt(10) + 0.5)^2 / 5 =
+    2.68 req/s) the worker is busy 2.68 x 0.17 = 0.456 of its time and clears the queue in
+    1.36 / (1 - 0.456) = 2.5 s: a worker asked for now would serve after 30 s, so nothing,
+    though the live TTFT (1.53 s) is above target. With a 2 s start it would help: +1."""
+    load = observe(2, window_s=5.0, workers=prefill_workers(1, 12000))
+    slow_start = make_planner(profile, worker_startup_s=30.0)
+    assert slow_start.plan_load(load, now_s=0.0).decisions == []
+    fast_start = make_planner(profile, worker_startup_s=2.0)
+    assert summary(fast_start.plan_load(load, now_s=0.0).decisions) == [
+        ("prefill", 1, 2, "ttft_above_target")
     ]
 
 
@@ -336,3 +376,45 @@ def test_throughput_plan_does_not_undo_the_load_rule_until_calm(
     assert [
         summary([d])[0] for d in planner.plan_interval(quiet, now_s=180.0).decisions if d.role is D
     ] == [("decode", 2, 1, "throughput")]
+
+
+def test_queue_aware_load_rule_sizes_for_the_backlog_at_the_join(
+    profile: PerformanceModel,
+) -> None:
+    """50 arrivals in 5 s: low bound (sqrt(50) - 0.5)^2 / 5 = 8.636 req/s, for which the
+    queue model wants 3 prefill workers; they keep 8.636 x 0.17 = 1.468 workers busy. Two
+    serve, with 600,000 tokens queued: 400 prompts, 68 worker-seconds. Workers asked for now
+    serve 30 s later, when the backlog is 68 + 30 (1.468 - 2) = 52.04 worker-seconds;
+    clearing it in 30 s more takes 1.468 + 52.04 / 30 = 3.20 -> 4 workers."""
+    planner = Planner(
+        PlannerConfig(ttft_ms=500.0, itl_ms=30.0, worker_startup_s=30.0),
+        profile,
+        num_workers={P: 2},
+        predictor_factory=ConstantPredictor,
+    )
+    load = observe(10, window_s=5.0, workers=prefill_workers(2, 600_000))
+    effects = planner.plan_load(load, now_s=0.0)
+    assert effects.plans[P].num_workers == 3
+    assert summary([d for d in effects.decisions if d.role is P]) == [
+        ("prefill", 2, 4, "queue_backlog")
+    ]
+
+
+def test_queue_aware_scale_down_goes_to_what_the_high_bound_needs(
+    profile: PerformanceModel,
+) -> None:
+    """Six prefill workers, 10 arrivals a 5 s window, nothing queued: the live TTFT, 0.17 s,
+    is below half the target from t = 0. After the 60 s down cool-down of calm the queue
+    model at the rate's high bound, (sqrt(10) + 0.5)^2 / 5 = 2.68 req/s, needs 2: the pool
+    goes 6 -> 2 at once (threshold-only: 6 -> 5)."""
+    for queue_aware, expected in ((True, 2), (False, 5)):
+        planner = Planner(
+            PlannerConfig(ttft_ms=500.0, itl_ms=30.0, queue_aware=queue_aware),
+            profile,
+            num_workers={P: 6},
+            predictor_factory=ConstantPredictor,
+        )
+        load = observe(2, window_s=5.0, workers=prefill_workers(6, 0))
+        assert planner.plan_load(load, now_s=0.0).decisions == []
+        down = [d for d in planner.plan_load(load, now_s=60.0).decisions if d.role is P]
+        assert summary(down) == [("prefill", 6, expected, "below_target")]
