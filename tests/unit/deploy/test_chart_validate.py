@@ -11,8 +11,8 @@ from typing import Any
 import helm_python
 import kubernetes_validate
 import pytest
-from helm_python import HelmRenderError
 from helm_chart import CHART_DIR, KUBE_VERSIONS, MONITORING_API, render
+from helm_python import HelmRenderError
 
 # Prometheus Operator kinds: CRDs, which kubernetes-validate has no schema for
 CRD_KINDS = {"ServiceMonitor", "PodMonitor"}
@@ -40,7 +40,7 @@ def test_helm_lint_reports_a_broken_template(tmp_path: Path) -> None:
 
 def test_a_values_mistake_stops_the_render() -> None:
     # lint runs Helm's lint mode, where `required` and `fail` only log: a render stops
-    with pytest.raises(HelmRenderError, match="model.pvc.claimName is required"):
+    with pytest.raises(HelmRenderError, match=r"model\.pvc\.claimName is required"):
         render({"model": {"source": "pvc"}})
     with pytest.raises(HelmRenderError, match="prefill workers need decode workers"):
         render({"workers": {"roles": {"agg": {"enabled": False}, "prefill": {"enabled": True}}}})
