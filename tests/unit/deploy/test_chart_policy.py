@@ -28,6 +28,7 @@ def test_every_pod_runs_as_non_root_on_a_read_only_root(case: tuple[str, Any]) -
     for workload, pod in render(case[1]).pod_templates():
         assert pod["securityContext"]["runAsNonRoot"] is True, workload["metadata"]["name"]
         assert pod["securityContext"]["runAsUser"] != 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for container in _containers(pod):
             context = container["securityContext"]
             assert context["runAsNonRoot"] is True
