@@ -54,7 +54,9 @@ def test_dashboard_and_docs_match_the_live_metrics(default_model_dir: Path, tmp_
     assert worker['armature_worker_requests_total{reason="length"}'] == 2
     assert worker["armature_worker_generation_tokens_total"] == 6
 
-    dashboard = json.loads((REPO / "deploy" / "grafana-dashboard.json").read_text())
+    dashboard = json.loads(
+        (REPO / "deploy" / "helm" / "armature" / "dashboards" / "armature.json").read_text()
+    )
     queried = {
         name
         for panel in dashboard["panels"]

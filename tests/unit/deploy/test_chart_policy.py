@@ -1,0 +1,206 @@
+"""Policy checks on every rendered value set: non-root, read-only root filesystems, resource
+requests, probes, pinned images, the planner's RBAC exactly as its connector needs it, and a
+worker drain that Kubernetes never cuts short."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from helm_chart import MONITORING_API, RELEASE, Manifests, render
+
+from armature.config import WorkerProcessConfig
+from kube_api import SCALE_RULES
+
+FULL = f"{RELEASE}-armature"
+ARMATURE_COMPONENTS = {"frontend", "planner", "worker-agg", "worker-prefill", "worker-decode"}
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def _component(workload: dict[str, Any]) -> str:
+    return str(workload["metadata"]["labels"]["app.kubernetes.io/component"])
+
+
+def test_every_pod_runs_as_non_root_on_a_read_only_root(case: tuple[str, Any]) -> None:
+    for workload, pod in render(case[1]).pod_templates():
+        assert pod["securityContext"]["runAsNonRoot"] is True, workload["metadata"]["name"]
+        assert pod["securityContext"]["runAsUser"] != 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in _containers(pod):
+            context = container["securityContext"]
+            assert context["runAsNonRoot"] is True
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_every_container_requests_resources_and_pins_its_image(case: tuple[str, Any]) -> None:
+    for _, pod in render(case[1]).pod_templates():
+        for container in _containers(pod):
+            assert {"cpu", "memory"} <= set(container["resources"]["requests"]), container["name"]
+            repository, _, tag = container["image"].rpartition(":")
+            assert repository and tag and tag != "latest", container["image"]
+            assert not tag.startswith("latest")
+
+
+def test_every_long_running_container_has_probes(case: tuple[str, Any]) -> None:
+    for _, pod in render(case[1]).pod_templates():
+        for container in pod["containers"]:
+            assert {"livenessProbe", "readinessProbe"} <= set(container), container["name"]
+
+
+def test_the_frontend_probes_live_and_health() -> None:
+    (container,) = render({}).get("Deployment", f"{FULL}-frontend")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/live", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/live", "port": "http"}
+    # the frontend listens only once a worker registered: up to startupTimeoutS (600 s)
+    assert (
+        container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"]
+        == 600
+    )
+
+
+def test_workers_drain_before_kubernetes_kills_them(case: tuple[str, Any]) -> None:
+    manifests = render(case[1])
+    workers = [w for w in manifests.of_kind("Deployment") if _component(w).startswith("worker-")]
+    assert workers
+    for workload in workers:
+        pod = workload["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        args = container["args"]
+        grace_s = float(args[args.index("--shutdown-grace-s") + 1])
+        assert pod["terminationGracePeriodSeconds"] == grace_s + 15
+        assert container["lifecycle"]["preStop"]["exec"]["command"] == [
+            "sh",
+            "-c",
+            "kill -TERM 1; while kill -0 1 2>/dev/null; do sleep 1; done",
+        ]
+
+
+def test_the_drain_grace_is_the_workers_own_default() -> None:
+    (container,) = render({}).get("Deployment", f"{FULL}-agg")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    args = container["args"]
+    assert float(args[args.index("--shutdown-grace-s") + 1]) == (
+        WorkerProcessConfig().shutdown_grace_s
+    )
+
+
+def test_each_worker_role_has_a_disruption_budget(case: tuple[str, Any]) -> None:
+    manifests = render(case[1])
+    workers = {
+        w["metadata"]["name"]: w["spec"]["selector"]["matchLabels"]
+        for w in manifests.of_kind("Deployment")
+        if _component(w).startswith("worker-")
+    }
+    budgets = {
+        b["metadata"]["name"]: (b["spec"]["selector"]["matchLabels"], b["spec"]["maxUnavailable"])
+        for b in manifests.of_kind("PodDisruptionBudget")
+    }
+    assert budgets == {name: (labels, 1) for name, labels in workers.items()}
+
+
+def _rules(role: dict[str, Any]) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    return {
+        (verb, group, resource, tuple(sorted(rule.get("resourceNames", ()))))
+        for rule in role["rules"]
+        for verb in rule["verbs"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "scaled"),
+    [("planner-agg", (f"{FULL}-agg",)), ("planner-disagg", (f"{FULL}-decode", f"{FULL}-prefill"))],
+)
+def test_the_planner_may_only_get_and_patch_its_workers_scale(
+    name: str, scaled: tuple[str, ...]
+) -> None:
+    from conftest import CASES
+
+    manifests = render(CASES[name])
+    role = manifests.get("Role", f"{FULL}-planner-scale")
+    names = tuple(sorted(scaled))
+    assert _rules(role) == {(verb, group, res, names) for verb, group, res in SCALE_RULES}
+    bound = {
+        b["roleRef"]["name"]
+        for b in manifests.of_kind("RoleBinding")
+        if {"kind": "ServiceAccount", "name": f"{FULL}-planner", "namespace": "serving"}
+        in b["subjects"]
+    }
+    # and Kubernetes discovery's read-only role: list and watch Pods, nothing else
+    assert bound == {f"{FULL}-planner-scale", f"{FULL}-discovery-watch"}
+    watch = manifests.get("Role", f"{FULL}-discovery-watch")
+    assert _rules(watch) == {(v, "", "pods", ()) for v in ("get", "list", "watch")}
+    assert not manifests.of_kind("ClusterRole") and not manifests.of_kind("ClusterRoleBinding")
+    (container,) = manifests.get("Deployment", f"{FULL}-planner")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    flags = dict(zip(container["args"][1::2], container["args"][2::2], strict=False))
+    assert flags["--connector"] == "kubernetes"
+    for deployment in scaled:
+        role_name = deployment.rsplit("-", 1)[1]
+        assert flags[f"--k8s-{role_name}-deployment"] == deployment
+        # the planner owns the replicas: an upgrade must not reset them
+        assert "replicas" not in manifests.get("Deployment", deployment)["spec"]
+
+
+def test_prometheus_monitors_only_where_the_api_exists() -> None:
+    with_api = render({})
+    (service_monitor,) = with_api.of_kind("ServiceMonitor")
+    (pod_monitor,) = with_api.of_kind("PodMonitor")
+    assert service_monitor["apiVersion"] == pod_monitor["apiVersion"] == MONITORING_API
+    assert service_monitor["spec"]["endpoints"][0]["port"] == "http"
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    without = render({}, api_versions=())
+    assert not without.of_kind("ServiceMonitor") and not without.of_kind("PodMonitor")
+
+
+def test_the_dashboard_configmap_is_the_repository_dashboard() -> None:
+    from helm_chart import CHART_DIR
+
+    configmap = render({}).get("ConfigMap", f"{FULL}-dashboard")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    expected = (CHART_DIR / "dashboards" / "armature.json").read_text()
+    assert configmap["data"]["armature.json"] == expected.rstrip("\n")
+
+
+def test_secrets_reach_the_processes_from_one_secret() -> None:
+    manifests = render({"secrets": {"apiKeys": ["k1", "k2"], "planeSecret": "s3cret"}})
+    secret = manifests.get("Secret", f"{FULL}-secrets")
+    assert secret["data"] == {"api-keys": "azEsazI=", "plane-secret": "czNjcmV0"}
+    for workload, pod in manifests.pod_templates():
+        if _component(workload) not in ARMATURE_COMPONENTS:
+            continue
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in container["env"]}
+        assert env["ARMATURE_PLANE_SECRET"] == {"name": f"{FULL}-secrets", "key": "plane-secret"}
+        if _component(workload) == "frontend":
+            assert env["ARMATURE_API_KEYS"] == {
+                "name": f"{FULL}-secrets",
+                "key": "api-keys",
+                "optional": True,
+            }
+        assert "--plane-secret" not in container["args"] and "--api-key" not in container["args"]
+
+
+def test_in_chart_etcd_and_nats_are_what_every_process_uses() -> None:
+    from conftest import CASES
+
+    manifests: Manifests = render(CASES["etcd-nats"])
+    assert {f"{FULL}-etcd", f"{FULL}-nats"} <= manifests.names("Service")
+    for workload, pod in manifests.pod_templates():
+        if _component(workload) not in ARMATURE_COMPONENTS:
+            continue
+        args = pod["containers"][0]["args"]
+        assert args[args.index("--etcd-endpoints") + 1] == f"http://{FULL}-etcd:2379"
+        assert args[args.index("--nats-url") + 1] == f"nats://{FULL}-nats:4222"
+        assert args[args.index("--discovery") + 1] == "etcd"

@@ -1,0 +1,68 @@
+"""The chart through `helm lint --strict` (Helm's own linter, from helm-python-sdk) and every
+rendered object against the Kubernetes API schemas of the oldest and newest Kubernetes we
+support (kubernetes-validate, strict: no field the API does not know)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import pytest
+from helm_chart import CHART_DIR, KUBE_VERSIONS, MONITORING_API, render
+from helm_python import HelmRenderError
+
+# Prometheus Operator kinds: CRDs, which kubernetes-validate has no schema for
+CRD_KINDS = {"ServiceMonitor", "PodMonitor"}
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_helm_lint_strict_passes(case: tuple[str, dict[str, Any]], kube_version: str) -> None:
+    _, values = case
+    report = helm_python.lint(CHART_DIR, values, strict=True, kube_version=f"v{kube_version}")
+    # severity 1 is informational ("icon is recommended": the project has no icon to link)
+    findings = [m for m in report["messages"] if m["severity"] > 1]
+    assert (findings, report["errors"]) == ([], [])
+
+
+def test_helm_lint_reports_a_broken_template(tmp_path: Path) -> None:
+    chart = tmp_path / "armature"
+    shutil.copytree(CHART_DIR, chart)
+    service = chart / "templates" / "frontend.yaml"
+    service.write_text(service.read_text().replace("{{- end }}", "", 1))
+    report = helm_python.lint(chart, strict=True)
+    errors = [m for m in report["messages"] if m["severity"] == 3]
+    assert [m["path"] for m in errors] == ["templates/"]
+    assert "frontend.yaml" in errors[0]["error"]
+
+
+def test_a_values_mistake_stops_the_render() -> None:
+    # lint runs Helm's lint mode, where `required` and `fail` only log: a render stops
+    with pytest.raises(HelmRenderError, match=r"model\.pvc\.claimName is required"):
+        render({"model": {"source": "pvc"}})
+    with pytest.raises(HelmRenderError, match="prefill workers need decode workers"):
+        render({"workers": {"roles": {"agg": {"enabled": False}, "prefill": {"enabled": True}}}})
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_rendered_objects_pass_the_api_schemas(
+    case: tuple[str, dict[str, Any]], kube_version: str
+) -> None:
+    _, values = case
+    checked = set()
+    for obj in render(values, kube_version=kube_version).objects:
+        if obj["kind"] in CRD_KINDS:
+            assert obj["apiVersion"] == MONITORING_API
+            continue
+        kubernetes_validate.validate(obj, kube_version, strict=True)
+        checked.add(obj["kind"])
+    assert {"Deployment", "Service", "Secret", "PodDisruptionBudget"} <= checked
+
+
+def test_the_schema_check_rejects_an_unknown_field() -> None:
+    deployment = render({}).get("Deployment", "demo-armature-frontend")
+    broken = {**deployment, "spec": {**deployment["spec"], "replica": 2}}
+    with pytest.raises(kubernetes_validate.ValidationError, match="replica"):
+        kubernetes_validate.validate(broken, KUBE_VERSIONS[0], strict=True)
