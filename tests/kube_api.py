@@ -171,6 +171,7 @@ class KubeApiFake:
         self._uids: dict[tuple[str, str], str] = {}
         self._resource_versions = itertools.count(1)
         self._server: uvicorn.Server | None = None
+        self._stopping = False
         self._thread: threading.Thread | None = None
         self.app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=_METHODS)],
@@ -228,12 +229,14 @@ class KubeApiFake:
         """Stop serving and close every connection (a client then sees connection refused);
         open watches end first. The objects stay, for the next start."""
         assert self._server is not None and self._thread is not None, "not started"
+        self._stopping = True  # a watch reopened from here on is refused (503), not kept open
         self.pods.end_watches()
         self._server.should_exit = True
         self._thread.join(timeout=10.0)
         assert not self._thread.is_alive(), "the fake API server did not stop"
         self._server = None
         self._thread = None
+        self._stopping = False
 
     def __enter__(self) -> KubeApiFake:
         self.start()
@@ -279,6 +282,8 @@ class KubeApiFake:
     def _answer(
         self, request: Request, body: Any, content_type: str | None, authorization: str | None
     ) -> Response:
+        if self._stopping:
+            return status_response(503, "ServiceUnavailable", "the API server is shutting down")
         if authorization != f"Bearer {self.token}":
             return status_response(401, "Unauthorized", "Unauthorized")
         query = dict(request.query_params)
