@@ -134,8 +134,9 @@ class KubernetesDiscovery:
                 "ARMATURE_K8S_POD_NAME from the downward API (fieldRef metadata.name)"
             )
         async with self._publish_lock:
-            self._entries[key] = value
-            await self._patch_annotation(encode_entries(self._entries))
+            entries = {**self._entries, key: value}
+            await self._patch_annotation(encode_entries(entries))
+            self._entries = entries  # only once the Pod carries it
         return _PodRegistration(self, key)
 
     async def unregister(self, key: str) -> None:
@@ -197,11 +198,13 @@ class KubernetesDiscovery:
                             yield event
                     # BOOKMARK: only the resourceVersion moves on
             except httpx2.HTTPStatusError as exc:
-                if describe_api_failure(exc)[0] == 410:  # in an ERROR event, or the answer
+                # a 410 (in an ERROR event, or the answer) lists again, after the backoff
+                # like any failure: a server that only ever answers 410 must not spin this
+                if describe_api_failure(exc)[0] == 410:
                     log.info("Pod watch expired (410 Gone at %s): listing again", resource_version)
                     resource_version = None
-                    continue
-                log.warning("%s; retrying", self._fail(exc, "watch Pods"))
+                else:
+                    log.warning("%s; retrying", self._fail(exc, "watch Pods"))
             except (httpx2.HTTPError, KubeDiscoveryError) as exc:
                 log.warning("Pod watch interrupted (%s); resuming", exc)
             await asyncio.sleep(backoff_s + random.uniform(0, backoff_s))
