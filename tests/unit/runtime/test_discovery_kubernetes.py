@@ -327,3 +327,24 @@ def test_a_namespace_that_is_no_label_value_is_refused(capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "--namespace '-bad' is not a Kubernetes label value" in err
+
+
+async def test_an_unreachable_api_server_fails_a_registration_and_its_close_only_logs(
+    fake: KubeApiFake, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.pods.add("w0", labels=LABELS)
+    worker = await open_discovery(runtime("w0"))
+    try:
+        registration = await worker.register(A, b"a", ttl_s=10)
+        fake.stop()
+        with pytest.raises(KubeDiscoveryError, match="patch its own Pod serving/w0: the API"):
+            await worker.register(B, b"b", ttl_s=10)
+        await registration.close()  # logged; the Pod's deletion removes the key anyway
+        assert "patch its own Pod serving/w0: the API server is unreachable" in caplog.text
+        fake.start()
+        # B never counted; A was dropped: a new registration writes C alone
+        await worker.register(PREFIX + "c", b"c", ttl_s=10)
+        annotations = fake.pods.get("w0")["metadata"]["annotations"]
+        assert annotations == {ANNOTATION: encode_entries({PREFIX + "c": b"c"})}
+    finally:
+        await worker.close()
