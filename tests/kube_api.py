@@ -16,9 +16,10 @@ Each request goes through the steps of the real API server, in its order:
 The verb follows Kubernetes' request info: GET of a name is `get`, of a collection `list`
 (`watch` with ?watch=true), POST `create`, PUT `update`, PATCH `patch`, DELETE `delete`; the
 resource of a subresource is "deployments/scale". Served now: deployments/scale get and patch
-(a merge or strategic merge patch of spec.replicas; the status follows at once). A later
-issue adds list/watch (e.g. pods, endpointslices) with a rule and a handler; a watch handler
-may return a starlette StreamingResponse of JSON lines.
+(a merge or strategic merge patch of spec.replicas; the status follows at once), and the Pods
+of `namespace` (`fake.pods`, tests/kube_pods.py): get, list, watch (resourceVersions,
+bookmarks, 410 on expiry) and merge patch, which discovery needs (rules POD_RULES). Another
+resource is a rule and a handler; a watch handler returns a StreamingResponse of JSON lines.
 """
 
 from __future__ import annotations
@@ -40,7 +41,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-__all__ = ["SCALE_RULES", "KubeApiFake", "KubeRequest", "RecordedRequest", "status_response"]
+from kube_pods import POD_RULES, POD_WATCH_RULES, PodStore
+
+__all__ = [
+    "POD_RULES",
+    "POD_WATCH_RULES",
+    "SCALE_RULES",
+    "KubeApiFake",
+    "KubeRequest",
+    "RecordedRequest",
+    "status_response",
+]
 
 # what the planner's service account may do (a Role's rules: verb, API group, resource)
 SCALE_RULES = frozenset(
@@ -139,16 +150,20 @@ class KubeApiFake:
         namespace: str = "default",
         deployments: dict[str, int] | None = None,
         rules: frozenset[tuple[str, str, str]] = SCALE_RULES,
+        user: str = "planner",
     ) -> None:
         self.token = token
+        self.user = user  # the name in 403 messages and in the kubeconfig
         self.namespace = namespace
         self.rules = set(rules)
         # (namespace, name) -> the Deployment's replicas
         self.deployments: dict[tuple[str, str], int] = {
             (namespace, name): n for name, n in (deployments or {}).items()
         }
+        self.pods = PodStore(namespace)
         self.handlers: dict[tuple[str, str], Handler] = {
-            ("apps", "deployments/scale"): self._deployment_scale
+            ("apps", "deployments/scale"): self._deployment_scale,
+            ("", "pods"): self.pods.handle,
         }
         self.requests: list[RecordedRequest] = []
         self.lock = threading.Lock()
@@ -156,6 +171,7 @@ class KubeApiFake:
         self._uids: dict[tuple[str, str], str] = {}
         self._resource_versions = itertools.count(1)
         self._server: uvicorn.Server | None = None
+        self._stopping = False
         self._thread: threading.Thread | None = None
         self.app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=_METHODS)],
@@ -176,11 +192,11 @@ class KubeApiFake:
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "planner", "user": {"token": token or self.token}}],
+            "users": [{"name": self.user, "user": {"token": token or self.token}}],
             "contexts": [
                 {
                     "name": "fake",
-                    "context": {"cluster": "fake", "user": "planner", "namespace": self.namespace},
+                    "context": {"cluster": "fake", "user": self.user, "namespace": self.namespace},
                 }
             ],
             "current-context": "fake",
@@ -210,13 +226,17 @@ class KubeApiFake:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop serving and close every connection (a client then sees connection refused)."""
+        """Stop serving and close every connection (a client then sees connection refused);
+        open watches end first. The objects stay, for the next start."""
         assert self._server is not None and self._thread is not None, "not started"
+        self._stopping = True  # a watch reopened from here on is refused (503), not kept open
+        self.pods.end_watches()
         self._server.should_exit = True
         self._thread.join(timeout=10.0)
         assert not self._thread.is_alive(), "the fake API server did not stop"
         self._server = None
         self._thread = None
+        self._stopping = False
 
     def __enter__(self) -> KubeApiFake:
         self.start()
@@ -262,6 +282,8 @@ class KubeApiFake:
     def _answer(
         self, request: Request, body: Any, content_type: str | None, authorization: str | None
     ) -> Response:
+        if self._stopping:
+            return status_response(503, "ServiceUnavailable", "the API server is shutting down")
         if authorization != f"Bearer {self.token}":
             return status_response(401, "Unauthorized", "Unauthorized")
         query = dict(request.query_params)
@@ -271,7 +293,7 @@ class KubeApiFake:
             return status_response(
                 403,
                 "Forbidden",
-                f'forbidden: User "planner" cannot {request.method} path "{request.url.path}"',
+                f'forbidden: User "{self.user}" cannot {request.method} path "{request.url.path}"',
             )
         if (info.verb, info.group, info.resource) not in self.rules:
             where = f' in the namespace "{info.namespace}"' if info.namespace else ""
@@ -279,8 +301,8 @@ class KubeApiFake:
                 403,
                 "Forbidden",
                 f'{info.resource.split("/")[0]}.{info.group or "core"} "{info.name or ""}" is '
-                f'forbidden: User "planner" cannot {info.verb} resource "{info.resource}" in API '
-                f'group "{info.group}"{where}',
+                f'forbidden: User "{self.user}" cannot {info.verb} resource "{info.resource}" '
+                f'in API group "{info.group}"{where}',
                 name=info.name or "",
                 group=info.group,
                 kind=info.resource.split("/")[0],

@@ -33,11 +33,23 @@ class RuntimeConfig:
     namespace: str = setting("armature", "workers and frontends meet within a namespace")
     discovery: str = setting(
         "file",
-        "file: processes on one host, no server; etcd: many hosts",
-        choices=("file", "etcd"),
+        "file: processes on one host, no server; etcd: many hosts; kubernetes: Pods labelled "
+        "armature.dev/namespace=<--namespace>, each carrying its process's registrations in an "
+        "annotation and live while Ready (pip install 'armature[kubernetes]')",
+        choices=("file", "etcd", "kubernetes"),
     )
     discovery_dir: str | None = setting(
         None, "file discovery's directory (default: under $XDG_RUNTIME_DIR or /tmp, per user)"
+    )
+    k8s_pod_name: str | None = setting(
+        None,
+        "kubernetes discovery: this process's own Pod, which carries what it registers (set it "
+        "from the downward API, fieldRef metadata.name); none: it can only watch",
+    )
+    k8s_pods_namespace: str | None = setting(
+        None,
+        "kubernetes discovery: the namespace of the Pods (default: this Pod's own in a cluster, "
+        "else the kubeconfig context's)",
     )
     etcd_endpoints: str = setting("http://127.0.0.1:2379", "comma-separated etcd client URLs")
     etcd_user: str | None = setting(

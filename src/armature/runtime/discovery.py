@@ -8,8 +8,9 @@ live keys under a prefix first (as puts), then every change, in order.
     watch(prefix) -> async iterator of WatchEvent (put / delete)
     list(prefix) -> {key: value}
 
-Backends: `MemDiscovery` (one process), `FileDiscovery` (processes on one host, no server)
-and `EtcdDiscovery` (many hosts).
+Backends: `MemDiscovery` (one process), `FileDiscovery` (processes on one host, no server),
+`EtcdDiscovery` (many hosts) and `KubernetesDiscovery` (Pods: a Ready Pod's annotation holds
+its process's keys; the Pod's readiness and deletion are the lease).
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ def check_namespace(namespace: str) -> None:
 def make_discovery(runtime: RuntimeConfig) -> Discovery:
     """The discovery backend `runtime` asks for, not yet contacted."""
     check_namespace(runtime.namespace)
+    if runtime.discovery == "kubernetes":
+        return _make_kubernetes_discovery(runtime)
     if runtime.discovery == "file":
         from armature.runtime.discovery_file import FileDiscovery
 
@@ -73,10 +75,36 @@ def make_discovery(runtime: RuntimeConfig) -> Discovery:
         raise ConfigError(f"cannot use the etcd TLS files: {exc}") from None
 
 
+def _make_kubernetes_discovery(runtime: RuntimeConfig) -> Discovery:
+    from armature.runtime.discovery_kubernetes import FIELD_MANAGER, KubernetesDiscovery
+    from armature.runtime.kube_client import make_kube_client
+    from armature.runtime.kube_membership import check_label_value
+
+    try:
+        check_label_value(runtime.namespace)
+    except ValueError as exc:
+        raise ConfigError(f"--discovery kubernetes: --namespace {exc}") from None
+    client = make_kube_client(
+        namespace=runtime.k8s_pods_namespace,
+        field_manager=FIELD_MANAGER,
+        user="--discovery kubernetes",
+    )
+    return KubernetesDiscovery(client, runtime.namespace, pod_name=runtime.k8s_pod_name)
+
+
 async def open_discovery(runtime: RuntimeConfig) -> Discovery:
-    """The discovery backend, reached: an unreachable etcd or refused credentials are a
-    ConfigError."""
+    """The discovery backend, reached: an unreachable etcd or API server, or refused
+    credentials, are a ConfigError."""
     discovery = make_discovery(runtime)
+    if runtime.discovery == "kubernetes":
+        from armature.runtime.discovery_kubernetes import KubeDiscoveryError, KubernetesDiscovery
+
+        assert isinstance(discovery, KubernetesDiscovery)
+        try:
+            await discovery.check()
+        except KubeDiscoveryError as exc:
+            await discovery.close()
+            raise ConfigError(str(exc)) from None
     if runtime.discovery == "etcd":
         from armature.runtime.discovery_etcd import EtcdDiscovery, EtcdError
 

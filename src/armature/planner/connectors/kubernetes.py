@@ -35,22 +35,24 @@ import logging
 from collections.abc import Mapping
 
 import httpx2
-import yaml
-from lightkube import ApiError, AsyncClient, KubeConfig
-from lightkube import ConfigError as KubeConfigError
+from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.types import PatchType
 
 from armature.errors import ConfigError
 from armature.planner.connectors.api import ConnectorError
 from armature.protocols.worker import WorkerRole
+from armature.runtime.kube_client import (
+    describe_api_failure,
+    get_credentials_source,
+    make_kube_client,
+)
 
 __all__ = ["FIELD_MANAGER", "KubernetesConnector", "open_kubernetes_connector"]
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "armature-planner"  # who scaled, in each Deployment's managedFields
-_TIMEOUT_S = 10.0  # per API call: a hung API server fails a scale, which is retried
 
 
 class KubernetesConnector:
@@ -110,19 +112,9 @@ async def open_kubernetes_connector(
     """Connect with the Pod's service account or the kubeconfig and read each role's
     replicas; `namespace` None is the configuration's (the Pod's, or the context's).
     ConfigError, one line, when that fails."""
-    try:
-        config = KubeConfig.from_env()
-        client = AsyncClient(
-            config,
-            namespace=namespace,
-            field_manager=FIELD_MANAGER,
-            timeout=httpx2.Timeout(_TIMEOUT_S),
-        )
-    except (KubeConfigError, OSError, KeyError, ValueError, yaml.YAMLError) as exc:
-        raise ConfigError(
-            "--connector kubernetes: no usable cluster configuration (not in a Pod, and "
-            f"$KUBECONFIG or ~/.kube/config unusable): {exc}"
-        ) from None
+    client = make_kube_client(
+        namespace=namespace, field_manager=FIELD_MANAGER, user="--connector kubernetes"
+    )
     ns = client.namespace
     server = client.config.cluster.server
     num_workers: dict[WorkerRole, int] = {}
@@ -131,7 +123,7 @@ async def open_kubernetes_connector(
             try:
                 scale = await client.get(Deployment.Scale, name, namespace=ns)
             except httpx2.HTTPError as exc:
-                source = "the Pod's service account" if config.fname is None else config.fname
+                source = get_credentials_source(client)
                 raise ConfigError(
                     f"--connector kubernetes (API server {server}, credentials from {source}): "
                     f"{_describe(exc, 'get', ns, name, flag=f'--k8s-{role.value}-deployment')}"
@@ -154,10 +146,9 @@ def _describe(
 ) -> str:
     """One line for a failed call on deployments/`name`/scale."""
     target = f"Deployment {namespace}/{name}"
-    if not isinstance(exc, httpx2.HTTPStatusError):
-        return f"the API server is unreachable ({verb} {target}): {type(exc).__name__}: {exc}"
-    code = exc.response.status_code
-    message = exc.status.message if isinstance(exc, ApiError) else exc.response.reason_phrase
+    code, message = describe_api_failure(exc)
+    if code is None:
+        return f"the API server is unreachable ({verb} {target}): {message}"
     if code == 401:
         return f"the API server refused the credentials (401 Unauthorized): {message}"
     if code == 403:

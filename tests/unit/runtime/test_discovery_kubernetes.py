@@ -1,0 +1,350 @@
+"""`--discovery kubernetes` with the real client (lightkube) against the fake API server
+(tests/kube_api.py, tests/kube_pods.py), found through a generated kubeconfig: registration in
+the Pod's annotation (the exact PATCH bodies), list + watch with readiness, flapping, deletion,
+bookmarks, watch expiry (410) and re-list, API server restarts (resumed, no duplicates, no
+losses), and one-line start errors for refused credentials and missing permissions.
+
+Each test waits for events, never for time: `Follower.next` waits (bounded) for the next
+discovery event, and "nothing else happened" is shown by a marker change made afterwards
+being the very next event."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import pytest
+
+from armature.cli.main import main
+from armature.config import RuntimeConfig
+from armature.errors import ConfigError
+from armature.runtime.discovery import Discovery, WatchEvent
+from armature.runtime.discovery_kubernetes import KubeDiscoveryError
+from armature.runtime.factory import open_discovery
+from armature.runtime.kube_membership import ANNOTATION, encode_entries
+from kube_api import POD_RULES, POD_WATCH_RULES, KubeApiFake, RecordedRequest
+
+TOKEN = "discovery-sa-token"
+NAMESPACE = "serving"
+LABELS = {"armature.dev/namespace": "armature"}
+PREFIX = "instances/armature/worker/generate/"
+A, B, MARK = PREFIX + "a", PREFIX + "b", PREFIX + "marker"
+PODS = "/api/v1/namespaces/serving/pods"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiFake]:
+    """A started fake whose service account may use Pods; KUBECONFIG points at it."""
+    server = KubeApiFake(token=TOKEN, namespace=NAMESPACE, rules=POD_RULES, user="armature")
+    with server:
+        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        yield server
+
+
+def runtime(pod_name: str | None = None) -> RuntimeConfig:
+    return RuntimeConfig(discovery="kubernetes", k8s_pod_name=pod_name)
+
+
+def with_entries(fake: KubeApiFake, name: str, entries: dict[str, bytes], *, ready: bool) -> None:
+    """A Pod as a registered process leaves it (the annotation written), Ready or not."""
+    fake.pods.add(
+        name, labels=LABELS, ready=ready, annotations={ANNOTATION: encode_entries(entries)}
+    )
+
+
+class Follower:
+    """A watch running in a task, its events queued."""
+
+    def __init__(self, discovery: Discovery, prefix: str = PREFIX) -> None:
+        self.events: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        self.task = asyncio.get_running_loop().create_task(self._run(discovery.watch(prefix)))
+
+    async def _run(self, watch: AsyncIterator[WatchEvent]) -> None:
+        async for event in watch:
+            self.events.put_nowait(event)
+
+    async def next(self, count: int = 1) -> list[WatchEvent]:
+        return [await asyncio.wait_for(self.events.get(), 10.0) for _ in range(count)]
+
+    async def then_only(self, fake: KubeApiFake, marker_pod: str) -> None:
+        """Nothing more is queued: a marker Pod that becomes Ready now is the next event."""
+        key = MARK + marker_pod
+        with_entries(fake, marker_pod, {key: b"marker"}, ready=True)
+        assert await self.next() == [WatchEvent("put", key, b"marker")]
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def following() -> AsyncIterator[tuple[Discovery, Follower]]:
+    """A watcher's discovery (no Pod of its own) and a Follower of its watch."""
+    discovery = await open_discovery(runtime())
+    follower = Follower(discovery)
+    try:
+        yield discovery, follower
+    finally:
+        await follower.close()
+        await discovery.close()
+
+
+async def wait_for_watches(fake: KubeApiFake, count: int) -> None:
+    """Until `count` watches are open on the fake (a resumed watch has reconnected)."""
+    async with asyncio.timeout(10.0):
+        while fake.pods.get_num_watches() != count:
+            await asyncio.sleep(0.01)
+
+
+def calls(fake: KubeApiFake) -> list[tuple[str, str, dict[str, list[str]], object, int]]:
+    """The requests (the token checked on each), queries parsed."""
+    requests = fake.get_requests()
+    assert {r.authorization for r in requests} == {f"Bearer {TOKEN}"}
+    return [_call(r) for r in requests]
+
+
+def _call(r: RecordedRequest) -> tuple[str, str, dict[str, list[str]], object, int]:
+    return (r.method, r.path, parse_qs(r.query), r.body, r.status)
+
+
+def is_watch(call: tuple[str, str, dict[str, list[str]], object, int]) -> bool:
+    return call[2].get("watch") == ["true"]
+
+
+LIST = ("GET", PODS, {"labelSelector": ["armature.dev/namespace=armature"]}, None, 200)
+
+
+def watch_from(version: int) -> tuple[str, str, dict[str, list[str]], object, int]:
+    query = {
+        "resourceVersion": [str(version)],
+        "allowWatchBookmarks": ["true"],
+        "labelSelector": ["armature.dev/namespace=armature"],
+        "timeoutSeconds": ["300"],
+        "watch": ["true"],
+    }
+    return ("GET", PODS, query, None, 200)
+
+
+def annotation_patch(text: str | None) -> tuple[str, str, dict[str, list[str]], object, int]:
+    body = {"metadata": {"annotations": {ANNOTATION: text}}}
+    return ("PATCH", f"{PODS}/w0", {"fieldManager": ["armature-discovery"]}, body, 200)
+
+
+async def test_a_worker_registers_in_its_pod_and_joins_routing_once_ready(
+    fake: KubeApiFake,
+) -> None:
+    fake.pods.add("w0", labels=LABELS, annotations={ANNOTATION: encode_entries({B: b"stale"})})
+    worker = await open_discovery(runtime("w0"))
+    frontend = await open_discovery(runtime())
+    follower = Follower(frontend)
+    try:
+        await wait_for_watches(fake, 1)
+        registration = await worker.register(A, b"card-a", ttl_s=10)
+        assert fake.pods.get("w0")["metadata"]["annotations"] == {
+            ANNOTATION: '{"instances/armature/worker/generate/a":"Y2FyZC1h"}'
+        }
+        assert await frontend.list(PREFIX) == {}  # not Ready yet
+        fake.pods.set_ready("w0", True)
+        assert await follower.next() == [WatchEvent("put", A, b"card-a")]
+        assert await frontend.list(PREFIX) == {A: b"card-a"}
+        await registration.close()  # a clean stop: the key leaves at once, the Pod stays
+        assert await follower.next() == [WatchEvent("delete", A)]
+        assert fake.pods.get("w0")["metadata"]["annotations"] == {}
+        await follower.then_only(fake, "m0")
+    finally:
+        await follower.close()
+        await worker.close()
+        await frontend.close()
+    requests = calls(fake)
+    assert [c for c in requests if c[1] == f"{PODS}/w0"] == [
+        ("GET", f"{PODS}/w0", {}, None, 200),
+        annotation_patch(None),  # what an earlier container of w0 left is removed at start
+        annotation_patch('{"instances/armature/worker/generate/a":"Y2FyZC1h"}'),
+        annotation_patch(None),
+    ]
+    assert [c for c in requests if is_watch(c)] == [watch_from(2)]  # add, the start's patch
+
+
+async def test_readiness_flapping_and_deletion_move_a_pod_in_and_out(fake: KubeApiFake) -> None:
+    with_entries(fake, "w0", {A: b"a"}, ready=True)
+    with_entries(fake, "w1", {B: b"b"}, ready=False)
+    async with following() as (frontend, follower):
+        assert await follower.next() == [WatchEvent("put", A, b"a")]
+        for _ in range(3):
+            fake.pods.set_ready("w1", True)
+            fake.pods.set_ready("w1", False)
+        assert await follower.next(6) == [WatchEvent("put", B, b"b"), WatchEvent("delete", B)] * 3
+        fake.pods.set_ready("w1", True)
+        assert await follower.next() == [WatchEvent("put", B, b"b")]
+        fake.pods.terminate("w0")  # deleted: its preStop drains, it takes no new work
+        assert await follower.next() == [WatchEvent("delete", A)]
+        fake.pods.delete("w0")
+        fake.pods.delete("w1")
+        assert await follower.next() == [WatchEvent("delete", B)]
+        await follower.then_only(fake, "m0")
+        assert await frontend.list(PREFIX) == {MARK + "m0": b"marker"}
+
+
+async def test_a_watch_resumes_from_its_bookmark_without_listing_again(fake: KubeApiFake) -> None:
+    with_entries(fake, "w0", {A: b"a"}, ready=True)  # version 1
+    async with following() as (_frontend, follower):
+        assert await follower.next() == [WatchEvent("put", A, b"a")]
+        await wait_for_watches(fake, 1)
+        fake.pods.add("other", labels={"app": "other"})  # version 2, not ours: no event
+        fake.pods.send_bookmarks()  # moves the watch to version 2
+        fake.pods.compact()  # version 1 is gone now: resuming from it would be refused
+        fake.pods.end_watches()  # the server ends the stream (its timeout)
+        await wait_for_watches(fake, 1)
+        await follower.then_only(fake, "m0")
+    assert [c for c in calls(fake) if c[1] == PODS] == [LIST, LIST, watch_from(1), watch_from(2)]
+
+
+async def test_an_expired_watch_lists_again_and_emits_only_the_difference(
+    fake: KubeApiFake,
+) -> None:
+    with_entries(fake, "w0", {A: b"a"}, ready=True)  # version 1
+    with_entries(fake, "w1", {B: b"b"}, ready=False)  # version 2
+    async with following() as (_frontend, follower):
+        assert await follower.next() == [WatchEvent("put", A, b"a")]
+        await wait_for_watches(fake, 1)
+        fake.pods.expire_watches()  # ERROR 410 Gone to the open watch
+        await wait_for_watches(fake, 1)  # listed again (nothing changed: no event), watching
+        fake.pods.set_ready("w1", True)
+        assert await follower.next() == [WatchEvent("put", B, b"b")]
+        await follower.then_only(fake, "m0")
+    assert [c for c in calls(fake) if c[1] == PODS] == [
+        LIST,
+        LIST,
+        watch_from(2),
+        LIST,
+        watch_from(2),
+    ]
+
+
+async def test_an_api_server_restart_loses_nothing_and_repeats_nothing(fake: KubeApiFake) -> None:
+    with_entries(fake, "w0", {A: b"a"}, ready=True)
+    with_entries(fake, "w1", {B: b"b"}, ready=True)
+    async with following() as (_frontend, follower):
+        assert sorted(e.key for e in await follower.next(2)) == [A, B]
+        await wait_for_watches(fake, 1)
+        fake.stop()  # while it is down, w0 goes and w2 comes (the state lives in etcd)
+        fake.pods.delete("w0")
+        with_entries(fake, "w2", {PREFIX + "c": b"c"}, ready=True)
+        fake.start()
+        assert await follower.next(2) == [
+            WatchEvent("delete", A),
+            WatchEvent("put", PREFIX + "c", b"c"),
+        ]
+        await follower.then_only(fake, "m0")
+        # down again, and its history compacted meanwhile: the resumed watch is refused
+        # (410) and a new list brings the difference
+        await wait_for_watches(fake, 1)
+        fake.stop()
+        fake.pods.set_ready("w1", False)
+        fake.pods.compact()
+        fake.start()
+        assert await follower.next() == [WatchEvent("delete", B)]
+        await follower.then_only(fake, "m1")
+    # a request that reached the stopping server was refused (503): the client retried
+    answered = [c for c in calls(fake) if c[1] == PODS and c[4] == 200]
+    assert answered == [
+        LIST,  # open_discovery's check
+        LIST,
+        watch_from(2),
+        watch_from(2),  # resumed after the first restart from what it had seen
+        watch_from(5),  # after the second: answered ERROR 410 Gone
+        LIST,
+        watch_from(6),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rules", "pod_name", "expected"),
+    [
+        (POD_RULES, "missing", "get its own Pod serving/missing: not found (404)"),
+        (POD_WATCH_RULES, "w0", "patch its own Pod serving/w0: forbidden (403)"),
+        (frozenset({("get", "", "pods")}), None, "list Pods in namespace serving: forbidden (403)"),
+    ],
+)
+async def test_missing_pods_and_permissions_are_one_line_start_errors(
+    fake: KubeApiFake, rules: frozenset[tuple[str, str, str]], pod_name: str | None, expected: str
+) -> None:
+    fake.rules = set(rules)
+    fake.pods.add("w0", labels=LABELS)
+    with pytest.raises(ConfigError) as info:
+        await open_discovery(runtime(pod_name))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"kubernetes discovery (API server {fake.url}, credentials from ")
+    assert expected in message
+
+
+async def test_registering_without_a_pod_of_its_own_says_how_to_set_it(fake: KubeApiFake) -> None:
+    discovery = await open_discovery(runtime())
+    try:
+        with pytest.raises(KubeDiscoveryError, match="set ARMATURE_K8S_POD_NAME from the downward"):
+            await discovery.register(A, b"a", ttl_s=10)
+    finally:
+        await discovery.close()
+
+
+def test_refused_credentials_exit_2_with_one_line(
+    fake: KubeApiFake,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kubeconfig = fake.write_kubeconfig(tmp_path / "wrong", token="not-the-token")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert main(["frontend", "--discovery", "kubernetes", "--wait-for-workers-s", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"armature: error: kubernetes discovery (API server {fake.url}, ")
+    assert "refused the credentials (401 Unauthorized)" in err
+    assert [(r.method, r.path, r.status) for r in fake.get_requests()] == [("GET", PODS, 401)]
+
+
+def test_no_cluster_configuration_exits_2_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["frontend", "--discovery", "kubernetes", "--k8s-pod-name", "f0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        "armature: error: --discovery kubernetes: no usable cluster configuration"
+    )
+
+
+def test_a_namespace_that_is_no_label_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["frontend", "--discovery", "kubernetes", "--namespace=-bad"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "--namespace '-bad' is not a Kubernetes label value" in err
+
+
+async def test_an_unreachable_api_server_fails_a_registration_and_its_close_only_logs(
+    fake: KubeApiFake, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.pods.add("w0", labels=LABELS)
+    worker = await open_discovery(runtime("w0"))
+    try:
+        registration = await worker.register(A, b"a", ttl_s=10)
+        fake.stop()
+        with pytest.raises(KubeDiscoveryError, match="patch its own Pod serving/w0: the API"):
+            await worker.register(B, b"b", ttl_s=10)
+        await registration.close()  # logged; the Pod's deletion removes the key anyway
+        assert "patch its own Pod serving/w0: the API server is unreachable" in caplog.text
+        fake.start()
+        # B never counted; A was dropped: a new registration writes C alone
+        await worker.register(PREFIX + "c", b"c", ttl_s=10)
+        annotations = fake.pods.get("w0")["metadata"]["annotations"]
+        assert annotations == {ANNOTATION: encode_entries({PREFIX + "c": b"c"})}
+    finally:
+        await worker.close()
