@@ -17,7 +17,6 @@ from armature.cli.options import read_settings
 from armature.config import (
     FrontendConfig,
     PlannerCommandConfig,
-    RuntimeConfig,
     Setting,
     WorkerConfig,
     get_setting_value,
@@ -108,17 +107,6 @@ def _check_config(
         assert get_setting_value(config, path) == expected, (path, value)
 
 
-def _parseable(values: dict[str, Any]) -> dict[str, Any]:
-    """`values` with a discovery this checkout's parser knows: --discovery kubernetes is being
-    built beside the chart; until it lands, the args are checked with etcd (every other flag
-    is unchanged). Once the parser knows kubernetes, this returns `values` as they are."""
-    (discovery,) = [s for p, _, s in iter_settings(RuntimeConfig) if p == ("discovery",)]
-    if "kubernetes" in (discovery.choices or ()):
-        return values
-    runtime = {**values.get("runtime", {}), "discovery": "etcd"}
-    return {**values, "runtime": runtime}
-
-
 def _parse(args: list[str], config_type: type[Any]) -> Any:
     args = [a.replace("$(POD_IP)", "pod-ip") for a in args]
     return read_settings(build_parser().parse_args(args), config_type)
@@ -135,7 +123,7 @@ def _no_armature_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("path", [VALUES_FILE, *EXAMPLES], ids=lambda p: p.name)
 def test_worker_args_parse_into_the_values_config(path: Any) -> None:
     chart_values = load_values(VALUES_FILE)
-    values = _parseable(load_values(path) if path != VALUES_FILE else {})
+    values = load_values(path) if path != VALUES_FILE else {}
     merged = render(values)
     runtime = {**chart_values["runtime"], **values.get("runtime", {})}
     shared = chart_values["workers"]["config"]
@@ -170,7 +158,7 @@ def test_the_model_source_sets_the_model_flag() -> None:
         ({"source": "hostPath", "hostPath": {"path": "/data/m"}}, "/models"),
         ({"source": "image", "image": {"path": "/opt/model"}}, "/opt/model"),
     ]:
-        workload = render(_parseable({"model": model})).get("Deployment", f"{FULL}-agg")
+        workload = render({"model": model}).get("Deployment", f"{FULL}-agg")
         (container,) = workload["spec"]["template"]["spec"]["containers"]
         assert _parse(container["args"], WorkerConfig).engine.model == expected, model
 
@@ -178,19 +166,17 @@ def test_the_model_source_sets_the_model_flag() -> None:
 def test_frontend_and_planner_args_parse_into_the_values_config() -> None:
     from conftest import PROFILE
 
-    values = _parseable(
-        {
-            "planner": {
-                "enabled": True,
-                "performanceProfile": PROFILE,
-                "config": {"planner": {"ttft-ms": 250, "planner-queue-blind": True}},
-            },
-            "frontend": {"config": {"router": {"router": "least-loaded"}, "frontend": {"seed": 7}}},
-        }
-    )
+    values = {
+        "planner": {
+            "enabled": True,
+            "performanceProfile": PROFILE,
+            "config": {"planner": {"ttft-ms": 250, "planner-queue-blind": True}},
+        },
+        "frontend": {"config": {"router": {"router": "least-loaded"}, "frontend": {"seed": 7}}},
+    }
     manifests = render(values)
     chart_values = load_values(VALUES_FILE)
-    runtime = {**chart_values["runtime"], **values["runtime"]}
+    runtime = {**chart_values["runtime"], **values.get("runtime", {})}
 
     (frontend,) = manifests.get("Deployment", f"{FULL}-frontend")["spec"]["template"]["spec"][
         "containers"
