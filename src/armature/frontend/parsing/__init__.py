@@ -13,6 +13,8 @@ reasoning blocks, each whole and streamed. The names are the ones --tool-call-pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from armature.frontend.parsing.hermes import HermesParser
 from armature.frontend.parsing.llama3 import LLAMA3_JSON
 from armature.frontend.parsing.mistral import MISTRAL
@@ -20,7 +22,7 @@ from armature.frontend.parsing.pythonic import PYTHONIC
 from armature.frontend.parsing.reasoning import ThinkParser
 from armature.frontend.parsing.tool_call import ToolCallParser
 
-__all__ = ["REASONING_PARSERS", "TOOL_CALL_PARSERS", "reasoning_parser", "tool_call_parser"]
+__all__ = ["REASONING_PARSERS", "TOOL_CALL_PARSERS", "OutputParsers"]
 
 TOOL_CALL_PARSERS: dict[str, ToolCallParser] = {
     "hermes": HermesParser(),
@@ -34,9 +36,17 @@ REASONING_PARSERS: dict[str, ThinkParser] = {
 }
 
 
-def tool_call_parser(name: str | None) -> ToolCallParser | None:
-    return None if name is None else TOOL_CALL_PARSERS[name]
+@dataclass(frozen=True)
+class OutputParsers:
+    """The parsers a frontend reads chat output with (None: that part is not read)."""
 
+    tool_call: ToolCallParser | None = None
+    reasoning: ThinkParser | None = None
 
-def reasoning_parser(name: str | None) -> ThinkParser | None:
-    return None if name is None else REASONING_PARSERS[name]
+    @classmethod
+    def named(cls, tool_call: str | None, reasoning: str | None) -> OutputParsers:
+        """By their flag names (config/chat.py)."""
+        return cls(
+            None if tool_call is None else TOOL_CALL_PARSERS[tool_call],
+            None if reasoning is None else REASONING_PARSERS[reasoning],
+        )

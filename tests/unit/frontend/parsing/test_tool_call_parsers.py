@@ -210,3 +210,11 @@ def test_stream_equals_whole_on_stitched_outputs(name: str, sample: tuple[str, l
     assert stream_tools(parser, chunks) == whole
     for call in whole.calls:  # every call carries a JSON object
         assert isinstance(json.loads(call.arguments), dict)
+
+
+def test_the_flag_choices_are_the_registered_parsers() -> None:
+    from armature.config import chat
+    from armature.frontend.parsing import REASONING_PARSERS
+
+    assert tuple(TOOL_CALL_PARSERS) == chat.TOOL_CALL_PARSERS
+    assert tuple(REASONING_PARSERS) == chat.REASONING_PARSERS
