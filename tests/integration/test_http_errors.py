@@ -129,7 +129,7 @@ CASES = [
                 }
             ]
         ),
-        param="messages",
+        param="messages.0.content",
     ),
     Case("two-prompts", COMPLETIONS, completion(prompt=["Hi", "Ho"]), param="prompt"),
     Case("empty-prompt", COMPLETIONS, completion(prompt=""), param="prompt"),

@@ -6,16 +6,19 @@ configuration back into the command line that rebuilds it.
 
     ServeConfig ─┬─ EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig  (a worker)
                  ├─ RouterConfig, DisaggConfig, HealthConfig            (how the frontend routes)
-                 └─ HttpConfig, SecurityConfig, OverloadConfig          (the HTTP edge)
+                 ├─ HttpConfig, SecurityConfig, OverloadConfig          (the HTTP edge)
+                 └─ ChatConfig                 (chat template, tool-call and reasoning parsers)
     WorkerConfig ── EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig, RuntimeConfig,
                     WorkerProcessConfig
-    FrontendConfig ─ RuntimeConfig, RouterConfig, DisaggConfig, HealthConfig, the edge's three
+    FrontendConfig ─ RuntimeConfig, RouterConfig, DisaggConfig, HealthConfig, the edge's three,
+                     ChatConfig
     PlannerCommandConfig ─ PlannerConfig, PlannerServiceConfig, RuntimeConfig
     ProfileConfig ── EngineConfig, KvCacheConfig, ProfileSweepConfig
 
     values.py    text -> value parsers           settings.py  Setting, flags, variables, to_argv
     engine.py    engine, KV cache, transfer      runtime.py   planes, discovery, one worker
     routing.py   router, disaggregation, health  edge.py      HTTP, API keys, overload
+    chat.py      chat template, output parsers
     kv_tiers.py  lower KV tiers (G2-G4)         commands.py  WorkerConfig, FrontendConfig, ...
     planner.py   the planner's targets, predictor, limits, cool-downs; its service's settings
     profiling.py the profiler's sweep
@@ -26,6 +29,7 @@ router's block size, which comes from the workers).
 
 from __future__ import annotations
 
+from armature.config.chat import ChatConfig
 from armature.config.commands import (
     FrontendConfig,
     PlannerCommandConfig,
@@ -75,6 +79,7 @@ __all__ = [
     "DEFAULT_KV_PIN_TTL_S",
     "DEFAULT_LEASE_TTL_S",
     "TRANSFER_BACKENDS",
+    "ChatConfig",
     "DisaggConfig",
     "EngineConfig",
     "FrontendConfig",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from armature.config.chat import ChatConfig
 from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
 from armature.config.engine import EngineConfig, KvCacheConfig, TransferConfig
 from armature.config.kv_tiers import KvTierConfig
@@ -44,6 +45,7 @@ class FrontendConfig:
     http: HttpConfig = HttpConfig()
     security: SecurityConfig = SecurityConfig()
     overload: OverloadConfig = OverloadConfig()
+    chat: ChatConfig = ChatConfig()
     wait_for_workers_s: float = setting(
         600.0,
         "how long to wait for the first worker (it tells the model and tokenizer)",
@@ -83,6 +85,7 @@ class ServeConfig:
     http: HttpConfig = HttpConfig()
     security: SecurityConfig = SecurityConfig()
     overload: OverloadConfig = OverloadConfig()
+    chat: ChatConfig = ChatConfig()
 
     def get_worker_roles(self) -> list[WorkerRole]:
         """The role of each worker, from --workers or --prefill/--decode-workers."""

@@ -17,6 +17,7 @@ from armature.config import DisaggConfig, OverloadConfig, RouterConfig
 from armature.engines.api import Engine
 from armature.frontend.admission import AdmissionGate
 from armature.frontend.metrics import FrontendMetrics, RouterMetrics
+from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.service import OpenAIService, ServedModel
 from armature.router.disagg import DisaggRouter
@@ -44,6 +45,7 @@ def compose_frontend(
     disagg: DisaggConfig | None = None,
     overload: OverloadConfig | None = None,
     prefill_engines: Mapping[str, Engine] | None = None,
+    parsers: OutputParsers | None = None,
 ) -> FrontendParts:
     """A router over `engines` (more join later through `router.add_engine`), its metrics,
     the overload gate and the OpenAI service, wired to each other."""
@@ -74,5 +76,5 @@ def compose_frontend(
         "The prefix index's bound: the routed workers' KV capacity in blocks",
         registry=registry,
     ).set_function(lambda: router.get_index_blocks()[1])
-    service = OpenAIService(router, preprocessor, metrics, model)
+    service = OpenAIService(router, preprocessor, metrics, model, parsers)
     return FrontendParts(router, thresholds, gate, metrics, service, model)

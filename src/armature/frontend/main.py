@@ -25,7 +25,8 @@ from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import load_api_keys
 from armature.frontend.compose import compose_frontend
 from armature.frontend.fleet import WorkerFleet
-from armature.frontend.preprocess import Preprocessor
+from armature.frontend.parsing import OutputParsers
+from armature.frontend.preprocess import Preprocessor, read_chat_template
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
 from armature.runtime.ports import check_port_free
@@ -106,12 +107,15 @@ def run_frontend(
         router_config=dataclasses.replace(
             config.router, block_size_tokens=served.block_size, seed=config.seed
         ),
-        preprocessor=Preprocessor(Path(served.model_path)),
+        preprocessor=Preprocessor(
+            Path(served.model_path), read_chat_template(config.chat.chat_template)
+        ),
         model=ServedModel(
             name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
         ),
         disagg=config.disagg,
         overload=config.overload,
+        parsers=OutputParsers.named(config.chat.tool_call_parser, config.chat.reasoning_parser),
     )
 
     async def follow_discovery() -> None:

@@ -6,36 +6,63 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from armature.errors import ArmatureError
+from armature.errors import ArmatureError, ConfigError
+from armature.frontend.template_features import TemplateFeatures, read_template_features
 
-__all__ = ["NoChatTemplateError", "Preprocessor"]
+__all__ = ["NoChatTemplateError", "Preprocessor", "read_chat_template"]
 
 
 class NoChatTemplateError(ArmatureError, ValueError):
     """The model's tokenizer carries no chat template."""
 
 
+def read_chat_template(path: str | None) -> str | None:
+    """The Jinja source --chat-template names (None: the model's own template)."""
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--chat-template: cannot read {path}: {exc}") from None
+
+
 class Preprocessor:
-    def __init__(self, model_dir: Path):
+    """The model's tokenizer and chat template; `chat_template` (Jinja source) replaces the
+    model's own."""
+
+    def __init__(self, model_dir: Path, chat_template: str | None = None):
         from transformers import AutoTokenizer
 
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir))
-        self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self._chat_template = chat_template
+        template = chat_template or getattr(self.tokenizer, "chat_template", None)
+        self.has_chat_template = bool(template)
+        sources = list(template.values()) if isinstance(template, dict) else [template or ""]
+        self.template_features: TemplateFeatures = read_template_features(sources)
         # the raw `tokenizers` object decodes several times faster than the transformers
         # wrapper; streaming calls it once or twice per token
         self.decoder: Any = getattr(self.tokenizer, "backend_tokenizer", self.tokenizer)
 
-    def render_chat(self, messages: list[dict[str, str]]) -> str:
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        """The prompt text of `messages` (and `tools`, for a template that takes them)."""
         if not self.has_chat_template:
             raise NoChatTemplateError("this model has no chat template; use /v1/completions")
         text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+            messages,
+            tools=tools or None,
+            chat_template=self._chat_template,
+            tokenize=False,
+            add_generation_prompt=True,
         )
         assert isinstance(text, str)
         return text
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        return self.encode(self.render_chat(messages), add_special_tokens=False)
+    def encode_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        return self.encode(self.render_chat(messages, tools), add_special_tokens=False)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)

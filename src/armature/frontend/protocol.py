@@ -19,6 +19,13 @@ from pydantic_core import PydanticCustomError
 from armature.config.edge import MAX_QUEUE_TIMEOUT_S, MAX_QUEUED_REQUESTS, OverloadConfig
 from armature.errors import InvalidRequestError
 from armature.frontend.text_check import LONE_SURROGATE, find_lone_surrogate
+from armature.frontend.tool_protocol import (
+    MAX_TOOL_CALLS,
+    MAX_TOOLS,
+    MessageToolCall,
+    ToolChoice,
+    ToolSpec,
+)
 
 __all__ = [
     "ChatCompletionRequest",
@@ -76,6 +83,8 @@ class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS)
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         """The message's text; list content must be text parts only."""
@@ -164,8 +173,8 @@ class ChatCompletionRequest(GenerationFields):
     max_completion_tokens: TokenCount | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
+    tools: list[ToolSpec] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: ToolChoice | None = None
     functions: list[dict[str, Any]] | None = None
     response_format: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -175,12 +184,8 @@ class ChatCompletionRequest(GenerationFields):
 
     def unsupported_fields(self) -> list[tuple[str, str]]:
         out = super().unsupported_fields()
-        if self.tools:
-            out.append(("tools", "tool calling is not supported yet"))
         if self.functions:
-            out.append(("functions", "function calling is not supported yet"))
-        if self.tool_choice not in (None, "none"):
-            out.append(("tool_choice", "tool calling is not supported yet"))
+            out.append(("functions", "functions is deprecated and not supported; use tools"))
         fmt = (self.response_format or {}).get("type", "text")
         if fmt != "text":
             out.append(("response_format", f"response_format {fmt!r} is not supported"))

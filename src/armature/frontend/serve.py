@@ -18,7 +18,8 @@ from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import ApiKeys, load_api_keys
 from armature.frontend.compose import compose_frontend
 from armature.frontend.main import run_serving, uvicorn_config
-from armature.frontend.preprocess import Preprocessor
+from armature.frontend.parsing import OutputParsers
+from armature.frontend.preprocess import Preprocessor, read_chat_template
 from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerRole
 from armature.runtime.ports import check_port_free
@@ -97,10 +98,11 @@ async def _serve(config: ServeConfig, roles: list[WorkerRole], api_keys: ApiKeys
         engines=engines,
         prefill_engines=prefill_engines,
         router_config=router_config,
-        preprocessor=Preprocessor(model.path),
+        preprocessor=Preprocessor(model.path, read_chat_template(config.chat.chat_template)),
         model=served,
         disagg=config.disagg,
         overload=config.overload,
+        parsers=OutputParsers.named(config.chat.tool_call_parser, config.chat.reasoning_parser),
     )
     app = build_app(
         parts,

@@ -15,10 +15,13 @@ from fastapi import Request
 
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.errors import ArmatureError
+from armature.frontend.chat_output import ChatOutput, ChatPiece, chat_message
+from armature.frontend.chat_request import ToolUse, plan_tools, template_messages
 from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.errors import ApiError, error_body
 from armature.frontend.generation import Delta, GenerationError, Usage, stream_deltas
 from armature.frontend.metrics import FrontendMetrics
+from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import NoChatTemplateError, Preprocessor
 from armature.frontend.protocol import (
     ChatCompletionRequest,
@@ -67,6 +70,7 @@ class Job:
     echo_text: str = ""
     target_worker: str | None = None  # from the x-worker-id header (direct routing)
     priority: int = 0  # overload queue order: lower first
+    chat_output: ChatOutput | None = None  # chat: reads reasoning and tool calls
 
 
 class OpenAIService:
@@ -76,11 +80,13 @@ class OpenAIService:
         preprocessor: Preprocessor,
         metrics: FrontendMetrics,
         model: ServedModel,
+        parsers: OutputParsers | None = None,
     ):
         self.engine = engine
         self.preprocessor = preprocessor
         self.metrics = metrics
         self.model = model
+        self.parsers = parsers or OutputParsers()  # None: output read as plain text
 
     # ---- request -> job ----------------------------------------------------------------
     def _check_common(self, body: GenerationFields, endpoint: str) -> None:
@@ -135,17 +141,28 @@ class OpenAIService:
 
     async def chat_job(self, body: ChatCompletionRequest) -> Job:
         self._check_common(body, "chat")
+        features = self.preprocessor.template_features
+        messages = template_messages(body.messages, features)
+        tool_use = plan_tools(body, features, self.parsers.tool_call is not None)
         try:
-            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        except InvalidRequestError as exc:
-            raise ApiError(str(exc), param="messages") from None
-        try:
-            prompt_ids = await asyncio.to_thread(self.preprocessor.encode_chat, messages)
+            prompt_ids = await asyncio.to_thread(
+                self.preprocessor.encode_chat, messages, tool_use.tools
+            )
         except NoChatTemplateError as exc:
             raise ApiError(str(exc), param="messages") from None
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs)
-        return self._job("chat", "chatcmpl", body, prompt_ids, sampling)
+        output = self._chat_output(tool_use)
+        return self._job("chat", "chatcmpl", body, prompt_ids, sampling, output)
+
+    def _chat_output(self, tool_use: ToolUse) -> ChatOutput:
+        tool_call, reasoning = self.parsers.tool_call, self.parsers.reasoning
+        return ChatOutput(
+            reasoning=None if reasoning is None else reasoning.stream(),
+            tools=tool_call.stream() if tool_call is not None and tool_use.parse_calls else None,
+            new_call_id=lambda: f"call_{uuid.uuid4().hex[:24]}",
+            max_calls=tool_use.max_calls,
+        )
 
     async def completion_job(self, body: CompletionRequest) -> Job:
         self._check_common(body, "completions")
@@ -176,6 +193,7 @@ class OpenAIService:
         body: GenerationFields,
         prompt_ids: list[int],
         sampling: SamplingParams,
+        chat_output: ChatOutput | None = None,
     ) -> Job:
         if not self.engine.is_alive:
             raise ApiError(
@@ -208,6 +226,7 @@ class OpenAIService:
             include_usage,
             sampling.logprobs is not None,
             priority=body.priority,
+            chat_output=chat_output,
         )
 
     # ---- running a job -----------------------------------------------------------------
@@ -230,6 +249,7 @@ class OpenAIService:
         ClientDisconnectedError)."""
         usage = Usage()
         texts: list[str] = [job.echo_text]
+        pieces: list[ChatPiece] = []
         items: list[TokenLogprob] = []
         finish: str | None = None
 
@@ -237,6 +257,8 @@ class OpenAIService:
             nonlocal finish
             async for delta in self._deltas(job, usage):
                 texts.append(delta.text)
+                if job.chat_output is not None:
+                    pieces.append(_feed(job.chat_output, delta))
                 items.extend(delta.logprobs)
                 finish = delta.finish_reason or finish
 
@@ -244,12 +266,13 @@ class OpenAIService:
         text = "".join(texts)
         created = int(time.time())
         logprobs = self._logprobs(job, items, len(job.echo_text))
-        if job.kind == "chat":
+        if job.chat_output is not None:
+            usage.reasoning_tokens = job.chat_output.num_reasoning_tokens
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": chat_message(pieces),
                 "logprobs": logprobs,
-                "finish_reason": finish,
+                "finish_reason": job.chat_output.finish_reason(finish),
             }
             obj = "chat.completion"
         else:
@@ -288,20 +311,13 @@ class OpenAIService:
             offset = len(job.echo_text)
         try:
             async for delta in self._deltas(job, usage):
-                if not delta.text and not delta.finish_reason and not job.want_logprobs:
-                    continue
-                logprobs = self._logprobs(job, delta.logprobs, offset)
-                offset += len(delta.text)
-                if job.kind == "chat":
-                    content = {"content": delta.text} if delta.text else {}
-                    chunk = chat_chunk(
-                        job.request_id, created, name, content, delta.finish_reason, logprobs
-                    )
+                if job.chat_output is not None:
+                    chunk = self._chat_chunk(job, job.chat_output, delta, usage, created)
                 else:
-                    chunk = completion_chunk(
-                        job.request_id, created, name, delta.text, delta.finish_reason, logprobs
-                    )
-                yield sse({**chunk, **usage_field})
+                    chunk = self._completion_chunk(job, delta, created, offset)
+                    offset += len(delta.text)
+                if chunk is not None:
+                    yield sse({**chunk, **usage_field})
         except (GenerationError, EngineDeadError) as exc:
             yield sse(error_body(str(exc), "internal_error"))
         if job.include_usage:
@@ -316,6 +332,36 @@ class OpenAIService:
                 }
             )
         yield "data: [DONE]\n\n"
+
+    def _chat_chunk(
+        self, job: Job, output: ChatOutput, delta: Delta, usage: Usage, created: int
+    ) -> dict[str, Any] | None:
+        """The chunk for one delta of a chat stream (None: nothing to send yet); counts the
+        reasoning tokens into `usage`."""
+        fields = _feed(output, delta).delta()
+        finish = output.finish_reason(delta.finish_reason)
+        usage.reasoning_tokens = output.num_reasoning_tokens
+        if not fields and not finish and not job.want_logprobs:
+            return None
+        logprobs = self._logprobs(job, delta.logprobs, 0)
+        return chat_chunk(job.request_id, created, self.model.name, fields, finish, logprobs)
+
+    def _completion_chunk(
+        self, job: Job, delta: Delta, created: int, offset: int
+    ) -> dict[str, Any] | None:
+        """The chunk for one delta of a completion stream whose text so far has `offset`
+        characters (None: nothing to send)."""
+        if not delta.text and not delta.finish_reason and not job.want_logprobs:
+            return None
+        logprobs = self._logprobs(job, delta.logprobs, offset)
+        name = self.model.name
+        return completion_chunk(
+            job.request_id, created, name, delta.text, delta.finish_reason, logprobs
+        )
+
+
+def _feed(output: ChatOutput, delta: Delta) -> ChatPiece:
+    return output.feed(delta.text, len(delta.token_ids), last=delta.finish_reason is not None)
 
 
 def _chunk_object(kind: Kind) -> str:

@@ -8,43 +8,26 @@ from pathlib import Path
 
 import httpx
 import pytest
+from frontend_fakes import IdleEngine
 
 from armature.config import RouterConfig
 from armature.engines.api import EngineDeadError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.compose import compose_frontend
 from armature.frontend.preprocess import Preprocessor
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest
+from armature.protocols.engine import EngineOutput, EngineRequest
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
 
-class DeadEngine:
+class DeadEngine(IdleEngine):
     """An engine whose thread has died."""
 
     is_alive = False
 
-    def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def validate(self, request: EngineRequest) -> None: ...
-
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         raise EngineDeadError("engine died: simulated")
         yield  # pragma: no cover
-
-    def get_load(self) -> EngineLoad:
-        return EngineLoad(
-            num_active_blocks=0,
-            num_total_blocks=1,
-            num_waiting=0,
-            num_running=0,
-            num_prefill_tokens_queued=0,
-        )
-
-    def take_kv_events(self) -> list:  # type: ignore[type-arg]
-        return []
 
 
 @pytest.fixture(scope="module")

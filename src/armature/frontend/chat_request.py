@@ -1,0 +1,130 @@
+"""A chat request's tools and history, checked against what this server can do with them
+and turned into the values the chat template takes. Pure: request in, values or ApiError
+(a 400 naming the field) out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from armature.errors import InvalidRequestError
+from armature.frontend.errors import ApiError
+from armature.frontend.protocol import ChatCompletionRequest, ChatMessage
+from armature.frontend.template_features import TemplateFeatures
+from armature.frontend.tool_protocol import NamedToolChoice
+
+__all__ = ["ToolUse", "plan_tools", "template_messages"]
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """How one chat request uses tools."""
+
+    tools: list[dict[str, Any]] | None = None  # what the template renders
+    parse_calls: bool = False  # read tool calls out of the output
+    max_calls: int | None = None  # 1 when parallel_tool_calls is false
+
+
+def plan_tools(
+    body: ChatCompletionRequest, features: TemplateFeatures, has_parser: bool
+) -> ToolUse:
+    """The request's tool use; ApiError for a choice that names no tool, duplicate names, or
+    what this server cannot honour (no parser, a template without tools, forced calls)."""
+    tools = body.tools or []
+    choice = body.tool_choice or ("auto" if tools else "none")
+    names = [tool.function.name for tool in tools]
+    if len(set(names)) != len(names):
+        duplicate = next(n for n in names if names.count(n) > 1)
+        raise ApiError(f"tools: the function name {duplicate!r} appears twice", param="tools")
+    if choice != "none" and not tools:
+        raise ApiError("tool_choice needs tools to choose from", param="tool_choice")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+        raise ApiError(
+            f"tool_choice names the function {choice.function.name!r}, which is not in tools",
+            param="tool_choice",
+        )
+    if not tools:
+        return ToolUse()
+    if not features.takes_tools:
+        raise ApiError(
+            "this model's chat template does not render tools; start the server with "
+            "--chat-template naming a template that does",
+            param="tools",
+            code="unsupported_parameter",
+        )
+    rendered = [tool.model_dump(exclude_none=True) for tool in tools]
+    if choice == "none":
+        return ToolUse(tools=rendered)
+    if not has_parser:
+        raise ApiError(
+            "this server reads no tool calls from model output; start it with "
+            "--tool-call-parser, or send tool_choice 'none'",
+            param="tools",
+            code="unsupported_parameter",
+        )
+    if choice != "auto":
+        what = "'required'" if choice == "required" else "a named function"
+        raise ApiError(
+            f"tool_choice {what} must be enforced by constrained decoding (structured output), "
+            "which this server does not support yet; use 'auto'",
+            param="tool_choice",
+            code="unsupported_parameter",
+        )
+    max_calls = 1 if body.parallel_tool_calls is False else None
+    return ToolUse(tools=rendered, parse_calls=True, max_calls=max_calls)
+
+
+def template_messages(
+    messages: list[ChatMessage], features: TemplateFeatures
+) -> list[dict[str, Any]]:
+    """The history as the chat template takes it: text content, and for assistant calls the
+    arguments as objects (templates write them with `tojson`)."""
+    out = []
+    for i, message in enumerate(messages):
+        try:
+            item: dict[str, Any] = {"role": message.role, "content": message.text()}
+        except InvalidRequestError as exc:
+            raise ApiError(str(exc), param=f"messages.{i}.content") from None
+        if message.name is not None:
+            item["name"] = message.name
+        if message.role == "tool":
+            if message.tool_call_id is None:
+                raise ApiError(
+                    "a tool message needs the tool_call_id it answers",
+                    param=f"messages.{i}.tool_call_id",
+                )
+            item["tool_call_id"] = message.tool_call_id
+        if message.tool_calls:
+            item["tool_calls"] = _template_calls(i, message, features)
+        out.append(item)
+    return out
+
+
+def _template_calls(
+    i: int, message: ChatMessage, features: TemplateFeatures
+) -> list[dict[str, Any]]:
+    param = f"messages.{i}.tool_calls"
+    if message.role != "assistant":
+        raise ApiError("only assistant messages carry tool_calls", param=param)
+    if not features.renders_tool_calls:
+        raise ApiError(
+            "this model's chat template does not render tool_calls; start the server with "
+            "--chat-template naming a template that does",
+            param=param,
+            code="unsupported_parameter",
+        )
+    calls = []
+    for j, call in enumerate(message.tool_calls or []):
+        try:
+            arguments = json.loads(call.function.arguments)
+        except ValueError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            raise ApiError(
+                "arguments must be a JSON object in text",
+                param=f"{param}.{j}.function.arguments",
+            )
+        function = {"name": call.function.name, "arguments": arguments}
+        calls.append({"id": call.id, "type": "function", "function": function})
+    return calls

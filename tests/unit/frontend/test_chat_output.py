@@ -1,0 +1,99 @@
+"""ChatOutput: reasoning first, then tool calls read from the content after it; calls
+numbered and named in order, cut at max_calls; finish_reason tool_calls only on a stop."""
+
+from __future__ import annotations
+
+import itertools
+
+from armature.frontend.chat_output import ChatOutput, ChatPiece, IssuedCall, chat_message
+from armature.frontend.parsing import OutputParsers
+from armature.frontend.parsing.tool_call import ToolCall
+
+PARSERS = OutputParsers.named("hermes", "qwen3")
+CALL = '<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
+
+
+def output(max_calls: int | None = None, parsers: OutputParsers = PARSERS) -> ChatOutput:
+    ids = (f"call_{i}" for i in itertools.count())
+    assert parsers.reasoning is not None and parsers.tool_call is not None
+    return ChatOutput(
+        reasoning=parsers.reasoning.stream(),
+        tools=parsers.tool_call.stream(),
+        new_call_id=lambda: next(ids),
+        max_calls=max_calls,
+    )
+
+
+def test_reasoning_then_calls_with_exact_pieces() -> None:
+    out = output()
+    f = ToolCall("f", '{"x": 1}')
+    pieces = [
+        out.feed("<think>plan", 2),
+        out.feed("</think>ok ", 2),
+        out.feed(CALL, 5),
+        out.feed(CALL + " end", 6, last=True),
+    ]
+    assert pieces == [
+        ChatPiece(reasoning="plan"),
+        ChatPiece(content="ok "),
+        ChatPiece(calls=(IssuedCall(0, "call_0", f),)),
+        ChatPiece(content=" end", calls=(IssuedCall(1, "call_1", f),)),
+    ]
+    assert out.num_reasoning_tokens == 4
+    assert out.finish_reason("stop") == "tool_calls"
+    assert out.finish_reason("length") == "length"
+    assert chat_message(pieces) == {
+        "role": "assistant",
+        "content": "ok  end",
+        "reasoning_content": "plan",
+        "tool_calls": [
+            {
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": "f", "arguments": '{"x": 1}'},
+            },
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "f", "arguments": '{"x": 1}'},
+            },
+        ],
+    }
+    assert pieces[3].delta() == {
+        "content": " end",
+        "tool_calls": [
+            {
+                "index": 1,
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "f", "arguments": '{"x": 1}'},
+            }
+        ],
+    }
+
+
+def test_max_calls_drops_the_rest_and_blank_content_is_null() -> None:
+    out = output(max_calls=1)
+    pieces = [out.feed(CALL + "\n" + CALL, 9, last=True)]
+    message = chat_message(pieces)
+    assert message["content"] is None
+    assert [c["id"] for c in message["tool_calls"]] == ["call_0"]
+    assert out.num_calls == 1
+
+
+def test_a_call_inside_reasoning_is_not_a_call() -> None:
+    out = output()
+    pieces = [out.feed("<think>" + CALL, 3), out.feed("</think>fine", 2, last=True)]
+    assert chat_message(pieces) == {
+        "role": "assistant",
+        "content": "fine",
+        "reasoning_content": CALL,
+    }
+    assert out.finish_reason("stop") == "stop"
+
+
+def test_without_parsers_text_passes_through() -> None:
+    out = ChatOutput(reasoning=None, tools=None, new_call_id=lambda: "unused")
+    pieces = [out.feed("<think>a</think>", 3), out.feed(CALL, 5, last=True)]
+    assert chat_message(pieces) == {"role": "assistant", "content": "<think>a</think>" + CALL}
+    assert out.num_reasoning_tokens is None

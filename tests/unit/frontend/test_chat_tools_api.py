@@ -1,0 +1,285 @@
+"""Tool calls and reasoning through the whole frontend, with the official openai client:
+a scripted engine (the Engine seam) emits the token ids of a chosen model output, so the
+bytes go through the real router, detokenizer, parsers and SSE encoding, whole and
+streamed. Also the 400s of tool requests the server cannot honour."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from frontend_fakes import IdleEngine
+
+from armature.config import RouterConfig
+from armature.frontend.app import ServedModel, build_app
+from armature.frontend.compose import compose_frontend
+from armature.frontend.parsing import OutputParsers
+from armature.frontend.preprocess import Preprocessor
+from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason
+
+pytestmark = pytest.mark.slow  # loads the default model's tokenizer
+
+TEMPLATE = Path(__file__).parents[3] / "examples" / "chat_templates" / "chatml_tools.jinja"
+MODEL = "m"
+WEATHER_TOOL: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+TIME_TOOL: Any = {"type": "function", "function": {"name": "get_time", "parameters": {}}}
+ASK: Any = [{"role": "user", "content": "Weather in Paris and the time?"}]
+
+CALLS_OUTPUT = (
+    "<think>\nThe user wants two things.\n</think>\n\nLet me look.<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+)
+
+
+class ScriptedEngine(IdleEngine):
+    """Emits the token ids of the next output queued, a few per step, then stops."""
+
+    def __init__(self, preprocessor: Preprocessor) -> None:
+        self.preprocessor = preprocessor
+        self.outputs: list[str] = []
+        self.prompts: list[list[int]] = []
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        self.prompts.append(request.prompt_token_ids)
+        ids = self.preprocessor.encode(self.outputs.pop(0), add_special_tokens=False)
+        steps, at = [], 0
+        while at < len(ids):  # 1, 2, 3, 1, 2, 3... tokens per step
+            steps.append(ids[at : at + 1 + len(steps) % 3])
+            at += len(steps[-1])
+        for i, step in enumerate(steps):
+            last = i == len(steps) - 1
+            yield EngineOutput(
+                request_id=request.request_id,
+                new_token_ids=step,
+                num_prompt_tokens=len(request.prompt_token_ids) if i == 0 else 0,
+                finish_reason=FinishReason.STOP if last else None,
+            )
+
+
+@pytest.fixture(scope="module")
+def tool_preprocessor(default_model_dir: Path) -> Preprocessor:
+    return Preprocessor(default_model_dir, TEMPLATE.read_text())
+
+
+@pytest.fixture(scope="module")
+def plain_preprocessor(default_model_dir: Path) -> Preprocessor:
+    return Preprocessor(default_model_dir)
+
+
+def serve(preprocessor: Preprocessor, parsers: OutputParsers) -> tuple[ScriptedEngine, Any]:
+    engine = ScriptedEngine(preprocessor)
+    parts = compose_frontend(
+        engines={"w0": engine},  # type: ignore[dict-item]
+        router_config=RouterConfig(),
+        preprocessor=preprocessor,
+        model=ServedModel(MODEL, 2048, 0),
+        parsers=parsers,
+    )
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(parts)))
+    client = openai.AsyncOpenAI(
+        base_url="http://test/v1", api_key="unused", http_client=http, max_retries=0
+    )
+    return engine, client
+
+
+HERMES_QWEN3 = OutputParsers.named("hermes", "qwen3")
+# what the template's <think>...</think> costs: 1 + the reasoning + the closing delta
+
+
+async def test_tool_calls_and_reasoning_whole_and_streamed(tool_preprocessor: Preprocessor) -> None:
+    engine, client = serve(tool_preprocessor, HERMES_QWEN3)
+    engine.outputs = [CALLS_OUTPUT, CALLS_OUTPUT]
+    request: Any = {"model": MODEL, "messages": ASK, "tools": [WEATHER_TOOL, TIME_TOOL]}
+
+    whole = await client.chat.completions.create(**request)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Let me look.\n"
+    assert choice.message.reasoning_content == "\nThe user wants two things.\n"  # type: ignore[attr-defined]
+    calls = choice.message.tool_calls or []
+    assert [(c.type, c.function.name, c.function.arguments) for c in calls] == [  # type: ignore[union-attr]
+        ("function", "get_weather", '{"city": "Paris"}'),
+        ("function", "get_time", "{}"),
+    ]
+    assert all(c.id.startswith("call_") for c in calls)
+    assert len({c.id for c in calls}) == 2
+    assert whole.usage is not None
+    num_reasoning = whole.usage.completion_tokens_details.reasoning_tokens  # type: ignore[union-attr]
+    assert 0 < num_reasoning < whole.usage.completion_tokens
+
+    stream = await client.chat.completions.create(
+        **request, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = [chunk async for chunk in stream]
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(d.content or "" for d in deltas) == "Let me look.\n"
+    assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == (
+        "\nThe user wants two things.\n"
+    )
+    streamed = [t for d in deltas for t in d.tool_calls or []]
+    assert [(t.index, t.type, t.function.name, t.function.arguments) for t in streamed] == [  # type: ignore[union-attr]
+        (0, "function", "get_weather", '{"city": "Paris"}'),
+        (1, "function", "get_time", "{}"),
+    ]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == num_reasoning  # type: ignore[union-attr]
+
+    # the prompt rendered the tools through the template
+    prompt = tool_preprocessor.decode(engine.prompts[0], skip_special_tokens=False)
+    assert json.dumps(WEATHER_TOOL) in prompt
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+async def test_malformed_calls_fall_back_to_content(tool_preprocessor: Preprocessor) -> None:
+    engine, client = serve(tool_preprocessor, HERMES_QWEN3)
+    broken = 'Sure.<tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>'
+    engine.outputs = [broken, broken]
+    request: Any = {"model": MODEL, "messages": ASK, "tools": [WEATHER_TOOL]}
+    whole = await client.chat.completions.create(**request)
+    assert whole.choices[0].message.content == broken
+    assert whole.choices[0].message.tool_calls is None
+    assert whole.choices[0].finish_reason == "stop"
+    chunks = [c async for c in await client.chat.completions.create(**request, stream=True)]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == broken
+    assert all(not c.choices[0].delta.tool_calls for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+async def test_parallel_tool_calls_false_keeps_the_first(tool_preprocessor: Preprocessor) -> None:
+    engine, client = serve(tool_preprocessor, HERMES_QWEN3)
+    engine.outputs = [CALLS_OUTPUT]
+    whole = await client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER_TOOL, TIME_TOOL], parallel_tool_calls=False
+    )
+    calls = whole.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["get_weather"]  # type: ignore[union-attr]
+
+
+async def test_tool_choice_none_renders_tools_but_reads_no_calls(
+    tool_preprocessor: Preprocessor,
+) -> None:
+    engine, client = serve(tool_preprocessor, OutputParsers.named("hermes", None))
+    engine.outputs = [CALLS_OUTPUT]
+    whole = await client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice="none"
+    )
+    assert whole.choices[0].message.content == CALLS_OUTPUT
+    assert whole.choices[0].message.tool_calls is None
+    assert whole.usage is not None and whole.usage.completion_tokens_details is None
+    assert "get_weather" in tool_preprocessor.decode(engine.prompts[0])
+
+
+async def test_history_with_calls_and_results_round_trips(tool_preprocessor: Preprocessor) -> None:
+    """The second turn of an agent loop: the first answer's message (as the client got it)
+    and the tool's result go back; the template renders both."""
+    engine, client = serve(tool_preprocessor, HERMES_QWEN3)
+    engine.outputs = [CALLS_OUTPUT, "It is 21 °C in Paris."]
+    tools: Any = [WEATHER_TOOL, TIME_TOOL]
+    first = await client.chat.completions.create(model=MODEL, messages=ASK, tools=tools)
+    message = first.choices[0].message
+    calls = message.tool_calls or []
+    history: Any = [
+        *ASK,
+        message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp_c": 21}'},
+        {"role": "tool", "tool_call_id": calls[1].id, "content": "12:00"},
+    ]
+    second = await client.chat.completions.create(model=MODEL, messages=history, tools=tools)
+    assert second.choices[0].message.content == "It is 21 °C in Paris."
+    assert second.choices[0].finish_reason == "stop"
+    prompt = tool_preprocessor.decode(engine.prompts[1], skip_special_tokens=False)
+    assert prompt.endswith(
+        "<|im_start|>assistant\nLet me look.\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\n"
+        '{"temp_c": 21}\n</tool_response>\n<tool_response>\n12:00\n</tool_response><|im_end|>\n'
+        "<|im_start|>assistant\n"
+    )
+
+
+async def error_of(client: Any, **fields: Any) -> dict[str, Any]:
+    """The `error` object of the 400 (the client unwraps it)."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model=MODEL, messages=ASK, **fields)
+    body = caught.value.body
+    assert isinstance(body, dict)
+    return body
+
+
+async def test_tool_requests_the_server_cannot_honour_are_400s(
+    tool_preprocessor: Preprocessor, plain_preprocessor: Preprocessor
+) -> None:
+    _, client = serve(tool_preprocessor, HERMES_QWEN3)
+    named = {"type": "function", "function": {"name": "get_time"}}
+    unknown = {"type": "function", "function": {"name": "launch"}}
+    bad_schema = {"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}
+    bad_name = {"type": "function", "function": {"name": "two words"}}
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"tools": [WEATHER_TOOL], "tool_choice": unknown}, "tool_choice"),
+        ({"tool_choice": "auto"}, "tool_choice"),
+        ({"tools": [WEATHER_TOOL], "tool_choice": "required"}, "tool_choice"),
+        ({"tools": [WEATHER_TOOL, TIME_TOOL], "tool_choice": named}, "tool_choice"),
+        ({"tools": [WEATHER_TOOL, WEATHER_TOOL]}, "tools"),
+        ({"tools": [bad_schema]}, "tools.0.function.parameters"),
+        ({"tools": [bad_name]}, "tools.0.function.name"),
+        ({"tools": [{"type": "retrieval"}]}, "tools.0.type"),
+        ({"tools": [WEATHER_TOOL], "tool_choice": "sometimes"}, "tool_choice"),
+    ]
+    for fields, param in cases:
+        error = await error_of(client, **fields)
+        assert (error["param"], error["type"]) == (param, "invalid_request_error"), fields
+    error = await error_of(client, tools=[WEATHER_TOOL], tool_choice="required")
+    assert "structured output" in error["message"]
+
+    # no parser: tools are refused rather than read as text
+    _, client = serve(tool_preprocessor, OutputParsers())
+    error = await error_of(client, tools=[WEATHER_TOOL])
+    assert (error["param"], error["code"]) == ("tools", "unsupported_parameter")
+    assert "--tool-call-parser" in error["message"]
+
+    # SmolLM2's own template renders neither tools nor calls
+    _, client = serve(plain_preprocessor, HERMES_QWEN3)
+    error = await error_of(client, tools=[WEATHER_TOOL])
+    assert (error["param"], error["code"]) == ("tools", "unsupported_parameter")
+    assert "--chat-template" in error["message"]
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = [*ASK, {"role": "assistant", "tool_calls": [call]}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model=MODEL, messages=history)
+    assert caught.value.body["param"] == "messages.1.tool_calls"  # type: ignore[index]
+
+
+async def test_bad_history_items_name_their_place(tool_preprocessor: Preprocessor) -> None:
+    _, client = serve(tool_preprocessor, HERMES_QWEN3)
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "[1]"}}
+    cases: list[tuple[Any, str]] = [
+        (
+            [*ASK, {"role": "assistant", "tool_calls": [call]}],
+            "messages.1.tool_calls.0.function.arguments",
+        ),
+        ([*ASK, {"role": "tool", "content": "x"}], "messages.1.tool_call_id"),
+        ([{"role": "user", "content": "x", "tool_calls": [call]}], "messages.0.tool_calls"),
+    ]
+    for messages, param in cases:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(model=MODEL, messages=messages)
+        assert caught.value.body["param"] == param, messages  # type: ignore[index]
