@@ -106,9 +106,6 @@ class Planner:
         }
         self._prefix_hit_rate = 0.0
         self._lengths: tuple[float, float] | None = None  # last measured (isl, osl)
-        # the last interval's (isl, osl): steadier than a load window's, which a few long
-        # prompts move; the load rule sizes up on the lower of the two and down on the higher
-        self._interval_lengths: tuple[float, float] | None = None
         self._live: dict[WorkerRole, LiveEstimate] = {}
         # since when each role's live estimates have all been below scale_down_ratio of
         # their targets (absent: they are not): the load rule scales down only after
@@ -140,7 +137,6 @@ class Planner:
         if frontend.num_requests > 0:
             self._prefix_hit_rate = frontend.prefix_hit_rate
             self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
-            self._interval_lengths = self._lengths
         forecast = self._forecaster.predict_next()
         if forecast is None:
             return self._effects([], [])
@@ -175,13 +171,8 @@ class Planner:
         input_tokens, output_tokens = self._lengths
         new_tokens = input_tokens * (1.0 - self._prefix_hit_rate)
         low_rate_per_s, high_rate_per_s = get_rate_bounds(frontend.num_requests, frontend.window_s)
-        steady_input, steady_output = self._interval_lengths or self._lengths
-        rising = LoadForecast(
-            low_rate_per_s, min(input_tokens, steady_input), min(output_tokens, steady_output)
-        )
-        falling = LoadForecast(
-            high_rate_per_s, max(input_tokens, steady_input), max(output_tokens, steady_output)
-        )
+        rising = LoadForecast(low_rate_per_s, input_tokens, output_tokens)
+        falling = LoadForecast(high_rate_per_s, input_tokens, output_tokens)
         wants: dict[WorkerRole, _Want] = {}
         plans: dict[WorkerRole, PoolPlan] = {}
         for role in self._roles():
@@ -269,15 +260,13 @@ class Planner:
                 pending.num_serving,
                 pending.busy_down,
             )
-        # a worker added for a live latency helps only if none is starting already and the
-        # queue would still be there when it serves (prefills of a queue that drains sooner
-        # are also what slows the decodes sharing their steps)
+        # a worker added for a live latency helps only if none is starting already; for TTFT,
+        # only if the queue would still be there when it serves
         idle_start = pending.num_starting == 0
         outlasts = drain_s is None or drain_s > startup_s
         if idle_start and outlasts and live.ttft_s is not None and live.ttft_s > ttft_s:
             return _Want(up, DecisionReason.TTFT_ABOVE_TARGET, detail)
-        itl_capacity = not pending.backlog_requests or outlasts
-        if idle_start and itl_capacity and live.itl_s is not None and live.itl_s > itl_s:
+        if idle_start and live.itl_s is not None and live.itl_s > itl_s:
             return _Want(up, DecisionReason.ITL_ABOVE_TARGET, detail)
         ratio = self._config.scale_down_ratio
         pairs = ((live.ttft_s, ttft_s), (live.itl_s, itl_s))
