@@ -29,6 +29,7 @@ from armature.planner.connectors.virtual import VirtualConnector
 from armature.planner.core import Planner
 from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
 from armature.planner.metrics import PlannerMetrics
+from armature.planner.profile_match import ProfiledWorker
 from armature.planner.scrape import FrontendSample
 from armature.planner.service import INTERVAL_WINDOW, LOAD_WINDOW, PlannerService
 from armature.planner.timing_performance import TimingPerformanceModel
@@ -55,9 +56,10 @@ def get_worker_argv(worker_args: tuple[str, ...]) -> list[str]:
     return argv
 
 
-def read_performance_model(path: str | None) -> tuple[TimingPerformanceModel, str]:
-    """One worker as the timing profile at `path` describes it, and the served model it was
-    measured on; a one-line ConfigError when there is none or it cannot be used."""
+def read_performance_model(path: str | None) -> tuple[TimingPerformanceModel, ProfiledWorker]:
+    """One worker as the timing profile at `path` describes it, and what it was measured on
+    (served model, block size, KV blocks); a one-line ConfigError when there is none or it
+    cannot be used."""
     if path is None:
         raise ConfigError(
             "--performance-model is required (a timing profile: `armature profile --output`)"
@@ -73,7 +75,12 @@ def read_performance_model(path: str | None) -> tuple[TimingPerformanceModel, st
         max_num_seqs=profile.max_num_seqs,
         max_num_batched_tokens=profile.max_num_batched_tokens,
     )
-    return model, profile.source.model
+    profiled = ProfiledWorker(
+        model_name=profile.source.model,
+        block_size_tokens=profile.block_size_tokens,
+        num_kv_blocks=profile.num_kv_blocks,
+    )
+    return model, profiled
 
 
 def run_planner(config: PlannerCommandConfig) -> None:
@@ -147,7 +154,7 @@ def _serve_metrics(metrics: PlannerMetrics, service: PlannerServiceConfig) -> st
 
 async def _run(config: PlannerCommandConfig) -> None:
     service, runtime = config.service, config.runtime
-    model, model_name = read_performance_model(service.performance_model)
+    model, profiled = read_performance_model(service.performance_model)
     worker_argv = get_worker_argv(service.worker_args)
     if not service.dry_run and service.connector == "local" and not worker_argv:
         raise ConfigError('--connector local needs --worker-args, e.g. "--engine mocker"')
@@ -159,7 +166,7 @@ async def _run(config: PlannerCommandConfig) -> None:
     frontend = FrontendFeed(service.frontend_url, (LOAD_WINDOW, INTERVAL_WINDOW))
     try:
         workers = WorkerStepFeed(
-            discovery, event_plane, runtime.namespace, (LOAD_WINDOW, INTERVAL_WINDOW)
+            discovery, event_plane, runtime.namespace, (LOAD_WINDOW, INTERVAL_WINDOW), profiled
         )
         tasks.append(asyncio.create_task(workers.run()))
         discovered = await _discovered(discovery, runtime.namespace)
@@ -178,9 +185,9 @@ async def _run(config: PlannerCommandConfig) -> None:
             actuator.set_targets(planner.get_num_workers(), {})
             tasks.append(asyncio.create_task(actuator.run()))
         sample = await _first_scrape(frontend, service.frontend_wait_s)
-        if sample.model_name not in (None, model_name):
+        if sample.model_name not in (None, profiled.model_name):
             raise ConfigError(
-                f"--performance-model was measured on model {model_name!r}; the frontend "
+                f"--performance-model was measured on model {profiled.model_name!r}; the frontend "
                 f"serves {sample.model_name!r} (profile that model)"
             )
         metrics_url = _serve_metrics(metrics, service)

@@ -4,7 +4,8 @@ to each worker's event-plane `WorkerUpdate`s, as the frontend's fleet does.
 Records are kept per window name (the load rule's and the throughput plan's windows are
 drained separately, each at its own cadence): `take_steps(window)` returns every live
 worker's records since that window was last taken. A worker that leaves discovery is
-dropped with its records.
+dropped with its records. A worker whose card differs from what the timing profile was
+measured on (`profiled`) is logged once as it joins and listed by `get_mismatches`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from contextlib import aclosing
 import msgspec
 
 from armature.planner.observation import WorkerSteps
+from armature.planner.profile_match import ProfiledWorker, get_card_mismatches
 from armature.protocols.engine import StepRecord
 from armature.protocols.worker import WorkerCard, WorkerRole, WorkerUpdate, worker_prefix
 from armature.runtime.discovery import Discovery
@@ -38,8 +40,11 @@ class WorkerStepFeed:
         event_plane: EventPlane,
         namespace: str,
         windows: Sequence[str],
+        profiled: ProfiledWorker | None = None,
     ) -> None:
         self._discovery = discovery
+        self._profiled = profiled
+        self._mismatches: dict[str, list[str]] = {}  # worker id -> what differs
         self._event_plane = event_plane
         self._namespace = namespace
         self._windows = tuple(windows)
@@ -54,6 +59,10 @@ class WorkerStepFeed:
         for card in self._cards.values():
             counts[card.role] = counts.get(card.role, 0) + 1
         return counts
+
+    def get_mismatches(self) -> dict[str, list[str]]:
+        """The live workers that differ from the profile, and how."""
+        return dict(self._mismatches)
 
     def get_worker_ids(self) -> list[str]:
         return sorted(card.worker_id for card in self._cards.values())
@@ -94,6 +103,16 @@ class WorkerStepFeed:
         self._cards[key] = card
         self._tasks[key] = asyncio.get_running_loop().create_task(self._subscribe(card))
         log.info("worker %s (%s) joined", card.worker_id, card.role)
+        mismatches = [] if self._profiled is None else get_card_mismatches(card, self._profiled)
+        if mismatches:
+            self._mismatches[card.worker_id] = mismatches
+            log.warning(
+                "worker %s runs %s: the planner's timing profile was measured otherwise, so "
+                "its plans for this worker may be off (run workers as profiled, or profile "
+                "them again)",
+                card.worker_id,
+                ", ".join(mismatches),
+            )
         self.changed.set()
 
     def _left(self, key: str) -> None:
@@ -102,6 +121,7 @@ class WorkerStepFeed:
         if task is not None:
             task.cancel()
         if card is not None:
+            self._mismatches.pop(card.worker_id, None)
             for buffers in self._records.values():
                 buffers.pop(card.worker_id, None)
             log.info("worker %s (%s) left", card.worker_id, card.role)

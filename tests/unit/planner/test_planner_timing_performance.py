@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from armature.planner.main import read_performance_model
+from armature.planner.profile_match import ProfiledWorker
 from armature.planner.timing_performance import TimingPerformanceModel
 from armature.sim.profile_timing import ProfileTiming, timing_from_profile
 from armature.sim.timing import PolynomialTiming
@@ -77,8 +78,8 @@ def test_a_timing_profile_gives_one_worker_with_the_limits_it_was_profiled_with(
 ) -> None:
     path = tmp_path / "profile.json"
     write_small_profile(path, model="tiny")
-    model, model_name = read_performance_model(str(path))
-    assert model_name == "tiny"
+    model, profiled = read_performance_model(str(path))
+    assert profiled == ProfiledWorker(model_name="tiny", block_size_tokens=16, num_kv_blocks=96)
     assert model == TimingPerformanceModel(
         timing_from_profile(make_profile()),
         block_size=16,
