@@ -42,11 +42,16 @@ def engines(model_dir: Path) -> dict[str, AsyncEngine]:
     return {name: AsyncEngine(EngineCore(config)) for name in "ab"}
 
 
+def round_robin(workers: dict[str, AsyncEngine], observer: Decisions) -> EngineRouter:
+    router = EngineRouter(workers, RouterConfig(policy="round-robin"), observer)  # type: ignore[arg-type]
+    router.start()
+    return router
+
+
 async def test_members_follow_the_first_and_hit_its_prompt(tiny_llama_dir: Path) -> None:
     observer = Decisions()
     workers = engines(tiny_llama_dir)
-    router = EngineRouter(workers, RouterConfig(policy="round-robin"), observer)  # type: ignore[arg-type]
-    router.start()
+    router = round_robin(workers, observer)
     try:
         group = RouteGroup()
         first = await run(router, request("r-0"), group)
@@ -67,8 +72,7 @@ async def test_members_follow_the_first_and_hit_its_prompt(tiny_llama_dir: Path)
 async def test_a_dead_group_worker_sends_members_back_to_the_policy(tiny_llama_dir: Path) -> None:
     observer = Decisions()
     workers = engines(tiny_llama_dir)
-    router = EngineRouter(workers, RouterConfig(policy="round-robin"), observer)  # type: ignore[arg-type]
-    router.start()
+    router = round_robin(workers, observer)
     try:
         group = RouteGroup()
         await run(router, request("r-0"), group)
