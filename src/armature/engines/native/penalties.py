@@ -7,8 +7,9 @@ presence over the output), to the rows of the requests that use any of them:
     logits[t] = logits[t] / r  if logits[t] > 0 else logits[t] * r     t in prompt or output
     logits[t] -= frequency * count[t] + presence * (count[t] > 0)      count: in the output
 
-Pure: tensors in, tensors out. Each step rebuilds the counts from the token ids (one scatter
-per batch), so no state outlives the step.
+Sparse: each penalty touches only the (row, token) entries it changes, found through flat
+indices `row * vocab + token` over the whole batch, so its cost grows with the tokens seen,
+not with rows x vocab. Pure: no state outlives the call.
 """
 
 from __future__ import annotations
@@ -24,56 +25,64 @@ __all__ = ["PenaltyRow", "apply_penalties"]
 
 
 class PenaltyRow(NamedTuple):
+    row: int  # in the batch's logits
     params: SamplingParams
     token_ids: Sequence[int]  # prompt + output so far
     num_prompt_tokens: int
 
 
-def _token_counts(
-    rows: Sequence[Sequence[int]], vocab_size: int, device: torch.device
+def _flat_ids(
+    rows: Sequence[PenaltyRow], vocab_size: int, output_only: bool, device: torch.device
 ) -> torch.Tensor:
-    """int32 [len(rows), vocab]: how often each token id occurs in each row."""
-    width = max((len(r) for r in rows), default=0)
-    # pad with an extra column (vocab_size) that is dropped after counting
-    ids = torch.full((len(rows), max(1, width)), vocab_size, dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-    counts = torch.zeros((len(rows), vocab_size + 1), dtype=torch.int32)
-    counts.scatter_add_(1, ids, torch.ones_like(ids, dtype=torch.int32))
-    return counts[:, :vocab_size].to(device)
+    """row * vocab + token for every token of each row (its output only, or all of it)."""
+    parts = [
+        torch.as_tensor(r.token_ids[r.num_prompt_tokens if output_only else 0 :], dtype=torch.long)
+        + r.row * vocab_size
+        for r in rows
+    ]
+    return torch.cat(parts).to(device)
 
 
-def _column(values: list[float], like: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(values, dtype=like.dtype, device=like.device).unsqueeze(1)
+def _per_row(
+    values: dict[int, float], num_rows: int, default: float, like: torch.Tensor
+) -> torch.Tensor:
+    out = torch.full((num_rows,), default, dtype=like.dtype)
+    for row, value in values.items():
+        out[row] = value
+    return out.to(like.device)
 
 
-def apply_penalties(logits: torch.Tensor, rows: Sequence[PenaltyRow]) -> torch.Tensor:
-    """logits [len(rows), vocab] -> new penalized logits (the input is not changed)."""
-    assert logits.shape[0] == len(rows)
-    out = logits.clone()
-    vocab_size = logits.shape[1]
-    bias = [(i, t, b) for i, r in enumerate(rows) for t, b in r.params.logit_bias]
+def apply_penalties(logits: torch.Tensor, rows: Sequence[PenaltyRow]) -> None:
+    """Penalize rows `rows[i].row` of `logits` [batch, vocab] (contiguous) in place."""
+    assert logits.is_contiguous()
+    num_rows, vocab_size = logits.shape
+    flat = logits.view(-1)
+    bias = [(r.row * vocab_size + t, b) for r in rows for t, b in r.params.logit_bias]
     if bias:
-        row_ids, token_ids, values = zip(*bias, strict=True)
-        index = (torch.tensor(row_ids), torch.tensor(token_ids))
-        out.index_put_(
-            tuple(x.to(out.device) for x in index),
-            torch.tensor(values, dtype=out.dtype, device=out.device),
-            accumulate=True,
+        bias_index, bias_values = zip(*bias, strict=True)
+        flat.index_add_(
+            0,
+            torch.tensor(bias_index, device=flat.device),
+            torch.tensor(bias_values, dtype=flat.dtype, device=flat.device),
         )
-    repetition = [r.params.repetition_penalty for r in rows]
-    frequency = [r.params.frequency_penalty for r in rows]
-    presence = [r.params.presence_penalty for r in rows]
-    uses_repetition = any(p != 1.0 for p in repetition)
-    if not (uses_repetition or any(frequency) or any(presence)):
-        return out
-    outputs = [r.token_ids[r.num_prompt_tokens :] for r in rows]
-    output_counts = _token_counts(outputs, vocab_size, out.device)
-    if uses_repetition:
-        prompts = [r.token_ids[: r.num_prompt_tokens] for r in rows]
-        seen = (_token_counts(prompts, vocab_size, out.device) > 0) | (output_counts > 0)
-        penalty = torch.where(seen, _column(repetition, out), 1.0)
-        out = torch.where(out > 0, out / penalty, out * penalty)
-    out -= _column(frequency, out) * output_counts + _column(presence, out) * (output_counts > 0)
-    return out
+    repeating = [r for r in rows if r.params.repetition_penalty != 1.0]
+    if repeating:
+        seen = torch.unique(_flat_ids(repeating, vocab_size, False, flat.device))
+        by_row = {r.row: r.params.repetition_penalty for r in repeating}
+        penalty = _per_row(by_row, num_rows, 1.0, flat)[seen // vocab_size]
+        values = flat[seen]
+        flat[seen] = torch.where(values > 0, values / penalty, values * penalty)
+    counting = [r for r in rows if r.params.frequency_penalty or r.params.presence_penalty]
+    if counting:
+        output, counts = torch.unique(
+            _flat_ids(counting, vocab_size, True, flat.device), return_counts=True
+        )
+        if output.numel():
+            row_of = output // vocab_size
+            frequency = _per_row(
+                {r.row: r.params.frequency_penalty for r in counting}, num_rows, 0.0, flat
+            )
+            presence = _per_row(
+                {r.row: r.params.presence_penalty for r in counting}, num_rows, 0.0, flat
+            )
+            flat.index_add_(0, output, -(frequency[row_of] * counts + presence[row_of]))

@@ -60,17 +60,18 @@ def _logprobs(logprobs: torch.Tensor, token_id: int, num_top: int) -> TokenLogpr
 
 
 def _penalized(logits: torch.Tensor, inputs: list[SampleInput]) -> torch.Tensor:
-    """`logits` with the penalties of the rows that use any; `logits` itself when none does."""
-    rows = [row for row, item in enumerate(inputs) if item.params.uses_penalties]
+    """`logits` with the penalties of the rows that use any: `logits` itself when none does,
+    penalized in place when no row wants (raw) logprobs, else a penalized copy."""
+    rows = [
+        PenaltyRow(row, item.params, item.token_ids, item.num_prompt_tokens)
+        for row, item in enumerate(inputs)
+        if item.params.uses_penalties
+    ]
     if not rows:
         return logits
-    penalty_rows = [
-        PenaltyRow(inputs[row].params, inputs[row].token_ids, inputs[row].num_prompt_tokens)
-        for row in rows
-    ]
-    out = logits.clone()
-    index = torch.tensor(rows, dtype=torch.long, device=logits.device)
-    out[index] = apply_penalties(logits[index], penalty_rows)
+    keep_raw = any(item.params.logprobs is not None for item in inputs)
+    out = logits.clone() if keep_raw else logits.contiguous()
+    apply_penalties(out, rows)
     return out
 
 
