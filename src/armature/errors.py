@@ -18,7 +18,12 @@ class ArmatureError(Exception):
 
 
 class InvalidRequestError(ArmatureError, ValueError):
-    """The request cannot be served by this engine (too long, bad token ids...)."""
+    """The request cannot be served by this engine (too long, bad token ids...). `param`
+    names the request field at fault when one is (the edge reports it)."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class ConfigError(ArmatureError, ValueError):

@@ -53,7 +53,27 @@ CASES = [
         chat(messages=[{"role": "wizard", "content": "Hi"}]),
         param="messages.0.role",
     ),
-    Case("n-2", CHAT, chat(n=2), param="n", code="unsupported_parameter"),
+    Case(
+        "best-of-below-n",
+        COMPLETIONS,
+        completion(n=2, best_of=1),
+        param="best_of",
+        code="invalid_value",
+    ),
+    Case(
+        "streamed-best-of",
+        COMPLETIONS,
+        completion(best_of=2, stream=True),
+        param="best_of",
+        code="invalid_value",
+    ),
+    Case(
+        "logit-bias-past-vocab",
+        CHAT,
+        chat(logit_bias={"49152": 1}),
+        param="logit_bias",
+        code="invalid_request",
+    ),
     Case(
         "tools",
         CHAT,

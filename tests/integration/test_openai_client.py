@@ -138,7 +138,9 @@ def test_errors_surface_as_openai_exceptions(openai_client: openai.OpenAI, model
     assert not_found.value.code == "model_not_found"
     assert not_found.value.param == "model"
     with pytest.raises(openai.BadRequestError) as bad:
-        openai_client.chat.completions.create(model=model_name, messages=MESSAGES, n=2)
+        openai_client.chat.completions.create(
+            model=model_name, messages=MESSAGES, logit_bias={"49152": 5}
+        )
     assert bad.value.status_code == 400
-    assert bad.value.code == "unsupported_parameter"
-    assert bad.value.param == "n"
+    assert bad.value.code == "invalid_request"
+    assert bad.value.param == "logit_bias"

@@ -40,8 +40,8 @@ CHECKS = [
     negative_data_rejection,
 ]
 # Left out: positive_data_acceptance. The schema admits OpenAI fields the engine refuses on
-# purpose with a 400 naming them (n > 1, logit_bias, frequency_penalty...), and prompts whose
-# length only the tokenizer can judge.
+# purpose with a 400 naming them (tools, best_of below n, logit_bias past the vocabulary...),
+# and prompts whose length only the tokenizer can judge.
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,12 @@ def validate_request(
         raise InvalidRequestError(f"prompt token ids must be in [0, {vocab_size})")
     if any(t < 0 or t >= vocab_size for t in request.sampling.stop_token_ids):
         raise InvalidRequestError(f"stop token ids must be in [0, {vocab_size})")
+    bad_bias = [t for t, _ in request.sampling.logit_bias if t < 0 or t >= vocab_size]
+    if bad_bias:
+        raise InvalidRequestError(
+            f"logit_bias token ids must be in [0, {vocab_size}); got {bad_bias[0]}",
+            param="logit_bias",
+        )
     if request.sampling.max_tokens < 1:
         raise InvalidRequestError("max_tokens must be at least 1")
     total = num_tokens + request.sampling.max_tokens

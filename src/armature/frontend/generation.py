@@ -5,7 +5,7 @@ which aborts the request and frees its KV blocks."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 from armature.errors import ArmatureError
@@ -13,7 +13,7 @@ from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.metrics import FrontendMetrics
 from armature.protocols.engine import EngineOutput, FinishReason, TokenLogprob
 
-__all__ = ["Delta", "GenerationError", "Usage", "stream_deltas"]
+__all__ = ["Delta", "GenerationError", "Usage", "stream_deltas", "total_usage"]
 
 
 class GenerationError(ArmatureError, RuntimeError):
@@ -47,6 +47,20 @@ class Usage:
         return out
 
 
+def total_usage(usages: list[Usage]) -> Usage:
+    """The usage of several sequences for one prompt (n > 1, best_of): the prompt once (the
+    first sequence's, cached tokens included), the completion and reasoning tokens of all of
+    them."""
+    first = usages[0]
+    reasoning = [u.reasoning_tokens for u in usages if u.reasoning_tokens is not None]
+    return Usage(
+        prompt_tokens=first.prompt_tokens,
+        completion_tokens=sum(u.completion_tokens for u in usages),
+        cached_tokens=first.cached_tokens,
+        reasoning_tokens=sum(reasoning) if reasoning else None,
+    )
+
+
 @dataclass
 class _Clock:
     started_s: float
@@ -60,7 +74,7 @@ async def stream_deltas(
     detokenizer: IncrementalDetokenizer,
     usage: Usage,
     metrics: FrontendMetrics,
-) -> AsyncIterator[Delta]:
+) -> AsyncGenerator[Delta, None]:
     """Yield text deltas from an engine stream until the request finishes; fills `usage` as
     tokens arrive. Closing this generator closes `stream` (which cancels the request)."""
     clock = _Clock(time.perf_counter())

@@ -45,6 +45,7 @@ MAX_LOGIT_BIAS_ENTRIES = 300
 MAX_N = 128
 MAX_LOGPROBS = 20
 MAX_PENALTY = 2.0  # presence and frequency penalties lie in -2..2 (OpenAI)
+MAX_REPETITION_PENALTY = 10.0  # above 1 discourages repeats; past 10 every seen token is gone
 MAX_LOGIT_BIAS = 100.0  # a logit bias lies in -100..100 (OpenAI)
 INT32_END = 2**31  # token counts, ids and priorities are 32-bit in the engine
 INT64_END = 2**63  # torch generators take 64-bit seeds
@@ -126,6 +127,9 @@ class GenerationFields(_Request):
     logit_bias: dict[str, Annotated[float, Field(ge=-MAX_LOGIT_BIAS, le=MAX_LOGIT_BIAS)]] | None = (
         Field(default=None, max_length=MAX_LOGIT_BIAS_ENTRIES)
     )
+    repetition_penalty: float = Field(
+        default=1.0, gt=0.0, le=MAX_REPETITION_PENALTY, description="1 disables (vLLM)."
+    )
     user: str | None = None
     ignore_eos: bool = False
     min_tokens: int = Field(default=0, ge=0, lt=INT32_END)
@@ -149,6 +153,19 @@ class GenerationFields(_Request):
             raise ValueError(f"a stop string may have at most {MAX_STOP_STRING_CHARS} characters")
         return value
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            if not (key.isascii() and key.isdigit()) or int(key) >= INT32_END:
+                raise ValueError(f"keys must be token ids (decimal integers), got {key!r}")
+        return value
+
+    def logit_bias_pairs(self) -> tuple[tuple[int, float], ...]:
+        """logit_bias as (token id, bias) pairs sorted by token id (zero biases dropped)."""
+        items = {int(k): v for k, v in (self.logit_bias or {}).items() if v}
+        return tuple(sorted(items.items()))
+
     def stop_list(self) -> list[str]:
         if self.stop is None:
             return []
@@ -156,16 +173,7 @@ class GenerationFields(_Request):
 
     def unsupported_fields(self) -> list[tuple[str, str]]:
         """(param, reason) for each known parameter this server does not implement."""
-        out: list[tuple[str, str]] = []
-        if self.n > 1:
-            out.append(("n", "n > 1 is not supported; send separate requests"))
-        if self.presence_penalty:
-            out.append(("presence_penalty", "presence_penalty is not supported"))
-        if self.frequency_penalty:
-            out.append(("frequency_penalty", "frequency_penalty is not supported"))
-        if self.logit_bias:
-            out.append(("logit_bias", "logit_bias is not supported"))
-        return out
+        return []
 
 
 class ChatCompletionRequest(GenerationFields):
@@ -222,8 +230,6 @@ class CompletionRequest(GenerationFields):
         out = super().unsupported_fields()
         if self.suffix:
             out.append(("suffix", "suffix is not supported"))
-        if self.best_of is not None and self.best_of > 1:
-            out.append(("best_of", "best_of > 1 is not supported"))
         return out
 
 

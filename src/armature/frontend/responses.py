@@ -64,6 +64,7 @@ def chat_chunk(
     delta: dict[str, Any],
     finish_reason: str | None = None,
     logprobs: dict[str, Any] | None = None,
+    index: int = 0,
 ) -> dict[str, Any]:
     return {
         "id": request_id,
@@ -71,7 +72,7 @@ def chat_chunk(
         "created": created,
         "model": model,
         "choices": [
-            {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+            {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
         ],
     }
 
@@ -83,6 +84,7 @@ def completion_chunk(
     text: str,
     finish_reason: str | None = None,
     logprobs: dict[str, Any] | None = None,
+    index: int = 0,
 ) -> dict[str, Any]:
     return {
         "id": request_id,
@@ -90,6 +92,6 @@ def completion_chunk(
         "created": created,
         "model": model,
         "choices": [
-            {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+            {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
         ],
     }

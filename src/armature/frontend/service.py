@@ -4,22 +4,32 @@ body or as SSE events. The HTTP routes live in app.py; this module holds no Fast
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 from fastapi import Request
 
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.errors import ArmatureError
 from armature.frontend.chat_output import ChatOutput, ChatPiece, chat_message
 from armature.frontend.chat_request import ToolUse, plan_tools, template_messages
+from armature.frontend.choices import fork_streams, top_by_score
 from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.errors import ApiError, error_body
-from armature.frontend.generation import Delta, GenerationError, Usage, stream_deltas
+from armature.frontend.generation import (
+    Delta,
+    GenerationError,
+    Usage,
+    stream_deltas,
+    total_usage,
+)
 from armature.frontend.metrics import FrontendMetrics
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import NoChatTemplateError, Preprocessor
@@ -36,7 +46,7 @@ from armature.frontend.responses import (
     sse,
 )
 from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
-from armature.router.service import EngineRouter
+from armature.router.service import EngineRouter, RouteGroup
 
 __all__ = ["ClientDisconnectedError", "Job", "OpenAIService", "ServedModel"]
 
@@ -57,20 +67,35 @@ class ClientDisconnectedError(ArmatureError):
 
 
 @dataclass
+class Candidate:
+    """One sequence a job generates: a choice, or with best_of a candidate for one."""
+
+    engine_request: EngineRequest
+    detokenizer: IncrementalDetokenizer
+    chat_output: ChatOutput | None = None  # chat: reads reasoning and tool calls
+
+
+@dataclass
 class Job:
-    """One accepted request, ready to run."""
+    """One accepted request, ready to run. It generates `candidates` (n, or best_of of them)
+    and returns `num_choices` (n): all of them, or with best_of the n whose tokens have the
+    highest cumulative logprob."""
 
     kind: Kind
     request_id: str
-    engine_request: EngineRequest
-    detokenizer: IncrementalDetokenizer
+    candidates: list[Candidate]
     stream: bool
     include_usage: bool
     want_logprobs: bool
     echo_text: str = ""
     target_worker: str | None = None  # from the x-worker-id header (direct routing)
     priority: int = 0  # overload queue order: lower first
-    chat_output: ChatOutput | None = None  # chat: reads reasoning and tool calls
+    num_choices: int = 1
+
+    @property
+    def engine_request(self) -> EngineRequest:
+        """The first sequence's request (the others differ only in id and seed)."""
+        return self.candidates[0].engine_request
 
 
 class OpenAIService:
@@ -137,6 +162,10 @@ class OpenAIService:
             ignore_eos=body.ignore_eos,
             stop_token_ids=tuple(body.stop_token_ids or ()),
             logprobs=logprobs,
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
+            repetition_penalty=body.repetition_penalty,
+            logit_bias=body.logit_bias_pairs(),
         )
 
     async def chat_job(self, body: ChatCompletionRequest) -> Job:
@@ -152,10 +181,11 @@ class OpenAIService:
             raise ApiError(str(exc), param="messages") from None
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs)
-        output = self._chat_output(tool_use)
-        return self._job("chat", "chatcmpl", body, prompt_ids, sampling, output)
+        outputs = functools.partial(self._chat_output, tool_use)
+        return self._job("chat", "chatcmpl", body, prompt_ids, sampling, body.n, outputs)
 
     def _chat_output(self, tool_use: ToolUse) -> ChatOutput:
+        """A fresh reader of one choice's output: reasoning, then tool calls."""
         tool_call, reasoning = self.parsers.tool_call, self.parsers.reasoning
         return ChatOutput(
             reasoning=None if reasoning is None else reasoning.stream(),
@@ -179,7 +209,7 @@ class OpenAIService:
         if not prompt_ids:
             raise ApiError("prompt must not be empty", param="prompt")
         sampling = self._sampling(body, body.max_tokens, len(prompt_ids), body.logprobs)
-        job = self._job("completion", "cmpl", body, prompt_ids, sampling)
+        job = self._job("completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body))
         if body.echo:
             job.echo_text = (
                 prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
@@ -193,7 +223,8 @@ class OpenAIService:
         body: GenerationFields,
         prompt_ids: list[int],
         sampling: SamplingParams,
-        chat_output: ChatOutput | None = None,
+        num_candidates: int,
+        chat_outputs: Callable[[], ChatOutput] | None = None,
     ) -> Job:
         if not self.engine.is_alive:
             raise ApiError(
@@ -203,38 +234,65 @@ class OpenAIService:
                 code="engine_unavailable",
             )
         request_id = f"{prefix}-{uuid.uuid4().hex}"
-        engine_request = EngineRequest(
-            request_id=request_id, prompt_token_ids=prompt_ids, sampling=sampling
-        )
+        want_logprobs = sampling.logprobs is not None
+        if num_candidates > body.n and sampling.logprobs is None:
+            sampling = msgspec.structs.replace(sampling, logprobs=0)  # best_of ranks by them
+        candidates = [
+            Candidate(
+                EngineRequest(
+                    request_id=request_id if num_candidates == 1 else f"{request_id}-{i}",
+                    prompt_token_ids=prompt_ids,
+                    sampling=_candidate_sampling(sampling, i),
+                ),
+                IncrementalDetokenizer(
+                    self.preprocessor.decoder,
+                    prompt_ids,
+                    stop=body.stop_list(),
+                    min_tokens=sampling.min_tokens,
+                ),
+                None if chat_outputs is None else chat_outputs(),
+            )
+            for i in range(num_candidates)
+        ]
         try:
-            self.engine.validate(engine_request)
+            self.engine.validate(candidates[0].engine_request)
         except InvalidRequestError as exc:
-            raise ApiError(str(exc), code="invalid_request") from None
-        detokenizer = IncrementalDetokenizer(
-            self.preprocessor.decoder,
-            prompt_ids,
-            stop=body.stop_list(),
-            min_tokens=sampling.min_tokens,
-        )
+            raise ApiError(str(exc), param=exc.param, code="invalid_request") from None
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return Job(
             kind,
             request_id,
-            engine_request,
-            detokenizer,
+            candidates,
             body.stream,
             include_usage,
-            sampling.logprobs is not None,
+            want_logprobs,
             priority=body.priority,
-            chat_output=chat_output,
+            num_choices=body.n,
         )
 
     # ---- running a job -----------------------------------------------------------------
-    def _deltas(self, job: Job, usage: Usage) -> AsyncIterator[Delta]:
-        stream = self.engine.generate(job.engine_request, job.target_worker)
+    def _deltas(
+        self, job: Job, index: int, usage: Usage, group: RouteGroup | None
+    ) -> AsyncGenerator[Delta, None]:
+        candidate = job.candidates[index]
+        request = candidate.engine_request
+        stream = self.engine.generate(request, job.target_worker, group)
         return stream_deltas(
-            stream, len(job.engine_request.prompt_token_ids), job.detokenizer, usage, self.metrics
+            stream, len(request.prompt_token_ids), candidate.detokenizer, usage, self.metrics
         )
+
+    def _choice_deltas(
+        self, job: Job, usages: list[Usage]
+    ) -> AsyncGenerator[tuple[int, Delta], None]:
+        """(candidate index, delta) of every candidate: one streams alone, several share the
+        prompt's KV (prefill once, then fork; see choices.py)."""
+        if len(job.candidates) == 1:
+            return _indexed(self._deltas(job, 0, usages[0], None))
+        group = RouteGroup()
+        starts = [
+            functools.partial(self._deltas, job, i, usage, group) for i, usage in enumerate(usages)
+        ]
+        return fork_streams(starts)
 
     def _logprobs(self, job: Job, items: list[TokenLogprob], offset: int) -> Any:
         if not job.want_logprobs:
@@ -247,77 +305,83 @@ class OpenAIService:
     async def complete(self, job: Job, http_request: Request) -> dict[str, Any]:
         """Run `job` to the end; a client that disconnects cancels it (and raises
         ClientDisconnectedError)."""
-        usage = Usage()
-        texts: list[str] = [job.echo_text]
-        pieces: list[ChatPiece] = []
-        items: list[TokenLogprob] = []
-        finish: str | None = None
+        num = len(job.candidates)
+        usages = [Usage() for _ in range(num)]
+        texts: list[list[str]] = [[job.echo_text] for _ in range(num)]
+        items: list[list[TokenLogprob]] = [[] for _ in range(num)]
+        finishes: list[str | None] = [None] * num
+        pieces: list[list[ChatPiece]] = [[] for _ in range(num)]
 
         async def collect() -> None:
-            nonlocal finish
-            async for delta in self._deltas(job, usage):
-                texts.append(delta.text)
-                if job.chat_output is not None:
-                    pieces.append(_feed(job.chat_output, delta))
-                items.extend(delta.logprobs)
-                finish = delta.finish_reason or finish
+            async with aclosing(self._choice_deltas(job, usages)) as deltas:
+                async for index, delta in deltas:
+                    texts[index].append(delta.text)
+                    items[index].extend(delta.logprobs)
+                    finishes[index] = delta.finish_reason or finishes[index]
+                    output = job.candidates[index].chat_output
+                    if output is not None:
+                        pieces[index].append(_feed(output, delta))
 
         await _unless_disconnected(collect(), http_request)
-        text = "".join(texts)
-        created = int(time.time())
-        logprobs = self._logprobs(job, items, len(job.echo_text))
-        if job.chat_output is not None:
-            usage.reasoning_tokens = job.chat_output.num_reasoning_tokens
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": chat_message(pieces),
-                "logprobs": logprobs,
-                "finish_reason": job.chat_output.finish_reason(finish),
-            }
-            obj = "chat.completion"
+        for sequence, usage in zip(job.candidates, usages, strict=True):
+            if sequence.chat_output is not None:
+                usage.reasoning_tokens = sequence.chat_output.num_reasoning_tokens
+        if num > job.num_choices:  # best_of: the n with the highest cumulative logprob
+            chosen = top_by_score([sum(i.logprob for i in its) for its in items], job.num_choices)
         else:
-            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
-            obj = "text_completion"
+            chosen = list(range(num))
+        choices = []
+        for index, candidate in enumerate(chosen):
+            logprobs = self._logprobs(job, items[candidate], len(job.echo_text))
+            choice: dict[str, Any] = {"index": index}
+            finish = finishes[candidate]
+            output = job.candidates[candidate].chat_output
+            if output is not None:
+                choice["message"] = chat_message(pieces[candidate])
+                finish = output.finish_reason(finish)
+            else:
+                choice["text"] = "".join(texts[candidate])
+            choice.update(logprobs=logprobs, finish_reason=finish)
+            choices.append(choice)
         return {
             "id": job.request_id,
-            "object": obj,
-            "created": created,
+            "object": "chat.completion" if job.kind == "chat" else "text_completion",
+            "created": int(time.time()),
             "model": self.model.name,
-            "choices": [choice],
-            "usage": usage.as_dict(),
+            "choices": choices,
+            "usage": total_usage(usages).as_dict(),
         }
 
     async def stream(self, job: Job) -> AsyncGenerator[str, None]:
-        """SSE events for `job`, ending with `data: [DONE]`. Closing this generator (client
-        gone) closes the engine stream, which aborts the request."""
-        usage = Usage()
+        """SSE events for `job`, ending with `data: [DONE]`; the chunks of several choices
+        interleave as their tokens come, each naming its choice's index. Closing this
+        generator (client gone) closes the engine streams, which aborts the requests."""
+        assert len(job.candidates) == job.num_choices, "best_of > n is never streamed"
+        usages = [Usage() for _ in job.candidates]
         created = int(time.time())
         name = self.model.name
-        offset = 0
+        offsets = [0] * job.num_choices
         usage_field = {"usage": None} if job.include_usage else {}
-        if job.kind == "chat":
-            yield sse(
-                {
-                    **chat_chunk(
-                        job.request_id, created, name, {"role": "assistant", "content": ""}
-                    ),
-                    **usage_field,
-                }
-            )
-        elif job.echo_text:
-            yield sse(
-                {**completion_chunk(job.request_id, created, name, job.echo_text), **usage_field}
-            )
-            offset = len(job.echo_text)
+        for index in range(job.num_choices):
+            if job.kind == "chat":
+                role = {"role": "assistant", "content": ""}
+                chunk = chat_chunk(job.request_id, created, name, role, index=index)
+                yield sse({**chunk, **usage_field})
+            elif job.echo_text:
+                chunk = completion_chunk(job.request_id, created, name, job.echo_text, index=index)
+                yield sse({**chunk, **usage_field})
+                offsets[index] = len(job.echo_text)
         try:
-            async for delta in self._deltas(job, usage):
-                if job.chat_output is not None:
-                    chunk = self._chat_chunk(job, job.chat_output, delta, usage, created)
-                else:
-                    chunk = self._completion_chunk(job, delta, created, offset)
-                    offset += len(delta.text)
-                if chunk is not None:
-                    yield sse({**chunk, **usage_field})
+            async with aclosing(self._choice_deltas(job, usages)) as deltas:
+                async for index, delta in deltas:
+                    output = job.candidates[index].chat_output
+                    if output is not None:
+                        sent = self._chat_chunk(job, output, delta, usages[index], created, index)
+                    else:
+                        sent = self._completion_chunk(job, delta, created, offsets[index], index)
+                        offsets[index] += len(delta.text)
+                    if sent is not None:
+                        yield sse({**sent, **usage_field})
         except (GenerationError, EngineDeadError) as exc:
             yield sse(error_body(str(exc), "internal_error"))
         if job.include_usage:
@@ -328,40 +392,75 @@ class OpenAIService:
                     "created": created,
                     "model": name,
                     "choices": [],
-                    "usage": usage.as_dict(),
+                    "usage": total_usage(usages).as_dict(),
                 }
             )
         yield "data: [DONE]\n\n"
 
     def _chat_chunk(
-        self, job: Job, output: ChatOutput, delta: Delta, usage: Usage, created: int
+        self, job: Job, output: ChatOutput, delta: Delta, usage: Usage, created: int, index: int
     ) -> dict[str, Any] | None:
-        """The chunk for one delta of a chat stream (None: nothing to send yet); counts the
-        reasoning tokens into `usage`."""
+        """The chunk for one delta of choice `index` of a chat stream (None: nothing to send
+        yet); counts the choice's reasoning tokens into its `usage`."""
         fields = _feed(output, delta).delta()
         finish = output.finish_reason(delta.finish_reason)
         usage.reasoning_tokens = output.num_reasoning_tokens
         if not fields and not finish and not job.want_logprobs:
             return None
         logprobs = self._logprobs(job, delta.logprobs, 0)
-        return chat_chunk(job.request_id, created, self.model.name, fields, finish, logprobs)
+        name = self.model.name
+        return chat_chunk(job.request_id, created, name, fields, finish, logprobs, index)
 
     def _completion_chunk(
-        self, job: Job, delta: Delta, created: int, offset: int
+        self, job: Job, delta: Delta, created: int, offset: int, index: int
     ) -> dict[str, Any] | None:
-        """The chunk for one delta of a completion stream whose text so far has `offset`
-        characters (None: nothing to send)."""
+        """The chunk for one delta of choice `index` of a completion stream whose text so far
+        has `offset` characters (None: nothing to send)."""
         if not delta.text and not delta.finish_reason and not job.want_logprobs:
             return None
         logprobs = self._logprobs(job, delta.logprobs, offset)
-        name = self.model.name
-        return completion_chunk(
-            job.request_id, created, name, delta.text, delta.finish_reason, logprobs
-        )
+        name, reason = self.model.name, delta.finish_reason
+        return completion_chunk(job.request_id, created, name, delta.text, reason, logprobs, index)
 
 
 def _feed(output: ChatOutput, delta: Delta) -> ChatPiece:
     return output.feed(delta.text, len(delta.token_ids), last=delta.finish_reason is not None)
+
+
+def _num_candidates(body: CompletionRequest) -> int:
+    """Sequences to generate for a completion: best_of (at least n), else n."""
+    if body.best_of is None:
+        return body.n
+    if body.best_of < body.n:
+        raise ApiError(
+            f"best_of ({body.best_of}) must be at least n ({body.n})",
+            param="best_of",
+            code="invalid_value",
+        )
+    if body.stream and body.best_of > body.n:
+        raise ApiError(
+            "best_of greater than n cannot be streamed: the best are known only at the end",
+            param="best_of",
+            code="invalid_value",
+        )
+    return body.best_of
+
+
+def _candidate_sampling(sampling: SamplingParams, index: int) -> SamplingParams:
+    """Sequence `index`'s sampling: a seeded request's sequences take seeds seed, seed+1, ...
+    (as vLLM's), so they differ from each other and repeat across identical requests."""
+    if index == 0 or sampling.seed is None:
+        return sampling
+    return msgspec.structs.replace(sampling, seed=sampling.seed + index)
+
+
+async def _indexed(deltas: AsyncGenerator[Delta, None]) -> AsyncGenerator[tuple[int, Delta], None]:
+    """The deltas of a job's only sequence, as choice 0's."""
+    try:
+        async for delta in deltas:
+            yield 0, delta
+    finally:
+        await deltas.aclose()
 
 
 def _chunk_object(kind: Kind) -> str:

@@ -43,6 +43,11 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
 
     temperature 0 means greedy. top_k 0 means disabled. logprobs None means none returned;
     an int n >= 0 returns the sampled token's logprob and the n most likely alternatives.
+    Penalties (0, 0, 1 and no bias: off) change the logits that pick the token, never the
+    logprobs reported: presence and frequency penalties (OpenAI) are subtracted from the
+    logits of tokens already generated, once and once per occurrence; the repetition penalty
+    (vLLM, transformers) divides the positive and multiplies the negative logits of tokens in
+    the prompt or the output; logit_bias adds (token id, bias) pairs, sorted by token id.
     """
 
     max_tokens: int
@@ -54,6 +59,20 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
     logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def uses_penalties(self) -> bool:
+        """Whether any penalty or bias changes the logits."""
+        return bool(
+            self.presence_penalty
+            or self.frequency_penalty
+            or self.repetition_penalty != 1.0
+            or self.logit_bias
+        )
 
 
 class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -37,7 +37,7 @@ from armature.protocols.worker import WorkerRole
 from armature.router.policies import RoutingError
 from armature.router.prefill_decision import PrefillDecision, decide_prefill
 from armature.router.pressure import BusyWorkers
-from armature.router.service import EngineRouter, RouterObserver
+from armature.router.service import EngineRouter, RouteGroup, RouterObserver
 
 __all__ = ["DisaggRouter", "PrefillDecision"]
 
@@ -121,13 +121,19 @@ class DisaggRouter(EngineRouter):
         )
 
     async def generate(
-        self, request: EngineRequest, target_worker: str | None = None
+        self,
+        request: EngineRequest,
+        target_worker: str | None = None,
+        group: RouteGroup | None = None,
     ) -> AsyncGenerator[EngineOutput, None]:
-        if target_worker is not None or not self.decide_prefill(request).is_remote:
-            if self.disagg.enforce_disagg and target_worker is None:
+        """As EngineRouter.generate; a `group` member whose group already has a worker goes
+        there (it holds the prompt), one that leads its group may prefill remotely."""
+        follows = group is not None and group.worker is not None
+        if target_worker is not None or follows or not self.decide_prefill(request).is_remote:
+            if self.disagg.enforce_disagg and target_worker is None and not follows:
                 raise RoutingError("no prefill worker is available and disaggregation is enforced")
             self._count("local")
-            async for output in super().generate(request, target_worker):
+            async for output in super().generate(request, target_worker, group):
                 yield output
             return
         first = await self._remote_prefill(request)
@@ -135,7 +141,7 @@ class DisaggRouter(EngineRouter):
             if self.disagg.enforce_disagg:
                 raise EngineDeadError("every prefill worker failed and disaggregation is enforced")
             self._count("local")
-            async for output in super().generate(request):
+            async for output in super().generate(request, group=group):
                 yield output
             return
         self._count("remote")
@@ -155,7 +161,7 @@ class DisaggRouter(EngineRouter):
                 ),
                 kv_handle=handle,
             )
-            async for output in super().generate(decode_request):
+            async for output in super().generate(decode_request, group=group):
                 decoding = True
                 if output.num_prompt_tokens:  # the prefill leg reported the prompt already
                     output = msgspec.structs.replace(

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass
 
 import msgspec
 
@@ -24,6 +25,7 @@ from armature.router.load import ActiveLoad
 from armature.router.policies import (
     DirectPolicy,
     KvPolicy,
+    RouteDecision,
     RouteRequest,
     RoutingError,
     RoutingPolicy,
@@ -33,7 +35,7 @@ from armature.router.prefix_index import PrefixIndex
 from armature.router.pressure import BusyWorkers, WorkerPressure
 from armature.router.tier_weights import TierWeightBook
 
-__all__ = ["EngineRouter", "RouterObserver", "next_sync_interval_s"]
+__all__ = ["EngineRouter", "RouteGroup", "RouterObserver", "next_sync_interval_s"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,16 @@ class RouterObserver:
 
     def prefill(self, where: str) -> None:
         """A prompt was prefilled `where`: "remote" (a prefill worker) or "local"."""
+
+
+@dataclass
+class RouteGroup:
+    """Requests that share one prompt (the choices of n > 1) and follow the first of them to
+    its worker, whose prefix cache holds the prompt once the first has its first token. The
+    router sets `worker` when it routes a member by policy; the others go there while it
+    lives (a dead one sends them back to the policy)."""
+
+    worker: str | None = None
 
 
 class _WorkerDied(Exception):
@@ -155,7 +167,10 @@ class EngineRouter:
             return
 
     async def generate(
-        self, request: EngineRequest, target_worker: str | None = None
+        self,
+        request: EngineRequest,
+        target_worker: str | None = None,
+        group: RouteGroup | None = None,
     ) -> AsyncGenerator[EngineOutput, None]:
         """Route `request` and stream its outputs; load is released however the stream ends.
         Raises RoutingError before anything starts when no worker fits. A worker found dead
@@ -173,7 +188,7 @@ class EngineRouter:
             if not workers:
                 raise EngineDeadError("no worker engine is serving")
             try:
-                async for output in self._generate_on(leg, workers, target_worker):
+                async for output in self._generate_on(leg, workers, target_worker, group):
                     if generated and output.num_prompt_tokens:  # reported by the first leg
                         output = msgspec.structs.replace(
                             output, num_prompt_tokens=0, num_cached_tokens=0
@@ -221,17 +236,28 @@ class EngineRouter:
             await asyncio.sleep(0.05)
 
     async def _generate_on(
-        self, request: EngineRequest, workers: list[str], target_worker: str | None
+        self,
+        request: EngineRequest,
+        workers: list[str],
+        target_worker: str | None,
+        group: RouteGroup | None,
     ) -> AsyncGenerator[EngineOutput, None]:
         started_s = time.perf_counter()
         self._num_routed_since_sync += 1  # its prompt's KV events follow soon
-        route = RouteRequest(request.request_id, request.prompt_token_ids, target_worker)
-        decision = self.policy.select(route, workers)
+        bs = self.config.block_size_tokens
+        num_tokens = len(request.prompt_token_ids)
+        if group is not None and group.worker in workers:
+            # the group's first member computed this prompt there: all of it but the block
+            # holding the last token is cached (unless evicted since)
+            decision = RouteDecision(group.worker, (num_tokens - 1) // bs)
+        else:
+            route = RouteRequest(request.request_id, request.prompt_token_ids, target_worker)
+            decision = self.policy.select(route, workers)
+            if group is not None:
+                group.worker = decision.worker
         self.observer.decision(
             decision.worker, decision.overlap_blocks, time.perf_counter() - started_s
         )
-        bs = self.config.block_size_tokens
-        num_tokens = len(request.prompt_token_ids)
         uncached = max(0, num_tokens - decision.overlap_blocks * bs)
         self.load.start(request.request_id, decision.worker, uncached, -(-num_tokens // bs))
         num_output = 0

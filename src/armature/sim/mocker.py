@@ -3,9 +3,10 @@ of the model (STYLE: the simulator runs the real code).
 
 `MockerRunner` fills the `ModelRunner` seam: each step it advances a clock by the timing
 model's step time and returns a seeded token per request (no logits, no sampling: sampling
-parameters and logprobs are not simulated). Tokens depend only
-on (seed, request id, position), so a request gets the same tokens whatever it is batched
-with. EOS is never produced: requests end at max_tokens (or the context limit).
+parameters, penalties, logit bias and logprobs are accepted and not simulated, since the tokens
+are synthetic anyway). Tokens depend only on (seed, request id, position), so a request gets
+the same tokens whatever it is batched with. EOS is never produced: requests end at
+max_tokens (or the context limit).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ logits differ by less than NEAR_TIE_LOGIT_MARGIN. Anything else is a bug.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -26,17 +27,29 @@ class HfReference:
         """Greedy continuation with EOS suppressed (min_new_tokens = max_new_tokens)."""
         key = (tuple(prompt), max_new_tokens)
         if key not in self._cache:
-            with torch.no_grad():
-                out = self.model.generate(
-                    torch.tensor([prompt]),
-                    attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                    max_new_tokens=max_new_tokens,
-                    min_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    pad_token_id=0,
-                )
-            self._cache[key] = out[0, len(prompt) :].tolist()
+            self._cache[key] = self.greedy_processed(prompt, max_new_tokens, [])[0]
         return self._cache[key]
+
+    def greedy_processed(
+        self, prompt: list[int], max_new_tokens: int, processors: list[Any]
+    ) -> tuple[list[int], torch.Tensor]:
+        """Greedy continuation through transformers `processors` (LogitsProcessor), EOS
+        suppressed: (tokens, the processed scores of each step [max_new_tokens, vocab])."""
+        from transformers import LogitsProcessorList
+
+        with torch.no_grad():
+            out = self.model.generate(
+                torch.tensor([prompt]),
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+                logits_processor=LogitsProcessorList(processors),
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+        return out.sequences[0, len(prompt) :].tolist(), torch.stack(out.scores)[:, 0]
 
     def assert_matches(self, prompt: list[int], ours: list[int], max_new_tokens: int) -> bool:
         """Assert `ours` equals the greedy reference, up to a proven near-tie. Returns True

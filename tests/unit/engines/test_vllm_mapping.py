@@ -38,6 +38,10 @@ def test_every_sampling_field_maps_one_to_one() -> None:
         ignore_eos=True,
         stop_token_ids=(5, 6),
         logprobs=4,
+        presence_penalty=0.5,
+        frequency_penalty=-0.25,
+        repetition_penalty=1.3,
+        logit_bias=((7, -100.0), (9, 2.5)),
     )
     assert to_vllm_sampling(r, max_logprobs=20) == VllmSampling(
         max_tokens=7,
@@ -49,6 +53,10 @@ def test_every_sampling_field_maps_one_to_one() -> None:
         ignore_eos=True,
         stop_token_ids=[5, 6],
         logprobs=4,
+        presence_penalty=0.5,
+        frequency_penalty=-0.25,
+        repetition_penalty=1.3,
+        logit_bias={7: -100.0, 9: 2.5},
         detokenize=False,
         skip_special_tokens=False,
     )
@@ -57,6 +65,8 @@ def test_every_sampling_field_maps_one_to_one() -> None:
 def test_defaults_mean_the_same_in_vllm() -> None:
     s = to_vllm_sampling(request(), max_logprobs=20)
     assert (s.temperature, s.top_p, s.top_k, s.seed, s.logprobs) == (1.0, 1.0, 0, None, None)
+    penalties = (s.presence_penalty, s.frequency_penalty, s.repetition_penalty, s.logit_bias)
+    assert penalties == (0.0, 0.0, 1.0, None)
 
 
 def test_a_resumed_request_continues_after_its_output() -> None:

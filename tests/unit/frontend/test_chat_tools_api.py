@@ -148,6 +148,56 @@ async def test_tool_calls_and_reasoning_whole_and_streamed(tool_preprocessor: Pr
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
+async def test_each_of_n_choices_reads_its_own_calls_and_reasoning(
+    tool_preprocessor: Preprocessor,
+) -> None:
+    """n = 2: choice 0 answers with reasoning and two calls, choice 1 with reasoning and
+    plain text. Each choice has its own parsers (no state crosses between them), whole and
+    streamed (the chunks interleave by index); usage sums both choices' reasoning tokens."""
+    engine, client = serve(tool_preprocessor, HERMES_QWEN3)
+    plain = "<think>\nNo tools needed.\n</think>\n\nIt is sunny."
+    request: Any = {"model": MODEL, "messages": ASK, "tools": [WEATHER_TOOL, TIME_TOOL], "n": 2}
+
+    engine.outputs = [CALLS_OUTPUT, plain]
+    whole = await client.chat.completions.create(**request)
+    first, second = whole.choices
+    assert (first.index, first.finish_reason, second.index, second.finish_reason) == (
+        0,
+        "tool_calls",
+        1,
+        "stop",
+    )
+    assert [c.function.name for c in first.message.tool_calls or []] == [  # type: ignore[union-attr]
+        "get_weather",
+        "get_time",
+    ]
+    assert (second.message.content, second.message.tool_calls) == ("It is sunny.", None)
+    assert second.message.reasoning_content == "\nNo tools needed.\n"  # type: ignore[attr-defined]
+    assert whole.usage is not None
+    whole_reasoning = whole.usage.completion_tokens_details.reasoning_tokens  # type: ignore[union-attr]
+
+    engine.outputs = [CALLS_OUTPUT, plain]
+    stream = await client.chat.completions.create(
+        **request, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = [chunk async for chunk in stream]
+    by_index: dict[int, list[Any]] = {0: [], 1: []}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            by_index[choice.index].append(choice)
+    calls = [t.function.name for c in by_index[0] for t in c.delta.tool_calls or []]  # type: ignore[union-attr]
+    assert calls == ["get_weather", "get_time"]
+    assert "".join(c.delta.content or "" for c in by_index[1]) == "It is sunny."
+    assert not any(c.delta.tool_calls for c in by_index[1])
+    assert [c.finish_reason for c in by_index[0] if c.finish_reason] == ["tool_calls"]
+    assert [c.finish_reason for c in by_index[1] if c.finish_reason] == ["stop"]
+    assert chunks[-1].usage is not None
+    streamed_reasoning = chunks[-1].usage.completion_tokens_details.reasoning_tokens  # type: ignore[union-attr]
+    assert streamed_reasoning == whole_reasoning
+    one = tool_preprocessor.encode("\nThe user wants two things.\n", add_special_tokens=False)
+    assert whole_reasoning > len(one)  # both choices' reasoning, not the first one's alone
+
+
 async def test_malformed_calls_fall_back_to_content(tool_preprocessor: Preprocessor) -> None:
     engine, client = serve(tool_preprocessor, HERMES_QWEN3)
     broken = 'Sure.<tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>'

@@ -259,7 +259,9 @@ class EngineCore:
         blocked: tuple[int, ...] = ()
         if req.num_output_tokens < p.min_tokens:
             blocked = p.stop_token_ids + (() if p.ignore_eos else self.eos_token_ids)
-        return SampleInput(p, req.generator, req.num_output_tokens, blocked)
+        return SampleInput(
+            p, req.generator, req.num_output_tokens, blocked, req.token_ids, req.num_prompt_tokens
+        )
 
     def _finish_reason(self, req: RequestState, token: int) -> FinishReason | None:
         p = req.sampling

@@ -1,16 +1,21 @@
-"""Token sampling: greedy, temperature, top-k, top-p, per-request seeds, min_tokens, logprobs.
+"""Token sampling: greedy, temperature, top-k, top-p, per-request seeds, min_tokens, logprobs,
+penalties and logit bias (penalties.py).
 
-Logprobs are the model's raw log-softmax (before temperature and truncation), as OpenAI
-reports them. Greedy rows are decided in one batched argmax; random rows each draw from their
-own generator, so a seeded request gives the same tokens whatever it is batched with.
+Logprobs are the model's raw log-softmax (before penalties, temperature and truncation), as
+OpenAI reports them and as vLLM does by default. Penalties are applied only to the rows of
+requests that use them; a batch without any skips them. Greedy rows are decided in one
+batched argmax; random rows each draw from their own generator, so a seeded request gives the
+same tokens whatever it is batched with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from armature.engines.native.penalties import PenaltyRow, apply_penalties
 from armature.protocols.engine import SamplingParams, TokenLogprob
 
 __all__ = ["SampleInput", "sample"]
@@ -27,6 +32,8 @@ class SampleInput:
     generator: torch.Generator | None
     num_output_tokens: int
     blocked_token_ids: tuple[int, ...]  # EOS and stop ids while min_tokens is not yet reached
+    token_ids: Sequence[int] = ()  # prompt + output so far (read by penalties only)
+    num_prompt_tokens: int = 0
 
 
 def _truncate(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -52,6 +59,22 @@ def _logprobs(logprobs: torch.Tensor, token_id: int, num_top: int) -> TokenLogpr
     return TokenLogprob(token_id, float(logprobs[token_id]), top)
 
 
+def _penalized(logits: torch.Tensor, inputs: list[SampleInput]) -> torch.Tensor:
+    """`logits` with the penalties of the rows that use any: `logits` itself when none does,
+    penalized in place when no row wants (raw) logprobs, else a penalized copy."""
+    rows = [
+        PenaltyRow(row, item.params, item.token_ids, item.num_prompt_tokens)
+        for row, item in enumerate(inputs)
+        if item.params.uses_penalties
+    ]
+    if not rows:
+        return logits
+    keep_raw = any(item.params.logprobs is not None for item in inputs)
+    out = logits.clone() if keep_raw else logits.contiguous()
+    apply_penalties(out, rows)
+    return out
+
+
 def sample(
     logits: torch.Tensor, inputs: list[SampleInput]
 ) -> tuple[list[int], list[TokenLogprob | None]]:
@@ -60,6 +83,7 @@ def sample(
     for row, item in enumerate(inputs):
         if item.blocked_token_ids:
             logits[row, list(item.blocked_token_ids)] = float("-inf")
+    raw_logits, logits = logits, _penalized(logits, inputs)
     greedy_ids = torch.argmax(logits, dim=-1).tolist()
     tokens: list[int] = []
     for row, item in enumerate(inputs):
@@ -73,7 +97,7 @@ def sample(
     out_logprobs: list[TokenLogprob | None] = [None] * len(inputs)
     rows_wanting = [row for row, item in enumerate(inputs) if item.params.logprobs is not None]
     if rows_wanting:
-        logprobs = torch.log_softmax(logits[rows_wanting], dim=-1)
+        logprobs = torch.log_softmax(raw_logits[rows_wanting], dim=-1)
         for i, row in enumerate(rows_wanting):
             num_top = inputs[row].params.logprobs or 0
             out_logprobs[row] = _logprobs(logprobs[i], tokens[row], num_top)

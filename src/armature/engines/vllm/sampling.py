@@ -14,6 +14,10 @@ Every field of our SamplingParams has a one-to-one vLLM field:
     ignore_eos      ignore_eos
     stop_token_ids  stop_token_ids
     logprobs        logprobs        at most the engine's max_logprobs (vLLM refuses more)
+    presence_penalty    presence_penalty
+    frequency_penalty   frequency_penalty
+    repetition_penalty  repetition_penalty
+    logit_bias      logit_bias      pairs -> {token id: bias}; None when empty
 
 What vLLM cannot do through this adapter is refused with InvalidRequestError (a 4xx at the
 frontend): more logprobs than the engine was started with. Disaggregated legs (a remote
@@ -44,6 +48,10 @@ class VllmSampling:
     ignore_eos: bool
     stop_token_ids: list[int]
     logprobs: int | None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] | None = None
     # we detokenize in the frontend; vLLM sends only the new tokens of each step
     detokenize: bool = False
     skip_special_tokens: bool = False
@@ -78,6 +86,10 @@ def to_vllm_sampling(request: EngineRequest, max_logprobs: int) -> VllmSampling:
         ignore_eos=p.ignore_eos,
         stop_token_ids=list(p.stop_token_ids),
         logprobs=p.logprobs,
+        presence_penalty=p.presence_penalty,
+        frequency_penalty=p.frequency_penalty,
+        repetition_penalty=p.repetition_penalty,
+        logit_bias=dict(p.logit_bias) or None,
     )
 
 
