@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP app: routes, error handling, request accounting.
 
-    POST /v1/chat/completions   POST /v1/completions   GET /v1/models
+    POST /v1/chat/completions   POST /v1/completions   POST /v1/embeddings   GET /v1/models
     GET /health   GET /live   GET /metrics   GET /openapi.json   GET|POST /admin/overload
 
 The request logic lives in service.py (OpenAIService); the parts are wired in compose.py.
@@ -22,11 +22,14 @@ from armature.config import HttpConfig
 from armature.engines.api import EngineDeadError
 from armature.frontend.admission import Overloaded
 from armature.frontend.auth import ApiKeyMiddleware, ApiKeys, BodyLimitMiddleware
-from armature.frontend.compose import FrontendParts
+from armature.frontend.compose import FrontendParts, serves_generation
+from armature.frontend.embedding_routes import EMBEDDINGS_PATH, add_embedding_routes
 from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
 from armature.frontend.generation import GenerationError
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
 from armature.frontend.service import ClientDisconnectedError, Job, ServedModel
+from armature.frontend.tasks import wrong_task
+from armature.protocols.embedding import WorkerTask
 from armature.router.policies import RoutingError
 
 __all__ = ["REQUEST_ID_HEADER", "WORKER_HEADER", "ServedModel", "build_app"]
@@ -35,7 +38,11 @@ log = logging.getLogger(__name__)
 
 WORKER_HEADER = "x-worker-id"  # names the worker for the direct router
 REQUEST_ID_HEADER = "x-request-id"  # the id that frontend and worker logs carry
-ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    EMBEDDINGS_PATH: "embeddings",
+}
 
 Background = Callable[[], Coroutine[Any, Any, None]]
 
@@ -63,6 +70,7 @@ def build_app(
 
     install_error_handlers(app, count_rejected)
     _add_generation_routes(app, parts)
+    add_embedding_routes(app, parts)
     _add_info_routes(app, parts)
     _add_admin_routes(app, parts)
     return app
@@ -72,6 +80,7 @@ def _lifespan(parts: FrontendParts, background: Sequence[Background]) -> Callabl
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         parts.router.start()
+        parts.embedder.start()
         tasks = [asyncio.get_running_loop().create_task(run()) for run in background]
         yield
         for task in tasks:
@@ -79,6 +88,7 @@ def _lifespan(parts: FrontendParts, background: Sequence[Background]) -> Callabl
         await asyncio.gather(*tasks, return_exceptions=True)
         await parts.gate.stop()
         await parts.router.stop()
+        await parts.embedder.stop()
 
     return lifespan
 
@@ -103,7 +113,16 @@ async def _counted_stream(parts: FrontendParts, endpoint: str, job: Job) -> Asyn
 
 
 async def _admit(parts: FrontendParts, job: Job, http_request: Request) -> None:
-    """Route check and overload admission; ApiError (400, 503) when the job cannot go on."""
+    """Task, route check and overload admission; ApiError (400, 503) when the job cannot go
+    on."""
+    mismatch = wrong_task(
+        parts.model.name,
+        WorkerTask.GENERATE,
+        has_generate=serves_generation(parts.router),
+        has_embed=bool(parts.embedder.engines),
+    )
+    if mismatch is not None:
+        raise mismatch
     job.target_worker = http_request.headers.get(WORKER_HEADER)
     try:
         parts.router.check_route(job.target_worker)
