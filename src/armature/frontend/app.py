@@ -113,16 +113,7 @@ async def _counted_stream(parts: FrontendParts, endpoint: str, job: Job) -> Asyn
 
 
 async def _admit(parts: FrontendParts, job: Job, http_request: Request) -> None:
-    """Task, route check and overload admission; ApiError (400, 503) when the job cannot go
-    on."""
-    mismatch = wrong_task(
-        parts.model.name,
-        WorkerTask.GENERATE,
-        has_generate=serves_generation(parts.router),
-        has_embed=bool(parts.embedder.engines),
-    )
-    if mismatch is not None:
-        raise mismatch
+    """Route check and overload admission; ApiError (400, 503) when the job cannot go on."""
     job.target_worker = http_request.headers.get(WORKER_HEADER)
     try:
         parts.router.check_route(job.target_worker)
@@ -140,16 +131,32 @@ async def _admit(parts: FrontendParts, job: Job, http_request: Request) -> None:
         ) from None
 
 
+def _check_task(parts: FrontendParts, model: str) -> None:
+    """ApiError (400) when the served `model`'s workers all compute embeddings."""
+    if model != parts.model.name:
+        return  # the job's own check answers 404
+    mismatch = wrong_task(
+        model,
+        WorkerTask.GENERATE,
+        has_generate=serves_generation(parts.router),
+        has_embed=bool(parts.embedder.engines),
+    )
+    if mismatch is not None:
+        raise mismatch
+
+
 async def _respond(
     parts: FrontendParts,
     endpoint: str,
     make_job: Callable[[], Awaitable[Job]],
     http_request: Request,
+    model: str,
 ) -> Response:
     metrics = parts.metrics
     metrics.in_flight.inc()
     status: str | None = "500"
     try:
+        _check_task(parts, model)
         job = await make_job()
         await _admit(parts, job, http_request)
         headers = {REQUEST_ID_HEADER: job.request_id}
@@ -190,12 +197,14 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
 
     @app.post("/v1/chat/completions", responses=responses)
     async def chat_completions(body: ChatCompletionRequest, http_request: Request) -> Response:
-        return await _respond(parts, "chat", lambda: service.chat_job(body), http_request)
+        return await _respond(
+            parts, "chat", lambda: service.chat_job(body), http_request, body.model
+        )
 
     @app.post("/v1/completions", responses=responses)
     async def completions(body: CompletionRequest, http_request: Request) -> Response:
         return await _respond(
-            parts, "completions", lambda: service.completion_job(body), http_request
+            parts, "completions", lambda: service.completion_job(body), http_request, body.model
         )
 
 
