@@ -41,8 +41,14 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
             "--task embed takes no --role prefill/decode",
         ),
         (["worker", "--task", "embed", "--role", "decode"], "--task embed takes no --role"),
-        (["serve", "--task", "classify"], "argument --task: expected one of generate, embed, got 'classify'"),
-        (["worker", "--pooling", "max"], "argument --pooling: expected one of mean, last, cls, got 'max'"),
+        (
+            ["serve", "--task", "classify"],
+            "argument --task: expected one of generate, embed, got 'classify'",
+        ),
+        (
+            ["worker", "--pooling", "max"],
+            "argument --pooling: expected one of mean, last, cls, got 'max'",
+        ),
         (
             ["profile", "--task", "embed", "--output", "unused.json"],
             "--task embed: the profiler sweeps text generation only",

@@ -228,7 +228,7 @@ def _add_info_routes(app: FastAPI, parts: FrontendParts) -> None:
 
     @app.get("/health", responses=error_responses(503))
     async def health() -> JSONResponse:
-        if not router.is_alive:
+        if not router.is_alive and not parts.embedder.get_workers():
             return JSONResponse({"status": "unhealthy", "reason": "engine stopped"}, 503)
         return JSONResponse({"status": "ok", "model": model.name})
 
