@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
         "profiler",
         "router.service",
         "router.disagg",
+        "router.embedding",
         "planner.connectors",
         "planner.actuator",
         "planner.frontend_feed",

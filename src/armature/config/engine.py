@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from armature.config.settings import setting
 from armature.config.values import (
     int64,
+    one_of,
     parse_bytes,
     positive_float,
     positive_int,
     transfer_backends,
 )
+from armature.protocols.embedding import Pooling, WorkerTask
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE_TOKENS",
@@ -80,6 +82,20 @@ class EngineConfig:
         None, "context length (default: the model's)", flag="max-model-len", parse=positive_int
     )
     seed: int = setting(0, "seed for requests that bring none", parse=int64)
+    task: WorkerTask = setting(
+        WorkerTask.GENERATE,
+        "generate: text (chat and completions); embed: vectors of the prompts "
+        "(/v1/embeddings; --engine torch only)",
+        parse=one_of(WorkerTask),
+        choices=tuple(WorkerTask),
+    )
+    pooling: Pooling = setting(
+        Pooling.LAST,
+        "with --task embed: how the last hidden states become one vector (L2-normalised): "
+        "mean over the tokens, the last token's, or the first (cls) token's",
+        parse=one_of(Pooling),
+        choices=tuple(Pooling),
+    )
     cache_dir: str | None = setting(
         None, "where the default model is converted (default: the XDG cache)"
     )

@@ -3,10 +3,12 @@ says what was wrong."""
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 import re
 from collections.abc import Callable
+from typing import TypeVar
 
 from armature.errors import ConfigError
 from armature.protocols.worker import WorkerRole
@@ -20,6 +22,7 @@ __all__ = [
     "integer",
     "non_negative_float",
     "non_negative_int",
+    "one_of",
     "parse_bytes",
     "port",
     "positive_float",
@@ -30,6 +33,7 @@ __all__ = [
 ]
 
 TRANSFER_BACKENDS = ("shm", "nixl", "tcp")
+E = TypeVar("E", bound=enum.StrEnum)
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -150,11 +154,21 @@ def fraction(text: str) -> float:
 
 
 def worker_role(text: str) -> WorkerRole:
-    try:
-        return WorkerRole(text)
-    except ValueError:
-        known = ", ".join(WorkerRole)
-        raise ConfigError(f"expected one of {known}, got {text!r}") from None
+    return one_of(WorkerRole)(text)
+
+
+def one_of(kind: type[E]) -> Callable[[str], E]:
+    """A parser of the values of the string enum `kind`."""
+
+    def parse(text: str) -> E:
+        try:
+            return kind(text)
+        except ValueError:
+            known = ", ".join(kind)
+            raise ConfigError(f"expected one of {known}, got {text!r}") from None
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def positive_ints(text: str) -> tuple[int, ...]:

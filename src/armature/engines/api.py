@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from armature.errors import ArmatureError, InvalidRequestError
+from armature.protocols.embedding import EmbeddingShape, EmbedRequest, EmbedResult
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -20,7 +21,7 @@ from armature.protocols.engine import (
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
 
-__all__ = ["Engine", "EngineDeadError", "InvalidRequestError"]
+__all__ = ["EmbeddingEngine", "Engine", "EngineDeadError", "InvalidRequestError"]
 
 
 class EngineDeadError(ArmatureError, RuntimeError):
@@ -69,4 +70,22 @@ class Engine(Protocol):
     async def release_kv(self, handle: KvHandle) -> None:
         """Free the blocks this (prefill) engine pinned under `handle` now, because no decode
         leg will pull them (its caller left). Idempotent; the pin's TTL frees them anyway."""
+        ...
+
+
+class EmbeddingEngine(Engine, Protocol):
+    """An engine of a worker started with `--task embed`: it embeds prompts, and refuses
+    `generate` (InvalidRequestError). It holds no KV cache, so it has no KV events."""
+
+    @property
+    def embedding_shape(self) -> EmbeddingShape:
+        """The vectors `embed` returns."""
+        ...
+
+    def validate_embed(self, request: EmbedRequest) -> None:
+        """Raise InvalidRequestError if `request` can never be served (no side effects)."""
+        ...
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """One vector per prompt; cancelling the call drops what is not computed yet."""
         ...

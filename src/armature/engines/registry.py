@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from armature.config import EngineConfig
 from armature.engines.spec import BuiltEngine, EngineSpec
 from armature.errors import ConfigError
+from armature.protocols.embedding import WorkerTask
+from armature.protocols.worker import WorkerRole
 
 __all__ = ["KINDS", "EngineKind", "get_kind"]
 
@@ -35,8 +37,10 @@ class EngineKind:
 
 
 def _build_native(spec: EngineSpec) -> BuiltEngine:
-    from armature.engines.native.factory import build_native_engine
+    from armature.engines.native.factory import build_embedding_engine, build_native_engine
 
+    if spec.engine.task is WorkerTask.EMBED:
+        return build_embedding_engine(spec)
     return build_native_engine(spec, mocker=False)
 
 
@@ -57,16 +61,27 @@ def _no_timing_profile(engine: EngineConfig) -> None:
         raise ConfigError(f"--timing-profile is for --engine mocker, not {engine.engine}")
 
 
+def _generates_only(engine: EngineConfig, why: str) -> None:
+    if engine.task is not WorkerTask.GENERATE:
+        raise ConfigError(f"--task {engine.task} needs --engine torch: {why}")
+
+
 def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
     from armature.engines.vllm.factory import check_vllm
 
     _no_timing_profile(engine)
+    _generates_only(engine, "embeddings are not wired into the vllm adapter")
     check_vllm(engine, roles)
 
 
 def _check_native(engine: EngineConfig, roles: Iterable[str]) -> None:
     """Every other setting the native engine takes is checked when it is built."""
     _no_timing_profile(engine)
+    if engine.task is WorkerTask.EMBED and any(role != WorkerRole.AGG for role in roles):
+        raise ConfigError(
+            "--task embed takes no --role prefill/decode (nor --prefill-workers/"
+            "--decode-workers): an embedding worker holds no KV cache to hand over"
+        )
 
 
 def _check_mocker(engine: EngineConfig, roles: Iterable[str]) -> None:
@@ -76,6 +91,7 @@ def _check_mocker(engine: EngineConfig, roles: Iterable[str]) -> None:
 
     from armature.sim.profile_timing import load_profile_timing
 
+    _generates_only(engine, "the mocker has no model whose hidden states it could pool")
     if engine.timing_profile is not None:
         load_profile_timing(Path(engine.timing_profile), engine.speedup_ratio)
 

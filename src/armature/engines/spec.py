@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from armature.config import EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig
-from armature.engines.api import Engine
+from armature.engines.api import EmbeddingEngine, Engine
 from armature.errors import ConfigError
 from armature.kv.eviction import EvictionObserver
 from armature.model.source import ModelSourceError, ResolvedModel, resolve_model
+from armature.protocols.embedding import EmbeddingShape
 from armature.protocols.worker import WorkerRole
 
 __all__ = ["BuiltEngine", "EngineInfo", "EngineSpec", "resolve_engine_model"]
@@ -57,12 +58,16 @@ class EngineInfo:
     device: str
     load_s: float
     kv_endpoints: dict[str, str] = field(default_factory=dict)  # transfer backend -> address
+    embedding: EmbeddingShape | None = None  # an embedding engine's vectors (--task embed)
 
 
 @dataclass(frozen=True)
 class BuiltEngine:
+    """`embedder`: the same engine seen as an embedding engine, when it is one (--task embed)."""
+
     engine: Engine
     info: EngineInfo
+    embedder: EmbeddingEngine | None = None
 
 
 def resolve_engine_model(engine: EngineConfig) -> ResolvedModel:

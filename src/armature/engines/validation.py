@@ -5,9 +5,10 @@ with the same words)."""
 from __future__ import annotations
 
 from armature.engines.api import InvalidRequestError
+from armature.protocols.embedding import EmbedRequest
 from armature.protocols.engine import EngineRequest
 
-__all__ = ["validate_request"]
+__all__ = ["validate_embed_request", "validate_request"]
 
 
 def validate_request(
@@ -45,3 +46,19 @@ def validate_request(
             f"request needs {total} tokens of KV cache; this engine holds "
             f"{num_kv_blocks * block_size}"
         )
+
+
+def validate_embed_request(request: EmbedRequest, *, vocab_size: int, max_model_len: int) -> None:
+    """Raise InvalidRequestError if an embedding request can never be served: no prompt, an
+    empty one, one longer than the context, or a token id outside the vocabulary."""
+    if not request.prompts:
+        raise InvalidRequestError("no prompt to embed")
+    for i, prompt in enumerate(request.prompts):
+        if not prompt:
+            raise InvalidRequestError(f"prompt {i} is empty")
+        if len(prompt) > max_model_len:
+            raise InvalidRequestError(
+                f"prompt {i} has {len(prompt)} tokens; the context length is {max_model_len}"
+            )
+        if min(prompt) < 0 or max(prompt) >= vocab_size:
+            raise InvalidRequestError(f"prompt {i}: token ids must be in [0, {vocab_size})")

@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP app: routes, error handling, request accounting.
 
-    POST /v1/chat/completions   POST /v1/completions   GET /v1/models
+    POST /v1/chat/completions   POST /v1/completions   POST /v1/embeddings   GET /v1/models
     GET /health   GET /live   GET /metrics   GET /openapi.json   GET|POST /admin/overload
 
 The request logic lives in service.py (OpenAIService); the parts are wired in compose.py.
@@ -22,11 +22,14 @@ from armature.config import HttpConfig
 from armature.engines.api import EngineDeadError
 from armature.frontend.admission import Overloaded
 from armature.frontend.auth import ApiKeyMiddleware, ApiKeys, BodyLimitMiddleware
-from armature.frontend.compose import FrontendParts
+from armature.frontend.compose import FrontendParts, serves_generation
+from armature.frontend.embedding_routes import EMBEDDINGS_PATH, add_embedding_routes
 from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
 from armature.frontend.generation import GenerationError
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
 from armature.frontend.service import ClientDisconnectedError, Job, ServedModel
+from armature.frontend.tasks import wrong_task
+from armature.protocols.embedding import WorkerTask
 from armature.router.policies import RoutingError
 
 __all__ = ["REQUEST_ID_HEADER", "WORKER_HEADER", "ServedModel", "build_app"]
@@ -35,7 +38,11 @@ log = logging.getLogger(__name__)
 
 WORKER_HEADER = "x-worker-id"  # names the worker for the direct router
 REQUEST_ID_HEADER = "x-request-id"  # the id that frontend and worker logs carry
-ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    EMBEDDINGS_PATH: "embeddings",
+}
 
 Background = Callable[[], Coroutine[Any, Any, None]]
 
@@ -63,6 +70,7 @@ def build_app(
 
     install_error_handlers(app, count_rejected)
     _add_generation_routes(app, parts)
+    add_embedding_routes(app, parts)
     _add_info_routes(app, parts)
     _add_admin_routes(app, parts)
     return app
@@ -72,6 +80,7 @@ def _lifespan(parts: FrontendParts, background: Sequence[Background]) -> Callabl
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         parts.router.start()
+        parts.embedder.start()
         tasks = [asyncio.get_running_loop().create_task(run()) for run in background]
         yield
         for task in tasks:
@@ -79,6 +88,7 @@ def _lifespan(parts: FrontendParts, background: Sequence[Background]) -> Callabl
         await asyncio.gather(*tasks, return_exceptions=True)
         await parts.gate.stop()
         await parts.router.stop()
+        await parts.embedder.stop()
 
     return lifespan
 
@@ -121,16 +131,32 @@ async def _admit(parts: FrontendParts, job: Job, http_request: Request) -> None:
         ) from None
 
 
+def _check_task(parts: FrontendParts, model: str) -> None:
+    """ApiError (400) when the served `model`'s workers all compute embeddings."""
+    if model != parts.model.name:
+        return  # the job's own check answers 404
+    mismatch = wrong_task(
+        model,
+        WorkerTask.GENERATE,
+        has_generate=serves_generation(parts.router),
+        has_embed=bool(parts.embedder.engines),
+    )
+    if mismatch is not None:
+        raise mismatch
+
+
 async def _respond(
     parts: FrontendParts,
     endpoint: str,
     make_job: Callable[[], Awaitable[Job]],
     http_request: Request,
+    model: str,
 ) -> Response:
     metrics = parts.metrics
     metrics.in_flight.inc()
     status: str | None = "500"
     try:
+        _check_task(parts, model)
         job = await make_job()
         await _admit(parts, job, http_request)
         headers = {REQUEST_ID_HEADER: job.request_id}
@@ -171,12 +197,14 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
 
     @app.post("/v1/chat/completions", responses=responses)
     async def chat_completions(body: ChatCompletionRequest, http_request: Request) -> Response:
-        return await _respond(parts, "chat", lambda: service.chat_job(body), http_request)
+        return await _respond(
+            parts, "chat", lambda: service.chat_job(body), http_request, body.model
+        )
 
     @app.post("/v1/completions", responses=responses)
     async def completions(body: CompletionRequest, http_request: Request) -> Response:
         return await _respond(
-            parts, "completions", lambda: service.completion_job(body), http_request
+            parts, "completions", lambda: service.completion_job(body), http_request, body.model
         )
 
 
@@ -200,7 +228,7 @@ def _add_info_routes(app: FastAPI, parts: FrontendParts) -> None:
 
     @app.get("/health", responses=error_responses(503))
     async def health() -> JSONResponse:
-        if not router.is_alive:
+        if not router.is_alive and not parts.embedder.get_workers():
             return JSONResponse({"status": "unhealthy", "reason": "engine stopped"}, 503)
         return JSONResponse({"status": "ok", "model": model.name})
 

@@ -4,6 +4,7 @@ registry ─▶ RouterMetrics (observer) ─┐
 OverloadThresholds ───────────────────┼─▶ DisaggRouter ─▶ FrontendMetrics (its loads)
                                       │        └───────▶ AdmissionGate (its pressures)
                                       └──────────────────▶ OpenAIService ─▶ build_app
+EmbedRouter (workers of task embed) ─────────────────────▶ EmbeddingService ─┘
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Gauge
 
 from armature.config import DisaggConfig, OverloadConfig, RouterConfig
-from armature.engines.api import Engine
+from armature.engines.api import EmbeddingEngine, Engine
 from armature.frontend.admission import AdmissionGate
+from armature.frontend.embeddings import EmbeddingService
 from armature.frontend.metrics import FrontendMetrics, RouterMetrics
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.service import OpenAIService, ServedModel
 from armature.router.disagg import DisaggRouter
+from armature.router.embedding import EmbedRouter
 from armature.router.pressure import OverloadThresholds
 
-__all__ = ["FrontendParts", "compose_frontend"]
+__all__ = ["FrontendParts", "compose_frontend", "serves_generation"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,13 @@ class FrontendParts:
     metrics: FrontendMetrics
     service: OpenAIService
     model: ServedModel
+    embedder: EmbedRouter
+    embeddings: EmbeddingService
+
+
+def serves_generation(router: DisaggRouter) -> bool:
+    """Whether any worker of task generate is routed to (alive or not)."""
+    return bool(router.engines or router.prefill.engines)
 
 
 def compose_frontend(
@@ -46,9 +56,11 @@ def compose_frontend(
     overload: OverloadConfig | None = None,
     prefill_engines: Mapping[str, Engine] | None = None,
     parsers: OutputParsers | None = None,
+    embed_engines: Mapping[str, EmbeddingEngine] | None = None,
 ) -> FrontendParts:
     """A router over `engines` (more join later through `router.add_engine`), its metrics,
-    the overload gate and the OpenAI service, wired to each other."""
+    the overload gate and the OpenAI service, wired to each other; an embedding router over
+    `embed_engines` (workers of task embed; more join through `embedder.add_engine`)."""
     registry = CollectorRegistry()
     thresholds = OverloadThresholds(overload or OverloadConfig())
     router = DisaggRouter(
@@ -77,4 +89,11 @@ def compose_frontend(
         registry=registry,
     ).set_function(lambda: router.get_index_blocks()[1])
     service = OpenAIService(router, preprocessor, metrics, model, parsers)
-    return FrontendParts(router, thresholds, gate, metrics, service, model)
+    embedder = EmbedRouter(embed_engines)
+    embeddings = EmbeddingService(
+        embedder,
+        preprocessor,
+        model,
+        has_generate=lambda: serves_generation(router),
+    )
+    return FrontendParts(router, thresholds, gate, metrics, service, model, embedder, embeddings)

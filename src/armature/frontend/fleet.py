@@ -1,6 +1,7 @@
 """The frontend's view of its workers: discovery puts and deletes become routers' workers.
 
-Each worker card under the namespace's prefix becomes a RemoteEngine in the router; a deleted
+Each worker card under the namespace's prefix becomes a RemoteEngine in the router (a card of
+task embed: in the embedding router, whose vectors it must match); a deleted
 card (clean exit, or a lease that expired after a crash) removes it. A card that conflicts
 with the model this frontend serves (same name, other tokenizer source or block size) is
 refused with a logged error and never receives traffic.
@@ -13,8 +14,10 @@ import logging
 import msgspec
 
 from armature.config import HealthConfig
+from armature.protocols.embedding import WorkerTask
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.router.disagg import DisaggRouter
+from armature.router.embedding import EmbedRouter
 from armature.runtime.discovery import Discovery
 from armature.runtime.events import EventPlane
 from armature.runtime.remote_engine import RemoteEngine
@@ -47,8 +50,11 @@ class WorkerFleet:
         event_plane: EventPlane,
         *,
         health: HealthConfig = HealthConfig(),
+        embedder: EmbedRouter | None = None,
     ):
+        """`embedder`: where workers of task embed go (None: they are refused)."""
         self.health = health
+        self.embedder = embedder
         self.router = router
         self.discovery = discovery
         self.namespace = namespace
@@ -81,21 +87,38 @@ class WorkerFleet:
         previous = self._workers_by_key.get(key)
         if previous is not None:
             engine = self.router.get_engine(previous)
+            if engine is None and self.embedder is not None:
+                engine = self.embedder.engines.get(previous)
             if engine is not None and engine.is_alive:
                 return  # a renewal or re-registration of a worker we already route to
-            await self.router.remove_engine(previous)
-        self._workers_by_key[key] = card.worker_id
+            await self._remove(previous)
         remote = RemoteEngine(
             card,
             self.client,
             self.event_plane,
             health=self.health,
         )
-        self.router.add_engine(card.worker_id, remote, role=card.role)
-        log.info("worker %s joined (%s)", card.worker_id, card.request_url)
+        if card.task is WorkerTask.EMBED:
+            if self.embedder is None or card.embedding is None:
+                log.error("refusing worker %s: this frontend routes no embeddings", card.worker_id)
+                return
+            try:
+                self.embedder.add_engine(card.worker_id, remote)
+            except ValueError as exc:
+                log.error("refusing embedding worker %s: %s", card.worker_id, exc)
+                return
+        else:
+            self.router.add_engine(card.worker_id, remote, role=card.role)
+        self._workers_by_key[key] = card.worker_id
+        log.info("worker %s joined (%s, task %s)", card.worker_id, card.request_url, card.task)
 
     async def _left(self, key: str) -> None:
         worker = self._workers_by_key.pop(key, None)
         if worker is not None:
-            await self.router.remove_engine(worker)
+            await self._remove(worker)
             log.info("worker %s left", worker)
+
+    async def _remove(self, worker: str) -> None:
+        await self.router.remove_engine(worker)
+        if self.embedder is not None:
+            await self.embedder.remove_engine(worker)

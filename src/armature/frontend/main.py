@@ -131,6 +131,7 @@ def run_frontend(
                 client,
                 event_plane,
                 health=config.health,
+                embedder=parts.embedder,
             )
             await fleet.run()
         finally:

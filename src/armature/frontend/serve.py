@@ -10,7 +10,7 @@ import time
 import uvicorn
 
 from armature.config import ServeConfig
-from armature.engines.api import Engine
+from armature.engines.api import EmbeddingEngine, Engine
 from armature.engines.registry import get_kind
 from armature.engines.spec import BuiltEngine, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
@@ -72,11 +72,12 @@ async def _serve(config: ServeConfig, roles: list[WorkerRole], api_keys: ApiKeys
     info = built[0].info
     name = config.engine.served_model_name or model.served_name
     log.info(
-        "loaded %s (%d x %s engine, %s router; %s, %s on %s) in %.1f s; KV cache %d blocks "
-        "x %d tokens per worker; context %d",
+        "loaded %s (%d x %s engine, task %s, %s router; %s, %s on %s) in %.1f s; KV cache %d "
+        "blocks x %d tokens per worker; context %d",
         name,
         len(roles),
         config.engine.engine,
+        config.engine.task,
         config.router.policy,
         model.path,
         info.dtype,
@@ -88,7 +89,11 @@ async def _serve(config: ServeConfig, roles: list[WorkerRole], api_keys: ApiKeys
     )
     engines: dict[str, Engine] = {}
     prefill_engines: dict[str, Engine] = {}
+    embed_engines: dict[str, EmbeddingEngine] = {}
     for i, (one, role) in enumerate(zip(built, roles, strict=True)):
+        if one.embedder is not None:
+            embed_engines[f"worker-{i}"] = one.embedder
+            continue
         (prefill_engines if role is WorkerRole.PREFILL else engines)[f"worker-{i}"] = one.engine
     router_config = dataclasses.replace(
         config.router, block_size_tokens=info.block_size_tokens, seed=config.engine.seed
@@ -103,6 +108,7 @@ async def _serve(config: ServeConfig, roles: list[WorkerRole], api_keys: ApiKeys
         disagg=config.disagg,
         overload=config.overload,
         parsers=OutputParsers.named(config.chat.tool_call_parser, config.chat.reasoning_parser),
+        embed_engines=embed_engines,
     )
     app = build_app(
         parts,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ModelArch", "read_arch"]
+__all__ = ["ModelArch", "read_arch", "read_matryoshka_dimensions"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +81,16 @@ def read_arch(path: Path) -> ModelArch:
         eos_token_ids=_eos_ids(path, config),
         sliding_window=int(sliding_window) if sliding_window else None,
     )
+
+
+def read_matryoshka_dimensions(path: Path) -> tuple[int, ...] | None:
+    """The sizes `path/config.json` says the model's embeddings may be cut to (Matryoshka),
+    as vLLM reads them: `matryoshka_dimensions` (a list) or `is_matryoshka: true` (empty: any
+    size). None: the model declares neither, and its vectors may not be cut."""
+    config = _read_json(path / "config.json")
+    dimensions = config.get("matryoshka_dimensions")
+    if isinstance(dimensions, list) and dimensions:
+        return tuple(sorted(int(d) for d in dimensions))
+    if config.get("is_matryoshka") is True:
+        return ()
+    return None

@@ -7,6 +7,9 @@ One step's tokens are laid out flat, prefill spans first, then one token per dec
 Projections and MLPs run once over all rows; attention runs per prefill span (causal within
 the span, over everything cached before it) and once, padded and masked, for all decodes.
 The arithmetic mirrors Hugging Face transformers so float32 greedy output matches it.
+
+`encode` runs the same layers over whole prompts without a KV cache (embeddings): each span
+attends causally within itself, and the final-normed hidden states of every row come back.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from armature.model.kv_cache import PagedKvCache
 from armature.model.rope import RopeTables, apply_rope
 from armature.model.weights import LayerWeights, ModelWeights
 
-__all__ = ["DecodeBatch", "ForwardBatch", "PrefillSpan", "forward"]
+__all__ = ["DecodeBatch", "ForwardBatch", "PrefillSpan", "encode", "forward"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ def _prefill_attention(
     v: torch.Tensor,
     span: PrefillSpan,
     mask: torch.Tensor | None,
-    cache: PagedKvCache,
+    cache: PagedKvCache | None,
     layer: int,
     scale: float,
 ) -> torch.Tensor:
@@ -89,6 +92,7 @@ def _prefill_attention(
     if mask is None:
         keys, values = k, v
     else:
+        assert cache is not None, "a span that continues cached tokens needs the cache"
         total = span.start_pos + n
         keys, values = cache.gather(layer, span.block_table)
         keys, values = keys[:total], values[:total]
@@ -141,8 +145,10 @@ def _layer(
     layer: int,
     step: _StepInputs,
     arch: ModelArch,
-    cache: PagedKvCache,
+    cache: PagedKvCache | None,
 ) -> torch.Tensor:
+    """One decoder layer over every row; with no `cache` (encode) nothing is written and no
+    span may attend to tokens before it."""
     rows = x.shape[0]
     nh, nkv, hd = arch.num_heads, arch.num_kv_heads, arch.head_dim
     h = _rms_norm(x, w.input_norm, arch.rms_norm_eps)
@@ -152,14 +158,15 @@ def _layer(
     k = apply_rope(k.view(rows, nkv, hd), step.cos, step.sin)
     v = v.view(rows, nkv, hd)
     batch = step.batch
-    cache.write(layer, batch.slots, k, v)
+    if cache is not None:
+        cache.write(layer, batch.slots, k, v)
     scale = hd**-0.5
     attn = torch.empty_like(q)
     for span, mask in zip(batch.prefills, step.prefill_masks, strict=True):
         r = slice(span.row_start, span.row_start + span.num_tokens)
         attn[r] = _prefill_attention(q[r], k[r], v[r], span, mask, cache, layer, scale)
     if batch.decode is not None:
-        assert step.decode_mask is not None
+        assert step.decode_mask is not None and cache is not None
         r = slice(batch.decode.row_start, rows)
         attn[r] = _decode_attention(q[r], batch.decode, step.decode_mask, cache, layer, scale)
     x = x + F.linear(attn.view(rows, nh * hd), w.o_proj)
@@ -193,3 +200,38 @@ def forward(
     if x.shape[0] == 1 and weights.lm_head_t is not None:
         return torch.mm(x, weights.lm_head_t).float()
     return F.linear(x, weights.lm_head).float()
+
+
+@torch.inference_mode()
+def encode(
+    input_ids: torch.Tensor,
+    spans: list[tuple[int, int]],
+    weights: ModelWeights,
+    arch: ModelArch,
+    rope: RopeTables,
+) -> torch.Tensor:
+    """The final-normed last hidden states [rows, hidden] of whole prompts laid out flat:
+    `spans` are (row_start, num_tokens) covering `input_ids` in order, each a prompt from
+    position 0. No KV cache is read or written."""
+    device = input_ids.device
+    positions = torch.cat([torch.arange(n, device=device) for _, n in spans])
+    none = torch.empty(0, dtype=torch.long, device=device)
+    batch = ForwardBatch(
+        input_ids=input_ids,
+        positions=positions,
+        slots=none,
+        prefills=[PrefillSpan(start, n, 0, none) for start, n in spans],
+        decode=None,
+        logits_rows=none,
+    )
+    x = F.embedding(input_ids, weights.embed)
+    step = _StepInputs(
+        batch=batch,
+        cos=rope.cos.index_select(0, positions),
+        sin=rope.sin.index_select(0, positions),
+        prefill_masks=[None] * len(spans),
+        decode_mask=None,
+    )
+    for i, layer_weights in enumerate(weights.layers):
+        x = _layer(x, layer_weights, i, step, arch, None)
+    return _rms_norm(x, weights.final_norm, arch.rms_norm_eps)

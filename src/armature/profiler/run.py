@@ -19,6 +19,7 @@ from armature.engines.spec import EngineInfo, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
 from armature.profiler.plan import EngineLimits, check_sweep
 from armature.profiler.sweep import Sweep
+from armature.protocols.embedding import WorkerTask
 from armature.protocols.timing_profile import PROFILE_VERSION, ProfileSource, TimingProfile
 from armature.sim.profile_timing import timing_from_profile
 
@@ -71,6 +72,8 @@ async def profile_engine(config: ProfileConfig) -> TimingProfile:
     ConfigError for settings or a sweep the engine cannot run."""
     kind = get_kind(config.engine.engine)
     kind.check(config.engine, ["agg"])
+    if config.engine.task is not WorkerTask.GENERATE:
+        raise ConfigError("--task embed: the profiler sweeps text generation only")
     model = resolve_engine_model(config.engine)
     spec = EngineSpec(
         engine=config.engine,

@@ -13,6 +13,7 @@ import enum
 import msgspec
 
 from armature.protocols.address import EndpointAddress
+from armature.protocols.embedding import EmbeddingShape, WorkerTask
 from armature.protocols.engine import EngineLoad, StepRecord
 from armature.protocols.kv_events import KvEvent
 
@@ -40,6 +41,9 @@ class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
     events_url: str  # where the worker's event-plane publisher is (zmq or nats url)
     metrics_url: str = ""  # the worker's Prometheus endpoint ("" when it has none)
     role: WorkerRole = WorkerRole.AGG
+    task: WorkerTask = WorkerTask.GENERATE  # embed: its `embed` endpoint answers, not generate
+    engine: str = ""  # the engine kind (torch, mocker, vllm); "" from older workers
+    embedding: EmbeddingShape | None = None  # with task embed: the vectors it returns
 
     @property
     def worker_id(self) -> str:

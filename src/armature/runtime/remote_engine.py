@@ -1,7 +1,8 @@
 """A worker seen from a frontend: the Engine contract over the request and event planes.
 
 `generate` streams the worker's `generate` endpoint (closing it cancels the request on the
-worker); a subscription to its event-plane url buffers KV events for the router and the
+worker), `embed` calls its `embed` endpoint (workers whose card says task embed); a
+subscription to its event-plane url buffers KV events for the router and the
 worker's step records (for a planner), and keeps the latest load. A worker that cannot be
 reached counts as dead for `unreachable_backoff_s` (the router routes around it); discovery
 removes it for good when its lease ends.
@@ -25,7 +26,8 @@ import msgspec
 
 from armature.config import HealthConfig
 from armature.engines.api import EngineDeadError, InvalidRequestError
-from armature.engines.validation import validate_request
+from armature.engines.validation import validate_embed_request, validate_request
+from armature.protocols.embedding import EmbeddingShape, EmbedRequest, EmbedResult
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -129,6 +131,35 @@ class RemoteEngine:
                 yield msgspec.msgpack.decode(payload, type=EngineOutput)
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
+
+    @property
+    def embedding_shape(self) -> EmbeddingShape:
+        """The vectors the worker embeds into (only for a card of task embed)."""
+        assert self.card.embedding is not None, f"{self.card.worker_id} computes no embeddings"
+        return self.card.embedding
+
+    def validate_embed(self, request: EmbedRequest) -> None:
+        validate_embed_request(
+            request, vocab_size=self.card.vocab_size, max_model_len=self.card.max_model_len
+        )
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """The worker's vectors for `request`; EngineDeadError if it is gone or sends nothing
+        for `stall_timeout_s`, InvalidRequestError if it refuses the request."""
+        if not self._alive:
+            raise EngineDeadError(f"{self.card.worker_id} is gone")
+        stream = self._stream("embed", msgspec.msgpack.encode(request))
+        try:
+            payload = await asyncio.wait_for(anext(stream), self.stall_timeout_s)
+        except StopAsyncIteration:
+            raise EngineDeadError(f"{self.card.worker_id} sent no embeddings") from None
+        except TimeoutError:
+            raise EngineDeadError(
+                f"{self.card.worker_id} sent nothing for {self.stall_timeout_s:g} s"
+            ) from None
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+        return msgspec.msgpack.decode(payload, type=EmbedResult)
 
     def get_load(self) -> EngineLoad:
         return self._load

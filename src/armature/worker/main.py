@@ -111,6 +111,8 @@ async def _run(config: WorkerConfig) -> None:
         metrics_host=process.host,
         metrics_port=None if process.metrics_port < 0 else process.metrics_port,
         role=process.role,
+        embedder=built.embedder,
+        engine_name=config.engine.engine,
     )
     try:
         card = await service.start()
@@ -120,11 +122,12 @@ async def _run(config: WorkerConfig) -> None:
         ) from None
     transfers = ", ".join(f"{k} {v}" for k, v in info.kv_endpoints.items()) or "off"
     log.info(
-        "worker %s ready: %s (%s engine, %s role, %d KV blocks of %d) on %s in namespace %r; "
-        "KV transfer %s; metrics %s",
+        "worker %s ready: %s (%s engine, task %s, %s role, %d KV blocks of %d) on %s in "
+        "namespace %r; KV transfer %s; metrics %s",
         card.worker_id,
         name,
         config.engine.engine,
+        card.task,
         process.role,
         card.num_kv_blocks,
         card.block_size,

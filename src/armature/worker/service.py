@@ -4,6 +4,8 @@ Endpoints (payloads are msgpack):
     generate  EngineRequest -> stream of EngineOutput; closing the stream aborts the request
     dump      (empty) -> one KvDump
     release   KvHandle -> one empty item, once the handle's pinned blocks are released
+    embed     EmbedRequest -> one EmbedResult (only on a worker started with --task embed,
+              whose card says so; its engine refuses `generate`)
 An invalid request fails its stream with code `invalid_request` (the frontend answers 4xx).
 On the event plane it publishes a WorkerUpdate (KV events, load, the engine's step records)
 every `update_interval_s` when something changed, and at least every `heartbeat_s` so that
@@ -19,7 +21,8 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from armature.engines.api import Engine, InvalidRequestError
+from armature.engines.api import EmbeddingEngine, Engine, InvalidRequestError
+from armature.protocols.embedding import EmbedRequest, WorkerTask
 from armature.protocols.engine import EngineRequest
 from armature.protocols.failures import FailureCode
 from armature.protocols.kv_transfer import KvHandle
@@ -55,8 +58,13 @@ class WorkerService:
         metrics_host: str = "127.0.0.1",
         metrics_port: int | None = None,
         role: WorkerRole = WorkerRole.AGG,
+        embedder: EmbeddingEngine | None = None,
+        engine_name: str = "",
     ):
+        """`embedder`: `engine` as an embedding engine, for a worker of task embed."""
         self.engine = engine
+        self.embedder = embedder
+        self.engine_name = engine_name
         self.discovery = discovery
         self.namespace = namespace
         self.model_name = model_name
@@ -72,9 +80,10 @@ class WorkerService:
         self.role = role
         self._in_flight = 0
         self._draining = False
-        self.server = make_server(
-            {"generate": self._generate, "dump": self._dump, "release": self._release}
-        )
+        handlers = {"generate": self._generate, "dump": self._dump, "release": self._release}
+        if embedder is not None:
+            handlers["embed"] = self._embed
+        self.server = make_server(handlers)
         self._registration: Registration | None = None
         self._publisher: Publisher | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -108,6 +117,9 @@ class WorkerService:
             events_url=self._publisher.url,
             metrics_url=metrics_url,
             role=self.role,
+            task=WorkerTask.GENERATE if self.embedder is None else WorkerTask.EMBED,
+            engine=self.engine_name,
+            embedding=None if self.embedder is None else self.embedder.embedding_shape,
         )
         self._registration = await self.discovery.register(
             worker_key(self.namespace, self.instance_id),
@@ -173,6 +185,37 @@ class WorkerService:
                 request.request_id,
                 len(request.prompt_token_ids),
                 num_output,
+                reason,
+            )
+
+    async def _embed(self, payload: bytes) -> AsyncIterator[bytes]:
+        assert self.embedder is not None
+        try:
+            request = msgspec.msgpack.decode(payload, type=EmbedRequest)
+        except msgspec.DecodeError as exc:
+            raise HandlerError(FailureCode.INVALID_REQUEST, f"malformed request: {exc}") from None
+        try:
+            self.embedder.validate_embed(request)
+        except InvalidRequestError as exc:
+            raise HandlerError(FailureCode.INVALID_REQUEST, str(exc)) from None
+        if self._draining:
+            raise HandlerError(FailureCode.UNAVAILABLE, "the worker is shutting down")
+        num_tokens = sum(len(prompt) for prompt in request.prompts)
+        reason = "cancelled"
+        self._in_flight += 1
+        try:
+            result = await self.embedder.embed(request)
+            reason = "embedded"
+            yield msgspec.msgpack.encode(result)
+        finally:
+            self._in_flight -= 1
+            self.metrics.requests.labels(reason).inc()
+            self.metrics.prompt_tokens.inc(num_tokens)
+            log.info(
+                "request %s: %d prompts, %d tokens, %s",
+                request.request_id,
+                len(request.prompts),
+                num_tokens,
                 reason,
             )
 

@@ -14,6 +14,9 @@ from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig, parse_dtype
 from armature.engines.native.core import EngineCore, TierBuilder
 from armature.engines.native.device import pick_device, pick_dtype
+from armature.engines.native.embed_queue import EmbedQueue
+from armature.engines.native.embedding_engine import NativeEmbeddingEngine
+from armature.engines.native.embedding_runner import EmbeddingRunner
 from armature.engines.native.transfer import start_transfer_agent
 from armature.engines.spec import BuiltEngine, EngineInfo, EngineSpec
 from armature.errors import ConfigError
@@ -27,7 +30,7 @@ from armature.transfer.wire import TransferError
 if TYPE_CHECKING:
     from armature.sim.timing import TimingModel
 
-__all__ = ["build_native_engine", "mocker_timing", "native_config"]
+__all__ = ["build_embedding_engine", "build_native_engine", "mocker_timing", "native_config"]
 
 log = logging.getLogger(__name__)
 
@@ -144,3 +147,30 @@ def build_native_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
         kv_endpoints=dict(core.kv_endpoints),
     )
     return BuiltEngine(AsyncEngine(core, transfer), info)
+
+
+def build_embedding_engine(spec: EngineSpec) -> BuiltEngine:
+    """An embedding engine of `spec` (`--task embed`): the model loaded without a KV cache;
+    batches take up to --max-num-batched-tokens tokens and --max-num-seqs prompts."""
+    config = native_config(spec, mocker=False)
+    started_s = time.perf_counter()
+    try:
+        runner = EmbeddingRunner(config, spec.engine.pooling)
+    except ConfigError:
+        raise  # the context length
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        raise ConfigError(f"cannot load {spec.model.path}: {exc}") from None
+    engine = NativeEmbeddingEngine(
+        runner, EmbedQueue(config.max_num_batched_tokens, config.max_num_seqs)
+    )
+    info = EngineInfo(
+        block_size_tokens=config.block_size,
+        num_kv_blocks=0,
+        max_model_len_tokens=runner.max_model_len,
+        vocab_size=runner.arch.vocab_size,
+        dtype=str(config.dtype).removeprefix("torch."),
+        device=config.device,
+        load_s=time.perf_counter() - started_s,
+        embedding=runner.shape,
+    )
+    return BuiltEngine(engine, info, embedder=engine)
