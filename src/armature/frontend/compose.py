@@ -4,6 +4,7 @@ registry ─▶ RouterMetrics (observer) ─┐
 OverloadThresholds ───────────────────┼─▶ DisaggRouter ─▶ FrontendMetrics (its loads)
                                       │        └───────▶ AdmissionGate (its pressures)
                                       └──────────────────▶ OpenAIService ─▶ build_app
+                                                 ResponsesService ◀─┘ (/v1/responses)
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from armature.config import DisaggConfig, OverloadConfig, RouterConfig
+from armature.config import DisaggConfig, OverloadConfig, ResponsesConfig, RouterConfig
 from armature.engines.api import Engine
 from armature.frontend.admission import AdmissionGate
 from armature.frontend.metrics import FrontendMetrics, RouterMetrics
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
+from armature.frontend.responses_service import ResponsesService
 from armature.frontend.service import OpenAIService, ServedModel
 from armature.router.disagg import DisaggRouter
 from armature.router.pressure import OverloadThresholds
@@ -34,6 +36,7 @@ class FrontendParts:
     metrics: FrontendMetrics
     service: OpenAIService
     model: ServedModel
+    responses: ResponsesService
 
 
 def compose_frontend(
@@ -46,6 +49,7 @@ def compose_frontend(
     overload: OverloadConfig | None = None,
     prefill_engines: Mapping[str, Engine] | None = None,
     parsers: OutputParsers | None = None,
+    responses: ResponsesConfig | None = None,
 ) -> FrontendParts:
     """A router over `engines` (more join later through `router.add_engine`), its metrics,
     the overload gate and the OpenAI service, wired to each other."""
@@ -77,4 +81,5 @@ def compose_frontend(
         registry=registry,
     ).set_function(lambda: router.get_index_blocks()[1])
     service = OpenAIService(router, preprocessor, metrics, model, parsers)
-    return FrontendParts(router, thresholds, gate, metrics, service, model)
+    responses_service = ResponsesService(service, responses or ResponsesConfig())
+    return FrontendParts(router, thresholds, gate, metrics, service, model, responses_service)

@@ -103,6 +103,7 @@ async def _serve(config: ServeConfig, roles: list[WorkerRole], api_keys: ApiKeys
         disagg=config.disagg,
         overload=config.overload,
         parsers=OutputParsers.named(config.chat.tool_call_parser, config.chat.reasoning_parser),
+        responses=config.responses,
     )
     app = build_app(
         parts,
