@@ -214,9 +214,11 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
 
     @app.post("/v1/completions", responses=responses)
     async def completions(body: CompletionRequest, http_request: Request) -> Response:
-        make_job = service.completion_job
         return await _respond(
-            parts, "completions", lambda: _service_run(service, make_job(body)), http_request
+            parts,
+            "completions",
+            lambda: _service_run(service, service.completion_job(body)),
+            http_request,
         )
 
     @app.post("/v1/responses", responses=responses)

@@ -8,6 +8,7 @@ equivalent chat history; every bad input is a 4xx naming its field."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from armature.frontend.compose import compose_frontend
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.responses_service import ResponsesService
+from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
@@ -66,12 +68,27 @@ def preprocessor(default_model_dir: Path) -> Preprocessor:
     return Preprocessor(default_model_dir, TEMPLATE.read_text())
 
 
+class FailingEngine(ScriptedEngine):
+    """Emits one token of the output queued, then fails the request."""
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        first = self.preprocessor.encode(self.outputs.pop(0), add_special_tokens=False)[:1]
+        yield EngineOutput(request_id=request.request_id, new_token_ids=first, num_prompt_tokens=3)
+        yield EngineOutput(
+            request_id=request.request_id,
+            new_token_ids=[],
+            finish_reason=FinishReason.ERROR,
+            error="boom",
+        )
+
+
 def serve(
     preprocessor: Preprocessor,
     config: ResponsesConfig | None = None,
     clock: Clock | None = None,
+    engine_type: type[ScriptedEngine] = ScriptedEngine,
 ) -> tuple[ScriptedEngine, openai.AsyncOpenAI]:
-    engine = ScriptedEngine(preprocessor)
+    engine = engine_type(preprocessor)
     parts = compose_frontend(
         engines={"w0": engine},  # type: ignore[dict-item]
         router_config=RouterConfig(),
@@ -411,3 +428,31 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
     assert caught.value.body["code"] == "response_not_stored"  # type: ignore[index]
     with pytest.raises(openai.NotFoundError):
         await client.responses.delete("resp_nope")
+
+
+async def test_an_engine_failure_fails_the_response(preprocessor: Preprocessor) -> None:
+    """Whole: a 500 in OpenAI's format. Streamed: response.failed after what was sent.
+    Neither is stored."""
+    engine, client = serve(preprocessor, engine_type=FailingEngine)
+    engine.outputs = ["Hello there.", "Hello there."]
+    with pytest.raises(openai.InternalServerError) as caught:
+        await client.responses.create(model=MODEL, input="Hi")
+    assert caught.value.body["message"] == "boom"  # type: ignore[index]
+
+    events = [e async for e in await client.responses.create(model=MODEL, input="Hi", stream=True)]
+    assert [e.type for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.failed",
+    ]
+    failed = events[-1].response  # type: ignore[union-attr]
+    assert (failed.status, failed.error.code, failed.error.message) == (  # type: ignore[union-attr]
+        "failed",
+        "server_error",
+        "boom",
+    )
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(failed.id)
