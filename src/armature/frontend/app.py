@@ -15,9 +15,9 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from armature.config import HttpConfig
@@ -28,7 +28,7 @@ from armature.frontend.compose import FrontendParts
 from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
 from armature.frontend.generation import GenerationError
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
-from armature.frontend.responses_protocol import ResponsesRequest
+from armature.frontend.responses_protocol import MAX_RESPONSE_ID_CHARS, ResponsesRequest
 from armature.frontend.service import ClientDisconnectedError, Job, OpenAIService, ServedModel
 from armature.router.policies import RoutingError
 
@@ -45,6 +45,7 @@ ENDPOINTS = {
 }
 
 Background = Callable[[], Coroutine[Any, Any, None]]
+ResponseId = Annotated[str, Path(min_length=1, max_length=MAX_RESPONSE_ID_CHARS)]
 
 
 def build_app(
@@ -228,12 +229,12 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
     stored = error_responses(400, 401, 404)
 
     @app.get("/v1/responses/{response_id}", responses=stored)
-    async def get_response(response_id: str) -> dict[str, Any]:
+    async def get_response(response_id: ResponseId) -> dict[str, Any]:
         """A stored response (see --max-stored-responses, --stored-response-ttl-s)."""
         return parts.responses.get(response_id)
 
     @app.delete("/v1/responses/{response_id}", responses=stored)
-    async def delete_response(response_id: str) -> dict[str, Any]:
+    async def delete_response(response_id: ResponseId) -> dict[str, Any]:
         return parts.responses.delete(response_id)
 
 

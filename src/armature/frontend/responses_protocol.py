@@ -25,6 +25,7 @@ from armature.frontend.text_check import LONE_SURROGATE, find_lone_surrogate
 from armature.frontend.tool_protocol import MAX_TOOLS, FunctionName, FunctionSpec
 
 __all__ = [
+    "MAX_RESPONSE_ID_CHARS",
     "FunctionCallItem",
     "FunctionCallOutputItem",
     "FunctionTool",
@@ -36,6 +37,7 @@ __all__ = [
     "TextPart",
 ]
 
+MAX_RESPONSE_ID_CHARS = 128  # ours have 37 ("resp_" and 32 hex digits)
 MAX_METADATA_ENTRIES = 16  # OpenAI's limits on metadata
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
@@ -169,7 +171,9 @@ class ResponsesRequest(BaseModel):
     model: str
     input: str | list[dict[str, Any]] = Field(max_length=MAX_MESSAGES)
     instructions: str | None = None
-    previous_response_id: str | None = Field(default=None, min_length=1)
+    previous_response_id: str | None = Field(
+        default=None, min_length=1, max_length=MAX_RESPONSE_ID_CHARS
+    )
     store: bool = True
     stream: bool = False
     max_output_tokens: TokenCount | None = None

@@ -456,3 +456,13 @@ async def test_an_engine_failure_fails_the_response(preprocessor: Preprocessor) 
     )
     with pytest.raises(openai.NotFoundError):
         await client.responses.retrieve(failed.id)
+
+
+async def test_openapi_lists_the_responses_routes(preprocessor: Preprocessor) -> None:
+    _, client = serve(preprocessor)
+    schema = (await client._client.get("http://test/openapi.json")).json()
+    assert set(schema["paths"]["/v1/responses/{response_id}"]) == {"get", "delete"}
+    assert "post" in schema["paths"]["/v1/responses"]
+    with pytest.raises(openai.BadRequestError) as caught:  # longer than any id
+        await client.responses.retrieve("r" * 129)
+    assert caught.value.body["param"] == "path.response_id"  # type: ignore[index]
