@@ -11,6 +11,7 @@ from armature.config.engine import EngineConfig, KvCacheConfig, TransferConfig
 from armature.config.kv_tiers import KvTierConfig
 from armature.config.planner import PlannerConfig, PlannerServiceConfig
 from armature.config.profiling import ProfileSweepConfig
+from armature.config.responses import ResponsesConfig
 from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
 from armature.config.runtime import RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import setting
@@ -46,6 +47,7 @@ class FrontendConfig:
     security: SecurityConfig = SecurityConfig()
     overload: OverloadConfig = OverloadConfig()
     chat: ChatConfig = ChatConfig()
+    responses: ResponsesConfig = ResponsesConfig()
     wait_for_workers_s: float = setting(
         600.0,
         "how long to wait for the first worker (it tells the model and tokenizer)",
@@ -86,6 +88,7 @@ class ServeConfig:
     security: SecurityConfig = SecurityConfig()
     overload: OverloadConfig = OverloadConfig()
     chat: ChatConfig = ChatConfig()
+    responses: ResponsesConfig = ResponsesConfig()
 
     def get_worker_roles(self) -> list[WorkerRole]:
         """The role of each worker, from --workers or --prefill/--decode-workers."""

@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP app: routes, error handling, request accounting.
 
     POST /v1/chat/completions   POST /v1/completions   POST /v1/embeddings   GET /v1/models
+    POST /v1/responses   GET|DELETE /v1/responses/{id}   (responses_service.py)
     GET /health   GET /live   GET /metrics   GET /openapi.json   GET|POST /admin/overload
 
 The request logic lives in service.py (OpenAIService); the parts are wired in compose.py.
@@ -11,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing, asynccontextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from armature.config import HttpConfig
@@ -27,7 +29,8 @@ from armature.frontend.embedding_routes import EMBEDDINGS_PATH, add_embedding_ro
 from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
 from armature.frontend.generation import GenerationError
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
-from armature.frontend.service import ClientDisconnectedError, Job, ServedModel
+from armature.frontend.responses_protocol import MAX_RESPONSE_ID_CHARS, ResponsesRequest
+from armature.frontend.service import ClientDisconnectedError, Job, OpenAIService, ServedModel
 from armature.frontend.tasks import wrong_task
 from armature.protocols.embedding import WorkerTask
 from armature.router.policies import RoutingError
@@ -42,9 +45,11 @@ ENDPOINTS = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
     EMBEDDINGS_PATH: "embeddings",
+    "/v1/responses": "responses",
 }
 
 Background = Callable[[], Coroutine[Any, Any, None]]
+ResponseId = Annotated[str, Path(min_length=1, max_length=MAX_RESPONSE_ID_CHARS)]
 
 
 def build_app(
@@ -93,14 +98,43 @@ def _lifespan(parts: FrontendParts, background: Sequence[Background]) -> Callabl
     return lifespan
 
 
-async def _counted_stream(parts: FrontendParts, endpoint: str, job: Job) -> AsyncIterator[str]:
-    """`service.stream(job)`, counted in flight until the last event is sent or the client
+class Run(Protocol):
+    """One accepted request's job, run whole (a JSON body) or streamed (SSE events)."""
+
+    @property
+    def job(self) -> Job: ...
+
+    async def complete(self, http_request: Request) -> dict[str, Any]: ...
+
+    def stream(self) -> AsyncGenerator[str, None]: ...
+
+
+@dataclass(frozen=True)
+class _ServiceRun:
+    """A chat or completion job, run by OpenAIService."""
+
+    service: OpenAIService
+    job: Job
+
+    async def complete(self, http_request: Request) -> dict[str, Any]:
+        return await self.service.complete(self.job, http_request)
+
+    def stream(self) -> AsyncGenerator[str, None]:
+        return self.service.stream(self.job)
+
+
+async def _service_run(service: OpenAIService, job: Awaitable[Job]) -> Run:
+    return _ServiceRun(service, await job)
+
+
+async def _counted_stream(parts: FrontendParts, endpoint: str, run: Run) -> AsyncIterator[str]:
+    """`run.stream()`, counted in flight until the last event is sent or the client
     leaves. A stream the client leaves before its first event is never counted."""
     metrics = parts.metrics
     metrics.in_flight.inc()
     status = "500"
     try:
-        async with aclosing(parts.service.stream(job)) as events:
+        async with aclosing(run.stream()) as events:
             async for event in events:
                 yield event
         status = "200"
@@ -148,7 +182,7 @@ def _check_task(parts: FrontendParts, model: str) -> None:
 async def _respond(
     parts: FrontendParts,
     endpoint: str,
-    make_job: Callable[[], Awaitable[Job]],
+    make_run: Callable[[], Awaitable[Run]],
     http_request: Request,
     model: str,
 ) -> Response:
@@ -157,14 +191,15 @@ async def _respond(
     status: str | None = "500"
     try:
         _check_task(parts, model)
-        job = await make_job()
+        run = await make_run()
+        job = run.job
         await _admit(parts, job, http_request)
         headers = {REQUEST_ID_HEADER: job.request_id}
         if job.stream:
             status = None  # _counted_stream counts it when it ends
-            events = _counted_stream(parts, endpoint, job)
+            events = _counted_stream(parts, endpoint, run)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-        body = await parts.service.complete(job, http_request)
+        body = await run.complete(http_request)
         status = "200"
         return JSONResponse(body, headers=headers)
     except ApiError as exc:
@@ -198,14 +233,39 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
     @app.post("/v1/chat/completions", responses=responses)
     async def chat_completions(body: ChatCompletionRequest, http_request: Request) -> Response:
         return await _respond(
-            parts, "chat", lambda: service.chat_job(body), http_request, body.model
+            parts,
+            "chat",
+            lambda: _service_run(service, service.chat_job(body)),
+            http_request,
+            body.model,
         )
 
     @app.post("/v1/completions", responses=responses)
     async def completions(body: CompletionRequest, http_request: Request) -> Response:
         return await _respond(
-            parts, "completions", lambda: service.completion_job(body), http_request, body.model
+            parts,
+            "completions",
+            lambda: _service_run(service, service.completion_job(body)),
+            http_request,
+            body.model,
         )
+
+    @app.post("/v1/responses", responses=responses)
+    async def create_response(body: ResponsesRequest, http_request: Request) -> Response:
+        return await _respond(
+            parts, "responses", lambda: parts.responses.start(body), http_request, body.model
+        )
+
+    stored = error_responses(400, 401, 404)
+
+    @app.get("/v1/responses/{response_id}", responses=stored)
+    async def get_response(response_id: ResponseId) -> dict[str, Any]:
+        """A stored response (see --max-stored-responses, --stored-response-ttl-s)."""
+        return parts.responses.get(response_id)
+
+    @app.delete("/v1/responses/{response_id}", responses=stored)
+    async def delete_response(response_id: ResponseId) -> dict[str, Any]:
+        return parts.responses.delete(response_id)
 
 
 def _add_info_routes(app: FastAPI, parts: FrontendParts) -> None:

@@ -5,6 +5,7 @@ OverloadThresholds ───────────────────┼�
                                       │        └───────▶ AdmissionGate (its pressures)
                                       └──────────────────▶ OpenAIService ─▶ build_app
 EmbedRouter (workers of task embed) ─────────────────────▶ EmbeddingService ─┘
+                                                 ResponsesService ◀─┘ (/v1/responses)
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from armature.config import DisaggConfig, OverloadConfig, RouterConfig
+from armature.config import DisaggConfig, OverloadConfig, ResponsesConfig, RouterConfig
 from armature.engines.api import EmbeddingEngine, Engine
 from armature.frontend.admission import AdmissionGate
 from armature.frontend.embeddings import EmbeddingService
 from armature.frontend.metrics import FrontendMetrics, RouterMetrics
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
+from armature.frontend.responses_service import ResponsesService
 from armature.frontend.service import OpenAIService, ServedModel
 from armature.router.disagg import DisaggRouter
 from armature.router.embedding import EmbedRouter
@@ -39,6 +41,7 @@ class FrontendParts:
     model: ServedModel
     embedder: EmbedRouter
     embeddings: EmbeddingService
+    responses: ResponsesService
 
 
 def serves_generation(router: DisaggRouter) -> bool:
@@ -57,6 +60,7 @@ def compose_frontend(
     prefill_engines: Mapping[str, Engine] | None = None,
     parsers: OutputParsers | None = None,
     embed_engines: Mapping[str, EmbeddingEngine] | None = None,
+    responses: ResponsesConfig | None = None,
 ) -> FrontendParts:
     """A router over `engines` (more join later through `router.add_engine`), its metrics,
     the overload gate and the OpenAI service, wired to each other; an embedding router over
@@ -96,4 +100,7 @@ def compose_frontend(
         model,
         has_generate=lambda: serves_generation(router),
     )
-    return FrontendParts(router, thresholds, gate, metrics, service, model, embedder, embeddings)
+    responses_service = ResponsesService(service, responses or ResponsesConfig())
+    return FrontendParts(
+        router, thresholds, gate, metrics, service, model, embedder, embeddings, responses_service
+    )

@@ -66,7 +66,7 @@ class ErrorResponse(BaseModel):
 _ERROR_MEANINGS = {
     400: "invalid request (schema, ranges, context length, limits)",
     401: "missing or wrong API key (when the server requires one)",
-    404: "unknown model",
+    404: "unknown model, or unknown or expired response id",
     413: "request body over --max-request-bytes",
     500: "internal error",
     503: "overloaded (with Retry-After) or no worker is serving",

@@ -116,6 +116,7 @@ def run_frontend(
         disagg=config.disagg,
         overload=config.overload,
         parsers=OutputParsers.named(config.chat.tool_call_parser, config.chat.reasoning_parser),
+        responses=config.responses,
     )
 
     async def follow_discovery() -> None:

@@ -109,6 +109,7 @@ async def _serve(config: ServeConfig, roles: list[WorkerRole], api_keys: ApiKeys
         overload=config.overload,
         parsers=OutputParsers.named(config.chat.tool_call_parser, config.chat.reasoning_parser),
         embed_engines=embed_engines,
+        responses=config.responses,
     )
     app = build_app(
         parts,

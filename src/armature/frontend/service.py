@@ -48,7 +48,7 @@ from armature.frontend.responses import (
 from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
 from armature.router.service import EngineRouter, RouteGroup
 
-__all__ = ["ClientDisconnectedError", "Job", "OpenAIService", "ServedModel"]
+__all__ = ["ClientDisconnectedError", "Job", "OpenAIService", "ServedModel", "unless_disconnected"]
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +294,21 @@ class OpenAIService:
         ]
         return fork_streams(starts)
 
+    async def chat_pieces(
+        self, job: Job, usage: Usage
+    ) -> AsyncGenerator[tuple[ChatPiece, str | None], None]:
+        """A one-choice chat job's output as it comes: each piece with the choice's finish
+        reason once known (`tool_calls` after calls). Fills `usage`, reasoning tokens
+        included. Closing this generator aborts the request."""
+        assert job.kind == "chat" and len(job.candidates) == 1
+        output = job.candidates[0].chat_output
+        assert output is not None
+        async with aclosing(self._deltas(job, 0, usage, None)) as deltas:
+            async for delta in deltas:
+                piece = _feed(output, delta)
+                usage.reasoning_tokens = output.num_reasoning_tokens
+                yield piece, output.finish_reason(delta.finish_reason)
+
     def _logprobs(self, job: Job, items: list[TokenLogprob], offset: int) -> Any:
         if not job.want_logprobs:
             return None
@@ -322,7 +337,7 @@ class OpenAIService:
                     if output is not None:
                         pieces[index].append(_feed(output, delta))
 
-        await _unless_disconnected(collect(), http_request)
+        await unless_disconnected(collect(), http_request)
         for sequence, usage in zip(job.candidates, usages, strict=True):
             if sequence.chat_output is not None:
                 usage.reasoning_tokens = sequence.chat_output.num_reasoning_tokens
@@ -467,7 +482,7 @@ def _chunk_object(kind: Kind) -> str:
     return "chat.completion.chunk" if kind == "chat" else "text_completion"
 
 
-async def _unless_disconnected(work: Awaitable[None], http_request: Request) -> None:
+async def unless_disconnected(work: Awaitable[None], http_request: Request) -> None:
     """Run `work`; if the client disconnects first, cancel it (which aborts the request) and
     raise ClientDisconnectedError."""
     work_task = asyncio.ensure_future(work)

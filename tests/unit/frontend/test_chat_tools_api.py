@@ -6,21 +6,19 @@ streamed. Also the 400s of tool requests the server cannot honour."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from frontend_fakes import IdleEngine
+from frontend_fakes import ScriptedEngine
 
 from armature.config import RouterConfig
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.compose import compose_frontend
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
-from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
@@ -46,31 +44,6 @@ CALLS_OUTPUT = (
     '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
     '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
 )
-
-
-class ScriptedEngine(IdleEngine):
-    """Emits the token ids of the next output queued, a few per step, then stops."""
-
-    def __init__(self, preprocessor: Preprocessor) -> None:
-        self.preprocessor = preprocessor
-        self.outputs: list[str] = []
-        self.prompts: list[list[int]] = []
-
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        self.prompts.append(request.prompt_token_ids)
-        ids = self.preprocessor.encode(self.outputs.pop(0), add_special_tokens=False)
-        steps, at = [], 0
-        while at < len(ids):  # 1, 2, 3, 1, 2, 3... tokens per step
-            steps.append(ids[at : at + 1 + len(steps) % 3])
-            at += len(steps[-1])
-        for i, step in enumerate(steps):
-            last = i == len(steps) - 1
-            yield EngineOutput(
-                request_id=request.request_id,
-                new_token_ids=step,
-                num_prompt_tokens=len(request.prompt_token_ids) if i == 0 else 0,
-                finish_reason=FinishReason.STOP if last else None,
-            )
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,236 @@
+"""The Responses API's request (pydantic, the HTTP edge only): POST /v1/responses and the
+items of its `input`. Items are checked one by one in responses_input.py (so that an error
+names its place, `input.2.call_id`); tools and tool_choice here, in the Responses flat shape
+(`{"type": "function", "name": ...}`, not chat's nested `function`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from armature.frontend.protocol import INT32_END, MAX_MESSAGES, TokenCount
+from armature.frontend.text_check import LONE_SURROGATE, find_lone_surrogate
+from armature.frontend.tool_protocol import MAX_TOOLS, FunctionName, FunctionSpec
+
+__all__ = [
+    "MAX_RESPONSE_ID_CHARS",
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "FunctionTool",
+    "InputItem",
+    "MessageItem",
+    "NamedFunctionChoice",
+    "ReasoningItem",
+    "ResponsesRequest",
+    "TextPart",
+]
+
+MAX_RESPONSE_ID_CHARS = 128  # ours have 37 ("resp_" and 32 hex digits)
+MAX_METADATA_ENTRIES = 16  # OpenAI's limits on metadata
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+
+
+class _Lenient(BaseModel):
+    """Items: clients send back the output items they received, fields this server does not
+    read included (ids, status, annotations)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class TextPart(_Lenient):
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+class MessageItem(_Lenient):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: list[TextPart]  # a string comes in as one input_text part
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_as_part(cls, value: Any) -> Any:
+        return [{"type": "input_text", "text": value}] if isinstance(value, str) else value
+
+    def text(self) -> str:
+        return "".join(part.text for part in self.content)
+
+
+class FunctionCallItem(_Lenient):
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1)
+    name: FunctionName
+    arguments: str
+
+    @field_validator("arguments")
+    @classmethod
+    def _json_object(cls, value: str) -> str:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise ValueError("arguments must be a JSON object in text")
+        return value
+
+
+class FunctionCallOutputItem(_Lenient):
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1)
+    output: str
+
+
+class ReasoningItem(_Lenient):
+    """Earlier reasoning, sent back with the output it led to; not rendered again (chat
+    templates drop the reasoning of earlier turns)."""
+
+    type: Literal["reasoning"]
+
+
+InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+
+
+class FunctionTool(FunctionSpec):
+    """A function tool, flat: `{"type": "function", "name", "description", "parameters",
+    "strict"}`."""
+
+    type: Literal["function"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _function_only(cls, data: Any) -> Any:
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind != "function":
+            raise PydanticCustomError(
+                "tool_type", "only function tools are served here, not {kind}", {"kind": kind}
+            )
+        return data
+
+
+class NamedFunctionChoice(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    type: Literal["function"]
+    name: FunctionName
+
+
+ToolChoiceMode = Literal["none", "auto", "required"]
+
+
+def _tool_choice(value: Any) -> ToolChoiceMode | NamedFunctionChoice:
+    """One error at `tool_choice` itself, not one per member of the union."""
+    if value in ("none", "auto", "required"):
+        return value
+    if isinstance(value, dict):
+        try:
+            return NamedFunctionChoice.model_validate(value)
+        except ValidationError:
+            pass
+    raise ValueError(
+        "must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": NAME}"
+    )
+
+
+ResponsesToolChoice = Annotated[
+    ToolChoiceMode | NamedFunctionChoice,
+    PlainValidator(_tool_choice, json_schema_input_type=ToolChoiceMode | NamedFunctionChoice),
+]
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    type: str
+
+
+class TextOptions(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(BaseModel):
+    """POST /v1/responses. Unknown fields are kept (logged and ignored, as on chat); known
+    fields this server does not implement are refused by `unsupported_fields`."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="allow")
+
+    model: str
+    input: str | list[dict[str, Any]] = Field(max_length=MAX_MESSAGES)
+    instructions: str | None = None
+    previous_response_id: str | None = Field(
+        default=None, min_length=1, max_length=MAX_RESPONSE_ID_CHARS
+    )
+    store: bool = True
+    stream: bool = False
+    max_output_tokens: TokenCount | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    tools: list[FunctionTool] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: ResponsesToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=MAX_METADATA_ENTRIES)
+    user: str | None = None
+    text: TextOptions | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    background: bool | None = None
+    include: list[str] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    max_tool_calls: int | None = Field(default=None, ge=1, lt=INT32_END)
+    priority: int = Field(
+        default=0, ge=-INT32_END, lt=INT32_END, description="Queue order under overload."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        path = find_lone_surrogate(data)
+        if path is not None:
+            raise PydanticCustomError(
+                LONE_SURROGATE,
+                "{param}: text must be valid Unicode; it holds a lone UTF-16 surrogate",
+                {"param": path or "body"},
+            )
+        return data
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_sizes(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for key, text in (value or {}).items():
+            if len(key) > MAX_METADATA_KEY_CHARS or len(text) > MAX_METADATA_VALUE_CHARS:
+                raise ValueError(
+                    f"keys hold at most {MAX_METADATA_KEY_CHARS} characters and values "
+                    f"{MAX_METADATA_VALUE_CHARS}"
+                )
+        return value
+
+    def unsupported_fields(self) -> list[tuple[str, str]]:
+        """(param, reason) for each known parameter this server does not implement."""
+        out = []
+        fmt = self.text.format.type if self.text and self.text.format else "text"
+        if fmt != "text":
+            out.append(("text.format", f"text.format {fmt!r} is not supported; only 'text'"))
+        if self.truncation == "auto":
+            out.append(("truncation", "truncation 'auto' is not supported; only 'disabled'"))
+        if self.background:
+            out.append(("background", "background responses are not supported"))
+        if self.include:
+            out.append(("include", f"include {self.include[0]!r} is not supported"))
+        if self.top_logprobs:
+            out.append(("top_logprobs", "top_logprobs is not supported on /v1/responses"))
+        if self.max_tool_calls is not None:
+            out.append(("max_tool_calls", "max_tool_calls is not supported"))
+        return out

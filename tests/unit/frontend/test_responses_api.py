@@ -1,0 +1,468 @@
+"""POST /v1/responses through the whole frontend with the official openai client: a
+scripted engine (the Engine seam) emits the token ids of a chosen model output, so the
+bytes go through the real router, detokenizer, parsers, Responses translation and SSE
+encoding, whole and streamed. Tool calls and their outputs round-trip through
+previous_response_id and through explicit input items, and render the same prompt as the
+equivalent chat history; every bad input is a 4xx naming its field."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from frontend_fakes import ScriptedEngine
+
+from armature.config import ResponsesConfig, RouterConfig
+from armature.frontend.app import ServedModel, build_app
+from armature.frontend.compose import compose_frontend
+from armature.frontend.parsing import OutputParsers
+from armature.frontend.preprocess import Preprocessor
+from armature.frontend.responses_service import ResponsesService
+from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason
+
+pytestmark = pytest.mark.slow  # loads the default model's tokenizer
+
+TEMPLATE = Path(__file__).parents[3] / "examples" / "chat_templates" / "chatml_tools.jinja"
+MODEL = "m"
+WEATHER_TOOL: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+TIME_TOOL: Any = {"type": "function", "name": "get_time", "parameters": {}}
+TOOLS: Any = [WEATHER_TOOL, TIME_TOOL]
+ASK = "Weather in Paris and the time?"
+# the blank between the calls is no message of its own (chat's content ends "Let me look.\n")
+CALLS_OUTPUT = (
+    "<think>\nThe user wants two things.\n</think>\n\nLet me look.<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+)
+TEXT_OUTPUT = "<think>\nA greeting.\n</think>\n\nHello there."
+# the chat history equivalent to ASK, CALLS_OUTPUT's calls and their results (CHAT_CALLS)
+CHAT_TOOLS: Any = [
+    {"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in TOOLS
+]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+@pytest.fixture(scope="module")
+def preprocessor(default_model_dir: Path) -> Preprocessor:
+    return Preprocessor(default_model_dir, TEMPLATE.read_text())
+
+
+class FailingEngine(ScriptedEngine):
+    """Emits one token of the output queued, then fails the request."""
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        first = self.preprocessor.encode(self.outputs.pop(0), add_special_tokens=False)[:1]
+        yield EngineOutput(request_id=request.request_id, new_token_ids=first, num_prompt_tokens=3)
+        yield EngineOutput(
+            request_id=request.request_id,
+            new_token_ids=[],
+            finish_reason=FinishReason.ERROR,
+            error="boom",
+        )
+
+
+def serve(
+    preprocessor: Preprocessor,
+    config: ResponsesConfig | None = None,
+    clock: Clock | None = None,
+    engine_type: type[ScriptedEngine] = ScriptedEngine,
+) -> tuple[ScriptedEngine, openai.AsyncOpenAI]:
+    engine = engine_type(preprocessor)
+    parts = compose_frontend(
+        engines={"w0": engine},  # type: ignore[dict-item]
+        router_config=RouterConfig(),
+        preprocessor=preprocessor,
+        model=ServedModel(MODEL, 2048, 0),
+        parsers=OutputParsers.named("hermes", "qwen3"),
+    )
+    if clock is not None:
+        store = ResponsesService(parts.service, config or ResponsesConfig(), clock)
+        parts = dataclasses.replace(parts, responses=store)
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(parts)))
+    client = openai.AsyncOpenAI(
+        base_url="http://test/v1", api_key="unused", http_client=http, max_retries=0
+    )
+    return engine, client
+
+
+def without_ids(items: list[Any]) -> list[dict[str, Any]]:
+    """Output items as dicts, their (random) ids dropped."""
+    out = []
+    for item in items:
+        fields = item if isinstance(item, dict) else item.model_dump(exclude_none=True)
+        out.append({k: v for k, v in fields.items() if k not in ("id", "call_id")})
+    return out
+
+
+CALL_ITEMS = [
+    {
+        "type": "reasoning",
+        "summary": [],
+        "status": "completed",
+        "content": [{"type": "reasoning_text", "text": "\nThe user wants two things.\n"}],
+    },
+    {
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {"type": "output_text", "text": "Let me look.", "annotations": [], "logprobs": []}
+        ],
+    },
+    {
+        "type": "function_call",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+        "status": "completed",
+    },
+    {"type": "function_call", "name": "get_time", "arguments": "{}", "status": "completed"},
+]
+
+
+async def test_text_whole_and_streamed(preprocessor: Preprocessor) -> None:
+    engine, client = serve(preprocessor)
+    engine.outputs = [TEXT_OUTPUT, TEXT_OUTPUT, TEXT_OUTPUT]
+    request: Any = {"model": MODEL, "input": "Hi", "instructions": "Be brief."}
+
+    whole = await client.responses.create(**request, max_output_tokens=100, temperature=0.5)
+    assert (whole.object, whole.status, whole.model) == ("response", "completed", MODEL)
+    assert whole.id.startswith("resp_")
+    assert whole.output_text == "Hello there."
+    assert without_ids(whole.output) == [
+        {
+            "type": "reasoning",
+            "summary": [],
+            "status": "completed",
+            "content": [{"type": "reasoning_text", "text": "\nA greeting.\n"}],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [
+                {"type": "output_text", "text": "Hello there.", "annotations": [], "logprobs": []}
+            ],
+        },
+    ]
+    assert (whole.instructions, whole.max_output_tokens, whole.temperature) == (
+        "Be brief.",
+        100,
+        0.5,
+    )
+    prompt = preprocessor.decode(engine.prompts[0], skip_special_tokens=False)
+    assert prompt == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    usage = whole.usage
+    assert usage is not None
+    num_output = len(preprocessor.encode(TEXT_OUTPUT, add_special_tokens=False))
+    assert (usage.input_tokens, usage.output_tokens) == (len(engine.prompts[0]), num_output)
+    assert usage.total_tokens == usage.input_tokens + num_output
+    assert 0 < usage.output_tokens_details.reasoning_tokens < num_output
+
+    events = [event async for event in await client.responses.create(**request, stream=True)]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    kinds = [e.type for e in events]
+    num_reasoning = kinds.count("response.reasoning_text.delta")
+    num_text = kinds.count("response.output_text.delta")
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.reasoning_text.delta"] * num_reasoning,
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * num_text,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert num_text > 1 and num_reasoning > 1  # the text came in pieces
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")  # type: ignore[union-attr]
+    assert deltas == "Hello there."
+    completed = events[-1].response  # type: ignore[union-attr]
+    assert completed.output_text == "Hello there."
+    assert without_ids(completed.output) == without_ids(whole.output)
+    assert completed.usage == whole.usage
+    assert (await client.responses.retrieve(completed.id)) == completed
+
+    async with client.responses.stream(**request) as stream:
+        texts = [e.delta async for e in stream if e.type == "response.output_text.delta"]
+        final = await stream.get_final_response()
+    assert "".join(texts) == final.output_text == "Hello there."
+
+
+async def test_tool_calls_round_trip_through_previous_response_id(
+    preprocessor: Preprocessor,
+) -> None:
+    """An agent loop's two turns: the calls come back as function_call items; their outputs
+    follow through previous_response_id, and the prompt is the one chat renders for the same
+    history."""
+    engine, client = serve(preprocessor)
+    engine.outputs = [CALLS_OUTPUT, "It is 21 °C in Paris.", CALLS_OUTPUT, "It is 21 °C."]
+    first = await client.responses.create(model=MODEL, input=ASK, tools=TOOLS)
+    assert first.status == "completed"
+    assert without_ids(first.output) == CALL_ITEMS
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert all(c.call_id.startswith("call_") and c.id.startswith("fc_") for c in calls)  # type: ignore[union-attr]
+    results: Any = [
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": '{"temp_c": 21}'},  # type: ignore[union-attr]
+        {"type": "function_call_output", "call_id": calls[1].call_id, "output": "12:00"},  # type: ignore[union-attr]
+    ]
+    second = await client.responses.create(
+        model=MODEL, previous_response_id=first.id, input=results, tools=TOOLS
+    )
+    assert second.output_text == "It is 21 °C in Paris."
+    assert second.previous_response_id == first.id
+
+    # chat renders the same history into the same prompt
+    chat_calls = [
+        {
+            "id": c.call_id,  # type: ignore[union-attr]
+            "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments},  # type: ignore[union-attr]
+        }
+        for c in calls
+    ]
+    history: Any = [
+        {"role": "user", "content": ASK},
+        {"role": "assistant", "content": "Let me look.", "tool_calls": chat_calls},
+        {"role": "tool", "tool_call_id": chat_calls[0]["id"], "content": '{"temp_c": 21}'},
+        {"role": "tool", "tool_call_id": chat_calls[1]["id"], "content": "12:00"},
+    ]
+    await client.chat.completions.create(model=MODEL, messages=history, tools=CHAT_TOOLS)
+    assert engine.prompts[2] == engine.prompts[1]
+    assert preprocessor.decode(engine.prompts[1], skip_special_tokens=False).endswith(
+        "<|im_start|>assistant\nLet me look.\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\n"
+        '{"temp_c": 21}\n</tool_response>\n<tool_response>\n12:00\n</tool_response><|im_end|>\n'
+        "<|im_start|>assistant\n"
+    )
+
+    # a third turn continues the whole chain: ask, calls, results, answer, new question
+    await client.responses.create(
+        model=MODEL, previous_response_id=second.id, input="And in Rome?", tools=TOOLS
+    )
+    third = preprocessor.decode(engine.prompts[3], skip_special_tokens=False)
+    assert third.endswith(
+        "</tool_response><|im_end|>\n<|im_start|>assistant\nIt is 21 °C in Paris.<|im_end|>\n"
+        "<|im_start|>user\nAnd in Rome?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert third.count(ASK) == 1
+
+
+async def test_tool_calls_round_trip_through_input_items(preprocessor: Preprocessor) -> None:
+    """Without the store: the client sends the output items back itself (store: false), as
+    model dumps; the prompt is the one previous_response_id gives."""
+    engine, client = serve(preprocessor)
+    engine.outputs = [CALLS_OUTPUT, "Done.", CALLS_OUTPUT, "Done."]
+    first = await client.responses.create(model=MODEL, input=ASK, tools=TOOLS, store=False)
+    calls = [item for item in first.output if item.type == "function_call"]
+    results: Any = [
+        {"type": "function_call_output", "call_id": c.call_id, "output": "ok"}  # type: ignore[union-attr]
+        for c in calls
+    ]
+    items: Any = [
+        {"role": "user", "content": ASK},
+        *(item.model_dump(exclude_none=True) for item in first.output),
+        *results,
+    ]
+    second = await client.responses.create(model=MODEL, input=items, tools=TOOLS)
+    assert second.output_text == "Done."
+
+    stored = await client.responses.create(model=MODEL, input=ASK, tools=TOOLS)
+    stored_calls = [item for item in stored.output if item.type == "function_call"]
+    await client.responses.create(
+        model=MODEL,
+        previous_response_id=stored.id,
+        tools=TOOLS,
+        input=[
+            {"type": "function_call_output", "call_id": c.call_id, "output": "ok"}  # type: ignore[union-attr]
+            for c in stored_calls
+        ],
+    )
+    by_items = preprocessor.decode(engine.prompts[1], skip_special_tokens=False)
+    by_store = preprocessor.decode(engine.prompts[3], skip_special_tokens=False)
+    ids = [c.call_id for c in calls]  # type: ignore[union-attr]
+    stored_ids = [c.call_id for c in stored_calls]  # type: ignore[union-attr]
+    assert ids != stored_ids  # the template does not render call ids, so the prompts match
+    assert by_items == by_store
+
+
+async def test_streamed_tool_calls(preprocessor: Preprocessor) -> None:
+    engine, client = serve(preprocessor)
+    engine.outputs = [CALLS_OUTPUT]
+    stream = await client.responses.create(model=MODEL, input=ASK, tools=TOOLS, stream=True)
+    events = [event async for event in stream]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    calls = [e for e in events if e.type.startswith("response.function_call_arguments")]
+    assert [(e.type, e.output_index) for e in calls] == [
+        ("response.function_call_arguments.delta", 2),
+        ("response.function_call_arguments.done", 2),
+        ("response.function_call_arguments.delta", 3),
+        ("response.function_call_arguments.done", 3),
+    ]
+    assert [(e.name, e.arguments) for e in calls if e.type.endswith(".done")] == [  # type: ignore[union-attr]
+        ("get_weather", '{"city": "Paris"}'),
+        ("get_time", "{}"),
+    ]
+    added = [e.item.type for e in events if e.type == "response.output_item.added"]  # type: ignore[union-attr]
+    done = [e.item for e in events if e.type == "response.output_item.done"]  # type: ignore[union-attr]
+    assert added == ["reasoning", "message", "function_call", "function_call"]
+    assert events[-1].type == "response.completed"
+    final = events[-1].response  # type: ignore[union-attr]
+    assert without_ids(final.output) == CALL_ITEMS
+    assert [i.id for i in final.output] == [i.id for i in done]
+
+
+async def test_store_bound_ttl_get_and_delete(preprocessor: Preprocessor) -> None:
+    clock = Clock()
+    config = ResponsesConfig(max_stored_responses=2, stored_response_ttl_s=60.0)
+    engine, client = serve(preprocessor, config, clock)
+    engine.outputs = ["a", "b", "c", "d"]
+    ids = [(await client.responses.create(model=MODEL, input="x")).id for _ in range(3)]
+    with pytest.raises(openai.NotFoundError) as caught:  # the oldest went first
+        await client.responses.retrieve(ids[0])
+    assert caught.value.body["param"] == "response_id"  # type: ignore[index]
+    assert (await client.responses.retrieve(ids[1])).output_text == "b"
+
+    clock.now_s += 60.0
+    with pytest.raises(openai.NotFoundError) as caught:
+        await client.responses.create(model=MODEL, input="y", previous_response_id=ids[2])
+    body: Any = caught.value.body
+    assert (body["param"], body["code"]) == ("previous_response_id", "response_not_found")
+    assert "expired" in body["message"]
+
+    latest = await client.responses.create(model=MODEL, input="z")
+    await client.responses.delete(latest.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(latest.id)
+
+
+async def bad_request(client: openai.AsyncOpenAI, status: int, **fields: Any) -> dict[str, Any]:
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.responses.create(**{"model": MODEL, "input": ASK, **fields})
+    assert caught.value.status_code == status, fields
+    body = caught.value.body
+    assert isinstance(body, dict)
+    return body
+
+
+async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -> None:
+    engine, client = serve(preprocessor)
+    engine.outputs = [CALLS_OUTPUT]
+    unstored = await client.responses.create(model=MODEL, input=ASK, tools=TOOLS, store=False)
+    call: Any = {"type": "function_call", "call_id": "c1", "name": "get_time", "arguments": "{}"}
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"input": [{"type": "image_generation_call", "id": "x"}]}, "input.0.type"),
+        ({"input": [{"type": 7}]}, "input.0.type"),
+        ({"input": [{"role": "robot", "content": "x"}]}, "input.0.role"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
+            "input.0.content.0.type",
+        ),
+        ({"input": [{"role": "user"}]}, "input.0.content"),
+        ({"input": [{**call, "arguments": "[1]"}]}, "input.0.arguments"),
+        ({"input": [{**call, "name": "two words"}]}, "input.0.name"),
+        ({"input": [call, call]}, "input.1.call_id"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "c9", "output": "x"}]},
+            "input.0.call_id",
+        ),
+        ({"input": []}, "input"),
+        ({"tools": [{"type": "web_search"}]}, "tools.0"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools.0.name"),
+        ({"tools": [{**TIME_TOOL, "parameters": {"type": "array"}}]}, "tools.0.parameters"),
+        ({"tools": [TIME_TOOL, TIME_TOOL]}, "tools"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "launch"}}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+        ({"tool_choice": "auto"}, "tool_choice"),
+        ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+        ({"max_output_tokens": 4096}, "max_output_tokens"),
+        ({"temperature": 3}, "temperature"),
+        ({"previous_response_id": unstored.id}, "previous_response_id"),
+    ]
+    for fields, param in cases:
+        error = await bad_request(client, 400, **fields)
+        assert (error["param"], error["type"]) == (param, "invalid_request_error"), fields
+    error = await bad_request(client, 400, previous_response_id=unstored.id)
+    assert error["code"] == "response_not_stored" and "store: false" in error["message"]
+    error = await bad_request(client, 404, previous_response_id="resp_nope")
+    assert (error["param"], error["type"]) == ("previous_response_id", "not_found_error")
+    error = await bad_request(client, 404, model="other")
+    assert error["param"] == "model"
+    assert engine.outputs == []  # none of them reached the engine
+    assert len(engine.prompts) == 1
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.responses.retrieve(unstored.id)
+    assert caught.value.body["code"] == "response_not_stored"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.delete("resp_nope")
+
+
+async def test_an_engine_failure_fails_the_response(preprocessor: Preprocessor) -> None:
+    """Whole: a 500 in OpenAI's format. Streamed: response.failed after what was sent.
+    Neither is stored."""
+    engine, client = serve(preprocessor, engine_type=FailingEngine)
+    engine.outputs = ["Hello there.", "Hello there."]
+    with pytest.raises(openai.InternalServerError) as caught:
+        await client.responses.create(model=MODEL, input="Hi")
+    assert caught.value.body["message"] == "boom"  # type: ignore[index]
+
+    events = [e async for e in await client.responses.create(model=MODEL, input="Hi", stream=True)]
+    assert [e.type for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.failed",
+    ]
+    failed = events[-1].response  # type: ignore[union-attr]
+    assert (failed.status, failed.error.code, failed.error.message) == (  # type: ignore[union-attr]
+        "failed",
+        "server_error",
+        "boom",
+    )
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(failed.id)
+
+
+async def test_openapi_lists_the_responses_routes(preprocessor: Preprocessor) -> None:
+    _, client = serve(preprocessor)
+    schema = (await client._client.get("http://test/openapi.json")).json()
+    assert set(schema["paths"]["/v1/responses/{response_id}"]) == {"get", "delete"}
+    assert "post" in schema["paths"]["/v1/responses"]
+    with pytest.raises(openai.BadRequestError) as caught:  # longer than any id
+        await client.responses.retrieve("r" * 129)
+    assert caught.value.body["param"] == "path.response_id"  # type: ignore[index]
