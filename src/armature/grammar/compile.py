@@ -5,6 +5,7 @@ as the engine."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
@@ -19,11 +20,14 @@ from armature.protocols.guide import (
     RegexGuide,
 )
 
+if TYPE_CHECKING:  # a TypedDict of llguidance's stubs only
+    from llguidance._lib import JsonCompileOptions
+
 __all__ = ["JSON_OPTIONS", "check_guide", "to_grammar"]
 
 # JSON as `json.dumps` writes it: one space after ',' and ':', no other whitespace. Free
 # whitespace would let a small model pad forever (vLLM offers the same switch).
-JSON_OPTIONS: llguidance.JsonCompileOptions = {
+JSON_OPTIONS: JsonCompileOptions = {
     "whitespace_flexible": False,
     "item_separator": ", ",
     "key_separator": ": ",
