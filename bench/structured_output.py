@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -236,6 +237,10 @@ def main() -> None:
                         f"{load:.1f}",
                     ]
                 )
+    masks = re.search(
+        r"grammar masks: (\d+) steps, (\d+) masks, ([\d.]+) s computing, ([\d.]+) s waited",
+        SERVER_LOG.read_text(),
+    )
     free_tps = quantile([a.tokens_per_s for a in results[False]], 0.5)
     guided_tps = quantile([a.tokens_per_s for a in results[True]], 0.5)
     cost = 1 - guided_tps / free_tps
@@ -257,6 +262,14 @@ def main() -> None:
         f"of the rounds): cost {cost:.1%} (target <= {TARGET_COST:.0%})\n"
         f"- conformance: {num_valid}/{num_guided} guided outputs parse and validate against "
         f"their schema\n"
+        + (
+            f"- masks (the server's log at exit, all arms and the warm-up): {masks[1]} steps "
+            f"with guided rows, {masks[2]} masks; {masks[3]} s computing them on the mask "
+            f"thread beside the forward pass, {masks[4]} s of it waited for after the forward "
+            f"pass\n"
+            if masks
+            else "- masks: the server logged no mask times\n"
+        )
     )
     print()
     print(body)

@@ -11,6 +11,7 @@ before the forward pass starts: computing them beside it takes them off the crit
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,6 +25,8 @@ from armature.grammar.compile import check_guide
 from armature.protocols.guide import Guide
 
 __all__ = ["GrammarMasks", "MaskTimes", "PendingMasks", "RequestGrammar"]
+
+log = logging.getLogger(__name__)
 
 _BITS = torch.arange(32, dtype=torch.int32)
 
@@ -132,4 +135,14 @@ class GrammarMasks:
         return allowed
 
     def close(self) -> None:
+        """Stop the mask thread and log what the masks cost (benchmarks read the line)."""
         self._pool.shutdown(wait=True)
+        t = self.times
+        if t.num_steps:
+            log.info(
+                "grammar masks: %d steps, %d masks, %.3f s computing, %.3f s waited for",
+                t.num_steps,
+                t.num_masks,
+                t.compute_s,
+                t.wait_s,
+            )
