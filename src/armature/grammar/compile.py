@@ -70,8 +70,12 @@ def _as_lark(text: str, param: str) -> str:
     also takes) converted."""
     try:
         return any_to_lark(text)
-    except GbnfToLarkError as exc:
-        raise InvalidRequestError(f"the grammar is invalid: {exc}", param) from None
+    # llguidance's GBNF converter (pure Python) reports bad input with GbnfToLarkError, but
+    # also with a bare Exception (an undefined rule) or IndexError (a truncated rule); it only
+    # reads `text`, so any error it raises means the grammar is bad: a 400, never a 500.
+    except Exception as exc:
+        what = "" if isinstance(exc, GbnfToLarkError) else f"{type(exc).__name__}: "
+        raise InvalidRequestError(f"the grammar is invalid: {what}{exc}", param) from None
 
 
 def _what(guide: Guide) -> str:

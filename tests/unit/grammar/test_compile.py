@@ -83,6 +83,8 @@ def test_each_guide_accepts_its_language_only(tokenizer: llguidance.LLTokenizer)
         (RegexGuide(pattern="(ab", param="p"), "unclosed group"),
         (LarkGuide(grammar='start: ("a"', param="p"), ""),
         (LarkGuide(grammar="start: missing_rule", param="p"), "missing_rule"),
+        (LarkGuide(grammar="root ::= undefined", param="p"), "undefined"),  # GBNF
+        (LarkGuide(grammar="root ::= 8|", param="p"), "the grammar is invalid"),
         (ChoiceGuide(choices=(), param="p"), "must not be empty"),
     ],
 )
