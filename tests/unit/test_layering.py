@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 # placed by its most specific entry: "router.service" wins over "router".
 LAYERS: list[set[str]] = [
     {"protocols", "workload", "config", "errors"},
-    {"kv", "model", "router", "planner"},
+    {"kv", "model", "router", "planner", "grammar"},
     # the planner's performance model read off the mocker's step-time models
     {"transfer", "engines", "sim", "tiers", "planner.timing_performance"},
     {"runtime"},

@@ -12,7 +12,9 @@ from armature.errors import InvalidRequestError
 from armature.frontend.errors import ApiError
 from armature.frontend.protocol import ChatCompletionRequest, ChatMessage
 from armature.frontend.template_features import TemplateFeatures
+from armature.frontend.tool_grammar import CALL_FORMATS, tool_call_guide
 from armature.frontend.tool_protocol import NamedToolChoice
+from armature.protocols.guide import LarkGuide
 
 __all__ = ["ToolUse", "plan_tools", "template_messages"]
 
@@ -23,14 +25,17 @@ class ToolUse:
 
     tools: list[dict[str, Any]] | None = None  # what the template renders
     parse_calls: bool = False  # read tool calls out of the output
-    max_calls: int | None = None  # 1 when parallel_tool_calls is false
+    max_calls: int | None = None  # 1 when parallel_tool_calls is false or a function is named
+    guide: LarkGuide | None = None  # forced calls (required, named): the calls' grammar
 
 
 def plan_tools(
-    body: ChatCompletionRequest, features: TemplateFeatures, has_parser: bool
+    body: ChatCompletionRequest, features: TemplateFeatures, parser_name: str | None
 ) -> ToolUse:
-    """The request's tool use; ApiError for a choice that names no tool, duplicate names, or
-    what this server cannot honour (no parser, a template without tools, forced calls)."""
+    """The request's tool use (`parser_name`: the --tool-call-parser, None when there is
+    none); ApiError for a choice that names no tool, duplicate names, or what this server
+    cannot honour (no parser, a template without tools, forced calls in a format that has no
+    grammar)."""
     tools = body.tools or []
     choice = body.tool_choice or ("auto" if tools else "none")
     names = [tool.function.name for tool in tools]
@@ -56,23 +61,42 @@ def plan_tools(
     rendered = [tool.model_dump(exclude_none=True) for tool in tools]
     if choice == "none":
         return ToolUse(tools=rendered)
-    if not has_parser:
+    if parser_name is None:
         raise ApiError(
             "this server reads no tool calls from model output; start it with "
             "--tool-call-parser, or send tool_choice 'none'",
             param="tools",
             code="unsupported_parameter",
         )
-    if choice != "auto":
-        what = "'required'" if choice == "required" else "a named function"
+    max_calls = 1 if body.parallel_tool_calls is False else None
+    if choice == "auto":
+        return ToolUse(tools=rendered, parse_calls=True, max_calls=max_calls)
+    return _forced(body, rendered, parser_name, max_calls)
+
+
+def _forced(
+    body: ChatCompletionRequest,
+    rendered: list[dict[str, Any]],
+    parser_name: str,
+    max_calls: int | None,
+) -> ToolUse:
+    """tool_choice 'required' or a named function, enforced by a grammar of the calls."""
+    call_format = CALL_FORMATS.get(parser_name)
+    if call_format is None:
         raise ApiError(
-            f"tool_choice {what} must be enforced by constrained decoding (structured output), "
-            "which this server does not support yet; use 'auto'",
+            f"tool_choice 'required' and named functions are enforced by a grammar of the "
+            f"tool-call format, which the {parser_name!r} parser does not have yet (it is "
+            f"there for {', '.join(sorted(CALL_FORMATS))}); use 'auto'",
             param="tool_choice",
             code="unsupported_parameter",
         )
-    max_calls = 1 if body.parallel_tool_calls is False else None
-    return ToolUse(tools=rendered, parse_calls=True, max_calls=max_calls)
+    tools = body.tools or []
+    choice = body.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        tools = [t for t in tools if t.function.name == choice.function.name]
+        max_calls = 1
+    guide = tool_call_guide(call_format, tools, max_calls)
+    return ToolUse(tools=rendered, parse_calls=True, max_calls=max_calls, guide=guide)
 
 
 def template_messages(

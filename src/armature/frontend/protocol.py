@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from armature.config.edge import MAX_QUEUE_TIMEOUT_S, MAX_QUEUED_REQUESTS, OverloadConfig
 from armature.errors import InvalidRequestError
+from armature.frontend.format_protocol import MAX_GUIDE_CHARS, MAX_GUIDED_CHOICES, ResponseFormat
 from armature.frontend.text_check import LONE_SURROGATE, find_lone_surrogate
 from armature.frontend.tool_protocol import (
     MAX_TOOL_CALLS,
@@ -140,6 +141,19 @@ class GenerationFields(_Request):
         lt=INT32_END,
         description="Queue order under overload: lower first.",
     )
+    # vLLM's guided decoding (structured.py): at most one, and not with response_format
+    guided_json: str | dict[str, Any] | None = Field(
+        default=None, description="A JSON schema the output must match (vLLM)."
+    )
+    guided_regex: str | None = Field(
+        default=None, max_length=MAX_GUIDE_CHARS, description="A regex the output must match."
+    )
+    guided_choice: list[str] | None = Field(
+        default=None, min_length=1, max_length=MAX_GUIDED_CHOICES, description="One of these."
+    )
+    guided_grammar: str | None = Field(
+        default=None, max_length=MAX_GUIDE_CHARS, description="A Lark or GBNF grammar (vLLM)."
+    )
 
     @field_validator("stop")
     @classmethod
@@ -184,7 +198,7 @@ class ChatCompletionRequest(GenerationFields):
     tools: list[ToolSpec] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
     functions: list[dict[str, Any]] | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
     parallel_tool_calls: bool | None = None
 
     def get_max_tokens(self) -> int | None:
@@ -194,9 +208,6 @@ class ChatCompletionRequest(GenerationFields):
         out = super().unsupported_fields()
         if self.functions:
             out.append(("functions", "functions is deprecated and not supported; use tools"))
-        fmt = (self.response_format or {}).get("type", "text")
-        if fmt != "text":
-            out.append(("response_format", f"response_format {fmt!r} is not supported"))
         if self.top_logprobs and not self.logprobs:
             out.append(("top_logprobs", "top_logprobs requires logprobs to be true"))
         return out

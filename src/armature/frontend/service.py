@@ -45,7 +45,9 @@ from armature.frontend.responses import (
     completion_logprobs,
     sse,
 )
+from armature.frontend.structured import check_request_guide, request_guide
 from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
+from armature.protocols.guide import Guide
 from armature.router.service import EngineRouter, RouteGroup
 
 __all__ = ["ClientDisconnectedError", "Job", "OpenAIService", "ServedModel", "unless_disconnected"]
@@ -129,7 +131,12 @@ class OpenAIService:
             raise ApiError(reason, param=param, code="unsupported_parameter")
 
     def _sampling(
-        self, body: GenerationFields, max_tokens: int | None, num_prompt: int, logprobs: int | None
+        self,
+        body: GenerationFields,
+        max_tokens: int | None,
+        num_prompt: int,
+        logprobs: int | None,
+        guide: Guide | None = None,
     ) -> SamplingParams:
         limit = self.model.max_model_len
         if num_prompt >= limit:
@@ -166,13 +173,15 @@ class OpenAIService:
             frequency_penalty=body.frequency_penalty,
             repetition_penalty=body.repetition_penalty,
             logit_bias=body.logit_bias_pairs(),
+            guide=guide,
         )
 
     async def chat_job(self, body: ChatCompletionRequest) -> Job:
         self._check_common(body, "chat")
         features = self.preprocessor.template_features
         messages = template_messages(body.messages, features)
-        tool_use = plan_tools(body, features, self.parsers.tool_call is not None)
+        tool_use = plan_tools(body, features, self.parsers.tool_call_name)
+        guide = await _checked_guide(body, tool_use.guide)
         try:
             prompt_ids = await asyncio.to_thread(
                 self.preprocessor.encode_chat, messages, tool_use.tools
@@ -180,7 +189,7 @@ class OpenAIService:
         except NoChatTemplateError as exc:
             raise ApiError(str(exc), param="messages") from None
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
-        sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs)
+        sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs, guide)
         outputs = functools.partial(self._chat_output, tool_use)
         return self._job("chat", "chatcmpl", body, prompt_ids, sampling, body.n, outputs)
 
@@ -208,7 +217,8 @@ class OpenAIService:
             prompt_ids = prompt
         if not prompt_ids:
             raise ApiError("prompt must not be empty", param="prompt")
-        sampling = self._sampling(body, body.max_tokens, len(prompt_ids), body.logprobs)
+        guide = await _checked_guide(body, None)
+        sampling = self._sampling(body, body.max_tokens, len(prompt_ids), body.logprobs, guide)
         job = self._job("completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body))
         if body.echo:
             job.echo_text = (
@@ -436,6 +446,23 @@ class OpenAIService:
         logprobs = self._logprobs(job, delta.logprobs, offset)
         name, reason = self.model.name, delta.finish_reason
         return completion_chunk(job.request_id, created, name, delta.text, reason, logprobs, index)
+
+
+async def _checked_guide(body: GenerationFields, tool_guide: Guide | None) -> Guide | None:
+    """The request's one guide (structured output, or forced tool calls' grammar), checked
+    off the event loop (compiling a large schema takes a while); ApiError naming the field."""
+    guide = request_guide(body)
+    if tool_guide is not None:
+        if guide is not None:
+            raise ApiError(
+                "tool_choice 'required' or a named function fixes the output's format: it "
+                "cannot be combined with response_format or guided_*",
+                param=guide.param,
+            )
+        guide = tool_guide
+    if guide is not None:
+        await asyncio.to_thread(check_request_guide, guide)
+    return guide
 
 
 def _feed(output: ChatOutput, delta: Delta) -> ChatPiece:

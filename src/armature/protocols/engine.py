@@ -10,6 +10,7 @@ from typing import NewType
 
 import msgspec
 
+from armature.protocols.guide import Guide
 from armature.protocols.kv_events import KvTier
 from armature.protocols.kv_transfer import KvHandle
 
@@ -48,6 +49,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     logits of tokens already generated, once and once per occurrence; the repetition penalty
     (vLLM, transformers) divides the positive and multiplies the negative logits of tokens in
     the prompt or the output; logit_bias adds (token id, bias) pairs, sorted by token id.
+    A guide masks every token that would leave its grammar, and the request finishes (STOP)
+    once the grammar is complete; the logprobs reported are those of the masked logits.
     """
 
     max_tokens: int
@@ -63,6 +66,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    guide: Guide | None = None  # structured output: what the output must match (guide.py)
 
     @property
     def uses_penalties(self) -> bool:

@@ -170,6 +170,7 @@ def build_mocker_core(
         eviction_observer=eviction_observer,
         tiers=builder,
         time_s=clock.get_time_s,
+        name="mocker",
     )
     pool = core.pool
     runner.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks

@@ -54,6 +54,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "request_plane",
         "router_latency",
         "soak",
+        "structured_output",
         "throughput",
         "ttft_prefix",
         "vllm_frontend_cpu",

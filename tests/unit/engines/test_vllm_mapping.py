@@ -9,7 +9,12 @@ from vllm_fakes import FakeCompletion, FakeLogprob, FakeOutput
 from armature.engines.api import InvalidRequestError
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
 from armature.engines.vllm.outputs import to_engine_output, to_finish_reason
-from armature.engines.vllm.sampling import VllmSampling, to_vllm_prompt, to_vllm_sampling
+from armature.engines.vllm.sampling import (
+    VllmSampling,
+    VllmStructuredOutputs,
+    to_vllm_prompt,
+    to_vllm_sampling,
+)
 from armature.engines.vllm.steps import IterationSnapshot, read_iteration, to_step_record
 from armature.protocols.engine import (
     EngineLoad,
@@ -19,6 +24,13 @@ from armature.protocols.engine import (
     SamplingParams,
     StepRecord,
     TokenLogprob,
+)
+from armature.protocols.guide import (
+    ChoiceGuide,
+    JsonObjectGuide,
+    JsonSchemaGuide,
+    LarkGuide,
+    RegexGuide,
 )
 
 
@@ -67,6 +79,31 @@ def test_defaults_mean_the_same_in_vllm() -> None:
     assert (s.temperature, s.top_p, s.top_k, s.seed, s.logprobs) == (1.0, 1.0, 0, None, None)
     penalties = (s.presence_penalty, s.frequency_penalty, s.repetition_penalty, s.logit_bias)
     assert penalties == (0.0, 0.0, 1.0, None)
+
+
+def test_each_guide_maps_to_one_structured_outputs_field() -> None:
+    schema = '{"type": "object", "properties": {"a": {"type": "integer"}}}'
+    cases = [
+        (
+            JsonSchemaGuide(schema_json=schema, param="guided_json"),
+            VllmStructuredOutputs(json=schema),
+        ),
+        (JsonObjectGuide(param="response_format"), VllmStructuredOutputs(json_object=True)),
+        (RegexGuide(pattern="[a-z]+", param="guided_regex"), VllmStructuredOutputs(regex="[a-z]+")),
+        (
+            ChoiceGuide(choices=("yes", "no"), param="guided_choice"),
+            VllmStructuredOutputs(choice=["yes", "no"]),
+        ),
+        (
+            LarkGuide(grammar='start: "a"+', param="tool_choice"),
+            VllmStructuredOutputs(grammar='start: "a"+'),
+        ),
+    ]
+    for guide, expected in cases:
+        mapped = to_vllm_sampling(request(guide=guide), max_logprobs=20)
+        assert mapped.structured_outputs == expected
+        assert mapped.structured_outputs.disable_any_whitespace is True
+    assert to_vllm_sampling(request(), max_logprobs=20).structured_outputs is None
 
 
 def test_a_resumed_request_continues_after_its_output() -> None:

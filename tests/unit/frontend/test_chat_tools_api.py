@@ -259,8 +259,6 @@ async def test_tool_requests_the_server_cannot_honour_are_400s(
     cases: list[tuple[dict[str, Any], str]] = [
         ({"tools": [WEATHER_TOOL], "tool_choice": unknown}, "tool_choice"),
         ({"tool_choice": "auto"}, "tool_choice"),
-        ({"tools": [WEATHER_TOOL], "tool_choice": "required"}, "tool_choice"),
-        ({"tools": [WEATHER_TOOL, TIME_TOOL], "tool_choice": named}, "tool_choice"),
         ({"tools": [WEATHER_TOOL, WEATHER_TOOL]}, "tools"),
         ({"tools": [bad_schema]}, "tools.0.function.parameters"),
         ({"tools": [bad_name]}, "tools.0.function.name"),
@@ -270,8 +268,20 @@ async def test_tool_requests_the_server_cannot_honour_are_400s(
     for fields, param in cases:
         error = await error_of(client, **fields)
         assert (error["param"], error["type"]) == (param, "invalid_request_error"), fields
-    error = await error_of(client, tools=[WEATHER_TOOL], tool_choice="required")
-    assert "structured output" in error["message"]
+    # forced calls with a format of their own, in one request
+    json_object = {"type": "json_object"}
+    error = await error_of(
+        client, tools=[WEATHER_TOOL], tool_choice="required", response_format=json_object
+    )
+    assert error["param"] == "response_format"
+    assert "cannot be combined" in error["message"]
+
+    # forced calls in a format that has no grammar yet
+    _, client = serve(tool_preprocessor, OutputParsers.named("pythonic", None))
+    for choice in ("required", named):
+        error = await error_of(client, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice)
+        assert (error["param"], error["code"]) == ("tool_choice", "unsupported_parameter")
+        assert "'pythonic' parser" in error["message"]
 
     # no parser: tools are refused rather than read as text
     _, client = serve(tool_preprocessor, OutputParsers())

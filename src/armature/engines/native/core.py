@@ -15,6 +15,7 @@ import torch
 
 from armature.engines.api import InvalidRequestError
 from armature.engines.native.config import NativeEngineConfig
+from armature.engines.native.grammar import GrammarMasks, PendingMasks
 from armature.engines.native.kv_manager import KvCacheManager
 from armature.engines.native.model_runner import ModelRunner, RunnerOutput, TorchModelRunner
 from armature.engines.native.onboarding import Onboarding
@@ -24,6 +25,8 @@ from armature.engines.native.scheduler import ScheduledChunk, Scheduler, Schedul
 from armature.engines.native.step_stats import StepStats
 from armature.engines.validation import validate_request
 from armature.errors import ConfigError
+from armature.grammar.compile import check_guide
+from armature.grammar.tokenizer import load_grammar_tokenizer
 from armature.kv.block_pool import BlockPool
 from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictionObserver
@@ -81,11 +84,16 @@ class EngineCore:
         eviction_observer: EvictionObserver | None = None,
         tiers: TierBuilder | None = None,
         time_s: Callable[[], float] = time.perf_counter,
+        grammar: GrammarMasks | None = None,
+        name: str = "native",
     ):
         """`eviction_observer` is told about each cached block before the block pool reuses
         it (see `armature.kv.eviction`). `tiers` builds the lower KV tiers (G2-G4): they are
         the pool's eviction observer, and prompts onboard blocks from them. `time_s` times
-        the steps (the mocker passes its clock, on which a step takes its modeled time)."""
+        the steps (the mocker passes its clock, on which a step takes its modeled time).
+        `grammar` masks the logits of guided requests (structured output); a core that builds
+        its own model runner builds it from the model's tokenizer, and one without it refuses
+        guided requests, naming itself by `name`."""
         if tiers is not None and eviction_observer is not None:
             raise ValueError("lower KV tiers are the pool's eviction observer: pass one")
         self.config = config
@@ -96,9 +104,18 @@ class EngineCore:
             torch_runner = TorchModelRunner(config, self.max_model_len)
             num_blocks = torch_runner.num_blocks
             runner = torch_runner
+            if grammar is None:
+                grammar = GrammarMasks(
+                    lambda: load_grammar_tokenizer(
+                        config.model_dir, arch.vocab_size, arch.eos_token_ids
+                    ),
+                    arch.vocab_size,
+                )
         assert num_blocks is not None, "a custom runner must say how many blocks it has"
         self.runner: ModelRunner = runner
         self.arch = arch
+        self.name = name
+        self.grammar = grammar
         event_log = KvEventLog()
         self.tiers = tiers(event_log, runner.kv_store) if tiers is not None else None
         self.pool = BlockPool(
@@ -136,6 +153,15 @@ class EngineCore:
             block_size=self.config.block_size,
             num_kv_blocks=self.pool.num_blocks,
         )
+        guide = request.sampling.guide
+        if guide is not None:
+            if self.grammar is None:
+                raise InvalidRequestError(
+                    f"the {self.name} engine does not support structured output: it does not "
+                    "sample from a model's logits",
+                    param=guide.param,
+                )
+            check_guide(guide)
 
     def add_request(self, request: EngineRequest, held_block_ids: list[int] | None = None) -> None:
         """Queue `request`. `held_block_ids` are imported KV blocks (see `import_kv`) whose
@@ -149,6 +175,11 @@ class EngineCore:
             generator.manual_seed(seed if seed is not None else self._seed_source.getrandbits(63))
         else:
             generator = None
+        guide = request.sampling.guide
+        grammar = None
+        if guide is not None:
+            assert self.grammar is not None, "validate refuses guides without a grammar"
+            grammar = self.grammar.build(guide, request.output_token_ids)
         state = RequestState(
             request_id=request.request_id,
             token_ids=list(request.prompt_token_ids) + list(request.output_token_ids),
@@ -159,6 +190,7 @@ class EngineCore:
             num_output_at_start=len(request.output_token_ids),
             remote_prefill=request.remote_prefill,
             held_block_ids=list(held_block_ids or []),
+            grammar=grammar,
         )
         self._arrivals += 1
         self._requests[request.request_id] = state
@@ -179,7 +211,10 @@ class EngineCore:
 
     def close(self) -> None:
         """Stop the lower tiers' threads (after their loads and writes finish) and release
-        what finished loads hold. The core serves nothing after this."""
+        what finished loads hold, and the grammar's mask thread. The core serves nothing after
+        this."""
+        if self.grammar is not None:
+            self.grammar.close()
         if self.tiers is None or self.onboarding is None:
             return
         self.tiers.close()
@@ -201,13 +236,19 @@ class EngineCore:
             return []
         num_kv_tokens_used = self.pool.get_num_active_blocks() * self.config.block_size
         completing = [c for c in scheduled.chunks if c.completes_sequence]
+        # the guided rows' masks are computed on the grammar's thread while the model runs
+        masks = None
+        if self.grammar is not None:
+            masks = self.grammar.start([c.request.grammar for c in completing])
         try:
             logits = self.runner.execute(scheduled.chunks)
         except Exception as exc:  # the model failed: fail this batch, keep serving
             log.exception("engine step failed; failing %d requests", len(scheduled.chunks))
+            if masks is not None:
+                masks.wait()  # the matchers are the mask thread's until it is done
             return self._fail(scheduled, exc)
         self.scheduler.update_after_step(scheduled)
-        outputs = self._sample_and_finish(completing, logits)
+        outputs = self._sample_and_finish(completing, logits, masks)
         wall_s = self._time_s() - started_s
         self.step_stats.record(
             scheduled,
@@ -219,13 +260,19 @@ class EngineCore:
         return outputs
 
     def _sample_and_finish(
-        self, completing: list[ScheduledChunk], result: RunnerOutput
+        self,
+        completing: list[ScheduledChunk],
+        result: RunnerOutput,
+        masks: PendingMasks | None = None,
     ) -> list[EngineOutput]:
         tokens: list[int]
         logprobs: list[TokenLogprob | None]
         if isinstance(result, list):  # the runner chose the tokens (the mocker)
+            assert masks is None, "a runner that picks tokens takes no guided requests"
             tokens, logprobs = result, [None] * len(result)
         else:
+            if masks is not None:
+                masks.apply(result)
             inputs = [self._sample_input(c.request) for c in completing]
             tokens, logprobs = sample(result, inputs)
         outputs: list[EngineOutput] = []
@@ -233,7 +280,14 @@ class EngineCore:
             req: RequestState = chunk.request
             first = req.num_output_tokens == req.num_output_at_start
             req.token_ids.append(token)
-            reason = self._finish_reason(req, token)
+            reason, error = self._finish_reason(req, token), None
+            if req.grammar is not None and reason is None:
+                req.grammar.accept(token)
+                error = req.grammar.error
+                if error is not None:
+                    reason = FinishReason.ERROR
+                elif req.grammar.is_complete:
+                    reason = FinishReason.STOP
             handle = None
             if reason is None and req.remote_prefill:  # a decode worker continues it
                 handle = self._pin_prompt(req)
@@ -249,6 +303,7 @@ class EngineCore:
                     finish_reason=reason,
                     num_prompt_tokens=req.num_prompt_tokens if first else 0,
                     num_cached_tokens=req.num_cached_tokens if first else 0,
+                    error=None if error is None else f"structured output failed: {error}",
                     kv_handle=handle,
                 )
             )
@@ -257,7 +312,8 @@ class EngineCore:
     def _sample_input(self, req: RequestState) -> SampleInput:
         p = req.sampling
         blocked: tuple[int, ...] = ()
-        if req.num_output_tokens < p.min_tokens:
+        # a guided request's grammar alone decides where it may end
+        if req.num_output_tokens < p.min_tokens and req.grammar is None:
             blocked = p.stop_token_ids + (() if p.ignore_eos else self.eos_token_ids)
         return SampleInput(
             p, req.generator, req.num_output_tokens, blocked, req.token_ids, req.num_prompt_tokens

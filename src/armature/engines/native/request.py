@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from armature.engines.native.grammar import RequestGrammar
 from armature.kv.hashing import compute_block_hashes
 from armature.protocols.engine import FinishReason, SamplingParams
 
@@ -43,6 +44,7 @@ class RequestState:
     held_block_ids: list[int] = field(default_factory=list)  # imported KV, held until admitted
     onboard_checked: bool = False  # lower KV tiers were asked for its prefix (until preempted)
     finish_reason: FinishReason | None = None
+    grammar: RequestGrammar | None = None  # structured output: advanced by each output token
 
     @property
     def num_tokens(self) -> int:

@@ -219,7 +219,7 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
     from vllm import SamplingParams
     from vllm.exceptions import VLLMClientError
     from vllm.inputs import TokensPrompt
-    from vllm.sampling_params import RequestOutputKind
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
     from vllm.v1.engine.async_llm import AsyncLLM
 
     endpoint = f"ipc://{tempfile.gettempdir()}/armature-vllm-kv-{uuid.uuid4().hex[:12]}"
@@ -256,6 +256,9 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
 
     def make_sampling(sampling: VllmSampling) -> Any:
         kwargs = dataclasses.asdict(sampling)
+        structured = kwargs.pop("structured_outputs")
+        if structured is not None:
+            kwargs["structured_outputs"] = StructuredOutputsParams(**structured)
         return SamplingParams(**kwargs, output_kind=RequestOutputKind.DELTA)
 
     def make_prompt(token_ids: list[int]) -> Any:

@@ -18,6 +18,10 @@ Every field of our SamplingParams has a one-to-one vLLM field:
     frequency_penalty   frequency_penalty
     repetition_penalty  repetition_penalty
     logit_bias      logit_bias      pairs -> {token id: bias}; None when empty
+    guide           structured_outputs  StructuredOutputsParams' fields (VllmStructuredOutputs):
+                    json_schema -> json, json_object -> json_object, regex -> regex,
+                    choice -> choice, lark -> grammar (vLLM's auto backend hands Lark to
+                    guidance, llguidance as ours); any whitespace off, as in ours
 
 What vLLM cannot do through this adapter is refused with InvalidRequestError (a 4xx at the
 frontend): more logprobs than the engine was started with. Disaggregated legs (a remote
@@ -31,8 +35,37 @@ from typing import Any
 
 from armature.engines.api import InvalidRequestError
 from armature.protocols.engine import EngineRequest
+from armature.protocols.guide import (
+    ChoiceGuide,
+    Guide,
+    JsonObjectGuide,
+    JsonSchemaGuide,
+    LarkGuide,
+    RegexGuide,
+)
 
-__all__ = ["VllmPrompt", "VllmSampling", "to_vllm_prompt", "to_vllm_sampling"]
+__all__ = [
+    "VllmPrompt",
+    "VllmSampling",
+    "VllmStructuredOutputs",
+    "to_vllm_prompt",
+    "to_vllm_sampling",
+    "to_vllm_structured_outputs",
+]
+
+
+@dataclass(frozen=True)
+class VllmStructuredOutputs:
+    """Keyword arguments of vLLM's StructuredOutputsParams (names are vLLM's): one of the
+    first five is set."""
+
+    json: str | None = None
+    json_object: bool | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    # JSON as ours writes it: no free whitespace (a small model could pad forever)
+    disable_any_whitespace: bool = True
 
 
 @dataclass(frozen=True)
@@ -56,6 +89,7 @@ class VllmSampling:
     detokenize: bool = False
     skip_special_tokens: bool = False
     extra_args: dict[str, Any] | None = None  # {"kv_transfer_params": ...} for disaggregation
+    structured_outputs: VllmStructuredOutputs | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +124,23 @@ def to_vllm_sampling(request: EngineRequest, max_logprobs: int) -> VllmSampling:
         frequency_penalty=p.frequency_penalty,
         repetition_penalty=p.repetition_penalty,
         logit_bias=dict(p.logit_bias) or None,
+        structured_outputs=None if p.guide is None else to_vllm_structured_outputs(p.guide),
     )
+
+
+def to_vllm_structured_outputs(guide: Guide) -> VllmStructuredOutputs:
+    match guide:
+        case JsonSchemaGuide(schema_json=schema):
+            return VllmStructuredOutputs(json=schema)
+        case JsonObjectGuide():
+            return VllmStructuredOutputs(json_object=True)
+        case RegexGuide(pattern=pattern):
+            return VllmStructuredOutputs(regex=pattern)
+        case ChoiceGuide(choices=choices):
+            return VllmStructuredOutputs(choice=list(choices))
+        case LarkGuide(grammar=grammar):
+            return VllmStructuredOutputs(grammar=grammar)
+    raise AssertionError(f"unknown guide {guide!r}")
 
 
 def to_vllm_prompt(request: EngineRequest) -> VllmPrompt:

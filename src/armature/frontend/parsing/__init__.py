@@ -42,6 +42,7 @@ class OutputParsers:
 
     tool_call: ToolCallParser | None = None
     reasoning: ThinkParser | None = None
+    tool_call_name: str | None = None  # the tool-call parser's flag name (its call format)
 
     @classmethod
     def named(cls, tool_call: str | None, reasoning: str | None) -> OutputParsers:
@@ -49,4 +50,5 @@ class OutputParsers:
         return cls(
             None if tool_call is None else TOOL_CALL_PARSERS[tool_call],
             None if reasoning is None else REASONING_PARSERS[reasoning],
+            tool_call,
         )

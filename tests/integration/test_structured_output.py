@@ -1,0 +1,253 @@
+"""Structured output on the default model (native engine, float32) through the official
+openai client: every output parses and validates against its schema (nested objects, enums,
+arrays, bounded numbers), whole and streamed, in batches mixed with free requests; vLLM's
+guided fields; forced tool calls (required, named) in the hermes format; bad schemas, regexes
+and grammars are 400s naming the field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+
+from bench.structured_output import PROMPTS, SCHEMAS
+from conftest import running_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MODEL = "structured"
+TEMPLATE = Path(__file__).parents[2] / "examples" / "chat_templates" / "chatml_tools.jinja"
+WEATHER: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 30},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 20}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def client(
+    default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[openai.OpenAI]:
+    args = ["--served-model-name", MODEL, "--device", "cpu", "--dtype", "float32"]
+    args += ["--num-kv-blocks", "512", "--max-model-len", "2048", "--max-num-seqs", "8"]
+    args += ["--tool-call-parser", "hermes", "--chat-template", str(TEMPLATE)]
+    log_dir = tmp_path_factory.mktemp("structured")
+    with running_server(default_model_dir, log_dir, args) as url:
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+def response_format(name: str) -> Any:
+    spec = {"name": name, "schema": SCHEMAS[name], "strict": True}
+    return {"type": "json_schema", "json_schema": spec}
+
+
+def ask(client: openai.OpenAI, name: str, seed: int, stream: bool) -> tuple[str, str | None]:
+    """(text, finish_reason) of one guided chat request, whole or streamed."""
+    request: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": PROMPTS[name]}],
+        "max_tokens": 200,
+        "temperature": 0.0 if seed == 0 else 0.8,
+        "seed": seed,
+        "response_format": response_format(name),
+    }
+    if not stream:
+        choice = client.chat.completions.create(**request).choices[0]
+        return choice.message.content or "", choice.finish_reason
+    chunks = list(client.chat.completions.create(**request, stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return text, chunks[-1].choices[0].finish_reason
+
+
+def free(client: openai.OpenAI, seed: int) -> tuple[str, str | None]:
+    choice = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Say something."}],
+        max_tokens=24,
+        temperature=0.8,
+        seed=seed,
+        extra_body={"ignore_eos": True},
+    ).choices[0]
+    return choice.message.content or "", choice.finish_reason
+
+
+def test_every_output_validates_against_its_schema(client: openai.OpenAI) -> None:
+    """4 schemas x (greedy, 2 seeds) x (whole, streamed) = 24 guided requests, 8 at a time,
+    with 4 free requests in the same batches."""
+    jobs = [(name, seed, stream) for name in SCHEMAS for seed in (0, 1, 2) for stream in (0, 1)]
+    with ThreadPoolExecutor(8) as pool:
+        frees = [pool.submit(free, client, seed) for seed in range(4)]
+        guided = [pool.submit(ask, client, n, s, bool(st)) for n, s, st in jobs]
+        results = [f.result() for f in guided]
+        free_results = [f.result() for f in frees]
+    for (name, seed, stream), (text, finish) in zip(jobs, results, strict=True):
+        assert finish == "stop", (name, seed, stream, text)
+        jsonschema.validate(json.loads(text), SCHEMAS[name])
+    for text, finish in free_results:  # free requests in the same batches are not masked
+        assert finish == "length"
+        assert text
+
+
+def test_json_object_and_vllm_guided_fields(client: openai.OpenAI) -> None:
+    messages: Any = [{"role": "user", "content": "Describe a cat as JSON."}]
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=120,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    text = reply.choices[0].message.content or ""
+    if reply.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(text), dict)
+    else:  # the object can outgrow max_tokens; what was written is still an object's start
+        assert text.startswith("{")
+    choice = client.completions.create(
+        model=MODEL,
+        prompt="Is the sky blue? Answer:",
+        max_tokens=10,
+        extra_body={"guided_choice": ["yes", "no"]},
+    )
+    assert (choice.choices[0].text, choice.choices[0].finish_reason) in (
+        ("yes", "stop"),
+        ("no", "stop"),
+    )
+    regex = client.completions.create(
+        model=MODEL,
+        prompt="A phone number:",
+        max_tokens=20,
+        extra_body={"guided_regex": r"[0-9]{3}-[0-9]{4}"},
+    )
+    assert regex.choices[0].finish_reason == "stop"
+    assert len(regex.choices[0].text) == 8 and regex.choices[0].text[3] == "-"
+    schema = SCHEMAS["bounds"]
+    guided_json = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=120,
+        temperature=0,
+        extra_body={"guided_json": json.dumps(schema)},
+    )
+    jsonschema.validate(json.loads(guided_json.choices[0].message.content or ""), schema)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_tool_calls_are_valid_calls(client: openai.OpenAI, stream: bool) -> None:
+    messages: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
+    named = {"type": "function", "function": {"name": "get_time"}}
+    for choice, names in (("required", {"get_weather", "get_time"}), (named, {"get_time"})):
+        request: dict[str, Any] = {
+            "model": MODEL,
+            "messages": messages,
+            "tools": [WEATHER, TIME],
+            "tool_choice": choice,
+            "max_tokens": 150,
+            "temperature": 0,
+        }
+        calls: list[tuple[str, str]] = []
+        if stream:
+            chunks = list(client.chat.completions.create(**request, stream=True))
+            by_index: dict[int, list[str]] = {}
+            for chunk in chunks:
+                for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                    entry = by_index.setdefault(delta.index, ["", ""])
+                    entry[0] += (delta.function.name or "") if delta.function else ""
+                    entry[1] += (delta.function.arguments or "") if delta.function else ""
+            calls = [(name, args) for name, args in by_index.values()]
+            finish = chunks[-1].choices[0].finish_reason
+        else:
+            message = client.chat.completions.create(**request).choices[0]
+            finish = message.finish_reason
+            calls = [
+                (c.function.name, c.function.arguments) for c in message.message.tool_calls or []
+            ]
+        assert finish == "tool_calls", (choice, calls)
+        assert calls
+        for name, arguments in calls:
+            assert name in names
+            tool = WEATHER if name == "get_weather" else TIME
+            jsonschema.validate(json.loads(arguments), tool["function"]["parameters"])
+        if choice is named:
+            assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "problem"),
+    [
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "nope"}},
+                }
+            },
+            "response_format.json_schema.schema",
+            "Invalid type: nope",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "x",
+                        "schema": {"type": "array", "minItems": 2, "maxItems": 1},
+                    },
+                }
+            },
+            "response_format.json_schema.schema",
+            "minItems (2) is greater than maxItems (1)",
+        ),
+        ({"guided_regex": "(unclosed"}, "guided_regex", "unclosed group"),
+        ({"guided_grammar": "start: missing"}, "guided_grammar", "missing"),
+        ({"guided_json": "{not json"}, "guided_json", "not JSON"),
+        ({"guided_choice": []}, "guided_choice", ""),
+        ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice", "at most one"),
+        ({"response_format": {"type": "xml"}}, "response_format", ""),
+        (
+            {"response_format": {"type": "json_schema"}},
+            "response_format.json_schema.json_schema",
+            "",
+        ),
+    ],
+)
+def test_bad_structured_output_is_a_400_naming_the_field(
+    client: openai.OpenAI, fields: dict[str, Any], param: str, problem: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=5,
+            extra_body=fields,
+        )
+    error: Any = caught.value.body
+    assert error["param"] == param, error
+    assert problem in error["message"]
