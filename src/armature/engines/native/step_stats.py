@@ -57,6 +57,29 @@ class StepStats:
             )
         )
 
+    def record_decodes(
+        self,
+        *,
+        num_decode_requests: int,
+        num_decode_kv_tokens: int,
+        num_kv_tokens_used: int,
+        num_queued_prefill_requests: int,
+        num_queued_prefill_tokens: int,
+        wall_s: float,
+    ) -> None:
+        """`record` for a batch of decodes only, from its counts (the decode fast path,
+        `engines.native.decode_run`, builds no SchedulerOutput)."""
+        self._records.append(
+            StepRecord(
+                num_queued_prefill_requests=num_queued_prefill_requests,
+                num_queued_prefill_tokens=num_queued_prefill_tokens,
+                num_decode_requests=num_decode_requests,
+                num_decode_kv_tokens=num_decode_kv_tokens,
+                num_kv_tokens_used=num_kv_tokens_used,
+                step_wall_s=wall_s,
+            )
+        )
+
     def take_records(self) -> list[StepRecord]:
         """Drain the records of the steps run since the last call (at most the newest
         MAX_STEP_RECORDS), oldest first."""
