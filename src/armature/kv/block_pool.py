@@ -200,6 +200,8 @@ class BlockPool:
         if not self.enable_prefix_caching:
             return
         assert len(block_ids) == len(hashes)
+        if self._cache_new_blocks(block_ids, hashes, parent_hash):
+            return
         run: list[StoredBlock] = []  # consecutive newly cached blocks, one event per run
         run_parent: int | None = None
         prev_hash = parent_hash
@@ -226,6 +228,35 @@ class BlockPool:
             prev_hash = seq_hash
         if run:
             self.event_log.stored(run_parent, run, KvTier.DEVICE)
+
+    def _cache_new_blocks(
+        self,
+        block_ids: Sequence[int],
+        hashes: Sequence[tuple[int, int]],
+        parent_hash: int | None,
+    ) -> bool:
+        """`cache_blocks` when every block is uncached and no hash is cached (a prompt's new
+        blocks: the common case), in bulk; False (nothing done) otherwise."""
+        seq_hashes = self._seq_hashes
+        if [seq_hashes[b] for b in block_ids].count(None) != len(block_ids):
+            return False
+        seqs = [h for h, _ in hashes]
+        cached = self._cached
+        if not cached.keys().isdisjoint(seqs) or len(set(seqs)) != len(seqs):
+            return False
+        if not seqs:
+            return True
+        ref_counts = self._ref_counts
+        assert min([ref_counts[b] for b in block_ids]) > 0, "only blocks in use can be cached"
+        parents = [parent_hash, *seqs[:-1]]
+        local_hashes, parent_hashes = self._local_hashes, self._parent_hashes
+        for block_id, (seq_hash, local_hash), parent in zip(block_ids, hashes, parents):
+            seq_hashes[block_id] = seq_hash
+            local_hashes[block_id] = local_hash
+            parent_hashes[block_id] = parent
+        cached.update(zip(seqs, block_ids))
+        self.event_log.stored(parent_hash, [StoredBlock(h, l) for h, l in hashes], KvTier.DEVICE)
+        return True
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash (Cleared event). Refused (False) while blocks are in use."""
