@@ -250,12 +250,16 @@ class BlockPool:
         assert min([ref_counts[b] for b in block_ids]) > 0, "only blocks in use can be cached"
         parents = [parent_hash, *seqs[:-1]]
         local_hashes, parent_hashes = self._local_hashes, self._parent_hashes
-        for block_id, (seq_hash, local_hash), parent in zip(block_ids, hashes, parents):
+        for block_id, (seq_hash, local_hash), parent in zip(
+            block_ids, hashes, parents, strict=True
+        ):
             seq_hashes[block_id] = seq_hash
             local_hashes[block_id] = local_hash
             parent_hashes[block_id] = parent
-        cached.update(zip(seqs, block_ids))
-        self.event_log.stored(parent_hash, [StoredBlock(h, l) for h, l in hashes], KvTier.DEVICE)
+        cached.update(zip(seqs, block_ids, strict=True))
+        self.event_log.stored(
+            parent_hash, [StoredBlock(seq, local) for seq, local in hashes], KvTier.DEVICE
+        )
         return True
 
     def reset_prefix_cache(self) -> bool:

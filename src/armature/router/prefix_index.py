@@ -228,9 +228,7 @@ class PrefixIndex:
         return set(self._external)
 
     # ---- bookkeeping -------------------------------------------------------------------
-    def _set(
-        self, worker: WorkerId, state: _WorkerState, new: Sequence[int], tier: KvTier
-    ) -> None:
+    def _set(self, worker: WorkerId, state: _WorkerState, new: Sequence[int], tier: KvTier) -> None:
         """Add `tier` to `worker`'s entry of each of `new` hashes: distinct, and none of them
         in `tier` for `worker` yet (callers filter)."""
         bit = _BIT[tier]

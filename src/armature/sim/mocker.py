@@ -118,8 +118,7 @@ class MockerRunner:
         digest = xxhash.xxh3_64_intdigest
         seed, vocab_size = self.seed, self.arch.vocab_size
         return [
-            digest(f"{request_id}/{p}".encode(), seed=seed) % vocab_size
-            for p in range(start, stop)
+            digest(f"{request_id}/{p}".encode(), seed=seed) % vocab_size for p in range(start, stop)
         ]
 
 

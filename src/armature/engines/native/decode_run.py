@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from armature.engines.native.kv_manager import KvCacheManager
 from armature.engines.native.request import RequestState
 from armature.engines.native.scheduler import Scheduler
 from armature.engines.native.step_stats import StepStats
@@ -147,11 +146,9 @@ def run_decodes(
                 ok = kv.allocate_slots(r, 1)
                 assert ok
                 heapq.heappush(allocations, (_next_allocation(r, bs) + step, j))
-        last = min(registrations[0][0], last_step)
-        if stretch_ends:
-            last = min(last, allocations[0][0] - 1)
-        else:
-            last = step
+        # the stretch's last step: before the next allocation, at the next registration or
+        # finish (one step when step times read the context)
+        last = min(registrations[0][0], last_step, allocations[0][0] - 1) if stretch_ends else step
         num_kv_tokens_used = kv.pool.get_num_active_blocks() * bs
         step_ms = runner.get_decode_step_ms(num_requests, kv_tokens)
         t_ms = step_end_ms[-1] if step_end_ms else now_ms
