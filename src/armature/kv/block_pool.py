@@ -247,7 +247,7 @@ class BlockPool:
         if not seqs:
             return True
         ref_counts = self._ref_counts
-        assert min([ref_counts[b] for b in block_ids]) > 0, "only blocks in use can be cached"
+        assert 0 not in map(ref_counts.__getitem__, block_ids), "only blocks in use can be cached"
         parents = [parent_hash, *seqs[:-1]]
         local_hashes, parent_hashes = self._local_hashes, self._parent_hashes
         for block_id, (seq_hash, local_hash), parent in zip(

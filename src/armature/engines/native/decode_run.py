@@ -25,7 +25,9 @@ after a step that finishes a request, and before a step starting at or after `ho
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -152,23 +154,30 @@ def run_decodes(
         num_kv_tokens_used = kv.pool.get_num_active_blocks() * bs
         step_ms = runner.get_decode_step_ms(num_requests, kv_tokens)
         t_ms = step_end_ms[-1] if step_end_ms else now_ms
-        while True:  # the stretch's steps, one length each
+        # the stretch's step ends, one step_ms apart (added one by one, as step by step),
+        # to the first at or after the horizon
+        ends_ms = list(
+            itertools.accumulate(itertools.repeat(step_ms, last - step + 1), initial=t_ms)
+        )
+        del ends_ms[0]
+        del ends_ms[bisect.bisect_left(ends_ms, horizon_ms) + 1 :]
+        wall_s = []
+        for _ in ends_ms:
             started_s = time_s()
             runner.advance(step_ms)
-            stats.record_decodes(
-                num_decode_requests=num_requests,
-                num_decode_kv_tokens=kv_tokens,
-                num_kv_tokens_used=num_kv_tokens_used,
-                num_queued_prefill_requests=queued[0],
-                num_queued_prefill_tokens=queued[1],
-                wall_s=time_s() - started_s,
-            )
-            kv_tokens += num_requests
-            t_ms += step_ms
-            step_end_ms.append(t_ms)
-            if step == last or t_ms >= horizon_ms:
-                break
-            step += 1
+            wall_s.append(time_s() - started_s)
+        stats.record_decodes(
+            num_decode_requests=num_requests,
+            first_decode_kv_tokens=kv_tokens,
+            num_kv_tokens_used=num_kv_tokens_used,
+            num_queued_prefill_requests=queued[0],
+            num_queued_prefill_tokens=queued[1],
+            wall_s=wall_s,
+        )
+        step_end_ms += ends_ms
+        step += len(ends_ms) - 1
+        kv_tokens += num_requests * len(ends_ms)
+        t_ms = ends_ms[-1]
         if registrations[0][0] == step:
             for j in _take_due(registrations, step):
                 r = running[j]
