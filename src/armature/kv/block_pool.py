@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
+from typing import cast
 
 from armature.errors import ArmatureError
 from armature.kv.event_log import KvEventLog
@@ -95,8 +96,10 @@ class BlockPool:
             )
         ]
 
-    def get_ref_count(self, block_id: int) -> int:
-        return self._ref_counts[block_id]
+    def get_num_unreferenced(self, block_ids: Sequence[int]) -> int:
+        """How many of `block_ids` no request holds (free, though maybe cached)."""
+        ref_counts = self._ref_counts
+        return [ref_counts[b] for b in block_ids].count(0)
 
     def get_num_free_blocks(self) -> int:
         """Blocks that `allocate` can hand out (free, including cached-but-unused ones)."""
@@ -125,15 +128,12 @@ class BlockPool:
 
     def find_prefix(self, seq_hashes: Sequence[int]) -> list[int]:
         """Block ids of the longest cached prefix of `seq_hashes` (takes no reference)."""
-        out: list[int] = []
         if not self.enable_prefix_caching:
-            return out
-        for h in seq_hashes:
-            block_id = self._cached.get(h)
-            if block_id is None:
-                break
-            out.append(block_id)
-        return out
+            return []
+        found = list(map(self._cached.get, seq_hashes))  # at C speed; past a miss is cheap
+        if None in found:
+            del found[found.index(None) :]
+        return cast("list[int]", found)  # the misses are cut
 
     # ---- mutations ---------------------------------------------------------------------
     def touch(self, block_ids: Sequence[int], *, is_hit: bool = False) -> None:
