@@ -111,6 +111,11 @@ class MockerRunner:
         self.num_batches += 1
         self.clock.advance(step_ms / 1000.0)
 
+    def advance_steps(self, step_ms: float, num_steps: int) -> list[float]:
+        self.last_step_ms = step_ms
+        self.num_batches += num_steps
+        return self.clock.advance_steps(step_ms / 1000.0, num_steps)
+
     def get_tokens(self, request_id: str, start: int, stop: int) -> list[int]:
         """`token_for` at positions `start..stop-1`."""
         if self.arch.eos_token_ids:

@@ -225,8 +225,9 @@ class EngineCore:
         """The decode fast path (`engines.native.decode_run`): when the next step is a batch
         of decodes only, run it and the steps after it that the same batch would run, until
         one finishes a request, would preempt, or would start at or after `horizon_ms` (step
-        times from `runner`, which must be this core's). Same effects as that many `step`
-        calls; None (nothing run) when the next step is not such a batch."""
+        times from `runner`, which must be this core's, on the clock that times its steps).
+        Same effects as that many `step` calls; None (nothing run) when the next step is not
+        such a batch."""
         if self.tiers is not None or not can_run_decodes(self.scheduler, self.eos_token_ids):
             return None
         run = run_decodes(
@@ -236,7 +237,6 @@ class EngineCore:
             max_model_len=self.max_model_len,
             now_ms=now_ms,
             horizon_ms=horizon_ms,
-            time_s=self._time_s,
             finish=self._finish,
         )
         if run is not None:

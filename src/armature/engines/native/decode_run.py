@@ -52,8 +52,9 @@ class DecodeRunner(Protocol):
         (their new ones included), with the KV cache as it is now."""
         ...
 
-    def advance(self, step_ms: float) -> None:
-        """Let a step of `step_ms` pass, as `ModelRunner.execute` of it would (no tokens)."""
+    def advance_steps(self, step_ms: float, num_steps: int) -> list[float]:
+        """Let `num_steps` steps of `step_ms` pass, as `ModelRunner.execute` of each would
+        (no tokens); returns each one's seconds on the engine's clock (`time_s`)."""
         ...
 
     def get_tokens(self, request_id: str, start: int, stop: int) -> list[int]:
@@ -109,13 +110,13 @@ def run_decodes(
     max_model_len: int,
     now_ms: float,
     horizon_ms: float,
-    time_s: Callable[[], float],
     finish: Callable[[RequestState, FinishReason], None],
 ) -> DecodeRun | None:
     """Run steps of the current batch of decodes (`can_run_decodes` must hold) from `now_ms`
     until one finishes a request, the next would need blocks that are not free, or the next
-    would start at or after `horizon_ms`. `finish` ends a request as the engine does. None
-    (nothing changed) when the first step's blocks do not fit."""
+    would start at or after `horizon_ms`. `finish` ends a request as the engine does; the
+    runner's clock is the engine's (its steps' seconds are recorded). None (nothing changed)
+    when the first step's blocks do not fit."""
     kv = scheduler.kv
     running = list(scheduler.running)
     num_requests = len(running)
@@ -161,11 +162,7 @@ def run_decodes(
         )
         del ends_ms[0]
         del ends_ms[bisect.bisect_left(ends_ms, horizon_ms) + 1 :]
-        wall_s = []
-        for _ in ends_ms:
-            started_s = time_s()
-            runner.advance(step_ms)
-            wall_s.append(time_s() - started_s)
+        wall_s = runner.advance_steps(step_ms, len(ends_ms))
         stats.record_decodes(
             num_decode_requests=num_requests,
             first_decode_kv_tokens=kv_tokens,
