@@ -164,6 +164,22 @@ def test_replay_prints_a_summary_and_writes_the_report(
         assert key in report
 
 
+def test_replay_reference_steps_writes_the_same_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["replay", "--synthetic", "prefix-groups", "--num-requests", "30", "--workers", "2"]
+    reports = []
+    for extra in ([], ["--reference-steps"]):
+        path = tmp_path / f"r{len(reports)}.json"
+        assert main([*argv, "--report", str(path), *extra]) == 0
+        report = json.loads(path.read_text())
+        del report["wall_time_s"]
+        reports.append(report)
+    assert reports[0] == reports[1]
+    assert reports[0]["num_requests"] == 30
+    capsys.readouterr()
+
+
 def test_replay_bad_trace_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

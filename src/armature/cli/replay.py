@@ -61,6 +61,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     replay.add_argument(
         "--seed", type=int, default=DEFAULTS.seed, help="seed for prompts and tokens"
     )
+    replay.add_argument(
+        "--reference-steps",
+        action="store_true",
+        help="simulate every engine step on its own instead of a batch of decodes' steps at "
+        "once (the same report, slower: the reference the fast path is tested against)",
+    )
     replay.add_argument("--report", default=None, help="write the report as JSON here")
     replay.add_argument(
         "--plot",
@@ -267,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
         decode_weight=args.decode_weight,
         router_temperature=args.temperature,
         seed=args.seed,
+        reference_steps=args.reference_steps,
         num_prefill_workers=args.prefill_workers,
         max_local_prefill_tokens=args.max_local_prefill_tokens,
         transfer_bandwidth_bytes_s=args.transfer_bandwidth_gbs * 1e9,

@@ -9,6 +9,10 @@ are evicted last.
 
     free queue:  head [b7, b3, b9, ...] tail      allocate -> b7 first
     cached map:  seq_hash -> block id (blocks in use and evictable free ones)
+
+A block's state is kept in arrays indexed by block id (reference counts, hashes, hits), not
+an object per block: a pool of 131,072 blocks is made in milliseconds, and the per-block
+loops index lists. `blocks` gives `KvBlock` snapshots for tests and dumps.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
+from typing import cast
 
 from armature.errors import ArmatureError
 from armature.kv.event_log import KvEventLog
@@ -32,6 +37,8 @@ class NoFreeBlocksError(ArmatureError, RuntimeError):
 
 @dataclass
 class KvBlock:
+    """One block's state (a snapshot: see `BlockPool.blocks`)."""
+
     block_id: int
     ref_count: int = 0
     seq_hash: int | None = None
@@ -61,12 +68,39 @@ class BlockPool:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self._eviction_observer = eviction_observer
-        self.blocks = [KvBlock(i) for i in range(num_blocks)]
-        self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        # by block id; a hash is None while the block is not cached
+        self._ref_counts = [0] * num_blocks
+        self._seq_hashes: list[int | None] = [None] * num_blocks
+        self._local_hashes: list[int | None] = [None] * num_blocks
+        self._parent_hashes: list[int | None] = [None] * num_blocks  # only while cached
+        self._num_hits = [0] * num_blocks  # prefix-cache hits since it was cached
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self._cached: dict[int, int] = {}  # seq_hash -> block id
         self.event_log = event_log if event_log is not None else KvEventLog()
 
     # ---- reads -------------------------------------------------------------------------
+    @property
+    def blocks(self) -> list[KvBlock]:
+        """Every block's state, by block id (a snapshot)."""
+        return [
+            KvBlock(i, *state)
+            for i, state in enumerate(
+                zip(
+                    self._ref_counts,
+                    self._seq_hashes,
+                    self._local_hashes,
+                    self._parent_hashes,
+                    self._num_hits,
+                    strict=True,
+                )
+            )
+        ]
+
+    def get_num_unreferenced(self, block_ids: Sequence[int]) -> int:
+        """How many of `block_ids` no request holds (free, though maybe cached)."""
+        ref_counts = self._ref_counts
+        return [ref_counts[b] for b in block_ids].count(0)
+
     def get_num_free_blocks(self) -> int:
         """Blocks that `allocate` can hand out (free, including cached-but-unused ones)."""
         return len(self._free)
@@ -94,27 +128,24 @@ class BlockPool:
 
     def find_prefix(self, seq_hashes: Sequence[int]) -> list[int]:
         """Block ids of the longest cached prefix of `seq_hashes` (takes no reference)."""
-        out: list[int] = []
         if not self.enable_prefix_caching:
-            return out
-        for h in seq_hashes:
-            block_id = self._cached.get(h)
-            if block_id is None:
-                break
-            out.append(block_id)
-        return out
+            return []
+        found = list(map(self._cached.get, seq_hashes))  # at C speed; past a miss is cheap
+        if None in found:
+            del found[found.index(None) :]
+        return cast("list[int]", found)  # the misses are cut
 
     # ---- mutations ---------------------------------------------------------------------
     def touch(self, block_ids: Sequence[int], *, is_hit: bool = False) -> None:
         """Take one more reference on each block; a free one leaves the queue. `is_hit`: the
         blocks are a request's prefix-cache hit (counted in each block's `num_hits`)."""
+        ref_counts = self._ref_counts
         for block_id in block_ids:
-            block = self.blocks[block_id]
-            if block.ref_count == 0:
+            if ref_counts[block_id] == 0:
                 del self._free[block_id]
-            block.ref_count += 1
+            ref_counts[block_id] += 1
             if is_hit:
-                block.num_hits += 1
+                self._num_hits[block_id] += 1
 
     def allocate(self, num_blocks: int) -> list[int]:
         """Take `num_blocks` blocks from the queue head, each with one reference. Evicted
@@ -127,21 +158,21 @@ class BlockPool:
             raise NoFreeBlocksError(f"asked for {num_blocks} blocks, {len(self._free)} free")
         if self._eviction_observer is not None:
             self._report_evictions(num_blocks, self._eviction_observer)
-        out: list[int] = []
+        popitem = self._free.popitem
+        out = [popitem(last=False)[0] for _ in range(num_blocks)]
+        ref_counts, seq_hashes, num_hits = self._ref_counts, self._seq_hashes, self._num_hits
         evicted: list[int] = []
-        for _ in range(num_blocks):
-            block_id, _none = self._free.popitem(last=False)
-            block = self.blocks[block_id]
-            assert block.ref_count == 0
-            if block.seq_hash is not None:
-                del self._cached[block.seq_hash]
-                evicted.append(block.seq_hash)
-                block.seq_hash = None
-                block.local_hash = None
-                block.parent_hash = None
-            block.num_hits = 0
-            block.ref_count = 1
-            out.append(block_id)
+        for block_id in out:
+            assert ref_counts[block_id] == 0
+            seq_hash = seq_hashes[block_id]
+            if seq_hash is not None:
+                del self._cached[seq_hash]
+                evicted.append(seq_hash)
+                seq_hashes[block_id] = None
+                self._local_hashes[block_id] = None
+                self._parent_hashes[block_id] = None
+            num_hits[block_id] = 0
+            ref_counts[block_id] = 1
         if evicted:
             self.event_log.removed(evicted, KvTier.DEVICE)
         return out
@@ -149,12 +180,13 @@ class BlockPool:
     def free(self, block_ids: Sequence[int]) -> None:
         """Drop one reference from each block, in the given order; a block that reaches zero
         joins the queue tail (so pass a request's blocks tail-first)."""
+        ref_counts, free = self._ref_counts, self._free
         for block_id in block_ids:
-            block = self.blocks[block_id]
-            assert block.ref_count > 0, f"double free of block {block_id}"
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                self._free[block_id] = None
+            ref_count = ref_counts[block_id] - 1
+            assert ref_count >= 0, f"double free of block {block_id}"
+            ref_counts[block_id] = ref_count
+            if ref_count == 0:
+                free[block_id] = None
 
     def cache_blocks(
         self,
@@ -168,20 +200,23 @@ class BlockPool:
         if not self.enable_prefix_caching:
             return
         assert len(block_ids) == len(hashes)
+        if self._cache_new_blocks(block_ids, hashes, parent_hash):
+            return
         run: list[StoredBlock] = []  # consecutive newly cached blocks, one event per run
         run_parent: int | None = None
         prev_hash = parent_hash
+        cached, seq_hashes = self._cached, self._seq_hashes
         for block_id, (seq_hash, local_hash) in zip(block_ids, hashes, strict=True):
-            block = self.blocks[block_id]
-            assert block.ref_count > 0, "only blocks in use can be cached"
+            assert self._ref_counts[block_id] > 0, "only blocks in use can be cached"
             newly_cached = False
-            if block.seq_hash is not None:
-                assert block.seq_hash == seq_hash, "block re-cached under another hash"
-            elif seq_hash not in self._cached:
-                block.seq_hash = seq_hash
-                block.local_hash = local_hash
-                block.parent_hash = prev_hash
-                self._cached[seq_hash] = block_id
+            old_hash = seq_hashes[block_id]
+            if old_hash is not None:
+                assert old_hash == seq_hash, "block re-cached under another hash"
+            elif seq_hash not in cached:
+                seq_hashes[block_id] = seq_hash
+                self._local_hashes[block_id] = local_hash
+                self._parent_hashes[block_id] = prev_hash
+                cached[seq_hash] = block_id
                 newly_cached = True
             if newly_cached:
                 if not run:
@@ -194,15 +229,46 @@ class BlockPool:
         if run:
             self.event_log.stored(run_parent, run, KvTier.DEVICE)
 
+    def _cache_new_blocks(
+        self,
+        block_ids: Sequence[int],
+        hashes: Sequence[tuple[int, int]],
+        parent_hash: int | None,
+    ) -> bool:
+        """`cache_blocks` when every block is uncached and no hash is cached (a prompt's new
+        blocks: the common case), in bulk; False (nothing done) otherwise."""
+        seq_hashes = self._seq_hashes
+        if [seq_hashes[b] for b in block_ids].count(None) != len(block_ids):
+            return False
+        seqs = [h for h, _ in hashes]
+        cached = self._cached
+        if not cached.keys().isdisjoint(seqs) or len(set(seqs)) != len(seqs):
+            return False
+        if not seqs:
+            return True
+        ref_counts = self._ref_counts
+        assert 0 not in map(ref_counts.__getitem__, block_ids), "only blocks in use can be cached"
+        parents = [parent_hash, *seqs[:-1]]
+        local_hashes, parent_hashes = self._local_hashes, self._parent_hashes
+        for block_id, (seq_hash, local_hash), parent in zip(
+            block_ids, hashes, parents, strict=True
+        ):
+            seq_hashes[block_id] = seq_hash
+            local_hashes[block_id] = local_hash
+            parent_hashes[block_id] = parent
+        cached.update(zip(seqs, block_ids, strict=True))
+        self.event_log.stored(
+            parent_hash, [StoredBlock(seq, local) for seq, local in hashes], KvTier.DEVICE
+        )
+        return True
+
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash (Cleared event). Refused (False) while blocks are in use."""
         if self.get_num_active_blocks() > 0:
             return False
-        for block in self.blocks:
-            block.seq_hash = None
-            block.local_hash = None
-            block.parent_hash = None
-            block.num_hits = 0
+        n = self.num_blocks
+        self._seq_hashes, self._local_hashes = [None] * n, [None] * n
+        self._parent_hashes, self._num_hits = [None] * n, [0] * n
         self._cached.clear()
         self.event_log.cleared()
         return True
@@ -223,22 +289,22 @@ class BlockPool:
             assert block.seq_hash is not None or block.parent_hash is None, block
             if block.seq_hash is not None:
                 assert self._cached[block.seq_hash] == block.block_id
-        assert all(self.blocks[b].seq_hash == h for h, b in self._cached.items())
+        assert all(self._seq_hashes[b] == h for h, b in self._cached.items())
 
     def _report_evictions(self, num_blocks: int, observer: EvictionObserver) -> None:
         """Tell `observer` which cached blocks the next `allocate(num_blocks)` takes."""
         evicted: list[EvictedBlock] = []
         for block_id in islice(self._free, num_blocks):
-            block = self.blocks[block_id]
-            if block.seq_hash is not None:
-                assert block.local_hash is not None
+            seq_hash, local_hash = self._seq_hashes[block_id], self._local_hashes[block_id]
+            if seq_hash is not None:
+                assert local_hash is not None
                 evicted.append(
                     EvictedBlock(
                         block_id,
-                        block.seq_hash,
-                        block.local_hash,
-                        block.parent_hash,
-                        block.num_hits,
+                        seq_hash,
+                        local_hash,
+                        self._parent_hashes[block_id],
+                        self._num_hits[block_id],
                     )
                 )
         if evicted:

@@ -3,6 +3,8 @@ the workers' KV events (DESIGN §3). Pure: no I/O, one owner.
 
     workers[w].tiers: seq_hash -> bit set of the tiers w holds it in   (removal, dumps, bounds)
     holders[tier]:    seq_hash -> {workers holding it in tier}          (G1, G2, G3: lookups)
+                      (frozensets, one shared per single holder: a prompt's new blocks go
+                      in with one dict update)
     external:         seq_hash -> how many workers announce it in G4    (counts for every worker)
 
 A block may sit in several tiers of one worker at once (tiers are inclusive): a Stored or
@@ -53,7 +55,7 @@ class _WorkerState:
 
 class PrefixIndex:
     def __init__(self) -> None:
-        self._holders: dict[KvTier, dict[int, set[WorkerId]]] = {
+        self._holders: dict[KvTier, dict[int, frozenset[WorkerId]]] = {
             KvTier.DEVICE: {},
             KvTier.HOST: {},
             KvTier.DISK: {},
@@ -67,6 +69,7 @@ class PrefixIndex:
         self._external: dict[int, int] = {}
         self._workers: dict[WorkerId, _WorkerState] = {}
         self._everyone: frozenset[WorkerId] = frozenset()
+        self._alone: dict[WorkerId, frozenset[WorkerId]] = {}  # {worker}, shared
 
     # ---- workers -----------------------------------------------------------------------
     def add_worker(self, worker: WorkerId, capacity_blocks: int) -> None:
@@ -78,6 +81,7 @@ class PrefixIndex:
             raise ValueError(f"worker {worker!r} is already indexed")
         self._workers[worker] = _WorkerState({KvTier.DEVICE: capacity_blocks})
         self._everyone = frozenset(self._workers)
+        self._alone[worker] = frozenset([worker])
 
     def set_tier_capacities(self, worker: WorkerId, capacity_blocks: Mapping[KvTier, int]) -> None:
         """The lower tiers `worker` has, with their capacities in blocks (as in its load
@@ -99,6 +103,7 @@ class PrefixIndex:
         state = self._workers.pop(worker)
         self._everyone = frozenset(self._workers)
         self._clear_all(worker, state)
+        del self._alone[worker]
 
     def get_workers(self) -> list[WorkerId]:
         return list(self._workers)
@@ -126,13 +131,7 @@ class PrefixIndex:
             capacity = state.capacity_blocks.get(event.tier)
             if capacity is None:
                 return True  # a tier this worker did not report: not indexed
-            bit = _BIT[event.tier]
-            held = state.tiers
-            new = [
-                h
-                for h in dict.fromkeys(b.seq_hash for b in event.blocks)
-                if not held.get(h, 0) & bit
-            ]
+            new = _get_new(state.tiers, [b.seq_hash for b in event.blocks], _BIT[event.tier])
             if state.num_blocks[event.tier] + len(new) > capacity:
                 state.stale = True  # more blocks than the tier can hold: we missed removals
                 return False
@@ -229,25 +228,31 @@ class PrefixIndex:
         return set(self._external)
 
     # ---- bookkeeping -------------------------------------------------------------------
-    def _set(
-        self, worker: WorkerId, state: _WorkerState, hashes: Iterable[int], tier: KvTier
-    ) -> None:
-        """Add `tier` to `worker`'s entry of each of `hashes` (not already there: checked)."""
+    def _set(self, worker: WorkerId, state: _WorkerState, new: Sequence[int], tier: KvTier) -> None:
+        """Add `tier` to `worker`'s entry of each of `new` hashes: distinct, and none of them
+        in `tier` for `worker` yet (callers filter)."""
         bit = _BIT[tier]
         held = state.tiers
-        holders = self._holders.get(tier, {})
-        num_new = 0
-        for seq_hash in hashes:
-            bits = held.get(seq_hash, 0)
-            if bits & bit:
-                continue
-            held[seq_hash] = bits | bit
-            num_new += 1
-            if tier is KvTier.EXTERNAL:
-                self._external[seq_hash] = self._external.get(seq_hash, 0) + 1
+        if held.keys().isdisjoint(new):
+            held.update(dict.fromkeys(new, bit))
+        else:
+            get_bits = held.get
+            held.update([(h, get_bits(h, 0) | bit) for h in new])
+        if tier is KvTier.EXTERNAL:
+            external = self._external
+            for seq_hash in new:
+                external[seq_hash] = external.get(seq_hash, 0) + 1
+        else:
+            holders = self._holders[tier]
+            alone = self._alone[worker]
+            if holders.keys().isdisjoint(new):  # blocks nobody else holds: the common case
+                holders.update(dict.fromkeys(new, alone))
             else:
-                holders.setdefault(seq_hash, set()).add(worker)
-        state.num_blocks[tier] += num_new
+                get_holders = holders.get
+                for seq_hash in new:
+                    workers = get_holders(seq_hash)
+                    holders[seq_hash] = alone if workers is None else workers | alone
+        state.num_blocks[tier] += len(new)
 
     def _clear(
         self, worker: WorkerId, state: _WorkerState, hashes: Iterable[int], tier: KvTier
@@ -283,10 +288,20 @@ class PrefixIndex:
         assert not state.tiers
 
 
-def _discard(holders_by_hash: dict[int, set[WorkerId]], seq_hash: int, worker: WorkerId) -> None:
+def _get_new(held: dict[int, int], hashes: list[int], bit: int) -> list[int]:
+    """`hashes` without repeats and without those `held` has `bit` of, in their order."""
+    if held.keys().isdisjoint(hashes) and len(set(hashes)) == len(hashes):
+        return hashes  # all new (the common case, at C speed)
+    return [h for h in dict.fromkeys(hashes) if not held.get(h, 0) & bit]
+
+
+def _discard(
+    holders_by_hash: dict[int, frozenset[WorkerId]], seq_hash: int, worker: WorkerId
+) -> None:
     holders = holders_by_hash.get(seq_hash)
-    if holders is None:
+    if holders is None or worker not in holders:
         return
-    holders.discard(worker)
-    if not holders:
+    if len(holders) == 1:
         del holders_by_hash[seq_hash]
+    else:
+        holders_by_hash[seq_hash] = holders - {worker}

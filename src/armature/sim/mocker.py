@@ -92,13 +92,39 @@ class MockerRunner:
             kv_utilization=self.kv_utilization(),
             num_decode_kv_tokens=sum(c.start_pos + c.num_tokens for c in decodes),
         )
-        self.last_step_ms = self.timing.step_ms(work)
-        self.num_batches += 1
-        self.clock.advance(self.last_step_ms / 1000.0)
+        self.advance(self.timing.step_ms(work))
         return [
             self.token_for(c.request.request_id, c.start_pos + c.num_tokens)
             for c in chunks
             if c.completes_sequence
+        ]
+
+    # the decode fast path's runner (`engines.native.decode_run.DecodeRunner`)
+    @property
+    def decode_uses_context(self) -> bool:
+        return self.timing.decode_uses_context
+
+    def get_decode_step_ms(self, num_requests: int, num_kv_tokens: int) -> float:
+        return self.timing.step_ms(StepWork(0, num_requests, self.kv_utilization(), num_kv_tokens))
+
+    def advance(self, step_ms: float) -> None:
+        self.last_step_ms = step_ms
+        self.num_batches += 1
+        self.clock.advance(step_ms / 1000.0)
+
+    def advance_steps(self, step_ms: float, num_steps: int) -> list[float]:
+        self.last_step_ms = step_ms
+        self.num_batches += num_steps
+        return self.clock.advance_steps(step_ms / 1000.0, num_steps)
+
+    def get_tokens(self, request_id: str, start: int, stop: int) -> list[int]:
+        """`token_for` at positions `start..stop-1`."""
+        if self.arch.eos_token_ids:
+            return [self.token_for(request_id, p) for p in range(start, stop)]
+        digest = xxhash.xxh3_64_intdigest
+        seed, vocab_size = self.seed, self.arch.vocab_size
+        return [
+            digest(f"{request_id}/{p}".encode(), seed=seed) % vocab_size for p in range(start, stop)
         ]
 
 

@@ -102,7 +102,8 @@ class PlannedFleet:
 
     # ---- ticks ---------------------------------------------------------------------------
     def _on_load_tick(self, now_ms: float) -> None:
-        self._collect_records()
+        if self._planner is not None:  # nobody else reads step records
+            self._collect_records()
         frontend = self._windows.take(_LOAD, self._load_ms / 1000.0)
         self.timeline.append(
             FleetSample(

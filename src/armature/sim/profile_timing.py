@@ -100,6 +100,10 @@ class ProfileTiming:
         at_zero = _interpolate(self.prefill_tokens, self.prefill_ms_table, 0.0)
         return min(max(0.0, at_zero), cheapest)
 
+    @property
+    def decode_uses_context(self) -> bool:
+        return True  # decode time is read by context tokens per request
+
     def step_ms(self, work: StepWork) -> float:
         prefill = decode = 0.0
         if work.num_prefill_tokens > 0:

@@ -33,6 +33,9 @@ class ReplayConfig:
     vocab_size: int = 32000
     routed_ttl_s: float = RouterConfig().routed_ttl_s
     seed: int = 0
+    # run every engine step on its own instead of a batch of decodes' steps at once (the
+    # reference the fast path is tested against: the same report, more slowly)
+    reference_steps: bool = False
     # disaggregation: the first `num_prefill_workers` of `num_workers` are prefill workers
     num_prefill_workers: int = 0
     max_local_prefill_tokens: int = 0

@@ -49,6 +49,8 @@ class DisaggSimulation(Simulation):
         for worker in self.prefill_workers:
             self.prefill_index.add_worker(worker, config.num_kv_blocks)
         self.prefill_load = ActiveLoad()
+        # every prefill worker ever in routing (a draining one still delivers first tokens)
+        self._prefill_names = set(self.prefill_workers)
         self.prefill_policy = self._policy(self.prefill_index, self.prefill_load)
         self.disagg = DisaggConfig(
             max_local_prefill_tokens=config.max_local_prefill_tokens,
@@ -187,6 +189,7 @@ class DisaggSimulation(Simulation):
             super().join(worker, role)
             return
         self.prefill_workers.append(worker)
+        self._prefill_names.add(worker)
         self.prefill_index.add_worker(worker, self.config.num_kv_blocks)
 
     def leave(self, worker: str, role: WorkerRole) -> None:
@@ -196,6 +199,10 @@ class DisaggSimulation(Simulation):
         self.prefill_workers.remove(worker)
         self.prefill_index.remove_worker(worker)
         self._drain(worker, self.now_ms)
+
+    def _is_observer(self, worker: str) -> bool:
+        """A prefill worker's step end routes its requests' decode legs."""
+        return worker in self._prefill_names
 
     def _index_events(self, worker: str) -> None:
         if worker not in self.prefill_index.get_workers():

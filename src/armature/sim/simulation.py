@@ -10,6 +10,14 @@ A step's scheduling happens when it starts (the real EngineCore.step), its outpu
 ends. Routing uses the real policies over a PrefixIndex fed by the workers' KV events and an
 ActiveLoad updated on every path. Deterministic: a seed gives the same report.
 
+A worker's steps change nothing that others read until the next event that reads the fleet
+(an arrival, a timer, a transfer, a prefill worker's step end: the *observers*). So a batch of
+decodes runs, in one `EngineCore.run_decodes` call, every step that starts before the next
+observer (or until one finishes a request or would preempt), with the same effects as step
+after step; its tokens land in the requests at their steps' ends, and its last step ends as
+an event like any other. `ReplayConfig.reference_steps` runs every step on its own (the
+reference the fast path is tested against).
+
 With lower KV tiers (`ReplayConfig.tiers`) each worker runs `ModeledTiers` on the simulation's
 time: a load submitted in a step is done n blocks x bytes / bandwidth later. A worker whose
 step finds nothing to run (its requests wait for loads) is idle, not busy: an arrival starts
@@ -19,6 +27,7 @@ its next step at once, and a wake event starts one when its next load is done.
 from __future__ import annotations
 
 import heapq
+import itertools
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -27,6 +36,7 @@ from pathlib import Path
 
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
+from armature.engines.native.decode_run import DecodeRun
 from armature.errors import InvalidRequestError
 from armature.kv.event_log import KvEventLog
 from armature.kv.hashing import DEFAULT_HASH_SEED
@@ -115,8 +125,11 @@ class Simulation:
         self.tracked: dict[str, Tracked] = {}
         self.num_rejected = 0
         self.num_remote_prefills = 0
-        # (time ms, sequence, key): scheduled events, e.g. the end of a busy worker's step
+        # (time ms, sequence, key): scheduled events, in two heaps: the ends of busy routed
+        # workers' steps and their wakes, which read nothing outside their worker, and the
+        # events that read or change the fleet (`_is_observer`); the loop takes the earlier
         self.step_ends: list[tuple[float, int, str]] = []
+        self.observers: list[tuple[float, int, str]] = []
         self.pending: dict[str, list[EngineOutput]] = {}
         self.busy: set[str] = set()
         self.wake_ms: dict[str, float] = {}  # an idle worker's next wake event
@@ -169,7 +182,8 @@ class Simulation:
 
     def has_work_left(self) -> bool:
         """Arrivals still to come, or events other than timers still to happen."""
-        return self.next_arrival < len(self.requests) or len(self.step_ends) > len(self.timers)
+        num_events = len(self.step_ends) + len(self.observers)
+        return self.next_arrival < len(self.requests) or num_events > len(self.timers)
 
     def _build_tiers(self, worker: str) -> Callable[[KvEventLog, KvBlockStore], KvTiers]:
         def build(event_log: KvEventLog, kv_store: KvBlockStore) -> KvTiers:
@@ -212,24 +226,41 @@ class Simulation:
 
     def run(self) -> float:
         """Simulate to the end; returns the simulated end time in ms."""
-        while self.next_arrival < len(self.requests) or self.step_ends:
-            arrival_ms = (
-                self.requests[self.next_arrival].arrival_ms
-                if self.next_arrival < len(self.requests)
-                else float("inf")
-            )
-            step_end_ms = self.step_ends[0][0] if self.step_ends else float("inf")
-            if arrival_ms <= step_end_ms:
-                self.now_ms = arrival_ms
-                trace = self.requests[self.next_arrival]
+        step_ends, observers = self.step_ends, self.observers
+        while self.next_arrival < len(self.requests) or step_ends or observers:
+            if step_ends and (not observers or step_ends[0] < observers[0]):
+                heap = step_ends
+            else:
+                heap = observers
+            event_ms = heap[0][0] if heap else float("inf")
+            if self._get_next_arrival_ms() <= event_ms:
+                number = self.next_arrival
+                trace = self.requests[number]
+                self.now_ms = trace.arrival_ms
+                self.next_arrival += 1
                 if self.monitor is not None:
                     self.monitor.on_arrival(trace.input_length, trace.output_length)
-                self._arrive(trace, self.next_arrival, self.now_ms)
-                self.next_arrival += 1
+                self._arrive(trace, number, self.now_ms)
             else:
-                self.now_ms, _, key = heapq.heappop(self.step_ends)
+                self.now_ms, _, key = heapq.heappop(heap)
                 self._on_event(key, self.now_ms)
         return self.now_ms
+
+    def _get_next_arrival_ms(self) -> float:
+        if self.next_arrival < len(self.requests):
+            return self.requests[self.next_arrival].arrival_ms
+        return float("inf")
+
+    def _get_horizon_ms(self) -> float:
+        """When the next observer happens (an arrival or an observer event): a worker's steps
+        that start before it are seen by nobody else before they end."""
+        event_ms = self.observers[0][0] if self.observers else float("inf")
+        return min(self._get_next_arrival_ms(), event_ms)
+
+    def _is_observer(self, worker: str) -> bool:
+        """Whether `worker`'s step ends read or change the rest of the fleet (not here: a
+        routed worker's outputs only reach its own requests)."""
+        return False
 
     def _on_event(self, key: str, now_ms: float) -> None:
         """A scheduled event: the end of worker `key`'s step, an idle worker's wake, or a
@@ -247,9 +278,11 @@ class Simulation:
         if worker not in self.busy and self.cores[worker].has_work():
             self._start_step(worker, now_ms)
 
-    def _schedule(self, at_ms: float, key: str) -> None:
+    def _schedule(self, at_ms: float, key: str, worker: str | None = None) -> None:
+        """Schedule event `key` at `at_ms`; `worker`: it is that worker's step end or wake."""
         self._sequence += 1
-        heapq.heappush(self.step_ends, (at_ms, self._sequence, key))
+        private = worker is not None and not self._is_observer(worker)
+        heapq.heappush(self.step_ends if private else self.observers, (at_ms, self._sequence, key))
 
     def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
         tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
@@ -279,6 +312,15 @@ class Simulation:
     def _start_step(self, worker: str, now_ms: float) -> None:
         core = self.cores[worker]
         runner = self.runners[worker]
+        if not self.config.reference_steps:
+            run = core.run_decodes(runner, now_ms, self._get_horizon_ms())
+            if run is not None:
+                self._index_events(worker)
+                self._deliver_decodes(run)
+                self.pending[worker] = run.outputs
+                self.busy.add(worker)
+                self._schedule(run.step_end_ms[-1], worker, worker)
+                return
         num_batches = runner.num_batches
         outputs = core.step()
         self._index_events(worker)
@@ -288,7 +330,22 @@ class Simulation:
             return
         self.pending[worker] = outputs
         self.busy.add(worker)
-        self._schedule(now_ms + runner.last_step_ms, worker)
+        self._schedule(now_ms + runner.last_step_ms, worker, worker)
+
+    def _deliver_decodes(self, run: DecodeRun) -> None:
+        """The tokens of a decode run's steps but its last, each at its step's end (as
+        `_deliver` would: none is a first token or a finish)."""
+        ends_ms = run.step_end_ms[:-1]
+        if not ends_ms:
+            return
+        gaps_ms = [b - a for a, b in itertools.pairwise(ends_ms)]
+        for request_id in run.request_ids:
+            t = self.tracked[request_id]
+            assert t.last_token_ms is not None
+            t.itl_ms.append(ends_ms[0] - t.last_token_ms)
+            t.itl_ms.extend(gaps_ms)
+            t.last_token_ms = ends_ms[-1]
+            t.num_output_tokens += len(ends_ms)
 
     def _wake_idle(self, worker: str, now_ms: float) -> None:
         """Wake idle `worker` when its next load is done; with none in flight and requests
@@ -304,7 +361,7 @@ class Simulation:
             return
         if at_ms < self.wake_ms.get(worker, float("inf")):
             self.wake_ms[worker] = at_ms
-            self._schedule(at_ms, _WAKE + worker)
+            self._schedule(at_ms, _WAKE + worker, worker)
 
     def _finish_step(self, worker: str, now_ms: float) -> None:
         self.busy.discard(worker)

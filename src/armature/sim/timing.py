@@ -39,6 +39,12 @@ class TimingModel(Protocol):
     @property
     def speedup_ratio(self) -> float: ...
 
+    @property
+    def decode_uses_context(self) -> bool:
+        """Whether decode time reads `StepWork.num_decode_kv_tokens` (else a decode step's
+        time depends only on its requests and KV utilization)."""
+        ...
+
     def step_ms(self, work: StepWork) -> float: ...
 
 
@@ -61,6 +67,10 @@ class PolynomialTiming:
         a, b, c = self.decode_coeffs
         u = kv_utilization
         return max(self.min_decode_ms, a * u * u + b * u + c)
+
+    @property
+    def decode_uses_context(self) -> bool:
+        return False
 
     def step_ms(self, work: StepWork) -> float:
         total = 0.0
@@ -101,6 +111,10 @@ class InterpolatedTiming:
                 raise ValueError("timing table x values must increase strictly")
         if self.speedup_ratio <= 0:
             raise ValueError("speedup_ratio must be > 0")
+
+    @property
+    def decode_uses_context(self) -> bool:
+        return False
 
     def step_ms(self, work: StepWork) -> float:
         total = 0.0

@@ -666,15 +666,15 @@ def test_no_prefix_caching_reports_nothing() -> None:
 
 
 def _corrupt_ref_count(pool: BlockPool) -> None:
-    pool.blocks[0].ref_count = 1  # in use, yet still in the free queue
+    pool._ref_counts[0] = 1  # in use, yet still in the free queue
 
 
 def _corrupt_block_hash(pool: BlockPool) -> None:
-    pool.blocks[1].seq_hash = 10  # claims a hash the map gives to block 0
+    pool._seq_hashes[1] = 10  # claims a hash the map gives to block 0
 
 
 def _corrupt_local_hash(pool: BlockPool) -> None:
-    pool.blocks[0].local_hash = None  # cached block without its local hash
+    pool._local_hashes[0] = None  # cached block without its local hash
 
 
 def _corrupt_cached_map(pool: BlockPool) -> None:
@@ -682,7 +682,7 @@ def _corrupt_cached_map(pool: BlockPool) -> None:
 
 
 def _corrupt_parent_hash(pool: BlockPool) -> None:
-    pool.blocks[2].parent_hash = 10  # an uncached block that remembers a parent
+    pool._parent_hashes[2] = 10  # an uncached block that remembers a parent
 
 
 @pytest.mark.parametrize(

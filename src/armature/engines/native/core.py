@@ -15,6 +15,7 @@ import torch
 
 from armature.engines.api import InvalidRequestError
 from armature.engines.native.config import NativeEngineConfig
+from armature.engines.native.decode_run import DecodeRun, DecodeRunner, can_run_decodes, run_decodes
 from armature.engines.native.grammar import GrammarMasks, PendingMasks
 from armature.engines.native.kv_manager import KvCacheManager
 from armature.engines.native.model_runner import ModelRunner, RunnerOutput, TorchModelRunner
@@ -259,6 +260,34 @@ class EngineCore:
         )
         return outputs
 
+    def run_decodes(
+        self, runner: DecodeRunner, now_ms: float, horizon_ms: float
+    ) -> DecodeRun | None:
+        """The decode fast path (`engines.native.decode_run`): when the next step is a batch
+        of decodes only, run it and the steps after it that the same batch would run, until
+        one finishes a request, would preempt, or would start at or after `horizon_ms` (step
+        times from `runner`, which must be this core's, on the clock that times its steps).
+        Same effects as that many `step` calls; None (nothing run) when the next step is not
+        such a batch."""
+        if self.tiers is not None or not can_run_decodes(self.scheduler, self.eos_token_ids):
+            return None
+        run = run_decodes(
+            self.scheduler,
+            self.step_stats,
+            runner,
+            max_model_len=self.max_model_len,
+            now_ms=now_ms,
+            horizon_ms=horizon_ms,
+            finish=self._finish,
+        )
+        if run is not None:
+            self._num_steps += run.num_steps
+        return run
+
+    def _finish(self, req: RequestState, reason: FinishReason) -> None:
+        self.scheduler.finish(req, reason)
+        self._requests.pop(req.request_id, None)
+
     def _sample_and_finish(
         self,
         completing: list[ScheduledChunk],
@@ -293,8 +322,7 @@ class EngineCore:
                 handle = self._pin_prompt(req)
                 reason = FinishReason.TRANSFER
             if reason is not None:
-                self.scheduler.finish(req, reason)
-                self._requests.pop(req.request_id, None)
+                self._finish(req, reason)
             outputs.append(
                 EngineOutput(
                     request_id=req.request_id,

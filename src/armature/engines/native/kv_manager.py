@@ -54,7 +54,7 @@ class KvCacheManager:
         num_computed = request.num_computed_tokens + len(cached) * self.block_size
         num_blocks_needed = -(-(num_computed + num_new_tokens) // self.block_size)
         num_new_blocks = max(0, num_blocks_needed - len(request.block_ids) - len(cached))
-        num_cached_free = sum(1 for b in cached if self.pool.blocks[b].ref_count == 0)
+        num_cached_free = self.pool.get_num_unreferenced(cached)
         if num_new_blocks + num_cached_free > self.pool.get_num_free_blocks():
             return False
         if cached:

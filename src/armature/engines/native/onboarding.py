@@ -59,7 +59,7 @@ class Onboarding:
             return OnboardStart.NONE
         if not self.tiers.can_load(len(hits)):
             return OnboardStart.WAIT
-        num_cached_free = sum(1 for b in cached_ids if self.pool.blocks[b].ref_count == 0)
+        num_cached_free = self.pool.get_num_unreferenced(cached_ids)
         if len(hits) + num_cached_free > self.pool.get_num_free_blocks():
             busy = self.pool.get_num_active_blocks() > 0
             return OnboardStart.WAIT if busy else OnboardStart.NONE

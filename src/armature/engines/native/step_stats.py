@@ -5,6 +5,8 @@ core hands it each step's batch, queues and wall time. Engine thread only."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
+from itertools import repeat
 
 from armature.engines.native.scheduler import SchedulerOutput
 from armature.protocols.engine import StepRecord
@@ -12,12 +14,14 @@ from armature.protocols.engine import StepRecord
 __all__ = ["MAX_STEP_RECORDS", "StepStats"]
 
 MAX_STEP_RECORDS = 1024  # kept until taken; beyond this the oldest are dropped
+# a record until taken: StepRecord's fields in order (a tuple costs a tenth of a record)
+_Row = tuple[int, int, int, int, int, int, int, float]
 
 
 class StepStats:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
-        self._records: deque[StepRecord] = deque(maxlen=MAX_STEP_RECORDS)
+        self._rows: deque[_Row] = deque(maxlen=MAX_STEP_RECORDS)
         # prefill-only steps so far (no decode in the batch): wall seconds and blocks computed
         self._prefill_step_s = 0.0
         self._prefill_step_blocks = 0.0
@@ -44,27 +48,77 @@ class StepStats:
         if num_prefill_tokens and not num_decodes:
             self._prefill_step_s += wall_s
             self._prefill_step_blocks += num_prefill_tokens / self.block_size
-        self._records.append(
-            StepRecord(
-                num_scheduled_prefill_requests=num_prefills,
-                num_scheduled_prefill_tokens=num_prefill_tokens,
-                num_queued_prefill_requests=num_queued_prefill_requests,
-                num_queued_prefill_tokens=num_queued_prefill_tokens,
-                num_decode_requests=num_decodes,
-                num_decode_kv_tokens=num_decode_kv_tokens,
-                num_kv_tokens_used=num_kv_tokens_used,
-                step_wall_s=wall_s,
+        self._rows.append(
+            (
+                num_prefills,
+                num_prefill_tokens,
+                num_queued_prefill_requests,
+                num_queued_prefill_tokens,
+                num_decodes,
+                num_decode_kv_tokens,
+                num_kv_tokens_used,
+                wall_s,
+            )
+        )
+
+    def record_decodes(
+        self,
+        *,
+        num_decode_requests: int,
+        first_decode_kv_tokens: int,
+        num_kv_tokens_used: int,
+        num_queued_prefill_requests: int,
+        num_queued_prefill_tokens: int,
+        wall_s: Sequence[float],
+    ) -> None:
+        """`record` of steps of one batch of decodes only, one per `wall_s`: the first
+        attends over `first_decode_kv_tokens`, each next one a token more per request (the
+        decode fast path, `engines.native.decode_run`, builds no SchedulerOutput)."""
+        n = num_decode_requests
+        kv_tokens = range(first_decode_kv_tokens, first_decode_kv_tokens + n * len(wall_s), n)
+        self._rows.extend(
+            zip(
+                repeat(0),
+                repeat(0),
+                repeat(num_queued_prefill_requests),
+                repeat(num_queued_prefill_tokens),
+                repeat(n),
+                kv_tokens,
+                repeat(num_kv_tokens_used),
+                wall_s,
             )
         )
 
     def take_records(self) -> list[StepRecord]:
         """Drain the records of the steps run since the last call (at most the newest
         MAX_STEP_RECORDS), oldest first."""
-        records = list(self._records)
-        self._records.clear()
+        records = [_to_record(*row) for row in self._rows]
+        self._rows.clear()
         return records
 
     def get_prefill_s_per_block(self) -> float | None:
         """Seconds per prefill block over the prefill-only steps so far (None: none yet)."""
         blocks = self._prefill_step_blocks
         return self._prefill_step_s / blocks if blocks else None
+
+
+def _to_record(
+    num_prefills: int,
+    num_prefill_tokens: int,
+    num_queued_requests: int,
+    num_queued_tokens: int,
+    num_decodes: int,
+    num_decode_kv_tokens: int,
+    num_kv_tokens_used: int,
+    wall_s: float,
+) -> StepRecord:
+    return StepRecord(
+        num_scheduled_prefill_requests=num_prefills,
+        num_scheduled_prefill_tokens=num_prefill_tokens,
+        num_queued_prefill_requests=num_queued_requests,
+        num_queued_prefill_tokens=num_queued_tokens,
+        num_decode_requests=num_decodes,
+        num_decode_kv_tokens=num_decode_kv_tokens,
+        num_kv_tokens_used=num_kv_tokens_used,
+        step_wall_s=wall_s,
+    )

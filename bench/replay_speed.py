@@ -1,0 +1,126 @@
+"""Replay speed: process CPU seconds of `armature.sim.replay` on the Mooncake traces, with the
+decode fast path and (with --reference) step by step, and whether the two reports agree.
+
+    python -m bench.replay_speed [--limit N] [--reference] [--num-kv-blocks K] [--quick]
+
+8 workers, kv router, block size 16, K KV blocks per worker (default 131,072), the traces'
+own arrival times. CPU time (user + system of this process) is the figure to compare on a
+shared machine; wall time is shown beside it. Targets (issue 16): the whole conversation
+trace <= 10 s, the synthetic trace <= 3 s.
+
+Writes the `replay_speed` section of docs/benchmarks.md (bench/out/ with --quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from collections.abc import Sequence
+
+from armature.sim.replay import ReplayConfig, ReplayReport, replay
+from armature.workload.traces import TraceRequest, read_mooncake_trace
+from bench.paths import TRACES_DIR, results_path
+from bench.report import Section, get_machine_facts, markdown_table, write_section
+
+TARGET_CPU_S = {"conversation_trace.jsonl": 10.0, "synthetic_trace.jsonl": 3.0}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--traces", nargs="+", default=["conversation_trace.jsonl", "synthetic_trace.jsonl"]
+    )
+    parser.add_argument("--limit", type=int, default=None, help="the first N requests only")
+    parser.add_argument("--num-kv-blocks", type=int, default=131072)
+    parser.add_argument(
+        "--reference", action="store_true", help="also replay step by step and compare"
+    )
+    parser.add_argument("--quick", action="store_true")
+    return parser.parse_args(argv)
+
+
+def timed(requests: list[TraceRequest], config: ReplayConfig) -> tuple[ReplayReport, float, float]:
+    """The report, CPU seconds and wall seconds of one replay."""
+    cpu_s, wall_s = time.process_time(), time.perf_counter()
+    report = replay(requests, config)
+    return report, time.process_time() - cpu_s, time.perf_counter() - wall_s
+
+
+def main() -> None:
+    args = parse_args()
+    limit = 300 if args.quick else args.limit
+    rows, checks = [], []
+    for name in args.traces:
+        requests = read_mooncake_trace(TRACES_DIR / name, limit=limit)
+        config = ReplayConfig(
+            num_workers=8, router="kv", block_size=16, num_kv_blocks=args.num_kv_blocks
+        )
+        ways = [("fast", config)]
+        if args.reference:
+            ways.append(("reference", dataclasses.replace(config, reference_steps=True)))
+        reports = []
+        for way, cfg in ways:
+            report, cpu_s, wall_s = timed(requests, cfg)
+            reports.append(report)
+            rows.append(
+                [
+                    name,
+                    way,
+                    report.num_requests,
+                    round(report.prefix_hit_ratio, 4),
+                    round(report.ttft_ms.p50, 2),
+                    round(report.itl_ms.p50, 3),
+                    round(cpu_s, 1),
+                    round(wall_s, 1),
+                ]
+            )
+            print(rows[-1], flush=True)
+            if way == "fast" and limit is None:
+                target = TARGET_CPU_S[name]
+                mark = "PASS" if cpu_s <= target else "MISS"
+                checks.append(f"{mark}: {name} replays in {cpu_s:.1f} CPU s (target <= {target} s)")
+        if len(reports) == 2:
+            same = _without_wall(reports[0]) == _without_wall(reports[1])
+            checks.append(
+                f"{'PASS' if same else 'MISS'}: {name}: the fast path's report is "
+                f"{'identical to' if same else 'NOT the same as'} the step-by-step one"
+            )
+    body = (
+        f"{'The first ' + str(limit) if limit else 'All'} requests of each trace, its own "
+        f"arrival times, 8 mocker workers (default DESIGN timing), kv router, block size 16, "
+        f"{args.num_kv_blocks} KV blocks per worker; `fast` is the default replay, `reference` "
+        "runs every engine step on its own (`--reference-steps`). CPU s: this process's user "
+        "+ system time.\n\n"
+        + markdown_table(
+            [
+                "trace",
+                "path",
+                "requests",
+                "prefix hit",
+                "TTFT p50 ms",
+                "ITL p50 ms",
+                "CPU s",
+                "wall s",
+            ],
+            rows,
+        )
+        + "\n\n"
+        + "\n".join(f"- {c}" for c in checks)
+        + "\n"
+    )
+    out = results_path(args.quick)
+    write_section(
+        out, Section("replay_speed", "Replay: simulation speed", body, "n/a"), get_machine_facts()
+    )
+    print(f"wrote {out}")
+
+
+def _without_wall(report: ReplayReport) -> dict[str, object]:
+    data = dataclasses.asdict(report)
+    data.pop("wall_time_s")
+    return data
+
+
+if __name__ == "__main__":
+    main()

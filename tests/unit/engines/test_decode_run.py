@@ -1,0 +1,117 @@
+"""The decode fast path (`EngineCore.run_decodes`) against `EngineCore.step`, its reference:
+twin mocker cores, one stepped and one run, end in exactly the same state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from armature.engines.native.config import NativeEngineConfig
+from armature.engines.native.core import EngineCore
+from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
+from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
+from armature.sim.timing import PolynomialTiming
+
+ARCH = simulated_arch(vocab_size=1000, max_model_len=4096)
+
+
+def twin(num_kv_blocks: int = 64, **settings: object) -> tuple[EngineCore, MockerRunner]:
+    config = NativeEngineConfig(
+        model_dir=Path("/unused"),
+        num_kv_blocks=num_kv_blocks,
+        block_size=4,
+        **settings,  # type: ignore[arg-type]
+    )
+    runner = MockerRunner(ARCH, PolynomialTiming(), VirtualClock())
+    core = EngineCore(config, runner, num_blocks=num_kv_blocks, time_s=runner.clock.get_time_s)
+    pool = core.pool
+    runner.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks
+    return core, runner
+
+
+def add(core: EngineCore, max_tokens: dict[str, int], prompt_len: int = 6) -> None:
+    for i, (rid, n) in enumerate(max_tokens.items()):
+        prompt = [10 + i * 50 + t for t in range(prompt_len)]
+        sampling = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+        core.add_request(EngineRequest(request_id=rid, prompt_token_ids=prompt, sampling=sampling))
+
+
+def state(core: EngineCore) -> object:
+    """Everything a step can change."""
+    return (
+        [
+            (r.request_id, r.token_ids, r.num_computed_tokens, r.block_ids)
+            for r in core.scheduler.running
+        ],
+        core.pool.get_free_block_ids(),
+        sorted(core.pool.get_cached_hashes()),
+        core.take_kv_events(),
+        core.take_step_records(),
+        core.get_load().num_steps,
+    )
+
+
+def step_until(core: EngineCore, runner: MockerRunner, end_ms: float) -> list[list[EngineOutput]]:
+    """Reference: `step` until a step starts at or after `end_ms`; each step's outputs."""
+    outputs, t_ms = [], 0.0
+    while t_ms < end_ms and core.has_work():
+        outputs.append(core.step())
+        t_ms += runner.last_step_ms
+    return outputs
+
+
+def test_a_run_is_the_steps_it_replaces() -> None:
+    fast, fast_runner = twin()
+    slow, slow_runner = twin()
+    for core in (fast, slow):
+        add(core, {"a": 30, "b": 25, "c": 40})
+        core.step()  # the prefills
+    assert fast.run_decodes(fast_runner, 0.0, 0.0) is not None  # one step, then the horizon
+    slow.step()
+    run = fast.run_decodes(fast_runner, 0.0, 100.0)
+    assert run is not None
+    assert run.request_ids == ["a", "b", "c"]
+    reference = step_until(slow, slow_runner, run.step_end_ms[-1])
+    assert len(reference) == run.num_steps
+    assert reference[-1] == run.outputs
+    assert state(fast) == state(slow)
+    assert fast_runner.clock.now_s == slow_runner.clock.now_s
+
+
+def test_a_run_ends_with_the_step_that_finishes_a_request() -> None:
+    fast, fast_runner = twin()
+    slow, _ = twin()
+    for core in (fast, slow):
+        add(core, {"a": 9, "b": 20})
+        core.step()
+    run = fast.run_decodes(fast_runner, 0.0, float("inf"))
+    assert run is not None and run.num_steps == 8  # a's 2nd..9th tokens
+    assert [o.finish_reason for o in run.outputs] == [FinishReason.LENGTH, None]
+    reference = [slow.step() for _ in range(8)]
+    assert reference[-1] == run.outputs
+    assert state(fast) == state(slow)
+    assert [r.request_id for r in fast.scheduler.running] == ["b"]
+
+
+def test_a_run_stops_before_the_step_that_would_preempt() -> None:
+    # 12 blocks of 4 tokens: two 6-token prompts grow until the pool is full
+    fast, fast_runner = twin(num_kv_blocks=12)
+    slow, _ = twin(num_kv_blocks=12)
+    for core in (fast, slow):
+        add(core, {"a": 40, "b": 40})
+        core.step()
+    run = fast.run_decodes(fast_runner, 0.0, float("inf"))
+    assert run is not None
+    assert fast.pool.get_num_free_blocks() == 0
+    reference = [slow.step() for _ in range(run.num_steps)]
+    assert reference[-1] == run.outputs
+    assert state(fast) == state(slow)
+    assert fast.run_decodes(fast_runner, 0.0, float("inf")) is None  # the next step preempts
+    assert slow.step() and slow.scheduler.waiting  # as the reference does
+
+
+def test_no_run_while_a_waiting_request_could_be_admitted() -> None:
+    core, runner = twin()
+    add(core, {"a": 30})
+    core.step()
+    add(core, {"b": 30})
+    assert core.run_decodes(runner, 0.0, float("inf")) is None

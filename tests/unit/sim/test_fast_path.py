@@ -1,0 +1,126 @@
+"""Replay's decode fast path against the step-by-step reference (`reference_steps`): the whole
+report is identical (counts, routing per worker, every latency, the timeline), aggregated and
+disaggregated, with and without preemption, on synthetic workloads and slices of the traces;
+and the fast path does skip events."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from armature.sim.replay import ReplayConfig, replay
+from armature.sim.simulation import Simulation
+from armature.sim.timing import PolynomialTiming, StepWork
+from armature.workload.traces import (
+    TraceRequest,
+    read_mooncake_trace,
+    synthetic_multi_turn,
+    synthetic_prefix_groups,
+)
+
+TRACES_DIR = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces"
+GROUPS = synthetic_prefix_groups(
+    num_requests=80,
+    num_groups=4,
+    shared_prefix_tokens=1024,
+    unique_tokens=200,
+    output_length=120,
+    rate_rps=20.0,
+    seed=3,
+)
+CHAT = synthetic_multi_turn(
+    num_sessions=12,
+    turns_per_session=4,
+    system_prompt_tokens=512,
+    turn_tokens=96,
+    output_length=90,
+    rate_rps=6.0,
+    think_time_ms=400.0,
+    seed=4,
+)
+CONFIG = ReplayConfig(num_workers=4, block_size=16, num_kv_blocks=2048, seed=1)
+TIGHT = replace(CONFIG, num_kv_blocks=160)  # a few requests fill a worker: preemption
+
+
+def same_report(requests: list[TraceRequest], config: ReplayConfig) -> dict[str, object]:
+    """Replay both ways; assert the reports are equal (wall time aside); return it."""
+    fast = asdict(replay(requests, config))
+    reference = asdict(replay(requests, replace(config, reference_steps=True)))
+    fast.pop("wall_time_s")
+    reference.pop("wall_time_s")
+    assert fast == reference
+    return fast
+
+
+@pytest.mark.parametrize("requests", [GROUPS, CHAT], ids=["groups", "chat"])
+@pytest.mark.parametrize("config", [CONFIG, TIGHT], ids=["roomy", "tight"])
+def test_aggregated(requests: list[TraceRequest], config: ReplayConfig) -> None:
+    report = same_report(requests, config)
+    assert report["num_requests"] == len(requests)
+
+
+@pytest.mark.parametrize("config", [CONFIG, TIGHT], ids=["roomy", "tight"])
+def test_disaggregated(config: ReplayConfig) -> None:
+    report = same_report(CHAT, replace(config, num_prefill_workers=1))
+    assert report["num_remote_prefills"] == len(CHAT)
+
+
+def test_sampled_routing_and_round_robin() -> None:
+    same_report(GROUPS, replace(TIGHT, router_temperature=0.5))
+    same_report(GROUPS, replace(CONFIG, router="round-robin"))
+
+
+def test_planner_in_the_loop() -> None:
+    same_report(CHAT, replace(CONFIG, planner_rule="load", worker_startup_s=1.0))
+
+
+@dataclass(frozen=True)
+class ContextTiming:
+    """Decode time grows with the context attended over: no stretch of equal steps."""
+
+    speedup_ratio: float = 1.0
+
+    @property
+    def decode_uses_context(self) -> bool:
+        return True
+
+    def step_ms(self, work: StepWork) -> float:
+        prefill = 10.0 + work.num_prefill_tokens * 0.01 if work.num_prefill_tokens else 0.0
+        decode = 5.0 + work.num_decode_kv_tokens * 1e-4 if work.num_decode_requests else 0.0
+        return prefill + decode
+
+
+def test_a_timing_that_reads_the_context() -> None:
+    fast = asdict(replay(GROUPS, TIGHT, ContextTiming()))
+    reference = asdict(replay(GROUPS, replace(TIGHT, reference_steps=True), ContextTiming()))
+    assert fast.pop("wall_time_s") >= 0 and reference.pop("wall_time_s") >= 0
+    assert fast == reference
+
+
+def test_the_fast_path_skips_events_and_runs_the_same_steps() -> None:
+    def simulate(config: ReplayConfig) -> Simulation:
+        simulation = Simulation(GROUPS, config, PolynomialTiming())
+        simulation.run()
+        return simulation
+
+    fast, reference = simulate(CONFIG), simulate(replace(CONFIG, reference_steps=True))
+    steps = [[c.get_load().num_steps for c in s.cores.values()] for s in (fast, reference)]
+    assert steps[0] == steps[1]
+    # events scheduled: a step end per engine step, against one per run of decode steps
+    assert (fast._sequence, reference._sequence) == (402, 1948)
+
+
+@pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
+def test_trace_slices(name: str) -> None:
+    path = TRACES_DIR / name
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    requests = read_mooncake_trace(path, limit=60, time_scale=0.1)
+    config = ReplayConfig(num_workers=4, block_size=16, num_kv_blocks=4096, seed=2)
+    report = same_report(requests, config)
+    assert report["num_requests"] + report["num_rejected"] == 60  # type: ignore[operator]
+    # disaggregated with more blocks: at 4096 the synthetic slice's disaggregated replay never
+    # ends, step by step too (a known problem of the disaggregated replay, not of this path)
+    same_report(requests, replace(config, num_prefill_workers=1, num_kv_blocks=16384))
