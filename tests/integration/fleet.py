@@ -151,13 +151,13 @@ class Fleet:
                 proc.wait()
 
 
-def wait_until(condition: Callable[[], T | None], what: str) -> T:
-    """Poll `condition` until it returns something other than None (or False), and return
-    that; fail after WAIT_DEADLINE_S."""
+def wait_until(condition: Callable[[], T], what: str) -> T:
+    """Poll `condition` until it returns a true value, and return that; fail after
+    WAIT_DEADLINE_S."""
     deadline_s = time.monotonic() + WAIT_DEADLINE_S
     while True:
         value = condition()
-        if value is not None and value is not False:
+        if value:
             return value
         if time.monotonic() > deadline_s:
             pytest.fail(f"not {what} after {WAIT_DEADLINE_S:g} s")

@@ -53,9 +53,9 @@ def stream(
     prompt: str,
     max_tokens: int = MAX_TOKENS,
     on_chunk: int = 0,
-    signal: Callable[[], object] = lambda: None,
+    reached: Callable[[], object] = lambda: None,
 ) -> str:
-    """The streamed text; `signal()` is called once the `on_chunk`-th chunk arrived."""
+    """The streamed text; `reached()` is called once the `on_chunk`-th chunk arrived."""
     body = {
         "model": SERVED_MODEL_NAME,
         "prompt": prompt,
@@ -73,7 +73,7 @@ def stream(
             if line.startswith("data: ") and line != "data: [DONE]":
                 text.append(json.loads(line[6:])["choices"][0]["text"])
                 if len(text) == on_chunk:
-                    signal()
+                    reached()
     return "".join(text)
 
 
@@ -135,7 +135,7 @@ def test_tcp_transfer_and_a_prefill_worker_killed_mid_burst(fleet: Fleet, base_u
     burst_expected = [complete(base_url, p) for p in burst]
     load = Load(lambda i: complete(url, burst[i % len(burst)]), len(burst), 2 * len(burst))
     try:  # the victim is prefilling a prompt or holds one's blocks for the decode worker
-        wait_until(lambda: num_in_flight(fleet.worker_metrics("prefill-a")), "prefill-a busy")
+        wait_until(lambda: num_in_flight(fleet.worker_metrics("prefill-a")) > 0, "it busy")
         victim.send_signal(signal.SIGKILL)
     finally:
         results = load.finish()
@@ -162,7 +162,7 @@ def test_a_decode_worker_killed_mid_stream_migrates_its_requests(
 
     def stream_and_signal(prompt: str) -> str:
         # the prefill leg brings one output, so a third chunk comes from a decode leg
-        return stream(url, prompt, DECODE_MAX_TOKENS, on_chunk=3, signal=decoding.release)
+        return stream(url, prompt, DECODE_MAX_TOKENS, on_chunk=3, reached=decoding.release)
 
     with ThreadPoolExecutor(len(prompts)) as pool:
         futures = [pool.submit(stream_and_signal, p) for p in prompts]
