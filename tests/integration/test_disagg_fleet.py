@@ -135,7 +135,8 @@ def test_tcp_transfer_and_a_prefill_worker_killed_mid_burst(fleet: Fleet, base_u
     burst_expected = [complete(base_url, p) for p in burst]
     load = Load(lambda i: complete(url, burst[i % len(burst)]), len(burst), 2 * len(burst))
     try:  # the victim is prefilling a prompt or holds one's blocks for the decode worker
-        wait_until(lambda: num_in_flight(fleet.worker_metrics("prefill-a")) > 0, "it busy")
+        busy = lambda: num_in_flight(fleet.worker_metrics("prefill-a")) > 0  # noqa: E731
+        wait_until(busy, "prefill-a busy")
         victim.send_signal(signal.SIGKILL)
     finally:
         results = load.finish()
