@@ -1,5 +1,7 @@
 """Frontend and worker processes for the distributed-runtime integration tests: start them
-with any runtime flags, read their logs, check discovery, stop them all by PID."""
+with any runtime flags, read their logs, check discovery, stop them all by PID. `wait_until`
+and `Load` are for fault tests that must not depend on the machine's speed: they wait for a
+state rather than for a time, and keep work in flight until the fault has struck it."""
 
 from __future__ import annotations
 
@@ -8,8 +10,12 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import httpx
 import pytest
@@ -17,6 +23,8 @@ import pytest
 from conftest import SERVED_MODEL_NAME, _free_port, _wait_healthy, parse_metrics
 
 LEASE_TTL_S = 2.0  # seconds; etcd leases are whole seconds
+WAIT_DEADLINE_S = 120.0  # a bound on waits for a state, far beyond it on an idle machine
+T = TypeVar("T")
 ENGINE_ARGS = [
     "--device",
     "cpu",
@@ -101,6 +109,21 @@ class Fleet:
             time.sleep(0.2)
         pytest.fail(f"{name} did not log {text!r}:\n{path.read_text()}")
 
+    def log_text(self, name: str) -> str:
+        return (self.root / f"{name}.log").read_text(errors="replace")
+
+    def worker_id(self, name: str) -> str:
+        """The worker id that `name` announced when it became ready."""
+        found = re.search(r"worker (\S+) ready:", self.log_text(name))
+        assert found, f"{name} is not ready"
+        return found.group(1)
+
+    def num_running(self, name: str) -> int:
+        """Requests the worker's engine is running now, from its own /metrics."""
+        metrics = self.worker_metrics(name)
+        prefix = "armature_worker_requests_running{"
+        return int(sum(v for k, v in metrics.items() if k.startswith(prefix)))
+
     def worker_metrics(self, name: str) -> dict[str, float]:
         """The worker's own /metrics, found through the url its log announces."""
         found = re.search(r"metrics (http://\S+/metrics)", (self.root / f"{name}.log").read_text())
@@ -126,6 +149,55 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def wait_until(condition: Callable[[], T], what: str) -> T:
+    """Poll `condition` until it returns a true value, and return that; fail after
+    WAIT_DEADLINE_S."""
+    deadline_s = time.monotonic() + WAIT_DEADLINE_S
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline_s:
+            pytest.fail(f"not {what} after {WAIT_DEADLINE_S:g} s")
+        time.sleep(0.02)
+
+
+class Load(Generic[T]):
+    """`num_clients` threads call `send(0)`, `send(1)`, ... one request at a time until
+    `finish()` is called and at least `min_requests` were sent: work stays in flight for as
+    long as a fault test needs, however fast the machine serves it."""
+
+    def __init__(self, send: Callable[[int], T], num_clients: int, min_requests: int):
+        self._send = send
+        self._min_requests = min_requests
+        self._lock = threading.Lock()
+        self._num_sent = 0
+        self._finishing = threading.Event()
+        self._results: dict[int, T] = {}
+        self._pool = ThreadPoolExecutor(num_clients)
+        self._clients = [self._pool.submit(self._client) for _ in range(num_clients)]
+
+    def _client(self) -> None:
+        while True:
+            with self._lock:
+                i = self._num_sent
+                if self._finishing.is_set() and i >= self._min_requests:
+                    return
+                self._num_sent += 1
+            self._results[i] = self._send(i)
+
+    def finish(self) -> list[T]:
+        """Stop sending once `min_requests` were sent; every result, in request order (a
+        client's exception is raised here)."""
+        self._finishing.set()
+        try:
+            for client in self._clients:
+                client.result()
+        finally:
+            self._pool.shutdown()
+        return [self._results[i] for i in range(len(self._results))]
 
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a small robot"]

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fleet import SERVED_MODEL_NAME, Fleet
+from fleet import SERVED_MODEL_NAME, Fleet, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # speedup 1: a decode step takes ~6 ms of simulated GPU time, so 300 tokens stream for ~2 s
 MOCKER = ["--engine", "mocker", "--speedup-ratio", "1", "--num-kv-blocks", "1024"]
+HUNG_MAX_TOKENS = 600  # ~4 s of streaming: the test acts on a stream well inside it
 
 
 def test_sigterm_drains_the_worker(default_model_dir: Path, tmp_path: Path) -> None:
@@ -64,9 +65,10 @@ def test_sigterm_drains_the_worker(default_model_dir: Path, tmp_path: Path) -> N
 
 
 def test_a_hung_worker_is_taken_out_of_routing(default_model_dir: Path, tmp_path: Path) -> None:
-    """SIGSTOP one of two workers mid-stream: its streams stall, fail over after the stall
-    timeout and finish on the other worker with their full length; once its heartbeats stop
-    it receives no new request."""
+    """SIGSTOP one of two workers while it streams two requests (each has streamed a token):
+    its streams stall, fail over after the stall timeout and finish on the other worker with
+    their full length (two migrations); the frontend takes it out of routing, and it receives
+    no new request."""
     fleet = Fleet(
         default_model_dir, tmp_path, engine_args=[*MOCKER, "--served-model-name", SERVED_MODEL_NAME]
     )
@@ -75,25 +77,44 @@ def test_a_hung_worker_is_taken_out_of_routing(default_model_dir: Path, tmp_path
     try:
         health = ["--worker-liveness-timeout-s", "2", "--worker-stall-timeout-s", "2"]
         url = fleet.start_frontend(extra=["--router", "round-robin", *health])
-        deadline = time.monotonic() + 30
-        while len(decisions_of(url)) < 2 and time.monotonic() < deadline:
-            complete(url, 1)  # until both workers have been routed to
-        body = {"model": SERVED_MODEL_NAME, "prompt": "keep going", "max_tokens": 300}
+
+        def routed_to_both() -> bool:
+            complete(url, 1)
+            return len(decisions_of(url)) == 2
+
+        wait_until(routed_to_both, "routed to both workers")
+        body = {
+            "model": SERVED_MODEL_NAME,
+            "prompt": "keep going",
+            "max_tokens": HUNG_MAX_TOKENS,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         results: list[int] = []
+        first_tokens = threading.Semaphore(0)
 
         def request() -> None:
-            response = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
-            results.append(response.json()["usage"]["completion_tokens"])
+            chunks = []
+            with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: {"):
+                        chunks.append(json.loads(line[6:]))
+                        if len(chunks) == 1:
+                            first_tokens.release()
+            results.append(chunks[-1]["usage"]["completion_tokens"])
 
         threads = [threading.Thread(target=request) for _ in range(4)]
         for t in threads:
             t.start()
-        time.sleep(0.5)
+        for _ in threads:  # every stream has a token: a stream that breaks now migrates
+            assert first_tokens.acquire(timeout=60)
+        assert fleet.num_running("worker-a") == 2  # round robin: two of the four are its
         hung.send_signal(signal.SIGSTOP)
         for t in threads:
             t.join(60)
-        assert results == [300] * 4  # none truncated: the hung worker's moved to the other
-        time.sleep(2.5)  # its heartbeats have stopped for longer than the liveness timeout
+        assert results == [HUNG_MAX_TOKENS] * 4  # none truncated: the hung worker's moved
+        # the frontend marked it as stalled when its streams failed over
+        assert f"{fleet.worker_id('worker-a')} sent nothing for 2 s" in fleet.log_text("frontend")
         before = decisions_of(url)
         for _ in range(4):
             complete(url, 2)

@@ -1,18 +1,23 @@
 """EtcdDiscovery against a real etcd server: the discovery contract, lease expiry without
-the owner, and watches and registrations that survive an etcd restart."""
+the owner, and watches and registrations that survive an etcd restart. Lease tests wait for
+events (the delete, counted keepalives), never for a multiple of the lease."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from armature.runtime.discovery import WatchEvent
 from armature.runtime.discovery_etcd import EtcdDiscovery, EtcdError
 from servers import Etcd
+
+DEADLINE_S = 60.0  # a bound for waits on events, far beyond their time on an idle machine
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +61,26 @@ async def test_a_lease_that_stops_renewing_expires(discovery: EtcdDiscovery) -> 
     watch = discovery.watch("t2/")
     assert (await next_event(watch)).kind == "put"
     reg._task.cancel()  # type: ignore[attr-defined]  # the owner froze or died
-    started = time.monotonic()
-    assert await next_event(watch) == WatchEvent("delete", "t2/k")
-    assert time.monotonic() - started < 1 + 2.5  # TTL plus etcd's expiry granularity
+    assert await next_event(watch, DEADLINE_S) == WatchEvent("delete", "t2/k")  # etcd expired it
     await watch.aclose()  # type: ignore[attr-defined]
 
 
-async def test_watch_and_registration_survive_an_etcd_restart(
-    etcd: Etcd, discovery: EtcdDiscovery
-) -> None:
+class KeepaliveCountingEtcd(EtcdDiscovery):
+    """Counts, per lease id, the keepalives etcd answered with the lease still alive."""
+
+    def __init__(self, endpoints: list[str]):
+        super().__init__(endpoints)
+        self.num_live_keepalives: Counter[int] = Counter()
+
+    async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer = await super().call(path, body)
+        if path == "/v3/lease/keepalive" and int(answer.get("result", {}).get("TTL", 0)) > 0:
+            self.num_live_keepalives[int(body["ID"])] += 1
+        return answer
+
+
+async def test_watch_and_registration_survive_an_etcd_restart(etcd: Etcd) -> None:
+    discovery = KeepaliveCountingEtcd([etcd.url])
     reg = await discovery.register("t3/k", b"v", ttl_s=2)
     watch = discovery.watch("t3/")
     assert await next_event(watch) == WatchEvent("put", "t3/k", b"v")
@@ -72,13 +88,22 @@ async def test_watch_and_registration_survive_an_etcd_restart(
     with pytest.raises(EtcdError):
         await discovery.list("t3/")
     etcd.start()  # same data dir: the key and its lease come back
+    discovery.num_live_keepalives.clear()
     other = await discovery.register("t3/new", b"n", ttl_s=2)
     assert await next_event(watch) == WatchEvent("put", "t3/new", b"n")
-    await asyncio.sleep(3)  # beyond the TTL: the keepalive kept or re-made the registration
+    # four live keepalives each (every ttl/3) span more than a TTL since the restart: the
+    # keepalive kept or re-made both registrations
+    leases = [reg.lease_id, other.lease_id]  # type: ignore[attr-defined]
+    deadline_s = time.monotonic() + DEADLINE_S
+    while min(discovery.num_live_keepalives[lease] for lease in leases) < 4:
+        assert time.monotonic() < deadline_s, (leases, discovery.num_live_keepalives)
+        await asyncio.sleep(0.05)
+        leases = [reg.lease_id, other.lease_id]  # type: ignore[attr-defined]  # re-granted?
     assert await discovery.list("t3/") == {"t3/k": b"v", "t3/new": b"n"}
     await reg.close()
     await other.close()
     await watch.aclose()  # type: ignore[attr-defined]
+    await discovery.close()
 
 
 async def test_unreachable_etcd_is_a_clear_error(tmp_path: Path) -> None:
