@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from chart_cases import CASES
 from helm_chart import MONITORING_API, RELEASE, Manifests, render
 
 from armature.config import WorkerProcessConfig
@@ -124,7 +125,6 @@ def _rules(role: dict[str, Any]) -> set[tuple[str, str, str, tuple[str, ...]]]:
 def test_the_planner_may_only_get_and_patch_its_workers_scale(
     name: str, scaled: tuple[str, ...]
 ) -> None:
-    from conftest import CASES
 
     manifests = render(CASES[name])
     role = manifests.get("Role", f"{FULL}-planner-scale")
@@ -193,7 +193,6 @@ def test_secrets_reach_the_processes_from_one_secret() -> None:
 
 
 def test_in_chart_etcd_and_nats_are_what_every_process_uses() -> None:
-    from conftest import CASES
 
     manifests: Manifests = render(CASES["etcd-nats"])
     assert {f"{FULL}-etcd", f"{FULL}-nats"} <= manifests.names("Service")

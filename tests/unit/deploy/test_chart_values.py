@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_cases import PROFILE
 from helm_chart import CHART_DIR, EXAMPLES, RELEASE, load_values, render
 
 from armature.cli.chart_values import BLOCKS, ValuesBlock, check_blocks, get_values_key, rewrite
@@ -164,7 +165,6 @@ def test_the_model_source_sets_the_model_flag() -> None:
 
 
 def test_frontend_and_planner_args_parse_into_the_values_config() -> None:
-    from conftest import PROFILE
 
     values = {
         "planner": {
