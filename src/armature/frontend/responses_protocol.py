@@ -20,8 +20,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from armature.frontend.protocol import INT32_END, MAX_MESSAGES, TokenCount
-from armature.frontend.text_check import LONE_SURROGATE, find_lone_surrogate
+from armature.frontend.protocol import INT32_END, MAX_MESSAGES, TokenCount, _Request
 from armature.frontend.tool_protocol import MAX_TOOLS, FunctionName, FunctionSpec
 
 __all__ = [
@@ -162,11 +161,10 @@ class TextOptions(BaseModel):
     format: TextFormat | None = None
 
 
-class ResponsesRequest(BaseModel):
+class ResponsesRequest(_Request):
     """POST /v1/responses. Unknown fields are kept (logged and ignored, as on chat); known
-    fields this server does not implement are refused by `unsupported_fields`."""
-
-    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="allow")
+    fields this server does not implement are refused by `unsupported_fields`. Strict types
+    and the lone-surrogate check come from `_Request`, as on chat and completions."""
 
     model: str
     input: str | list[dict[str, Any]] = Field(max_length=MAX_MESSAGES)
@@ -193,18 +191,6 @@ class ResponsesRequest(BaseModel):
     priority: int = Field(
         default=0, ge=-INT32_END, lt=INT32_END, description="Queue order under overload."
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
-        path = find_lone_surrogate(data)
-        if path is not None:
-            raise PydanticCustomError(
-                LONE_SURROGATE,
-                "{param}: text must be valid Unicode; it holds a lone UTF-16 surrogate",
-                {"param": path or "body"},
-            )
-        return data
 
     @field_validator("metadata")
     @classmethod
