@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import socket
 import subprocess
 import time
 from collections.abc import Coroutine, Sequence
@@ -29,7 +30,7 @@ from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor, read_chat_template
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
-from armature.runtime.ports import check_port_free
+from armature.runtime.ports import reserve_listen_socket
 
 __all__ = ["run_frontend", "run_serving", "serve_app", "uvicorn_config"]
 
@@ -55,9 +56,10 @@ def run_serving(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
-def serve_app(app: FastAPI, http: HttpConfig) -> None:
-    """Serve `app` on `http.host:http.port` until SIGINT/SIGTERM (then drain)."""
-    uvicorn.Server(uvicorn_config(app, http)).run()
+def serve_app(app: FastAPI, http: HttpConfig, listen_socket: socket.socket) -> None:
+    """Serve `app` on `listen_socket` (bound to `http.host:http.port`) until SIGINT/SIGTERM
+    (then drain)."""
+    uvicorn.Server(uvicorn_config(app, http)).run(sockets=[listen_socket])
 
 
 async def _first_card(
@@ -96,11 +98,14 @@ def run_frontend(
     *,
     min_workers: int = 1,
     worker_processes: Sequence[subprocess.Popen[bytes]] = (),
+    listen_socket: socket.socket | None = None,
 ) -> None:
-    """Serve the OpenAI API over the workers in discovery, following joins and leaves."""
+    """Serve the OpenAI API over the workers in discovery, following joins and leaves, on
+    `listen_socket` (`serve` reserves it before starting its workers) or on a socket bound
+    to `config.http` now."""
     api_keys = load_api_keys(config.security)
-    if not worker_processes:  # `serve` checked the port before starting its workers
-        check_port_free(config.http.host, config.http.port)
+    if listen_socket is None:
+        listen_socket = reserve_listen_socket(config.http.host, config.http.port)
     served = asyncio.run(_first_card(config, min_workers, worker_processes))
     parts = compose_frontend(
         engines={},
@@ -153,4 +158,4 @@ def run_frontend(
         config.http.port,
         config.router.policy,
     )
-    serve_app(app, config.http)
+    serve_app(app, config.http, listen_socket)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import time
 
 import uvicorn
@@ -22,7 +23,7 @@ from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor, read_chat_template
 from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerRole
-from armature.runtime.ports import check_port_free
+from armature.runtime.ports import reserve_listen_socket
 
 __all__ = ["serve_in_process"]
 
@@ -40,8 +41,8 @@ def serve_in_process(config: ServeConfig) -> None:
             "processes (drop --in-process-workers)"
         )
     api_keys = load_api_keys(config.security)  # a bad key file fails before any model loads
-    check_port_free(config.http.host, config.http.port)
-    run_serving(_serve(config, roles, api_keys))
+    with reserve_listen_socket(config.http.host, config.http.port) as listen_socket:
+        run_serving(_serve(config, roles, api_keys, listen_socket))
 
 
 def _build_engines(
@@ -67,7 +68,12 @@ def _build_engines(
     return model, built
 
 
-async def _serve(config: ServeConfig, roles: list[WorkerRole], api_keys: ApiKeys | None) -> None:
+async def _serve(
+    config: ServeConfig,
+    roles: list[WorkerRole],
+    api_keys: ApiKeys | None,
+    listen_socket: socket.socket,
+) -> None:
     model, built = _build_engines(config, roles)
     info = built[0].info
     name = config.engine.served_model_name or model.served_name
@@ -120,6 +126,6 @@ async def _serve(config: ServeConfig, roles: list[WorkerRole], api_keys: ApiKeys
     http = config.http
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, http.host, http.port)
     try:
-        await uvicorn.Server(uvicorn_config(app, http)).serve()
+        await uvicorn.Server(uvicorn_config(app, http)).serve(sockets=[listen_socket])
     finally:
         await parts.router.stop()  # idempotent: the app's shutdown stops the engines first

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,7 +37,7 @@ from armature.engines.spec import resolve_engine_model
 from armature.frontend.main import run_frontend
 from armature.frontend.serve_dir import create_serve_dir, remove_stale_serve_dirs, serve_dir_root
 from armature.model.source import ResolvedModel
-from armature.runtime.ports import check_port_free
+from armature.runtime.ports import reserve_listen_socket
 
 __all__ = ["fleet_runtime", "serve_with_worker_processes", "worker_command", "worker_configs"]
 
@@ -148,15 +149,18 @@ def serve_with_worker_processes(config: ServeConfig) -> None:
     """Start the workers, then serve the frontend over them until SIGINT/SIGTERM."""
     roles = config.get_worker_roles()
     get_kind(config.engine.engine).check(config.engine, roles)
-    check_port_free(config.http.host, config.http.port)
-    model = resolve_engine_model(config.engine)
-    root = serve_dir_root()
-    remove_stale_serve_dirs(root)
-    with _sigterm_unwinds():
-        _serve_fleet(config, model, create_serve_dir(root))
+    listen_socket = reserve_listen_socket(config.http.host, config.http.port)
+    with listen_socket:
+        model = resolve_engine_model(config.engine)
+        root = serve_dir_root()
+        remove_stale_serve_dirs(root)
+        with _sigterm_unwinds():
+            _serve_fleet(config, model, create_serve_dir(root), listen_socket)
 
 
-def _serve_fleet(config: ServeConfig, model: ResolvedModel, directory: Path) -> None:
+def _serve_fleet(
+    config: ServeConfig, model: ResolvedModel, directory: Path, listen_socket: socket.socket
+) -> None:
     """Serve over worker processes meeting in `directory`; stop them and remove it on the
     way out."""
     log.info("the workers meet in %s", directory)
@@ -178,7 +182,12 @@ def _serve_fleet(config: ServeConfig, model: ResolvedModel, directory: Path) -> 
             overload=config.overload,
             seed=config.engine.seed,
         )
-        run_frontend(frontend, min_workers=len(workers), worker_processes=workers)
+        run_frontend(
+            frontend,
+            min_workers=len(workers),
+            worker_processes=workers,
+            listen_socket=listen_socket,
+        )
     finally:
         _stop(workers)
         shutil.rmtree(directory, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Checking listen addresses before a long start (a model load), and picking free ports."""
+"""Holding listen addresses from before a long start (a model load, worker processes that
+bind ports of their own), and picking free ports."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import socket
 
 from armature.errors import ConfigError
 
-__all__ = ["check_port_free", "free_port"]
+__all__ = ["free_port", "reserve_listen_socket"]
 
 
 def _bind_port(host: str, port: int) -> int:
@@ -22,9 +23,21 @@ def _bind_port(host: str, port: int) -> int:
         return bound
 
 
-def check_port_free(host: str, port: int) -> None:
-    """ConfigError now, rather than after the model loaded, when `host`:`port` is taken."""
-    _bind_port(host, port)
+def reserve_listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` and listening, for the HTTP server to serve on later:
+    ConfigError now, rather than after the model loaded, when the address is taken; and no
+    port that a worker or transfer server binds meanwhile (port 0) can land on it. Not
+    inherited by child processes."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
 
 
 def free_port(host: str) -> int:

@@ -1,0 +1,32 @@
+"""The HTTP listen socket reserved before a long start: taken addresses fail at once, and
+nothing bound meanwhile can share its port."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from armature.errors import ConfigError
+from armature.runtime.ports import free_port, reserve_listen_socket
+
+
+def test_a_reserved_port_accepts_connections_and_cannot_be_bound_again() -> None:
+    with reserve_listen_socket("127.0.0.1", 0) as reserved:
+        port = reserved.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # listening from the moment it is reserved (connections queue)
+        with socket.socket() as other:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            with pytest.raises(OSError):
+                other.bind(("127.0.0.1", port))
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            reserve_listen_socket("127.0.0.1", port)
+        assert not reserved.get_inheritable()  # worker processes do not hold it
+
+
+def test_the_port_is_free_again_once_the_reservation_closes() -> None:
+    port = free_port("127.0.0.1")
+    reserve_listen_socket("127.0.0.1", port).close()
+    with reserve_listen_socket("127.0.0.1", port) as again:
+        assert again.getsockname()[1] == port
