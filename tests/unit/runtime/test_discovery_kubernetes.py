@@ -268,6 +268,12 @@ async def test_an_api_server_restart_loses_nothing_and_repeats_nothing(fake: Kub
         (POD_RULES, "missing", "get its own Pod serving/missing: not found (404)"),
         (POD_WATCH_RULES, "w0", "patch its own Pod serving/w0: forbidden (403)"),
         (frozenset({("get", "", "pods")}), None, "list Pods in namespace serving: forbidden (403)"),
+        (
+            POD_RULES - {("watch", "", "pods")},
+            "w0",
+            "watch Pods in namespace serving: forbidden by the API server's access review: RBAC: "
+            'User "armature" has no rule for watch pods (the Role needs get, list and watch',
+        ),
     ],
 )
 async def test_missing_pods_and_permissions_are_one_line_start_errors(
@@ -281,6 +287,26 @@ async def test_missing_pods_and_permissions_are_one_line_start_errors(
     assert "\n" not in message
     assert message.startswith(f"kubernetes discovery (API server {fake.url}, credentials from ")
     assert expected in message
+
+
+REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+@pytest.mark.parametrize("reviews", [True, False], ids=["reviewed", "no-review-api"])
+async def test_the_start_asks_whether_it_may_watch(fake: KubeApiFake, reviews: bool) -> None:
+    fake.access_reviews = reviews
+    discovery = await open_discovery(runtime())
+    await discovery.close()
+    asked = [c for c in calls(fake) if c[1] == REVIEWS]
+    assert len(asked) == 1
+    method, _, _, body, status = asked[0]
+    assert method == "POST" and status == (201 if reviews else 404)
+    assert isinstance(body, dict)
+    assert body["spec"]["resourceAttributes"] == {
+        "verb": "watch",
+        "resource": "pods",
+        "namespace": NAMESPACE,
+    }
 
 
 async def test_registering_without_a_pod_of_its_own_says_how_to_set_it(fake: KubeApiFake) -> None:
