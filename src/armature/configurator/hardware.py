@@ -1,12 +1,12 @@
 """The hardware a search runs over, either kind behind one value:
 
-    accelerators   a system profile (systems/*.json): step times predicted by the operator
-                   model for each TP within a node, KV capacity by the memory-fit rule, KV
-                   transfers over NVLink within a node and the network across nodes
-    local          this machine, measured (`armature profile`): the profile's step times
-                   replace the operator model; one worker is one "GPU" (TP 1), its KV cache
-                   the profile's, its step budget the profile's, KV transfers over shared
-                   memory
+accelerators   a system profile (systems/*.json): step times predicted by the operator
+               model for each TP within a node, KV capacity by the memory-fit rule, KV
+               transfers over NVLink within a node and the network across nodes
+local          this machine, measured (`armature profile`): the profile's step times
+               replace the operator model; one worker is one "GPU" (TP 1), its KV cache
+               the profile's, its step budget the profile's, KV transfers over shared
+               memory
 """
 
 from __future__ import annotations
@@ -96,7 +96,12 @@ def accelerator_hardware(
         if tp > min(per_node, max_gpus):
             continue
         fit = get_memory_fit(
-            model, system, tp, max_num_seqs=1, max_num_batched_tokens=min(space.max_num_batched_tokens), request_tokens=0
+            model,
+            system,
+            tp,
+            max_num_seqs=1,
+            max_num_batched_tokens=min(space.max_num_batched_tokens),
+            request_tokens=0,
         )
         if fit.kv_capacity_tokens < BLOCK_SIZE_TOKENS:
             continue

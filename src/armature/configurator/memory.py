@@ -53,7 +53,9 @@ def get_kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int) -> int:
     return model.num_layers * 2 * kv_heads * model.head_dim * model.dtype_bytes
 
 
-def _activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+def _activation_bytes(
+    model: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int
+) -> float:
     h = model.hidden_size
     if model.is_moe:
         inner = model.num_experts_per_token * model.expert_intermediate_size

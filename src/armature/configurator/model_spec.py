@@ -117,7 +117,9 @@ def _positive(
         value = config.get(key)
         if value is not None:
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ConfigError(f"config.json: {key} must be an integer >= {minimum}, got {value!r}")
+                raise ConfigError(
+                    f"config.json: {key} must be an integer >= {minimum}, got {value!r}"
+                )
             return value
     if default is None:
         raise ConfigError(f"config.json has no {keys[0]} (not a decoder-only LLM config?)")
@@ -160,7 +162,9 @@ def read_model_spec(path: Path, dtype: str) -> ModelSpec:
         num_experts_per_token=_positive(config, "num_experts_per_tok", default=2 if experts else 0),
         expert_intermediate_size=expert_intermediate if experts else 0,
         shared_intermediate_size=shared if experts else 0,
-        num_dense_layers=min(num_layers, _positive(config, "first_k_dense_replace", default=0, minimum=0))
+        num_dense_layers=min(
+            num_layers, _positive(config, "first_k_dense_replace", default=0, minimum=0)
+        )
         if experts
         else 0,
     )

@@ -159,8 +159,10 @@ def get_step_breakdown(
     bytes_s = system.memory_bandwidth_bytes_s.value * system.memory_efficiency.value
     num_tokens = num_prefill_tokens + num_decode_requests
     gemm_s = 0.0
-    for moe, num_layers in ((False, model.num_layers - model.num_moe_layers),
-                            (True, model.num_moe_layers)):
+    for moe, num_layers in (
+        (False, model.num_layers - model.num_moe_layers),
+        (True, model.num_moe_layers),
+    ):
         if num_layers:
             layer = get_layer_gemms(model, num_tokens, tp, moe=moe)
             gemm_s += num_layers * sum(

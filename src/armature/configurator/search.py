@@ -154,7 +154,9 @@ def pick_finalists(ranked: list[Ranked], num_finalists: int) -> list[Ranked]:
     return chosen
 
 
-def make_plan(hardware: Hardware, r: Ranked, rate_per_s: float, settings: SearchSettings) -> SimPlan:
+def make_plan(
+    hardware: Hardware, r: Ranked, rate_per_s: float, settings: SearchSettings
+) -> SimPlan:
     """The replay of one group of `r` at `rate_per_s`."""
     c = r.candidate
     model = hardware.model
@@ -208,10 +210,12 @@ def search(
     estimator = Estimator(
         {tp: w.timing for tp, w in hardware.timings.items()},
         settings.workload,
-        lambda c: settings.workload.isl_tokens
-        * hardware.model.get_kv_bytes_per_token()
-        / hardware.get_transfer_bytes_s(c)
-        * 1000.0,
+        lambda c: (
+            settings.workload.isl_tokens
+            * hardware.model.get_kv_bytes_per_token()
+            / hardware.get_transfer_bytes_s(c)
+            * 1000.0
+        ),
     )
     ranked, points, num_candidates, num_fitting = _estimate_all(hardware, settings, estimator)
     ranked.sort(key=lambda r: rank_key(r, by_gpus))

@@ -64,7 +64,9 @@ def make_requests(
         target_ms = (len(trace) - 1) / rate_per_s * 1000.0
         scale = target_ms / span_ms if span_ms > 0 else 1.0
         return [
-            TraceRequest((r.arrival_ms - start_ms) * scale, r.input_length, r.output_length, r.hash_ids)
+            TraceRequest(
+                (r.arrival_ms - start_ms) * scale, r.input_length, r.output_length, r.hash_ids
+            )
             for r in trace
         ]
     requests: list[TraceRequest] = []
@@ -81,7 +83,9 @@ def make_requests(
     return requests
 
 
-def _prediction(plan: SimPlan, requests: Sequence[TraceRequest], report: ReplayReport) -> Prediction:
+def _prediction(
+    plan: SimPlan, requests: Sequence[TraceRequest], report: ReplayReport
+) -> Prediction:
     span_s = (requests[-1].arrival_ms - requests[0].arrival_ms) / 1000.0
     rate = (len(requests) - 1) / span_s if span_s > 0 else float(len(requests))
     rate *= report.num_requests / len(requests)  # the share that finished

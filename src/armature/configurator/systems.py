@@ -71,7 +71,7 @@ def _shipped() -> dict[str, resources.abc.Traversable]:
 
 def list_systems() -> list[str]:
     """The shipped systems' names, and the local one."""
-    return sorted(_shipped()) + [LOCAL_SYSTEM]
+    return [*sorted(_shipped()), LOCAL_SYSTEM]
 
 
 def load_system(name: str) -> SystemSpec:

@@ -85,7 +85,9 @@ def predict_profile(
     prefill = []
     for t in PREFILL_GRID_TOKENS:
         ms = step_ms(t, 0, 0)
-        prefill.append(PrefillPoint(num_requests=1, input_tokens=t, ttft_ms=ms, tokens_per_s=t / ms * 1000))
+        prefill.append(
+            PrefillPoint(num_requests=1, input_tokens=t, ttft_ms=ms, tokens_per_s=t / ms * 1000)
+        )
     decode = []
     for b in DECODE_GRID_REQUESTS:
         for c in DECODE_GRID_CONTEXT_TOKENS:
