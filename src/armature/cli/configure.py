@@ -59,7 +59,7 @@ def _space(config: ConfigureConfig) -> SearchSpace:
     odd = [t for t in config.max_num_batched_tokens if t not in PREFILL_GRID_TOKENS]
     if odd:
         raise CliError(
-            f"--max-num-batched-tokens {odd[0]}: must be a power of 2 from "
+            f"--max-num-batched-tokens {odd[0]}: must be a power of 2, or 3 x one, from "
             f"{PREFILL_GRID_TOKENS[0]} to {PREFILL_GRID_TOKENS[-1]}"
         )
     return SearchSpace(
@@ -160,7 +160,7 @@ def _answer(
     plot = _plot_path(config)
     if plot is not None:
         title = f"{model.name} on {hardware.name}: tokens/s per GPU vs per user"
-        print(f"\nplot: {plot_pareto(result, plot, title)}")
+        print(f"\nplot: {plot_pareto(result, plot, title, config.top)}")
     if not result.meets_targets:
         raise CliError(
             "no configuration meets the targets (the closest are shown above: relax "

@@ -32,8 +32,9 @@ def _by_mode(points: Sequence[tuple[Candidate, Prediction]], mode: str) -> list[
     return [p for c, p in points if c.mode == mode]
 
 
-def plot_pareto(result: SearchResult, path: Path, title: str) -> Path:
-    """Write the plot to `path` (parent directories created); returns it."""
+def plot_pareto(result: SearchResult, path: Path, title: str, num_marked: int = 10) -> Path:
+    """Write the plot to `path` (parent directories created), the first `num_marked`
+    configurations of the ranking marked by rank; returns it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for mode, color in ((AGG, "tab:blue"), (DISAGG, "tab:orange")):
@@ -56,7 +57,7 @@ def plot_pareto(result: SearchResult, path: Path, title: str) -> Path:
             markersize=3,
             label=f"{mode} front (estimate)",
         )
-    for rank, r in enumerate(result.ranked, start=1):
+    for rank, r in enumerate(result.ranked[:num_marked], start=1):
         p = r.prediction
         marker = "*" if rank == 1 else ("s" if r.simulated else "x")
         ax.scatter(

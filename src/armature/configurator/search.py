@@ -9,8 +9,8 @@ Ranking: configurations that meet the targets first; among them the most tokens/
 or with a request rate the fewest GPUs (then the most tokens/s per GPU); those that miss,
 by how far they miss (`Targets.get_miss`). A finalist the simulator finds missing its
 targets at the estimated rate is simulated again at RETRY_RATE_FACTOR of it. Finalists are
-simulated best first (the best of the other mode second) while `sim_budget_s` lasts; the
-rest keep their estimates.
+simulated best first (the best of the other mode second) while `sim_budget_s` lasts. The
+result lists the simulated finalists, ranked, then every other candidate by its estimate.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class Ranked:
 
 @dataclass(frozen=True)
 class SearchResult:
-    ranked: list[Ranked]  # the simulated finalists, best first
+    # the simulated finalists, best first, then every other candidate by its estimate
+    ranked: list[Ranked]
     points: list[tuple[Candidate, Prediction]] = field(default_factory=list)  # every estimate
     num_candidates: int = 0
     num_fitting: int = 0
@@ -221,13 +222,14 @@ def search(
     ranked.sort(key=lambda r: rank_key(r, by_gpus))
     finalists = pick_finalists(ranked, settings.num_finalists)
     started_s = time.monotonic()
-    results = []
+    simulated = []
     for i, r in enumerate(finalists):
         if i and time.monotonic() - started_s > settings.sim_budget_s:
-            results.append(r)  # out of time: its estimate stands
-            continue
+            break  # out of time: the rest keep their estimates
         if on_progress is not None:
             on_progress(f"simulating {i + 1}/{len(finalists)}: {r.candidate.describe()}")
-        results.append(_simulate(hardware, r, settings))
-    results.sort(key=lambda r: rank_key(r, by_gpus))
-    return SearchResult(results, points, num_candidates, num_fitting)
+        simulated.append(_simulate(hardware, r, settings))
+    simulated.sort(key=lambda r: rank_key(r, by_gpus))
+    done = {id(r.candidate) for r in simulated}
+    rest = [r for r in ranked if id(r.candidate) not in done]
+    return SearchResult(simulated + rest, points, num_candidates, num_fitting)

@@ -2,7 +2,8 @@
 `armature profile` writes and `--timing-profile` reads), predicted by the operator model on
 a fixed grid, or measured on this machine (the local system).
 
-    prefill points  one prompt of 16, 32, ... 32768 tokens, one step each
+    prefill points  one prompt of 16, 24, 32, 48, ... 24576, 32768 tokens (2^k and 3 x 2^k),
+                    one step each
     decode points   1, 2, ... 1024 requests x 64, 128, ... 131072 context tokens each
 
 The mocker interpolates between the points (`sim.profile_timing`), so the configurator's
@@ -40,7 +41,7 @@ __all__ = [
     "with_limits",
 ]
 
-PREFILL_GRID_TOKENS = tuple(2**i for i in range(4, 16))
+PREFILL_GRID_TOKENS = tuple(sorted([2**i for i in range(4, 16)] + [3 * 2**i for i in range(3, 14)]))
 DECODE_GRID_REQUESTS = tuple(2**i for i in range(11))
 DECODE_GRID_CONTEXT_TOKENS = tuple(2**i for i in range(6, 18))
 

@@ -59,7 +59,12 @@ def test_all_reduce_and_kv_transfer() -> None:
 
 def test_decode_step_is_memory_bound() -> None:
     step = get_step_breakdown(
-        tiny_llama(), toy_system(), 1, num_prefill_tokens=0, num_decode_requests=1, num_kv_tokens=100
+        tiny_llama(),
+        toy_system(),
+        1,
+        num_prefill_tokens=0,
+        num_decode_requests=1,
+        num_kv_tokens=100,
     )
     # per layer qkv 16768 + o 8448 + mlp 50176 bytes at 1e10 B/s; LM head 67712 bytes
     assert step.gemm_s == pytest.approx(2 * (1.6768e-6 + 8.448e-7 + 5.0176e-6) + 6.7712e-6)
