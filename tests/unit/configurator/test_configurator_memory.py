@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 from configurator_cases import tiny_llama, toy_system
-from profiles import make_profile
 
 from armature.configurator.hardware import accelerator_hardware, local_hardware
 from armature.configurator.memory import get_kv_bytes_per_token_per_gpu, get_memory_fit
 from armature.configurator.space import AGG, DISAGG, Candidate, SearchSpace
 from armature.errors import ConfigError
+from profiles import make_profile
 
 WEIGHT_BYTES = 139584 * 2
 # 1000 tokens x (4*64 + 2*128 + 3*128) x 2 bytes, and 10 x 512 float32 logits

@@ -136,7 +136,7 @@ def test_model_spec_refuses_what_is_not_an_llm_config(
 
 
 def test_model_spec_refuses_a_missing_file_and_an_unknown_dtype(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no config.json there"):
+    with pytest.raises(ConfigError, match=r"no config\.json there"):
         read_model_spec(tmp_path, "bfloat16")
     with pytest.raises(ConfigError, match="--dtype must be one of"):
         read_model_spec(tmp_path, "int3")

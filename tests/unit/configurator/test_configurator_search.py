@@ -14,7 +14,6 @@ from dataclasses import replace
 import msgspec
 import pytest
 from configurator_cases import tiny_llama, toy_system
-from profiles import make_profile
 
 from armature.configurator.estimate import Estimator, Prediction
 from armature.configurator.hardware import Hardware, accelerator_hardware, local_hardware
@@ -32,6 +31,7 @@ from armature.configurator.systems import list_systems, load_system
 from armature.errors import ConfigError
 from armature.protocols.timing_profile import DecodePoint, PrefillPoint
 from armature.sim.timing import StepWork
+from profiles import make_profile
 
 TOY_SPACE = SearchSpace(max_num_seqs=(4, 16), modes=(AGG,))
 TARGETS = Targets(ttft_ms=1000.0, itl_ms=20.0)
