@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "configure",
         help="recommend a deployment (agg/disagg, P:D, TP, batch limits) for latency targets",
         description="Search aggregated and disaggregated layouts, tensor parallelism and batch "
-        "limits for a model on a hardware profile: a fast estimate of every candidate that fits "
+        "limits for a model on a hardware profile: a fast estimate of every deployment that fits "
         "in memory, then the finalists through the replay simulator (the mocker's scheduler and "
         "KV cache on the predicted step times). Prints a ranked table, the best aggregated and "
         "disaggregated side by side, and writes a Pareto plot and the chosen deployment.",
@@ -146,7 +146,7 @@ def _answer(
         f"{settings.total_gpus} {'workers' if hardware.system is None else 'GPUs'}"
     )
     print(
-        f"{result.num_candidates} candidates, {result.num_fitting} fit in memory, "
+        f"{result.num_deployments} deployments, {result.num_fitting} fit in memory, "
         f"{sum(r.simulated for r in result.ranked)} simulated, {elapsed_s:.1f} s\n"
     )
     if not result.ranked:

@@ -116,7 +116,7 @@ class ConfigureConfig:
         env=_env("FINALISTS"),
     )
     sim_budget_s: float = setting(
-        40.0,
+        30.0,
         "wall time for simulating finalists, s (the rest keep their estimates)",
         parse=positive_float,
         env=_env("SIM_BUDGET_S"),

@@ -7,8 +7,8 @@ targets, by prediction instead of measurement.
     operators   the operator model: one step's time from GEMMs, attention, all-reduce
     memory      the memory-fit rule: weights / TP + KV for the batch + headroom <= capacity
     timing      a step-time model per worker shape, as a timing profile the mocker runs
-    space       the candidates: agg / disagg, P:D, TP, max-num-seqs, max-num-batched-tokens
-    estimate    the fast analytic estimate of one candidate at one operating point
+    space       the deployments: agg / disagg, P:D, TP, max-num-seqs, max-num-batched-tokens
+    estimate    the fast analytic estimate of one deployment at one operating point
     simulate    the finalists through `armature replay`'s simulator on the same step times
     search      prune, estimate, simulate, rank
     outputs     the table, the Pareto plot, and the --save-dir files

@@ -1,4 +1,4 @@
-"""The fast estimate: a candidate's steady state at a decode batch `b`, in closed form over
+"""The fast estimate: a deployment's steady state at a decode batch `b`, in closed form over
 the same step times the simulator runs (`sim.timing.StepWork` -> ms).
 
 Aggregated, one worker of `tp` GPUs, requests of mean prompt `isl` and output `osl`:
@@ -26,13 +26,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from armature.configurator.space import AGG, Candidate, Targets, Workload
+from armature.configurator.space import AGG, Deployment, Targets, Workload
 from armature.sim.timing import StepWork, TimingModel
 
 __all__ = ["BATCH_GRID", "BATCH_HEADROOM", "Estimator", "Prediction"]
 
 BATCH_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
-# a candidate operates at most at this share of its max-num-seqs (room for bursts)
+# a deployment operates at most at this share of its max-num-seqs (room for bursts)
 BATCH_HEADROOM = 0.75
 # a pool loaded beyond this is not an operating point (its queue has no steady state)
 MAX_LOAD = 0.95
@@ -40,7 +40,7 @@ MAX_LOAD = 0.95
 
 @dataclass(frozen=True)
 class Prediction:
-    """A candidate at one operating point, per group of workers."""
+    """A deployment at one operating point, per group of workers."""
 
     ttft_ms: float  # median
     itl_ms: float  # mean
@@ -60,18 +60,18 @@ def _queued(service_ms: float, load: float) -> float:
 
 class Estimator:
     """Estimates over one workload. `timings`: each TP's step-time model;
-    `get_kv_transfer_ms`: one mean prompt's KV transfer from a candidate's prefill worker to
+    `get_kv_transfer_ms`: one mean prompt's KV transfer from a deployment's prefill worker to
     its decode worker (none by default)."""
 
     def __init__(
         self,
         timings: dict[int, TimingModel],
         workload: Workload,
-        get_kv_transfer_ms: Callable[[Candidate], float] | None = None,
+        get_kv_transfer_ms: Callable[[Deployment], float] | None = None,
     ):
         self.timings = timings
         self.workload = workload
-        self.get_kv_transfer_ms = get_kv_transfer_ms or (lambda candidate: 0.0)
+        self.get_kv_transfer_ms = get_kv_transfer_ms or (lambda deployment: 0.0)
         self._context_tokens = workload.isl_tokens + workload.osl_tokens / 2
         self._prefill: dict[tuple[int, int], tuple[float, float]] = {}
 
@@ -80,10 +80,10 @@ class Estimator:
         work = StepWork(round(num_prefill_tokens), num_decodes, 0.0, kv_tokens)
         return self.timings[tp].step_ms(work)
 
-    def get_agg(self, candidate: Candidate, b: int) -> Prediction | None:
+    def get_agg(self, deployment: Deployment, b: int) -> Prediction | None:
         """An aggregated worker decoding `b` requests; None when it cannot hold them."""
-        isl, osl, tp = self.workload.isl_tokens, self.workload.osl_tokens, candidate.decode_tp
-        budget = candidate.max_num_batched_tokens - b
+        isl, osl, tp = self.workload.isl_tokens, self.workload.osl_tokens, deployment.decode_tp
+        budget = deployment.max_num_batched_tokens - b
         prefill_tokens = b * isl / osl
         if budget <= 0 or prefill_tokens > MAX_LOAD * budget:
             return None
@@ -92,7 +92,7 @@ class Estimator:
         chunks_ms = math.ceil(isl / chunk) * self._step_ms(tp, chunk, b)
         ttft = itl / 2 + _queued(chunks_ms, prefill_tokens / budget)
         rate = b / osl / (itl / 1000.0)
-        return Prediction(ttft, itl, rate, rate * osl / candidate.num_gpus, b)
+        return Prediction(ttft, itl, rate, rate * osl / deployment.num_gpus, b)
 
     def _get_prefill(self, tp: int, budget: int) -> tuple[float, float]:
         """(one prompt alone in ms, requests/s at full steps) of a prefill worker."""
@@ -106,38 +106,38 @@ class Estimator:
             self._prefill[key] = (alone, per_step / (full_ms / 1000.0))
         return self._prefill[key]
 
-    def get_disagg(self, candidate: Candidate, b: int) -> Prediction | None:
+    def get_disagg(self, deployment: Deployment, b: int) -> Prediction | None:
         """A group whose decode workers each decode `b` requests; None when its prefill
         workers cannot keep up."""
         osl = self.workload.osl_tokens
-        step = self._step_ms(candidate.decode_tp, 0, b)
-        itl = step + self.get_kv_transfer_ms(candidate) / max(1.0, osl - 1)
-        rate = candidate.num_decode_workers * b / osl / (step / 1000.0)
+        step = self._step_ms(deployment.decode_tp, 0, b)
+        itl = step + self.get_kv_transfer_ms(deployment) / max(1.0, osl - 1)
+        rate = deployment.num_decode_workers * b / osl / (step / 1000.0)
         alone_ms, capacity = self._get_prefill(
-            candidate.prefill_tp, candidate.max_num_batched_tokens
+            deployment.prefill_tp, deployment.max_num_batched_tokens
         )
-        load = rate / (candidate.num_prefill_workers * capacity)
+        load = rate / (deployment.num_prefill_workers * capacity)
         if load > MAX_LOAD:
             return None
-        return Prediction(_queued(alone_ms, load), itl, rate, rate * osl / candidate.num_gpus, b)
+        return Prediction(_queued(alone_ms, load), itl, rate, rate * osl / deployment.num_gpus, b)
 
-    def get(self, candidate: Candidate, b: int) -> Prediction | None:
-        if candidate.mode == AGG:
-            return self.get_agg(candidate, b)
-        return self.get_disagg(candidate, b)
+    def get(self, deployment: Deployment, b: int) -> Prediction | None:
+        if deployment.mode == AGG:
+            return self.get_agg(deployment, b)
+        return self.get_disagg(deployment, b)
 
-    def get_points(self, candidate: Candidate) -> list[Prediction]:
-        """The candidate at every decode batch of the grid within its headroom."""
-        top = max(1, int(candidate.max_num_seqs * BATCH_HEADROOM))
-        points = (self.get(candidate, b) for b in BATCH_GRID if b <= top)
+    def get_points(self, deployment: Deployment) -> list[Prediction]:
+        """The deployment at every decode batch of the grid within its headroom."""
+        top = max(1, int(deployment.max_num_seqs * BATCH_HEADROOM))
+        points = (self.get(deployment, b) for b in BATCH_GRID if b <= top)
         return [p for p in points if p is not None]
 
-    def get_best(self, candidate: Candidate, targets: Targets) -> tuple[Prediction, float] | None:
+    def get_best(self, deployment: Deployment, targets: Targets) -> tuple[Prediction, float] | None:
         """(the point of most tokens/s per GPU that meets `targets`, else the closest one;
-        its miss: <= 1 meets them). None: the candidate has no operating point."""
+        its miss: <= 1 meets them). None: the deployment has no operating point."""
         osl = self.workload.osl_tokens
         best: tuple[Prediction, float] | None = None
-        for point in self.get_points(candidate):
+        for point in self.get_points(deployment):
             miss = targets.get_miss(point.ttft_ms, point.itl_ms, osl)
             if best is None:
                 best = (point, miss)

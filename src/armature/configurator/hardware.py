@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from armature.configurator.memory import get_memory_fit
 from armature.configurator.model_spec import ModelSpec
-from armature.configurator.space import Candidate, SearchSpace
+from armature.configurator.space import Deployment, SearchSpace
 from armature.configurator.systems import SystemSpec
 from armature.configurator.timing import (
     PREFILL_GRID_TOKENS,
@@ -58,28 +58,28 @@ class Hardware:
         )
         return min(MAX_SIM_KV_BLOCKS, fit.kv_capacity_tokens // BLOCK_SIZE_TOKENS)
 
-    def fits(self, candidate: Candidate, request_tokens: int, isl_tokens: float) -> bool:
-        """The memory-fit rule for every worker of `candidate`: decode (or aggregated)
+    def fits(self, deployment: Deployment, request_tokens: int, isl_tokens: float) -> bool:
+        """The memory-fit rule for every worker of `deployment`: decode (or aggregated)
         workers hold max-num-seqs requests, prefill workers a step's worth of prompts."""
-        seqs, budget = candidate.max_num_seqs, candidate.max_num_batched_tokens
-        blocks = self.get_kv_blocks(candidate.decode_tp, seqs, budget)
+        seqs, budget = deployment.max_num_seqs, deployment.max_num_batched_tokens
+        blocks = self.get_kv_blocks(deployment.decode_tp, seqs, budget)
         if blocks * BLOCK_SIZE_TOKENS < seqs * request_tokens:
             return False
-        if candidate.num_prefill_workers:
+        if deployment.num_prefill_workers:
             prompts = max(1, int(budget // max(1.0, isl_tokens)))
-            blocks = self.get_kv_blocks(candidate.prefill_tp, prompts, budget)
+            blocks = self.get_kv_blocks(deployment.prefill_tp, prompts, budget)
             return blocks * BLOCK_SIZE_TOKENS >= prompts * request_tokens
         return True
 
-    def get_transfer_bytes_s(self, candidate: Candidate) -> float:
+    def get_transfer_bytes_s(self, deployment: Deployment) -> float:
         """KV transfer bandwidth from a prefill to a decode worker: each rank of the
         narrower one over its own link; NVLink when the group fits in one node."""
         if self.system is None:
             return LOCAL_TRANSFER_BYTES_S
         s = self.system
-        within_node = candidate.num_gpus <= self.gpus_per_node
+        within_node = deployment.num_gpus <= self.gpus_per_node
         link = s.intra_node_bandwidth_bytes_s if within_node else s.inter_node_bandwidth_bytes_s
-        ranks = min(candidate.prefill_tp, candidate.decode_tp) or 1
+        ranks = min(deployment.prefill_tp, deployment.decode_tp) or 1
         return ranks * link.value * s.link_efficiency.value
 
 

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 
 from armature.configurator.estimate import Prediction
 from armature.configurator.search import SearchResult
-from armature.configurator.space import AGG, DISAGG, Candidate
+from armature.configurator.space import AGG, DISAGG, Deployment
 
 __all__ = ["get_pareto_front", "plot_pareto"]
 
@@ -28,7 +28,7 @@ def get_pareto_front(points: Sequence[Prediction]) -> list[Prediction]:
     return front
 
 
-def _by_mode(points: Sequence[tuple[Candidate, Prediction]], mode: str) -> list[Prediction]:
+def _by_mode(points: Sequence[tuple[Deployment, Prediction]], mode: str) -> list[Prediction]:
     return [p for c, p in points if c.mode == mode]
 
 

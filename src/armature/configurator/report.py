@@ -18,7 +18,7 @@ _HEADER = (
 
 def _row(rank: int, r: Ranked) -> str:
     p = r.prediction
-    config = f"{r.candidate.describe()} x{r.num_groups}"
+    config = f"{r.deployment.describe()} x{r.num_groups}"
     return (
         f"{rank:>2}  {config:<44} {r.num_gpus:>5} {p.ttft_ms:>8.1f} {p.itl_ms:>7.2f} "
         f"{p.tokens_per_s_per_gpu:>10.1f} {p.tokens_per_s_per_user:>10.1f}  "
@@ -43,8 +43,8 @@ def format_side_by_side(result: SearchResult) -> str:
         agg, disagg = (best[m] for m in (AGG, DISAGG))
         rows.append((label, get(agg) if agg else "-", get(disagg) if disagg else "-"))
 
-    add("configuration", lambda r: r.candidate.describe())
-    add("groups x GPUs", lambda r: f"{r.num_groups} x {r.candidate.num_gpus}")
+    add("configuration", lambda r: r.deployment.describe())
+    add("groups x GPUs", lambda r: f"{r.num_groups} x {r.deployment.num_gpus}")
     add("TTFT ms (median)", lambda r: f"{r.prediction.ttft_ms:.1f}")
     add("ITL ms (mean)", lambda r: f"{r.prediction.itl_ms:.2f}")
     add("tokens/s per GPU", lambda r: f"{r.prediction.tokens_per_s_per_gpu:.1f}")

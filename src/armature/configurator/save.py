@@ -63,7 +63,7 @@ def _line(command: str, argv: list[str]) -> str:
 
 
 def _engine(req: SaveRequest, tp: int, profile: Path | None) -> EngineConfig:
-    c = req.chosen.candidate
+    c = req.chosen.deployment
     return EngineConfig(
         model=str(req.model_dir),
         engine="mocker" if profile is not None else "torch",
@@ -75,14 +75,14 @@ def _engine(req: SaveRequest, tp: int, profile: Path | None) -> EngineConfig:
 
 
 def _kv(req: SaveRequest, tp: int) -> KvCacheConfig:
-    c = req.chosen.candidate
+    c = req.chosen.deployment
     blocks = req.hardware.get_kv_blocks(tp, c.max_num_seqs, c.max_num_batched_tokens)
     return KvCacheConfig(num_kv_blocks=blocks)
 
 
 def _roles(req: SaveRequest) -> list[tuple[WorkerRole, int, int]]:
     """(role, TP, workers) of the deployment."""
-    c, groups = req.chosen.candidate, req.chosen.num_groups
+    c, groups = req.chosen.deployment, req.chosen.num_groups
     if c.mode == AGG:
         return [(WorkerRole.AGG, c.decode_tp, groups)]
     return [
@@ -93,13 +93,13 @@ def _roles(req: SaveRequest) -> list[tuple[WorkerRole, int, int]]:
 
 def _commands(req: SaveRequest, profiles: dict[WorkerRole, Path] | None) -> str:
     """The serve line (when every worker runs one profile) and the frontend/worker lines."""
-    c = req.chosen.candidate
+    c = req.chosen.deployment
     roles = _roles(req)
     first_role = roles[-1][0]
     profile = profiles[first_role] if profiles else None
     engine, kv = _engine(req, c.decode_tp, profile), _kv(req, c.decode_tp)
     disagg = DisaggConfig(max_local_prefill_tokens=0)
-    lines = [f"# {req.chosen.candidate.describe()} x{req.chosen.num_groups}"]
+    lines = [f"# {req.chosen.deployment.describe()} x{req.chosen.num_groups}"]
     lines.append("# one command: a frontend and its workers")
     same_profile = c.mode == AGG or c.prefill_tp == c.decode_tp
     if same_profile:
@@ -131,7 +131,7 @@ def _commands(req: SaveRequest, profiles: dict[WorkerRole, Path] | None) -> str:
 
 
 def _write_profiles(req: SaveRequest) -> dict[WorkerRole, Path]:
-    c = req.chosen.candidate
+    c = req.chosen.deployment
     out: dict[WorkerRole, Path] = {}
     for role, tp, _ in _roles(req):
         name = "prefill_profile.json" if role is WorkerRole.PREFILL else "profile.json"
@@ -149,7 +149,7 @@ def _write_profiles(req: SaveRequest) -> dict[WorkerRole, Path]:
 
 
 def _values_yaml(req: SaveRequest, profile: Path) -> str:
-    c, t = req.chosen.candidate, req.settings.targets
+    c, t = req.chosen.deployment, req.settings.targets
     gpu = req.hardware.system is not None
     roles = {role: (tp, count) for role, tp, count in _roles(req)}
     lines = [
@@ -189,7 +189,7 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
 
 
 def _planner_line(req: SaveRequest, profile: Path, worker_argv: list[str]) -> str:
-    t, c = req.settings.targets, req.chosen.candidate
+    t, c = req.settings.targets, req.chosen.deployment
     planner = PlannerConfig(
         ttft_ms=t.ttft_ms,
         itl_ms=t.itl_ms or PlannerConfig().itl_ms,
@@ -246,7 +246,7 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     main_profile = profiles.get(WorkerRole.AGG) or profiles[WorkerRole.DECODE]
     (d / "values.yaml").write_text(_values_yaml(req, main_profile))
     worker_argv = to_argv(
-        WorkerConfig(engine=_engine(req, req.chosen.candidate.decode_tp, main_profile))
+        WorkerConfig(engine=_engine(req, req.chosen.deployment.decode_tp, main_profile))
     )
     (d / "planner.sh").write_text(
         "#!/bin/sh\n" + _planner_line(req, main_profile, worker_argv) + "\n"
@@ -265,12 +265,15 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     (d / "replay.sh").write_text("#!/bin/sh\n" + _replay_line(req, plan, profiles) + "\n")
     p = req.chosen.prediction
     prediction = {
-        "configuration": req.chosen.candidate.describe(),
+        "configuration": req.chosen.deployment.describe(),
         "simulated": req.chosen.simulated,
     }
     prediction |= {"ttft_ms_p50": p.ttft_ms, "itl_ms_mean": p.itl_ms}
     prediction |= {"tokens_per_s_per_gpu": p.tokens_per_s_per_gpu}
     prediction |= {"request_rate_per_s": plan.request_rate_per_s}
+    estimate = req.chosen.estimate
+    if estimate is not None:  # what the fast estimate said before the simulation
+        prediction |= {"estimate_ttft_ms": estimate.ttft_ms, "estimate_itl_ms": estimate.itl_ms}
     (d / "prediction.json").write_text(json.dumps(prediction, indent=2) + "\n")
     written += [d / "workload.jsonl", d / "replay.sh", d / "prediction.json"]
     for script in d.glob("*.sh"):

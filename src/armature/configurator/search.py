@@ -1,7 +1,7 @@
-"""The search: every candidate that fits in memory, estimated in closed form at each
+"""The search: every deployment that fits in memory, estimated in closed form at each
 operating point; the best layouts simulated; ranked.
 
-    candidates --memory fit--> estimate (best point per candidate) --rank--> finalists
+    deployments --memory fit--> estimate (best point per deployment) --rank--> finalists
                (the best limits of each layout, the best agg and disagg among them)
                --simulate--> ranked again on what the simulator predicts
 
@@ -10,7 +10,7 @@ or with a request rate the fewest GPUs (then the most tokens/s per GPU); those t
 by how far they miss (`Targets.get_miss`). A finalist the simulator finds missing its
 targets at the estimated rate is simulated again at RETRY_RATE_FACTOR of it. Finalists are
 simulated best first (the best of the other mode second) while `sim_budget_s` lasts. The
-result lists the simulated finalists, ranked, then every other candidate by its estimate.
+result lists the simulated finalists, ranked, then every other deployment by its estimate.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from armature.configurator.estimate import Estimator, Prediction
 from armature.configurator.hardware import BLOCK_SIZE_TOKENS, Hardware
 from armature.configurator.simulate import SimPlan, get_num_sim_requests, make_requests, simulate
-from armature.configurator.space import AGG, DISAGG, Candidate, Targets, Workload
+from armature.configurator.space import AGG, DISAGG, Deployment, Targets, Workload
 from armature.sim.replay import ReplayConfig
 
 __all__ = ["Ranked", "SearchResult", "SearchSettings", "rank_key", "search"]
@@ -39,25 +39,26 @@ class SearchSettings:
     request_rate_per_s: float | None = None
     num_finalists: int = 6
     sim_requests: int = 200  # at least; more for long requests
-    sim_budget_s: float = 40.0  # wall time for simulating finalists
+    sim_budget_s: float = 30.0  # wall time for simulating finalists
     seed: int = 0
 
 
 @dataclass(frozen=True)
 class Ranked:
-    """A candidate, how many groups it deploys, and its prediction (the simulator's for a
+    """A deployment, how many groups it deploys, and its prediction (the simulator's for a
     finalist, else the estimate)."""
 
-    candidate: Candidate
+    deployment: Deployment
     num_groups: int
     prediction: Prediction
     miss: float  # <= 1: meets the targets
     simulated: bool = False
     plan: SimPlan | None = None  # the simulation that gave `prediction`
+    estimate: Prediction | None = None  # a simulated finalist's estimate, before simulation
 
     @property
     def num_gpus(self) -> int:
-        return self.num_groups * self.candidate.num_gpus
+        return self.num_groups * self.deployment.num_gpus
 
     @property
     def meets_targets(self) -> bool:
@@ -66,10 +67,10 @@ class Ranked:
 
 @dataclass(frozen=True)
 class SearchResult:
-    # the simulated finalists, best first, then every other candidate by its estimate
+    # the simulated finalists, best first, then every other deployment by its estimate
     ranked: list[Ranked]
-    points: list[tuple[Candidate, Prediction]] = field(default_factory=list)  # every estimate
-    num_candidates: int = 0
+    points: list[tuple[Deployment, Prediction]] = field(default_factory=list)  # every estimate
+    num_deployments: int = 0
     num_fitting: int = 0
 
     @property
@@ -77,7 +78,7 @@ class SearchResult:
         return bool(self.ranked) and self.ranked[0].meets_targets
 
     def get_best(self, mode: str) -> Ranked | None:
-        return next((r for r in self.ranked if r.candidate.mode == mode), None)
+        return next((r for r in self.ranked if r.deployment.mode == mode), None)
 
 
 def rank_key(ranked: Ranked, by_gpus: bool) -> tuple[float, ...]:
@@ -87,15 +88,15 @@ def rank_key(ranked: Ranked, by_gpus: bool) -> tuple[float, ...]:
     per_gpu = -ranked.prediction.tokens_per_s_per_gpu
     if by_gpus:
         return (0.0, float(ranked.num_gpus), per_gpu, 0.0)
-    return (0.0, per_gpu, float(ranked.candidate.num_gpus), float(ranked.candidate.max_num_seqs))
+    return (0.0, per_gpu, float(ranked.deployment.num_gpus), float(ranked.deployment.max_num_seqs))
 
 
 def get_num_groups(
-    candidate: Candidate, prediction: Prediction, settings: SearchSettings
+    deployment: Deployment, prediction: Prediction, settings: SearchSettings
 ) -> int | None:
     """Groups to deploy: as many as the GPUs hold, or as the request rate needs (None:
     more than --total-gpus)."""
-    most = settings.total_gpus // candidate.num_gpus
+    most = settings.total_gpus // deployment.num_gpus
     if settings.request_rate_per_s is None:
         return most
     needed = math.ceil(settings.request_rate_per_s / prediction.request_rate_per_s)
@@ -104,33 +105,33 @@ def get_num_groups(
 
 def _estimate_all(
     hardware: Hardware, settings: SearchSettings, estimator: Estimator
-) -> tuple[list[Ranked], list[tuple[Candidate, Prediction]], int, int]:
+) -> tuple[list[Ranked], list[tuple[Deployment, Prediction]], int, int]:
     workload, targets = settings.workload, settings.targets
     request_tokens = workload.get_max_request_tokens()
     ranked: list[Ranked] = []
-    points: list[tuple[Candidate, Prediction]] = []
-    num_candidates = num_fitting = 0
-    for candidate in hardware.space.iter_candidates(settings.total_gpus):
-        num_candidates += 1
-        if not hardware.fits(candidate, request_tokens, workload.isl_tokens):
+    points: list[tuple[Deployment, Prediction]] = []
+    num_deployments = num_fitting = 0
+    for deployment in hardware.space.iter_deployments(settings.total_gpus):
+        num_deployments += 1
+        if not hardware.fits(deployment, request_tokens, workload.isl_tokens):
             continue
         num_fitting += 1
-        points += [(candidate, p) for p in estimator.get_points(candidate)]
-        best = estimator.get_best(candidate, targets)
+        points += [(deployment, p) for p in estimator.get_points(deployment)]
+        best = estimator.get_best(deployment, targets)
         if best is None:
             continue
         prediction, miss = best
-        num_groups = get_num_groups(candidate, prediction, settings)
+        num_groups = get_num_groups(deployment, prediction, settings)
         if num_groups is None:  # the rate needs more GPUs than there are: it misses by that
-            num_groups = settings.total_gpus // candidate.num_gpus
+            num_groups = settings.total_gpus // deployment.num_gpus
             rate = settings.request_rate_per_s or 0.0
             miss = max(miss, rate / (num_groups * prediction.request_rate_per_s))
-        ranked.append(Ranked(candidate, num_groups, prediction, miss))
-    return ranked, points, num_candidates, num_fitting
+        ranked.append(Ranked(deployment, num_groups, prediction, miss))
+    return ranked, points, num_deployments, num_fitting
 
 
-def _layout(candidate: Candidate) -> tuple[object, ...]:
-    c = candidate
+def _layout(deployment: Deployment) -> tuple[object, ...]:
+    c = deployment
     return (c.mode, c.prefill_tp, c.decode_tp, c.num_prefill_workers, c.num_decode_workers)
 
 
@@ -139,16 +140,16 @@ def pick_finalists(ranked: list[Ranked], num_finalists: int) -> list[Ranked]:
     seen: set[tuple[object, ...]] = set()
     finalists: list[Ranked] = []
     for r in ranked:
-        layout = _layout(r.candidate)
+        layout = _layout(r.deployment)
         if layout not in seen:
             seen.add(layout)
             finalists.append(r)
     chosen = finalists[:num_finalists]
     for mode in (AGG, DISAGG):
-        if not any(r.candidate.mode == mode for r in chosen):
-            chosen += [r for r in finalists if r.candidate.mode == mode][:1]
+        if not any(r.deployment.mode == mode for r in chosen):
+            chosen += [r for r in finalists if r.deployment.mode == mode][:1]
     if chosen:  # the best of the other mode second: simulated even on a short budget
-        other = next((r for r in chosen if r.candidate.mode != chosen[0].candidate.mode), None)
+        other = next((r for r in chosen if r.deployment.mode != chosen[0].deployment.mode), None)
         if other is not None:
             chosen.remove(other)
             chosen.insert(1, other)
@@ -159,7 +160,7 @@ def make_plan(
     hardware: Hardware, r: Ranked, rate_per_s: float, settings: SearchSettings
 ) -> SimPlan:
     """The replay of one group of `r` at `rate_per_s`."""
-    c = r.candidate
+    c = r.deployment
     model = hardware.model
     config = ReplayConfig(
         num_workers=c.num_prefill_workers + c.num_decode_workers,
@@ -180,7 +181,7 @@ def make_plan(
 
 
 def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked:
-    c = r.candidate
+    c = r.deployment
     timing = hardware.timings[c.decode_tp].timing
     prefill_timing = hardware.timings[c.prefill_tp].timing if c.prefill_tp else None
     rate = r.prediction.request_rate_per_s
@@ -195,7 +196,7 @@ def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked
         )
         predicted = simulate(plan, requests, timing, prefill_timing)
         miss = settings.targets.get_miss(predicted.ttft_ms, predicted.itl_ms, osl)
-        result = Ranked(c, r.num_groups, predicted, miss, simulated=True, plan=plan)
+        result = Ranked(c, r.num_groups, predicted, miss, True, plan, r.prediction)
         if miss <= 1.0 or settings.request_rate_per_s is not None:
             break
     return result
@@ -206,7 +207,7 @@ def search(
     settings: SearchSettings,
     on_progress: Callable[[str], None] | None = None,
 ) -> SearchResult:
-    """Estimate every candidate, simulate the finalists, rank them."""
+    """Estimate every deployment, simulate the finalists, rank them."""
     by_gpus = settings.request_rate_per_s is not None
     estimator = Estimator(
         {tp: w.timing for tp, w in hardware.timings.items()},
@@ -218,7 +219,7 @@ def search(
             * 1000.0
         ),
     )
-    ranked, points, num_candidates, num_fitting = _estimate_all(hardware, settings, estimator)
+    ranked, points, num_deployments, num_fitting = _estimate_all(hardware, settings, estimator)
     ranked.sort(key=lambda r: rank_key(r, by_gpus))
     finalists = pick_finalists(ranked, settings.num_finalists)
     started_s = time.monotonic()
@@ -227,9 +228,9 @@ def search(
         if i and time.monotonic() - started_s > settings.sim_budget_s:
             break  # out of time: the rest keep their estimates
         if on_progress is not None:
-            on_progress(f"simulating {i + 1}/{len(finalists)}: {r.candidate.describe()}")
+            on_progress(f"simulating {i + 1}/{len(finalists)}: {r.deployment.describe()}")
         simulated.append(_simulate(hardware, r, settings))
     simulated.sort(key=lambda r: rank_key(r, by_gpus))
-    done = {id(r.candidate) for r in simulated}
-    rest = [r for r in ranked if id(r.candidate) not in done]
-    return SearchResult(simulated + rest, points, num_candidates, num_fitting)
+    done = {id(r.deployment) for r in simulated}
+    rest = [r for r in ranked if id(r.deployment) not in done]
+    return SearchResult(simulated + rest, points, num_deployments, num_fitting)

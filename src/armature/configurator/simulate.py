@@ -1,5 +1,5 @@
-"""A candidate through the simulator: `armature replay`'s mocker workers and real router on
-the virtual clock, on the same step times as the estimate, at the candidate's rate.
+"""A deployment through the simulator: `armature replay`'s mocker workers and real router on
+the virtual clock, on the same step times as the estimate, at the deployment's rate.
 
     SimPlan     the fleet simulated (one group: the deployment's groups are replicas the
                 router balances), its ReplayConfig, the rate it is offered, and how many
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from armature.configurator.estimate import Prediction
-from armature.configurator.space import Candidate, Workload
+from armature.configurator.space import Deployment, Workload
 from armature.sim.replay import ReplayConfig, ReplayReport, replay
 from armature.sim.timing import TimingModel
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
@@ -34,7 +34,7 @@ MAX_SIM_REQUESTS = 1000
 
 @dataclass(frozen=True)
 class SimPlan:
-    candidate: Candidate
+    deployment: Deployment
     num_groups: int  # simulated (the deployment may replicate more)
     request_rate_per_s: float  # offered to the simulated groups together
     num_requests: int
@@ -90,8 +90,8 @@ def _prediction(
     rate = (len(requests) - 1) / span_s if span_s > 0 else float(len(requests))
     rate *= report.num_requests / len(requests)  # the share that finished
     osl = sum(r.output_length for r in requests) / len(requests)
-    num_gpus = plan.num_groups * plan.candidate.num_gpus
-    running = rate / plan.num_groups / max(1, plan.candidate.num_decode_workers)
+    num_gpus = plan.num_groups * plan.deployment.num_gpus
+    running = rate / plan.num_groups / max(1, plan.deployment.num_decode_workers)
     return Prediction(
         ttft_ms=report.ttft_ms.p50,
         itl_ms=report.itl_ms.mean,

@@ -1,9 +1,9 @@
-"""What the search is over and for: the workload, the targets, the candidates.
+"""What the search is over and for: the workload, the targets, the deployments.
 
-A candidate is one *group* of workers, replicated to fill the GPUs: an aggregated worker of
+A deployment is one *group* of workers, replicated to fill the GPUs: an aggregated worker of
 `decode_tp` GPUs, or `num_prefill_workers` prefill workers of `prefill_tp` GPUs beside
 `num_decode_workers` decode workers of `decode_tp` GPUs (P:D in lowest terms: 2:4 is two
-groups of 1:2). Every worker of a candidate runs the same batch limits.
+groups of 1:2). Every worker of a deployment runs the same batch limits.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from armature.workload.traces import TraceRequest
 
-__all__ = ["AGG", "DISAGG", "Candidate", "SearchSpace", "Targets", "Workload"]
+__all__ = ["AGG", "DISAGG", "Deployment", "SearchSpace", "Targets", "Workload"]
 
 AGG = "agg"
 DISAGG = "disagg"
@@ -66,7 +66,7 @@ class Workload:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Deployment:
     mode: str
     decode_tp: int  # an aggregated worker's, or a decode worker's
     max_num_seqs: int
@@ -99,13 +99,13 @@ class SearchSpace:
     max_decode_workers: int = 8
     modes: tuple[str, ...] = field(default=(AGG, DISAGG))
 
-    def iter_candidates(self, max_gpus: int) -> Iterator[Candidate]:
-        """Every candidate whose group takes at most `max_gpus` GPUs."""
+    def iter_deployments(self, max_gpus: int) -> Iterator[Deployment]:
+        """Every deployment whose group takes at most `max_gpus` GPUs."""
         limits = list(itertools.product(self.max_num_seqs, self.max_num_batched_tokens))
         if AGG in self.modes:
             for tp, (seqs, tokens) in itertools.product(self.tensor_parallel, limits):
                 if tp <= max_gpus:
-                    yield Candidate(AGG, tp, seqs, tokens)
+                    yield Deployment(AGG, tp, seqs, tokens)
         if DISAGG not in self.modes:
             return
         ratios = [
@@ -120,4 +120,4 @@ class SearchSpace:
             if p * tp_p + d * tp_d > max_gpus:
                 continue
             for seqs, tokens in limits:
-                yield Candidate(DISAGG, tp_d, seqs, tokens, tp_p, p, d)
+                yield Deployment(DISAGG, tp_d, seqs, tokens, tp_p, p, d)

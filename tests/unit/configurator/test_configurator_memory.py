@@ -8,7 +8,7 @@ from configurator_cases import tiny_llama, toy_system
 
 from armature.configurator.hardware import accelerator_hardware, local_hardware
 from armature.configurator.memory import get_kv_bytes_per_token_per_gpu, get_memory_fit
-from armature.configurator.space import AGG, DISAGG, Candidate, SearchSpace
+from armature.configurator.space import AGG, DISAGG, Deployment, SearchSpace
 from armature.errors import ConfigError
 from profiles import make_profile
 
@@ -74,14 +74,14 @@ def test_only_the_tps_whose_weights_fit_are_searched() -> None:
     assert 1 not in hardware.timings
 
 
-def test_a_candidate_fits_when_each_worker_holds_its_batch() -> None:
+def test_a_deployment_fits_when_each_worker_holds_its_batch() -> None:
     profile = make_profile(model="tiny")  # 96 blocks of 16 tokens: 1536 tokens
     hardware = local_hardware(tiny_llama(), profile, SearchSpace())
-    agg = Candidate(AGG, 1, 16, 1024)
+    agg = Deployment(AGG, 1, 16, 1024)
     assert hardware.fits(agg, request_tokens=96, isl_tokens=64)  # 16 x 96 = 1536
     assert not hardware.fits(agg, request_tokens=97, isl_tokens=64)
     # a prefill worker holds a step's prompts: 1024 // 512 = 2 of 768 tokens (a decode
     # worker of max-num-seqs 1, one)
-    disagg = Candidate(DISAGG, 1, 1, 1024, 1, 1, 1)
+    disagg = Deployment(DISAGG, 1, 1, 1024, 1, 1, 1)
     assert hardware.fits(disagg, request_tokens=768, isl_tokens=512)
     assert not hardware.fits(disagg, request_tokens=769, isl_tokens=512)

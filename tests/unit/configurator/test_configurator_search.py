@@ -26,7 +26,7 @@ from armature.configurator.search import (
     rank_key,
     search,
 )
-from armature.configurator.space import AGG, DISAGG, Candidate, SearchSpace, Targets, Workload
+from armature.configurator.space import AGG, DISAGG, Deployment, SearchSpace, Targets, Workload
 from armature.configurator.systems import list_systems, load_system
 from armature.errors import ConfigError
 from armature.protocols.timing_profile import DecodePoint, PrefillPoint
@@ -61,33 +61,33 @@ def _settings(**overrides: object) -> SearchSettings:
 def test_the_estimate_finds_the_best_batch_under_the_itl_target() -> None:
     hardware = _toy_hardware()
     estimator = Estimator({1: hardware.timings[1].timing}, WORKLOAD)
-    best = estimator.get_best(Candidate(AGG, 1, 16, 1024), TARGETS)
+    best = estimator.get_best(Deployment(AGG, 1, 16, 1024), TARGETS)
     assert best is not None
     point, miss = best
     assert point.num_running == 8
     assert point.itl_ms == pytest.approx(18.0, abs=0.1)
     assert miss < 1.0
     assert point.tokens_per_s_per_gpu == pytest.approx(8 / point.itl_ms * 1000.0)
-    capped = estimator.get_best(Candidate(AGG, 1, 4, 1024), TARGETS)
+    capped = estimator.get_best(Deployment(AGG, 1, 4, 1024), TARGETS)
     assert capped is not None and capped[0].num_running == 3
 
 
 def test_search_ranks_the_known_optimum_first() -> None:
     result = search(_toy_hardware(), _settings())
     first, second = result.ranked[:2]
-    assert (first.candidate.max_num_seqs, second.candidate.max_num_seqs) == (16, 4)
+    assert (first.deployment.max_num_seqs, second.deployment.max_num_seqs) == (16, 4)
     assert first.simulated and first.meets_targets
     assert not second.simulated  # the same layout: its estimate stands
     assert first.num_groups == 8  # one worker each, as many as the GPUs hold
     assert first.prediction.tokens_per_s_per_gpu > second.prediction.tokens_per_s_per_gpu
-    assert result.num_candidates == result.num_fitting == 2
+    assert result.num_deployments == result.num_fitting == 2
 
 
 def test_with_a_request_rate_it_ranks_by_fewest_gpus() -> None:
     # seqs 16 serves 8 / (100 x ~18 ms) ~ 4.4 requests/s a worker, seqs 4 ~ 2.3
     result = search(_toy_hardware(), _settings(request_rate_per_s=10.0))
     first, second = result.ranked[:2]
-    assert first.candidate.max_num_seqs == 16
+    assert first.deployment.max_num_seqs == 16
     assert (first.num_gpus, second.num_gpus) == (3, 5)
     assert first.meets_targets
 
@@ -107,8 +107,8 @@ def test_impossible_targets_leave_the_closest_first() -> None:
 
 
 def _ranked(mode: str, per_gpu: float, miss: float, gpus: int = 1) -> Ranked:
-    candidate = Candidate(mode, gpus, 16, 1024)
-    return Ranked(candidate, 1, Prediction(10.0, 10.0, 1.0, per_gpu, 4), miss)
+    deployment = Deployment(mode, gpus, 16, 1024)
+    return Ranked(deployment, 1, Prediction(10.0, 10.0, 1.0, per_gpu, 4), miss)
 
 
 def test_rank_key_orders_meeting_before_missing_and_by_throughput() -> None:
@@ -132,7 +132,7 @@ def test_rank_key_orders_meeting_before_missing_and_by_throughput() -> None:
 def test_finalists_keep_the_best_of_each_layout_and_of_each_mode() -> None:
     rows = [_ranked(AGG, 900.0 - i, 0.5) for i in range(4)] + [_ranked(DISAGG, 10.0, 0.5)]
     chosen = pick_finalists(rows, 1)
-    assert [r.candidate.mode for r in chosen] == [AGG, DISAGG]
+    assert [r.deployment.mode for r in chosen] == [AGG, DISAGG]
     assert chosen[0] is rows[0]
 
 
