@@ -11,7 +11,7 @@ from armature.configurator.space import AGG, DISAGG
 __all__ = ["format_side_by_side", "format_table"]
 
 _HEADER = (
-    f"{'#':>2}  {'configuration':<44} {'GPUs':>5} {'TTFT ms':>8} {'ITL ms':>7} "
+    f"{'#':>2}  {'configuration':<50} {'GPUs':>5} {'TTFT ms':>8} {'ITL ms':>7} "
     f"{'tok/s/GPU':>10} {'tok/s/user':>10}  {'by':<3} {'meets':<5}"
 )
 
@@ -20,7 +20,7 @@ def _row(rank: int, r: Ranked) -> str:
     p = r.prediction
     config = f"{r.deployment.describe()} x{r.num_groups}"
     return (
-        f"{rank:>2}  {config:<44} {r.num_gpus:>5} {p.ttft_ms:>8.1f} {p.itl_ms:>7.2f} "
+        f"{rank:>2}  {config:<50} {r.num_gpus:>5} {p.ttft_ms:>8.1f} {p.itl_ms:>7.2f} "
         f"{p.tokens_per_s_per_gpu:>10.1f} {p.tokens_per_s_per_user:>10.1f}  "
         f"{'sim' if r.simulated else 'est':<3} {'yes' if r.meets_targets else 'no':<5}"
     )

@@ -62,7 +62,7 @@ def _line(command: str, argv: list[str]) -> str:
     return shlex.join(["armature", command, *argv])
 
 
-def _engine(req: SaveRequest, tp: int, profile: Path | None) -> EngineConfig:
+def _engine(req: SaveRequest, profile: Path | None) -> EngineConfig:
     c = req.chosen.deployment
     return EngineConfig(
         model=str(req.model_dir),
@@ -97,7 +97,7 @@ def _commands(req: SaveRequest, profiles: dict[WorkerRole, Path] | None) -> str:
     roles = _roles(req)
     first_role = roles[-1][0]
     profile = profiles[first_role] if profiles else None
-    engine, kv = _engine(req, c.decode_tp, profile), _kv(req, c.decode_tp)
+    engine, kv = _engine(req, profile), _kv(req, c.decode_tp)
     disagg = DisaggConfig(max_local_prefill_tokens=0)
     lines = [f"# {req.chosen.deployment.describe()} x{req.chosen.num_groups}"]
     lines.append("# one command: a frontend and its workers")
@@ -120,7 +120,7 @@ def _commands(req: SaveRequest, profiles: dict[WorkerRole, Path] | None) -> str:
     for role, tp, count in roles:
         role_profile = profiles[role] if profiles else None
         worker = WorkerConfig(
-            engine=_engine(req, tp, role_profile),
+            engine=_engine(req, role_profile),
             kv=_kv(req, tp),
             runtime=runtime,
             process=WorkerProcessConfig(role=role),
@@ -146,6 +146,17 @@ def _write_profiles(req: SaveRequest) -> dict[WorkerRole, Path]:
         write_profile(profile, path)
         out[role] = path
     return out
+
+
+def _planner_itl_ms(req: SaveRequest) -> float:
+    """The planner's ITL target: --itl-ms, or what --e2e-ms leaves after --ttft-ms for the
+    rest of the output, or the prediction's."""
+    t, osl = req.settings.targets, req.settings.workload.osl_tokens
+    if t.itl_ms is not None:
+        return t.itl_ms
+    if t.e2e_ms is not None and t.e2e_ms > t.ttft_ms and osl > 1:
+        return (t.e2e_ms - t.ttft_ms) / (osl - 1)
+    return req.chosen.prediction.itl_ms
 
 
 def _values_yaml(req: SaveRequest, profile: Path) -> str:
@@ -182,7 +193,7 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
         "  config:",
         "    planner:",
         f"      ttft-ms: {t.ttft_ms!r}",
-        f"      itl-ms: {(t.itl_ms or PlannerConfig().itl_ms)!r}",
+        f"      itl-ms: {_planner_itl_ms(req)!r}",
         f"      gpus-per-worker: {c.decode_tp}",
     ]
     return "\n".join(lines) + "\n"
@@ -192,7 +203,7 @@ def _planner_line(req: SaveRequest, profile: Path, worker_argv: list[str]) -> st
     t, c = req.settings.targets, req.chosen.deployment
     planner = PlannerConfig(
         ttft_ms=t.ttft_ms,
-        itl_ms=t.itl_ms or PlannerConfig().itl_ms,
+        itl_ms=_planner_itl_ms(req),
         mode="agg" if c.mode == AGG else "disagg",
         gpus_per_worker=c.decode_tp,
     )
@@ -245,9 +256,7 @@ def save_deployment(req: SaveRequest) -> list[Path]:
         written.append(d / "commands_native.sh")
     main_profile = profiles.get(WorkerRole.AGG) or profiles[WorkerRole.DECODE]
     (d / "values.yaml").write_text(_values_yaml(req, main_profile))
-    worker_argv = to_argv(
-        WorkerConfig(engine=_engine(req, req.chosen.deployment.decode_tp, main_profile))
-    )
+    worker_argv = to_argv(WorkerConfig(engine=_engine(req, main_profile)))
     (d / "planner.sh").write_text(
         "#!/bin/sh\n" + _planner_line(req, main_profile, worker_argv) + "\n"
     )
