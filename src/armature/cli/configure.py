@@ -149,6 +149,13 @@ def _answer(
         f"{result.num_deployments} deployments, {result.num_fitting} fit in memory, "
         f"{sum(r.simulated for r in result.ranked)} simulated, {elapsed_s:.1f} s\n"
     )
+    if not result.num_fitting:
+        raise CliError(
+            f"no deployment fits in memory: {min(hardware.space.max_num_seqs)} requests of up "
+            f"to {settings.workload.get_max_request_tokens()} tokens need more KV cache than a "
+            f"worker of {hardware.name} has left at any TP (lower --max-num-seqs, or shorten "
+            "the requests)"
+        )
     if not result.ranked:
         raise CliError(
             "no configuration has an operating point (the model fits, but no batch "

@@ -50,6 +50,17 @@ def test_a_model_that_fits_at_no_tp(tmp_path: Path, capsys: pytest.CaptureFixtur
     )
 
 
+def test_requests_whose_kv_fits_nowhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 40 GB of weights on an L40S: at TP 8 each GPU keeps ~35 GB, 16 x 120k-token requests
+    # of 320 KB/token would need far more
+    big = {**TINY_LLAMA, "hidden_size": 8192, "num_hidden_layers": 40, "num_attention_heads": 64}
+    big |= {"num_key_value_heads": 8, "intermediate_size": 28672, "max_position_embeddings": 131072}
+    model = write_config(tmp_path / "big", big)
+    argv = ["--model", str(model), "--system", "l40s", "--isl", "120000", "--osl", "100"]
+    argv += ["--modes", "agg"]
+    _fails(capsys, argv, "no deployment fits in memory: 16 requests of up to 120100 tokens")
+
+
 def test_impossible_targets_show_the_closest(
     tiny_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
