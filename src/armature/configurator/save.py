@@ -165,8 +165,9 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
     roles = {role: (tp, count) for role, tp, count in _roles(req)}
     lines = [
         f"# armature configure: {c.describe()} x{req.chosen.num_groups} on {req.hardware.name}",
-        "# helm install armature deploy/helm/armature -f values.yaml \\",
-        f"#   --set-file planner.performanceProfile={profile}",
+        "# helm install armature deploy/helm/armature -f values.yaml",
+        "# the planner then holds the targets from this size (it owns the replicas): add",
+        f"#   --set planner.enabled=true --set-file planner.performanceProfile={profile}",
         "workers:",
         "  config:",
         "    engine:",
@@ -189,7 +190,7 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
         ]
     lines += [
         "planner:",
-        "  enabled: true",
+        "  enabled: false",
         "  config:",
         "    planner:",
         f"      ttft-ms: {t.ttft_ms!r}",
