@@ -91,16 +91,20 @@ def rank_key(ranked: Ranked, by_gpus: bool) -> tuple[float, ...]:
     return (0.0, per_gpu, float(ranked.deployment.num_gpus), float(ranked.deployment.max_num_seqs))
 
 
-def get_num_groups(
-    deployment: Deployment, prediction: Prediction, settings: SearchSettings
-) -> int | None:
-    """Groups to deploy: as many as the GPUs hold, or as the request rate needs (None:
-    more than --total-gpus)."""
-    most = settings.total_gpus // deployment.num_gpus
+def get_num_groups(deployment: Deployment, prediction: Prediction, settings: SearchSettings) -> int:
+    """Groups to deploy: as many as the GPUs hold, or as the request rate needs (which may
+    be more than --total-gpus hold: such a deployment misses)."""
     if settings.request_rate_per_s is None:
-        return most
-    needed = math.ceil(settings.request_rate_per_s / prediction.request_rate_per_s)
-    return needed if needed <= most else None
+        return settings.total_gpus // deployment.num_gpus
+    return math.ceil(settings.request_rate_per_s / prediction.request_rate_per_s)
+
+
+def _get_gpu_miss(deployment: Deployment, num_groups: int, settings: SearchSettings) -> float:
+    """How far the groups a request rate needs overflow --total-gpus (<= 1: they fit; 0
+    without a request rate)."""
+    if settings.request_rate_per_s is None:
+        return 0.0
+    return num_groups * deployment.num_gpus / settings.total_gpus
 
 
 def _estimate_all(
@@ -122,10 +126,7 @@ def _estimate_all(
             continue
         prediction, miss = best
         num_groups = get_num_groups(deployment, prediction, settings)
-        if num_groups is None:  # the rate needs more GPUs than there are: it misses by that
-            num_groups = settings.total_gpus // deployment.num_gpus
-            rate = settings.request_rate_per_s or 0.0
-            miss = max(miss, rate / (num_groups * prediction.request_rate_per_s))
+        miss = max(miss, _get_gpu_miss(deployment, num_groups, settings))
         ranked.append(Ranked(deployment, num_groups, prediction, miss))
     return ranked, points, num_deployments, num_fitting
 
@@ -196,6 +197,7 @@ def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked
         )
         predicted = simulate(plan, requests, timing, prefill_timing)
         miss = settings.targets.get_miss(predicted.ttft_ms, predicted.itl_ms, osl)
+        miss = max(miss, _get_gpu_miss(c, r.num_groups, settings))
         result = Ranked(c, r.num_groups, predicted, miss, True, plan, r.prediction)
         if miss <= 1.0 or settings.request_rate_per_s is not None:
             break
