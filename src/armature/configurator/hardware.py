@@ -136,14 +136,17 @@ def accelerator_hardware(
 
 
 def local_hardware(model: ModelSpec, profile: TimingProfile, space: SearchSpace) -> Hardware:
-    """This machine as `profile` measured it: TP 1, the profile's step budget and KV pool."""
+    """This machine as `profile` measured it: TP 1, the profile's step budget and KV pool,
+    and at most the profile's max-num-seqs."""
     try:
         timing = WorkerTiming.of(1, profile)
     except ValueError as exc:
         raise ConfigError(f"the timing profile cannot give step times: {exc}") from None
+    # step times are measured up to the engine's own limits: no more requests than it ran
+    seqs = tuple(n for n in space.max_num_seqs if n <= profile.max_num_seqs)
     narrowed = SearchSpace(
         tensor_parallel=(1,),
-        max_num_seqs=space.max_num_seqs,
+        max_num_seqs=seqs or (profile.max_num_seqs,),
         max_num_batched_tokens=(profile.max_num_batched_tokens,),
         max_prefill_workers=space.max_prefill_workers,
         max_decode_workers=space.max_decode_workers,

@@ -85,3 +85,14 @@ def test_a_deployment_fits_when_each_worker_holds_its_batch() -> None:
     disagg = Deployment(DISAGG, 1, 1, 1024, 1, 1, 1)
     assert hardware.fits(disagg, request_tokens=768, isl_tokens=512)
     assert not hardware.fits(disagg, request_tokens=769, isl_tokens=512)
+
+
+def test_the_local_system_searches_within_what_was_measured() -> None:
+    profile = make_profile(model="tiny")  # run with max-num-seqs 32, a 1024-token step
+    space = SearchSpace(max_num_seqs=(16, 32, 64), max_num_batched_tokens=(2048, 4096))
+    hardware = local_hardware(tiny_llama(), profile, space)
+    assert hardware.space.max_num_seqs == (16, 32)
+    assert hardware.space.max_num_batched_tokens == (1024,)
+    assert hardware.space.tensor_parallel == (1,)
+    only_larger = local_hardware(tiny_llama(), profile, SearchSpace(max_num_seqs=(64,)))
+    assert only_larger.space.max_num_seqs == (32,)
