@@ -79,6 +79,7 @@ def _fleet(hardware: object, r: Ranked, settings: SearchSettings) -> tuple[float
         num_groups=groups,
         request_rate_per_s=r.plan.request_rate_per_s * groups,
         num_requests=min(MAX_FLEET_REQUESTS, r.plan.num_requests * groups),
+        arrival_shape=1,
         config=replace(
             r.plan.config,
             num_workers=r.plan.config.num_workers * groups,
@@ -87,6 +88,7 @@ def _fleet(hardware: object, r: Ranked, settings: SearchSettings) -> tuple[float
     )
     timings = hardware.timings  # type: ignore[attr-defined]
     c = r.deployment
+    # the whole fleet: one Poisson stream over every group
     requests = make_requests(settings.workload, plan.request_rate_per_s, plan.num_requests, 0)
     prefill = timings[c.prefill_tp].timing if c.prefill_tp else None
     fleet = simulate(plan, requests, timings[c.decode_tp].timing, prefill)

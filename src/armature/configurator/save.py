@@ -270,7 +270,9 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     plan = req.chosen.plan or make_plan(
         req.hardware, req.chosen, req.chosen.prediction.request_rate_per_s, req.settings
     )
-    requests = make_requests(w, plan.request_rate_per_s, plan.num_requests, req.settings.seed)
+    requests = make_requests(
+        w, plan.request_rate_per_s, plan.num_requests, req.settings.seed, plan.arrival_shape
+    )
     _write_trace(requests, d / "workload.jsonl")
     (d / "replay.sh").write_text("#!/bin/sh\n" + _replay_line(req, plan, profiles) + "\n")
     p = req.chosen.prediction

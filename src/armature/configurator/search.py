@@ -178,7 +178,7 @@ def make_plan(
     p = r.prediction
     e2e_ms = p.ttft_ms + p.itl_ms * settings.workload.osl_tokens
     num_requests = get_num_sim_requests(rate_per_s, e2e_ms, settings.sim_requests)
-    return SimPlan(c, 1, rate_per_s, num_requests, config)
+    return SimPlan(c, 1, rate_per_s, num_requests, config, arrival_shape=r.num_groups)
 
 
 def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked:
@@ -193,7 +193,11 @@ def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked
     for factor in (1.0, RETRY_RATE_FACTOR):
         plan = make_plan(hardware, r, rate * factor, settings)
         requests = make_requests(
-            settings.workload, plan.request_rate_per_s, plan.num_requests, settings.seed
+            settings.workload,
+            plan.request_rate_per_s,
+            plan.num_requests,
+            settings.seed,
+            plan.arrival_shape,
         )
         predicted = simulate(plan, requests, timing, prefill_timing)
         miss = settings.targets.get_miss(predicted.ttft_ms, predicted.itl_ms, osl)

@@ -2,11 +2,14 @@
 the virtual clock, on the same step times as the estimate, at the deployment's rate.
 
     SimPlan     the fleet simulated (one group: the deployment's groups are replicas the
-                router balances), its ReplayConfig, the rate it is offered, and how many
+                router balances; the group's arrivals are what one of N groups sees of a
+                Poisson stream spread over them in turn, Erlang-N gaps, for the smoothing a
+                router gives each of its workers), its ReplayConfig, the rate it is offered,
+                and how many
                 requests: enough that their arrivals span SPAN_E2E_MULTIPLE estimated
                 end-to-end latencies (the warm-up a small share of what is measured)
     make_requests  the workload as a trace: lengths within the spread, unique prompts,
-                Poisson arrivals (or a trace's own requests, their arrivals rescaled)
+                Erlang arrivals (or a trace's own requests, their arrivals rescaled)
     simulate    replay -> Prediction: TTFT median, ITL mean, and the rate served
 
 The rate served is the rate offered (requests over the span of their arrivals) when every
@@ -39,6 +42,8 @@ class SimPlan:
     request_rate_per_s: float  # offered to the simulated groups together
     num_requests: int
     config: ReplayConfig
+    # the simulated group's arrivals are what one of this many groups sees (make_requests)
+    arrival_shape: int = 1
 
 
 def get_num_sim_requests(rate_per_s: float, e2e_ms: float, minimum: int) -> int:
@@ -53,9 +58,11 @@ def _length(rng: random.Random, mean: float, spread: float) -> int:
 
 
 def make_requests(
-    workload: Workload, rate_per_s: float, num_requests: int, seed: int
+    workload: Workload, rate_per_s: float, num_requests: int, seed: int, num_groups: int = 1
 ) -> list[TraceRequest]:
-    """`num_requests` requests of `workload` arriving at `rate_per_s` on average."""
+    """`num_requests` requests of `workload` arriving at `rate_per_s` on average: what one
+    of `num_groups` groups sees of a Poisson stream spread over them in turn (Erlang
+    gaps of shape `num_groups`; Poisson for one group)."""
     rng = random.Random(seed)
     if workload.trace:
         trace = list(workload.trace[:num_requests])
@@ -73,7 +80,7 @@ def make_requests(
     now_ms, next_id = 0.0, 0
     for i in range(num_requests):
         if i:
-            now_ms += rng.expovariate(rate_per_s) * 1000.0
+            now_ms += rng.gammavariate(num_groups, 1.0 / (num_groups * rate_per_s)) * 1000.0
         isl = _length(rng, workload.isl_tokens, workload.spread)
         num_blocks = -(-isl // TRACE_BLOCK_TOKENS)
         hash_ids = tuple(range(next_id, next_id + num_blocks))  # no prompt shares a prefix

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from armature.configurator.simulate import get_num_sim_requests, make_requests
@@ -50,3 +52,16 @@ def test_targets_miss_by_the_worst_ratio() -> None:
     e2e = Targets(ttft_ms=500.0, e2e_ms=2000.0)  # replaces the ITL target
     assert e2e.get_miss(500.0, 1000.0, 100) == pytest.approx((500.0 + 99 * 1000.0) / 2000.0)
     assert e2e.get_miss(100.0, 10.0, 101) == pytest.approx(1100.0 / 2000.0)
+
+
+def test_one_of_n_groups_sees_smoother_arrivals_at_the_same_rate() -> None:
+    """A Poisson stream spread over 4 groups in turn: each sees Erlang-4 gaps, whose
+    coefficient of variation is 1/2 (Poisson's is 1)."""
+    workload = Workload(100.0, 10.0)
+    for groups, cv in ((1, 1.0), (4, 0.5)):
+        requests = make_requests(workload, 10.0, 4000, seed=1, num_groups=groups)
+        gaps = [b.arrival_ms - a.arrival_ms for a, b in itertools.pairwise(requests)]
+        mean = sum(gaps) / len(gaps)
+        std = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
+        assert mean == pytest.approx(100.0, rel=0.05)  # 10/s
+        assert std / mean == pytest.approx(cv, rel=0.08)
