@@ -142,11 +142,11 @@ def main() -> None:
     body = (
         "Llama-3.1-8B's shape in bfloat16 on the shipped hardware profiles; lengths within "
         "+-20% of the means; the default search space. The fleet: one Poisson stream over "
-        "every group; the prediction: one group, Erlang-N arrivals (one of N groups' share). TTFT is the median, ITL "
-        "the mean, in ms (estimate / predicted / fleet: TTFT / ITL). Errors in %: the estimate "
-        "against the prediction, and the prediction (one group) against the whole fleet "
-        "replayed (target: within 5%). A shared, loaded 2-core CPU machine; the wall time is "
-        "the fleet replay's.\n\n"
+        "every group; the prediction: one group, Erlang-N arrivals (one of N groups' share). "
+        "TTFT is the median, ITL the mean, in ms (estimate / predicted / fleet: TTFT / ITL). "
+        "Errors in %: the estimate against the prediction, and the prediction (one group) "
+        "against the whole fleet replayed (target: within 5%). A shared, loaded 2-core CPU "
+        "machine; the wall time is the fleet replay's.\n\n"
         + markdown_table(
             [
                 "case",
