@@ -6,11 +6,12 @@ operating point; the best layouts simulated; ranked.
                --simulate--> ranked again on what the simulator predicts
 
 Ranking: configurations that meet the targets first; among them the most tokens/s per GPU,
-or with a request rate the fewest GPUs (then the most tokens/s per GPU); those that miss,
-by how far they miss (`Targets.get_miss`). A finalist the simulator finds missing its
-targets at the estimated rate is simulated again at RETRY_RATE_FACTOR of it. Finalists are
-simulated best first (the best of the other mode second) while `sim_budget_s` lasts. The
-result lists the simulated finalists, ranked, then every other deployment by its estimate.
+or with a request rate the fewest GPUs (then the most tokens/s per GPU), ties to the lower
+TTFT; those that miss, by how far they miss (`Targets.get_miss`). A finalist the simulator
+finds missing its targets at the estimated rate is simulated again at RETRY_RATE_FACTOR of
+it. Finalists are simulated best first (the best of the other mode second) while
+`sim_budget_s` lasts. The result lists the simulated finalists, ranked, then every other
+deployment by its estimate.
 """
 
 from __future__ import annotations
@@ -82,13 +83,16 @@ class SearchResult:
 
 
 def rank_key(ranked: Ranked, by_gpus: bool) -> tuple[float, ...]:
-    """Sort key, smallest best (the module docstring's order)."""
+    """Sort key, smallest best (the module docstring's order); ties go to the lower TTFT,
+    then the smaller group and max-num-seqs."""
     if not ranked.meets_targets:
-        return (1.0, ranked.miss, 0.0, 0.0)
+        return (1.0, ranked.miss, 0.0, 0.0, 0.0)
     per_gpu = -ranked.prediction.tokens_per_s_per_gpu
+    ttft = ranked.prediction.ttft_ms
+    d = ranked.deployment
     if by_gpus:
-        return (0.0, float(ranked.num_gpus), per_gpu, 0.0)
-    return (0.0, per_gpu, float(ranked.deployment.num_gpus), float(ranked.deployment.max_num_seqs))
+        return (0.0, float(ranked.num_gpus), per_gpu, ttft, float(d.max_num_seqs))
+    return (0.0, per_gpu, ttft, float(d.num_gpus), float(d.max_num_seqs))
 
 
 def get_num_groups(deployment: Deployment, prediction: Prediction, settings: SearchSettings) -> int:
