@@ -24,6 +24,7 @@ configuration back into the command line that rebuilds it.
     kv_tiers.py  lower KV tiers (G2-G4)         commands.py  WorkerConfig, FrontendConfig, ...
     planner.py   the planner's targets, predictor, limits, cool-downs; its service's settings
     profiling.py the profiler's sweep
+    configure.py `armature configure`: model, system, workload, targets, search space
 
 A field whose metadata has no `Setting` is not a flag (a value the code sets, like the
 router's block size, which comes from the workers).
@@ -39,6 +40,7 @@ from armature.config.commands import (
     ServeConfig,
     WorkerConfig,
 )
+from armature.config.configure import ConfigureConfig
 from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
 from armature.config.engine import (
     DEFAULT_BLOCK_SIZE_TOKENS,
@@ -83,6 +85,7 @@ __all__ = [
     "DEFAULT_LEASE_TTL_S",
     "TRANSFER_BACKENDS",
     "ChatConfig",
+    "ConfigureConfig",
     "DisaggConfig",
     "EngineConfig",
     "FrontendConfig",

@@ -43,8 +43,14 @@ class _Transfer:
 
 
 class DisaggSimulation(Simulation):
-    def __init__(self, requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel):
-        super().__init__(requests, config, timing)
+    def __init__(
+        self,
+        requests: Sequence[TraceRequest],
+        config: ReplayConfig,
+        timing: TimingModel,
+        prefill_timing: TimingModel | None = None,
+    ):
+        super().__init__(requests, config, timing, prefill_timing)
         self.prefill_index = PrefixIndex()
         for worker in self.prefill_workers:
             self.prefill_index.add_worker(worker, config.num_kv_blocks)

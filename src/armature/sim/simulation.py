@@ -87,12 +87,21 @@ class Tracked:
 
 
 class Simulation:
-    def __init__(self, requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel):
+    def __init__(
+        self,
+        requests: Sequence[TraceRequest],
+        config: ReplayConfig,
+        timing: TimingModel,
+        prefill_timing: TimingModel | None = None,
+    ):
+        """`prefill_timing`: the prefill workers' step times, when they differ from the
+        others' (another tensor parallelism, say)."""
         self.config = config
         self.requests = sorted(requests, key=lambda r: r.arrival_ms)
         max_len = max((r.input_length + r.output_length for r in requests), default=1)
         self._arch = simulated_arch(config.vocab_size, max_len + 1)
         self._timing = timing
+        self._prefill_timing = prefill_timing or timing
         self._engine_config = NativeEngineConfig(
             model_dir=Path("mocker"),
             block_size=config.block_size,
@@ -145,7 +154,10 @@ class Simulation:
     def make_worker(self, worker: str) -> None:
         """A mocker worker named `worker`, out of routing (see `join`)."""
         c = self.config
-        runner = MockerRunner(self._arch, self._timing, VirtualClock(), seed=c.seed)
+        # prefill workers are named "prefill-<n>" (and "prefill-new-<n>" by a planned fleet)
+        is_prefill = worker.startswith(f"{WorkerRole.PREFILL.value}-")
+        timing = self._prefill_timing if is_prefill else self._timing
+        runner = MockerRunner(self._arch, timing, VirtualClock(), seed=c.seed)
         core = EngineCore(
             self._engine_config,
             runner,

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
+import pytest
+
 from armature.config import KvTierConfig
 from armature.sim.replay import ReplayConfig, replay
+from armature.sim.timing import PolynomialTiming
 from armature.workload.measure import Slo
 from armature.workload.traces import TraceRequest, synthetic_multi_turn, synthetic_prefix_groups
 
@@ -113,3 +116,16 @@ def test_disaggregated_replay_runs_the_tiers_on_every_worker() -> None:
     tiered = replay(MULTI_TURN, replace(config, tiers=KvTierConfig(kv_host_blocks=1024)))
     assert (tiered.num_requests, tiered.num_remote_prefills) == (48, 48)
     assert tiered.prefix_hit_ratio > replay(MULTI_TURN, config).prefix_hit_ratio
+
+
+def test_disaggregated_replay_runs_prefill_workers_on_their_own_step_times() -> None:
+    """Prefill workers 10x slower than the decode worker: TTFT (the prefill's first token)
+    grows 10x; the decode worker's steps, the ITLs after the first, are the same."""
+    requests = [TraceRequest(i * 1000.0, 512, 8, (3 * i,)) for i in range(5)]
+    config = ReplayConfig(num_workers=2, num_prefill_workers=1, num_kv_blocks=512)
+    fast = PolynomialTiming(speedup_ratio=10.0)
+    same = replay(requests, config, fast)
+    slow = replay(requests, config, fast, PolynomialTiming(speedup_ratio=1.0))
+    assert slow.num_remote_prefills == same.num_remote_prefills == 5
+    assert slow.ttft_ms.p50 == pytest.approx(10 * same.ttft_ms.p50)
+    assert slow.itl_ms.p50 == pytest.approx(same.itl_ms.p50)
