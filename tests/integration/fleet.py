@@ -90,13 +90,19 @@ class Fleet:
         return proc
 
     def start_frontend(self, host: str = "127.0.0.1", extra: list[str] | None = None) -> str:
+        return self.start_frontend_process("frontend", host, extra)[0]
+
+    def start_frontend_process(
+        self, name: str, host: str = "127.0.0.1", extra: list[str] | None = None
+    ) -> tuple[str, subprocess.Popen[bytes]]:
+        """A frontend logging to `name`.log, once healthy: its url and process."""
         port = _free_port()
         args = ["frontend", "--port", str(port), "--router", "kv", *self.runtime_args()]
         args += extra or []
-        proc = self._spawn("frontend", [*args, "--host", host])
+        proc = self._spawn(name, [*args, "--host", host])
         url = f"http://{host}:{port}"
-        _wait_healthy(proc, url, self.root / "frontend.log")
-        return url
+        _wait_healthy(proc, url, self.root / f"{name}.log")
+        return url, proc
 
     def wait_for_log(self, name: str, text: str, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + 180
