@@ -120,8 +120,10 @@ class HealthConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ReplicaConfig:
-    """How a frontend shares the load it routes with the other frontend replicas of its
-    namespace (over the event plane), so that each one's routing cost sees all requests."""
+    """Frontend replicas: how each shares the load it routes with the others.
+
+    Over the event plane, within a namespace, so that each one's routing cost sees every
+    replica's requests."""
 
     replica_host: str = setting(
         "127.0.0.1",
