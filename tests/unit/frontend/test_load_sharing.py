@@ -1,4 +1,5 @@
-"""Frontend replicas sharing their load over a real zmq event plane and in-process discovery:
+"""Frontend replicas sharing their load over a real event plane (zmq; NATS, as across hosts)
+and in-process discovery:
 a replica that joins gets the others' current load, changes follow, a replica that leaves
 takes its load with it, and one that goes silent (killed: its card outlives it) expires."""
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 
 import msgspec
 import pytest
@@ -16,7 +17,8 @@ from armature.frontend.replicas import LoadSharing
 from armature.protocols.replica import FrontendCard, ReplicaLoad, WorkerShare, frontend_key
 from armature.router.load import ActiveLoad, WorkerLoad
 from armature.runtime.discovery import MemDiscovery, MemStore
-from armature.runtime.events import ZmqEventPlane
+from armature.runtime.events import EventPlane, NatsEventPlane, ZmqEventPlane
+from servers import Nats
 
 NAMESPACE = "replicas-test"
 CONFIG = ReplicaConfig(share_load_interval_s=0.005, share_load_ttl_s=0.6)
@@ -56,20 +58,35 @@ async def wait_for(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-@pytest.fixture
-async def plane() -> AsyncIterator[ZmqEventPlane]:
-    p = ZmqEventPlane()
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nats]:
+    server = Nats(tmp_path_factory.mktemp("nats"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["zmq", "nats"])
+async def plane(request: pytest.FixtureRequest, nats_server: Nats) -> AsyncIterator[EventPlane]:
+    if request.param == "zmq":
+        p: EventPlane = ZmqEventPlane()
+    else:
+        nats_plane = NatsEventPlane(nats_server.url)
+        await nats_plane.connect()
+        p = nats_plane
     yield p
     await p.close()
 
 
-def start(router: Router, store: MemStore, plane: ZmqEventPlane) -> asyncio.Task[None]:
+def start(router: Router, store: MemStore, plane: EventPlane) -> asyncio.Task[None]:
     sharing = LoadSharing(router, MemDiscovery(store), plane, NAMESPACE, CONFIG, lease_ttl_s=5.0)
     return asyncio.get_running_loop().create_task(sharing.run())
 
 
 async def test_a_joining_replica_gets_the_current_load_and_follows_it(
-    plane: ZmqEventPlane,
+    plane: EventPlane,
 ) -> None:
     store = MemStore()
     a, b = Router(), Router()
@@ -96,7 +113,7 @@ async def test_a_joining_replica_gets_the_current_load_and_follows_it(
     assert store.entries == {}
 
 
-async def test_a_silent_replica_expires_and_comes_back(plane: ZmqEventPlane) -> None:
+async def test_a_silent_replica_expires_and_comes_back(plane: EventPlane) -> None:
     """A replica killed outright publishes no more while its card stays (until its lease
     ends): its load expires after three of its heartbeats."""
     store = MemStore()
