@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Generic, TypeVar
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -137,8 +138,14 @@ class Fleet:
         return parse_metrics(httpx.get(found.group(1), timeout=10).text)
 
     def registered(self) -> list[str]:
+        """The workers' registrations in discovery (frontend replicas register too: see
+        `registered_keys`)."""
+        return [k for k in self.registered_keys() if "/worker/" in k]
+
+    def registered_keys(self) -> list[str]:
+        """Every key in discovery, sorted."""
         entries = self.discovery_dir / "entries"
-        return sorted(p.name for p in entries.iterdir()) if entries.exists() else []
+        return sorted(unquote(p.name) for p in entries.iterdir()) if entries.exists() else []
 
     def assert_no_tracebacks(self) -> None:
         for log in self.root.glob("*.log"):

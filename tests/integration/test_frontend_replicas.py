@@ -13,7 +13,6 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -246,13 +245,9 @@ def test_a_joining_replica_gets_the_load_in_flight_and_a_killed_ones_expires(
     # expired for want of reports: its card is still in discovery (its lease lasts 60 s)
     found = re.search(r"frontend-([0-9a-f]+) shares its load", fleet.log_text("frontend-c"))
     assert found
-    assert f"instances/armature/frontend/load/{found.group(1)}" in _registered_keys(fleet)
+    assert f"instances/armature/frontend/load/{found.group(1)}" in fleet.registered_keys()
     proc_d.send_signal(signal.SIGTERM)
     proc_d.wait(timeout=30)
-
-
-def _registered_keys(fleet: Fleet) -> list[str]:
-    return [unquote(name) for name in fleet.registered()]
 
 
 def test_killing_a_replica_mid_load_loses_none_of_the_others_requests(
