@@ -156,6 +156,16 @@ class LoadSharing:
 
     # ---- peers -> routing --------------------------------------------------------------
     async def _follow_peers(self) -> None:
+        """Follow the other replicas' cards until cancelled; if discovery refuses (etcd
+        permissions that cover only the workers' keys), say so once and count no peers."""
+        try:
+            await self._watch_peers()
+        except ArmatureError as exc:
+            log.error(
+                "%s cannot see the other frontends, their load is not counted: %s", self.name, exc
+            )
+
+    async def _watch_peers(self) -> None:
         ids_by_key: dict[str, int] = {}
         async for event in self.discovery.watch(frontend_prefix(self.namespace)):
             if event.kind == "delete":
