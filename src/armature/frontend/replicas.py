@@ -85,6 +85,7 @@ class LoadSharing:
         self.peers = PeerLoads()
         self._subscriptions: dict[int, asyncio.Task[None]] = {}
         self._heard: set[int] = set()  # peers a snapshot came from
+        self._peer_joined = asyncio.Event()
         self._encoder = msgspec.msgpack.Encoder()
         if registry is not None:
             Gauge(
@@ -133,12 +134,17 @@ class LoadSharing:
 
     # ---- own load -> peers -------------------------------------------------------------
     async def _publish_forever(self, publisher: Publisher) -> None:
+        """Publish on every change while there are peers (at most every interval), and a
+        heartbeat otherwise: a replica alone costs one message a heartbeat, and one that
+        appears gets a snapshot at once (`_peer_joined`)."""
         changed = self.router.load_changed
         seq = 0
         while True:
-            with contextlib.suppress(TimeoutError):  # no change: a heartbeat
-                await asyncio.wait_for(changed.wait(), self.config.heartbeat_s)
+            news = changed if self._subscriptions else self._peer_joined
+            with contextlib.suppress(TimeoutError):  # no news: a heartbeat
+                await asyncio.wait_for(news.wait(), self.config.heartbeat_s)
             changed.clear()
+            self._peer_joined.clear()
             shares = get_shares(self.router.get_own_loads())
             snapshot = ReplicaLoad(replica_id=self.replica_id, seq=seq, shares=shares)
             seq += 1
@@ -185,6 +191,7 @@ class LoadSharing:
             self.peers.watch(card.replica_id, ttl_s, self.clock())
             task = asyncio.get_running_loop().create_task(self._subscribe(card))
             self._subscriptions[card.replica_id] = task
+            self._peer_joined.set()
             log.info("frontend %s joined (%s)", replica_name(card.replica_id), card.events_url)
 
     async def _forget(self, replica_id: int) -> None:
