@@ -34,6 +34,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.worker import WorkerRole
+from armature.router.load import WorkerLoad
 from armature.router.policies import RoutingError
 from armature.router.prefill_decision import PrefillDecision, decide_prefill
 from armature.router.pressure import BusyWorkers
@@ -59,7 +60,9 @@ class DisaggRouter(EngineRouter):
     ):
         super().__init__(engines, config, observer, busy)
         self.disagg = disagg or DisaggConfig()
-        self.prefill = EngineRouter(prefill_engines or {}, config, self.observer)
+        self.prefill = EngineRouter(
+            prefill_engines or {}, config, self.observer, load_changed=self.load_changed
+        )
         self.num_prefills = {"remote": 0, "local": 0}
         self._releases: set[asyncio.Task[None]] = set()
 
@@ -90,6 +93,13 @@ class DisaggRouter(EngineRouter):
 
     def take_step_records(self) -> dict[str, list[StepRecord]]:
         return {**self.prefill.take_step_records(), **super().take_step_records()}
+
+    def get_own_loads(self) -> dict[str, WorkerLoad]:
+        return {**self.prefill.get_own_loads(), **super().get_own_loads()}
+
+    def set_peer_loads(self, peers: Mapping[str, WorkerLoad]) -> None:
+        self.prefill.set_peer_loads(peers)
+        super().set_peer_loads(peers)
 
     def get_index_blocks(self) -> tuple[int, int]:
         prefill, decode = self.prefill.get_index_blocks(), super().get_index_blocks()

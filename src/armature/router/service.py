@@ -21,7 +21,7 @@ from armature.config import RouterConfig
 from armature.engines.api import Engine, EngineDeadError
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, StepRecord
-from armature.router.load import ActiveLoad
+from armature.router.load import ActiveLoad, WorkerLoad
 from armature.router.policies import (
     DirectPolicy,
     KvPolicy,
@@ -77,15 +77,19 @@ class EngineRouter:
         config: RouterConfig,
         observer: RouterObserver | None = None,
         busy: BusyWorkers | None = None,
+        load_changed: asyncio.Event | None = None,
     ):
         """`observer` is told of decisions, migrations and prefills (metrics); `busy`: the
-        overload thresholds past which a worker is avoided while another has room."""
+        overload thresholds past which a worker is avoided while another has room;
+        `load_changed` is set whenever this router's own load changes (a routed request
+        starts, has its first token or ends): frontend replicas publish it then."""
         self.engines = dict(engines)
         self.config = config
         self.observer = observer or RouterObserver()
         self.busy = busy
         self.index = PrefixIndex()
         self.load = ActiveLoad()
+        self.load_changed = load_changed or asyncio.Event()
         # tier-aware routing: each worker's tier weights, from its load reports (see sync_events)
         self.tier_weights = TierWeightBook() if config.tier_aware else None
         self.policy = self._make_policy(config)
@@ -260,6 +264,7 @@ class EngineRouter:
         )
         uncached = max(0, num_tokens - decision.overlap_blocks * bs)
         self.load.start(request.request_id, decision.worker, uncached, -(-num_tokens // bs))
+        self.load_changed.set()
         num_output = 0
         reason = "cancelled"
         try:
@@ -267,7 +272,9 @@ class EngineRouter:
             try:
                 async for output in stream:
                     if output.new_token_ids:
-                        self.load.first_token(request.request_id)
+                        if num_output == 0:
+                            self.load.first_token(request.request_id)
+                            self.load_changed.set()
                         num_output += len(output.new_token_ids)
                     if output.finish_reason is not None:
                         reason = output.finish_reason.value
@@ -279,6 +286,7 @@ class EngineRouter:
                 await stream.aclose()
         finally:
             self.load.finish(request.request_id)
+            self.load_changed.set()
             log.info(
                 "request %s on %s: %d prompt tokens (%d blocks cached), %d output, %s",
                 request.request_id,
@@ -297,6 +305,19 @@ class EngineRouter:
             for w, e in self.engines.items()
             if e.is_alive
         }
+
+    def get_own_loads(self) -> dict[str, WorkerLoad]:
+        """The load of the requests this router routed and that have not finished, by worker
+        (what a frontend replica tells the others)."""
+        return dict(self.load.get_own_loads())
+
+    def get_peer_loads(self) -> dict[str, WorkerLoad]:
+        """The load other frontend replicas add, by worker, as routing counts it."""
+        return dict(self.load.get_peer_loads())
+
+    def set_peer_loads(self, peers: Mapping[str, WorkerLoad]) -> None:
+        """The load other frontend replicas add, by worker: routing counts it from now."""
+        self.load.set_peer_loads(peers)
 
     def get_pressures(self) -> dict[str, WorkerPressure]:
         """Each live worker's pressure, for overload control."""
