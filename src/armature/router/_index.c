@@ -38,6 +38,8 @@ typedef struct {
     Py_ssize_t num_words;
     Table tables[NUM_TIERS];
     PyObject *names; /* list: slot -> worker id or None */
+    PyObject *slots; /* dict: worker id -> slot */
+    PyObject *tiers; /* dict: tier object -> 0..3 */
 } HolderTable;
 
 static inline size_t home(uint64_t key, size_t mask) {
@@ -147,8 +149,23 @@ static int clear_bit(Table *t, Py_ssize_t nw, uint64_t key, Py_ssize_t slot) {
 
 /* ---- argument parsing ---------------------------------------------------------------- */
 
-/* The hashes of a sequence of ints as a fresh u64 array (*n set); NULL with an error set. */
-static uint64_t *read_hashes(PyObject *obj, Py_ssize_t *n) {
+static PyObject *seq_hash_name; /* "seq_hash", interned at import */
+
+/* One hash from an int; -1 with a ValueError when it is not an int in [0, 2**64). */
+static int to_hash(PyObject *item, uint64_t *out) {
+    unsigned long long v = item ? PyLong_AsUnsignedLongLong(item) : (unsigned long long)-1;
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "seq_hashes must be ints in [0, 2**64)");
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* The hashes of a sequence of ints (or, with `attr`, of the items' `attr` attributes) as a
+ * fresh u64 array (*n set); NULL with an error set. */
+static uint64_t *read_hashes_of(PyObject *obj, PyObject *attr, Py_ssize_t *n) {
     PyObject *seq = PySequence_Fast(obj, "seq_hashes must be a sequence of ints");
     if (seq == NULL) return NULL;
     *n = PySequence_Fast_GET_SIZE(seq);
@@ -160,40 +177,33 @@ static uint64_t *read_hashes(PyObject *obj, Py_ssize_t *n) {
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < *n; i++) {
-        unsigned long long v = PyLong_AsUnsignedLongLong(items[i]);
-        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_ValueError, "seq_hashes must be ints in [0, 2**64)");
+        PyObject *item = attr ? PyObject_GetAttr(items[i], attr) : items[i];
+        int rc = to_hash(item, &out[i]);
+        if (attr) Py_XDECREF(item);
+        if (rc < 0) {
             PyMem_Free(out);
             Py_DECREF(seq);
             return NULL;
         }
-        out[i] = (uint64_t)v;
     }
     Py_DECREF(seq);
     return out;
 }
 
-static int check_slot_tier(HolderTable *self, Py_ssize_t slot, int tier) {
-    if (slot < 0 || slot >= self->num_words * 64) {
-        PyErr_Format(PyExc_ValueError, "worker slot %zd is not allocated", slot);
-        return -1;
-    }
-    if (tier < 0 || tier >= NUM_TIERS) {
-        PyErr_Format(PyExc_ValueError, "tier must be 0..3, got %d", tier);
-        return -1;
-    }
-    return 0;
-}
+static uint64_t *read_hashes(PyObject *obj, Py_ssize_t *n) { return read_hashes_of(obj, NULL, n); }
 
 /* ---- type ------------------------------------------------------------------------------ */
 
+/* HolderTable(tiers): `tiers` maps each tier object (device, host, disk, external) to 0..3. */
 static int HolderTable_init(HolderTable *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "", kwlist)) return -1;
+    static char *kwlist[] = {"tiers", NULL};
+    PyObject *tiers;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyDict_Type, &tiers)) return -1;
     self->num_words = 1;
     Py_XSETREF(self->names, PyList_New(0));
-    return self->names == NULL ? -1 : 0;
+    Py_XSETREF(self->slots, PyDict_New());
+    Py_XSETREF(self->tiers, PyDict_Copy(tiers));
+    return (self->names == NULL || self->slots == NULL || self->tiers == NULL) ? -1 : 0;
 }
 
 static void HolderTable_dealloc(HolderTable *self) {
@@ -202,10 +212,41 @@ static void HolderTable_dealloc(HolderTable *self) {
         PyMem_Free(self->tables[t].bits);
     }
     Py_XDECREF(self->names);
+    Py_XDECREF(self->slots);
+    Py_XDECREF(self->tiers);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* set_name(slot, name): name the worker in `slot` (None frees it; its bits must be clear). */
+/* The slot of `worker` (KeyError if it has none) and the number of `tier`; -1 on error. */
+static int resolve(HolderTable *self, PyObject *worker, PyObject *tier, Py_ssize_t *slot,
+                   int *tier_no) {
+    PyObject *s = PyDict_GetItemWithError(self->slots, worker);
+    if (s == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, worker);
+        return -1;
+    }
+    PyObject *t = PyDict_GetItemWithError(self->tiers, tier);
+    if (t == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, tier);
+        return -1;
+    }
+    *slot = PyLong_AsSsize_t(s);
+    *tier_no = (int)PyLong_AsLong(t);
+    if (*tier_no < 0 || *tier_no >= NUM_TIERS) {
+        PyErr_SetString(PyExc_ValueError, "tier numbers must be 0..3");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want) {
+    if (nargs == want) return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+    return -1;
+}
+
+/* set_name(slot, worker): put `worker` in `slot`; worker None frees the slot (whose bits
+ * must be clear). */
 static PyObject *HolderTable_set_name(HolderTable *self, PyObject *args) {
     Py_ssize_t slot;
     PyObject *name;
@@ -224,20 +265,31 @@ static PyObject *HolderTable_set_name(HolderTable *self, PyObject *args) {
     }
     while (PyList_GET_SIZE(self->names) <= slot)
         if (PyList_Append(self->names, Py_None) < 0) return NULL;
+    PyObject *old = PyList_GET_ITEM(self->names, slot);
+    if (old != Py_None && PyDict_DelItem(self->slots, old) < 0) return NULL;
+    if (name != Py_None) {
+        PyObject *s = PyLong_FromSsize_t(slot);
+        int rc = s == NULL ? -1 : PyDict_SetItem(self->slots, name, s);
+        Py_XDECREF(s);
+        if (rc < 0) return NULL;
+    }
     Py_INCREF(name);
     PyList_SetItem(self->names, slot, name);
     Py_RETURN_NONE;
 }
 
-/* add(slot, tier, seq_hashes, max_new) -> int: set slot's bit on each hash; the number newly
- * set (repeats counted once), or -1 with nothing changed when that would exceed max_new. */
-static PyObject *HolderTable_add(HolderTable *self, PyObject *args) {
-    Py_ssize_t slot, max_new, n;
+/* add(worker, tier, seq_hashes, max_new) -> int: mark each hash held by worker in tier; the
+ * number newly marked (repeats once), or -1 with nothing changed when that exceeds max_new.
+ * add_blocks(worker, tier, blocks, max_new): the same for the blocks' `seq_hash`es. */
+static PyObject *add_hashes(HolderTable *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *attr) {
+    Py_ssize_t slot, n;
     int tier;
-    PyObject *obj;
-    if (!PyArg_ParseTuple(args, "niOn", &slot, &tier, &obj, &max_new)) return NULL;
-    if (check_slot_tier(self, slot, tier) < 0) return NULL;
-    uint64_t *hashes = read_hashes(obj, &n);
+    if (check_nargs("add", nargs, 4) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
+    Py_ssize_t max_new = PyLong_AsSsize_t(args[3]);
+    if (max_new == -1 && PyErr_Occurred()) return NULL;
+    uint64_t *hashes = read_hashes_of(args[2], attr, &n);
     if (hashes == NULL) return NULL;
     Table *t = &self->tables[tier];
     Py_ssize_t nw = self->num_words;
@@ -262,14 +314,22 @@ static PyObject *HolderTable_add(HolderTable *self, PyObject *args) {
     return PyLong_FromSsize_t(num_new);
 }
 
-/* remove(slot, tier, seq_hashes) -> int: clear slot's bit on each hash; how many were set. */
-static PyObject *HolderTable_remove(HolderTable *self, PyObject *args) {
+static PyObject *HolderTable_add(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    return add_hashes(self, args, nargs, NULL);
+}
+
+static PyObject *HolderTable_add_blocks(HolderTable *self, PyObject *const *args,
+                                        Py_ssize_t nargs) {
+    return add_hashes(self, args, nargs, seq_hash_name);
+}
+
+/* remove(worker, tier, seq_hashes) -> int: unmark each hash; how many were marked. */
+static PyObject *HolderTable_remove(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t slot, n;
     int tier;
-    PyObject *obj;
-    if (!PyArg_ParseTuple(args, "niO", &slot, &tier, &obj)) return NULL;
-    if (check_slot_tier(self, slot, tier) < 0) return NULL;
-    uint64_t *hashes = read_hashes(obj, &n);
+    if (check_nargs("remove", nargs, 3) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
+    uint64_t *hashes = read_hashes(args[2], &n);
     if (hashes == NULL) return NULL;
     Py_ssize_t num_removed = 0;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -294,40 +354,45 @@ static uint64_t *keys_of(const Table *t, Py_ssize_t nw, Py_ssize_t slot, Py_ssiz
     return out;
 }
 
-static PyObject *hashes_to_list(const uint64_t *hashes, Py_ssize_t n) {
-    PyObject *out = PyList_New(n);
-    if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyLong_FromUnsignedLongLong(hashes[i]);
-        if (item == NULL) {
-            Py_DECREF(out);
+/* get_hashes(worker, tier) -> set[int]: the hashes worker holds in tier (worker None:
+ * those anyone holds). */
+static PyObject *HolderTable_get_hashes(HolderTable *self, PyObject *const *args,
+                                        Py_ssize_t nargs) {
+    Py_ssize_t slot = -1, n;
+    int tier;
+    if (check_nargs("get_hashes", nargs, 2) < 0) return NULL;
+    if (args[0] == Py_None) { /* anyone: only the tier to resolve */
+        PyObject *tier_no = PyDict_GetItemWithError(self->tiers, args[1]);
+        if (tier_no == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, args[1]);
             return NULL;
         }
-        PyList_SET_ITEM(out, i, item);
+        tier = (int)PyLong_AsLong(tier_no);
+        if (tier < 0 || tier >= NUM_TIERS) {
+            PyErr_SetString(PyExc_ValueError, "tier numbers must be 0..3");
+            return NULL;
+        }
+    } else if (resolve(self, args[0], args[1], &slot, &tier) < 0) {
+        return NULL;
     }
-    return out;
-}
-
-/* get_hashes(slot, tier) -> list[int]: the hashes slot holds in tier (slot -1: anyone). */
-static PyObject *HolderTable_get_hashes(HolderTable *self, PyObject *args) {
-    Py_ssize_t slot, n;
-    int tier;
-    if (!PyArg_ParseTuple(args, "ni", &slot, &tier)) return NULL;
-    if (slot != -1 && check_slot_tier(self, slot, tier) < 0) return NULL;
-    if (slot == -1 && check_slot_tier(self, 0, tier) < 0) return NULL;
     uint64_t *keys = keys_of(&self->tables[tier], self->num_words, slot, &n);
     if (keys == NULL) return NULL;
-    PyObject *out = hashes_to_list(keys, n);
+    PyObject *out = PySet_New(NULL);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *item = PyLong_FromUnsignedLongLong(keys[i]);
+        if (item == NULL || PySet_Add(out, item) < 0) Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
     PyMem_Free(keys);
     return out;
 }
 
-/* clear(slot, tier) -> int: clear slot's bit everywhere in tier; how many were set. */
-static PyObject *HolderTable_clear(HolderTable *self, PyObject *args) {
+/* clear(worker, tier) -> int: unmark everything worker holds in tier; how many there were. */
+static PyObject *HolderTable_clear(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t slot, n;
     int tier;
-    if (!PyArg_ParseTuple(args, "ni", &slot, &tier)) return NULL;
-    if (check_slot_tier(self, slot, tier) < 0) return NULL;
+    if (check_nargs("clear", nargs, 2) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
     Table *t = &self->tables[tier];
     uint64_t *keys = keys_of(t, self->num_words, slot, &n);
     if (keys == NULL) return NULL;
@@ -358,18 +423,22 @@ static int put_all(PyObject *dict, PyObject *names, const uint64_t *mask, Py_ssi
 /* find_overlaps(seq_hashes) -> dict[worker, int]: for each worker holding the first block on
  * its device, how many leading blocks it holds there (PrefixIndex.find_overlaps). */
 static PyObject *HolderTable_find_overlaps(HolderTable *self, PyObject *obj) {
-    Py_ssize_t n, nw = self->num_words;
-    uint64_t *hashes = read_hashes(obj, &n);
-    if (hashes == NULL) return NULL;
+    /* hashes are read as the walk reaches them: a short match reads few */
+    PyObject *seq = PySequence_Fast(obj, "seq_hashes must be a sequence of ints");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), nw = self->num_words;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
     PyObject *out = PyDict_New();
     const Table *t = &self->tables[TIER_DEVICE];
-    uint64_t active[MAX_WORDS], dropped[MAX_WORDS];
-    const uint64_t *first = n ? lookup(t, nw, hashes[0]) : NULL;
-    if (out == NULL || first == NULL) goto done;
+    uint64_t active[MAX_WORDS], dropped[MAX_WORDS], key;
+    if (out == NULL || n == 0) goto done;
+    if (to_hash(items[0], &key) < 0) goto fail;
+    const uint64_t *first = lookup(t, nw, key);
+    if (first == NULL) goto done;
     memcpy(active, first, (size_t)nw * sizeof(uint64_t));
-    Py_ssize_t depth = 1;
-    for (; depth < n; depth++) {
-        const uint64_t *bits = lookup(t, nw, hashes[depth]);
+    for (Py_ssize_t depth = 1; depth < n; depth++) {
+        if (to_hash(items[depth], &key) < 0) goto fail;
+        const uint64_t *bits = lookup(t, nw, key);
         uint64_t any_drop = 0, any_left = 0;
         for (Py_ssize_t w = 0; w < nw; w++) {
             uint64_t still = bits ? active[w] & bits[w] : 0;
@@ -383,10 +452,10 @@ static PyObject *HolderTable_find_overlaps(HolderTable *self, PyObject *obj) {
     }
     if (put_all(out, self->names, active, nw, n) < 0) goto fail;
 done:
-    PyMem_Free(hashes);
+    Py_DECREF(seq);
     return out;
 fail:
-    PyMem_Free(hashes);
+    Py_DECREF(seq);
     Py_DECREF(out);
     return NULL;
 }
@@ -494,14 +563,16 @@ static PyObject *HolderTable_find_tier_overlaps(HolderTable *self, PyObject *obj
 static PyMethodDef HolderTable_methods[] = {
     {"set_name", (PyCFunction)HolderTable_set_name, METH_VARARGS,
      "set_name(slot, name): the worker in slot (None: free; its bits must be clear)"},
-    {"add", (PyCFunction)HolderTable_add, METH_VARARGS,
-     "add(slot, tier, seq_hashes, max_new) -> newly set, or -1 (nothing changed)"},
-    {"remove", (PyCFunction)HolderTable_remove, METH_VARARGS,
-     "remove(slot, tier, seq_hashes) -> how many were set"},
-    {"clear", (PyCFunction)HolderTable_clear, METH_VARARGS,
-     "clear(slot, tier) -> how many were set"},
-    {"get_hashes", (PyCFunction)HolderTable_get_hashes, METH_VARARGS,
-     "get_hashes(slot, tier) -> list of hashes (slot -1: held by anyone)"},
+    {"add", (PyCFunction)(void (*)(void))HolderTable_add, METH_FASTCALL,
+     "add(worker, tier, seq_hashes, max_new) -> newly marked, or -1 (nothing changed)"},
+    {"add_blocks", (PyCFunction)(void (*)(void))HolderTable_add_blocks, METH_FASTCALL,
+     "add_blocks(worker, tier, blocks, max_new): add() of the blocks' seq_hash"},
+    {"remove", (PyCFunction)(void (*)(void))HolderTable_remove, METH_FASTCALL,
+     "remove(worker, tier, seq_hashes) -> how many were marked"},
+    {"clear", (PyCFunction)(void (*)(void))HolderTable_clear, METH_FASTCALL,
+     "clear(worker, tier) -> how many were marked"},
+    {"get_hashes", (PyCFunction)(void (*)(void))HolderTable_get_hashes, METH_FASTCALL,
+     "get_hashes(worker, tier) -> set of hashes (worker None: held by anyone)"},
     {"find_overlaps", (PyCFunction)HolderTable_find_overlaps, METH_O,
      "find_overlaps(seq_hashes) -> {worker: leading device blocks}"},
     {"find_tier_overlaps", (PyCFunction)HolderTable_find_tier_overlaps, METH_O,
@@ -526,6 +597,8 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__index(void) {
+    seq_hash_name = PyUnicode_InternFromString("seq_hash");
+    if (seq_hash_name == NULL) return NULL;
     if (PyType_Ready(&HolderTableType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

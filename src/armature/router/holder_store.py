@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from armature.errors import ArmatureError, ConfigError
-from armature.protocols.kv_events import KvTier
+from armature.protocols.kv_events import KvTier, StoredBlock
 from armature.router.py_holder_store import PyHolderStore
 from armature.router.tier_overlap import TierOverlap, WorkerId
 
@@ -74,6 +74,12 @@ class HolderStore(Protocol):
         (repeats counted once), or -1, changing nothing, when that would exceed `max_new`."""
         ...
 
+    def add_blocks(
+        self, worker: WorkerId, tier: KvTier, blocks: Sequence[StoredBlock], max_new: int
+    ) -> int:
+        """`add` of the blocks' sequence hashes."""
+        ...
+
     def remove(self, worker: WorkerId, tier: KvTier, seq_hashes: Sequence[int]) -> int:
         """Unmark `seq_hashes` for `worker` in `tier`; how many were held (absent: skipped)."""
         ...
@@ -98,7 +104,8 @@ class HolderStore(Protocol):
 
 
 class NativeHolderStore:
-    """`HolderStore` on the C table: workers get the lowest free slot (a bit per slot)."""
+    """`HolderStore` on the C table: workers get the lowest free slot (a bit per slot). The
+    block methods are the table's own (no Python frame between the index and C)."""
 
     def __init__(self) -> None:
         if _index is None:
@@ -106,9 +113,15 @@ class NativeHolderStore:
                 "armature.router._index was not built (no C compiler at install); "
                 f"use {BACKEND_ENV_VAR}=python"
             )
-        self._table = _index.HolderTable()
+        table = _index.HolderTable(dict(_TIER_NUMBER))
+        self._table = table
         self._slots: dict[WorkerId, int] = {}
         self._free_slots: list[int] = []  # below len(_slots) + len(_free_slots), reusable
+        self.add = table.add
+        self.add_blocks = table.add_blocks
+        self.remove = table.remove
+        self.clear = table.clear
+        self.find_overlaps = table.find_overlaps
 
     def add_worker(self, worker: WorkerId) -> None:
         assert worker not in self._slots
@@ -121,28 +134,16 @@ class NativeHolderStore:
         self._table.set_name(slot, worker)
 
     def remove_worker(self, worker: WorkerId) -> None:
+        assert not any(self._table.clear(worker, t) for t in KvTier), "worker not cleared"
         slot = self._slots.pop(worker)
-        assert not any(self._table.clear(slot, t) for t in range(4)), "worker not cleared"
         self._table.set_name(slot, None)
         self._free_slots.append(slot)
 
-    def add(self, worker: WorkerId, tier: KvTier, seq_hashes: Sequence[int], max_new: int) -> int:
-        return self._table.add(self._slots[worker], _TIER_NUMBER[tier], seq_hashes, max_new)
-
-    def remove(self, worker: WorkerId, tier: KvTier, seq_hashes: Sequence[int]) -> int:
-        return self._table.remove(self._slots[worker], _TIER_NUMBER[tier], seq_hashes)
-
-    def clear(self, worker: WorkerId, tier: KvTier) -> int:
-        return self._table.clear(self._slots[worker], _TIER_NUMBER[tier])
-
     def get_hashes(self, worker: WorkerId, tier: KvTier) -> set[int]:
-        return set(self._table.get_hashes(self._slots[worker], _TIER_NUMBER[tier]))
+        return self._table.get_hashes(worker, tier)
 
     def get_external_hashes(self) -> set[int]:
-        return set(self._table.get_hashes(-1, _TIER_NUMBER[KvTier.EXTERNAL]))
-
-    def find_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, int]:
-        return self._table.find_overlaps(seq_hashes)
+        return self._table.get_hashes(None, KvTier.EXTERNAL)
 
     def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
         found = self._table.find_tier_overlaps(seq_hashes)

@@ -96,28 +96,33 @@ class PrefixIndex:
         state = self._workers[worker]
         if state.stale:
             return False
-        if event.event_id <= state.last_event_id:
-            return True  # already covered by a dump taken after it
-        if event.event_id != state.last_event_id + 1:
+        event_id = event.event_id
+        if event_id != state.last_event_id + 1:
+            if event_id <= state.last_event_id:
+                return True  # already covered by a dump taken after it
             state.stale = True
             return False
-        state.last_event_id = event.event_id
-        if isinstance(event, KvStored):
+        state.last_event_id = event_id
+        kind = type(event)
+        if kind is KvStored:
+            assert isinstance(event, KvStored)
             tier = event.tier
             capacity = state.capacity_blocks.get(tier)
             if capacity is None:
                 return True  # a tier this worker did not report: not indexed
-            hashes = [b.seq_hash for b in event.blocks]
-            num_new = self._store.add(worker, tier, hashes, capacity - state.num_blocks[tier])
+            num_blocks = state.num_blocks
+            room = capacity - num_blocks[tier]
+            num_new = self._store.add_blocks(worker, tier, event.blocks, room)
             if num_new < 0:
                 state.stale = True  # more blocks than the tier can hold: we missed removals
                 return False
-            state.num_blocks[tier] += num_new
-        elif isinstance(event, KvRemoved):
+            num_blocks[tier] += num_new
+        elif kind is KvRemoved:
+            assert isinstance(event, KvRemoved)
             if event.tier in state.capacity_blocks:
                 removed = self._store.remove(worker, event.tier, event.seq_hashes)
                 state.num_blocks[event.tier] -= removed
-        elif isinstance(event, KvCleared):
+        elif kind is KvCleared:
             self._clear(worker, state, KvTier.DEVICE)
         return True
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import repeat, takewhile
 
-from armature.protocols.kv_events import KvTier
+from armature.protocols.kv_events import KvTier, StoredBlock
 from armature.router.tier_overlap import (
     NO_HOLDERS,
     HolderGet,
@@ -62,6 +62,11 @@ class PyHolderStore:
             return -1
         self._set(worker, new, tier)
         return len(new)
+
+    def add_blocks(
+        self, worker: WorkerId, tier: KvTier, blocks: Sequence[StoredBlock], max_new: int
+    ) -> int:
+        return self.add(worker, tier, [b.seq_hash for b in blocks], max_new)
 
     def remove(self, worker: WorkerId, tier: KvTier, seq_hashes: Iterable[int]) -> int:
         bit = _BIT[tier]
