@@ -113,3 +113,17 @@ def test_disaggregated_replay_runs_the_tiers_on_every_worker() -> None:
     tiered = replay(MULTI_TURN, replace(config, tiers=KvTierConfig(kv_host_blocks=1024)))
     assert (tiered.num_requests, tiered.num_remote_prefills) == (48, 48)
     assert tiered.prefix_hit_ratio > replay(MULTI_TURN, config).prefix_hit_ratio
+
+
+def test_prefix_hit_ceiling_is_reached_by_one_worker_with_room_for_everything() -> None:
+    """One worker whose cache holds every block, requests far apart (each prefilled before
+    the next arrives): the engine finds exactly what an infinite shared cache would, so the
+    hit ratio is the ceiling. Spread round-robin over 4 workers it falls below it; the
+    ceiling, a property of the requests, stays."""
+    spaced = [replace(r, arrival_ms=i * 10_000.0) for i, r in enumerate(WORKLOAD[:40])]
+    alone = replay(spaced, replace(CONFIG, num_workers=1, num_kv_blocks=8192))
+    assert alone.prefix_hit_ceiling > 0.5
+    assert alone.prefix_hit_ratio == alone.prefix_hit_ceiling
+    spread = replay(spaced, replace(CONFIG, router="round-robin", num_kv_blocks=8192))
+    assert spread.prefix_hit_ceiling == alone.prefix_hit_ceiling
+    assert spread.prefix_hit_ratio < spread.prefix_hit_ceiling
