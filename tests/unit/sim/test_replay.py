@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
+import pytest
+
 from armature.config import KvTierConfig
+from armature.router.holder_store import BACKEND_ENV_VAR, IndexBackend, has_native_index
 from armature.sim.replay import ReplayConfig, replay
 from armature.workload.measure import Slo
 from armature.workload.traces import TraceRequest, synthetic_multi_turn, synthetic_prefix_groups
@@ -127,3 +130,18 @@ def test_prefix_hit_ceiling_is_reached_by_one_worker_with_room_for_everything() 
     spread = replay(spaced, replace(CONFIG, router="round-robin", num_kv_blocks=8192))
     assert spread.prefix_hit_ceiling == alone.prefix_hit_ceiling
     assert spread.prefix_hit_ratio < spread.prefix_hit_ceiling
+
+
+def test_the_native_and_python_index_stores_give_the_same_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The router's prefix index in C or in Python: the same report, every field (kv router
+    on shared prefixes with evictions, so blocks come and go from the index)."""
+    if not has_native_index():
+        pytest.skip("armature.router._index was not built (no C compiler at install)")
+    tight = replace(CONFIG, num_kv_blocks=400)
+    reports = []
+    for backend in IndexBackend:
+        monkeypatch.setenv(BACKEND_ENV_VAR, backend.value)
+        reports.append(without_wall_time(replay(WORKLOAD, tight)))
+    assert reports[0] == reports[1]
