@@ -52,7 +52,8 @@ class PyHolderStore:
         self._alone[worker] = frozenset([worker])
 
     def remove_worker(self, worker: WorkerId) -> None:
-        assert not self._tiers.pop(worker), "worker not cleared"
+        held = self._tiers.pop(worker)
+        assert not held, "worker not cleared"
         self._everyone = frozenset(self._tiers)
         del self._alone[worker]
 
