@@ -313,6 +313,7 @@ def _print_summary(args: argparse.Namespace, config: ReplayConfig, report: dict[
             "num_requests",
             "num_rejected",
             "prefix_hit_ratio",
+            "prefix_hit_ceiling",
             "throughput_tokens_s",
             "load_skew",
             "num_remote_prefills",

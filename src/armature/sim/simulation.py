@@ -59,7 +59,7 @@ from armature.sim.timing import TimingModel
 from armature.tiers.api import KvTiers
 from armature.transfer.blocks import KvBlockStore
 from armature.workload.measure import LatencySummary, RequestTiming, goodput
-from armature.workload.traces import TraceRequest, synthesize_prompt
+from armature.workload.traces import TraceRequest, prefix_hit_ceiling_tokens, synthesize_prompt
 
 __all__ = ["MIN_RETRY_MS", "Simulation", "Tracked"]
 
@@ -132,6 +132,7 @@ class Simulation:
         self.load = ActiveLoad()
         self.policy = self._policy()
         self.tracked: dict[str, Tracked] = {}
+        self.traces: dict[str, TraceRequest] = {}  # by request id, as they arrived
         self.num_rejected = 0
         self.num_remote_prefills = 0
         # (time ms, sequence, key): scheduled events, in two heaps: the ends of busy routed
@@ -298,7 +299,13 @@ class Simulation:
 
     def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
         tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
-        self._admit(f"req-{number}", tokens, trace.output_length, now_ms)
+        self._admit(self._request_id(trace, number), tokens, trace.output_length, now_ms)
+
+    def _request_id(self, trace: TraceRequest, number: int) -> str:
+        """The id of the `number`th request (its trace kept for the report)."""
+        request_id = f"req-{number}"
+        self.traces[request_id] = trace
+        return request_id
 
     def _admit(self, request_id: str, tokens: list[int], max_tokens: int, now_ms: float) -> None:
         """Route a request to a worker of `self.workers` and queue it there."""
@@ -468,6 +475,14 @@ class Simulation:
             blocks_onboarded=dict(sorted(onboarded.items())),
             blocks_offloaded=dict(sorted(offloaded.items())),
             onboarded_token_ratio=onboarded_tokens / prompt_tokens if prompt_tokens else 0.0,
+            prefix_hit_ceiling=prefix_hit_ceiling_tokens(
+                [
+                    self.traces[rid]
+                    for rid, t in self.tracked.items()
+                    if t.last_token_ms is not None
+                ],
+                self.config.block_size,
+            ),
         )
 
 
