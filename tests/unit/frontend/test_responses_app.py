@@ -19,6 +19,7 @@ from frontend_fakes import ScriptedEngine
 
 from armature.config import ResponsesConfig, RouterConfig
 from armature.frontend.app import ServedModel, build_app
+from armature.frontend.chat_setup import chatml_tools_template
 from armature.frontend.compose import compose_frontend
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
@@ -27,7 +28,7 @@ from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
-TEMPLATE = Path(__file__).parents[3] / "examples" / "chat_templates" / "chatml_tools.jinja"
+TEMPLATE = chatml_tools_template()
 MODEL = "m"
 WEATHER_TOOL: Any = {
     "type": "function",
@@ -65,7 +66,7 @@ class Clock:
 
 @pytest.fixture(scope="module")
 def preprocessor(default_model_dir: Path) -> Preprocessor:
-    return Preprocessor(default_model_dir, TEMPLATE.read_text())
+    return Preprocessor(default_model_dir, TEMPLATE)
 
 
 class FailingEngine(ScriptedEngine):
