@@ -145,6 +145,7 @@ def build_native_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
         device=config.device,
         load_s=time.perf_counter() - started_s,
         kv_endpoints=dict(core.kv_endpoints),
+        structured_output=core.grammar is not None,
     )
     return BuiltEngine(AsyncEngine(core, transfer), info)
 

@@ -97,5 +97,6 @@ def build_vllm(spec: EngineSpec) -> BuiltEngine:
             device="vllm",
             load_s=time.perf_counter() - started_s,
             kv_endpoints=endpoints,
+            structured_output=True,  # vLLM's own structured outputs (sampling.py)
         ),
     )
