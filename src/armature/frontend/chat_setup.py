@@ -11,7 +11,9 @@ another format; chats without tools keep the model's own template.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,7 +25,14 @@ from armature.config.chat import ChatConfig
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor, read_chat_template
 
-__all__ = ["ChatSetup", "chatml_tools_template", "load_chat_setup", "renders_like"]
+__all__ = [
+    "ChatSetup",
+    "chatml_tools_template",
+    "load_chat_setup",
+    "renders_like",
+    "special_token_ids",
+    "with_kept_markers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +86,25 @@ def renders_like(preprocessor: Preprocessor, template: str) -> bool:
     return True
 
 
+def special_token_ids(tokenizer: Any, texts: Sequence[str]) -> dict[int, str]:
+    """id -> text of each of `texts` that is a special token of `tokenizer` (decoding with
+    skip_special_tokens drops those)."""
+    wanted = set(texts)
+    return {
+        i: token.content
+        for i, token in tokenizer.added_tokens_decoder.items()
+        if token.special and token.content in wanted
+    }
+
+
+def with_kept_markers(parsers: OutputParsers, preprocessor: Preprocessor) -> OutputParsers:
+    """`parsers` keeping the tool-call parser's markers that are special tokens here."""
+    if parsers.tool_call is None:
+        return parsers
+    kept = special_token_ids(preprocessor.tokenizer, parsers.tool_call.markers)
+    return dataclasses.replace(parsers, kept_tokens=kept)
+
+
 def load_chat_setup(model_dir: Path, config: ChatConfig) -> ChatSetup:
     """The preprocessor and output parsers of `config` over the model in `model_dir`, with
     the bundled ChatML tools template and the hermes parser where the model needs them
@@ -99,7 +127,12 @@ def load_chat_setup(model_dir: Path, config: ChatConfig) -> ChatSetup:
         )
     else:
         template = "the model's own (it renders no tools, and it is not ChatML)"
-    parsers = OutputParsers.named(parser, config.reasoning_parser)
+    parsers = with_kept_markers(OutputParsers.named(parser, config.reasoning_parser), preprocessor)
+    if parsers.kept_tokens:
+        log.info(
+            "tool-call markers that are special tokens, kept in decoded output: %s",
+            ", ".join(f"{text} ({i})" for i, text in sorted(parsers.kept_tokens.items())),
+        )
     log.info(
         "chat template: %s; tool-call parser: %s; reasoning parser: %s",
         template,
