@@ -25,16 +25,13 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     ("argv", "fragment"),
     [
         (
-            ["serve", "--engine", "mocker", "--task", "embed"],
-            "--task embed needs --engine torch: the mocker has no model whose hidden states",
-        ),
-        (
-            ["worker", "--engine", "mocker", "--task", "embed"],
-            "--task embed needs --engine torch: the mocker",
-        ),
-        (
             ["serve", "--engine", "vllm", "--task", "embed"],
-            "--task embed needs --engine torch: embeddings are not wired into the vllm adapter",
+            "--task embed needs --engine torch (or mocker, for pseudo-embeddings): the vllm "
+            "adapter runs vLLM's generate runner only",
+        ),
+        (
+            ["worker", "--engine", "mocker", "--task", "embed", "--role", "prefill"],
+            "--task embed takes no --role",
         ),
         (
             ["serve", "--task", "embed", "--prefill-workers", "1", "--decode-workers", "1"],
