@@ -25,9 +25,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     ("argv", "fragment"),
     [
         (
-            ["serve", "--engine", "vllm", "--task", "embed"],
-            "--task embed needs --engine torch (or mocker, for pseudo-embeddings): the vllm "
-            "adapter runs vLLM's generate runner only",
+            ["worker", "--engine", "vllm", "--task", "embed", "--role", "decode"],
+            "--task embed takes no --role",
         ),
         (
             ["worker", "--engine", "mocker", "--task", "embed", "--role", "prefill"],

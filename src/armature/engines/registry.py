@@ -63,21 +63,11 @@ def _no_timing_profile(engine: EngineConfig) -> None:
         raise ConfigError(f"--timing-profile is for --engine mocker, not {engine.engine}")
 
 
-def _generates_only(engine: EngineConfig, why: str) -> None:
-    if engine.task is not WorkerTask.GENERATE:
-        raise ConfigError(
-            f"--task {engine.task} needs --engine torch (or mocker, for pseudo-embeddings): {why}"
-        )
-
-
 def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
     from armature.engines.vllm.factory import check_vllm
 
     _no_timing_profile(engine)
-    _generates_only(
-        engine,
-        "the vllm adapter runs vLLM's generate runner only (its pooling runner is not wired in)",
-    )
+    _embed_aggregated(engine, roles)
     check_vllm(engine, roles)
 
 
