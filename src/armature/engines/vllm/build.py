@@ -291,6 +291,14 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
 VLLM_POOLING_TYPES = {Pooling.MEAN: "MEAN", Pooling.LAST: "LAST", Pooling.CLS: "CLS"}
 
 
+def _whole_prompt_batch(config: VllmEngineConfig) -> int | None:
+    """The pooling runner prefills each prompt whole (no chunked prefill), so a batch must
+    hold the longest prompt: at least the context (None: vLLM picks, from its context)."""
+    if config.max_model_len is None:
+        return None
+    return max(config.max_num_batched_tokens or 0, config.max_model_len)
+
+
 def build_vllm_embedding_engine(config: VllmEngineConfig, pooling: Pooling) -> VllmEmbeddingEngine:
     """Start vLLM's pooling runner over `config`'s model (its last hidden states pooled by
     `pooling`) and wrap it (`--task embed`). Raises as `build_vllm_engine`."""
@@ -310,7 +318,7 @@ def build_vllm_embedding_engine(config: VllmEngineConfig, pooling: Pooling) -> V
         kv_cache_memory_bytes=config.kv_cache_bytes,
         num_gpu_blocks_override=config.num_kv_blocks,
         max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_num_batched_tokens=_whole_prompt_batch(config),
         max_model_len=config.max_model_len,
         enable_prefix_caching=False,  # a pooled prompt's KV is never reused
         seed=config.seed,
