@@ -85,7 +85,7 @@ class EngineConfig:
     task: WorkerTask = setting(
         WorkerTask.GENERATE,
         "generate: text (chat and completions); embed: vectors of the prompts "
-        "(/v1/embeddings; --engine torch only)",
+        "(/v1/embeddings; the mocker's are pseudo-embeddings)",
         parse=one_of(WorkerTask),
         choices=tuple(WorkerTask),
     )

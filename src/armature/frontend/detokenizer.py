@@ -21,11 +21,16 @@ Two stages per request, both pure:
    A stop string matches only where it ends in text decoded after the first `min_tokens`
    tokens (as vLLM). Of several matches, the one ending first wins (ties: the one starting
    first), so the emitted text never contains a stop string, however the tokens are batched.
+
+`kept_tokens` maps special token ids to their text: decoding skips special tokens, but these
+are written out (a tool-call parser reads them, e.g. Mistral's `[TOOL_CALLS]`). Such a token
+ends the window: the text before it is emitted, then its own text, and the window restarts
+from it (it decodes to nothing, so it is context only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,6 +78,7 @@ class IncrementalDetokenizer:
         stop: Sequence[str] = (),
         min_tokens: int = 0,
         skip_special_tokens: bool = True,
+        kept_tokens: Mapping[int, str] | None = None,
     ) -> None:
         if min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {min_tokens}")
@@ -80,6 +86,7 @@ class IncrementalDetokenizer:
             raise ValueError("stop strings must be non-empty")
         self._decoder = decoder
         self._skip_special_tokens = skip_special_tokens
+        self._kept_tokens = kept_tokens or {}
         self._stop = tuple(stop)
         self._min_tokens = min_tokens
         # Every proper prefix of every stop string: the tails that must be held back.
@@ -151,6 +158,13 @@ class IncrementalDetokenizer:
 
     def _decode_next(self, token_id: int) -> str:
         """Append one token to the window; returns the newly complete text (maybe "")."""
+        kept = self._kept_tokens.get(token_id)
+        if kept is not None:
+            before = self._decode(self._window)[len(self._prefix_text) :]
+            self._window = [token_id]
+            self._prefix_text = self._decode(self._window)
+            self._read_offset = 1
+            return before + kept
         self._window.append(token_id)
         text = self._decode(self._window)
         if len(text) <= len(self._prefix_text) or text.endswith(_REPLACEMENT_CHAR):

@@ -24,10 +24,9 @@ from armature.config import FrontendConfig, HttpConfig
 from armature.errors import ConfigError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import load_api_keys
+from armature.frontend.chat_setup import load_chat_setup
 from armature.frontend.compose import compose_frontend
 from armature.frontend.fleet import WorkerFleet
-from armature.frontend.parsing import OutputParsers
-from armature.frontend.preprocess import Preprocessor, read_chat_template
 from armature.frontend.replicas import LoadSharing
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
@@ -110,20 +109,19 @@ def run_frontend(
             config.http.host, config.http.port, reuse_port=config.http.reuse_port
         )
     served = asyncio.run(_first_card(config, min_workers, worker_processes))
+    chat = load_chat_setup(Path(served.model_path), config.chat)
     parts = compose_frontend(
         engines={},
         router_config=dataclasses.replace(
             config.router, block_size_tokens=served.block_size, seed=config.seed
         ),
-        preprocessor=Preprocessor(
-            Path(served.model_path), read_chat_template(config.chat.chat_template)
-        ),
+        preprocessor=chat.preprocessor,
         model=ServedModel(
             name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
         ),
         disagg=config.disagg,
         overload=config.overload,
-        parsers=OutputParsers.named(config.chat.tool_call_parser, config.chat.reasoning_parser),
+        parsers=chat.parsers,
         responses=config.responses,
     )
 

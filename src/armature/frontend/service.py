@@ -8,7 +8,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -191,7 +191,8 @@ class OpenAIService:
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs, guide)
         outputs = functools.partial(self._chat_output, tool_use)
-        return self._job("chat", "chatcmpl", body, prompt_ids, sampling, body.n, outputs)
+        kept = self.parsers.kept_tokens if tool_use.parse_calls else None
+        return self._job("chat", "chatcmpl", body, prompt_ids, sampling, body.n, outputs, kept)
 
     def _chat_output(self, tool_use: ToolUse) -> ChatOutput:
         """A fresh reader of one choice's output: reasoning, then tool calls."""
@@ -235,6 +236,7 @@ class OpenAIService:
         sampling: SamplingParams,
         num_candidates: int,
         chat_outputs: Callable[[], ChatOutput] | None = None,
+        kept_tokens: Mapping[int, str] | None = None,
     ) -> Job:
         if not self.engine.is_alive:
             raise ApiError(
@@ -259,6 +261,7 @@ class OpenAIService:
                     prompt_ids,
                     stop=body.stop_list(),
                     min_tokens=sampling.min_tokens,
+                    kept_tokens=kept_tokens,
                 ),
                 None if chat_outputs is None else chat_outputs(),
             )

@@ -44,6 +44,9 @@ class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
     task: WorkerTask = WorkerTask.GENERATE  # embed: its `embed` endpoint answers, not generate
     engine: str = ""  # the engine kind (torch, mocker, vllm); "" from older workers
     embedding: EmbeddingShape | None = None  # with task embed: the vectors it returns
+    # whether its engine enforces guides (structured output, forced tool calls); cards of
+    # older workers lack it, and their engines decide for themselves
+    structured_output: bool = True
 
     @property
     def worker_id(self) -> str:

@@ -26,7 +26,11 @@ import msgspec
 
 from armature.config import HealthConfig
 from armature.engines.api import EngineDeadError, InvalidRequestError
-from armature.engines.validation import validate_embed_request, validate_request
+from armature.engines.validation import (
+    check_structured_output,
+    validate_embed_request,
+    validate_request,
+)
 from armature.protocols.embedding import EmbeddingShape, EmbedRequest, EmbedResult
 from armature.protocols.engine import (
     EngineLoad,
@@ -106,6 +110,9 @@ class RemoteEngine:
             max_model_len=self.card.max_model_len,
             block_size=self.card.block_size,
             num_kv_blocks=self.card.num_kv_blocks,
+        )
+        check_structured_output(
+            request, engine=self.card.engine, supported=self.card.structured_output
         )
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:

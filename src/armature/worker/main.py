@@ -93,6 +93,7 @@ async def _run(config: WorkerConfig) -> None:
         role=process.role,
         embedder=built.embedder,
         engine_name=config.engine.engine,
+        structured_output=info.structured_output,
     )
     try:
         card = await service.start()

@@ -60,11 +60,14 @@ class WorkerService:
         role: WorkerRole = WorkerRole.AGG,
         embedder: EmbeddingEngine | None = None,
         engine_name: str = "",
+        structured_output: bool = False,
     ):
-        """`embedder`: `engine` as an embedding engine, for a worker of task embed."""
+        """`embedder`: `engine` as an embedding engine, for a worker of task embed.
+        `structured_output`: whether `engine` enforces guides (its card says so)."""
         self.engine = engine
         self.embedder = embedder
         self.engine_name = engine_name
+        self.structured_output = structured_output
         self.discovery = discovery
         self.namespace = namespace
         self.model_name = model_name
@@ -120,6 +123,7 @@ class WorkerService:
             task=WorkerTask.GENERATE if self.embedder is None else WorkerTask.EMBED,
             engine=self.engine_name,
             embedding=None if self.embedder is None else self.embedder.embedding_shape,
+            structured_output=self.structured_output,
         )
         self._registration = await self.discovery.register(
             worker_key(self.namespace, self.instance_id),

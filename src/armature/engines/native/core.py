@@ -24,7 +24,7 @@ from armature.engines.native.request import RequestState
 from armature.engines.native.sampler import SampleInput, sample
 from armature.engines.native.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from armature.engines.native.step_stats import StepStats
-from armature.engines.validation import validate_request
+from armature.engines.validation import check_structured_output, validate_request
 from armature.errors import ConfigError
 from armature.grammar.compile import check_guide
 from armature.grammar.tokenizer import load_grammar_tokenizer
@@ -154,15 +154,9 @@ class EngineCore:
             block_size=self.config.block_size,
             num_kv_blocks=self.pool.num_blocks,
         )
-        guide = request.sampling.guide
-        if guide is not None:
-            if self.grammar is None:
-                raise InvalidRequestError(
-                    f"the {self.name} engine does not support structured output: it does not "
-                    "sample from a model's logits",
-                    param=guide.param,
-                )
-            check_guide(guide)
+        check_structured_output(request, engine=self.name, supported=self.grammar is not None)
+        if request.sampling.guide is not None:
+            check_guide(request.sampling.guide)
 
     def add_request(self, request: EngineRequest, held_block_ids: list[int] | None = None) -> None:
         """Queue `request`. `held_block_ids` are imported KV blocks (see `import_kv`) whose

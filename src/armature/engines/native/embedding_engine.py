@@ -1,6 +1,6 @@
-"""The native embedding engine (a worker started with `--task embed`): an EmbeddingRunner on
-its own thread, fed batches from an EmbedQueue, so the event loop stays responsive while the
-model computes.
+"""The native embedding engine (a worker started with `--task embed`): an embedding runner
+(the model's, or the mocker's pseudo-embeddings) on its own thread, fed batches from an
+EmbedQueue, so the event loop stays responsive while the model computes.
 
     caller task --embed--> EmbedQueue (under the lock) --> engine thread: take_batch, forward,
     caller task <--vectors-- future <--call_soon_threadsafe-- complete
@@ -17,11 +17,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncGenerator
+from typing import Protocol
 
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.engines.native.embed_queue import EmbedItem, EmbedQueue
-from armature.engines.native.embedding_runner import EmbeddingRunner
 from armature.engines.validation import validate_embed_request
+from armature.model.arch import ModelArch
 from armature.protocols.embedding import EmbeddingShape, EmbedRequest, EmbedResult
 from armature.protocols.engine import (
     EngineLoad,
@@ -33,7 +34,7 @@ from armature.protocols.engine import (
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
 
-__all__ = ["NOT_GENERATING", "NativeEmbeddingEngine"]
+__all__ = ["NOT_GENERATING", "EmbeddingModelRunner", "NativeEmbeddingEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,26 @@ NOT_GENERATING = "this worker computes embeddings (task embed); it generates no 
 MAX_BUFFERED_STEP_RECORDS = 4096
 
 
+class EmbeddingModelRunner(Protocol):
+    """What computes the vectors: the model (`EmbeddingRunner`) or the mocker's
+    pseudo-embeddings (`sim.mock_embedding`). Called on the engine's thread."""
+
+    @property
+    def arch(self) -> ModelArch: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def shape(self) -> EmbeddingShape: ...
+
+    def embed(self, prompts: list[list[int]]) -> list[bytes]:
+        """Each prompt's unit vector, float32 little-endian bytes, in order."""
+        ...
+
+
 class NativeEmbeddingEngine:
-    def __init__(self, runner: EmbeddingRunner, queue: EmbedQueue):
+    def __init__(self, runner: EmbeddingModelRunner, queue: EmbedQueue):
         self.runner = runner
         self._queue = queue  # guarded by _lock
         self._lock = threading.Condition()
