@@ -123,7 +123,45 @@ def _sample(url: str, pids: list[int]) -> tuple[float, float, list[float]]:
     return time.monotonic(), finished_requests(url)[0], [cpu_s(p) for p in pids]
 
 
-def measure_load(url: str, frontend_pid: int, plan: Plan, out: Path) -> Reading:
+def _profilers(pids: dict[str, int], plan: Plan, out: Path | None) -> list[subprocess.Popen[bytes]]:
+    """py-spy (if asked for: `out`) sampling each named process over the window, as collapsed
+    stacks in `out`/NAME.txt."""
+    if out is None:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    command = ["py-spy", "record", "--nonblocking", "--format", "raw", "--rate", "200"]
+    command += ["--duration", str(int(plan.window_s))]
+    return [
+        subprocess.Popen(
+            [*command, "--pid", str(pid), "--output", str(out / f"{name}.txt")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+    ]
+
+
+def top_frames(collapsed: Path, num: int) -> list[tuple[str, float, float]]:
+    """(function, % of samples on the stack, % of samples as the innermost frame) of the
+    `num` functions most often on the stack, from a py-spy raw (collapsed) profile."""
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        count = int(count_text)
+        total += count
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + count
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+    ranked = sorted(inclusive.items(), key=lambda kv: -kv[1])[:num]
+    return [(f, 100 * n / total, 100 * own.get(f, 0) / total) for f, n in ranked]
+
+
+def measure_load(
+    url: str, frontend_pid: int, plan: Plan, out: Path, profile: Path | None = None
+) -> Reading:
     """Closed loop at CONCURRENCY; CPU and finished requests over the steady window, then the
     client is stopped (bounded: at most `plan.max_requests` requests and the window's time)."""
     workers = [p.pid for p in psutil.Process(frontend_pid).children()]
@@ -134,9 +172,12 @@ def measure_load(url: str, frontend_pid: int, plan: Plan, out: Path) -> Reading:
     try:
         _wait_for_load(url, client, 3 * CONCURRENCY)
         time.sleep(plan.settle_s)
+        profilers = _profilers({"frontend": frontend_pid, "worker": workers[0]}, plan, profile)
         start = _sample(url, pids)
         time.sleep(plan.window_s)
         end = _sample(url, pids)
+        for profiler in profilers:
+            profiler.wait(timeout=60)
         if client.poll() is not None:
             raise RuntimeError("armature bench ran out of requests inside the window")
     finally:
@@ -191,6 +232,9 @@ def main() -> None:
     parser.add_argument("--label", default="this commit", help="row label")
     parser.add_argument("--serve-arg", action="append", default=[], help="extra serve flag")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy the frontend and a worker into this directory"
+    )
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     port = free_port()
@@ -203,11 +247,15 @@ def main() -> None:
             serve_command(port, args.serve_arg), url, LOG_DIR / "serving_cpu.log", env, 120
         ) as server,
     ):
-        reading = measure_load(url, server.pid, plan, Path(tmp) / "load")
+        reading = measure_load(url, server.pid, plan, Path(tmp) / "load", args.profile)
         latency = measure_latency(url, plan, Path(tmp) / "c1")
     table = render(reading, latency, args.label)
     print(table, flush=True)
-    if args.no_write:
+    for name in ("frontend", "worker") if args.profile else ():
+        print(f"\n{name}: function, % on stack, % innermost")
+        for frame, on_stack, innermost in top_frames(args.profile / f"{name}.txt", 60):
+            print(f"{on_stack:5.1f} {innermost:5.1f}  {frame}")
+    if args.no_write or args.profile:
         return
     body = (
         f"`armature serve --engine mocker --workers 2 --speedup-ratio {SPEEDUP}`; "
