@@ -57,6 +57,7 @@ class Reading:
     frontend_pct_per_rps: float
     workers_pct_per_rps: list[float]  # one per worker process
     client_cpu_pct: float  # % of one core over the window
+    engines_pct_per_rps: list[float]  # the part of each worker's that its engine thread used
 
 
 def serve_command(port: int, extra: list[str]) -> list[str]:
@@ -119,8 +120,22 @@ def _wait_for_load(url: str, client: subprocess.Popen[bytes], num_requests: int)
         time.sleep(0.5)
 
 
-def _sample(url: str, pids: list[int]) -> tuple[float, float, list[float]]:
-    return time.monotonic(), finished_requests(url)[0], [cpu_s(p) for p in pids]
+def thread_cpu_s(pid: int) -> float:
+    """CPU seconds of the Python-started threads of process `pid` other than its main thread
+    (in a worker: the engine thread, which runs the scheduler and the mocker's steps)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        if int(task.name) == pid or (task / "comm").read_text().strip() != "python":
+            continue
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _sample(url: str, pids: list[int], workers: list[int]) -> tuple[float, float, list[float]]:
+    """(time, finished requests, CPU seconds: each of `pids`, then each worker's engine)."""
+    cpu = [cpu_s(p) for p in pids] + [thread_cpu_s(w) for w in workers]
+    return time.monotonic(), finished_requests(url)[0], cpu
 
 
 def _profilers(pids: dict[str, int], plan: Plan, out: Path | None) -> list[subprocess.Popen[bytes]]:
@@ -173,9 +188,9 @@ def measure_load(
         _wait_for_load(url, client, 3 * CONCURRENCY)
         time.sleep(plan.settle_s)
         profilers = _profilers({"frontend": frontend_pid, "worker": workers[0]}, plan, profile)
-        start = _sample(url, pids)
+        start = _sample(url, pids, workers)
         time.sleep(plan.window_s)
-        end = _sample(url, pids)
+        end = _sample(url, pids, workers)
         for profiler in profilers:
             profiler.wait(timeout=60)
         if client.poll() is not None:
@@ -188,7 +203,8 @@ def measure_load(
     window_s = end[0] - start[0]
     rps = (end[1] - start[1]) / window_s
     pct = [100 * (b - a) / window_s / rps for a, b in zip(start[2], end[2], strict=True)]
-    return Reading(rps, pct[0], pct[1:-1], pct[-1] * rps)
+    num = len(workers)
+    return Reading(rps, pct[0], pct[1 : 1 + num], pct[1 + num] * rps, pct[2 + num :])
 
 
 def measure_latency(url: str, plan: Plan, out: Path) -> dict[str, float]:
@@ -207,6 +223,9 @@ def render(reading: Reading, latency: dict[str, float], label: str) -> str:
             reading.requests_per_s,
             f"{reading.frontend_pct_per_rps:.3f}",
             " + ".join(f"{w:.3f}" for w in workers),
+            " + ".join(
+                f"{w - e:.3f}" for w, e in zip(workers, reading.engines_pct_per_rps, strict=True)
+            ),
             f"{reading.frontend_pct_per_rps + sum(workers):.3f}",
             f"{reading.client_cpu_pct:.0f}",
             latency["ttft_p50_ms"],
@@ -218,6 +237,7 @@ def render(reading: Reading, latency: dict[str, float], label: str) -> str:
         "requests/s",
         "frontend % core per req/s",
         "workers % core per req/s",
+        "worker shells (less engine thread)",
         "stack % core per req/s",
         "bench client % core",
         "c=1 TTFT p50 ms",
