@@ -216,7 +216,7 @@ def measure_latency(url: str, plan: Plan, out: Path) -> dict[str, float]:
 
 
 def render(reading: Reading, latency: dict[str, float], label: str) -> str:
-    workers = reading.workers_pct_per_rps
+    workers, engines = reading.workers_pct_per_rps, reading.engines_pct_per_rps
     rows = [
         [
             label,
