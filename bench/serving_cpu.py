@@ -223,9 +223,7 @@ def render(reading: Reading, latency: dict[str, float], label: str) -> str:
             reading.requests_per_s,
             f"{reading.frontend_pct_per_rps:.3f}",
             " + ".join(f"{w:.3f}" for w in workers),
-            " + ".join(
-                f"{w - e:.3f}" for w, e in zip(workers, reading.engines_pct_per_rps, strict=True)
-            ),
+            " + ".join(f"{w - e:.3f}" for w, e in zip(workers, engines, strict=True)),
             f"{reading.frontend_pct_per_rps + sum(workers):.3f}",
             f"{reading.client_cpu_pct:.0f}",
             latency["ttft_p50_ms"],
