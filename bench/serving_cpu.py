@@ -251,6 +251,12 @@ def main() -> None:
     parser.add_argument("--serve-arg", action="append", default=[], help="extra serve flag")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument(
+        "--src", type=Path, default=REPO_ROOT / "src", help="serve this source tree (a base)"
+    )
+    parser.add_argument(
+        "--latency-only", action="store_true", help="only the concurrency-1 run (prints it)"
+    )
+    parser.add_argument(
         "--profile", type=Path, help="py-spy the frontend and a worker into this directory"
     )
     args = parser.parse_args()
@@ -258,13 +264,16 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(args.src.resolve())}
     with (
         tempfile.TemporaryDirectory() as tmp,
         running_server(
             serve_command(port, args.serve_arg), url, LOG_DIR / "serving_cpu.log", env, 120
         ) as server,
     ):
+        if args.latency_only:
+            print(args.label, measure_latency(url, plan, Path(tmp) / "c1"))
+            return
         reading = measure_load(url, server.pid, plan, Path(tmp) / "load", args.profile)
         latency = measure_latency(url, plan, Path(tmp) / "c1")
     table = render(reading, latency, args.label)
