@@ -106,7 +106,7 @@ class Run(Protocol):
 
     async def complete(self, http_request: Request) -> dict[str, Any]: ...
 
-    def stream(self) -> AsyncGenerator[str, None]: ...
+    def stream(self) -> AsyncGenerator[str | bytes, None]: ...
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class _ServiceRun:
     async def complete(self, http_request: Request) -> dict[str, Any]:
         return await self.service.complete(self.job, http_request)
 
-    def stream(self) -> AsyncGenerator[str, None]:
+    def stream(self) -> AsyncGenerator[str | bytes, None]:
         return self.service.stream(self.job)
 
 
@@ -127,7 +127,9 @@ async def _service_run(service: OpenAIService, job: Awaitable[Job]) -> Run:
     return _ServiceRun(service, await job)
 
 
-async def _counted_stream(parts: FrontendParts, endpoint: str, run: Run) -> AsyncIterator[str]:
+async def _counted_stream(
+    parts: FrontendParts, endpoint: str, run: Run
+) -> AsyncIterator[str | bytes]:
     """`run.stream()`, counted in flight until the last event is sent or the client
     leaves. A stream the client leaves before its first event is never counted."""
     metrics = parts.metrics

@@ -39,11 +39,12 @@ from armature.frontend.protocol import (
     GenerationFields,
 )
 from armature.frontend.responses import (
-    chat_chunk,
+    ChatChoiceChunk,
+    CompletionChoiceChunk,
+    StreamChunk,
     chat_logprobs,
-    completion_chunk,
     completion_logprobs,
-    sse,
+    sse_event,
 )
 from armature.frontend.structured import check_request_guide, request_guide
 from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
@@ -93,6 +94,7 @@ class Job:
     target_worker: str | None = None  # from the x-worker-id header (direct routing)
     priority: int = 0  # overload queue order: lower first
     num_choices: int = 1
+    per_step: bool = False  # stream one event per engine output, not one per token
 
     @property
     def engine_request(self) -> EngineRequest:
@@ -271,7 +273,8 @@ class OpenAIService:
             self.engine.validate(candidates[0].engine_request)
         except InvalidRequestError as exc:
             raise ApiError(str(exc), param=exc.param, code="invalid_request") from None
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        options = body.stream_options
+        include_usage = bool(options and options.include_usage)
         return Job(
             kind,
             request_id,
@@ -281,6 +284,7 @@ class OpenAIService:
             want_logprobs,
             priority=body.priority,
             num_choices=body.n,
+            per_step=bool(options and options.per_step),
         )
 
     # ---- running a job -----------------------------------------------------------------
@@ -290,8 +294,9 @@ class OpenAIService:
         candidate = job.candidates[index]
         request = candidate.engine_request
         stream = self.engine.generate(request, job.target_worker, group)
+        num_prompt = len(request.prompt_token_ids)
         return stream_deltas(
-            stream, len(request.prompt_token_ids), candidate.detokenizer, usage, self.metrics
+            stream, num_prompt, candidate.detokenizer, usage, self.metrics, not job.per_step
         )
 
     def _choice_deltas(
@@ -380,75 +385,81 @@ class OpenAIService:
             "usage": total_usage(usages).as_dict(),
         }
 
-    async def stream(self, job: Job) -> AsyncGenerator[str, None]:
+    async def stream(self, job: Job) -> AsyncGenerator[bytes, None]:
         """SSE events for `job`, ending with `data: [DONE]`; the chunks of several choices
-        interleave as their tokens come, each naming its choice's index. Closing this
-        generator (client gone) closes the engine streams, which aborts the requests."""
+        interleave as their tokens come, each naming its choice's index. One event per token
+        (per delta that has text); the events of the tokens that arrived together go out as
+        one body chunk (one write). Closing this generator (client gone) closes the engine
+        streams, which aborts the requests."""
         assert len(job.candidates) == job.num_choices, "best_of > n is never streamed"
         usages = [Usage() for _ in job.candidates]
-        created = int(time.time())
-        name = self.model.name
+        chunk = _Chunks(job, int(time.time()), self.model.name)
         offsets = [0] * job.num_choices
-        usage_field = {"usage": None} if job.include_usage else {}
         for index in range(job.num_choices):
             if job.kind == "chat":
                 role = {"role": "assistant", "content": ""}
-                chunk = chat_chunk(job.request_id, created, name, role, index=index)
-                yield sse({**chunk, **usage_field})
+                yield sse_event(chunk(ChatChoiceChunk(index, role)))
             elif job.echo_text:
-                chunk = completion_chunk(job.request_id, created, name, job.echo_text, index=index)
-                yield sse({**chunk, **usage_field})
+                yield sse_event(chunk(CompletionChoiceChunk(index, job.echo_text)))
                 offsets[index] = len(job.echo_text)
+        pending: list[bytes] = []
         try:
             async with aclosing(self._choice_deltas(job, usages)) as deltas:
                 async for index, delta in deltas:
                     output = job.candidates[index].chat_output
+                    sent: ChatChoiceChunk | CompletionChoiceChunk | None
                     if output is not None:
-                        sent = self._chat_chunk(job, output, delta, usages[index], created, index)
+                        sent = self._chat_choice(job, output, delta, usages[index], index)
                     else:
-                        sent = self._completion_chunk(job, delta, created, offsets[index], index)
+                        sent = self._completion_choice(job, delta, offsets[index], index)
                         offsets[index] += len(delta.text)
                     if sent is not None:
-                        yield sse({**sent, **usage_field})
+                        pending.append(sse_event(chunk(sent)))
+                    if pending and not delta.more:
+                        yield b"".join(pending)
+                        pending.clear()
         except (GenerationError, EngineDeadError) as exc:
-            yield sse(error_body(str(exc), "internal_error"))
+            pending.append(sse_event(error_body(str(exc), "internal_error")))
         if job.include_usage:
-            yield sse(
-                {
-                    "id": job.request_id,
-                    "object": _chunk_object(job.kind),
-                    "created": created,
-                    "model": name,
-                    "choices": [],
-                    "usage": total_usage(usages).as_dict(),
-                }
-            )
-        yield "data: [DONE]\n\n"
+            usage = total_usage(usages).as_dict()
+            pending.append(sse_event(StreamChunk(*chunk.head, [], usage)))
+        yield b"".join(pending) + b"data: [DONE]\n\n"
 
-    def _chat_chunk(
-        self, job: Job, output: ChatOutput, delta: Delta, usage: Usage, created: int, index: int
-    ) -> dict[str, Any] | None:
-        """The chunk for one delta of choice `index` of a chat stream (None: nothing to send
-        yet); counts the choice's reasoning tokens into its `usage`."""
+    def _chat_choice(
+        self, job: Job, output: ChatOutput, delta: Delta, usage: Usage, index: int
+    ) -> ChatChoiceChunk | None:
+        """The choice chunk for one delta of choice `index` of a chat stream (None: nothing
+        to send yet); counts the choice's reasoning tokens into its `usage`."""
         fields = _feed(output, delta).delta()
         finish = output.finish_reason(delta.finish_reason)
         usage.reasoning_tokens = output.num_reasoning_tokens
         if not fields and not finish and not job.want_logprobs:
             return None
-        logprobs = self._logprobs(job, delta.logprobs, 0)
-        name = self.model.name
-        return chat_chunk(job.request_id, created, name, fields, finish, logprobs, index)
+        return ChatChoiceChunk(index, fields, self._logprobs(job, delta.logprobs, 0), finish)
 
-    def _completion_chunk(
-        self, job: Job, delta: Delta, created: int, offset: int, index: int
-    ) -> dict[str, Any] | None:
-        """The chunk for one delta of choice `index` of a completion stream whose text so far
-        has `offset` characters (None: nothing to send)."""
+    def _completion_choice(
+        self, job: Job, delta: Delta, offset: int, index: int
+    ) -> CompletionChoiceChunk | None:
+        """The choice chunk for one delta of choice `index` of a completion stream whose text
+        so far has `offset` characters (None: nothing to send)."""
         if not delta.text and not delta.finish_reason and not job.want_logprobs:
             return None
         logprobs = self._logprobs(job, delta.logprobs, offset)
-        name, reason = self.model.name, delta.finish_reason
-        return completion_chunk(job.request_id, created, name, delta.text, reason, logprobs, index)
+        return CompletionChoiceChunk(index, delta.text, logprobs, delta.finish_reason)
+
+
+class _Chunks:
+    """Builds a stream's chunks: the fields every chunk of `job` repeats, around one choice."""
+
+    def __init__(self, job: Job, created: int, model: str):
+        # with include_usage every chunk carries "usage": null but the last
+        usage: msgspec.UnsetType | None = None if job.include_usage else msgspec.UNSET
+        self.head = (job.request_id, _chunk_object(job.kind), created, model)
+        self._usage = usage
+
+    def __call__(self, choice: ChatChoiceChunk | CompletionChoiceChunk) -> StreamChunk:
+        choices: list[Any] = [choice]
+        return StreamChunk(*self.head, choices, self._usage)
 
 
 async def _checked_guide(body: GenerationFields, tool_guide: Guide | None) -> Guide | None:

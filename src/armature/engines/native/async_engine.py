@@ -93,7 +93,10 @@ class AsyncEngine:
         # old step records drop silently. Filled by the engine thread, drained by the loop.
         self._events: deque[KvEvent] = deque(maxlen=MAX_BUFFERED_KV_EVENTS)
         self._step_records: deque[StepRecord] = deque(maxlen=MAX_BUFFERED_STEP_RECORDS)
-        self._buffers_lock = threading.Lock()  # guards _events and _step_records
+        self._buffers_lock = threading.Lock()  # guards _events, _step_records, _undelivered
+        # outputs of steps the event loop has not taken yet; while it has not, a step adds to
+        # them without waking it again (one wake-up per turn of the loop, not per step)
+        self._undelivered: list[EngineOutput] = []
         self._dead: BaseException | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -344,15 +347,21 @@ class AsyncEngine:
             with self._buffers_lock:
                 self._step_records.extend(records)
         if outputs:
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._deliver, outputs)
+            with self._buffers_lock:
+                wake = not self._undelivered
+                self._undelivered.extend(outputs)
+            if wake:
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(self._deliver)
 
     def _publish_error(self, request_id: str, exc: BaseException) -> None:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self._deliver_error, request_id, exc)
 
     # ---- event-loop side ---------------------------------------------------------------
-    def _deliver(self, outputs: list[EngineOutput]) -> None:
+    def _deliver(self) -> None:
+        with self._buffers_lock:
+            outputs, self._undelivered = self._undelivered, []
         for output in outputs:
             stream = self._streams.get(output.request_id)
             if stream is not None:
