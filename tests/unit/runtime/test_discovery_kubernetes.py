@@ -326,7 +326,8 @@ def test_refused_credentials_exit_2_with_one_line(
 ) -> None:
     kubeconfig = fake.write_kubeconfig(tmp_path / "wrong", token="not-the-token")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    assert main(["frontend", "--discovery", "kubernetes", "--wait-for-workers-s", "1"]) == 2
+    argv = ["frontend", "--discovery", "kubernetes", "--wait-for-workers-s", "1", "--port", "0"]
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"armature: error: kubernetes discovery (API server {fake.url}, ")
@@ -339,7 +340,8 @@ def test_no_cluster_configuration_exits_2_with_one_line(
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert main(["frontend", "--discovery", "kubernetes", "--k8s-pod-name", "f0"]) == 2
+    argv = ["frontend", "--discovery", "kubernetes", "--k8s-pod-name", "f0", "--port", "0"]
+    assert main(argv) == 2  # (any free port: the frontend binds its port before discovery)
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(
@@ -348,7 +350,7 @@ def test_no_cluster_configuration_exits_2_with_one_line(
 
 
 def test_a_namespace_that_is_no_label_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["frontend", "--discovery", "kubernetes", "--namespace=-bad"]
+    argv = ["frontend", "--discovery", "kubernetes", "--namespace=-bad", "--port", "0"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
