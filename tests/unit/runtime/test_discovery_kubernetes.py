@@ -25,6 +25,7 @@ from armature.runtime.discovery import Discovery, WatchEvent
 from armature.runtime.discovery_kubernetes import KubeDiscoveryError
 from armature.runtime.factory import open_discovery
 from armature.runtime.kube_membership import ANNOTATION, encode_entries
+from armature.runtime.ports import free_port
 from kube_api import POD_RULES, POD_WATCH_RULES, KubeApiFake, RecordedRequest
 
 TOKEN = "discovery-sa-token"
@@ -326,7 +327,15 @@ def test_refused_credentials_exit_2_with_one_line(
 ) -> None:
     kubeconfig = fake.write_kubeconfig(tmp_path / "wrong", token="not-the-token")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    argv = ["frontend", "--discovery", "kubernetes", "--wait-for-workers-s", "1", "--port", "0"]
+    argv = [
+        "frontend",
+        "--discovery",
+        "kubernetes",
+        "--wait-for-workers-s",
+        "1",
+        "--port",
+        str(free_port("127.0.0.1")),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -340,8 +349,16 @@ def test_no_cluster_configuration_exits_2_with_one_line(
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    argv = ["frontend", "--discovery", "kubernetes", "--k8s-pod-name", "f0", "--port", "0"]
-    assert main(argv) == 2  # (any free port: the frontend binds its port before discovery)
+    argv = [
+        "frontend",
+        "--discovery",
+        "kubernetes",
+        "--k8s-pod-name",
+        "f0",
+        "--port",
+        str(free_port("127.0.0.1")),
+    ]
+    assert main(argv) == 2  # (the frontend binds its port before discovery)
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(
@@ -350,7 +367,14 @@ def test_no_cluster_configuration_exits_2_with_one_line(
 
 
 def test_a_namespace_that_is_no_label_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["frontend", "--discovery", "kubernetes", "--namespace=-bad", "--port", "0"]
+    argv = [
+        "frontend",
+        "--discovery",
+        "kubernetes",
+        "--namespace=-bad",
+        "--port",
+        str(free_port("127.0.0.1")),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
