@@ -19,6 +19,7 @@ import xxhash
 from armature.config import KvTierConfig
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore, TierBuilder
+from armature.engines.native.lora_set import ServedLora, served_lora_name
 from armature.engines.native.model_runner import num_kv_blocks_for
 from armature.engines.native.scheduler import ScheduledChunk
 from armature.kv.event_log import KvEventLog
@@ -83,6 +84,11 @@ class MockerRunner:
         while token in self.arch.eos_token_ids:
             token = (token + 1) % self.arch.vocab_size
         return token
+
+    def read_lora(self, name: str, path: Path) -> ServedLora:
+        """The mocker serves adapters by name only (their salt changes the block hashes, so
+        routing and replay see them); `path` is not read."""
+        return served_lora_name(name)
 
     def execute(self, chunks: list[ScheduledChunk]) -> list[int]:
         decodes = [c for c in chunks if c.is_decode]
