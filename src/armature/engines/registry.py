@@ -66,10 +66,32 @@ def _generates_only(engine: EngineConfig, why: str) -> None:
         raise ConfigError(f"--task {engine.task} needs --engine torch: {why}")
 
 
+def _check_lora_names(engine: EngineConfig) -> None:
+    """--lora names that can be model names, each once, none the base model's name."""
+    from armature.engines.native.lora_set import check_lora_name
+    from armature.model.lora import LoraError
+
+    seen: set[str] = set()
+    for name, _ in engine.get_lora_modules():
+        try:
+            check_lora_name(name)
+        except LoraError as exc:
+            raise ConfigError(f"--lora: {exc}") from None
+        if name in seen:
+            raise ConfigError(f"--lora: the adapter name {name!r} is given twice")
+        if name == engine.served_model_name:
+            raise ConfigError(f"--lora: {name!r} is the base model's name (--served-model-name)")
+        seen.add(name)
+
+
 def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
     from armature.engines.vllm.factory import check_vllm
 
     _no_timing_profile(engine)
+    if engine.lora_modules:
+        raise ConfigError(
+            "--lora needs --engine torch (or mocker): the vllm adapter serves no LoRA adapters"
+        )
     _generates_only(engine, "embeddings are not wired into the vllm adapter")
     check_vllm(engine, roles)
 
@@ -77,6 +99,9 @@ def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
 def _check_native(engine: EngineConfig, roles: Iterable[str]) -> None:
     """Every other setting the native engine takes is checked when it is built."""
     _no_timing_profile(engine)
+    _check_lora_names(engine)
+    if engine.task is WorkerTask.EMBED and engine.lora_modules:
+        raise ConfigError("--task embed takes no --lora: adapters are served for generation")
     if engine.task is WorkerTask.EMBED and any(role != WorkerRole.AGG for role in roles):
         raise ConfigError(
             "--task embed takes no --role prefill/decode (nor --prefill-workers/"
@@ -92,6 +117,7 @@ def _check_mocker(engine: EngineConfig, roles: Iterable[str]) -> None:
     from armature.sim.profile_timing import load_profile_timing
 
     _generates_only(engine, "the mocker has no model whose hidden states it could pool")
+    _check_lora_names(engine)
     if engine.timing_profile is not None:
         load_profile_timing(Path(engine.timing_profile), engine.speedup_ratio)
 
