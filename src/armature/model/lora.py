@@ -151,15 +151,18 @@ def _target_modules(targets: Any, where: Path) -> set[str]:
         if not names:
             raise LoraError(f"{where}: target_modules {targets!r} matches no module of the model")
         return names
-    if not isinstance(targets, list) or not targets:
+    if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
         raise LoraError(f"{where}: target_modules must be a non-empty list or a regex")
-    unknown = [t for t in targets if t not in LORA_MODULES]
+    # PEFT: an entry names the modules whose name ends with it (`q_proj`, or a full name
+    # such as `model.layers.1.mlp.up_proj`, as PEFT writes `all-linear` out for some models)
+    names = {t.rsplit(".", 1)[-1] for t in targets}
+    unknown = [t for t in targets if t.rsplit(".", 1)[-1] not in LORA_MODULES]
     if unknown:
         raise LoraError(
             f"{where}: target module {unknown[0]!r} is not in the model (targets: "
             f"{', '.join(LORA_MODULES)})"
         )
-    return set(targets)
+    return names
 
 
 def _read_tensors(file: Path) -> dict[str, torch.Tensor]:

@@ -68,9 +68,9 @@ def _request(i: int, prompt: list[int], lora: str | None) -> EngineRequest:
     )
 
 
-def _prompts(lengths: list[int], seed: int) -> list[list[int]]:
+def _prompts(lengths: list[int], seed: int, vocab: int = 49152) -> list[list[int]]:
     rng = random.Random(seed)
-    return [[rng.randrange(3, 49152) for _ in range(n)] for n in lengths]
+    return [[rng.randrange(3, vocab) for _ in range(n)] for n in lengths]
 
 
 def test_one_adapter_matches_peft(core: EngineCore, refs: dict[str | None, HfReference]) -> None:
@@ -104,3 +104,23 @@ def test_mixed_batch_of_two_adapters_and_base_matches_peft(
     core.pool.check_integrity()
     for i, (prompt, lora) in enumerate(zip(prompts, loras, strict=True)):
         assert refs[lora].assert_matches(prompt, outputs[str(i)], NEW_TOKENS), (i, lora)
+
+
+def test_qkv_bias_model_with_an_adapter_matches_peft(tiny_qwen2_dir: Path, tmp_path: Path) -> None:
+    """Qwen2 (q/k/v biases): the LoRA update adds to the biased projection, as PEFT's does."""
+    path = make_adapter(tiny_qwen2_dir, tmp_path / "q", seed=7, targets="all-linear")
+    config = NativeEngineConfig(model_dir=tiny_qwen2_dir, dtype=torch.float32, num_kv_blocks=64)
+    core = EngineCore(config)
+    core.loras.add(core.runner.read_lora("q", path))  # type: ignore[attr-defined]
+    ref = HfReference(tiny_qwen2_dir, peft_model(tiny_qwen2_dir, path))
+    prompts = _prompts([5, 21, 40], seed=8, vocab=512)
+    for i, prompt in enumerate(prompts):
+        core.add_request(_request(i, prompt, "q" if i != 1 else None))
+    outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
+    while core.has_work():
+        for o in core.step():
+            outputs[o.request_id].extend(o.new_token_ids)
+    base = HfReference(tiny_qwen2_dir)
+    for i, prompt in enumerate(prompts):
+        assert (base if i == 1 else ref).assert_matches(prompt, outputs[str(i)], NEW_TOKENS)
+    assert outputs["0"] != base.greedy(prompts[0], NEW_TOKENS)

@@ -146,3 +146,15 @@ def test_unreadable_weights(adapter_dir: Path, tiny_llama_dir: Path, tmp_path: P
     (path / "adapter_model.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(LoraError, match="is not a readable safetensors file"):
         _load(path, tiny_llama_dir)
+
+
+def test_targets_by_full_module_name(
+    adapter_dir: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    """PEFT matches an entry against the end of a module's name (it writes `all-linear` out as
+    full names for some models)."""
+    path = _copy(adapter_dir, tmp_path)
+    targets = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj"]
+    _edit_config(path, target_modules=[*targets, "v_proj", "mlp.down_proj"])
+    weights = _load(path, tiny_llama_dir)
+    assert [sorted(layer) for layer in weights.layers] == [["down_proj", "q_proj", "v_proj"]] * 2  # type: ignore[attr-defined]
