@@ -157,9 +157,7 @@ def _layer(
     qkv = F.linear(h, w.qkv, w.qkv_bias)
     lora = step.batch.lora
     if lora is not None:
-        add_lora(
-            qkv, h, layer, (("q_proj", 0), ("k_proj", nh * hd), ("v_proj", (nh + nkv) * hd)), lora
-        )
+        add_lora(qkv, h, layer, "qkv", lora)
     q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
     q = apply_rope(q.view(rows, nh, hd), step.cos, step.sin)
     k = apply_rope(k.view(rows, nkv, hd), step.cos, step.sin)
@@ -179,17 +177,17 @@ def _layer(
     attn_rows = attn.view(rows, nh * hd)
     o = F.linear(attn_rows, w.o_proj)
     if lora is not None:
-        add_lora(o, attn_rows, layer, (("o_proj", 0),), lora)
+        add_lora(o, attn_rows, layer, "o", lora)
     x = x + o
     h = _rms_norm(x, w.post_norm, arch.rms_norm_eps)
     gate_up = F.linear(h, w.gate_up)
     if lora is not None:
-        add_lora(gate_up, h, layer, (("gate_proj", 0), ("up_proj", arch.intermediate_size)), lora)
+        add_lora(gate_up, h, layer, "gate_up", lora)
     gate, up = gate_up.chunk(2, dim=-1)
     act = F.silu(gate) * up
     down = F.linear(act, w.down)
     if lora is not None:
-        add_lora(down, act, layer, (("down_proj", 0),), lora)
+        add_lora(down, act, layer, "down", lora)
     return x + down
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "LORA_CONFIG_FILE",
     "LORA_MODULES",
     "LORA_WEIGHTS_FILE",
+    "PROJECTIONS",
     "LoraError",
     "LoraModule",
     "LoraWeights",
@@ -50,6 +51,14 @@ LORA_MODULES = {
     "gate_proj": "mlp",
     "up_proj": "mlp",
     "down_proj": "mlp",
+}
+# the engine's fused projections (model/weights.py), each with the modules whose outputs it
+# concatenates, in order
+PROJECTIONS = {
+    "qkv": ("q_proj", "k_proj", "v_proj"),
+    "o": ("o_proj",),
+    "gate_up": ("gate_proj", "up_proj"),
+    "down": ("down_proj",),
 }
 _KEY = re.compile(
     r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])\.weight"
@@ -84,12 +93,16 @@ class LoraModule:
 
 @dataclass(frozen=True)
 class LoraWeights:
-    """A loaded adapter: per layer, its targeted projections by name (q_proj...)."""
+    """A loaded adapter: per layer, its targeted projections by name (q_proj...), and the same
+    weights fused per engine projection (`PROJECTIONS`: qkv, o, gate_up, down): A stacked,
+    B block-diagonal over the fused outputs (zero rows for a module not targeted), so that one
+    pair of matmuls updates a fused projection."""
 
     rank: int
     scaling: float
     layers: list[dict[str, LoraModule]]
     digest: str  # of its config and weights files: equal digests, equal adapters
+    fused: list[dict[str, LoraModule]]
 
 
 def lora_module_shapes(arch: ModelArch) -> dict[str, tuple[int, int]]:
@@ -211,7 +224,35 @@ def load_lora(path: Path, arch: ModelArch, dtype: torch.dtype, device: torch.dev
         modules.append(
             {m: LoraModule(p["A"].contiguous(), p["B"].contiguous()) for m, p in found.items()}
         )
-    return LoraWeights(rank, scaling, modules, _digest(path))
+    fused = [_fuse(layer, shapes) for layer in modules]
+    return LoraWeights(rank, scaling, modules, _digest(path), fused)
+
+
+def _fuse(
+    modules: dict[str, LoraModule], shapes: dict[str, tuple[int, int]]
+) -> dict[str, LoraModule]:
+    """One layer's modules fused per engine projection (see `LoraWeights`)."""
+    fused = {}
+    for projection, names in PROJECTIONS.items():
+        present = [n for n in names if n in modules]
+        if not present:
+            continue
+        if len(names) == 1:
+            fused[projection] = modules[names[0]]
+            continue
+        first = modules[present[0]]
+        a = torch.cat([modules[n].a for n in present])
+        b = first.b.new_zeros(sum(shapes[n][0] for n in names), a.shape[0])
+        row, col = 0, 0
+        for name in names:
+            out_features = shapes[name][0]
+            if name in modules:
+                rank = modules[name].a.shape[0]
+                b[row : row + out_features, col : col + rank] = modules[name].b
+                col += rank
+            row += out_features
+        fused[projection] = LoraModule(a.contiguous(), b)
+    return fused
 
 
 def _digest(path: Path) -> str:

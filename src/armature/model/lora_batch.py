@@ -4,10 +4,12 @@ A step's rows may run with different adapters (or none). Per layer and targeted 
 each adapter's rows take one pair of small matmuls, and the result is added into the base
 projection's output columns for those rows only:
 
-    out[rows, cols] += B(A(x[rows])) * scaling        (PEFT's arithmetic, in its order)
+    out[rows] += B(A(x[rows])) * scaling        (PEFT's arithmetic, in its order)
 
-Rows of no adapter are left as the base model computed them. The groups are built once per
-step and shared by every layer.
+over the engine's fused projections (q/k/v as one, gate/up as one): A stacked, B
+block-diagonal, so one pair of matmuls serves a fused projection (the zero blocks add exact
+zeros). Rows of no adapter are left as the base model computed them. The groups are built
+once per step and shared by every layer.
 """
 
 from __future__ import annotations
@@ -56,27 +58,18 @@ def group_lora_rows(
 
 
 def add_lora(
-    out: torch.Tensor,
-    x: torch.Tensor,
-    layer: int,
-    modules: Sequence[tuple[str, int]],
-    lora: LoraBatch,
+    out: torch.Tensor, x: torch.Tensor, layer: int, projection: str, lora: LoraBatch
 ) -> None:
-    """Add each group's LoRA update of layer `layer` into `out` [rows, features] in place.
-    `x` [rows, in_features] is the projections' input; `modules` names the projections whose
-    outputs `out` holds, with the column each starts at (q_proj at 0, k_proj after it...)."""
+    """Add each group's LoRA update of layer `layer`'s fused `projection` (qkv, o, gate_up,
+    down: see `armature.model.lora.PROJECTIONS`) into its output `out` [rows, features] in
+    place; `x` [rows, in_features] is the projection's input."""
     for group in lora.groups:
-        targets = group.weights.layers[layer]
-        selected: torch.Tensor | None = None
-        for name, start in modules:
-            module = targets.get(name)
-            if module is None:
-                continue
-            if selected is None:
-                selected = x if group.rows is None else x.index_select(0, group.rows)
-            delta = F.linear(F.linear(selected, module.a), module.b) * group.weights.scaling
-            cols = out[:, start : start + module.b.shape[0]]
-            if group.rows is None:
-                cols += delta
-            else:
-                cols.index_add_(0, group.rows, delta)
+        module = group.weights.fused[layer].get(projection)
+        if module is None:
+            continue
+        selected = x if group.rows is None else x.index_select(0, group.rows)
+        delta = F.linear(F.linear(selected, module.a), module.b) * group.weights.scaling
+        if group.rows is None:
+            out += delta
+        else:
+            out.index_add_(0, group.rows, delta)

@@ -6,7 +6,8 @@ model's step time and returns a seeded token per request (no logits, no sampling
 parameters, penalties, logit bias and logprobs are accepted and not simulated, since the tokens
 are synthetic anyway). Tokens depend only on (seed, request id, position), so a request gets
 the same tokens whatever it is batched with. EOS is never produced: requests end at
-max_tokens (or the context limit).
+max_tokens (or the context limit). LoRA adapters are served by name only (`read_lora`): an
+adapter's salt, its name, seeds its requests' block hashes, so routing and replay see them.
 """
 
 from __future__ import annotations

@@ -51,6 +51,14 @@ def test_loads_rank_scaling_and_targets(adapter_dir: Path, tiny_llama_dir: Path)
     assert weights.layers[1]["down_proj"].a.shape == (4, 128)  # intermediate -> hidden
     assert torch.count_nonzero(q.b) > 0
     assert len(weights.digest) == 16
+    # fused per engine projection: q and v (k not targeted) stacked, B block-diagonal
+    qkv, v = weights.fused[0]["qkv"], weights.layers[0]["v_proj"]
+    assert torch.equal(qkv.a, torch.cat([q.a, v.a]))
+    assert qkv.b.shape == (64 + 32 + 32, 8)
+    assert torch.equal(qkv.b[:64, :4], q.b) and torch.equal(qkv.b[96:, 4:], v.b)
+    assert not qkv.b[64:96].any() and not qkv.b[:64, 4:].any() and not qkv.b[96:, :4].any()
+    assert sorted(weights.fused[0]) == ["down", "qkv"]
+    assert weights.fused[0]["down"] is weights.layers[0]["down_proj"]
 
 
 def test_rslora_scales_by_the_root_of_the_rank(tiny_llama_dir: Path, tmp_path: Path) -> None:
