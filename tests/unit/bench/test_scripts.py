@@ -44,6 +44,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "http_overhead",
         "kv_tiers",
         "kv_transfer",
+        "lora_overhead",
         "overload",
         "profile_decode",
         "profile_fidelity",
