@@ -63,10 +63,34 @@ def _no_timing_profile(engine: EngineConfig) -> None:
         raise ConfigError(f"--timing-profile is for --engine mocker, not {engine.engine}")
 
 
+def _check_lora_names(engine: EngineConfig) -> None:
+    """--lora names that can be model names, each once, none the base model's name."""
+    from armature.engines.native.lora_set import check_lora_name
+    from armature.model.lora import LoraError
+
+    seen: set[str] = set()
+    for name, _ in engine.get_lora_modules():
+        try:
+            check_lora_name(name)
+        except LoraError as exc:
+            raise ConfigError(f"--lora: {exc}") from None
+        if name in seen:
+            raise ConfigError(f"--lora: the adapter name {name!r} is given twice")
+        if name == engine.served_model_name:
+            raise ConfigError(f"--lora: {name!r} is the base model's name (--served-model-name)")
+        seen.add(name)
+    if engine.task is WorkerTask.EMBED and engine.lora_modules:
+        raise ConfigError("--task embed takes no --lora: adapters are served for generation")
+
+
 def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
     from armature.engines.vllm.factory import check_vllm
 
     _no_timing_profile(engine)
+    if engine.lora_modules:
+        raise ConfigError(
+            "--lora needs --engine torch (or mocker): the vllm adapter serves no LoRA adapters"
+        )
     _embed_aggregated(engine, roles)
     check_vllm(engine, roles)
 
@@ -74,6 +98,7 @@ def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
 def _check_native(engine: EngineConfig, roles: Iterable[str]) -> None:
     """Every other setting the native engine takes is checked when it is built."""
     _no_timing_profile(engine)
+    _check_lora_names(engine)
     _embed_aggregated(engine, roles)
 
 
@@ -93,6 +118,7 @@ def _check_mocker(engine: EngineConfig, roles: Iterable[str]) -> None:
     from armature.sim.profile_timing import load_profile_timing
 
     _embed_aggregated(engine, roles)
+    _check_lora_names(engine)
     if engine.timing_profile is not None:
         load_profile_timing(Path(engine.timing_profile), engine.speedup_ratio)
 

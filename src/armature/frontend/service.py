@@ -49,6 +49,7 @@ from armature.frontend.responses import (
 from armature.frontend.structured import check_request_guide, request_guide
 from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
 from armature.protocols.guide import Guide
+from armature.protocols.lora import LoraNotFoundError
 from armature.router.service import EngineRouter, RouteGroup
 
 __all__ = ["ClientDisconnectedError", "Job", "OpenAIService", "ServedModel", "unless_disconnected"]
@@ -91,6 +92,7 @@ class Job:
     include_usage: bool
     want_logprobs: bool
     echo_text: str = ""
+    model_name: str = ""  # as the request named it: the base model or a LoRA adapter
     target_worker: str | None = None  # from the x-worker-id header (direct routing)
     priority: int = 0  # overload queue order: lower first
     num_choices: int = 1
@@ -118,19 +120,27 @@ class OpenAIService:
         self.parsers = parsers or OutputParsers()  # None: output read as plain text
 
     # ---- request -> job ----------------------------------------------------------------
-    def _check_common(self, body: GenerationFields, endpoint: str) -> None:
+    def _check_common(self, body: GenerationFields, endpoint: str) -> str | None:
+        """Check the fields every generation shares; returns the LoRA adapter `model` names
+        (None: the base model). ApiError (404) for a model nobody serves."""
         if body.model_extra:
             log.info("%s: ignoring unknown fields %s", endpoint, sorted(body.model_extra))
+        lora_name = None
         if body.model != self.model.name:
-            raise ApiError(
-                f"the model {body.model!r} does not exist; this server serves {self.model.name!r}",
-                status_code=404,
-                type="not_found_error",
-                param="model",
-                code="model_not_found",
-            )
+            adapters = self.engine.get_lora_adapters()
+            if body.model not in adapters:
+                served = ", ".join(repr(n) for n in [self.model.name, *sorted(adapters)])
+                raise ApiError(
+                    f"the model {body.model!r} does not exist; this server serves {served}",
+                    status_code=404,
+                    type="not_found_error",
+                    param="model",
+                    code="model_not_found",
+                )
+            lora_name = body.model
         for param, reason in body.unsupported_fields():
             raise ApiError(reason, param=param, code="unsupported_parameter")
+        return lora_name
 
     def _sampling(
         self,
@@ -179,7 +189,7 @@ class OpenAIService:
         )
 
     async def chat_job(self, body: ChatCompletionRequest) -> Job:
-        self._check_common(body, "chat")
+        lora_name = self._check_common(body, "chat")
         features = self.preprocessor.template_features
         messages = template_messages(body.messages, features)
         tool_use = plan_tools(body, features, self.parsers.tool_call_name)
@@ -194,7 +204,9 @@ class OpenAIService:
         sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs, guide)
         outputs = functools.partial(self._chat_output, tool_use)
         kept = self.parsers.kept_tokens if tool_use.parse_calls else None
-        return self._job("chat", "chatcmpl", body, prompt_ids, sampling, body.n, outputs, kept)
+        return self._job(
+            "chat", "chatcmpl", body, prompt_ids, sampling, body.n, lora_name, outputs, kept
+        )
 
     def _chat_output(self, tool_use: ToolUse) -> ChatOutput:
         """A fresh reader of one choice's output: reasoning, then tool calls."""
@@ -207,7 +219,7 @@ class OpenAIService:
         )
 
     async def completion_job(self, body: CompletionRequest) -> Job:
-        self._check_common(body, "completions")
+        lora_name = self._check_common(body, "completions")
         try:
             prompt = body.single_prompt()
         except InvalidRequestError as exc:
@@ -222,7 +234,9 @@ class OpenAIService:
             raise ApiError("prompt must not be empty", param="prompt")
         guide = await _checked_guide(body, None)
         sampling = self._sampling(body, body.max_tokens, len(prompt_ids), body.logprobs, guide)
-        job = self._job("completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body))
+        job = self._job(
+            "completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body), lora_name
+        )
         if body.echo:
             job.echo_text = (
                 prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
@@ -237,6 +251,7 @@ class OpenAIService:
         prompt_ids: list[int],
         sampling: SamplingParams,
         num_candidates: int,
+        lora_name: str | None,
         chat_outputs: Callable[[], ChatOutput] | None = None,
         kept_tokens: Mapping[int, str] | None = None,
     ) -> Job:
@@ -257,6 +272,7 @@ class OpenAIService:
                     request_id=request_id if num_candidates == 1 else f"{request_id}-{i}",
                     prompt_token_ids=prompt_ids,
                     sampling=_candidate_sampling(sampling, i),
+                    lora_name=lora_name,
                 ),
                 IncrementalDetokenizer(
                     self.preprocessor.decoder,
@@ -272,7 +288,7 @@ class OpenAIService:
         try:
             self.engine.validate(candidates[0].engine_request)
         except InvalidRequestError as exc:
-            raise ApiError(str(exc), param=exc.param, code="invalid_request") from None
+            raise _invalid(exc) from None
         options = body.stream_options
         include_usage = bool(options and options.include_usage)
         return Job(
@@ -285,6 +301,7 @@ class OpenAIService:
             priority=body.priority,
             num_choices=body.n,
             per_step=bool(options and options.per_step),
+            model_name=body.model,
         )
 
     # ---- running a job -----------------------------------------------------------------
@@ -380,7 +397,7 @@ class OpenAIService:
             "id": job.request_id,
             "object": "chat.completion" if job.kind == "chat" else "text_completion",
             "created": int(time.time()),
-            "model": self.model.name,
+            "model": job.model_name,
             "choices": choices,
             "usage": total_usage(usages).as_dict(),
         }
@@ -393,7 +410,7 @@ class OpenAIService:
         streams, which aborts the requests."""
         assert len(job.candidates) == job.num_choices, "best_of > n is never streamed"
         usages = [Usage() for _ in job.candidates]
-        chunk = _Chunks(job, int(time.time()), self.model.name)
+        chunk = _Chunks(job, int(time.time()), job.model_name)
         offsets = [0] * job.num_choices
         for index in range(job.num_choices):
             if job.kind == "chat":
@@ -460,6 +477,19 @@ class _Chunks:
     def __call__(self, choice: ChatChoiceChunk | CompletionChoiceChunk) -> StreamChunk:
         choices: list[Any] = [choice]
         return StreamChunk(*self.head, choices, self._usage)
+
+
+def _invalid(exc: InvalidRequestError) -> ApiError:
+    """An engine's refusal as the edge's 4xx: 404 for an adapter no longer served."""
+    if isinstance(exc, LoraNotFoundError):
+        return ApiError(
+            str(exc),
+            status_code=404,
+            type="not_found_error",
+            param="model",
+            code="model_not_found",
+        )
+    return ApiError(str(exc), param=exc.param, code="invalid_request")
 
 
 async def _checked_guide(body: GenerationFields, tool_guide: Guide | None) -> Guide | None:

@@ -23,7 +23,7 @@ import msgspec
 
 from armature.config import DisaggConfig, RouterConfig
 from armature.engines.api import Engine, EngineDeadError
-from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
+from armature.kv.hashing import compute_seq_hashes
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -117,7 +117,8 @@ class DisaggRouter(EngineRouter):
         bs = self.config.block_size_tokens
 
         def get_num_cached_blocks() -> int:
-            hashes = compute_seq_hashes(request.prompt_token_ids, bs, DEFAULT_HASH_SEED)
+            seed = self.get_hash_seed(request)
+            hashes = compute_seq_hashes(request.prompt_token_ids, bs, seed)
             return max(self.index.find_overlaps(hashes).values(), default=0)
 
         return decide_prefill(

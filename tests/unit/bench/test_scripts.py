@@ -46,6 +46,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "http_overhead",
         "kv_tiers",
         "kv_transfer",
+        "lora_overhead",
         "overload",
         "plane_floor",
         "profile_decode",

@@ -32,6 +32,9 @@ class IdleEngine:
     def take_kv_events(self) -> list:  # type: ignore[type-arg]
         return []
 
+    def get_lora_adapters(self) -> list:  # type: ignore[type-arg]
+        return []
+
 
 class ScriptedEngine(IdleEngine):
     """Emits the token ids of the next output queued, a few per step, then stops."""

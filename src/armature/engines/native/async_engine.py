@@ -18,9 +18,11 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.engines.native.core import EngineCore
+from armature.model.lora import LoraError
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -32,6 +34,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle, NativeTransfer
+from armature.protocols.lora import LoraAdapter, LoraNotFoundError
 from armature.transfer.agent import KvTransferAgent
 from armature.transfer.blocks import KvBlocks
 from armature.transfer.wire import TransferError
@@ -230,6 +233,28 @@ class AsyncEngine:
 
     def get_load(self) -> EngineLoad:
         return self._load
+
+    # ---- LoRA adapters -----------------------------------------------------------------
+    def get_lora_adapters(self) -> list[LoraAdapter]:
+        return self.core.loras.get_adapters()
+
+    async def load_lora(self, name: str, path: str) -> LoraAdapter:
+        """Read the adapter off the event loop, then serve it: requests admitted from now on
+        may name it. InvalidRequestError (naming the problem) if it cannot be served."""
+        try:
+            served = await asyncio.to_thread(self.core.runner.read_lora, name, Path(path))
+            self.core.loras.add(served)
+        except LoraError as exc:
+            raise InvalidRequestError(str(exc), param="lora_path") from None
+        log.info("LoRA adapter %s loaded from %s (salt %s)", name, path, served.adapter.salt)
+        return served.adapter
+
+    async def unload_lora(self, name: str) -> None:
+        """Stop admitting requests for `name`; those running finish with it.
+        LoraNotFoundError if it is not loaded."""
+        if not self.core.loras.remove(name):
+            raise LoraNotFoundError(f"no LoRA adapter named {name!r} is loaded", param="lora_name")
+        log.info("LoRA adapter %s unloaded", name)
 
     def stats(self) -> EngineStats:
         by_backend = self.transfer.num_pulls if self.transfer is not None else {}

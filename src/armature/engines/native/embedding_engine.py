@@ -33,6 +33,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.lora import LoraAdapter, LoraNotFoundError, lora_unsupported
 
 __all__ = ["NOT_GENERATING", "EmbeddingModelRunner", "NativeEmbeddingEngine"]
 
@@ -165,6 +166,15 @@ class NativeEmbeddingEngine:
 
     async def release_kv(self, handle: KvHandle) -> None:
         return None  # it pins no blocks
+
+    def get_lora_adapters(self) -> list[LoraAdapter]:
+        return []
+
+    async def load_lora(self, name: str, path: str) -> LoraAdapter:
+        raise lora_unsupported("embedding (--task embed)")
+
+    async def unload_lora(self, name: str) -> None:
+        raise LoraNotFoundError(f"an embedding worker serves no LoRA adapter {name!r}")
 
     # ---- engine thread -----------------------------------------------------------------
     def _run(self) -> None:

@@ -17,11 +17,13 @@ from armature.engines.native.device import pick_device, pick_dtype
 from armature.engines.native.embed_queue import EmbedQueue
 from armature.engines.native.embedding_engine import EmbeddingModelRunner, NativeEmbeddingEngine
 from armature.engines.native.embedding_runner import EmbeddingRunner
+from armature.engines.native.lora_set import ServedLora
 from armature.engines.native.transfer import start_transfer_agent
 from armature.engines.spec import BuiltEngine, EngineInfo, EngineSpec
 from armature.errors import ConfigError
 from armature.kv.event_log import KvEventLog
 from armature.model.arch import read_arch, read_matryoshka_dimensions
+from armature.model.lora import LoraError
 from armature.protocols.embedding import EmbeddingShape
 from armature.tiers.factory import build_tier_manager
 from armature.tiers.manager import KvTierManager
@@ -97,6 +99,20 @@ def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -
         ) from None
 
 
+def _read_loras(core: EngineCore, spec: EngineSpec) -> list[ServedLora]:
+    """The --lora adapters, read and checked against the model; ConfigError (naming the
+    adapter and the problem) for one that cannot be served."""
+    served = []
+    for name, path in spec.engine.get_lora_modules():
+        if name == spec.get_served_model_name():
+            raise ConfigError(f"--lora: {name!r} is the base model's name")
+        try:
+            served.append(core.runner.read_lora(name, Path(path)))
+        except LoraError as exc:
+            raise ConfigError(f"--lora {name}: {exc}") from None
+    return served
+
+
 def _tier_builder(spec: EngineSpec) -> TierBuilder | None:
     """Builds the engine's lower KV tiers once its KV cache exists (None: no tiers)."""
     tiers = spec.tiers
@@ -137,6 +153,8 @@ def build_native_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
     config = native_config(spec, mocker=mocker)
     started_s = time.perf_counter()
     core = _build_core(config, spec, mocker=mocker)
+    for served in _read_loras(core, spec):
+        core.loras.add(served)
     transfer = _start_transfers(core, spec) if spec.serve_kv_transfers else None
     info = EngineInfo(
         block_size_tokens=config.block_size,
