@@ -16,24 +16,18 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.embedding_only import EmbeddingOnly
 from armature.engines.native.embed_queue import EmbedItem, EmbedQueue
 from armature.engines.validation import validate_embed_request
 from armature.model.arch import ModelArch
 from armature.protocols.embedding import EmbeddingShape, EmbedRequest, EmbedResult
 from armature.protocols.engine import (
     EngineLoad,
-    EngineOutput,
-    EngineRequest,
-    EngineStats,
     StepRecord,
 )
-from armature.protocols.kv_events import KvDump, KvEvent
-from armature.protocols.kv_transfer import KvHandle
-from armature.protocols.lora import LoraAdapter, LoraNotFoundError, lora_unsupported
 
 __all__ = ["NOT_GENERATING", "EmbeddingModelRunner", "NativeEmbeddingEngine"]
 
@@ -61,7 +55,10 @@ class EmbeddingModelRunner(Protocol):
         ...
 
 
-class NativeEmbeddingEngine:
+class NativeEmbeddingEngine(EmbeddingOnly):
+    not_generating = NOT_GENERATING
+    what = "embedding"
+
     def __init__(self, runner: EmbeddingModelRunner, queue: EmbedQueue):
         self.runner = runner
         self._queue = queue  # guarded by _lock
@@ -128,13 +125,7 @@ class NativeEmbeddingEngine:
             request_id=request.request_id, vectors=vectors, num_prompt_tokens=num_tokens
         )
 
-    # ---- the Engine contract: no generation, no KV cache -------------------------------
-    def validate(self, request: EngineRequest) -> None:
-        raise InvalidRequestError(NOT_GENERATING)
-
-    async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
-        raise InvalidRequestError(NOT_GENERATING)
-        yield  # pragma: no cover (this makes it an async generator, as the contract says)
+    # ---- the Engine contract (the rest: EmbeddingOnly) ------------------------------------
 
     def get_load(self) -> EngineLoad:
         with self._lock:
@@ -149,32 +140,11 @@ class NativeEmbeddingEngine:
                 num_steps=self._num_steps,
             )
 
-    def stats(self) -> EngineStats:
-        return EngineStats()
-
-    def take_kv_events(self) -> list[KvEvent]:
-        return []
-
     def take_step_records(self) -> list[StepRecord]:
         with self._lock:
             records = list(self._step_records)
             self._step_records.clear()
         return records
-
-    async def dump_kv_blocks(self) -> KvDump:
-        return KvDump(seq_hashes=[], last_event_id=-1)  # no event, ever
-
-    async def release_kv(self, handle: KvHandle) -> None:
-        return None  # it pins no blocks
-
-    def get_lora_adapters(self) -> list[LoraAdapter]:
-        return []
-
-    async def load_lora(self, name: str, path: str) -> LoraAdapter:
-        raise lora_unsupported("embedding (--task embed)")
-
-    async def unload_lora(self, name: str) -> None:
-        raise LoraNotFoundError(f"an embedding worker serves no LoRA adapter {name!r}")
 
     # ---- engine thread -----------------------------------------------------------------
     def _run(self) -> None:

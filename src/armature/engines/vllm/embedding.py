@@ -9,24 +9,19 @@ It holds no KV cache that a router could use: no KV events, nothing to transfer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.api import EngineDeadError
+from armature.engines.embedding_only import EmbeddingOnly
 from armature.engines.validation import validate_embed_request
 from armature.protocols.embedding import EmbeddingShape, EmbedRequest, EmbedResult
 from armature.protocols.engine import (
     EngineLoad,
-    EngineOutput,
-    EngineRequest,
-    EngineStats,
     StepRecord,
 )
-from armature.protocols.kv_events import KvDump, KvEvent
-from armature.protocols.kv_transfer import KvHandle
-from armature.protocols.lora import LoraAdapter, LoraNotFoundError, lora_unsupported
 
 __all__ = ["NOT_GENERATING", "VllmEmbeddingEngine", "unit_vector_bytes"]
 
@@ -43,9 +38,12 @@ def unit_vector_bytes(data: Any) -> bytes:
     return vector.astype("<f4").tobytes()
 
 
-class VllmEmbeddingEngine:
+class VllmEmbeddingEngine(EmbeddingOnly):
     """`llm`: vLLM's AsyncLLM started with the pooling runner; `make_prompt` and
     `make_pooling` build vLLM's prompt and PoolingParams (the build module's)."""
+
+    not_generating = NOT_GENERATING
+    what = "vllm embedding"
 
     def __init__(
         self,
@@ -125,13 +123,7 @@ class VllmEmbeddingEngine:
             raise EngineDeadError(f"vLLM returned no embedding for {request_id}")
         return unit_vector_bytes(final.outputs.data)
 
-    # ---- the Engine contract: no generation, no KV cache -------------------------------
-    def validate(self, request: EngineRequest) -> None:
-        raise InvalidRequestError(NOT_GENERATING)
-
-    async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
-        raise InvalidRequestError(NOT_GENERATING)
-        yield  # pragma: no cover (this makes it an async generator, as the contract says)
+    # ---- the Engine contract (the rest: EmbeddingOnly) ------------------------------------
 
     def get_load(self) -> EngineLoad:
         return EngineLoad(
@@ -142,26 +134,5 @@ class VllmEmbeddingEngine:
             num_prefill_tokens_queued=self._num_running_tokens,
         )
 
-    def stats(self) -> EngineStats:
-        return EngineStats()
-
-    def take_kv_events(self) -> list[KvEvent]:
-        return []
-
     def take_step_records(self) -> list[StepRecord]:
         return []
-
-    async def dump_kv_blocks(self) -> KvDump:
-        return KvDump(seq_hashes=[], last_event_id=-1)  # no event, ever
-
-    async def release_kv(self, handle: KvHandle) -> None:
-        return None  # it pins no blocks
-
-    def get_lora_adapters(self) -> list[LoraAdapter]:
-        return []
-
-    async def load_lora(self, name: str, path: str) -> LoraAdapter:
-        raise lora_unsupported("vllm embedding (--task embed)")
-
-    async def unload_lora(self, name: str) -> None:
-        raise LoraNotFoundError(f"an embedding worker serves no LoRA adapter {name!r}")
