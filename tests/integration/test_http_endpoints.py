@@ -60,6 +60,8 @@ def test_models_lists_the_served_model(
                 "object": "model",
                 "created": created,
                 "owned_by": "armature",
+                "root": model_name,
+                "parent": None,
                 "max_model_len": max_model_len,
             }
         ],

@@ -75,11 +75,19 @@ CASES = [
         code="invalid_request",
     ),
     Case(
-        "tools",
+        "tool-choice-names-no-tool",
         CHAT,
-        chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+        chat(
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            tool_choice={"type": "function", "function": {"name": "g"}},
+        ),
+        param="tool_choice",
+    ),
+    Case(
+        "tools-duplicate-names",
+        CHAT,
+        chat(tools=[{"type": "function", "function": {"name": "f"}}] * 2),
         param="tools",
-        code="unsupported_parameter",
     ),
     Case(
         "chat-prompt-past-context",
