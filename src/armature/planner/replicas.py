@@ -7,7 +7,9 @@ performance model (times multiplied by the correction factors). Pure; docs/archi
     prefill pool   ceil(lam n / (n / p)) = ceil(lam p)  prompt tokens/s over one worker's
     decode batch   B = the largest B with k_d decode_step_s(B, isl + osl/2) <= itl target
     decode pool    ceil(lam osl step / B)               Little: lam x residence osl*step, / B
-    agg pool       ceil(lam p + lam osl step / B)       each worker's time shared by both
+    agg pool       ceil(lam p + lam osl step / B)       each worker's time shared by both,
+                   and at least what keeps the decodes' ITL (the mean, and slo_attainment of
+                   requests their own: agg_itl.py) while prefills share their steps
 
 With the queueing model (queue-aware), a pool is also at least the fewest servers for which
 `slo_attainment` of arrivals wait no longer than the target leaves after service (Erlang C,
