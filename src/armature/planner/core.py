@@ -14,8 +14,7 @@ Every change passes the role's cool-down (cooldown.py) and the limits (limits.py
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from armature.config.planner import PlannerConfig
@@ -29,21 +28,11 @@ from armature.planner.live import LiveEstimate, estimate_live, get_backlog_reque
 from armature.planner.observation import PlannerObservation
 from armature.planner.performance import PerformanceModel
 from armature.planner.predictors import LoadPredictor, make_predictor
-from armature.planner.recent_load import RecentWindows
+from armature.planner.recent_load import RecentWindows, get_rate_bounds, get_rising_rate
 from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, plan_prefill
 from armature.protocols.worker import WorkerRole
 
-__all__ = [
-    "RATE_BOUND_Z",
-    "Planner",
-    "PlannerEffects",
-    "get_halfway",
-    "get_rate_bounds",
-    "get_rising_rate",
-]
-
-# the load rule's confidence in a window's arrival rate: one standard deviation each way
-RATE_BOUND_Z = 1.0
+__all__ = ["Planner", "PlannerEffects", "get_halfway"]
 
 
 @dataclass(frozen=True)
@@ -417,25 +406,6 @@ class Planner:
             prefill_correction=self._corrections.prefill_factor,
             decode_correction=self._corrections.decode_factor,
         )
-
-
-def get_rate_bounds(num_arrivals: int, window_s: float) -> tuple[float, float]:
-    """A window's arrival rate, low and high: `num_arrivals` Poisson arrivals in `window_s`
-    seconds put the rate within (sqrt(k) -+ z / 2)^2 / window_s (sqrt(k) is about normal with
-    variance 1/4), z = RATE_BOUND_Z. Scaling up on the low bound and down on the high one
-    keeps a short window's noise from moving the fleet both ways."""
-    root = math.sqrt(num_arrivals)
-    half = RATE_BOUND_Z / 2.0
-    low = max(0.0, root - half) ** 2
-    return low / window_s, (root + half) ** 2 / window_s
-
-
-def get_rising_rate(suffix_counts: Sequence[tuple[int, float]]) -> float:
-    """The rate the load rule scales up on: the highest low bound (`get_rate_bounds`) over
-    the latest window, the latest two, ... all recent ones (`suffix_counts`: arrivals and
-    seconds of each). A rise shows first in the latest windows, where a short span's low
-    bound is confident only of a large one; a lull in one window moves nothing."""
-    return max((get_rate_bounds(num, span_s)[0] for num, span_s in suffix_counts), default=0.0)
 
 
 def get_halfway(current: int, target: int) -> int:

@@ -4,18 +4,22 @@ One load window (a few seconds) holds too few arrivals to size a pool on, and re
 come in bursts (a trace's requests share timestamps), so a window that catches two bursts
 reads twice the rate and one between them reads none. The load rule sizes on the arrivals of
 the last `window_s` seconds instead: their count over their span (the rate whose Poisson
-bounds `core.get_rate_bounds` gives) and their mean lengths, weighted by arrivals.
+bounds `get_rate_bounds` gives) and their mean lengths, weighted by arrivals.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from armature.planner.observation import FrontendMetrics
 
-__all__ = ["RecentLoad", "RecentWindows"]
+__all__ = ["RATE_BOUND_Z", "RecentLoad", "RecentWindows", "get_rate_bounds", "get_rising_rate"]
+
+# the load rule's confidence in a window's arrival rate: one standard deviation each way
+RATE_BOUND_Z = 1.0
 
 
 @dataclass(frozen=True)
@@ -61,3 +65,22 @@ class RecentWindows:
         return RecentLoad(
             num_requests, window_s, input_tokens / num_requests, output_tokens / num_requests
         )
+
+
+def get_rate_bounds(num_arrivals: int, window_s: float) -> tuple[float, float]:
+    """A window's arrival rate, low and high: `num_arrivals` Poisson arrivals in `window_s`
+    seconds put the rate within (sqrt(k) -+ z / 2)^2 / window_s (sqrt(k) is about normal with
+    variance 1/4), z = RATE_BOUND_Z. Scaling up on the low bound and down on the high one
+    keeps a short window's noise from moving the fleet both ways."""
+    root = math.sqrt(num_arrivals)
+    half = RATE_BOUND_Z / 2.0
+    low = max(0.0, root - half) ** 2
+    return low / window_s, (root + half) ** 2 / window_s
+
+
+def get_rising_rate(suffix_counts: Sequence[tuple[int, float]]) -> float:
+    """The rate the load rule scales up on: the highest low bound (`get_rate_bounds`) over
+    the latest window, the latest two, ... all recent ones (`suffix_counts`: arrivals and
+    seconds of each). A rise shows first in the latest windows, where a short span's low
+    bound is confident only of a large one; a lull in one window moves nothing."""
+    return max((get_rate_bounds(num, span_s)[0] for num, span_s in suffix_counts), default=0.0)

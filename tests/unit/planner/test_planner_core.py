@@ -25,9 +25,10 @@ from armature.planner import (
     ScalingDecision,
     WorkerSteps,
 )
-from armature.planner.core import get_halfway, get_rate_bounds, get_rising_rate
+from armature.planner.core import get_halfway
 from armature.planner.forecast import LoadForecast
 from armature.planner.predictors import ConstantPredictor
+from armature.planner.recent_load import get_rate_bounds, get_rising_rate
 from armature.planner.replicas import Targets, plan_prefill
 from armature.protocols.engine import StepRecord
 from armature.protocols.worker import WorkerRole
