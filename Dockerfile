@@ -16,7 +16,8 @@ FROM ${PYTHON_IMAGE} AS build
 ARG VARIANT=cpu
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# a C compiler builds armature.kv._native (block hashing in C; pure Python without it)
+# a C compiler builds armature.kv._native (block hashing in C) and armature.router._index (the
+# router's prefix index in C); pure Python without it
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
@@ -35,7 +36,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY src/ src/
 RUN extras=""; if [ "$VARIANT" = cuda ]; then extras="[kubernetes,nixl]"; else extras="[kubernetes]"; fi \
     && pip install -c constraints/test.txt ".$extras" \
-    && python -c "import armature.kv._native"
+    && python -c "import armature.kv._native, armature.router._index"
 
 FROM ${PYTHON_IMAGE}
 ARG VARIANT=cpu

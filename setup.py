@@ -1,7 +1,10 @@
-"""Build the optional native block-hashing extension; everything else is in pyproject.toml.
+"""Build the optional native extensions; everything else is in pyproject.toml.
 
-Without a C compiler the build skips it (optional=True) and armature.kv.hashing falls back to
-pure Python, which gives the same hashes, several times slower.
+- armature.kv._native: block hashing (armature.kv.hashing).
+- armature.router._index: the prefix index's holder table (armature.router.holder_store).
+
+Without a C compiler the build skips them (optional=True) and both modules fall back to pure
+Python, which gives the same results, several times slower.
 """
 
 from setuptools import Extension, setup
@@ -13,6 +16,12 @@ setup(
             ["src/armature/kv/_native.c"],
             extra_compile_args=["-O3"],
             optional=True,
-        )
+        ),
+        Extension(
+            "armature.router._index",
+            ["src/armature/router/_index.c"],
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
     ]
 )

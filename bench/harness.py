@@ -145,9 +145,11 @@ def run_continuous(
     concurrency: int,
     max_tokens: int,
     id_prefix: str = "bench",
+    lora_names: Sequence[str | None] = (None,),
 ) -> RunResult:
     """Serve every prompt with at most `concurrency` requests in flight: whenever one
-    finishes, the next is added before the following step. Wall time covers the first add
+    finishes, the next is added before the following step. Prompt i runs with LoRA adapter
+    `lora_names[i % len(lora_names)]` (None: the base model). Wall time covers the first add
     to the last token; asserts every request ran to exactly max_tokens."""
     pending = deque(enumerate(prompts))
     in_flight: set[str] = set()
@@ -159,7 +161,10 @@ def run_continuous(
             request_id = f"{id_prefix}-{index}"
             core.add_request(
                 EngineRequest(
-                    request_id=request_id, prompt_token_ids=prompt, sampling=greedy(max_tokens)
+                    request_id=request_id,
+                    prompt_token_ids=prompt,
+                    sampling=greedy(max_tokens),
+                    lora_name=lora_names[index % len(lora_names)],
                 )
             )
             in_flight.add(request_id)

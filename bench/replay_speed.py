@@ -69,6 +69,7 @@ def main() -> None:
                     way,
                     report.num_requests,
                     round(report.prefix_hit_ratio, 4),
+                    round(report.prefix_hit_ceiling, 4),
                     round(report.ttft_ms.p50, 2),
                     round(report.itl_ms.p50, 3),
                     round(cpu_s, 1),
@@ -91,13 +92,15 @@ def main() -> None:
         f"arrival times, 8 mocker workers (default DESIGN timing), kv router, block size 16, "
         f"{args.num_kv_blocks} KV blocks per worker; `fast` is the default replay, `reference` "
         "runs every engine step on its own (`--reference-steps`). CPU s: this process's user "
-        "+ system time.\n\n"
+        "+ system time. `ceiling`: the report's `prefix_hit_ceiling` (one infinite cache shared "
+        "by every worker, in the hit ratio's unit).\n\n"
         + markdown_table(
             [
                 "trace",
                 "path",
                 "requests",
                 "prefix hit",
+                "ceiling",
                 "TTFT p50 ms",
                 "ITL p50 ms",
                 "CPU s",

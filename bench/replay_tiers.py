@@ -11,10 +11,19 @@ Targets (issue "KV block manager: host, disk and shared remote tiers"): (b)'s hi
 prompt tokens found cached when a request is first scheduled (in G1, or onboarded from G2)
 over all prompt tokens, the same unit in every row.
 
-    python -m bench.replay_tiers [--limit N] [--time-scale X] [--routers R [R ...]] [--quick]
+    python -m bench.replay_tiers [--limit N] [--time-scale X] [--routers R [R ...]]
+                                 [--timings T [T ...]] [--quick]
 
 Each router in --routers (default: kv, then round-robin, whose choices ignore the cache, so
-its (b)/(c) ratio measures the tiers alone) runs the three cases.
+its (b)/(c) ratio measures the tiers alone) runs the three cases, under each step-time model
+in --timings:
+
+    design     the DESIGN polynomial: decode priced by the worker's KV utilization, so at
+               equal load (a)'s and (b)'s 16,384-block pool pays more per decode step than
+               (c)'s 131,072-block one
+    attended   the same polynomial with decode priced by the tokens the decode requests
+               attend over, against (c)'s pool as the reference (`AttendedTokensTiming`):
+               equal work costs the same in every case, as an engine's attention does
 
 Tier-aware vs tier-blind routing: with kv routing, (b) runs twice, tier-aware (lower-tier
 hits count at each worker's measured weight, docs/architecture.md "Tier-aware routing") and
@@ -33,6 +42,7 @@ from dataclasses import dataclass, replace
 
 from armature.config import KvTierConfig
 from armature.sim.replay import ReplayConfig, ReplayReport, replay
+from armature.sim.timing import AttendedTokensTiming, PolynomialTiming, TimingModel
 from armature.workload.traces import prefix_hit_ceiling, read_mooncake_trace
 from bench.paths import TRACES_DIR, results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
@@ -60,6 +70,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--g2-blocks", type=int, default=131072)
     parser.add_argument("--large-g1-blocks", type=int, default=131072)
     parser.add_argument("--routers", nargs="+", default=["kv", "round-robin"])
+    parser.add_argument(
+        "--timings", nargs="+", choices=["design", "attended"], default=["design", "attended"]
+    )
     parser.add_argument("--quick", action="store_true", help="first 500 requests, bench/out/")
     return parser.parse_args(argv)
 
@@ -79,8 +92,15 @@ def cases(args: argparse.Namespace, router: str) -> list[Case]:
     ]
 
 
-def row(case: Case, r: ReplayReport) -> list[object]:
+def get_timing(name: str, args: argparse.Namespace) -> TimingModel:
+    if name == "attended":
+        return AttendedTokensTiming(kv_capacity_tokens=args.large_g1_blocks * 16)
+    return PolynomialTiming()
+
+
+def row(timing: str, case: Case, r: ReplayReport) -> list[object]:
     return [
+        timing,
         case.config.router,
         case.label,
         case.config.num_kv_blocks,
@@ -96,7 +116,7 @@ def row(case: Case, r: ReplayReport) -> list[object]:
     ]
 
 
-def checks(router: str, reports: dict[str, ReplayReport]) -> list[str]:
+def checks(what: str, reports: dict[str, ReplayReport]) -> list[str]:
     tiered, large = reports[TIERED], reports[LARGE]
     hit = tiered.prefix_hit_ratio / large.prefix_hit_ratio if large.prefix_hit_ratio else 0.0
     ttft = tiered.ttft_ms.p50 / large.ttft_ms.p50 if large.ttft_ms.p50 else float("inf")
@@ -105,13 +125,13 @@ def checks(router: str, reports: dict[str, ReplayReport]) -> list[str]:
         return "PASS" if ok else "MISS"
 
     return [
-        f"{mark(hit >= HIT_RATIO_TARGET)}: {router}: (b)'s hit ratio is {hit:.1%} of (c)'s "
+        f"{mark(hit >= HIT_RATIO_TARGET)}: {what}: (b)'s hit ratio is {hit:.1%} of (c)'s "
         f"({tiered.prefix_hit_ratio:.4f} / {large.prefix_hit_ratio:.4f}; target >= "
         f"{HIT_RATIO_TARGET:.0%})",
-        f"{mark(ttft <= TTFT_P50_TARGET)}: {router}: (b)'s TTFT p50 is {ttft:.2f}x (c)'s "
+        f"{mark(ttft <= TTFT_P50_TARGET)}: {what}: (b)'s TTFT p50 is {ttft:.2f}x (c)'s "
         f"({tiered.ttft_ms.p50:,.0f} / {large.ttft_ms.p50:,.0f} ms; target <= "
         f"{TTFT_P50_TARGET}x)",
-        *([_aware_vs_blind(tiered, reports[BLIND])] if BLIND in reports else []),
+        *([f"{what}: " + _aware_vs_blind(tiered, reports[BLIND])] if BLIND in reports else []),
     ]
 
 
@@ -134,17 +154,20 @@ def main() -> None:
     ceiling = prefix_hit_ceiling(requests)
     rows: list[list[object]] = []
     marks: list[str] = []
-    for router in args.routers:
-        reports: dict[str, ReplayReport] = {}
-        for case in cases(args, router):
-            reports[case.label] = replay(requests, case.config)
-            rows.append(row(case, reports[case.label]))
-            print(rows[-1], flush=True)
-        marks += checks(router, reports)
+    for timing in args.timings:
+        for router in args.routers:
+            reports: dict[str, ReplayReport] = {}
+            for case in cases(args, router):
+                reports[case.label] = replay(requests, case.config, get_timing(timing, args))
+                rows.append(row(timing, case, reports[case.label]))
+                print(rows[-1], flush=True)
+            marks += checks(f"{timing} timing, {router}", reports)
     what = f"first {limit:,} requests" if limit else f"all {len(requests):,} requests"
     body = (
         f"{args.trace}, {what}, arrival times x {args.time_scale:g}, {args.workers} mocker "
-        "workers (default DESIGN timing), block size 16, routers as listed (kv: temperature "
+        "workers, step times as listed (design: the DESIGN polynomial, decode by the worker's "
+        "KV utilization; attended: decode by the decode requests' attended tokens against a "
+        f"{args.large_g1_blocks:,}-block pool), block size 16, routers as listed (kv: temperature "
         "0, overlap weight 1, decode weight 1), 2 MiB per KV block (an 8B model in bfloat16); "
         "G2 loads at the default --kv-host-bandwidth-gbps (25 GB/s), one load at a time per "
         "worker, offload on eviction. Hit ratio: prompt tokens cached when first scheduled "
@@ -153,6 +176,7 @@ def main() -> None:
         f"{ceiling:.3f}.\n\n"
         + markdown_table(
             [
+                "timing",
                 "router",
                 "case",
                 "G1 blocks/worker",

@@ -33,6 +33,7 @@ from bench.report import Section, get_machine_facts, markdown_table, write_secti
 MODEL_NAME = "mock"
 TOKENS = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+KINDS = ("inproc", "tcp", "nats")
 
 
 def free_port() -> int:
@@ -152,15 +153,20 @@ async def client_loop(port: int, count: int, latencies_ms: list[float], slot: in
             started = time.perf_counter()
             writer.write(request_bytes(port, f"hello from slot {slot} request {i}"))
             await writer.drain()
-            data = b""
-            while not (b"[DONE]" in data and data.endswith(b"0\r\n\r\n")):
-                chunk = await reader.read(65536)
-                if not chunk:
-                    raise RuntimeError("server closed the connection")
-                data = data[-64:] + chunk if b"[DONE]" not in chunk else data + chunk
+            await read_stream_end(reader)
             latencies_ms.append((time.perf_counter() - started) * 1000)
     finally:
         writer.close()
+
+
+async def read_stream_end(reader: asyncio.StreamReader) -> None:
+    """Read one chunked SSE response to its `[DONE]` and the chunked body's end."""
+    data = b""
+    while not (b"[DONE]" in data and data.endswith(b"0\r\n\r\n")):
+        chunk = await reader.read(65536)
+        if not chunk:
+            raise RuntimeError("server closed the connection")
+        data = data[-64:] + chunk if b"[DONE]" not in chunk else data + chunk
 
 
 async def run_load(port: int, concurrency: int, total: int) -> tuple[float, list[float]]:
@@ -171,15 +177,65 @@ async def run_load(port: int, concurrency: int, total: int) -> tuple[float, list
     return time.perf_counter() - started, latencies
 
 
+async def paired_c1(ports: dict[str, int], num_pairs: int) -> dict[str, list[float]]:
+    """Concurrency 1 on every stack in turn, one request each per round (the order rotates
+    each round), on one keep-alive connection per stack: the per-round differences cancel
+    the drift of a shared machine. End-to-end ms per stack, per round."""
+    conns = {k: await asyncio.open_connection("127.0.0.1", p) for k, p in ports.items()}
+    kinds = list(ports)
+    out: dict[str, list[float]] = {k: [] for k in kinds}
+    try:
+        for i in range(num_pairs):
+            for kind in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
+                reader, writer = conns[kind]
+                started = time.perf_counter()
+                writer.write(request_bytes(ports[kind], f"paired request {i}"))
+                await read_stream_end(reader)
+                out[kind].append((time.perf_counter() - started) * 1000)
+    finally:
+        for _, writer in conns.values():
+            writer.close()
+    return out
+
+
+def run_paired(num_pairs: int) -> None:
+    """Print what tcp and nats add over inproc at concurrency 1, from paired rounds."""
+    stacks = {k: Stack(k, Path(tempfile.mkdtemp(prefix=f"rp-{k}-"))) for k in KINDS}
+    try:
+        for stack in stacks.values():
+            stack.start()
+        ports = {k: s.port for k, s in stacks.items()}
+        asyncio.run(paired_c1(ports, 10))  # warm-up
+        e2e = asyncio.run(paired_c1(ports, num_pairs))
+    finally:
+        for stack in stacks.values():
+            stack.stop()
+    for kind in KINDS:
+        print(f"{kind}: p50 {quantile(e2e[kind], 0.5):.2f} ms")
+    for kind in ("tcp", "nats"):
+        added = [a - b for a, b in zip(e2e[kind], e2e["inproc"], strict=True)]
+        print(f"{kind} adds {quantile(added, 0.5):.2f} ms at p50 over inproc (paired rounds)")
+        if kind == "nats":
+            over_tcp = [a - b for a, b in zip(e2e["nats"], e2e["tcp"], strict=True)]
+            print(f"nats adds {quantile(over_tcp, 0.5):.2f} ms at p50 over tcp (paired rounds)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--paired", type=int, default=0, help="only N paired rounds at concurrency 1; print"
+    )
     args = parser.parse_args()
+    if args.paired:
+        run_paired(args.paired)
+        return
     plan = [(1, 200), (32, 1024), (128, 1024)] if not args.quick else [(1, 20), (32, 64)]
+
     rows = []
     p50_c1: dict[str, float] = {}
     checks = []
-    for kind in ("inproc", "tcp", "nats"):
+    for kind in KINDS:
         workdir = Path(tempfile.mkdtemp(prefix=f"rp-{kind}-"))
         stack = Stack(kind, workdir)
         stack.start()

@@ -20,6 +20,9 @@ resource of a subresource is "deployments/scale". Served now: deployments/scale 
 of `namespace` (`fake.pods`, tests/kube_pods.py): get, list, watch (resourceVersions,
 bookmarks, 410 on expiry) and merge patch, which discovery needs (rules POD_RULES). Another
 resource is a rule and a handler; a watch handler returns a StreamingResponse of JSON lines.
+SelfSubjectAccessReviews (POST .../authorization.k8s.io/v1/selfsubjectaccessreviews) answer
+from `rules`, and any authenticated user may create one, as the real server's
+system:basic-user role allows; `access_reviews=False` is a server without the API (404).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ __all__ = [
 SCALE_RULES = frozenset(
     {("get", "apps", "deployments/scale"), ("patch", "apps", "deployments/scale")}
 )
+_ACCESS_REVIEW = ("create", "authorization.k8s.io", "selfsubjectaccessreviews")
 MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -151,8 +155,10 @@ class KubeApiFake:
         deployments: dict[str, int] | None = None,
         rules: frozenset[tuple[str, str, str]] = SCALE_RULES,
         user: str = "planner",
+        access_reviews: bool = True,
     ) -> None:
         self.token = token
+        self.access_reviews = access_reviews
         self.user = user  # the name in 403 messages and in the kubeconfig
         self.namespace = namespace
         self.rules = set(rules)
@@ -295,6 +301,10 @@ class KubeApiFake:
                 "Forbidden",
                 f'forbidden: User "{self.user}" cannot {request.method} path "{request.url.path}"',
             )
+        if (info.verb, info.group, info.resource) == _ACCESS_REVIEW:
+            if not self.access_reviews:
+                return status_response(404, "NotFound", "the server could not find the resource")
+            return self._access_review(info)
         if (info.verb, info.group, info.resource) not in self.rules:
             where = f' in the namespace "{info.namespace}"' if info.namespace else ""
             return status_response(
@@ -313,6 +323,16 @@ class KubeApiFake:
                 404, "NotFound", "the server could not find the requested resource"
             )
         return handler(info)
+
+    def _access_review(self, info: KubeRequest) -> Response:
+        attributes = info.body["spec"]["resourceAttributes"]
+        asked = (attributes["verb"], attributes.get("group", ""), attributes["resource"])
+        allowed = asked in self.rules
+        status: dict[str, Any] = {"allowed": allowed}
+        if not allowed:
+            status["reason"] = f'RBAC: User "{self.user}" has no rule for {asked[0]} {asked[2]}'
+        review = {**info.body, "status": status}
+        return JSONResponse(review, status_code=201)
 
     def _deployment_scale(self, info: KubeRequest) -> Response:
         assert info.namespace is not None and info.name is not None

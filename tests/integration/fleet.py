@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Generic, TypeVar
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -90,13 +91,19 @@ class Fleet:
         return proc
 
     def start_frontend(self, host: str = "127.0.0.1", extra: list[str] | None = None) -> str:
+        return self.start_frontend_process("frontend", host, extra)[0]
+
+    def start_frontend_process(
+        self, name: str, host: str = "127.0.0.1", extra: list[str] | None = None
+    ) -> tuple[str, subprocess.Popen[bytes]]:
+        """A frontend logging to `name`.log, once healthy: its url and process."""
         port = _free_port()
         args = ["frontend", "--port", str(port), "--router", "kv", *self.runtime_args()]
         args += extra or []
-        proc = self._spawn("frontend", [*args, "--host", host])
+        proc = self._spawn(name, [*args, "--host", host])
         url = f"http://{host}:{port}"
-        _wait_healthy(proc, url, self.root / "frontend.log")
-        return url
+        _wait_healthy(proc, url, self.root / f"{name}.log")
+        return url, proc
 
     def wait_for_log(self, name: str, text: str, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + 180
@@ -131,8 +138,14 @@ class Fleet:
         return parse_metrics(httpx.get(found.group(1), timeout=10).text)
 
     def registered(self) -> list[str]:
+        """The workers' registrations in discovery (frontend replicas register too: see
+        `registered_keys`)."""
+        return [k for k in self.registered_keys() if "/worker/" in k]
+
+    def registered_keys(self) -> list[str]:
+        """Every key in discovery, sorted."""
         entries = self.discovery_dir / "entries"
-        return sorted(p.name for p in entries.iterdir()) if entries.exists() else []
+        return sorted(unquote(p.name) for p in entries.iterdir()) if entries.exists() else []
 
     def assert_no_tracebacks(self) -> None:
         for log in self.root.glob("*.log"):

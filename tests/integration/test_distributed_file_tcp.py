@@ -54,4 +54,4 @@ def test_processes_serve_fail_over_and_join(fleet: Fleet, base_url: str) -> None
     assert len(joined) == 1
 
     fleet.stop()
-    assert fleet.registered() == []  # clean stops deregister
+    assert fleet.registered_keys() == []  # clean stops deregister (workers and the frontend)

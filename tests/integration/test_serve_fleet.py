@@ -1,5 +1,6 @@
-"""`armature serve --workers N` as a frontend with N worker processes: serving works, and
-stopping it (SIGTERM, or even SIGKILL) leaves no worker process and no registration.
+"""`armature serve --workers N` as a frontend with N worker processes: serving works (and
+refuses what the workers' cards say they cannot do), and stopping it (SIGTERM, or even
+SIGKILL) leaves no worker process and no registration.
 
 Each serve here gets its own $XDG_RUNTIME_DIR under the test's tmp_path, so its private
 directory is the only one the test looks at: what other runs left elsewhere cannot matter."""
@@ -88,6 +89,24 @@ def workers_of(proc: subprocess.Popen[bytes]) -> list[int]:
 
 
 @pytest.mark.integration
+def assert_guides_refused(url: str, served: str) -> None:
+    """The workers' cards say their (mocker) engine enforces no guides: the frontend refuses
+    structured output and forced tool calls with a 400 naming the field and the engine."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    for fields, param in (
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"tools": [tool], "tool_choice": "required"}, "tool_choice"),
+    ):
+        chat = {"model": served, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+        body = {**chat, **fields}
+        response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["param"] == param, error
+        assert f"{param} needs structured output" in error["message"]
+        assert "the mocker engine serving this model does not enforce" in error["message"]
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
 def test_serve_workers_are_processes_that_end_with_it(
     how: signal.Signals, default_model_dir: Path, tmp_path: Path
@@ -106,6 +125,7 @@ def test_serve_workers_are_processes_that_end_with_it(
             timeout=30,
         )
         assert response.status_code == 200, response.text
+        assert_guides_refused(url, served)
         proc.send_signal(how)
         assert proc.wait(timeout=30) == -how  # ended by the signal, as uvicorn leaves it
         deadline = time.monotonic() + 15

@@ -1,8 +1,8 @@
 """Structured output on the default model (native engine, float32) through the official
 openai client: every output parses and validates against its schema (nested objects, enums,
 arrays, bounded numbers), whole and streamed, in batches mixed with free requests; vLLM's
-guided fields; forced tool calls (required, named) in the hermes format; bad schemas, regexes
-and grammars are 400s naming the field."""
+guided fields; bad schemas, regexes and grammars are 400s naming the field. Forced tool calls:
+test_default_model_tools.py."""
 
 from __future__ import annotations
 
@@ -22,34 +22,6 @@ from conftest import running_server
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MODEL = "structured"
-TEMPLATE = Path(__file__).parents[2] / "examples" / "chat_templates" / "chatml_tools.jinja"
-WEATHER: Any = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 30},
-                "unit": {"enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
-    },
-}
-TIME: Any = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "parameters": {
-            "type": "object",
-            "properties": {"zone": {"type": "string", "maxLength": 20}},
-            "required": ["zone"],
-            "additionalProperties": False,
-        },
-    },
-}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +30,6 @@ def client(
 ) -> Iterator[openai.OpenAI]:
     args = ["--served-model-name", MODEL, "--device", "cpu", "--dtype", "float32"]
     args += ["--num-kv-blocks", "512", "--max-model-len", "2048", "--max-num-seqs", "8"]
-    args += ["--tool-call-parser", "hermes", "--chat-template", str(TEMPLATE)]
     log_dir = tmp_path_factory.mktemp("structured")
     with running_server(default_model_dir, log_dir, args) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
@@ -157,46 +128,6 @@ def test_json_object_and_vllm_guided_fields(client: openai.OpenAI) -> None:
         extra_body={"guided_json": json.dumps(schema)},
     )
     jsonschema.validate(json.loads(guided_json.choices[0].message.content or ""), schema)
-
-
-@pytest.mark.parametrize("stream", [False, True])
-def test_forced_tool_calls_are_valid_calls(client: openai.OpenAI, stream: bool) -> None:
-    messages: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
-    named = {"type": "function", "function": {"name": "get_time"}}
-    for choice, names in (("required", {"get_weather", "get_time"}), (named, {"get_time"})):
-        request: dict[str, Any] = {
-            "model": MODEL,
-            "messages": messages,
-            "tools": [WEATHER, TIME],
-            "tool_choice": choice,
-            "max_tokens": 150,
-            "temperature": 0,
-        }
-        calls: list[tuple[str, str]] = []
-        if stream:
-            chunks = list(client.chat.completions.create(**request, stream=True))
-            by_index: dict[int, list[str]] = {}
-            for chunk in chunks:
-                for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
-                    entry = by_index.setdefault(delta.index, ["", ""])
-                    entry[0] += (delta.function.name or "") if delta.function else ""
-                    entry[1] += (delta.function.arguments or "") if delta.function else ""
-            calls = [(name, args) for name, args in by_index.values()]
-            finish = chunks[-1].choices[0].finish_reason
-        else:
-            message = client.chat.completions.create(**request).choices[0]
-            finish = message.finish_reason
-            calls = [
-                (c.function.name, c.function.arguments) for c in message.message.tool_calls or []
-            ]
-        assert finish == "tool_calls", (choice, calls)
-        assert calls
-        for name, arguments in calls:
-            assert name in names
-            tool = WEATHER if name == "get_weather" else TIME
-            jsonschema.validate(json.loads(arguments), tool["function"]["parameters"])
-        if choice is named:
-            assert len(calls) == 1
 
 
 @pytest.mark.parametrize(

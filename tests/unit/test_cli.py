@@ -76,6 +76,9 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--busy-prefill-tokens", "2147483648"], "must be 1..2147483647"),
         (["serve", "--seed", "9223372036854775808"], "--seed: must be -9223372036854775808.."),
         (["worker", "--metrics-port", "-2"], "--metrics-port: must be -1..65535"),
+        (["serve", "--frontends", "0"], "--frontends: must be"),
+        (["serve", "--frontends", "2", "--in-process-workers"], "drop --in-process-workers"),
+        (["frontend", "--share-load-ttl-s", "0"], "--share-load-ttl-s: must be"),
         (["worker", "--kv-transfer-port", "65536"], "--kv-transfer-port: must be 0..65535"),
         ([], "required"),
     ],
@@ -96,6 +99,10 @@ def test_port_in_use_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> 
         sock.listen()
         port = sock.getsockname()[1]
         code, err = run(["serve", "--port", str(port)], capsys)
+        assert code == 2
+        assert f"cannot listen on 127.0.0.1:{port}" in err
+        # replicas sharing the port refuse a port that anything listens on
+        code, err = run(["serve", "--port", str(port), "--frontends", "2"], capsys)
     assert code == 2
     assert f"cannot listen on 127.0.0.1:{port}" in err
 

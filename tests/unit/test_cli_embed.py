@@ -25,16 +25,12 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     ("argv", "fragment"),
     [
         (
-            ["serve", "--engine", "mocker", "--task", "embed"],
-            "--task embed needs --engine torch: the mocker has no model whose hidden states",
+            ["worker", "--engine", "vllm", "--task", "embed", "--role", "decode"],
+            "--task embed takes no --role",
         ),
         (
-            ["worker", "--engine", "mocker", "--task", "embed"],
-            "--task embed needs --engine torch: the mocker",
-        ),
-        (
-            ["serve", "--engine", "vllm", "--task", "embed"],
-            "--task embed needs --engine torch: embeddings are not wired into the vllm adapter",
+            ["worker", "--engine", "mocker", "--task", "embed", "--role", "prefill"],
+            "--task embed takes no --role",
         ),
         (
             ["serve", "--task", "embed", "--prefill-workers", "1", "--decode-workers", "1"],

@@ -51,6 +51,8 @@ def _other_value(field: dataclasses.Field[Any], setting: Setting, default: Any) 
         return "kv" if default != "kv" else "least-loaded"
     if field.name == "kv_transfer_backends":
         return ("nixl", "tcp")
+    if field.name == "lora_modules":
+        return ("a=/tmp/lora-a", "b=/tmp/lora-b")
     if setting.repeat:
         return ("key-a", "key-b")
     if isinstance(default, float):

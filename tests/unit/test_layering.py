@@ -16,7 +16,7 @@ LAYERS: list[set[str]] = [
     {"protocols", "workload", "config", "errors"},
     {"kv", "model", "router", "planner", "grammar"},
     # the planner's performance model read off the mocker's step-time models
-    {"transfer", "engines", "sim", "tiers", "planner.timing_performance"},
+    {"transfer", "engines", "sim", "tiers", "planner.timing_performance", "configurator"},
     {"runtime"},
     {
         "frontend",

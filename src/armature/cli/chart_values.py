@@ -87,6 +87,8 @@ BLOCKS: tuple[ValuesBlock, ...] = (
         owned={
             ("http", "host"): "the chart: 0.0.0.0, every address of the Pod",
             ("http", "port"): "frontend.port",
+            ("http", "reuse_port"): "the chart: off (one frontend per Pod)",
+            ("replicas", "replica_host"): "the chart: the Pod's IP (the replicas share load)",
             ("security", "api_keys"): "the Secret (secrets.apiKeys), as ARMATURE_API_KEYS",
         },
         stated=frozenset({("http", "shutdown_grace_s")}),

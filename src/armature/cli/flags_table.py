@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from armature.config import (
+    ConfigureConfig,
     FrontendConfig,
     PlannerCommandConfig,
     ProfileConfig,
@@ -31,6 +32,7 @@ COMMANDS: dict[str, type[Any]] = {
     "frontend": FrontendConfig,
     "planner": PlannerCommandConfig,
     "profile": ProfileConfig,
+    "configure": ConfigureConfig,
 }
 
 

@@ -7,7 +7,16 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from armature.cli import bench, frontend, planner, profile, replay, serve, worker  # the subcommands
+from armature.cli import (  # the subcommands
+    bench,
+    configure,
+    frontend,
+    planner,
+    profile,
+    replay,
+    serve,
+    worker,
+)
 from armature.cli.options import Parser
 from armature.errors import ConfigError
 
@@ -22,6 +31,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "bench": (bench.add_parser, bench.run),
     "planner": (planner.add_parser, planner.run),
     "profile": (profile.add_parser, profile.run),
+    "configure": (configure.add_parser, configure.run),
 }
 
 

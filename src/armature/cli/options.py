@@ -104,6 +104,8 @@ def add_settings(
             kwargs["default"] = default
         elif setting.repeat:
             kwargs.update(action="append", default=list(default))
+            if setting.parse is not None:
+                kwargs["type"] = arg_type(setting.parse)
         else:
             kwargs["default"] = default
             if setting.parse is not None:

@@ -198,6 +198,12 @@ def _add_fleet_args(replay: argparse.ArgumentParser) -> None:
         help="step times from this profile of a real engine (armature profile --output) "
         "instead of the default H100-class model",
     )
+    replay.add_argument(
+        "--prefill-timing-profile",
+        default=None,
+        help="disaggregated: the prefill workers' step times from this profile (default: "
+        "--timing-profile's, or the default model)",
+    )
 
 
 def _add_disagg_args(replay: argparse.ArgumentParser) -> None:
@@ -257,9 +263,11 @@ def run(args: argparse.Namespace) -> int:
     from armature.sim.replay import replay
     from armature.workload.measure import Slo
 
-    timing = None
+    timing = prefill_timing = None
     if args.timing_profile is not None:  # before the trace: a bad profile fails at once
         timing = load_profile_timing(Path(args.timing_profile), args.speedup)
+    if args.prefill_timing_profile is not None:
+        prefill_timing = load_profile_timing(Path(args.prefill_timing_profile), args.speedup)
     requests = load_requests(args)
     config = ReplayConfig(
         num_workers=args.workers,
@@ -287,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
-    result = replay(requests, config, timing)
+    result = replay(requests, config, timing, prefill_timing)
     report = dataclasses.asdict(result)
     _print_summary(args, config, report)
     if args.report:
@@ -305,6 +313,7 @@ def _print_summary(args: argparse.Namespace, config: ReplayConfig, report: dict[
             "num_requests",
             "num_rejected",
             "prefix_hit_ratio",
+            "prefix_hit_ceiling",
             "throughput_tokens_s",
             "load_skew",
             "num_remote_prefills",

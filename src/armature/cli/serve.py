@@ -8,6 +8,7 @@ import argparse
 from armature.cli.options import add_settings, read_settings, setup_logging
 from armature.config import ServeConfig
 from armature.engines.registry import KINDS
+from armature.errors import ConfigError
 from armature.router.policies import POLICY_NAMES
 
 __all__ = ["add_parser", "run"]
@@ -29,7 +30,12 @@ def run(args: argparse.Namespace) -> int:
     config = read_settings(args, ServeConfig)
     setup_logging(config.http.log_level)
     roles = config.get_worker_roles()
-    if len(roles) > 1 and not config.in_process_workers:
+    if config.frontends > 1 and config.in_process_workers:
+        raise ConfigError(
+            "--frontends above 1 runs the workers as processes the frontends share: drop "
+            "--in-process-workers"
+        )
+    if (len(roles) > 1 or config.frontends > 1) and not config.in_process_workers:
         from armature.frontend.worker_processes import serve_with_worker_processes
 
         serve_with_worker_processes(config)

@@ -6,24 +6,26 @@ configuration back into the command line that rebuilds it.
 
     ServeConfig ─┬─ EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig  (a worker)
                  ├─ RouterConfig, DisaggConfig, HealthConfig            (how the frontend routes)
+                 ├─ ReplicaConfig             (frontend replicas: --frontends, shared load)
                  ├─ HttpConfig, SecurityConfig, OverloadConfig          (the HTTP edge)
                  ├─ ChatConfig                 (chat template, tool-call and reasoning parsers)
                  └─ ResponsesConfig            (the Responses API's store of responses)
     WorkerConfig ── EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig, RuntimeConfig,
                     WorkerProcessConfig
-    FrontendConfig ─ RuntimeConfig, RouterConfig, DisaggConfig, HealthConfig, the edge's three,
-                     ChatConfig, ResponsesConfig
+    FrontendConfig ─ RuntimeConfig, RouterConfig, DisaggConfig, HealthConfig, ReplicaConfig,
+                     the edge's three, ChatConfig, ResponsesConfig
     PlannerCommandConfig ─ PlannerConfig, PlannerServiceConfig, RuntimeConfig
     ProfileConfig ── EngineConfig, KvCacheConfig, ProfileSweepConfig
 
     values.py    text -> value parsers           settings.py  Setting, flags, variables, to_argv
     engine.py    engine, KV cache, transfer      runtime.py   planes, discovery, one worker
-    routing.py   router, disaggregation, health  edge.py      HTTP, API keys, overload
+    routing.py   router, disaggregation, health, replicas   edge.py   HTTP, API keys, overload
     chat.py      chat template, output parsers
     responses.py the Responses API's store (size, TTL)
     kv_tiers.py  lower KV tiers (G2-G4)         commands.py  WorkerConfig, FrontendConfig, ...
     planner.py   the planner's targets, predictor, limits, cool-downs; its service's settings
     profiling.py the profiler's sweep
+    configure.py `armature configure`: model, system, workload, targets, search space
 
 A field whose metadata has no `Setting` is not a flag (a value the code sets, like the
 router's block size, which comes from the workers).
@@ -39,6 +41,7 @@ from armature.config.commands import (
     ServeConfig,
     WorkerConfig,
 )
+from armature.config.configure import ConfigureConfig
 from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
 from armature.config.engine import (
     DEFAULT_BLOCK_SIZE_TOKENS,
@@ -51,7 +54,7 @@ from armature.config.kv_tiers import KvTierConfig
 from armature.config.planner import PlannerConfig, PlannerServiceConfig
 from armature.config.profiling import ProfileSweepConfig
 from armature.config.responses import ResponsesConfig
-from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
+from armature.config.routing import DisaggConfig, HealthConfig, ReplicaConfig, RouterConfig
 from armature.config.runtime import DEFAULT_LEASE_TTL_S, RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import (
     Setting,
@@ -83,6 +86,7 @@ __all__ = [
     "DEFAULT_LEASE_TTL_S",
     "TRANSFER_BACKENDS",
     "ChatConfig",
+    "ConfigureConfig",
     "DisaggConfig",
     "EngineConfig",
     "FrontendConfig",
@@ -96,6 +100,7 @@ __all__ = [
     "PlannerServiceConfig",
     "ProfileConfig",
     "ProfileSweepConfig",
+    "ReplicaConfig",
     "ResponsesConfig",
     "RouterConfig",
     "RuntimeConfig",

@@ -20,7 +20,8 @@ class ChatConfig:
     tool_call_parser: str | None = setting(
         None,
         "read tool calls in the model's output in this format and accept `tools` on chat "
-        "completions (default: `tools` is refused)",
+        "completions (default: hermes for a ChatML model whose own template renders no tools, "
+        "with the bundled ChatML tools template; otherwise `tools` is refused)",
         choices=TOOL_CALL_PARSERS,
     )
     reasoning_parser: str | None = setting(
@@ -32,5 +33,5 @@ class ChatConfig:
     chat_template: str | None = setting(
         None,
         "a Jinja chat template file to use instead of the model's own (e.g. one that "
-        "renders tools)",
+        "renders tools; it also replaces the bundled ChatML tools template)",
     )

@@ -12,7 +12,7 @@ from armature.config.kv_tiers import KvTierConfig
 from armature.config.planner import PlannerConfig, PlannerServiceConfig
 from armature.config.profiling import ProfileSweepConfig
 from armature.config.responses import ResponsesConfig
-from armature.config.routing import DisaggConfig, HealthConfig, RouterConfig
+from armature.config.routing import DisaggConfig, HealthConfig, ReplicaConfig, RouterConfig
 from armature.config.runtime import RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import setting
 from armature.config.values import int64, non_negative_int, positive_float, positive_int
@@ -43,6 +43,7 @@ class FrontendConfig:
     router: RouterConfig = RouterConfig(policy="kv")
     disagg: DisaggConfig = DisaggConfig()
     health: HealthConfig = HealthConfig()
+    replicas: ReplicaConfig = ReplicaConfig()
     http: HttpConfig = HttpConfig()
     security: SecurityConfig = SecurityConfig()
     overload: OverloadConfig = OverloadConfig()
@@ -69,6 +70,12 @@ class ServeConfig:
     in_process_workers: bool = setting(
         False, "run every worker engine in this process (cheap mocker fleets, tests)"
     )
+    frontends: int = setting(
+        1,
+        "frontend processes serving --port together (SO_REUSEPORT), sharing their in-flight "
+        "load for routing; more than one runs the workers as processes",
+        parse=positive_int,
+    )
     prefill_workers: int | None = setting(
         None,
         "disaggregated serving: prefill workers (with --decode-workers; replaces --workers)",
@@ -84,6 +91,7 @@ class ServeConfig:
     router: RouterConfig = RouterConfig()
     disagg: DisaggConfig = DisaggConfig()
     health: HealthConfig = HealthConfig()
+    replicas: ReplicaConfig = ReplicaConfig()
     http: HttpConfig = HttpConfig()
     security: SecurityConfig = SecurityConfig()
     overload: OverloadConfig = OverloadConfig()

@@ -34,6 +34,11 @@ class HttpConfig:
 
     host: str = setting("127.0.0.1", "address to listen on")
     port: int = setting(8000, "port to listen on", parse=port)
+    reuse_port: bool = setting(
+        False,
+        "listen with SO_REUSEPORT, so that several frontends on this host share --port (the "
+        "kernel spreads connections over them); `serve --frontends` sets it for its replicas",
+    )
     max_request_bytes: int = setting(
         8 << 20, "refuse request bodies larger than this with 413 (e.g. 8MiB)", parse=parse_bytes
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from armature.config.settings import setting
 from armature.config.values import (
     int64,
+    lora_module,
     one_of,
     parse_bytes,
     positive_float,
@@ -85,7 +86,7 @@ class EngineConfig:
     task: WorkerTask = setting(
         WorkerTask.GENERATE,
         "generate: text (chat and completions); embed: vectors of the prompts "
-        "(/v1/embeddings; --engine torch only)",
+        "(/v1/embeddings; the mocker's are pseudo-embeddings)",
         parse=one_of(WorkerTask),
         choices=tuple(WorkerTask),
     )
@@ -99,6 +100,22 @@ class EngineConfig:
     cache_dir: str | None = setting(
         None, "where the default model is converted (default: the XDG cache)"
     )
+    lora_modules: tuple[str, ...] = setting(
+        (),
+        "serve the LoRA adapter in directory DIR (PEFT layout) as model NAME, over the base "
+        "model (repeatable; --engine torch, or mocker by name only). More load at runtime "
+        "through POST /v1/load_lora_adapter",
+        flag="lora",
+        parse=lora_module,
+        repeat=True,
+    )
+
+    def get_lora_modules(self) -> list[tuple[str, str]]:
+        """(name, directory) of each --lora adapter, in order."""
+        return [
+            (name.strip(), path.strip())
+            for name, _, path in (m.partition("=") for m in self.lora_modules)
+        ]
 
     def get_block_size_tokens(self) -> int:
         """The block size a native or mocker engine uses."""

@@ -1,5 +1,5 @@
-"""How the frontend routes: the routing policy and its cost, conditional disaggregation, and
-how it notices hung workers."""
+"""How the frontend routes: the routing policy and its cost, conditional disaggregation, how
+it notices hung workers, and how frontend replicas share their in-flight load."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from armature.config.values import (
 )
 from armature.errors import ConfigError
 
-__all__ = ["DisaggConfig", "HealthConfig", "RouterConfig"]
+__all__ = ["DisaggConfig", "HealthConfig", "ReplicaConfig", "RouterConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,3 +116,35 @@ class HealthConfig:
         "keep it above your longest prefill",
         parse=positive_float,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaConfig:
+    """Frontend replicas: how each shares the load it routes with the others.
+
+    Over the event plane, within a namespace, so that each one's routing cost sees every
+    replica's requests."""
+
+    replica_host: str = setting(
+        "127.0.0.1",
+        "the address this frontend publishes its in-flight load on for the other frontend "
+        "replicas (the zmq event plane binds it): with replicas on many hosts, this host's "
+        "address",
+    )
+    share_load_interval_s: float = setting(
+        0.01,
+        "frontend replicas: publish this frontend's in-flight load at most this often while "
+        "it changes",
+        parse=positive_float,
+    )
+    share_load_ttl_s: float = setting(
+        3.0,
+        "frontend replicas: a replica's load counts this long after its last report (each "
+        "reports at least every third of it), so the load of one that died expires",
+        parse=positive_float,
+    )
+
+    @property
+    def heartbeat_s(self) -> float:
+        """This frontend reports its load at least this often."""
+        return self.share_load_ttl_s / 3

@@ -20,6 +20,7 @@ __all__ = [
     "int64",
     "int_between",
     "integer",
+    "lora_module",
     "non_negative_float",
     "non_negative_int",
     "one_of",
@@ -185,3 +186,12 @@ def transfer_backends(text: str) -> tuple[str, ...]:
     if unknown or "tcp" not in names:
         raise ConfigError(f"expected a comma list of shm,nixl,tcp that includes tcp, got {text!r}")
     return names
+
+
+def lora_module(text: str) -> str:
+    """`NAME=DIR`: a LoRA adapter's name and directory (kept as written; see
+    `EngineConfig.get_lora_modules`)."""
+    name, sep, path = text.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise ConfigError(f"expected NAME=DIR (a LoRA adapter's name and directory), got {text!r}")
+    return text

@@ -20,6 +20,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.lora import LoraAdapter
 
 __all__ = ["EmbeddingEngine", "Engine", "EngineDeadError", "InvalidRequestError"]
 
@@ -70,6 +71,21 @@ class Engine(Protocol):
     async def release_kv(self, handle: KvHandle) -> None:
         """Free the blocks this (prefill) engine pinned under `handle` now, because no decode
         leg will pull them (its caller left). Idempotent; the pin's TTL frees them anyway."""
+        ...
+
+    def get_lora_adapters(self) -> list[LoraAdapter]:
+        """The LoRA adapters requests may name (`EngineRequest.lora_name`), by name."""
+        ...
+
+    async def load_lora(self, name: str, path: str) -> LoraAdapter:
+        """Serve the adapter in directory `path` (PEFT layout) as `name`. InvalidRequestError
+        naming the problem if it cannot be (a bad directory, a name taken, an engine that
+        serves no adapters)."""
+        ...
+
+    async def unload_lora(self, name: str) -> None:
+        """Stop serving adapter `name` (requests running with it finish).
+        LoraNotFoundError (an InvalidRequestError) if it is not served."""
         ...
 
 

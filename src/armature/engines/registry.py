@@ -40,13 +40,15 @@ def _build_native(spec: EngineSpec) -> BuiltEngine:
     from armature.engines.native.factory import build_embedding_engine, build_native_engine
 
     if spec.engine.task is WorkerTask.EMBED:
-        return build_embedding_engine(spec)
+        return build_embedding_engine(spec, mocker=False)
     return build_native_engine(spec, mocker=False)
 
 
 def _build_mocker(spec: EngineSpec) -> BuiltEngine:
-    from armature.engines.native.factory import build_native_engine
+    from armature.engines.native.factory import build_embedding_engine, build_native_engine
 
+    if spec.engine.task is WorkerTask.EMBED:  # pseudo-embeddings (sim/mock_embedding.py)
+        return build_embedding_engine(spec, mocker=True)
     return build_native_engine(spec, mocker=True)
 
 
@@ -61,22 +63,46 @@ def _no_timing_profile(engine: EngineConfig) -> None:
         raise ConfigError(f"--timing-profile is for --engine mocker, not {engine.engine}")
 
 
-def _generates_only(engine: EngineConfig, why: str) -> None:
-    if engine.task is not WorkerTask.GENERATE:
-        raise ConfigError(f"--task {engine.task} needs --engine torch: {why}")
+def _check_lora_names(engine: EngineConfig) -> None:
+    """--lora names that can be model names, each once, none the base model's name."""
+    from armature.engines.native.lora_set import check_lora_name
+    from armature.model.lora import LoraError
+
+    seen: set[str] = set()
+    for name, _ in engine.get_lora_modules():
+        try:
+            check_lora_name(name)
+        except LoraError as exc:
+            raise ConfigError(f"--lora: {exc}") from None
+        if name in seen:
+            raise ConfigError(f"--lora: the adapter name {name!r} is given twice")
+        if name == engine.served_model_name:
+            raise ConfigError(f"--lora: {name!r} is the base model's name (--served-model-name)")
+        seen.add(name)
+    if engine.task is WorkerTask.EMBED and engine.lora_modules:
+        raise ConfigError("--task embed takes no --lora: adapters are served for generation")
 
 
 def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
     from armature.engines.vllm.factory import check_vllm
 
     _no_timing_profile(engine)
-    _generates_only(engine, "embeddings are not wired into the vllm adapter")
+    if engine.lora_modules:
+        raise ConfigError(
+            "--lora needs --engine torch (or mocker): the vllm adapter serves no LoRA adapters"
+        )
+    _embed_aggregated(engine, roles)
     check_vllm(engine, roles)
 
 
 def _check_native(engine: EngineConfig, roles: Iterable[str]) -> None:
     """Every other setting the native engine takes is checked when it is built."""
     _no_timing_profile(engine)
+    _check_lora_names(engine)
+    _embed_aggregated(engine, roles)
+
+
+def _embed_aggregated(engine: EngineConfig, roles: Iterable[str]) -> None:
     if engine.task is WorkerTask.EMBED and any(role != WorkerRole.AGG for role in roles):
         raise ConfigError(
             "--task embed takes no --role prefill/decode (nor --prefill-workers/"
@@ -91,7 +117,8 @@ def _check_mocker(engine: EngineConfig, roles: Iterable[str]) -> None:
 
     from armature.sim.profile_timing import load_profile_timing
 
-    _generates_only(engine, "the mocker has no model whose hidden states it could pool")
+    _embed_aggregated(engine, roles)
+    _check_lora_names(engine)
     if engine.timing_profile is not None:
         load_profile_timing(Path(engine.timing_profile), engine.speedup_ratio)
 

@@ -59,6 +59,8 @@ class EngineInfo:
     load_s: float
     kv_endpoints: dict[str, str] = field(default_factory=dict)  # transfer backend -> address
     embedding: EmbeddingShape | None = None  # an embedding engine's vectors (--task embed)
+    # whether it enforces a request's guide (structured output, forced tool calls)
+    structured_output: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from armature.engines.api import InvalidRequestError
 from armature.protocols.embedding import EmbedRequest
 from armature.protocols.engine import EngineRequest
 
-__all__ = ["validate_embed_request", "validate_request"]
+__all__ = ["check_structured_output", "validate_embed_request", "validate_request"]
 
 
 def validate_request(
@@ -46,6 +46,19 @@ def validate_request(
             f"request needs {total} tokens of KV cache; this engine holds "
             f"{num_kv_blocks * block_size}"
         )
+
+
+def check_structured_output(request: EngineRequest, *, engine: str, supported: bool) -> None:
+    """InvalidRequestError naming the field (`response_format...`, `guided_regex`,
+    `tool_choice`) of a guided request for an engine that does not enforce guides."""
+    guide = request.sampling.guide
+    if guide is None or supported:
+        return
+    raise InvalidRequestError(
+        f"{guide.param} needs structured output (a token mask at each decoding step), which "
+        f"the {engine} engine serving this model does not enforce",
+        param=guide.param,
+    )
 
 
 def validate_embed_request(request: EmbedRequest, *, vocab_size: int, max_model_len: int) -> None:

@@ -2,6 +2,7 @@
 
     POST /v1/chat/completions   POST /v1/completions   POST /v1/embeddings   GET /v1/models
     POST /v1/responses   GET|DELETE /v1/responses/{id}   (responses_service.py)
+    POST /v1/load_lora_adapter   POST /v1/unload_lora_adapter   (lora_admin.py)
     GET /health   GET /live   GET /metrics   GET /openapi.json   GET|POST /admin/overload
 
 The request logic lives in service.py (OpenAIService); the parts are wired in compose.py.
@@ -28,6 +29,7 @@ from armature.frontend.compose import FrontendParts, serves_generation
 from armature.frontend.embedding_routes import EMBEDDINGS_PATH, add_embedding_routes
 from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
 from armature.frontend.generation import GenerationError
+from armature.frontend.lora_admin import add_lora_routes
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
 from armature.frontend.responses_protocol import MAX_RESPONSE_ID_CHARS, ResponsesRequest
 from armature.frontend.service import ClientDisconnectedError, Job, OpenAIService, ServedModel
@@ -78,6 +80,7 @@ def build_app(
     add_embedding_routes(app, parts)
     _add_info_routes(app, parts)
     _add_admin_routes(app, parts)
+    add_lora_routes(app, parts)
     return app
 
 
@@ -106,7 +109,7 @@ class Run(Protocol):
 
     async def complete(self, http_request: Request) -> dict[str, Any]: ...
 
-    def stream(self) -> AsyncGenerator[str, None]: ...
+    def stream(self) -> AsyncGenerator[str | bytes, None]: ...
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ class _ServiceRun:
     async def complete(self, http_request: Request) -> dict[str, Any]:
         return await self.service.complete(self.job, http_request)
 
-    def stream(self) -> AsyncGenerator[str, None]:
+    def stream(self) -> AsyncGenerator[str | bytes, None]:
         return self.service.stream(self.job)
 
 
@@ -127,7 +130,9 @@ async def _service_run(service: OpenAIService, job: Awaitable[Job]) -> Run:
     return _ServiceRun(service, await job)
 
 
-async def _counted_stream(parts: FrontendParts, endpoint: str, run: Run) -> AsyncIterator[str]:
+async def _counted_stream(
+    parts: FrontendParts, endpoint: str, run: Run
+) -> AsyncIterator[str | bytes]:
     """`run.stream()`, counted in flight until the last event is sent or the client
     leaves. A stream the client leaves before its first event is never counted."""
     metrics = parts.metrics
@@ -273,18 +278,21 @@ def _add_info_routes(app: FastAPI, parts: FrontendParts) -> None:
 
     @app.get("/v1/models", responses=error_responses(401))
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": model.name,
-                    "object": "model",
-                    "created": model.created,
-                    "owned_by": "armature",
-                    "max_model_len": model.max_model_len,
-                }
-            ],
+        """The base model, then the LoRA adapters its workers serve (`parent`: the base)."""
+        base = {
+            "id": model.name,
+            "object": "model",
+            "created": model.created,
+            "owned_by": "armature",
+            "root": model.name,
+            "parent": None,
+            "max_model_len": model.max_model_len,
         }
+        adapters = [
+            {**base, "id": name, "parent": model.name}
+            for name in sorted(router.get_lora_adapters())
+        ]
+        return {"object": "list", "data": [base, *adapters]}
 
     @app.get("/health", responses=error_responses(503))
     async def health() -> JSONResponse:

@@ -19,7 +19,7 @@ from armature.config import DisaggConfig, OverloadConfig, ResponsesConfig, Route
 from armature.engines.api import EmbeddingEngine, Engine
 from armature.frontend.admission import AdmissionGate
 from armature.frontend.embeddings import EmbeddingService
-from armature.frontend.metrics import FrontendMetrics, RouterMetrics
+from armature.frontend.metrics import FrontendMetrics, InFlightCollector, RouterMetrics
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.responses_service import ResponsesService
@@ -76,6 +76,7 @@ def compose_frontend(
         busy=thresholds,
     )
     metrics = FrontendMetrics(model.name, router.get_load, router.get_worker_loads, registry)
+    registry.register(InFlightCollector(router.get_own_loads, router.get_peer_loads))
     gate = AdmissionGate(thresholds, lambda: router.get_pressures().values())
     Gauge(
         "armature_requests_queued",

@@ -14,20 +14,30 @@ Two stages per request, both pure:
    token can end inside a multi-byte UTF-8 character), so nothing is emitted and the window
    grows. Otherwise the delta is emitted and the window drops its prefix. The first window
    starts with a few prompt tokens so tokenizers that treat a leading space specially
-   decode the first output token correctly.
+   decode the first output token correctly. For a `tokenizers.Tokenizer` (what the frontend
+   has) the tokenizers library's `DecodeStream` runs this very step in Rust.
 
 2. Stop strings. The longest suffix of the decoded text that is a proper prefix of some
    stop string is held back, so a stop string that spans tokens is never partly emitted.
    A stop string matches only where it ends in text decoded after the first `min_tokens`
    tokens (as vLLM). Of several matches, the one ending first wins (ties: the one starting
    first), so the emitted text never contains a stop string, however the tokens are batched.
+
+`kept_tokens` maps special token ids to their text: decoding skips special tokens, but these
+are written out (a tool-call parser reads them, e.g. Mistral's `[TOOL_CALLS]`). Such a token
+ends the window: the text before it is emitted, then its own text, and a new window opens on
+it (it decodes to nothing, so it is context only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
 
 __all__ = ["DetokenizerUpdate", "IncrementalDetokenizer", "TokenDecoder"]
 
@@ -73,13 +83,12 @@ class IncrementalDetokenizer:
         stop: Sequence[str] = (),
         min_tokens: int = 0,
         skip_special_tokens: bool = True,
+        kept_tokens: Mapping[int, str] | None = None,
     ) -> None:
         if min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {min_tokens}")
         if any(not s for s in stop):
             raise ValueError("stop strings must be non-empty")
-        self._decoder = decoder
-        self._skip_special_tokens = skip_special_tokens
         self._stop = tuple(stop)
         self._min_tokens = min_tokens
         # Every proper prefix of every stop string: the tails that must be held back.
@@ -87,13 +96,10 @@ class IncrementalDetokenizer:
         self._max_stop_prefix_chars = max((len(p) for p in self._stop_prefixes), default=0)
 
         # Decode stage (see module docstring).
-        self._window = list(prompt_token_ids[-NUM_CONTEXT_TOKENS:])
-        self._prefix_text = self._decode(self._window)
-        if self._prefix_text.endswith(_REPLACEMENT_CHAR):
-            # The prompt ends inside a character; the output must not complete it.
-            self._window.clear()
-            self._prefix_text = ""
-        self._read_offset = len(self._window)
+        self._decoder = decoder
+        self._skip_special_tokens = skip_special_tokens
+        self._kept_tokens = kept_tokens or {}
+        self._window = _open_window(decoder, prompt_token_ids, skip_special_tokens)
 
         # Stop stage: decoded text not yet emitted. A match must end after its first
         # `_num_unstoppable_chars` chars (text of the first min_tokens tokens).
@@ -140,26 +146,19 @@ class IncrementalDetokenizer:
         """
         if self._finished:
             return ""
-        if self._read_offset < len(self._window):
-            self._pending_text += self._decode(self._window)[len(self._prefix_text) :]
+        self._pending_text += self._window.flush()
         if self._num_output_tokens <= self._min_tokens:
             self._num_unstoppable_chars = len(self._pending_text)
         return self._take_safe_text(final=True)
 
-    def _decode(self, token_ids: list[int]) -> str:
-        return self._decoder.decode(token_ids, skip_special_tokens=self._skip_special_tokens)
-
     def _decode_next(self, token_id: int) -> str:
-        """Append one token to the window; returns the newly complete text (maybe "")."""
-        self._window.append(token_id)
-        text = self._decode(self._window)
-        if len(text) <= len(self._prefix_text) or text.endswith(_REPLACEMENT_CHAR):
-            return ""
-        delta = text[len(self._prefix_text) :]
-        del self._window[: self._read_offset]
-        self._read_offset = len(self._window)
-        self._prefix_text = self._decode(self._window)
-        return delta
+        """The newly complete text of one more token (maybe "")."""
+        kept = self._kept_tokens.get(token_id)
+        if kept is None:
+            return self._window.step(token_id)
+        before = self._window.flush()
+        self._window = _open_window(self._decoder, [token_id], self._skip_special_tokens)
+        return before + kept
 
     def _take_safe_text(self, *, final: bool) -> str:
         """Move the pending text that can no longer start a stop match to the output.
@@ -200,3 +199,87 @@ class IncrementalDetokenizer:
         if text:
             self._output_chunks.append(text)
         return text
+
+
+class _Window:
+    """The decode stage in Python, for any `TokenDecoder` (module docstring)."""
+
+    def __init__(
+        self,
+        decoder: TokenDecoder,
+        context_ids: list[int],
+        context_text: str,
+        skip_special_tokens: bool,
+    ) -> None:
+        self._decoder = decoder
+        self._skip_special_tokens = skip_special_tokens
+        self._ids = context_ids
+        self._prefix_text = context_text  # decode(context_ids)
+        self._read_offset = len(self._ids)
+
+    def _decode(self, token_ids: list[int]) -> str:
+        return self._decoder.decode(token_ids, skip_special_tokens=self._skip_special_tokens)
+
+    def step(self, token_id: int) -> str:
+        """Append one token; returns the newly complete text (maybe "")."""
+        self._ids.append(token_id)
+        text = self._decode(self._ids)
+        if len(text) <= len(self._prefix_text) or text.endswith(_REPLACEMENT_CHAR):
+            return ""
+        delta = text[len(self._prefix_text) :]
+        del self._ids[: self._read_offset]
+        self._read_offset = len(self._ids)
+        self._prefix_text = self._decode(self._ids)
+        return delta
+
+    def flush(self) -> str:
+        """The text of the tokens not yet returned, incomplete characters included."""
+        if self._read_offset == len(self._ids):
+            return ""
+        return self._decode(self._ids)[len(self._prefix_text) :]
+
+
+class _RustWindow:
+    """The same decode stage run by the tokenizers library (`DecodeStream`: its step is this
+    module's window, in Rust), for a `tokenizers.Tokenizer`. The token ids are mirrored here
+    only so that `flush` can decode what the stream holds back."""
+
+    def __init__(
+        self, tokenizer: Tokenizer, context_ids: list[int], skip_special_tokens: bool
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special_tokens = skip_special_tokens
+        self._stream = DecodeStream(ids=context_ids, skip_special_tokens=skip_special_tokens)
+        self._ids = context_ids
+        self._read_offset = len(context_ids)
+
+    def step(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        text = self._stream.step(self._tokenizer, token_id)
+        if text is None:
+            return ""
+        del self._ids[: self._read_offset]
+        self._read_offset = len(self._ids)
+        return str(text)
+
+    def flush(self) -> str:
+        if self._read_offset == len(self._ids):
+            return ""
+        decode = functools.partial(
+            self._tokenizer.decode, skip_special_tokens=self._skip_special_tokens
+        )
+        return str(decode(self._ids))[len(decode(self._ids[: self._read_offset])) :]
+
+
+def _open_window(
+    decoder: TokenDecoder, prompt_token_ids: Sequence[int], skip_special_tokens: bool
+) -> _Window | _RustWindow:
+    """The decode stage for one output, its window opened on the prompt's last tokens (none if
+    the prompt ends inside a character: the output must not complete it)."""
+    context = list(prompt_token_ids[-NUM_CONTEXT_TOKENS:])
+    text = decoder.decode(context, skip_special_tokens=skip_special_tokens)
+    if text.endswith(_REPLACEMENT_CHAR):
+        context, text = [], ""
+    if isinstance(decoder, Tokenizer):
+        return _RustWindow(decoder, context, skip_special_tokens)
+    return _Window(decoder, context, text, skip_special_tokens)

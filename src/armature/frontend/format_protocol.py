@@ -13,9 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "MAX_GUIDED_CHOICES",
     "MAX_GUIDE_CHARS",
+    "JsonObjectFormat",
     "JsonSchemaFormat",
     "JsonSchemaSpec",
     "ResponseFormat",
+    "TextFormat",
 ]
 
 MAX_GUIDED_CHOICES = 1024

@@ -26,6 +26,7 @@ class Delta:
     token_ids: list[int]
     logprobs: list[TokenLogprob]
     finish_reason: str | None = None
+    more: bool = False  # another delta of the same engine output follows at once
 
 
 @dataclass
@@ -74,9 +75,12 @@ async def stream_deltas(
     detokenizer: IncrementalDetokenizer,
     usage: Usage,
     metrics: FrontendMetrics,
+    per_token: bool = True,
 ) -> AsyncGenerator[Delta, None]:
     """Yield text deltas from an engine stream until the request finishes; fills `usage` as
-    tokens arrive. Closing this generator closes `stream` (which cancels the request)."""
+    tokens arrive. With `per_token`, an engine output carrying several tokens (steps the
+    consumer fell behind on, merged) gives one delta per token, else one delta. Closing this
+    generator closes `stream` (which cancels the request)."""
     clock = _Clock(time.perf_counter())
     usage.prompt_tokens = num_prompt_tokens
     try:
@@ -95,22 +99,38 @@ async def stream_deltas(
                 clock.last_token_s = now_s
                 usage.completion_tokens += len(output.new_token_ids)
                 metrics.output_tokens.inc(len(output.new_token_ids))
-            update = detokenizer.update(output.new_token_ids)
-            logprobs = output.logprobs or []
-            if update.stop_reason is not None:
-                yield Delta(update.text_delta, output.new_token_ids, logprobs, "stop")
-                return
-            finish = output.finish_reason
-            text = update.text_delta
-            if finish is not None:
-                text += detokenizer.flush()
-            reason = None if finish is None else finish.value
-            yield Delta(text, output.new_token_ids, logprobs, reason)
-            if finish is not None:
-                return
+            for delta in _split(output, detokenizer, per_token):
+                yield delta
+                if delta.finish_reason is not None:
+                    return
     finally:
         await stream.aclose()
         metrics.e2e_s.observe(time.perf_counter() - clock.started_s)
+
+
+def _split(
+    output: EngineOutput, detokenizer: IncrementalDetokenizer, per_token: bool
+) -> list[Delta]:
+    """The deltas of one engine output, through `detokenizer`; the last one ends the request
+    if the output (or a stop string) does. Tokens after a stop string give no delta."""
+    tokens, logprobs = output.new_token_ids, output.logprobs or []
+    if per_token and len(tokens) > 1:
+        pieces = [([t], logprobs[i : i + 1]) for i, t in enumerate(tokens)]
+    else:
+        pieces = [(tokens, logprobs)]
+    deltas = []
+    for num, (piece, piece_logprobs) in enumerate(pieces, 1):
+        update = detokenizer.update(piece)
+        if update.stop_reason is not None:
+            deltas.append(Delta(update.text_delta, piece, piece_logprobs, "stop"))
+            return deltas
+        finish = output.finish_reason if num == len(pieces) else None
+        text = update.text_delta
+        if finish is not None:
+            text += detokenizer.flush()
+        reason = None if finish is None else finish.value
+        deltas.append(Delta(text, piece, piece_logprobs, reason, more=num < len(pieces)))
+    return deltas
 
 
 def _observe(num_prompt: int, num_cached: int, usage: Usage, metrics: FrontendMetrics) -> None:

@@ -24,10 +24,10 @@ from armature.config import FrontendConfig, HttpConfig
 from armature.errors import ConfigError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import load_api_keys
+from armature.frontend.chat_setup import load_chat_setup
 from armature.frontend.compose import compose_frontend
 from armature.frontend.fleet import WorkerFleet
-from armature.frontend.parsing import OutputParsers
-from armature.frontend.preprocess import Preprocessor, read_chat_template
+from armature.frontend.replicas import LoadSharing
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
 from armature.runtime.ports import reserve_listen_socket
@@ -105,28 +105,31 @@ def run_frontend(
     to `config.http` now."""
     api_keys = load_api_keys(config.security)
     if listen_socket is None:
-        listen_socket = reserve_listen_socket(config.http.host, config.http.port)
+        listen_socket = reserve_listen_socket(
+            config.http.host, config.http.port, reuse_port=config.http.reuse_port
+        )
     served = asyncio.run(_first_card(config, min_workers, worker_processes))
+    chat = load_chat_setup(Path(served.model_path), config.chat)
     parts = compose_frontend(
         engines={},
         router_config=dataclasses.replace(
             config.router, block_size_tokens=served.block_size, seed=config.seed
         ),
-        preprocessor=Preprocessor(
-            Path(served.model_path), read_chat_template(config.chat.chat_template)
-        ),
+        preprocessor=chat.preprocessor,
         model=ServedModel(
             name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
         ),
         disagg=config.disagg,
         overload=config.overload,
-        parsers=OutputParsers.named(config.chat.tool_call_parser, config.chat.reasoning_parser),
+        parsers=chat.parsers,
         responses=config.responses,
     )
 
     async def follow_discovery() -> None:
+        """Follow the workers, and share load with the other frontend replicas."""
         discovery = await open_discovery(config.runtime)
-        event_plane = await make_event_plane(config.runtime)
+        # zmq: the load publisher binds the replica host (worker events are only read)
+        event_plane = await make_event_plane(config.runtime, config.replicas.replica_host)
         try:
             client = await make_request_client(config.runtime)
             fleet = WorkerFleet(
@@ -139,7 +142,18 @@ def run_frontend(
                 health=config.health,
                 embedder=parts.embedder,
             )
-            await fleet.run()
+            sharing = LoadSharing(
+                parts.router,
+                discovery,
+                event_plane,
+                config.runtime.namespace,
+                config.replicas,
+                lease_ttl_s=config.runtime.lease_ttl_s,
+                registry=parts.metrics.registry,
+            )
+            async with asyncio.TaskGroup() as group:
+                group.create_task(fleet.run())
+                group.create_task(sharing.run())
         finally:
             await event_plane.close()
             await discovery.close()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from armature.protocols.engine import EngineLoad
+from armature.router.load import WorkerLoad
 from armature.router.service import RouterObserver
 from armature.runtime.load_metrics import WorkerLoadCollector
 
-__all__ = ["FrontendMetrics", "RouterMetrics"]
+__all__ = ["FrontendMetrics", "InFlightCollector", "RouterMetrics"]
 
 _LATENCY_BUCKETS_S = (
     0.001,
@@ -156,3 +159,42 @@ class RouterMetrics(RouterObserver):
         self.decisions.labels(worker).inc()
         self.overlap_blocks.observe(overlap_blocks)
         self.decision_s.observe(latency_s)
+
+
+_IN_FLIGHT_METRICS: dict[str, tuple[str, Callable[[WorkerLoad], int]]] = {
+    "armature_router_requests_in_flight": (
+        "Requests routed to the worker and not finished, as routing counts them, by the "
+        "frontend that routed them: this one, or the other replicas (their shared load)",
+        lambda x: x.num_requests,
+    ),
+    "armature_router_blocks_in_flight": (
+        "KV blocks of the requests in flight on the worker, by the frontend that routed them",
+        lambda x: x.active_blocks,
+    ),
+    "armature_router_prefill_tokens_in_flight": (
+        "Prompt tokens of the requests routed to the worker and not past their first token",
+        lambda x: x.active_prefill_tokens,
+    ),
+}
+
+
+class InFlightCollector(Collector):
+    """The router's in-flight load per worker, `by` this frontend or by its peer replicas,
+    read when scraped."""
+
+    def __init__(
+        self,
+        own: Callable[[], Mapping[str, WorkerLoad]],
+        peers: Callable[[], Mapping[str, WorkerLoad]],
+    ):
+        self.own = own
+        self.peers = peers
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        sources = (("this", self.own()), ("peers", self.peers()))
+        for name, (help_text, value) in _IN_FLIGHT_METRICS.items():
+            family = GaugeMetricFamily(name, help_text, labels=["worker", "by"])
+            for by, loads in sources:
+                for worker, load in sorted(loads.items()):
+                    family.add_metric([worker, by], float(value(load)))
+            yield family

@@ -3,13 +3,15 @@ event loop with asyncio.to_thread)."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from armature.errors import ArmatureError, ConfigError
 from armature.frontend.template_features import TemplateFeatures, read_template_features
 
-__all__ = ["NoChatTemplateError", "Preprocessor", "read_chat_template"]
+__all__ = ["NoChatTemplateError", "Preprocessor", "read_chat_template", "uses_tools"]
 
 
 class NoChatTemplateError(ArmatureError, ValueError):
@@ -26,15 +28,23 @@ def read_chat_template(path: str | None) -> str | None:
         raise ConfigError(f"--chat-template: cannot read {path}: {exc}") from None
 
 
+def uses_tools(messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None) -> bool:
+    """Whether a chat offers tools or carries tool calls or tool results in its history."""
+    return bool(tools) or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
+
+
 class Preprocessor:
     """The model's tokenizer and chat template; `chat_template` (Jinja source) replaces the
-    model's own."""
+    model's own. A tools template (`with_tools_template`) renders the chats that use tools
+    (see `uses_tools`) while the others keep the chat template: a model whose own template
+    drops tools gets one that renders them in its format (chat_setup.py chooses it)."""
 
     def __init__(self, model_dir: Path, chat_template: str | None = None):
         from transformers import AutoTokenizer
 
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir))
         self._chat_template = chat_template
+        self.tools_template: str | None = None
         template = chat_template or getattr(self.tokenizer, "chat_template", None)
         self.has_chat_template = bool(template)
         sources = list(template.values()) if isinstance(template, dict) else [template or ""]
@@ -43,18 +53,33 @@ class Preprocessor:
         # wrapper; streaming calls it once or twice per token
         self.decoder: Any = getattr(self.tokenizer, "backend_tokenizer", self.tokenizer)
 
+    def with_tools_template(self, source: str) -> Preprocessor:
+        """This preprocessor (the same tokenizer) with `source` rendering the chats that use
+        tools; its features are then the tools template's."""
+        other = copy.copy(self)
+        other.tools_template = source
+        other.template_features = read_template_features([source])
+        return other
+
     def render_chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
     ) -> str:
         """The prompt text of `messages` (and `tools`, for a template that takes them)."""
-        if not self.has_chat_template:
+        template = self._chat_template
+        if self.tools_template is not None and uses_tools(messages, tools):
+            template = self.tools_template
+        elif not self.has_chat_template:
             raise NoChatTemplateError("this model has no chat template; use /v1/completions")
         text = self.tokenizer.apply_chat_template(
             messages,
             tools=tools or None,
-            chat_template=self._chat_template,
+            chat_template=template,
             tokenize=False,
-            add_generation_prompt=True,
+            add_generation_prompt=add_generation_prompt,
         )
         assert isinstance(text, str)
         return text

@@ -77,6 +77,9 @@ class _Request(_Strict):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+    # an extension: one event per engine step (the tokens a worker sent together) instead of
+    # one per token; fewer, larger events for clients that do not need each token apart
+    per_step: bool = False
 
 
 class ChatMessage(_Strict):

@@ -1,26 +1,24 @@
-"""OpenAI response bodies: chat and completion objects, stream chunks, logprobs formats."""
+"""OpenAI response bodies: stream chunks (typed, encoded once per event) and logprobs formats."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from armature.protocols.engine import TokenLogprob
 
 __all__ = [
-    "chat_chunk",
+    "ChatChoiceChunk",
+    "CompletionChoiceChunk",
+    "StreamChunk",
     "chat_logprobs",
-    "completion_chunk",
     "completion_logprobs",
-    "sse",
+    "sse_event",
 ]
 
 TokenText = Callable[[int], str]
-
-
-def sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
 def _entry(token_text: TokenText, token_id: int, logprob: float) -> dict[str, Any]:
@@ -57,41 +55,35 @@ def completion_logprobs(
     }
 
 
-def chat_chunk(
-    request_id: str,
-    created: int,
-    model: str,
-    delta: dict[str, Any],
-    finish_reason: str | None = None,
-    logprobs: dict[str, Any] | None = None,
-    index: int = 0,
-) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
-        ],
-    }
+class CompletionChoiceChunk(msgspec.Struct):
+    index: int
+    text: str
+    logprobs: dict[str, Any] | None = None
+    finish_reason: str | None = None
 
 
-def completion_chunk(
-    request_id: str,
-    created: int,
-    model: str,
-    text: str,
-    finish_reason: str | None = None,
-    logprobs: dict[str, Any] | None = None,
-    index: int = 0,
-) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
-        ],
-    }
+class ChatChoiceChunk(msgspec.Struct):
+    index: int
+    delta: dict[str, Any]
+    logprobs: dict[str, Any] | None = None
+    finish_reason: str | None = None
+
+
+class StreamChunk(msgspec.Struct):
+    """One `data:` event of a chat or completion stream; `usage` is left out unless the
+    client asked for it (then it is null on every chunk but the last)."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[CompletionChoiceChunk] | list[ChatChoiceChunk]
+    usage: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+
+
+_json = msgspec.json.Encoder()
+
+
+def sse_event(chunk: StreamChunk | dict[str, Any]) -> bytes:
+    """`chunk` as one SSE event, JSON encoded once (UTF-8, not ASCII-escaped)."""
+    return b"data: " + _json.encode(chunk) + b"\n\n"

@@ -20,11 +20,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from armature.frontend.errors import ApiError
+from armature.frontend.format_protocol import JsonObjectFormat
 from armature.frontend.protocol import ChatCompletionRequest
 from armature.frontend.responses_protocol import (
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
+    JsonSchemaTextFormat,
     MessageItem,
     ReasoningItem,
     ResponsesRequest,
@@ -95,6 +97,9 @@ def chat_request(
             {"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})}
             for t in body.tools
         ]
+    response_format = _response_format(body)
+    if response_format is not None:
+        chat["response_format"] = response_format
     choice = body.tool_choice
     if choice is not None:
         chat["tool_choice"] = (
@@ -108,6 +113,17 @@ def chat_request(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ApiError(f"input: as chat, {where}: {first['msg']}", param="input") from None
+
+
+def _response_format(body: ResponsesRequest) -> dict[str, Any] | None:
+    """`text.format` as chat's `response_format` (None: free text)."""
+    fmt = body.text.format if body.text is not None else None
+    if isinstance(fmt, JsonSchemaTextFormat):
+        spec = fmt.model_dump(by_alias=True, exclude_none=True, exclude={"type"})
+        return {"type": "json_schema", "json_schema": spec}
+    if isinstance(fmt, JsonObjectFormat):
+        return {"type": "json_object"}
+    return None
 
 
 def _messages(history: Sequence[InputItem], items: Sequence[InputItem]) -> list[dict[str, Any]]:
@@ -142,17 +158,32 @@ def _messages(history: Sequence[InputItem], items: Sequence[InputItem]) -> list[
     return messages
 
 
+# chat's fields -> the Responses request's, in error messages
+RENAMED_WORDS = (
+    ("max_tokens", "max_output_tokens"),
+    ("response_format.json_schema.schema", "text.format.schema"),
+    ("response_format", "text.format"),
+)
+
+
 def responses_error(exc: ApiError) -> ApiError:
     """A chat request's error in the Responses request's terms: `messages...` is `input`,
-    `max_tokens` is `max_output_tokens`."""
+    `max_tokens` is `max_output_tokens`, `response_format` is `text.format` (flat: its
+    `json_schema.schema` is `schema`)."""
     param = exc.param or ""
     if param.startswith("messages"):
         renamed: str | None = "input"
     elif param == "max_tokens":
         renamed = "max_output_tokens"
+    elif param.startswith("response_format"):
+        renamed = "text.format" + param.removeprefix("response_format").replace(
+            ".json_schema", "", 1
+        )
     else:
         return exc
-    message = exc.message.replace("max_tokens", "max_output_tokens")
+    message = exc.message
+    for chat_word, responses_word in RENAMED_WORDS:
+        message = message.replace(chat_word, responses_word)
     return ApiError(
         message,
         status_code=exc.status_code,

@@ -45,13 +45,18 @@ def response_fields(
         "reasoning": {"effort": None, "summary": None},
         "store": body.store,
         "temperature": 1.0 if body.temperature is None else body.temperature,
-        "text": {"format": {"type": "text"}},
+        "text": {"format": _text_format(body)},
         "tool_choice": choice if isinstance(choice, str) else choice.model_dump(),
         "tools": [t.model_dump() for t in body.tools or []],
         "top_p": 1.0 if body.top_p is None else body.top_p,
         "truncation": "disabled",
         "user": body.user,
     }
+
+
+def _text_format(body: ResponsesRequest) -> dict[str, Any]:
+    fmt = body.text.format if body.text is not None else None
+    return {"type": "text"} if fmt is None else fmt.model_dump(by_alias=True, exclude_none=True)
 
 
 def response_usage(usage: Usage) -> dict[str, Any]:

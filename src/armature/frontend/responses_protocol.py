@@ -20,6 +20,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from armature.frontend.format_protocol import JsonObjectFormat, JsonSchemaSpec
+from armature.frontend.format_protocol import TextFormat as PlainTextFormat
 from armature.frontend.protocol import INT32_END, MAX_MESSAGES, TokenCount, _Request
 from armature.frontend.tool_protocol import MAX_TOOLS, FunctionName, FunctionSpec
 
@@ -29,10 +31,12 @@ __all__ = [
     "FunctionCallOutputItem",
     "FunctionTool",
     "InputItem",
+    "JsonSchemaTextFormat",
     "MessageItem",
     "NamedFunctionChoice",
     "ReasoningItem",
     "ResponsesRequest",
+    "TextFormat",
     "TextPart",
 ]
 
@@ -149,10 +153,15 @@ ResponsesToolChoice = Annotated[
 ]
 
 
-class TextFormat(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
+class JsonSchemaTextFormat(JsonSchemaSpec):
+    """`text.format` of type json_schema: chat's `response_format.json_schema`, flat."""
 
-    type: str
+    type: Literal["json_schema"]
+
+
+TextFormat = Annotated[
+    PlainTextFormat | JsonObjectFormat | JsonSchemaTextFormat, Field(discriminator="type")
+]
 
 
 class TextOptions(BaseModel):
@@ -206,9 +215,6 @@ class ResponsesRequest(_Request):
     def unsupported_fields(self) -> list[tuple[str, str]]:
         """(param, reason) for each known parameter this server does not implement."""
         out = []
-        fmt = self.text.format.type if self.text and self.text.format else "text"
-        if fmt != "text":
-            out.append(("text.format", f"text.format {fmt!r} is not supported; only 'text'"))
         if self.truncation == "auto":
             out.append(("truncation", "truncation 'auto' is not supported; only 'disabled'"))
         if self.background:

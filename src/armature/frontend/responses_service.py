@@ -65,9 +65,7 @@ class ResponsesService:
             job = await self.chat.chat_job(chat_request(body, history, items))
         except ApiError as exc:
             raise responses_error(exc) from None
-        fields = response_fields(
-            body, f"resp_{uuid.uuid4().hex}", int(time.time()), self.chat.model.name
-        )
+        fields = response_fields(body, f"resp_{uuid.uuid4().hex}", int(time.time()), job.model_name)
         builder = ResponseBuilder(fields, lambda prefix: f"{prefix}_{uuid.uuid4().hex}")
         return ResponseRun(self, job, builder, (*history, *items), body.store)
 

@@ -17,10 +17,9 @@ from armature.engines.spec import BuiltEngine, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import ApiKeys, load_api_keys
+from armature.frontend.chat_setup import load_chat_setup
 from armature.frontend.compose import compose_frontend
 from armature.frontend.main import run_serving, uvicorn_config
-from armature.frontend.parsing import OutputParsers
-from armature.frontend.preprocess import Preprocessor, read_chat_template
 from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerRole
 from armature.runtime.ports import reserve_listen_socket
@@ -105,15 +104,16 @@ async def _serve(
         config.router, block_size_tokens=info.block_size_tokens, seed=config.engine.seed
     )
     served = ServedModel(name, info.max_model_len_tokens, int(time.time()))
+    chat = load_chat_setup(model.path, config.chat)
     parts = compose_frontend(
         engines=engines,
         prefill_engines=prefill_engines,
         router_config=router_config,
-        preprocessor=Preprocessor(model.path, read_chat_template(config.chat.chat_template)),
+        preprocessor=chat.preprocessor,
         model=served,
         disagg=config.disagg,
         overload=config.overload,
-        parsers=OutputParsers.named(config.chat.tool_call_parser, config.chat.reasoning_parser),
+        parsers=chat.parsers,
         embed_engines=embed_engines,
         responses=config.responses,
     )

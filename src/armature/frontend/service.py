@@ -8,7 +8,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,15 +39,17 @@ from armature.frontend.protocol import (
     GenerationFields,
 )
 from armature.frontend.responses import (
-    chat_chunk,
+    ChatChoiceChunk,
+    CompletionChoiceChunk,
+    StreamChunk,
     chat_logprobs,
-    completion_chunk,
     completion_logprobs,
-    sse,
+    sse_event,
 )
 from armature.frontend.structured import check_request_guide, request_guide
 from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
 from armature.protocols.guide import Guide
+from armature.protocols.lora import LoraNotFoundError
 from armature.router.service import EngineRouter, RouteGroup
 
 __all__ = ["ClientDisconnectedError", "Job", "OpenAIService", "ServedModel", "unless_disconnected"]
@@ -90,9 +92,11 @@ class Job:
     include_usage: bool
     want_logprobs: bool
     echo_text: str = ""
+    model_name: str = ""  # as the request named it: the base model or a LoRA adapter
     target_worker: str | None = None  # from the x-worker-id header (direct routing)
     priority: int = 0  # overload queue order: lower first
     num_choices: int = 1
+    per_step: bool = False  # stream one event per engine output, not one per token
 
     @property
     def engine_request(self) -> EngineRequest:
@@ -116,19 +120,27 @@ class OpenAIService:
         self.parsers = parsers or OutputParsers()  # None: output read as plain text
 
     # ---- request -> job ----------------------------------------------------------------
-    def _check_common(self, body: GenerationFields, endpoint: str) -> None:
+    def _check_common(self, body: GenerationFields, endpoint: str) -> str | None:
+        """Check the fields every generation shares; returns the LoRA adapter `model` names
+        (None: the base model). ApiError (404) for a model nobody serves."""
         if body.model_extra:
             log.info("%s: ignoring unknown fields %s", endpoint, sorted(body.model_extra))
+        lora_name = None
         if body.model != self.model.name:
-            raise ApiError(
-                f"the model {body.model!r} does not exist; this server serves {self.model.name!r}",
-                status_code=404,
-                type="not_found_error",
-                param="model",
-                code="model_not_found",
-            )
+            adapters = self.engine.get_lora_adapters()
+            if body.model not in adapters:
+                served = ", ".join(repr(n) for n in [self.model.name, *sorted(adapters)])
+                raise ApiError(
+                    f"the model {body.model!r} does not exist; this server serves {served}",
+                    status_code=404,
+                    type="not_found_error",
+                    param="model",
+                    code="model_not_found",
+                )
+            lora_name = body.model
         for param, reason in body.unsupported_fields():
             raise ApiError(reason, param=param, code="unsupported_parameter")
+        return lora_name
 
     def _sampling(
         self,
@@ -177,7 +189,7 @@ class OpenAIService:
         )
 
     async def chat_job(self, body: ChatCompletionRequest) -> Job:
-        self._check_common(body, "chat")
+        lora_name = self._check_common(body, "chat")
         features = self.preprocessor.template_features
         messages = template_messages(body.messages, features)
         tool_use = plan_tools(body, features, self.parsers.tool_call_name)
@@ -191,7 +203,10 @@ class OpenAIService:
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs, guide)
         outputs = functools.partial(self._chat_output, tool_use)
-        return self._job("chat", "chatcmpl", body, prompt_ids, sampling, body.n, outputs)
+        kept = self.parsers.kept_tokens if tool_use.parse_calls else None
+        return self._job(
+            "chat", "chatcmpl", body, prompt_ids, sampling, body.n, lora_name, outputs, kept
+        )
 
     def _chat_output(self, tool_use: ToolUse) -> ChatOutput:
         """A fresh reader of one choice's output: reasoning, then tool calls."""
@@ -204,7 +219,7 @@ class OpenAIService:
         )
 
     async def completion_job(self, body: CompletionRequest) -> Job:
-        self._check_common(body, "completions")
+        lora_name = self._check_common(body, "completions")
         try:
             prompt = body.single_prompt()
         except InvalidRequestError as exc:
@@ -219,7 +234,9 @@ class OpenAIService:
             raise ApiError("prompt must not be empty", param="prompt")
         guide = await _checked_guide(body, None)
         sampling = self._sampling(body, body.max_tokens, len(prompt_ids), body.logprobs, guide)
-        job = self._job("completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body))
+        job = self._job(
+            "completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body), lora_name
+        )
         if body.echo:
             job.echo_text = (
                 prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
@@ -234,7 +251,9 @@ class OpenAIService:
         prompt_ids: list[int],
         sampling: SamplingParams,
         num_candidates: int,
+        lora_name: str | None,
         chat_outputs: Callable[[], ChatOutput] | None = None,
+        kept_tokens: Mapping[int, str] | None = None,
     ) -> Job:
         if not self.engine.is_alive:
             raise ApiError(
@@ -253,12 +272,14 @@ class OpenAIService:
                     request_id=request_id if num_candidates == 1 else f"{request_id}-{i}",
                     prompt_token_ids=prompt_ids,
                     sampling=_candidate_sampling(sampling, i),
+                    lora_name=lora_name,
                 ),
                 IncrementalDetokenizer(
                     self.preprocessor.decoder,
                     prompt_ids,
                     stop=body.stop_list(),
                     min_tokens=sampling.min_tokens,
+                    kept_tokens=kept_tokens,
                 ),
                 None if chat_outputs is None else chat_outputs(),
             )
@@ -267,8 +288,9 @@ class OpenAIService:
         try:
             self.engine.validate(candidates[0].engine_request)
         except InvalidRequestError as exc:
-            raise ApiError(str(exc), param=exc.param, code="invalid_request") from None
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            raise _invalid(exc) from None
+        options = body.stream_options
+        include_usage = bool(options and options.include_usage)
         return Job(
             kind,
             request_id,
@@ -278,6 +300,8 @@ class OpenAIService:
             want_logprobs,
             priority=body.priority,
             num_choices=body.n,
+            per_step=bool(options and options.per_step),
+            model_name=body.model,
         )
 
     # ---- running a job -----------------------------------------------------------------
@@ -287,8 +311,9 @@ class OpenAIService:
         candidate = job.candidates[index]
         request = candidate.engine_request
         stream = self.engine.generate(request, job.target_worker, group)
+        num_prompt = len(request.prompt_token_ids)
         return stream_deltas(
-            stream, len(request.prompt_token_ids), candidate.detokenizer, usage, self.metrics
+            stream, num_prompt, candidate.detokenizer, usage, self.metrics, not job.per_step
         )
 
     def _choice_deltas(
@@ -372,80 +397,99 @@ class OpenAIService:
             "id": job.request_id,
             "object": "chat.completion" if job.kind == "chat" else "text_completion",
             "created": int(time.time()),
-            "model": self.model.name,
+            "model": job.model_name,
             "choices": choices,
             "usage": total_usage(usages).as_dict(),
         }
 
-    async def stream(self, job: Job) -> AsyncGenerator[str, None]:
+    async def stream(self, job: Job) -> AsyncGenerator[bytes, None]:
         """SSE events for `job`, ending with `data: [DONE]`; the chunks of several choices
-        interleave as their tokens come, each naming its choice's index. Closing this
-        generator (client gone) closes the engine streams, which aborts the requests."""
+        interleave as their tokens come, each naming its choice's index. One event per token
+        (per delta that has text); the events of the tokens that arrived together go out as
+        one body chunk (one write). Closing this generator (client gone) closes the engine
+        streams, which aborts the requests."""
         assert len(job.candidates) == job.num_choices, "best_of > n is never streamed"
         usages = [Usage() for _ in job.candidates]
-        created = int(time.time())
-        name = self.model.name
+        chunk = _Chunks(job, int(time.time()), job.model_name)
         offsets = [0] * job.num_choices
-        usage_field = {"usage": None} if job.include_usage else {}
         for index in range(job.num_choices):
             if job.kind == "chat":
                 role = {"role": "assistant", "content": ""}
-                chunk = chat_chunk(job.request_id, created, name, role, index=index)
-                yield sse({**chunk, **usage_field})
+                yield sse_event(chunk(ChatChoiceChunk(index, role)))
             elif job.echo_text:
-                chunk = completion_chunk(job.request_id, created, name, job.echo_text, index=index)
-                yield sse({**chunk, **usage_field})
+                yield sse_event(chunk(CompletionChoiceChunk(index, job.echo_text)))
                 offsets[index] = len(job.echo_text)
+        pending: list[bytes] = []
         try:
             async with aclosing(self._choice_deltas(job, usages)) as deltas:
                 async for index, delta in deltas:
                     output = job.candidates[index].chat_output
+                    sent: ChatChoiceChunk | CompletionChoiceChunk | None
                     if output is not None:
-                        sent = self._chat_chunk(job, output, delta, usages[index], created, index)
+                        sent = self._chat_choice(job, output, delta, usages[index], index)
                     else:
-                        sent = self._completion_chunk(job, delta, created, offsets[index], index)
+                        sent = self._completion_choice(job, delta, offsets[index], index)
                         offsets[index] += len(delta.text)
                     if sent is not None:
-                        yield sse({**sent, **usage_field})
+                        pending.append(sse_event(chunk(sent)))
+                    if pending and not delta.more:
+                        yield b"".join(pending)
+                        pending.clear()
         except (GenerationError, EngineDeadError) as exc:
-            yield sse(error_body(str(exc), "internal_error"))
+            pending.append(sse_event(error_body(str(exc), "internal_error")))
         if job.include_usage:
-            yield sse(
-                {
-                    "id": job.request_id,
-                    "object": _chunk_object(job.kind),
-                    "created": created,
-                    "model": name,
-                    "choices": [],
-                    "usage": total_usage(usages).as_dict(),
-                }
-            )
-        yield "data: [DONE]\n\n"
+            usage = total_usage(usages).as_dict()
+            pending.append(sse_event(StreamChunk(*chunk.head, [], usage)))
+        yield b"".join(pending) + b"data: [DONE]\n\n"
 
-    def _chat_chunk(
-        self, job: Job, output: ChatOutput, delta: Delta, usage: Usage, created: int, index: int
-    ) -> dict[str, Any] | None:
-        """The chunk for one delta of choice `index` of a chat stream (None: nothing to send
-        yet); counts the choice's reasoning tokens into its `usage`."""
+    def _chat_choice(
+        self, job: Job, output: ChatOutput, delta: Delta, usage: Usage, index: int
+    ) -> ChatChoiceChunk | None:
+        """The choice chunk for one delta of choice `index` of a chat stream (None: nothing
+        to send yet); counts the choice's reasoning tokens into its `usage`."""
         fields = _feed(output, delta).delta()
         finish = output.finish_reason(delta.finish_reason)
         usage.reasoning_tokens = output.num_reasoning_tokens
         if not fields and not finish and not job.want_logprobs:
             return None
-        logprobs = self._logprobs(job, delta.logprobs, 0)
-        name = self.model.name
-        return chat_chunk(job.request_id, created, name, fields, finish, logprobs, index)
+        return ChatChoiceChunk(index, fields, self._logprobs(job, delta.logprobs, 0), finish)
 
-    def _completion_chunk(
-        self, job: Job, delta: Delta, created: int, offset: int, index: int
-    ) -> dict[str, Any] | None:
-        """The chunk for one delta of choice `index` of a completion stream whose text so far
-        has `offset` characters (None: nothing to send)."""
+    def _completion_choice(
+        self, job: Job, delta: Delta, offset: int, index: int
+    ) -> CompletionChoiceChunk | None:
+        """The choice chunk for one delta of choice `index` of a completion stream whose text
+        so far has `offset` characters (None: nothing to send)."""
         if not delta.text and not delta.finish_reason and not job.want_logprobs:
             return None
         logprobs = self._logprobs(job, delta.logprobs, offset)
-        name, reason = self.model.name, delta.finish_reason
-        return completion_chunk(job.request_id, created, name, delta.text, reason, logprobs, index)
+        return CompletionChoiceChunk(index, delta.text, logprobs, delta.finish_reason)
+
+
+class _Chunks:
+    """Builds a stream's chunks: the fields every chunk of `job` repeats, around one choice."""
+
+    def __init__(self, job: Job, created: int, model: str):
+        # with include_usage every chunk carries "usage": null but the last
+        usage: msgspec.UnsetType | None = None if job.include_usage else msgspec.UNSET
+        self.head = (job.request_id, _chunk_object(job.kind), created, model)
+        self._usage = usage
+
+    def __call__(self, choice: ChatChoiceChunk | CompletionChoiceChunk) -> StreamChunk:
+        choices: list[Any] = [choice]
+        return StreamChunk(*self.head, choices, self._usage)
+
+
+def _invalid(exc: InvalidRequestError) -> ApiError:
+    """An engine's refusal as the edge's 4xx: 404 for an adapter no longer served."""
+    if isinstance(exc, LoraNotFoundError):
+        return ApiError(
+            str(exc),
+            status_code=404,
+            type="not_found_error",
+            param="model",
+            code="model_not_found",
+        )
+    return ApiError(str(exc), param=exc.param, code="invalid_request")
 
 
 async def _checked_guide(body: GenerationFields, tool_guide: Guide | None) -> Guide | None:

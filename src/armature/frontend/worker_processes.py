@@ -1,10 +1,15 @@
 """`armature serve` with worker processes: N `armature worker` processes and the frontend in
 this process, on the embedded runtime (file discovery in a private directory, the TCP request
 plane, the zmq event plane). Each worker's command line is `to_argv` of its `WorkerConfig`,
-so every worker setting `serve` took reaches the workers. The workers die with this process
-(SIGTERM on exit, and the kernel's parent-death signal should it be killed outright); no
-registration outlives it. The private directory lies where the OS cleans up, and one left by
-a serve killed outright is removed by the next serve to start (serve_dir.py)."""
+so every worker setting `serve` took reaches the workers. With `--frontends N`, N-1 more
+`armature frontend` processes (`to_argv` of this frontend's config) serve the same port
+beside this one: each listens on a socket of its own with SO_REUSEPORT (the kernel spreads
+connections over them; one that dies takes only its own queued connections), and they share
+their in-flight load over the fleet's event plane (frontend/replicas.py). The children die
+with this process (SIGTERM on exit, and the kernel's parent-death signal should it be killed
+outright); no registration outlives it. The private directory lies where the OS cleans up,
+and one left by a serve killed outright is removed by the next serve to start
+(serve_dir.py)."""
 
 from __future__ import annotations
 
@@ -37,9 +42,16 @@ from armature.engines.spec import resolve_engine_model
 from armature.frontend.main import run_frontend
 from armature.frontend.serve_dir import create_serve_dir, remove_stale_serve_dirs, serve_dir_root
 from armature.model.source import ResolvedModel
-from armature.runtime.ports import reserve_listen_socket
+from armature.runtime.ports import reserve_listen_socket, reserve_shared_listen_socket
 
-__all__ = ["fleet_runtime", "serve_with_worker_processes", "worker_command", "worker_configs"]
+__all__ = [
+    "fleet_runtime",
+    "frontend_command",
+    "frontend_environment",
+    "serve_with_worker_processes",
+    "worker_command",
+    "worker_configs",
+]
 
 log = logging.getLogger("armature")
 
@@ -108,6 +120,23 @@ def worker_environment(runtime: RuntimeConfig) -> dict[str, str]:
     return env
 
 
+def frontend_command(frontend: FrontendConfig) -> list[str]:
+    return [sys.executable, "-m", "armature.cli", "frontend", *to_argv(frontend)]
+
+
+def frontend_environment(frontend: FrontendConfig) -> dict[str, str]:
+    """This process's environment without the variables of frontend settings (the command
+    line carries them), with the secrets a command line leaves out: the fleet's plane secret
+    and the API keys."""
+    settings = setting_env_names(FrontendConfig)
+    env = {k: v for k, v in os.environ.items() if k not in settings}
+    assert frontend.runtime.plane_secret is not None
+    env["ARMATURE_PLANE_SECRET"] = frontend.runtime.plane_secret
+    if frontend.security.api_keys:
+        env["ARMATURE_API_KEYS"] = ",".join(frontend.security.api_keys)
+    return env
+
+
 def _stop(workers: list[subprocess.Popen[bytes]]) -> None:
     for proc in workers:
         if proc.poll() is None:
@@ -149,7 +178,11 @@ def serve_with_worker_processes(config: ServeConfig) -> None:
     """Start the workers, then serve the frontend over them until SIGINT/SIGTERM."""
     roles = config.get_worker_roles()
     get_kind(config.engine.engine).check(config.engine, roles)
-    listen_socket = reserve_listen_socket(config.http.host, config.http.port)
+    http = config.http
+    if config.frontends > 1:
+        listen_socket = reserve_shared_listen_socket(http.host, http.port)
+    else:
+        listen_socket = reserve_listen_socket(http.host, http.port)
     with listen_socket:
         model = resolve_engine_model(config.engine)
         root = serve_dir_root()
@@ -167,6 +200,7 @@ def _serve_fleet(
     # a fresh secret per run: only this frontend and its workers speak on their planes
     runtime = fleet_runtime(directory, secrets.token_hex(16))
     workers: list[subprocess.Popen[bytes]] = []
+    frontends: list[subprocess.Popen[bytes]] = []
     try:
         env = worker_environment(runtime)
         for worker in worker_configs(config, runtime, model):
@@ -177,11 +211,23 @@ def _serve_fleet(
             router=config.router,
             disagg=config.disagg,
             health=config.health,
+            replicas=config.replicas,
             http=config.http,
             security=config.security,
             overload=config.overload,
+            chat=config.chat,
+            responses=config.responses,
             seed=config.engine.seed,
         )
+        replica = replica_config(frontend, listen_socket.getsockname()[1])
+        for _ in range(config.frontends - 1):
+            frontends.append(
+                subprocess.Popen(
+                    frontend_command(replica),
+                    preexec_fn=_die_with_parent,
+                    env=frontend_environment(replica),
+                )
+            )
         run_frontend(
             frontend,
             min_workers=len(workers),
@@ -189,5 +235,13 @@ def _serve_fleet(
             listen_socket=listen_socket,
         )
     finally:
+        _stop(frontends)  # first: their requests drain while the workers still serve
         _stop(workers)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def replica_config(frontend: FrontendConfig, port: int) -> FrontendConfig:
+    """The configuration of one more frontend process beside `frontend`: the port it bound
+    (not 0), shared with SO_REUSEPORT."""
+    http = dataclasses.replace(frontend.http, port=port, reuse_port=True)
+    return dataclasses.replace(frontend, http=http)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from armature.model.arch import ModelArch
 from armature.model.kv_cache import PagedKvCache
+from armature.model.lora_batch import LoraBatch, add_lora
 from armature.model.rope import RopeTables, apply_rope
 from armature.model.weights import LayerWeights, ModelWeights
 
@@ -67,6 +68,7 @@ class ForwardBatch:
     prefills: list[PrefillSpan]
     decode: DecodeBatch | None
     logits_rows: torch.Tensor  # [num_outputs] rows whose next-token logits are wanted
+    lora: LoraBatch | None = None  # the rows that run with LoRA adapters, by adapter
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -153,6 +155,9 @@ def _layer(
     nh, nkv, hd = arch.num_heads, arch.num_kv_heads, arch.head_dim
     h = _rms_norm(x, w.input_norm, arch.rms_norm_eps)
     qkv = F.linear(h, w.qkv, w.qkv_bias)
+    lora = step.batch.lora
+    if lora is not None:
+        add_lora(qkv, h, layer, "qkv", lora)
     q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
     q = apply_rope(q.view(rows, nh, hd), step.cos, step.sin)
     k = apply_rope(k.view(rows, nkv, hd), step.cos, step.sin)
@@ -169,10 +174,21 @@ def _layer(
         assert step.decode_mask is not None and cache is not None
         r = slice(batch.decode.row_start, rows)
         attn[r] = _decode_attention(q[r], batch.decode, step.decode_mask, cache, layer, scale)
-    x = x + F.linear(attn.view(rows, nh * hd), w.o_proj)
+    attn_rows = attn.view(rows, nh * hd)
+    o = F.linear(attn_rows, w.o_proj)
+    if lora is not None:
+        add_lora(o, attn_rows, layer, "o", lora)
+    x = x + o
     h = _rms_norm(x, w.post_norm, arch.rms_norm_eps)
-    gate, up = F.linear(h, w.gate_up).chunk(2, dim=-1)
-    return x + F.linear(F.silu(gate) * up, w.down)
+    gate_up = F.linear(h, w.gate_up)
+    if lora is not None:
+        add_lora(gate_up, h, layer, "gate_up", lora)
+    gate, up = gate_up.chunk(2, dim=-1)
+    act = F.silu(gate) * up
+    down = F.linear(act, w.down)
+    if lora is not None:
+        add_lora(down, act, layer, "down", lora)
+    return x + down
 
 
 @torch.inference_mode()

@@ -92,6 +92,8 @@ class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
     remote_prefill: bool = False
     # disaggregation: the prompt's blocks may be pulled from this handle before computing
     kv_handle: KvHandle | None = None
+    # the LoRA adapter to run with, by name (None: the base model); it salts the block hashes
+    lora_name: str | None = None
 
 
 class TokenLogprob(msgspec.Struct, frozen=True):

@@ -16,6 +16,7 @@ from armature.protocols.address import EndpointAddress
 from armature.protocols.embedding import EmbeddingShape, WorkerTask
 from armature.protocols.engine import EngineLoad, StepRecord
 from armature.protocols.kv_events import KvEvent
+from armature.protocols.lora import LoraAdapter, LoraState
 
 __all__ = ["WorkerCard", "WorkerRole", "WorkerUpdate", "worker_key", "worker_prefix"]
 
@@ -44,6 +45,11 @@ class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
     task: WorkerTask = WorkerTask.GENERATE  # embed: its `embed` endpoint answers, not generate
     engine: str = ""  # the engine kind (torch, mocker, vllm); "" from older workers
     embedding: EmbeddingShape | None = None  # with task embed: the vectors it returns
+    # whether its engine enforces guides (structured output, forced tool calls); cards of
+    # older workers lack it, and their engines decide for themselves
+    structured_output: bool = True
+    # the LoRA adapters it served at registration (version 0 of its LoraState)
+    lora_adapters: list[LoraAdapter] = msgspec.field(default_factory=list)
 
     @property
     def worker_id(self) -> str:
@@ -55,6 +61,8 @@ class WorkerUpdate(msgspec.Struct, frozen=True, kw_only=True):
     load: EngineLoad
     # oldest first; absent in updates from workers that predate step records
     step_records: list[StepRecord] = msgspec.field(default_factory=list)
+    # the LoRA adapters it serves now; absent from workers that predate adapters
+    lora: LoraState | None = None
 
 
 WORKER_COMPONENT = "worker"

@@ -59,15 +59,18 @@ def worker_logits(
     `overlaps` (weighted or not) may leave out workers with none."""
     idle_prefill, idle_decode = cost_terms(isl_tokens, block_size, 0, _IDLE)
     idle_logit = overlap_weight * idle_prefill + idle_decode
-    logits = []
-    for worker in workers:
+    logits = [idle_logit] * len(workers)
+    busy = overlaps.keys() | loads.keys() if loads else overlaps.keys()
+    if not busy:
+        return logits
+    for i in [i for i, worker in enumerate(workers) if worker in busy]:
+        worker = workers[i]
         overlap = overlaps.get(worker, 0)
         load = loads.get(worker)
         if load is None and overlap == 0:
-            logits.append(idle_logit)
             continue
         prefill, decode = cost_terms(isl_tokens, block_size, overlap, load or _IDLE, decode_weight)
-        logits.append(overlap_weight * prefill + decode)
+        logits[i] = overlap_weight * prefill + decode
     return logits
 
 
@@ -83,9 +86,9 @@ def select_worker(
         raise ValueError("no workers to choose from")
     if temperature <= 0:
         best = min(logits)
+        if logits.count(best) == 1:
+            return logits.index(best)
         tied = [i for i, logit in enumerate(logits) if logit == best]
-        if len(tied) == 1:
-            return tied[0]
         counts = [cached_blocks(i) for i in tied]
         fewest = min(counts)
         tied = [i for i, count in zip(tied, counts, strict=True) if count == fewest]

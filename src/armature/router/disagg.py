@@ -23,7 +23,7 @@ import msgspec
 
 from armature.config import DisaggConfig, RouterConfig
 from armature.engines.api import Engine, EngineDeadError
-from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
+from armature.kv.hashing import compute_seq_hashes
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -34,6 +34,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.worker import WorkerRole
+from armature.router.load import WorkerLoad
 from armature.router.policies import RoutingError
 from armature.router.prefill_decision import PrefillDecision, decide_prefill
 from armature.router.pressure import BusyWorkers
@@ -59,7 +60,9 @@ class DisaggRouter(EngineRouter):
     ):
         super().__init__(engines, config, observer, busy)
         self.disagg = disagg or DisaggConfig()
-        self.prefill = EngineRouter(prefill_engines or {}, config, self.observer)
+        self.prefill = EngineRouter(
+            prefill_engines or {}, config, self.observer, load_changed=self.load_changed
+        )
         self.num_prefills = {"remote": 0, "local": 0}
         self._releases: set[asyncio.Task[None]] = set()
 
@@ -91,6 +94,13 @@ class DisaggRouter(EngineRouter):
     def take_step_records(self) -> dict[str, list[StepRecord]]:
         return {**self.prefill.take_step_records(), **super().take_step_records()}
 
+    def get_own_loads(self) -> dict[str, WorkerLoad]:
+        return {**self.prefill.get_own_loads(), **super().get_own_loads()}
+
+    def set_peer_loads(self, peers: Mapping[str, WorkerLoad]) -> None:
+        self.prefill.set_peer_loads(peers)
+        super().set_peer_loads(peers)
+
     def get_index_blocks(self) -> tuple[int, int]:
         prefill, decode = self.prefill.get_index_blocks(), super().get_index_blocks()
         return prefill[0] + decode[0], prefill[1] + decode[1]
@@ -107,7 +117,8 @@ class DisaggRouter(EngineRouter):
         bs = self.config.block_size_tokens
 
         def get_num_cached_blocks() -> int:
-            hashes = compute_seq_hashes(request.prompt_token_ids, bs, DEFAULT_HASH_SEED)
+            seed = self.get_hash_seed(request)
+            hashes = compute_seq_hashes(request.prompt_token_ids, bs, seed)
             return max(self.index.find_overlaps(hashes).values(), default=0)
 
         return decide_prefill(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from armature.errors import ArmatureError
-from armature.kv.hashing import compute_seq_hashes
+from armature.kv.hashing import compute_seq_hashes, hash_seed_for_salt
 from armature.router.cost import select_worker, worker_logits
 from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
@@ -51,6 +51,7 @@ class RouteRequest:
     request_id: str
     token_ids: Sequence[int]
     target_worker: str | None = None  # for the direct policy
+    hash_salt: str | None = None  # its LoRA adapter's salt: its blocks' hashes are seeded by it
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,10 @@ class KvPolicy:
 
     def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
         _require(workers)
-        hashes = compute_seq_hashes(request.token_ids, self.block_size, self.hash_seed)
+        seed = (
+            self.hash_seed if request.hash_salt is None else hash_seed_for_salt(request.hash_salt)
+        )
+        hashes = compute_seq_hashes(request.token_ids, self.block_size, seed)
         now_s = self.clock()
         overlaps: dict[str, int] = {}  # matched blocks, any tier
         weighted: dict[str, float] | None = None  # tier-aware: overlaps at the tiers' weights

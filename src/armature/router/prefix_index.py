@@ -1,11 +1,10 @@
 """The router's global prefix index: which worker holds which KV blocks in which tier, fed by
 the workers' KV events (DESIGN §3). Pure: no I/O, one owner.
 
-    workers[w].tiers: seq_hash -> bit set of the tiers w holds it in   (removal, dumps, bounds)
-    holders[tier]:    seq_hash -> {workers holding it in tier}          (G1, G2, G3: lookups)
-                      (frozensets, one shared per single holder: a prompt's new blocks go
-                      in with one dict update)
-    external:         seq_hash -> how many workers announce it in G4    (counts for every worker)
+The rules live here (event ids, capacities, staleness, dumps); which worker holds which block
+in which tier, and the prefix walks over it, live in a `HolderStore`
+(`armature.router.holder_store`): the native C table when it was built, else the pure-Python
+one; both give identical results.
 
 A block may sit in several tiers of one worker at once (tiers are inclusive): a Stored or
 Removed event sets or clears that one tier, so a block dropped from host while still on disk
@@ -27,49 +26,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat, takewhile
 
 from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, KvTier
-from armature.router.tier_overlap import (
-    NO_HOLDERS,
-    HolderGet,
-    TierOverlap,
-    WorkerId,
-    find_tier_overlaps,
-)
+from armature.router.holder_store import HolderStore, IndexBackend, make_holder_store
+from armature.router.tier_overlap import TierOverlap, WorkerId
 
-__all__ = ["PrefixIndex", "TierOverlap", "WorkerId"]
-
-_BIT = {KvTier.DEVICE: 1, KvTier.HOST: 2, KvTier.DISK: 4, KvTier.EXTERNAL: 8}
+__all__ = ["IndexBackend", "PrefixIndex", "TierOverlap", "WorkerId"]
 
 
 @dataclass
 class _WorkerState:
     # tiers indexed for this worker -> capacity in blocks; events of other tiers are skipped
     capacity_blocks: dict[KvTier, int]
-    tiers: dict[int, int] = field(default_factory=dict)  # seq_hash -> tier bits
     num_blocks: dict[KvTier, int] = field(default_factory=lambda: dict.fromkeys(KvTier, 0))
     last_event_id: int = -1
     stale: bool = False
 
 
 class PrefixIndex:
-    def __init__(self) -> None:
-        self._holders: dict[KvTier, dict[int, frozenset[WorkerId]]] = {
-            KvTier.DEVICE: {},
-            KvTier.HOST: {},
-            KvTier.DISK: {},
-        }
-        self._device = self._holders[KvTier.DEVICE]
-        self._gets: tuple[HolderGet, HolderGet, HolderGet] = (
-            self._device.get,
-            self._holders[KvTier.HOST].get,
-            self._holders[KvTier.DISK].get,
-        )
-        self._external: dict[int, int] = {}
+    def __init__(self, backend: IndexBackend | None = None) -> None:
+        """`backend`: which store holds the blocks (`holder_store.make_holder_store`)."""
+        self._store: HolderStore = make_holder_store(backend)
         self._workers: dict[WorkerId, _WorkerState] = {}
-        self._everyone: frozenset[WorkerId] = frozenset()
-        self._alone: dict[WorkerId, frozenset[WorkerId]] = {}  # {worker}, shared
 
     # ---- workers -----------------------------------------------------------------------
     def add_worker(self, worker: WorkerId, capacity_blocks: int) -> None:
@@ -80,8 +58,7 @@ class PrefixIndex:
         if worker in self._workers:
             raise ValueError(f"worker {worker!r} is already indexed")
         self._workers[worker] = _WorkerState({KvTier.DEVICE: capacity_blocks})
-        self._everyone = frozenset(self._workers)
-        self._alone[worker] = frozenset([worker])
+        self._store.add_worker(worker)
 
     def set_tier_capacities(self, worker: WorkerId, capacity_blocks: Mapping[KvTier, int]) -> None:
         """The lower tiers `worker` has, with their capacities in blocks (as in its load
@@ -94,16 +71,14 @@ class PrefixIndex:
             return
         for tier in KvTier:
             if state.num_blocks[tier] > wanted.get(tier, 0):
-                held = [h for h, bits in state.tiers.items() if bits & _BIT[tier]]
-                self._clear(worker, state, held, tier)
+                self._clear(worker, state, tier)
         state.capacity_blocks = wanted
 
     def remove_worker(self, worker: WorkerId) -> None:
         """Forget a worker and every block it held (its G4 announcements too)."""
         state = self._workers.pop(worker)
-        self._everyone = frozenset(self._workers)
         self._clear_all(worker, state)
-        del self._alone[worker]
+        self._store.remove_worker(worker)
 
     def get_workers(self) -> list[WorkerId]:
         return list(self._workers)
@@ -121,27 +96,34 @@ class PrefixIndex:
         state = self._workers[worker]
         if state.stale:
             return False
-        if event.event_id <= state.last_event_id:
-            return True  # already covered by a dump taken after it
-        if event.event_id != state.last_event_id + 1:
+        event_id = event.event_id
+        if event_id != state.last_event_id + 1:
+            if event_id <= state.last_event_id:
+                return True  # already covered by a dump taken after it
             state.stale = True
             return False
-        state.last_event_id = event.event_id
-        if isinstance(event, KvStored):
-            capacity = state.capacity_blocks.get(event.tier)
+        state.last_event_id = event_id
+        kind = type(event)
+        if kind is KvStored:
+            assert isinstance(event, KvStored)
+            tier = event.tier
+            capacity = state.capacity_blocks.get(tier)
             if capacity is None:
                 return True  # a tier this worker did not report: not indexed
-            new = _get_new(state.tiers, [b.seq_hash for b in event.blocks], _BIT[event.tier])
-            if state.num_blocks[event.tier] + len(new) > capacity:
+            num_blocks = state.num_blocks
+            room = capacity - num_blocks[tier]
+            num_new = self._store.add_blocks(worker, tier, event.blocks, room)
+            if num_new < 0:
                 state.stale = True  # more blocks than the tier can hold: we missed removals
                 return False
-            self._set(worker, state, new, event.tier)
-        elif isinstance(event, KvRemoved):
+            num_blocks[tier] += num_new
+        elif kind is KvRemoved:
+            assert isinstance(event, KvRemoved)
             if event.tier in state.capacity_blocks:
-                self._clear(worker, state, event.seq_hashes, event.tier)
-        elif isinstance(event, KvCleared):
-            on_device = [h for h, bits in state.tiers.items() if bits & _BIT[KvTier.DEVICE]]
-            self._clear(worker, state, on_device, KvTier.DEVICE)
+                removed = self._store.remove(worker, event.tier, event.seq_hashes)
+                state.num_blocks[event.tier] -= removed
+        elif kind is KvCleared:
+            self._clear(worker, state, KvTier.DEVICE)
         return True
 
     def load_dump(
@@ -165,45 +147,22 @@ class PrefixIndex:
                 raise ValueError(f"dump of {len(hashes)} {tier} blocks exceeds capacity")
         self._clear_all(worker, state)
         for tier, hashes in dump.items():
-            self._set(worker, state, hashes, tier)
+            state.num_blocks[tier] = self._store.add(worker, tier, hashes, len(hashes))
         state.last_event_id = last_event_id
         state.stale = False
 
     # ---- queries -----------------------------------------------------------------------
     def find_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, int]:
         """Tier-blind: for each worker holding the first block in its device cache, how many
-        leading blocks of `seq_hashes` it holds there (workers holding none are absent).
-
-        The walk runs at C speed while every still-matching worker holds the next block
-        (lazy `map` lookups under `takewhile`); Python only runs where a worker drops out."""
-        overlaps: dict[WorkerId, int] = {}
-        num_blocks = len(seq_hashes)
-        if not num_blocks:
-            return overlaps
-        get = self._device.get
-        lookups = map(get, seq_hashes, repeat(NO_HOLDERS))
-        active: set[WorkerId] | frozenset[WorkerId] = next(lookups)
-        depth = 1
-        while active:
-            depth += len(list(takewhile(active.issubset, lookups)))
-            if depth >= num_blocks:
-                break
-            # `takewhile` consumed block `depth`, the first some active worker lacks.
-            still = active & get(seq_hashes[depth], NO_HOLDERS)
-            for worker in active - still:
-                overlaps[worker] = depth
-            active = still
-            depth += 1
-        for worker in active:
-            overlaps[worker] = num_blocks
-        return overlaps
+        leading blocks of `seq_hashes` it holds there (workers holding none are absent)."""
+        return self._store.find_overlaps(seq_hashes)
 
     def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
         """For each worker that can get the first block from some tier: its matched prefix,
         the leading blocks of `seq_hashes` it holds in any tier (or that G4 holds), counted
         by the fastest tier (workers matching none are absent). The walk:
         `armature.router.tier_overlap`."""
-        return find_tier_overlaps(seq_hashes, self._gets, self._external, self._everyone)
+        return self._store.find_tier_overlaps(seq_hashes)
 
     def get_num_entries(self) -> int:
         """(worker, tier, block) entries held: bounded by the workers' total capacity."""
@@ -219,89 +178,19 @@ class PrefixIndex:
         return state.num_blocks[tier] if state is not None else 0
 
     def get_worker_hashes(self, worker: WorkerId, tier: KvTier = KvTier.DEVICE) -> set[int]:
-        """The blocks `worker` holds in `tier`."""
-        bit = _BIT[tier]
-        return {h for h, bits in self._workers[worker].tiers.items() if bits & bit}
+        """The blocks `worker` holds in `tier` (KeyError for an unknown worker)."""
+        return self._store.get_hashes(worker, tier)
 
     def get_external_hashes(self) -> set[int]:
         """G4 blocks: announced by at least one indexed worker, they count for every worker."""
-        return set(self._external)
+        return self._store.get_external_hashes()
 
     # ---- bookkeeping -------------------------------------------------------------------
-    def _set(self, worker: WorkerId, state: _WorkerState, new: Sequence[int], tier: KvTier) -> None:
-        """Add `tier` to `worker`'s entry of each of `new` hashes: distinct, and none of them
-        in `tier` for `worker` yet (callers filter)."""
-        bit = _BIT[tier]
-        held = state.tiers
-        if held.keys().isdisjoint(new):
-            held.update(dict.fromkeys(new, bit))
-        else:
-            get_bits = held.get
-            held.update([(h, get_bits(h, 0) | bit) for h in new])
-        if tier is KvTier.EXTERNAL:
-            external = self._external
-            for seq_hash in new:
-                external[seq_hash] = external.get(seq_hash, 0) + 1
-        else:
-            holders = self._holders[tier]
-            alone = self._alone[worker]
-            if holders.keys().isdisjoint(new):  # blocks nobody else holds: the common case
-                holders.update(dict.fromkeys(new, alone))
-            else:
-                get_holders = holders.get
-                for seq_hash in new:
-                    workers = get_holders(seq_hash)
-                    holders[seq_hash] = alone if workers is None else workers | alone
-        state.num_blocks[tier] += len(new)
-
-    def _clear(
-        self, worker: WorkerId, state: _WorkerState, hashes: Iterable[int], tier: KvTier
-    ) -> None:
-        """Remove `tier` from `worker`'s entry of each of `hashes` (absent ones are skipped)."""
-        bit = _BIT[tier]
-        held = state.tiers
-        holders = self._holders.get(tier, {})
-        for seq_hash in hashes:
-            bits = held.get(seq_hash, 0)
-            if not bits & bit:
-                continue
-            bits &= ~bit
-            if bits:
-                held[seq_hash] = bits
-            else:
-                del held[seq_hash]
-            state.num_blocks[tier] -= 1
-            if tier is KvTier.EXTERNAL:
-                count = self._external[seq_hash] - 1
-                if count:
-                    self._external[seq_hash] = count
-                else:
-                    del self._external[seq_hash]
-            else:
-                _discard(holders, seq_hash, worker)
+    def _clear(self, worker: WorkerId, state: _WorkerState, tier: KvTier) -> None:
+        if state.num_blocks[tier]:
+            state.num_blocks[tier] -= self._store.clear(worker, tier)
+            assert not state.num_blocks[tier]
 
     def _clear_all(self, worker: WorkerId, state: _WorkerState) -> None:
         for tier in KvTier:
-            if state.num_blocks[tier]:
-                held = [h for h, bits in state.tiers.items() if bits & _BIT[tier]]
-                self._clear(worker, state, held, tier)
-        assert not state.tiers
-
-
-def _get_new(held: dict[int, int], hashes: list[int], bit: int) -> list[int]:
-    """`hashes` without repeats and without those `held` has `bit` of, in their order."""
-    if held.keys().isdisjoint(hashes) and len(set(hashes)) == len(hashes):
-        return hashes  # all new (the common case, at C speed)
-    return [h for h in dict.fromkeys(hashes) if not held.get(h, 0) & bit]
-
-
-def _discard(
-    holders_by_hash: dict[int, frozenset[WorkerId]], seq_hash: int, worker: WorkerId
-) -> None:
-    holders = holders_by_hash.get(seq_hash)
-    if holders is None or worker not in holders:
-        return
-    if len(holders) == 1:
-        del holders_by_hash[seq_hash]
-    else:
-        holders_by_hash[seq_hash] = holders - {worker}
+            self._clear(worker, state, tier)

@@ -21,8 +21,10 @@ Recording is one C-level dict update. Both are on the router's hot path.
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from collections.abc import Sequence
+from itertools import compress, repeat
 
 __all__ = ["RoutedPrefixIndex"]
 
@@ -97,10 +99,11 @@ class RoutedPrefixIndex:
     def _drop_oldest(self) -> None:
         expiry, worker, seq_hashes = self._decisions.popleft()
         entries = self._by_worker[worker]
-        for seq_hash in seq_hashes:
-            if entries.get(seq_hash) == expiry:  # not refreshed by a later record
-                del entries[seq_hash]
-                self._num_entries -= 1
+        # the entries not refreshed by a later record (C-level loops: a prompt has hundreds)
+        now_expired = map(operator.eq, map(entries.get, seq_hashes), repeat(expiry))
+        doomed = dict.fromkeys(compress(seq_hashes, now_expired))
+        deque(map(entries.pop, doomed), maxlen=0)
+        self._num_entries -= len(doomed)
         if seq_hashes and seq_hashes[0] not in entries:
             holders = self._by_first.get(seq_hashes[0])
             if holders is not None:

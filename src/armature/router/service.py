@@ -19,9 +19,10 @@ import msgspec
 
 from armature.config import RouterConfig
 from armature.engines.api import Engine, EngineDeadError
-from armature.kv.hashing import DEFAULT_HASH_SEED
+from armature.kv.hashing import DEFAULT_HASH_SEED, hash_seed_for_salt
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, StepRecord
-from armature.router.load import ActiveLoad
+from armature.protocols.lora import LoraAdapter
+from armature.router.load import ActiveLoad, WorkerLoad
 from armature.router.policies import (
     DirectPolicy,
     KvPolicy,
@@ -77,15 +78,19 @@ class EngineRouter:
         config: RouterConfig,
         observer: RouterObserver | None = None,
         busy: BusyWorkers | None = None,
+        load_changed: asyncio.Event | None = None,
     ):
         """`observer` is told of decisions, migrations and prefills (metrics); `busy`: the
-        overload thresholds past which a worker is avoided while another has room."""
+        overload thresholds past which a worker is avoided while another has room;
+        `load_changed` is set whenever this router's own load changes (a routed request
+        starts, has its first token or ends): frontend replicas publish it then."""
         self.engines = dict(engines)
         self.config = config
         self.observer = observer or RouterObserver()
         self.busy = busy
         self.index = PrefixIndex()
         self.load = ActiveLoad()
+        self.load_changed = load_changed or asyncio.Event()
         # tier-aware routing: each worker's tier weights, from its load reports (see sync_events)
         self.tier_weights = TierWeightBook() if config.tier_aware else None
         self.policy = self._make_policy(config)
@@ -151,6 +156,37 @@ class EngineRouter:
     def get_workers(self) -> list[str]:
         return [w for w, e in self.engines.items() if e.is_alive]
 
+    # ---- LoRA adapters -----------------------------------------------------------------
+    def get_lora_adapters(self) -> dict[str, LoraAdapter]:
+        """The adapters the live workers serve, by name (as the first holder has it)."""
+        adapters: dict[str, LoraAdapter] = {}
+        for engine in self.engines.values():
+            if engine.is_alive:
+                for adapter in engine.get_lora_adapters():
+                    adapters.setdefault(adapter.name, adapter)
+        return adapters
+
+    def get_lora_salt(self, lora_name: str | None, workers: list[str]) -> str | None:
+        """The block-hash salt of adapter `lora_name` on `workers` (the first holder's; None
+        for the base model or an adapter none of them holds)."""
+        if lora_name is None:
+            return None
+        for worker in workers:
+            for adapter in self.engines[worker].get_lora_adapters():
+                if adapter.name == lora_name:
+                    return adapter.salt
+        return None
+
+    def get_hash_seed(self, request: EngineRequest) -> int:
+        """The seed that `request`'s blocks are hashed with on the workers that serve it."""
+        salt = self.get_lora_salt(request.lora_name, self.get_workers())
+        return DEFAULT_HASH_SEED if salt is None else hash_seed_for_salt(salt)
+
+    def _holds_lora(self, worker: str, lora_name: str | None) -> bool:
+        if lora_name is None:
+            return True
+        return any(a.name == lora_name for a in self.engines[worker].get_lora_adapters())
+
     # ---- requests ----------------------------------------------------------------------
     def check_route(self, target_worker: str | None) -> None:
         """Raise RoutingError now if `generate` could not route (direct policy without a
@@ -162,8 +198,11 @@ class EngineRouter:
             self.policy.select(RouteRequest("check", [], target_worker), workers)
 
     def validate(self, request: EngineRequest) -> None:
-        for engine in self.engines.values():
-            engine.validate(request)  # the workers of one model share its limits
+        """The checks of a worker that serves `request`'s adapter (the workers of one model
+        share its limits); of the first worker when none does."""
+        holders = [w for w in self.engines if self._holds_lora(w, request.lora_name)]
+        for worker in holders or self.engines:
+            self.engines[worker].validate(request)
             return
 
     async def generate(
@@ -184,8 +223,10 @@ class EngineRouter:
         num_migrations = 0
         leg = request
         while True:
-            workers = await self._candidates(failed)
+            workers = await self._candidates(failed, request.lora_name)
             if not workers:
+                if request.lora_name is not None and self.get_workers():
+                    raise EngineDeadError(f"no worker serves LoRA adapter {request.lora_name!r}")
                 raise EngineDeadError("no worker engine is serving")
             try:
                 async for output in self._generate_on(leg, workers, target_worker, group):
@@ -223,13 +264,16 @@ class EngineRouter:
                 )
                 leg = _resumed(request, generated)
 
-    async def _candidates(self, failed: set[str]) -> list[str]:
-        """Live workers not yet failed for this request. After a failure, wait up to
-        `failover_wait_s` for one (replacements join while a fleet recovers)."""
+    async def _candidates(self, failed: set[str], lora_name: str | None) -> list[str]:
+        """Live workers not yet failed for this request that serve its LoRA adapter. After
+        a failure, wait up to `failover_wait_s` for one (replacements join while a fleet
+        recovers)."""
         loop = asyncio.get_running_loop()
         deadline_s = loop.time() + (self.config.failover_wait_s if failed else 0.0)
         while True:
-            workers = [w for w in self.get_workers() if w not in failed]
+            workers = [
+                w for w in self.get_workers() if w not in failed and self._holds_lora(w, lora_name)
+            ]
             if workers or loop.time() >= deadline_s:
                 busy = self.get_busy_workers() if len(workers) > 1 else set()
                 return [w for w in workers if w not in busy] or workers
@@ -251,7 +295,10 @@ class EngineRouter:
             # holding the last token is cached (unless evicted since)
             decision = RouteDecision(group.worker, (num_tokens - 1) // bs)
         else:
-            route = RouteRequest(request.request_id, request.prompt_token_ids, target_worker)
+            salt = self.get_lora_salt(request.lora_name, workers)
+            route = RouteRequest(
+                request.request_id, request.prompt_token_ids, target_worker, hash_salt=salt
+            )
             decision = self.policy.select(route, workers)
             if group is not None:
                 group.worker = decision.worker
@@ -260,6 +307,7 @@ class EngineRouter:
         )
         uncached = max(0, num_tokens - decision.overlap_blocks * bs)
         self.load.start(request.request_id, decision.worker, uncached, -(-num_tokens // bs))
+        self.load_changed.set()
         num_output = 0
         reason = "cancelled"
         try:
@@ -267,7 +315,9 @@ class EngineRouter:
             try:
                 async for output in stream:
                     if output.new_token_ids:
-                        self.load.first_token(request.request_id)
+                        if num_output == 0:
+                            self.load.first_token(request.request_id)
+                            self.load_changed.set()
                         num_output += len(output.new_token_ids)
                     if output.finish_reason is not None:
                         reason = output.finish_reason.value
@@ -279,6 +329,7 @@ class EngineRouter:
                 await stream.aclose()
         finally:
             self.load.finish(request.request_id)
+            self.load_changed.set()
             log.info(
                 "request %s on %s: %d prompt tokens (%d blocks cached), %d output, %s",
                 request.request_id,
@@ -297,6 +348,19 @@ class EngineRouter:
             for w, e in self.engines.items()
             if e.is_alive
         }
+
+    def get_own_loads(self) -> dict[str, WorkerLoad]:
+        """The load of the requests this router routed and that have not finished, by worker
+        (what a frontend replica tells the others)."""
+        return dict(self.load.get_own_loads())
+
+    def get_peer_loads(self) -> dict[str, WorkerLoad]:
+        """The load other frontend replicas add, by worker, as routing counts it."""
+        return dict(self.load.get_peer_loads())
+
+    def set_peer_loads(self, peers: Mapping[str, WorkerLoad]) -> None:
+        """The load other frontend replicas add, by worker: routing counts it from now."""
+        self.load.set_peer_loads(peers)
 
     def get_pressures(self) -> dict[str, WorkerPressure]:
         """Each live worker's pressure, for overload control."""

@@ -7,6 +7,7 @@
     GET   /api/v1/namespaces/{ns}/pods/{own pod}            at start, a process with a Pod
     PATCH /api/v1/namespaces/{ns}/pods/{own pod}            application/merge-patch+json
           {"metadata": {"annotations": {"armature.dev/discovery": <its registrations>}}}
+    POST  /apis/authorization.k8s.io/v1/selfsubjectaccessreviews     at start: may it watch?
 
 register: the process writes all it holds into the annotation of its own Pod (`pod_name`,
 from the downward API); at start it removes what an earlier container of the same Pod left
@@ -21,7 +22,11 @@ compacted away) it lists again and emits the difference. The membership core tur
 into nothing, so a resumed watch yields no duplicates and a re-list loses no delete.
 
 Permissions: watchers need get, list and watch on pods; a registering process also patch
-(RBAC cannot narrow it to the process's own Pod: Pod names are generated).
+(RBAC cannot narrow it to the process's own Pod: Pod names are generated). The check at start
+lists (list), reads and patches its own Pod (get, patch), and asks the API server whether it
+may watch (a SelfSubjectAccessReview, which every authenticated user may create), so that a
+Role without `watch` fails at start, not at the first watch. A server that answers no review
+(forbidden or absent) is taken at its word later.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from collections.abc import AsyncIterator
 
 import httpx2
 from lightkube import AsyncClient
+from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
@@ -97,8 +105,6 @@ class KubernetesDiscovery:
 
     def _fail(self, exc: httpx2.HTTPError, doing: str) -> KubeDiscoveryError:
         code, message = describe_api_failure(exc)
-        server = self._client.config.cluster.server
-        where = f"API server {server}, credentials from {get_credentials_source(self._client)}"
         if code is None:
             why = f"the API server is unreachable: {message}"
         elif code == 401:
@@ -109,12 +115,18 @@ class KubernetesDiscovery:
             why = f"not found (404): {message}"
         else:
             why = f"{code}: {message}"
-        return KubeDiscoveryError(f"kubernetes discovery ({where}): {doing}: {why}")
+        return KubeDiscoveryError(f"{self._where()}: {doing}: {why}")
+
+    def _where(self) -> str:
+        server = self._client.config.cluster.server
+        source = get_credentials_source(self._client)
+        return f"kubernetes discovery (API server {server}, credentials from {source})"
 
     async def check(self) -> None:
         """List the Pods now, and with a Pod of its own, read it and remove what an earlier
         container left in its annotation: KubeDiscoveryError names what is wrong."""
         await self._list_pods()
+        await self._check_may_watch()
         if self.pod_name is None:
             return
         doing = f"get its own Pod {self.pods_namespace}/{self.pod_name}"
@@ -124,6 +136,27 @@ class KubernetesDiscovery:
             raise self._fail(exc, doing) from None
         async with self._publish_lock:
             await self._patch_annotation(None)
+
+    async def _check_may_watch(self) -> None:
+        """KubeDiscoveryError when the API server says this process may not watch Pods."""
+        attributes = ResourceAttributes(
+            verb="watch", resource="pods", namespace=self.pods_namespace
+        )
+        review = SelfSubjectAccessReview(
+            metadata=ObjectMeta(), spec=SelfSubjectAccessReviewSpec(resourceAttributes=attributes)
+        )
+        try:
+            answer = await self._client.create(review)
+        except httpx2.HTTPError as exc:
+            log.debug("no access review (%s): watch permission checked at the first watch", exc)
+            return
+        if answer.status is None or answer.status.allowed:
+            return
+        reason = f": {answer.status.reason}" if answer.status.reason else ""
+        raise KubeDiscoveryError(
+            f"{self._where()}: watch Pods in namespace {self.pods_namespace}: forbidden by the "
+            f"API server's access review{reason} (the Role needs get, list and watch on pods)"
+        )
 
     async def register(self, key: str, value: bytes, ttl_s: float) -> Registration:
         if ttl_s <= 0:

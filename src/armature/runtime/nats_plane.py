@@ -152,6 +152,18 @@ class NatsRequestPlaneServer:
         await self.nc.publish(subject, encode_message(frame))
 
 
+async def _next_frame(queue: asyncio.Queue[Frame]) -> Frame | None:
+    """The next frame of a stream, or None after a second without one (the caller then
+    checks for a reconnect). Frames already waiting are taken without a timer: a consumer
+    that falls behind pays nothing per frame for the timeout."""
+    if not queue.empty():
+        return queue.get_nowait()
+    try:
+        return await asyncio.wait_for(queue.get(), 1.0)
+    except TimeoutError:
+        return None
+
+
 class NatsRequestPlaneClient:
     def __init__(self, nc: Client, window: int = 32, accept_timeout_s: float = 5.0):
         self.nc = nc
@@ -190,10 +202,7 @@ class NatsRequestPlaneClient:
             control = first.control_subject
             consumed = 0
             while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), 1.0)
-                except TimeoutError:
-                    item = None
+                item = await _next_frame(queue)
                 if self.nc.stats["reconnects"] != reconnects:
                     raise PeerUnavailableError("NATS reconnected; the stream's messages were lost")
                 if item is None:

@@ -7,7 +7,7 @@ import socket
 
 from armature.errors import ConfigError
 
-__all__ = ["free_port", "reserve_listen_socket"]
+__all__ = ["free_port", "reserve_listen_socket", "reserve_shared_listen_socket"]
 
 
 def _bind_port(host: str, port: int) -> int:
@@ -23,21 +23,34 @@ def _bind_port(host: str, port: int) -> int:
         return bound
 
 
-def reserve_listen_socket(host: str, port: int) -> socket.socket:
+def reserve_listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A socket bound to `host`:`port` and listening, for the HTTP server to serve on later:
     ConfigError now, rather than after the model loaded, when the address is taken; and no
     port that a worker or transfer server binds meanwhile (port 0) can land on it. Not
-    inherited by child processes."""
+    inherited by child processes. `reuse_port`: SO_REUSEPORT, so that other processes of
+    this user listening on the same address with it too share the connections (the kernel
+    spreads them over the sockets); a socket without it still finds the address taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     return sock
+
+
+def reserve_shared_listen_socket(host: str, port: int) -> socket.socket:
+    """The first of a group of SO_REUSEPORT sockets on `host`:`port` (port 0: a free port;
+    the others bind the port this one has): ConfigError when anything listens there already,
+    even a process sharing the port the same way (it would otherwise join the group and
+    take a share of the connections)."""
+    free = _bind_port(host, port)
+    return reserve_listen_socket(host, free, reuse_port=True)
 
 
 def free_port(host: str) -> int:

@@ -26,7 +26,11 @@ import msgspec
 
 from armature.config import HealthConfig
 from armature.engines.api import EngineDeadError, InvalidRequestError
-from armature.engines.validation import validate_embed_request, validate_request
+from armature.engines.validation import (
+    check_structured_output,
+    validate_embed_request,
+    validate_request,
+)
 from armature.protocols.embedding import EmbeddingShape, EmbedRequest, EmbedResult
 from armature.protocols.engine import (
     EngineLoad,
@@ -38,6 +42,7 @@ from armature.protocols.engine import (
 from armature.protocols.failures import FailureCode
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.lora import LoadLora, LoraAdapter, LoraNotFoundError, LoraState, UnloadLora
 from armature.protocols.worker import WorkerCard, WorkerUpdate
 from armature.runtime.events import EventPlane, EventPlaneError
 from armature.runtime.request_plane import PeerUnavailableError, RemoteError, RequestClient
@@ -79,6 +84,7 @@ class RemoteEngine:
         self.stall_timeout_s = health.worker_stall_timeout_s
         self._last_update_s = time.monotonic()
         self._stalled_at_steps: int | None = None  # engine steps when a stream stalled
+        self._lora = LoraState(0, list(card.lora_adapters))  # the newest state heard
 
     def start(self) -> None:
         self._subscription = asyncio.get_running_loop().create_task(self._subscribe())
@@ -106,6 +112,9 @@ class RemoteEngine:
             max_model_len=self.card.max_model_len,
             block_size=self.card.block_size,
             num_kv_blocks=self.card.num_kv_blocks,
+        )
+        check_structured_output(
+            request, engine=self.card.engine, supported=self.card.structured_output
         )
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
@@ -188,6 +197,30 @@ class RemoteEngine:
         async for _ in self._stream("release", msgspec.msgpack.encode(handle)):
             return
 
+    # ---- LoRA adapters: the worker's newest state, from its card, updates and answers ----
+    def get_lora_adapters(self) -> list[LoraAdapter]:
+        return self._lora.adapters
+
+    def _set_lora(self, state: LoraState) -> None:
+        if state.version >= self._lora.version:
+            self._lora = state
+
+    async def load_lora(self, name: str, path: str) -> LoraAdapter:
+        """Load on the worker (`path` is read there); InvalidRequestError if it refuses."""
+        state = await self._call("load_lora", msgspec.msgpack.encode(LoadLora(name, path)))
+        self._set_lora(state)
+        return next(a for a in state.adapters if a.name == name)
+
+    async def unload_lora(self, name: str) -> None:
+        if all(a.name != name for a in self._lora.adapters):
+            raise LoraNotFoundError(f"{self.card.worker_id} serves no LoRA adapter {name!r}")
+        self._set_lora(await self._call("unload_lora", msgspec.msgpack.encode(UnloadLora(name))))
+
+    async def _call(self, endpoint: str, payload: bytes) -> LoraState:
+        async for answer in self._stream(endpoint, payload):
+            return msgspec.msgpack.decode(answer, type=LoraState)
+        raise EngineDeadError(f"{self.card.worker_id} did not answer {endpoint}")
+
     async def _stream(self, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
         stream = self.client.stream(self.card.request_url, endpoint, payload)
         try:
@@ -215,6 +248,8 @@ class RemoteEngine:
                     self._events.extend(update.kv_events)
                     self._step_records.extend(update.step_records)
                     self._load = update.load
+                    if update.lora is not None:
+                        self._set_lora(update.lora)
                     self._last_update_s = time.monotonic()
                     stalled, load = self._stalled_at_steps, update.load
                     idle = load.num_running == 0 and load.num_waiting == 0

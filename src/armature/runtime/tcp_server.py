@@ -77,6 +77,9 @@ class _Connection:
         self.writer = writer
         self.streams: dict[int, _Stream] = {}
         self.peer = writer.get_extra_info("peername")
+        # frames the streams sent in this turn of the event loop, written together at its end
+        self._unwritten: list[bytes] = []
+        self._write_error: BaseException | None = None
 
     async def run(self) -> None:
         try:
@@ -152,14 +155,28 @@ class _Connection:
             self.streams.pop(frame.stream_id, None)
 
     async def _send(self, frame: Frame) -> None:
-        if self.writer.is_closing():
-            raise ClientGoneError("the connection is closed")
+        """Queue `frame`; the frames every stream sends in one turn of the event loop (the
+        outputs of one engine step) leave in one write. Waits while the socket's buffer is
+        full (back-pressure); ClientGoneError once the connection is closed or broken."""
+        if self._write_error is not None or self.writer.is_closing():
+            raise ClientGoneError(f"the connection is closed ({self._write_error})")
+        self._unwritten.append(encode_frame(frame, self.server.max_frame_bytes))
+        if len(self._unwritten) == 1:
+            asyncio.get_running_loop().call_soon(self._write)
         try:
-            self.writer.write(encode_frame(frame, self.server.max_frame_bytes))
             await self.writer.drain()
         except (ConnectionError, OSError, RuntimeError) as exc:
-            # RuntimeError: uvloop's answer to a write on a transport it already closed
             raise ClientGoneError(str(exc)) from None
+
+    def _write(self) -> None:
+        data = b"".join(self._unwritten)
+        self._unwritten.clear()
+        try:
+            self.writer.write(data)
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            # RuntimeError: uvloop's answer to a write on a transport it already closed; the
+            # streams learn of it on their next send, and the reader sees the connection end
+            self._write_error = exc
 
     async def _close(self) -> None:
         tasks = [s.task for s in self.streams.values() if s.task is not None]

@@ -6,7 +6,8 @@ model's step time and returns a seeded token per request (no logits, no sampling
 parameters, penalties, logit bias and logprobs are accepted and not simulated, since the tokens
 are synthetic anyway). Tokens depend only on (seed, request id, position), so a request gets
 the same tokens whatever it is batched with. EOS is never produced: requests end at
-max_tokens (or the context limit).
+max_tokens (or the context limit). LoRA adapters are served by name only (`read_lora`): an
+adapter's salt, its name, seeds its requests' block hashes, so routing and replay see them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import xxhash
 from armature.config import KvTierConfig
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore, TierBuilder
+from armature.engines.native.lora_set import ServedLora, served_lora_name
 from armature.engines.native.model_runner import num_kv_blocks_for
 from armature.engines.native.scheduler import ScheduledChunk
 from armature.kv.event_log import KvEventLog
@@ -83,6 +85,11 @@ class MockerRunner:
         while token in self.arch.eos_token_ids:
             token = (token + 1) % self.arch.vocab_size
         return token
+
+    def read_lora(self, name: str, path: Path) -> ServedLora:
+        """The mocker serves adapters by name only (their salt changes the block hashes, so
+        routing and replay see them); `path` is not read."""
+        return served_lora_name(name)
 
     def execute(self, chunks: list[ScheduledChunk]) -> list[int]:
         decodes = [c for c in chunks if c.is_decode]

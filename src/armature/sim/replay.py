@@ -27,9 +27,13 @@ __all__ = ["ReplayConfig", "ReplayReport", "get_performance_model", "replay"]
 
 
 def replay(
-    requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel | None = None
+    requests: Sequence[TraceRequest],
+    config: ReplayConfig,
+    timing: TimingModel | None = None,
+    prefill_timing: TimingModel | None = None,
 ) -> ReplayReport:
-    """Simulate `requests` through `config.num_workers` mocker workers and the router."""
+    """Simulate `requests` through `config.num_workers` mocker workers and the router;
+    `prefill_timing`: the prefill workers' step times where they differ from `timing`."""
     started_s = time.perf_counter()
     timing = timing or PolynomialTiming(speedup_ratio=config.speedup_ratio)
     mode = "disagg" if config.num_prefill_workers else "agg"
@@ -46,7 +50,7 @@ def replay(
             planner_config, get_performance_model(config, timing), num_workers=fleet_size
         )
     kind = DisaggSimulation if config.num_prefill_workers else Simulation
-    simulation = kind(requests, config, timing)
+    simulation = kind(requests, config, timing, prefill_timing)
     fleet = PlannedFleet(
         simulation,
         load_interval_s=planner_config.load_interval_s,

@@ -94,6 +94,9 @@ class ReplayReport:
     blocks_onboarded: dict[str, int] = field(default_factory=dict)
     blocks_offloaded: dict[str, int] = field(default_factory=dict)
     onboarded_token_ratio: float = 0.0
+    # prefix_hit_ratio's ceiling: the same requests with one infinite prefix cache shared by
+    # every worker (workload.traces.prefix_hit_ceiling_tokens), in the same unit
+    prefix_hit_ceiling: float = 0.0
     # what the fleet cost and how it held the planner's targets (planned or static)
     worker_seconds: float = 0.0
     worker_seconds_by_role: dict[str, float] = field(default_factory=dict)

@@ -43,8 +43,14 @@ class _Transfer:
 
 
 class DisaggSimulation(Simulation):
-    def __init__(self, requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel):
-        super().__init__(requests, config, timing)
+    def __init__(
+        self,
+        requests: Sequence[TraceRequest],
+        config: ReplayConfig,
+        timing: TimingModel,
+        prefill_timing: TimingModel | None = None,
+    ):
+        super().__init__(requests, config, timing, prefill_timing)
         self.prefill_index = PrefixIndex()
         for worker in self.prefill_workers:
             self.prefill_index.add_worker(worker, config.num_kv_blocks)
@@ -81,7 +87,7 @@ class DisaggSimulation(Simulation):
 
     def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
         tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
-        request_id = f"req-{number}"
+        request_id = self._request_id(trace, number)
         if not self.prefill_workers or not self._decide_prefill(tokens).is_remote:
             self._admit(request_id, tokens, trace.output_length, now_ms)
             return

@@ -59,7 +59,7 @@ from armature.sim.timing import TimingModel
 from armature.tiers.api import KvTiers
 from armature.transfer.blocks import KvBlockStore
 from armature.workload.measure import LatencySummary, RequestTiming, goodput
-from armature.workload.traces import TraceRequest, synthesize_prompt
+from armature.workload.traces import TraceRequest, prefix_hit_ceiling_tokens, synthesize_prompt
 
 __all__ = ["MIN_RETRY_MS", "Simulation", "Tracked"]
 
@@ -87,12 +87,21 @@ class Tracked:
 
 
 class Simulation:
-    def __init__(self, requests: Sequence[TraceRequest], config: ReplayConfig, timing: TimingModel):
+    def __init__(
+        self,
+        requests: Sequence[TraceRequest],
+        config: ReplayConfig,
+        timing: TimingModel,
+        prefill_timing: TimingModel | None = None,
+    ):
+        """`prefill_timing`: the prefill workers' step times, when they differ from the
+        others' (another tensor parallelism, say)."""
         self.config = config
         self.requests = sorted(requests, key=lambda r: r.arrival_ms)
         max_len = max((r.input_length + r.output_length for r in requests), default=1)
         self._arch = simulated_arch(config.vocab_size, max_len + 1)
         self._timing = timing
+        self._prefill_timing = prefill_timing or timing
         self._engine_config = NativeEngineConfig(
             model_dir=Path("mocker"),
             block_size=config.block_size,
@@ -123,6 +132,7 @@ class Simulation:
         self.load = ActiveLoad()
         self.policy = self._policy()
         self.tracked: dict[str, Tracked] = {}
+        self.traces: dict[str, TraceRequest] = {}  # by request id, as they arrived
         self.num_rejected = 0
         self.num_remote_prefills = 0
         # (time ms, sequence, key): scheduled events, in two heaps: the ends of busy routed
@@ -145,7 +155,10 @@ class Simulation:
     def make_worker(self, worker: str) -> None:
         """A mocker worker named `worker`, out of routing (see `join`)."""
         c = self.config
-        runner = MockerRunner(self._arch, self._timing, VirtualClock(), seed=c.seed)
+        # prefill workers are named "prefill-<n>" (and "prefill-new-<n>" by a planned fleet)
+        is_prefill = worker.startswith(f"{WorkerRole.PREFILL.value}-")
+        timing = self._prefill_timing if is_prefill else self._timing
+        runner = MockerRunner(self._arch, timing, VirtualClock(), seed=c.seed)
         core = EngineCore(
             self._engine_config,
             runner,
@@ -286,7 +299,13 @@ class Simulation:
 
     def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
         tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
-        self._admit(f"req-{number}", tokens, trace.output_length, now_ms)
+        self._admit(self._request_id(trace, number), tokens, trace.output_length, now_ms)
+
+    def _request_id(self, trace: TraceRequest, number: int) -> str:
+        """The id of the `number`th request (its trace kept for the report)."""
+        request_id = f"req-{number}"
+        self.traces[request_id] = trace
+        return request_id
 
     def _admit(self, request_id: str, tokens: list[int], max_tokens: int, now_ms: float) -> None:
         """Route a request to a worker of `self.workers` and queue it there."""
@@ -456,6 +475,14 @@ class Simulation:
             blocks_onboarded=dict(sorted(onboarded.items())),
             blocks_offloaded=dict(sorted(offloaded.items())),
             onboarded_token_ratio=onboarded_tokens / prompt_tokens if prompt_tokens else 0.0,
+            prefix_hit_ceiling=prefix_hit_ceiling_tokens(
+                [
+                    self.traces[rid]
+                    for rid, t in self.tracked.items()
+                    if t.last_token_ms is not None
+                ],
+                self.config.block_size,
+            ),
         )
 
 

@@ -21,7 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["InterpolatedTiming", "PolynomialTiming", "StepWork", "TimingModel"]
+__all__ = [
+    "AttendedTokensTiming",
+    "InterpolatedTiming",
+    "PolynomialTiming",
+    "StepWork",
+    "TimingModel",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,39 @@ class PolynomialTiming:
         if work.num_decode_requests > 0:
             total += self.decode_ms(work.kv_utilization)
         return total / self.speedup_ratio
+
+
+@dataclass(frozen=True)
+class AttendedTokensTiming:
+    """The polynomial above with decode priced by the tokens the decode requests attend
+    over: `u` = those tokens / `kv_capacity_tokens` (a fixed reference pool), instead of the
+    worker's own pool's utilization. Workers with pools of different sizes then pay the same
+    for the same work, as an engine's attention does; under the plain polynomial a small
+    pool's decode costs more at equal load."""
+
+    kv_capacity_tokens: int
+    base: PolynomialTiming = PolynomialTiming()
+
+    def __post_init__(self) -> None:
+        if self.kv_capacity_tokens <= 0:
+            raise ValueError("kv_capacity_tokens must be > 0")
+
+    @property
+    def speedup_ratio(self) -> float:
+        return self.base.speedup_ratio
+
+    @property
+    def decode_uses_context(self) -> bool:
+        return True
+
+    def step_ms(self, work: StepWork) -> float:
+        total = 0.0
+        if work.num_prefill_tokens > 0:
+            total += self.base.prefill_ms(work.num_prefill_tokens)
+        if work.num_decode_requests > 0:
+            u = min(1.0, work.num_decode_kv_tokens / self.kv_capacity_tokens)
+            total += self.base.decode_ms(u)
+        return total / self.base.speedup_ratio
 
 
 def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:

@@ -12,7 +12,7 @@ import msgspec
 
 from armature.config import WorkerConfig
 from armature.engines.registry import get_kind
-from armature.engines.spec import EngineSpec, resolve_engine_model
+from armature.engines.spec import BuiltEngine, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
 from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerCard, WorkerRole, worker_prefix
@@ -67,29 +67,9 @@ def run_worker(config: WorkerConfig) -> None:
 async def _run(config: WorkerConfig) -> None:
     process, runtime = config.process, config.runtime
     check_namespace(runtime.namespace)
-    kind = get_kind(config.engine.engine)
-    kind.check(config.engine, [process.role])
     instance_id = _instance_id(config)
-    model = resolve_engine_model(config.engine)
-    transfer_port = process.kv_transfer_port
-    if transfer_port == 0 and kind.binds_transfer_port_late and process.role is not WorkerRole.AGG:
-        transfer_port = free_port(process.host)
-    spec = EngineSpec(
-        engine=config.engine,
-        kv=config.kv,
-        tiers=config.tiers,
-        transfer=config.transfer,
-        model=model,
-        worker_id=f"worker-{instance_id:x}",
-        role=process.role,
-        serve_kv_transfers=True,
-        transfer_host=process.host,
-        transfer_port=transfer_port,
-        plane_secret=runtime.plane_secret,
-        shared_kv_cache=process.role is WorkerRole.PREFILL,
-    )
-    built = kind.build(spec)  # vLLM starts inside this event loop
-    info, name = built.info, spec.get_served_model_name()
+    spec, built = _build_engine(config, instance_id)
+    model, info, name = spec.model, built.info, spec.get_served_model_name()
     discovery = await open_discovery(runtime)
     await _check_peers(discovery, runtime.namespace, name, info.block_size_tokens, model)
     event_plane = await make_event_plane(runtime, process.host)
@@ -113,6 +93,7 @@ async def _run(config: WorkerConfig) -> None:
         role=process.role,
         embedder=built.embedder,
         engine_name=config.engine.engine,
+        structured_output=info.structured_output,
     )
     try:
         card = await service.start()
@@ -120,29 +101,63 @@ async def _run(config: WorkerConfig) -> None:
         raise ConfigError(
             f"cannot listen on {process.host}:{process.port}: {exc.strerror}"
         ) from None
-    transfers = ", ".join(f"{k} {v}" for k, v in info.kv_endpoints.items()) or "off"
-    log.info(
-        "worker %s ready: %s (%s engine, task %s, %s role, %d KV blocks of %d) on %s in "
-        "namespace %r; KV transfer %s; metrics %s",
-        card.worker_id,
-        name,
-        config.engine.engine,
-        card.task,
-        process.role,
-        card.num_kv_blocks,
-        card.block_size,
-        card.request_url,
-        runtime.namespace,
-        transfers,
-        card.metrics_url or "off",
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    _log_ready(config, card, info.kv_endpoints)
+    await _wait_for_stop_signal()
     log.info("worker %s stopping", card.worker_id)
     await service.stop(process.shutdown_grace_s)
     await event_plane.close()
     await servers.close()
     await discovery.close()
+
+
+def _build_engine(config: WorkerConfig, instance_id: int) -> tuple[EngineSpec, BuiltEngine]:
+    """The engine of `config`'s kind (vLLM starts inside the running event loop)."""
+    process = config.process
+    kind = get_kind(config.engine.engine)
+    kind.check(config.engine, [process.role])
+    model = resolve_engine_model(config.engine)
+    transfer_port = process.kv_transfer_port
+    if transfer_port == 0 and kind.binds_transfer_port_late and process.role is not WorkerRole.AGG:
+        transfer_port = free_port(process.host)
+    spec = EngineSpec(
+        engine=config.engine,
+        kv=config.kv,
+        tiers=config.tiers,
+        transfer=config.transfer,
+        model=model,
+        worker_id=f"worker-{instance_id:x}",
+        role=process.role,
+        serve_kv_transfers=True,
+        transfer_host=process.host,
+        transfer_port=transfer_port,
+        plane_secret=config.runtime.plane_secret,
+        shared_kv_cache=process.role is WorkerRole.PREFILL,
+    )
+    return spec, kind.build(spec)
+
+
+def _log_ready(config: WorkerConfig, card: WorkerCard, kv_endpoints: dict[str, str]) -> None:
+    transfers = ", ".join(f"{k} {v}" for k, v in kv_endpoints.items()) or "off"
+    log.info(
+        "worker %s ready: %s (%s engine, task %s, %s role, %d KV blocks of %d) on %s in "
+        "namespace %r; KV transfer %s; metrics %s",
+        card.worker_id,
+        card.model_name,
+        config.engine.engine,
+        card.task,
+        config.process.role,
+        card.num_kv_blocks,
+        card.block_size,
+        card.request_url,
+        config.runtime.namespace,
+        transfers,
+        card.metrics_url or "off",
+    )
+
+
+async def _wait_for_stop_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

@@ -6,8 +6,10 @@ Endpoints (payloads are msgpack):
     release   KvHandle -> one empty item, once the handle's pinned blocks are released
     embed     EmbedRequest -> one EmbedResult (only on a worker started with --task embed,
               whose card says so; its engine refuses `generate`)
+    load_lora    LoadLora -> one LoraState (the adapters served after loading it)
+    unload_lora  UnloadLora -> one LoraState (after unloading it)
 An invalid request fails its stream with code `invalid_request` (the frontend answers 4xx).
-On the event plane it publishes a WorkerUpdate (KV events, load, the engine's step records)
+On the event plane it publishes a WorkerUpdate (KV events, load, step records, LoRA adapters)
 every `update_interval_s` when something changed, and at least every `heartbeat_s` so that
 late subscribers learn the load.
 """
@@ -26,6 +28,7 @@ from armature.protocols.embedding import EmbedRequest, WorkerTask
 from armature.protocols.engine import EngineRequest
 from armature.protocols.failures import FailureCode
 from armature.protocols.kv_transfer import KvHandle
+from armature.protocols.lora import LoadLora, LoraState, UnloadLora
 from armature.protocols.worker import WorkerCard, WorkerRole, WorkerUpdate, worker_key
 from armature.runtime.discovery import DEFAULT_LEASE_TTL_S, Discovery, Registration
 from armature.runtime.events import EventPlane, Publisher
@@ -60,11 +63,14 @@ class WorkerService:
         role: WorkerRole = WorkerRole.AGG,
         embedder: EmbeddingEngine | None = None,
         engine_name: str = "",
+        structured_output: bool = False,
     ):
-        """`embedder`: `engine` as an embedding engine, for a worker of task embed."""
+        """`embedder`: `engine` as an embedding engine, for a worker of task embed.
+        `structured_output`: whether `engine` enforces guides (its card says so)."""
         self.engine = engine
         self.embedder = embedder
         self.engine_name = engine_name
+        self.structured_output = structured_output
         self.discovery = discovery
         self.namespace = namespace
         self.model_name = model_name
@@ -80,7 +86,14 @@ class WorkerService:
         self.role = role
         self._in_flight = 0
         self._draining = False
-        handlers = {"generate": self._generate, "dump": self._dump, "release": self._release}
+        handlers = {
+            "generate": self._generate,
+            "dump": self._dump,
+            "release": self._release,
+            "load_lora": self._load_lora,
+            "unload_lora": self._unload_lora,
+        }
+        self._lora_version = 0  # grows with each adapter loaded or unloaded here
         if embedder is not None:
             handlers["embed"] = self._embed
         self.server = make_server(handlers)
@@ -120,6 +133,8 @@ class WorkerService:
             task=WorkerTask.GENERATE if self.embedder is None else WorkerTask.EMBED,
             engine=self.engine_name,
             embedding=None if self.embedder is None else self.embedder.embedding_shape,
+            structured_output=self.structured_output,
+            lora_adapters=self.engine.get_lora_adapters(),
         )
         self._registration = await self.discovery.register(
             worker_key(self.namespace, self.instance_id),
@@ -230,6 +245,31 @@ class WorkerService:
         await self.engine.release_kv(handle)
         yield b""
 
+    def _lora_state(self) -> LoraState:
+        return LoraState(self._lora_version, self.engine.get_lora_adapters())
+
+    async def _load_lora(self, payload: bytes) -> AsyncIterator[bytes]:
+        try:
+            command = msgspec.msgpack.decode(payload, type=LoadLora)
+            await self.engine.load_lora(command.name, command.path)
+        except msgspec.DecodeError as exc:
+            raise HandlerError(FailureCode.INVALID_REQUEST, f"malformed request: {exc}") from None
+        except InvalidRequestError as exc:
+            raise HandlerError(FailureCode.INVALID_REQUEST, str(exc)) from None
+        self._lora_version += 1
+        yield msgspec.msgpack.encode(self._lora_state())
+
+    async def _unload_lora(self, payload: bytes) -> AsyncIterator[bytes]:
+        try:
+            command = msgspec.msgpack.decode(payload, type=UnloadLora)
+            await self.engine.unload_lora(command.name)
+        except msgspec.DecodeError as exc:
+            raise HandlerError(FailureCode.INVALID_REQUEST, f"malformed request: {exc}") from None
+        except InvalidRequestError as exc:
+            raise HandlerError(FailureCode.INVALID_REQUEST, str(exc)) from None
+        self._lora_version += 1
+        yield msgspec.msgpack.encode(self._lora_state())
+
     async def _pump_events(self) -> None:
         """Every interval: drain the engine's KV events and step records and publish them with
         the load. An update the event plane refuses is lost (a router heals its index from a
@@ -245,7 +285,9 @@ class WorkerService:
             now_s = loop.time()
             changed = events or records or load != last_load
             if changed or now_s - last_sent_s >= self.heartbeat_s:
-                update = WorkerUpdate(kv_events=events, load=load, step_records=records)
+                update = WorkerUpdate(
+                    kv_events=events, load=load, step_records=records, lora=self._lora_state()
+                )
                 try:
                     await self._publisher.publish(msgspec.msgpack.encode(update))
                 except Exception as exc:  # the event plane is down: the next dump heals it

@@ -4,7 +4,9 @@ A workload is a list of `TraceRequest`s sorted by arrival. As in the Mooncake FA
 a prompt is described by prefix block ids, one per TRACE_BLOCK_TOKENS tokens: `hash_ids[i]`
 names block i together with every block before it, so two requests sharing their first k ids
 share their first k * TRACE_BLOCK_TOKENS prompt tokens. `synthesize_prompt` turns the ids into
-token ids that keep this promise; `prefix_hit_ceiling` is what an infinite prefix cache gets.
+token ids that keep this promise; `prefix_hit_ceiling` is what an infinite prefix cache gets
+(in trace blocks), `prefix_hit_ceiling_tokens` the same in an engine's own unit (prompt tokens
+found cached, in whole engine blocks).
 
     prompt tokens:  [0 ..... 512)[512 .... 1024)[1024 .. input_length)
     hash_ids:        h0           h1             h2  (the last block may be partial)
@@ -35,6 +37,7 @@ __all__ = [
     "TraceFormatError",
     "TraceRequest",
     "prefix_hit_ceiling",
+    "prefix_hit_ceiling_tokens",
     "read_mooncake_trace",
     "synthesize_prompt",
     "synthetic_multi_turn",
@@ -312,3 +315,40 @@ def prefix_hit_ceiling(requests: Sequence[TraceRequest]) -> float:
         num_blocks += len(request.hash_ids)
         seen.update(request.hash_ids)
     return num_hit_blocks / num_blocks if num_blocks else 0.0
+
+
+def prefix_hit_ceiling_tokens(
+    requests: Sequence[TraceRequest],
+    block_size: int,
+    trace_block_tokens: int = TRACE_BLOCK_TOKENS,
+) -> float:
+    """Prefix hit ratio, in prompt tokens, of an infinite prefix cache shared by every worker,
+    counted as an engine with `block_size`-token blocks counts hits (a replay's
+    `prefix_hit_ratio`): over the requests in arrival order (stable), the longest token
+    prefix each prompt shares with any earlier one, in whole blocks and at most
+    (input_length - 1) // block_size of them (the engine always computes the last token),
+    over all prompt tokens (0.0 when there are none).
+
+    Prompts are as `synthesize_prompt` makes them: block i's tokens depend only on
+    hash_ids[i], and a shorter (last) block is a prefix of a longer one with the same id, so
+    the shared prefix follows from the ids and the most tokens of each id's block seen."""
+    seen: dict[int, int] = {}  # hash id -> the most tokens of its block any prompt had
+    num_hit_tokens = 0
+    num_tokens = 0
+    for request in sorted(requests, key=lambda r: r.arrival_ms):
+        lengths = [
+            min(trace_block_tokens, request.input_length - i * trace_block_tokens)
+            for i in range(_num_blocks(request.input_length, trace_block_tokens))
+        ]
+        shared_tokens = 0
+        for hash_id, length in zip(request.hash_ids, lengths, strict=False):
+            have = seen.get(hash_id, 0)
+            shared_tokens += min(have, length)
+            if have < length:
+                break
+        num_hit_blocks = min(shared_tokens // block_size, (request.input_length - 1) // block_size)
+        num_hit_tokens += num_hit_blocks * block_size
+        num_tokens += request.input_length
+        for hash_id, length in zip(request.hash_ids, lengths, strict=False):
+            seen[hash_id] = max(seen.get(hash_id, 0), length)
+    return num_hit_tokens / num_tokens if num_tokens else 0.0

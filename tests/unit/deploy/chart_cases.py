@@ -21,6 +21,7 @@ def _cases() -> dict[str, dict[str, Any]]:
     cases["planner-agg"] = {"planner": planner}
     disagg = load_values(CHART_DIR / "examples" / "disaggregated-gpu-nixl.yaml")
     cases["planner-disagg"] = {**disagg, "planner": planner}
+    cases["frontend-replicas"] = {"frontend": {"replicas": 3}}
     cases["etcd-nats"] = {
         "runtime": {"discovery": "etcd", "request-plane": "nats", "event-plane": "nats"},
         "etcd": {"enabled": True},

@@ -203,3 +203,25 @@ def test_in_chart_etcd_and_nats_are_what_every_process_uses() -> None:
         assert args[args.index("--etcd-endpoints") + 1] == f"http://{FULL}-etcd:2379"
         assert args[args.index("--nats-url") + 1] == f"nats://{FULL}-nats:4222"
         assert args[args.index("--discovery") + 1] == "etcd"
+
+
+def test_frontend_replicas_share_their_load_from_their_pod_ip() -> None:
+    """Each replica publishes its in-flight load on its Pod's IP and registers a card (an
+    annotation of its own Pod, under Kubernetes discovery) so the others find it."""
+    manifests = render(CASES["frontend-replicas"])
+    deployment = manifests.get("Deployment", f"{FULL}-frontend")
+    assert deployment["spec"]["replicas"] == 3
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    flags = dict(zip(container["args"][1::2], container["args"][2::2], strict=False))
+    assert flags["--replica-host"] == "$(POD_IP)"
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in (
+        container["env"]
+    )
+    register = manifests.get("RoleBinding", f"{FULL}-discovery-register")
+    assert {"kind": "ServiceAccount", "name": f"{FULL}-frontend", "namespace": "serving"} in (
+        register["subjects"]
+    )
+    role = manifests.get("Role", f"{FULL}-discovery-register")
+    assert _rules(role) == {(v, "", "pods", ()) for v in ("get", "list", "watch", "patch")}
+    # nothing binds the read-only role without a planner
+    assert not [b for b in manifests.of_kind("RoleBinding") if "discovery-watch" in str(b)]

@@ -16,10 +16,13 @@ NEAR_TIE_LOGIT_MARGIN = 2e-3
 
 
 class HfReference:
-    def __init__(self, model_dir: Path):
-        from transformers import AutoModelForCausalLM
+    def __init__(self, model_dir: Path, model: Any = None):
+        """The model in `model_dir` in float32, or `model` (e.g. wrapped by PEFT) itself."""
+        if model is None:
+            from transformers import AutoModelForCausalLM
 
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+            model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        self.model = model
         self.model.eval()
         self._cache: dict[tuple[tuple[int, ...], int], list[int]] = {}
 

@@ -142,4 +142,5 @@ def test_the_mocker_refuses_guides_naming_the_field(default_model_dir: Path) -> 
     with pytest.raises(InvalidRequestError) as caught:
         mocker.validate(EngineRequest(request_id="r", prompt_token_ids=[1], sampling=params))
     assert caught.value.param == "guided_regex"
-    assert "mocker engine does not support structured output" in str(caught.value)
+    assert "guided_regex needs structured output" in str(caught.value)
+    assert "the mocker engine serving this model does not enforce" in str(caught.value)

@@ -137,6 +137,26 @@ async def test_bad_requests_fail_before_reaching_vllm(bad: EngineRequest) -> Non
         assert str(raised.value) == str(native.value)
 
 
+async def test_adapter_requests_get_a_400_naming_the_engine() -> None:
+    llm = FakeLlm()
+    engine = make_engine(llm)
+    with pytest.raises(InvalidRequestError, match="the vllm engine serves no LoRA adapters"):
+        async for _ in engine.generate(msgspec.structs.replace(request(), lora_name="sql")):
+            pass
+    assert llm.finished == [] and llm.aborted == []
+    with pytest.raises(InvalidRequestError, match="the vllm engine serves no LoRA adapters"):
+        await engine.load_lora("sql", "/adapters/sql")
+    assert engine.get_lora_adapters() == []
+
+
+def test_cli_vllm_refuses_lora_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker", "--engine", "vllm", "--lora", "sql=/adapters/sql"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "armature: error: --lora needs --engine torch (or mocker): the vllm adapter serves no "
+        "LoRA adapters"
+    ]
+
+
 async def test_a_request_vllm_refuses_is_invalid_not_a_crash() -> None:
     class Refusing(FakeLlm):
         async def generate(

@@ -32,6 +32,9 @@ class IdleEngine:
     def take_kv_events(self) -> list:  # type: ignore[type-arg]
         return []
 
+    def get_lora_adapters(self) -> list:  # type: ignore[type-arg]
+        return []
+
 
 class ScriptedEngine(IdleEngine):
     """Emits the token ids of the next output queued, a few per step, then stops."""
@@ -40,9 +43,11 @@ class ScriptedEngine(IdleEngine):
         self.preprocessor = preprocessor
         self.outputs: list[str] = []
         self.prompts: list[list[int]] = []
+        self.requests: list[EngineRequest] = []
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         self.prompts.append(request.prompt_token_ids)
+        self.requests.append(request)
         ids = self.preprocessor.encode(self.outputs.pop(0), add_special_tokens=False)
         steps, at = [], 0
         while at < len(ids):  # 1, 2, 3, 1, 2, 3... tokens per step

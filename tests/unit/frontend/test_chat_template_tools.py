@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from armature.frontend.chat_request import template_messages
+from armature.frontend.chat_setup import chatml_tools_template
 from armature.frontend.parsing import TOOL_CALL_PARSERS
 from armature.frontend.parsing.tool_call import ToolCall
 from armature.frontend.preprocess import Preprocessor
@@ -19,7 +20,7 @@ from armature.frontend.template_features import TemplateFeatures
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
-TEMPLATE = Path(__file__).parents[3] / "examples" / "chat_templates" / "chatml_tools.jinja"
+TEMPLATE = chatml_tools_template()
 TOOLS: Any = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
 CALLS = [ToolCall("add", '{"a": 1, "b": [2, "three"]}'), ToolCall("add", "{}")]
 HISTORY: Any = [
@@ -54,7 +55,7 @@ def test_the_default_template_renders_neither_tools_nor_calls(default_model_dir:
 
 
 def test_calls_written_by_the_template_parse_back(default_model_dir: Path) -> None:
-    preprocessor = Preprocessor(default_model_dir, TEMPLATE.read_text())
+    preprocessor = Preprocessor(default_model_dir, TEMPLATE)
     features = preprocessor.template_features
     assert features == TemplateFeatures(takes_tools=True, renders_tool_calls=True)
     messages = template_messages([ChatMessage.model_validate(m) for m in HISTORY], features)

@@ -16,13 +16,14 @@ from frontend_fakes import ScriptedEngine
 
 from armature.config import RouterConfig
 from armature.frontend.app import ServedModel, build_app
+from armature.frontend.chat_setup import chatml_tools_template
 from armature.frontend.compose import compose_frontend
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
-TEMPLATE = Path(__file__).parents[3] / "examples" / "chat_templates" / "chatml_tools.jinja"
+TEMPLATE = chatml_tools_template()
 MODEL = "m"
 WEATHER_TOOL: Any = {
     "type": "function",
@@ -48,7 +49,7 @@ CALLS_OUTPUT = (
 
 @pytest.fixture(scope="module")
 def tool_preprocessor(default_model_dir: Path) -> Preprocessor:
-    return Preprocessor(default_model_dir, TEMPLATE.read_text())
+    return Preprocessor(default_model_dir, TEMPLATE)
 
 
 @pytest.fixture(scope="module")

@@ -165,6 +165,30 @@ def test_each_step_decodes_a_small_window(tokenizer: Tokenizer, prompt_ids: list
     assert max(decoder.num_ids_per_call[2:]) == 5
 
 
+@pytest.mark.parametrize("text", [*MULTIBYTE_TEXTS, HELLO + " <|im_end|> after"])
+@pytest.mark.parametrize("prompt_tail", [[], [IM_END_ID], "prompt"])
+def test_rust_decode_stream_matches_the_python_window(
+    tokenizer: Tokenizer, prompt_ids: list[int], text: str, prompt_tail: list[int] | str
+) -> None:
+    """A `tokenizers.Tokenizer` decodes through the library's DecodeStream, any other decoder
+    through the Python window: the same deltas, flush and stops, token by token."""
+    prompt = prompt_ids if prompt_tail == "prompt" else list(prompt_tail)
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    outs = []
+    for decoder in (tokenizer, _RecordingDecoder(tokenizer)):
+        for skip in (True, False):
+            detok = IncrementalDetokenizer(
+                decoder, prompt, stop=["ll", "\u4e16"], skip_special_tokens=skip
+            )
+            deltas = []
+            for token_id in ids[:-1]:
+                deltas.append(detok.update([token_id]))
+                if detok.stop_reason is not None:
+                    break
+            outs.append((deltas, detok.flush(), detok.stop_reason))
+    assert outs[0] == outs[2] and outs[1] == outs[3]
+
+
 def test_transformers_tokenizer_satisfies_the_protocol(
     default_model_dir: Path, prompt_ids: list[int]
 ) -> None:

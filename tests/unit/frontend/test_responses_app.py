@@ -8,6 +8,7 @@ equivalent chat history; every bad input is a 4xx naming its field."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +20,17 @@ from frontend_fakes import ScriptedEngine
 
 from armature.config import ResponsesConfig, RouterConfig
 from armature.frontend.app import ServedModel, build_app
+from armature.frontend.chat_setup import chatml_tools_template
 from armature.frontend.compose import compose_frontend
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.responses_service import ResponsesService
 from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason
+from armature.protocols.guide import JsonObjectGuide, JsonSchemaGuide, LarkGuide
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
-TEMPLATE = Path(__file__).parents[3] / "examples" / "chat_templates" / "chatml_tools.jinja"
+TEMPLATE = chatml_tools_template()
 MODEL = "m"
 WEATHER_TOOL: Any = {
     "type": "function",
@@ -42,6 +45,8 @@ WEATHER_TOOL: Any = {
 TIME_TOOL: Any = {"type": "function", "name": "get_time", "parameters": {}}
 TOOLS: Any = [WEATHER_TOOL, TIME_TOOL]
 ASK = "Weather in Paris and the time?"
+BAD_SCHEMA: Any = {"type": "json_schema", "name": "x", "schema": {"type": "nope"}}
+JSON_OBJECT: Any = {"type": "json_object"}
 # the blank between the calls is no message of its own (chat's content ends "Let me look.\n")
 CALLS_OUTPUT = (
     "<think>\nThe user wants two things.\n</think>\n\nLet me look.<tool_call>\n"
@@ -65,7 +70,7 @@ class Clock:
 
 @pytest.fixture(scope="module")
 def preprocessor(default_model_dir: Path) -> Preprocessor:
-    return Preprocessor(default_model_dir, TEMPLATE.read_text())
+    return Preprocessor(default_model_dir, TEMPLATE)
 
 
 class FailingEngine(ScriptedEngine):
@@ -406,7 +411,23 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
         ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "launch"}}, "tool_choice"),
         ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
         ({"tool_choice": "auto"}, "tool_choice"),
-        ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+        ({"text": {"format": {"type": "xml"}}}, "text.format"),
+        (
+            {"text": {"format": {"type": "json_schema", "schema": {}}}},
+            "text.format.json_schema.name",
+        ),
+        (
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "nope"}}}},
+            "text.format.schema",
+        ),
+        (
+            {
+                "text": {"format": {"type": "json_object"}},
+                "tools": TOOLS,
+                "tool_choice": "required",
+            },
+            "text.format",
+        ),
         ({"max_output_tokens": 4096}, "max_output_tokens"),
         ({"temperature": 3}, "temperature"),
         ({"previous_response_id": unstored.id}, "previous_response_id"),
@@ -428,6 +449,54 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
     assert caught.value.body["code"] == "response_not_stored"  # type: ignore[index]
     with pytest.raises(openai.NotFoundError):
         await client.responses.delete("resp_nope")
+
+
+async def test_text_format_and_forced_tools_are_the_guides_of_chat(
+    preprocessor: Preprocessor,
+) -> None:
+    """`text.format` json_schema and json_object, and tool_choice required or named, reach
+    the engine as the same guides a chat request's response_format and tool_choice do; the
+    response echoes the format."""
+    engine, client = serve(preprocessor)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    fmt: Any = {"type": "json_schema", "name": "count", "schema": schema, "strict": True}
+    engine.outputs = ['{"n": 3}', '{"n": 4}', "{}"]
+    whole = await client.responses.create(model=MODEL, input=ASK, text={"format": fmt})
+    assert whole.output_text == '{"n": 3}'
+    assert whole.text is not None and whole.text.format is not None
+    assert whole.text.format.model_dump(by_alias=True, exclude_none=True) == fmt
+    events = [
+        e
+        async for e in await client.responses.create(
+            model=MODEL, input=ASK, text={"format": fmt}, stream=True
+        )
+    ]
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == '{"n": 4}'  # type: ignore[union-attr]
+    json_object = await client.responses.create(
+        model=MODEL, input=ASK, text={"format": {"type": "json_object"}}
+    )
+    assert json_object.output_text == "{}"
+    assert [r.sampling.guide for r in engine.requests] == [
+        JsonSchemaGuide(schema_json=json.dumps(schema), param="response_format.json_schema.schema"),
+        JsonSchemaGuide(schema_json=json.dumps(schema), param="response_format.json_schema.schema"),
+        JsonObjectGuide(param="response_format"),
+    ]
+
+    named = {"type": "function", "name": "get_time"}
+    engine.outputs = ['<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'] * 2
+    for choice in ("required", named):
+        forced = await client.responses.create(
+            model=MODEL,
+            input=ASK,
+            tools=TOOLS,
+            tool_choice=choice,  # type: ignore[arg-type]
+        )
+        assert without_ids(forced.output) == [CALL_ITEMS[3]]
+    required, only_time = (r.sampling.guide for r in engine.requests[3:])
+    assert isinstance(required, LarkGuide) and isinstance(only_time, LarkGuide)
+    assert (required.param, only_time.param) == ("tool_choice", "tool_choice")
+    assert "get_weather" in required.grammar and "get_weather" not in only_time.grammar
 
 
 async def test_an_engine_failure_fails_the_response(preprocessor: Preprocessor) -> None:

@@ -25,6 +25,7 @@ from armature.runtime.discovery import Discovery, WatchEvent
 from armature.runtime.discovery_kubernetes import KubeDiscoveryError
 from armature.runtime.factory import open_discovery
 from armature.runtime.kube_membership import ANNOTATION, encode_entries
+from armature.runtime.ports import free_port
 from kube_api import POD_RULES, POD_WATCH_RULES, KubeApiFake, RecordedRequest
 
 TOKEN = "discovery-sa-token"
@@ -268,6 +269,12 @@ async def test_an_api_server_restart_loses_nothing_and_repeats_nothing(fake: Kub
         (POD_RULES, "missing", "get its own Pod serving/missing: not found (404)"),
         (POD_WATCH_RULES, "w0", "patch its own Pod serving/w0: forbidden (403)"),
         (frozenset({("get", "", "pods")}), None, "list Pods in namespace serving: forbidden (403)"),
+        (
+            POD_RULES - {("watch", "", "pods")},
+            "w0",
+            "watch Pods in namespace serving: forbidden by the API server's access review: RBAC: "
+            'User "armature" has no rule for watch pods (the Role needs get, list and watch',
+        ),
     ],
 )
 async def test_missing_pods_and_permissions_are_one_line_start_errors(
@@ -281,6 +288,26 @@ async def test_missing_pods_and_permissions_are_one_line_start_errors(
     assert "\n" not in message
     assert message.startswith(f"kubernetes discovery (API server {fake.url}, credentials from ")
     assert expected in message
+
+
+REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+@pytest.mark.parametrize("reviews", [True, False], ids=["reviewed", "no-review-api"])
+async def test_the_start_asks_whether_it_may_watch(fake: KubeApiFake, reviews: bool) -> None:
+    fake.access_reviews = reviews
+    discovery = await open_discovery(runtime())
+    await discovery.close()
+    asked = [c for c in calls(fake) if c[1] == REVIEWS]
+    assert len(asked) == 1
+    method, _, _, body, status = asked[0]
+    assert method == "POST" and status == (201 if reviews else 404)
+    assert isinstance(body, dict)
+    assert body["spec"]["resourceAttributes"] == {
+        "verb": "watch",
+        "resource": "pods",
+        "namespace": NAMESPACE,
+    }
 
 
 async def test_registering_without_a_pod_of_its_own_says_how_to_set_it(fake: KubeApiFake) -> None:
@@ -300,7 +327,16 @@ def test_refused_credentials_exit_2_with_one_line(
 ) -> None:
     kubeconfig = fake.write_kubeconfig(tmp_path / "wrong", token="not-the-token")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    assert main(["frontend", "--discovery", "kubernetes", "--wait-for-workers-s", "1"]) == 2
+    argv = [
+        "frontend",
+        "--discovery",
+        "kubernetes",
+        "--wait-for-workers-s",
+        "1",
+        "--port",
+        str(free_port("127.0.0.1")),
+    ]
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"armature: error: kubernetes discovery (API server {fake.url}, ")
@@ -313,7 +349,16 @@ def test_no_cluster_configuration_exits_2_with_one_line(
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert main(["frontend", "--discovery", "kubernetes", "--k8s-pod-name", "f0"]) == 2
+    argv = [
+        "frontend",
+        "--discovery",
+        "kubernetes",
+        "--k8s-pod-name",
+        "f0",
+        "--port",
+        str(free_port("127.0.0.1")),
+    ]
+    assert main(argv) == 2  # (the frontend binds its port before discovery)
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(
@@ -322,7 +367,14 @@ def test_no_cluster_configuration_exits_2_with_one_line(
 
 
 def test_a_namespace_that_is_no_label_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["frontend", "--discovery", "kubernetes", "--namespace=-bad"]
+    argv = [
+        "frontend",
+        "--discovery",
+        "kubernetes",
+        "--namespace=-bad",
+        "--port",
+        str(free_port("127.0.0.1")),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from armature.errors import ConfigError
-from armature.runtime.ports import free_port, reserve_listen_socket
+from armature.runtime.ports import free_port, reserve_listen_socket, reserve_shared_listen_socket
 
 
 def test_a_reserved_port_accepts_connections_and_cannot_be_bound_again() -> None:
@@ -30,3 +30,35 @@ def test_the_port_is_free_again_once_the_reservation_closes() -> None:
     reserve_listen_socket("127.0.0.1", port).close()
     with reserve_listen_socket("127.0.0.1", port) as again:
         assert again.getsockname()[1] == port
+
+
+def test_a_shared_port_takes_more_reuse_port_listeners_and_no_other() -> None:
+    with reserve_shared_listen_socket("127.0.0.1", 0) as first:
+        port = first.getsockname()[1]
+        with reserve_listen_socket("127.0.0.1", port, reuse_port=True) as second:
+            # the kernel spreads connections over both listeners
+            accepted = set()
+            for _ in range(64):
+                with socket.create_connection(("127.0.0.1", port), timeout=5):
+                    pass
+            for listener in (first, second):
+                listener.setblocking(False)
+                try:
+                    while True:
+                        conn, _ = listener.accept()
+                        conn.close()
+                        accepted.add(listener.fileno())
+                except BlockingIOError:
+                    pass
+            assert accepted == {first.fileno(), second.fileno()}
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            reserve_listen_socket("127.0.0.1", port)  # a listener without SO_REUSEPORT
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            reserve_shared_listen_socket("127.0.0.1", port)  # another group's first
+
+
+def test_a_shared_port_is_refused_when_anything_listens_there() -> None:
+    with reserve_listen_socket("127.0.0.1", 0, reuse_port=True) as other:
+        port = other.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            reserve_shared_listen_socket("127.0.0.1", port)

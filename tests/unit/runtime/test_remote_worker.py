@@ -15,6 +15,7 @@ from armature.engines.api import InvalidRequestError
 from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig
 from armature.protocols.engine import EngineLoad, EngineRequest, SamplingParams, StepRecord
+from armature.protocols.guide import JsonObjectGuide
 from armature.protocols.kv_events import KvCleared
 from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_prefix
 from armature.router.service import EngineRouter
@@ -214,3 +215,52 @@ def test_worker_update_round_trips_and_old_payloads_decode() -> None:
     assert msgspec.msgpack.decode(partial, type=StepRecord) == StepRecord(
         num_decode_requests=2, step_wall_s=0.5
     )
+
+
+async def test_a_card_says_whether_its_engine_enforces_guides(tiny_llama_dir: Path) -> None:
+    """The frontend's view of a worker refuses guided requests its card says the worker's
+    engine cannot enforce, naming the field and the engine; cards of older workers, which
+    lack the field, leave it to the worker."""
+    discovery = MemDiscovery(MemStore())
+    plane = ZmqEventPlane()
+    engine = mocker_engine(tiny_llama_dir)
+    service = WorkerService(
+        engine,
+        discovery,
+        namespace="test",
+        model_name="tiny",
+        model_path=str(tiny_llama_dir),
+        block_size=4,
+        max_model_len=engine.core.max_model_len,
+        vocab_size=engine.core.arch.vocab_size,
+        make_server=lambda handlers: RequestPlaneServer(handlers),
+        event_plane=plane,
+        engine_name="mocker",
+        structured_output=False,
+    )
+    card = await service.start()
+    try:
+        [wire] = (await discovery.list(worker_prefix("test"))).values()
+        assert msgspec.msgpack.decode(wire, type=WorkerCard) == card
+        assert (card.engine, card.structured_output) == ("mocker", False)
+        remote = RemoteEngine(card, RequestPlaneClient(), plane)
+        guide = JsonObjectGuide(param="response_format")
+        guided = EngineRequest(
+            request_id="g",
+            prompt_token_ids=[1, 2],
+            sampling=SamplingParams(max_tokens=2, guide=guide),
+        )
+        with pytest.raises(InvalidRequestError) as caught:
+            remote.validate(guided)
+        assert caught.value.param == "response_format"
+        assert str(caught.value) == (
+            "response_format needs structured output (a token mask at each decoding step), "
+            "which the mocker engine serving this model does not enforce"
+        )
+        remote.validate(request("free", [1, 2]))  # unguided requests pass
+        old = {k: v for k, v in msgspec.to_builtins(card).items() if k != "structured_output"}
+        old_card = msgspec.convert(old, WorkerCard)
+        assert old_card.structured_output
+        RemoteEngine(old_card, RequestPlaneClient(), plane).validate(guided)
+    finally:
+        await service.stop()

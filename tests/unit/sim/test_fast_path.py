@@ -12,7 +12,7 @@ import pytest
 
 from armature.sim.replay import ReplayConfig, replay
 from armature.sim.simulation import Simulation
-from armature.sim.timing import PolynomialTiming, StepWork
+from armature.sim.timing import AttendedTokensTiming, PolynomialTiming, StepWork
 from armature.workload.traces import (
     TraceRequest,
     read_mooncake_trace,
@@ -95,6 +95,14 @@ class ContextTiming:
 def test_a_timing_that_reads_the_context() -> None:
     fast = asdict(replay(GROUPS, TIGHT, ContextTiming()))
     reference = asdict(replay(GROUPS, replace(TIGHT, reference_steps=True), ContextTiming()))
+    assert fast.pop("wall_time_s") >= 0 and reference.pop("wall_time_s") >= 0
+    assert fast == reference
+
+
+def test_attended_tokens_timing_fast_path_equals_reference() -> None:
+    timing = AttendedTokensTiming(kv_capacity_tokens=TIGHT.num_kv_blocks * 16)
+    fast = asdict(replay(CHAT, TIGHT, timing))
+    reference = asdict(replay(CHAT, replace(TIGHT, reference_steps=True), timing))
     assert fast.pop("wall_time_s") >= 0 and reference.pop("wall_time_s") >= 0
     assert fast == reference
 

@@ -13,7 +13,12 @@ from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_events import KvStored
 from armature.sim.mocker import MockerRunner, VirtualClock, build_mocker_core, simulated_arch
-from armature.sim.timing import InterpolatedTiming, PolynomialTiming, StepWork
+from armature.sim.timing import (
+    AttendedTokensTiming,
+    InterpolatedTiming,
+    PolynomialTiming,
+    StepWork,
+)
 
 ARCH = simulated_arch(vocab_size=1000, max_model_len=4096, eos_token_ids=(2,))
 
@@ -50,6 +55,24 @@ def test_polynomial_timing_matches_the_design_formula() -> None:
         timing.step_ms(both) / 10
     )
     assert timing.step_ms(StepWork(0, 0, 0.0)) == 0.0
+
+
+def test_attended_tokens_timing_prices_decode_by_context_not_pool_size() -> None:
+    timing = AttendedTokensTiming(kv_capacity_tokens=1000)
+    design = PolynomialTiming()
+    # 3 decode requests over 500 tokens in all: u = 0.5 whatever the pool's utilization
+    for pool_utilization in (0.1, 0.9):
+        work = StepWork(100, 3, pool_utilization, num_decode_kv_tokens=500)
+        assert timing.step_ms(work) == pytest.approx(design.prefill_ms(100) + design.decode_ms(0.5))
+    assert timing.step_ms(StepWork(0, 2, 0.0, num_decode_kv_tokens=4000)) == pytest.approx(
+        design.decode_ms(1.0)  # past the reference pool: u is capped at 1
+    )
+    fast = AttendedTokensTiming(1000, PolynomialTiming(speedup_ratio=4))
+    assert fast.speedup_ratio == 4
+    assert fast.step_ms(StepWork(0, 1, 0.0, 250)) == pytest.approx(design.decode_ms(0.25) / 4)
+    assert timing.decode_uses_context and timing.step_ms(StepWork(0, 0, 0.5)) == 0.0
+    with pytest.raises(ValueError, match="kv_capacity_tokens"):
+        AttendedTokensTiming(0)
 
 
 def test_interpolated_timing_is_piecewise_linear() -> None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
+import pytest
+
 from armature.config import KvTierConfig
+from armature.router.holder_store import BACKEND_ENV_VAR, IndexBackend, has_native_index
 from armature.sim.replay import ReplayConfig, replay
+from armature.sim.timing import PolynomialTiming
 from armature.workload.measure import Slo
 from armature.workload.traces import TraceRequest, synthetic_multi_turn, synthetic_prefix_groups
 
@@ -113,3 +117,45 @@ def test_disaggregated_replay_runs_the_tiers_on_every_worker() -> None:
     tiered = replay(MULTI_TURN, replace(config, tiers=KvTierConfig(kv_host_blocks=1024)))
     assert (tiered.num_requests, tiered.num_remote_prefills) == (48, 48)
     assert tiered.prefix_hit_ratio > replay(MULTI_TURN, config).prefix_hit_ratio
+
+
+def test_disaggregated_replay_runs_prefill_workers_on_their_own_step_times() -> None:
+    """Prefill workers 10x slower than the decode worker: TTFT (the prefill's first token)
+    grows 10x; the decode worker's steps, the ITLs after the first, are the same."""
+    requests = [TraceRequest(i * 1000.0, 512, 8, (3 * i,)) for i in range(5)]
+    config = ReplayConfig(num_workers=2, num_prefill_workers=1, num_kv_blocks=512)
+    fast = PolynomialTiming(speedup_ratio=10.0)
+    same = replay(requests, config, fast)
+    slow = replay(requests, config, fast, PolynomialTiming(speedup_ratio=1.0))
+    assert slow.num_remote_prefills == same.num_remote_prefills == 5
+    assert slow.ttft_ms.p50 == pytest.approx(10 * same.ttft_ms.p50)
+    assert slow.itl_ms.p50 == pytest.approx(same.itl_ms.p50)
+
+
+def test_prefix_hit_ceiling_is_reached_by_one_worker_with_room_for_everything() -> None:
+    """One worker whose cache holds every block, requests far apart (each prefilled before
+    the next arrives): the engine finds exactly what an infinite shared cache would, so the
+    hit ratio is the ceiling. Spread round-robin over 4 workers it falls below it; the
+    ceiling, a property of the requests, stays."""
+    spaced = [replace(r, arrival_ms=i * 10_000.0) for i, r in enumerate(WORKLOAD[:40])]
+    alone = replay(spaced, replace(CONFIG, num_workers=1, num_kv_blocks=8192))
+    assert alone.prefix_hit_ceiling > 0.5
+    assert alone.prefix_hit_ratio == alone.prefix_hit_ceiling
+    spread = replay(spaced, replace(CONFIG, router="round-robin", num_kv_blocks=8192))
+    assert spread.prefix_hit_ceiling == alone.prefix_hit_ceiling
+    assert spread.prefix_hit_ratio < spread.prefix_hit_ceiling
+
+
+def test_the_native_and_python_index_stores_give_the_same_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The router's prefix index in C or in Python: the same report, every field (kv router
+    on shared prefixes with evictions, so blocks come and go from the index)."""
+    if not has_native_index():
+        pytest.skip("armature.router._index was not built (no C compiler at install)")
+    tight = replace(CONFIG, num_kv_blocks=400)
+    reports = []
+    for backend in IndexBackend:
+        monkeypatch.setenv(BACKEND_ENV_VAR, backend.value)
+        reports.append(without_wall_time(replay(WORKLOAD, tight)))
+    assert reports[0] == reports[1]

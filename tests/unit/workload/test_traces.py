@@ -16,6 +16,7 @@ from armature.workload.traces import (
     TraceFormatError,
     TraceRequest,
     prefix_hit_ceiling,
+    prefix_hit_ceiling_tokens,
     read_mooncake_trace,
     synthesize_prompt,
     synthetic_multi_turn,
@@ -443,3 +444,32 @@ def test_ceiling_of_the_real_mooncake_traces(name: str, num_requests: int, ceili
     requests = read_mooncake_trace(path)
     assert len(requests) == num_requests
     assert round(prefix_hit_ceiling(requests), 3) == ceiling
+
+
+def test_token_ceiling_counts_whole_engine_blocks_of_the_shared_prefix() -> None:
+    """Trace blocks of 512 tokens, engine blocks of 16 (hand-worked):
+    r0 [1, 2] 1,024 tokens: nothing before it, 0 hits.
+    r1 [1, 3] 1,000 tokens: shares block 1 (512 tokens) = 32 engine blocks, 512 hits.
+    r2 [1, 3] 1,000 tokens: shares all 1,000, capped at (1,000 - 1) // 16 = 62 blocks, 992.
+    r3 [1, 3] 1,030 tokens (3 full, one 6-token block 4): id 3 was seen with 488 tokens only,
+       so 512 + 488 = 1,000 shared tokens, 62 whole blocks, 992 hits."""
+    requests = [
+        TraceRequest(0.0, 1024, 1, (1, 2)),
+        TraceRequest(1.0, 1000, 1, (1, 3)),
+        TraceRequest(2.0, 1000, 1, (1, 3)),
+        TraceRequest(3.0, 1030, 1, (1, 3, 4)),
+    ]
+    num_hits = 0 + 512 + 992 + 992
+    assert prefix_hit_ceiling_tokens(requests, 16) == num_hits / (1024 + 1000 + 1000 + 1030)
+    assert prefix_hit_ceiling_tokens([], 16) == 0.0
+
+
+def test_token_ceiling_follows_arrival_order() -> None:
+    """Two prompts sharing trace block 7: the 1,024-token one first, the 512-token one hits
+    all but its last block ((512 - 1) // 16 = 31 blocks, 496 tokens); the other way round,
+    the long one hits the whole 512 (32 blocks)."""
+    long = TraceRequest(0.0, 1024, 1, (7, 8))
+    short = TraceRequest(1.0, 512, 1, (7,))
+    assert prefix_hit_ceiling_tokens([short, long], 16) == 496 / 1536  # sorted by arrival
+    early_short = TraceRequest(-1.0, 512, 1, (7,))
+    assert prefix_hit_ceiling_tokens([long, early_short], 16) == 512 / 1536

@@ -18,9 +18,11 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.engines.native.core import EngineCore
+from armature.model.lora import LoraError
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -32,6 +34,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle, NativeTransfer
+from armature.protocols.lora import LoraAdapter, LoraNotFoundError
 from armature.transfer.agent import KvTransferAgent
 from armature.transfer.blocks import KvBlocks
 from armature.transfer.wire import TransferError
@@ -93,7 +96,10 @@ class AsyncEngine:
         # old step records drop silently. Filled by the engine thread, drained by the loop.
         self._events: deque[KvEvent] = deque(maxlen=MAX_BUFFERED_KV_EVENTS)
         self._step_records: deque[StepRecord] = deque(maxlen=MAX_BUFFERED_STEP_RECORDS)
-        self._buffers_lock = threading.Lock()  # guards _events and _step_records
+        self._buffers_lock = threading.Lock()  # guards _events, _step_records, _undelivered
+        # outputs of steps the event loop has not taken yet; while it has not, a step adds to
+        # them without waking it again (one wake-up per turn of the loop, not per step)
+        self._undelivered: list[EngineOutput] = []
         self._dead: BaseException | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -228,6 +234,28 @@ class AsyncEngine:
     def get_load(self) -> EngineLoad:
         return self._load
 
+    # ---- LoRA adapters -----------------------------------------------------------------
+    def get_lora_adapters(self) -> list[LoraAdapter]:
+        return self.core.loras.get_adapters()
+
+    async def load_lora(self, name: str, path: str) -> LoraAdapter:
+        """Read the adapter off the event loop, then serve it: requests admitted from now on
+        may name it. InvalidRequestError (naming the problem) if it cannot be served."""
+        try:
+            served = await asyncio.to_thread(self.core.runner.read_lora, name, Path(path))
+            self.core.loras.add(served)
+        except LoraError as exc:
+            raise InvalidRequestError(str(exc), param="lora_path") from None
+        log.info("LoRA adapter %s loaded from %s (salt %s)", name, path, served.adapter.salt)
+        return served.adapter
+
+    async def unload_lora(self, name: str) -> None:
+        """Stop admitting requests for `name`; those running finish with it.
+        LoraNotFoundError if it is not loaded."""
+        if not self.core.loras.remove(name):
+            raise LoraNotFoundError(f"no LoRA adapter named {name!r} is loaded", param="lora_name")
+        log.info("LoRA adapter %s unloaded", name)
+
     def stats(self) -> EngineStats:
         by_backend = self.transfer.num_pulls if self.transfer is not None else {}
         return EngineStats(
@@ -344,15 +372,21 @@ class AsyncEngine:
             with self._buffers_lock:
                 self._step_records.extend(records)
         if outputs:
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._deliver, outputs)
+            with self._buffers_lock:
+                wake = not self._undelivered
+                self._undelivered.extend(outputs)
+            if wake:
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(self._deliver)
 
     def _publish_error(self, request_id: str, exc: BaseException) -> None:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self._deliver_error, request_id, exc)
 
     # ---- event-loop side ---------------------------------------------------------------
-    def _deliver(self, outputs: list[EngineOutput]) -> None:
+    def _deliver(self) -> None:
+        with self._buffers_lock:
+            outputs, self._undelivered = self._undelivered, []
         for output in outputs:
             stream = self._streams.get(output.request_id)
             if stream is not None:

@@ -18,13 +18,14 @@ from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.decode_run import DecodeRun, DecodeRunner, can_run_decodes, run_decodes
 from armature.engines.native.grammar import GrammarMasks, PendingMasks
 from armature.engines.native.kv_manager import KvCacheManager
+from armature.engines.native.lora_set import LoraSet
 from armature.engines.native.model_runner import ModelRunner, RunnerOutput, TorchModelRunner
 from armature.engines.native.onboarding import Onboarding
 from armature.engines.native.request import RequestState
 from armature.engines.native.sampler import SampleInput, sample
 from armature.engines.native.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from armature.engines.native.step_stats import StepStats
-from armature.engines.validation import validate_request
+from armature.engines.validation import check_structured_output, validate_request
 from armature.errors import ConfigError
 from armature.grammar.compile import check_guide
 from armature.grammar.tokenizer import load_grammar_tokenizer
@@ -43,6 +44,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle, NativeTransfer
+from armature.protocols.lora import LoraNotFoundError
 from armature.tiers.api import KvTiers
 from armature.transfer.blocks import KvBlocks, KvBlockStore
 from armature.transfer.pins import PinTable
@@ -87,6 +89,7 @@ class EngineCore:
         time_s: Callable[[], float] = time.perf_counter,
         grammar: GrammarMasks | None = None,
         name: str = "native",
+        loras: LoraSet | None = None,
     ):
         """`eviction_observer` is told about each cached block before the block pool reuses
         it (see `armature.kv.eviction`). `tiers` builds the lower KV tiers (G2-G4): they are
@@ -94,7 +97,8 @@ class EngineCore:
         the steps (the mocker passes its clock, on which a step takes its modeled time).
         `grammar` masks the logits of guided requests (structured output); a core that builds
         its own model runner builds it from the model's tokenizer, and one without it refuses
-        guided requests, naming itself by `name`."""
+        guided requests, naming itself by `name`. `loras`: the LoRA adapters requests may
+        name (shared with the engine's owner, which adds and removes them)."""
         if tiers is not None and eviction_observer is not None:
             raise ValueError("lower KV tiers are the pool's eviction observer: pass one")
         self.config = config
@@ -127,7 +131,8 @@ class EngineCore:
             event_log=event_log,
         )
         on_written = self.tiers.on_written if self.tiers is not None else None
-        self.kv = KvCacheManager(self.pool, DEFAULT_HASH_SEED, on_written)
+        self.kv = KvCacheManager(self.pool, on_written)
+        self.loras = loras if loras is not None else LoraSet()
         self.onboarding = Onboarding(self.pool, self.tiers) if self.tiers is not None else None
         self.scheduler = Scheduler(
             self.kv, config.max_num_seqs, config.max_num_batched_tokens, self.onboarding
@@ -154,15 +159,15 @@ class EngineCore:
             block_size=self.config.block_size,
             num_kv_blocks=self.pool.num_blocks,
         )
-        guide = request.sampling.guide
-        if guide is not None:
-            if self.grammar is None:
-                raise InvalidRequestError(
-                    f"the {self.name} engine does not support structured output: it does not "
-                    "sample from a model's logits",
-                    param=guide.param,
-                )
-            check_guide(guide)
+        if request.lora_name is not None and self.loras.get(request.lora_name) is None:
+            raise LoraNotFoundError(
+                f"the model {request.lora_name!r} does not exist: this {self.name} engine "
+                "serves no LoRA adapter of that name",
+                param="model",
+            )
+        check_structured_output(request, engine=self.name, supported=self.grammar is not None)
+        if request.sampling.guide is not None:
+            check_guide(request.sampling.guide)
 
     def add_request(self, request: EngineRequest, held_block_ids: list[int] | None = None) -> None:
         """Queue `request`. `held_block_ids` are imported KV blocks (see `import_kv`) whose
@@ -181,6 +186,9 @@ class EngineCore:
         if guide is not None:
             assert self.grammar is not None, "validate refuses guides without a grammar"
             grammar = self.grammar.build(guide, request.output_token_ids)
+        lora = None if request.lora_name is None else self.loras.get(request.lora_name)
+        if request.lora_name is not None and lora is None:  # unloaded since validated
+            raise LoraNotFoundError(f"LoRA adapter {request.lora_name!r} was unloaded")
         state = RequestState(
             request_id=request.request_id,
             token_ids=list(request.prompt_token_ids) + list(request.output_token_ids),
@@ -192,6 +200,8 @@ class EngineCore:
             remote_prefill=request.remote_prefill,
             held_block_ids=list(held_block_ids or []),
             grammar=grammar,
+            lora=lora,
+            hash_seed=DEFAULT_HASH_SEED if lora is None else lora.hash_seed,
         )
         self._arrivals += 1
         self._requests[request.request_id] = state
@@ -380,7 +390,7 @@ class EngineCore:
         """Keep the prompt's full blocks after `req` finishes, for a decode worker to pull."""
         bs = self.config.block_size
         num_blocks = req.num_prompt_tokens // bs
-        hashes = req.update_block_hashes(bs, DEFAULT_HASH_SEED)[:num_blocks]
+        hashes = req.update_block_hashes(bs)[:num_blocks]
         block_ids = req.block_ids[:num_blocks]
         handle_id = f"{req.request_id}/{uuid.uuid4().hex[:12]}"
         if block_ids:
@@ -415,12 +425,22 @@ class EngineCore:
         num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
         num_blocks = min(len(handle.seq_hashes), (num_tokens - 1) // bs)
         tokens = request.prompt_token_ids[: num_blocks * bs]
-        hashes = compute_block_hashes(tokens, bs, DEFAULT_HASH_SEED, None)
+        hashes = compute_block_hashes(tokens, bs, self._hash_seed(request), None)
         if [h for h, _ in hashes] != handle.seq_hashes[:num_blocks]:
             raise TransferError("the KV handle's block hashes do not match this prompt")
         if not self.config.enable_prefix_caching:
             return hashes, num_blocks  # nothing can be imported: recompute
         return hashes, len(self.pool.find_prefix([h for h, _ in hashes]))
+
+    def _hash_seed(self, request: EngineRequest) -> int:
+        """The seed of `request`'s block hashes: its adapter's (InvalidRequestError if that
+        is not served)."""
+        if request.lora_name is None:
+            return DEFAULT_HASH_SEED
+        lora = self.loras.get(request.lora_name)
+        if lora is None:
+            raise LoraNotFoundError(f"LoRA adapter {request.lora_name!r} is not loaded")
+        return lora.hash_seed
 
     def import_kv(
         self, hashes: Sequence[tuple[int, int]], start: int, blocks: KvBlocks

@@ -1,6 +1,6 @@
-"""The native embedding engine (a worker started with `--task embed`): an EmbeddingRunner on
-its own thread, fed batches from an EmbedQueue, so the event loop stays responsive while the
-model computes.
+"""The native embedding engine (a worker started with `--task embed`): an embedding runner
+(the model's, or the mocker's pseudo-embeddings) on its own thread, fed batches from an
+EmbedQueue, so the event loop stays responsive while the model computes.
 
     caller task --embed--> EmbedQueue (under the lock) --> engine thread: take_batch, forward,
     caller task <--vectors-- future <--call_soon_threadsafe-- complete
@@ -16,24 +16,20 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from typing import Protocol
 
 from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.embedding_only import EmbeddingOnly
 from armature.engines.native.embed_queue import EmbedItem, EmbedQueue
-from armature.engines.native.embedding_runner import EmbeddingRunner
 from armature.engines.validation import validate_embed_request
+from armature.model.arch import ModelArch
 from armature.protocols.embedding import EmbeddingShape, EmbedRequest, EmbedResult
 from armature.protocols.engine import (
     EngineLoad,
-    EngineOutput,
-    EngineRequest,
-    EngineStats,
     StepRecord,
 )
-from armature.protocols.kv_events import KvDump, KvEvent
-from armature.protocols.kv_transfer import KvHandle
 
-__all__ = ["NOT_GENERATING", "NativeEmbeddingEngine"]
+__all__ = ["NOT_GENERATING", "EmbeddingModelRunner", "NativeEmbeddingEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +37,29 @@ NOT_GENERATING = "this worker computes embeddings (task embed); it generates no 
 MAX_BUFFERED_STEP_RECORDS = 4096
 
 
-class NativeEmbeddingEngine:
-    def __init__(self, runner: EmbeddingRunner, queue: EmbedQueue):
+class EmbeddingModelRunner(Protocol):
+    """What computes the vectors: the model (`EmbeddingRunner`) or the mocker's
+    pseudo-embeddings (`sim.mock_embedding`). Called on the engine's thread."""
+
+    @property
+    def arch(self) -> ModelArch: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def shape(self) -> EmbeddingShape: ...
+
+    def embed(self, prompts: list[list[int]]) -> list[bytes]:
+        """Each prompt's unit vector, float32 little-endian bytes, in order."""
+        ...
+
+
+class NativeEmbeddingEngine(EmbeddingOnly):
+    not_generating = NOT_GENERATING
+    what = "embedding"
+
+    def __init__(self, runner: EmbeddingModelRunner, queue: EmbedQueue):
         self.runner = runner
         self._queue = queue  # guarded by _lock
         self._lock = threading.Condition()
@@ -108,13 +125,7 @@ class NativeEmbeddingEngine:
             request_id=request.request_id, vectors=vectors, num_prompt_tokens=num_tokens
         )
 
-    # ---- the Engine contract: no generation, no KV cache -------------------------------
-    def validate(self, request: EngineRequest) -> None:
-        raise InvalidRequestError(NOT_GENERATING)
-
-    async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
-        raise InvalidRequestError(NOT_GENERATING)
-        yield  # pragma: no cover (this makes it an async generator, as the contract says)
+    # ---- the Engine contract (the rest: EmbeddingOnly) ------------------------------------
 
     def get_load(self) -> EngineLoad:
         with self._lock:
@@ -129,23 +140,11 @@ class NativeEmbeddingEngine:
                 num_steps=self._num_steps,
             )
 
-    def stats(self) -> EngineStats:
-        return EngineStats()
-
-    def take_kv_events(self) -> list[KvEvent]:
-        return []
-
     def take_step_records(self) -> list[StepRecord]:
         with self._lock:
             records = list(self._step_records)
             self._step_records.clear()
         return records
-
-    async def dump_kv_blocks(self) -> KvDump:
-        return KvDump(seq_hashes=[], last_event_id=-1)  # no event, ever
-
-    async def release_kv(self, handle: KvHandle) -> None:
-        return None  # it pins no blocks
 
     # ---- engine thread -----------------------------------------------------------------
     def _run(self) -> None:

@@ -12,15 +12,19 @@ import torch
 
 from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig, parse_dtype
-from armature.engines.native.core import EngineCore, TierBuilder
+from armature.engines.native.core import EngineCore, TierBuilder, resolve_max_model_len
 from armature.engines.native.device import pick_device, pick_dtype
 from armature.engines.native.embed_queue import EmbedQueue
-from armature.engines.native.embedding_engine import NativeEmbeddingEngine
+from armature.engines.native.embedding_engine import EmbeddingModelRunner, NativeEmbeddingEngine
 from armature.engines.native.embedding_runner import EmbeddingRunner
+from armature.engines.native.lora_set import ServedLora
 from armature.engines.native.transfer import start_transfer_agent
 from armature.engines.spec import BuiltEngine, EngineInfo, EngineSpec
 from armature.errors import ConfigError
 from armature.kv.event_log import KvEventLog
+from armature.model.arch import read_arch, read_matryoshka_dimensions
+from armature.model.lora import LoraError
+from armature.protocols.embedding import EmbeddingShape
 from armature.tiers.factory import build_tier_manager
 from armature.tiers.manager import KvTierManager
 from armature.transfer.agent import KvTransferAgent
@@ -95,6 +99,20 @@ def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -
         ) from None
 
 
+def _read_loras(core: EngineCore, spec: EngineSpec) -> list[ServedLora]:
+    """The --lora adapters, read and checked against the model; ConfigError (naming the
+    adapter and the problem) for one that cannot be served."""
+    served = []
+    for name, path in spec.engine.get_lora_modules():
+        if name == spec.get_served_model_name():
+            raise ConfigError(f"--lora: {name!r} is the base model's name")
+        try:
+            served.append(core.runner.read_lora(name, Path(path)))
+        except LoraError as exc:
+            raise ConfigError(f"--lora {name}: {exc}") from None
+    return served
+
+
 def _tier_builder(spec: EngineSpec) -> TierBuilder | None:
     """Builds the engine's lower KV tiers once its KV cache exists (None: no tiers)."""
     tiers = spec.tiers
@@ -135,6 +153,8 @@ def build_native_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
     config = native_config(spec, mocker=mocker)
     started_s = time.perf_counter()
     core = _build_core(config, spec, mocker=mocker)
+    for served in _read_loras(core, spec):
+        core.loras.add(served)
     transfer = _start_transfers(core, spec) if spec.serve_kv_transfers else None
     info = EngineInfo(
         block_size_tokens=config.block_size,
@@ -145,17 +165,20 @@ def build_native_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
         device=config.device,
         load_s=time.perf_counter() - started_s,
         kv_endpoints=dict(core.kv_endpoints),
+        structured_output=core.grammar is not None,
     )
     return BuiltEngine(AsyncEngine(core, transfer), info)
 
 
-def build_embedding_engine(spec: EngineSpec) -> BuiltEngine:
-    """An embedding engine of `spec` (`--task embed`): the model loaded without a KV cache;
-    batches take up to --max-num-batched-tokens tokens and --max-num-seqs prompts."""
-    config = native_config(spec, mocker=False)
+def build_embedding_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
+    """An embedding engine of `spec` (`--task embed`): the model loaded without a KV cache,
+    or with `mocker` pseudo-embeddings of the model's shape at the timing model's speed
+    (`sim.mock_embedding`); batches take up to --max-num-batched-tokens tokens and
+    --max-num-seqs prompts."""
+    config = native_config(spec, mocker=mocker)
     started_s = time.perf_counter()
     try:
-        runner = EmbeddingRunner(config, spec.engine.pooling)
+        runner = _embedding_runner(config, spec, mocker=mocker)
     except ConfigError:
         raise  # the context length
     except (ValueError, KeyError, FileNotFoundError) as exc:
@@ -168,9 +191,27 @@ def build_embedding_engine(spec: EngineSpec) -> BuiltEngine:
         num_kv_blocks=0,
         max_model_len_tokens=runner.max_model_len,
         vocab_size=runner.arch.vocab_size,
-        dtype=str(config.dtype).removeprefix("torch."),
+        dtype="float32" if mocker else str(config.dtype).removeprefix("torch."),
         device=config.device,
         load_s=time.perf_counter() - started_s,
         embedding=runner.shape,
     )
     return BuiltEngine(engine, info, embedder=engine)
+
+
+def _embedding_runner(
+    config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool
+) -> EmbeddingModelRunner:
+    if not mocker:
+        return EmbeddingRunner(config, spec.engine.pooling)
+    from armature.sim.clock import WallClock
+    from armature.sim.mock_embedding import MockEmbeddingRunner
+
+    arch = read_arch(config.model_dir)
+    shape = EmbeddingShape(
+        num_dimensions=arch.hidden_size,
+        pooling=spec.engine.pooling,
+        matryoshka_dimensions=read_matryoshka_dimensions(config.model_dir),
+    )
+    max_model_len = resolve_max_model_len(config, arch)
+    return MockEmbeddingRunner(arch, max_model_len, shape, mocker_timing(spec), WallClock())

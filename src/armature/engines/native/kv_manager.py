@@ -16,21 +16,20 @@ class KvCacheManager:
     def __init__(
         self,
         pool: BlockPool,
-        hash_seed: int,
         on_blocks_written: Callable[[Sequence[tuple[int, BlockKey]]], None] | None = None,
     ):
         """`on_blocks_written` is told (block id, key) of each block newly registered in the
-        prefix cache (a write-through KV tier copies them down)."""
+        prefix cache (a write-through KV tier copies them down). Each request's blocks are
+        hashed with its own seed (its LoRA adapter's salt)."""
         self.pool = pool
         self.on_blocks_written = on_blocks_written
         self.block_size = pool.block_size
-        self.hash_seed = hash_seed
 
     def find_cached_prefix(self, request: RequestState) -> list[int]:
         """Blocks of the longest cached prefix of a request with nothing computed. At least
         the last token is always left to compute (its logits are needed)."""
         assert request.num_computed_tokens == 0 and not request.block_ids
-        hashes = request.update_block_hashes(self.block_size, self.hash_seed)
+        hashes = request.update_block_hashes(self.block_size)
         max_blocks = (request.num_tokens - 1) // self.block_size
         return self.pool.find_prefix([h for h, _ in hashes[:max_blocks]])
 
@@ -72,7 +71,7 @@ class KvCacheManager:
         start = request.num_registered_blocks
         if num_full <= start:
             return
-        hashes = request.update_block_hashes(self.block_size, self.hash_seed)
+        hashes = request.update_block_hashes(self.block_size)
         parent = hashes[start - 1][0] if start > 0 else None
         block_ids = request.block_ids[start:num_full]
         self.pool.cache_blocks(block_ids, hashes[start:num_full], parent)

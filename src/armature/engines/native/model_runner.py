@@ -6,16 +6,20 @@ runs the real scheduler and block pool).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 import torch
 
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.kv_store import PagedCacheStore
+from armature.engines.native.lora_set import ServedLora, read_served_lora
 from armature.engines.native.scheduler import ScheduledChunk
 from armature.model.arch import ModelArch, read_arch
 from armature.model.forward import DecodeBatch, ForwardBatch, PrefillSpan, forward
 from armature.model.kv_cache import PagedKvCache
+from armature.model.lora import LoraWeights
+from armature.model.lora_batch import group_lora_rows
 from armature.model.rope import build_rope_tables
 from armature.model.weights import load_weights
 from armature.transfer.blocks import KvBlockStore
@@ -33,6 +37,11 @@ class ModelRunner(Protocol):
     def execute(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
         """Compute `chunks`; for the chunks that complete their sequence, in chunk order:
         float32 logits [n, vocab] to sample from, or (the mocker) the token ids themselves."""
+        ...
+
+    def read_lora(self, name: str, path: Path) -> ServedLora:
+        """The adapter in `path`, ready to serve as `name` (LoraError if it cannot be): its
+        weights checked against the model (the mocker: its name only). Safe from any thread."""
         ...
 
 
@@ -67,6 +76,10 @@ class TorchModelRunner:
         )
         self.kv_store: KvBlockStore = PagedCacheStore(self.cache)
         self.block_size = config.block_size
+        self.dtype = config.dtype
+
+    def read_lora(self, name: str, path: Path) -> ServedLora:
+        return read_served_lora(name, path, self.arch, self.dtype, self.device)
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
         prefill = [c for c in chunks if not c.is_decode]
@@ -78,11 +91,13 @@ class TorchModelRunner:
         slots: list[int] = []
         spans: list[PrefillSpan] = []
         logits_rows: list[int] = []
+        row_adapters: list[LoraWeights | None] = []
         for chunk in ordered:
             req = chunk.request
             row_start = len(input_ids)
             end = chunk.start_pos + chunk.num_tokens
             input_ids.extend(req.token_ids[chunk.start_pos : end])
+            row_adapters += [None if req.lora is None else req.lora.weights] * chunk.num_tokens
             for pos in range(chunk.start_pos, end):
                 positions.append(pos)
                 slots.append(req.block_ids[pos // bs] * bs + pos % bs)
@@ -115,6 +130,7 @@ class TorchModelRunner:
             ],
             decode=decode_batch,
             logits_rows=torch.tensor(logits_rows, dtype=torch.long, device=dev),
+            lora=group_lora_rows(row_adapters, dev),
         )
 
     def execute(self, chunks: list[ScheduledChunk]) -> torch.Tensor:

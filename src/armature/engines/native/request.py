@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import torch
 
 from armature.engines.native.grammar import RequestGrammar
-from armature.kv.hashing import compute_block_hashes
+from armature.engines.native.lora_set import ServedLora
+from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.protocols.engine import FinishReason, SamplingParams
 
 __all__ = ["RequestState", "RequestStatus"]
@@ -45,6 +46,8 @@ class RequestState:
     onboard_checked: bool = False  # lower KV tiers were asked for its prefix (until preempted)
     finish_reason: FinishReason | None = None
     grammar: RequestGrammar | None = None  # structured output: advanced by each output token
+    lora: ServedLora | None = None  # the adapter it runs with (None: the base model)
+    hash_seed: int = DEFAULT_HASH_SEED  # of its block hashes: its adapter's salt
 
     @property
     def num_tokens(self) -> int:
@@ -58,12 +61,15 @@ class RequestState:
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
 
-    def update_block_hashes(self, block_size: int, seed: int) -> list[tuple[int, int]]:
-        """Extend `block_hashes` to every full block of token_ids; returns all of them."""
+    def update_block_hashes(self, block_size: int) -> list[tuple[int, int]]:
+        """Extend `block_hashes` to every full block of token_ids (seeded by `hash_seed`);
+        returns all of them."""
         num_full = len(self.token_ids) // block_size
         have = len(self.block_hashes)
         if num_full > have:
             parent = self.block_hashes[-1][0] if self.block_hashes else None
             tokens = self.token_ids[have * block_size : num_full * block_size]
-            self.block_hashes.extend(compute_block_hashes(tokens, block_size, seed, parent))
+            self.block_hashes.extend(
+                compute_block_hashes(tokens, block_size, self.hash_seed, parent)
+            )
         return self.block_hashes

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from armature.engines.vllm.embedding import VllmEmbeddingEngine
 from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo, VllmTransfer
 from armature.engines.vllm.events import KvEventTranslator
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
@@ -26,6 +27,8 @@ from armature.engines.vllm.sampling import VllmSampling
 from armature.engines.vllm.steps import read_iteration
 from armature.engines.vllm.subscriber import KvEventSubscriber
 from armature.errors import ArmatureError
+from armature.model.arch import read_matryoshka_dimensions
+from armature.protocols.embedding import EmbeddingShape, Pooling
 from armature.protocols.kv_transfer import KvLayout
 
 __all__ = [
@@ -34,6 +37,7 @@ __all__ = [
     "VllmConnectorConfig",
     "VllmEngineConfig",
     "VllmNotInstalledError",
+    "build_vllm_embedding_engine",
     "build_vllm_engine",
     "check_nixl_installed",
     "check_vllm_installed",
@@ -282,3 +286,60 @@ def build_vllm_engine(config: VllmEngineConfig) -> VllmEngine:
         info.max_model_len,
     )
     return engine
+
+
+VLLM_POOLING_TYPES = {Pooling.MEAN: "MEAN", Pooling.LAST: "LAST", Pooling.CLS: "CLS"}
+
+
+def _whole_prompt_batch(config: VllmEngineConfig) -> int | None:
+    """The pooling runner prefills each prompt whole (no chunked prefill), so a batch must
+    hold the longest prompt: at least the context (None: vLLM picks, from its context)."""
+    if config.max_model_len is None:
+        return None
+    return max(config.max_num_batched_tokens or 0, config.max_model_len)
+
+
+def build_vllm_embedding_engine(config: VllmEngineConfig, pooling: Pooling) -> VllmEmbeddingEngine:
+    """Start vLLM's pooling runner over `config`'s model (its last hidden states pooled by
+    `pooling`) and wrap it (`--task embed`). Raises as `build_vllm_engine`."""
+    check_vllm_installed()
+    _bind_all_cpus()
+    from vllm.config import PoolerConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.inputs import TokensPrompt
+    from vllm.pooling_params import PoolingParams
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    args = AsyncEngineArgs(
+        model=str(config.model_dir),
+        runner="pooling",
+        pooler_config=PoolerConfig(pooling_type=VLLM_POOLING_TYPES[pooling]),
+        dtype=config.dtype,
+        kv_cache_memory_bytes=config.kv_cache_bytes,
+        num_gpu_blocks_override=config.num_kv_blocks,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=_whole_prompt_batch(config),
+        max_model_len=config.max_model_len,
+        enable_prefix_caching=False,  # a pooled prompt's KV is never reused
+        seed=config.seed,
+        enforce_eager=config.enforce_eager,
+        disable_log_stats=True,
+    )
+    llm = AsyncLLM.from_engine_args(args)
+    model_config = llm.vllm_config.model_config
+    shape = EmbeddingShape(
+        num_dimensions=model_config.get_hidden_size(),
+        pooling=pooling,
+        matryoshka_dimensions=read_matryoshka_dimensions(config.model_dir),
+    )
+    log.info(
+        "vLLM pooling engine ready: %s pooling, context %d", pooling, model_config.max_model_len
+    )
+    return VllmEmbeddingEngine(
+        llm,
+        shape,
+        vocab_size=model_config.get_vocab_size(),
+        max_model_len=model_config.max_model_len,
+        make_prompt=lambda token_ids: TokensPrompt(prompt_token_ids=token_ids),
+        make_pooling=lambda: PoolingParams(task="embed"),
+    )

@@ -50,6 +50,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle, KvLayout
+from armature.protocols.lora import LoraAdapter, LoraNotFoundError, lora_unsupported
 
 __all__ = ["AsyncLlm", "VllmEngine", "VllmEngineInfo", "VllmTransfer"]
 
@@ -155,6 +156,8 @@ class VllmEngine:
             block_size=self.info.block_size,
             num_kv_blocks=self.info.num_kv_blocks,
         )
+        if request.lora_name is not None:
+            raise lora_unsupported("vllm")
         if request.remote_prefill and self.transfer is None:
             raise InvalidRequestError(
                 "this vllm worker prefills for no one: start it with --role prefill"
@@ -278,6 +281,17 @@ class VllmEngine:
     async def release_kv(self, handle: KvHandle) -> None:
         """Nothing to do: vLLM's connector has no early release; it frees unread prefilled
         blocks when their lease (`VllmTransfer.lease_s`) ends."""
+
+    # ---- LoRA: not wired into this adapter (vLLM's LoRARequest needs enable_lora and
+    # per-adapter ids at engine start); requests naming an adapter get a 400 ------------
+    def get_lora_adapters(self) -> list[LoraAdapter]:
+        return []
+
+    async def load_lora(self, name: str, path: str) -> LoraAdapter:
+        raise lora_unsupported("vllm")
+
+    async def unload_lora(self, name: str) -> None:
+        raise LoraNotFoundError(f"the vllm engine serves no LoRA adapter {name!r}")
 
     # ---- observation -------------------------------------------------------------------
     def record_step(

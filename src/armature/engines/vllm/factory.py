@@ -12,6 +12,7 @@ from armature.engines.vllm.build import (
     VllmConnectorConfig,
     VllmEngineConfig,
     VllmNotInstalledError,
+    build_vllm_embedding_engine,
     build_vllm_engine,
     check_nixl_installed,
     check_vllm_installed,
@@ -19,6 +20,7 @@ from armature.engines.vllm.build import (
 from armature.engines.vllm.disagg import NIXL_BACKEND
 from armature.errors import ConfigError
 from armature.model.source import ResolvedModel
+from armature.protocols.embedding import WorkerTask
 from armature.protocols.worker import WorkerRole
 
 __all__ = ["build_vllm", "check_vllm", "vllm_config"]
@@ -62,8 +64,11 @@ def vllm_config(
 
 def build_vllm(spec: EngineSpec) -> BuiltEngine:
     """Start a vLLM engine (inside the serving event loop), with vLLM's NIXL connector
-    listening on the transfer host and port for a prefill or decode worker."""
+    listening on the transfer host and port for a prefill or decode worker; with --task
+    embed, vLLM's pooling runner."""
     check_vllm(spec.engine, [spec.role])
+    if spec.engine.task is WorkerTask.EMBED:
+        return _build_vllm_embedding(spec)
     connector = None
     if spec.role is not WorkerRole.AGG:
         if spec.transfer_port == 0:
@@ -97,5 +102,28 @@ def build_vllm(spec: EngineSpec) -> BuiltEngine:
             device="vllm",
             load_s=time.perf_counter() - started_s,
             kv_endpoints=endpoints,
+            structured_output=True,  # vLLM's own structured outputs (sampling.py)
         ),
     )
+
+
+def _build_vllm_embedding(spec: EngineSpec) -> BuiltEngine:
+    config = vllm_config(spec.engine, spec.kv, spec.model)
+    started_s = time.perf_counter()
+    try:
+        engine = build_vllm_embedding_engine(config, spec.engine.pooling)
+    except ValueError as exc:
+        raise ConfigError(f"vLLM cannot embed with {spec.model.path}: {exc}") from None
+    except RuntimeError as exc:
+        raise ConfigError(f"the vLLM engine failed to start (its log is above): {exc}") from None
+    info = EngineInfo(
+        block_size_tokens=spec.engine.get_block_size_tokens(),
+        num_kv_blocks=0,
+        max_model_len_tokens=engine.max_model_len,
+        vocab_size=engine.vocab_size,
+        dtype=spec.engine.dtype,
+        device="vllm",
+        load_s=time.perf_counter() - started_s,
+        embedding=engine.embedding_shape,
+    )
+    return BuiltEngine(engine, info, embedder=engine)

@@ -13,7 +13,8 @@ reasoning blocks, each whole and streamed. The names are the ones --tool-call-pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from armature.frontend.parsing.hermes import HermesParser
 from armature.frontend.parsing.llama3 import LLAMA3_JSON
@@ -43,6 +44,9 @@ class OutputParsers:
     tool_call: ToolCallParser | None = None
     reasoning: ThinkParser | None = None
     tool_call_name: str | None = None  # the tool-call parser's flag name (its call format)
+    # the parser's markers that are special tokens of this tokenizer: id -> text, kept when
+    # decoding output that is read for calls (see ToolCallParser.markers)
+    kept_tokens: Mapping[int, str] = field(default_factory=dict)
 
     @classmethod
     def named(cls, tool_call: str | None, reasoning: str | None) -> OutputParsers:

@@ -38,6 +38,8 @@ def parse_block(body: str) -> ToolCall | None:
 
 
 class HermesParser:
+    markers = (START, END)
+
     def parse(self, text: str) -> ParsedToolCalls:
         content: list[str] = []
         calls: list[ToolCall] = []

@@ -50,5 +50,8 @@ def _skip_space(text: str, at: int) -> int:
 
 
 LLAMA3_JSON = RegionFormat(
-    openers=(PYTHON_TAG, "{"), at_start=True, parse_region=parse_call_objects
+    openers=(PYTHON_TAG, "{"),
+    at_start=True,
+    parse_region=parse_call_objects,
+    markers=(PYTHON_TAG,),
 )

@@ -4,8 +4,9 @@ JSON list (tokenizer v3-v7) or, per call, `name[ARGS]{arguments}` (v11 and later
     [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]
     [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{}
 
-`[TOOL_CALLS]` is a special token in Mistral's own vocabularies, so the output must be
-decoded with special tokens kept for this parser to see it.
+`[TOOL_CALLS]` and `[ARGS]` are special tokens in Mistral's own vocabularies, which decoding
+drops: where the tokenizer holds them so, the frontend keeps exactly these token ids in the
+text it decodes (chat_setup.py, the detokenizer's `kept_tokens`), so the parser sees them.
 """
 
 from __future__ import annotations
@@ -53,4 +54,9 @@ def _segment_calls(segment: str) -> list[ToolCall] | None:
     return None if call is None else [call]
 
 
-MISTRAL = RegionFormat(openers=(TOOL_CALLS,), at_start=False, parse_region=parse_mistral_calls)
+MISTRAL = RegionFormat(
+    openers=(TOOL_CALLS,),
+    at_start=False,
+    parse_region=parse_mistral_calls,
+    markers=(TOOL_CALLS, ARGS),
+)

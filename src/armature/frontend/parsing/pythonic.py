@@ -55,4 +55,9 @@ def _call(node: ast.expr) -> ToolCall | None:
     return ToolCall(node.func.id, text)
 
 
-PYTHONIC = RegionFormat(openers=("[", START_TAG), at_start=True, parse_region=parse_call_list)
+PYTHONIC = RegionFormat(
+    openers=("[", START_TAG),
+    at_start=True,
+    parse_region=parse_call_list,
+    markers=(START_TAG, END_TAG),
+)

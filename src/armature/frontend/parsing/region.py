@@ -28,6 +28,7 @@ class RegionFormat:
     openers: tuple[str, ...]
     at_start: bool
     parse_region: RegionParse
+    markers: tuple[str, ...] = ()  # see ToolCallParser
 
     def parse(self, text: str) -> ParsedToolCalls:
         """The whole output at once."""

@@ -52,7 +52,13 @@ class ToolCallStream(Protocol):
 
 
 class ToolCallParser(Protocol):
-    """A model family's tool-call format (chosen by --tool-call-parser)."""
+    """A model family's tool-call format (chosen by --tool-call-parser). `markers`: the
+    format's marker strings, which some vocabularies hold as special tokens (Mistral's
+    `[TOOL_CALLS]`, Llama's `<|python_tag|>`); decoding drops special tokens, so the
+    frontend keeps these ones in the text it feeds the parser (chat_setup.py)."""
+
+    @property
+    def markers(self) -> tuple[str, ...]: ...
 
     def parse(self, text: str) -> ParsedToolCalls: ...
 

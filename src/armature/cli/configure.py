@@ -1,0 +1,210 @@
+"""`armature configure`: recommend a deployment for a model, hardware and latency targets,
+without running it (`armature.configurator`)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from armature.cli.options import CliError, add_settings, read_settings
+from armature.config.configure import ConfigureConfig
+
+if TYPE_CHECKING:
+    from armature.configurator.hardware import Hardware
+    from armature.configurator.model_spec import ModelSpec
+    from armature.configurator.search import SearchResult, SearchSettings
+    from armature.configurator.space import SearchSpace, Workload
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "configure",
+        help="recommend a deployment (agg/disagg, P:D, TP, batch limits) for latency targets",
+        description="Search aggregated and disaggregated layouts, tensor parallelism and batch "
+        "limits for a model on a hardware profile: a fast estimate of every deployment that fits "
+        "in memory, then the finalists through the replay simulator (the mocker's scheduler and "
+        "KV cache on the predicted step times). Prints a ranked table, the best aggregated and "
+        "disaggregated side by side, and writes a Pareto plot and the chosen deployment.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_settings(parser, ConfigureConfig())
+
+
+def _workload(config: ConfigureConfig) -> Workload:
+    from armature.configurator.space import Workload
+    from armature.workload.traces import TraceFormatError, read_mooncake_trace
+
+    if config.trace is None:
+        return Workload(float(config.isl), float(config.osl), config.spread)
+    path = Path(config.trace)
+    if not path.is_file():
+        raise CliError(f"trace file {path} does not exist")
+    try:
+        requests = read_mooncake_trace(path)
+    except TraceFormatError as exc:
+        raise CliError(str(exc)) from None
+    if len(requests) < 2:
+        raise CliError(f"trace {path} has fewer than 2 requests")
+    return Workload.of_trace(tuple(requests))
+
+
+def _space(config: ConfigureConfig) -> SearchSpace:
+    from armature.configurator.space import SearchSpace
+    from armature.configurator.timing import PREFILL_GRID_TOKENS
+
+    odd = [t for t in config.max_num_batched_tokens if t not in PREFILL_GRID_TOKENS]
+    if odd:
+        raise CliError(
+            f"--max-num-batched-tokens {odd[0]}: must be a power of 2, or 3 x one, from "
+            f"{PREFILL_GRID_TOKENS[0]} to {PREFILL_GRID_TOKENS[-1]}"
+        )
+    return SearchSpace(
+        tensor_parallel=tuple(sorted(set(config.tensor_parallel))),
+        max_num_seqs=tuple(sorted(set(config.max_num_seqs))),
+        max_num_batched_tokens=tuple(sorted(set(config.max_num_batched_tokens))),
+        modes=config.modes,
+    )
+
+
+def _hardware(
+    config: ConfigureConfig, model: ModelSpec, space: SearchSpace, served_name: str
+) -> tuple[Hardware, int]:
+    """The hardware and the GPUs (local: workers) to deploy on."""
+    from armature.configurator.hardware import accelerator_hardware, local_hardware
+    from armature.configurator.systems import LOCAL_SYSTEM, load_system
+    from armature.protocols.timing_profile import read_profile
+
+    if config.system == LOCAL_SYSTEM:
+        if config.timing_profile is None:
+            raise CliError(
+                "--system local needs --timing-profile (write one with armature profile)"
+            )
+        profile = read_profile(Path(config.timing_profile))
+        return local_hardware(model, profile, space), config.total_gpus or 2
+    if config.timing_profile is not None:
+        raise CliError("--timing-profile is for --system local")
+    system = load_system(config.system)
+    total = config.total_gpus or system.get_num_gpus_per_node()
+    return accelerator_hardware(model, system, space, total, served_name), total
+
+
+def run(args: argparse.Namespace) -> int:
+    from armature.configurator.model_spec import read_model_spec
+    from armature.configurator.search import SearchSettings, search
+    from armature.configurator.space import Targets
+
+    config = read_settings(args, ConfigureConfig)
+    if config.model is None:
+        raise CliError("give --model (a local HF model directory or its config.json)")
+    model_path = Path(config.model)
+    model = read_model_spec(model_path, config.dtype)
+    served_name = config.served_model_name or model.name
+    space = _space(config)
+    hardware, total_gpus = _hardware(config, model, space, served_name)
+    workload = _workload(config)
+    if workload.get_max_request_tokens() > model.max_context_tokens:
+        raise CliError(
+            f"requests of up to {workload.get_max_request_tokens()} tokens exceed the model's "
+            f"context ({model.max_context_tokens})"
+        )
+    itl_ms = None if config.e2e_ms is not None else config.itl_ms
+    settings = SearchSettings(
+        workload=workload,
+        targets=Targets(config.ttft_ms, itl_ms, config.e2e_ms),
+        total_gpus=total_gpus,
+        request_rate_per_s=config.request_rate,
+        num_finalists=config.finalists,
+        sim_budget_s=config.sim_budget_s,
+        seed=config.seed,
+    )
+    started_s = time.monotonic()
+    result = search(hardware, settings, on_progress=lambda line: print(line, flush=True))
+    elapsed_s = time.monotonic() - started_s
+    return _answer(config, model, hardware, settings, result, served_name, elapsed_s)
+
+
+def _answer(
+    config: ConfigureConfig,
+    model: ModelSpec,
+    hardware: Hardware,
+    settings: SearchSettings,
+    result: SearchResult,
+    served_name: str,
+    elapsed_s: float,
+) -> int:
+    from armature.configurator.plot import plot_pareto
+    from armature.configurator.report import format_side_by_side, format_table
+
+    params_b = model.get_num_params() / 1e9
+    print(
+        f"\n{model.name}: {params_b:.2f}B parameters, {model.get_weight_bytes() / 1e9:.1f} GB in "
+        f"{model.dtype}, {model.get_kv_bytes_per_token()} KV bytes/token; {hardware.name}, "
+        f"{settings.total_gpus} {'workers' if hardware.system is None else 'GPUs'}"
+    )
+    print(
+        f"{result.num_deployments} deployments, {result.num_fitting} fit in memory, "
+        f"{sum(r.simulated for r in result.ranked)} simulated, {elapsed_s:.1f} s\n"
+    )
+    if not result.num_fitting:
+        raise CliError(
+            f"no deployment fits in memory: {min(hardware.space.max_num_seqs)} requests of up "
+            f"to {settings.workload.get_max_request_tokens()} tokens need more KV cache than a "
+            f"worker of {hardware.name} has left at any TP (lower --max-num-seqs, or shorten "
+            "the requests)"
+        )
+    if not result.ranked:
+        raise CliError(
+            "no configuration has an operating point (the model fits, but no batch "
+            "keeps up with its own prefills; try larger --max-num-batched-tokens)"
+        )
+    print(format_table(result, config.top))
+    print()
+    print(format_side_by_side(result))
+    plot = _plot_path(config)
+    if plot is not None:
+        title = f"{model.name} on {hardware.name}: tokens/s per GPU vs per user"
+        print(f"\nplot: {plot_pareto(result, plot, title, config.top)}")
+    if not result.meets_targets:
+        raise CliError(
+            "no configuration meets the targets (the closest are shown above: relax "
+            "--ttft-ms/--itl-ms, or give more GPUs)"
+        )
+    if config.save_dir is not None:
+        _save(config, hardware, settings, result, served_name)
+    return 0
+
+
+def _plot_path(config: ConfigureConfig) -> Path | None:
+    if config.plot is not None:
+        return Path(config.plot)
+    if config.save_dir is not None:
+        return Path(config.save_dir) / "pareto.png"
+    return None
+
+
+def _save(
+    config: ConfigureConfig,
+    hardware: Hardware,
+    settings: SearchSettings,
+    result: SearchResult,
+    served_name: str,
+) -> None:
+    from armature.configurator.save import SaveRequest, save_deployment
+
+    assert config.model is not None and config.save_dir is not None
+    model_path = Path(config.model).resolve()
+    model_dir = model_path if model_path.is_dir() else model_path.parent
+    request = SaveRequest(
+        save_dir=Path(config.save_dir).resolve(),
+        model_dir=model_dir,
+        served_model_name=served_name,
+        hardware=hardware,
+        settings=settings,
+        chosen=result.ranked[0],
+    )
+    for path in save_deployment(request):
+        print(f"wrote {path}")

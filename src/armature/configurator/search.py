@@ -1,0 +1,246 @@
+"""The search: every deployment that fits in memory, estimated in closed form at each
+operating point; the best layouts simulated; ranked.
+
+    deployments --memory fit--> estimate (best point per deployment) --rank--> finalists
+               (the best limits of each layout, the best agg and disagg among them)
+               --simulate--> ranked again on what the simulator predicts
+
+Ranking: configurations that meet the targets first; among them the most tokens/s per GPU,
+or with a request rate the fewest GPUs (then the most tokens/s per GPU), ties to the lower
+TTFT; those that miss, by how far they miss (`Targets.get_miss`). A finalist the simulator
+finds missing its targets at the estimated rate is simulated again at RETRY_RATE_FACTOR of
+it. Finalists are simulated best first (the best of the other mode second) while
+`sim_budget_s` lasts. The result lists the simulated finalists, ranked, then every other
+deployment by its estimate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from armature.configurator.estimate import Estimator, Prediction
+from armature.configurator.hardware import BLOCK_SIZE_TOKENS, Hardware
+from armature.configurator.simulate import SimPlan, get_num_sim_requests, make_requests, simulate
+from armature.configurator.space import AGG, DISAGG, Deployment, Targets, Workload
+from armature.sim.replay import ReplayConfig
+
+__all__ = ["Ranked", "SearchResult", "SearchSettings", "rank_key", "search"]
+
+RETRY_RATE_FACTOR = 0.7
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    workload: Workload
+    targets: Targets
+    total_gpus: int
+    request_rate_per_s: float | None = None
+    num_finalists: int = 6
+    sim_requests: int = 200  # at least; more for long requests
+    sim_budget_s: float = 30.0  # wall time for simulating finalists
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A deployment, how many groups it deploys, and its prediction (the simulator's for a
+    finalist, else the estimate)."""
+
+    deployment: Deployment
+    num_groups: int
+    prediction: Prediction
+    miss: float  # <= 1: meets the targets
+    simulated: bool = False
+    plan: SimPlan | None = None  # the simulation that gave `prediction`
+    estimate: Prediction | None = None  # a simulated finalist's estimate, before simulation
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_groups * self.deployment.num_gpus
+
+    @property
+    def meets_targets(self) -> bool:
+        return self.miss <= 1.0
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    # the simulated finalists, best first, then every other deployment by its estimate
+    ranked: list[Ranked]
+    points: list[tuple[Deployment, Prediction]] = field(default_factory=list)  # every estimate
+    num_deployments: int = 0
+    num_fitting: int = 0
+
+    @property
+    def meets_targets(self) -> bool:
+        return bool(self.ranked) and self.ranked[0].meets_targets
+
+    def get_best(self, mode: str) -> Ranked | None:
+        return next((r for r in self.ranked if r.deployment.mode == mode), None)
+
+
+def rank_key(ranked: Ranked, by_gpus: bool) -> tuple[float, ...]:
+    """Sort key, smallest best (the module docstring's order); ties go to the lower TTFT,
+    then the smaller group and max-num-seqs."""
+    if not ranked.meets_targets:
+        return (1.0, ranked.miss, 0.0, 0.0, 0.0)
+    per_gpu = -ranked.prediction.tokens_per_s_per_gpu
+    ttft = ranked.prediction.ttft_ms
+    d = ranked.deployment
+    if by_gpus:
+        return (0.0, float(ranked.num_gpus), per_gpu, ttft, float(d.max_num_seqs))
+    return (0.0, per_gpu, ttft, float(d.num_gpus), float(d.max_num_seqs))
+
+
+def get_num_groups(deployment: Deployment, prediction: Prediction, settings: SearchSettings) -> int:
+    """Groups to deploy: as many as the GPUs hold, or as the request rate needs (which may
+    be more than --total-gpus hold: such a deployment misses)."""
+    if settings.request_rate_per_s is None:
+        return settings.total_gpus // deployment.num_gpus
+    return math.ceil(settings.request_rate_per_s / prediction.request_rate_per_s)
+
+
+def _get_gpu_miss(deployment: Deployment, num_groups: int, settings: SearchSettings) -> float:
+    """How far the groups a request rate needs overflow --total-gpus (<= 1: they fit; 0
+    without a request rate)."""
+    if settings.request_rate_per_s is None:
+        return 0.0
+    return num_groups * deployment.num_gpus / settings.total_gpus
+
+
+def _estimate_all(
+    hardware: Hardware, settings: SearchSettings, estimator: Estimator
+) -> tuple[list[Ranked], list[tuple[Deployment, Prediction]], int, int]:
+    workload, targets = settings.workload, settings.targets
+    request_tokens = workload.get_max_request_tokens()
+    ranked: list[Ranked] = []
+    points: list[tuple[Deployment, Prediction]] = []
+    num_deployments = num_fitting = 0
+    for deployment in hardware.space.iter_deployments(settings.total_gpus):
+        num_deployments += 1
+        if not hardware.fits(deployment, request_tokens, workload.isl_tokens):
+            continue
+        num_fitting += 1
+        points += [(deployment, p) for p in estimator.get_points(deployment)]
+        best = estimator.get_best(deployment, targets)
+        if best is None:
+            continue
+        prediction, miss = best
+        num_groups = get_num_groups(deployment, prediction, settings)
+        miss = max(miss, _get_gpu_miss(deployment, num_groups, settings))
+        ranked.append(Ranked(deployment, num_groups, prediction, miss))
+    return ranked, points, num_deployments, num_fitting
+
+
+def _layout(deployment: Deployment) -> tuple[object, ...]:
+    c = deployment
+    return (c.mode, c.prefill_tp, c.decode_tp, c.num_prefill_workers, c.num_decode_workers)
+
+
+def pick_finalists(ranked: list[Ranked], num_finalists: int) -> list[Ranked]:
+    """The best of each layout, `num_finalists` of them, and the best of each mode."""
+    seen: set[tuple[object, ...]] = set()
+    finalists: list[Ranked] = []
+    for r in ranked:
+        layout = _layout(r.deployment)
+        if layout not in seen:
+            seen.add(layout)
+            finalists.append(r)
+    chosen = finalists[:num_finalists]
+    for mode in (AGG, DISAGG):
+        if not any(r.deployment.mode == mode for r in chosen):
+            chosen += [r for r in finalists if r.deployment.mode == mode][:1]
+    if chosen:  # the best of the other mode second: simulated even on a short budget
+        other = next((r for r in chosen if r.deployment.mode != chosen[0].deployment.mode), None)
+        if other is not None:
+            chosen.remove(other)
+            chosen.insert(1, other)
+    return chosen
+
+
+def make_plan(
+    hardware: Hardware, r: Ranked, rate_per_s: float, settings: SearchSettings
+) -> SimPlan:
+    """The replay of one group of `r` at `rate_per_s`."""
+    c = r.deployment
+    model = hardware.model
+    config = ReplayConfig(
+        num_workers=c.num_prefill_workers + c.num_decode_workers,
+        num_prefill_workers=c.num_prefill_workers,
+        router="kv",
+        block_size=BLOCK_SIZE_TOKENS,
+        num_kv_blocks=hardware.get_kv_blocks(c.decode_tp, c.max_num_seqs, c.max_num_batched_tokens),
+        max_num_batched_tokens=c.max_num_batched_tokens,
+        max_num_seqs=c.max_num_seqs,
+        transfer_bandwidth_bytes_s=hardware.get_transfer_bytes_s(c),
+        kv_bytes_per_block=model.get_kv_bytes_per_token() * BLOCK_SIZE_TOKENS,
+        seed=settings.seed,
+    )
+    p = r.prediction
+    e2e_ms = p.ttft_ms + p.itl_ms * settings.workload.osl_tokens
+    num_requests = get_num_sim_requests(rate_per_s, e2e_ms, settings.sim_requests)
+    return SimPlan(c, 1, rate_per_s, num_requests, config, arrival_shape=r.num_groups)
+
+
+def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked:
+    c = r.deployment
+    timing = hardware.timings[c.decode_tp].timing
+    prefill_timing = hardware.timings[c.prefill_tp].timing if c.prefill_tp else None
+    rate = r.prediction.request_rate_per_s
+    if settings.request_rate_per_s is not None:
+        rate = settings.request_rate_per_s / r.num_groups
+    osl = settings.workload.osl_tokens
+    result = r
+    for factor in (1.0, RETRY_RATE_FACTOR):
+        plan = make_plan(hardware, r, rate * factor, settings)
+        requests = make_requests(
+            settings.workload,
+            plan.request_rate_per_s,
+            plan.num_requests,
+            settings.seed,
+            plan.arrival_shape,
+        )
+        predicted = simulate(plan, requests, timing, prefill_timing)
+        miss = settings.targets.get_miss(predicted.ttft_ms, predicted.itl_ms, osl)
+        miss = max(miss, _get_gpu_miss(c, r.num_groups, settings))
+        result = Ranked(c, r.num_groups, predicted, miss, True, plan, r.prediction)
+        if miss <= 1.0 or settings.request_rate_per_s is not None:
+            break
+    return result
+
+
+def search(
+    hardware: Hardware,
+    settings: SearchSettings,
+    on_progress: Callable[[str], None] | None = None,
+) -> SearchResult:
+    """Estimate every deployment, simulate the finalists, rank them."""
+    by_gpus = settings.request_rate_per_s is not None
+    estimator = Estimator(
+        {tp: w.timing for tp, w in hardware.timings.items()},
+        settings.workload,
+        lambda c: (
+            settings.workload.isl_tokens
+            * hardware.model.get_kv_bytes_per_token()
+            / hardware.get_transfer_bytes_s(c)
+            * 1000.0
+        ),
+    )
+    ranked, points, num_deployments, num_fitting = _estimate_all(hardware, settings, estimator)
+    ranked.sort(key=lambda r: rank_key(r, by_gpus))
+    finalists = pick_finalists(ranked, settings.num_finalists)
+    started_s = time.monotonic()
+    simulated = []
+    for i, r in enumerate(finalists):
+        if i and time.monotonic() - started_s > settings.sim_budget_s:
+            break  # out of time: the rest keep their estimates
+        if on_progress is not None:
+            on_progress(f"simulating {i + 1}/{len(finalists)}: {r.deployment.describe()}")
+        simulated.append(_simulate(hardware, r, settings))
+    simulated.sort(key=lambda r: rank_key(r, by_gpus))
+    done = {id(r.deployment) for r in simulated}
+    rest = [r for r in ranked if id(r.deployment) not in done]
+    return SearchResult(simulated + rest, points, num_deployments, num_fitting)

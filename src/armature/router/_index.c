@@ -1,0 +1,612 @@
+/* Native holder table for the router's prefix index (armature.router.holder_store).
+ *
+ * Four tables, one per KV tier (device, host, disk, external), each an open-addressing hash
+ * map with linear probing: a block's sequence hash (u64) -> the bit set of the worker slots
+ * holding it in that tier. An entry exists exactly while its bit set is not empty (so no
+ * sentinel key is needed); deletion shifts the following entries back (no tombstones).
+ *
+ *     keys:  [h0, h1, ...]                 capacity entries, a power of two
+ *     bits:  [w0 w1 .. | w0 w1 .. | ...]   num_words u64 per entry (worker slot s: word s / 64)
+ *     names: worker slot -> worker id (None for a free slot); results are keyed by the ids
+ *
+ * The Python side (NativeHolderStore) owns the slots and every rule of the index (event ids,
+ * capacities, staleness); this module only sets and clears bits and walks prefixes. Both
+ * walks follow armature.router.prefix_index / tier_overlap exactly; tests hold the two stores
+ * equal under hypothesis.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NUM_TIERS 4
+#define TIER_DEVICE 0
+#define TIER_HOST 1
+#define TIER_DISK 2
+#define TIER_EXTERNAL 3
+#define MAX_WORDS 64 /* 4,096 worker slots */
+
+typedef struct {
+    size_t capacity; /* a power of two, or 0 before the first insert */
+    size_t count;
+    uint64_t *keys;
+    uint64_t *bits; /* capacity * num_words */
+} Table;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t num_words;
+    Table tables[NUM_TIERS];
+    PyObject *names; /* list: slot -> worker id or None */
+    PyObject *slots; /* dict: worker id -> slot */
+    PyObject *tiers; /* dict: tier object -> 0..3 */
+} HolderTable;
+
+static inline size_t home(uint64_t key, size_t mask) {
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 17) & mask;
+}
+
+static inline int is_empty(const uint64_t *bits, Py_ssize_t nw) {
+    for (Py_ssize_t w = 0; w < nw; w++)
+        if (bits[w]) return 0;
+    return 1;
+}
+
+/* The entry of `key`, or NULL. */
+static uint64_t *lookup(const Table *t, Py_ssize_t nw, uint64_t key) {
+    if (t->count == 0) return NULL;
+    size_t mask = t->capacity - 1;
+    for (size_t i = home(key, mask);; i = (i + 1) & mask) {
+        uint64_t *bits = t->bits + i * nw;
+        if (is_empty(bits, nw)) return NULL;
+        if (t->keys[i] == key) return bits;
+    }
+}
+
+static int rebuild(Table *t, size_t capacity, Py_ssize_t old_nw, Py_ssize_t nw) {
+    uint64_t *keys = PyMem_Calloc(capacity, sizeof(uint64_t));
+    uint64_t *bits = PyMem_Calloc(capacity * (size_t)nw, sizeof(uint64_t));
+    if (keys == NULL || bits == NULL) {
+        PyMem_Free(keys);
+        PyMem_Free(bits);
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t mask = capacity - 1;
+    for (size_t j = 0; j < t->capacity; j++) {
+        const uint64_t *old = t->bits + j * old_nw;
+        if (is_empty(old, old_nw)) continue;
+        size_t i = home(t->keys[j], mask);
+        while (!is_empty(bits + i * nw, nw)) i = (i + 1) & mask;
+        keys[i] = t->keys[j];
+        memcpy(bits + i * nw, old, (size_t)old_nw * sizeof(uint64_t));
+    }
+    PyMem_Free(t->keys);
+    PyMem_Free(t->bits);
+    t->keys = keys;
+    t->bits = bits;
+    t->capacity = capacity;
+    return 0;
+}
+
+/* Room for `count` entries at a load factor of at most 1/2. */
+static int reserve(Table *t, Py_ssize_t nw, size_t count) {
+    if (count * 2 <= t->capacity) return 0;
+    size_t capacity = t->capacity ? t->capacity : 64;
+    while (count * 2 > capacity) capacity *= 2;
+    return rebuild(t, capacity, nw, nw);
+}
+
+/* The entry of `key`, inserted empty if absent; room must have been reserved. The caller
+ * sets a bit at once (an empty entry counts as absent). */
+static uint64_t *upsert(Table *t, Py_ssize_t nw, uint64_t key, int *inserted) {
+    size_t mask = t->capacity - 1;
+    for (size_t i = home(key, mask);; i = (i + 1) & mask) {
+        uint64_t *bits = t->bits + i * nw;
+        if (is_empty(bits, nw)) {
+            t->keys[i] = key;
+            t->count++;
+            *inserted = 1;
+            return bits;
+        }
+        if (t->keys[i] == key) {
+            *inserted = 0;
+            return bits;
+        }
+    }
+}
+
+/* Drop the (now empty) entry at `bits`, shifting the entries after it back. */
+static void erase(Table *t, Py_ssize_t nw, uint64_t *bits) {
+    size_t mask = t->capacity - 1;
+    size_t i = (size_t)(bits - t->bits) / (size_t)nw;
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        uint64_t *next = t->bits + j * nw;
+        if (is_empty(next, nw)) break;
+        size_t k = home(t->keys[j], mask);
+        /* move j to the hole at i unless its home lies cyclically in (i, j] */
+        int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
+        if (stays) continue;
+        t->keys[i] = t->keys[j];
+        memcpy(t->bits + i * nw, next, (size_t)nw * sizeof(uint64_t));
+        memset(next, 0, (size_t)nw * sizeof(uint64_t));
+        i = j;
+    }
+    t->count--;
+}
+
+/* Clear slot's bit in the entry of `key`; 1 if it was set. */
+static int clear_bit(Table *t, Py_ssize_t nw, uint64_t key, Py_ssize_t slot) {
+    uint64_t *bits = lookup(t, nw, key);
+    uint64_t bit = 1ULL << (slot % 64);
+    if (bits == NULL || !(bits[slot / 64] & bit)) return 0;
+    bits[slot / 64] &= ~bit;
+    if (is_empty(bits, nw)) erase(t, nw, bits);
+    return 1;
+}
+
+/* ---- argument parsing ---------------------------------------------------------------- */
+
+static PyObject *seq_hash_name; /* "seq_hash", interned at import */
+
+/* One hash from an int; -1 with a ValueError when it is not an int in [0, 2**64). */
+static int to_hash(PyObject *item, uint64_t *out) {
+    unsigned long long v = item ? PyLong_AsUnsignedLongLong(item) : (unsigned long long)-1;
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "seq_hashes must be ints in [0, 2**64)");
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* The hashes of a sequence of ints (or, with `attr`, of the items' `attr` attributes) as a
+ * fresh u64 array (*n set); NULL with an error set. */
+static uint64_t *read_hashes_of(PyObject *obj, PyObject *attr, Py_ssize_t *n) {
+    PyObject *seq = PySequence_Fast(obj, "seq_hashes must be a sequence of ints");
+    if (seq == NULL) return NULL;
+    *n = PySequence_Fast_GET_SIZE(seq);
+    uint64_t *out = PyMem_Malloc(*n > 0 ? (size_t)*n * sizeof(uint64_t) : 1);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *item = attr ? PyObject_GetAttr(items[i], attr) : items[i];
+        int rc = to_hash(item, &out[i]);
+        if (attr) Py_XDECREF(item);
+        if (rc < 0) {
+            PyMem_Free(out);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+static uint64_t *read_hashes(PyObject *obj, Py_ssize_t *n) { return read_hashes_of(obj, NULL, n); }
+
+/* ---- type ------------------------------------------------------------------------------ */
+
+/* HolderTable(tiers): `tiers` maps each tier object (device, host, disk, external) to 0..3. */
+static int HolderTable_init(HolderTable *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"tiers", NULL};
+    PyObject *tiers;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyDict_Type, &tiers)) return -1;
+    self->num_words = 1;
+    Py_XSETREF(self->names, PyList_New(0));
+    Py_XSETREF(self->slots, PyDict_New());
+    Py_XSETREF(self->tiers, PyDict_Copy(tiers));
+    return (self->names == NULL || self->slots == NULL || self->tiers == NULL) ? -1 : 0;
+}
+
+static void HolderTable_dealloc(HolderTable *self) {
+    for (int t = 0; t < NUM_TIERS; t++) {
+        PyMem_Free(self->tables[t].keys);
+        PyMem_Free(self->tables[t].bits);
+    }
+    Py_XDECREF(self->names);
+    Py_XDECREF(self->slots);
+    Py_XDECREF(self->tiers);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The slot of `worker` (KeyError if it has none) and the number of `tier`; -1 on error. */
+static int resolve(HolderTable *self, PyObject *worker, PyObject *tier, Py_ssize_t *slot,
+                   int *tier_no) {
+    PyObject *s = PyDict_GetItemWithError(self->slots, worker);
+    if (s == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, worker);
+        return -1;
+    }
+    PyObject *t = PyDict_GetItemWithError(self->tiers, tier);
+    if (t == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, tier);
+        return -1;
+    }
+    *slot = PyLong_AsSsize_t(s);
+    *tier_no = (int)PyLong_AsLong(t);
+    if (*tier_no < 0 || *tier_no >= NUM_TIERS) {
+        PyErr_SetString(PyExc_ValueError, "tier numbers must be 0..3");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want) {
+    if (nargs == want) return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+    return -1;
+}
+
+/* set_name(slot, worker): put `worker` in `slot`; worker None frees the slot (whose bits
+ * must be clear). */
+static PyObject *HolderTable_set_name(HolderTable *self, PyObject *args) {
+    Py_ssize_t slot;
+    PyObject *name;
+    if (!PyArg_ParseTuple(args, "nO", &slot, &name)) return NULL;
+    if (slot < 0 || slot >= MAX_WORDS * 64) {
+        PyErr_Format(PyExc_ValueError, "worker slot %zd out of range", slot);
+        return NULL;
+    }
+    Py_ssize_t nw = slot / 64 + 1;
+    if (nw > self->num_words) {
+        for (int t = 0; t < NUM_TIERS; t++) {
+            Table *tab = &self->tables[t];
+            if (tab->capacity && rebuild(tab, tab->capacity, self->num_words, nw) < 0) return NULL;
+        }
+        self->num_words = nw;
+    }
+    while (PyList_GET_SIZE(self->names) <= slot)
+        if (PyList_Append(self->names, Py_None) < 0) return NULL;
+    PyObject *old = PyList_GET_ITEM(self->names, slot);
+    if (old != Py_None && PyDict_DelItem(self->slots, old) < 0) return NULL;
+    if (name != Py_None) {
+        PyObject *s = PyLong_FromSsize_t(slot);
+        int rc = s == NULL ? -1 : PyDict_SetItem(self->slots, name, s);
+        Py_XDECREF(s);
+        if (rc < 0) return NULL;
+    }
+    Py_INCREF(name);
+    PyList_SetItem(self->names, slot, name);
+    Py_RETURN_NONE;
+}
+
+/* add(worker, tier, seq_hashes, max_new) -> int: mark each hash held by worker in tier; the
+ * number newly marked (repeats once), or -1 with nothing changed when that exceeds max_new.
+ * add_blocks(worker, tier, blocks, max_new): the same for the blocks' `seq_hash`es. */
+static PyObject *add_hashes(HolderTable *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *attr) {
+    Py_ssize_t slot, n;
+    int tier;
+    if (check_nargs("add", nargs, 4) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
+    Py_ssize_t max_new = PyLong_AsSsize_t(args[3]);
+    if (max_new == -1 && PyErr_Occurred()) return NULL;
+    uint64_t *hashes = read_hashes_of(args[2], attr, &n);
+    if (hashes == NULL) return NULL;
+    Table *t = &self->tables[tier];
+    Py_ssize_t nw = self->num_words;
+    if (reserve(t, nw, t->count + (size_t)n) < 0) {
+        PyMem_Free(hashes);
+        return NULL;
+    }
+    uint64_t bit = 1ULL << (slot % 64);
+    Py_ssize_t num_new = 0; /* the newly set hashes are moved to hashes[0..num_new) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int inserted;
+        uint64_t *bits = upsert(t, nw, hashes[i], &inserted);
+        if (bits[slot / 64] & bit) continue;
+        bits[slot / 64] |= bit;
+        hashes[num_new++] = hashes[i];
+    }
+    if (num_new > max_new) {
+        for (Py_ssize_t i = 0; i < num_new; i++) clear_bit(t, nw, hashes[i], slot);
+        num_new = -1;
+    }
+    PyMem_Free(hashes);
+    return PyLong_FromSsize_t(num_new);
+}
+
+static PyObject *HolderTable_add(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    return add_hashes(self, args, nargs, NULL);
+}
+
+static PyObject *HolderTable_add_blocks(HolderTable *self, PyObject *const *args,
+                                        Py_ssize_t nargs) {
+    return add_hashes(self, args, nargs, seq_hash_name);
+}
+
+/* remove(worker, tier, seq_hashes) -> int: unmark each hash; how many were marked. */
+static PyObject *HolderTable_remove(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t slot, n;
+    int tier;
+    if (check_nargs("remove", nargs, 3) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
+    uint64_t *hashes = read_hashes(args[2], &n);
+    if (hashes == NULL) return NULL;
+    Py_ssize_t num_removed = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        num_removed += clear_bit(&self->tables[tier], self->num_words, hashes[i], slot);
+    PyMem_Free(hashes);
+    return PyLong_FromSsize_t(num_removed);
+}
+
+/* The keys of `t` whose entry has slot's bit (any bit for slot < 0), as a fresh array. */
+static uint64_t *keys_of(const Table *t, Py_ssize_t nw, Py_ssize_t slot, Py_ssize_t *n) {
+    uint64_t *out = PyMem_Malloc(t->count ? t->count * sizeof(uint64_t) : 1);
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *n = 0;
+    for (size_t i = 0; i < t->capacity; i++) {
+        const uint64_t *bits = t->bits + i * nw;
+        int held = slot < 0 ? !is_empty(bits, nw) : (int)((bits[slot / 64] >> (slot % 64)) & 1);
+        if (held) out[(*n)++] = t->keys[i];
+    }
+    return out;
+}
+
+/* get_hashes(worker, tier) -> set[int]: the hashes worker holds in tier (worker None:
+ * those anyone holds). */
+static PyObject *HolderTable_get_hashes(HolderTable *self, PyObject *const *args,
+                                        Py_ssize_t nargs) {
+    Py_ssize_t slot = -1, n;
+    int tier;
+    if (check_nargs("get_hashes", nargs, 2) < 0) return NULL;
+    if (args[0] == Py_None) { /* anyone: only the tier to resolve */
+        PyObject *tier_no = PyDict_GetItemWithError(self->tiers, args[1]);
+        if (tier_no == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, args[1]);
+            return NULL;
+        }
+        tier = (int)PyLong_AsLong(tier_no);
+        if (tier < 0 || tier >= NUM_TIERS) {
+            PyErr_SetString(PyExc_ValueError, "tier numbers must be 0..3");
+            return NULL;
+        }
+    } else if (resolve(self, args[0], args[1], &slot, &tier) < 0) {
+        return NULL;
+    }
+    uint64_t *keys = keys_of(&self->tables[tier], self->num_words, slot, &n);
+    if (keys == NULL) return NULL;
+    PyObject *out = PySet_New(NULL);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *item = PyLong_FromUnsignedLongLong(keys[i]);
+        if (item == NULL || PySet_Add(out, item) < 0) Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    PyMem_Free(keys);
+    return out;
+}
+
+/* clear(worker, tier) -> int: unmark everything worker holds in tier; how many there were. */
+static PyObject *HolderTable_clear(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t slot, n;
+    int tier;
+    if (check_nargs("clear", nargs, 2) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
+    Table *t = &self->tables[tier];
+    uint64_t *keys = keys_of(t, self->num_words, slot, &n);
+    if (keys == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) clear_bit(t, self->num_words, keys[i], slot);
+    PyMem_Free(keys);
+    return PyLong_FromSsize_t(n);
+}
+
+/* ---- walks ------------------------------------------------------------------------------ */
+
+static int put_int(PyObject *dict, PyObject *names, Py_ssize_t slot, Py_ssize_t value) {
+    PyObject *v = PyLong_FromSsize_t(value);
+    if (v == NULL) return -1;
+    int rc = PyDict_SetItem(dict, PyList_GET_ITEM(names, slot), v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* Put `value` under every slot set in `mask` (num_words words). */
+static int put_all(PyObject *dict, PyObject *names, const uint64_t *mask, Py_ssize_t nw,
+                   Py_ssize_t value) {
+    for (Py_ssize_t w = 0; w < nw; w++)
+        for (uint64_t m = mask[w]; m; m &= m - 1)
+            if (put_int(dict, names, w * 64 + __builtin_ctzll(m), value) < 0) return -1;
+    return 0;
+}
+
+/* find_overlaps(seq_hashes) -> dict[worker, int]: for each worker holding the first block on
+ * its device, how many leading blocks it holds there (PrefixIndex.find_overlaps). */
+static PyObject *HolderTable_find_overlaps(HolderTable *self, PyObject *obj) {
+    /* hashes are read as the walk reaches them: a short match reads few */
+    PyObject *seq = PySequence_Fast(obj, "seq_hashes must be a sequence of ints");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), nw = self->num_words;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyDict_New();
+    const Table *t = &self->tables[TIER_DEVICE];
+    uint64_t active[MAX_WORDS], dropped[MAX_WORDS], key;
+    if (out == NULL || n == 0) goto done;
+    if (to_hash(items[0], &key) < 0) goto fail;
+    const uint64_t *first = lookup(t, nw, key);
+    if (first == NULL) goto done;
+    memcpy(active, first, (size_t)nw * sizeof(uint64_t));
+    for (Py_ssize_t depth = 1; depth < n; depth++) {
+        if (to_hash(items[depth], &key) < 0) goto fail;
+        const uint64_t *bits = lookup(t, nw, key);
+        uint64_t any_drop = 0, any_left = 0;
+        for (Py_ssize_t w = 0; w < nw; w++) {
+            uint64_t still = bits ? active[w] & bits[w] : 0;
+            dropped[w] = active[w] & ~still;
+            any_drop |= dropped[w];
+            active[w] = still;
+            any_left |= still;
+        }
+        if (any_drop && put_all(out, self->names, dropped, nw, depth) < 0) goto fail;
+        if (!any_left) goto done;
+    }
+    if (put_all(out, self->names, active, nw, n) < 0) goto fail;
+done:
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+typedef struct {
+    Py_ssize_t *depth;               /* by slot: where the worker's match ended (0: none) */
+    Py_ssize_t *since;               /* by slot: the depth it entered its class at */
+    Py_ssize_t (*lower)[3];          /* by slot: blocks from host, disk, external */
+    uint64_t classes[3][MAX_WORDS];  /* workers now in the host, disk, external class */
+} TierWalk;
+
+/* Workers move from walk->classes to `now` at `depth`: one leaving a class adds the blocks
+ * it spent there, one entering starts counting (every leaving first). */
+static void settle(TierWalk *walk, uint64_t now[3][MAX_WORDS], Py_ssize_t nw, Py_ssize_t depth) {
+    for (int c = 0; c < 3; c++)
+        for (Py_ssize_t w = 0; w < nw; w++)
+            for (uint64_t m = walk->classes[c][w] & ~now[c][w]; m; m &= m - 1) {
+                Py_ssize_t s = w * 64 + __builtin_ctzll(m);
+                walk->lower[s][c] += depth - walk->since[s];
+            }
+    for (int c = 0; c < 3; c++)
+        for (Py_ssize_t w = 0; w < nw; w++) {
+            for (uint64_t m = now[c][w] & ~walk->classes[c][w]; m; m &= m - 1)
+                walk->since[w * 64 + __builtin_ctzll(m)] = depth;
+            walk->classes[c][w] = now[c][w];
+        }
+}
+
+/* One block of the tier walk: `active` keeps the workers that can get it; those leaving get
+ * `depth`; the classes move to the tier each active worker gets it from. 0: none left. */
+static int tier_step(HolderTable *self, TierWalk *walk, uint64_t *active, uint64_t key,
+                     Py_ssize_t depth) {
+    static const uint64_t none[MAX_WORDS];
+    Py_ssize_t nw = self->num_words;
+    const uint64_t *dev = lookup(&self->tables[TIER_DEVICE], nw, key);
+    const uint64_t *host = lookup(&self->tables[TIER_HOST], nw, key);
+    const uint64_t *disk = lookup(&self->tables[TIER_DISK], nw, key);
+    int external = lookup(&self->tables[TIER_EXTERNAL], nw, key) != NULL;
+    dev = dev ? dev : none;
+    host = host ? host : none;
+    disk = disk ? disk : none;
+    uint64_t now[3][MAX_WORDS];
+    uint64_t any_left = 0;
+    for (Py_ssize_t w = 0; w < nw; w++) {
+        uint64_t still = external ? active[w] : active[w] & (dev[w] | host[w] | disk[w]);
+        for (uint64_t m = active[w] & ~still; m; m &= m - 1)
+            if (depth) walk->depth[w * 64 + __builtin_ctzll(m)] = depth;
+        active[w] = still;
+        any_left |= still;
+        uint64_t below = still & ~dev[w];
+        now[0][w] = below & host[w];
+        now[1][w] = below & ~host[w] & disk[w];
+        now[2][w] = below & ~host[w] & ~disk[w];
+    }
+    settle(walk, now, nw, depth);
+    return any_left != 0;
+}
+
+/* find_tier_overlaps(seq_hashes) -> dict[worker, (device, host, disk, external)]: for each
+ * named worker that can get the first block from some tier, its matched prefix counted by
+ * the fastest tier (PrefixIndex.find_tier_overlaps). */
+static PyObject *HolderTable_find_tier_overlaps(HolderTable *self, PyObject *obj) {
+    Py_ssize_t n, nw = self->num_words, num_slots = PyList_GET_SIZE(self->names);
+    uint64_t *hashes = read_hashes(obj, &n);
+    if (hashes == NULL) return NULL;
+    TierWalk walk_state = {0}, *walk = &walk_state;
+    Py_ssize_t *counts = PyMem_Calloc((size_t)nw * 64 * 5, sizeof(Py_ssize_t));
+    PyObject *out = PyDict_New();
+    if (counts == NULL || out == NULL) {
+        PyMem_Free(hashes);
+        PyMem_Free(counts);
+        Py_XDECREF(out);
+        return counts == NULL ? PyErr_NoMemory() : NULL;
+    }
+    walk->depth = counts;
+    walk->since = counts + nw * 64;
+    walk->lower = (Py_ssize_t(*)[3])(counts + nw * 64 * 2);
+    uint64_t active[MAX_WORDS] = {0};
+    for (Py_ssize_t s = 0; s < num_slots; s++)
+        if (PyList_GET_ITEM(self->names, s) != Py_None) active[s / 64] |= 1ULL << (s % 64);
+    Py_ssize_t depth = 0;
+    for (; depth < n; depth++)
+        if (!tier_step(self, walk, active, hashes[depth], depth)) break;
+    for (Py_ssize_t w = 0; w < nw; w++)
+        for (uint64_t m = active[w]; m; m &= m - 1) walk->depth[w * 64 + __builtin_ctzll(m)] = depth;
+    uint64_t empty[3][MAX_WORDS] = {{0}};
+    settle(walk, empty, nw, depth);
+    for (Py_ssize_t s = 0; s < num_slots; s++) {
+        Py_ssize_t d = walk->depth[s], *lower = walk->lower[s];
+        if (!d) continue;
+        PyObject *v = Py_BuildValue("(nnnn)", d - lower[0] - lower[1] - lower[2], lower[0],
+                                    lower[1], lower[2]);
+        if (v == NULL || PyDict_SetItem(out, PyList_GET_ITEM(self->names, s), v) < 0) {
+            Py_XDECREF(v);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(v);
+    }
+    PyMem_Free(hashes);
+    PyMem_Free(counts);
+    return out;
+}
+
+static PyMethodDef HolderTable_methods[] = {
+    {"set_name", (PyCFunction)HolderTable_set_name, METH_VARARGS,
+     "set_name(slot, name): the worker in slot (None: free; its bits must be clear)"},
+    {"add", (PyCFunction)(void (*)(void))HolderTable_add, METH_FASTCALL,
+     "add(worker, tier, seq_hashes, max_new) -> newly marked, or -1 (nothing changed)"},
+    {"add_blocks", (PyCFunction)(void (*)(void))HolderTable_add_blocks, METH_FASTCALL,
+     "add_blocks(worker, tier, blocks, max_new): add() of the blocks' seq_hash"},
+    {"remove", (PyCFunction)(void (*)(void))HolderTable_remove, METH_FASTCALL,
+     "remove(worker, tier, seq_hashes) -> how many were marked"},
+    {"clear", (PyCFunction)(void (*)(void))HolderTable_clear, METH_FASTCALL,
+     "clear(worker, tier) -> how many were marked"},
+    {"get_hashes", (PyCFunction)(void (*)(void))HolderTable_get_hashes, METH_FASTCALL,
+     "get_hashes(worker, tier) -> set of hashes (worker None: held by anyone)"},
+    {"find_overlaps", (PyCFunction)HolderTable_find_overlaps, METH_O,
+     "find_overlaps(seq_hashes) -> {worker: leading device blocks}"},
+    {"find_tier_overlaps", (PyCFunction)HolderTable_find_tier_overlaps, METH_O,
+     "find_tier_overlaps(seq_hashes) -> {worker: (device, host, disk, external)}"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HolderTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "armature.router._index.HolderTable",
+    .tp_basicsize = sizeof(HolderTable),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Per-tier maps of block hash -> worker slots (see the module's comment).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)HolderTable_init,
+    .tp_dealloc = (destructor)HolderTable_dealloc,
+    .tp_methods = HolderTable_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "armature.router._index", "Native holder table of the prefix index.",
+    -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__index(void) {
+    seq_hash_name = PyUnicode_InternFromString("seq_hash");
+    if (seq_hash_name == NULL) return NULL;
+    if (PyType_Ready(&HolderTableType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&HolderTableType);
+    if (PyModule_AddObject(m, "HolderTable", (PyObject *)&HolderTableType) < 0) {
+        Py_DECREF(&HolderTableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

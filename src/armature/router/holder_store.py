@@ -1,0 +1,174 @@
+"""Where the prefix index keeps which worker holds which block in which tier: the per-block
+storage and prefix walks behind `armature.router.prefix_index.PrefixIndex`, which keeps every
+rule (event ids, capacities, staleness) and calls a store for the block work.
+
+Two stores give identical results (tests hold them equal under hypothesis):
+- `NativeHolderStore`: the C table of `armature.router._index` (built from _index.c at
+  install; per-tier hash maps of block hash -> bit set of worker slots);
+- `PyHolderStore`: dicts and frozensets, always present, the reference.
+
+`make_holder_store` picks one: the `backend` argument, else the ARMATURE_INDEX_BACKEND
+environment variable (`native` or `python`), else native when the extension was built.
+Sequence hashes are unsigned 64-bit ints (the XXH3-64 block hashes of DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from armature.errors import ArmatureError, ConfigError
+from armature.protocols.kv_events import KvTier, StoredBlock
+from armature.router.py_holder_store import PyHolderStore
+from armature.router.tier_overlap import TierOverlap, WorkerId
+
+try:
+    from armature.router import _index
+except ImportError:  # built without a C compiler: the pure-Python store
+    _index = None  # type: ignore[assignment]
+
+__all__ = [
+    "BACKEND_ENV_VAR",
+    "HolderStore",
+    "IndexBackend",
+    "IndexBackendUnavailableError",
+    "NativeHolderStore",
+    "PyHolderStore",
+    "has_native_index",
+    "make_holder_store",
+]
+
+BACKEND_ENV_VAR = "ARMATURE_INDEX_BACKEND"
+_TIER_NUMBER: Mapping[KvTier, int] = {
+    KvTier.DEVICE: 0,
+    KvTier.HOST: 1,
+    KvTier.DISK: 2,
+    KvTier.EXTERNAL: 3,
+}
+
+
+class IndexBackend(enum.StrEnum):
+    """Which store holds the prefix index's blocks."""
+
+    NATIVE = "native"  # armature.router._index, the C extension (present if it was built)
+    PYTHON = "python"  # dicts of frozensets: always present, the reference
+
+
+class IndexBackendUnavailableError(ArmatureError, RuntimeError):
+    """The native store was asked for, but the extension was not built."""
+
+
+class HolderStore(Protocol):
+    """Which worker holds which block in which tier. Pure; one owner (the PrefixIndex)."""
+
+    def add_worker(self, worker: WorkerId) -> None: ...
+
+    def remove_worker(self, worker: WorkerId) -> None:
+        """Forget `worker`: every tier of it must have been cleared."""
+        ...
+
+    def add(self, worker: WorkerId, tier: KvTier, seq_hashes: Sequence[int], max_new: int) -> int:
+        """Mark `seq_hashes` held by `worker` in `tier`: the number of them newly held
+        (repeats counted once), or -1, changing nothing, when that would exceed `max_new`."""
+        ...
+
+    def add_blocks(
+        self, worker: WorkerId, tier: KvTier, blocks: Sequence[StoredBlock], max_new: int
+    ) -> int:
+        """`add` of the blocks' sequence hashes."""
+        ...
+
+    def remove(self, worker: WorkerId, tier: KvTier, seq_hashes: Sequence[int]) -> int:
+        """Unmark `seq_hashes` for `worker` in `tier`; how many were held (absent: skipped)."""
+        ...
+
+    def clear(self, worker: WorkerId, tier: KvTier) -> int:
+        """Unmark every block of `worker` in `tier`; how many there were."""
+        ...
+
+    def get_hashes(self, worker: WorkerId, tier: KvTier) -> set[int]: ...
+
+    def get_external_hashes(self) -> set[int]:
+        """G4 blocks announced by at least one worker."""
+        ...
+
+    def find_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, int]:
+        """See `PrefixIndex.find_overlaps`."""
+        ...
+
+    def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
+        """See `PrefixIndex.find_tier_overlaps`."""
+        ...
+
+
+class NativeHolderStore:
+    """`HolderStore` on the C table: workers get the lowest free slot (a bit per slot). The
+    block methods are the table's own (no Python frame between the index and C)."""
+
+    def __init__(self) -> None:
+        if _index is None:
+            raise IndexBackendUnavailableError(
+                "armature.router._index was not built (no C compiler at install); "
+                f"use {BACKEND_ENV_VAR}=python"
+            )
+        table = _index.HolderTable(dict(_TIER_NUMBER))
+        self._table = table
+        self._slots: dict[WorkerId, int] = {}
+        self._free_slots: list[int] = []  # below len(_slots) + len(_free_slots), reusable
+        self.add = table.add
+        self.add_blocks = table.add_blocks
+        self.remove = table.remove
+        self.clear = table.clear
+        self.find_overlaps = table.find_overlaps
+
+    def add_worker(self, worker: WorkerId) -> None:
+        assert worker not in self._slots
+        if self._free_slots:
+            slot = min(self._free_slots)
+            self._free_slots.remove(slot)
+        else:
+            slot = len(self._slots)
+        self._slots[worker] = slot
+        self._table.set_name(slot, worker)
+
+    def remove_worker(self, worker: WorkerId) -> None:
+        leftover = sum(self._table.clear(worker, t) for t in KvTier)  # clears it either way
+        assert not leftover, "worker not cleared"
+        slot = self._slots.pop(worker)
+        self._table.set_name(slot, None)
+        self._free_slots.append(slot)
+
+    def get_hashes(self, worker: WorkerId, tier: KvTier) -> set[int]:
+        return self._table.get_hashes(worker, tier)
+
+    def get_external_hashes(self) -> set[int]:
+        return self._table.get_hashes(None, KvTier.EXTERNAL)
+
+    def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
+        found = self._table.find_tier_overlaps(seq_hashes)
+        return {w: TierOverlap(*counts) for w, counts in found.items()}
+
+
+def has_native_index() -> bool:
+    """Whether the native extension was built (and so is the default store)."""
+    return _index is not None
+
+
+def make_holder_store(backend: IndexBackend | None = None) -> HolderStore:
+    """A store of `backend`; None: $ARMATURE_INDEX_BACKEND if set, else the fastest built."""
+    if backend is None:
+        name = os.environ.get(BACKEND_ENV_VAR, "")
+        if name:
+            try:
+                backend = IndexBackend(name)
+            except ValueError:
+                choices = ", ".join(b.value for b in IndexBackend)
+                message = f"{BACKEND_ENV_VAR} must be one of {choices}, got {name!r}"
+                raise ConfigError(message) from None
+        else:
+            backend = IndexBackend.NATIVE if _index is not None else IndexBackend.PYTHON
+    if IndexBackend(backend) is IndexBackend.NATIVE:
+        return NativeHolderStore()
+    return PyHolderStore()

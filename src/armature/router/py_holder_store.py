@@ -1,0 +1,177 @@
+"""The pure-Python `HolderStore` (`armature.router.holder_store`): the reference the native
+store is tested against, and the store when the extension was not built.
+
+    tiers[w]:         seq_hash -> bit set of the tiers w holds it in   (removal, dumps)
+    holders[tier]:    seq_hash -> {workers holding it in tier}          (G1, G2, G3: lookups)
+                      (frozensets, one shared per single holder: a prompt's new blocks go
+                      in with one dict update)
+    external:         seq_hash -> how many workers announce it in G4    (counts for every worker)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import repeat, takewhile
+
+from armature.protocols.kv_events import KvTier, StoredBlock
+from armature.router.tier_overlap import (
+    NO_HOLDERS,
+    HolderGet,
+    TierOverlap,
+    WorkerId,
+    find_tier_overlaps,
+)
+
+__all__ = ["PyHolderStore"]
+
+_BIT = {KvTier.DEVICE: 1, KvTier.HOST: 2, KvTier.DISK: 4, KvTier.EXTERNAL: 8}
+
+
+class PyHolderStore:
+    def __init__(self) -> None:
+        self._holders: dict[KvTier, dict[int, frozenset[WorkerId]]] = {
+            KvTier.DEVICE: {},
+            KvTier.HOST: {},
+            KvTier.DISK: {},
+        }
+        self._device = self._holders[KvTier.DEVICE]
+        self._gets: tuple[HolderGet, HolderGet, HolderGet] = (
+            self._device.get,
+            self._holders[KvTier.HOST].get,
+            self._holders[KvTier.DISK].get,
+        )
+        self._external: dict[int, int] = {}
+        self._tiers: dict[WorkerId, dict[int, int]] = {}
+        self._everyone: frozenset[WorkerId] = frozenset()
+        self._alone: dict[WorkerId, frozenset[WorkerId]] = {}  # {worker}, shared
+
+    def add_worker(self, worker: WorkerId) -> None:
+        assert worker not in self._tiers
+        self._tiers[worker] = {}
+        self._everyone = frozenset(self._tiers)
+        self._alone[worker] = frozenset([worker])
+
+    def remove_worker(self, worker: WorkerId) -> None:
+        held = self._tiers.pop(worker)
+        assert not held, "worker not cleared"
+        self._everyone = frozenset(self._tiers)
+        del self._alone[worker]
+
+    def add(self, worker: WorkerId, tier: KvTier, seq_hashes: Sequence[int], max_new: int) -> int:
+        new = _get_new(self._tiers[worker], list(seq_hashes), _BIT[tier])
+        if len(new) > max_new:
+            return -1
+        self._set(worker, new, tier)
+        return len(new)
+
+    def add_blocks(
+        self, worker: WorkerId, tier: KvTier, blocks: Sequence[StoredBlock], max_new: int
+    ) -> int:
+        return self.add(worker, tier, [b.seq_hash for b in blocks], max_new)
+
+    def remove(self, worker: WorkerId, tier: KvTier, seq_hashes: Iterable[int]) -> int:
+        bit = _BIT[tier]
+        held = self._tiers[worker]
+        holders = self._holders.get(tier, {})
+        num_removed = 0
+        for seq_hash in seq_hashes:
+            bits = held.get(seq_hash, 0)
+            if not bits & bit:
+                continue
+            bits &= ~bit
+            if bits:
+                held[seq_hash] = bits
+            else:
+                del held[seq_hash]
+            num_removed += 1
+            if tier is KvTier.EXTERNAL:
+                count = self._external[seq_hash] - 1
+                if count:
+                    self._external[seq_hash] = count
+                else:
+                    del self._external[seq_hash]
+            else:
+                _discard(holders, seq_hash, worker)
+        return num_removed
+
+    def clear(self, worker: WorkerId, tier: KvTier) -> int:
+        return self.remove(worker, tier, list(self.get_hashes(worker, tier)))
+
+    def get_hashes(self, worker: WorkerId, tier: KvTier) -> set[int]:
+        bit = _BIT[tier]
+        return {h for h, bits in self._tiers[worker].items() if bits & bit}
+
+    def get_external_hashes(self) -> set[int]:
+        return set(self._external)
+
+    def find_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, int]:
+        """The walk runs at C speed while every still-matching worker holds the next block
+        (lazy `map` lookups under `takewhile`); Python only runs where a worker drops out."""
+        overlaps: dict[WorkerId, int] = {}
+        num_blocks = len(seq_hashes)
+        if not num_blocks:
+            return overlaps
+        get = self._device.get
+        lookups = map(get, seq_hashes, repeat(NO_HOLDERS))
+        active: set[WorkerId] | frozenset[WorkerId] = next(lookups)
+        depth = 1
+        while active:
+            depth += len(list(takewhile(active.issubset, lookups)))
+            if depth >= num_blocks:
+                break
+            # `takewhile` consumed block `depth`, the first some active worker lacks.
+            still = active & get(seq_hashes[depth], NO_HOLDERS)
+            for worker in active - still:
+                overlaps[worker] = depth
+            active = still
+            depth += 1
+        for worker in active:
+            overlaps[worker] = num_blocks
+        return overlaps
+
+    def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
+        return find_tier_overlaps(seq_hashes, self._gets, self._external, self._everyone)
+
+    def _set(self, worker: WorkerId, new: Sequence[int], tier: KvTier) -> None:
+        """Add `tier` to `worker`'s entry of each of `new` hashes: distinct, and none of them
+        in `tier` for `worker` yet."""
+        bit = _BIT[tier]
+        held = self._tiers[worker]
+        if held.keys().isdisjoint(new):
+            held.update(dict.fromkeys(new, bit))
+        else:
+            get_bits = held.get
+            held.update([(h, get_bits(h, 0) | bit) for h in new])
+        if tier is KvTier.EXTERNAL:
+            external = self._external
+            for seq_hash in new:
+                external[seq_hash] = external.get(seq_hash, 0) + 1
+            return
+        holders = self._holders[tier]
+        alone = self._alone[worker]
+        if holders.keys().isdisjoint(new):  # blocks nobody else holds: the common case
+            holders.update(dict.fromkeys(new, alone))
+        else:
+            get_holders = holders.get
+            for seq_hash in new:
+                workers = get_holders(seq_hash)
+                holders[seq_hash] = alone if workers is None else workers | alone
+
+
+def _get_new(held: dict[int, int], hashes: list[int], bit: int) -> list[int]:
+    """`hashes` without repeats and without those `held` has `bit` of, in their order."""
+    if held.keys().isdisjoint(hashes) and len(set(hashes)) == len(hashes):
+        return hashes  # all new (the common case, at C speed)
+    return [h for h in dict.fromkeys(hashes) if not held.get(h, 0) & bit]
+
+
+def _discard(
+    holders_by_hash: dict[int, frozenset[WorkerId]], seq_hash: int, worker: WorkerId
+) -> None:
+    holders = holders_by_hash.get(seq_hash)
+    if holders is None or worker not in holders:
+        return
+    if len(holders) == 1:
+        del holders_by_hash[seq_hash]
+    else:
+        holders_by_hash[seq_hash] = holders - {worker}

@@ -1,0 +1,162 @@
+"""`armature configure` end to end in this process: every bad input is one line and exit 2;
+--save-dir writes command lines that parse, and a replay command that gives back the
+prediction it saved."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from configurator_cases import TINY_LLAMA, write_config
+
+from armature.cli.main import build_parser, main
+from profiles import write_small_profile
+
+# a small space: the tiny Llama on H100s, one TP, one set of limits
+SMALL = ["--tp", "1,2", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048"]
+SMALL += ["--finalists", "1", "--isl", "256", "--osl", "32", "--total-gpus", "4"]
+
+
+@pytest.fixture
+def tiny_dir(tmp_path: Path) -> Path:
+    return write_config(tmp_path / "tiny", TINY_LLAMA)
+
+
+def _fails(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> str:
+    """Run configure; it must exit 2 with one line naming `message`. Returns stdout."""
+    assert main(["configure", *argv]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("armature: error: ")
+    assert message in lines[0]
+    return out
+
+
+def test_unknown_system(tiny_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _fails(capsys, ["--model", str(tiny_dir), "--system", "tpu9"], "unknown system 'tpu9'")
+
+
+def test_a_model_that_fits_at_no_tp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    huge = {**TINY_LLAMA, "hidden_size": 16384, "num_hidden_layers": 200}
+    huge |= {"num_attention_heads": 128, "intermediate_size": 65536}
+    model = write_config(tmp_path / "huge", huge)
+    _fails(
+        capsys,
+        ["--model", str(model), "--system", "l40s"],
+        "does not fit on l40s at any tensor parallelism up to 8",
+    )
+
+
+def test_requests_whose_kv_fits_nowhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 40 GB of weights on an L40S: at TP 8 each GPU keeps ~35 GB, 16 x 120k-token requests
+    # of 320 KB/token would need far more
+    big = {**TINY_LLAMA, "hidden_size": 8192, "num_hidden_layers": 40, "num_attention_heads": 64}
+    big |= {"num_key_value_heads": 8, "intermediate_size": 28672, "max_position_embeddings": 131072}
+    model = write_config(tmp_path / "big", big)
+    argv = ["--model", str(model), "--system", "l40s", "--isl", "120000", "--osl", "100"]
+    argv += ["--modes", "agg"]
+    _fails(capsys, argv, "no deployment fits in memory: 16 requests of up to 120100 tokens")
+
+
+def test_impossible_targets_show_the_closest(
+    tiny_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _fails(
+        capsys,
+        ["--model", str(tiny_dir), *SMALL, "--ttft-ms", "0.001"],
+        "no configuration meets the targets",
+    )
+    assert " 1  " in out and "sim no" in out  # the closest, simulated, ranked first
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "give --model"),
+        (["--system", "local"], "--system local needs --timing-profile"),
+        (["--timing-profile", "p.json"], "--timing-profile is for --system local"),
+        (["--system", "a100_sxm", "--dtype", "fp8"], "a100_sxm has no fp8 math"),
+        (["--max-num-batched-tokens", "3000"], "--max-num-batched-tokens 3000: must be"),
+        (["--trace", "/nonexistent/trace.jsonl"], "does not exist"),
+        (["--isl", "5000"], "exceed the model's context (4096)"),
+        (["--system", "local", "--timing-profile", "/nonexistent.json"], "cannot read"),
+    ],
+)
+def test_bad_inputs(
+    tiny_dir: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    model = [] if not argv else ["--model", str(tiny_dir)]
+    _fails(capsys, [*model, *argv], message)
+
+
+def test_a_missing_model_and_a_bad_dtype(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fails(capsys, ["--model", str(tmp_path)], "no config.json there")
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own check, the same one line
+        main(["configure", "--model", str(tmp_path), "--dtype", "int3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("armature: error: argument --dtype: invalid choice: 'int3'")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_file_that_is_not_a_profile(tiny_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tiny_dir / "bad.json"
+    bad.write_text("{}")
+    _fails(
+        capsys,
+        ["--model", str(tiny_dir), "--system", "local", "--timing-profile", str(bad)],
+        "is not a timing profile",
+    )
+
+
+def _saved_lines(path: Path) -> list[list[str]]:
+    return [shlex.split(line) for line in path.read_text().splitlines() if line.startswith("arm")]
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_save_dir_replays_to_the_saved_prediction(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    save = tmp_path / "out"
+    argv = ["configure", "--model", str(tiny_dir), *SMALL, "--modes", mode, "--save-dir", str(save)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "aggregated" in out and "disaggregated" in out
+    assert (save / "pareto.png").stat().st_size > 0
+    for script in ("commands.sh", "planner.sh"):
+        for line in _saved_lines(save / script):
+            assert line[0] == "armature"
+            build_parser().parse_args(line[1:])  # every saved command line parses
+    values = (save / "values.yaml").read_text()
+    role = "agg" if mode == "agg" else "decode"
+    assert f"    {role}:\n      enabled: true\n" in values
+    [replay] = _saved_lines(save / "replay.sh")
+    assert main(replay[1:]) == 0
+    replayed = json.loads((save / "replay.json").read_text())
+    predicted = json.loads((save / "prediction.json").read_text())
+    assert predicted["simulated"] is True
+    assert replayed["ttft_ms"]["p50"] == pytest.approx(predicted["ttft_ms_p50"], rel=1e-9)
+    assert replayed["itl_ms"]["mean"] == pytest.approx(predicted["itl_ms_mean"], rel=1e-9)
+    if mode == "disagg":
+        assert replayed["num_remote_prefills"] == replayed["num_requests"]
+
+
+def test_local_system_saves_native_commands(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile, model="tiny")
+    save = tmp_path / "out"
+    argv = ["configure", "--model", str(tiny_dir), "--system", "local"]
+    argv += ["--timing-profile", str(profile), "--isl", "64", "--osl", "16", "--ttft-ms", "5000"]
+    argv += ["--itl-ms", "200", "--max-num-seqs", "4", "--finalists", "1", "--save-dir", str(save)]
+    assert main(argv) == 0
+    native = _saved_lines(save / "commands_native.sh")
+    assert native[0][:2] == ["armature", "serve"]
+    assert "--engine" not in native[0]  # the native engine, the default
+    assert "2 workers" in capsys.readouterr().out

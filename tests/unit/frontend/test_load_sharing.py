@@ -1,0 +1,148 @@
+"""Frontend replicas sharing their load over a real event plane (zmq; NATS, as across hosts)
+and in-process discovery:
+a replica that joins gets the others' current load, changes follow, a replica that leaves
+takes its load with it, and one that goes silent (killed: its card outlives it) expires."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+
+import msgspec
+import pytest
+
+from armature.config import ReplicaConfig
+from armature.frontend.replicas import LoadSharing
+from armature.protocols.replica import FrontendCard, ReplicaLoad, WorkerShare, frontend_key
+from armature.router.load import ActiveLoad, WorkerLoad
+from armature.runtime.discovery import MemDiscovery, MemStore
+from armature.runtime.events import EventPlane, NatsEventPlane, ZmqEventPlane
+from servers import Nats
+
+NAMESPACE = "replicas-test"
+CONFIG = ReplicaConfig(share_load_interval_s=0.005, share_load_ttl_s=0.6)
+DEADLINE_S = 30.0  # a bound on waits for a state, far beyond it on an idle machine
+
+
+class Router:
+    """The router's side of load sharing, over a real ActiveLoad."""
+
+    def __init__(self) -> None:
+        self.load = ActiveLoad()
+        self.load_changed = asyncio.Event()
+
+    def get_own_loads(self) -> dict[str, WorkerLoad]:
+        return dict(self.load.get_own_loads())
+
+    def set_peer_loads(self, peers: Mapping[str, WorkerLoad]) -> None:
+        self.load.set_peer_loads(peers)
+
+    def start(self, request_id: str, worker: str, tokens: int, blocks: int) -> None:
+        self.load.start(request_id, worker, tokens, blocks)
+        self.load_changed.set()
+
+    def finish(self, request_id: str) -> None:
+        self.load.finish(request_id)
+        self.load_changed.set()
+
+    def peers(self) -> dict[str, WorkerLoad]:
+        return dict(self.load.get_peer_loads())
+
+
+async def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline_s = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline_s:
+            pytest.fail(f"not {what} after {DEADLINE_S:g} s")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nats]:
+    server = Nats(tmp_path_factory.mktemp("nats"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["zmq", "nats"])
+async def plane(request: pytest.FixtureRequest, nats_server: Nats) -> AsyncIterator[EventPlane]:
+    if request.param == "zmq":
+        p: EventPlane = ZmqEventPlane()
+    else:
+        nats_plane = NatsEventPlane(nats_server.url)
+        await nats_plane.connect()
+        p = nats_plane
+    yield p
+    await p.close()
+
+
+def start(router: Router, store: MemStore, plane: EventPlane) -> asyncio.Task[None]:
+    sharing = LoadSharing(router, MemDiscovery(store), plane, NAMESPACE, CONFIG, lease_ttl_s=5.0)
+    return asyncio.get_running_loop().create_task(sharing.run())
+
+
+async def test_a_joining_replica_gets_the_current_load_and_follows_it(
+    plane: EventPlane,
+) -> None:
+    store = MemStore()
+    a, b = Router(), Router()
+    a.start("r1", "w0", 64, 5)
+    a.start("r2", "w1", 0, 3)
+    task_a = start(a, store, plane)
+    await wait_for(lambda: len(store.entries) == 1, "A registered")
+    task_b = start(b, store, plane)  # joins while A has two requests in flight
+    await wait_for(
+        lambda: b.peers() == {"w0": WorkerLoad(64, 5, 1), "w1": WorkerLoad(0, 3, 1)},
+        "A's load seen by B",
+    )
+    b.start("r3", "w0", 16, 1)
+    await wait_for(lambda: a.peers() == {"w0": WorkerLoad(16, 1, 1)}, "B's load seen by A")
+    assert dict(a.load.get_loads()) == {"w0": WorkerLoad(80, 6, 2), "w1": WorkerLoad(0, 3, 1)}
+    a.finish("r1")
+    await wait_for(lambda: b.peers() == {"w1": WorkerLoad(0, 3, 1)}, "A's finish seen by B")
+    task_a.cancel()  # a clean exit: its card leaves discovery, and its load with it
+    await asyncio.gather(task_a, return_exceptions=True)
+    await wait_for(lambda: b.peers() == {}, "A's load gone from B")
+    assert [k.rsplit("/", 1)[0] for k in store.entries] == [f"instances/{NAMESPACE}/frontend/load"]
+    task_b.cancel()
+    await asyncio.gather(task_b, return_exceptions=True)
+    assert store.entries == {}
+
+
+async def test_a_silent_replica_expires_and_comes_back(plane: EventPlane) -> None:
+    """A replica killed outright publishes no more while its card stays (until its lease
+    ends): its load expires after three of its heartbeats."""
+    store = MemStore()
+    b = Router()
+    task_b = start(b, store, plane)
+    dead = await plane.publisher("dead")
+    card = FrontendCard(replica_id=7, namespace=NAMESPACE, events_url=dead.url, heartbeat_s=0.1)
+    registration = await MemDiscovery(store).register(
+        frontend_key(NAMESPACE, 7), msgspec.msgpack.encode(card), ttl_s=60.0
+    )
+    seq = 0
+
+    async def report(*shares: WorkerShare) -> None:
+        nonlocal seq
+        snapshot = ReplicaLoad(replica_id=7, seq=seq, shares=list(shares))
+        seq += 1
+        await dead.publish(msgspec.msgpack.encode(snapshot))
+
+    while b.peers() != {"w2": WorkerLoad(0, 9, 3)}:  # until B has subscribed
+        await report(WorkerShare("w2", 0, 9, 3))
+        await asyncio.sleep(0.02)
+    heard_s = time.monotonic()
+    await wait_for(lambda: b.peers() == {}, "the silent replica's load expired")
+    assert time.monotonic() - heard_s >= 0.3 - 0.05  # three heartbeats of 0.1 s
+    assert store.entries  # still registered: expiry, not leaving
+    await report(WorkerShare("w2", 0, 2, 1))  # it was only slow
+    await wait_for(lambda: b.peers() == {"w2": WorkerLoad(0, 2, 1)}, "its load back")
+    await registration.close()
+    await wait_for(lambda: b.peers() == {}, "its load gone with its card")
+    task_b.cancel()
+    await asyncio.gather(task_b, return_exceptions=True)
+    await dead.close()
