@@ -83,6 +83,12 @@ class PlannerConfig:
         "how often the load rule runs: +-1 worker from live latency estimates and the queue",
         parse=positive_float,
     )
+    load_rate_window_s: float = setting(
+        30.0,
+        "the load rule sizes on the arrivals of this many recent seconds (its last load "
+        "windows together), not on one short window's burst or lull",
+        parse=positive_float,
+    )
     predictor: str = setting(
         "holt-winters",
         "how the next interval's request rate and lengths are predicted: the last value, a "

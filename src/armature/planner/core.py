@@ -7,14 +7,13 @@
                    also the floor the load rule cannot go below
     plan_load      live TTFT/ITL estimates (live.py): +1 above target, -1 once well below it
                    for a scale-down cool-down; with the queueing model, jump to what the
-                   window's arrival rate needs at once
+                   recent arrival rate needs at once, and down half the way at a time
 
 Every change passes the role's cool-down (cooldown.py) and the limits (limits.py).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -29,13 +28,11 @@ from armature.planner.live import LiveEstimate, estimate_live, get_backlog_reque
 from armature.planner.observation import PlannerObservation
 from armature.planner.performance import PerformanceModel
 from armature.planner.predictors import LoadPredictor, make_predictor
+from armature.planner.recent_load import RecentWindows, get_rate_bounds, get_rising_rate
 from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, plan_prefill
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["RATE_BOUND_Z", "Planner", "PlannerEffects", "get_rate_bounds"]
-
-# the load rule's confidence in a window's arrival rate: one standard deviation each way
-RATE_BOUND_Z = 1.0
+__all__ = ["Planner", "PlannerEffects", "get_halfway"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +104,7 @@ class Planner:
         self._prefix_hit_rate = 0.0
         self._lengths: tuple[float, float] | None = None  # last measured (isl, osl)
         self._live: dict[WorkerRole, LiveEstimate] = {}
+        self._recent = RecentWindows(config.load_rate_window_s, config.load_interval_s)
         # since when each role's live estimates have all been below scale_down_ratio of
         # their targets (absent: they are not): the load rule scales down only after
         # scale_down_cooldown_s of that, so one quiet window does not remove a worker
@@ -149,10 +147,12 @@ class Planner:
             cooldown.add_plan(plan.num_workers, now_s)
             wanted = plan.num_workers
             if wanted < self._num_workers[role]:
-                # scale down only to the highest recent plan, and, where the load rule runs,
+                # scale down only to the highest recent plan, half the way at a time, and,
+                # where the load rule runs,
                 # only once it has seen this role calm for the down cool-down (the rule that
                 # added workers for a live latency is not undone by a lower prediction)
-                wanted = min(self._num_workers[role], max(wanted, cooldown.get_stable_plan()))
+                wanted = max(wanted, cooldown.get_stable_plan())
+                wanted = get_halfway(self._num_workers[role], wanted)
                 if role in self._live and not self._is_calm(role, now_s):
                     wanted = self._num_workers[role]
             wants[role] = _Want(wanted, DecisionReason.THROUGHPUT, self._describe(forecast, plan))
@@ -161,16 +161,20 @@ class Planner:
 
     def plan_load(self, observation: PlannerObservation, now_s: float) -> PlannerEffects:
         """The load rule over a short window: +-1 worker from live estimates, or (queue-aware)
-        what the window's arrival rate needs."""
+        what the arrival rate of the last `load_rate_window_s` needs (`recent_load.py`): up
+        on `get_rising_rate`, down on the high bound over the whole window."""
         frontend = observation.frontend
+        recent = self._recent.add(frontend)
         if frontend.num_requests > 0:
             self._prefix_hit_rate = frontend.prefix_hit_rate
-            self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
+        if recent.num_requests > 0:
+            self._lengths = (recent.mean_input_tokens, recent.mean_output_tokens)
         if self._lengths is None:
             return self._effects([], [])
         input_tokens, output_tokens = self._lengths
         new_tokens = input_tokens * (1.0 - self._prefix_hit_rate)
-        low_rate_per_s, high_rate_per_s = get_rate_bounds(frontend.num_requests, frontend.window_s)
+        low_rate_per_s, high_rate_per_s = get_rate_bounds(recent.num_requests, recent.window_s)
+        low_rate_per_s = get_rising_rate(self._recent.get_suffix_counts())
         rising = LoadForecast(low_rate_per_s, input_tokens, output_tokens)
         falling = LoadForecast(high_rate_per_s, input_tokens, output_tokens)
         wants: dict[WorkerRole, _Want] = {}
@@ -225,8 +229,8 @@ class Planner:
         """+1 above a target, unless `pending` says a worker added now would come too late
         (one is already starting, or the queue drains before a new one could serve); -1 once
         well below both for `scale_down_cooldown_s`. Queue-aware: jump to `plan` (the queue
-        model at the window's rate, its low bound), and go down to `down_plan` (the high
-        bound) where it needs fewer."""
+        model at the window's rate, its low bound), and go down half the way to `down_plan`
+        (the high bound) where it needs fewer."""
         current = self._num_workers[role]
         ttft_s, itl_s = self._targets.ttft_s, self._targets.itl_s
         detail = _describe_live(live)
@@ -277,7 +281,7 @@ class Planner:
         self._calm_since_s.setdefault(role, now_s)
         if not self._is_calm(role, now_s):
             return None
-        down = current - 1 if down_plan is None else down_plan.num_workers
+        down = current - 1 if down_plan is None else get_halfway(current, down_plan.num_workers)
         down = max(down, self._floor[role])
         if down < current:
             return _Want(down, DecisionReason.BELOW_TARGET, detail)
@@ -404,15 +408,13 @@ class Planner:
         )
 
 
-def get_rate_bounds(num_arrivals: int, window_s: float) -> tuple[float, float]:
-    """A window's arrival rate, low and high: `num_arrivals` Poisson arrivals in `window_s`
-    seconds put the rate within (sqrt(k) -+ z / 2)^2 / window_s (sqrt(k) is about normal with
-    variance 1/4), z = RATE_BOUND_Z. Scaling up on the low bound and down on the high one
-    keeps a short window's noise from moving the fleet both ways."""
-    root = math.sqrt(num_arrivals)
-    half = RATE_BOUND_Z / 2.0
-    low = max(0.0, root - half) ** 2
-    return low / window_s, (root + half) ** 2 / window_s
+def get_halfway(current: int, target: int) -> int:
+    """A scale-down's next size: half the way from `current` down to `target`, rounded down
+    (7 -> 6 reaches 6; 14 -> 6 stops at 10). The model behind `target` is least sure far
+    from where the fleet runs, so each step down is measured before the next."""
+    if target >= current:
+        return current
+    return (current + target) // 2
 
 
 def _describe_live(live: LiveEstimate) -> str:

@@ -7,7 +7,9 @@ performance model (times multiplied by the correction factors). Pure; docs/archi
     prefill pool   ceil(lam n / (n / p)) = ceil(lam p)  prompt tokens/s over one worker's
     decode batch   B = the largest B with k_d decode_step_s(B, isl + osl/2) <= itl target
     decode pool    ceil(lam osl step / B)               Little: lam x residence osl*step, / B
-    agg pool       ceil(lam p + lam osl step / B)       each worker's time shared by both
+    agg pool       ceil(lam p + lam osl step / B)       each worker's time shared by both,
+                   and at least what keeps the decodes' ITL (the mean, and slo_attainment of
+                   requests their own: agg_itl.py) while prefills share their steps
 
 With the queueing model (queue-aware), a pool is also at least the fewest servers for which
 `slo_attainment` of arrivals wait no longer than the target leaves after service (Erlang C,
@@ -19,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from armature.planner.agg_itl import get_itl_attainment
 from armature.planner.forecast import LoadForecast
 from armature.planner.performance import PerformanceModel
 from armature.planner.queueing import get_min_servers
@@ -189,12 +192,15 @@ def get_agg_workers_for_itl(
     context_tokens: float,
     itl_s: float,
     max_workers: int,
+    *,
+    attainment: float | None = None,
 ) -> int | None:
     """The fewest aggregated workers whose decodes keep `itl_s` while prefills share their
     steps (None: not within `max_workers`). A worker of W prefills for a share f = lam p / W
     of its time; the decodes advance one token a step in the rest, so their ITL is
     step(B) / (1 - f), where B = lam osl itl / W requests decode at once (Little's law at the
-    target ITL)."""
+    target ITL). With `attainment`, also that share of requests keep their own mean ITL
+    within target (`agg_itl.get_itl_attainment`: short answers that a prefill lands on)."""
     rate = load.request_rate_per_s
     if rate <= 0.0:
         return 0
@@ -205,7 +211,14 @@ def get_agg_workers_for_itl(
         if prefill_share >= 1.0 or num_decoding > max_batch:
             continue
         step_s = decode_correction * model.get_decode_step_s(num_decoding, context_tokens)
-        if step_s / (1.0 - prefill_share) <= itl_s:
+        if step_s / (1.0 - prefill_share) > itl_s:
+            continue
+        if attainment is None or (
+            get_itl_attainment(
+                rate / num_workers, prefill_s, step_s, load.mean_output_tokens, itl_s
+            )
+            >= attainment
+        ):
             return num_workers
     return None
 
@@ -237,7 +250,14 @@ def plan_agg(
     rate = load.request_rate_per_s
     by_throughput = workers_for(rate * prefill_s + rate * decode_s / batch.num_requests)
     by_itl = get_agg_workers_for_itl(
-        load, prefill_s, model, decode_correction, batch.context_tokens, targets.itl_s, max_workers
+        load,
+        prefill_s,
+        model,
+        decode_correction,
+        batch.context_tokens,
+        targets.itl_s,
+        max_workers,
+        attainment=targets.slo_attainment,
     )
     by_throughput = max(by_throughput, max_workers if by_itl is None else by_itl)
     slack_s = targets.ttft_s - prefill_s

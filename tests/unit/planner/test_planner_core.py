@@ -25,9 +25,10 @@ from armature.planner import (
     ScalingDecision,
     WorkerSteps,
 )
-from armature.planner.core import get_rate_bounds
+from armature.planner.core import get_halfway
 from armature.planner.forecast import LoadForecast
 from armature.planner.predictors import ConstantPredictor
+from armature.planner.recent_load import get_rate_bounds, get_rising_rate
 from armature.planner.replicas import Targets, plan_prefill
 from armature.protocols.engine import StepRecord
 from armature.protocols.worker import WorkerRole
@@ -76,18 +77,20 @@ def test_step_load_scales_up_at_once_and_down_after_the_window(
 ) -> None:
     """2 -> 10 -> 2 req/s. Up in the interval that first predicts 10; the first interval
     back at 2 (t = 420) still has the t = 360 plan (2, 4) in its 60 s window, so the pools go
-    down one interval later (t = 480)."""
+    down one interval later (t = 480), half the way: prefill 2 -> 1, decode 4 -> 2 (not 1),
+    and decode the rest of the way an interval later (t = 540)."""
     planner = make_planner(profile)
     decisions = run_intervals(planner, [2, 2, 2, 10, 10, 10, 2, 2, 2])
-    assert [k for k, d in enumerate(decisions) if d] == [3, 7]
+    assert [k for k, d in enumerate(decisions) if d] == [3, 7, 8]
     assert summary(decisions[3]) == [
         ("prefill", 1, 2, "throughput"),
         ("decode", 1, 4, "throughput"),
     ]
     assert summary(decisions[7]) == [
         ("prefill", 2, 1, "throughput"),
-        ("decode", 4, 1, "throughput"),
+        ("decode", 4, 2, "throughput"),
     ]
+    assert summary(decisions[8]) == [("decode", 2, 1, "throughput")]
     assert decisions[3][0].get_log_line() == (
         "planner: prefill 1 -> 2 workers, throughput: predicted 10 req/s, isl 3000, osl 200; "
         "by throughput 2, by queue None; service 170.0 ms"
@@ -119,10 +122,11 @@ def test_alternating_load_does_not_flap(profile: PerformanceModel) -> None:
 
 def test_agg_mode_sizes_one_pool(profile: PerformanceModel) -> None:
     """ITL 50 ms: decode at 3100 tokens takes B = 39, 9.995 s a request; 5 req/s:
-    5 x 0.17 + 5 x 9.995 / 39 = 2.13 -> 3 (test_planner_replicas.test_agg_replicas)."""
+    5 x 0.17 + 5 x 9.995 / 39 = 2.13 -> 3, and 4 to keep 95% of requests' own ITL
+    (test_planner_replicas.test_agg_replicas)."""
     planner = make_planner(profile, mode="agg", itl_ms=50.0)
     decisions = run_intervals(planner, [5])
-    assert summary(decisions[0]) == [("agg", 1, 3, "throughput")]
+    assert summary(decisions[0]) == [("agg", 1, 4, "throughput")]
 
 
 def test_max_workers_and_total_budget_limit_the_plan(profile: PerformanceModel) -> None:
@@ -261,8 +265,11 @@ def simulate_step_load(profile: PerformanceModel, *, queue_aware: bool) -> list[
     grows by 353 tokens/s. The live TTFT, 0.17 (Q/2 + 1500) / 1500, passes 0.5 s when
     Q > 5824, after 16.5 s: the threshold rule acts at the t = 20 tick. Erlang C sees the
     rate: at rho = 12 x 0.17 / 2 = 1.02 two workers cannot hold, three reach 0.928 < 0.95,
-    four 0.996, so it goes to 4 at the first tick after the step, t = 5, before any queue
-    has built. Returns the times of the prefill pool's scale-ups."""
+    four 0.996. It reads the rate's low bound over the last 30 s: at t = 5, 60 arrivals in
+    5 s, (sqrt(60) - 0.5)^2 / 5 = 10.50 req/s, for which 3 hold, so it goes to 3 before any
+    queue has built (the queue then drains: 3 workers take 26,470 tokens/s); at t = 25, 300
+    arrivals in 25 s, (sqrt(300) - 0.5)^2 / 25 = 11.32 req/s, for which 4 are needed.
+    Returns the times of the prefill pool's scale-ups."""
     planner = make_planner(profile, queue_aware=queue_aware, min_prefill_workers=2)
     queued_tokens, num_workers, ups = 0.0, 2, []
     for tick in range(1, 9):
@@ -285,7 +292,7 @@ def simulate_step_load(profile: PerformanceModel, *, queue_aware: bool) -> list[
 
 def test_queue_aware_acts_before_the_threshold_rule(profile: PerformanceModel) -> None:
     assert simulate_step_load(profile, queue_aware=False) == [20.0]
-    assert simulate_step_load(profile, queue_aware=True) == [5.0]
+    assert simulate_step_load(profile, queue_aware=True) == [5.0, 25.0]
 
 
 def test_queue_model_does_not_scale_up_before_the_step(profile: PerformanceModel) -> None:
@@ -323,6 +330,50 @@ def test_no_traffic_yet_decides_nothing(profile: PerformanceModel) -> None:
     )
     assert planner.plan_load(empty, now_s=0.0).decisions == []
     assert planner.get_num_workers() == {P: 1, D: 1}
+
+
+def test_scale_down_goes_half_the_way() -> None:
+    assert [get_halfway(14, 6), get_halfway(10, 6), get_halfway(8, 6), get_halfway(7, 6)] == [
+        10,
+        8,
+        7,
+        6,
+    ]
+    assert get_halfway(3, 5) == 3
+    assert get_halfway(4, 4) == 4
+
+
+def test_rising_rate_is_the_highest_low_bound_over_recent_windows() -> None:
+    """8 arrivals in the latest 1 s, none in the two before: low bounds (sqrt(8) - 0.5)^2
+    = 5.42 over 1 s, 2.71 over 2 s, 1.81 over 3 s -> 5.42 (a rise shows in the latest
+    window). 30 arrivals in the window before an empty one: 0 over 5 s, (sqrt(30) - 0.5)^2
+    / 10 = 2.477 over 10 s -> 2.477 (one lull moves nothing)."""
+    assert get_rising_rate([(8, 1.0), (8, 2.0), (8, 3.0)]) == pytest.approx(5.4216, abs=1e-4)
+    assert get_rising_rate([(0, 5.0), (30, 10.0)]) == pytest.approx(2.4772, abs=1e-4)
+    assert get_rising_rate([]) == 0.0
+
+
+def test_load_rule_scales_down_on_the_whole_rate_window(profile: PerformanceModel) -> None:
+    """Two prefill workers; 12 arrivals in a 5 s window (low bound (sqrt(12) - 0.5)^2 / 5 =
+    1.757 req/s: one worker would let only 1 - 0.2987 e^-(1/0.17 - 1.757) 0.33 = 0.923 of
+    prompts wait within the slack, so 2 stay), then an empty one, the live TTFT (0.17 s)
+    calm all along. On the empty window alone the high bound, 0.25 / 5 = 0.05 req/s, needs
+    1; over the 30 s rate window, 12 arrivals in 10 s, (sqrt(12) + 0.5)^2 / 10 = 1.571
+    req/s, one would give 0.936: after the down cool-down of calm the pool stays at 2 (with
+    a 5 s rate window it goes 2 -> 1)."""
+    for rate_window_s, expected in ((30.0, []), (5.0, [("prefill", 2, 1, "below_target")])):
+        config = PlannerConfig(
+            ttft_ms=500.0,
+            itl_ms=30.0,
+            min_prefill_workers=1,
+            scale_down_cooldown_s=10.0,
+            load_rate_window_s=rate_window_s,
+        )
+        planner = Planner(config, profile, num_workers={P: 2}, predictor_factory=ConstantPredictor)
+        workers = prefill_workers(2, 0)
+        planner.plan_load(observe(2.4, window_s=5.0, workers=workers), 0.0)
+        effects = planner.plan_load(observe(0, window_s=5.0, workers=workers), 10.0)
+        assert summary([d for d in effects.decisions if d.role is P]) == expected
 
 
 def test_rate_bounds_of_a_window() -> None:
@@ -405,9 +456,10 @@ def test_queue_aware_scale_down_goes_to_what_the_high_bound_needs(
 ) -> None:
     """Six prefill workers, 10 arrivals a 5 s window, nothing queued: the live TTFT, 0.17 s,
     is below half the target from t = 0. After the 60 s down cool-down of calm the queue
-    model at the rate's high bound, (sqrt(10) + 0.5)^2 / 5 = 2.68 req/s, needs 2: the pool
-    goes 6 -> 2 at once (threshold-only: 6 -> 5)."""
-    for queue_aware, expected in ((True, 2), (False, 5)):
+    model at the rate's high bound needs 2 (over the last 30 s, 20 arrivals in 10 s at the
+    second tick: (sqrt(20) + 0.5)^2 / 10 = 2.47 req/s): the pool goes half the way, 6 -> 4
+    (threshold-only: 6 -> 5)."""
+    for queue_aware, expected in ((True, 4), (False, 5)):
         planner = Planner(
             PlannerConfig(ttft_ms=500.0, itl_ms=30.0, queue_aware=queue_aware),
             profile,

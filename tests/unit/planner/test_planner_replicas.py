@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from armature.planner import LoadForecast, PerformanceModel, Targets
+from armature.planner.agg_itl import get_itl_attainment
 from armature.planner.replicas import (
     get_agg_workers_for_itl,
     get_decode_batch,
@@ -94,7 +95,10 @@ def test_agg_replicas(profile: PerformanceModel) -> None:
     """5 req/s, isl 3000 (half cached), osl 200, ITL 50 ms. Prefill p = 0.17 s. Decode at
     context 3100: step = 0.010 + 0.001025 B <= 0.050 -> B = 39, step 0.049975 s, a request
     decodes for 200 x 0.049975 = 9.995 s. Time per second of the pool: 5 x 0.17 = 0.85 on
-    prefill + 5 x 9.995 / 39 = 1.2814 on decode = 2.131 -> 3 workers."""
+    prefill + 5 x 9.995 / 39 = 1.2814 on decode = 2.131 -> 3 workers. Their mean ITL holds
+    (17 decodes, step 0.027425 s, / (1 - 0.283) = 38.3 ms), but per request only 0.917 of
+    them keep it (`get_itl_attainment(5 / 3, 0.17, 0.027425, 200, 0.05)`: the short answers
+    a prefill lands on), below 0.95; 4 workers (13 decodes, step 0.023325 s): 0.978 -> 4."""
     targets = Targets(ttft_s=0.5, itl_s=0.050, slo_attainment=0.95)
     plan = plan_agg(
         LoadForecast(5.0, 3000.0, 200.0),
@@ -105,8 +109,14 @@ def test_agg_replicas(profile: PerformanceModel) -> None:
         queue_aware=False,
         max_workers=16,
     )
-    assert plan.num_workers == 3
+    assert (plan.num_workers, plan.num_by_throughput) == (4, 4)
     assert plan.service_s == pytest.approx(0.17 + 9.995)
+    assert get_itl_attainment(5.0 / 3.0, 0.17, 0.027425, 200.0, 0.050) == pytest.approx(
+        0.9169, abs=1e-4
+    )
+    assert get_itl_attainment(5.0 / 4.0, 0.17, 0.023325, 200.0, 0.050) == pytest.approx(
+        0.9781, abs=1e-4
+    )
 
 
 def test_agg_replicas_keep_itl_while_prefills_share_the_steps(profile: PerformanceModel) -> None:
@@ -115,12 +125,22 @@ def test_agg_replicas_keep_itl_while_prefills_share_the_steps(profile: Performan
     ms (step 0.04905 s), 1.6 s/s on prefill + 5 x 200 x 0.04905 / 22 = 2.23 on decode ->
     4 workers. But a worker of 4 prefills 40% of the time, and its 13 decodes (1.25 x 200 x
     0.05) step 0.033075 s -> ITL 0.033075 / 0.6 = 0.0551 s, above target; 5 workers: 32%
-    and 10 decodes, 0.02775 / 0.68 = 0.0408 s -> 5."""
+    and 10 decodes, 0.02775 / 0.68 = 0.0408 s -> 5 by the mean. Per request
+    (`get_itl_attainment`): 5 workers keep 0.839 of requests within target, 6 (9 decodes,
+    step 0.025975 s) 0.922, 7 (8 decodes, step 0.0242 s) 0.972 -> 7."""
     targets = Targets(ttft_s=0.5, itl_s=0.050, slo_attainment=0.95)
     load = LoadForecast(5.0, 6000.0, 200.0)
     assert get_agg_workers_for_itl(load, 0.32, profile, 1.0, 6100.0, 0.050, 16) == 5
+    assert (
+        get_agg_workers_for_itl(load, 0.32, profile, 1.0, 6100.0, 0.050, 16, attainment=0.95) == 7
+    )
+    shares = [
+        get_itl_attainment(5.0 / w, 0.32, step_s, 200.0, 0.050)
+        for w, step_s in ((5, 0.02775), (6, 0.025975), (7, 0.0242))
+    ]
+    assert shares == pytest.approx([0.8392, 0.9216, 0.9723], abs=1e-4)
     plan = plan_agg(load, 0.5, profile, (1.0, 1.0), targets, queue_aware=False, max_workers=16)
-    assert (plan.num_by_throughput, plan.num_workers, plan.meets_target) == (5, 5, True)
-    # within 4 workers it cannot be held: the plan asks for the most it may, and says so
-    small = plan_agg(load, 0.5, profile, (1.0, 1.0), targets, queue_aware=False, max_workers=4)
-    assert (small.num_workers, small.meets_target) == (4, False)
+    assert (plan.num_by_throughput, plan.num_workers, plan.meets_target) == (7, 7, True)
+    # within 6 workers it cannot be held: the plan asks for the most it may, and says so
+    small = plan_agg(load, 0.5, profile, (1.0, 1.0), targets, queue_aware=False, max_workers=6)
+    assert (small.num_workers, small.meets_target) == (6, False)

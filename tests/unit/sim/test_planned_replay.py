@@ -123,12 +123,13 @@ def test_throughput_plan_sizes_the_fleet_for_the_load() -> None:
 
 
 def test_scale_down_drains_in_flight_requests() -> None:
-    # 6 workers for a light load: once calm, the load rule takes the pool down to what the
-    # queue model needs at the rate's high bound (one worker) while requests are in flight on
-    # the five that leave, and every request still finishes with all its tokens
+    # 6 workers for a light load: once calm, the load rule takes the pool down, half the way
+    # at a time (6 -> 3 -> 2 -> 1), to what the queue model needs at the rate's high bound
+    # (one worker) while requests are in flight on the five that leave, and every request
+    # still finishes with all its tokens
     light = _steady(5.0, 60.0)
     planned = replay(light, _config(6, "load"))
-    assert planned.planner_decisions == {"below_target": 1}
+    assert planned.planner_decisions == {"below_target": 3}
     assert planned.timeline[-1].serving["agg"] == 1
     assert planned.num_requests == len(light) and planned.num_rejected == 0
     assert planned.throughput_tokens_s * planned.simulated_time_s == pytest.approx(32 * len(light))
