@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 import msgspec
 import pytest
@@ -17,8 +17,7 @@ from armature.frontend.replicas import LoadSharing
 from armature.protocols.replica import FrontendCard, ReplicaLoad, WorkerShare, frontend_key
 from armature.router.load import ActiveLoad, WorkerLoad
 from armature.runtime.discovery import MemDiscovery, MemStore
-from armature.runtime.events import EventPlane, NatsEventPlane, ZmqEventPlane
-from servers import Nats
+from armature.runtime.events import EventPlane
 
 NAMESPACE = "replicas-test"
 CONFIG = ReplicaConfig(share_load_interval_s=0.005, share_load_ttl_s=0.6)
@@ -56,28 +55,6 @@ async def wait_for(condition: Callable[[], bool], what: str) -> None:
         if time.monotonic() > deadline_s:
             pytest.fail(f"not {what} after {DEADLINE_S:g} s")
         await asyncio.sleep(0.01)
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nats]:
-    server = Nats(tmp_path_factory.mktemp("nats"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(params=["zmq", "nats"])
-async def plane(request: pytest.FixtureRequest, nats_server: Nats) -> AsyncIterator[EventPlane]:
-    if request.param == "zmq":
-        p: EventPlane = ZmqEventPlane()
-    else:
-        nats_plane = NatsEventPlane(nats_server.url)
-        await nats_plane.connect()
-        p = nats_plane
-    yield p
-    await p.close()
 
 
 def start(router: Router, store: MemStore, plane: EventPlane) -> asyncio.Task[None]:

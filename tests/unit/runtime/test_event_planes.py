@@ -4,34 +4,12 @@ in order once a subscriber is connected, and NATS traffic resumes after a server
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 from armature.runtime.events import EventPlane, EventPlaneError, NatsEventPlane, ZmqEventPlane
 from servers import Nats
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nats]:
-    server = Nats(tmp_path_factory.mktemp("nats"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(params=["zmq", "nats"])
-async def plane(request: pytest.FixtureRequest, nats_server: Nats) -> AsyncIterator[EventPlane]:
-    if request.param == "zmq":
-        p: EventPlane = ZmqEventPlane()
-    else:
-        nats_plane = NatsEventPlane(nats_server.url)
-        await nats_plane.connect()
-        p = nats_plane
-    yield p
-    await p.close()
 
 
 async def connected(plane: EventPlane, publisher_url: str, publish) -> AsyncIterator[bytes]:  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ by a server restart failing on both sides instead of hanging."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
@@ -16,16 +16,6 @@ from armature.runtime.nats_conn import connect_nats
 from armature.runtime.nats_plane import NatsRequestPlaneClient, NatsRequestPlaneServer
 from armature.runtime.request_plane import PeerUnavailableError, RemoteError
 from servers import Nats
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nats]:
-    server = Nats(tmp_path_factory.mktemp("nats"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
