@@ -136,19 +136,13 @@ def run_decodes(
     step_end_ms: list[float] = []
     step = 0  # the stretch's first step
     while True:
-        if allocations[0][0] == step:
-            due = _take_due(allocations, step)
-            if len(due) > kv.pool.get_num_free_blocks():
-                if step == 0:
-                    return None
-                step -= 1  # the step-by-step path preempts at this step
-                break
-            for j in due:
-                r = running[j]
-                r.num_computed_tokens = start_computed[j] + step  # all allocation reads
-                ok = kv.allocate_slots(r, 1)
-                assert ok
-                heapq.heappush(allocations, (_next_allocation(r, bs) + step, j))
+        if allocations[0][0] == step and not _allocate_due(
+            scheduler, running, start_computed, allocations, step
+        ):
+            if step == 0:
+                return None
+            step -= 1  # the step-by-step path preempts at this step
+            break
         # the stretch's last step: before the next allocation, at the next registration or
         # finish (one step when step times read the context)
         last = min(registrations[0][0], last_step, allocations[0][0] - 1) if stretch_ends else step
@@ -184,19 +178,55 @@ def run_decodes(
         if step == last_step or t_ms >= horizon_ms:
             break
         step += 1
+    ends_at = [start + step + 1 for start in start_computed]
+    outputs = _last_step_outputs(running, ends_at, [f == step for f in finish_at], runner, finish)
+    return DecodeRun([r.request_id for r in running], step_end_ms, outputs)
+
+
+def _allocate_due(
+    scheduler: Scheduler,
+    running: list[RequestState],
+    start_computed: list[int],
+    allocations: list[tuple[int, int]],
+    step: int,
+) -> bool:
+    """Give each request due at `step` in `allocations` its next block, and queue its next
+    allocation; False (nothing allocated) when the blocks due are not free."""
+    kv = scheduler.kv
+    due = _take_due(allocations, step)
+    if len(due) > kv.pool.get_num_free_blocks():
+        return False
+    for j in due:
+        r = running[j]
+        r.num_computed_tokens = start_computed[j] + step  # all allocation reads
+        ok = kv.allocate_slots(r, 1)
+        assert ok
+        heapq.heappush(allocations, (_next_allocation(r, kv.block_size) + step, j))
+    return True
+
+
+def _last_step_outputs(
+    running: list[RequestState],
+    num_computed_at_end: list[int],
+    finishes: list[bool],
+    runner: DecodeRunner,
+    finish: Callable[[RequestState, FinishReason], None],
+) -> list[EngineOutput]:
+    """The run's last step: each request caught up to `num_computed_at_end`, its token
+    sampled, and those in `finishes` ended at their length limit."""
     outputs = []
-    for j, r in enumerate(running):
-        _sync(r, start_computed[j] + step + 1, runner)
+    for r, num_computed, finishing in zip(running, num_computed_at_end, finishes, strict=True):
+        _sync(r, num_computed, runner)
         position = r.num_tokens
         token = runner.get_tokens(r.request_id, position, position + 1)[0]
         r.token_ids.append(token)
-        reason = FinishReason.LENGTH if finish_at[j] == step else None
+        reason = FinishReason.LENGTH if finishing else None
         if reason is not None:
             finish(r, reason)
         outputs.append(
             EngineOutput(request_id=r.request_id, new_token_ids=[token], finish_reason=reason)
         )
-    return DecodeRun([r.request_id for r in running], step_end_ms, outputs)
+    return outputs
 
 
 def _take_due(heap: list[tuple[int, int]], step: int) -> list[int]:
