@@ -20,8 +20,7 @@ from urllib.parse import unquote
 
 import httpx
 import pytest
-
-from conftest import SERVED_MODEL_NAME, _free_port, _wait_healthy, parse_metrics
+from serve_process import SERVED_MODEL_NAME, _free_port, _wait_healthy, parse_metrics
 
 LEASE_TTL_S = 2.0  # seconds; etcd leases are whole seconds
 WAIT_DEADLINE_S = 120.0  # a bound on waits for a state, far beyond it on an idle machine

@@ -17,8 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fleet import SERVED_MODEL_NAME, Fleet, Load, wait_until
-
-from conftest import parse_metrics
+from serve_process import parse_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

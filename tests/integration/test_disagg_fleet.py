@@ -18,8 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from fleet import SERVED_MODEL_NAME, Fleet, Load, wait_until
-
-from conftest import parse_metrics
+from serve_process import parse_metrics
 
 TOPICS = [
     "the history of the printing press and how it changed the spread of knowledge in Europe",

@@ -12,9 +12,9 @@ from typing import Any
 
 import openai
 import pytest
+from serve_process import running_server
 
 from armature.protocols.embedding import Pooling
-from conftest import running_server
 from hf_embeddings import MIN_COSINE, HfEmbeddings, cosine, embed_many_in_order
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -17,8 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fleet import Fleet, Load, decisions, wait_until
-
-from conftest import SERVED_MODEL_NAME, parse_metrics, running_server
+from serve_process import SERVED_MODEL_NAME, parse_metrics, running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

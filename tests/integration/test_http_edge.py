@@ -11,8 +11,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-
-from conftest import running_server
+from serve_process import running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -13,10 +13,10 @@ import httpx
 import msgspec
 import pytest
 from fleet import Fleet
+from serve_process import parse_metrics
 
 from armature.protocols.worker import WorkerCard
 from armature.runtime.kube_membership import ANNOTATION, decode_entries
-from conftest import parse_metrics
 from kube_api import POD_RULES, KubeApiFake
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serve_process import running_server
 
-from conftest import running_server
 from servers import MotoS3, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

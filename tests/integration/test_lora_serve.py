@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from serve_process import running_server
 
-from conftest import running_server
 from lora_adapters import make_adapter, peft_greedy, peft_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

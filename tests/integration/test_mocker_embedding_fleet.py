@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
+from serve_process import running_server
 
 from armature.protocols.embedding import Pooling
 from armature.sim.mock_embedding import pseudo_embedding
-from conftest import running_server
 from hf_embeddings import embed_many_in_order
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -9,8 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from conftest import running_server
+from serve_process import running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

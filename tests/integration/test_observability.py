@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 from fleet import SERVED_MODEL_NAME, Fleet
+from serve_process import parse_metrics
 
-from conftest import parse_metrics
 from profiles import write_small_profile
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,8 +22,7 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-
-from conftest import running_server
+from serve_process import running_server
 
 SERVED = "fuzzed-model"
 EXAMPLES_PER_OPERATION = 25

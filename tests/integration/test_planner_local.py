@@ -21,11 +21,11 @@ import httpx
 import msgspec
 import pytest
 from fleet import Fleet, decisions
+from serve_process import SERVED_MODEL_NAME, _free_port, _wait_healthy, parse_metrics
 
 from armature.protocols.timing_profile import read_profile
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.discovery_file import FileDiscovery
-from conftest import SERVED_MODEL_NAME, _free_port, _wait_healthy, parse_metrics
 from profiles import write_small_profile
 
 DEADLINE_S = 120.0

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from conftest import parse_metrics, running_server
+from serve_process import parse_metrics, running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

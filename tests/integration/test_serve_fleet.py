@@ -16,8 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from conftest import _free_port, _wait_healthy
+from serve_process import _free_port, _wait_healthy
 
 
 def children(pid: int) -> list[int]:

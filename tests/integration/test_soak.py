@@ -16,8 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fleet import SERVED_MODEL_NAME, Fleet
-
-from conftest import parse_metrics
+from serve_process import parse_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -15,9 +15,9 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
+from serve_process import running_server
 
 from bench.structured_output import PROMPTS, SCHEMAS
-from conftest import running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

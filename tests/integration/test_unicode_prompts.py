@@ -18,8 +18,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import running_server
+from serve_process import running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
