@@ -29,7 +29,7 @@ def test_processes_serve_fail_over_and_join(fleet: Fleet, base_url: str) -> None
     )
     request_id = response.headers["x-request-id"]
     assert request_id == response.json()["id"]
-    logs = {p.name: p.read_text() for p in fleet.root.glob("*.log")}
+    logs = logs_naming(fleet, request_id)
     assert request_id in logs["frontend.log"]
     assert sum(request_id in text for name, text in logs.items() if name != "frontend.log") == 1
     assert len(fleet.registered()) == 2
@@ -55,3 +55,16 @@ def test_processes_serve_fail_over_and_join(fleet: Fleet, base_url: str) -> None
 
     fleet.stop()
     assert fleet.registered_keys() == []  # clean stops deregister (workers and the frontend)
+
+
+def logs_naming(fleet: Fleet, request_id: str) -> dict[str, str]:
+    """Every process's log, once the frontend's and some worker's name the request: each
+    writes its line when the request ends there, which may come after the response."""
+    deadline = time.monotonic() + 30
+    while True:
+        logs = {p.name: p.read_text() for p in fleet.root.glob("*.log")}
+        frontend = request_id in logs.get("frontend.log", "")
+        worker = any(request_id in text for name, text in logs.items() if name != "frontend.log")
+        if (frontend and worker) or time.monotonic() > deadline:
+            return logs
+        time.sleep(0.05)
