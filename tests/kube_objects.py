@@ -20,11 +20,13 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 __all__ = [
+    "CREATED_AT",
     "MERGE_PATCH_TYPES",
     "PatchError",
     "apply_patch",
     "merge_patch",
     "new_metadata",
+    "refuse_patch_type",
     "status_response",
     "strategic_merge_patch",
 ]
@@ -109,9 +111,18 @@ def _merge_list(target: list[Any], patch: list[Any], key: str, path: tuple[str, 
     return result
 
 
+def refuse_patch_type(content_type: str | None) -> JSONResponse | None:
+    """The 415 for a patch in a format the fake does not serve (JSON patch, apply), else None."""
+    if content_type in MERGE_PATCH_TYPES:
+        return None
+    return status_response(
+        415, "UnsupportedMediaType", f"the media type {content_type} is not served"
+    )
+
+
 def apply_patch(target: Any, patch: Any, content_type: str | None) -> Any:
     """`patch` applied to `target` in the format its content type names (one of
-    MERGE_PATCH_TYPES; the caller refuses the others with 415)."""
+    MERGE_PATCH_TYPES: see refuse_patch_type)."""
     if content_type == "application/strategic-merge-patch+json":
         return strategic_merge_patch(target, patch)
     return merge_patch(target, patch)

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 
 from kube_objects import (
-    MERGE_PATCH_TYPES,
     PatchError,
     apply_patch,
     new_metadata,
+    refuse_patch_type,
     status_response,
 )
 
@@ -82,10 +82,9 @@ def create_pod(store: PodStore, info: KubeRequest) -> Response:
 
 def patch_pod(store: PodStore, info: KubeRequest) -> Response:
     assert info.name is not None
-    if info.content_type not in MERGE_PATCH_TYPES:
-        return status_response(
-            415, "UnsupportedMediaType", f"the media type {info.content_type} is not served"
-        )
+    refused = refuse_patch_type(info.content_type)
+    if refused is not None:
+        return refused
     current = store.pods[info.name]
     try:
         pod = apply_patch(current, info.body or {}, info.content_type)

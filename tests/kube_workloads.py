@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
 
-from kube_objects import CREATED_AT, MERGE_PATCH_TYPES, new_metadata, status_response
+from kube_objects import CREATED_AT, new_metadata, refuse_patch_type, status_response
 from kube_pods import PodStore
 
 if TYPE_CHECKING:
@@ -158,10 +158,9 @@ class Workloads:
         if key not in self.deployments:
             return _not_found("deployments", info.name, "apps")
         if info.verb == "patch":
-            if info.content_type not in MERGE_PATCH_TYPES:
-                return status_response(
-                    415, "UnsupportedMediaType", f"the media type {info.content_type} is not served"
-                )
+            refused = refuse_patch_type(info.content_type)
+            if refused is not None:
+                return refused
             replicas = (info.body or {}).get("spec", {}).get("replicas")
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 return status_response(
