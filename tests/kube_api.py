@@ -15,23 +15,29 @@ Each request goes through the steps of the real API server, in its order:
     3. the handler of (group, resource) in `handlers`; none, or an unknown object -> 404
 The verb follows Kubernetes' request info: GET of a name is `get`, of a collection `list`
 (`watch` with ?watch=true), POST `create`, PUT `update`, PATCH `patch`, DELETE `delete`; the
-resource of a subresource is "deployments/scale". Served now: deployments/scale get and patch
-(a merge or strategic merge patch of spec.replicas; the status follows at once), and the Pods
-of `namespace` (`fake.pods`, tests/kube_pods.py): get, list, watch (resourceVersions,
-bookmarks, 410 on expiry) and merge patch, which discovery needs (rules POD_RULES). Another
-resource is a rule and a handler; a watch handler returns a StreamingResponse of JSON lines.
-SelfSubjectAccessReviews (POST .../authorization.k8s.io/v1/selfsubjectaccessreviews) answer
-from `rules`, and any authenticated user may create one, as the real server's
+resource of a subresource is "deployments/scale". Served now:
+  - the Pods of `namespace` (`fake.pods`, tests/kube_pods.py): get, list, watch
+    (resourceVersions, bookmarks, 410 on expiry), merge patch, which discovery needs (rules
+    POD_RULES); and create, delete (finalizers) and pods/status patch (tests/kube_pod_writes.py);
+  - namespaces (create, get, delete), their `default` service account, Deployments (create)
+    and deployments/scale (get, and a merge or strategic merge patch of spec.replicas; the
+    status follows at once), in tests/kube_workloads.py; `fake.deployments` holds the replicas.
+Another resource is a rule and a handler; a watch handler returns a StreamingResponse of JSON
+lines. SelfSubjectAccessReviews (POST .../authorization.k8s.io/v1/selfsubjectaccessreviews)
+answer from `rules`, and any authenticated user may create one, as the real server's
 system:basic-user role allows; `access_reviews=False` is a server without the API (404).
+
+`admin_token` is a second user, allowed everything (a cluster admin): a test sets its objects
+up through the API with it (tests/kube_cluster_api.py), and `get_requests` leaves its requests
+out, so that a test sees only those of the code under test. `create_namespace=False` starts
+without `namespace`, for that admin to create.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import socket
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +50,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kube_objects import status_response
 from kube_pods import POD_RULES, POD_WATCH_RULES, PodStore
+from kube_workloads import Workloads
 
 __all__ = [
     "POD_RULES",
@@ -61,7 +69,6 @@ SCALE_RULES = frozenset(
     {("get", "apps", "deployments/scale"), ("patch", "apps", "deployments/scale")}
 )
 _ACCESS_REVIEW = ("create", "authorization.k8s.io", "selfsubjectaccessreviews")
-MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
@@ -95,22 +102,6 @@ class KubeRequest:
 
 
 Handler = Callable[[KubeRequest], Response]
-
-
-def status_response(code: int, reason: str, message: str, **details: str) -> JSONResponse:
-    """A `Status` failure, as the API server answers every error."""
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return JSONResponse(body, status_code=code)
 
 
 def parse_request_info(
@@ -156,26 +147,31 @@ class KubeApiFake:
         rules: frozenset[tuple[str, str, str]] = SCALE_RULES,
         user: str = "planner",
         access_reviews: bool = True,
+        admin_token: str | None = None,
+        create_namespace: bool = True,
     ) -> None:
         self.token = token
+        self.admin_token = admin_token
         self.access_reviews = access_reviews
         self.user = user  # the name in 403 messages and in the kubeconfig
         self.namespace = namespace
         self.rules = set(rules)
-        # (namespace, name) -> the Deployment's replicas
-        self.deployments: dict[tuple[str, str], int] = {
-            (namespace, name): n for name, n in (deployments or {}).items()
-        }
         self.pods = PodStore(namespace)
+        self.workloads = Workloads(self.pods, [namespace] if create_namespace else [])
+        # (namespace, name) -> the Deployment's replicas (the test may set them up here)
+        self.deployments = self.workloads.deployments
+        self.deployments.update(((namespace, n), r) for n, r in (deployments or {}).items())
         self.handlers: dict[tuple[str, str], Handler] = {
-            ("apps", "deployments/scale"): self._deployment_scale,
-            ("", "pods"): self.pods.handle,
+            ("", "namespaces"): self.workloads.handle_namespaces,
+            ("", "serviceaccounts"): self.workloads.handle_service_accounts,
+            ("", "pods"): self._pods,
+            ("", "pods/status"): self.pods.handle,
+            ("apps", "deployments"): self.workloads.handle_deployments,
+            ("apps", "deployments/scale"): self.workloads.handle_scale,
         }
         self.requests: list[RecordedRequest] = []
         self.lock = threading.Lock()
         self.port = 0
-        self._uids: dict[tuple[str, str], str] = {}
-        self._resource_versions = itertools.count(1)
         self._server: uvicorn.Server | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -188,12 +184,17 @@ class KubeApiFake:
         return f"http://127.0.0.1:{self.port}"
 
     def get_requests(self) -> list[RecordedRequest]:
+        """Every request but the admin's (a test's own set-up), in order."""
+        admin = f"Bearer {self.admin_token}" if self.admin_token else None
         with self.lock:
-            return list(self.requests)
+            return [r for r in self.requests if admin is None or r.authorization != admin]
 
-    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
-        """A kubeconfig whose current context is this server, `namespace` and the token
-        (`token`: another one, to be refused). JSON, which is YAML."""
+    def write_kubeconfig(
+        self, path: Path, *, token: str | None = None, namespace: str | None = None
+    ) -> Path:
+        """A kubeconfig whose current context is this server, `namespace` (default: the
+        fake's) and the token (`token`: another one, to be refused, or the admin's). JSON,
+        which is YAML."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -202,7 +203,11 @@ class KubeApiFake:
             "contexts": [
                 {
                     "name": "fake",
-                    "context": {"cluster": "fake", "user": self.user, "namespace": self.namespace},
+                    "context": {
+                        "cluster": "fake",
+                        "user": self.user,
+                        "namespace": namespace or self.namespace,
+                    },
                 }
             ],
             "current-context": "fake",
@@ -290,7 +295,8 @@ class KubeApiFake:
     ) -> Response:
         if self._stopping:
             return status_response(503, "ServiceUnavailable", "the API server is shutting down")
-        if authorization != f"Bearer {self.token}":
+        admin = self.admin_token is not None and authorization == f"Bearer {self.admin_token}"
+        if authorization != f"Bearer {self.token}" and not admin:
             return status_response(401, "Unauthorized", "Unauthorized")
         query = dict(request.query_params)
         try:
@@ -305,7 +311,7 @@ class KubeApiFake:
             if not self.access_reviews:
                 return status_response(404, "NotFound", "the server could not find the resource")
             return self._access_review(info)
-        if (info.verb, info.group, info.resource) not in self.rules:
+        if not admin and (info.verb, info.group, info.resource) not in self.rules:
             where = f' in the namespace "{info.namespace}"' if info.namespace else ""
             return status_response(
                 403,
@@ -334,45 +340,9 @@ class KubeApiFake:
         review = {**info.body, "status": status}
         return JSONResponse(review, status_code=201)
 
-    def _deployment_scale(self, info: KubeRequest) -> Response:
-        assert info.namespace is not None and info.name is not None
-        key = (info.namespace, info.name)
-        if key not in self.deployments:
-            return status_response(
-                404,
-                "NotFound",
-                f'deployments.apps "{info.name}" not found',
-                name=info.name,
-                group="apps",
-                kind="deployments",
-            )
-        if info.verb == "patch":
-            if info.content_type not in MERGE_PATCH_TYPES:
-                return status_response(
-                    415, "UnsupportedMediaType", f"the media type {info.content_type} is not served"
-                )
-            replicas = (info.body or {}).get("spec", {}).get("replicas")
-            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-                return status_response(
-                    422, "Invalid", f'Scale.autoscaling "{info.name}" is invalid: spec.replicas'
-                )
-            self.deployments[key] = replicas
-        return JSONResponse(self._scale(key))
-
-    def _scale(self, key: tuple[str, str]) -> dict[str, Any]:
-        namespace, name = key
-        replicas = self.deployments[key]
-        uid = self._uids.setdefault(key, str(uuid.uuid4()))
-        return {
-            "apiVersion": "autoscaling/v1",
-            "kind": "Scale",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": uid,
-                "resourceVersion": str(next(self._resource_versions)),
-                "creationTimestamp": "2025-01-01T00:00:00Z",
-            },
-            "spec": {"replicas": replicas},
-            "status": {"replicas": replicas, "selector": f"app={name}"},
-        }
+    def _pods(self, info: KubeRequest) -> Response:
+        if info.verb == "create":
+            refused = self.workloads.check_may_create_in(info.namespace)
+            if refused is not None:
+                return refused
+        return self.pods.handle(info)

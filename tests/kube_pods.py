@@ -1,5 +1,6 @@
-"""The fake API server's Pods (tests/kube_api.py serves them): get, list, watch and merge
-patch, with the real watch protocol, driven by the test from its own thread.
+"""The fake API server's Pods (tests/kube_api.py serves them): get, list and watch with the
+real watch protocol, and the writes of tests/kube_pod_writes.py (create, patch, pods/status
+patch, delete with finalizers); or driven by the test from its own thread (the back door):
 
     pods = fake.pods
     pods.add("w0", labels={...})                 # ADDED, not Ready
@@ -33,6 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from kube_objects import status_response
+from kube_pod_writes import create_pod, delete_pod, patch_pod
+
 if TYPE_CHECKING:
     from kube_api import KubeRequest
 
@@ -41,20 +45,6 @@ __all__ = ["POD_RULES", "POD_WATCH_RULES", "PodStore"]
 # a watcher's Role rules (verb, API group, resource); a process that registers also patches
 POD_WATCH_RULES = frozenset({("get", "", "pods"), ("list", "", "pods"), ("watch", "", "pods")})
 POD_RULES = POD_WATCH_RULES | {("patch", "", "pods")}
-_MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
-
-
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge key by key, null deletes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = _merge_patch(result.get(key), value)
-    return result
 
 
 def _parse_selector(text: str) -> dict[str, str]:
@@ -131,25 +121,25 @@ class PodStore:
         with self.lock:
             assert name not in self.pods, f"Pod {name} exists"
             self._set_ready(pod, ready)
-            self._change("ADDED", name, pod)
+            self.change("ADDED", name, pod)
 
     def set_ready(self, name: str, ready: bool) -> None:
         """The kubelet's readiness probe passed (or failed): the Ready condition flips."""
         with self.lock:
             pod = copy.deepcopy(self.pods[name])
             self._set_ready(pod, ready)
-            self._change("MODIFIED", name, pod)
+            self.change("MODIFIED", name, pod)
 
     def terminate(self, name: str) -> None:
         """The Pod is being deleted (its preStop runs): deletionTimestamp is set."""
         with self.lock:
             pod = copy.deepcopy(self.pods[name])
             pod["metadata"]["deletionTimestamp"] = "2025-01-01T00:01:00Z"
-            self._change("MODIFIED", name, pod)
+            self.change("MODIFIED", name, pod)
 
     def delete(self, name: str) -> None:
         with self.lock:
-            self._change("DELETED", name, copy.deepcopy(self.pods[name]))
+            self.change("DELETED", name, copy.deepcopy(self.pods[name]))
 
     def get(self, name: str) -> dict[str, Any]:
         with self.lock:
@@ -187,6 +177,17 @@ class PodStore:
         with self.lock:
             return len(self.watches)
 
+    def get_num_pods(self) -> int:
+        with self.lock:
+            return len(self.pods)
+
+    def delete_all(self) -> None:
+        """What deleting the namespace does to its Pods: each goes, or, held by finalizers,
+        starts terminating (and goes when they are removed)."""
+        with self.lock:
+            for name in sorted(self.pods):
+                delete_pod(self, name)
+
     # -- under the lock ----------------------------------------------------------------------
 
     @staticmethod
@@ -196,7 +197,9 @@ class PodStore:
             {"type": "Ready", "status": status, "lastTransitionTime": "2025-01-01T00:00:00Z"}
         ]
 
-    def _change(self, kind: str, name: str, pod: dict[str, Any]) -> None:
+    def change(self, kind: str, name: str, pod: dict[str, Any]) -> None:
+        """Store `pod` (or drop it, DELETED) at the next resourceVersion and tell the
+        watches."""
         self.resource_version += 1
         pod["metadata"]["resourceVersion"] = str(self.resource_version)
         if kind == "DELETED":
@@ -226,14 +229,14 @@ class PodStore:
     # -- the API (the server's thread) -------------------------------------------------------
 
     def handle(self, info: KubeRequest) -> Response:
-        """A request for ("", "pods"), authorized already."""
-        from kube_api import status_response  # kube_api imports this module
-
-        verb, name, query, body = info.verb, info.name, info.query, info.body
+        """A request for ("", "pods") or ("", "pods/status"), authorized already (a create
+        also found its namespace open)."""
+        verb, name, query = info.verb, info.name, info.query
         if info.namespace != self.namespace:
             return status_response(404, "NotFound", f'no Pods in namespace "{info.namespace}"')
-        if verb in ("get", "patch"):
-            assert name is not None
+        if verb == "create":
+            return create_pod(self, info)
+        if name is not None:
             with self.lock:
                 if name not in self.pods:
                     return status_response(
@@ -241,15 +244,11 @@ class PodStore:
                     )
                 if verb == "get":
                     return JSONResponse(copy.deepcopy(self.pods[name]))
-                if info.content_type not in _MERGE_PATCH_TYPES:
-                    return status_response(
-                        415,
-                        "UnsupportedMediaType",
-                        f"the media type {info.content_type} is not served",
-                    )
-                pod = _merge_patch(self.pods[name], body or {})
-                self._change("MODIFIED", name, pod)
-                return JSONResponse(copy.deepcopy(pod))
+                if verb == "patch":
+                    return patch_pod(self, info)
+                if verb == "delete" and info.resource == "pods":
+                    return delete_pod(self, name)
+            return status_response(405, "MethodNotAllowed", f"{verb} is not served")
         try:
             selector = _parse_selector(query.get("labelSelector", ""))
         except ValueError as exc:

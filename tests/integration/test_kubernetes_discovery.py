@@ -1,7 +1,12 @@
-"""A frontend and a mocker worker as processes with `--discovery kubernetes` against the fake
-API server (tests/kube_api.py): the worker writes its card into its Pod's annotation, the
-frontend routes to it only while the Pod is Ready, and its KV events reach the router over
-the zmq event plane at the address the card carries (no NATS)."""
+"""A frontend and a mocker worker as processes with `--discovery kubernetes`: the worker
+writes its card into its Pod's annotation, the frontend routes to it only while the Pod is
+Ready, and its KV events reach the router over the zmq event plane at the address the card
+carries (no NATS).
+
+The cluster (tests/kube_cluster.py) is the fake API server set up through its API, or, with
+ARMATURE_TEST_KUBE=cluster, a real one: both processes run here, outside it, and only their
+discovery goes through its API server; the Pod is a placeholder that no node runs, whose
+readiness the test sets (its card still names this machine's loopback address)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ from serve_process import parse_metrics
 
 from armature.protocols.worker import WorkerCard
 from armature.runtime.kube_membership import ANNOTATION, decode_entries
-from kube_api import POD_RULES, KubeApiFake
+from kube_api import POD_RULES
+from kube_cluster import FakeSetup, KubeCluster, get_drivers, open_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,12 +33,14 @@ MOCKER_ARGS += ["--served-model-name", "mock"]
 BODY = {"model": "mock", "prompt": "tell me a long story " * 8, "max_tokens": 4}
 
 
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiFake]:
-    server = KubeApiFake(token="sa-token", namespace="serving", rules=POD_RULES, user="armature")
-    with server:
-        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
-        yield server
+@pytest.fixture(params=get_drivers(slow=True))
+def cluster(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[KubeCluster]:
+    setup = FakeSetup(token="sa-token", rules=POD_RULES, user="armature")
+    with open_cluster(request.param, setup) as found:
+        monkeypatch.setenv("KUBECONFIG", str(found.kubeconfig))  # the processes inherit it
+        yield found
 
 
 def wait_for_status(url: str, status: int) -> httpx.Response:
@@ -48,19 +56,19 @@ def wait_for_status(url: str, status: int) -> httpx.Response:
 
 
 def test_a_worker_pod_serves_while_ready(
-    fake: KubeApiFake, default_model_dir: Path, tmp_path: Path
+    cluster: KubeCluster, default_model_dir: Path, tmp_path: Path
 ) -> None:
     fleet = Fleet(default_model_dir, tmp_path, ["--discovery", "kubernetes"], MOCKER_ARGS)
-    fake.pods.add("w0", labels=LABELS)  # scheduled, its readiness probe not passed yet
+    cluster.add_pod("w0", labels=LABELS)  # scheduled, its readiness probe not passed yet
     try:
         fleet.start_worker("w0", ["--k8s-pod-name", "w0"])
-        entries = decode_entries(fake.pods.get("w0")["metadata"]["annotations"][ANNOTATION])
+        entries = decode_entries(cluster.get_pod_annotations("w0")[ANNOTATION])
         [(key, value)] = entries.items()
         card = msgspec.msgpack.decode(value, type=WorkerCard)
         assert key == f"instances/armature/worker/generate/{card.instance_id:x}"
         assert card.events_url.startswith("tcp://127.0.0.1:")  # zmq, at the worker's --host
 
-        fake.pods.set_ready("w0", True)  # the kubelet's probe passed
+        cluster.set_ready("w0", True)  # the kubelet's probe passed
         url = fleet.start_frontend()
         first = wait_for_status(url, 200)
         assert first.json()["usage"]["completion_tokens"] == 4
@@ -77,13 +85,13 @@ def test_a_worker_pod_serves_while_ready(
             assert time.monotonic() < deadline, "no KV event reached the router"
             time.sleep(0.1)
 
-        fake.pods.set_ready("w0", False)  # probe failing: out of routing
+        cluster.set_ready("w0", False)  # probe failing: out of routing
         refused = wait_for_status(url, 503)
         assert refused.json()["error"]["code"] == "engine_unavailable"
-        fake.pods.set_ready("w0", True)  # back
+        cluster.set_ready("w0", True)  # back
         wait_for_status(url, 200)
     finally:
         fleet.stop()
     # a clean stop removed the card from the Pod
-    assert ANNOTATION not in fake.pods.get("w0")["metadata"]["annotations"]
+    assert ANNOTATION not in cluster.get_pod_annotations("w0")
     fleet.assert_no_tracebacks()

@@ -1,8 +1,12 @@
-"""The `kubernetes` connector with the real client (lightkube) against a fake API server that
-speaks the real HTTP protocol (tests/kube_api.py), found through a generated kubeconfig:
-the exact requests (only GET and PATCH of deployments/scale, the merge-patch bodies, the
-bearer token), one-line start errors (401, 404, 403, no server), and a server that goes down
-mid-run: the actuator logs the failure, retries, and finishes once it is back."""
+"""The `kubernetes` connector with the real client (lightkube), found through a kubeconfig.
+
+The behavioural tests take a `cluster` (tests/kube_cluster.py): the fake API server that
+speaks the real HTTP protocol (tests/kube_api.py), set up through its back door or through its
+API, or, with ARMATURE_TEST_KUBE=cluster, a real cluster: the replicas read and changed, a
+missing Deployment, the planner's start; on the fake, also the exact requests (only GET and
+PATCH of deployments/scale, the merge-patch bodies, the bearer token). The others need the
+fake's internals (`fake_only`): one-line start errors (401, 403, no server), and a server that
+goes down mid-run: the actuator logs the failure, retries, and finishes once it is back."""
 
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from armature.planner.connectors.kubernetes import open_kubernetes_connector
 from armature.planner.core import Planner
 from armature.planner.timing_performance import TimingPerformanceModel
 from armature.protocols.worker import WorkerRole
-from kube_api import KubeApiFake, RecordedRequest
+from kube_api import SCALE_RULES, KubeApiFake, RecordedRequest
+from kube_cluster import FakeSetup, KubeCluster, fake_only, get_drivers, open_cluster
 from profiles import write_small_profile
 from servers import free_port
 
@@ -73,8 +78,26 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiFak
         yield server
 
 
+@pytest.fixture(params=get_drivers())
+def cluster(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[KubeCluster]:
+    """A namespace of the cluster a driver sets up, with both Deployments (prefill 1, decode
+    2); KUBECONFIG points at it."""
+    setup = FakeSetup(token=TOKEN, rules=SCALE_RULES, user="planner", namespace=NAMESPACE)
+    with open_cluster(request.param, setup) as found:
+        found.add_deployment("armature-prefill", 1)
+        found.add_deployment("armature-decode", 2)
+        monkeypatch.setenv("KUBECONFIG", str(found.kubeconfig))
+        yield found
+
+
+def scale_path(cluster: KubeCluster, name: str) -> str:
+    return f"/apis/apps/v1/namespaces/{cluster.namespace}/deployments/{name}/scale"
+
+
 async def test_reads_replicas_then_merge_patches_only_the_scale_subresource(
-    fake: KubeApiFake,
+    cluster: KubeCluster,
 ) -> None:
     connector = await open_kubernetes_connector(DEPLOYMENTS)  # the context's namespace
     try:
@@ -84,30 +107,40 @@ async def test_reads_replicas_then_merge_patches_only_the_scale_subresource(
         assert connector.get_num_workers() == {PREFILL: 0, DECODE: 4}
     finally:
         await connector.close()
-    assert calls(fake) == [
+    assert [cluster.get_replicas(name) for name in DEPLOYMENTS.values()] == [0, 4]
+    if cluster.fake is None:
+        return
+    assert calls(cluster.fake) == [
         get("armature-prefill"),
         get("armature-decode"),
         patch("armature-decode", 4),
         patch("armature-prefill", 0),
     ]
-    assert fake.deployments == {
+    assert cluster.fake.deployments == {
         ("serving", "armature-prefill"): 0,
         ("serving", "armature-decode"): 4,
     }
 
 
-async def test_an_explicit_namespace_wins_over_the_context(fake: KubeApiFake) -> None:
-    fake.deployments[("inference", "armature-agg")] = 3
+async def test_an_explicit_namespace_wins_over_the_context(
+    cluster: KubeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster.add_deployment("armature-agg", 3)
+    elsewhere = cluster.write_kubeconfig(tmp_path / "kc", namespace=f"{cluster.namespace}-not")
+    monkeypatch.setenv("KUBECONFIG", str(elsewhere))  # a context naming another namespace
     connector = await open_kubernetes_connector(
-        {WorkerRole.AGG: "armature-agg"}, namespace="inference"
+        {WorkerRole.AGG: "armature-agg"}, namespace=cluster.namespace
     )
     await connector.scale(WorkerRole.AGG, 2, "below_target")
     await connector.close()
-    path = "/apis/apps/v1/namespaces/inference/deployments/armature-agg/scale"
-    assert [(r.method, r.path) for r in fake.get_requests()] == [("GET", path), ("PATCH", path)]
-    assert fake.deployments[("inference", "armature-agg")] == 2
+    assert cluster.get_replicas("armature-agg") == 2
+    if cluster.fake is not None:
+        path = scale_path(cluster, "armature-agg")
+        requests = cluster.fake.get_requests()
+        assert [(r.method, r.path) for r in requests] == [("GET", path), ("PATCH", path)]
 
 
+@fake_only("the fake refuses a token of the test's choosing")
 async def test_refused_credentials_are_a_one_line_error(
     fake: KubeApiFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,15 +157,20 @@ async def test_refused_credentials_are_a_one_line_error(
     ]
 
 
-async def test_a_missing_deployment_is_an_error_naming_it_and_its_flag(fake: KubeApiFake) -> None:
+async def test_a_missing_deployment_is_an_error_naming_it_and_its_flag(
+    cluster: KubeCluster,
+) -> None:
     with pytest.raises(ConfigError) as caught:
         await open_kubernetes_connector({PREFILL: "armature-prefill", DECODE: "decoders"})
     message = str(caught.value)
     assert "\n" not in message
-    assert "Deployment serving/decoders not found (404) (check --k8s-decode-deployment" in message
-    assert calls(fake) == [get("armature-prefill"), (*get("decoders")[:5], 404)]
+    expected = f"Deployment {cluster.namespace}/decoders not found (404) (check --k8s-decode-"
+    assert expected in message
+    if cluster.fake is not None:
+        assert calls(cluster.fake) == [get("armature-prefill"), (*get("decoders")[:5], 404)]
 
 
+@fake_only("the RBAC rules are the fake's")
 async def test_a_role_without_patch_rights_fails_its_scale_with_the_rbac_rule(
     fake: KubeApiFake,
 ) -> None:
@@ -150,6 +188,7 @@ async def test_a_role_without_patch_rights_fails_its_scale_with_the_rbac_rule(
     assert calls(fake)[-1] == patch("armature-decode", 3, status=403)
 
 
+@fake_only("the fake API server is stopped")
 async def test_an_unreachable_api_server_is_a_one_line_error(fake: KubeApiFake) -> None:
     fake.stop()
     with pytest.raises(ConfigError) as caught:
@@ -169,6 +208,7 @@ async def test_no_configuration_is_a_one_line_error(
     assert f"{tmp_path / 'none'} not found" in str(caught.value)
 
 
+@fake_only("the fake API server is stopped and started")
 async def test_the_actuator_retries_while_the_api_server_is_down_and_recovers(
     fake: KubeApiFake, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -210,13 +250,14 @@ async def test_the_actuator_retries_while_the_api_server_is_down_and_recovers(
 
 
 async def test_the_planner_starts_from_the_deployments_within_its_limits(
-    fake: KubeApiFake, profile: TimingPerformanceModel
+    cluster: KubeCluster, profile: TimingPerformanceModel
 ) -> None:
     """As `armature planner` starts: the planner takes the Deployments' replicas, brought
     within its limits, and the actuator patches only the role outside them."""
-    fake.deployments[("serving", "armature-prefill")] = 0
-    fake.deployments[("serving", "armature-decode")] = 9
-    connector = await open_kubernetes_connector(DEPLOYMENTS)
+    deployments = {PREFILL: "starting-prefill", DECODE: "starting-decode"}
+    cluster.add_deployment("starting-prefill", 0)
+    cluster.add_deployment("starting-decode", 9)
+    connector = await open_kubernetes_connector(deployments)
     planner = Planner(
         PlannerConfig(min_workers=1, max_workers=4),
         profile,
@@ -232,14 +273,17 @@ async def test_the_planner_starts_from_the_deployments_within_its_limits(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await connector.close()
-    assert calls(fake) == [
-        get("armature-prefill"),
-        get("armature-decode"),
-        patch("armature-prefill", 1),
-        patch("armature-decode", 4),
-    ]
+    assert [cluster.get_replicas(name) for name in deployments.values()] == [1, 4]
+    if cluster.fake is not None:
+        assert calls(cluster.fake) == [
+            get("starting-prefill"),
+            get("starting-decode"),
+            patch("starting-prefill", 1),
+            patch("starting-decode", 4),
+        ]
 
 
+@fake_only("it checks the fake itself")
 def test_the_fake_enforces_the_token_and_the_rbac_scope(fake: KubeApiFake) -> None:
     auth = {"Authorization": f"Bearer {TOKEN}"}
     deployment = "/apis/apps/v1/namespaces/serving/deployments/armature-decode"
@@ -258,6 +302,7 @@ def test_the_fake_enforces_the_token_and_the_rbac_scope(fake: KubeApiFake) -> No
     assert fake.deployments[("serving", "armature-decode")] == 2
 
 
+@fake_only("the fake refuses a token of the test's choosing")
 def test_planner_with_refused_kubernetes_credentials_exits_2_with_one_line(
     fake: KubeApiFake,
     tmp_path: Path,

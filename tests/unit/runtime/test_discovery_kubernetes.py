@@ -1,8 +1,12 @@
-"""`--discovery kubernetes` with the real client (lightkube) against the fake API server
-(tests/kube_api.py, tests/kube_pods.py), found through a generated kubeconfig: registration in
-the Pod's annotation (the exact PATCH bodies), list + watch with readiness, flapping, deletion,
-bookmarks, watch expiry (410) and re-list, API server restarts (resumed, no duplicates, no
-losses), and one-line start errors for refused credentials and missing permissions.
+"""`--discovery kubernetes` with the real client (lightkube), found through a kubeconfig.
+
+The behavioural tests take a `cluster` (tests/kube_cluster.py): the fake API server
+(tests/kube_api.py, tests/kube_pods.py) set up through its back door or through its API, or,
+with ARMATURE_TEST_KUBE=cluster, a real cluster: registration in the Pod's annotation (and,
+on the fake, the exact PATCH bodies), list + watch with readiness, flapping, termination and
+deletion. The others need the fake's internals and run on it alone (`fake_only`): bookmarks,
+watch expiry (410) and re-list, API server restarts (resumed, no duplicates, no losses), and
+one-line start errors for refused credentials and missing permissions.
 
 Each test waits for events, never for time: `Follower.next` waits (bounded) for the next
 discovery event, and "nothing else happened" is shown by a marker change made afterwards
@@ -27,6 +31,7 @@ from armature.runtime.factory import open_discovery
 from armature.runtime.kube_membership import ANNOTATION, encode_entries
 from armature.runtime.ports import free_port
 from kube_api import POD_RULES, POD_WATCH_RULES, KubeApiFake, RecordedRequest
+from kube_cluster import FakeSetup, KubeCluster, fake_only, get_drivers, open_cluster
 
 TOKEN = "discovery-sa-token"
 NAMESPACE = "serving"
@@ -46,15 +51,30 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiFak
         yield server
 
 
+@pytest.fixture(params=get_drivers())
+def cluster(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[KubeCluster]:
+    """A namespace of the cluster a driver sets up; KUBECONFIG points at it."""
+    setup = FakeSetup(token=TOKEN, rules=POD_RULES, user="armature", namespace=NAMESPACE)
+    with open_cluster(request.param, setup) as found:
+        monkeypatch.setenv("KUBECONFIG", str(found.kubeconfig))
+        yield found
+
+
 def runtime(pod_name: str | None = None) -> RuntimeConfig:
     return RuntimeConfig(discovery="kubernetes", k8s_pod_name=pod_name)
 
 
-def with_entries(fake: KubeApiFake, name: str, entries: dict[str, bytes], *, ready: bool) -> None:
+def with_entries(
+    cluster: KubeCluster | KubeApiFake, name: str, entries: dict[str, bytes], *, ready: bool
+) -> None:
     """A Pod as a registered process leaves it (the annotation written), Ready or not."""
-    fake.pods.add(
-        name, labels=LABELS, ready=ready, annotations={ANNOTATION: encode_entries(entries)}
-    )
+    annotations = {ANNOTATION: encode_entries(entries)}
+    if isinstance(cluster, KubeApiFake):
+        cluster.pods.add(name, labels=LABELS, ready=ready, annotations=annotations)
+    else:
+        cluster.add_pod(name, labels=LABELS, ready=ready, annotations=annotations)
 
 
 class Follower:
@@ -71,10 +91,10 @@ class Follower:
     async def next(self, count: int = 1) -> list[WatchEvent]:
         return [await asyncio.wait_for(self.events.get(), 10.0) for _ in range(count)]
 
-    async def then_only(self, fake: KubeApiFake, marker_pod: str) -> None:
+    async def then_only(self, cluster: KubeCluster | KubeApiFake, marker_pod: str) -> None:
         """Nothing more is queued: a marker Pod that becomes Ready now is the next event."""
         key = MARK + marker_pod
-        with_entries(fake, marker_pod, {key: b"marker"}, ready=True)
+        with_entries(cluster, marker_pod, {key: b"marker"}, ready=True)
         assert await self.next() == [WatchEvent("put", key, b"marker")]
 
     async def close(self) -> None:
@@ -136,31 +156,35 @@ def annotation_patch(text: str | None) -> tuple[str, str, dict[str, list[str]], 
 
 
 async def test_a_worker_registers_in_its_pod_and_joins_routing_once_ready(
-    fake: KubeApiFake,
+    cluster: KubeCluster,
 ) -> None:
-    fake.pods.add("w0", labels=LABELS, annotations={ANNOTATION: encode_entries({B: b"stale"})})
+    stale = {ANNOTATION: encode_entries({B: b"stale"})}
+    cluster.add_pod("w0", labels=LABELS, annotations=stale)
     worker = await open_discovery(runtime("w0"))
     frontend = await open_discovery(runtime())
     follower = Follower(frontend)
     try:
-        await wait_for_watches(fake, 1)
+        if cluster.fake is not None:  # the watch is open before the registration (its log)
+            await wait_for_watches(cluster.fake, 1)
         registration = await worker.register(A, b"card-a", ttl_s=10)
-        assert fake.pods.get("w0")["metadata"]["annotations"] == {
+        assert cluster.get_pod_annotations("w0") == {
             ANNOTATION: '{"instances/armature/worker/generate/a":"Y2FyZC1h"}'
         }
         assert await frontend.list(PREFIX) == {}  # not Ready yet
-        fake.pods.set_ready("w0", True)
+        cluster.set_ready("w0", True)
         assert await follower.next() == [WatchEvent("put", A, b"card-a")]
         assert await frontend.list(PREFIX) == {A: b"card-a"}
         await registration.close()  # a clean stop: the key leaves at once, the Pod stays
         assert await follower.next() == [WatchEvent("delete", A)]
-        assert fake.pods.get("w0")["metadata"]["annotations"] == {}
-        await follower.then_only(fake, "m0")
+        assert cluster.get_pod_annotations("w0") == {}
+        await follower.then_only(cluster, "m0")
     finally:
         await follower.close()
         await worker.close()
         await frontend.close()
-    requests = calls(fake)
+    if cluster.fake is None:
+        return
+    requests = calls(cluster.fake)
     assert [c for c in requests if c[1] == f"{PODS}/w0"] == [
         ("GET", f"{PODS}/w0", {}, None, 200),
         annotation_patch(None),  # what an earlier container of w0 left is removed at start
@@ -170,26 +194,29 @@ async def test_a_worker_registers_in_its_pod_and_joins_routing_once_ready(
     assert [c for c in requests if is_watch(c)] == [watch_from(2)]  # add, the start's patch
 
 
-async def test_readiness_flapping_and_deletion_move_a_pod_in_and_out(fake: KubeApiFake) -> None:
-    with_entries(fake, "w0", {A: b"a"}, ready=True)
-    with_entries(fake, "w1", {B: b"b"}, ready=False)
+async def test_readiness_flapping_and_deletion_move_a_pod_in_and_out(
+    cluster: KubeCluster,
+) -> None:
+    with_entries(cluster, "w0", {A: b"a"}, ready=True)
+    with_entries(cluster, "w1", {B: b"b"}, ready=False)
     async with following() as (frontend, follower):
         assert await follower.next() == [WatchEvent("put", A, b"a")]
         for _ in range(3):
-            fake.pods.set_ready("w1", True)
-            fake.pods.set_ready("w1", False)
+            cluster.set_ready("w1", True)
+            cluster.set_ready("w1", False)
         assert await follower.next(6) == [WatchEvent("put", B, b"b"), WatchEvent("delete", B)] * 3
-        fake.pods.set_ready("w1", True)
+        cluster.set_ready("w1", True)
         assert await follower.next() == [WatchEvent("put", B, b"b")]
-        fake.pods.terminate("w0")  # deleted: its preStop drains, it takes no new work
+        cluster.terminate_pod("w0")  # deleted: its preStop drains, it takes no new work
         assert await follower.next() == [WatchEvent("delete", A)]
-        fake.pods.delete("w0")
-        fake.pods.delete("w1")
+        cluster.delete_pod("w0")
+        cluster.delete_pod("w1")
         assert await follower.next() == [WatchEvent("delete", B)]
-        await follower.then_only(fake, "m0")
+        await follower.then_only(cluster, "m0")
         assert await frontend.list(PREFIX) == {MARK + "m0": b"marker"}
 
 
+@fake_only("bookmarks, compaction and the end of a watch are forced on the fake")
 async def test_a_watch_resumes_from_its_bookmark_without_listing_again(fake: KubeApiFake) -> None:
     with_entries(fake, "w0", {A: b"a"}, ready=True)  # version 1
     async with following() as (_frontend, follower):
@@ -204,6 +231,7 @@ async def test_a_watch_resumes_from_its_bookmark_without_listing_again(fake: Kub
     assert [c for c in calls(fake) if c[1] == PODS] == [LIST, LIST, watch_from(1), watch_from(2)]
 
 
+@fake_only("watch expiry (410) is forced by compacting the fake's history")
 async def test_an_expired_watch_lists_again_and_emits_only_the_difference(
     fake: KubeApiFake,
 ) -> None:
@@ -226,6 +254,7 @@ async def test_an_expired_watch_lists_again_and_emits_only_the_difference(
     ]
 
 
+@fake_only("the fake API server is stopped and started, its history compacted")
 async def test_an_api_server_restart_loses_nothing_and_repeats_nothing(fake: KubeApiFake) -> None:
     with_entries(fake, "w0", {A: b"a"}, ready=True)
     with_entries(fake, "w1", {B: b"b"}, ready=True)
@@ -263,6 +292,7 @@ async def test_an_api_server_restart_loses_nothing_and_repeats_nothing(fake: Kub
     ]
 
 
+@fake_only("the RBAC rules are the fake's")
 @pytest.mark.parametrize(
     ("rules", "pod_name", "expected"),
     [
@@ -293,6 +323,7 @@ async def test_missing_pods_and_permissions_are_one_line_start_errors(
 REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
 
+@fake_only("the access review is read from the fake's log, or its API switched off")
 @pytest.mark.parametrize("reviews", [True, False], ids=["reviewed", "no-review-api"])
 async def test_the_start_asks_whether_it_may_watch(fake: KubeApiFake, reviews: bool) -> None:
     fake.access_reviews = reviews
@@ -310,7 +341,9 @@ async def test_the_start_asks_whether_it_may_watch(fake: KubeApiFake, reviews: b
     }
 
 
-async def test_registering_without_a_pod_of_its_own_says_how_to_set_it(fake: KubeApiFake) -> None:
+async def test_registering_without_a_pod_of_its_own_says_how_to_set_it(
+    cluster: KubeCluster,
+) -> None:
     discovery = await open_discovery(runtime())
     try:
         with pytest.raises(KubeDiscoveryError, match="set ARMATURE_K8S_POD_NAME from the downward"):
@@ -319,6 +352,7 @@ async def test_registering_without_a_pod_of_its_own_says_how_to_set_it(fake: Kub
         await discovery.close()
 
 
+@fake_only("the fake refuses a token of the test's choosing")
 def test_refused_credentials_exit_2_with_one_line(
     fake: KubeApiFake,
     tmp_path: Path,
@@ -381,6 +415,7 @@ def test_a_namespace_that_is_no_label_value_is_refused(capsys: pytest.CaptureFix
     assert "--namespace '-bad' is not a Kubernetes label value" in err
 
 
+@fake_only("the fake API server is stopped and started")
 async def test_an_unreachable_api_server_fails_a_registration_and_its_close_only_logs(
     fake: KubeApiFake, caplog: pytest.LogCaptureFixture
 ) -> None:
