@@ -4,6 +4,10 @@
   (`default_cache_dir()`), so repeated local runs reuse it; tests using it mark themselves slow.
 - `tiny_llama_dir`, `tiny_qwen2_dir`, `tiny_llama3_rope_dir`: tiny random-weight safetensors
   models (seed 0, float32, no tokenizer) for engine tests that feed token ids.
+
+Hypothesis runs without its per-example deadline: a deadline is a timing assertion, and the
+suite must pass on a loaded machine (one example of a property test once took over 200 ms under
+a CPU hog). Tests that set their own settings keep them.
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from armature.model.source import resolve_model
+
+settings.register_profile("armature", deadline=None)
+settings.load_profile("armature")
 
 # Shared shape of the tiny models: head_dim 16, GQA with 2 query heads per KV head.
 _TINY_SHAPE: dict[str, Any] = {
