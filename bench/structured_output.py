@@ -10,9 +10,11 @@ alternating order:
   free:   no response_format, EOS ignored and max_tokens set to the length of the same
           request's guided output (from the warm-up run of the guided arm),
 so both arms generate the same number of tokens per request with the same batch dynamics and
-differ only in the masks. Throughput = completion tokens over the arm's wall time. Every
-guided output is parsed and validated against its schema (jsonschema). The arms alternate so
-that the shared machine's drift hits both.
+differ only in the masks. Throughput = completion tokens over the arm's wall time; beside it,
+the server's CPU seconds (user + system, all its threads and child processes) per completion
+token, which a loaded machine does not skew the way it skews wall time. Every guided output
+is parsed and validated against its schema (jsonschema). The arms alternate so that the
+shared machine's drift hits both.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 import httpx
 import jsonschema
+import psutil
 
 from armature.runtime.ports import free_port
 from armature.workload.measure import quantile
@@ -116,10 +119,22 @@ class ArmResult:
     num_valid: int
     num_requests: int
     lengths: dict[int, int]  # request index -> completion tokens
+    server_cpu_s: float = 0.0  # the server's CPU seconds over the arm
 
     @property
     def tokens_per_s(self) -> float:
         return self.num_tokens / self.wall_s
+
+    @property
+    def cpu_ms_per_token(self) -> float:
+        return self.server_cpu_s * 1000 / self.num_tokens
+
+
+def server_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid`, its threads and its child processes."""
+    procs = [psutil.Process(pid)]
+    procs += procs[0].children(recursive=True)
+    return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
 
 
 def chat_body(model: str, schema_name: str, guided: bool, max_tokens: int, seed: int) -> Any:
@@ -212,7 +227,7 @@ def main() -> None:
     rows: list[list[object]] = []
     results: dict[bool, list[ArmResult]] = {False: [], True: []}
     caps = dict.fromkeys(range(num_requests), ns.max_tokens)
-    with running_server(serve_command(args, port), url, SERVER_LOG, env):
+    with running_server(serve_command(args, port), url, SERVER_LOG, env) as server:
         model = args.served_name
         # warm-up, and the lengths the free arm copies
         lengths = asyncio.run(run_requests(url, model, True, caps, args.seed)).lengths
@@ -220,11 +235,16 @@ def main() -> None:
             order = (False, True) if r % 2 == 0 else (True, False)
             for guided in order:
                 arm_caps = caps if guided else lengths
+                cpu_before_s = server_cpu_s(server.pid)
                 arm = asyncio.run(run_requests(url, model, guided, arm_caps, args.seed))
+                arm.server_cpu_s = server_cpu_s(server.pid) - cpu_before_s
                 results[guided].append(arm)
                 load = os.getloadavg()[0]
                 label = "guided" if guided else "free"
-                print(f"round {r} {label}: {arm.tokens_per_s:.1f} tok/s, load {load:.1f}")
+                print(
+                    f"round {r} {label}: {arm.tokens_per_s:.1f} tok/s, "
+                    f"{arm.cpu_ms_per_token:.1f} server CPU ms/token, load {load:.1f}"
+                )
                 rows.append(
                     [
                         r,
@@ -233,6 +253,7 @@ def main() -> None:
                         arm.num_tokens,
                         arm.wall_s,
                         arm.tokens_per_s,
+                        arm.cpu_ms_per_token,
                         f"{arm.num_valid}/{arm.num_requests}" if guided else "",
                         f"{load:.1f}",
                     ]
@@ -244,10 +265,22 @@ def main() -> None:
     free_tps = quantile([a.tokens_per_s for a in results[False]], 0.5)
     guided_tps = quantile([a.tokens_per_s for a in results[True]], 0.5)
     cost = 1 - guided_tps / free_tps
+    free_cpu = quantile([a.cpu_ms_per_token for a in results[False]], 0.5)
+    guided_cpu = quantile([a.cpu_ms_per_token for a in results[True]], 0.5)
     num_valid = sum(a.num_valid for a in results[True])
     num_guided = sum(a.num_requests for a in results[True])
     table = markdown_table(
-        ["round", "arm", "requests", "completion tokens", "wall s", "tok/s", "valid", "load 1m"],
+        [
+            "round",
+            "arm",
+            "requests",
+            "completion tokens",
+            "wall s",
+            "tok/s",
+            "server CPU ms/token",
+            "valid",
+            "load 1m",
+        ],
         rows,
     )
     verdict = "PASS" if cost <= TARGET_COST else "FAIL"
@@ -260,6 +293,8 @@ def main() -> None:
         f"the machine's 1-minute load average after the arm (2 CPUs, shared).\n\n{table}\n\n"
         f"- {verdict}: guided {guided_tps:.1f} tok/s vs free {free_tps:.1f} tok/s (medians "
         f"of the rounds): cost {cost:.1%} (target <= {TARGET_COST:.0%})\n"
+        f"- server CPU per completion token (medians of the rounds): guided {guided_cpu:.1f} "
+        f"ms vs free {free_cpu:.1f} ms: {guided_cpu / free_cpu - 1:+.1%}\n"
         f"- conformance: {num_valid}/{num_guided} guided outputs parse and validate against "
         f"their schema\n"
         + (

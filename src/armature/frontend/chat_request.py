@@ -5,6 +5,7 @@ and turned into the values the chat template takes. Pure: request in, values or 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ from armature.errors import InvalidRequestError
 from armature.frontend.errors import ApiError
 from armature.frontend.protocol import ChatCompletionRequest, ChatMessage
 from armature.frontend.template_features import TemplateFeatures
-from armature.frontend.tool_grammar import CALL_FORMATS, tool_call_guide
+from armature.frontend.tool_grammar import tool_call_guide
 from armature.frontend.tool_protocol import NamedToolChoice
 from armature.protocols.guide import LarkGuide
 
@@ -30,12 +31,16 @@ class ToolUse:
 
 
 def plan_tools(
-    body: ChatCompletionRequest, features: TemplateFeatures, parser_name: str | None
+    body: ChatCompletionRequest,
+    features: TemplateFeatures,
+    parser_name: str | None,
+    special_tokens: Mapping[str, int],
 ) -> ToolUse:
     """The request's tool use (`parser_name`: the --tool-call-parser, None when there is
-    none); ApiError for a choice that names no tool, duplicate names, or what this server
-    cannot honour (no parser, a template without tools, forced calls in a format that has no
-    grammar)."""
+    none; `special_tokens`: text -> id of its markers that are special tokens here); ApiError
+    for a choice that names no tool, duplicate names, or what this server cannot honour (no
+    parser, a template without tools, forced calls with a schema the format's grammar
+    cannot hold)."""
     tools = body.tools or []
     choice = body.tool_choice or ("auto" if tools else "none")
     names = [tool.function.name for tool in tools]
@@ -71,7 +76,7 @@ def plan_tools(
     max_calls = 1 if body.parallel_tool_calls is False else None
     if choice == "auto":
         return ToolUse(tools=rendered, parse_calls=True, max_calls=max_calls)
-    return _forced(body, rendered, parser_name, max_calls)
+    return _forced(body, rendered, parser_name, max_calls, special_tokens)
 
 
 def _forced(
@@ -79,23 +84,17 @@ def _forced(
     rendered: list[dict[str, Any]],
     parser_name: str,
     max_calls: int | None,
+    special_tokens: Mapping[str, int],
 ) -> ToolUse:
-    """tool_choice 'required' or a named function, enforced by a grammar of the calls."""
-    call_format = CALL_FORMATS.get(parser_name)
-    if call_format is None:
-        raise ApiError(
-            f"tool_choice 'required' and named functions are enforced by a grammar of the "
-            f"tool-call format, which the {parser_name!r} parser does not have yet (it is "
-            f"there for {', '.join(sorted(CALL_FORMATS))}); use 'auto'",
-            param="tool_choice",
-            code="unsupported_parameter",
-        )
-    tools = body.tools or []
-    choice = body.tool_choice
-    if isinstance(choice, NamedToolChoice):
-        tools = [t for t in tools if t.function.name == choice.function.name]
-        max_calls = 1
-    guide = tool_call_guide(call_format, tools, max_calls)
+    """tool_choice 'required' or a named function, enforced by a grammar of the calls in
+    the parser's format."""
+    named = None
+    if isinstance(body.tool_choice, NamedToolChoice):
+        named, max_calls = body.tool_choice.function.name, 1
+    try:
+        guide = tool_call_guide(parser_name, body.tools or [], max_calls, special_tokens, named)
+    except InvalidRequestError as exc:
+        raise ApiError(str(exc), param=exc.param, code="unsupported_parameter") from None
     return ToolUse(tools=rendered, parse_calls=True, max_calls=max_calls, guide=guide)
 
 

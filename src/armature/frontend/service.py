@@ -192,7 +192,8 @@ class OpenAIService:
         lora_name = self._check_common(body, "chat")
         features = self.preprocessor.template_features
         messages = template_messages(body.messages, features)
-        tool_use = plan_tools(body, features, self.parsers.tool_call_name)
+        markers = {text: token for token, text in self.parsers.kept_tokens.items()}
+        tool_use = plan_tools(body, features, self.parsers.tool_call_name, markers)
         guide = await _checked_guide(body, tool_use.guide)
         try:
             prompt_ids = await asyncio.to_thread(

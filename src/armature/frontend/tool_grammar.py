@@ -1,58 +1,146 @@
 """Forced tool calls (`tool_choice: required` or a named function) as a grammar over the
-active tool-call parser's format, so the model can only write calls the parser reads, each
-naming an offered function with arguments valid against its parameters' schema. Pure.
+active tool-call parser's own format, so the model can only write calls that parser reads,
+each naming an offered function with arguments valid against its parameters' schema. Pure.
 
     hermes       <tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>, one per line
     llama3_json  {"name": "f", "parameters": {...}}; {"name": "g", ...}
+    mistral      [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]
+                 or, where [ARGS] is a special token (tokenizer v11+), per call:
+                 [TOOL_CALLS]f[ARGS]{...}
+    pythonic     [f(city="Paris", days=3), g()]
 
-The other parsers' formats (mistral's special token, pythonic calls) have no grammar yet:
-asking them for forced calls is refused by the caller (chat_request.py).
+A marker that is a special token of the model's tokenizer (`special_tokens`: Mistral's
+`[TOOL_CALLS]`) is that one token in the grammar, as the model writes it; otherwise it is
+its text.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from armature.errors import InvalidRequestError
 from armature.frontend.tool_protocol import ToolSpec
 from armature.grammar.compile import JSON_OPTIONS
+from armature.grammar.python_literal import PythonLiteralRules
 from armature.protocols.guide import LarkGuide
 
-__all__ = ["CALL_FORMATS", "CallFormat", "tool_call_guide"]
+__all__ = ["FORCED_CALL_FORMATS", "tool_call_guide"]
+
+TOOL_CALLS = "[TOOL_CALLS]"
+ARGS = "[ARGS]"
 
 
 @dataclass(frozen=True)
-class CallFormat:
-    """How one parser's format writes calls: around each call object, between calls, and
-    the key its arguments go under."""
+class _Calls:
+    """A format's grammar pieces: around all calls, between two, and each tool's call rule
+    (`call_i`) with the rules it needs."""
 
-    before: str
-    after: str
+    opening: str  # Lark expressions ("" for none)
     separator: str
-    arguments_key: str
+    closing: str
+    rules: list[str]
 
 
-CALL_FORMATS: dict[str, CallFormat] = {
-    "hermes": CallFormat("<tool_call>\n", "\n</tool_call>", "\n", "arguments"),
-    "llama3_json": CallFormat("", "", "; ", "parameters"),
-}
+# the tools that may be called (by their index in the request) -> a format's pieces, given
+# how to write a marker
+_Tools = list[tuple[int, ToolSpec]]
+_Builder = Callable[[_Tools, Callable[[str], str]], _Calls]
 
 
 def tool_call_guide(
-    call_format: CallFormat, tools: list[ToolSpec], max_calls: int | None
+    parser_name: str,
+    tools: list[ToolSpec],
+    max_calls: int | None,
+    special_tokens: Mapping[str, int],
+    named: str | None = None,
 ) -> LarkGuide:
-    """A grammar for one call (`max_calls` 1) or one or more calls to any of `tools`."""
-    rules = []
-    names = []
-    for i, tool in enumerate(tools):
-        schema = _call_schema(tool, call_format.arguments_key)
-        rules.append(f"call_{i}: {_lit(call_format.before)} object_{i} {_lit(call_format.after)}")
-        rules.append(f"object_{i}: %json {json.dumps(schema)}")
-        names.append(f"call_{i}")
-    repeat = "" if max_calls == 1 else f" ({_lit(call_format.separator)} call)*"
-    lines = [f"start: call{repeat}", "call: " + " | ".join(names), *rules]
+    """A grammar for one call (`max_calls` 1) or one or more calls to any of `tools` (one
+    call to the one `named`, when given), in the format of the parser named `parser_name` (one of
+    FORCED_CALL_FORMATS). `special_tokens`: text -> id of the format's markers that are
+    special tokens here. InvalidRequestError naming the tool's field for a tool the
+    format's grammar cannot hold."""
+
+    def marker(text: str) -> str:
+        token = special_tokens.get(text)
+        return f"<[{token}]>" if token is not None else _lit(text)
+
+    chosen = [(i, t) for i, t in enumerate(tools) if named in (None, t.function.name)]
+    calls = FORCED_CALL_FORMATS[parser_name](chosen, marker)
+    repeat = "" if max_calls == 1 or named is not None else f"({calls.separator} call)*"
+    start = " ".join(p for p in (calls.opening, "call", repeat, calls.closing) if p)
+    names = " | ".join(f"call_{i}" for i, _ in chosen)
+    lines = [f"start: {start}", f"call: {names}", *calls.rules]
     return LarkGuide(grammar="\n".join(lines) + "\n", param="tool_choice")
+
+
+def _json_calls(before: str, after: str, arguments_key: str) -> Callable[..., list[str]]:
+    """Rules of JSON call objects `{"name": ..., arguments_key: {...}}`, each between
+    `before` and `after` (Lark expressions)."""
+
+    def rules(tools: _Tools) -> list[str]:
+        out = []
+        for i, tool in tools:
+            schema = _call_schema(tool, arguments_key)
+            parts = (f"call_{i}:", before, f"object_{i}", after)
+            out.append(" ".join(p for p in parts if p))
+            out.append(f"object_{i}: %json {json.dumps(schema)}")
+        return out
+
+    return rules
+
+
+def _hermes(tools: _Tools, marker: Callable[[str], str]) -> _Calls:
+    rules = _json_calls(_lit("<tool_call>\n"), _lit("\n</tool_call>"), "arguments")(tools)
+    return _Calls("", _lit("\n"), "", rules)
+
+
+def _llama3_json(tools: _Tools, marker: Callable[[str], str]) -> _Calls:
+    return _Calls("", _lit("; "), "", _json_calls("", "", "parameters")(tools))
+
+
+def _mistral(tools: _Tools, marker: Callable[[str], str]) -> _Calls:
+    if marker(ARGS) == _lit(ARGS):  # a JSON list after one [TOOL_CALLS] (v3-v7)
+        rules = _json_calls("", "", "arguments")(tools)
+        return _Calls(f'{marker(TOOL_CALLS)} "["', _lit(", "), '"]"', rules)
+    rules = []  # [TOOL_CALLS]name[ARGS]{...} per call (v11+)
+    for i, tool in tools:
+        name = _lit(tool.function.name)
+        rules.append(f"call_{i}: {marker(TOOL_CALLS)} {name} {marker(ARGS)} arguments_{i}")
+        rules.append(f"arguments_{i}: %json {json.dumps(_arguments_schema(tool))}")
+    return _Calls("", "", "", rules)
+
+
+def _pythonic(tools: _Tools, marker: Callable[[str], str]) -> _Calls:
+    literals = PythonLiteralRules()
+    rules = []
+    for i, tool in tools:
+        if not tool.function.name.isidentifier():
+            raise InvalidRequestError(
+                f"the function name {tool.function.name!r} is not a Python name, which the "
+                "pythonic call format needs; use tool_choice 'auto'",
+                param=f"tools.{i}.function.name",
+            )
+        where = f"tools.{i}.function.parameters"
+        arguments = literals.keyword_arguments(tool.function.parameters or {}, where)
+        inside = f" {arguments} " if arguments else " "
+        rules.append(f"call_{i}: {_lit(tool.function.name + '(')}{inside}{_lit(')')}")
+    return _Calls('"["', _lit(", "), '"]"', rules + literals.lines())
+
+
+FORCED_CALL_FORMATS: dict[str, _Builder] = {
+    "hermes": _hermes,
+    "llama3_json": _llama3_json,
+    "mistral": _mistral,
+    "pythonic": _pythonic,
+}
+
+
+def _arguments_schema(tool: ToolSpec) -> dict[str, Any]:
+    parameters = tool.function.parameters or {"type": "object", "properties": {}}
+    return {"x-guidance": JSON_OPTIONS, **parameters}
 
 
 def _call_schema(tool: ToolSpec, arguments_key: str) -> dict[str, Any]:
@@ -67,5 +155,5 @@ def _call_schema(tool: ToolSpec, arguments_key: str) -> dict[str, Any]:
 
 
 def _lit(text: str) -> str:
-    """`text` as a Lark string literal ('""' matches nothing and is dropped by Lark)."""
-    return json.dumps(text) if text else '""'
+    """`text` as a Lark string literal."""
+    return json.dumps(text)

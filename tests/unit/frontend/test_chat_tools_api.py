@@ -253,7 +253,6 @@ async def test_tool_requests_the_server_cannot_honour_are_400s(
     tool_preprocessor: Preprocessor, plain_preprocessor: Preprocessor
 ) -> None:
     _, client = serve(tool_preprocessor, HERMES_QWEN3)
-    named = {"type": "function", "function": {"name": "get_time"}}
     unknown = {"type": "function", "function": {"name": "launch"}}
     bad_schema = {"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}
     bad_name = {"type": "function", "function": {"name": "two words"}}
@@ -277,12 +276,14 @@ async def test_tool_requests_the_server_cannot_honour_are_400s(
     assert error["param"] == "response_format"
     assert "cannot be combined" in error["message"]
 
-    # forced calls in a format that has no grammar yet
+    # forced calls to a function the format's grammar cannot write (pythonic calls are
+    # Python names)
     _, client = serve(tool_preprocessor, OutputParsers.named("pythonic", None))
-    for choice in ("required", named):
-        error = await error_of(client, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice)
-        assert (error["param"], error["code"]) == ("tool_choice", "unsupported_parameter")
-        assert "'pythonic' parser" in error["message"]
+    dashed = {"type": "function", "function": {"name": "get-time"}}
+    for choice in ("required", {"type": "function", "function": {"name": "get-time"}}):
+        error = await error_of(client, tools=[WEATHER_TOOL, dashed], tool_choice=choice)
+        assert (error["param"], error["code"]) == ("tools.1.function.name", "unsupported_parameter")
+        assert "not a Python name" in error["message"]
 
     # no parser: tools are refused rather than read as text
     _, client = serve(tool_preprocessor, OutputParsers())
