@@ -6,14 +6,15 @@ For each case (a model config, a system, a workload and targets) the configurato
 `armature configure` does. For each simulated finalist:
 
     estimate    the closed-form estimate at the finalist's operating point
-    predicted   the configurator's prediction: one group replayed at the estimated rate
+    predicted   the configurator's prediction: min(groups, --max-sim-groups) groups (one
+                by default) replayed at the estimated rate
     fleet       `armature replay` of the whole deployment: every group, the whole rate, the
                 same kv router, as many requests per group
 
 and the errors of TTFT (median) and ITL (mean) between them. The measured-run validation
 (the native engine on this machine, `--system local`) is not part of this script yet.
 
-    python -m bench.configurator_fidelity [--quick]
+    python -m bench.configurator_fidelity [--quick] [--max-sim-groups N]
 
 Writes the `configurator_fidelity` section of docs/benchmarks.md (bench/out/ with --quick).
 """
