@@ -6,14 +6,15 @@ For each case (a model config, a system, a workload and targets) the configurato
 `armature configure` does. For each simulated finalist:
 
     estimate    the closed-form estimate at the finalist's operating point
-    predicted   the configurator's prediction: one group replayed at the estimated rate
+    predicted   the configurator's prediction: min(groups, --max-sim-groups) groups (one
+                by default) replayed at the estimated rate
     fleet       `armature replay` of the whole deployment: every group, the whole rate, the
                 same kv router, as many requests per group
 
 and the errors of TTFT (median) and ITL (mean) between them. The measured-run validation
 (the native engine on this machine, `--system local`) is not part of this script yet.
 
-    python -m bench.configurator_fidelity [--quick]
+    python -m bench.configurator_fidelity [--quick] [--max-sim-groups N]
 
 Writes the `configurator_fidelity` section of docs/benchmarks.md (bench/out/ with --quick).
 """
@@ -73,17 +74,17 @@ def _error(value: float, reference: float) -> float:
 def _fleet(hardware: object, r: Ranked, settings: SearchSettings) -> tuple[float, float]:
     """(TTFT median, ITL mean) of the whole deployment replayed."""
     assert r.plan is not None
-    groups = r.num_groups
+    groups, simulated = r.num_groups, r.plan.num_groups  # the prediction replayed `simulated`
     plan = replace(
         r.plan,
         num_groups=groups,
-        request_rate_per_s=r.plan.request_rate_per_s * groups,
-        num_requests=min(MAX_FLEET_REQUESTS, r.plan.num_requests * groups),
+        request_rate_per_s=r.plan.request_rate_per_s / simulated * groups,
+        num_requests=min(MAX_FLEET_REQUESTS, r.plan.num_requests // simulated * groups),
         arrival_shape=1,
         config=replace(
             r.plan.config,
-            num_workers=r.plan.config.num_workers * groups,
-            num_prefill_workers=r.plan.config.num_prefill_workers * groups,
+            num_workers=r.plan.config.num_workers // simulated * groups,
+            num_prefill_workers=r.plan.config.num_prefill_workers // simulated * groups,
         ),
     )
     timings = hardware.timings  # type: ignore[attr-defined]
@@ -95,7 +96,9 @@ def _fleet(hardware: object, r: Ranked, settings: SearchSettings) -> tuple[float
     return fleet.ttft_ms, fleet.itl_ms
 
 
-def run_case(case: Case, model_dir: Path, quick: bool) -> list[list[object]]:
+def run_case(
+    case: Case, model_dir: Path, quick: bool, max_sim_groups: int = 1
+) -> list[list[object]]:
     model = read_model_spec(model_dir, "bfloat16")
     space = SearchSpace()
     hardware = accelerator_hardware(model, load_system(case.system), space, case.total_gpus, "m")
@@ -105,6 +108,7 @@ def run_case(case: Case, model_dir: Path, quick: bool) -> list[list[object]]:
         case.total_gpus,
         num_finalists=2 if quick else 3,
         sim_budget_s=15.0 if quick else 60.0,
+        max_sim_groups=max_sim_groups,
     )
     result = search(hardware, settings, on_progress=print)
     rows: list[list[object]] = []
@@ -132,19 +136,26 @@ def run_case(case: Case, model_dir: Path, quick: bool) -> list[list[object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one case, two finalists")
+    parser.add_argument(
+        "--max-sim-groups",
+        type=int,
+        default=SearchSettings.max_sim_groups,
+        help="groups each prediction replays together (at most the deployment's own)",
+    )
     args = parser.parse_args()
     rows: list[list[object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp)
         (model_dir / "config.json").write_text(json.dumps(LLAMA_8B))
         for case in CASES[:1] if args.quick else CASES:
-            rows += run_case(case, model_dir, args.quick)
+            rows += run_case(case, model_dir, args.quick, args.max_sim_groups)
     body = (
         "Llama-3.1-8B's shape in bfloat16 on the shipped hardware profiles; lengths within "
         "+-20% of the means; the default search space. The fleet: one Poisson stream over "
-        "every group; the prediction: one group, Erlang-N arrivals (one of N groups' share). "
+        "every group; the prediction: min(N, --max-sim-groups) of the N groups, their "
+        f"arrivals that many groups' share of the stream (--max-sim-groups {args.max_sim_groups}). "
         "TTFT is the median, ITL the mean, in ms (estimate / predicted / fleet: TTFT / ITL). "
-        "Errors in %: the estimate against the prediction, and the prediction (one group) "
+        "Errors in %: the estimate against the prediction, and the prediction "
         "against the whole fleet replayed (target: within 5%). A shared, loaded 2-core CPU "
         "machine; the wall time is the fleet replay's.\n\n"
         + markdown_table(

@@ -41,6 +41,8 @@ class SearchSettings:
     num_finalists: int = 6
     sim_requests: int = 200  # at least; more for long requests
     sim_budget_s: float = 30.0  # wall time for simulating finalists
+    # groups a finalist's simulation replays together (at most the deployment's own)
+    max_sim_groups: int = 1
     seed: int = 0
 
 
@@ -164,12 +166,15 @@ def pick_finalists(ranked: list[Ranked], num_finalists: int) -> list[Ranked]:
 def make_plan(
     hardware: Hardware, r: Ranked, rate_per_s: float, settings: SearchSettings
 ) -> SimPlan:
-    """The replay of one group of `r` at `rate_per_s`."""
+    """The replay of min(groups, `settings.max_sim_groups`) groups of `r`, each at
+    `rate_per_s`: their arrivals what that many of the deployment's groups see of one
+    Poisson stream spread over all of them in turn."""
     c = r.deployment
     model = hardware.model
+    num_groups = max(1, min(r.num_groups, settings.max_sim_groups))
     config = ReplayConfig(
-        num_workers=c.num_prefill_workers + c.num_decode_workers,
-        num_prefill_workers=c.num_prefill_workers,
+        num_workers=(c.num_prefill_workers + c.num_decode_workers) * num_groups,
+        num_prefill_workers=c.num_prefill_workers * num_groups,
         router="kv",
         block_size=BLOCK_SIZE_TOKENS,
         num_kv_blocks=hardware.get_kv_blocks(c.decode_tp, c.max_num_seqs, c.max_num_batched_tokens),
@@ -181,8 +186,15 @@ def make_plan(
     )
     p = r.prediction
     e2e_ms = p.ttft_ms + p.itl_ms * settings.workload.osl_tokens
-    num_requests = get_num_sim_requests(rate_per_s, e2e_ms, settings.sim_requests)
-    return SimPlan(c, 1, rate_per_s, num_requests, config, arrival_shape=r.num_groups)
+    num_requests = num_groups * get_num_sim_requests(rate_per_s, e2e_ms, settings.sim_requests)
+    return SimPlan(
+        c,
+        num_groups,
+        rate_per_s * num_groups,
+        num_requests,
+        config,
+        arrival_shape=max(1, r.num_groups // num_groups),
+    )
 
 
 def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked:

@@ -41,6 +41,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "block_hashing",
         "chaos",
         "configurator_fidelity",
+        "configurator_gpu",
         "disagg_serve",
         "frontend_replicas",
         "http_overhead",

@@ -22,6 +22,7 @@ from armature.configurator.plot import get_pareto_front
 from armature.configurator.search import (
     Ranked,
     SearchSettings,
+    make_plan,
     pick_finalists,
     rank_key,
     search,
@@ -136,6 +137,27 @@ def test_finalists_keep_the_best_of_each_layout_and_of_each_mode() -> None:
     chosen = pick_finalists(rows, 1)
     assert [r.deployment.mode for r in chosen] == [AGG, DISAGG]
     assert chosen[0] is rows[0]
+
+
+@pytest.mark.parametrize(
+    ("num_groups", "max_sim_groups", "simulated", "arrival_shape"),
+    [(8, 1, 1, 8), (8, 4, 4, 2), (2, 4, 2, 1), (6, 4, 4, 1)],
+)
+def test_a_plan_replays_up_to_max_sim_groups_groups(
+    num_groups: int, max_sim_groups: int, simulated: int, arrival_shape: int
+) -> None:
+    """min(groups, max_sim_groups) groups replayed together: their workers, their rate and
+    requests, and arrivals of the share of the stream that many of the groups see."""
+    hardware = _toy_hardware()
+    deployment = Deployment(DISAGG, 1, 16, 1024, prefill_tp=1, num_prefill_workers=1)
+    ranked = Ranked(deployment, num_groups, Prediction(10.0, 10.0, 2.0, 100.0, 4), 0.5)
+    settings = _settings(max_sim_groups=max_sim_groups)
+    plan = make_plan(hardware, ranked, 2.0, settings)
+    one = make_plan(hardware, ranked, 2.0, _settings())
+    assert (plan.num_groups, plan.arrival_shape) == (simulated, arrival_shape)
+    assert (plan.config.num_workers, plan.config.num_prefill_workers) == (2 * simulated, simulated)
+    assert plan.request_rate_per_s == 2.0 * simulated
+    assert plan.num_requests == one.num_requests * simulated
 
 
 def test_pareto_front() -> None:
