@@ -43,22 +43,12 @@ from armature.configurator.space import AGG, Deployment, SearchSpace
 from armature.configurator.systems import Sourced, SystemSpec, load_system
 from armature.sim.replay import ReplayConfig
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
+from bench.configurator_fidelity import LLAMA_8B
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
 
 # the public config.json shapes (no weights needed); Llama-3-8B and Llama-3.1-8B share theirs,
 # as do Llama-3-70B, 3.1-70B and 3.3-70B
-LLAMA_8B = {
-    "model_type": "llama",
-    "num_hidden_layers": 32,
-    "hidden_size": 4096,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "tie_word_embeddings": False,
-}
 LLAMA_70B = dict(LLAMA_8B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64)
 LLAMA_70B["intermediate_size"] = 28672
 SHAPES = {"llama-8b": LLAMA_8B, "llama-70b": LLAMA_70B}
