@@ -76,12 +76,15 @@ async def test_closing_a_stream_frees_the_request_in_vllm(engine: VllmEngine) ->
 
 
 async def test_cancelling_the_consumer_frees_the_request_in_vllm(engine: VllmEngine) -> None:
+    generating = asyncio.Event()
+
     async def consume() -> None:
         async for _ in engine.generate(request("cancel-task", [7] * 64, max_tokens=1500)):
-            pass
+            generating.set()
 
     task = asyncio.get_running_loop().create_task(consume())
-    await asyncio.sleep(1.0)
+    await asyncio.wait_for(generating.wait(), 300)  # cancelled mid-generation, not before
+    assert engine.get_num_active_requests() == 1
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -117,9 +120,13 @@ async def test_kv_events_index_matches_shared_prefixes_exactly(engine: VllmEngin
     assert (await overlap(a), await overlap(b), await overlap(c)) == (4, 4, 2)
     # vLLM agrees: the prompt that shares two blocks finds exactly those cached
     assert await run(engine, request("c", c, max_tokens=1)) == 2 * bs
-    # and a dump (what a router asks for after a gap) holds what the events said
-    await asyncio.sleep(0.5)
-    for event in engine.take_kv_events():
-        assert index.apply("w", event)
-    dump = await engine.dump_kv_blocks()
+    # and a dump (what a router asks for after a gap) holds what the events said, once c's
+    # own block's event has come over zmq
+    for _ in range(100):
+        for event in engine.take_kv_events():
+            assert index.apply("w", event)
+        dump = await engine.dump_kv_blocks()
+        if set(dump.seq_hashes) == index.get_worker_hashes("w"):
+            break
+        await asyncio.sleep(0.1)
     assert set(dump.seq_hashes) == index.get_worker_hashes("w")

@@ -4,6 +4,7 @@ from that worker's translated vLLM KV events."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,15 @@ def decisions(url: str) -> dict[str, float]:
     return out
 
 
+def index_blocks(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "armature_router_index_blocks":
+                return sample.value
+    return 0.0
+
+
 def complete(url: str, prompt: str) -> dict[str, int]:
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0}
     r = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
@@ -51,10 +61,11 @@ def test_two_vllm_workers_register_with_vllms_block_size(url: str) -> None:
 
 
 def test_a_repeated_prefix_goes_to_the_same_worker(url: str) -> None:
-    import time
-
     complete(url, PREFIX + "first question")
-    time.sleep(0.5)  # the worker's KV events reach the router (published every 10 ms)
+    deadline_s = time.monotonic() + 60
+    while index_blocks(url) < 2:  # until the worker's KV events for the prefix reach the router
+        assert time.monotonic() < deadline_s, "the router never indexed the prefix"
+        time.sleep(0.05)
     before = decisions(url)
     cached = []
     for i in range(6):

@@ -21,6 +21,7 @@ from armature.engines.native.embedding_runner import EmbeddingRunner
 from armature.protocols.embedding import EmbedRequest, Pooling
 from armature.protocols.engine import EngineRequest, SamplingParams
 from hf_embeddings import MIN_COSINE, HfEmbeddings, cosine
+from polling import wait_until
 
 pytestmark = pytest.mark.slow  # loads the default model twice (ours and transformers')
 
@@ -116,7 +117,9 @@ async def test_a_cancelled_caller_leaves_no_work_and_load_counts_the_queue(
     try:
         long = [[5] * 8 for _ in range(40)]  # 40 forwards of one prompt each
         task = asyncio.create_task(engine.embed(EmbedRequest(request_id="c", prompts=long)))
-        await asyncio.sleep(0.05)
+        await wait_until(
+            lambda: engine.get_load().num_prefill_tokens_queued > 0, "the request queued"
+        )
         load = engine.get_load()
         assert load.num_running + load.num_waiting == 1
         assert 0 < load.num_prefill_tokens_queued <= 40 * 8

@@ -22,6 +22,7 @@ from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo
 from armature.engines.vllm.load import SchedulerSnapshot
 from armature.engines.vllm.sampling import VllmSampling
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams, StepRecord
+from polling import wait_until
 
 INFO = VllmEngineInfo(
     block_size=32, num_kv_blocks=10, max_model_len=256, vocab_size=100, max_logprobs=20
@@ -103,8 +104,7 @@ async def test_cancelling_the_consumer_aborts_too() -> None:
             pass
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.12)
-    assert engine.get_num_active_requests() == 1
+    await wait_until(lambda: engine.get_num_active_requests() == 1, "the request running")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -10,6 +10,7 @@ import pytest
 from armature.config import OverloadConfig
 from armature.frontend.admission import AdmissionGate, Overloaded
 from armature.router.pressure import OverloadThresholds, WorkerPressure, is_busy
+from polling import wait_until
 
 
 class Workers:
@@ -47,8 +48,8 @@ async def test_admits_at_once_with_room_and_queues_in_priority_order() -> None:
     tasks = [
         asyncio.ensure_future(request(n, p)) for n, p in [("a", 0), ("b", 5), ("c", 0), ("d", -1)]
     ]
-    await asyncio.sleep(0.05)
-    assert order == [] and gate.num_queued == 4
+    await wait_until(lambda: gate.num_queued == 4, "all four queued")
+    assert order == []
     workers.pressures = [WorkerPressure(0.1, 0)]
     await asyncio.wait_for(asyncio.gather(*tasks), 2)
     assert order == ["d", "a", "c", "b"]  # priority, then arrival
@@ -63,7 +64,7 @@ async def test_a_full_queue_and_a_long_wait_are_overloaded() -> None:
     )
     gate = AdmissionGate(OverloadThresholds(config), workers)
     waiting = asyncio.ensure_future(gate.admit())
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: gate.num_queued == 1, "the first request queued")
     with pytest.raises(Overloaded, match="1 requests are already waiting") as full:
         await gate.admit()
     assert full.value.code == "overloaded" and full.value.retry_after_s == 1
@@ -82,7 +83,7 @@ async def test_a_cancelled_waiter_gives_up_its_place() -> None:
         OverloadThresholds(OverloadConfig(busy_kv_usage=0.9, busy_prefill_tokens=100)), workers
     )
     first = asyncio.ensure_future(gate.admit())
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: gate.num_queued == 1, "the waiter queued")
     first.cancel()
     await asyncio.gather(first, return_exceptions=True)
     assert gate.num_queued == 0

@@ -89,7 +89,8 @@ async def test_an_idle_router_polls_slowly_and_a_request_speeds_it_up() -> None:
     router = EngineRouter({"w": engine}, config)  # type: ignore[dict-item]
     router.start()
     try:
-        await asyncio.sleep(0.2)  # backed off by now
+        while engine.num_polls < 5:  # 5, 10, 20, 25 ms: four idle rounds reach the slowest
+            await asyncio.sleep(FAST_S)
         idle = await polls_during(engine, 0.5)
         assert idle <= 0.5 / SLOW_S + 2, idle  # ~20 polls, not ~100
         request = EngineRequest(

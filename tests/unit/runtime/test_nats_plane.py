@@ -15,6 +15,7 @@ from armature.protocols.failures import FailureCode
 from armature.runtime.nats_conn import connect_nats
 from armature.runtime.nats_plane import NatsRequestPlaneClient, NatsRequestPlaneServer
 from armature.runtime.request_plane import PeerUnavailableError, RemoteError
+from polling import wait_until
 from servers import Nats
 
 
@@ -62,7 +63,8 @@ async def test_cancel_and_back_pressure(nc: Client) -> None:
     stream = client.stream(server.url, "endless", b"")
     for _ in range(3):
         await anext(stream)
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: probe.produced >= 8, "the window filled")
+    await asyncio.sleep(0.3)  # not a wait for an event: the time it has to overrun, in vain
     assert probe.produced <= 8 + 1
     await stream.aclose()  # type: ignore[attr-defined]
     await asyncio.wait_for(probe.closed.wait(), 5)

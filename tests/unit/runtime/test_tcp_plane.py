@@ -16,6 +16,7 @@ from armature.runtime.frames import Open, encode_frame
 from armature.runtime.request_plane import HandlerError, PeerUnavailableError, RemoteError
 from armature.runtime.tcp_client import RequestPlaneClient
 from armature.runtime.tcp_server import RequestPlaneServer
+from polling import wait_until
 
 
 class Probe:
@@ -127,7 +128,8 @@ async def test_a_slow_consumer_holds_back_its_producer() -> None:
         stream = client.stream(server.url, "endless", b"")
         for _ in range(3):
             await anext(stream)
-        await asyncio.sleep(0.3)
+        await wait_until(lambda: probe.produced >= 8, "the window filled")
+        await asyncio.sleep(0.3)  # not a wait for an event: the time it has to overrun, in vain
         assert probe.produced <= 8 + 1  # the window, plus the item the handler is holding
         await stream.aclose()  # type: ignore[attr-defined]
     finally:
