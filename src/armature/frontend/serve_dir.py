@@ -27,6 +27,7 @@ __all__ = [
     "PREFIX",
     "create_serve_dir",
     "is_stale",
+    "remove_if_orphaned",
     "remove_stale_serve_dirs",
     "serve_dir_root",
 ]
@@ -59,8 +60,11 @@ def _start_time(pid: int) -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:  # gone since, or no /proc
         return None if Path("/proc/self").exists() else ""
-    # field 22; the command name (field 2) may hold spaces, so count from its closing ")"
-    return stat[stat.rindex(")") + 2 :].split()[19]
+    # fields 3 on; the command name (field 2) may hold spaces, so count from its closing ")"
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):  # a zombie (dead, not yet reaped by its parent) is gone
+        return None
+    return fields[19]  # field 22: the start time
 
 
 def create_serve_dir(root: Path) -> Path:
@@ -84,6 +88,18 @@ def is_stale(directory: Path) -> bool:
     except FileNotFoundError:  # its owner is alive and may be writing it now
         return False
     return bool(recorded and started and recorded != started)
+
+
+def remove_if_orphaned(directory: Path) -> bool:
+    """Remove `directory` if it is a serve directory whose owner is gone (see `is_stale`):
+    what a serve's worker does as it stops, so that a serve killed outright leaves nothing
+    once its workers (sent SIGTERM by the kernel when their parent dies) are gone. Any other
+    directory, a live serve's included, is left alone. Whether it was removed."""
+    if not is_stale(directory):
+        return False
+    shutil.rmtree(directory, ignore_errors=True)  # the serve's other workers race us
+    log.info("removed %s: the serve that owned it is gone", directory)
+    return True
 
 
 def remove_stale_serve_dirs(root: Path) -> list[Path]:

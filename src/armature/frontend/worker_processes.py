@@ -7,8 +7,9 @@ beside this one: each listens on a socket of its own with SO_REUSEPORT (the kern
 connections over them; one that dies takes only its own queued connections), and they share
 their in-flight load over the fleet's event plane (frontend/replicas.py). The children die
 with this process (SIGTERM on exit, and the kernel's parent-death signal should it be killed
-outright); no registration outlives it. The private directory lies where the OS cleans up,
-and one left by a serve killed outright is removed by the next serve to start
+outright); no registration outlives it. The private directory lies where the OS cleans up;
+a serve killed outright leaves it to its workers, which remove it as they stop, and one left
+when the workers were killed outright too is removed by the next serve to start
 (serve_dir.py)."""
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import secrets
 import signal
+from pathlib import Path
 
 import msgspec
 
@@ -14,6 +15,7 @@ from armature.config import WorkerConfig
 from armature.engines.registry import get_kind
 from armature.engines.spec import BuiltEngine, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
+from armature.frontend.serve_dir import remove_if_orphaned
 from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerCard, WorkerRole, worker_prefix
 from armature.runtime.discovery import Discovery
@@ -108,6 +110,8 @@ async def _run(config: WorkerConfig) -> None:
     await event_plane.close()
     await servers.close()
     await discovery.close()
+    if runtime.discovery == "file" and runtime.discovery_dir:  # a serve's, if the serve is gone
+        remove_if_orphaned(Path(runtime.discovery_dir))
 
 
 def _build_engine(config: WorkerConfig, instance_id: int) -> tuple[EngineSpec, BuiltEngine]:

@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from armature.frontend.serve_dir import (
     create_serve_dir,
     is_stale,
+    remove_if_orphaned,
     remove_stale_serve_dirs,
     serve_dir_root,
 )
@@ -64,3 +66,27 @@ def test_only_directories_whose_owner_is_gone_are_removed(tmp_path: Path) -> Non
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted(p.name for p in [live, being_made, legacy, not_a_dir, other])
     assert (live / "entries").is_dir()
+
+
+def test_a_zombie_owner_is_gone_and_its_worker_removes_the_directory(tmp_path: Path) -> None:
+    """A serve killed outright is a zombie until its parent reaps it; its workers, stopping on
+    the parent-death signal meanwhile, must already see it gone."""
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    directory = tmp_path / f"armature-serve-{zombie.pid}-abc"
+    (directory / "entries").mkdir(parents=True)
+    stat = Path(f"/proc/{zombie.pid}/stat")
+    while stat.read_text().split(")")[-1].split()[0] != "Z":  # exited, not yet reaped
+        time.sleep(0.01)
+    (directory / "owner").write_text(stat.read_text().split(")")[-1].split()[19])  # its own
+    try:
+        assert is_stale(directory)
+        assert remove_if_orphaned(directory)
+        assert not directory.exists()
+    finally:
+        zombie.wait()
+    live = create_serve_dir(tmp_path)
+    assert not remove_if_orphaned(live)  # the owner (this process) is alive
+    unknown = tmp_path / "fleet-discovery"  # a directory given with --discovery-dir
+    unknown.mkdir()
+    assert not remove_if_orphaned(unknown)
+    assert live.is_dir() and unknown.is_dir()
