@@ -14,6 +14,8 @@ import msgspec
 import pytest
 import torch
 
+from polling import wait_until
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
 from hf_reference import HfReference
 from test_hf_equivalence import check_all, prompts_of
@@ -200,7 +202,9 @@ async def test_dead_prefill_pool_falls_back_to_local_prefill(
 async def test_expired_handle_frees_both_sides_and_decode_recomputes(
     tiny_llama_dir: Path, ref: HfReference
 ) -> None:
-    prefill = make_engine(tiny_llama_dir, "p0", ("tcp",), kv_pin_ttl_s=0.2)
+    # long enough that the pins are still there when the first check below runs on a loaded
+    # machine; the expiry itself is awaited, not timed
+    prefill = make_engine(tiny_llama_dir, "p0", ("tcp",), kv_pin_ttl_s=2.0)
     decode = make_engine(tiny_llama_dir, "d0", ("tcp",))
     prefill.start()
     decode.start()
@@ -220,11 +224,10 @@ async def test_expired_handle_frees_both_sides_and_decode_recomputes(
         [out] = first
         assert out.finish_reason is FinishReason.TRANSFER and out.kv_handle is not None
         assert prefill.core.pins.get_num_pinned_blocks() == 3
-        for _ in range(100):  # the engine thread wakes up by itself at the deadline
-            if prefill.core.pool.get_num_active_blocks() == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert prefill.core.pool.get_num_active_blocks() == 0 and prefill.core.pins.num_expired == 1
+        await wait_until(  # the engine thread wakes up by itself at the deadline
+            lambda: prefill.core.pool.get_num_active_blocks() == 0, "the expired pins freed"
+        )
+        assert prefill.core.pins.num_expired == 1
         resumed = EngineRequest(
             request_id="x",
             prompt_token_ids=prompt,

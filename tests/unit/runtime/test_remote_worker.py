@@ -56,7 +56,7 @@ async def start_worker(
         block_size=4,
         max_model_len=core.max_model_len,
         vocab_size=core.arch.vocab_size,
-        lease_ttl_s=0.5,
+        lease_ttl_s=10.0,  # nothing here waits for expiry: a slow loop must not lose it
         instance_id=instance,
         make_server=lambda handlers: RequestPlaneServer(handlers),
         event_plane=plane,
