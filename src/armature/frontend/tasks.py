@@ -12,8 +12,9 @@ __all__ = ["wrong_task"]
 _NEEDS = {
     WorkerTask.GENERATE: "text generation (chat and completions) needs workers of task generate",
     WorkerTask.EMBED: (
-        "/v1/embeddings needs workers of task embed (armature worker --task embed, engine "
-        "torch; the mocker and vllm engines compute no embeddings)"
+        "/v1/embeddings needs workers of task embed (armature worker --task embed, with any "
+        "engine: torch pools the model's hidden states, vllm runs its pooling runner, the "
+        "mocker serves seeded pseudo-embeddings)"
     ),
 }
 
