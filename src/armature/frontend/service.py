@@ -46,7 +46,8 @@ from armature.frontend.responses import (
     completion_logprobs,
     sse_event,
 )
-from armature.frontend.structured import check_request_guide, request_guide
+from armature.frontend.structured import check_request_guide, check_tool_schemas, request_guide
+from armature.frontend.tool_protocol import ToolSpec
 from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
 from armature.protocols.guide import Guide
 from armature.protocols.lora import LoraNotFoundError
@@ -194,7 +195,7 @@ class OpenAIService:
         messages = template_messages(body.messages, features)
         markers = {text: token for token, text in self.parsers.kept_tokens.items()}
         tool_use = plan_tools(body, features, self.parsers.tool_call_name, markers)
-        guide = await _checked_guide(body, tool_use.guide)
+        guide = await _checked_guide(body, tool_use.guide, body.tools)
         try:
             prompt_ids = await asyncio.to_thread(
                 self.preprocessor.encode_chat, messages, tool_use.tools
@@ -493,9 +494,12 @@ def _invalid(exc: InvalidRequestError) -> ApiError:
     return ApiError(str(exc), param=exc.param, code="invalid_request")
 
 
-async def _checked_guide(body: GenerationFields, tool_guide: Guide | None) -> Guide | None:
+async def _checked_guide(
+    body: GenerationFields, tool_guide: Guide | None, tools: list[ToolSpec] | None = None
+) -> Guide | None:
     """The request's one guide (structured output, or forced tool calls' grammar), checked
-    off the event loop (compiling a large schema takes a while); ApiError naming the field."""
+    off the event loop (compiling a large schema takes a while), after the parameters
+    schemas of `tools`; ApiError naming the field."""
     guide = request_guide(body)
     if tool_guide is not None:
         if guide is not None:
@@ -505,6 +509,8 @@ async def _checked_guide(body: GenerationFields, tool_guide: Guide | None) -> Gu
                 param=guide.param,
             )
         guide = tool_guide
+    if tools:
+        await asyncio.to_thread(check_tool_schemas, tools)
     if guide is not None:
         await asyncio.to_thread(check_request_guide, guide)
     return guide

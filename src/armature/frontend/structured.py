@@ -12,6 +12,7 @@ from armature.errors import InvalidRequestError
 from armature.frontend.errors import ApiError
 from armature.frontend.format_protocol import JsonObjectFormat, JsonSchemaFormat
 from armature.frontend.protocol import ChatCompletionRequest, GenerationFields
+from armature.frontend.tool_protocol import ToolSpec
 from armature.grammar.compile import check_guide
 from armature.protocols.guide import (
     ChoiceGuide,
@@ -22,7 +23,7 @@ from armature.protocols.guide import (
     RegexGuide,
 )
 
-__all__ = ["check_request_guide", "request_guide"]
+__all__ = ["check_request_guide", "check_tool_schemas", "request_guide"]
 
 
 def request_guide(body: GenerationFields) -> Guide | None:
@@ -45,6 +46,17 @@ def check_request_guide(guide: Guide) -> None:
         check_guide(guide)
     except InvalidRequestError as exc:
         raise ApiError(str(exc), param=exc.param, code="invalid_value") from None
+
+
+def check_tool_schemas(tools: list[ToolSpec]) -> None:
+    """ApiError (400, naming `tools.N.function.parameters` and the problem) for the first
+    tool whose parameters are not a JSON schema the grammar library compiles. Checked for
+    every tool_choice: the schemas reach the prompt whether or not the calls are forced."""
+    for i, tool in enumerate(tools):
+        parameters = tool.function.parameters
+        if parameters is not None:
+            param = f"tools.{i}.function.parameters"
+            check_request_guide(JsonSchemaGuide(schema_json=json.dumps(parameters), param=param))
 
 
 def _response_format(body: GenerationFields) -> Guide | None:

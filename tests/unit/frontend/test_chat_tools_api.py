@@ -318,3 +318,19 @@ async def test_bad_history_items_name_their_place(tool_preprocessor: Preprocesso
         with pytest.raises(openai.BadRequestError) as caught:
             await client.chat.completions.create(model=MODEL, messages=messages)
         assert caught.value.body["param"] == param, messages  # type: ignore[index]
+
+
+async def test_an_invalid_parameters_schema_is_a_400_naming_the_tool_for_every_choice(
+    tool_preprocessor: Preprocessor,
+) -> None:
+    engine, client = serve(tool_preprocessor, HERMES_QWEN3)
+    misspelt = {"type": "object", "properties": {"city": {"type": "strnig"}}}
+    bad = {"type": "function", "function": {"name": "f", "parameters": misspelt}}
+    named = {"type": "function", "function": {"name": "f"}}
+    for choice in ("auto", "required", named, "none"):
+        error = await error_of(client, tools=[WEATHER_TOOL, bad], tool_choice=choice)
+        assert (error["param"], error["code"]) == ("tools.1.function.parameters", "invalid_value")
+        assert error["type"] == "invalid_request_error"
+        assert "JSON schema is invalid" in error["message"], choice
+        assert "strnig" in error["message"], choice
+    assert engine.prompts == []  # refused before anything ran
