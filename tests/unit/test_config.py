@@ -304,6 +304,19 @@ def test_the_readme_flag_tables_match_the_definitions() -> None:
     assert render_flag_tables() in readme, "run: python -m armature.cli.flags_table README.md"
 
 
+def test_a_section_title_is_its_docstrings_first_sentence_across_lines() -> None:
+    from armature.cli.flags_table import get_section_title
+    from armature.config import PlannerServiceConfig
+
+    assert get_section_title(PlannerServiceConfig, "service") == (
+        "`armature planner`'s shell: the frontend it reads, the performance model, and the "
+        "connector that carries decisions out"
+    )
+    assert get_section_title(RuntimeConfig, "runtime") == (
+        "Where processes meet (discovery) and how they talk (request and event planes)"
+    )
+
+
 def test_a_disk_tier_without_a_directory_is_the_mockers_alone() -> None:
     """A size alone makes a (modeled) disk tier; an engine that writes real blocks refuses it,
     and refuses the mocker's bandwidths."""

@@ -19,9 +19,9 @@ import textwrap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
-from armature.cli.flags_table import show_default
+from armature.cli.flags_table import get_section_title, show_default
 from armature.config import (
     FrontendConfig,
     PlannerCommandConfig,
@@ -191,8 +191,18 @@ def _entries(block: ValuesBlock) -> Iterator[tuple[str, list[str]]]:
         yield section, lines
 
 
+def _section_comment(block: ValuesBlock, section: str) -> list[str]:
+    """The comment above a section's key: the first sentence of its docstring."""
+    if section == block.top_section:
+        title = f"{get_section_title(block.config_type, section)}: the command's own settings"
+    else:
+        title = get_section_title(get_type_hints(block.config_type)[section], section)
+    return _comment(f"-- {title}", block.indent)
+
+
 def render_block(block: ValuesBlock) -> str:
-    """The block's text, its markers included, indented for its place in values.yaml."""
+    """The block's text, its markers included, indented for its place in values.yaml: every
+    key, sections included, under a comment of its own."""
     pad = " " * block.indent
     out = [pad + begin_marker(block)]
     out += _comment("null: armature's own default, in brackets; no flag is passed", block.indent)
@@ -201,6 +211,7 @@ def render_block(block: ValuesBlock) -> str:
         sections.setdefault(section, []).extend(lines)
     for section, lines in sections.items():
         if section:
+            out += _section_comment(block, section)
             out.append(f"{pad}{section}:")
         out += lines
     for section, where in block.elsewhere.items():
