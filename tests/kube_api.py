@@ -27,6 +27,12 @@ lines. SelfSubjectAccessReviews (POST .../authorization.k8s.io/v1/selfsubjectacc
 answer from `rules`, and any authenticated user may create one, as the real server's
 system:basic-user role allows; `access_reviews=False` is a server without the API (404).
 
+With `tls` (tests/tls_certs.py: a CA and a server certificate for 127.0.0.1) it serves https
+only, as a real API server does; `write_service_account` then writes what the kubelet mounts
+in a Pod (token, namespace, ca.crt), for the in-cluster configuration, which finds the server
+through $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT (`fake.port`). `token` may be
+changed while serving (a rotated token: the old one is then refused).
+
 `admin_token` is a second user, allowed everything (a cluster admin): a test sets its objects
 up through the API with it (tests/kube_cluster_api.py), and `get_requests` leaves its requests
 out, so that a test sees only those of the code under test. `create_namespace=False` starts
@@ -53,6 +59,7 @@ from starlette.routing import Route
 from kube_objects import status_response
 from kube_pods import POD_RULES, POD_WATCH_RULES, PodStore
 from kube_workloads import Workloads
+from tls_certs import ServerCerts
 
 __all__ = [
     "POD_RULES",
@@ -149,8 +156,10 @@ class KubeApiFake:
         access_reviews: bool = True,
         admin_token: str | None = None,
         create_namespace: bool = True,
+        tls: ServerCerts | None = None,
     ) -> None:
         self.token = token
+        self.tls = tls
         self.admin_token = admin_token
         self.access_reviews = access_reviews
         self.user = user  # the name in 403 messages and in the kubeconfig
@@ -181,7 +190,8 @@ class KubeApiFake:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def get_requests(self) -> list[RecordedRequest]:
         """Every request but the admin's (a test's own set-up), in order."""
@@ -195,10 +205,13 @@ class KubeApiFake:
         """A kubeconfig whose current context is this server, `namespace` (default: the
         fake's) and the token (`token`: another one, to be refused, or the admin's). JSON,
         which is YAML."""
+        cluster = {"server": self.url}
+        if self.tls is not None:
+            cluster["certificate-authority"] = str(self.tls.ca)
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": cluster}],
             "users": [{"name": self.user, "user": {"token": token or self.token}}],
             "contexts": [
                 {
@@ -215,6 +228,20 @@ class KubeApiFake:
         path.write_text(json.dumps(config))
         return path
 
+    def write_service_account(
+        self, directory: Path, *, token: str | None = None, namespace: str | None = None
+    ) -> Path:
+        """A Pod's service-account directory, as the kubelet mounts it: `token` (default: the
+        fake's), `namespace` (default: the fake's) and `ca.crt`, the CA of the fake's
+        certificate (so it needs `tls`). Each file without a final newline, as Kubernetes
+        writes them."""
+        assert self.tls is not None, "an in-cluster configuration reaches the API over https"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "token").write_text(token or self.token)
+        (directory / "namespace").write_text(namespace or self.namespace)
+        (directory / "ca.crt").write_bytes(self.tls.ca.read_bytes())
+        return directory
+
     # -- serving ---------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -227,7 +254,13 @@ class KubeApiFake:
         sock.listen(64)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            self.app, lifespan="off", log_config=None, access_log=False, log_level="warning"
+            self.app,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            log_level="warning",
+            ssl_certfile=self.tls.cert if self.tls is not None else None,
+            ssl_keyfile=self.tls.key if self.tls is not None else None,
         )
         server = uvicorn.Server(config)
         self._server = server

@@ -10,7 +10,8 @@ on `deployments/scale` (API group `apps`) in the workers' namespace; it never re
 the Deployment itself, its Pods or anything else.
 
 The cluster configuration is the Pod's service account when the planner runs in a cluster
-(its token re-read when the kubelet rotates it), else `$KUBECONFIG`, else `~/.kube/config`.
+(its token file read again when the API server refuses the token: runtime/kube_client.py),
+else `$KUBECONFIG`, else `~/.kube/config`.
 At start `open_kubernetes_connector` reads each role's Deployment: missing configuration,
 refused credentials, an unreachable API server, a missing Deployment or a forbidden verb is
 a one-line ConfigError (`armature planner` exits 2). Later, any failure of a PATCH is a
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 
 import httpx2
 from lightkube import AsyncClient
@@ -43,6 +45,7 @@ from armature.errors import ConfigError
 from armature.planner.connectors.api import ConnectorError
 from armature.protocols.worker import WorkerRole
 from armature.runtime.kube_client import (
+    SERVICE_ACCOUNT_DIR,
     describe_api_failure,
     get_credentials_source,
     make_kube_client,
@@ -107,13 +110,19 @@ class KubernetesConnector:
 
 
 async def open_kubernetes_connector(
-    deployments: Mapping[WorkerRole, str], *, namespace: str | None = None
+    deployments: Mapping[WorkerRole, str],
+    *,
+    namespace: str | None = None,
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR,
 ) -> KubernetesConnector:
-    """Connect with the Pod's service account or the kubeconfig and read each role's
-    replicas; `namespace` None is the configuration's (the Pod's, or the context's).
-    ConfigError, one line, when that fails."""
+    """Connect with the Pod's service account (mounted in `service_account_dir`) or the
+    kubeconfig and read each role's replicas; `namespace` None is the configuration's (the
+    Pod's, or the context's). ConfigError, one line, when that fails."""
     client = make_kube_client(
-        namespace=namespace, field_manager=FIELD_MANAGER, user="--connector kubernetes"
+        namespace=namespace,
+        field_manager=FIELD_MANAGER,
+        user="--connector kubernetes",
+        service_account_dir=service_account_dir,
     )
     ns = client.namespace
     server = client.config.cluster.server
