@@ -67,6 +67,66 @@ def test_the_frontend_probes_live_and_health() -> None:
     )
 
 
+def test_the_frontend_service_selects_the_frontend_pods_on_their_http_port(
+    case: tuple[str, Any],
+) -> None:
+    manifests = render(case[1])
+    service = manifests.get("Service", f"{FULL}-frontend")
+    selector = service["spec"]["selector"].items()
+    pod_labels = {
+        workload["metadata"]["name"]: workload["spec"]["template"]["metadata"]["labels"].items()
+        for workload in manifests.of_kind("Deployment")
+    }
+    assert selector and {name for name, labels in pod_labels.items() if selector <= labels} == {
+        f"{FULL}-frontend"
+    }
+    (port,) = service["spec"]["ports"]
+    deployment = manifests.get("Deployment", f"{FULL}-frontend")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert (port["name"], port["targetPort"]) == ("http", "http")
+    assert named["http"] == port["port"]
+
+
+def test_the_frontend_port_value_moves_the_container_and_service_ports_together() -> None:
+    manifests = render({"frontend": {"port": 8123}})
+    (port,) = manifests.get("Service", f"{FULL}-frontend")["spec"]["ports"]
+    (container,) = manifests.get("Deployment", f"{FULL}-frontend")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert (port["port"], port["targetPort"]) == (8123, "http")
+    assert container["ports"] == [{"name": "http", "containerPort": 8123, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize(
+    ("values", "gpus"),
+    [
+        ({}, {"agg": 0}),
+        ({"workers": {"roles": {"agg": {"gpus": 2, "variant": "cuda"}}}}, {"agg": 2}),
+        (CASES["disaggregated-gpu-nixl"], {"prefill": 1, "decode": 1}),
+    ],
+    ids=["cpu", "agg-2-gpus", "disaggregated-gpu-nixl"],
+)
+def test_worker_gpus_are_requested_not_only_limited(
+    values: dict[str, Any], gpus: dict[str, int]
+) -> None:
+    """The scheduler places a Pod by its requests: a GPU only in the limits would (for an
+    extended resource) be copied to the requests by the API server, but the chart states
+    both, equal, so what the scheduler reserves is plain in the manifest."""
+    manifests = render(values)
+    for role, count in gpus.items():
+        (container,) = manifests.get("Deployment", f"{FULL}-{role}")["spec"]["template"]["spec"][
+            "containers"
+        ]
+        resources = container["resources"]
+        if count == 0:
+            assert "nvidia.com/gpu" not in resources["requests"]
+            assert "nvidia.com/gpu" not in resources.get("limits", {})
+        else:
+            assert resources["requests"]["nvidia.com/gpu"] == count, role
+            assert resources["limits"]["nvidia.com/gpu"] == count, role
+
+
 def test_workers_drain_before_kubernetes_kills_them(case: tuple[str, Any]) -> None:
     manifests = render(case[1])
     workers = [w for w in manifests.of_kind("Deployment") if _component(w).startswith("worker-")]

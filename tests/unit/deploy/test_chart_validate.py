@@ -4,6 +4,7 @@ support (kubernetes-validate, strict: no field the API does not know)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import helm_python
 import kubernetes_validate
 import pytest
+import yaml
 from helm_chart import CHART_DIR, KUBE_VERSIONS, MONITORING_API, render
 from helm_python import HelmRenderError
 
@@ -59,6 +61,22 @@ def test_rendered_objects_pass_the_api_schemas(
         kubernetes_validate.validate(obj, kube_version, strict=True)
         checked.add(obj["kind"])
     assert {"Deployment", "Service", "Secret", "PodDisruptionBudget"} <= checked
+
+
+def get_kube_version_floor(constraint: str) -> tuple[int, int, int]:
+    """The lower bound of a Chart.yaml `kubeVersion` constraint (">=1.30.0-0", possibly with
+    an upper bound beside it): its one `>=` term; the `-0` only lets pre-releases in."""
+    floors = re.findall(r">=\s*v?(\d+)\.(\d+)\.(\d+)", constraint)
+    assert len(floors) == 1, constraint
+    major, minor, patch = (int(part) for part in floors[0])
+    return major, minor, patch
+
+
+def test_the_oldest_kubernetes_validated_is_the_charts_kube_version_floor() -> None:
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    checked = sorted(tuple(int(p) for p in v.split(".")) for v in KUBE_VERSIONS)
+    assert checked[0] == get_kube_version_floor(chart["kubeVersion"])
+    assert get_kube_version_floor(">= v1.28.3-0 <1.40.0-0") == (1, 28, 3)
 
 
 def test_the_schema_check_rejects_an_unknown_field() -> None:
