@@ -101,8 +101,13 @@ def ask(
             continue
         content += chunk.choices[0].delta.content or ""
         for delta in chunk.choices[0].delta.tool_calls or []:
-            assert delta.id and delta.function and delta.function.name  # one whole call a delta
-            by_index[delta.index] = [delta.function.name, delta.function.arguments or ""]
+            assert delta.function is not None
+            if delta.id is not None:  # a call's first delta names it; the rest add arguments
+                assert delta.function.name and delta.index not in by_index
+                by_index[delta.index] = [delta.function.name, ""]
+            else:
+                assert delta.function.name is None
+            by_index[delta.index][1] += delta.function.arguments or ""
     finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
     calls = [(name, arguments) for name, arguments in by_index.values()]
     return content or None, calls, finish, chunks[-1].usage

@@ -89,8 +89,12 @@ def calls_of(client: openai.OpenAI, stream: bool, choice: Any) -> tuple[list[Any
     finish = None
     for chunk in client.chat.completions.create(**request, stream=True):
         for delta in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
-            assert delta.function and delta.function.name
-            found[delta.index] = (delta.function.name, delta.function.arguments or "")
+            assert delta.function is not None
+            if delta.id is not None:  # a call's first delta names it; the rest add arguments
+                assert delta.function.name
+                found[delta.index] = (delta.function.name, "")
+            name, arguments = found[delta.index]
+            found[delta.index] = (name, arguments + (delta.function.arguments or ""))
         if chunk.choices and chunk.choices[0].finish_reason:
             finish = chunk.choices[0].finish_reason
     return list(found.values()), finish

@@ -4,10 +4,15 @@ sends the events; the whole response is the last event's `response`.
 
     piece.reasoning ─▶ a reasoning item   (reasoning_text part, response.reasoning_text.*)
     piece.content   ─▶ a message item     (output_text part, response.output_text.*)
-    piece.calls     ─▶ function_call items (response.function_call_arguments.*)
+    call pieces     ─▶ function_call items (response.function_call_arguments.delta per
+                       argument piece, as the parser streams them)
 
-An item stays open while text of its kind follows; text of another kind, or a call, closes
-it (…done events) and opens the next. Every event carries `sequence_number`, from 0.
+An item stays open while text of its kind (or its call's arguments) follows; text of
+another kind, or another call, closes it (…done events) and opens the next. A call that
+breaks (malformed after it began: chat_output.py) is closed with status `incomplete` and
+no arguments.done; it stays where the events put it, but the response's `output` (and the
+history kept for previous_response_id) leaves it out, as its text follows as a message.
+Every event carries `sequence_number`, from 0.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from armature.frontend.chat_output import ChatPiece, IssuedCall
+from armature.frontend.chat_output import BrokenPiece, CallPiece, ChatPiece
 from armature.frontend.generation import Usage
 from armature.frontend.responses_protocol import ResponsesRequest
 
@@ -23,6 +28,7 @@ __all__ = ["ResponseBuilder", "response_fields", "response_usage"]
 
 NewId = Callable[[str], str]  # a fresh id with this prefix: "msg" -> "msg_..."
 TextKind = Literal["reasoning", "message"]
+ItemKind = Literal["reasoning", "message", "function_call"]
 Event = dict[str, Any]
 
 
@@ -71,23 +77,30 @@ def response_usage(usage: Usage) -> dict[str, Any]:
 
 class ResponseBuilder:
     """Call `start`, `feed` each piece in order, then `finish` (or `fail`); each returns the
-    events to send. `output` holds the items made so far; `response` the final object."""
+    events to send. `output` holds the items made so far (less broken calls); `response`
+    the final object."""
 
     def __init__(self, fields: dict[str, Any], new_id: NewId) -> None:
         self.fields = fields
         self.new_id = new_id
-        self.output: list[dict[str, Any]] = []
+        self.items: list[dict[str, Any]] = []  # every item, at its events' output_index
         self.response: dict[str, Any] | None = None
         self._num_events = 0
-        self._open: tuple[TextKind, int] | None = None  # the text item open: kind, index
+        self._open: tuple[ItemKind, int] | None = None  # the item open: kind, index
         self._held_space = ""  # whitespace-only content, sent once text follows it
+        self._broken: set[int] = set()  # output indexes of broken calls
+        self._call_items: dict[int, int] = {}  # a call's index in the choice -> output index
+
+    @property
+    def output(self) -> list[dict[str, Any]]:
+        return [item for i, item in enumerate(self.items) if i not in self._broken]
 
     def snapshot(self, status: str, usage: Usage | None = None) -> dict[str, Any]:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {
             **self.fields,
             "status": status,
-            "output": list(self.output),
+            "output": self.output,
             "usage": None if usage is None else response_usage(usage),
             "error": None,
             "incomplete_details": incomplete,
@@ -103,16 +116,24 @@ class ResponseBuilder:
         events = []
         if piece.reasoning:
             events += self._text("reasoning", piece.reasoning)
-        if piece.content:
-            text, self._held_space = self._held_space + piece.content, ""
-            in_message = self._open is not None and self._open[0] == "message"
-            if in_message or text.strip():
-                events += self._text("message", text)
-            else:  # e.g. the blank line between reasoning and calls: held, maybe dropped
-                self._held_space = text
-        for call in piece.calls:
-            events += self._call(call)
+        for part in piece.parts:
+            if isinstance(part, str):
+                events += self._content(part)
+            elif isinstance(part, BrokenPiece):
+                events += self._break(part)
+            elif part.id is not None:
+                events += self._call(part)
+            else:
+                events += self._arguments(part)
         return events
+
+    def _content(self, content: str) -> list[Event]:
+        text, self._held_space = self._held_space + content, ""
+        in_message = self._open is not None and self._open[0] == "message"
+        if in_message or text.strip():
+            return self._text("message", text)
+        self._held_space = text  # e.g. the blank line between reasoning and calls: held
+        return []
 
     def finish(self, finish_reason: str | None, usage: Usage) -> list[Event]:
         """Close the open item; `response.completed`, or `response.incomplete` when the
@@ -137,7 +158,7 @@ class ResponseBuilder:
             events += self._open_text(kind)
         assert self._open is not None
         index = self._open[1]
-        item = self.output[index]
+        item = self.items[index]
         item["content"][0]["text"] += delta
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}
         if kind == "message":
@@ -148,7 +169,7 @@ class ResponseBuilder:
         return [*events, self._event("response.reasoning_text.delta", **where, delta=delta)]
 
     def _open_text(self, kind: TextKind) -> list[Event]:
-        index = len(self.output)
+        index = len(self.items)
         if kind == "message":
             item: dict[str, Any] = {
                 "id": self.new_id("msg"),
@@ -174,7 +195,7 @@ class ResponseBuilder:
             part = {"type": "reasoning_text", "text": ""}
         added = self._event("response.output_item.added", output_index=index, item=_copy(item))
         item["content"].append(part)
-        self.output.append(item)
+        self.items.append(item)
         self._open = (kind, index)
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}
         return [added, self._event("response.content_part.added", **where, part=dict(part))]
@@ -185,7 +206,20 @@ class ResponseBuilder:
             return []
         kind, index = self._open
         self._open = None
-        item = self.output[index]
+        item = self.items[index]
+        if kind == "function_call":
+            item["status"] = "completed"
+            where = {"item_id": item["id"], "output_index": index}
+            done = self._event(
+                "response.function_call_arguments.done",
+                **where,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
+            return [
+                done,
+                self._event("response.output_item.done", output_index=index, item=dict(item)),
+            ]
         item["status"] = "completed"
         part = item["content"][0]
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}
@@ -199,37 +233,50 @@ class ResponseBuilder:
             self._event("response.output_item.done", output_index=index, item=_copy(item)),
         ]
 
-    def _call(self, issued: IssuedCall) -> list[Event]:
+    def _call(self, piece: CallPiece) -> list[Event]:
+        """A call's first piece: its item opens."""
         events = self._close()
-        index = len(self.output)
+        index = len(self.items)
         item = {
             "id": self.new_id("fc"),
             "type": "function_call",
-            "call_id": issued.id,
-            "name": issued.call.name,
+            "call_id": piece.id,
+            "name": piece.name,
             "arguments": "",
             "status": "in_progress",
         }
-        where = {"item_id": item["id"], "output_index": index}
-        arguments = issued.call.arguments
+        self.items.append(item)
+        self._open = ("function_call", index)
+        self._call_items[piece.index] = index
         events.append(
             self._event("response.output_item.added", output_index=index, item=dict(item))
         )
-        events.append(
-            self._event("response.function_call_arguments.delta", **where, delta=arguments)
-        )
-        item.update(arguments=arguments, status="completed")
-        self.output.append(item)
+        return events + self._arguments(piece)
+
+    def _arguments(self, piece: CallPiece) -> list[Event]:
+        assert self._open is not None and self._open[0] == "function_call", "calls are sequential"
+        if not piece.arguments:
+            return []
+        index = self._open[1]
+        item = self.items[index]
+        item["arguments"] += piece.arguments
+        where = {"item_id": item["id"], "output_index": index}
         return [
-            *events,
-            self._event(
-                "response.function_call_arguments.done",
-                **where,
-                name=issued.call.name,
-                arguments=arguments,
-            ),
-            self._event("response.output_item.done", output_index=index, item=dict(item)),
+            self._event("response.function_call_arguments.delta", **where, delta=piece.arguments)
         ]
+
+    def _break(self, piece: BrokenPiece) -> list[Event]:
+        """The call is not a call: closed incomplete (if still open), left out of `output`."""
+        index = self._call_items[piece.index]
+        if self._open == ("function_call", index):
+            self._open = None
+        elif self.items[index]["status"] == "completed":  # its done events went out
+            self._broken.add(index)
+            return []
+        self._broken.add(index)
+        item = self.items[index]
+        item["status"] = "incomplete"
+        return [self._event("response.output_item.done", output_index=index, item=dict(item))]
 
     def _event(self, kind: str, **fields: Any) -> Event:
         event = {"type": kind, "sequence_number": self._num_events, **fields}

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import itertools
 
-from armature.frontend.chat_output import ChatOutput, ChatPiece, IssuedCall, chat_message
+from armature.frontend.chat_output import (
+    BrokenPiece,
+    CallPiece,
+    ChatOutput,
+    ChatPiece,
+    chat_message,
+)
 from armature.frontend.parsing import OutputParsers
-from armature.frontend.parsing.tool_call import ToolCall
 
 PARSERS = OutputParsers.named("hermes", "qwen3")
 CALL = '<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
@@ -26,7 +31,6 @@ def output(max_calls: int | None = None, parsers: OutputParsers = PARSERS) -> Ch
 
 def test_reasoning_then_calls_with_exact_pieces() -> None:
     out = output()
-    f = ToolCall("f", '{"x": 1}')
     pieces = [
         out.feed("<think>plan", 2),
         out.feed("</think>ok ", 2),
@@ -35,9 +39,9 @@ def test_reasoning_then_calls_with_exact_pieces() -> None:
     ]
     assert pieces == [
         ChatPiece(reasoning="plan"),
-        ChatPiece(content="ok "),
-        ChatPiece(calls=(IssuedCall(0, "call_0", f),)),
-        ChatPiece(content=" end", calls=(IssuedCall(1, "call_1", f),)),
+        ChatPiece(parts=("ok ",)),
+        ChatPiece(parts=(CallPiece(0, '{"x": 1}', "call_0", "f"),)),
+        ChatPiece(parts=(CallPiece(1, '{"x": 1}', "call_1", "f"), " end")),
     ]
     assert out.num_reasoning_tokens == 4
     assert out.finish_reason("stop") == "tool_calls"
@@ -97,3 +101,41 @@ def test_without_parsers_text_passes_through() -> None:
     pieces = [out.feed("<think>a</think>", 3), out.feed(CALL, 5, last=True)]
     assert chat_message(pieces) == {"role": "assistant", "content": "<think>a</think>" + CALL}
     assert out.num_reasoning_tokens is None
+
+
+def test_a_call_streams_as_a_header_then_argument_deltas() -> None:
+    out = output()
+    feeds = [
+        '<tool_call>{"name": "get_weather", "arguments": {"ci',
+        'ty":  "Pa',
+        'ris"}}</tool_call>',
+    ]
+    pieces = [out.feed(text, 1) for text in feeds] + [out.feed("", 0, last=True)]
+    assert [p.delta() for p in pieces] == [
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{"},
+                }
+            ]
+        },
+        {"tool_calls": [{"index": 0, "function": {"arguments": '"city": "Pa'}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": 'ris"}'}}]},
+        {},
+    ]
+    message = chat_message(pieces)
+    assert message["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
+    assert out.finish_reason("stop") == "tool_calls"
+
+
+def test_a_call_broken_after_its_header_is_content_and_left_out_of_the_message() -> None:
+    out = output()
+    text = '<tool_call>{"name": "f", "arguments": {"x": 1}} oops</tool_call>'
+    pieces = [out.feed(text[:45], 1), out.feed(text[45:], 1, last=True)]
+    assert pieces[0].parts == (CallPiece(0, '{"x": ', "call_0", "f"),)
+    assert pieces[1].parts == (CallPiece(0, "1}"), BrokenPiece(0), text)
+    assert chat_message(pieces) == {"role": "assistant", "content": text}
+    assert out.finish_reason("stop") == "stop"

@@ -6,9 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from armature.frontend.chat_output import ChatPiece, IssuedCall
+from armature.frontend.chat_output import BrokenPiece, CallPiece, ChatPiece
 from armature.frontend.generation import Usage
-from armature.frontend.parsing.tool_call import ToolCall
 from armature.frontend.responses_output import ResponseBuilder
 
 
@@ -17,8 +16,8 @@ def builder() -> ResponseBuilder:
     return ResponseBuilder({"id": "resp_1", "object": "response"}, lambda p: f"{p}_{next(numbers)}")
 
 
-def call(index: int, name: str) -> IssuedCall:
-    return IssuedCall(index, f"call_{index}", ToolCall(name, "{}"))
+def call(index: int, name: str) -> ChatPiece:
+    return ChatPiece(parts=(CallPiece(index, "{}", f"call_{index}", name),))
 
 
 def kinds(events: list[dict[str, Any]]) -> list[str]:
@@ -28,12 +27,12 @@ def kinds(events: list[dict[str, Any]]) -> list[str]:
 def test_text_after_a_call_opens_a_new_message_and_blank_text_between_calls_is_dropped() -> None:
     b = builder()
     events = b.start()
-    events += b.feed(ChatPiece(content="\n\n"))  # held: no message yet
-    events += b.feed(ChatPiece(calls=(call(0, "f"),)))
-    events += b.feed(ChatPiece(content="\n"))  # between calls: dropped
-    events += b.feed(ChatPiece(calls=(call(1, "g"),)))
-    events += b.feed(ChatPiece(content=" "))
-    events += b.feed(ChatPiece(content="Done."))
+    events += b.feed(ChatPiece(parts=("\n\n",)))  # held: no message yet
+    events += b.feed(call(0, "f"))
+    events += b.feed(ChatPiece(parts=("\n",)))  # between calls: dropped
+    events += b.feed(call(1, "g"))
+    events += b.feed(ChatPiece(parts=(" ",)))
+    events += b.feed(ChatPiece(parts=("Done.",)))
     events += b.finish("stop", Usage(prompt_tokens=5, completion_tokens=7))
     assert kinds(events) == [
         "created",
@@ -61,8 +60,8 @@ def test_text_after_a_call_opens_a_new_message_and_blank_text_between_calls_is_d
 def test_events_keep_the_item_as_it_was() -> None:
     b = builder()
     b.start()
-    added, part_added, first = b.feed(ChatPiece(content="Hel"))
-    b.feed(ChatPiece(content="lo"))
+    added, part_added, first = b.feed(ChatPiece(parts=("Hel",)))
+    b.feed(ChatPiece(parts=("lo",)))
     assert added["item"]["content"] == [] and added["item"]["status"] == "in_progress"
     assert part_added["part"]["text"] == ""
     assert first["delta"] == "Hel"
@@ -97,8 +96,35 @@ def test_hitting_the_token_limit_is_incomplete() -> None:
 def test_an_engine_failure_is_a_failed_response() -> None:
     b = builder()
     b.start()
-    b.feed(ChatPiece(content="par"))
+    b.feed(ChatPiece(parts=("par",)))
     (event,) = b.fail("worker died")
     assert event["type"] == "response.failed"
     assert event["response"]["error"] == {"code": "server_error", "message": "worker died"}
     assert event["response"]["status"] == "failed"
+
+
+def test_call_arguments_stream_as_deltas_and_a_broken_call_leaves_the_output() -> None:
+    b = builder()
+    events = b.feed(ChatPiece(parts=(CallPiece(0, '{"city": ', "call_0", "f"),)))
+    events += b.feed(ChatPiece(parts=(CallPiece(0, '"Paris"}'),)))
+    events += b.feed(ChatPiece(parts=(CallPiece(1, '{"x": ', "call_1", "g"),)))
+    events += b.feed(ChatPiece(parts=(BrokenPiece(1), '{"x": oops')))
+    events += b.finish("stop", Usage())
+    deltas = [e["delta"] for e in events if e["type"].endswith("arguments.delta")]
+    assert deltas == ['{"city": ', '"Paris"}', '{"x": ']
+    assert kinds(events)[:6] == [
+        *["output_item.added", "function_call_arguments.delta"],
+        "function_call_arguments.delta",
+        *["function_call_arguments.done", "output_item.done"],
+        "output_item.added",
+    ]
+    done = next(e for e in events if e["type"].endswith("arguments.done"))
+    assert (done["name"], done["arguments"]) == ("f", '{"city": "Paris"}')
+    broken = [e for e in events if e["type"] == "response.output_item.done"][1]
+    assert (broken["output_index"], broken["item"]["status"]) == (1, "incomplete")
+    assert [(i["type"], i["status"]) for i in b.output] == [
+        ("function_call", "completed"),
+        ("message", "completed"),
+    ]
+    assert b.output[1]["content"][0]["text"] == '{"x": oops'
+    assert b.response is not None and len(b.response["output"]) == 2

@@ -113,7 +113,8 @@ async def test_mistral_calls_whole_and_streamed(preprocessor: Preprocessor) -> N
         deltas = [c.choices[0].delta async for c in stream if c.choices]
         assert "".join(d.content or "" for d in deltas) == (content or "")
         calls = [t for d in deltas for t in d.tool_calls or []]
-        assert [(t.function.name, t.function.arguments) for t in calls] == [(name, arguments)]  # type: ignore[union-attr]
+        assert [t.function.name for t in calls if t.id] == [name]  # type: ignore[union-attr]
+        assert "".join(t.function.arguments or "" for t in calls) == arguments  # type: ignore[union-attr]
     # without tools the output is not read for calls, and special tokens are skipped as ever
     engine.outputs = [V11_OUTPUT]
     plain = await client.chat.completions.create(model="m", messages=request["messages"])

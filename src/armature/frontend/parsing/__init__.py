@@ -2,7 +2,9 @@
 reasoning blocks, each whole and streamed. The names are the ones --tool-call-parser and
 --reasoning-parser take (config/chat.py lists them; a test keeps the two in step).
 
-    tool_call.py   ToolCall, the parser protocols, the JSON object rule
+    tool_call.py   ToolCall, the parser protocols, the JSON object rule, streamed deltas
+    json_canon.py  a JSON value rewritten canonically as it streams (call arguments)
+    call_reader.py a call object or arguments value read as it streams
     hermes.py      <tool_call>{json}</tool_call> blocks
     region.py      the stream for formats whose calls fill the rest of the output:
     llama3.py        {"name":..., "parameters":...}; ... after an optional <|python_tag|>

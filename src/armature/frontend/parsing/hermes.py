@@ -6,19 +6,25 @@ between `<tool_call>` and `</tool_call>`, anywhere in the output, with content a
     </tool_call>
 
 Each block stands alone: a block that holds one valid call becomes that call; any other
-block (bad JSON, not a call, never closed) stays in the content, markers and all.
+block (bad JSON, not a call, never closed) stays in the content, markers and all. Streamed,
+a call's name goes out once known and its arguments as they are read.
 """
 
 from __future__ import annotations
 
-import json
 import re
 
+from armature.frontend.parsing.call_reader import CallObjectReader
+from armature.frontend.parsing.json_canon import JSON_SPACE
 from armature.frontend.parsing.tool_call import (
+    BrokenCall,
     ParsedToolCalls,
+    StreamedToolCalls,
+    StreamPart,
     ToolCall,
     call_from_object,
     held_prefix_chars,
+    loads_json,
 )
 
 __all__ = ["END", "START", "HermesParser", "HermesStream", "parse_block"]
@@ -31,7 +37,7 @@ _BLOCK = re.compile(re.escape(START) + "(.*?)" + re.escape(END), re.DOTALL)
 def parse_block(body: str) -> ToolCall | None:
     """The call one block's body holds, or None."""
     try:
-        obj = json.loads(body)
+        obj = loads_json(body)
     except ValueError:
         return None
     return call_from_object(obj)
@@ -60,44 +66,60 @@ class HermesParser:
 
 
 class HermesStream:
-    """Content streams until a start marker may be arriving; a block is held until its end
-    marker, then emitted as one call (or, when invalid, as content)."""
+    """Content streams until a start marker may be arriving. A block's call streams as it
+    is read (call_reader.py), up to the block's first end marker (where the whole-output
+    parse ends it too); a block that does not hold exactly one call there (or never closes)
+    is content, markers and all, and its call, if begun, is broken."""
 
     def __init__(self) -> None:
-        self._pending = ""  # text not yet emitted: a partial marker, or a block's body so far
-        self._in_block = False
+        self._pending = ""  # text not yet read: a partial start or end marker
+        self._body: str | None = None  # in a block: its text so far
+        self._reader = CallObjectReader(0)
+        self._num_calls = 0
 
-    def feed(self, text: str) -> ParsedToolCalls:
+    def feed(self, text: str) -> StreamedToolCalls:
         self._pending += text
-        content: list[str] = []
-        calls: list[ToolCall] = []
+        parts: list[StreamPart] = []
         while True:
-            if self._in_block:
-                end = self._pending.find(END)
-                if end < 0:
-                    break
-                body = self._pending[:end]
-                call = parse_block(body)
-                if call is None:
-                    content.append(START + body + END)
-                else:
-                    calls.append(call)
-                self._pending = self._pending[end + len(END) :]
-                self._in_block = False
-                continue
-            start = self._pending.find(START)
-            if start < 0:
-                keep = held_prefix_chars(self._pending, START)
-                content.append(self._pending[: len(self._pending) - keep])
-                self._pending = self._pending[len(self._pending) - keep :]
+            marker = START if self._body is None else END
+            at = self._pending.find(marker)
+            if at < 0:
+                keep = len(self._pending) - held_prefix_chars(self._pending, marker)
+                self._take(self._pending[:keep], parts)
+                self._pending = self._pending[keep:]
                 break
-            content.append(self._pending[:start])
-            self._pending = self._pending[start + len(START) :]
-            self._in_block = True
-        return ParsedToolCalls("".join(content), tuple(calls))
+            self._take(self._pending[:at], parts)
+            self._pending = self._pending[at + len(marker) :]
+            if self._body is None:
+                self._body, self._reader = "", CallObjectReader(self._num_calls)
+            else:
+                self._end_block(parts, closed=True)
+        return StreamedToolCalls.of(parts)
 
-    def finish(self) -> ParsedToolCalls:
-        rest = (START if self._in_block else "") + self._pending
+    def finish(self) -> StreamedToolCalls:
+        parts: list[StreamPart] = []
+        self._take(self._pending, parts)
         self._pending = ""
-        self._in_block = False
-        return ParsedToolCalls(rest)
+        if self._body is not None:
+            self._end_block(parts, closed=False)
+        return StreamedToolCalls.of(parts)
+
+    def _take(self, text: str, parts: list[StreamPart]) -> None:
+        """Text outside a block is content; inside, the block's call reads it."""
+        if self._body is None:
+            parts.append(text)
+            return
+        self._body += text
+        parts.extend(self._reader.feed(text))
+
+    def _end_block(self, parts: list[StreamPart], *, closed: bool) -> None:
+        reader, body = self._reader, self._body
+        assert body is not None
+        self._body = None
+        if reader.header_sent:
+            self._num_calls += 1
+        if closed and reader.done and not reader.rest.strip(JSON_SPACE):
+            return
+        if reader.header_sent:
+            parts.append(BrokenCall(reader.number))
+        parts.append(START + body + (END if closed else ""))

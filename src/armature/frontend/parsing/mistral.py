@@ -11,12 +11,18 @@ text it decodes (chat_setup.py, the detokenizer's `kept_tokens`), so the parser 
 
 from __future__ import annotations
 
-import json
-
+from armature.frontend.parsing.call_reader import ArgumentsReader, CallObjectReader
+from armature.frontend.parsing.json_canon import JSON_SPACE
 from armature.frontend.parsing.region import RegionFormat
-from armature.frontend.parsing.tool_call import ToolCall, call_from_object
+from armature.frontend.parsing.tool_call import (
+    CallDelta,
+    ToolCall,
+    call_from_object,
+    held_prefix_chars,
+    loads_json,
+)
 
-__all__ = ["MISTRAL", "TOOL_CALLS", "parse_mistral_calls"]
+__all__ = ["MISTRAL", "TOOL_CALLS", "MistralReader", "parse_mistral_calls"]
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -36,7 +42,7 @@ def parse_mistral_calls(region: str) -> tuple[ToolCall, ...] | None:
 def _segment_calls(segment: str) -> list[ToolCall] | None:
     if segment.startswith("["):
         try:
-            items = json.loads(segment)
+            items = loads_json(segment)
         except ValueError:
             return None
         if not isinstance(items, list):
@@ -47,11 +53,138 @@ def _segment_calls(segment: str) -> list[ToolCall] | None:
     if not sep or not name or name != name.strip():
         return None
     try:
-        obj = json.loads(arguments)
+        obj = loads_json(arguments)
     except ValueError:
         return None
     call = call_from_object({"name": name, "arguments": obj})
     return None if call is None else [call]
+
+
+class MistralReader:
+    """`parse_mistral_calls`'s region as it streams (a RegionReader): cut at each
+    `[TOOL_CALLS]` as the whole-output parse cuts it, each segment read by a _Segment."""
+
+    def __init__(self) -> None:
+        self.failed = False
+        self.num_begun = 0
+        self._held = ""  # a partial [TOOL_CALLS] at the end
+        self._segment: _Segment | None = None
+        self._num_calls = 0  # in the segments complete
+
+    def feed(self, text: str) -> list[CallDelta]:
+        out: list[CallDelta] = []
+        self._held += text
+        while not self.failed:
+            at = self._held.find(TOOL_CALLS)
+            if at < 0:
+                keep = len(self._held) - held_prefix_chars(self._held, TOOL_CALLS)
+                self._take(self._held[:keep], out)
+                self._held = self._held[keep:]
+                break
+            self._take(self._held[:at], out)
+            self._held = self._held[at + len(TOOL_CALLS) :]
+            self._end_segment()
+            self._segment = _Segment(self.num_begun)
+        return out
+
+    def finish(self) -> bool:
+        self._take(self._held, [])
+        self._end_segment()
+        return not self.failed and self._num_calls > 0
+
+    def _take(self, text: str, out: list[CallDelta]) -> None:
+        if not text or self.failed:
+            return
+        assert self._segment is not None, "the region opens with [TOOL_CALLS]"
+        out += self._segment.feed(text)
+        self.num_begun = self._segment.first_number + self._segment.num_begun
+        self.failed = self._segment.failed
+
+    def _end_segment(self) -> None:
+        if self._segment is not None and not self.failed:
+            self.failed = self._segment.state != "after"
+            self._num_calls += self._segment.num_begun
+
+
+class _Segment:
+    """One segment's text after its `[TOOL_CALLS]`: a JSON list of call objects, or
+    `name[ARGS]arguments`; complete when `state` is "after"."""
+
+    def __init__(self, first_number: int) -> None:
+        self.first_number = first_number
+        self.num_begun = 0
+        self.failed = False
+        # start | list (just opened) | item | comma | call | name | arguments | after
+        self.state = "start"
+        self._call = CallObjectReader(first_number)
+        self._name = ""
+        self._arguments = ArgumentsReader()
+
+    def feed(self, text: str) -> list[CallDelta]:
+        out: list[CallDelta] = []
+        while text and not self.failed:
+            state = self.state
+            if state == "call":
+                out += self._call.feed(text)
+                self.num_begun = self._call.number - self.first_number + self._call.header_sent
+                self.failed = self._call.failed
+                if not self._call.done:
+                    break
+                text, self.state = self._call.rest, "comma"
+            elif state == "name":
+                text = self._read_name(text)
+            elif state == "arguments":
+                text = self._read_arguments(text, out)
+            elif state == "start" and not text[0].isspace():
+                self.state = "list" if text[0] == "[" else "name"
+                text = text[1:] if text[0] == "[" else text
+            elif _is_space(state, text[0]):
+                text = text[1:]
+            elif state in ("list", "item") and text[0] == "{":
+                self._call, self.state = (
+                    CallObjectReader(self.first_number + self.num_begun),
+                    "call",
+                )
+            elif state in ("list", "comma") and text[0] == "]":
+                text, self.state = text[1:], "after"
+            elif state == "comma" and text[0] == ",":
+                text, self.state = text[1:], "item"
+            else:
+                self.failed = True
+        return out
+
+    def _read_name(self, text: str) -> str:
+        """The text after `[ARGS]` once the name is whole."""
+        self._name += text
+        name, found, rest = self._name.partition(ARGS)
+        if not found:
+            return ""
+        if not name or name != name.strip():
+            self.failed = True
+        self._name, self.state = name, "arguments"
+        return rest
+
+    def _read_arguments(self, text: str, out: list[CallDelta]) -> str:
+        """The text after the arguments once they are whole."""
+        begun = self._arguments.started
+        arguments = self._arguments.feed(text)
+        self.failed = self._arguments.failed
+        if not begun and self._arguments.started and not self.failed:
+            self.num_begun = 1
+            out.append(CallDelta(self.first_number, self._name, arguments))
+        elif arguments:
+            out.append(CallDelta(self.first_number, None, arguments))
+        if not self._arguments.done:
+            return ""
+        self.state = "after"
+        return self._arguments.rest
+
+
+def _is_space(state: str, char: str) -> bool:
+    """Whitespace the segment skips: str.strip's around it, JSON's inside its list."""
+    if state in ("start", "after"):
+        return char.isspace()
+    return state in ("list", "item", "comma") and char in JSON_SPACE
 
 
 MISTRAL = RegionFormat(
@@ -59,4 +192,5 @@ MISTRAL = RegionFormat(
     at_start=False,
     parse_region=parse_mistral_calls,
     markers=(TOOL_CALLS, ARGS),
+    reader=MistralReader,
 )

@@ -1,6 +1,9 @@
 """The stream shared by formats whose calls fill the rest of the output (Llama 3 JSON,
-pythonic lists, Mistral): content until the region of calls begins, then the region held
-whole and parsed at the end, because only the whole region says whether it is calls.
+pythonic lists, Mistral): content until the region of calls begins, then the region's calls
+streamed by the format's `reader` as they are read. Only the whole region says whether it is
+calls: a region that turns out not to be breaks the calls it began (tool_call.py) and is
+content from then on. A format without a reader holds the region whole and parses it at the
+end.
 
 Where the region may begin:
 - `at_start`: only at the output's start, leading whitespace aside, opened by one of
@@ -15,12 +18,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from armature.frontend.parsing.tool_call import ParsedToolCalls, ToolCall, held_prefix_chars
+from armature.frontend.parsing.tool_call import (
+    BrokenCall,
+    CallDelta,
+    ParsedToolCalls,
+    StreamedToolCalls,
+    StreamPart,
+    ToolCall,
+    held_prefix_chars,
+)
 
 __all__ = ["RegionFormat", "RegionStream"]
 
 RegionParse = Callable[[str], tuple[ToolCall, ...] | None]
+
+
+class RegionReader(Protocol):
+    """Reads a region as it streams, accepting exactly what `parse_region` accepts: `feed`
+    takes the region's text from its opener on and returns the call deltas now certain;
+    `failed` once the region cannot be calls; `finish` says whether it was. `num_begun`:
+    the calls whose first delta went out (numbered from 0)."""
+
+    @property
+    def failed(self) -> bool: ...
+
+    @property
+    def num_begun(self) -> int: ...
+
+    def feed(self, text: str) -> list[CallDelta]: ...
+
+    def finish(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -29,6 +58,8 @@ class RegionFormat:
     at_start: bool
     parse_region: RegionParse
     markers: tuple[str, ...] = ()  # see ToolCallParser
+    # streams the region's calls as they are read; None: the region is read whole at the end
+    reader: Callable[[], RegionReader] | None = None
 
     def parse(self, text: str) -> ParsedToolCalls:
         """The whole output at once."""
@@ -53,37 +84,71 @@ class RegionFormat:
 class RegionStream:
     def __init__(self, fmt: RegionFormat) -> None:
         self._format = fmt
-        self._pending = ""  # held text: undecided start, partial opener, or the region
+        self._pending = ""  # held text before the region: undecided start, partial opener
+        self._region = ""  # the region's text so far
         self._in_region = False
         self._decided = not fmt.at_start  # at_start: whether the output opens a region
+        self._reader = None if fmt.reader is None else fmt.reader()
+        self._not_calls = False  # the region turned out not to be calls: all is content
 
-    def feed(self, text: str) -> ParsedToolCalls:
-        self._pending += text
-        if self._in_region:
-            return ParsedToolCalls("")
+    def feed(self, text: str) -> StreamedToolCalls:
+        if self._not_calls:
+            return StreamedToolCalls.of([text])
+        parts: list[StreamPart] = []
+        if not self._in_region:
+            self._pending += text
+            parts.append(self._before_region())
+            if not self._in_region:
+                return StreamedToolCalls.of(parts)
+            text, self._pending = self._pending, ""
+        self._region += text
+        if self._reader is not None:
+            parts.extend(self._reader.feed(text))
+            if self._reader.failed:
+                self._break(parts)
+        return StreamedToolCalls.of(parts)
+
+    def finish(self) -> StreamedToolCalls:
+        """The rest: the region's last deltas, or (not calls) all held text as content: the
+        content shown before plus this is then the whole output."""
+        if self._not_calls:
+            return StreamedToolCalls()
+        if not self._in_region:
+            return StreamedToolCalls.of([self._pending])
+        parts: list[StreamPart] = []
+        if self._reader is not None:
+            if not self._reader.finish():
+                self._break(parts)
+            return StreamedToolCalls.of(parts)
+        # read whole: each call in one delta, name and arguments together
+        calls = self._format.parse_region(self._region.lstrip())
+        if not calls:
+            return StreamedToolCalls.of([self._region])
+        return StreamedToolCalls(
+            tuple(CallDelta(i, c.name, c.arguments) for i, c in enumerate(calls))
+        )
+
+    def _break(self, parts: list[StreamPart]) -> None:
+        """The region is not calls: its begun calls break and its text is content."""
+        assert self._reader is not None
+        parts.extend(BrokenCall(number) for number in range(self._reader.num_begun))
+        parts.append(self._region)
+        self._region, self._not_calls = "", True
+
+    def _before_region(self) -> str:
+        """Before the region: what to show now; sets `_in_region` (the region's text then
+        left in `_pending`) once it opens."""
         if self._format.at_start:
-            return ParsedToolCalls(self._decide_start())
+            return self._decide_start()
         opener = self._format.openers[0]
         begin = self._pending.find(opener)
         if begin >= 0:
             shown, self._pending = self._pending[:begin], self._pending[begin:]
             self._in_region = True
-            return ParsedToolCalls(shown)
-        keep = held_prefix_chars(self._pending, opener)
-        cut = len(self._pending) - keep
+            return shown
+        cut = len(self._pending) - held_prefix_chars(self._pending, opener)
         shown, self._pending = self._pending[:cut], self._pending[cut:]
-        return ParsedToolCalls(shown)
-
-    def finish(self) -> ParsedToolCalls:
-        """The region parsed, or (not calls) all held text as content: the content shown
-        before plus this is then the whole output."""
-        region, self._pending = self._pending, ""
-        if not self._in_region:
-            return ParsedToolCalls(region)
-        calls = self._format.parse_region(region.lstrip())
-        if not calls:
-            return ParsedToolCalls(region)
-        return ParsedToolCalls("", calls)
+        return shown
 
     def _decide_start(self) -> str:
         """At the start: hold while the text may still open a region; returns what to show."""

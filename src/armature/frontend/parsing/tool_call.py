@@ -1,7 +1,17 @@
 """What a tool-call parser returns, the two shapes every parser has (whole output and a
 stream), and the one rule that turns a decoded JSON object into a call.
 
-A parser never raises on model output: text it cannot read as calls stays content.
+A parser never raises on model output: text it cannot read as calls stays content. JSON
+with a repeated key is not read as calls (json.loads would keep the last value, while a
+stream has already sent the first).
+
+Streams send a call as it is read: a first delta with its name once the name is known and
+its arguments have begun, then the arguments' canonical JSON text in pieces (json_canon.py),
+which join to exactly the whole-output `arguments`. When the text of a call whose first
+delta went out turns out not to be a call after all (bad JSON, a block never closed, prose
+after a region of calls), the stream cannot take the deltas back: it sends `BrokenCall`
+for it and then the text as content, so the content streamed always joins to the
+whole-output content, and the calls not broken are the whole-output calls.
 """
 
 from __future__ import annotations
@@ -12,12 +22,18 @@ from typing import Any, Protocol
 
 __all__ = [
     "ARGUMENT_KEYS",
+    "BrokenCall",
+    "CallDelta",
     "ParsedToolCalls",
+    "StreamPart",
+    "StreamedToolCalls",
     "ToolCall",
     "ToolCallParser",
     "ToolCallStream",
     "call_from_object",
     "held_prefix_chars",
+    "loads_json",
+    "raw_decode_json",
 ]
 
 # The keys models put a call's arguments under: OpenAI/hermes say arguments, Llama 3 says
@@ -41,14 +57,51 @@ class ParsedToolCalls:
     calls: tuple[ToolCall, ...] = ()
 
 
+@dataclass(frozen=True)
+class CallDelta:
+    """A piece of a call as it streams. `number`: the call's place among the stream's calls,
+    from 0. A call's first delta carries its `name`; all its deltas' `arguments` join to
+    the call's arguments."""
+
+    number: int
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True)
+class BrokenCall:
+    """The call `number`, already begun, is not a call: its text follows as content."""
+
+    number: int
+
+
+StreamPart = str | CallDelta | BrokenCall  # str: content
+
+
+@dataclass(frozen=True)
+class StreamedToolCalls:
+    """What a stream has read from the text fed so far, in output order."""
+
+    parts: tuple[StreamPart, ...] = ()
+
+    @staticmethod
+    def of(parts: list[StreamPart]) -> StreamedToolCalls:
+        """`parts` without empty content."""
+        return StreamedToolCalls(tuple(p for p in parts if p != ""))
+
+    def __add__(self, other: StreamedToolCalls) -> StreamedToolCalls:
+        return StreamedToolCalls(self.parts + other.parts)
+
+
 class ToolCallStream(Protocol):
     """One output's incremental parser. `feed` takes each text delta in order and returns the
-    content now safe to show and the calls now complete; `finish` (once, at the end) returns
-    the rest. The concatenated results equal the parser's whole-output `parse`."""
+    content now safe to show and the call deltas now certain; `finish` (once, at the end)
+    returns the rest. Joined, the content equals the whole-output `parse`'s content, and
+    the calls never broken equal its calls."""
 
-    def feed(self, text: str) -> ParsedToolCalls: ...
+    def feed(self, text: str) -> StreamedToolCalls: ...
 
-    def finish(self) -> ParsedToolCalls: ...
+    def finish(self) -> StreamedToolCalls: ...
 
 
 class ToolCallParser(Protocol):
@@ -82,7 +135,7 @@ def call_from_object(obj: Any) -> ToolCall | None:
     arguments = obj[keys[0]]
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = loads_json(arguments)
         except ValueError:
             return None
     if not isinstance(arguments, dict):
@@ -91,6 +144,33 @@ def call_from_object(obj: Any) -> ToolCall | None:
         return ToolCall(name, json.dumps(arguments, ensure_ascii=False, allow_nan=False))
     except ValueError:
         return None
+
+
+def loads_json(text: str) -> Any:
+    """`json.loads`, refusing (ValueError) an object with a repeated key and nesting too deep
+    for the decoder."""
+    try:
+        return _DECODER.decode(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
+def raw_decode_json(text: str, at: int) -> tuple[Any, int]:
+    """`JSONDecoder.raw_decode` with `loads_json`'s rules."""
+    try:
+        return _DECODER.raw_decode(text, at)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("a key repeats")
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
 def held_prefix_chars(text: str, marker: str) -> int:

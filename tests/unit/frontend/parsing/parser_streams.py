@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
 from armature.frontend.parsing.reasoning import ReasoningSplit, ThinkParser
-from armature.frontend.parsing.tool_call import ParsedToolCalls, ToolCall, ToolCallParser
+from armature.frontend.parsing.tool_call import (
+    BrokenCall,
+    CallDelta,
+    ParsedToolCalls,
+    ToolCall,
+    ToolCallParser,
+)
 
 
 @st.composite
@@ -18,14 +25,53 @@ def chunked(draw: st.DrawFn, text: str) -> list[str]:
     return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def stream_tools(parser: ToolCallParser, chunks: list[str]) -> ParsedToolCalls:
+@dataclass
+class StreamedOutput:
+    """Everything a stream sent for one output."""
+
+    content: str
+    deltas: list[CallDelta]
+    broken: set[int]
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        """The calls never broken, each its name and joined arguments, in order."""
+        names: dict[int, str] = {}
+        arguments: dict[int, list[str]] = {}
+        for delta in self.deltas:
+            if delta.name is not None:
+                assert delta.number not in names, "one first delta per call"
+                names[delta.number] = delta.name
+            assert delta.number in names, "a call's first delta names it"
+            arguments.setdefault(delta.number, []).append(delta.arguments)
+        assert sorted(names) == list(range(len(names))), "calls numbered from 0 in order"
+        kept = [n for n in names if n not in self.broken]
+        return tuple(ToolCall(names[n], "".join(arguments[n])) for n in kept)
+
+    def argument_deltas(self, number: int) -> list[str]:
+        return [d.arguments for d in self.deltas if d.number == number and d.arguments]
+
+
+def run_stream(parser: ToolCallParser, chunks: list[str]) -> StreamedOutput:
     stream = parser.stream()
-    content: list[str] = []
-    calls: list[ToolCall] = []
-    for part in [*(stream.feed(c) for c in chunks), stream.finish()]:
-        content.append(part.content)
-        calls.extend(part.calls)
-    return ParsedToolCalls("".join(content), tuple(calls))
+    out = StreamedOutput("", [], set())
+    for result in [*(stream.feed(c) for c in chunks), stream.finish()]:
+        for part in result.parts:
+            if isinstance(part, str):
+                assert part, "no empty content"
+                out.content += part
+            elif isinstance(part, BrokenCall):
+                assert part.number not in out.broken
+                out.broken.add(part.number)
+            else:
+                assert part.number not in out.broken, "no delta after a call broke"
+                out.deltas.append(part)
+    return out
+
+
+def stream_tools(parser: ToolCallParser, chunks: list[str]) -> ParsedToolCalls:
+    """The stream's content and unbroken calls, as the whole-output parse gives them."""
+    out = run_stream(parser, chunks)
+    return ParsedToolCalls(out.content, out.calls())
 
 
 def stream_reasoning(parser: ThinkParser, chunks: list[str]) -> tuple[ReasoningSplit, int]:

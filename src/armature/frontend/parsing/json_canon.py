@@ -1,0 +1,230 @@
+"""One JSON value read from text that arrives in pieces, written out as it is read in the
+one canonical form the whole-output parsers give a call's arguments:
+`json.dumps(json.loads(text), ensure_ascii=False, allow_nan=False)`. The pieces written so
+far are always a prefix of that text, so streamed argument deltas join to exactly the
+arguments a non-streamed response carries.
+
+    raw:        {"city" :"Par\\u00eds",   "days":1E1}
+    canonical:  {"city": "París", "days": 10.0}
+
+What json.loads reads and json.dumps then refuses (NaN, Infinity, an integer too long for
+int()) fails, as does an object with a repeated key (the whole-output parsers refuse those
+too: see tool_call.loads_json). Pure, no recursion (nesting is an explicit stack).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+__all__ = ["JSON_SPACE", "CanonicalJson"]
+
+JSON_SPACE = " \t\n\r"  # the whitespace json.loads skips (str.isspace is wider)
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_NUMBER_CHARS = frozenset("0123456789+-.eE")
+_LITERALS = ("true", "false", "null")
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+class _Failed(Exception):
+    """The text is not one JSON value that the canonical form can carry."""
+
+
+class CanonicalJson:
+    """Feed the text from the value's first character on; each `feed` returns the
+    canonical text now certain. Once `done`, `rest` holds the text fed after the value's
+    end; once `failed`, nothing more is read. A top-level value must be an object, an
+    array or a string (the only ones the call formats stream, and ones whose end is seen)."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.failed = False
+        self.rest = ""
+        self.value_text = ""  # the canonical text written so far
+        # open containers: "{" or "[" with the keys seen in each object
+        self._stack: list[tuple[str, set[str]]] = []
+        self._expect = "value"  # value | key | colon | comma | first_key | first_item
+        self._token = ""  # a number or literal being read
+        self._string: list[str] | None = None  # a string being read (decoded chars)
+        self._escape: str | None = None  # after a backslash: "" or the \\u digits so far
+        self._high: int | None = None  # a \\u high surrogate waiting for its pair
+        self._is_key = False
+        self._started = False
+
+    def feed(self, text: str) -> str:
+        if self.done:
+            self.rest += text
+            return ""
+        if self.failed:
+            return ""
+        out: list[str] = []
+        try:
+            for at, char in enumerate(text):
+                self._char(char, out)
+                if self.done:
+                    self.rest = text[at + 1 :]
+                    break
+        except _Failed:
+            self.failed = True
+        written = "".join(out)
+        self.value_text += written
+        return written
+
+    # ---- one character -------------------------------------------------------------------
+    def _char(self, char: str, out: list[str]) -> None:
+        if self._string is not None:
+            self._string_char(char, out)
+        elif self._token:
+            if char in _NUMBER_CHARS or char.isalpha():
+                self._token += char
+                return
+            self._end_token(out)
+            self._structural(char, out)
+        else:
+            self._structural(char, out)
+
+    def _structural(self, char: str, out: list[str]) -> None:
+        if char in JSON_SPACE:
+            return
+        expect = self._expect
+        if expect in ("key", "first_key"):
+            if char == '"':
+                self._open_string(out, is_key=True)
+            elif char == "}" and expect == "first_key":
+                self._close(out)
+            else:
+                raise _Failed
+        elif expect == "colon":
+            if char != ":":
+                raise _Failed
+            out.append(": ")
+            self._expect = "value"
+        elif expect == "comma":
+            kind = self._stack[-1][0]
+            if char == ",":
+                out.append(", ")
+                self._expect = "key" if kind == "{" else "value"
+            elif char == ("}" if kind == "{" else "]"):
+                self._close(out)
+            else:
+                raise _Failed
+        elif char == "]" and expect == "first_item":
+            self._close(out)
+        else:
+            self._value_start(char, out)
+
+    def _value_start(self, char: str, out: list[str]) -> None:
+        top = not self._started
+        self._started = True
+        if char in "{[":
+            self._stack.append((char, set()))
+            out.append(char)
+            self._expect = "first_key" if char == "{" else "first_item"
+        elif char == '"':
+            self._open_string(out, is_key=False)
+        elif not top and (char == "-" or char.isdigit() or char.isalpha()):
+            self._token = char
+        else:
+            raise _Failed
+
+    def _end_token(self, out: list[str]) -> None:
+        token, self._token = self._token, ""
+        if token in _LITERALS:
+            out.append(token)
+        elif _NUMBER.fullmatch(token):
+            try:  # the float or int json reads, as json writes it (1E1 -> 10.0, -0 -> 0)
+                out.append(json.dumps(json.loads(token), allow_nan=False))
+            except ValueError:  # 1e999 is inf; an int past int()'s digit limit
+                raise _Failed from None
+        else:  # NaN, Infinity, or not JSON
+            raise _Failed
+        self._value_end()
+
+    def _close(self, out: list[str]) -> None:
+        kind, _ = self._stack.pop()
+        out.append("}" if kind == "{" else "]")
+        self._value_end()
+
+    def _value_end(self) -> None:
+        if self._stack:
+            self._expect = "comma"
+        else:
+            self.done = True
+
+    # ---- strings ----------------------------------------------------------------------
+    def _open_string(self, out: list[str], *, is_key: bool) -> None:
+        if not self._started:
+            self._started = True
+        self._string, self._is_key = [], is_key
+        if not is_key:
+            out.append('"')
+
+    def _string_char(self, char: str, out: list[str]) -> None:
+        if self._escape is not None:
+            self._escape_char(char, out)
+        elif char == "\\":
+            self._escape = ""
+        elif char == '"':
+            self._flush_high(out)
+            self._close_string(out)
+        elif char < " ":  # json.loads (strict) refuses raw control characters
+            raise _Failed
+        else:
+            self._flush_high(out)
+            self._decoded(char, out)
+
+    def _escape_char(self, char: str, out: list[str]) -> None:
+        assert self._escape is not None
+        if self._escape == "":
+            if char == "u":
+                self._escape = "u"
+                return
+            if char not in _ESCAPES:
+                raise _Failed
+            self._escape = None
+            self._flush_high(out)
+            self._decoded(_ESCAPES[char], out)
+            return
+        if char not in _HEX:
+            raise _Failed
+        self._escape += char
+        if len(self._escape) < 5:
+            return
+        code, self._escape = int(self._escape[1:], 16), None
+        # json joins a high surrogate and a low one that follows it at once; any other
+        # surrogate stays a lone one
+        if self._high is not None and 0xDC00 <= code <= 0xDFFF:
+            high, self._high = self._high, None
+            self._decoded(chr(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00)), out)
+            return
+        self._flush_high(out)
+        if 0xD800 <= code <= 0xDBFF:
+            self._high = code
+        else:
+            self._decoded(chr(code), out)
+
+    def _flush_high(self, out: list[str]) -> None:
+        if self._high is not None:
+            high, self._high = self._high, None
+            self._decoded(chr(high), out)
+
+    def _decoded(self, char: str, out: list[str]) -> None:
+        assert self._string is not None
+        self._string.append(char)
+        if not self._is_key:  # a key is written whole, once known not to repeat
+            out.append(json.dumps(char, ensure_ascii=False)[1:-1])
+
+    def _close_string(self, out: list[str]) -> None:
+        assert self._string is not None
+        text, self._string = "".join(self._string), None
+        if not self._is_key:
+            out.append('"')
+            self._value_end()
+            return
+        keys = self._stack[-1][1]
+        if text in keys:
+            raise _Failed
+        keys.add(text)
+        out.append(json.dumps(text, ensure_ascii=False))
+        self._expect = "colon"
