@@ -1,6 +1,7 @@
 """n > 1, best_of, penalties and logit_bias through the official openai client against the
 native engine: choices forked from one prefill, streamed interleaved by index, usage summed,
-best_of ranked by cumulative logprob, and each bad input a 400 naming its field."""
+best_of ranked by cumulative logprob, penalties and logit_bias acting alike whole and streamed,
+and each bad input a 400 naming its field."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai_replies import reply
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -150,21 +152,61 @@ def test_logit_bias_forces_a_token(
     assert response.choices[0].text == " ocean" * 5
 
 
+def greedy_text(client: openai.OpenAI, stream: bool, **request: Any) -> str:
+    """One greedy request's text, whole or its streamed deltas joined."""
+    return reply(client, {**request, "temperature": 0}, stream)[0]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_logit_bias_steers_the_first_chat_token(
+    openai_client: openai.OpenAI, model_name: str, tokenizer: Any, stream: bool
+) -> None:
+    """-100 on the token greedy decoding starts with replaces it; +100 on another makes it
+    the first token."""
+    request: dict[str, Any] = {"model": model_name, "messages": MESSAGES, "max_tokens": 1}
+    first = greedy_text(openai_client, stream, **request)
+    [first_id] = tokenizer.encode(first)
+    banned = greedy_text(openai_client, stream, **request, logit_bias={str(first_id): -100})
+    assert banned != first
+    [ocean_id] = tokenizer.encode(" ocean")
+    forced = greedy_text(openai_client, stream, **request, logit_bias={str(ocean_id): 100})
+    assert forced == " ocean"
+
+
 def test_penalties_change_greedy_output_and_stay_deterministic(
     openai_client: openai.OpenAI, model_name: str
 ) -> None:
     prompt = "one two one two one two one two one two"
     request: dict[str, Any] = {"model": model_name, "prompt": prompt, "max_tokens": 12}
     plain = openai_client.completions.create(**request, temperature=0).choices[0].text
-    for penalty in [
+    penalties: list[dict[str, Any]] = [
         {"frequency_penalty": 2.0},
         {"presence_penalty": 2.0},
         {"extra_body": {"repetition_penalty": 2.0}},
-    ]:
+    ]
+    for penalty in penalties:
         first = openai_client.completions.create(**request, temperature=0, **penalty)
         second = openai_client.completions.create(**request, temperature=0, **penalty)
-        assert first.choices[0].text == second.choices[0].text
+        streamed = greedy_text(openai_client, True, **request, **penalty)
+        assert first.choices[0].text == second.choices[0].text == streamed, penalty
         assert first.choices[0].text != plain, penalty
+
+
+def test_chat_frequency_penalty_breaks_a_greedy_repetition(
+    openai_client: openai.OpenAI, model_name: str
+) -> None:
+    """Unpenalized, greedy decoding echoes "two"; a frequency penalty of 2 ends the echo,
+    streamed exactly as whole."""
+    content = "Repeat after me: one two one two one two one two"
+    request: dict[str, Any] = {
+        "model": model_name,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 12,
+    }
+    assert greedy_text(openai_client, False, **request).endswith("two two two two")
+    whole = greedy_text(openai_client, False, **request, frequency_penalty=2.0)
+    streamed = greedy_text(openai_client, True, **request, frequency_penalty=2.0)
+    assert streamed == whole == "One two one two one two."
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,15 @@
 """Structured output on the default model (native engine, float32) through the official
 openai client: every output parses and validates against its schema (nested objects, enums,
 arrays, bounded numbers), whole and streamed, in batches mixed with free requests; vLLM's
-guided fields; bad schemas, regexes and grammars are 400s naming the field. Forced tool calls:
+guided fields (guided_grammar's Lark among them) and json_object, streamed as they return
+whole; bad schemas, regexes and grammars are 400s naming the field. Forced tool calls:
 test_default_model_tools.py."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
+from openai_replies import reply
 from serve_process import running_server
 
 from bench.structured_output import PROMPTS, SCHEMAS
@@ -50,12 +53,7 @@ def ask(client: openai.OpenAI, name: str, seed: int, stream: bool) -> tuple[str,
         "seed": seed,
         "response_format": response_format(name),
     }
-    if not stream:
-        choice = client.chat.completions.create(**request).choices[0]
-        return choice.message.content or "", choice.finish_reason
-    chunks = list(client.chat.completions.create(**request, stream=True))
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    return text, chunks[-1].choices[0].finish_reason
+    return reply(client, request, stream)
 
 
 def free(client: openai.OpenAI, seed: int) -> tuple[str, str | None]:
@@ -128,6 +126,108 @@ def test_json_object_and_vllm_guided_fields(client: openai.OpenAI) -> None:
         extra_body={"guided_json": json.dumps(schema)},
     )
     jsonschema.validate(json.loads(guided_json.choices[0].message.content or ""), schema)
+
+
+def whole_and_streamed(
+    client: openai.OpenAI, request: dict[str, Any]
+) -> tuple[tuple[str, str | None], tuple[str, str | None]]:
+    """(text, finish_reason) of one greedy request whole, then streamed."""
+    request = {"model": MODEL, "temperature": 0, **request}
+    return reply(client, request, stream=False), reply(client, request, stream=True)
+
+
+COLOURS_GRAMMAR = 'start: colour " and " colour\ncolour: "red" | "green" | "blue"\n'
+
+
+def test_guided_grammar_output_is_in_the_grammar_whole_and_streamed(
+    client: openai.OpenAI,
+) -> None:
+    whole, streamed = whole_and_streamed(
+        client,
+        {
+            "messages": [{"role": "user", "content": "Name two colours."}],
+            "max_tokens": 10,
+            "extra_body": {"guided_grammar": COLOURS_GRAMMAR},
+        },
+    )
+    assert streamed == whole
+    text, finish = whole
+    assert finish == "stop"
+    assert re.fullmatch(r"(red|green|blue) and (red|green|blue)", text), text
+
+
+def json_object_check(text: str) -> None:
+    assert isinstance(json.loads(text), dict)
+
+
+def guided_json_check(text: str) -> None:
+    jsonschema.validate(json.loads(text), SCHEMAS["bounds"])
+
+
+def guided_regex_check(text: str) -> None:
+    assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", text), text
+
+
+def guided_choice_check(text: str) -> None:
+    assert text in ("yes", "no")
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "check"),
+    [
+        pytest.param(
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": 'Reply with a JSON object {"name": ...} naming a cat.',
+                    }
+                ],
+                "max_tokens": 40,
+                "response_format": {"type": "json_object"},
+            },
+            json_object_check,
+            id="json_object",
+        ),
+        pytest.param(
+            {
+                "messages": [{"role": "user", "content": "Describe a cat as JSON."}],
+                "max_tokens": 120,
+                "extra_body": {"guided_json": json.dumps(SCHEMAS["bounds"])},
+            },
+            guided_json_check,
+            id="guided_json",
+        ),
+        pytest.param(
+            {
+                "prompt": "A phone number:",
+                "max_tokens": 20,
+                "extra_body": {"guided_regex": r"[0-9]{3}-[0-9]{4}"},
+            },
+            guided_regex_check,
+            id="guided_regex",
+        ),
+        pytest.param(
+            {
+                "prompt": "Is the sky blue? Answer:",
+                "max_tokens": 10,
+                "extra_body": {"guided_choice": ["yes", "no"]},
+            },
+            guided_choice_check,
+            id="guided_choice",
+        ),
+    ],
+)
+def test_guided_output_streams_the_text_it_returns_whole(
+    client: openai.OpenAI, request_fields: dict[str, Any], check: Callable[[str], None]
+) -> None:
+    """Greedy, so the streamed deltas join to the whole reply, which is complete (stop, not
+    length) and in its language."""
+    whole, streamed = whole_and_streamed(client, request_fields)
+    assert streamed == whole
+    text, finish = whole
+    assert finish == "stop", text
+    check(text)
 
 
 @pytest.mark.parametrize(
