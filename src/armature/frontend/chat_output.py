@@ -137,7 +137,9 @@ class ChatOutput:
             return part
         if isinstance(part, CallDelta) and part.name is not None:
             index = None
-            if self.max_calls is None or self.num_calls < self.max_calls:
+            # a call that broke after it began gives its slot back (its text went out as
+            # content): the whole-output parse never counted it
+            if self.max_calls is None or self.num_calls - self._num_broken < self.max_calls:
                 index, self.num_calls = self.num_calls, self.num_calls + 1
             self._indexes[part.number] = index
             if index is None:

@@ -85,6 +85,18 @@ def test_max_calls_drops_the_rest_and_blank_content_is_null() -> None:
     assert out.num_calls == 1
 
 
+def test_a_broken_call_gives_its_slot_back_under_max_calls() -> None:
+    """parallel_tool_calls false: a call that broke after it began is content, and the
+    valid call after it is the one call, as in the whole-output parse."""
+    broken = '<tool_call>{"name": "f", "arguments": {"a": 1}} oops</tool_call>'
+    good = '<tool_call>{"name": "g", "arguments": {}}</tool_call>'
+    out = output(max_calls=1)
+    pieces = [out.feed(c, 1, last=i == len(broken + good) - 1) for i, c in enumerate(broken + good)]
+    message = chat_message(pieces)
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["g"]
+    assert out.finish_reason("stop") == "tool_calls"
+
+
 def test_a_call_inside_reasoning_is_not_a_call() -> None:
     out = output()
     pieces = [out.feed("<think>" + CALL, 3), out.feed("</think>fine", 2, last=True)]

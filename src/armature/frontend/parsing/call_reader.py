@@ -153,7 +153,11 @@ class CallObjectReader:
 
     def _part_read(self, out: list[CallDelta]) -> None:
         assert self._part is not None
-        value, self._part = json.loads(self._part.value_text), None
+        try:  # the canonical text of one value: only its depth can refuse it here
+            value, self._part = loads_json(self._part.value_text), None
+        except ValueError:
+            self.failed, self._part = True, None
+            return
         if self._expect == "colon" and self._key is None:  # a key
             repeated = value in ARGUMENT_KEYS and bool(self._keys & set(ARGUMENT_KEYS))
             if value not in _CALL_KEYS or value in self._keys or repeated:

@@ -9,7 +9,8 @@ arguments a non-streamed response carries.
 
 What json.loads reads and json.dumps then refuses (NaN, Infinity, an integer too long for
 int()) fails, as does an object with a repeated key (the whole-output parsers refuse those
-too: see tool_call.loads_json). Pure, no recursion (nesting is an explicit stack).
+too: see tool_call.loads_json), and so does nesting deeper than MAX_JSON_DEPTH containers
+(the whole-output parsers' limit too). Pure, no recursion (nesting is an explicit stack).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["JSON_SPACE", "CanonicalJson"]
+__all__ = ["JSON_SPACE", "MAX_JSON_DEPTH", "CanonicalJson", "json_depth"]
+
+MAX_JSON_DEPTH = 256  # nested containers a call may carry, streamed or whole (far below
+# the recursion limit that json.loads would otherwise hit at ~1,000 levels)
 
 JSON_SPACE = " \t\n\r"  # the whitespace json.loads skips (str.isspace is wider)
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -25,6 +29,23 @@ _NUMBER_CHARS = frozenset("0123456789+-.eE")
 _LITERALS = ("true", "false", "null")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def json_depth(value: object) -> int:
+    """The deepest nesting of containers (dicts and lists) in a decoded JSON value; 0 for a
+    scalar. Iterative: any depth json.loads returned is measured."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children: list[object] = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        pending.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 class _Failed(Exception):
@@ -118,6 +139,8 @@ class CanonicalJson:
         top = not self._started
         self._started = True
         if char in "{[":
+            if len(self._stack) >= MAX_JSON_DEPTH:
+                raise _Failed
             self._stack.append((char, set()))
             out.append(char)
             self._expect = "first_key" if char == "{" else "first_item"

@@ -118,6 +118,9 @@ class _Segment:
         self.state = "start"
         self._call = CallObjectReader(first_number)
         self._name = ""
+        self._name_pieces: list[str] = []  # the name's text so far, until [ARGS]
+        self._name_chars = 0  # their length
+        self._name_tail = ""  # their last len(ARGS) - 1 characters
         self._arguments = ArgumentsReader()
 
     def feed(self, text: str) -> list[CallDelta]:
@@ -154,11 +157,18 @@ class _Segment:
         return out
 
     def _read_name(self, text: str) -> str:
-        """The text after `[ARGS]` once the name is whole."""
-        self._name += text
-        name, found, rest = self._name.partition(ARGS)
-        if not found:
+        """The text after `[ARGS]` once the name is whole. Only the new text and the end of
+        the old (which may begin `[ARGS]`) is searched: linear in a long name-form output."""
+        window = self._name_tail + text
+        at = window.find(ARGS)
+        if at < 0:
+            self._name_pieces.append(text)
+            self._name_chars += len(text)
+            self._name_tail = window[-(len(ARGS) - 1) :]
             return ""
+        position = self._name_chars - len(self._name_tail) + at  # in the whole name text
+        whole = "".join(self._name_pieces) + text
+        name, rest = whole[:position], whole[position + len(ARGS) :]
         if not name or name != name.strip():
             self.failed = True
         self._name, self.state = name, "arguments"

@@ -85,7 +85,9 @@ class RegionStream:
     def __init__(self, fmt: RegionFormat) -> None:
         self._format = fmt
         self._pending = ""  # held text before the region: undecided start, partial opener
-        self._region = ""  # the region's text so far
+        # the region's text so far, in pieces: joined only at its end (a string grown by +=
+        # on an attribute is copied whole on every piece: quadratic in a long region)
+        self._region: list[str] = []
         self._in_region = False
         self._decided = not fmt.at_start  # at_start: whether the output opens a region
         self._reader = None if fmt.reader is None else fmt.reader()
@@ -101,7 +103,7 @@ class RegionStream:
             if not self._in_region:
                 return StreamedToolCalls.of(parts)
             text, self._pending = self._pending, ""
-        self._region += text
+        self._region.append(text)
         if self._reader is not None:
             parts.extend(self._reader.feed(text))
             if self._reader.failed:
@@ -121,9 +123,10 @@ class RegionStream:
                 self._break(parts)
             return StreamedToolCalls.of(parts)
         # read whole: each call in one delta, name and arguments together
-        calls = self._format.parse_region(self._region.lstrip())
+        region = "".join(self._region)
+        calls = self._format.parse_region(region.lstrip())
         if not calls:
-            return StreamedToolCalls.of([self._region])
+            return StreamedToolCalls.of([region])
         return StreamedToolCalls(
             tuple(CallDelta(i, c.name, c.arguments) for i, c in enumerate(calls))
         )
@@ -132,8 +135,8 @@ class RegionStream:
         """The region is not calls: its begun calls break and its text is content."""
         assert self._reader is not None
         parts.extend(BrokenCall(number) for number in range(self._reader.num_begun))
-        parts.append(self._region)
-        self._region, self._not_calls = "", True
+        parts.append("".join(self._region))
+        self._region, self._not_calls = [], True
 
     def _before_region(self) -> str:
         """Before the region: what to show now; sets `_in_region` (the region's text then

@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from armature.frontend.parsing.json_canon import MAX_JSON_DEPTH, json_depth
+
 __all__ = [
     "ARGUMENT_KEYS",
     "BrokenCall",
@@ -147,20 +149,28 @@ def call_from_object(obj: Any) -> ToolCall | None:
 
 
 def loads_json(text: str) -> Any:
-    """`json.loads`, refusing (ValueError) an object with a repeated key and nesting too deep
-    for the decoder."""
+    """`json.loads`, refusing (ValueError) an object with a repeated key and nesting deeper
+    than MAX_JSON_DEPTH containers (as the streamed reader does)."""
     try:
-        return _DECODER.decode(text)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deep") from None
+    return _shallow(value)
 
 
 def raw_decode_json(text: str, at: int) -> tuple[Any, int]:
     """`JSONDecoder.raw_decode` with `loads_json`'s rules."""
     try:
-        return _DECODER.raw_decode(text, at)
+        value, end = _DECODER.raw_decode(text, at)
     except RecursionError:
         raise ValueError("JSON nested too deep") from None
+    return _shallow(value), end
+
+
+def _shallow(value: Any) -> Any:
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError("JSON nested too deep")
+    return value
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -164,3 +164,41 @@ def test_canonical_json_fails_where_the_whole_parse_refuses(raw: str) -> None:
     for char in raw:
         reader.feed(char)
     assert reader.failed and not reader.done
+
+
+NEST = 300  # containers: past MAX_JSON_DEPTH, short of json.loads' recursion limit
+DEEP = {
+    # a value too deep where the name or type should be: malformed output, never an error
+    "name": '<tool_call>{"name":' + "[" * 1200 + "]" * 1200 + ',"arguments":{}}</tool_call>',
+    "type": '<tool_call>{"type":' + "[" * 1200 + "]" * 1200 + ',"name":"f"}</tool_call>',
+    # arguments deeper than the limit: not a call, streamed or whole
+    "arguments": '<tool_call>{"name":"f","arguments":{"a":'
+    + "[" * NEST
+    + "1"
+    + "]" * NEST
+    + "}}</tool_call>",
+}
+
+
+@pytest.mark.parametrize("where", sorted(DEEP))
+def test_json_nested_too_deep_is_content_streamed_and_whole(where: str) -> None:
+    text = DEEP[where]
+    parser = TOOL_CALL_PARSERS["hermes"]
+    assert parser.parse(text) == ParsedToolCalls(text)
+    for chunks in ([text], list(text)):
+        out = run_stream(parser, chunks)
+        assert (out.content, out.calls()) == (text, ())
+
+
+def test_a_long_name_form_without_args_is_content_and_a_short_one_a_call() -> None:
+    """`[TOOL_CALLS]` then a long text without `[ARGS]`: content, as whole. The stream reads
+    each piece once (it rescanned and copied the whole text per piece: seconds at this size,
+    minutes at twice it)."""
+    text = "[TOOL_CALLS]" + "x" * 400_000
+    parser = TOOL_CALL_PARSERS["mistral"]
+    assert parser.parse(text) == ParsedToolCalls(text)
+    out = run_stream(parser, [text[at : at + 4] for at in range(0, len(text), 4)])
+    assert (out.content, out.calls()) == (text, ())
+    name_form = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+    out = run_stream(parser, list(name_form))
+    assert [(c.name, c.arguments) for c in out.calls()] == [("get_weather", '{"city": "Paris"}')]
