@@ -27,7 +27,7 @@ lines. SelfSubjectAccessReviews (POST .../authorization.k8s.io/v1/selfsubjectacc
 answer from `rules`, and any authenticated user may create one, as the real server's
 system:basic-user role allows; `access_reviews=False` is a server without the API (404).
 
-With `tls` (tests/tls_certs.py: a CA and a server certificate for 127.0.0.1) it serves https
+With `tls` (servers.TlsFiles: a CA and a server certificate for 127.0.0.1) it serves https
 only, as a real API server does; `write_service_account` then writes what the kubelet mounts
 in a Pod (token, namespace, ca.crt), for the in-cluster configuration, which finds the server
 through $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT (`fake.port`). `token` may be
@@ -59,7 +59,7 @@ from starlette.routing import Route
 from kube_objects import status_response
 from kube_pods import POD_RULES, POD_WATCH_RULES, PodStore
 from kube_workloads import Workloads
-from tls_certs import ServerCerts
+from servers import TlsFiles
 
 __all__ = [
     "POD_RULES",
@@ -156,7 +156,7 @@ class KubeApiFake:
         access_reviews: bool = True,
         admin_token: str | None = None,
         create_namespace: bool = True,
-        tls: ServerCerts | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.token = token
         self.tls = tls
@@ -259,8 +259,8 @@ class KubeApiFake:
             log_config=None,
             access_log=False,
             log_level="warning",
-            ssl_certfile=self.tls.cert if self.tls is not None else None,
-            ssl_keyfile=self.tls.key if self.tls is not None else None,
+            ssl_certfile=self.tls.server if self.tls is not None else None,
+            ssl_keyfile=self.tls.server_key if self.tls is not None else None,
         )
         server = uvicorn.Server(config)
         self._server = server

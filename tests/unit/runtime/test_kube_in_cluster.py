@@ -3,7 +3,7 @@ connector as they run in a Pod, with lightkube reading a service-account directo
 namespace, ca.crt; passed through `service_account_dir`, lightkube's own `from_env`
 argument) and finding the API server through $KUBERNETES_SERVICE_HOST and
 $KUBERNETES_SERVICE_PORT: the fake API server (tests/kube_api.py) over https, with a
-certificate for 127.0.0.1 from a CA made here (tests/tls_certs.py). $KUBECONFIG names no file,
+certificate for 127.0.0.1 from a CA made here (servers.TlsFiles). $KUBECONFIG names no file,
 so a test that reaches the server went through the service account.
 
 Pinned: the bearer token the server receives, the namespace (only the service account's
@@ -31,7 +31,7 @@ from armature.runtime.kube_client import make_kube_client
 from armature.runtime.kube_membership import ANNOTATION
 from kube_api import POD_RULES, SCALE_RULES, KubeApiFake, RecordedRequest
 from kube_cluster import fake_only
-from tls_certs import ServerCerts, write_server_certs
+from servers import TlsFiles
 
 pytestmark = fake_only("a service account and a TLS certificate of the fake's")
 
@@ -47,14 +47,12 @@ DEPLOYMENTS = {PREFILL: "armature-prefill", DECODE: "armature-decode"}
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> ServerCerts:
-    return write_server_certs(tmp_path_factory.mktemp("tls"))
+def certs(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return TlsFiles(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture
-def fake(
-    certs: ServerCerts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[KubeApiFake]:
+def fake(certs: TlsFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiFake]:
     """The fake over https, found as a Pod finds its API server; no kubeconfig."""
     server = KubeApiFake(
         token=TOKEN,
@@ -140,7 +138,7 @@ async def test_discovery_in_a_pod_uses_its_service_account(
 async def test_the_api_server_is_trusted_only_through_the_service_accounts_ca(
     fake: KubeApiFake, account: Path, tmp_path: Path
 ) -> None:
-    other = write_server_certs(tmp_path / "other", name="another-ca")
+    other = TlsFiles(tmp_path / "other")  # another CA, of another key
     (account / "ca.crt").write_bytes(other.ca.read_bytes())
     message = await get_start_error(account)
     assert message.startswith(
