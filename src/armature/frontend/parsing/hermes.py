@@ -23,7 +23,7 @@ from armature.frontend.parsing.tool_call import (
     StreamPart,
     ToolCall,
     call_from_object,
-    held_prefix_chars,
+    cut_at_marker,
     loads_json,
 )
 
@@ -82,14 +82,10 @@ class HermesStream:
         parts: list[StreamPart] = []
         while True:
             marker = START if self._body is None else END
-            at = self._pending.find(marker)
-            if at < 0:
-                keep = len(self._pending) - held_prefix_chars(self._pending, marker)
-                self._take(self._pending[:keep], parts)
-                self._pending = self._pending[keep:]
+            ready, self._pending, found = cut_at_marker(self._pending, marker)
+            self._take(ready, parts)
+            if not found:
                 break
-            self._take(self._pending[:at], parts)
-            self._pending = self._pending[at + len(marker) :]
             if self._body is None:
                 self._body, self._reader = "", CallObjectReader(self._num_calls)
             else:

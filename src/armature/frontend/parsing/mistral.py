@@ -18,7 +18,7 @@ from armature.frontend.parsing.tool_call import (
     CallDelta,
     ToolCall,
     call_from_object,
-    held_prefix_chars,
+    cut_at_marker,
     loads_json,
 )
 
@@ -75,14 +75,10 @@ class MistralReader:
         out: list[CallDelta] = []
         self._held += text
         while not self.failed:
-            at = self._held.find(TOOL_CALLS)
-            if at < 0:
-                keep = len(self._held) - held_prefix_chars(self._held, TOOL_CALLS)
-                self._take(self._held[:keep], out)
-                self._held = self._held[keep:]
+            ready, self._held, found = cut_at_marker(self._held, TOOL_CALLS)
+            self._take(ready, out)
+            if not found:
                 break
-            self._take(self._held[:at], out)
-            self._held = self._held[at + len(TOOL_CALLS) :]
             self._end_segment()
             self._segment = _Segment(self.num_begun)
         return out

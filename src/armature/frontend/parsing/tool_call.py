@@ -33,6 +33,7 @@ __all__ = [
     "ToolCallParser",
     "ToolCallStream",
     "call_from_object",
+    "cut_at_marker",
     "held_prefix_chars",
     "loads_json",
     "raw_decode_json",
@@ -181,6 +182,17 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def cut_at_marker(text: str, marker: str) -> tuple[str, str, bool]:
+    """`text` cut at the first `marker`: (the text before it, the text after it, True); or,
+    with no marker, (what can go out now, what must be held back because the marker may be
+    arriving, False)."""
+    at = text.find(marker)
+    if at >= 0:
+        return text[:at], text[at + len(marker) :], True
+    keep = len(text) - held_prefix_chars(text, marker)
+    return text[:keep], text[keep:], False
 
 
 def held_prefix_chars(text: str, marker: str) -> int:
