@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import msgspec
-import pytest
 
 from armature.config import ReplicaConfig
 from armature.frontend.replicas import LoadSharing
@@ -18,10 +17,10 @@ from armature.protocols.replica import FrontendCard, ReplicaLoad, WorkerShare, f
 from armature.router.load import ActiveLoad, WorkerLoad
 from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import EventPlane
+from polling import wait_until
 
 NAMESPACE = "replicas-test"
 CONFIG = ReplicaConfig(share_load_interval_s=0.005, share_load_ttl_s=0.6)
-DEADLINE_S = 30.0  # a bound on waits for a state, far beyond it on an idle machine
 
 
 class Router:
@@ -49,14 +48,6 @@ class Router:
         return dict(self.load.get_peer_loads())
 
 
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline_s = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline_s:
-            pytest.fail(f"not {what} after {DEADLINE_S:g} s")
-        await asyncio.sleep(0.01)
-
-
 def start(router: Router, store: MemStore, plane: EventPlane) -> asyncio.Task[None]:
     sharing = LoadSharing(router, MemDiscovery(store), plane, NAMESPACE, CONFIG, lease_ttl_s=5.0)
     return asyncio.get_running_loop().create_task(sharing.run())
@@ -70,20 +61,20 @@ async def test_a_joining_replica_gets_the_current_load_and_follows_it(
     a.start("r1", "w0", 64, 5)
     a.start("r2", "w1", 0, 3)
     task_a = start(a, store, plane)
-    await wait_for(lambda: len(store.entries) == 1, "A registered")
+    await wait_until(lambda: len(store.entries) == 1, "A registered")
     task_b = start(b, store, plane)  # joins while A has two requests in flight
-    await wait_for(
+    await wait_until(
         lambda: b.peers() == {"w0": WorkerLoad(64, 5, 1), "w1": WorkerLoad(0, 3, 1)},
         "A's load seen by B",
     )
     b.start("r3", "w0", 16, 1)
-    await wait_for(lambda: a.peers() == {"w0": WorkerLoad(16, 1, 1)}, "B's load seen by A")
+    await wait_until(lambda: a.peers() == {"w0": WorkerLoad(16, 1, 1)}, "B's load seen by A")
     assert dict(a.load.get_loads()) == {"w0": WorkerLoad(80, 6, 2), "w1": WorkerLoad(0, 3, 1)}
     a.finish("r1")
-    await wait_for(lambda: b.peers() == {"w1": WorkerLoad(0, 3, 1)}, "A's finish seen by B")
+    await wait_until(lambda: b.peers() == {"w1": WorkerLoad(0, 3, 1)}, "A's finish seen by B")
     task_a.cancel()  # a clean exit: its card leaves discovery, and its load with it
     await asyncio.gather(task_a, return_exceptions=True)
-    await wait_for(lambda: b.peers() == {}, "A's load gone from B")
+    await wait_until(lambda: b.peers() == {}, "A's load gone from B")
     assert [k.rsplit("/", 1)[0] for k in store.entries] == [f"instances/{NAMESPACE}/frontend/load"]
     task_b.cancel()
     await asyncio.gather(task_b, return_exceptions=True)
@@ -113,13 +104,13 @@ async def test_a_silent_replica_expires_and_comes_back(plane: EventPlane) -> Non
         await report(WorkerShare("w2", 0, 9, 3))
         await asyncio.sleep(0.02)
     heard_s = time.monotonic()
-    await wait_for(lambda: b.peers() == {}, "the silent replica's load expired")
+    await wait_until(lambda: b.peers() == {}, "the silent replica's load expired")
     assert time.monotonic() - heard_s >= 0.3 - 0.05  # three heartbeats of 0.1 s
     assert store.entries  # still registered: expiry, not leaving
     await report(WorkerShare("w2", 0, 2, 1))  # it was only slow
-    await wait_for(lambda: b.peers() == {"w2": WorkerLoad(0, 2, 1)}, "its load back")
+    await wait_until(lambda: b.peers() == {"w2": WorkerLoad(0, 2, 1)}, "its load back")
     await registration.close()
-    await wait_for(lambda: b.peers() == {}, "its load gone with its card")
+    await wait_until(lambda: b.peers() == {}, "its load gone with its card")
     task_b.cancel()
     await asyncio.gather(task_b, return_exceptions=True)
     await dead.close()
