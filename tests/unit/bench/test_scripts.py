@@ -42,6 +42,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "chaos",
         "configurator_fidelity",
         "configurator_gpu",
+        "configurator_native",
         "disagg_serve",
         "frontend_replicas",
         "http_overhead",

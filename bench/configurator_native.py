@@ -1,0 +1,346 @@
+"""The configurator against measured runs of the native engine on this machine (issue
+"Configurator", Validation: "predicted TTFT p50 and ITL p50 within 15% of the measured
+figures, and the configuration ranked first is the measured best or within 5% of it").
+
+    1. `armature profile --engine torch` of the default model, one torch thread per worker
+       (a worker is one core: the local system's "GPU")
+    2. `armature configure --system local` on that profile, as its code searches, for each
+       case (2 workers, then 1): every simulated finalist is a configuration to check
+    3. each configuration saved as `--save-dir` saves it, then its `commands_native.sh`
+       serve line run for real, and `armature bench` offering it the rate the prediction
+       is for (Poisson arrivals, the same lengths and spread, unique prompts, EOS ignored)
+    4. per configuration: predicted (the finalist's replay) and measured TTFT p50, ITL p50
+       and ITL mean, their errors, and tokens/s per worker measured; per case, the rank the
+       configurator gave against the measured best
+
+    python -m bench.configurator_native            # full run, writes docs/benchmarks.md
+    python -m bench.configurator_native --quick    # smoke run, writes bench/out/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from armature.configurator.hardware import Hardware, local_hardware
+from armature.configurator.model_spec import read_model_spec
+from armature.configurator.save import SaveRequest, save_deployment
+from armature.configurator.search import Ranked, SearchSettings, search
+from armature.configurator.simulate import make_requests
+from armature.configurator.space import SearchSpace, Targets, Workload
+from armature.engines.native.device import pick_dtype
+from armature.protocols.timing_profile import read_profile
+from armature.sim.replay import replay
+from bench.harness import BenchArgs, parse_args, publish
+from bench.paths import REPO_ROOT
+from bench.report import Section, markdown_table
+from bench.serving import running_server
+
+TARGET_ERROR = 0.15  # |predicted - measured| / measured, TTFT p50 and ITL p50
+TARGET_RANK = 0.05  # the first-ranked within this of the measured best's tokens/s per worker
+LOG_DIR = REPO_ROOT / "bench" / "out" / "configurator_native"
+WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # one core per worker, as profiled
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile_args: tuple[str, ...]  # `armature profile` options besides the engine and output
+    max_num_seqs: tuple[int, ...]  # searched
+    workload: Workload
+    targets: Targets
+    totals: tuple[int, ...]  # workers to deploy on, one case each
+    num_finalists: int
+    measure_s: float  # arrivals span about this long, within the bounds below
+    min_requests: int
+    max_requests: int
+    warmup: int
+
+
+FULL = Plan(
+    profile_args=(
+        "--max-num-seqs=8",
+        "--max-num-batched-tokens=256",
+        "--prefill-input-tokens=16,64,128,192,256",
+        "--prefill-repeats=3",
+        "--decode-requests=1,2,4,8",
+        "--decode-context-tokens=64,160,256",
+        "--decode-output-tokens=16",
+    ),
+    max_num_seqs=(2, 4, 8),
+    workload=Workload(128.0, 32.0, 0.5),
+    targets=Targets(1000.0, 150.0),
+    totals=(2, 1),
+    num_finalists=4,
+    measure_s=60.0,
+    min_requests=40,
+    max_requests=200,
+    warmup=4,
+)
+QUICK = Plan(
+    profile_args=(
+        "--max-num-seqs=4",
+        "--max-num-batched-tokens=128",
+        "--prefill-input-tokens=16,64,128",
+        "--prefill-repeats=1",
+        "--decode-requests=1,4",
+        "--decode-context-tokens=64,128",
+        "--decode-output-tokens=4",
+    ),
+    max_num_seqs=(2, 4),
+    workload=Workload(48.0, 8.0, 0.5),
+    targets=Targets(2000.0, 300.0),
+    totals=(2,),
+    num_finalists=2,
+    measure_s=10.0,
+    min_requests=8,
+    max_requests=16,
+    warmup=2,
+)
+
+
+@dataclass(frozen=True)
+class Figures:
+    ttft_p50_ms: float
+    itl_p50_ms: float
+    itl_mean_ms: float
+    tokens_per_s_per_worker: float
+
+
+@dataclass(frozen=True)
+class Checked:
+    case_workers: int
+    rank: int  # the configurator's, 1 = its choice
+    ranked: Ranked
+    rate_per_s: float  # offered to the whole deployment
+    num_requests: int
+    predicted: Figures
+    measured: Figures
+    meets_targets: bool  # measured
+
+    @property
+    def label(self) -> str:
+        return f"{self.ranked.deployment.describe()} x{self.ranked.num_groups}"
+
+
+def _error(value: float, reference: float) -> float:
+    return (value - reference) / reference if reference else float("inf")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _profile(args: BenchArgs, plan: Plan, out: Path) -> Path:
+    """This machine's timing profile of the native engine, one thread per worker."""
+    path = out / "local_profile.json"
+    command = [sys.executable, "-m", "armature.cli", "profile", "--engine", "torch"]
+    command += ["--model", str(args.model_dir), "--output", str(path), *plan.profile_args]
+    print("profiling:", shlex.join(command), flush=True)
+    subprocess.run(command, check=True, env={**os.environ, **WORKER_ENV})
+    return path
+
+
+def _predicted(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Figures:
+    """The finalist's own replay again (the same requests, so the same TTFT p50 and ITL
+    mean as its prediction), for the ITL p50 the prediction does not keep."""
+    assert r.plan is not None
+    c = r.deployment
+    requests = make_requests(
+        settings.workload,
+        r.plan.request_rate_per_s,
+        r.plan.num_requests,
+        settings.seed,
+        r.plan.arrival_shape,
+    )
+    prefill = hardware.timings[c.prefill_tp].timing if c.prefill_tp else None
+    report = replay(requests, r.plan.config, hardware.timings[c.decode_tp].timing, prefill)
+    return Figures(
+        report.ttft_ms.p50,
+        report.itl_ms.p50,
+        report.itl_ms.mean,
+        r.prediction.tokens_per_s_per_gpu,
+    )
+
+
+def _serve_line(save_dir: Path) -> list[str]:
+    """The one-command `armature serve` line of the saved native deployment."""
+    lines = (save_dir / "commands_native.sh").read_text().splitlines()
+    serve = next(line for line in lines if line.startswith("armature serve "))
+    return shlex.split(serve)[1:]
+
+
+def _measure(
+    args: BenchArgs, plan: Plan, r: Ranked, settings: SearchSettings, rate: float, save: Path
+) -> tuple[Figures, int]:
+    """Run the saved deployment for real and offer it `rate` requests/s."""
+    num_requests = round(rate * plan.measure_s)
+    num_requests = max(plan.min_requests, min(plan.max_requests, num_requests))
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "armature.cli", *_serve_line(save)]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
+    name = save.name
+    print("serving:", shlex.join(command), flush=True)
+    env = {**os.environ, **WORKER_ENV}
+    with running_server(command, url, LOG_DIR / f"{name}.log", env):
+        report_dir = LOG_DIR / name
+        w = settings.workload
+        bench = [sys.executable, "-m", "armature.cli", "bench", "--url", url]
+        bench += ["--endpoint", "completions", "--rate", f"{rate:.6g}"]
+        bench += ["--num-requests", str(num_requests), "--warmup", str(plan.warmup)]
+        bench += ["--input-len", str(round(w.isl_tokens)), "--output-len", str(round(w.osl_tokens))]
+        bench += ["--len-spread", str(w.spread), "--ignore-eos", "--seed", str(args.seed)]
+        bench += ["--report", str(report_dir)]
+        subprocess.run(bench, check=True, stdout=subprocess.DEVNULL)
+    summary = json.loads((report_dir / "report.json").read_text())["steps"][0]["summary"]
+    if summary["num_ok"] != summary["num_requests"]:
+        raise RuntimeError(f"{name}: {summary['errors']} (see {LOG_DIR / name})")
+    figures = Figures(
+        summary["ttft_ms"]["p50"],
+        summary["itl_ms"]["p50"],
+        summary["itl_ms"]["mean"],
+        summary["output_tokens_per_s"] / r.num_gpus,
+    )
+    return figures, num_requests
+
+
+def run_case(
+    args: BenchArgs, plan: Plan, profile: Path, total: int, save_root: Path
+) -> list[Checked]:
+    model = read_model_spec(args.model_dir, pick_dtype("auto", "cpu"))  # as the workers run
+    space = SearchSpace(tensor_parallel=(1,), max_num_seqs=plan.max_num_seqs)
+    hardware = local_hardware(model, read_profile(profile), space)
+    settings = SearchSettings(
+        plan.workload,
+        plan.targets,
+        total,
+        num_finalists=plan.num_finalists,
+        sim_budget_s=600.0,
+        seed=args.seed,
+    )
+    result = search(hardware, settings, on_progress=print)
+    checked = []
+    for rank, r in enumerate((r for r in result.ranked if r.simulated), start=1):
+        save = save_root / f"w{total}_rank{rank}"
+        request = SaveRequest(save, args.model_dir, args.served_name, hardware, settings, r)
+        save_deployment(request)
+        rate = r.prediction.request_rate_per_s * r.num_groups
+        measured, num_requests = _measure(args, plan, r, settings, rate, save)
+        meets = plan.targets.get_miss(measured.ttft_p50_ms, measured.itl_mean_ms, 0.0) <= 1.0
+        one = Checked(
+            total, rank, r, rate, num_requests, _predicted(hardware, r, settings), measured, meets
+        )
+        checked.append(one)
+        print(_row(one), flush=True)
+    return checked
+
+
+def _row(c: Checked) -> list[object]:
+    p, m = c.predicted, c.measured
+    return [
+        c.case_workers,
+        c.rank,
+        c.label,
+        f"{c.rate_per_s:.2f}",
+        c.num_requests,
+        f"{p.ttft_p50_ms:.0f} / {m.ttft_p50_ms:.0f} ({_error(p.ttft_p50_ms, m.ttft_p50_ms):+.1%})",
+        f"{p.itl_p50_ms:.1f} / {m.itl_p50_ms:.1f} ({_error(p.itl_p50_ms, m.itl_p50_ms):+.1%})",
+        f"{p.itl_mean_ms:.1f} / {m.itl_mean_ms:.1f} ({_error(p.itl_mean_ms, m.itl_mean_ms):+.1%})",
+        f"{p.tokens_per_s_per_worker:.1f} / {m.tokens_per_s_per_worker:.1f}",
+        "yes" if c.meets_targets else "no",
+    ]
+
+
+def _checks(checked: list[Checked]) -> list[str]:
+    lines = []
+    for c in checked:
+        errors = {
+            "TTFT p50": _error(c.predicted.ttft_p50_ms, c.measured.ttft_p50_ms),
+            "ITL p50": _error(c.predicted.itl_p50_ms, c.measured.itl_p50_ms),
+        }
+        for what, e in errors.items():
+            verdict = "PASS" if abs(e) <= TARGET_ERROR else "MISS"
+            lines.append(f"- {verdict}: {c.label} ({c.case_workers} workers) {what} {e:+.1%}")
+    for total in sorted({c.case_workers for c in checked}, reverse=True):
+        case = [c for c in checked if c.case_workers == total]
+        good = [c for c in case if c.meets_targets]
+        first = case[0]
+        if not good:
+            lines.append(f"- MISS: {total} workers: no configuration met the targets measured")
+            continue
+        best = max(good, key=lambda c: c.measured.tokens_per_s_per_worker)
+        short = 1.0 - first.measured.tokens_per_s_per_worker / best.measured.tokens_per_s_per_worker
+        ok = first.meets_targets and short <= TARGET_RANK
+        lines.append(
+            f"- {'PASS' if ok else 'MISS'}: {total} workers: ranked first {first.label} "
+            f"({'meets' if first.meets_targets else 'misses'} the targets measured) is "
+            f"{short:.1%} below the measured best {best.label}"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args, _ = parse_args(__doc__.splitlines()[0], parser)
+    plan = QUICK if args.quick else FULL
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    checked: list[Checked] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        profile = _profile(args, plan, LOG_DIR)
+        for total in plan.totals:
+            checked += run_case(args, plan, profile, total, out)
+    w, t = plan.workload, plan.targets
+    table = markdown_table(
+        [
+            "workers",
+            "rank",
+            "configuration",
+            "rate req/s",
+            "requests",
+            "TTFT p50 ms predicted / measured",
+            "ITL p50 ms",
+            "ITL mean ms",
+            "tokens/s per worker",
+            "meets targets measured",
+        ],
+        [_row(c) for c in checked],
+    )
+    body = (
+        f"The default model on this machine's CPU, one torch thread per worker "
+        f"(`OMP_NUM_THREADS=1`: a worker is one core, the local system's GPU). The profile: "
+        f"`armature profile --engine torch {' '.join(plan.profile_args)}`. The search: "
+        f"`--system local`, max-num-seqs {', '.join(map(str, plan.max_num_seqs))}, prompts of "
+        f"{w.isl_tokens:.0f} and outputs of {w.osl_tokens:.0f} tokens within +-{w.spread:.0%}, "
+        f"targets TTFT p50 {t.ttft_ms:.0f} ms and ITL mean {t.itl_ms:.0f} ms, "
+        f"{plan.num_finalists} finalists per case. Each finalist ran as its saved "
+        f"`commands_native.sh` serve line with `armature bench` offering its predicted rate "
+        f"(Poisson, /v1/completions, streaming, EOS ignored, unique prompts, {plan.warmup} "
+        f"warm-up requests not counted); the bench client and the frontend share the machine's "
+        f"cores with the workers. Predicted: the finalist's replay. Errors: predicted against "
+        f"measured.\n\n{table}\n\n" + "\n".join(_checks(checked)) + "\n"
+    )
+    publish(
+        args,
+        Section(
+            "configurator_native",
+            "Configurator: predictions vs the native engine",
+            body,
+            pick_dtype("auto", "cpu"),
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()
