@@ -5,7 +5,8 @@
     POST /v1/load_lora_adapter   POST /v1/unload_lora_adapter   (lora_admin.py)
     GET /health   GET /live   GET /metrics   GET /openapi.json   GET|POST /admin/overload
 
-The request logic lives in service.py (OpenAIService); the parts are wired in compose.py.
+Requests become jobs in jobs.py (JobBuilder) and run in service.py (OpenAIService); the parts
+are wired in compose.py.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from armature.frontend.compose import FrontendParts, serves_generation
 from armature.frontend.embedding_routes import EMBEDDINGS_PATH, add_embedding_routes
 from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
 from armature.frontend.generation import GenerationError
+from armature.frontend.jobs import Job, ServedModel
 from armature.frontend.lora_admin import add_lora_routes
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
 from armature.frontend.responses_protocol import MAX_RESPONSE_ID_CHARS, ResponsesRequest
-from armature.frontend.service import ClientDisconnectedError, Job, OpenAIService, ServedModel
+from armature.frontend.service import ClientDisconnectedError, OpenAIService
 from armature.frontend.tasks import wrong_task
 from armature.protocols.embedding import WorkerTask
 from armature.router.policies import RoutingError
@@ -229,7 +231,7 @@ async def _respond(
 
 
 def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
-    service = parts.service
+    service, jobs = parts.service, parts.jobs
     responses: dict[int | str, dict[str, Any]] = {
         200: {"content": {"text/event-stream": {}}, "description": "a response, or SSE"},
         **error_responses(400, 401, 404, 413, 500, 503),
@@ -240,7 +242,7 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
         return await _respond(
             parts,
             "chat",
-            lambda: _service_run(service, service.chat_job(body)),
+            lambda: _service_run(service, jobs.chat_job(body)),
             http_request,
             body.model,
         )
@@ -250,7 +252,7 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
         return await _respond(
             parts,
             "completions",
-            lambda: _service_run(service, service.completion_job(body)),
+            lambda: _service_run(service, jobs.completion_job(body)),
             http_request,
             body.model,
         )

@@ -3,7 +3,7 @@
 registry ─▶ RouterMetrics (observer) ─┐
 OverloadThresholds ───────────────────┼─▶ DisaggRouter ─▶ FrontendMetrics (its loads)
                                       │        └───────▶ AdmissionGate (its pressures)
-                                      └──────────────────▶ OpenAIService ─▶ build_app
+                                      └──────▶ JobBuilder, OpenAIService ─▶ build_app
 EmbedRouter (workers of task embed) ─────────────────────▶ EmbeddingService ─┘
                                                  ResponsesService ◀─┘ (/v1/responses)
 """
@@ -19,11 +19,12 @@ from armature.config import DisaggConfig, OverloadConfig, ResponsesConfig, Route
 from armature.engines.api import EmbeddingEngine, Engine
 from armature.frontend.admission import AdmissionGate
 from armature.frontend.embeddings import EmbeddingService
+from armature.frontend.jobs import JobBuilder, ServedModel
 from armature.frontend.metrics import FrontendMetrics, InFlightCollector, RouterMetrics
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.responses_service import ResponsesService
-from armature.frontend.service import OpenAIService, ServedModel
+from armature.frontend.service import OpenAIService
 from armature.router.disagg import DisaggRouter
 from armature.router.embedding import EmbedRouter
 from armature.router.pressure import OverloadThresholds
@@ -37,6 +38,7 @@ class FrontendParts:
     thresholds: OverloadThresholds
     gate: AdmissionGate
     metrics: FrontendMetrics
+    jobs: JobBuilder
     service: OpenAIService
     model: ServedModel
     embedder: EmbedRouter
@@ -93,7 +95,8 @@ def compose_frontend(
         "The prefix index's bound: the routed workers' KV capacity in blocks",
         registry=registry,
     ).set_function(lambda: router.get_index_blocks()[1])
-    service = OpenAIService(router, preprocessor, metrics, model, parsers)
+    jobs = JobBuilder(router, preprocessor, model, parsers)
+    service = OpenAIService(router, preprocessor, metrics)
     embedder = EmbedRouter(embed_engines)
     embeddings = EmbeddingService(
         embedder,
@@ -101,7 +104,16 @@ def compose_frontend(
         model,
         has_generate=lambda: serves_generation(router),
     )
-    responses_service = ResponsesService(service, responses or ResponsesConfig())
+    responses_service = ResponsesService(jobs, service, responses or ResponsesConfig())
     return FrontendParts(
-        router, thresholds, gate, metrics, service, model, embedder, embeddings, responses_service
+        router,
+        thresholds,
+        gate,
+        metrics,
+        jobs,
+        service,
+        model,
+        embedder,
+        embeddings,
+        responses_service,
     )

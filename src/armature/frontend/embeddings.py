@@ -16,8 +16,8 @@ from armature.engines.api import InvalidRequestError
 from armature.frontend.embedding_protocol import EmbeddingRequest
 from armature.frontend.embedding_vectors import encode_vector
 from armature.frontend.errors import ApiError
+from armature.frontend.jobs import ServedModel
 from armature.frontend.preprocess import Preprocessor
-from armature.frontend.service import ServedModel
 from armature.frontend.tasks import wrong_task
 from armature.protocols.embedding import EmbedRequest, EmbedResult, WorkerTask
 from armature.router.embed_policy import split_prompts

@@ -21,11 +21,12 @@ from armature.config import ResponsesConfig
 from armature.engines.api import EngineDeadError
 from armature.frontend.errors import ApiError
 from armature.frontend.generation import GenerationError, Usage
+from armature.frontend.jobs import Job, JobBuilder
 from armature.frontend.response_store import Missing, ResponseStore
 from armature.frontend.responses_input import chat_request, read_items, responses_error
 from armature.frontend.responses_output import ResponseBuilder, response_fields
 from armature.frontend.responses_protocol import InputItem, ResponsesRequest
-from armature.frontend.service import Job, OpenAIService, unless_disconnected
+from armature.frontend.service import OpenAIService, unless_disconnected
 
 __all__ = ["ResponseRun", "ResponsesService", "StoredResponse"]
 
@@ -44,8 +45,13 @@ class ResponsesService:
     """Owns the store of responses (bounded, with a TTL; see response_store.py)."""
 
     def __init__(
-        self, chat: OpenAIService, config: ResponsesConfig, clock: Clock = time.monotonic
+        self,
+        jobs: JobBuilder,
+        chat: OpenAIService,
+        config: ResponsesConfig,
+        clock: Clock = time.monotonic,
     ) -> None:
+        self.jobs = jobs
         self.chat = chat
         self.clock = clock
         self.store: ResponseStore[StoredResponse] = ResponseStore(
@@ -62,7 +68,7 @@ class ResponsesService:
         history = self._history(body.previous_response_id)
         items = read_items(body.input)
         try:
-            job = await self.chat.chat_job(chat_request(body, history, items))
+            job = await self.jobs.chat_job(chat_request(body, history, items))
         except ApiError as exc:
             raise responses_error(exc) from None
         fields = response_fields(body, f"resp_{uuid.uuid4().hex}", int(time.time()), job.model_name)

@@ -1,5 +1,6 @@
-"""OpenAIService: turns validated OpenAI requests into engine jobs and runs them, as one JSON
-body or as SSE events. The HTTP routes live in app.py; this module holds no FastAPI app."""
+"""OpenAIService: runs the engine jobs that jobs.py makes from validated OpenAI requests, to one
+JSON body or to SSE events: the candidates' deltas, best_of's choice, logprobs, and a client
+that leaves. The HTTP routes live in app.py; this module holds no FastAPI app."""
 
 from __future__ import annotations
 
@@ -7,22 +8,18 @@ import asyncio
 import functools
 import logging
 import time
-import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from fastapi import Request
 
-from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.api import EngineDeadError
 from armature.errors import ArmatureError
 from armature.frontend.chat_output import ChatOutput, ChatPiece, chat_message
-from armature.frontend.chat_request import ToolUse, plan_tools, template_messages
 from armature.frontend.choices import fork_streams, top_by_score
-from armature.frontend.detokenizer import IncrementalDetokenizer
-from armature.frontend.errors import ApiError, error_body
+from armature.frontend.errors import error_body
 from armature.frontend.generation import (
     Delta,
     GenerationError,
@@ -30,14 +27,9 @@ from armature.frontend.generation import (
     stream_deltas,
     total_usage,
 )
+from armature.frontend.jobs import Job, Kind
 from armature.frontend.metrics import FrontendMetrics
-from armature.frontend.parsing import OutputParsers
-from armature.frontend.preprocess import NoChatTemplateError, Preprocessor
-from armature.frontend.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    GenerationFields,
-)
+from armature.frontend.preprocess import Preprocessor
 from armature.frontend.responses import (
     ChatChoiceChunk,
     CompletionChoiceChunk,
@@ -46,267 +38,27 @@ from armature.frontend.responses import (
     completion_logprobs,
     sse_event,
 )
-from armature.frontend.structured import check_request_guide, check_tool_schemas, request_guide
-from armature.frontend.tool_protocol import ToolSpec
-from armature.protocols.engine import EngineRequest, SamplingParams, TokenLogprob
-from armature.protocols.guide import Guide
-from armature.protocols.lora import LoraNotFoundError
+from armature.protocols.engine import TokenLogprob
 from armature.router.service import EngineRouter, RouteGroup
 
-__all__ = ["ClientDisconnectedError", "Job", "OpenAIService", "ServedModel", "unless_disconnected"]
+__all__ = ["ClientDisconnectedError", "OpenAIService", "unless_disconnected"]
 
 log = logging.getLogger(__name__)
-
-Kind = Literal["chat", "completion"]
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    name: str
-    max_model_len: int
-    created: int
 
 
 class ClientDisconnectedError(ArmatureError):
     """The client went away before its non-streaming response was ready."""
 
 
-@dataclass
-class Candidate:
-    """One sequence a job generates: a choice, or with best_of a candidate for one."""
-
-    engine_request: EngineRequest
-    detokenizer: IncrementalDetokenizer
-    chat_output: ChatOutput | None = None  # chat: reads reasoning and tool calls
-
-
-@dataclass
-class Job:
-    """One accepted request, ready to run. It generates `candidates` (n, or best_of of them)
-    and returns `num_choices` (n): all of them, or with best_of the n whose tokens have the
-    highest cumulative logprob."""
-
-    kind: Kind
-    request_id: str
-    candidates: list[Candidate]
-    stream: bool
-    include_usage: bool
-    want_logprobs: bool
-    echo_text: str = ""
-    model_name: str = ""  # as the request named it: the base model or a LoRA adapter
-    target_worker: str | None = None  # from the x-worker-id header (direct routing)
-    priority: int = 0  # overload queue order: lower first
-    num_choices: int = 1
-    per_step: bool = False  # stream one event per engine output, not one per token
-
-    @property
-    def engine_request(self) -> EngineRequest:
-        """The first sequence's request (the others differ only in id and seed)."""
-        return self.candidates[0].engine_request
-
-
 class OpenAIService:
-    def __init__(
-        self,
-        engine: EngineRouter,
-        preprocessor: Preprocessor,
-        metrics: FrontendMetrics,
-        model: ServedModel,
-        parsers: OutputParsers | None = None,
-    ):
+    """Runs jobs on the router, their tokens and latencies counted in `metrics`; keeps nothing
+    between jobs."""
+
+    def __init__(self, engine: EngineRouter, preprocessor: Preprocessor, metrics: FrontendMetrics):
         self.engine = engine
         self.preprocessor = preprocessor
         self.metrics = metrics
-        self.model = model
-        self.parsers = parsers or OutputParsers()  # None: output read as plain text
 
-    # ---- request -> job ----------------------------------------------------------------
-    def _check_common(self, body: GenerationFields, endpoint: str) -> str | None:
-        """Check the fields every generation shares; returns the LoRA adapter `model` names
-        (None: the base model). ApiError (404) for a model nobody serves."""
-        if body.model_extra:
-            log.info("%s: ignoring unknown fields %s", endpoint, sorted(body.model_extra))
-        lora_name = None
-        if body.model != self.model.name:
-            adapters = self.engine.get_lora_adapters()
-            if body.model not in adapters:
-                served = ", ".join(repr(n) for n in [self.model.name, *sorted(adapters)])
-                raise ApiError(
-                    f"the model {body.model!r} does not exist; this server serves {served}",
-                    status_code=404,
-                    type="not_found_error",
-                    param="model",
-                    code="model_not_found",
-                )
-            lora_name = body.model
-        for param, reason in body.unsupported_fields():
-            raise ApiError(reason, param=param, code="unsupported_parameter")
-        return lora_name
-
-    def _sampling(
-        self,
-        body: GenerationFields,
-        max_tokens: int | None,
-        num_prompt: int,
-        logprobs: int | None,
-        guide: Guide | None = None,
-    ) -> SamplingParams:
-        limit = self.model.max_model_len
-        if num_prompt >= limit:
-            raise ApiError(
-                f"this model's maximum context length is {limit} tokens; the prompt has "
-                f"{num_prompt} tokens",
-                param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
-                code="context_length_exceeded",
-            )
-        if max_tokens is None:
-            max_tokens = limit - num_prompt
-        elif num_prompt + max_tokens > limit:
-            raise ApiError(
-                f"this model's maximum context length is {limit} tokens; you requested "
-                f"{num_prompt + max_tokens} tokens ({num_prompt} in the prompt, {max_tokens} "
-                "for the completion); reduce the prompt or max_tokens",
-                param="max_tokens",
-                code="context_length_exceeded",
-            )
-        if body.min_tokens > max_tokens:
-            raise ApiError("min_tokens must not exceed max_tokens", param="min_tokens")
-        temperature = 1.0 if body.temperature is None else body.temperature
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=1.0 if body.top_p is None else body.top_p,
-            top_k=max(0, body.top_k or 0),
-            seed=body.seed,
-            min_tokens=body.min_tokens,
-            ignore_eos=body.ignore_eos,
-            stop_token_ids=tuple(body.stop_token_ids or ()),
-            logprobs=logprobs,
-            presence_penalty=body.presence_penalty,
-            frequency_penalty=body.frequency_penalty,
-            repetition_penalty=body.repetition_penalty,
-            logit_bias=body.logit_bias_pairs(),
-            guide=guide,
-        )
-
-    async def chat_job(self, body: ChatCompletionRequest) -> Job:
-        lora_name = self._check_common(body, "chat")
-        features = self.preprocessor.template_features
-        messages = template_messages(body.messages, features)
-        markers = {text: token for token, text in self.parsers.kept_tokens.items()}
-        tool_use = plan_tools(body, features, self.parsers.tool_call_name, markers)
-        guide = await _checked_guide(body, tool_use.guide, body.tools)
-        try:
-            prompt_ids = await asyncio.to_thread(
-                self.preprocessor.encode_chat, messages, tool_use.tools
-            )
-        except NoChatTemplateError as exc:
-            raise ApiError(str(exc), param="messages") from None
-        logprobs = (body.top_logprobs or 0) if body.logprobs else None
-        sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs, guide)
-        outputs = functools.partial(self._chat_output, tool_use)
-        kept = self.parsers.kept_tokens if tool_use.parse_calls else None
-        return self._job(
-            "chat", "chatcmpl", body, prompt_ids, sampling, body.n, lora_name, outputs, kept
-        )
-
-    def _chat_output(self, tool_use: ToolUse) -> ChatOutput:
-        """A fresh reader of one choice's output: reasoning, then tool calls."""
-        tool_call, reasoning = self.parsers.tool_call, self.parsers.reasoning
-        return ChatOutput(
-            reasoning=None if reasoning is None else reasoning.stream(),
-            tools=tool_call.stream() if tool_call is not None and tool_use.parse_calls else None,
-            new_call_id=lambda: f"call_{uuid.uuid4().hex[:24]}",
-            max_calls=tool_use.max_calls,
-        )
-
-    async def completion_job(self, body: CompletionRequest) -> Job:
-        lora_name = self._check_common(body, "completions")
-        try:
-            prompt = body.single_prompt()
-        except InvalidRequestError as exc:
-            raise ApiError(str(exc), param="prompt") from None
-        if isinstance(prompt, str):
-            if not prompt:
-                raise ApiError("prompt must not be empty", param="prompt")
-            prompt_ids = await asyncio.to_thread(self.preprocessor.encode, prompt)
-        else:
-            prompt_ids = prompt
-        if not prompt_ids:
-            raise ApiError("prompt must not be empty", param="prompt")
-        guide = await _checked_guide(body, None)
-        sampling = self._sampling(body, body.max_tokens, len(prompt_ids), body.logprobs, guide)
-        job = self._job(
-            "completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body), lora_name
-        )
-        if body.echo:
-            job.echo_text = (
-                prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
-            )
-        return job
-
-    def _job(
-        self,
-        kind: Kind,
-        prefix: str,
-        body: GenerationFields,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        num_candidates: int,
-        lora_name: str | None,
-        chat_outputs: Callable[[], ChatOutput] | None = None,
-        kept_tokens: Mapping[int, str] | None = None,
-    ) -> Job:
-        if not self.engine.is_alive:
-            raise ApiError(
-                "the engine is not serving",
-                status_code=503,
-                type="service_unavailable",
-                code="engine_unavailable",
-            )
-        request_id = f"{prefix}-{uuid.uuid4().hex}"
-        want_logprobs = sampling.logprobs is not None
-        if num_candidates > body.n and sampling.logprobs is None:
-            sampling = msgspec.structs.replace(sampling, logprobs=0)  # best_of ranks by them
-        candidates = [
-            Candidate(
-                EngineRequest(
-                    request_id=request_id if num_candidates == 1 else f"{request_id}-{i}",
-                    prompt_token_ids=prompt_ids,
-                    sampling=_candidate_sampling(sampling, i),
-                    lora_name=lora_name,
-                ),
-                IncrementalDetokenizer(
-                    self.preprocessor.decoder,
-                    prompt_ids,
-                    stop=body.stop_list(),
-                    min_tokens=sampling.min_tokens,
-                    kept_tokens=kept_tokens,
-                ),
-                None if chat_outputs is None else chat_outputs(),
-            )
-            for i in range(num_candidates)
-        ]
-        try:
-            self.engine.validate(candidates[0].engine_request)
-        except InvalidRequestError as exc:
-            raise _invalid(exc) from None
-        options = body.stream_options
-        include_usage = bool(options and options.include_usage)
-        return Job(
-            kind,
-            request_id,
-            candidates,
-            body.stream,
-            include_usage,
-            want_logprobs,
-            priority=body.priority,
-            num_choices=body.n,
-            per_step=bool(options and options.per_step),
-            model_name=body.model,
-        )
-
-    # ---- running a job -----------------------------------------------------------------
     def _deltas(
         self, job: Job, index: int, usage: Usage, group: RouteGroup | None
     ) -> AsyncGenerator[Delta, None]:
@@ -481,70 +233,8 @@ class _Chunks:
         return StreamChunk(*self.head, choices, self._usage)
 
 
-def _invalid(exc: InvalidRequestError) -> ApiError:
-    """An engine's refusal as the edge's 4xx: 404 for an adapter no longer served."""
-    if isinstance(exc, LoraNotFoundError):
-        return ApiError(
-            str(exc),
-            status_code=404,
-            type="not_found_error",
-            param="model",
-            code="model_not_found",
-        )
-    return ApiError(str(exc), param=exc.param, code="invalid_request")
-
-
-async def _checked_guide(
-    body: GenerationFields, tool_guide: Guide | None, tools: list[ToolSpec] | None = None
-) -> Guide | None:
-    """The request's one guide (structured output, or forced tool calls' grammar), checked
-    off the event loop (compiling a large schema takes a while), after the parameters
-    schemas of `tools`; ApiError naming the field."""
-    guide = request_guide(body)
-    if tool_guide is not None:
-        if guide is not None:
-            raise ApiError(
-                "tool_choice 'required' or a named function fixes the output's format: it "
-                "cannot be combined with response_format or guided_*",
-                param=guide.param,
-            )
-        guide = tool_guide
-    if tools:
-        await asyncio.to_thread(check_tool_schemas, tools)
-    if guide is not None:
-        await asyncio.to_thread(check_request_guide, guide)
-    return guide
-
-
 def _feed(output: ChatOutput, delta: Delta) -> ChatPiece:
     return output.feed(delta.text, len(delta.token_ids), last=delta.finish_reason is not None)
-
-
-def _num_candidates(body: CompletionRequest) -> int:
-    """Sequences to generate for a completion: best_of (at least n), else n."""
-    if body.best_of is None:
-        return body.n
-    if body.best_of < body.n:
-        raise ApiError(
-            f"best_of ({body.best_of}) must be at least n ({body.n})",
-            param="best_of",
-            code="invalid_value",
-        )
-    if body.stream and body.best_of > body.n:
-        raise ApiError(
-            "best_of greater than n cannot be streamed: the best are known only at the end",
-            param="best_of",
-            code="invalid_value",
-        )
-    return body.best_of
-
-
-def _candidate_sampling(sampling: SamplingParams, index: int) -> SamplingParams:
-    """Sequence `index`'s sampling: a seeded request's sequences take seeds seed, seed+1, ...
-    (as vLLM's), so they differ from each other and repeat across identical requests."""
-    if index == 0 or sampling.seed is None:
-        return sampling
-    return msgspec.structs.replace(sampling, seed=sampling.seed + index)
 
 
 async def _indexed(deltas: AsyncGenerator[Delta, None]) -> AsyncGenerator[tuple[int, Delta], None]:

@@ -102,7 +102,7 @@ def serve(
         parsers=OutputParsers.named("hermes", "qwen3"),
     )
     if clock is not None:
-        store = ResponsesService(parts.service, config or ResponsesConfig(), clock)
+        store = ResponsesService(parts.jobs, parts.service, config or ResponsesConfig(), clock)
         parts = dataclasses.replace(parts, responses=store)
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(parts)))
     client = openai.AsyncOpenAI(
