@@ -1,6 +1,9 @@
 """EngineCore: one synchronous engine step = schedule, run the model, sample, finish.
 
-Not thread-safe: one thread (the AsyncEngine's, or a test) owns it.
+The core owns the requests and wires the step's parts: the scheduler, the model runner, what
+the result does to its requests (`outputs`), the decode fast path (`decode_run`) and the KV
+handoff of disaggregated serving (`kv_handoff`). Not thread-safe: one thread (the
+AsyncEngine's, or a test) owns it.
 """
 
 from __future__ import annotations
@@ -8,7 +11,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-import uuid
 from collections.abc import Callable, Sequence
 
 import torch
@@ -16,14 +18,15 @@ import torch
 from armature.engines.api import InvalidRequestError
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.decode_run import DecodeRun, DecodeRunner, can_run_decodes, run_decodes
-from armature.engines.native.grammar import GrammarMasks, PendingMasks
+from armature.engines.native.grammar import GrammarMasks
+from armature.engines.native.kv_handoff import free_unpinned, import_kv, pin_prompt, plan_import
 from armature.engines.native.kv_manager import KvCacheManager
 from armature.engines.native.lora_set import LoraSet
-from armature.engines.native.model_runner import ModelRunner, RunnerOutput, TorchModelRunner
+from armature.engines.native.model_runner import ModelRunner, TorchModelRunner
 from armature.engines.native.onboarding import Onboarding
+from armature.engines.native.outputs import fail_batch, sample_and_finish
 from armature.engines.native.request import RequestState
-from armature.engines.native.sampler import SampleInput, sample
-from armature.engines.native.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
+from armature.engines.native.scheduler import Scheduler
 from armature.engines.native.step_stats import StepStats
 from armature.engines.validation import check_structured_output, validate_request
 from armature.errors import ConfigError
@@ -32,7 +35,7 @@ from armature.grammar.tokenizer import load_grammar_tokenizer
 from armature.kv.block_pool import BlockPool
 from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictionObserver
-from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
+from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.model.arch import ModelArch, read_arch
 from armature.protocols.engine import (
     EngineLoad,
@@ -40,15 +43,13 @@ from armature.protocols.engine import (
     EngineRequest,
     FinishReason,
     StepRecord,
-    TokenLogprob,
 )
 from armature.protocols.kv_events import KvDump, KvEvent
-from armature.protocols.kv_transfer import KvHandle, NativeTransfer
+from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.lora import LoraNotFoundError
 from armature.tiers.api import KvTiers
 from armature.transfer.blocks import KvBlocks, KvBlockStore
 from armature.transfer.pins import PinTable
-from armature.transfer.wire import TransferError
 
 __all__ = [
     "EngineCore",
@@ -257,9 +258,17 @@ class EngineCore:
             log.exception("engine step failed; failing %d requests", len(scheduled.chunks))
             if masks is not None:
                 masks.wait()  # the matchers are the mask thread's until it is done
-            return self._fail(scheduled, exc)
+            return fail_batch(scheduled, exc, self._finish)
         self.scheduler.update_after_step(scheduled)
-        outputs = self._sample_and_finish(completing, logits, masks)
+        outputs = sample_and_finish(
+            completing,
+            logits,
+            masks,
+            eos_token_ids=self.eos_token_ids,
+            max_model_len=self.max_model_len,
+            finish=self._finish,
+            pin_prompt=self._pin_prompt,
+        )
         wall_s = self._time_s() - started_s
         self.step_stats.record(
             scheduled,
@@ -298,149 +307,29 @@ class EngineCore:
         self.scheduler.finish(req, reason)
         self._requests.pop(req.request_id, None)
 
-    def _sample_and_finish(
-        self,
-        completing: list[ScheduledChunk],
-        result: RunnerOutput,
-        masks: PendingMasks | None = None,
-    ) -> list[EngineOutput]:
-        tokens: list[int]
-        logprobs: list[TokenLogprob | None]
-        if isinstance(result, list):  # the runner chose the tokens (the mocker)
-            assert masks is None, "a runner that picks tokens takes no guided requests"
-            tokens, logprobs = result, [None] * len(result)
-        else:
-            if masks is not None:
-                masks.apply(result)
-            inputs = [self._sample_input(c.request) for c in completing]
-            tokens, logprobs = sample(result, inputs)
-        outputs: list[EngineOutput] = []
-        for chunk, token, logprob in zip(completing, tokens, logprobs, strict=True):
-            req: RequestState = chunk.request
-            first = req.num_output_tokens == req.num_output_at_start
-            req.token_ids.append(token)
-            reason, error = self._finish_reason(req, token), None
-            if req.grammar is not None and reason is None:
-                req.grammar.accept(token)
-                error = req.grammar.error
-                if error is not None:
-                    reason = FinishReason.ERROR
-                elif req.grammar.is_complete:
-                    reason = FinishReason.STOP
-            handle = None
-            if reason is None and req.remote_prefill:  # a decode worker continues it
-                handle = self._pin_prompt(req)
-                reason = FinishReason.TRANSFER
-            if reason is not None:
-                self._finish(req, reason)
-            outputs.append(
-                EngineOutput(
-                    request_id=req.request_id,
-                    new_token_ids=[token],
-                    logprobs=[logprob] if logprob is not None else None,
-                    finish_reason=reason,
-                    num_prompt_tokens=req.num_prompt_tokens if first else 0,
-                    num_cached_tokens=req.num_cached_tokens if first else 0,
-                    error=None if error is None else f"structured output failed: {error}",
-                    kv_handle=handle,
-                )
-            )
-        return outputs
-
-    def _sample_input(self, req: RequestState) -> SampleInput:
-        p = req.sampling
-        blocked: tuple[int, ...] = ()
-        # a guided request's grammar alone decides where it may end
-        if req.num_output_tokens < p.min_tokens and req.grammar is None:
-            blocked = p.stop_token_ids + (() if p.ignore_eos else self.eos_token_ids)
-        return SampleInput(
-            p, req.generator, req.num_output_tokens, blocked, req.token_ids, req.num_prompt_tokens
-        )
-
-    def _finish_reason(self, req: RequestState, token: int) -> FinishReason | None:
-        p = req.sampling
-        if not p.ignore_eos and token in self.eos_token_ids:
-            return FinishReason.STOP
-        if token in p.stop_token_ids:
-            return FinishReason.STOP
-        if req.num_output_tokens >= p.max_tokens + req.num_output_at_start:
-            return FinishReason.LENGTH
-        if req.num_tokens >= self.max_model_len:
-            return FinishReason.LENGTH
-        return None
-
-    def _fail(self, scheduled: SchedulerOutput, exc: Exception) -> list[EngineOutput]:
-        outputs = []
-        for chunk in scheduled.chunks:
-            req = chunk.request
-            self.scheduler.finish(req, FinishReason.ERROR)
-            self._requests.pop(req.request_id, None)
-            outputs.append(
-                EngineOutput(
-                    request_id=req.request_id,
-                    new_token_ids=[],
-                    finish_reason=FinishReason.ERROR,
-                    error=str(exc),
-                )
-            )
-        return outputs
-
-    # ---- disaggregation ----------------------------------------------------------------
+    # ---- disaggregation (kv_handoff) ---------------------------------------------------
     def _pin_prompt(self, req: RequestState) -> KvHandle:
         """Keep the prompt's full blocks after `req` finishes, for a decode worker to pull."""
-        bs = self.config.block_size
-        num_blocks = req.num_prompt_tokens // bs
-        hashes = req.update_block_hashes(bs)[:num_blocks]
-        block_ids = req.block_ids[:num_blocks]
-        handle_id = f"{req.request_id}/{uuid.uuid4().hex[:12]}"
-        if block_ids:
-            self.pool.touch(block_ids)
-            ttl_s = self.config.kv_pin_ttl_s
-            self.pins.add(handle_id, block_ids, time.monotonic() + ttl_s, req.request_id)
-        return KvHandle(
-            handle_id=handle_id,
+        return pin_prompt(
+            req,
+            self.pool,
+            self.pins,
+            self.config,
+            self.kv_store,
             worker_id=self.worker_id,
-            layout=self.kv_store.layout,
-            seq_hashes=[h for h, _ in hashes],
-            transfer=NativeTransfer(endpoints=self.kv_endpoints),
-            ttl_s=self.config.kv_pin_ttl_s,
+            endpoints=self.kv_endpoints,
         )
 
     def free_unpinned(self, now_s: float | None = None) -> int:
         """Free the blocks of released and expired handles; returns how many."""
-        freed = 0
-        for block_ids in self.pins.take_freeable(time.monotonic() if now_s is None else now_s):
-            self.pool.free(list(reversed(block_ids)))
-            freed += len(block_ids)
-        return freed
+        return free_unpinned(self.pool, self.pins, now_s)
 
     def plan_import(self, request: EngineRequest) -> tuple[Sequence[tuple[int, int]], int]:
         """(hashes of the prompt blocks `request.kv_handle` offers, how many of them this
         engine already caches as a prefix). Refuses (TransferError) a handle whose hashes are
         not this prompt's. Safe from another thread: the cached count is a hint, checked
         again by `import_kv`."""
-        handle = request.kv_handle
-        assert handle is not None
-        bs = self.config.block_size
-        num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
-        num_blocks = min(len(handle.seq_hashes), (num_tokens - 1) // bs)
-        tokens = request.prompt_token_ids[: num_blocks * bs]
-        hashes = compute_block_hashes(tokens, bs, self._hash_seed(request), None)
-        if [h for h, _ in hashes] != handle.seq_hashes[:num_blocks]:
-            raise TransferError("the KV handle's block hashes do not match this prompt")
-        if not self.config.enable_prefix_caching:
-            return hashes, num_blocks  # nothing can be imported: recompute
-        return hashes, len(self.pool.find_prefix([h for h, _ in hashes]))
-
-    def _hash_seed(self, request: EngineRequest) -> int:
-        """The seed of `request`'s block hashes: its adapter's (InvalidRequestError if that
-        is not served)."""
-        if request.lora_name is None:
-            return DEFAULT_HASH_SEED
-        lora = self.loras.get(request.lora_name)
-        if lora is None:
-            raise LoraNotFoundError(f"LoRA adapter {request.lora_name!r} is not loaded")
-        return lora.hash_seed
+        return plan_import(request, self.pool, self.config, self.loras)
 
     def import_kv(
         self, hashes: Sequence[tuple[int, int]], start: int, blocks: KvBlocks
@@ -449,23 +338,7 @@ class EngineCore:
         cached prefix `hashes[:start]`. Returns the ids of the whole prefix with one reference
         each, for `add_request(held_block_ids=...)`; [] (nothing changed) when the prefix was
         evicted meanwhile or the pool is too full."""
-        if not self.config.enable_prefix_caching:
-            return []
-        num_new = min(blocks.num_blocks, len(hashes) - start)
-        if num_new < blocks.num_blocks:
-            blocks = KvBlocks(blocks.block_ids[:num_new], blocks.k, blocks.v)
-        prefix = self.pool.find_prefix([h for h, _ in hashes[:start]])
-        if len(prefix) < start or num_new <= 0:
-            return []
-        self.pool.touch(prefix)
-        if num_new > self.pool.get_num_free_blocks():
-            self.pool.free(list(reversed(prefix)))
-            return []
-        new_ids = self.pool.allocate(num_new)
-        self.kv_store.write_blocks(new_ids, blocks)
-        parent = hashes[start - 1][0] if start > 0 else None
-        self.pool.cache_blocks(new_ids, hashes[start : start + num_new], parent)
-        return prefix + new_ids
+        return import_kv(self.pool, self.kv_store, self.config, hashes, start, blocks)
 
     # ---- observation -------------------------------------------------------------------
     def get_load(self) -> EngineLoad:
