@@ -31,7 +31,7 @@ PHASES = {
     "TorchModelRunner.build_batch": ("model_runner.py", "build_batch"),
     "model forward": ("forward.py", "forward"),
     "sampler.sample": ("sampler.py", "sample"),
-    "EngineCore._record": ("core.py", "_record"),
+    "StepStats.record": ("step_stats.py", "record"),
 }
 STEP = ("core.py", "step")
 

@@ -8,7 +8,7 @@ import contextlib
 import socket
 
 import msgspec
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from armature.protocols.framing import frame
@@ -66,6 +66,8 @@ async def _echo(payload: bytes):  # type: ignore[no-untyped-def]
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.lists(st.binary(min_size=1, max_size=64) | FRAME_LIKE, min_size=1, max_size=3))
+@example([msgspec.msgpack.encode({"type": "cancel", "stream_id": 7})])  # valid: no answer
+@example([msgspec.msgpack.encode({"type": "credit", "stream_id": 7, "n": 1})])
 def test_a_server_survives_garbage_connections(chunks: list[bytes]) -> None:
     async def scenario() -> None:
         server = RequestPlaneServer({"echo": _echo}, frame_timeout_s=0.2)
@@ -75,8 +77,9 @@ def test_a_server_survives_garbage_connections(chunks: list[bytes]) -> None:
             for chunk in chunks:
                 reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
                 writer.write(frame(chunk))
+                writer.write_eof()  # a well-formed frame (a Cancel, say) keeps it open
                 await writer.drain()
-                await asyncio.wait_for(reader.read(), 5)  # the server answers or closes
+                await asyncio.wait_for(reader.read(), 5)  # the server answers and closes
                 writer.close()
             items = [
                 i async for i in client.stream(f"tcp://127.0.0.1:{server.port}", "echo", b"ok")
