@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from armature.configurator.simulate import make_requests
 from armature.configurator.space import SearchSpace, Targets, Workload
 from armature.engines.native.device import pick_dtype
 from armature.protocols.timing_profile import read_profile
+from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from bench.harness import BenchArgs, parse_args, publish
 from bench.paths import REPO_ROOT
@@ -134,13 +134,6 @@ def _error(value: float, reference: float) -> float:
     return (value - reference) / reference if reference else float("inf")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _profile(args: BenchArgs, plan: Plan, out: Path) -> Path:
     """This machine's timing profile of the native engine, one thread per worker."""
     path = out / "local_profile.json"
@@ -186,7 +179,7 @@ def _measure(
     """Run the saved deployment for real and offer it `rate` requests/s."""
     num_requests = round(rate * plan.measure_s)
     num_requests = max(plan.min_requests, min(plan.max_requests, num_requests))
-    port = _free_port()
+    port = free_port("127.0.0.1")
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "armature.cli", *_serve_line(save)]
     command += ["--host", "127.0.0.1", "--port", str(port)]
