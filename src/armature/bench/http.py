@@ -110,15 +110,20 @@ class HttpPool:
             "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode() + body
-        for attempt in range(2):  # an idle keep-alive connection may have been closed
-            conn = self.idle.pop() if self.idle else await self._connect()
+        # An idle keep-alive connection may have been closed by the server (its keep-alive
+        # timeout) without our having seen it yet: such a connection fails before a byte of
+        # the response arrives, and the request goes again on a new connection. A retry
+        # never takes another idle one, which may be just as stale.
+        for attempt in range(2):
+            reused = attempt == 0 and bool(self.idle)
+            conn = self.idle.pop() if reused else await self._connect()
             try:
                 conn.writer.write(request)
                 await conn.writer.drain()
                 head = await conn.reader.readuntil(b"\r\n\r\n")
             except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
                 conn.close()
-                if attempt == 0:
+                if reused:
                     continue
                 raise HttpError(f"connection lost: {exc}") from None
             lines = head.decode("latin-1").split("\r\n")
