@@ -3,9 +3,13 @@
 figures, and the configuration ranked first is the measured best or within 5% of it").
 
     1. `armature profile --engine torch` of the default model, one torch thread per worker
-       (a worker is one core: the local system's "GPU")
-    2. `armature configure --system local` on that profile, as its code searches, for each
-       case (2 workers, then 1): every simulated finalist is a configuration to check
+       (a worker is one core: the local system's "GPU"), again before each case, and once
+       more at the end: how much the machine's own speed moved between them is reported
+       beside the errors (it bounds what any prediction from a profile can reach)
+    2. `armature configure --system local` on the case's profile, as its code searches, once
+       per max-num-seqs value, for each case (2 workers, then 1): every simulated finalist is
+       a configuration to check, and all of a case's are ranked together as the search
+       ranks its finalists (`rank_key`: on what the simulator predicts)
     3. each configuration saved as `--save-dir` saves it, then its `commands_native.sh`
        serve line run for real, and `armature bench` offering it the rate the prediction
        is for (Poisson arrivals, the same lengths and spread, unique prompts, EOS ignored)
@@ -32,11 +36,11 @@ from pathlib import Path
 from armature.configurator.hardware import Hardware, local_hardware
 from armature.configurator.model_spec import read_model_spec
 from armature.configurator.save import SaveRequest, save_deployment
-from armature.configurator.search import Ranked, SearchSettings, search
+from armature.configurator.search import Ranked, SearchSettings, rank_key, search
 from armature.configurator.simulate import make_requests
 from armature.configurator.space import SearchSpace, Targets, Workload
 from armature.engines.native.device import pick_dtype
-from armature.protocols.timing_profile import read_profile
+from armature.protocols.timing_profile import TimingProfile, read_profile
 from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from bench.harness import BenchArgs, parse_args, publish
@@ -134,9 +138,9 @@ def _error(value: float, reference: float) -> float:
     return (value - reference) / reference if reference else float("inf")
 
 
-def _profile(args: BenchArgs, plan: Plan, out: Path) -> Path:
+def _profile(args: BenchArgs, plan: Plan, out: Path, name: str) -> Path:
     """This machine's timing profile of the native engine, one thread per worker."""
-    path = out / "local_profile.json"
+    path = out / f"{name}.json"
     command = [sys.executable, "-m", "armature.cli", "profile", "--engine", "torch"]
     command += ["--model", str(args.model_dir), "--output", str(path), *plan.profile_args]
     print("profiling:", shlex.join(command), flush=True)
@@ -212,8 +216,6 @@ def run_case(
     args: BenchArgs, plan: Plan, profile: Path, total: int, save_root: Path
 ) -> list[Checked]:
     model = read_model_spec(args.model_dir, pick_dtype("auto", "cpu"))  # as the workers run
-    space = SearchSpace(tensor_parallel=(1,), max_num_seqs=plan.max_num_seqs)
-    hardware = local_hardware(model, read_profile(profile), space)
     settings = SearchSettings(
         plan.workload,
         plan.targets,
@@ -222,9 +224,17 @@ def run_case(
         sim_budget_s=600.0,
         seed=args.seed,
     )
-    result = search(hardware, settings, on_progress=print)
+    finalists: dict[str, tuple[Hardware, Ranked]] = {}
+    for seqs in plan.max_num_seqs:
+        space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(seqs,))
+        hardware = local_hardware(model, read_profile(profile), space)
+        result = search(hardware, settings, on_progress=print)
+        for r in result.ranked:
+            if r.simulated:
+                finalists.setdefault(f"{r.deployment.describe()} x{r.num_groups}", (hardware, r))
+    ranked = sorted(finalists.values(), key=lambda hr: rank_key(hr[1], by_gpus=False))
     checked = []
-    for rank, r in enumerate((r for r in result.ranked if r.simulated), start=1):
+    for rank, (hardware, r) in enumerate(ranked, start=1):
         save = save_root / f"w{total}_rank{rank}"
         request = SaveRequest(save, args.model_dir, args.served_name, hardware, settings, r)
         save_deployment(request)
@@ -283,17 +293,62 @@ def _checks(checked: list[Checked]) -> list[str]:
     return lines
 
 
+def _drift_table(profiles: list[tuple[str, TimingProfile]]) -> str:
+    """The same points of each profile, and how far each moved from the first."""
+    first = profiles[0][1]
+    prefill = max((p for p in first.prefill if p.num_requests == 1), key=lambda p: p.input_tokens)
+    decodes = [
+        p
+        for p in first.decode
+        if p.context_tokens == min(d.context_tokens for d in first.decode)
+        and p.num_requests in (1, max(d.num_requests for d in first.decode))
+    ]
+
+    def cell(value: float, reference: float) -> str:
+        return f"{value:.1f} ({_error(value, reference):+.1%})"
+
+    rows = []
+    for when, profile in profiles:
+        row: list[object] = [when, profile.source.created_at]
+        same = [
+            p
+            for p in profile.prefill
+            if (p.num_requests, p.input_tokens) == (1, prefill.input_tokens)
+        ]
+        row.append(cell(same[0].ttft_ms, prefill.ttft_ms) if same else "")
+        for d in decodes:
+            same_d = [
+                p
+                for p in profile.decode
+                if (p.num_requests, p.context_tokens) == (d.num_requests, d.context_tokens)
+            ]
+            row.append(cell(same_d[0].itl_ms, d.itl_ms) if same_d else "")
+        rows.append(row)
+    return markdown_table(
+        [
+            "profile",
+            "made at",
+            f"prefill {prefill.input_tokens} tokens TTFT ms",
+            *(f"decode {d.num_requests} x {d.context_tokens} ITL ms" for d in decodes),
+        ],
+        rows,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args, _ = parse_args(__doc__.splitlines()[0], parser)
     plan = QUICK if args.quick else FULL
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     checked: list[Checked] = []
+    profiles: list[tuple[str, Path]] = []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        profile = _profile(args, plan, LOG_DIR)
         for total in plan.totals:
+            profile = _profile(args, plan, LOG_DIR, f"profile_before_{total}_workers")
+            profiles.append((f"before the {total}-worker case", profile))
             checked += run_case(args, plan, profile, total, out)
+        profiles.append(("at the end", _profile(args, plan, LOG_DIR, "profile_at_end")))
     w, t = plan.workload, plan.targets
     table = markdown_table(
         [
@@ -317,12 +372,15 @@ def main() -> None:
         f"`--system local`, max-num-seqs {', '.join(map(str, plan.max_num_seqs))}, prompts of "
         f"{w.isl_tokens:.0f} and outputs of {w.osl_tokens:.0f} tokens within +-{w.spread:.0%}, "
         f"targets TTFT p50 {t.ttft_ms:.0f} ms and ITL mean {t.itl_ms:.0f} ms, "
-        f"{plan.num_finalists} finalists per case. Each finalist ran as its saved "
+        f"{plan.num_finalists} finalists per max-num-seqs value, a case's finalists ranked together. Each ran as its saved "
         f"`commands_native.sh` serve line with `armature bench` offering its predicted rate "
         f"(Poisson, /v1/completions, streaming, EOS ignored, unique prompts, {plan.warmup} "
         f"warm-up requests not counted); the bench client and the frontend share the machine's "
         f"cores with the workers. Predicted: the finalist's replay. Errors: predicted against "
-        f"measured.\n\n{table}\n\n" + "\n".join(_checks(checked)) + "\n"
+        f"measured.\n\n{table}\n\n" + "\n".join(_checks(checked)) + "\n\n"
+        f"The machine's own speed, as each profile of the same engine measured it (the "
+        f"same sweep each time; a case is predicted from the profile made just before it):"
+        f"\n\n{_drift_table([(when, read_profile(path)) for when, path in profiles])}\n"
     )
     publish(
         args,
