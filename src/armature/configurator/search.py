@@ -41,8 +41,10 @@ class SearchSettings:
     num_finalists: int = 6
     sim_requests: int = 200  # at least; more for long requests
     sim_budget_s: float = 30.0  # wall time for simulating finalists
-    # groups a finalist's simulation replays together (at most the deployment's own)
-    max_sim_groups: int = 1
+    # groups a finalist's simulation replays together behind the kv router (at most the
+    # deployment's own): a deployment of up to this many groups is predicted by replaying
+    # all of it; a larger one by this many, at their share of the rate
+    max_sim_groups: int = 4
     seed: int = 0
 
 
@@ -186,7 +188,9 @@ def make_plan(
     )
     p = r.prediction
     e2e_ms = p.ttft_ms + p.itl_ms * settings.workload.osl_tokens
-    num_requests = num_groups * get_num_sim_requests(rate_per_s, e2e_ms, settings.sim_requests)
+    # the groups' arrivals together span the simulated time: as many requests as one group's
+    # replay would need at their joint rate (not that many per group)
+    num_requests = get_num_sim_requests(rate_per_s * num_groups, e2e_ms, settings.sim_requests)
     return SimPlan(
         c,
         num_groups,

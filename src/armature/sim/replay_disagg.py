@@ -25,7 +25,8 @@ from armature.router.policies import RouteRequest
 from armature.router.prefill_decision import PrefillDecision, decide_prefill
 from armature.router.prefix_index import PrefixIndex
 from armature.sim.replay_config import ReplayConfig
-from armature.sim.simulation import Simulation, Tracked
+from armature.sim.sim_report import Tracked
+from armature.sim.simulation import Simulation
 from armature.sim.timing import TimingModel
 from armature.transfer.blocks import KvBlocks
 from armature.workload.traces import TraceRequest, synthesize_prompt

@@ -27,11 +27,8 @@ its next step at once, and a wake event starts one when its next load is done.
 from __future__ import annotations
 
 import heapq
-import itertools
 import statistics
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from armature.engines.native.config import NativeEngineConfig
@@ -55,35 +52,19 @@ from armature.sim.fleet_monitor import FleetMonitor
 from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
 from armature.sim.modeled_tiers import ModeledTiers, build_modeled_tiers
 from armature.sim.replay_config import REPLAY_POLICIES, ReplayConfig, ReplayReport
+from armature.sim.sim_report import ReportInputs, Tracked, build_report
 from armature.sim.timing import TimingModel
 from armature.tiers.api import KvTiers
 from armature.transfer.blocks import KvBlockStore
-from armature.workload.measure import LatencySummary, RequestTiming, goodput
-from armature.workload.traces import TraceRequest, prefix_hit_ceiling_tokens, synthesize_prompt
+from armature.workload.traces import TraceRequest, synthesize_prompt
 
-__all__ = ["MIN_RETRY_MS", "Simulation", "Tracked"]
+__all__ = ["MIN_RETRY_MS", "Simulation"]
 
 _WAKE = "wake:"
 _TIMER = "timer:"
 # a worker whose step ran nothing with requests queued (all of them preempted) tries again
 # after its last step's time, and at least this long
 MIN_RETRY_MS = 1.0
-
-
-@dataclass
-class Tracked:
-    arrival_ms: float
-    num_prompt_tokens: int
-    worker: str
-    first_token_ms: float | None = None
-    last_token_ms: float | None = None
-    itl_ms: list[float] = field(default_factory=list)
-    num_cached_tokens: int = 0
-    num_output_tokens: int = 0
-
-    def timing(self) -> RequestTiming:
-        ttft_ms = None if self.first_token_ms is None else self.first_token_ms - self.arrival_ms
-        return RequestTiming(ttft_ms, self.itl_ms, self.num_output_tokens)
 
 
 class Simulation:
@@ -355,16 +336,9 @@ class Simulation:
         """The tokens of a decode run's steps but its last, each at its step's end (as
         `_deliver` would: none is a first token or a finish)."""
         ends_ms = run.step_end_ms[:-1]
-        if not ends_ms:
-            return
-        gaps_ms = [b - a for a, b in itertools.pairwise(ends_ms)]
-        for request_id in run.request_ids:
-            t = self.tracked[request_id]
-            assert t.last_token_ms is not None
-            t.itl_ms.append(ends_ms[0] - t.last_token_ms)
-            t.itl_ms.extend(gaps_ms)
-            t.last_token_ms = ends_ms[-1]
-            t.num_output_tokens += len(ends_ms)
+        if ends_ms:
+            for request_id in run.request_ids:
+                self.tracked[request_id].add_later_tokens(ends_ms)
 
     def _wake_idle(self, worker: str, now_ms: float) -> None:
         """Wake idle `worker` when its next load is done; with none in flight and requests
@@ -395,19 +369,13 @@ class Simulation:
     def _deliver(self, output: EngineOutput, now_ms: float) -> None:
         t = self.tracked[output.request_id]
         if output.new_token_ids:
-            if t.first_token_ms is None:
-                t.first_token_ms = now_ms
-                t.num_cached_tokens = output.num_cached_tokens
+            num_tokens = len(output.new_token_ids)
+            if t.add_tokens(now_ms, num_tokens, output.num_cached_tokens):
                 self.load.first_token(output.request_id)
                 if self.monitor is not None:
                     self.monitor.on_first_token(
                         now_ms - t.arrival_ms, t.num_cached_tokens, t.num_prompt_tokens
                     )
-            else:
-                assert t.last_token_ms is not None
-                t.itl_ms.append(now_ms - t.last_token_ms)
-            t.last_token_ms = now_ms
-            t.num_output_tokens += len(output.new_token_ids)
         if output.finish_reason is not None:
             self.load.finish(output.request_id)
             if self.monitor is not None:
@@ -433,56 +401,20 @@ class Simulation:
                 )
 
     def report(self, end_ms: float, wall_time_s: float) -> ReplayReport:
-        done = [t for t in self.tracked.values() if t.last_token_ms is not None]
-        prompt_tokens = sum(t.num_prompt_tokens for t in done)
-        output_tokens = sum(t.num_output_tokens for t in done)
-        per_worker = {w: 0 for w in self.workers}
-        for t in self.tracked.values():
-            per_worker[t.worker] = per_worker.get(t.worker, 0) + 1
-        mean = statistics.fmean(per_worker.values()) if per_worker else 0.0
         start_ms = self.requests[0].arrival_ms if self.requests else 0.0
-        span_s = max(end_ms - start_ms, 1e-9) / 1000.0
-        timings = [t.timing() for t in done]
-        good = {slo.name: goodput(timings, slo, span_s) for slo in self.config.slos}
-        onboarded: Counter[str] = Counter()
-        offloaded: Counter[str] = Counter()
-        for tiers in self.tiers.values():
-            stats = tiers.get_stats()
-            onboarded.update(stats.blocks_onboarded)
-            offloaded.update(stats.blocks_offloaded)
-        onboarded_tokens = sum(onboarded.values()) * self.config.block_size
-        return ReplayReport(
-            num_requests=len(done),
-            num_rejected=self.num_rejected,
-            prefix_hit_ratio=(
-                sum(t.num_cached_tokens for t in done) / prompt_tokens if prompt_tokens else 0.0
+        return build_report(
+            ReportInputs(
+                tracked=self.tracked,
+                traces=self.traces,
+                workers=self.workers,
+                tier_stats=[tiers.get_stats() for tiers in self.tiers.values()],
+                config=self.config,
+                num_rejected=self.num_rejected,
+                num_remote_prefills=self.num_remote_prefills,
             ),
-            ttft_ms=LatencySummary.of(
-                [t.first_token_ms - t.arrival_ms for t in done if t.first_token_ms is not None]
-            ),
-            itl_ms=LatencySummary.of([x for t in done for x in t.itl_ms]),
-            e2e_ms=LatencySummary.of(
-                [t.last_token_ms - t.arrival_ms for t in done if t.last_token_ms is not None]
-            ),
-            throughput_tokens_s=output_tokens / span_s,
-            load_skew=max(per_worker.values()) / mean if mean else 0.0,
-            requests_per_worker=per_worker,
-            goodput_requests_s={name: g.requests_per_s for name, g in good.items()},
-            goodput_tokens_s={name: g.tokens_per_s for name, g in good.items()},
-            num_remote_prefills=self.num_remote_prefills,
-            simulated_time_s=span_s,
-            wall_time_s=wall_time_s,
-            blocks_onboarded=dict(sorted(onboarded.items())),
-            blocks_offloaded=dict(sorted(offloaded.items())),
-            onboarded_token_ratio=onboarded_tokens / prompt_tokens if prompt_tokens else 0.0,
-            prefix_hit_ceiling=prefix_hit_ceiling_tokens(
-                [
-                    self.traces[rid]
-                    for rid, t in self.tracked.items()
-                    if t.last_token_ms is not None
-                ],
-                self.config.block_size,
-            ),
+            start_ms,
+            end_ms,
+            wall_time_s,
         )
 
 

@@ -9,6 +9,7 @@ only max-num-seqs 16 reaches (max-num-seqs 4 operates at most at 3)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import msgspec
@@ -27,6 +28,7 @@ from armature.configurator.search import (
     rank_key,
     search,
 )
+from armature.configurator.simulate import SPAN_E2E_MULTIPLE
 from armature.configurator.space import AGG, DISAGG, Deployment, SearchSpace, Targets, Workload
 from armature.configurator.systems import list_systems, load_system
 from armature.errors import ConfigError
@@ -146,18 +148,24 @@ def test_finalists_keep_the_best_of_each_layout_and_of_each_mode() -> None:
 def test_a_plan_replays_up_to_max_sim_groups_groups(
     num_groups: int, max_sim_groups: int, simulated: int, arrival_shape: int
 ) -> None:
-    """min(groups, max_sim_groups) groups replayed together: their workers, their rate and
-    requests, and arrivals of the share of the stream that many of the groups see."""
+    """min(groups, max_sim_groups) groups replayed together: their workers, their rate, and
+    arrivals of the share of the stream that many of the groups see; as many requests as
+    one group's replay would need at their joint rate (the minimum, until the requests
+    needed to span 5 end-to-end latencies at that rate are more)."""
     hardware = _toy_hardware()
     deployment = Deployment(DISAGG, 1, 16, 1024, prefill_tp=1, num_prefill_workers=1)
-    ranked = Ranked(deployment, num_groups, Prediction(10.0, 10.0, 2.0, 100.0, 4), 0.5)
     settings = _settings(max_sim_groups=max_sim_groups)
-    plan = make_plan(hardware, ranked, 2.0, settings)
-    one = make_plan(hardware, ranked, 2.0, _settings())
-    assert (plan.num_groups, plan.arrival_shape) == (simulated, arrival_shape)
-    assert (plan.config.num_workers, plan.config.num_prefill_workers) == (2 * simulated, simulated)
-    assert plan.request_rate_per_s == 2.0 * simulated
-    assert plan.num_requests == one.num_requests * simulated
+    for itl_ms, short in ((10.0, True), (200.0, False)):
+        ranked = Ranked(deployment, num_groups, Prediction(10.0, itl_ms, 2.0, 100.0, 4), 0.5)
+        plan = make_plan(hardware, ranked, 2.0, settings)
+        assert (plan.num_groups, plan.arrival_shape) == (simulated, arrival_shape)
+        workers = (plan.config.num_workers, plan.config.num_prefill_workers)
+        assert workers == (2 * simulated, simulated)
+        assert plan.request_rate_per_s == 2.0 * simulated
+        e2e_s = (10.0 + itl_ms * WORKLOAD.osl_tokens) / 1000.0
+        needed = math.ceil(2.0 * simulated * SPAN_E2E_MULTIPLE * e2e_s)
+        assert plan.num_requests == (100 if short else needed)
+        assert (needed < 100) is short
 
 
 def test_pareto_front() -> None:

@@ -1,0 +1,124 @@
+"""What a replay keeps per request (`Tracked`) and the report made from it at the end. Pure:
+the simulation hands over its records (`ReportInputs`) and the span it simulated."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from armature.protocols.engine import KvTierStats
+from armature.sim.replay_config import ReplayConfig, ReplayReport
+from armature.workload.measure import LatencySummary, RequestTiming, goodput
+from armature.workload.traces import TraceRequest, prefix_hit_ceiling_tokens
+
+__all__ = ["ReportInputs", "Tracked", "build_report"]
+
+
+@dataclass
+class Tracked:
+    arrival_ms: float
+    num_prompt_tokens: int
+    worker: str
+    first_token_ms: float | None = None
+    last_token_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    num_cached_tokens: int = 0
+    num_output_tokens: int = 0
+
+    def add_tokens(self, now_ms: float, num_tokens: int, num_cached_tokens: int) -> bool:
+        """`num_tokens` arrived at `now_ms` (`num_cached_tokens`: of the prompt, as the
+        first output says); whether they are the first."""
+        first = self.first_token_ms is None
+        if first:
+            self.first_token_ms = now_ms
+            self.num_cached_tokens = num_cached_tokens
+        else:
+            assert self.last_token_ms is not None
+            self.itl_ms.append(now_ms - self.last_token_ms)
+        self.last_token_ms = now_ms
+        self.num_output_tokens += num_tokens
+        return first
+
+    def add_later_tokens(self, ends_ms: Sequence[float]) -> None:
+        """One token at each of `ends_ms` (non-empty, ascending), none of them the first."""
+        assert self.last_token_ms is not None
+        self.itl_ms.append(ends_ms[0] - self.last_token_ms)
+        self.itl_ms.extend(b - a for a, b in itertools.pairwise(ends_ms))
+        self.last_token_ms = ends_ms[-1]
+        self.num_output_tokens += len(ends_ms)
+
+    def timing(self) -> RequestTiming:
+        ttft_ms = None if self.first_token_ms is None else self.first_token_ms - self.arrival_ms
+        return RequestTiming(ttft_ms, self.itl_ms, self.num_output_tokens)
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """A finished simulation's records: each routed request (`tracked`) and its trace
+    (`traces`), by request id; the workers in routing at the end; each worker's lower-tier
+    counters."""
+
+    tracked: Mapping[str, Tracked]
+    traces: Mapping[str, TraceRequest]
+    workers: Sequence[str]
+    tier_stats: Sequence[KvTierStats]
+    config: ReplayConfig
+    num_rejected: int
+    num_remote_prefills: int
+
+
+def build_report(
+    inputs: ReportInputs, start_ms: float, end_ms: float, wall_time_s: float
+) -> ReplayReport:
+    """The report over the requests that produced a token, between the first arrival
+    (`start_ms`) and the simulated end."""
+    tracked = inputs.tracked
+    done = [t for t in tracked.values() if t.last_token_ms is not None]
+    prompt_tokens = sum(t.num_prompt_tokens for t in done)
+    output_tokens = sum(t.num_output_tokens for t in done)
+    per_worker = {w: 0 for w in inputs.workers}
+    for t in tracked.values():
+        per_worker[t.worker] = per_worker.get(t.worker, 0) + 1
+    mean = statistics.fmean(per_worker.values()) if per_worker else 0.0
+    span_s = max(end_ms - start_ms, 1e-9) / 1000.0
+    timings = [t.timing() for t in done]
+    config = inputs.config
+    good = {slo.name: goodput(timings, slo, span_s) for slo in config.slos}
+    onboarded: Counter[str] = Counter()
+    offloaded: Counter[str] = Counter()
+    for stats in inputs.tier_stats:
+        onboarded.update(stats.blocks_onboarded)
+        offloaded.update(stats.blocks_offloaded)
+    onboarded_tokens = sum(onboarded.values()) * config.block_size
+    return ReplayReport(
+        num_requests=len(done),
+        num_rejected=inputs.num_rejected,
+        prefix_hit_ratio=(
+            sum(t.num_cached_tokens for t in done) / prompt_tokens if prompt_tokens else 0.0
+        ),
+        ttft_ms=LatencySummary.of(
+            [t.first_token_ms - t.arrival_ms for t in done if t.first_token_ms is not None]
+        ),
+        itl_ms=LatencySummary.of([x for t in done for x in t.itl_ms]),
+        e2e_ms=LatencySummary.of(
+            [t.last_token_ms - t.arrival_ms for t in done if t.last_token_ms is not None]
+        ),
+        throughput_tokens_s=output_tokens / span_s,
+        load_skew=max(per_worker.values()) / mean if mean else 0.0,
+        requests_per_worker=per_worker,
+        goodput_requests_s={name: g.requests_per_s for name, g in good.items()},
+        goodput_tokens_s={name: g.tokens_per_s for name, g in good.items()},
+        num_remote_prefills=inputs.num_remote_prefills,
+        simulated_time_s=span_s,
+        wall_time_s=wall_time_s,
+        blocks_onboarded=dict(sorted(onboarded.items())),
+        blocks_offloaded=dict(sorted(offloaded.items())),
+        onboarded_token_ratio=onboarded_tokens / prompt_tokens if prompt_tokens else 0.0,
+        prefix_hit_ceiling=prefix_hit_ceiling_tokens(
+            [inputs.traces[rid] for rid, t in tracked.items() if t.last_token_ms is not None],
+            config.block_size,
+        ),
+    )
