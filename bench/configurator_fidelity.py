@@ -6,13 +6,14 @@ For each case (a model config, a system, a workload and targets) the configurato
 `armature configure` does. For each simulated finalist:
 
     estimate    the closed-form estimate at the finalist's operating point
-    predicted   the configurator's prediction: min(groups, --max-sim-groups) groups (one
-                by default) replayed at the estimated rate
+    predicted   the configurator's prediction: min(groups, --max-sim-groups) groups (4 by
+                default) replayed at the estimated rate: a deployment of up to that many
+                groups is its own fleet replay, so the comparison tells only for more
     fleet       `armature replay` of the whole deployment: every group, the whole rate, the
                 same kv router, as many requests per group
 
 and the errors of TTFT (median) and ITL (mean) between them. The measured-run validation
-(the native engine on this machine, `--system local`) is not part of this script yet.
+(the native engine on this machine, `--system local`) is bench/configurator_native.py.
 
     python -m bench.configurator_fidelity [--quick] [--max-sim-groups N]
 
@@ -64,6 +65,8 @@ class Case:
 CASES = (
     Case("chat", "h100_sxm", 4, Workload(1024.0, 256.0, 0.2), Targets(500.0, 50.0)),
     Case("long prompts", "h100_sxm", 4, Workload(4096.0, 128.0, 0.2), Targets(1000.0, 30.0)),
+    # more groups than a prediction replays (SearchSettings.max_sim_groups)
+    Case("chat, 8 GPUs", "h100_sxm", 8, Workload(1024.0, 256.0, 0.2), Targets(500.0, 50.0)),
 )
 
 
