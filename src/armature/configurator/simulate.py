@@ -1,11 +1,10 @@
 """A deployment through the simulator: `armature replay`'s mocker workers and real router on
 the virtual clock, on the same step times as the estimate, at the deployment's rate.
 
-    SimPlan     the fleet simulated (one group: the deployment's groups are replicas the
-                router balances; the group's arrivals are what one of N groups sees of a
-                Poisson stream spread over them in turn, Erlang-N gaps, for the smoothing a
-                router gives each of its workers), its ReplayConfig, the rate it is offered,
-                and how many
+    SimPlan     the fleet simulated (up to `max_sim_groups` of the deployment's groups,
+                the replicas the kv router balances; with fewer than all N, their arrivals
+                are what that many of N groups see of a Poisson stream spread over them in
+                turn, Erlang gaps), its ReplayConfig, the rate it is offered, and how many
                 requests: enough that their arrivals span SPAN_E2E_MULTIPLE estimated
                 end-to-end latencies (the warm-up a small share of what is measured)
     make_requests  the workload as a trace: lengths within the spread, unique prompts,
