@@ -105,9 +105,6 @@ class Planner:
         self._lengths: tuple[float, float] | None = None  # last measured (isl, osl)
         self._live: dict[WorkerRole, LiveEstimate] = {}
         self._recent = RecentWindows(config.load_rate_window_s, config.load_interval_s)
-        # roles whose last change up was for a backlog (QUEUE_BACKLOG): workers beyond what
-        # the arrival rate needs, to be let go once the backlog is cleared
-        self._surging: set[WorkerRole] = set()
         # since when each role's live estimates have all been below scale_down_ratio of
         # their targets (absent: they are not): the load rule scales down only after
         # scale_down_cooldown_s of that, so one quiet window does not remove a worker
@@ -238,10 +235,6 @@ class Planner:
         ttft_s, itl_s = self._targets.ttft_s, self._targets.itl_s
         detail = _describe_live(live)
         startup_s = self._config.worker_startup_s
-        if plan is not None and down_plan is not None and role in self._surging:
-            release = self._release_surge(role, live, down_plan, pending, detail)
-            if release is not None:
-                return release
         if plan is not None:
             by_backlog = 0
             if pending.backlog_requests:
@@ -294,38 +287,6 @@ class Planner:
             return _Want(down, DecisionReason.BELOW_TARGET, detail)
         return None
 
-    def _release_surge(
-        self,
-        role: WorkerRole,
-        live: LiveEstimate,
-        down_plan: PoolPlan,
-        pending: _Pending,
-        detail: str,
-    ) -> _Want | None:
-        """Workers added to clear a backlog are not needed once it is cleared: down to what
-        the arrival rate needs (its high bound), at once rather than half the way after a
-        calm cool-down. Cleared: no more prompts queued than one load interval's arrivals,
-        and the live TTFT (where measured) within target."""
-        if pending.backlog_requests is None or pending.work_up_s <= 0.0:
-            self._surging.discard(role)
-            return None
-        if live.ttft_s is not None and live.ttft_s > self._targets.ttft_s:
-            return None
-        queued_s = pending.backlog_requests * pending.work_down_s
-        if queued_s > max(pending.busy_down, 1.0) * self._config.load_interval_s:
-            return None
-        current = self._num_workers[role]
-        down = max(down_plan.num_workers, self._floor[role])
-        if down >= current:
-            self._surging.discard(role)
-            return None
-        return _Want(
-            down,
-            DecisionReason.BACKLOG_CLEARED,
-            f"{detail}; {pending.backlog_requests:.0f} prompts queued, the rate needs "
-            f"{down_plan.num_workers}",
-        )
-
     def _is_calm(self, role: WorkerRole, now_s: float) -> bool:
         """Whether the load rule has seen every live estimate of `role` below the scale-down
         ratio of its target for the down cool-down."""
@@ -370,10 +331,6 @@ class Planner:
                 continue
             self._num_workers[role] = target
             self._cooldowns[role].record_change(now_s)
-            if want.reason is DecisionReason.QUEUE_BACKLOG:
-                self._surging.add(role)
-            elif target < current:
-                self._surging.discard(role)
             decisions.append(decision)
         return decisions, held
 

@@ -21,7 +21,6 @@ class DecisionReason(enum.StrEnum):
     TTFT_ABOVE_TARGET = "ttft_above_target"  # load rule: live TTFT estimate above target
     ITL_ABOVE_TARGET = "itl_above_target"  # load rule: live ITL estimate above target
     BELOW_TARGET = "below_target"  # load rule: live estimates well below their targets
-    BACKLOG_CLEARED = "backlog_cleared"  # load rule: the backlog workers were added for is gone
 
 
 class LimitReason(enum.StrEnum):

@@ -451,47 +451,6 @@ def test_queue_aware_load_rule_sizes_for_the_backlog_at_the_join(
     ]
 
 
-def test_workers_added_for_a_backlog_go_once_it_is_cleared(
-    profile: PerformanceModel,
-) -> None:
-    """The backlog case above: 2 -> 4 prefill workers at t = 0 for 400 queued prompts. At
-    t = 30 four serve, a few prompts still queued: nothing changes (the 60 s down cool-down).
-    At t = 60, 30 prompts still queued (more than one 5 s window's arrivals): they stay. At
-    t = 65 nothing is queued and the live TTFT is within target: down at once to what the
-    rate's high bound needs, not half the way after a calm cool-down (the live TTFT, 0.17 s,
-    is not below half the target, so the calm rule would never act)."""
-    planner = Planner(
-        PlannerConfig(ttft_ms=300.0, itl_ms=30.0, worker_startup_s=30.0),
-        profile,
-        num_workers={P: 2},
-        predictor_factory=ConstantPredictor,
-    )
-    load = observe(10, window_s=5.0, workers=prefill_workers(2, 600_000))
-    assert summary(planner.plan_load(load, now_s=0.0).decisions) == [
-        ("prefill", 2, 4, "queue_backlog")
-    ]
-    queued = observe(10, window_s=5.0, workers=prefill_workers(4, 4 * 1500.0))
-    assert planner.plan_load(queued, now_s=30.0).decisions == []
-    still = observe(10, window_s=5.0, workers=prefill_workers(4, 30 * 1500.0))
-    assert planner.plan_load(still, now_s=60.0).decisions == []
-    cleared = observe(10, window_s=5.0, workers=prefill_workers(4, 0))
-    effects = planner.plan_load(cleared, now_s=65.0)
-    assert summary(effects.decisions) == [("prefill", 4, 3, "backlog_cleared")]
-    # the high bound over the four 5 s windows seen: 200 arrivals in 20 s
-    high = plan_prefill(
-        LoadForecast((200**0.5 + 0.5) ** 2 / 20.0, 3000.0, 200.0),
-        0.5,
-        profile,
-        1.0,
-        Targets(0.3, 0.03, 0.95),
-        queue_aware=True,
-        max_workers=8,
-    )
-    assert high.num_workers == 3
-    # no backlog scale-up since: a later quiet window does not release again
-    assert planner.plan_load(cleared, now_s=130.0).decisions == []
-
-
 def test_queue_aware_scale_down_goes_to_what_the_high_bound_needs(
     profile: PerformanceModel,
 ) -> None:
