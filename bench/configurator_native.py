@@ -313,20 +313,12 @@ def _drift_table(profiles: list[tuple[str, TimingProfile]]) -> str:
 
     rows = []
     for when, profile in profiles:
+        ttft_ms = {(p.num_requests, p.input_tokens): p.ttft_ms for p in profile.prefill}
+        itl_ms = {(p.num_requests, p.context_tokens): p.itl_ms for p in profile.decode}
         row: list[object] = [when, profile.source.created_at]
-        same = [
-            p
-            for p in profile.prefill
-            if (p.num_requests, p.input_tokens) == (1, prefill.input_tokens)
-        ]
-        row.append(cell(same[0].ttft_ms, prefill.ttft_ms) if same else "")
-        for d in decodes:
-            same_d = [
-                p
-                for p in profile.decode
-                if (p.num_requests, p.context_tokens) == (d.num_requests, d.context_tokens)
-            ]
-            row.append(cell(same_d[0].itl_ms, d.itl_ms) if same_d else "")
+        pairs = [(ttft_ms.get((1, prefill.input_tokens)), prefill.ttft_ms)]
+        pairs += [(itl_ms.get((d.num_requests, d.context_tokens)), d.itl_ms) for d in decodes]
+        row += ["" if value is None else cell(value, reference) for value, reference in pairs]
         rows.append(row)
     return markdown_table(
         [

@@ -129,9 +129,7 @@ class DisaggSimulation(Simulation):
     def _prefill_done(self, output: EngineOutput, now_ms: float) -> None:
         rid = output.request_id
         t = self.tracked[rid]
-        t.first_token_ms = t.last_token_ms = now_ms
-        t.num_cached_tokens = output.num_cached_tokens
-        t.num_output_tokens += len(output.new_token_ids)
+        t.add_tokens(now_ms, len(output.new_token_ids), output.num_cached_tokens)  # the first
         self.prefill_load.finish(rid)
         prefill_worker = self.prefill_of.pop(rid)
         tokens = self.prompts.pop(rid)
