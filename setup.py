@@ -2,8 +2,9 @@
 
 - armature.kv._native: block hashing (armature.kv.hashing).
 - armature.router._index: the prefix index's holder table (armature.router.holder_store).
+- armature.workload._mt: synthetic trace tokens (armature.workload.traces).
 
-Without a C compiler the build skips them (optional=True) and both modules fall back to pure
+Without a C compiler the build skips them (optional=True) and the modules fall back to pure
 Python, which gives the same results, several times slower.
 """
 
@@ -20,6 +21,12 @@ setup(
         Extension(
             "armature.router._index",
             ["src/armature/router/_index.c"],
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
+        Extension(
+            "armature.workload._mt",
+            ["src/armature/workload/_mt.c"],
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -5,6 +5,7 @@ with the same words)."""
 from __future__ import annotations
 
 from armature.engines.api import InvalidRequestError
+from armature.kv.hashing import get_token_id_range
 from armature.protocols.embedding import EmbedRequest
 from armature.protocols.engine import EngineRequest
 
@@ -23,7 +24,8 @@ def validate_request(
     num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
     if not request.prompt_token_ids:
         raise InvalidRequestError("the prompt is empty")
-    if min(request.prompt_token_ids) < 0 or max(request.prompt_token_ids) >= vocab_size:
+    low, high = get_token_id_range(request.prompt_token_ids)
+    if low < 0 or high >= vocab_size:
         raise InvalidRequestError(f"prompt token ids must be in [0, {vocab_size})")
     if any(t < 0 or t >= vocab_size for t in request.sampling.stop_token_ids):
         raise InvalidRequestError(f"stop token ids must be in [0, {vocab_size})")

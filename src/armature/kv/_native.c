@@ -305,7 +305,18 @@ static PyObject *hash_blocks(PyObject *self, PyObject *args) {
         has_parent = 1;
         PyObject *item;
         if (with_local) {
-            item = Py_BuildValue("(KK)", (unsigned long long)seq, (unsigned long long)local);
+            item = PyTuple_New(2);
+            PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
+            PyObject *local_obj = PyLong_FromUnsignedLongLong(local);
+            if (item == NULL || seq_obj == NULL || local_obj == NULL) {
+                Py_XDECREF(item);
+                Py_XDECREF(seq_obj);
+                Py_XDECREF(local_obj);
+                item = NULL;
+            } else {
+                PyTuple_SET_ITEM(item, 0, seq_obj);
+                PyTuple_SET_ITEM(item, 1, local_obj);
+            }
         } else {
             item = PyLong_FromUnsignedLongLong(seq);
         }
@@ -318,6 +329,30 @@ static PyObject *hash_blocks(PyObject *self, PyObject *args) {
     }
     PyMem_Free(buf);
     return out;
+}
+
+/* token_id_range(token_ids) -> (min, max), or None when an item is not a small non-negative
+ * exact int (the caller's general path decides then). One pass at C speed: validating a long
+ * prompt with min() and max() compares every item as an object, twice. */
+static PyObject *token_id_range(PyObject *self, PyObject *tokens) {
+    (void)self;
+    PyObject *seq = PySequence_Fast(tokens, "token_ids must be a sequence of ints");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    unsigned long low = ULONG_MAX, high = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long v;
+        if (!read_small_int(items[i], &v)) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        if (v < low) low = v;
+        if (v > high) high = v;
+    }
+    Py_DECREF(seq);
+    if (n == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(kk)", low, high);
 }
 
 /* xxh3_64(data, seed) -> int: the raw hash, for conformance tests. */
@@ -339,6 +374,8 @@ static PyMethodDef methods[] = {
     {"hash_blocks", hash_blocks, METH_VARARGS,
      "hash_blocks(token_ids, block_size, seed, parent, with_local) -> list"},
     {"xxh3_64", py_xxh3_64, METH_VARARGS, "xxh3_64(data, seed) -> int"},
+    {"token_id_range", token_id_range, METH_O,
+     "token_id_range(token_ids) -> (min, max) | None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -37,6 +37,7 @@ __all__ = [
     "compute_block_hashes_py",
     "compute_local_hashes",
     "compute_seq_hashes",
+    "get_token_id_range",
     "has_native_hashing",
     "hash_seed_for_salt",
 ]
@@ -96,6 +97,16 @@ def chain_hash(parent_seq_hash: int | None, local_hash: int, seed: int = DEFAULT
     if parent_seq_hash is None:
         return local_hash
     return xxhash.xxh3_64_intdigest(struct.pack("<QQ", parent_seq_hash, local_hash), seed=seed)
+
+
+def get_token_id_range(token_ids: Sequence[int]) -> tuple[int, int]:
+    """(min, max) of a non-empty `token_ids`: one native pass over a list of small ints (what
+    validating a long prompt costs), else min() and max()."""
+    if _native is not None:
+        found = _native.token_id_range(token_ids)
+        if found is not None:
+            return found
+    return min(token_ids), max(token_ids)
 
 
 def has_native_hashing() -> bool:

@@ -17,6 +17,7 @@ Pure: no I/O except `read_mooncake_trace`, and every random draw comes from a se
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -30,6 +31,11 @@ from typing import Any
 import numpy as np
 
 from armature.errors import ArmatureError
+
+try:  # C, built by pip install (setup.py); without it the same tokens, about 5x slower
+    from armature.workload import _mt
+except ImportError:  # pragma: no cover - exercised by the fallback test in a subprocess
+    _mt = None  # type: ignore[assignment]
 
 __all__ = [
     "THINK_JITTER_FRACTION",
@@ -190,11 +196,33 @@ def synthesize_prompt(
 def _block_token_ids(
     seed: int, hash_id: int, min_token_id: int, vocab_size: int, num_tokens: int
 ) -> tuple[int, ...]:
-    """One block's token ids; pure, so cached (traces reuse ids a lot). A str seed is hashed
-    with SHA-512, independent of PYTHONHASHSEED."""
+    """One block's token ids; pure, so cached (traces reuse ids a lot). They are
+    `random.Random(f"{seed}:{hash_id}").randbytes(4 * num_tokens)` as little-endian u32, each
+    `% (vocab_size - min_token_id) + min_token_id` (a str seed is hashed with SHA-512,
+    independent of PYTHONHASHSEED); `armature.workload._mt` runs the same MT19937 in C."""
+    if _mt is None:
+        return _block_token_ids_py(seed, hash_id, min_token_id, vocab_size, num_tokens)
+    key = _mt_key(f"{seed}:{hash_id}")
+    return _mt.block_tokens(key, num_tokens, min_token_id, vocab_size - min_token_id)
+
+
+def _block_token_ids_py(
+    seed: int, hash_id: int, min_token_id: int, vocab_size: int, num_tokens: int
+) -> tuple[int, ...]:
+    """`_block_token_ids` through `random.Random` (the definition; the fallback)."""
     raw = random.Random(f"{seed}:{hash_id}").randbytes(4 * num_tokens)
     values = np.frombuffer(raw, dtype="<u4") % (vocab_size - min_token_id) + min_token_id
     return tuple(values.tolist())
+
+
+def _mt_key(seed: str) -> bytes:
+    """The MT19937 key words (little-endian u32) that `random.Random(seed)` seeds with: the
+    integer of seed's UTF-8 bytes followed by their SHA-512 digest (big-endian), least
+    significant word first."""
+    raw = seed.encode()
+    number = int.from_bytes(raw + hashlib.sha512(raw).digest(), "big")
+    num_words = max(1, -(-number.bit_length() // 32))
+    return number.to_bytes(4 * num_words, "little")
 
 
 # ---- Synthetic workloads ---------------------------------------------------------------------

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from types import FrameType
 
 import pytest
@@ -23,6 +20,7 @@ from armature.kv.hashing import (
     compute_seq_hashes,
     has_native_hashing,
 )
+from without_extension import run_without
 
 CONFORMANCE_TOKENS = list(range(100, 148))
 CONFORMANCE_LOCAL = [10823191264391160519, 1219978239041041138, 11579058346470406089]
@@ -112,8 +110,7 @@ def test_asking_for_native_where_it_was_not_built_raises() -> None:
 
 
 _WITHOUT_NATIVE = """
-import json, sys
-sys.modules["armature.kv._native"] = None  # what an install without a C compiler looks like
+import json
 from armature.kv import hashing
 try:
     hashing.compute_seq_hashes([1, 2, 3, 4], 4, backend=hashing.HashBackend.NATIVE)
@@ -125,27 +122,20 @@ print(json.dumps({
     "pairs": hashing.compute_block_hashes(list(range(100, 148)), 16),
     "seqs": hashing.compute_seq_hashes(list(range(100, 148)), 16),
     "refused": refused,
+    "range": hashing.get_token_id_range([5, 2, 9]),
 }))
 """
 
 
 def test_an_install_without_the_extension_falls_back_to_python() -> None:
     """The import fallback itself, in a fresh interpreter where the extension cannot load."""
-    src = Path(__file__).resolve().parents[3] / "src"
-    result = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_NATIVE],
-        env={**os.environ, "PYTHONPATH": str(src)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    out = json.loads(result.stdout)
+    out = json.loads(run_without("armature.kv._native", _WITHOUT_NATIVE))
     expected = compute_block_hashes(CONFORMANCE_TOKENS, 16, backend=HashBackend.PYTHON)
     assert out == {
         "native": False,
         "pairs": [list(p) for p in expected],
         "seqs": [s for s, _ in expected],
         "refused": True,
+        "range": [2, 9],
     }
     assert [local for _, local in out["pairs"]] == CONFORMANCE_LOCAL

@@ -14,7 +14,12 @@ import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from armature.kv.hashing import HashBackend, compute_block_hashes, compute_seq_hashes
+from armature.kv.hashing import (
+    HashBackend,
+    compute_block_hashes,
+    compute_seq_hashes,
+    get_token_id_range,
+)
 
 _native = pytest.importorskip(
     "armature.kv._native",
@@ -53,3 +58,19 @@ def test_native_prompt_hashing_matches_python(
     assert compute_seq_hashes(tuple(tokens), block_size, seed, parent, backend=NATIVE) == seqs
     # The default backend is the native one here.
     assert compute_block_hashes(tokens, block_size, seed, parent) == expected
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**60 - 1), min_size=1, max_size=300))
+def test_token_id_range_is_min_and_max(tokens: list[int]) -> None:
+    assert _native.token_id_range(tokens) == (min(tokens), max(tokens))
+    assert get_token_id_range(tokens) == (min(tokens), max(tokens))
+
+
+def test_token_id_range_leaves_other_items_to_python() -> None:
+    # negatives, bools, large ints and other types: None, and the wrapper's min/max decide
+    for tokens in ([3, -1], [True, 4], [2**70, 1], [1.5, 2]):
+        assert _native.token_id_range(tokens) is None
+        assert get_token_id_range(tokens) == (min(tokens), max(tokens))
+    assert _native.token_id_range([]) is None
+    with pytest.raises(TypeError):
+        _native.token_id_range(5)

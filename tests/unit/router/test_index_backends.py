@@ -6,12 +6,8 @@ ARMATURE_INDEX_BACKEND. Native cases skip (with the reason) where it was not bui
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -35,6 +31,7 @@ from armature.router.holder_store import (
     make_holder_store,
 )
 from armature.router.prefix_index import PrefixIndex
+from without_extension import run_without
 
 NOT_BUILT = "armature.router._index was not built (no C compiler at install)"
 native_only = pytest.mark.skipif(not has_native_index(), reason=NOT_BUILT)
@@ -276,8 +273,6 @@ def test_without_the_extension_the_index_uses_the_python_store() -> None:
     not built): the index falls back to the Python store and works; asking for the native
     one is a typed error."""
     script = """
-import sys
-sys.modules["armature.router._index"] = None  # import fails as if it was never built
 from armature.protocols.kv_events import KvStored, StoredBlock
 from armature.router.holder_store import (
     IndexBackend, IndexBackendUnavailableError, PyHolderStore, has_native_index)
@@ -293,15 +288,5 @@ try:
 except IndexBackendUnavailableError as error:
     print("refused:", error)
 """
-    env = {k: v for k, v in os.environ.items() if k != BACKEND_ENV_VAR}
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=Path(__file__).parent,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("refused: armature.router._index was not built")
+    out = run_without("armature.router._index", script)
+    assert out.startswith("refused: armature.router._index was not built")
