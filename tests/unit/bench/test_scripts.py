@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from armature.sim.replay import ReplayConfig
+from bench.replay_balance import TRACES, Candidate, Outcome, choose
 from bench.replay_routing import configs, parse_args
 from bench.report import command_line
 
@@ -53,6 +54,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "plane_floor",
         "profile_decode",
         "profile_fidelity",
+        "replay_balance",
         "replay_disagg",
         "replay_planner",
         "replay_routing",
@@ -152,3 +154,38 @@ def test_replay_routing_runs_kv_once_per_decode_weight() -> None:
         for blocks in (32768, 262144)
         for router in ("round-robin", "least-loaded", "kv")
     ]
+
+
+def test_replay_balance_chooses_on_the_first_halves_only() -> None:
+    """Feasible: skew <= 1.10 and >= 97% of the default's hit ratio on both traces; the lowest
+    worst skew wins; none feasible keeps the default."""
+    default, calm, sticky, lossy = (
+        Candidate(0.0, 1.0),
+        Candidate(0.01, 1.0),
+        Candidate(0.0, 0.5),
+        Candidate(0.02, 2.0),
+    )
+    conv, syn = TRACES
+
+    def outcomes(**by_name: tuple[float, float]) -> dict[tuple[str, Candidate], Outcome]:
+        table = {}
+        for name, (hit, skew) in by_name.items():
+            candidate = {"default": default, "calm": calm, "sticky": sticky, "lossy": lossy}[
+                name.split("_")[0]
+            ]
+            trace = conv if name.endswith("_conv") else syn
+            table[(trace, candidate)] = Outcome(hit, skew, 1.0, 1.0)
+        return table
+
+    tuned = outcomes(
+        default_conv=(0.30, 1.05), default_syn=(0.60, 1.08),
+        calm_conv=(0.295, 1.03), calm_syn=(0.59, 1.04),
+        sticky_conv=(0.31, 1.01), sticky_syn=(0.62, 1.12),  # skew past 1.10 on one trace
+        lossy_conv=(0.28, 1.00), lossy_syn=(0.55, 1.00),  # 93% of the default's hit
+    )  # fmt: skip
+    candidates = [default, calm, sticky, lossy]
+    assert choose(candidates, tuned, default) == calm
+    del candidates[1]
+    assert choose(candidates, tuned, default) == default
+    tuned[(syn, default)] = Outcome(0.60, 1.2, 1.0, 1.0)  # the default itself infeasible
+    assert choose([default, sticky, lossy], tuned, default) == default
