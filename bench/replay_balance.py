@@ -111,9 +111,8 @@ def main() -> None:
     args = parse_args()
     limit = 600 if args.quick else args.limit
     default = Candidate(ReplayConfig().router_temperature, ReplayConfig().decode_weight)
-    candidates = [Candidate(t, w) for t in args.temperatures for w in args.decode_weights]
-    if default not in candidates:
-        candidates.insert(0, default)
+    grid = [Candidate(t, w) for t in args.temperatures for w in args.decode_weights]
+    candidates = [default, *(c for c in grid if c != default)]  # the default's hit first
     split = {name: halves(read_mooncake_trace(TRACES_DIR / name, limit=limit)) for name in TRACES}
     tuned: dict[tuple[str, Candidate], Outcome] = {}
     tune_rows = []

@@ -321,6 +321,7 @@ def _print_summary(args: argparse.Namespace, config: ReplayConfig, report: dict[
             "goodput_tokens_s",
             "simulated_time_s",
             "wall_time_s",
+            "num_engine_steps",
             "worker_seconds",
             "sla_attainment",
         )

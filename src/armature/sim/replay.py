@@ -67,6 +67,7 @@ def replay(
     by_role = fleet.get_worker_seconds(end_ms)
     return dataclasses.replace(
         report,
+        num_engine_steps=sum(runner.num_batches for runner in simulation.runners.values()),
         worker_seconds=sum(by_role.values()),
         worker_seconds_by_role=by_role,
         peak_workers=dict(fleet.get_peak_workers()),

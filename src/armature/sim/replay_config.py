@@ -88,6 +88,8 @@ class ReplayReport:
     num_remote_prefills: int
     simulated_time_s: float
     wall_time_s: float
+    # batches the workers' engines ran (a decode run's steps each count)
+    num_engine_steps: int = 0
     # lower KV tiers, summed over workers (empty without tiers): blocks loaded back into G1
     # by tier, blocks copied down by path ("device->host"), and the onboarded blocks' tokens
     # over all prompt tokens (the part of prefix_hit_ratio the lower tiers gave)

@@ -58,6 +58,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "replay_disagg",
         "replay_planner",
         "replay_routing",
+        "replay_scale",
         "replay_speed",
         "replay_tiers",
         "request_plane",

@@ -59,6 +59,19 @@ def test_requests_larger_than_a_worker_are_rejected_not_lost() -> None:
     assert (report.num_requests, report.num_rejected) == (1, 1)
 
 
+def test_engine_steps_count_every_batch() -> None:
+    """One request alone on one worker: a 100-token prompt in one prefill step (which gives
+    the first token), then one decode step per other output token."""
+    request = TraceRequest(arrival_ms=0.0, input_length=100, output_length=7, hash_ids=(1,))
+    report = replay([request], replace(CONFIG, num_workers=1))
+    assert report.num_engine_steps == 1 + 6
+    two = TraceRequest(arrival_ms=0.0, input_length=100, output_length=7, hash_ids=(2,))
+    # the second arrives as the first's prefill has started: its prefill joins the first's
+    # first decode step, and its own 6 decodes end one step after the first's
+    both = replay([request, two], replace(CONFIG, num_workers=1))
+    assert both.num_engine_steps == 1 + 6 + 1
+
+
 def test_goodput_per_slo_over_simulated_time() -> None:
     """Replay's goodput and percentiles are workload.measure's: requests (and tokens) meeting
     each SLO per second of simulated time; the p50 of 120 TTFTs lies halfway between the 60th
