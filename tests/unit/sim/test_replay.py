@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import asdict, replace
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from armature.config import KvTierConfig
 from armature.router.holder_store import BACKEND_ENV_VAR, IndexBackend, has_native_index
 from armature.sim.replay import ReplayConfig, replay
-from armature.sim.timing import PolynomialTiming
+from armature.sim.timing import PolynomialTiming, StepWork
 from armature.workload.measure import Slo
 from armature.workload.traces import TraceRequest, synthetic_multi_turn, synthetic_prefix_groups
 
@@ -57,6 +58,20 @@ def test_requests_larger_than_a_worker_are_rejected_not_lost() -> None:
     small = TraceRequest(arrival_ms=1.0, input_length=100, output_length=4, hash_ids=(99,))
     report = replay([huge, small], replace(CONFIG, num_kv_blocks=64))
     assert (report.num_requests, report.num_rejected) == (1, 1)
+
+
+def test_a_replay_restores_the_collector_thresholds() -> None:
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+
+    class Watched(PolynomialTiming):
+        def step_ms(self, work: StepWork) -> float:
+            seen.append(gc.get_threshold())
+            return super().step_ms(work)
+
+    replay(WORKLOAD[:5], CONFIG, Watched())
+    assert seen and all(t[0] == 20_000 and t[1:] == before[1:] for t in seen)
+    assert gc.get_threshold() == before
 
 
 def test_engine_steps_count_every_batch() -> None:
