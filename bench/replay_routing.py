@@ -5,7 +5,8 @@ mocker workers, for round-robin, least-loaded and kv routing.
                                    [--kv-decode-weight W [W ...]] [--speed-run] [--quick]
 
 --kv-decode-weight gives the kv router's decode weight, as `armature replay
---kv-decode-weight` does (1: the DESIGN baseline); with several, kv runs once per weight.
+--kv-decode-weight` does (1: the DESIGN baseline; default: the router's default, 0.5); with
+several, kv runs once per weight. The router temperature is the router's default.
 --speed-run also replays the whole conversation trace (original timestamps, kv, default
 settings) and checks the replay-speed target (<= 60 s of wall time).
 
@@ -39,9 +40,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--kv-decode-weight",
         type=float,
         nargs="+",
-        default=[1.0],
+        default=[ReplayConfig().decode_weight],
         help="kv router: weight of a worker's active blocks in the cost, one kv run per value "
-        "(1: the DESIGN baseline; lower favours cache affinity over spreading memory load)",
+        "(1: the DESIGN baseline; lower favours cache affinity over spreading memory load; "
+        "default: the router's)",
     )
     parser.add_argument("--speed-run", action="store_true")
     parser.add_argument("--quick", action="store_true")

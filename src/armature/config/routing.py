@@ -35,15 +35,17 @@ class RouterConfig:
         parse=non_negative_float,
     )
     decode_weight: float = setting(
-        1.0,
+        0.5,
         "kv router: weight of a worker's active blocks in the cost (1: the DESIGN baseline; "
-        "lower favours cache affinity over spreading memory load)",
+        "lower favours cache affinity over spreading memory load; 0.5 and temperature 0.01 "
+        "were chosen on the first halves of two traces: docs/benchmarks.md, replay_balance)",
         flag="kv-decode-weight",
         parse=non_negative_float,
     )
     temperature: float = setting(
-        0.0,
-        "kv router: 0 picks the cheapest worker, above 0 samples by softmax",
+        0.01,
+        "kv router: 0 picks the cheapest worker, above 0 samples by softmax over costs "
+        "normalized to [0, 1] (0.01: near-ties are shared, costlier workers almost never)",
         flag="router-temperature",
         parse=non_negative_float,
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, starmap
 from typing import cast
 
 from armature.errors import ArmatureError
@@ -257,9 +257,7 @@ class BlockPool:
             local_hashes[block_id] = local_hash
             parent_hashes[block_id] = parent
         cached.update(zip(seqs, block_ids, strict=True))
-        self.event_log.stored(
-            parent_hash, [StoredBlock(seq, local) for seq, local in hashes], KvTier.DEVICE
-        )
+        self.event_log.stored(parent_hash, list(starmap(StoredBlock, hashes)), KvTier.DEVICE)
         return True
 
     def reset_prefix_cache(self) -> bool:

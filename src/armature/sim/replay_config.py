@@ -27,9 +27,9 @@ class ReplayConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     speedup_ratio: float = 1.0
-    overlap_weight: float = 1.0
-    decode_weight: float = 1.0
-    router_temperature: float = 0.0
+    overlap_weight: float = RouterConfig().overlap_weight
+    decode_weight: float = RouterConfig().decode_weight
+    router_temperature: float = RouterConfig().temperature
     vocab_size: int = 32000
     routed_ttl_s: float = RouterConfig().routed_ttl_s
     seed: int = 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from armature.sim.replay import ReplayConfig
-from bench.replay_balance import TRACES, Candidate, Outcome, choose
+from bench.replay_balance import BASELINE, TRACES, Candidate, Outcome, choose
 from bench.replay_routing import configs, parse_args
 from bench.report import command_line
 
@@ -141,8 +141,8 @@ def test_replay_routing_runs_kv_once_per_decode_weight() -> None:
     args = parse_args(["--num-kv-blocks", "262144", "--kv-decode-weight", "1", "0.25"])
     chosen = configs(args)
     assert [(c.router, c.num_kv_blocks, c.decode_weight) for c in chosen] == [
-        ("round-robin", 262144, 1.0),
-        ("least-loaded", 262144, 1.0),
+        ("round-robin", 262144, 0.5),  # the default (which these routers do not read)
+        ("least-loaded", 262144, 0.5),
         ("kv", 262144, 1.0),
         ("kv", 262144, 0.25),
     ]
@@ -151,17 +151,17 @@ def test_replay_routing_runs_kv_once_per_decode_weight() -> None:
     )
     default = [(c.router, c.num_kv_blocks, c.decode_weight) for c in configs(parse_args([]))]
     assert default == [
-        (router, blocks, 1.0)
+        (router, blocks, 0.5)
         for blocks in (32768, 262144)
         for router in ("round-robin", "least-loaded", "kv")
     ]
 
 
 def test_replay_balance_chooses_on_the_first_halves_only() -> None:
-    """Feasible: skew <= 1.10 and >= 97% of the default's hit ratio on both traces; the lowest
-    worst skew wins; none feasible keeps the default."""
-    default, calm, sticky, lossy = (
-        Candidate(0.0, 1.0),
+    """Feasible: skew <= 1.10 and >= 97% of the baseline's hit ratio on both traces; the lowest
+    worst skew wins; none feasible keeps the baseline."""
+    baseline, calm, sticky, lossy = (
+        BASELINE,
         Candidate(0.01, 1.0),
         Candidate(0.0, 0.5),
         Candidate(0.02, 2.0),
@@ -171,7 +171,7 @@ def test_replay_balance_chooses_on_the_first_halves_only() -> None:
     def outcomes(**by_name: tuple[float, float]) -> dict[tuple[str, Candidate], Outcome]:
         table = {}
         for name, (hit, skew) in by_name.items():
-            candidate = {"default": default, "calm": calm, "sticky": sticky, "lossy": lossy}[
+            candidate = {"base": baseline, "calm": calm, "sticky": sticky, "lossy": lossy}[
                 name.split("_")[0]
             ]
             trace = conv if name.endswith("_conv") else syn
@@ -179,14 +179,14 @@ def test_replay_balance_chooses_on_the_first_halves_only() -> None:
         return table
 
     tuned = outcomes(
-        default_conv=(0.30, 1.05), default_syn=(0.60, 1.08),
+        base_conv=(0.30, 1.05), base_syn=(0.60, 1.08),
         calm_conv=(0.295, 1.03), calm_syn=(0.59, 1.04),
         sticky_conv=(0.31, 1.01), sticky_syn=(0.62, 1.12),  # skew past 1.10 on one trace
         lossy_conv=(0.28, 1.00), lossy_syn=(0.55, 1.00),  # 93% of the default's hit
     )  # fmt: skip
-    candidates = [default, calm, sticky, lossy]
-    assert choose(candidates, tuned, default) == calm
+    candidates = [baseline, calm, sticky, lossy]
+    assert choose(candidates, tuned, baseline) == calm
     del candidates[1]
-    assert choose(candidates, tuned, default) == default
-    tuned[(syn, default)] = Outcome(0.60, 1.2, 1.0, 1.0)  # the default itself infeasible
-    assert choose([default, sticky, lossy], tuned, default) == default
+    assert choose(candidates, tuned, baseline) == baseline
+    tuned[(syn, baseline)] = Outcome(0.60, 1.2, 1.0, 1.0)  # the baseline itself infeasible
+    assert choose([baseline, sticky, lossy], tuned, baseline) == baseline
