@@ -1,6 +1,7 @@
 """Router speed: kv decision latency with 64 workers and 4k-token prompts (hashing included,
-tokenization not), and prefix-index event throughput while serving queries, for each prefix
-index store (native C table and pure Python).
+tokenization not; the router's default cost, weights and temperature), and prefix-index event
+throughput while serving queries, for each prefix index store (native C table and pure
+Python).
 
     python -m bench.router_latency [--quick]
 
@@ -18,6 +19,7 @@ import argparse
 import random
 import time
 
+from armature.config.routing import RouterConfig
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.protocols.kv_events import KvEvent, KvRemoved, KvStored, StoredBlock
 from armature.router.holder_store import IndexBackend, has_native_index
@@ -29,6 +31,7 @@ from armature.workload.measure import quantile
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
 
+ROUTER = RouterConfig()  # the router's default cost: its weights and temperature
 NUM_WORKERS = 64
 BLOCK_SIZE = 16
 PROMPT_TOKENS = 4096
@@ -60,7 +63,16 @@ def decision_latency(num_decisions: int, seed: int, backend: IndexBackend) -> li
         ("kv (events)", None),
         ("kv (events + routed)", RoutedPrefixIndex(120.0, 1 << 20)),
     ):
-        policy = KvPolicy(index, ActiveLoad(), BLOCK_SIZE, DEFAULT_HASH_SEED, routed=routed)
+        policy = KvPolicy(
+            index,
+            ActiveLoad(),
+            BLOCK_SIZE,
+            DEFAULT_HASH_SEED,
+            overlap_weight=ROUTER.overlap_weight,
+            temperature=ROUTER.temperature,
+            routed=routed,
+            decode_weight=ROUTER.decode_weight,
+        )
         wall_us, cpu_us = [], []
         for i in range(num_decisions):
             prompt = rng.choice(prefixes) + [rng.randrange(32000) for _ in range(2048)]
@@ -138,7 +150,9 @@ def main() -> None:
     body = (
         f"{NUM_WORKERS} workers, each indexed with 8 of 64 shared 2,048-token prefixes; each "
         f"decision routes a {PROMPT_TOKENS}-token prompt (a shared prefix + 2,048 fresh "
-        "tokens): block hashing, index lookup, cost and choice, no tokenization. `store`: the "
+        "tokens): block hashing, index lookup, cost and choice (the router's default cost: "
+        f"decode weight {ROUTER.decode_weight:g}, temperature {ROUTER.temperature:g}), no "
+        "tokenization. `store`: the "
         "prefix index's store (`native`: the C table of armature.router._index, the default "
         "where it was built; `python`: the fallback). Wall and CPU (the thread's CPU time) of "
         "each decision.\n\n"

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect
 from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
 
 from armature.router.load import WorkerLoad
 
@@ -98,6 +100,12 @@ def select_worker(
         return tied[0] if len(tied) == 1 else rng.choice(tied)
     low = min(logits)
     span = max(logits) - low
-    normalized = [(logit - low) / span if span > 0 else 0.0 for logit in logits]
-    weights = [math.exp(-n / temperature) for n in normalized]
-    return rng.choices(range(len(logits)), weights=weights, k=1)[0]
+    if span > 0:
+        exp = math.exp
+        weights = [exp(-((logit - low) / span) / temperature) for logit in logits]
+    else:
+        weights = [1.0] * len(logits)
+    # what rng.choices(range(n), weights) draws, with the same one random(), without its
+    # population and argument handling (this is the default router's per-request path)
+    cumulative = list(accumulate(weights))
+    return bisect(cumulative, rng.random() * (cumulative[-1] + 0.0), 0, len(logits) - 1)

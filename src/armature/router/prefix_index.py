@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, KvTier
 from armature.router.holder_store import HolderStore, IndexBackend, make_holder_store
@@ -105,23 +106,25 @@ class PrefixIndex:
         state.last_event_id = event_id
         kind = type(event)
         if kind is KvStored:
-            assert isinstance(event, KvStored)
-            tier = event.tier
+            stored = cast("KvStored", event)  # no isinstance: this is the hot path
+            tier = stored.tier
             capacity = state.capacity_blocks.get(tier)
             if capacity is None:
                 return True  # a tier this worker did not report: not indexed
             num_blocks = state.num_blocks
-            room = capacity - num_blocks[tier]
-            num_new = self._store.add_blocks(worker, tier, event.blocks, room)
+            num_new = self._store.add_blocks(
+                worker, tier, stored.blocks, capacity - num_blocks[tier]
+            )
             if num_new < 0:
                 state.stale = True  # more blocks than the tier can hold: we missed removals
                 return False
             num_blocks[tier] += num_new
         elif kind is KvRemoved:
-            assert isinstance(event, KvRemoved)
-            if event.tier in state.capacity_blocks:
-                removed = self._store.remove(worker, event.tier, event.seq_hashes)
-                state.num_blocks[event.tier] -= removed
+            removed_event = cast("KvRemoved", event)
+            tier = removed_event.tier
+            if tier in state.capacity_blocks:
+                removed = self._store.remove(worker, tier, removed_event.seq_hashes)
+                state.num_blocks[tier] -= removed
         elif kind is KvCleared:
             self._clear(worker, state, KvTier.DEVICE)
         return True

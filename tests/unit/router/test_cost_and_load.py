@@ -7,6 +7,8 @@ import random
 from collections import Counter
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from armature.router.cost import cost_terms, select_worker, worker_logits
 from armature.router.load import ActiveLoad, WorkerLoad
@@ -112,3 +114,20 @@ def test_decode_weight_discounts_active_blocks() -> None:
     assert logits == [16.5, 10.0, 5.75]
     assert select_worker(logits, _none, 0.0, random.Random(0)) == 2
     assert worker_logits(["W1", "W2", "W3"], 128, 16, overlaps, loads) == [18.0, 10.0, 11.0]
+
+
+@given(
+    st.lists(st.floats(min_value=0, max_value=1e4), min_size=1, max_size=70),
+    st.sampled_from([0.001, 0.01, 0.1, 1.0, 5.0]),
+    st.integers(min_value=0, max_value=2**32),
+)
+def test_sampling_draws_what_random_choices_would(
+    logits: list[float], temperature: float, seed: int
+) -> None:
+    """The softmax draw is `rng.choices` over the normalized weights, with the same one
+    `random()` (the router's sampling is reproducible from its seed)."""
+    low, span = min(logits), max(logits) - min(logits)
+    normalized = [(logit - low) / span if span > 0 else 0.0 for logit in logits]
+    weights = [math.exp(-n / temperature) for n in normalized]
+    expected = random.Random(seed).choices(range(len(logits)), weights=weights, k=1)[0]
+    assert select_worker(logits, _none, temperature, random.Random(seed)) == expected
