@@ -163,7 +163,9 @@ class KvPolicy:
         elif self.index is not None:
             overlaps = self.index.find_overlaps(hashes)
         if self.routed is not None:
-            for worker, depth in self.routed.find_overlaps(hashes, now_s).items():
+            # a routed prefix no deeper than what the index gives changes nothing below
+            known = overlaps if weighted is None else {w: int(x) for w, x in weighted.items()}
+            for worker, depth in self.routed.find_overlaps(hashes, now_s, known).items():
                 overlaps[worker] = max(depth, overlaps.get(worker, 0))
                 if weighted is not None:  # a routed prefix will be on the worker's device
                     weighted[worker] = max(depth, weighted.get(worker, 0.0))

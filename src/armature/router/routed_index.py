@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
 
 __all__ = ["RoutedPrefixIndex"]
@@ -70,20 +70,29 @@ class RoutedPrefixIndex:
             self._drop_oldest()
             dropped += 1
 
-    def find_overlaps(self, seq_hashes: Sequence[int], now_s: float) -> dict[str, int]:
-        """Leading blocks of `seq_hashes` each worker is assumed to hold (unexpired)."""
+    def find_overlaps(
+        self, seq_hashes: Sequence[int], now_s: float, known: Mapping[str, int] | None = None
+    ) -> dict[str, int]:
+        """Leading blocks of `seq_hashes` each worker is assumed to hold (unexpired).
+        `known`: blocks each worker is already known to hold (the event index's overlaps); a
+        worker whose assumed prefix is no longer than that is left out, found with one lookup
+        (the block after its known prefix) instead of a search."""
         overlaps: dict[str, int] = {}
         if not seq_hashes:
             return overlaps
+        known = known or {}
         first, last = seq_hashes[0], seq_hashes[-1]
+        num_blocks = len(seq_hashes)
         for worker in self._by_first.get(first, ()):
             get = self._by_worker[worker].get
-            if get(first, -math.inf) <= now_s:
-                continue
+            floor = known.get(worker, 0)
+            if floor >= num_blocks or get(seq_hashes[floor], -math.inf) <= now_s:
+                continue  # not beyond what is known (live entries form a prefix)
             if get(last, -math.inf) > now_s:
-                overlaps[worker] = len(seq_hashes)
+                overlaps[worker] = num_blocks
                 continue
-            live, dead = 0, len(seq_hashes) - 1  # seq_hashes[live] is live, [dead] is not
+            # seq_hashes[live] is live, [dead] is not
+            live, dead = floor, num_blocks - 1
             while dead - live > 1:
                 mid = (live + dead) // 2
                 if get(seq_hashes[mid], -math.inf) > now_s:

@@ -75,6 +75,10 @@ def test_depth_search_matches_a_linear_scan() -> None:
             if depth:
                 expected[w] = depth
         assert index.find_overlaps(query, now) == expected
+        # with known prefixes: only the workers assumed to hold more than is known
+        known = {w: rng.randrange(0, len(query) + 1) for w in live if rng.random() < 0.7}
+        deeper = {w: d for w, d in expected.items() if d > known.get(w, 0)}
+        assert index.find_overlaps(query, now, known) == deeper
 
 
 def test_invalid_settings() -> None:
