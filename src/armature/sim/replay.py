@@ -30,7 +30,7 @@ __all__ = ["ReplayConfig", "ReplayReport", "get_performance_model", "replay"]
 # A replay keeps millions of containers alive for a request's lifetime (prompts of thousands
 # of token ids, their block hashes); CPython's young-generation threshold (700 allocations)
 # would traverse each of them in several collections. 20,000 cut the collector's share of a
-# replay from ~12% to ~4% (2,000 conversation-trace requests); restored when the replay ends.
+# replay from ~12% to ~6% (2,000 conversation-trace requests); restored when the replay ends.
 _REPLAY_GC_THRESHOLD = 20_000
 
 
@@ -91,13 +91,17 @@ def replay(
 @contextlib.contextmanager
 def _young_collections_every(num_allocations: int) -> Iterator[None]:
     """Run the cyclic collector's young generation at most every `num_allocations` container
-    allocations (never more often than it was set to), then restore the thresholds."""
+    allocations (never more often than it was set to), then restore the thresholds, unless
+    something else changed them meanwhile (so that replays overlapping in threads leave the
+    first one's thresholds behind whatever order they end in)."""
     thresholds = gc.get_threshold()
-    gc.set_threshold(max(thresholds[0], num_allocations), *thresholds[1:])
+    raised = (max(thresholds[0], num_allocations), *thresholds[1:])
+    gc.set_threshold(*raised)
     try:
         yield
     finally:
-        gc.set_threshold(*thresholds)
+        if gc.get_threshold() == raised:
+            gc.set_threshold(*thresholds)
 
 
 def get_performance_model(config: ReplayConfig, timing: TimingModel) -> TimingPerformanceModel:

@@ -32,7 +32,7 @@ import numpy as np
 
 from armature.errors import ArmatureError
 
-try:  # C, built by pip install (setup.py); without it the same tokens, about 5x slower
+try:  # C, built by pip install (setup.py); without it the same tokens, about 2x slower
     from armature.workload import _mt
 except ImportError:  # pragma: no cover - exercised by the fallback test in a subprocess
     _mt = None  # type: ignore[assignment]
