@@ -35,7 +35,7 @@ from armature.router.tier_overlap import TierOverlap, WorkerId
 __all__ = ["IndexBackend", "PrefixIndex", "TierOverlap", "WorkerId"]
 
 
-@dataclass
+@dataclass(slots=True)  # read on every event
 class _WorkerState:
     # tiers indexed for this worker -> capacity in blocks; events of other tiers are skipped
     capacity_blocks: dict[KvTier, int]
