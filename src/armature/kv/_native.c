@@ -355,6 +355,49 @@ static PyObject *token_id_range(PyObject *self, PyObject *tokens) {
     return Py_BuildValue("(kk)", low, high);
 }
 
+/* mock_tokens(prefix, start, stop, seed, vocab_size) -> list[int]: XXH3-64(seed) of `prefix`
+ * followed by each position's decimal digits, modulo vocab_size, for positions start..stop-1:
+ * the mocker's synthetic output tokens (`xxhash.xxh3_64_intdigest(f"{id}/{p}".encode(), seed)
+ * % vocab_size`) without a string, a bytes object and a call per token. */
+static PyObject *mock_tokens(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer prefix;
+    Py_ssize_t start, stop;
+    PyObject *seed_obj;
+    unsigned long long vocab_size;
+    if (!PyArg_ParseTuple(args, "y*nnOK", &prefix, &start, &stop, &seed_obj, &vocab_size))
+        return NULL;
+    enum { MAX_PREFIX = 1024, MAX_DIGITS = 24 };
+    if (start < 0 || stop < start || vocab_size == 0 || prefix.len > MAX_PREFIX) {
+        PyBuffer_Release(&prefix);
+        PyErr_SetString(PyExc_ValueError,
+                        "need 0 <= start <= stop, vocab_size > 0 and a prefix of <= 1024 bytes");
+        return NULL;
+    }
+    uint64_t seed;
+    if (parse_u64(seed_obj, &seed, "seed") < 0) {
+        PyBuffer_Release(&prefix);
+        return NULL;
+    }
+    char buf[MAX_PREFIX + MAX_DIGITS];
+    size_t head = (size_t)prefix.len;
+    memcpy(buf, prefix.buf, head);
+    PyBuffer_Release(&prefix);
+    PyObject *out = PyList_New(stop - start);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t p = start; p < stop; p++) {
+        int digits = snprintf(buf + head, MAX_DIGITS, "%zd", p);
+        uint64_t h = xxh3_64((const uint8_t *)buf, head + (size_t)digits, seed);
+        PyObject *item = PyLong_FromUnsignedLongLong(h % vocab_size);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, p - start, item);
+    }
+    return out;
+}
+
 /* xxh3_64(data, seed) -> int: the raw hash, for conformance tests. */
 static PyObject *py_xxh3_64(PyObject *self, PyObject *args) {
     Py_buffer data;
@@ -374,6 +417,8 @@ static PyMethodDef methods[] = {
     {"hash_blocks", hash_blocks, METH_VARARGS,
      "hash_blocks(token_ids, block_size, seed, parent, with_local) -> list"},
     {"xxh3_64", py_xxh3_64, METH_VARARGS, "xxh3_64(data, seed) -> int"},
+    {"mock_tokens", mock_tokens, METH_VARARGS,
+     "mock_tokens(prefix, start, stop, seed, vocab_size) -> list[int]"},
     {"token_id_range", token_id_range, METH_O,
      "token_id_range(token_ids) -> (min, max) | None"},
     {NULL, NULL, 0, NULL},

@@ -17,6 +17,11 @@ from pathlib import Path
 
 import xxhash
 
+try:  # the same tokens as xxhash's, in one call per request and step (armature.kv._native)
+    from armature.kv import _native
+except ImportError:  # pragma: no cover - built without a C compiler
+    _native = None  # type: ignore[assignment]
+
 from armature.config import KvTierConfig
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore, TierBuilder
@@ -44,6 +49,7 @@ __all__ = [
 
 
 DEFAULT_TRANSFER_BANDWIDTH_BYTES_S = 25e9  # an RDMA-class link between prefill and decode
+_MAX_NATIVE_PREFIX_BYTES = 1024  # request ids longer than this take the Python path
 
 
 def modeled_layout(arch: ModelArch, block_size: int, dtype: str = "bfloat16") -> KvLayout:
@@ -128,6 +134,9 @@ class MockerRunner:
         """`token_for` at positions `start..stop-1`."""
         if self.arch.eos_token_ids:
             return [self.token_for(request_id, p) for p in range(start, stop)]
+        prefix = f"{request_id}/".encode()
+        if _native is not None and len(prefix) <= _MAX_NATIVE_PREFIX_BYTES:
+            return _native.mock_tokens(prefix, start, stop, self.seed, self.arch.vocab_size)
         digest = xxhash.xxh3_64_intdigest
         seed, vocab_size = self.seed, self.arch.vocab_size
         return [

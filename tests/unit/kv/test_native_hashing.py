@@ -74,3 +74,29 @@ def test_token_id_range_leaves_other_items_to_python() -> None:
     assert _native.token_id_range([]) is None
     with pytest.raises(TypeError):
         _native.token_id_range(5)
+
+
+@given(
+    st.text(max_size=40),
+    st.integers(min_value=0, max_value=10**13),
+    st.integers(min_value=0, max_value=40),
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.integers(min_value=1, max_value=2**64 - 1),
+)
+def test_mock_tokens_are_xxhash_of_id_and_position(
+    request_id: str, start: int, count: int, seed: int, vocab_size: int
+) -> None:
+    prefix = f"{request_id}/".encode()
+    expected = [
+        xxhash.xxh3_64_intdigest(f"{request_id}/{p}".encode(), seed=seed) % vocab_size
+        for p in range(start, start + count)
+    ]
+    assert _native.mock_tokens(prefix, start, start + count, seed, vocab_size) == expected
+
+
+def test_mock_tokens_refuse_bad_arguments() -> None:
+    for args in [(b"a/", -1, 2, 0, 10), (b"a/", 3, 2, 0, 10), (b"a/", 0, 2, 0, 0)]:
+        with pytest.raises(ValueError, match="start <= stop"):
+            _native.mock_tokens(*args)
+    with pytest.raises(ValueError, match="1024 bytes"):
+        _native.mock_tokens(b"x" * 1025, 0, 1, 0, 10)

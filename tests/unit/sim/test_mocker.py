@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,14 @@ def test_runner_is_a_model_runner_without_weights() -> None:
     runner = MockerRunner(ARCH, PolynomialTiming(), VirtualClock(), seed=3)
     assert runner.token_for("x", 5) == runner.token_for("x", 5)
     assert 0 <= runner.token_for("x", 6) < ARCH.vocab_size
+
+
+def test_a_run_of_tokens_is_token_for_at_each_position() -> None:
+    """`get_tokens` (one call per request and step: native where built, and in Python for ids
+    too long for it) gives `token_for`'s token at every position."""
+    no_eos = replace(ARCH, eos_token_ids=())
+    runner = MockerRunner(no_eos, PolynomialTiming(), VirtualClock(), seed=3)
+    for request_id in ("req-7", "r" * 2000):
+        assert runner.get_tokens(request_id, 5, 40) == [
+            runner.token_for(request_id, p) for p in range(5, 40)
+        ]
