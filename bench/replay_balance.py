@@ -54,6 +54,10 @@ class Outcome:
     ttft_p50_ms: float
     cpu_s: float
 
+    def hit_share(self, base: Outcome) -> float:
+        """This hit ratio over `base`'s (1 where base has none)."""
+        return self.hit / base.hit if base.hit else 1.0
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -102,7 +106,7 @@ def choose(
         for trace in TRACES:
             outcome, base = tuned[(trace, candidate)], tuned[(trace, baseline)]
             skews.append(outcome.skew)
-            shares.append(outcome.hit / base.hit if base.hit else 1.0)
+            shares.append(outcome.hit_share(base))
         if max(skews) > TARGET_SKEW or min(shares) < MIN_HIT_SHARE:
             continue
         key = (max(skews), -min(shares))
@@ -135,7 +139,7 @@ def main() -> None:
         outcome = base if chosen == BASELINE else run(split[name][1], chosen)
         if chosen != BASELINE:
             report_rows.append(_row(name, chosen, outcome, base))
-        share = outcome.hit / base.hit if base.hit else 1.0
+        share = outcome.hit_share(base)
         checks.append(
             f"{'PASS' if outcome.skew <= TARGET_SKEW else 'MISS'}: {name}, second half, "
             f"chosen cost: load skew {outcome.skew:.3f} (target <= {TARGET_SKEW}; baseline "
@@ -188,7 +192,7 @@ def main() -> None:
 
 
 def _row(name: str, candidate: Candidate, outcome: Outcome, base: Outcome) -> list[object]:
-    share = outcome.hit / base.hit if base.hit else 1.0
+    share = outcome.hit_share(base)
     return [
         name,
         candidate.label,
