@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 import torch
 
@@ -71,52 +72,75 @@ def first_token_ms(core: EngineCore, request_id: str, prompt: list[int]) -> tupl
 
 
 @dataclass(frozen=True)
-class MultiTurn:
+class Row:
+    """One configuration of the multi-turn comparison: G1's size and the lower tiers."""
+
     name: str
-    ttfts_ms: list[float]
+    num_g1_blocks: int
+    tiers: KvTierConfig | None
 
-    def row(self, base: MultiTurn | None) -> list[object]:
-        p50, p90 = quantile(self.ttfts_ms, 0.5), quantile(self.ttfts_ms, 0.9)
-        if base is None:
-            return [self.name, p50, p90, "", ""]
-        return [
-            self.name,
-            p50,
-            p90,
-            f"{quantile(base.ttfts_ms, 0.5) / p50:.1f}x",
-            f"{quantile(base.ttfts_ms, 0.9) / p90:.1f}x",
-        ]
+    def build(self, args: BenchArgs) -> EngineCore:
+        if self.tiers is None:
+            return build_core(
+                args, max_num_seqs=1, num_kv_blocks=self.num_g1_blocks, max_num_batched_tokens=1024
+            )
+        return _tiered_core(args, self.num_g1_blocks, self.tiers)
 
 
-def multi_turn(
-    args: BenchArgs, name: str, num_g1_blocks: int, tiers: KvTierConfig | None
-) -> MultiTurn:
-    core = (
-        build_core(
-            args,
-            max_num_seqs=1,
-            num_kv_blocks=num_g1_blocks,
-            max_num_batched_tokens=1024,
-        )
-        if tiers is None
-        else _tiered_core(args, num_g1_blocks, tiers)
-    )
-    warm_up(core)
-    rng = random.Random(args.seed)
-    vocab = core.arch.vocab_size
-    sessions: list[list[int]] = [[] for _ in range(NUM_SESSIONS)]
-    ttfts: list[float] = []
+@dataclass(frozen=True)
+class MultiTurn:
+    """One interleaved run of every row: TTFTs per row, in request order."""
+
+    names: list[str]
+    ttfts_ms: list[list[float]]
+    num_requests: int
+    num_same_output: int  # requests whose greedy tokens were the same in every row
+
+    def quantile(self, row: int, q: float) -> float:
+        return quantile(self.ttfts_ms[row], q)
+
+    def speedup(self, row: int, q: float) -> float:
+        """How many times lower row's TTFT quantile is than the first row's (G1 only)."""
+        return self.quantile(0, q) / self.quantile(row, q)
+
+    def paired_ratio(self, row: int, base: int) -> float:
+        """Median over requests of row's TTFT / base's TTFT for the same request."""
+        return median(a / b for a, b in zip(self.ttfts_ms[row], self.ttfts_ms[base], strict=True))
+
+
+def multi_turn(args: BenchArgs, rows: list[Row], seed: int) -> MultiTurn:
+    """Every turn of every session on each row's engine, one request at a time. The rows take
+    turns request by request (the first one rotating), so a machine whose speed drifts over the
+    minutes of a run slows every row alike. A session continues with the first row's output;
+    each row's output is compared with it. A tiered engine's background writes are flushed
+    after its request, untimed, so they do not land in the next row's TTFT."""
+    cores = [row.build(args) for row in rows]
+    for core in cores:
+        warm_up(core)
+    rng = random.Random(seed)
+    vocab = cores[0].arch.vocab_size
+    sessions: list[list[int]] = [[] for _ in range(NUM_SESSIONS if not args.quick else 4)]
+    ttfts: list[list[float]] = [[] for _ in rows]
+    num_requests = num_same = 0
     for turn in range(NUM_TURNS if not args.quick else 2):
-        for s, history in enumerate(sessions if not args.quick else sessions[:4]):
+        for s, history in enumerate(sessions):
             history.extend(rng.randrange(3, vocab) for _ in range(TURN_TOKENS))
-            ttft_ms, output = first_token_ms(core, f"s{s}-t{turn}", history)
-            history.extend(output)
-            ttfts.append(ttft_ms)
-    core.close()
-    print(
-        f"{name}: p50 {quantile(ttfts, 0.5):.0f} ms, p90 {quantile(ttfts, 0.9):.0f} ms", flush=True
-    )
-    return MultiTurn(name, ttfts)
+            outputs: dict[int, list[int]] = {}
+            for k in range(len(rows)):
+                i = (num_requests + k) % len(rows)
+                ttft_ms, outputs[i] = first_token_ms(cores[i], f"s{s}-t{turn}", history)
+                ttfts[i].append(ttft_ms)
+                if cores[i].tiers is not None:
+                    cores[i].tiers.flush()
+            num_requests += 1
+            num_same += all(out == outputs[0] for out in outputs.values())
+            history.extend(outputs[0])
+    for core in cores:
+        core.close()
+    run = MultiTurn([row.name for row in rows], ttfts, num_requests, num_same)
+    for i, name in enumerate(run.names):
+        print(f"{name}: p50 {run.quantile(i, 0.5):.0f} ms, p90 {run.quantile(i, 0.9):.0f} ms")
+    return run
 
 
 def _tiered_core(args: BenchArgs, num_g1_blocks: int, tiers: KvTierConfig) -> EngineCore:
@@ -230,30 +254,49 @@ def spread(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}"
 
 
+G1_ONLY, G2_ROW, G3_ROW, CEILING = 0, 1, 2, 3  # the rows of a MultiTurn, in this order
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --quick)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="bandwidth and G4 runs, default 3 (1 with --quick)",
+    )
+    parser.add_argument(
+        "--turn-runs",
+        type=int,
+        default=None,
+        help="multi-turn runs, seeds --seed, --seed+1, ... (default 2, 1 with --quick)",
+    )
     args, ns = parse_args(parser.description or "", parser)
     repeats = ns.repeats or (1 if args.quick else 3)
+    turn_runs = ns.turn_runs or (1 if args.quick else 2)
     num_g1 = 120 if args.quick else 700  # about a quarter of the sessions' ~2,800 blocks
     lower = 4096
     with tempfile.TemporaryDirectory(prefix="armature-bench-tiers-") as tmp:
         work = Path(tmp)
-        g1 = multi_turn(args, "G1 only", num_g1, None)
-        g2 = multi_turn(args, "G1 + G2 host", num_g1, KvTierConfig(kv_host_blocks=lower))
-        g3 = multi_turn(
-            args,
-            "G1 + G3 disk (no G2)",
-            num_g1,
-            KvTierConfig(kv_disk_dir=str(work / "g3"), kv_disk_blocks=lower),
-        )
-        # the most any tier can give: a G1 that never evicts (every later turn a G1 hit)
-        ceiling = multi_turn(args, "G1 holding everything", lower, None)
+        runs = []
+        for r in range(turn_runs):
+            rows = [
+                Row("G1 only", num_g1, None),
+                Row("G1 + G2 host", num_g1, KvTierConfig(kv_host_blocks=lower)),
+                Row(
+                    "G1 + G3 disk (no G2)",
+                    num_g1,
+                    KvTierConfig(kv_disk_dir=str(work / f"g3-{r}"), kv_disk_blocks=lower),
+                ),
+                # the most any tier can give: a G1 that never evicts (later turns hit G1)
+                Row("G1 holding everything", lower, None),
+            ]
+            runs.append(multi_turn(args, rows, args.seed + r))
         num_blocks = 64 if args.quick else 512
         host = [bandwidth(args, KvTier.HOST, num_blocks, work / f"h{i}") for i in range(repeats)]
         disk = [bandwidth(args, KvTier.DISK, num_blocks, work / f"d{i}") for i in range(repeats)]
         shared = sharing(args, work / "g4", repeats)
-    body = _report(args, num_g1, lower, (g1, g2, g3, ceiling), host, disk, shared, num_blocks)
+    body = _report(num_g1, lower, runs, host, disk, shared, num_blocks)
     print()
     print(body)
     publish(
@@ -261,21 +304,45 @@ def main() -> None:
     )
 
 
+def _per_run(runs: list[MultiTurn], cell: Callable[[MultiTurn], str]) -> str:
+    return " / ".join(cell(run) for run in runs)
+
+
+def _turn_row(runs: list[MultiTurn], i: int) -> list[object]:
+    ratio = _per_run(runs, lambda run: f"{run.paired_ratio(i, CEILING):.2f}")
+    return [
+        runs[0].names[i],
+        _per_run(runs, lambda run: f"{run.quantile(i, 0.5):,.0f}"),
+        _per_run(runs, lambda run: f"{run.quantile(i, 0.9):,.0f}"),
+        "" if i == G1_ONLY else _per_run(runs, lambda run: f"{run.speedup(i, 0.5):.2f}x"),
+        "" if i == G1_ONLY else _per_run(runs, lambda run: f"{run.speedup(i, 0.9):.2f}x"),
+        ratio,
+    ]
+
+
+def _turn_table(runs: list[MultiTurn]) -> str:
+    return markdown_table(
+        [
+            "tiers",
+            "TTFT p50 ms",
+            "TTFT p90 ms",
+            "p50 vs G1 only",
+            "p90 vs G1 only",
+            "TTFT / ceiling's (median per request)",
+        ],
+        [_turn_row(runs, i) for i in range(len(runs[0].names))],
+    )
+
+
 def _report(
-    args: BenchArgs,
     num_g1: int,
     lower: int,
-    runs: tuple[MultiTurn, MultiTurn, MultiTurn, MultiTurn],
+    runs: list[MultiTurn],
     host: list[tuple[float, float, int]],
     disk: list[tuple[float, float, int]],
     shared: list[tuple[float, float]],
     num_blocks: int,
 ) -> str:
-    g1, g2, g3, ceiling = runs
-    turns = markdown_table(
-        ["tiers", "TTFT p50 ms", "TTFT p90 ms", "p50 vs G1 only", "p90 vs G1 only"],
-        [g1.row(None), g2.row(g1), g3.row(g1), ceiling.row(g1)],
-    )
     host_ratio = [load / ref for load, ref, _ in host]
     disk_ratio = [load / ref for load, ref, _ in disk]
     bw = markdown_table(
@@ -294,29 +361,38 @@ def _report(
     def verdict(ok: bool) -> str:
         return "PASS" if ok else "MISS"
 
-    p50_g2 = quantile(g1.ttfts_ms, 0.5) / quantile(g2.ttfts_ms, 0.5)
-    p90_g2 = quantile(g1.ttfts_ms, 0.9) / quantile(g2.ttfts_ms, 0.9)
-    p50_ceiling = quantile(g1.ttfts_ms, 0.5) / quantile(ceiling.ttfts_ms, 0.5)
-    p90_ceiling = quantile(g1.ttfts_ms, 0.9) / quantile(ceiling.ttfts_ms, 0.9)
-    p50_g3 = quantile(g1.ttfts_ms, 0.5) / quantile(g3.ttfts_ms, 0.5)
-    p90_g3 = quantile(g1.ttfts_ms, 0.9) / quantile(g3.ttfts_ms, 0.9)
+    def lowest(row: int) -> float:
+        return min(run.speedup(row, q) for run in runs for q in (0.5, 0.9))
+
+    def speedups(row: int) -> str:
+        p50 = _per_run(runs, lambda run: f"{run.speedup(row, 0.5):.2f}x")
+        p90 = _per_run(runs, lambda run: f"{run.speedup(row, 0.9):.2f}x")
+        return f"p50 {p50}, p90 {p90}"
+
+    same = _per_run(runs, lambda run: f"{run.num_same_output} of {run.num_requests}")
     return (
         f"Multi-turn chat, {NUM_SESSIONS} sessions x {NUM_TURNS} turns (~{TURN_TOKENS} new "
         f"tokens a turn plus the {OUTPUT_TOKENS} generated; ~2.9k tokens at the end), one "
         f"request at a time, round robin over sessions; G1 {num_g1} blocks (about a quarter "
-        f"of the working set), G2 / G3 {lower} blocks. TTFT over all "
-        f"{len(g1.ttfts_ms)} requests (turn 1 is cold in every row).\n\n{turns}\n\n"
-        f"- {verdict(min(p50_g2, p90_g2) >= TARGET_G2)}: G2 lowers TTFT p50 {p50_g2:.1f}x, "
-        f"p90 {p90_g2:.1f}x (target >= {TARGET_G2:.0f}x)\n"
-        f"- {verdict(min(p50_g3, p90_g3) >= TARGET_G3)}: G3 alone lowers TTFT p50 "
-        f"{p50_g3:.1f}x, p90 {p90_g3:.1f}x (target >= {TARGET_G3:.0f}x)\n"
-        f"- The ceiling: a G1 of {lower} blocks, which never evicts, lowers TTFT p50 "
-        f"{p50_ceiling:.1f}x, p90 {p90_ceiling:.1f}x. No tier can beat it: a later turn then "
-        f"still computes its ~{TURN_TOKENS + OUTPUT_TOKENS} new tokens over its context.\n\n"
+        f"of the working set), G2 / G3 {lower} blocks. The four engines run side by side and "
+        f"take turns request by request (the first one rotating), so the machine's speed "
+        f"drift over a run reaches every row alike; G3's background writes are flushed, "
+        f"untimed, after each of its requests. TTFT over all {runs[0].num_requests} requests "
+        f"(turn 1 is cold in every row). {len(runs)} run(s) (prompt seeds `--seed`, `--seed` + 1, "
+        f"...); a cell lists run 1 / run 2 / ....\n\n{_turn_table(runs)}\n\n"
+        f"- {verdict(lowest(G2_ROW) >= TARGET_G2)}: G2 lowers TTFT {speedups(G2_ROW)} "
+        f"(target >= {TARGET_G2:.0f}x in every run)\n"
+        f"- {verdict(lowest(G3_ROW) >= TARGET_G3)}: G3 alone lowers TTFT {speedups(G3_ROW)} "
+        f"(target >= {TARGET_G3:.0f}x in every run)\n"
+        f"- The ceiling: a G1 of {lower} blocks, which never evicts, lowers TTFT "
+        f"{speedups(CEILING)}. No tier can beat it: a later turn then still computes its "
+        f"~{TURN_TOKENS + OUTPUT_TOKENS} new tokens over its context.\n"
+        f"- Greedy output the same in all four rows: {same} requests.\n\n"
         f"Onboarding bandwidth: {num_blocks} blocks ({host[0][2] / 1e6:.0f} MB) "
         f"loaded by the tier manager's loader into G1, against memcpy of the same bytes (best "
         f"of 3) and a plain read of one file of the same size; the page cache is dropped "
-        f"(posix_fadvise) before each disk read. {len(host)} runs; ranges are min-max.\n\n{bw}\n\n"
+        f"(posix_fadvise) before each disk read. {len(host)} run(s); ranges are "
+        f"min-max.\n\n{bw}\n\n"
         f"- {verdict(min(host_ratio) >= TARGET_BANDWIDTH)}: G2 -> G1 at "
         f"{spread(host_ratio)} of memcpy (target >= {TARGET_BANDWIDTH:.0%})\n"
         f"- {verdict(min(disk_ratio) >= TARGET_BANDWIDTH)}: G3 -> G1 at "
