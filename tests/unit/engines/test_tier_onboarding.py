@@ -113,6 +113,20 @@ def test_a_prompt_evicted_to_host_comes_back_with_the_same_tokens(
     core.close()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_host_tier_is_pinned_and_a_prompt_comes_back_with_the_same_tokens(
+    tiny_llama_dir: Path, ref: HfReference
+) -> None:
+    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_host_blocks=64), device="cuda")
+    tiers = core.tiers
+    assert tiers is not None and tiers.mover.on_gpu
+    host = tiers.mover.host
+    assert host is not None and host.k.is_pinned() and host.v.is_pinned()
+    assert evict_and_return(core, ref, seed=1) == 12 * BLOCK
+    assert tiers.counters.blocks_onboarded == {KvTier.HOST: 12}
+    core.close()
+
+
 def test_a_prompt_comes_back_from_disk_alone(
     tiny_llama_dir: Path, ref: HfReference, tmp_path: Path
 ) -> None:
