@@ -40,11 +40,12 @@ from armature.configurator.search import Ranked, SearchSettings, rank_key, searc
 from armature.configurator.simulate import make_requests
 from armature.configurator.space import SearchSpace, Targets, Workload
 from armature.engines.native.device import pick_dtype
-from armature.protocols.timing_profile import TimingProfile, read_profile
+from armature.protocols.timing_profile import read_profile
 from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from bench.harness import BenchArgs, parse_args, publish
 from bench.paths import REPO_ROOT
+from bench.profile_drift import drift_table
 from bench.report import Section, markdown_table
 from bench.serving import running_server
 
@@ -297,40 +298,6 @@ def _checks(checked: list[Checked]) -> list[str]:
     return lines
 
 
-def _drift_table(profiles: list[tuple[str, TimingProfile]]) -> str:
-    """The same points of each profile, and how far each moved from the first."""
-    first = profiles[0][1]
-    prefill = max((p for p in first.prefill if p.num_requests == 1), key=lambda p: p.input_tokens)
-    decodes = [
-        p
-        for p in first.decode
-        if p.context_tokens == min(d.context_tokens for d in first.decode)
-        and p.num_requests in (1, max(d.num_requests for d in first.decode))
-    ]
-
-    def cell(value: float, reference: float) -> str:
-        return f"{value:.1f} ({_error(value, reference):+.1%})"
-
-    rows = []
-    for when, profile in profiles:
-        ttft_ms = {(p.num_requests, p.input_tokens): p.ttft_ms for p in profile.prefill}
-        itl_ms = {(p.num_requests, p.context_tokens): p.itl_ms for p in profile.decode}
-        row: list[object] = [when, profile.source.created_at]
-        pairs = [(ttft_ms.get((1, prefill.input_tokens)), prefill.ttft_ms)]
-        pairs += [(itl_ms.get((d.num_requests, d.context_tokens)), d.itl_ms) for d in decodes]
-        row += ["" if value is None else cell(value, reference) for value, reference in pairs]
-        rows.append(row)
-    return markdown_table(
-        [
-            "profile",
-            "made at",
-            f"prefill {prefill.input_tokens} tokens TTFT ms",
-            *(f"decode {d.num_requests} x {d.context_tokens} ITL ms" for d in decodes),
-        ],
-        rows,
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args, _ = parse_args(__doc__.splitlines()[0], parser)
@@ -377,7 +344,7 @@ def main() -> None:
         f"measured.\n\n{table}\n\n" + "\n".join(_checks(checked)) + "\n\n"
         f"The machine's own speed, as each profile of the same engine measured it (the "
         f"same sweep each time; a case is predicted from the profile made just before it):"
-        f"\n\n{_drift_table([(when, read_profile(path)) for when, path in profiles])}\n"
+        f"\n\n{drift_table([(when, read_profile(path)) for when, path in profiles])}\n"
     )
     publish(
         args,

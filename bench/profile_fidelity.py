@@ -7,6 +7,7 @@ predict that engine's TTFT and ITL?
        (kind `mocker`, `--timing-profile`), both started as workers start them and driven
        through the same `Engine.generate` client (`armature.profiler.sweep.time_request`)
     3. per concurrency: mean and median TTFT and ITL of each, and the mocker's error
+    4. a second profile after the runs: how far the machine's speed moved meanwhile
 
 Target (issue "Planner: profile workers, then scale prefill and decode to meet TTFT and ITL
 targets"): mean TTFT and mean ITL within 10% at every concurrency.
@@ -40,6 +41,7 @@ from armature.protocols.engine import EngineRequest, SamplingParams
 from armature.protocols.timing_profile import TimingProfile, write_profile
 from armature.workload.measure import quantile
 from bench.harness import BenchArgs, parse_args, publish, random_prompts
+from bench.profile_drift import drift_table
 from bench.report import Section, markdown_table
 
 TARGET = 0.10  # |mocker - real| / real, of mean TTFT and mean ITL
@@ -170,7 +172,9 @@ def _error(real: float, mocked: float) -> float:
 
 async def _run(
     args: BenchArgs, plan: Plan, profile_path: Path
-) -> tuple[TimingProfile, list[list[object]], list[str]]:
+) -> tuple[TimingProfile, TimingProfile, list[list[object]], list[str]]:
+    """The profile, the real and mocked runs' rows and verdicts, and a second profile made
+    after them (how far the machine's speed moved meanwhile)."""
     config = ProfileConfig(engine=_engine_config(args, plan), kv=KvCacheConfig(), sweep=plan.sweep)
     profile = await profile_engine(config)
     write_profile(profile, profile_path)
@@ -208,14 +212,17 @@ async def _run(
             verdicts.append(
                 f"- {verdict}: c={c} mean {name} off by {error:+.1%} (target within {TARGET:.0%})"
             )
-    return profile, rows, verdicts
+    after = await profile_engine(config)
+    return profile, after, rows, verdicts
 
 
 def main() -> None:
     args, _ = parse_args(__doc__.splitlines()[0] if __doc__ else "")
     plan = QUICK if args.quick else FULL
     with tempfile.TemporaryDirectory() as scratch:
-        profile, rows, verdicts = asyncio.run(_run(args, plan, Path(scratch) / "profile.json"))
+        profile, after, rows, verdicts = asyncio.run(
+            _run(args, plan, Path(scratch) / "profile.json")
+        )
     sweep = plan.sweep
     body = (
         f"Profile: `armature profile --engine torch` of the default model with "
@@ -248,6 +255,9 @@ def main() -> None:
         )
         + "\n\n"
         + "\n".join(verdicts)
+        + "\n\nThe machine's speed: the profile the mocker ran from against one made after the "
+        "real runs, the same points (a move here is the machine's, not the model's).\n\n"
+        + drift_table([("before the runs", profile), ("after the runs", after)])
         + "\n"
     )
     title = "Profile fidelity: the mocker from a profile vs the native engine"

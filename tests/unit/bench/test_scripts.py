@@ -73,7 +73,15 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "worker_churn",
     ]
     shared = {p.stem for p in BENCH.glob("*.py")} - set(SCRIPTS)
-    assert shared == {"__init__", "harness", "hf_baseline", "paths", "report", "serving"}
+    assert shared == {
+        "__init__",
+        "harness",
+        "hf_baseline",
+        "paths",
+        "profile_drift",
+        "report",
+        "serving",
+    }
 
 
 def test_no_bench_module_edits_sys_path_or_imports_a_sibling_by_bare_name() -> None:
