@@ -51,7 +51,8 @@ TARGET = 0.10  # |mocker - real| / real, of mean TTFT and mean ITL
 class Plan:
     sweep: ProfileSweepConfig
     concurrencies: tuple[int, ...]
-    requests_per_slot: int  # requests = concurrency x this
+    requests_per_slot: int  # requests = concurrency x this, at least min_requests
+    min_requests: int  # so that a low concurrency is timed over more than a few seconds
     min_input_tokens: int
     max_input_tokens: int
     output_tokens: int
@@ -69,6 +70,7 @@ FULL = Plan(
     ),
     concurrencies=(1, 4, 16),
     requests_per_slot=3,
+    min_requests=12,
     min_input_tokens=32,
     max_input_tokens=512,
     output_tokens=32,
@@ -85,6 +87,7 @@ QUICK = Plan(
     ),
     concurrencies=(1, 4, 16),
     requests_per_slot=1,
+    min_requests=1,
     min_input_tokens=16,
     max_input_tokens=256,
     output_tokens=8,
@@ -135,7 +138,7 @@ async def _closed_loop(
     engine = built.engine
     engine.start()
     prompts = random_prompts(
-        c * plan.requests_per_slot,
+        max(c * plan.requests_per_slot, plan.min_requests),
         built.info.vocab_size,
         plan.min_input_tokens,
         plan.max_input_tokens,
@@ -232,7 +235,8 @@ def main() -> None:
         f"tokens {list(sweep.decode_context_tokens)}, {sweep.decode_output_tokens} ITLs each. "
         f"Workload: random prompts of {plan.min_input_tokens}..{plan.max_input_tokens} tokens "
         f"(uniform, seeded), {plan.output_tokens} output tokens each (EOS ignored), "
-        f"{plan.requests_per_slot} requests per concurrency slot, closed loop, through "
+        f"{plan.requests_per_slot} requests per concurrency slot (at least {plan.min_requests}), "
+        f"closed loop, through "
         f"`Engine.generate` of the real engine and of the mocker run from the profile "
         f"(`--engine mocker --timing-profile`, wall clock). Times in ms; error = (mocker - "
         f"real) / real.\n\n"
