@@ -87,6 +87,23 @@ class Row:
         return _tiered_core(args, self.num_g1_blocks, self.tiers)
 
 
+G1_ONLY, G2_ROW, G3_ROW, CEILING = 0, 1, 2, 3  # the rows `comparison_rows` makes, in order
+
+
+def comparison_rows(num_g1: int, lower: int, disk_dir: Path) -> list[Row]:
+    return [
+        Row("G1 only", num_g1, None),
+        Row("G1 + G2 host", num_g1, KvTierConfig(kv_host_blocks=lower)),
+        Row(
+            "G1 + G3 disk (no G2)",
+            num_g1,
+            KvTierConfig(kv_disk_dir=str(disk_dir), kv_disk_blocks=lower),
+        ),
+        # the most any tier can give: a G1 that never evicts (later turns hit G1)
+        Row("G1 holding everything", lower, None),
+    ]
+
+
 @dataclass(frozen=True)
 class MultiTurn:
     """One interleaved run of every row: TTFTs per row, in request order."""
@@ -100,8 +117,8 @@ class MultiTurn:
         return quantile(self.ttfts_ms[row], q)
 
     def speedup(self, row: int, q: float) -> float:
-        """How many times lower row's TTFT quantile is than the first row's (G1 only)."""
-        return self.quantile(0, q) / self.quantile(row, q)
+        """How many times lower row's TTFT quantile is than G1 only's."""
+        return self.quantile(G1_ONLY, q) / self.quantile(row, q)
 
     def paired_ratio(self, row: int, base: int) -> float:
         """Median over requests of row's TTFT / base's TTFT for the same request."""
@@ -267,9 +284,6 @@ def spread(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}"
 
 
-G1_ONLY, G2_ROW, G3_ROW, CEILING = 0, 1, 2, 3  # the rows of a MultiTurn, in this order
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -293,17 +307,7 @@ def main() -> None:
         work = Path(tmp)
         runs = []
         for r in range(turn_runs):
-            rows = [
-                Row("G1 only", num_g1, None),
-                Row("G1 + G2 host", num_g1, KvTierConfig(kv_host_blocks=lower)),
-                Row(
-                    "G1 + G3 disk (no G2)",
-                    num_g1,
-                    KvTierConfig(kv_disk_dir=str(work / f"g3-{r}"), kv_disk_blocks=lower),
-                ),
-                # the most any tier can give: a G1 that never evicts (later turns hit G1)
-                Row("G1 holding everything", lower, None),
-            ]
+            rows = comparison_rows(num_g1, lower, work / f"g3-{r}")
             runs.append(multi_turn(args, rows, args.seed + r))
         num_blocks = 64 if args.quick else 512
         host = [bandwidth(args, KvTier.HOST, num_blocks, work / f"h{i}") for i in range(repeats)]
