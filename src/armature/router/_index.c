@@ -8,11 +8,13 @@
  *     keys:  [h0, h1, ...]                 capacity entries, a power of two
  *     bits:  [w0 w1 .. | w0 w1 .. | ...]   num_words u64 per entry (worker slot s: word s / 64)
  *     names: worker slot -> worker id (None for a free slot); results are keyed by the ids
+ *     workers: worker slot -> its event state (last event id, stale) and, per tier, its
+ *              capacity (0: tier not indexed) and the blocks it holds there
  *
- * The Python side (NativeHolderStore) owns the slots and every rule of the index (event ids,
- * capacities, staleness); this module only sets and clears bits and walks prefixes. Both
- * walks follow armature.router.prefix_index / tier_overlap exactly; tests hold the two stores
- * equal under hypothesis.
+ * The Python side (NativeHolderStore) owns the slots. `apply` keeps the event rules of
+ * armature.router.py_holder_store.PyHolderStore.apply (event ids, capacities, staleness) in
+ * C, so that an event costs one call; the walks follow armature.router.prefix_index /
+ * tier_overlap exactly. Tests hold the two stores equal under hypothesis.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,12 +36,23 @@ typedef struct {
 } Table;
 
 typedef struct {
+    long long last_event_id;         /* -1 before the first event */
+    int stale;                       /* an event was missed: apply refuses until set_synced */
+    Py_ssize_t capacity[NUM_TIERS];  /* blocks; 0: the tier is not indexed for this worker */
+    Py_ssize_t count[NUM_TIERS];     /* blocks held in each tier */
+} WorkerState;
+
+enum { EVENT_STORED, EVENT_REMOVED, EVENT_CLEARED, NUM_EVENT_TYPES };
+
+typedef struct {
     PyObject_HEAD
     Py_ssize_t num_words;
     Table tables[NUM_TIERS];
     PyObject *names; /* list: slot -> worker id or None */
     PyObject *slots; /* dict: worker id -> slot */
     PyObject *tiers; /* dict: tier object -> 0..3 */
+    WorkerState *workers; /* by slot, as many as names */
+    PyObject *event_types[NUM_EVENT_TYPES]; /* the Stored, Removed and Cleared classes */
 } HolderTable;
 
 static inline size_t home(uint64_t key, size_t mask) {
@@ -149,7 +162,8 @@ static int clear_bit(Table *t, Py_ssize_t nw, uint64_t key, Py_ssize_t slot) {
 
 /* ---- argument parsing ---------------------------------------------------------------- */
 
-static PyObject *seq_hash_name; /* "seq_hash", interned at import */
+/* attribute names, interned at import */
+static PyObject *seq_hash_name, *event_id_name, *tier_name, *blocks_name, *seq_hashes_name;
 
 /* One hash from an int; -1 with a ValueError when it is not an int in [0, 2**64). */
 static int to_hash(PyObject *item, uint64_t *out) {
@@ -163,13 +177,16 @@ static int to_hash(PyObject *item, uint64_t *out) {
     return 0;
 }
 
+#define STACK_HASHES 64 /* an event's blocks fit on the stack up to this many */
+
 /* The hashes of a sequence of ints (or, with `attr`, of the items' `attr` attributes) as a
- * fresh u64 array (*n set); NULL with an error set. */
-static uint64_t *read_hashes_of(PyObject *obj, PyObject *attr, Py_ssize_t *n) {
+ * u64 array (*n set): `stack` when they fit in STACK_HASHES, else a fresh one the caller
+ * frees with free_hashes; NULL with an error set. */
+static uint64_t *read_hashes_of(PyObject *obj, PyObject *attr, Py_ssize_t *n, uint64_t *stack) {
     PyObject *seq = PySequence_Fast(obj, "seq_hashes must be a sequence of ints");
     if (seq == NULL) return NULL;
     *n = PySequence_Fast_GET_SIZE(seq);
-    uint64_t *out = PyMem_Malloc(*n > 0 ? (size_t)*n * sizeof(uint64_t) : 1);
+    uint64_t *out = *n <= STACK_HASHES ? stack : PyMem_Malloc((size_t)*n * sizeof(uint64_t));
     if (out == NULL) {
         Py_DECREF(seq);
         PyErr_NoMemory();
@@ -181,7 +198,7 @@ static uint64_t *read_hashes_of(PyObject *obj, PyObject *attr, Py_ssize_t *n) {
         int rc = to_hash(item, &out[i]);
         if (attr) Py_XDECREF(item);
         if (rc < 0) {
-            PyMem_Free(out);
+            if (out != stack) PyMem_Free(out);
             Py_DECREF(seq);
             return NULL;
         }
@@ -190,16 +207,42 @@ static uint64_t *read_hashes_of(PyObject *obj, PyObject *attr, Py_ssize_t *n) {
     return out;
 }
 
-static uint64_t *read_hashes(PyObject *obj, Py_ssize_t *n) { return read_hashes_of(obj, NULL, n); }
+static uint64_t *read_hashes(PyObject *obj, Py_ssize_t *n, uint64_t *stack) {
+    return read_hashes_of(obj, NULL, n, stack);
+}
+
+static void free_hashes(uint64_t *hashes, const uint64_t *stack) {
+    if (hashes != stack) PyMem_Free(hashes);
+}
 
 /* ---- type ------------------------------------------------------------------------------ */
 
-/* HolderTable(tiers): `tiers` maps each tier object (device, host, disk, external) to 0..3. */
+/* HolderTable(tiers, event_types): `tiers` maps each tier object (device, host, disk,
+ * external) to 0..3; `event_types` is (Stored, Removed, Cleared), the event classes `apply`
+ * takes (exact types: the events carry event_id; Stored tier and blocks; Removed tier and
+ * seq_hashes). */
 static int HolderTable_init(HolderTable *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"tiers", NULL};
-    PyObject *tiers;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyDict_Type, &tiers)) return -1;
+    static char *kwlist[] = {"tiers", "event_types", NULL};
+    PyObject *tiers, *types;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!", kwlist, &PyDict_Type, &tiers,
+                                     &PyTuple_Type, &types))
+        return -1;
+    if (PyTuple_GET_SIZE(types) != NUM_EVENT_TYPES) {
+        PyErr_SetString(PyExc_ValueError, "event_types must be (Stored, Removed, Cleared)");
+        return -1;
+    }
+    for (int i = 0; i < NUM_EVENT_TYPES; i++) {
+        PyObject *type = PyTuple_GET_ITEM(types, i);
+        if (!PyType_Check(type)) {
+            PyErr_SetString(PyExc_TypeError, "event_types must be classes");
+            return -1;
+        }
+        Py_INCREF(type);
+        Py_XSETREF(self->event_types[i], type);
+    }
     self->num_words = 1;
+    PyMem_Free(self->workers);
+    self->workers = NULL;
     Py_XSETREF(self->names, PyList_New(0));
     Py_XSETREF(self->slots, PyDict_New());
     Py_XSETREF(self->tiers, PyDict_Copy(tiers));
@@ -211,26 +254,32 @@ static void HolderTable_dealloc(HolderTable *self) {
         PyMem_Free(self->tables[t].keys);
         PyMem_Free(self->tables[t].bits);
     }
+    PyMem_Free(self->workers);
     Py_XDECREF(self->names);
     Py_XDECREF(self->slots);
     Py_XDECREF(self->tiers);
+    for (int i = 0; i < NUM_EVENT_TYPES; i++) Py_XDECREF(self->event_types[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The slot of `worker` (KeyError if it has none) and the number of `tier`; -1 on error. */
-static int resolve(HolderTable *self, PyObject *worker, PyObject *tier, Py_ssize_t *slot,
-                   int *tier_no) {
+/* The slot of `worker`; -1 with a KeyError if it has none. */
+static int slot_of(HolderTable *self, PyObject *worker, Py_ssize_t *slot) {
     PyObject *s = PyDict_GetItemWithError(self->slots, worker);
     if (s == NULL) {
         if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, worker);
         return -1;
     }
+    *slot = PyLong_AsSsize_t(s);
+    return 0;
+}
+
+/* The number of `tier`; -1 on error. */
+static int tier_of(HolderTable *self, PyObject *tier, int *tier_no) {
     PyObject *t = PyDict_GetItemWithError(self->tiers, tier);
     if (t == NULL) {
         if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, tier);
         return -1;
     }
-    *slot = PyLong_AsSsize_t(s);
     *tier_no = (int)PyLong_AsLong(t);
     if (*tier_no < 0 || *tier_no >= NUM_TIERS) {
         PyErr_SetString(PyExc_ValueError, "tier numbers must be 0..3");
@@ -239,14 +288,20 @@ static int resolve(HolderTable *self, PyObject *worker, PyObject *tier, Py_ssize
     return 0;
 }
 
+/* The slot of `worker` (KeyError if it has none) and the number of `tier`; -1 on error. */
+static int resolve(HolderTable *self, PyObject *worker, PyObject *tier, Py_ssize_t *slot,
+                   int *tier_no) {
+    return slot_of(self, worker, slot) < 0 ? -1 : tier_of(self, tier, tier_no);
+}
+
 static int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want) {
     if (nargs == want) return 0;
     PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
     return -1;
 }
 
-/* set_name(slot, worker): put `worker` in `slot`; worker None frees the slot (whose bits
- * must be clear). */
+/* set_name(slot, worker): put `worker` in `slot`, with a fresh event state (no event yet,
+ * no tier indexed); worker None frees the slot (whose bits must be clear). */
 static PyObject *HolderTable_set_name(HolderTable *self, PyObject *args) {
     Py_ssize_t slot;
     PyObject *name;
@@ -263,8 +318,14 @@ static PyObject *HolderTable_set_name(HolderTable *self, PyObject *args) {
         }
         self->num_words = nw;
     }
-    while (PyList_GET_SIZE(self->names) <= slot)
-        if (PyList_Append(self->names, Py_None) < 0) return NULL;
+    Py_ssize_t num_slots = PyList_GET_SIZE(self->names);
+    if (slot >= num_slots) {
+        WorkerState *workers = PyMem_Realloc(self->workers, (size_t)(slot + 1) * sizeof(*workers));
+        if (workers == NULL) return PyErr_NoMemory();
+        self->workers = workers;
+        for (; num_slots <= slot; num_slots++)
+            if (PyList_Append(self->names, Py_None) < 0) return NULL;
+    }
     PyObject *old = PyList_GET_ITEM(self->names, slot);
     if (old != Py_None && PyDict_DelItem(self->slots, old) < 0) return NULL;
     if (name != Py_None) {
@@ -273,29 +334,29 @@ static PyObject *HolderTable_set_name(HolderTable *self, PyObject *args) {
         Py_XDECREF(s);
         if (rc < 0) return NULL;
     }
+    memset(&self->workers[slot], 0, sizeof(WorkerState));
+    self->workers[slot].last_event_id = -1;
     Py_INCREF(name);
     PyList_SetItem(self->names, slot, name);
     Py_RETURN_NONE;
 }
 
-/* add(worker, tier, seq_hashes, max_new) -> int: mark each hash held by worker in tier; the
- * number newly marked (repeats once), or -1 with nothing changed when that exceeds max_new.
- * add_blocks(worker, tier, blocks, max_new): the same for the blocks' `seq_hash`es. */
-static PyObject *add_hashes(HolderTable *self, PyObject *const *args, Py_ssize_t nargs,
-                            PyObject *attr) {
-    Py_ssize_t slot, n;
-    int tier;
-    if (check_nargs("add", nargs, 4) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
-        return NULL;
-    Py_ssize_t max_new = PyLong_AsSsize_t(args[3]);
-    if (max_new == -1 && PyErr_Occurred()) return NULL;
-    uint64_t *hashes = read_hashes_of(args[2], attr, &n);
-    if (hashes == NULL) return NULL;
+/* ---- block work on a resolved (slot, tier) ------------------------------------------- */
+
+/* Mark the hashes of `obj` (ints, or the items' `attr`) held by `slot` in `tier`: the number
+ * newly marked (repeats once), or -1 with nothing changed when that exceeds `max_new`; -2
+ * with an error set. */
+static Py_ssize_t add_core(HolderTable *self, Py_ssize_t slot, int tier, PyObject *obj,
+                           PyObject *attr, Py_ssize_t max_new) {
+    Py_ssize_t n;
+    uint64_t stack[STACK_HASHES];
+    uint64_t *hashes = read_hashes_of(obj, attr, &n, stack);
+    if (hashes == NULL) return -2;
     Table *t = &self->tables[tier];
     Py_ssize_t nw = self->num_words;
     if (reserve(t, nw, t->count + (size_t)n) < 0) {
-        PyMem_Free(hashes);
-        return NULL;
+        free_hashes(hashes, stack);
+        return -2;
     }
     uint64_t bit = 1ULL << (slot % 64);
     Py_ssize_t num_new = 0; /* the newly set hashes are moved to hashes[0..num_new) */
@@ -309,33 +370,25 @@ static PyObject *add_hashes(HolderTable *self, PyObject *const *args, Py_ssize_t
     if (num_new > max_new) {
         for (Py_ssize_t i = 0; i < num_new; i++) clear_bit(t, nw, hashes[i], slot);
         num_new = -1;
+    } else {
+        self->workers[slot].count[tier] += num_new;
     }
-    PyMem_Free(hashes);
-    return PyLong_FromSsize_t(num_new);
+    free_hashes(hashes, stack);
+    return num_new;
 }
 
-static PyObject *HolderTable_add(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
-    return add_hashes(self, args, nargs, NULL);
-}
-
-static PyObject *HolderTable_add_blocks(HolderTable *self, PyObject *const *args,
-                                        Py_ssize_t nargs) {
-    return add_hashes(self, args, nargs, seq_hash_name);
-}
-
-/* remove(worker, tier, seq_hashes) -> int: unmark each hash; how many were marked. */
-static PyObject *HolderTable_remove(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_ssize_t slot, n;
-    int tier;
-    if (check_nargs("remove", nargs, 3) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
-        return NULL;
-    uint64_t *hashes = read_hashes(args[2], &n);
-    if (hashes == NULL) return NULL;
+/* Unmark the hashes of `obj` for `slot` in `tier`: how many were marked; -1 on error. */
+static Py_ssize_t remove_core(HolderTable *self, Py_ssize_t slot, int tier, PyObject *obj) {
+    Py_ssize_t n;
+    uint64_t stack[STACK_HASHES];
+    uint64_t *hashes = read_hashes(obj, &n, stack);
+    if (hashes == NULL) return -1;
     Py_ssize_t num_removed = 0;
     for (Py_ssize_t i = 0; i < n; i++)
         num_removed += clear_bit(&self->tables[tier], self->num_words, hashes[i], slot);
-    PyMem_Free(hashes);
-    return PyLong_FromSsize_t(num_removed);
+    free_hashes(hashes, stack);
+    self->workers[slot].count[tier] -= num_removed;
+    return num_removed;
 }
 
 /* The keys of `t` whose entry has slot's bit (any bit for slot < 0), as a fresh array. */
@@ -354,6 +407,55 @@ static uint64_t *keys_of(const Table *t, Py_ssize_t nw, Py_ssize_t slot, Py_ssiz
     return out;
 }
 
+/* Unmark everything `slot` holds in `tier`: how many there were; -1 on error. */
+static Py_ssize_t clear_core(HolderTable *self, Py_ssize_t slot, int tier) {
+    Py_ssize_t n;
+    Table *t = &self->tables[tier];
+    if (self->workers[slot].count[tier] == 0) return 0;
+    uint64_t *keys = keys_of(t, self->num_words, slot, &n);
+    if (keys == NULL) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) clear_bit(t, self->num_words, keys[i], slot);
+    PyMem_Free(keys);
+    self->workers[slot].count[tier] -= n;
+    return n;
+}
+
+/* ---- block methods ----------------------------------------------------------------------- */
+
+/* add(worker, tier, seq_hashes, max_new) -> int: mark each hash held by worker in tier; the
+ * number newly marked (repeats once), or -1 with nothing changed when that exceeds max_new.
+ * add_blocks(worker, tier, blocks, max_new): the same for the blocks' `seq_hash`es. */
+static PyObject *add_hashes(HolderTable *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *attr) {
+    Py_ssize_t slot;
+    int tier;
+    if (check_nargs("add", nargs, 4) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
+    Py_ssize_t max_new = PyLong_AsSsize_t(args[3]);
+    if (max_new == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t num_new = add_core(self, slot, tier, args[2], attr, max_new);
+    return num_new == -2 ? NULL : PyLong_FromSsize_t(num_new);
+}
+
+static PyObject *HolderTable_add(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    return add_hashes(self, args, nargs, NULL);
+}
+
+static PyObject *HolderTable_add_blocks(HolderTable *self, PyObject *const *args,
+                                        Py_ssize_t nargs) {
+    return add_hashes(self, args, nargs, seq_hash_name);
+}
+
+/* remove(worker, tier, seq_hashes) -> int: unmark each hash; how many were marked. */
+static PyObject *HolderTable_remove(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t slot;
+    int tier;
+    if (check_nargs("remove", nargs, 3) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
+    Py_ssize_t num_removed = remove_core(self, slot, tier, args[2]);
+    return num_removed < 0 ? NULL : PyLong_FromSsize_t(num_removed);
+}
+
 /* get_hashes(worker, tier) -> set[int]: the hashes worker holds in tier (worker None:
  * those anyone holds). */
 static PyObject *HolderTable_get_hashes(HolderTable *self, PyObject *const *args,
@@ -362,16 +464,7 @@ static PyObject *HolderTable_get_hashes(HolderTable *self, PyObject *const *args
     int tier;
     if (check_nargs("get_hashes", nargs, 2) < 0) return NULL;
     if (args[0] == Py_None) { /* anyone: only the tier to resolve */
-        PyObject *tier_no = PyDict_GetItemWithError(self->tiers, args[1]);
-        if (tier_no == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, args[1]);
-            return NULL;
-        }
-        tier = (int)PyLong_AsLong(tier_no);
-        if (tier < 0 || tier >= NUM_TIERS) {
-            PyErr_SetString(PyExc_ValueError, "tier numbers must be 0..3");
-            return NULL;
-        }
+        if (tier_of(self, args[1], &tier) < 0) return NULL;
     } else if (resolve(self, args[0], args[1], &slot, &tier) < 0) {
         return NULL;
     }
@@ -389,16 +482,137 @@ static PyObject *HolderTable_get_hashes(HolderTable *self, PyObject *const *args
 
 /* clear(worker, tier) -> int: unmark everything worker holds in tier; how many there were. */
 static PyObject *HolderTable_clear(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_ssize_t slot, n;
+    Py_ssize_t slot;
     int tier;
     if (check_nargs("clear", nargs, 2) < 0 || resolve(self, args[0], args[1], &slot, &tier) < 0)
         return NULL;
-    Table *t = &self->tables[tier];
-    uint64_t *keys = keys_of(t, self->num_words, slot, &n);
-    if (keys == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) clear_bit(t, self->num_words, keys[i], slot);
-    PyMem_Free(keys);
-    return PyLong_FromSsize_t(n);
+    Py_ssize_t n = clear_core(self, slot, tier);
+    return n < 0 ? NULL : PyLong_FromSsize_t(n);
+}
+
+/* ---- worker state and events ------------------------------------------------------------ */
+
+/* set_capacity(worker, tier, capacity_blocks): 0 stops indexing the tier (its blocks must
+ * have been cleared). */
+static PyObject *HolderTable_set_capacity(HolderTable *self, PyObject *const *args,
+                                          Py_ssize_t nargs) {
+    Py_ssize_t slot;
+    int tier;
+    if (check_nargs("set_capacity", nargs, 3) < 0 ||
+        resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
+    Py_ssize_t capacity = PyLong_AsSsize_t(args[2]);
+    if (capacity == -1 && PyErr_Occurred()) return NULL;
+    if (capacity < 0) {
+        PyErr_SetString(PyExc_ValueError, "capacity_blocks must be >= 0");
+        return NULL;
+    }
+    self->workers[slot].capacity[tier] = capacity;
+    Py_RETURN_NONE;
+}
+
+/* get_capacity(worker, tier) -> int (0: not indexed); get_count(worker, tier) -> int. */
+static PyObject *get_state_field(HolderTable *self, PyObject *const *args, Py_ssize_t nargs,
+                                 int capacity) {
+    Py_ssize_t slot;
+    int tier;
+    if (check_nargs(capacity ? "get_capacity" : "get_count", nargs, 2) < 0 ||
+        resolve(self, args[0], args[1], &slot, &tier) < 0)
+        return NULL;
+    const WorkerState *w = &self->workers[slot];
+    return PyLong_FromSsize_t(capacity ? w->capacity[tier] : w->count[tier]);
+}
+
+static PyObject *HolderTable_get_capacity(HolderTable *self, PyObject *const *args,
+                                          Py_ssize_t nargs) {
+    return get_state_field(self, args, nargs, 1);
+}
+
+static PyObject *HolderTable_get_count(HolderTable *self, PyObject *const *args,
+                                       Py_ssize_t nargs) {
+    return get_state_field(self, args, nargs, 0);
+}
+
+/* is_stale(worker) -> bool */
+static PyObject *HolderTable_is_stale(HolderTable *self, PyObject *worker) {
+    Py_ssize_t slot;
+    if (slot_of(self, worker, &slot) < 0) return NULL;
+    return PyBool_FromLong(self->workers[slot].stale);
+}
+
+/* set_synced(worker, last_event_id): the worker's blocks are now as of that event (a dump):
+ * not stale, the next event expected is last_event_id + 1. */
+static PyObject *HolderTable_set_synced(HolderTable *self, PyObject *const *args,
+                                        Py_ssize_t nargs) {
+    Py_ssize_t slot;
+    if (check_nargs("set_synced", nargs, 2) < 0 || slot_of(self, args[0], &slot) < 0)
+        return NULL;
+    long long last_event_id = PyLong_AsLongLong(args[1]);
+    if (last_event_id == -1 && PyErr_Occurred()) return NULL;
+    self->workers[slot].last_event_id = last_event_id;
+    self->workers[slot].stale = 0;
+    Py_RETURN_NONE;
+}
+
+/* The tier number of `event`'s tier and its capacity for `w` (0: not indexed); -1 on error. */
+static int event_tier(HolderTable *self, PyObject *event, const WorkerState *w, int *tier,
+                      Py_ssize_t *capacity) {
+    PyObject *tier_obj = PyObject_GetAttr(event, tier_name);
+    if (tier_obj == NULL) return -1;
+    int rc = tier_of(self, tier_obj, tier);
+    Py_DECREF(tier_obj);
+    if (rc == 0) *capacity = w->capacity[*tier];
+    return rc;
+}
+
+/* apply(worker, event) -> bool: PyHolderStore.apply's rules. False when the worker is (now)
+ * stale: a gap in its event ids, or a Stored event past a tier's capacity (nothing of it
+ * kept); events of a stale worker are ignored. An id already seen is skipped (True). Events
+ * of a tier not indexed for the worker advance its id and change nothing. */
+static PyObject *HolderTable_apply(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t slot;
+    if (check_nargs("apply", nargs, 2) < 0 || slot_of(self, args[0], &slot) < 0) return NULL;
+    WorkerState *w = &self->workers[slot];
+    if (w->stale) Py_RETURN_FALSE;
+    PyObject *event = args[1], *id_obj = PyObject_GetAttr(event, event_id_name);
+    if (id_obj == NULL) return NULL;
+    long long event_id = PyLong_AsLongLong(id_obj);
+    Py_DECREF(id_obj);
+    if (event_id == -1 && PyErr_Occurred()) return NULL;
+    if (event_id != w->last_event_id + 1) {
+        if (event_id <= w->last_event_id) Py_RETURN_TRUE; /* covered by a later dump */
+        w->stale = 1;
+        Py_RETURN_FALSE;
+    }
+    w->last_event_id = event_id;
+    PyObject *kind = (PyObject *)Py_TYPE(event);
+    int tier;
+    Py_ssize_t capacity;
+    if (kind == self->event_types[EVENT_STORED]) {
+        if (event_tier(self, event, w, &tier, &capacity) < 0) return NULL;
+        if (capacity == 0) Py_RETURN_TRUE;
+        PyObject *blocks = PyObject_GetAttr(event, blocks_name);
+        if (blocks == NULL) return NULL;
+        Py_ssize_t num_new = add_core(self, slot, tier, blocks, seq_hash_name,
+                                      capacity - w->count[tier]);
+        Py_DECREF(blocks);
+        if (num_new == -2) return NULL;
+        if (num_new == -1) { /* more blocks than the tier holds: removals were missed */
+            w->stale = 1;
+            Py_RETURN_FALSE;
+        }
+    } else if (kind == self->event_types[EVENT_REMOVED]) {
+        if (event_tier(self, event, w, &tier, &capacity) < 0) return NULL;
+        if (capacity == 0) Py_RETURN_TRUE;
+        PyObject *hashes = PyObject_GetAttr(event, seq_hashes_name);
+        if (hashes == NULL) return NULL;
+        Py_ssize_t num_removed = remove_core(self, slot, tier, hashes);
+        Py_DECREF(hashes);
+        if (num_removed < 0) return NULL;
+    } else if (kind == self->event_types[EVENT_CLEARED]) {
+        if (clear_core(self, slot, TIER_DEVICE) < 0) return NULL;
+    }
+    Py_RETURN_TRUE;
 }
 
 /* ---- walks ------------------------------------------------------------------------------ */
@@ -519,13 +733,14 @@ static int tier_step(HolderTable *self, TierWalk *walk, uint64_t *active, uint64
  * the fastest tier (PrefixIndex.find_tier_overlaps). */
 static PyObject *HolderTable_find_tier_overlaps(HolderTable *self, PyObject *obj) {
     Py_ssize_t n, nw = self->num_words, num_slots = PyList_GET_SIZE(self->names);
-    uint64_t *hashes = read_hashes(obj, &n);
+    uint64_t stack[STACK_HASHES];
+    uint64_t *hashes = read_hashes(obj, &n, stack);
     if (hashes == NULL) return NULL;
     TierWalk walk_state = {0}, *walk = &walk_state;
     Py_ssize_t *counts = PyMem_Calloc((size_t)nw * 64 * 5, sizeof(Py_ssize_t));
     PyObject *out = PyDict_New();
     if (counts == NULL || out == NULL) {
-        PyMem_Free(hashes);
+        free_hashes(hashes, stack);
         PyMem_Free(counts);
         Py_XDECREF(out);
         return counts == NULL ? PyErr_NoMemory() : NULL;
@@ -555,7 +770,7 @@ static PyObject *HolderTable_find_tier_overlaps(HolderTable *self, PyObject *obj
         }
         Py_DECREF(v);
     }
-    PyMem_Free(hashes);
+    free_hashes(hashes, stack);
     PyMem_Free(counts);
     return out;
 }
@@ -577,6 +792,17 @@ static PyMethodDef HolderTable_methods[] = {
      "find_overlaps(seq_hashes) -> {worker: leading device blocks}"},
     {"find_tier_overlaps", (PyCFunction)HolderTable_find_tier_overlaps, METH_O,
      "find_tier_overlaps(seq_hashes) -> {worker: (device, host, disk, external)}"},
+    {"set_capacity", (PyCFunction)(void (*)(void))HolderTable_set_capacity, METH_FASTCALL,
+     "set_capacity(worker, tier, capacity_blocks): 0 stops indexing the tier"},
+    {"get_capacity", (PyCFunction)(void (*)(void))HolderTable_get_capacity, METH_FASTCALL,
+     "get_capacity(worker, tier) -> blocks (0: not indexed)"},
+    {"get_count", (PyCFunction)(void (*)(void))HolderTable_get_count, METH_FASTCALL,
+     "get_count(worker, tier) -> blocks held"},
+    {"is_stale", (PyCFunction)HolderTable_is_stale, METH_O, "is_stale(worker) -> bool"},
+    {"set_synced", (PyCFunction)(void (*)(void))HolderTable_set_synced, METH_FASTCALL,
+     "set_synced(worker, last_event_id): fresh as of that event"},
+    {"apply", (PyCFunction)(void (*)(void))HolderTable_apply, METH_FASTCALL,
+     "apply(worker, event) -> False if the worker is (now) stale"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -598,7 +824,12 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__index(void) {
     seq_hash_name = PyUnicode_InternFromString("seq_hash");
-    if (seq_hash_name == NULL) return NULL;
+    event_id_name = PyUnicode_InternFromString("event_id");
+    tier_name = PyUnicode_InternFromString("tier");
+    blocks_name = PyUnicode_InternFromString("blocks");
+    seq_hashes_name = PyUnicode_InternFromString("seq_hashes");
+    if (!seq_hash_name || !event_id_name || !tier_name || !blocks_name || !seq_hashes_name)
+        return NULL;
     if (PyType_Ready(&HolderTableType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

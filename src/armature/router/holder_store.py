@@ -1,6 +1,8 @@
 """Where the prefix index keeps which worker holds which block in which tier: the per-block
-storage and prefix walks behind `armature.router.prefix_index.PrefixIndex`, which keeps every
-rule (event ids, capacities, staleness) and calls a store for the block work.
+storage, each worker's event state and the prefix walks behind
+`armature.router.prefix_index.PrefixIndex`. A store applies a worker's KV events itself (the
+event rules: ids, capacities, staleness), so that an event costs one call into the native
+store; the index keeps the rules of dumps and capacity changes.
 
 Two stores give identical results (tests hold them equal under hypothesis):
 - `NativeHolderStore`: the C table of `armature.router._index` (built from _index.c at
@@ -20,7 +22,14 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from armature.errors import ArmatureError, ConfigError
-from armature.protocols.kv_events import KvTier, StoredBlock
+from armature.protocols.kv_events import (
+    KvCleared,
+    KvEvent,
+    KvRemoved,
+    KvStored,
+    KvTier,
+    StoredBlock,
+)
 from armature.router.py_holder_store import PyHolderStore
 from armature.router.tier_overlap import TierOverlap, WorkerId
 
@@ -61,12 +70,38 @@ class IndexBackendUnavailableError(ArmatureError, RuntimeError):
 
 
 class HolderStore(Protocol):
-    """Which worker holds which block in which tier. Pure; one owner (the PrefixIndex)."""
+    """Which worker holds which block in which tier, and each worker's event state. Pure;
+    one owner (the PrefixIndex)."""
 
-    def add_worker(self, worker: WorkerId) -> None: ...
+    def add_worker(self, worker: WorkerId) -> None:
+        """Start `worker`: no event yet, no tier indexed, nothing held."""
+        ...
 
     def remove_worker(self, worker: WorkerId) -> None:
         """Forget `worker`: every tier of it must have been cleared."""
+        ...
+
+    def set_capacity(self, worker: WorkerId, tier: KvTier, capacity_blocks: int) -> None:
+        """Index `tier` for `worker` up to `capacity_blocks`; 0 stops indexing it (its blocks
+        must have been cleared). Events of a tier not indexed are skipped."""
+        ...
+
+    def get_capacity(self, worker: WorkerId, tier: KvTier) -> int:
+        """0: `tier` is not indexed for `worker`."""
+        ...
+
+    def get_count(self, worker: WorkerId, tier: KvTier) -> int:
+        """The blocks `worker` holds in `tier`."""
+        ...
+
+    def is_stale(self, worker: WorkerId) -> bool: ...
+
+    def set_synced(self, worker: WorkerId, last_event_id: int) -> None:
+        """`worker`'s blocks are as of its event `last_event_id` (a dump): not stale."""
+        ...
+
+    def apply(self, worker: WorkerId, event: KvEvent) -> bool:
+        """`PrefixIndex.apply`: False if `worker` is (now) stale."""
         ...
 
     def add(self, worker: WorkerId, tier: KvTier, seq_hashes: Sequence[int], max_new: int) -> int:
@@ -113,7 +148,7 @@ class NativeHolderStore:
                 "armature.router._index was not built (no C compiler at install); "
                 f"use {BACKEND_ENV_VAR}=python"
             )
-        table = _index.HolderTable(dict(_TIER_NUMBER))
+        table = _index.HolderTable(dict(_TIER_NUMBER), (KvStored, KvRemoved, KvCleared))
         self._table = table
         self._slots: dict[WorkerId, int] = {}
         self._free_slots: list[int] = []  # below len(_slots) + len(_free_slots), reusable
@@ -122,6 +157,12 @@ class NativeHolderStore:
         self.remove = table.remove
         self.clear = table.clear
         self.find_overlaps = table.find_overlaps
+        self.set_capacity = table.set_capacity
+        self.get_capacity = table.get_capacity
+        self.get_count = table.get_count
+        self.is_stale = table.is_stale
+        self.set_synced = table.set_synced
+        self.apply = table.apply
 
     def add_worker(self, worker: WorkerId) -> None:
         assert worker not in self._slots

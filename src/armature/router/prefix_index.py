@@ -1,10 +1,10 @@
 """The router's global prefix index: which worker holds which KV blocks in which tier, fed by
 the workers' KV events (DESIGN §3). Pure: no I/O, one owner.
 
-The rules live here (event ids, capacities, staleness, dumps); which worker holds which block
-in which tier, and the prefix walks over it, live in a `HolderStore`
-(`armature.router.holder_store`): the native C table when it was built, else the pure-Python
-one; both give identical results.
+The rules of workers, capacities and dumps live here; which worker holds which block in which
+tier, each worker's event state, the event rules (`apply`) and the prefix walks live in a
+`HolderStore` (`armature.router.holder_store`): the native C table when it was built, else
+the pure-Python one; both give identical results.
 
 A block may sit in several tiers of one worker at once (tiers are inclusive): a Stored or
 Removed event sets or clears that one tier, so a block dropped from host while still on disk
@@ -24,31 +24,26 @@ no more than the workers' G4 entries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, KvTier
+from armature.protocols.kv_events import KvEvent, KvTier
 from armature.router.holder_store import HolderStore, IndexBackend, make_holder_store
 from armature.router.tier_overlap import TierOverlap, WorkerId
 
 __all__ = ["IndexBackend", "PrefixIndex", "TierOverlap", "WorkerId"]
 
 
-@dataclass(slots=True)  # read on every event
-class _WorkerState:
-    # tiers indexed for this worker -> capacity in blocks; events of other tiers are skipped
-    capacity_blocks: dict[KvTier, int]
-    num_blocks: dict[KvTier, int] = field(default_factory=lambda: dict.fromkeys(KvTier, 0))
-    last_event_id: int = -1
-    stale: bool = False
-
-
 class PrefixIndex:
+    apply: Callable[[WorkerId, KvEvent], bool]
+    """apply(worker, event): apply one event of `worker`; False if the worker is (now) stale
+    and needs a dump (`load_dump`); events of a stale worker are ignored until then. The
+    store's own `apply` (one call per event: the native store keeps the rules in C)."""
+
     def __init__(self, backend: IndexBackend | None = None) -> None:
         """`backend`: which store holds the blocks (`holder_store.make_holder_store`)."""
         self._store: HolderStore = make_holder_store(backend)
-        self._workers: dict[WorkerId, _WorkerState] = {}
+        self._workers: dict[WorkerId, None] = {}  # in the order they were added
+        self.apply = self._store.apply
 
     # ---- workers -----------------------------------------------------------------------
     def add_worker(self, worker: WorkerId, capacity_blocks: int) -> None:
@@ -58,27 +53,27 @@ class PrefixIndex:
             raise ValueError("capacity_blocks must be > 0")
         if worker in self._workers:
             raise ValueError(f"worker {worker!r} is already indexed")
-        self._workers[worker] = _WorkerState({KvTier.DEVICE: capacity_blocks})
+        self._workers[worker] = None
         self._store.add_worker(worker)
+        self._store.set_capacity(worker, KvTier.DEVICE, capacity_blocks)
 
     def set_tier_capacities(self, worker: WorkerId, capacity_blocks: Mapping[KvTier, int]) -> None:
         """The lower tiers `worker` has, with their capacities in blocks (as in its load
         report); the device entry, if any, is ignored. A tier no longer named, or now smaller
         than what the index holds of it, loses its entries for this worker."""
-        state = self._workers[worker]
-        wanted = {KvTier.DEVICE: state.capacity_blocks[KvTier.DEVICE]}
-        wanted |= {t: n for t, n in capacity_blocks.items() if t is not KvTier.DEVICE and n > 0}
-        if wanted == state.capacity_blocks:
-            return
+        store = self._store
         for tier in KvTier:
-            if state.num_blocks[tier] > wanted.get(tier, 0):
-                self._clear(worker, state, tier)
-        state.capacity_blocks = wanted
+            if tier is KvTier.DEVICE:
+                continue
+            wanted = max(0, capacity_blocks.get(tier, 0))
+            if store.get_count(worker, tier) > wanted:
+                store.clear(worker, tier)
+            store.set_capacity(worker, tier, wanted)
 
     def remove_worker(self, worker: WorkerId) -> None:
         """Forget a worker and every block it held (its G4 announcements too)."""
-        state = self._workers.pop(worker)
-        self._clear_all(worker, state)
+        del self._workers[worker]
+        self._clear_all(worker)
         self._store.remove_worker(worker)
 
     def get_workers(self) -> list[WorkerId]:
@@ -88,47 +83,9 @@ class PrefixIndex:
         return worker in self._workers
 
     def is_stale(self, worker: WorkerId) -> bool:
-        return self._workers[worker].stale
+        return self._store.is_stale(worker)
 
-    # ---- events ------------------------------------------------------------------------
-    def apply(self, worker: WorkerId, event: KvEvent) -> bool:
-        """Apply one event; False if the worker is (now) stale and needs a dump. Events of a
-        stale worker are ignored until `load_dump`."""
-        state = self._workers[worker]
-        if state.stale:
-            return False
-        event_id = event.event_id
-        if event_id != state.last_event_id + 1:
-            if event_id <= state.last_event_id:
-                return True  # already covered by a dump taken after it
-            state.stale = True
-            return False
-        state.last_event_id = event_id
-        kind = type(event)
-        if kind is KvStored:
-            stored = cast("KvStored", event)  # no isinstance: this is the hot path
-            tier = stored.tier
-            capacity = state.capacity_blocks.get(tier)
-            if capacity is None:
-                return True  # a tier this worker did not report: not indexed
-            num_blocks = state.num_blocks
-            num_new = self._store.add_blocks(
-                worker, tier, stored.blocks, capacity - num_blocks[tier]
-            )
-            if num_new < 0:
-                state.stale = True  # more blocks than the tier can hold: we missed removals
-                return False
-            num_blocks[tier] += num_new
-        elif kind is KvRemoved:
-            removed_event = cast("KvRemoved", event)
-            tier = removed_event.tier
-            if tier in state.capacity_blocks:
-                removed = self._store.remove(worker, tier, removed_event.seq_hashes)
-                state.num_blocks[tier] -= removed
-        elif kind is KvCleared:
-            self._clear(worker, state, KvTier.DEVICE)
-        return True
-
+    # ---- dumps ---------------------------------------------------------------------------
     def load_dump(
         self,
         worker: WorkerId,
@@ -140,19 +97,19 @@ class PrefixIndex:
         event `last_event_id`: `seq_hashes` on its device, `tier_seq_hashes` in lower tiers
         (tiers left out are empty; tiers not indexed for the worker are skipped). Raises
         ValueError, changing nothing, when a tier holds more than its capacity."""
-        state = self._workers[worker]
+        store = self._store
+        capacity = {tier: store.get_capacity(worker, tier) for tier in KvTier}
         dump = {KvTier.DEVICE: list(dict.fromkeys(seq_hashes))}
         for tier, hashes in (tier_seq_hashes or {}).items():
-            if tier is not KvTier.DEVICE and tier in state.capacity_blocks:
+            if tier is not KvTier.DEVICE and capacity[tier]:
                 dump[tier] = list(dict.fromkeys(hashes))
         for tier, hashes in dump.items():
-            if len(hashes) > state.capacity_blocks[tier]:
+            if len(hashes) > capacity[tier]:
                 raise ValueError(f"dump of {len(hashes)} {tier} blocks exceeds capacity")
-        self._clear_all(worker, state)
+        self._clear_all(worker)
         for tier, hashes in dump.items():
-            state.num_blocks[tier] = self._store.add(worker, tier, hashes, len(hashes))
-        state.last_event_id = last_event_id
-        state.stale = False
+            store.add(worker, tier, hashes, len(hashes))
+        store.set_synced(worker, last_event_id)
 
     # ---- queries -----------------------------------------------------------------------
     def find_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, int]:
@@ -169,16 +126,17 @@ class PrefixIndex:
 
     def get_num_entries(self) -> int:
         """(worker, tier, block) entries held: bounded by the workers' total capacity."""
-        return sum(sum(s.num_blocks.values()) for s in self._workers.values())
+        count = self._store.get_count
+        return sum(count(w, t) for w in self._workers for t in KvTier)
 
     def get_capacity_blocks(self) -> int:
         """The bound on `get_num_entries`: the indexed tiers' capacities, summed over workers."""
-        return sum(sum(s.capacity_blocks.values()) for s in self._workers.values())
+        capacity = self._store.get_capacity
+        return sum(capacity(w, t) for w in self._workers for t in KvTier)
 
     def get_num_worker_blocks(self, worker: WorkerId, tier: KvTier = KvTier.DEVICE) -> int:
         """Blocks indexed for `worker` in `tier` (0 for an unknown worker)."""
-        state = self._workers.get(worker)
-        return state.num_blocks[tier] if state is not None else 0
+        return self._store.get_count(worker, tier) if worker in self._workers else 0
 
     def get_worker_hashes(self, worker: WorkerId, tier: KvTier = KvTier.DEVICE) -> set[int]:
         """The blocks `worker` holds in `tier` (KeyError for an unknown worker)."""
@@ -189,11 +147,7 @@ class PrefixIndex:
         return self._store.get_external_hashes()
 
     # ---- bookkeeping -------------------------------------------------------------------
-    def _clear(self, worker: WorkerId, state: _WorkerState, tier: KvTier) -> None:
-        if state.num_blocks[tier]:
-            state.num_blocks[tier] -= self._store.clear(worker, tier)
-            assert not state.num_blocks[tier]
-
-    def _clear_all(self, worker: WorkerId, state: _WorkerState) -> None:
+    def _clear_all(self, worker: WorkerId) -> None:
         for tier in KvTier:
-            self._clear(worker, state, tier)
+            if self._store.get_count(worker, tier):
+                self._store.clear(worker, tier)

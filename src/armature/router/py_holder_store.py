@@ -6,14 +6,27 @@ store is tested against, and the store when the extension was not built.
                       (frozensets, one shared per single holder: a prompt's new blocks go
                       in with one dict update)
     external:         seq_hash -> how many workers announce it in G4    (counts for every worker)
+    workers[w]:       w's event state (last event id, stale), and per tier its capacity
+                      (absent: not indexed) and the blocks it holds
+
+`apply` holds the index's event rules (DESIGN §3); the native store keeps the same rules in C.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from itertools import repeat, takewhile
+from typing import cast
 
-from armature.protocols.kv_events import KvTier, StoredBlock
+from armature.protocols.kv_events import (
+    KvCleared,
+    KvEvent,
+    KvRemoved,
+    KvStored,
+    KvTier,
+    StoredBlock,
+)
 from armature.router.tier_overlap import (
     NO_HOLDERS,
     HolderGet,
@@ -25,6 +38,15 @@ from armature.router.tier_overlap import (
 __all__ = ["PyHolderStore"]
 
 _BIT = {KvTier.DEVICE: 1, KvTier.HOST: 2, KvTier.DISK: 4, KvTier.EXTERNAL: 8}
+
+
+@dataclass(slots=True)  # read on every event
+class _WorkerState:
+    # tiers indexed for this worker -> capacity in blocks; events of other tiers are skipped
+    capacity_blocks: dict[KvTier, int] = field(default_factory=dict)
+    num_blocks: dict[KvTier, int] = field(default_factory=lambda: dict.fromkeys(KvTier, 0))
+    last_event_id: int = -1
+    stale: bool = False
 
 
 class PyHolderStore:
@@ -42,26 +64,85 @@ class PyHolderStore:
         )
         self._external: dict[int, int] = {}
         self._tiers: dict[WorkerId, dict[int, int]] = {}
+        self._workers: dict[WorkerId, _WorkerState] = {}
         self._everyone: frozenset[WorkerId] = frozenset()
         self._alone: dict[WorkerId, frozenset[WorkerId]] = {}  # {worker}, shared
 
     def add_worker(self, worker: WorkerId) -> None:
         assert worker not in self._tiers
         self._tiers[worker] = {}
+        self._workers[worker] = _WorkerState()
         self._everyone = frozenset(self._tiers)
         self._alone[worker] = frozenset([worker])
 
     def remove_worker(self, worker: WorkerId) -> None:
         held = self._tiers.pop(worker)
         assert not held, "worker not cleared"
+        del self._workers[worker]
         self._everyone = frozenset(self._tiers)
         del self._alone[worker]
 
+    # ---- worker state and events ---------------------------------------------------------
+    def set_capacity(self, worker: WorkerId, tier: KvTier, capacity_blocks: int) -> None:
+        if capacity_blocks < 0:
+            raise ValueError("capacity_blocks must be >= 0")
+        capacities = self._workers[worker].capacity_blocks
+        if capacity_blocks:
+            capacities[tier] = capacity_blocks
+        else:
+            capacities.pop(tier, None)
+
+    def get_capacity(self, worker: WorkerId, tier: KvTier) -> int:
+        return self._workers[worker].capacity_blocks.get(tier, 0)
+
+    def get_count(self, worker: WorkerId, tier: KvTier) -> int:
+        return self._workers[worker].num_blocks[tier]
+
+    def is_stale(self, worker: WorkerId) -> bool:
+        return self._workers[worker].stale
+
+    def set_synced(self, worker: WorkerId, last_event_id: int) -> None:
+        state = self._workers[worker]
+        state.last_event_id = last_event_id
+        state.stale = False
+
+    def apply(self, worker: WorkerId, event: KvEvent) -> bool:
+        state = self._workers[worker]
+        if state.stale:
+            return False
+        event_id = event.event_id
+        if event_id != state.last_event_id + 1:
+            if event_id <= state.last_event_id:
+                return True  # already covered by a dump taken after it
+            state.stale = True
+            return False
+        state.last_event_id = event_id
+        kind = type(event)
+        if kind is KvStored:
+            stored = cast("KvStored", event)  # no isinstance: this is the hot path
+            tier = stored.tier
+            capacity = state.capacity_blocks.get(tier)
+            if capacity is None:
+                return True  # a tier this worker did not report: not indexed
+            hashes = [b.seq_hash for b in stored.blocks]
+            if self.add(worker, tier, hashes, capacity - state.num_blocks[tier]) < 0:
+                state.stale = True  # more blocks than the tier can hold: we missed removals
+                return False
+        elif kind is KvRemoved:
+            removed = cast("KvRemoved", event)
+            if removed.tier in state.capacity_blocks:
+                self.remove(worker, removed.tier, removed.seq_hashes)
+        elif kind is KvCleared:
+            self.clear(worker, KvTier.DEVICE)
+        return True
+
+    # ---- blocks --------------------------------------------------------------------------
     def add(self, worker: WorkerId, tier: KvTier, seq_hashes: Sequence[int], max_new: int) -> int:
         new = _get_new(self._tiers[worker], list(seq_hashes), _BIT[tier])
         if len(new) > max_new:
             return -1
         self._set(worker, new, tier)
+        self._workers[worker].num_blocks[tier] += len(new)
         return len(new)
 
     def add_blocks(
@@ -92,6 +173,7 @@ class PyHolderStore:
                     del self._external[seq_hash]
             else:
                 _discard(holders, seq_hash, worker)
+        self._workers[worker].num_blocks[tier] -= num_removed
         return num_removed
 
     def clear(self, worker: WorkerId, tier: KvTier) -> int:

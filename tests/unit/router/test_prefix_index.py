@@ -1,6 +1,7 @@
 """PrefixIndex: exact cases, gap detection and recovery, worker removal, the memory bound,
 and a hypothesis property test against a naive oracle (device tier; the lower tiers are in
-test_tier_index.py)."""
+test_tier_index.py). Every test runs on each store that was built (the native C table keeps
+the event rules in C, the Python store in Python)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,18 @@ from armature.protocols.kv_events import (
     KvStored,
     StoredBlock,
 )
+from armature.router.holder_store import BACKEND_ENV_VAR, IndexBackend, has_native_index
 from armature.router.prefix_index import PrefixIndex
+
+BACKENDS = [IndexBackend.NATIVE] if has_native_index() else []
+BACKENDS.append(IndexBackend.PYTHON)
+
+
+@pytest.fixture(autouse=True, params=BACKENDS, ids=[b.value for b in BACKENDS])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> IndexBackend:
+    """PrefixIndex() in these tests gets this store."""
+    monkeypatch.setenv(BACKEND_ENV_VAR, request.param.value)
+    return IndexBackend(request.param)
 
 
 def stored(event_id: int, *hashes: int) -> KvStored:
