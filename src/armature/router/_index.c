@@ -1,4 +1,5 @@
-/* Native holder table for the router's prefix index (armature.router.holder_store).
+/* Native holder table for the router's prefix index (armature.router.holder_store), and the
+ * kv policy's softmax draw (armature.router.cost.select_worker).
  *
  * Four tables, one per KV tier (device, host, disk, external), each an open-addressing hash
  * map with linear probing: a block's sequence hash (u64) -> the bit set of the worker slots
@@ -18,6 +19,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -806,6 +808,70 @@ static PyMethodDef HolderTable_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* ---- the kv policy's softmax draw ------------------------------------------------------- */
+
+/* softmax_pick(logits, temperature, u) -> int: armature.router.cost's draw at temperature > 0,
+ * the same float operations in the same order (so the same index for the same `u`, the one
+ * random() of the draw): logits normalized to [0, 1] by their range, weights
+ * exp(-normalized / temperature), the first index whose running sum of weights exceeds
+ * u * total (bisect_right over all but the last). */
+static PyObject *softmax_pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (check_nargs("softmax_pick", nargs, 3) < 0) return NULL;
+    double temperature = PyFloat_AsDouble(args[1]);
+    if (temperature == -1.0 && PyErr_Occurred()) return NULL;
+    double u = PyFloat_AsDouble(args[2]);
+    if (u == -1.0 && PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "logits must be a sequence of floats");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n == 0) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "no workers to choose from");
+        return NULL;
+    }
+    double stack[256];
+    double *weights = n <= 256 ? stack : PyMem_Malloc((size_t)n * sizeof(double));
+    if (weights == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    double low = 0.0, high = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double logit = PyFloat_AsDouble(items[i]);
+        if (logit == -1.0 && PyErr_Occurred()) {
+            if (weights != stack) PyMem_Free(weights);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        weights[i] = logit;
+        if (i == 0 || logit < low) low = logit;
+        if (i == 0 || logit > high) high = logit;
+    }
+    Py_DECREF(seq);
+    double span = high - low, total = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) { /* weights[i] becomes the running sum */
+        total += span > 0 ? exp(-((weights[i] - low) / span) / temperature) : 1.0;
+        weights[i] = total;
+    }
+    double x = u * (total + 0.0);
+    Py_ssize_t chosen = n - 1;
+    for (Py_ssize_t i = 0; i < n - 1; i++)
+        if (x < weights[i]) {
+            chosen = i;
+            break;
+        }
+    if (weights != stack) PyMem_Free(weights);
+    return PyLong_FromSsize_t(chosen);
+}
+
+static PyMethodDef module_methods[] = {
+    {"softmax_pick", (PyCFunction)(void (*)(void))softmax_pick, METH_FASTCALL,
+     "softmax_pick(logits, temperature, u) -> index: the kv policy's draw"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject HolderTableType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "armature.router._index.HolderTable",
     .tp_basicsize = sizeof(HolderTable),
@@ -818,8 +884,9 @@ static PyTypeObject HolderTableType = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "armature.router._index", "Native holder table of the prefix index.",
-    -1, NULL,
+    PyModuleDef_HEAD_INIT, "armature.router._index",
+    "Native holder table of the prefix index, and the kv policy's softmax draw.", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC PyInit__index(void) {

@@ -9,6 +9,8 @@ from armature.protocols.kv_events import (
     StoredBlock,
 )
 
+def softmax_pick(logits: Sequence[float], temperature: float, u: float) -> int: ...
+
 class HolderTable:
     def __init__(
         self,

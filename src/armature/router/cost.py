@@ -18,8 +18,10 @@ at a lower load skew.
 Temperature 0 takes the argmin (ties: the worker caching the fewest blocks in total, then
 random); above 0 it samples softmax(-normalized / temperature) over logits normalized to [0, 1]
 by their range. Pure. This is the router's hot path (64 workers per decision): logits are
-plain floats, idle workers without an overlap share one precomputed logit, and cached-block
-counts are asked for tied workers only.
+plain floats, idle workers without an overlap share one precomputed logit, cached-block
+counts are asked for tied workers only, and the softmax draw runs in C
+(`armature.router._index.softmax_pick`, the same operations as `softmax_pick_py`, the fallback
+where the extension was not built).
 """
 
 from __future__ import annotations
@@ -32,7 +34,12 @@ from itertools import accumulate
 
 from armature.router.load import WorkerLoad
 
-__all__ = ["cost_terms", "select_worker", "worker_logits"]
+try:
+    from armature.router._index import softmax_pick as _native_softmax_pick
+except ImportError:  # built without a C compiler
+    _native_softmax_pick = None  # type: ignore[assignment]
+
+__all__ = ["cost_terms", "select_worker", "softmax_pick_py", "worker_logits"]
 
 _IDLE = WorkerLoad()
 
@@ -98,6 +105,15 @@ def select_worker(
         fewest = min(counts)
         tied = [i for i, count in zip(tied, counts, strict=True) if count == fewest]
         return tied[0] if len(tied) == 1 else rng.choice(tied)
+    if _native_softmax_pick is not None:
+        return _native_softmax_pick(logits, temperature, rng.random())
+    return softmax_pick_py(logits, temperature, rng.random())
+
+
+def softmax_pick_py(logits: Sequence[float], temperature: float, u: float) -> int:
+    """The index drawn from softmax(-normalized / temperature) by `u` in [0, 1): what
+    rng.choices(range(n), weights) draws with u = rng.random(), without its population and
+    argument handling. The reference of the native draw."""
     low = min(logits)
     span = max(logits) - low
     if span > 0:
@@ -105,7 +121,5 @@ def select_worker(
         weights = [exp(-((logit - low) / span) / temperature) for logit in logits]
     else:
         weights = [1.0] * len(logits)
-    # what rng.choices(range(n), weights) draws, with the same one random(), without its
-    # population and argument handling (this is the default router's per-request path)
     cumulative = list(accumulate(weights))
-    return bisect(cumulative, rng.random() * (cumulative[-1] + 0.0), 0, len(logits) - 1)
+    return bisect(cumulative, u * (cumulative[-1] + 0.0), 0, len(logits) - 1)

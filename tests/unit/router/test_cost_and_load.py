@@ -1,4 +1,5 @@
-"""KV routing cost, worker selection and active-load tracking."""
+"""KV routing cost, worker selection (the native softmax draw against the Python one, and the
+fallback without the extension) and active-load tracking."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from armature.router.cost import cost_terms, select_worker, worker_logits
+from armature.router.cost import cost_terms, select_worker, softmax_pick_py, worker_logits
+from armature.router.holder_store import has_native_index
 from armature.router.load import ActiveLoad, WorkerLoad
+from without_extension import run_without
+
+if has_native_index():
+    from armature.router._index import softmax_pick
 
 
 def _none(worker_index: int) -> int:
@@ -131,3 +137,31 @@ def test_sampling_draws_what_random_choices_would(
     weights = [math.exp(-n / temperature) for n in normalized]
     expected = random.Random(seed).choices(range(len(logits)), weights=weights, k=1)[0]
     assert select_worker(logits, _none, temperature, random.Random(seed)) == expected
+
+
+@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
+@given(
+    st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=300),
+    st.sampled_from([0.001, 0.01, 0.1, 1.0, 5.0]),
+    st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
+)
+def test_native_softmax_draw_is_the_python_draw(
+    logits: list[float], temperature: float, u: float
+) -> None:
+    """The C draw does the reference's float operations in its order: the same index for
+    every `u` (over 256 logits it leaves its stack buffer)."""
+    assert softmax_pick(logits, temperature, u) == softmax_pick_py(logits, temperature, u)
+
+
+def test_softmax_draw_without_the_extension_is_the_reference() -> None:
+    script = """
+import random
+from armature.router import cost
+assert cost._native_softmax_pick is None
+rng = random.Random(3)
+logits = [rng.uniform(0, 100) for _ in range(64)]
+print(cost.select_worker(logits, lambda i: 0, 0.01, random.Random(5)))
+print(cost.softmax_pick_py(logits, 0.01, random.Random(5).random()))
+"""
+    first, second = run_without("armature.router._index", script).split()
+    assert first == second
