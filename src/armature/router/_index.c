@@ -866,9 +866,115 @@ static PyObject *softmax_pick(PyObject *module, PyObject *const *args, Py_ssize_
     return PyLong_FromSsize_t(chosen);
 }
 
+/* ---- the kv policy's cost -------------------------------------------------------------- */
+
+static PyObject *active_prefill_tokens_name, *active_blocks_name; /* interned at import */
+
+/* One worker's logit (armature.router.cost.cost_terms, then overlap_weight * prefill +
+ * decode), in the reference's operation order. Exact ints (overlap, load) are below 2**53, so
+ * their double arithmetic is the reference's integer arithmetic. */
+static double cost_logit(double isl, double block_size, double total_blocks, double overlap,
+                         double prefill_tokens, double active_blocks, double overlap_weight,
+                         double decode_weight) {
+    double prefill = (isl - overlap * block_size + prefill_tokens) / block_size;
+    double active = decode_weight == 1.0 ? active_blocks : decode_weight * active_blocks;
+    return overlap_weight * prefill + (active + total_blocks - overlap);
+}
+
+/* `mapping[key]` as a new reference, or NULL with no error set when `key` is absent (dicts
+ * without an exception; other mappings through `in` first). */
+static PyObject *mapping_get(PyObject *mapping, PyObject *key) {
+    if (PyDict_CheckExact(mapping)) {
+        PyObject *value = PyDict_GetItemWithError(mapping, key);
+        Py_XINCREF(value);
+        return value;
+    }
+    int has = PySequence_Contains(mapping, key);
+    return has > 0 ? PyObject_GetItem(mapping, key) : NULL;
+}
+
+static int read_double(PyObject *obj, PyObject *attr, double *out) {
+    PyObject *value = attr ? PyObject_GetAttr(obj, attr) : obj;
+    if (value == NULL) return -1;
+    *out = PyFloat_AsDouble(value);
+    if (attr) Py_DECREF(value);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* worker_logits(workers, isl_tokens, block_size, overlaps, loads, overlap_weight,
+ * decode_weight) -> list[float]: armature.router.cost.worker_logits (see worker_logits_py). */
+static PyObject *worker_logits(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (check_nargs("worker_logits", nargs, 7) < 0) return NULL;
+    PyObject *overlaps = args[3], *loads = args[4];
+    long long isl = PyLong_AsLongLong(args[1]), block_size = PyLong_AsLongLong(args[2]);
+    double overlap_weight, decode_weight;
+    if (((isl == -1 || block_size == -1) && PyErr_Occurred()) ||
+        read_double(args[5], NULL, &overlap_weight) < 0 ||
+        read_double(args[6], NULL, &decode_weight) < 0)
+        return NULL;
+    if (block_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "block_size must be positive");
+        return NULL;
+    }
+    double total_blocks = (double)((isl + block_size - 1) / block_size);
+    if (isl < 0) total_blocks = (double)(-((-isl) / block_size)); /* -(-isl // block_size) */
+    double bs = (double)block_size, islf = (double)isl;
+    /* the idle logit: cost_terms(isl, block_size, 0, idle) at decode weight 1 */
+    PyObject *idle = PyFloat_FromDouble(cost_logit(islf, bs, total_blocks, 0.0, 0.0, 0.0,
+                                                   overlap_weight, 1.0));
+    PyObject *seq = PySequence_Fast(args[0], "workers must be a sequence");
+    if (idle == NULL || seq == NULL) {
+        Py_XDECREF(idle);
+        Py_XDECREF(seq);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **workers = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(n);
+    int no_loads = PyObject_IsTrue(loads);
+    if (out == NULL || no_loads < 0) goto fail;
+    no_loads = !no_loads;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *overlap_obj = mapping_get(overlaps, workers[i]);
+        if (overlap_obj == NULL && PyErr_Occurred()) goto fail;
+        PyObject *load = no_loads ? NULL : mapping_get(loads, workers[i]);
+        if (load == NULL && PyErr_Occurred()) {
+            Py_XDECREF(overlap_obj);
+            goto fail;
+        }
+        double overlap = 0.0, prefill_tokens = 0.0, active_blocks = 0.0;
+        int bad = (overlap_obj && read_double(overlap_obj, NULL, &overlap) < 0) ||
+                  (load && (read_double(load, active_prefill_tokens_name, &prefill_tokens) < 0 ||
+                            read_double(load, active_blocks_name, &active_blocks) < 0));
+        int is_idle = load == NULL && overlap == 0.0;
+        Py_XDECREF(overlap_obj);
+        Py_XDECREF(load);
+        if (bad) goto fail;
+        PyObject *logit =
+            is_idle ? (Py_INCREF(idle), idle)
+                    : PyFloat_FromDouble(cost_logit(islf, bs, total_blocks, overlap,
+                                                    prefill_tokens, active_blocks,
+                                                    overlap_weight, decode_weight));
+        if (logit == NULL) goto fail;
+        PyList_SET_ITEM(out, i, logit);
+    }
+    Py_DECREF(seq);
+    Py_DECREF(idle);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    Py_DECREF(idle);
+    return NULL;
+}
+
 static PyMethodDef module_methods[] = {
     {"softmax_pick", (PyCFunction)(void (*)(void))softmax_pick, METH_FASTCALL,
      "softmax_pick(logits, temperature, u) -> index: the kv policy's draw"},
+    {"worker_logits", (PyCFunction)(void (*)(void))worker_logits, METH_FASTCALL,
+     "worker_logits(workers, isl_tokens, block_size, overlaps, loads, overlap_weight, "
+     "decode_weight) -> logits: the kv policy's cost"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -895,6 +1001,9 @@ PyMODINIT_FUNC PyInit__index(void) {
     tier_name = PyUnicode_InternFromString("tier");
     blocks_name = PyUnicode_InternFromString("blocks");
     seq_hashes_name = PyUnicode_InternFromString("seq_hashes");
+    active_prefill_tokens_name = PyUnicode_InternFromString("active_prefill_tokens");
+    active_blocks_name = PyUnicode_InternFromString("active_blocks");
+    if (!active_prefill_tokens_name || !active_blocks_name) return NULL;
     if (!seq_hash_name || !event_id_name || !tier_name || !blocks_name || !seq_hashes_name)
         return NULL;
     if (PyType_Ready(&HolderTableType) < 0) return NULL;

@@ -8,7 +8,17 @@ from armature.protocols.kv_events import (
     KvTier,
     StoredBlock,
 )
+from armature.router.load import WorkerLoad
 
+def worker_logits(
+    workers: Sequence[str],
+    isl_tokens: int,
+    block_size: int,
+    overlaps: Mapping[str, float],
+    loads: Mapping[str, WorkerLoad],
+    overlap_weight: float,
+    decode_weight: float,
+) -> list[float]: ...
 def softmax_pick(logits: Sequence[float], temperature: float, u: float) -> int: ...
 
 class HolderTable:

@@ -19,9 +19,9 @@ Temperature 0 takes the argmin (ties: the worker caching the fewest blocks in to
 random); above 0 it samples softmax(-normalized / temperature) over logits normalized to [0, 1]
 by their range. Pure. This is the router's hot path (64 workers per decision): logits are
 plain floats, idle workers without an overlap share one precomputed logit, cached-block
-counts are asked for tied workers only, and the softmax draw runs in C
-(`armature.router._index.softmax_pick`, the same operations as `softmax_pick_py`, the fallback
-where the extension was not built).
+counts are asked for tied workers only, and the logits and the softmax draw run in C
+(`armature.router._index`: the same float operations in the same order as `worker_logits_py`
+and `softmax_pick_py`, their references and the fallback where the extension was not built).
 """
 
 from __future__ import annotations
@@ -35,11 +35,17 @@ from itertools import accumulate
 from armature.router.load import WorkerLoad
 
 try:
-    from armature.router._index import softmax_pick as _native_softmax_pick
+    from armature.router import _index as _native
 except ImportError:  # built without a C compiler
-    _native_softmax_pick = None  # type: ignore[assignment]
+    _native = None  # type: ignore[assignment]
 
-__all__ = ["cost_terms", "select_worker", "softmax_pick_py", "worker_logits"]
+__all__ = [
+    "cost_terms",
+    "select_worker",
+    "softmax_pick_py",
+    "worker_logits",
+    "worker_logits_py",
+]
 
 _IDLE = WorkerLoad()
 
@@ -69,6 +75,25 @@ def worker_logits(
 ) -> list[float]:
     """The logit of each of `workers`, in order. `loads` may leave out idle workers;
     `overlaps` (weighted or not) may leave out workers with none."""
+    if _native is not None:
+        return _native.worker_logits(
+            workers, isl_tokens, block_size, overlaps, loads, overlap_weight, decode_weight
+        )
+    return worker_logits_py(
+        workers, isl_tokens, block_size, overlaps, loads, overlap_weight, decode_weight
+    )
+
+
+def worker_logits_py(
+    workers: Sequence[str],
+    isl_tokens: int,
+    block_size: int,
+    overlaps: Mapping[str, float],
+    loads: Mapping[str, WorkerLoad],
+    overlap_weight: float = 1.0,
+    decode_weight: float = 1.0,
+) -> list[float]:
+    """`worker_logits` in Python: the reference of the native one."""
     idle_prefill, idle_decode = cost_terms(isl_tokens, block_size, 0, _IDLE)
     idle_logit = overlap_weight * idle_prefill + idle_decode
     logits = [idle_logit] * len(workers)
@@ -105,8 +130,8 @@ def select_worker(
         fewest = min(counts)
         tied = [i for i, count in zip(tied, counts, strict=True) if count == fewest]
         return tied[0] if len(tied) == 1 else rng.choice(tied)
-    if _native_softmax_pick is not None:
-        return _native_softmax_pick(logits, temperature, rng.random())
+    if _native is not None:
+        return _native.softmax_pick(logits, temperature, rng.random())
     return softmax_pick_py(logits, temperature, rng.random())
 
 

@@ -6,18 +6,26 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from armature.router.cost import cost_terms, select_worker, softmax_pick_py, worker_logits
+from armature.router.cost import (
+    cost_terms,
+    select_worker,
+    softmax_pick_py,
+    worker_logits,
+    worker_logits_py,
+)
 from armature.router.holder_store import has_native_index
 from armature.router.load import ActiveLoad, WorkerLoad
 from without_extension import run_without
 
 if has_native_index():
     from armature.router._index import softmax_pick
+    from armature.router._index import worker_logits as native_worker_logits
 
 
 def _none(worker_index: int) -> int:
@@ -153,15 +161,51 @@ def test_native_softmax_draw_is_the_python_draw(
     assert softmax_pick(logits, temperature, u) == softmax_pick_py(logits, temperature, u)
 
 
-def test_softmax_draw_without_the_extension_is_the_reference() -> None:
+NAMES = [f"w{i}" for i in range(12)]
+LOADS = st.builds(WorkerLoad, st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 64))
+OVERLAPS = st.one_of(st.integers(0, 5000), st.floats(0, 5000))  # weighted overlaps are floats
+
+
+@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
+@given(
+    st.lists(st.sampled_from(NAMES), min_size=1, max_size=12, unique=True),
+    st.integers(0, 80_000),
+    st.sampled_from([1, 16, 64]),
+    st.dictionaries(st.sampled_from(NAMES), OVERLAPS),
+    st.dictionaries(st.sampled_from(NAMES), LOADS),
+    st.sampled_from([1.0, 0.5, 2.0, 1]),
+    st.sampled_from([1.0, 0.5, 0.0, 0.25]),
+    st.booleans(),
+)
+def test_native_logits_are_the_python_logits(
+    workers: list[str],
+    isl_tokens: int,
+    block_size: int,
+    overlaps: dict[str, float],
+    loads: dict[str, WorkerLoad],
+    overlap_weight: float,
+    decode_weight: float,
+    as_view: bool,
+) -> None:
+    """The C cost does the reference's float operations in its order (ints exactly): equal
+    logits, for plain dicts and for the read-only view ActiveLoad gives."""
+    view = MappingProxyType(loads) if as_view else loads
+    args = (workers, isl_tokens, block_size, overlaps, view, overlap_weight, decode_weight)
+    assert native_worker_logits(*args) == worker_logits_py(*args)
+
+
+def test_cost_without_the_extension_is_the_reference() -> None:
+    """Without the extension, logits and the draw come from the Python code."""
     script = """
 import random
 from armature.router import cost
-assert cost._native_softmax_pick is None
+from armature.router.load import WorkerLoad
+assert cost._native is None
 rng = random.Random(3)
 logits = [rng.uniform(0, 100) for _ in range(64)]
 print(cost.select_worker(logits, lambda i: 0, 0.01, random.Random(5)))
 print(cost.softmax_pick_py(logits, 0.01, random.Random(5).random()))
+print(cost.worker_logits(["a", "b"], 128, 16, {"b": 3}, {"a": WorkerLoad(0, 2, 1)}) == [18.0, 10.0])
 """
-    first, second = run_without("armature.router._index", script).split()
-    assert first == second
+    first, second, logits_ok = run_without("armature.router._index", script).split()
+    assert first == second and logits_ok == "True"
