@@ -556,14 +556,15 @@ static PyObject *HolderTable_set_synced(HolderTable *self, PyObject *const *args
     Py_RETURN_NONE;
 }
 
-/* The tier number of `event`'s tier and its capacity for `w` (0: not indexed); -1 on error. */
-static int event_tier(HolderTable *self, PyObject *event, const WorkerState *w, int *tier,
+/* The tier number of `event`'s tier and its capacity for `slot` (0: not indexed); -1 on
+ * error. */
+static int event_tier(HolderTable *self, PyObject *event, Py_ssize_t slot, int *tier,
                       Py_ssize_t *capacity) {
     PyObject *tier_obj = PyObject_GetAttr(event, tier_name);
     if (tier_obj == NULL) return -1;
     int rc = tier_of(self, tier_obj, tier);
     Py_DECREF(tier_obj);
-    if (rc == 0) *capacity = w->capacity[*tier];
+    if (rc == 0) *capacity = self->workers[slot].capacity[*tier];
     return rc;
 }
 
@@ -574,13 +575,14 @@ static int event_tier(HolderTable *self, PyObject *event, const WorkerState *w, 
 static PyObject *HolderTable_apply(HolderTable *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t slot;
     if (check_nargs("apply", nargs, 2) < 0 || slot_of(self, args[0], &slot) < 0) return NULL;
-    WorkerState *w = &self->workers[slot];
-    if (w->stale) Py_RETURN_FALSE;
+    if (self->workers[slot].stale) Py_RETURN_FALSE;
     PyObject *event = args[1], *id_obj = PyObject_GetAttr(event, event_id_name);
     if (id_obj == NULL) return NULL;
     long long event_id = PyLong_AsLongLong(id_obj);
     Py_DECREF(id_obj);
     if (event_id == -1 && PyErr_Occurred()) return NULL;
+    /* the state's address after the attribute reads (which may run Python code) */
+    WorkerState *w = &self->workers[slot];
     if (event_id != w->last_event_id + 1) {
         if (event_id <= w->last_event_id) Py_RETURN_TRUE; /* covered by a later dump */
         w->stale = 1;
@@ -591,20 +593,20 @@ static PyObject *HolderTable_apply(HolderTable *self, PyObject *const *args, Py_
     int tier;
     Py_ssize_t capacity;
     if (kind == self->event_types[EVENT_STORED]) {
-        if (event_tier(self, event, w, &tier, &capacity) < 0) return NULL;
+        if (event_tier(self, event, slot, &tier, &capacity) < 0) return NULL;
         if (capacity == 0) Py_RETURN_TRUE;
         PyObject *blocks = PyObject_GetAttr(event, blocks_name);
         if (blocks == NULL) return NULL;
         Py_ssize_t num_new = add_core(self, slot, tier, blocks, seq_hash_name,
-                                      capacity - w->count[tier]);
+                                      capacity - self->workers[slot].count[tier]);
         Py_DECREF(blocks);
         if (num_new == -2) return NULL;
         if (num_new == -1) { /* more blocks than the tier holds: removals were missed */
-            w->stale = 1;
+            self->workers[slot].stale = 1; /* not `w`: reading the blocks ran Python code */
             Py_RETURN_FALSE;
         }
     } else if (kind == self->event_types[EVENT_REMOVED]) {
-        if (event_tier(self, event, w, &tier, &capacity) < 0) return NULL;
+        if (event_tier(self, event, slot, &tier, &capacity) < 0) return NULL;
         if (capacity == 0) Py_RETURN_TRUE;
         PyObject *hashes = PyObject_GetAttr(event, seq_hashes_name);
         if (hashes == NULL) return NULL;
