@@ -6,8 +6,9 @@
  * holding it in that tier. An entry exists exactly while its bit set is not empty (so no
  * sentinel key is needed); deletion shifts the following entries back (no tombstones).
  *
- *     keys:  [h0, h1, ...]                 capacity entries, a power of two
- *     bits:  [w0 w1 .. | w0 w1 .. | ...]   num_words u64 per entry (worker slot s: word s / 64)
+ *     entries: [h0 w0 w1 .. | h1 w0 w1 .. | ...]   capacity entries (a power of two), each its
+ *              key then num_words u64 of bits (worker slot s: word s / 64); one cache line
+ *              holds a probe's key and bits
  *     names: worker slot -> worker id (None for a free slot); results are keyed by the ids
  *     workers: worker slot -> its event state (last event id, stale) and, per tier, its
  *              capacity (0: tier not indexed) and the blocks it holds there
@@ -33,8 +34,7 @@
 typedef struct {
     size_t capacity; /* a power of two, or 0 before the first insert */
     size_t count;
-    uint64_t *keys;
-    uint64_t *bits; /* capacity * num_words */
+    uint64_t *entries; /* capacity * (1 + num_words): key, bits */
 } Table;
 
 typedef struct {
@@ -67,40 +67,39 @@ static inline int is_empty(const uint64_t *bits, Py_ssize_t nw) {
     return 1;
 }
 
-/* The entry of `key`, or NULL. */
+/* Entry i of `t`: its key at [0], its num_words words of bits from [1]. */
+static inline uint64_t *entry(const Table *t, size_t i, Py_ssize_t nw) {
+    return t->entries + i * (size_t)(nw + 1);
+}
+
+/* The bits of `key`'s entry, or NULL. */
 static uint64_t *lookup(const Table *t, Py_ssize_t nw, uint64_t key) {
     if (t->count == 0) return NULL;
     size_t mask = t->capacity - 1;
     for (size_t i = home(key, mask);; i = (i + 1) & mask) {
-        uint64_t *bits = t->bits + i * nw;
-        if (is_empty(bits, nw)) return NULL;
-        if (t->keys[i] == key) return bits;
+        uint64_t *e = entry(t, i, nw);
+        if (is_empty(e + 1, nw)) return NULL;
+        if (e[0] == key) return e + 1;
     }
 }
 
 static int rebuild(Table *t, size_t capacity, Py_ssize_t old_nw, Py_ssize_t nw) {
-    uint64_t *keys = PyMem_Calloc(capacity, sizeof(uint64_t));
-    uint64_t *bits = PyMem_Calloc(capacity * (size_t)nw, sizeof(uint64_t));
-    if (keys == NULL || bits == NULL) {
-        PyMem_Free(keys);
-        PyMem_Free(bits);
+    uint64_t *entries = PyMem_Calloc(capacity * (size_t)(nw + 1), sizeof(uint64_t));
+    if (entries == NULL) {
         PyErr_NoMemory();
         return -1;
     }
+    Table grown = {capacity, t->count, entries};
     size_t mask = capacity - 1;
     for (size_t j = 0; j < t->capacity; j++) {
-        const uint64_t *old = t->bits + j * old_nw;
-        if (is_empty(old, old_nw)) continue;
-        size_t i = home(t->keys[j], mask);
-        while (!is_empty(bits + i * nw, nw)) i = (i + 1) & mask;
-        keys[i] = t->keys[j];
-        memcpy(bits + i * nw, old, (size_t)old_nw * sizeof(uint64_t));
+        const uint64_t *old = entry(t, j, old_nw);
+        if (is_empty(old + 1, old_nw)) continue;
+        size_t i = home(old[0], mask);
+        while (!is_empty(entry(&grown, i, nw) + 1, nw)) i = (i + 1) & mask;
+        memcpy(entry(&grown, i, nw), old, (size_t)(old_nw + 1) * sizeof(uint64_t));
     }
-    PyMem_Free(t->keys);
-    PyMem_Free(t->bits);
-    t->keys = keys;
-    t->bits = bits;
-    t->capacity = capacity;
+    PyMem_Free(t->entries);
+    *t = grown;
     return 0;
 }
 
@@ -112,41 +111,40 @@ static int reserve(Table *t, Py_ssize_t nw, size_t count) {
     return rebuild(t, capacity, nw, nw);
 }
 
-/* The entry of `key`, inserted empty if absent; room must have been reserved. The caller
- * sets a bit at once (an empty entry counts as absent). */
+/* The bits of `key`'s entry, inserted empty if absent; room must have been reserved. The
+ * caller sets a bit at once (an empty entry counts as absent). */
 static uint64_t *upsert(Table *t, Py_ssize_t nw, uint64_t key, int *inserted) {
     size_t mask = t->capacity - 1;
     for (size_t i = home(key, mask);; i = (i + 1) & mask) {
-        uint64_t *bits = t->bits + i * nw;
-        if (is_empty(bits, nw)) {
-            t->keys[i] = key;
+        uint64_t *e = entry(t, i, nw);
+        if (is_empty(e + 1, nw)) {
+            e[0] = key;
             t->count++;
             *inserted = 1;
-            return bits;
+            return e + 1;
         }
-        if (t->keys[i] == key) {
+        if (e[0] == key) {
             *inserted = 0;
-            return bits;
+            return e + 1;
         }
     }
 }
 
-/* Drop the (now empty) entry at `bits`, shifting the entries after it back. */
+/* Drop the (now empty) entry whose bits are `bits`, shifting the entries after it back. */
 static void erase(Table *t, Py_ssize_t nw, uint64_t *bits) {
-    size_t mask = t->capacity - 1;
-    size_t i = (size_t)(bits - t->bits) / (size_t)nw;
+    size_t mask = t->capacity - 1, stride = (size_t)(nw + 1);
+    size_t i = (size_t)(bits - 1 - t->entries) / stride;
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        uint64_t *next = t->bits + j * nw;
-        if (is_empty(next, nw)) break;
-        size_t k = home(t->keys[j], mask);
+        uint64_t *next = entry(t, j, nw);
+        if (is_empty(next + 1, nw)) break;
+        size_t k = home(next[0], mask);
         /* move j to the hole at i unless its home lies cyclically in (i, j] */
         int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
         if (stays) continue;
-        t->keys[i] = t->keys[j];
-        memcpy(t->bits + i * nw, next, (size_t)nw * sizeof(uint64_t));
-        memset(next, 0, (size_t)nw * sizeof(uint64_t));
+        memcpy(entry(t, i, nw), next, stride * sizeof(uint64_t));
+        memset(next, 0, stride * sizeof(uint64_t));
         i = j;
     }
     t->count--;
@@ -253,8 +251,7 @@ static int HolderTable_init(HolderTable *self, PyObject *args, PyObject *kwds) {
 
 static void HolderTable_dealloc(HolderTable *self) {
     for (int t = 0; t < NUM_TIERS; t++) {
-        PyMem_Free(self->tables[t].keys);
-        PyMem_Free(self->tables[t].bits);
+        PyMem_Free(self->tables[t].entries);
     }
     PyMem_Free(self->workers);
     Py_XDECREF(self->names);
@@ -402,9 +399,9 @@ static uint64_t *keys_of(const Table *t, Py_ssize_t nw, Py_ssize_t slot, Py_ssiz
     }
     *n = 0;
     for (size_t i = 0; i < t->capacity; i++) {
-        const uint64_t *bits = t->bits + i * nw;
+        const uint64_t *e = entry(t, i, nw), *bits = e + 1;
         int held = slot < 0 ? !is_empty(bits, nw) : (int)((bits[slot / 64] >> (slot % 64)) & 1);
-        if (held) out[(*n)++] = t->keys[i];
+        if (held) out[(*n)++] = e[0];
     }
     return out;
 }
