@@ -916,8 +916,9 @@ static PyObject *worker_logits(PyObject *module, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_ValueError, "block_size must be positive");
         return NULL;
     }
-    double total_blocks = (double)((isl + block_size - 1) / block_size);
-    if (isl < 0) total_blocks = (double)(-((-isl) / block_size)); /* -(-isl // block_size) */
+    /* -(-isl // block_size): C division truncates, Python's floors */
+    double total_blocks = (double)(isl >= 0 ? (isl + block_size - 1) / block_size
+                                            : -((-isl) / block_size));
     double bs = (double)block_size, islf = (double)isl;
     /* the idle logit: cost_terms(isl, block_size, 0, idle) at decode weight 1 */
     PyObject *idle = PyFloat_FromDouble(cost_logit(islf, bs, total_blocks, 0.0, 0.0, 0.0,

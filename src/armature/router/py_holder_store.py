@@ -124,8 +124,8 @@ class PyHolderStore:
             capacity = state.capacity_blocks.get(tier)
             if capacity is None:
                 return True  # a tier this worker did not report: not indexed
-            hashes = [b.seq_hash for b in stored.blocks]
-            if self.add(worker, tier, hashes, capacity - state.num_blocks[tier]) < 0:
+            max_new = capacity - state.num_blocks[tier]
+            if self.add_blocks(worker, tier, stored.blocks, max_new) < 0:
                 state.stale = True  # more blocks than the tier can hold: we missed removals
                 return False
         elif kind is KvRemoved:
