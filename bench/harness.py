@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from armature.engines.native.config import NativeEngineConfig, parse_dtype
+from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
+from armature.model.dtypes import torch_dtype
 from armature.model.source import resolve_model
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from bench.paths import DOCS_OUT, REPO_ROOT, SCRATCH_OUT, results_path
@@ -47,7 +48,7 @@ class BenchArgs:
 
     @property
     def dtype(self) -> torch.dtype:
-        return parse_dtype(self.dtype_name)
+        return torch_dtype(self.dtype_name)
 
 
 def parse_args(
@@ -120,7 +121,7 @@ def build_core(args: BenchArgs, max_num_seqs: int, **overrides: Any) -> EngineCo
     """An EngineCore on CPU for the benchmark model; `overrides` are NativeEngineConfig fields."""
     config = NativeEngineConfig(
         model_dir=args.model_dir,
-        dtype=args.dtype,
+        dtype=args.dtype_name,
         device="cpu",
         max_num_seqs=max_num_seqs,
         **overrides,

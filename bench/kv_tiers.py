@@ -165,7 +165,7 @@ def _tiered_core(args: BenchArgs, num_g1_blocks: int, tiers: KvTierConfig) -> En
 
     config = NativeEngineConfig(
         model_dir=args.model_dir,
-        dtype=args.dtype,
+        dtype=args.dtype_name,
         device="cpu",
         max_num_seqs=1,
         num_kv_blocks=num_g1_blocks,

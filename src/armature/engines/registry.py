@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from armature.config import EngineConfig
 from armature.engines.spec import BuiltEngine, EngineSpec
 from armature.errors import ConfigError
+from armature.model.lora_names import LoraError, check_lora_name
 from armature.protocols.embedding import WorkerTask
 from armature.protocols.worker import WorkerRole
 
@@ -65,9 +66,6 @@ def _no_timing_profile(engine: EngineConfig) -> None:
 
 def _check_lora_names(engine: EngineConfig) -> None:
     """--lora names that can be model names, each once, none the base model's name."""
-    from armature.engines.native.lora_set import check_lora_name
-    from armature.model.lora import LoraError
-
     seen: set[str] = set()
     for name, _ in engine.get_lora_modules():
         try:

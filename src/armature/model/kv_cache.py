@@ -64,11 +64,6 @@ class PagedKvCache:
             dtype=str(dtype).removeprefix("torch."),
         )
 
-    @staticmethod
-    def bytes_per_block(arch: ModelArch, block_size: int, dtype: torch.dtype) -> int:
-        dtype_bytes = torch.empty((), dtype=dtype).element_size()
-        return arch.kv_bytes_per_token(dtype_bytes) * block_size
-
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k/v [tokens, kv_heads, head_dim] at flat slot indices [tokens]."""
         k_flat = self.k[layer].view(-1, k.shape[1], k.shape[2])

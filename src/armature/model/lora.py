@@ -25,8 +25,8 @@ import torch
 import xxhash
 from safetensors import SafetensorError, safe_open
 
-from armature.errors import ArmatureError
 from armature.model.arch import ModelArch
+from armature.model.lora_names import LoraError
 
 __all__ = [
     "LORA_CONFIG_FILE",
@@ -77,10 +77,6 @@ _REFUSED_FIELDS = (
     "layer_replication",
     "target_parameters",
 )
-
-
-class LoraError(ArmatureError, ValueError):
-    """An adapter directory that cannot be served over this model; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from armature.config import KvTierConfig
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore, TierBuilder
 from armature.engines.native.lora_set import ServedLora, served_lora_name
-from armature.engines.native.model_runner import num_kv_blocks_for
 from armature.engines.native.scheduler import ScheduledChunk
 from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictionObserver
@@ -208,7 +207,7 @@ def build_mocker_core(
     core = EngineCore(
         config,
         runner,
-        num_blocks=num_kv_blocks_for(config, arch),
+        num_blocks=config.get_num_kv_blocks(arch),
         eviction_observer=eviction_observer,
         tiers=builder,
         time_s=clock.get_time_s,

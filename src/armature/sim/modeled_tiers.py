@@ -31,7 +31,7 @@ from armature.kv.tier_policy import CopyOp, TierHit, TierOp, TierPolicy
 from armature.protocols.kv_events import KvTier
 from armature.sim.clock import Clock
 from armature.tiers.api import LoadResult
-from armature.tiers.factory import tier_policy_config
+from armature.tiers.policy_config import tier_policy_config
 from armature.tiers.policy_shell import TierPolicyShell
 
 __all__ = ["LOAD_TIME_TOLERANCE_S", "ModeledTiers", "build_modeled_tiers"]

@@ -12,11 +12,7 @@ from armature.config import KvTierConfig
 from armature.errors import ConfigError
 from armature.kv.event_log import KvEventLog
 from armature.kv.tier_policy import (
-    DiskOffload,
-    OffloadMode,
-    RemoteOffload,
     TierPolicy,
-    TierPolicyConfig,
 )
 from armature.protocols.kv_events import KvTier
 from armature.protocols.kv_transfer import KvLayout
@@ -26,29 +22,13 @@ from armature.tiers.errors import StoreError
 from armature.tiers.host import HostBlocks
 from armature.tiers.manager import KvTierManager
 from armature.tiers.mover import BlockMover
+from armature.tiers.policy_config import tier_policy_config
 from armature.tiers.remote_store import open_remote_store
 from armature.tiers.store import BlockStore
 
-__all__ = ["build_tier_manager", "tier_policy_config"]
+__all__ = ["build_tier_manager"]
 
 log = logging.getLogger(__name__)
-
-
-def tier_policy_config(config: KvTierConfig, bytes_per_block: int) -> TierPolicyConfig:
-    num_host = config.get_num_host_blocks(bytes_per_block)
-    if (config.kv_host_bytes or config.kv_host_blocks) and num_host == 0:
-        raise ConfigError(f"--kv-host-bytes is below one KV block ({bytes_per_block} bytes)")
-    num_disk = config.get_num_disk_blocks(bytes_per_block)
-    if config.has_disk_tier and num_disk == 0:
-        raise ConfigError(f"--kv-disk-bytes is below one KV block ({bytes_per_block} bytes)")
-    return TierPolicyConfig(
-        num_host_blocks=num_host,
-        num_disk_blocks=num_disk,
-        has_remote=config.kv_remote is not None,
-        offload=OffloadMode(config.kv_offload),
-        disk_offload=DiskOffload(config.kv_disk_offload),
-        remote_offload=RemoteOffload(config.kv_remote_offload),
-    )
 
 
 def build_tier_manager(

@@ -9,11 +9,12 @@ them into its own blocks run by run, so consecutive ids move as one slice copy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from armature.protocols.kv_transfer import KvLayout
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "KvBlockStore",
@@ -21,7 +22,6 @@ __all__ = [
     "ModeledKvStore",
     "block_runs",
     "copy_block_runs",
-    "dtype_name",
 ]
 
 
@@ -62,10 +62,6 @@ class KvBlockStore(Protocol):
     def kv_tensors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The whole K and V caches (for backends that register memory); None: no data."""
         ...
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def block_runs(block_ids: list[int]) -> list[tuple[int, int]]:

@@ -12,20 +12,21 @@ from __future__ import annotations
 import importlib
 import time
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import torch
 
 from armature.protocols.kv_transfer import KvLayout
 from armature.transfer.blocks import KvBlocks, block_runs
 from armature.transfer.wire import TransferError
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["NixlPeerInfo", "NixlPuller", "NixlSource", "load_nixl"]
 
 INSTALL_HINT = "NIXL is not installed: pip install 'armature[nixl]' (the nixl-cu12 wheel)"
-_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def load_nixl() -> ModuleType:
@@ -115,10 +116,14 @@ class NixlPuller:
 
     def read(self, peer_key: str, block_ids: list[int], layout: KvLayout) -> KvBlocks:
         """READ the peer's `block_ids` into a fresh staging tensor."""
+        import torch  # only where data moves: a mocker's agent never loads it
+
+        from armature.model.dtypes import torch_dtype
+
         info = self._peers[peer_key]
         n = len(block_ids)
         shape = (2, layout.num_layers, n, layout.block_size, layout.num_kv_heads, layout.head_dim)
-        staging = torch.empty(shape, dtype=_TORCH_DTYPES[layout.dtype])
+        staging = torch.empty(shape, dtype=torch_dtype(layout.dtype))
         block_bytes = staging[0, 0, 0].numel() * staging.element_size()
         local_rows: list[tuple[int, int, int]] = []
         remote_rows: list[tuple[int, int, int]] = []

@@ -8,13 +8,14 @@ pinned blocks straight into its own cache, with no staging copy and no socket.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
-import torch
-
 from armature.protocols.kv_transfer import KvLayout
-from armature.transfer.tcp import TORCH_DTYPES
 from armature.transfer.wire import TransferError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["SharedCacheMaps", "host_boot_id", "shm_url"]
 
@@ -43,6 +44,10 @@ class SharedCacheMaps:
 
     def get(self, url: str, layout: KvLayout) -> tuple[torch.Tensor, torch.Tensor]:
         """The peer's K and V caches [layers, blocks, block_size, kv_heads, head_dim]."""
+        import torch  # only where data moves: a mocker's agent never loads it
+
+        from armature.model.dtypes import torch_dtype
+
         cached = self._maps.get(url)
         if cached is not None:
             return cached
@@ -64,7 +69,7 @@ class SharedCacheMaps:
             numel *= dim
         try:
             flat = torch.from_file(
-                parts.path, shared=True, size=numel, dtype=TORCH_DTYPES[layout.dtype]
+                parts.path, shared=True, size=numel, dtype=torch_dtype(layout.dtype)
             )
         except (OSError, RuntimeError) as exc:
             raise TransferError(f"cannot map the peer's KV cache {parts.path}: {exc}") from None

@@ -13,9 +13,9 @@ import logging
 import socket
 import socketserver
 import threading
+from typing import TYPE_CHECKING
 
 import msgspec
-import torch
 
 from armature.protocols.kv_transfer import KvHandle, KvLayout, layout_mismatch
 from armature.transfer.blocks import KvBlocks, KvBlockStore
@@ -30,11 +30,12 @@ from armature.transfer.wire import (
     send_message,
 )
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["TcpTransferClient", "TcpTransferServer", "parse_tcp_url"]
 
 log = logging.getLogger(__name__)
-
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def parse_tcp_url(url: str) -> tuple[str, int]:
@@ -48,6 +49,8 @@ def parse_tcp_url(url: str) -> tuple[str, int]:
 
 
 def _as_bytes(tensor: torch.Tensor) -> memoryview:
+    import torch  # loaded already: `tensor` is one
+
     return tensor.contiguous().view(torch.uint8).numpy().data.cast("B")
 
 
@@ -204,13 +207,17 @@ class TcpTransferClient:
                 raise TransferError(
                     f"peer sent {reply.nbytes} bytes for {n} blocks, not {expected}"
                 )
+            import torch  # only where data moves: a mocker's agent never loads it
+
+            from armature.model.dtypes import torch_dtype
+
             buffer = torch.empty(reply.nbytes, dtype=torch.uint8)
             try:
                 recv_exact_into(sock, buffer.numpy().data.cast("B"))
             except OSError as exc:
                 raise TransferError(f"KV transfer with {url} failed: {exc}") from None
         shape = (layout.num_layers, n, layout.block_size, layout.num_kv_heads, layout.head_dim)
-        k, v = buffer.view(TORCH_DTYPES[layout.dtype]).view(2, *shape).unbind(0)
+        k, v = buffer.view(torch_dtype(layout.dtype)).view(2, *shape).unbind(0)
         return KvBlocks(list(range(n)), k, v)
 
     def lookup(self, url: str, handle: KvHandle, start_block: int, layout: KvLayout) -> list[int]:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from armature.engines.api import InvalidRequestError
 from armature.engines.native.config import NativeEngineConfig
@@ -48,7 +47,7 @@ def prompts(default_model_dir: Path) -> list[list[int]]:
 
 
 def runner(model_dir: Path, pooling: Pooling) -> EmbeddingRunner:
-    config = NativeEngineConfig(model_dir=model_dir, dtype=torch.float32, max_model_len=512)
+    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", max_model_len=512)
     return EmbeddingRunner(config, pooling)
 
 

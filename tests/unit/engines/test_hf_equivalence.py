@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 from hf_reference import HfReference
 
 from armature.engines.native.config import NativeEngineConfig
@@ -21,7 +20,7 @@ NEW_TOKENS = 12
 def engine(model_dir: Path, **overrides: object) -> EngineCore:
     settings: dict[str, object] = {"num_kv_blocks": 256, "max_num_batched_tokens": 2048}
     settings.update(overrides)
-    config = NativeEngineConfig(model_dir=model_dir, dtype=torch.float32, **settings)  # type: ignore[arg-type]
+    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", **settings)  # type: ignore[arg-type]
     return EngineCore(config)
 
 

@@ -121,7 +121,7 @@ def penalty_cases(vocab: int, banned: int) -> dict[str, SamplingParams]:
 
 def check_penalties(model_dir: Path, vocab: int, prompts: list[list[int]]) -> None:
     ref = PenalizedReference(model_dir)
-    config = NativeEngineConfig(model_dir=model_dir, dtype=torch.float32, num_kv_blocks=512)
+    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", num_kv_blocks=512)
     core = EngineCore(config)
     plain = run_batch(core, [(p, greedy()) for p in prompts])
     cases = penalty_cases(vocab, banned=plain[0][0])

@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 from hf_reference import HfReference
 
 from armature.engines.native.config import NativeEngineConfig
@@ -42,7 +41,7 @@ def adapters(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 def core(default_model_dir: Path, adapters: dict[str, Path]) -> EngineCore:
     config = NativeEngineConfig(
         model_dir=default_model_dir,
-        dtype=torch.float32,
+        dtype="float32",
         num_kv_blocks=256,
         max_num_batched_tokens=2048,
     )
@@ -109,7 +108,7 @@ def test_mixed_batch_of_two_adapters_and_base_matches_peft(
 def test_qkv_bias_model_with_an_adapter_matches_peft(tiny_qwen2_dir: Path, tmp_path: Path) -> None:
     """Qwen2 (q/k/v biases): the LoRA update adds to the biased projection, as PEFT's does."""
     path = make_adapter(tiny_qwen2_dir, tmp_path / "q", seed=7, targets="all-linear")
-    config = NativeEngineConfig(model_dir=tiny_qwen2_dir, dtype=torch.float32, num_kv_blocks=64)
+    config = NativeEngineConfig(model_dir=tiny_qwen2_dir, dtype="float32", num_kv_blocks=64)
     core = EngineCore(config)
     core.loras.add(core.runner.read_lora("q", path))  # type: ignore[attr-defined]
     ref = HfReference(tiny_qwen2_dir, peft_model(tiny_qwen2_dir, path))

@@ -32,7 +32,7 @@ NUM_G1_BLOCKS = 26  # two prompts (13 blocks each with their output): a third ev
 def tiered_engine(model_dir: Path, tiers: KvTierConfig, **overrides: object) -> EngineCore:
     settings: dict[str, object] = {"num_kv_blocks": NUM_G1_BLOCKS, "max_num_batched_tokens": 512}
     settings.update(overrides)
-    config = NativeEngineConfig(model_dir=model_dir, dtype=torch.float32, **settings)  # type: ignore[arg-type]
+    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", **settings)  # type: ignore[arg-type]
 
     def build(log: KvEventLog, store: KvBlockStore) -> KvTierManager:
         tensors = store.kv_tensors()

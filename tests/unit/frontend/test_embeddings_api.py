@@ -15,7 +15,6 @@ import httpx
 import numpy as np
 import openai
 import pytest
-import torch
 from frontend_fakes import IdleEngine
 
 from armature.config import RouterConfig
@@ -47,9 +46,7 @@ def hf(default_model_dir: Path) -> HfEmbeddings:
 
 
 def load_runner(model_dir: Path) -> EmbeddingRunner:
-    config = NativeEngineConfig(
-        model_dir=model_dir, dtype=torch.float32, max_model_len=MAX_MODEL_LEN
-    )
+    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", max_model_len=MAX_MODEL_LEN)
     return EmbeddingRunner(config, Pooling.MEAN)
 
 

@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from armature.model.arch import read_arch
-from armature.model.lora import LoraError, load_lora
+from armature.model.lora import load_lora
+from armature.model.lora_names import LoraError
 from lora_adapters import make_adapter
 
 CPU = torch.device("cpu")

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
 from hf_reference import HfReference
@@ -41,7 +40,7 @@ def adapter(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 def make_core(model_dir: Path, adapter: Path) -> EngineCore:
     config = NativeEngineConfig(
-        model_dir=model_dir, dtype=torch.float32, num_kv_blocks=128, shared_kv_cache=True
+        model_dir=model_dir, dtype="float32", num_kv_blocks=128, shared_kv_cache=True
     )
     core = EngineCore(config)
     core.loras.add(core.runner.read_lora(ADAPTER, adapter))  # type: ignore[attr-defined]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-import torch
 
 from polling import wait_until
 
@@ -40,7 +39,7 @@ NEW_TOKENS = 8
 def make_engine(model_dir: Path, name: str, backends: tuple[str, ...], **kw: object) -> AsyncEngine:
     config = NativeEngineConfig(
         model_dir=model_dir,
-        dtype=torch.float32,
+        dtype="float32",
         num_kv_blocks=128,
         shared_kv_cache="shm" in backends,
         **kw,  # type: ignore[arg-type]

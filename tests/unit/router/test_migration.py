@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
 from hf_reference import HfReference
@@ -69,7 +68,7 @@ class Counting(RouterObserver):
 
 
 def real(model_dir: Path) -> AsyncEngine:
-    config = NativeEngineConfig(model_dir=model_dir, dtype=torch.float32, num_kv_blocks=128)
+    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", num_kv_blocks=128)
     return AsyncEngine(EngineCore(config))
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from armature.config import RouterConfig
 from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig
@@ -38,7 +36,7 @@ async def run(router: EngineRouter, req: EngineRequest, group: RouteGroup) -> En
 
 
 def engines(model_dir: Path) -> dict[str, AsyncEngine]:
-    config = NativeEngineConfig(model_dir=model_dir, dtype=torch.float32, num_kv_blocks=64)
+    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", num_kv_blocks=64)
     return {name: AsyncEngine(EngineCore(config)) for name in "ab"}
 
 

@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
@@ -124,7 +123,7 @@ def test_mocker_uses_the_real_pool_events_and_prefix_cache() -> None:
 def test_mocker_sizes_its_cache_like_the_native_engine() -> None:
     # 1 layer x 2 x 1 kv head x 8 dims x 4 bytes (float32) x 4 tokens = 256 bytes per block
     config = NativeEngineConfig(
-        model_dir=Path("/unused"), block_size=4, kv_cache_bytes=256 * 10, dtype=torch.float32
+        model_dir=Path("/unused"), block_size=4, kv_cache_bytes=256 * 10, dtype="float32"
     )
     core = build_mocker_core(config, clock=VirtualClock(), arch=ARCH)
     assert core.pool.num_blocks == 10

@@ -6,8 +6,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import torch
-
 from armature.config import KvTierConfig
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
@@ -25,7 +23,7 @@ BLOCK = 16
 
 
 def s3_engine(model_dir: Path, tiers: KvTierConfig) -> EngineCore:
-    config = NativeEngineConfig(model_dir=model_dir, dtype=torch.float32, num_kv_blocks=64)
+    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", num_kv_blocks=64)
 
     def build(log: KvEventLog, store: KvBlockStore) -> KvTierManager:
         tensors = store.kv_tensors()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.engines.native.core import EngineCore
-from armature.model.lora import LoraError
+from armature.model.lora_names import LoraError
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,

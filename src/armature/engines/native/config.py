@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from armature.config import (
     DEFAULT_BLOCK_SIZE_TOKENS,
     DEFAULT_KV_PIN_TTL_S,
@@ -14,27 +12,23 @@ from armature.config import (
     KvCacheConfig,
 )
 from armature.errors import ConfigError
+from armature.model.arch import ModelArch
 
-__all__ = ["NativeEngineConfig", "parse_dtype"]
+__all__ = ["DTYPE_BYTES", "NativeEngineConfig"]
 
 # the defaults of tests and tools that build a native engine directly: the config tree's
 _ENGINE, _KV = EngineConfig(), KvCacheConfig()
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    try:
-        return _DTYPES[name]
-    except KeyError:
-        raise ConfigError(f"unknown dtype {name!r}; choose one of {', '.join(_DTYPES)}") from None
+# the dtypes the engine computes in, by name, and the bytes of one element (`model.dtypes`
+# gives their torch dtypes; this module stays free of torch, for the mocker)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
 class NativeEngineConfig:
-    """The native engine's settings, resolved: a model directory, a torch dtype, a device."""
+    """The native engine's settings, resolved: a model directory, a dtype's name, a device."""
 
     model_dir: Path
-    dtype: torch.dtype = torch.bfloat16
+    dtype: str = "bfloat16"  # a key of DTYPE_BYTES
     device: str = "cpu"
     block_size: int = DEFAULT_BLOCK_SIZE_TOKENS
     num_kv_blocks: int | None = None  # wins over kv_cache_bytes when set
@@ -56,3 +50,18 @@ class NativeEngineConfig:
             raise ConfigError("num_kv_blocks must be > 0")
         if self.kv_cache_bytes <= 0:
             raise ConfigError("kv_cache_bytes must be > 0")
+        if self.dtype not in DTYPE_BYTES:
+            choices = ", ".join(DTYPE_BYTES)
+            raise ConfigError(f"unknown dtype {self.dtype!r}; choose one of {choices}")
+
+    def get_num_kv_blocks(self, arch: ModelArch) -> int:
+        """`num_kv_blocks`, else as many blocks of `arch`'s KV as `kv_cache_bytes` holds."""
+        if self.num_kv_blocks is not None:
+            return self.num_kv_blocks
+        per_block = arch.kv_bytes_per_token(DTYPE_BYTES[self.dtype]) * self.block_size
+        num_blocks = self.kv_cache_bytes // per_block
+        if num_blocks < 1:
+            raise ValueError(
+                f"kv_cache_bytes={self.kv_cache_bytes} holds no block ({per_block} bytes each)"
+            )
+        return num_blocks

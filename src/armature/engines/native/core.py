@@ -12,20 +12,18 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from armature.engines.api import InvalidRequestError
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.decode_run import DecodeRun, DecodeRunner, can_run_decodes, run_decodes
-from armature.engines.native.grammar import GrammarMasks
 from armature.engines.native.kv_handoff import free_unpinned, import_kv, pin_prompt, plan_import
 from armature.engines.native.kv_manager import KvCacheManager
 from armature.engines.native.lora_set import LoraSet
-from armature.engines.native.model_runner import ModelRunner, TorchModelRunner
 from armature.engines.native.onboarding import Onboarding
 from armature.engines.native.outputs import fail_batch, sample_and_finish
 from armature.engines.native.request import RequestState
+from armature.engines.native.runner_api import ModelRunner
 from armature.engines.native.scheduler import Scheduler
 from armature.engines.native.step_stats import StepStats
 from armature.engines.validation import check_structured_output, validate_request
@@ -50,6 +48,9 @@ from armature.protocols.lora import LoraNotFoundError
 from armature.tiers.api import KvTiers
 from armature.transfer.blocks import KvBlocks, KvBlockStore
 from armature.transfer.pins import PinTable
+
+if TYPE_CHECKING:
+    from armature.engines.native.grammar import GrammarMasks
 
 __all__ = [
     "EngineCore",
@@ -107,6 +108,10 @@ class EngineCore:
         arch = runner.arch if runner is not None else read_arch(config.model_dir)
         self.max_model_len = resolve_max_model_len(config, arch)
         if runner is None:
+            # the model and its grammar masks need torch: loaded only here, never by the mocker
+            from armature.engines.native.grammar import GrammarMasks
+            from armature.engines.native.model_runner import TorchModelRunner
+
             torch_runner = TorchModelRunner(config, self.max_model_len)
             num_blocks = torch_runner.num_blocks
             runner = torch_runner
@@ -177,11 +182,9 @@ class EngineCore:
         if request.request_id in self._requests:
             raise InvalidRequestError(f"duplicate request id {request.request_id!r}")
         seed = request.sampling.seed
+        sampling_seed = None
         if request.sampling.temperature > 0:
-            generator = torch.Generator()
-            generator.manual_seed(seed if seed is not None else self._seed_source.getrandbits(63))
-        else:
-            generator = None
+            sampling_seed = seed if seed is not None else self._seed_source.getrandbits(63)
         guide = request.sampling.guide
         grammar = None
         if guide is not None:
@@ -195,7 +198,7 @@ class EngineCore:
             token_ids=list(request.prompt_token_ids) + list(request.output_token_ids),
             num_prompt_tokens=len(request.prompt_token_ids),
             sampling=request.sampling,
-            generator=generator,
+            sampling_seed=sampling_seed,
             arrival_index=self._arrivals,
             num_output_at_start=len(request.output_token_ids),
             remote_prefill=request.remote_prefill,

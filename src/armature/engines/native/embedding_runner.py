@@ -9,6 +9,7 @@ import torch
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import resolve_max_model_len
 from armature.model.arch import read_arch, read_matryoshka_dimensions
+from armature.model.dtypes import torch_dtype
 from armature.model.forward import encode
 from armature.model.pooling import pool
 from armature.model.rope import build_rope_tables
@@ -21,12 +22,11 @@ __all__ = ["EmbeddingRunner"]
 class EmbeddingRunner:
     def __init__(self, config: NativeEngineConfig, pooling: Pooling):
         self.device = torch.device(config.device)
+        dtype = torch_dtype(config.dtype)
         self.arch = read_arch(config.model_dir)
         self.max_model_len = resolve_max_model_len(config, self.arch)
-        self.weights = load_weights(config.model_dir, self.arch, config.dtype, self.device)
-        self.rope = build_rope_tables(
-            config.model_dir, self.max_model_len, config.dtype, self.device
-        )
+        self.weights = load_weights(config.model_dir, self.arch, dtype, self.device)
+        self.rope = build_rope_tables(config.model_dir, self.max_model_len, dtype, self.device)
         self.shape = EmbeddingShape(
             num_dimensions=self.arch.hidden_size,
             pooling=pooling,

@@ -1,5 +1,8 @@
 """The registry's factory for the native engine and the mocker (the same core with a timing
-model in place of the model): an `EngineSpec` in, an `AsyncEngine` and its `EngineInfo` out."""
+model in place of the model): an `EngineSpec` in, an `AsyncEngine` and its `EngineInfo` out.
+
+What needs torch (the model, its device and dtype, tiers over its KV tensors) is in
+`model_build`, imported only for the native engine: a mocker worker never loads torch."""
 
 from __future__ import annotations
 
@@ -8,27 +11,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from armature.engines.native.async_engine import AsyncEngine
-from armature.engines.native.config import NativeEngineConfig, parse_dtype
-from armature.engines.native.core import EngineCore, TierBuilder, resolve_max_model_len
-from armature.engines.native.device import pick_device, pick_dtype
+from armature.engines.native.config import NativeEngineConfig
+from armature.engines.native.core import EngineCore, resolve_max_model_len
 from armature.engines.native.embed_queue import EmbedQueue
 from armature.engines.native.embedding_engine import EmbeddingModelRunner, NativeEmbeddingEngine
-from armature.engines.native.embedding_runner import EmbeddingRunner
 from armature.engines.native.lora_set import ServedLora
 from armature.engines.native.transfer import start_transfer_agent
 from armature.engines.spec import BuiltEngine, EngineInfo, EngineSpec
 from armature.errors import ConfigError
-from armature.kv.event_log import KvEventLog
 from armature.model.arch import read_arch, read_matryoshka_dimensions
-from armature.model.lora import LoraError
+from armature.model.lora_names import LoraError
 from armature.protocols.embedding import EmbeddingShape
-from armature.tiers.factory import build_tier_manager
-from armature.tiers.manager import KvTierManager
 from armature.transfer.agent import KvTransferAgent
-from armature.transfer.blocks import KvBlockStore
 from armature.transfer.wire import TransferError
 
 if TYPE_CHECKING:
@@ -39,11 +34,21 @@ __all__ = ["build_embedding_engine", "build_native_engine", "mocker_timing", "na
 log = logging.getLogger(__name__)
 
 
+# what `auto` means to the mocker: it computes nothing, and models a bfloat16 engine
+MOCKER_DEVICE, MOCKER_DTYPE = "cpu", "bfloat16"
+
+
 def native_config(spec: EngineSpec, *, mocker: bool) -> NativeEngineConfig:
-    """The native engine's resolved settings (device and dtype picked for `auto`)."""
+    """The native engine's resolved settings (device and dtype picked for `auto`: by this
+    machine for the native engine, `MOCKER_DEVICE` and `MOCKER_DTYPE` for the mocker)."""
     engine, kv = spec.engine, spec.kv
-    device = pick_device(engine.device)
-    dtype = parse_dtype(pick_dtype(engine.dtype, device))
+    if mocker:
+        device = MOCKER_DEVICE if engine.device == "auto" else engine.device
+        dtype = MOCKER_DTYPE if engine.dtype == "auto" else engine.dtype
+    else:
+        from armature.engines.native.model_build import pick_device_dtype
+
+        device, dtype = pick_device_dtype(engine)
     return NativeEngineConfig(
         model_dir=spec.model.path,
         dtype=dtype,
@@ -78,25 +83,19 @@ def mocker_timing(spec: EngineSpec) -> TimingModel:
 def _build_core(config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool) -> EngineCore:
     from armature.sim.mocker import build_mocker_core
 
-    if not mocker:
-        spec.tiers.check_stored()
     try:
         if mocker:
             timing = mocker_timing(spec)
             return build_mocker_core(
                 config, timing=timing, eviction_observer=spec.eviction_observer, tiers=spec.tiers
             )
-        return EngineCore(
-            config, eviction_observer=spec.eviction_observer, tiers=_tier_builder(spec)
-        )
+        from armature.engines.native.model_build import build_model_core
+
+        return build_model_core(config, spec)
     except ConfigError:
-        raise  # already says what is wrong (a KV tier setting, the context length)
+        raise  # already says what is wrong (a KV tier setting, the context length, memory)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise ConfigError(f"cannot load {spec.model.path}: {exc}") from None
-    except torch.OutOfMemoryError:
-        raise ConfigError(
-            "out of memory while allocating the model or KV cache; lower --kv-cache-bytes"
-        ) from None
 
 
 def _read_loras(core: EngineCore, spec: EngineSpec) -> list[ServedLora]:
@@ -111,21 +110,6 @@ def _read_loras(core: EngineCore, spec: EngineSpec) -> list[ServedLora]:
         except LoraError as exc:
             raise ConfigError(f"--lora {name}: {exc}") from None
     return served
-
-
-def _tier_builder(spec: EngineSpec) -> TierBuilder | None:
-    """Builds the engine's lower KV tiers once its KV cache exists (None: no tiers)."""
-    tiers = spec.tiers
-    if not tiers.is_enabled:
-        return None
-
-    def build(event_log: KvEventLog, kv_store: KvBlockStore) -> KvTierManager:
-        tensors = kv_store.kv_tensors()
-        assert tensors is not None, "the native engine's KV cache holds data"
-        name = spec.model.served_name
-        return build_tier_manager(tiers, event_log, tensors, kv_store.layout, model_name=name)
-
-    return build
 
 
 def _start_transfers(core: EngineCore, spec: EngineSpec) -> KvTransferAgent:
@@ -161,7 +145,7 @@ def build_native_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
         num_kv_blocks=core.pool.num_blocks,
         max_model_len_tokens=core.max_model_len,
         vocab_size=core.arch.vocab_size,
-        dtype=str(config.dtype).removeprefix("torch."),
+        dtype=config.dtype,
         device=config.device,
         load_s=time.perf_counter() - started_s,
         kv_endpoints=dict(core.kv_endpoints),
@@ -191,7 +175,7 @@ def build_embedding_engine(spec: EngineSpec, *, mocker: bool) -> BuiltEngine:
         num_kv_blocks=0,
         max_model_len_tokens=runner.max_model_len,
         vocab_size=runner.arch.vocab_size,
-        dtype="float32" if mocker else str(config.dtype).removeprefix("torch."),
+        dtype="float32" if mocker else config.dtype,
         device=config.device,
         load_s=time.perf_counter() - started_s,
         embedding=runner.shape,
@@ -203,7 +187,9 @@ def _embedding_runner(
     config: NativeEngineConfig, spec: EngineSpec, *, mocker: bool
 ) -> EmbeddingModelRunner:
     if not mocker:
-        return EmbeddingRunner(config, spec.engine.pooling)
+        from armature.engines.native.model_build import build_embedding_runner
+
+        return build_embedding_runner(config, spec)
     from armature.sim.clock import WallClock
     from armature.sim.mock_embedding import MockEmbeddingRunner
 

@@ -7,22 +7,18 @@ an adapter removed meanwhile stays alive for the requests already using it.
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass
-from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from armature.kv.hashing import hash_seed_for_salt
-from armature.model.arch import ModelArch
-from armature.model.lora import LoraError, LoraWeights, load_lora
+from armature.model.lora_names import LoraError, check_lora_name
 from armature.protocols.lora import LoraAdapter
 
-__all__ = ["LoraSet", "ServedLora", "check_lora_name", "read_served_lora", "served_lora_name"]
+if TYPE_CHECKING:
+    from armature.model.lora import LoraWeights
 
-# the name is what clients pass as `model`: printable, no spaces, bounded
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
+__all__ = ["LoraSet", "ServedLora", "served_lora_name"]
 
 
 @dataclass(frozen=True)
@@ -33,27 +29,6 @@ class ServedLora:
     adapter: LoraAdapter
     hash_seed: int
     weights: LoraWeights | None
-
-
-def check_lora_name(name: str) -> None:
-    """LoraError unless `name` can be a model name (letters, digits, ._:/@+-; at most 128)."""
-    if not _NAME.fullmatch(name):
-        raise LoraError(
-            f"adapter name {name!r} must start with a letter or digit and hold only letters, "
-            "digits and ._:/@+- (at most 128 characters)"
-        )
-
-
-def read_served_lora(
-    name: str, path: Path, arch: ModelArch, dtype: torch.dtype, device: torch.device
-) -> ServedLora:
-    """Read and check the adapter in `path` (LoraError when it cannot be served). Its salt is
-    its name and its files' digest: the same files under the same name on any worker give the
-    same block hashes, and a reload with other weights never meets the old KV blocks."""
-    check_lora_name(name)
-    weights = load_lora(path, arch, dtype, device)
-    salt = f"{name}@{weights.digest}"
-    return ServedLora(LoraAdapter(name, salt), hash_seed_for_salt(salt), weights)
 
 
 def served_lora_name(name: str) -> ServedLora:

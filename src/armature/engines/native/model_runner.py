@@ -1,60 +1,43 @@
-"""The model runner: turns a step's scheduled chunks into one forward pass over the paged cache.
-
-`ModelRunner` is the seam the mocker replaces with a timing model (DESIGN §2: the simulator
-runs the real scheduler and block pool).
-"""
+"""The native engine's model runner: turns a step's scheduled chunks into one forward pass
+over the paged cache (the `runner_api.ModelRunner` that the mocker replaces with a timing
+model)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
 import torch
 
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.kv_store import PagedCacheStore
-from armature.engines.native.lora_set import ServedLora, read_served_lora
+from armature.engines.native.lora_set import ServedLora
 from armature.engines.native.scheduler import ScheduledChunk
+from armature.kv.hashing import hash_seed_for_salt
 from armature.model.arch import ModelArch, read_arch
+from armature.model.dtypes import torch_dtype
 from armature.model.forward import DecodeBatch, ForwardBatch, PrefillSpan, forward
 from armature.model.kv_cache import PagedKvCache
-from armature.model.lora import LoraWeights
+from armature.model.lora import LoraWeights, load_lora
 from armature.model.lora_batch import group_lora_rows
+from armature.model.lora_names import check_lora_name
 from armature.model.rope import build_rope_tables
 from armature.model.weights import load_weights
+from armature.protocols.lora import LoraAdapter
 from armature.transfer.blocks import KvBlockStore
 
-__all__ = ["ModelRunner", "RunnerOutput", "TorchModelRunner", "num_kv_blocks_for"]
+__all__ = ["TorchModelRunner", "read_served_lora"]
 
 
-RunnerOutput = torch.Tensor | list[int]
-
-
-class ModelRunner(Protocol):
-    arch: ModelArch
-    kv_store: KvBlockStore  # reads and writes whole blocks (KV transfer)
-
-    def execute(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
-        """Compute `chunks`; for the chunks that complete their sequence, in chunk order:
-        float32 logits [n, vocab] to sample from, or (the mocker) the token ids themselves."""
-        ...
-
-    def read_lora(self, name: str, path: Path) -> ServedLora:
-        """The adapter in `path`, ready to serve as `name` (LoraError if it cannot be): its
-        weights checked against the model (the mocker: its name only). Safe from any thread."""
-        ...
-
-
-def num_kv_blocks_for(config: NativeEngineConfig, arch: ModelArch) -> int:
-    if config.num_kv_blocks is not None:
-        return config.num_kv_blocks
-    per_block = PagedKvCache.bytes_per_block(arch, config.block_size, config.dtype)
-    num_blocks = config.kv_cache_bytes // per_block
-    if num_blocks < 1:
-        raise ValueError(
-            f"kv_cache_bytes={config.kv_cache_bytes} holds no block ({per_block} bytes each)"
-        )
-    return int(num_blocks)
+def read_served_lora(
+    name: str, path: Path, arch: ModelArch, dtype: torch.dtype, device: torch.device
+) -> ServedLora:
+    """Read and check the adapter in `path` (LoraError when it cannot be served). Its salt is
+    its name and its files' digest: the same files under the same name on any worker give the
+    same block hashes, and a reload with other weights never meets the old KV blocks."""
+    check_lora_name(name)
+    weights = load_lora(path, arch, dtype, device)
+    salt = f"{name}@{weights.digest}"
+    return ServedLora(LoraAdapter(name, salt), hash_seed_for_salt(salt), weights)
 
 
 class TorchModelRunner:
@@ -62,21 +45,21 @@ class TorchModelRunner:
 
     def __init__(self, config: NativeEngineConfig, max_model_len: int):
         self.device = torch.device(config.device)
+        self.dtype = torch_dtype(config.dtype)
         self.arch = read_arch(config.model_dir)
-        self.weights = load_weights(config.model_dir, self.arch, config.dtype, self.device)
-        self.rope = build_rope_tables(config.model_dir, max_model_len, config.dtype, self.device)
-        self.num_blocks = num_kv_blocks_for(config, self.arch)
+        self.weights = load_weights(config.model_dir, self.arch, self.dtype, self.device)
+        self.rope = build_rope_tables(config.model_dir, max_model_len, self.dtype, self.device)
+        self.num_blocks = config.get_num_kv_blocks(self.arch)
         self.cache = PagedKvCache(
             self.arch,
             self.num_blocks,
             config.block_size,
-            config.dtype,
+            self.dtype,
             self.device,
             shared=config.shared_kv_cache,
         )
         self.kv_store: KvBlockStore = PagedCacheStore(self.cache)
         self.block_size = config.block_size
-        self.dtype = config.dtype
 
     def read_lora(self, name: str, path: Path) -> ServedLora:
         return read_served_lora(name, path, self.arch, self.dtype, self.device)

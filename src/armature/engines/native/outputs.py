@@ -11,14 +11,19 @@ decode worker); the decode fast path (`decode_run`) must have the same effects.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from armature.engines.native.grammar import PendingMasks
-from armature.engines.native.model_runner import RunnerOutput
 from armature.engines.native.request import RequestState
-from armature.engines.native.sampler import SampleInput, sample
+from armature.engines.native.runner_api import RunnerOutput
 from armature.engines.native.scheduler import ScheduledChunk, SchedulerOutput
 from armature.protocols.engine import EngineOutput, FinishReason, TokenLogprob
 from armature.protocols.kv_transfer import KvHandle
+
+if TYPE_CHECKING:
+    import torch
+
+    from armature.engines.native.grammar import PendingMasks
+    from armature.engines.native.sampler import SampleInput
 
 __all__ = ["fail_batch", "sample_and_finish"]
 
@@ -41,10 +46,7 @@ def sample_and_finish(
         assert masks is None, "a runner that picks tokens takes no guided requests"
         tokens, logprobs = result, [None] * len(result)
     else:
-        if masks is not None:
-            masks.apply(result)
-        inputs = [_sample_input(c.request, eos_token_ids) for c in completing]
-        tokens, logprobs = sample(result, inputs)
+        tokens, logprobs = _sample(completing, result, masks, eos_token_ids)
     outputs: list[EngineOutput] = []
     for chunk, token, logprob in zip(completing, tokens, logprobs, strict=True):
         req: RequestState = chunk.request
@@ -79,7 +81,27 @@ def sample_and_finish(
     return outputs
 
 
+def _sample(
+    completing: list[ScheduledChunk],
+    logits: torch.Tensor,
+    masks: PendingMasks | None,
+    eos_token_ids: tuple[int, ...],
+) -> tuple[list[int], list[TokenLogprob | None]]:
+    # the sampler is torch's: loaded with the first logits, so the mocker never loads it
+    from armature.engines.native.sampler import new_generator, sample
+
+    if masks is not None:
+        masks.apply(logits)
+    for chunk in completing:
+        req: RequestState = chunk.request
+        if req.generator is None and req.sampling_seed is not None:
+            req.generator = new_generator(req.sampling_seed)
+    return sample(logits, [_sample_input(c.request, eos_token_ids) for c in completing])
+
+
 def _sample_input(req: RequestState, eos_token_ids: tuple[int, ...]) -> SampleInput:
+    from armature.engines.native.sampler import SampleInput
+
     p = req.sampling
     blocked: tuple[int, ...] = ()
     # a guided request's grammar alone decides where it may end

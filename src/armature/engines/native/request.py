@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
-from armature.engines.native.grammar import RequestGrammar
 from armature.engines.native.lora_set import ServedLora
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.protocols.engine import FinishReason, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from armature.engines.native.grammar import RequestGrammar
 
 __all__ = ["RequestState", "RequestStatus"]
 
@@ -31,7 +34,7 @@ class RequestState:
     token_ids: list[int]
     num_prompt_tokens: int
     sampling: SamplingParams
-    generator: torch.Generator | None
+    sampling_seed: int | None  # seeds `generator` (None: greedy, no generator)
     arrival_index: int
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
@@ -48,6 +51,9 @@ class RequestState:
     grammar: RequestGrammar | None = None  # structured output: advanced by each output token
     lora: ServedLora | None = None  # the adapter it runs with (None: the base model)
     hash_seed: int = DEFAULT_HASH_SEED  # of its block hashes: its adapter's salt
+    # its random draws, made from `sampling_seed` by the sampler on its first logits (a runner
+    # that picks its own tokens, the mocker's, never makes one)
+    generator: torch.Generator | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -18,7 +18,7 @@ import torch
 from armature.engines.native.penalties import PenaltyRow, apply_penalties
 from armature.protocols.engine import SamplingParams, TokenLogprob
 
-__all__ = ["SampleInput", "sample"]
+__all__ = ["SampleInput", "new_generator", "sample"]
 
 
 # Below this temperature, sampling is greedy: logits / temperature would overflow to inf and
@@ -34,6 +34,13 @@ class SampleInput:
     blocked_token_ids: tuple[int, ...]  # EOS and stop ids while min_tokens is not yet reached
     token_ids: Sequence[int] = ()  # prompt + output so far (read by penalties only)
     num_prompt_tokens: int = 0
+
+
+def new_generator(seed: int) -> torch.Generator:
+    """A request's own generator: the same seed draws the same tokens in any batch."""
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return generator
 
 
 def _truncate(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
