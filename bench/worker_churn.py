@@ -115,7 +115,8 @@ def main() -> None:
         "frontend to drop it.\n\n"
         + markdown_table(["round", "start -> first routed s", "kill -> removed s"], rows)
         + f"\n\nMedian start -> first routed {quantile([r[1] for r in rows], 0.5):.2f} s "
-        f"(mostly importing torch and building the engine); median kill -> removed "
+        f"(importing the worker and building its engine; a mocker loads no torch); median "
+        "kill -> removed "
         f"{quantile([r[2] for r in rows], 0.5):.2f} s (bounded by the lease TTL plus the "
         "watcher's 0.1 s poll).\n"
     )
