@@ -6,15 +6,15 @@ import torch
 
 from armature.errors import ConfigError
 
-__all__ = ["TORCH_DTYPES", "torch_dtype"]
+__all__ = ["torch_dtype"]
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype named `name` (ConfigError naming the choices for another)."""
     try:
-        return TORCH_DTYPES[name]
+        return _TORCH_DTYPES[name]
     except KeyError:
-        choices = ", ".join(TORCH_DTYPES)
+        choices = ", ".join(_TORCH_DTYPES)
         raise ConfigError(f"unknown dtype {name!r}; choose one of {choices}") from None

@@ -11,9 +11,7 @@ import torch
 from armature.config import KvTierConfig
 from armature.errors import ConfigError
 from armature.kv.event_log import KvEventLog
-from armature.kv.tier_policy import (
-    TierPolicy,
-)
+from armature.kv.tier_policy import TierPolicy
 from armature.protocols.kv_events import KvTier
 from armature.protocols.kv_transfer import KvLayout
 from armature.tiers.block_file import layout_namespace

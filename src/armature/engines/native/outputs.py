@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     import torch
 
     from armature.engines.native.grammar import PendingMasks
-    from armature.engines.native.sampler import SampleInput
 
 __all__ = ["fail_batch", "sample_and_finish"]
 
@@ -88,28 +87,36 @@ def _sample(
     eos_token_ids: tuple[int, ...],
 ) -> tuple[list[int], list[TokenLogprob | None]]:
     # the sampler is torch's: loaded with the first logits, so the mocker never loads it
-    from armature.engines.native.sampler import new_generator, sample
+    from armature.engines.native.sampler import SampleInput, new_generator, sample
 
     if masks is not None:
         masks.apply(logits)
+    inputs: list[SampleInput] = []
     for chunk in completing:
         req: RequestState = chunk.request
         if req.generator is None and req.sampling_seed is not None:
             req.generator = new_generator(req.sampling_seed)
-    return sample(logits, [_sample_input(c.request, eos_token_ids) for c in completing])
+        blocked = _blocked_token_ids(req, eos_token_ids)
+        inputs.append(
+            SampleInput(
+                req.sampling,
+                req.generator,
+                req.num_output_tokens,
+                blocked,
+                req.token_ids,
+                req.num_prompt_tokens,
+            )
+        )
+    return sample(logits, inputs)
 
 
-def _sample_input(req: RequestState, eos_token_ids: tuple[int, ...]) -> SampleInput:
-    from armature.engines.native.sampler import SampleInput
-
+def _blocked_token_ids(req: RequestState, eos_token_ids: tuple[int, ...]) -> tuple[int, ...]:
+    """The tokens `req` may not draw yet: EOS and its stop ids before `min_tokens` (a guided
+    request's grammar alone decides where it may end)."""
     p = req.sampling
-    blocked: tuple[int, ...] = ()
-    # a guided request's grammar alone decides where it may end
     if req.num_output_tokens < p.min_tokens and req.grammar is None:
-        blocked = p.stop_token_ids + (() if p.ignore_eos else eos_token_ids)
-    return SampleInput(
-        p, req.generator, req.num_output_tokens, blocked, req.token_ids, req.num_prompt_tokens
-    )
+        return p.stop_token_ids + (() if p.ignore_eos else eos_token_ids)
+    return ()
 
 
 def _finish_reason(
