@@ -170,10 +170,11 @@ def smallest_static(
     config: ReplayConfig,
     start: int,
     results: dict[int, ReplayReport],
+    floor: int = 1,
 ) -> tuple[int, ReplayReport]:
     """The smallest static fleet with attainment >= SLA_TARGET on `requests`, walking from
-    `start` (`results` holds the fleets already replayed on them): down while it holds, else
-    up until it does."""
+    `start` (`results` holds the fleets already replayed on them): down while it holds (not
+    below `floor`, known not to), else up until it does."""
 
     def attain(num: int) -> bool:
         if num not in results:
@@ -181,9 +182,9 @@ def smallest_static(
             print(f"  static {num}: attainment {results[num].sla_attainment:.3f}", flush=True)
         return results[num].sla_attainment >= SLA_TARGET
 
-    num = min(max(start, 1), PLANNER.max_workers)
+    num = min(max(start, floor), PLANNER.max_workers)
     if attain(num):
-        while num > 1 and attain(num - 1):
+        while num > floor and attain(num - 1):
             num -= 1
     else:
         while num < PLANNER.max_workers and not attain(num):
@@ -193,16 +194,17 @@ def smallest_static(
 
 def fleets_by_rate(args: argparse.Namespace, requests: list[TraceRequest]) -> dict[float, int]:
     """For each rate multiplier of RATE_GRID, the smallest static fleet holding SLA_TARGET
-    with `requests` arriving at that multiple of their rate from first to last (searched
-    upward from the last one's: a higher rate never needs fewer). The last, x FACTOR, is the
-    fleet sized for the peak."""
+    with `requests` arriving at that multiple of their rate from first to last, searched from
+    the planner's own throughput plan for that rate and never below the last one's (a higher
+    rate never needs fewer). The last, x FACTOR, is the fleet sized for the peak."""
     config = base_config(args)
     sizes: dict[float, int] = {}
-    start = 1
+    floor = 1
     for multiplier in RATE_GRID:
         steady = reshape_arrivals(requests, StepShape(multiplier, 0.0, math.inf))
-        start, _ = smallest_static(steady, config, start, {})
-        sizes[multiplier] = start
+        start = initial_fleet(steady, config)
+        floor, _ = smallest_static(steady, config, start, {}, floor)
+        sizes[multiplier] = floor
     return sizes
 
 
