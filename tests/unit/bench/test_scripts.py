@@ -78,6 +78,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "harness",
         "hf_baseline",
         "paths",
+        "prediction_plot",
         "profile_drift",
         "report",
         "serving",

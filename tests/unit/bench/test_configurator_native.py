@@ -1,0 +1,77 @@
+"""bench.configurator_native's verdicts: a line per figure and pass, the count within 15%, and
+the ranking check on tokens/s per worker averaged over the passes; and its plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from armature.configurator.estimate import Prediction
+from armature.configurator.search import Ranked
+from armature.configurator.space import AGG, DISAGG, Deployment
+from bench.configurator_native import Checked, Figures, _checks, _plot
+
+AGG_2 = Deployment(AGG, 1, 2, 256)
+DISAGG_2 = Deployment(DISAGG, 1, 2, 256, prefill_tp=1, num_prefill_workers=1)
+
+
+def _checked(
+    deployment: Deployment,
+    rank: int,
+    run: int,
+    predicted: tuple[float, float],
+    measured: tuple[float, float],
+    tokens_s: float,
+    meets: bool = True,
+) -> Checked:
+    ranked = Ranked(deployment, 1, Prediction(500.0, 100.0, 1.0, 10.0, 2), 0.5, True)
+    p = Figures(predicted[0], predicted[1], predicted[1], 10.0)
+    m = Figures(measured[0], measured[1], measured[1], tokens_s)
+    return Checked(2, rank, run, ranked, 1.0, 40, p, p, m, meets)
+
+
+def test_every_figure_of_every_pass_is_checked_and_counted() -> None:
+    lines = _checks(
+        [
+            _checked(AGG_2, 1, 1, (500.0, 100.0), (500.0, 90.0), 20.0),
+            _checked(AGG_2, 1, 2, (500.0, 100.0), (400.0, 100.0), 20.0),
+        ]
+    )
+    assert lines[:5] == [
+        "- PASS: agg tp1, seqs 2, batch 256 x1 (2 workers, pass 1) TTFT p50 +0.0%",
+        "- PASS: agg tp1, seqs 2, batch 256 x1 (2 workers, pass 1) ITL p50 +11.1%",
+        "- MISS: agg tp1, seqs 2, batch 256 x1 (2 workers, pass 2) TTFT p50 +25.0%",
+        "- PASS: agg tp1, seqs 2, batch 256 x1 (2 workers, pass 2) ITL p50 +0.0%",
+        "- 3 of 4 figures within 15% of the measured",
+    ]
+
+
+def test_the_ranking_averages_the_passes() -> None:
+    # rank 2 beats rank 1 in pass 1 by 10%, but loses over both passes
+    runs = [
+        _checked(AGG_2, 1, 1, (1.0, 1.0), (1.0, 1.0), 20.0),
+        _checked(DISAGG_2, 2, 1, (1.0, 1.0), (1.0, 1.0), 22.0),
+        _checked(AGG_2, 1, 2, (1.0, 1.0), (1.0, 1.0), 24.0),
+        _checked(DISAGG_2, 2, 2, (1.0, 1.0), (1.0, 1.0), 20.0),
+    ]
+    assert _checks(runs)[-1] == (
+        "- PASS: 2 workers: ranked first agg tp1, seqs 2, batch 256 x1 (meets the targets "
+        "measured) is 0.0% below the measured best agg tp1, seqs 2, batch 256 x1"
+    )
+    # the first misses the targets in one pass: it does not meet them, the second is best
+    runs[2] = _checked(AGG_2, 1, 2, (1.0, 1.0), (1.0, 1.0), 24.0, meets=False)
+    assert _checks(runs)[-1] == (
+        "- MISS: 2 workers: ranked first agg tp1, seqs 2, batch 256 x1 (misses the targets "
+        "measured) is -4.8% below the measured best disagg 1P(tp1):1D(tp1), seqs 2, batch 256 x1"
+    )
+
+
+def test_the_plot_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "img" / "native.png"
+    _plot(
+        [
+            _checked(AGG_2, 1, 1, (500.0, 100.0), (520.0, 90.0), 20.0),
+            _checked(DISAGG_2, 2, 1, (600.0, 110.0), (700.0, 120.0), 18.0),
+        ],
+        path,
+    )
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
