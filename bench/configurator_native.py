@@ -40,6 +40,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from armature.configurator.hardware import Hardware, local_hardware
 from armature.configurator.model_spec import read_model_spec
@@ -51,6 +52,7 @@ from armature.engines.native.device import pick_dtype
 from armature.protocols.timing_profile import read_profile
 from armature.runtime.ports import free_port
 from armature.sim.replay import replay
+from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.harness import BenchArgs, parse_args, publish
 from bench.paths import REPO_ROOT
 from bench.prediction_plot import Point, plot_predicted_vs_measured
@@ -142,6 +144,7 @@ class Checked:
     num_requests: int
     predicted: Figures  # from the profile made just before the run
     at_search: Figures  # from the case's profile, which the search ranked on
+    same_requests: Figures  # the measured run's own requests replayed, as `predicted`
     measured: Figures
     meets_targets: bool  # measured
 
@@ -164,19 +167,26 @@ def _profile(args: BenchArgs, plan: Plan, out: Path, name: str) -> Path:
     return path
 
 
-def _predicted(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Figures:
+def _predicted(
+    hardware: Hardware,
+    r: Ranked,
+    settings: SearchSettings,
+    requests: list[TraceRequest] | None = None,
+) -> Figures:
     """The finalist's own replay (its plan: the same requests, rate and fleet) on
     `hardware`'s step times: on the search's own hardware, the same TTFT p50 and ITL mean as
-    its prediction, with the ITL p50 the prediction does not keep."""
+    its prediction, with the ITL p50 the prediction does not keep. With `requests`, the
+    same fleet replays those instead (the ones a measured run sent)."""
     assert r.plan is not None
     c = r.deployment
-    requests = make_requests(
-        settings.workload,
-        r.plan.request_rate_per_s,
-        r.plan.num_requests,
-        settings.seed,
-        r.plan.arrival_shape,
-    )
+    if requests is None:
+        requests = make_requests(
+            settings.workload,
+            r.plan.request_rate_per_s,
+            r.plan.num_requests,
+            settings.seed,
+            r.plan.arrival_shape,
+        )
     prefill = hardware.timings[c.prefill_tp].timing if c.prefill_tp else None
     report = replay(requests, r.plan.config, hardware.timings[c.decode_tp].timing, prefill)
     return Figures(
@@ -196,7 +206,7 @@ def _serve_line(save_dir: Path) -> list[str]:
 
 def _measure(
     args: BenchArgs, plan: Plan, r: Ranked, settings: SearchSettings, rate: float, save: Path
-) -> tuple[Figures, int]:
+) -> tuple[Figures, list[TraceRequest]]:
     """Run the saved deployment for real and offer it `rate` requests/s."""
     num_requests = round(rate * plan.measure_s)
     num_requests = max(plan.min_requests, min(plan.max_requests, num_requests))
@@ -217,7 +227,8 @@ def _measure(
         bench += ["--len-spread", str(w.spread), "--ignore-eos", "--seed", str(args.seed)]
         bench += ["--report", str(report_dir)]
         subprocess.run(bench, check=True, stdout=subprocess.DEVNULL)
-    summary = json.loads((report_dir / "report.json").read_text())["steps"][0]["summary"]
+    step = json.loads((report_dir / "report.json").read_text())["steps"][0]
+    summary = step["summary"]
     if summary["num_ok"] != summary["num_requests"]:
         raise RuntimeError(f"{name}: {summary['errors']} (see {LOG_DIR / name})")
     figures = Figures(
@@ -226,7 +237,22 @@ def _measure(
         summary["itl_ms"]["mean"],
         summary["output_tokens_per_s"] / r.num_gpus,
     )
-    return figures, num_requests
+    return figures, measured_requests(step["requests"])
+
+
+def measured_requests(records: list[dict[str, Any]]) -> list[TraceRequest]:
+    """The requests a bench run sent, as a trace: arrivals from its first send, the prompt
+    and output tokens the server counted, no prompt sharing a block with another."""
+    ordered = sorted(records, key=lambda r: r["sent_s"])
+    first_s = ordered[0]["sent_s"]
+    trace, next_id = [], 0
+    for r in ordered:
+        num_blocks = -(-r["prompt_tokens"] // TRACE_BLOCK_TOKENS)
+        hash_ids = tuple(range(next_id, next_id + num_blocks))
+        next_id += num_blocks
+        arrival_ms = (r["sent_s"] - first_s) * 1000.0
+        trace.append(TraceRequest(arrival_ms, r["prompt_tokens"], r["output_tokens"], hash_ids))
+    return trace
 
 
 def run_case(
@@ -272,7 +298,7 @@ def run_case(
             request = SaveRequest(save, args.model_dir, args.served_name, hardware, settings, r)
             save_deployment(request)
             rate = r.prediction.request_rate_per_s * r.num_groups
-            measured, num_requests = _measure(args, plan, r, settings, rate, save)
+            measured, sent = _measure(args, plan, r, settings, rate, save)
             meets = plan.targets.get_miss(measured.ttft_p50_ms, measured.itl_mean_ms, 0.0) <= 1.0
             one = Checked(
                 total,
@@ -280,9 +306,10 @@ def run_case(
                 run,
                 r,
                 rate,
-                num_requests,
+                len(sent),
                 _predicted(now, r, settings),
                 _predicted(hardware, r, settings),
+                _predicted(now, r, settings, sent),
                 measured,
                 meets,
             )
@@ -292,7 +319,7 @@ def run_case(
 
 
 def _row(c: Checked) -> list[object]:
-    p, m, a = c.predicted, c.measured, c.at_search
+    p, m, a, same = c.predicted, c.measured, c.at_search, c.same_requests
 
     def cell(predicted: float, measured: float, digits: int) -> str:
         error = _error(predicted, measured)
@@ -309,6 +336,8 @@ def _row(c: Checked) -> list[object]:
         cell(p.itl_p50_ms, m.itl_p50_ms, 1),
         cell(p.itl_mean_ms, m.itl_mean_ms, 1),
         f"{_error(a.ttft_p50_ms, m.ttft_p50_ms):+.1%} / {_error(a.itl_p50_ms, m.itl_p50_ms):+.1%}",
+        f"{_error(same.ttft_p50_ms, m.ttft_p50_ms):+.1%} / "
+        f"{_error(same.itl_p50_ms, m.itl_p50_ms):+.1%}",
         f"{p.tokens_per_s_per_worker:.1f} / {m.tokens_per_s_per_worker:.1f}",
         "yes" if c.meets_targets else "no",
     ]
@@ -413,6 +442,7 @@ def main() -> None:
             "ITL p50 ms",
             "ITL mean ms",
             "TTFT / ITL p50 error from the search's profile",
+            "TTFT / ITL p50 error, the measured requests replayed",
             "tokens/s per worker",
             "meets targets measured",
         ],
@@ -433,7 +463,10 @@ def main() -> None:
         f"{plan.warmup} warm-up requests not counted); the bench client and the frontend share "
         f"the machine's cores with the workers. Predicted: the finalist's replay on a profile "
         f"made just before the run; the errors of the same replay on the case's profile (the "
-        f"one the search ranked on) beside them. Errors: predicted against measured.\n\n"
+        f"one the search ranked on) beside them, and of the requests the run sent (their "
+        f"arrivals and lengths) replayed on the same fleet and profile: what is left of the "
+        f"error once the workload's random sample is the same. Errors: predicted against "
+        f"measured.\n\n"
         f"{table}\n\n" + "\n".join(_checks(checked)) + "\n\n"
         f"Plot: `{plot_path.relative_to(REPO_ROOT)}`.\n\n"
         f"The machine's own speed, as each profile of the same engine measured it (the same "

@@ -1,5 +1,6 @@
 """bench.configurator_native's verdicts: a line per figure and pass, the count within 15%, and
-the ranking check on tokens/s per worker averaged over the passes; and its plot."""
+the ranking check on tokens/s per worker averaged over the passes; its plot; and a bench run's
+requests as the trace the simulator replays."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 from armature.configurator.estimate import Prediction
 from armature.configurator.search import Ranked
 from armature.configurator.space import AGG, DISAGG, Deployment
-from bench.configurator_native import Checked, Figures, _checks, _plot
+from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
+from bench.configurator_native import Checked, Figures, _checks, _plot, measured_requests
 
 AGG_2 = Deployment(AGG, 1, 2, 256)
 DISAGG_2 = Deployment(DISAGG, 1, 2, 256, prefill_tp=1, num_prefill_workers=1)
@@ -26,7 +28,7 @@ def _checked(
     ranked = Ranked(deployment, 1, Prediction(500.0, 100.0, 1.0, 10.0, 2), 0.5, True)
     p = Figures(predicted[0], predicted[1], predicted[1], 10.0)
     m = Figures(measured[0], measured[1], measured[1], tokens_s)
-    return Checked(2, rank, run, ranked, 1.0, 40, p, p, m, meets)
+    return Checked(2, rank, run, ranked, 1.0, 40, p, p, p, m, meets)
 
 
 def test_every_figure_of_every_pass_is_checked_and_counted() -> None:
@@ -75,3 +77,17 @@ def test_the_plot_is_written(tmp_path: Path) -> None:
         path,
     )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_runs_requests_become_a_trace_in_send_order_with_unshared_blocks() -> None:
+    block = TRACE_BLOCK_TOKENS
+    records = [
+        {"sent_s": 101.5, "prompt_tokens": 2 * block + 1, "output_tokens": 3, "ttft_ms": 1.0},
+        {"sent_s": 100.0, "prompt_tokens": block, "output_tokens": 32, "ttft_ms": 1.0},
+        {"sent_s": 100.25, "prompt_tokens": block + 1, "output_tokens": 1, "ttft_ms": 1.0},
+    ]
+    assert measured_requests(records) == [
+        TraceRequest(0.0, block, 32, (0,)),
+        TraceRequest(250.0, block + 1, 1, (1, 2)),
+        TraceRequest(1500.0, 2 * block + 1, 3, (3, 4, 5)),
+    ]
