@@ -53,15 +53,13 @@ from armature.protocols.timing_profile import read_profile
 from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
+from bench.configurator_checks import Checked, Figures, checks, plot, row
 from bench.harness import BenchArgs, parse_args, publish
 from bench.paths import REPO_ROOT
-from bench.prediction_plot import Point, plot_predicted_vs_measured
 from bench.profile_drift import drift_table
 from bench.report import Section, markdown_table
 from bench.serving import running_server
 
-TARGET_ERROR = 0.15  # |predicted - measured| / measured, TTFT p50 and ITL p50
-TARGET_RANK = 0.05  # the first-ranked within this of the measured best's tokens/s per worker
 LOG_DIR = REPO_ROOT / "bench" / "out" / "configurator_native"
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # one core per worker, as profiled
 
@@ -124,37 +122,6 @@ QUICK = Plan(
     max_requests=16,
     warmup=2,
 )
-
-
-@dataclass(frozen=True)
-class Figures:
-    ttft_p50_ms: float
-    itl_p50_ms: float
-    itl_mean_ms: float
-    tokens_per_s_per_worker: float
-
-
-@dataclass(frozen=True)
-class Checked:
-    case_workers: int
-    rank: int  # the configurator's, 1 = its choice
-    run: int  # the pass, from 1
-    ranked: Ranked
-    rate_per_s: float  # offered to the whole deployment
-    num_requests: int
-    predicted: Figures  # from the profile made just before the run
-    at_search: Figures  # from the case's profile, which the search ranked on
-    same_requests: Figures  # the measured run's own requests replayed, as `predicted`
-    measured: Figures
-    meets_targets: bool  # measured
-
-    @property
-    def label(self) -> str:
-        return f"{self.ranked.deployment.describe()} x{self.ranked.num_groups}"
-
-
-def _error(value: float, reference: float) -> float:
-    return (value - reference) / reference if reference else float("inf")
 
 
 def _profile(args: BenchArgs, plan: Plan, out: Path, name: str) -> Path:
@@ -314,97 +281,8 @@ def run_case(
                 meets,
             )
             checked.append(one)
-            print(_row(one), flush=True)
+            print(row(one), flush=True)
     return checked
-
-
-def _row(c: Checked) -> list[object]:
-    p, m, a, same = c.predicted, c.measured, c.at_search, c.same_requests
-
-    def cell(predicted: float, measured: float, digits: int) -> str:
-        error = _error(predicted, measured)
-        return f"{predicted:.{digits}f} / {measured:.{digits}f} ({error:+.1%})"
-
-    return [
-        c.case_workers,
-        c.rank,
-        c.run,
-        c.label,
-        f"{c.rate_per_s:.2f}",
-        c.num_requests,
-        cell(p.ttft_p50_ms, m.ttft_p50_ms, 0),
-        cell(p.itl_p50_ms, m.itl_p50_ms, 1),
-        cell(p.itl_mean_ms, m.itl_mean_ms, 1),
-        f"{_error(a.ttft_p50_ms, m.ttft_p50_ms):+.1%} / {_error(a.itl_p50_ms, m.itl_p50_ms):+.1%}",
-        f"{_error(same.ttft_p50_ms, m.ttft_p50_ms):+.1%} / "
-        f"{_error(same.itl_p50_ms, m.itl_p50_ms):+.1%}",
-        f"{p.tokens_per_s_per_worker:.1f} / {m.tokens_per_s_per_worker:.1f}",
-        "yes" if c.meets_targets else "no",
-    ]
-
-
-def _errors(c: Checked) -> dict[str, float]:
-    return {
-        "TTFT p50": _error(c.predicted.ttft_p50_ms, c.measured.ttft_p50_ms),
-        "ITL p50": _error(c.predicted.itl_p50_ms, c.measured.itl_p50_ms),
-    }
-
-
-def _checks(checked: list[Checked]) -> list[str]:
-    """A line per figure and run, the count within the target, and per case whether the
-    first-ranked configuration is the measured best (tokens/s per worker averaged over the
-    passes; one that missed the targets in any pass does not count as meeting them)."""
-    lines = []
-    num_within = 0
-    for c in checked:
-        for what, e in _errors(c).items():
-            within = abs(e) <= TARGET_ERROR
-            num_within += within
-            verdict = "PASS" if within else "MISS"
-            lines.append(
-                f"- {verdict}: {c.label} ({c.case_workers} workers, pass {c.run}) {what} {e:+.1%}"
-            )
-    lines.append(
-        f"- {num_within} of {2 * len(checked)} figures within {TARGET_ERROR:.0%} of the measured"
-    )
-    for total in sorted({c.case_workers for c in checked}, reverse=True):
-        case = [c for c in checked if c.case_workers == total]
-        by_rank: dict[int, list[Checked]] = {}
-        for c in case:
-            by_rank.setdefault(c.rank, []).append(c)
-
-        def mean_tokens_s(runs: list[Checked]) -> float:
-            return sum(c.measured.tokens_per_s_per_worker for c in runs) / len(runs)
-
-        good = {k: v for k, v in by_rank.items() if all(c.meets_targets for c in v)}
-        first = by_rank[min(by_rank)]
-        if not good:
-            lines.append(f"- MISS: {total} workers: no configuration met the targets measured")
-            continue
-        best = max(good.values(), key=mean_tokens_s)
-        short = 1.0 - mean_tokens_s(first) / mean_tokens_s(best)
-        first_meets = min(by_rank) in good
-        ok = first_meets and short <= TARGET_RANK
-        lines.append(
-            f"- {'PASS' if ok else 'MISS'}: {total} workers: ranked first {first[0].label} "
-            f"({'meets' if first_meets else 'misses'} the targets measured) is "
-            f"{short:.1%} below the measured best {best[0].label}"
-        )
-    return lines
-
-
-def _plot(checked: list[Checked], path: Path) -> None:
-    points = [
-        Point(
-            f"{c.case_workers} workers",
-            "disaggregated" if c.ranked.deployment.num_prefill_workers else "aggregated",
-            {"TTFT p50 ms": c.measured.ttft_p50_ms, "ITL p50 ms": c.measured.itl_p50_ms},
-            {"TTFT p50 ms": c.predicted.ttft_p50_ms, "ITL p50 ms": c.predicted.itl_p50_ms},
-        )
-        for c in checked
-    ]
-    title = "Configurator (--system local): predicted vs measured, native engine"
-    plot_predicted_vs_measured(points, ("TTFT p50 ms", "ITL p50 ms"), TARGET_ERROR, title, path)
 
 
 def main() -> None:
@@ -428,7 +306,7 @@ def main() -> None:
         profiles.append(("at the end", _profile(args, plan, LOG_DIR, "profile_at_end")))
     image = "configurator_native.png"
     plot_path = (REPO_ROOT / "bench" / "out" if args.quick else REPO_ROOT / "docs" / "img") / image
-    _plot(checked, plot_path)
+    plot(checked, plot_path)
     w, t = plan.workload, plan.targets
     table = markdown_table(
         [
@@ -446,7 +324,7 @@ def main() -> None:
             "tokens/s per worker",
             "meets targets measured",
         ],
-        [_row(c) for c in checked],
+        [row(c) for c in checked],
     )
     body = (
         f"The default model on this machine's CPU, one torch thread per worker "
@@ -467,7 +345,7 @@ def main() -> None:
         f"arrivals and lengths) replayed on the same fleet and profile: what is left of the "
         f"error once the workload's random sample is the same. Errors: predicted against "
         f"measured.\n\n"
-        f"{table}\n\n" + "\n".join(_checks(checked)) + "\n\n"
+        f"{table}\n\n" + "\n".join(checks(checked)) + "\n\n"
         f"Plot: `{plot_path.relative_to(REPO_ROOT)}`.\n\n"
         f"The machine's own speed, as each profile of the same engine measured it (the same "
         f"sweep each time, against the first; a run is predicted from the profile made just "

@@ -10,7 +10,8 @@ from armature.configurator.estimate import Prediction
 from armature.configurator.search import Ranked
 from armature.configurator.space import AGG, DISAGG, Deployment
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
-from bench.configurator_native import Checked, Figures, _checks, _plot, measured_requests
+from bench.configurator_checks import Checked, Figures, checks, plot
+from bench.configurator_native import measured_requests
 
 AGG_2 = Deployment(AGG, 1, 2, 256)
 DISAGG_2 = Deployment(DISAGG, 1, 2, 256, prefill_tp=1, num_prefill_workers=1)
@@ -32,7 +33,7 @@ def _checked(
 
 
 def test_every_figure_of_every_pass_is_checked_and_counted() -> None:
-    lines = _checks(
+    lines = checks(
         [
             _checked(AGG_2, 1, 1, (500.0, 100.0), (500.0, 90.0), 20.0),
             _checked(AGG_2, 1, 2, (500.0, 100.0), (400.0, 100.0), 20.0),
@@ -55,13 +56,13 @@ def test_the_ranking_averages_the_passes() -> None:
         _checked(AGG_2, 1, 2, (1.0, 1.0), (1.0, 1.0), 24.0),
         _checked(DISAGG_2, 2, 2, (1.0, 1.0), (1.0, 1.0), 20.0),
     ]
-    assert _checks(runs)[-1] == (
+    assert checks(runs)[-1] == (
         "- PASS: 2 workers: ranked first agg tp1, seqs 2, batch 256 x1 (meets the targets "
         "measured) is 0.0% below the measured best agg tp1, seqs 2, batch 256 x1"
     )
     # the first misses the targets in one pass: it does not meet them, the second is best
     runs[2] = _checked(AGG_2, 1, 2, (1.0, 1.0), (1.0, 1.0), 24.0, meets=False)
-    assert _checks(runs)[-1] == (
+    assert checks(runs)[-1] == (
         "- MISS: 2 workers: ranked first agg tp1, seqs 2, batch 256 x1 (misses the targets "
         "measured) is -4.8% below the measured best disagg 1P(tp1):1D(tp1), seqs 2, batch 256 x1"
     )
@@ -69,7 +70,7 @@ def test_the_ranking_averages_the_passes() -> None:
 
 def test_the_plot_is_written(tmp_path: Path) -> None:
     path = tmp_path / "img" / "native.png"
-    _plot(
+    plot(
         [
             _checked(AGG_2, 1, 1, (500.0, 100.0), (520.0, 90.0), 20.0),
             _checked(DISAGG_2, 2, 1, (600.0, 110.0), (700.0, 120.0), 18.0),

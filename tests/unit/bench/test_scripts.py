@@ -75,6 +75,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
     shared = {p.stem for p in BENCH.glob("*.py")} - set(SCRIPTS)
     assert shared == {
         "__init__",
+        "configurator_checks",
         "harness",
         "hf_baseline",
         "paths",
