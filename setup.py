@@ -1,7 +1,8 @@
 """Build the optional native extensions; everything else is in pyproject.toml.
 
 - armature.kv._native: block hashing (armature.kv.hashing).
-- armature.router._index: the prefix index's holder table (armature.router.holder_store).
+- armature.router._index: the prefix index's holder table (armature.router.holder_store),
+  whose token walk hashes blocks with the same code (armature/kv/xxh3.h, included by both).
 - armature.workload._mt: synthetic trace tokens (armature.workload.traces).
 
 Without a C compiler the build skips them (optional=True) and the modules fall back to pure
@@ -15,12 +16,14 @@ setup(
         Extension(
             "armature.kv._native",
             ["src/armature/kv/_native.c"],
+            depends=["src/armature/kv/xxh3.h"],
             extra_compile_args=["-O3"],
             optional=True,
         ),
         Extension(
             "armature.router._index",
             ["src/armature/router/_index.c"],
+            depends=["src/armature/kv/xxh3.h"],
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),

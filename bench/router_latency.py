@@ -1,5 +1,6 @@
 """Router speed: kv decision latency with 64 workers and 4k-token prompts (hashing included,
-tokenization not; the router's default cost, weights and temperature), and prefix-index event
+tokenization not; the router's default cost, weights and temperature), on KV events alone
+(`--kv-routed-ttl-s 0`) and with routed predictions (the default), and prefix-index event
 throughput while serving queries, for each prefix index store (native C table and pure
 Python).
 
@@ -24,9 +25,8 @@ from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.protocols.kv_events import KvEvent, KvRemoved, KvStored, StoredBlock
 from armature.router.holder_store import IndexBackend, has_native_index
 from armature.router.load import ActiveLoad
-from armature.router.policies import KvPolicy, RouteRequest
+from armature.router.policies import RouteRequest, make_policy
 from armature.router.prefix_index import PrefixIndex
-from armature.router.routed_index import RoutedPrefixIndex
 from armature.workload.measure import quantile
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
@@ -59,18 +59,21 @@ def decision_latency(num_decisions: int, seed: int, backend: IndexBackend) -> li
     index = populated_index(rng, prefixes, backend)
     workers = [f"w{w}" for w in range(NUM_WORKERS)]
     rows: list[list[object]] = []
-    for label, routed in (
-        ("kv (events)", None),
-        ("kv (events + routed)", RoutedPrefixIndex(120.0, 1 << 20)),
+    for label, routed_ttl_s in (
+        ("kv (events)", 0.0),
+        ("kv (events + routed)", ROUTER.routed_ttl_s),
     ):
-        policy = KvPolicy(
-            index,
-            ActiveLoad(),
-            BLOCK_SIZE,
-            DEFAULT_HASH_SEED,
+        policy = make_policy(
+            "kv",
+            index=index,
+            load=ActiveLoad(),
+            block_size=BLOCK_SIZE,
+            hash_seed=DEFAULT_HASH_SEED,
             overlap_weight=ROUTER.overlap_weight,
             temperature=ROUTER.temperature,
-            routed=routed,
+            seed=0,
+            routed_ttl_s=routed_ttl_s,
+            routed_max_entries=1 << 20,
             decode_weight=ROUTER.decode_weight,
         )
         wall_us, cpu_us = [], []
@@ -152,7 +155,10 @@ def main() -> None:
         f"decision routes a {PROMPT_TOKENS}-token prompt (a shared prefix + 2,048 fresh "
         "tokens): block hashing, index lookup, cost and choice (the router's default cost: "
         f"decode weight {ROUTER.decode_weight:g}, temperature {ROUTER.temperature:g}), no "
-        "tokenization. `store`: the "
+        "tokenization. `kv (events)`: `--kv-routed-ttl-s 0`, KV events only (the index's "
+        "token walk hashes the prompt only as far as a worker holds it); `kv (events + "
+        f"routed)`: the default, routed predictions for {ROUTER.routed_ttl_s:g} s too (every "
+        "block hashed, and recorded). `store`: the "
         "prefix index's store (`native`: the C table of armature.router._index, the default "
         "where it was built; `python`: the fallback). Wall and CPU (the thread's CPU time) of "
         "each decision.\n\n"

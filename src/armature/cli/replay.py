@@ -46,7 +46,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_workload_args(replay)
     _add_shape_args(replay)
     _add_fleet_args(replay)
-    add_settings(replay, RouterConfig(), only=("overlap_weight", "decode_weight", "temperature"))
+    add_settings(
+        replay,
+        RouterConfig(),
+        only=("overlap_weight", "decode_weight", "temperature", "routed_ttl_s"),
+    )
     _add_disagg_args(replay)
     tiers = replay.add_argument_group(
         "lower KV tiers",
@@ -263,6 +267,11 @@ def run(args: argparse.Namespace) -> int:
     from armature.sim.replay import replay
     from armature.workload.measure import Slo
 
+    if args.router == "kv-approx" and args.routed_ttl_s <= 0:
+        raise CliError(
+            "--router kv-approx routes on its own decisions alone: --kv-routed-ttl-s must be "
+            "above 0"
+        )
     timing = prefill_timing = None
     if args.timing_profile is not None:  # before the trace: a bad profile fails at once
         timing = load_profile_timing(Path(args.timing_profile), args.speedup)
@@ -280,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
         overlap_weight=args.overlap_weight,
         decode_weight=args.decode_weight,
         router_temperature=args.temperature,
+        routed_ttl_s=args.routed_ttl_s,
         seed=args.seed,
         reference_steps=args.reference_steps,
         num_prefill_workers=args.prefill_workers,

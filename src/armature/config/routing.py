@@ -70,8 +70,23 @@ class RouterConfig:
     # steps pay for on a small CPU machine)
     event_sync_interval_s: float = 0.005
     event_sync_idle_interval_s: float = 0.025
-    routed_ttl_s: float = 120.0  # how long a routing decision counts as a cached prefix
+    routed_ttl_s: float = setting(
+        120.0,
+        "kv router: how long a prompt routed to a worker counts as cached there before the "
+        "worker's KV events confirm it (a repeat during its prefill finds it); 0: KV events "
+        "only (kv; the fastest decision: the prompt is hashed only as far as a worker holds "
+        "it); kv-approx needs it above 0",
+        flag="kv-routed-ttl-s",
+        parse=non_negative_float,
+    )
     failover_wait_s: float = 10.0  # how long a failed-over request waits for a live worker
+
+    def __post_init__(self) -> None:
+        if self.policy == "kv-approx" and self.routed_ttl_s <= 0:
+            raise ConfigError(
+                "--router kv-approx routes on its own decisions alone: --kv-routed-ttl-s must "
+                "be above 0"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../kv/xxh3.h"
+
 #define NUM_TIERS 4
 #define TIER_DEVICE 0
 #define TIER_HOST 1
@@ -635,24 +637,44 @@ static int put_all(PyObject *dict, PyObject *names, const uint64_t *mask, Py_ssi
     return 0;
 }
 
-/* find_overlaps(seq_hashes) -> dict[worker, int]: for each worker holding the first block on
- * its device, how many leading blocks it holds there (PrefixIndex.find_overlaps). */
-static PyObject *HolderTable_find_overlaps(HolderTable *self, PyObject *obj) {
-    /* hashes are read as the walk reaches them: a short match reads few */
-    PyObject *seq = PySequence_Fast(obj, "seq_hashes must be a sequence of ints");
-    if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), nw = self->num_words;
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+/* Where a walk reads its keys: a sequence of hashes (`hashes`), or token ids hashed a block at
+ * a time as the walk reaches them (`tokens`, `block_size`, `seed`, `buf` of block_size u32):
+ * a walk that stops early hashes no further. */
+typedef struct {
+    PyObject **items;
+    Py_ssize_t block_size; /* 0: items are hashes */
+    uint64_t seed, parent;
+    uint8_t *buf;
+} KeySource;
+
+static int next_key(KeySource *src, Py_ssize_t depth, uint64_t *key) {
+    if (src->block_size == 0) return to_hash(src->items[depth], key);
+    PyObject **items = src->items + depth * src->block_size;
+    for (Py_ssize_t i = 0; i < src->block_size; i++) {
+        uint32_t t;
+        if (read_token(items[i], &t) < 0) return -1;
+        memcpy(src->buf + 4 * i, &t, 4);
+    }
+    uint64_t local = xxh3_64(src->buf, (size_t)src->block_size * 4, src->seed);
+    *key = depth == 0 ? local : chain(src->parent, local, src->seed);
+    src->parent = *key;
+    return 0;
+}
+
+/* For each worker holding the first of `n` keys on its device, how many leading keys it holds
+ * there (PrefixIndex.find_overlaps); keys are read only as far as some worker still matches. */
+static PyObject *walk_device(HolderTable *self, KeySource *src, Py_ssize_t n) {
+    Py_ssize_t nw = self->num_words;
     PyObject *out = PyDict_New();
     const Table *t = &self->tables[TIER_DEVICE];
     uint64_t active[MAX_WORDS], dropped[MAX_WORDS], key;
-    if (out == NULL || n == 0) goto done;
-    if (to_hash(items[0], &key) < 0) goto fail;
+    if (out == NULL || n == 0) return out;
+    if (next_key(src, 0, &key) < 0) goto fail;
     const uint64_t *first = lookup(t, nw, key);
-    if (first == NULL) goto done;
+    if (first == NULL) return out;
     memcpy(active, first, (size_t)nw * sizeof(uint64_t));
     for (Py_ssize_t depth = 1; depth < n; depth++) {
-        if (to_hash(items[depth], &key) < 0) goto fail;
+        if (next_key(src, depth, &key) < 0) goto fail;
         const uint64_t *bits = lookup(t, nw, key);
         uint64_t any_drop = 0, any_left = 0;
         for (Py_ssize_t w = 0; w < nw; w++) {
@@ -663,16 +685,60 @@ static PyObject *HolderTable_find_overlaps(HolderTable *self, PyObject *obj) {
             any_left |= still;
         }
         if (any_drop && put_all(out, self->names, dropped, nw, depth) < 0) goto fail;
-        if (!any_left) goto done;
+        if (!any_left) return out;
     }
     if (put_all(out, self->names, active, nw, n) < 0) goto fail;
-done:
-    Py_DECREF(seq);
     return out;
 fail:
-    Py_DECREF(seq);
     Py_DECREF(out);
     return NULL;
+}
+
+/* find_overlaps(seq_hashes) -> dict[worker, int]: for each worker holding the first block on
+ * its device, how many leading blocks it holds there (PrefixIndex.find_overlaps). */
+static PyObject *HolderTable_find_overlaps(HolderTable *self, PyObject *obj) {
+    PyObject *seq = PySequence_Fast(obj, "seq_hashes must be a sequence of ints");
+    if (seq == NULL) return NULL;
+    KeySource src = {PySequence_Fast_ITEMS(seq), 0, 0, 0, NULL};
+    PyObject *out = walk_device(self, &src, PySequence_Fast_GET_SIZE(seq));
+    Py_DECREF(seq);
+    return out;
+}
+
+#define STACK_BLOCK_TOKENS 256 /* a block's packed tokens fit on the stack up to this many */
+
+/* find_token_overlaps(token_ids, block_size, seed) -> dict[worker, int]: find_overlaps of the
+ * prompt's block hashes (armature.kv.hashing.compute_seq_hashes), each block hashed only when
+ * the walk reaches it: a prompt whose cached prefix ends early is hashed no further (token ids
+ * past that point are not read). */
+static PyObject *HolderTable_find_token_overlaps(HolderTable *self, PyObject *const *args,
+                                                 Py_ssize_t nargs) {
+    if (check_nargs("find_token_overlaps", nargs, 3) < 0) return NULL;
+    Py_ssize_t block_size = PyLong_AsSsize_t(args[1]);
+    if (block_size == -1 && PyErr_Occurred()) return NULL;
+    if (block_size <= 0) {
+        PyErr_Format(PyExc_ValueError, "block_size must be positive, got %zd", block_size);
+        return NULL;
+    }
+    unsigned long long seed = PyLong_AsUnsignedLongLong(args[2]);
+    if (seed == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "seed must be an unsigned 64-bit integer");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "token_ids must be a sequence of ints");
+    if (seq == NULL) return NULL;
+    uint8_t stack[STACK_BLOCK_TOKENS * 4];
+    uint8_t *buf = block_size <= STACK_BLOCK_TOKENS ? stack : PyMem_Malloc((size_t)block_size * 4);
+    if (buf == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    KeySource src = {PySequence_Fast_ITEMS(seq), block_size, (uint64_t)seed, 0, buf};
+    PyObject *out = walk_device(self, &src, PySequence_Fast_GET_SIZE(seq) / block_size);
+    if (buf != stack) PyMem_Free(buf);
+    Py_DECREF(seq);
+    return out;
 }
 
 typedef struct {
@@ -791,6 +857,8 @@ static PyMethodDef HolderTable_methods[] = {
      "get_hashes(worker, tier) -> set of hashes (worker None: held by anyone)"},
     {"find_overlaps", (PyCFunction)HolderTable_find_overlaps, METH_O,
      "find_overlaps(seq_hashes) -> {worker: leading device blocks}"},
+    {"find_token_overlaps", (PyCFunction)(void (*)(void))HolderTable_find_token_overlaps,
+     METH_FASTCALL, "find_token_overlaps(token_ids, block_size, seed) -> dict[str, int]"},
     {"find_tier_overlaps", (PyCFunction)HolderTable_find_tier_overlaps, METH_O,
      "find_tier_overlaps(seq_hashes) -> {worker: (device, host, disk, external)}"},
     {"set_capacity", (PyCFunction)(void (*)(void))HolderTable_set_capacity, METH_FASTCALL,

@@ -133,6 +133,12 @@ class HolderStore(Protocol):
         """See `PrefixIndex.find_overlaps`."""
         ...
 
+    def find_token_overlaps(
+        self, token_ids: Sequence[int], block_size: int, seed: int
+    ) -> dict[WorkerId, int]:
+        """See `PrefixIndex.find_token_overlaps`."""
+        ...
+
     def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
         """See `PrefixIndex.find_tier_overlaps`."""
         ...
@@ -157,6 +163,7 @@ class NativeHolderStore:
         self.remove = table.remove
         self.clear = table.clear
         self.find_overlaps = table.find_overlaps
+        self.find_token_overlaps = table.find_token_overlaps
         self.set_capacity = table.set_capacity
         self.get_capacity = table.get_capacity
         self.get_count = table.get_count

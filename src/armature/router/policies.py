@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -151,9 +151,14 @@ class KvPolicy:
         seed = (
             self.hash_seed if request.hash_salt is None else hash_seed_for_salt(request.hash_salt)
         )
+        if self.routed is None and self.tier_weights is None:
+            # events only, tier-blind: the index hashes the prompt as far as it matches
+            assert self.index is not None
+            overlaps = self.index.find_token_overlaps(request.token_ids, self.block_size, seed)
+            return self._choose(request, workers, overlaps, overlaps)
         hashes = compute_seq_hashes(request.token_ids, self.block_size, seed)
         now_s = self.clock()
-        overlaps: dict[str, int] = {}  # matched blocks, any tier
+        overlaps = {}  # matched blocks, any tier
         weighted: dict[str, float] | None = None  # tier-aware: overlaps at the tiers' weights
         if self.index is not None and self.tier_weights is not None:
             weights = self.tier_weights
@@ -169,11 +174,26 @@ class KvPolicy:
                 overlaps[worker] = max(depth, overlaps.get(worker, 0))
                 if weighted is not None:  # a routed prefix will be on the worker's device
                     weighted[worker] = max(depth, weighted.get(worker, 0.0))
+        decision = self._choose(
+            request, workers, overlaps, overlaps if weighted is None else weighted
+        )
+        if self.routed is not None:
+            self.routed.record(decision.worker, hashes, now_s)
+        return decision
+
+    def _choose(
+        self,
+        request: RouteRequest,
+        workers: Sequence[str],
+        overlaps: Mapping[str, int],
+        scored: Mapping[str, float],
+    ) -> RouteDecision:
+        """The cost over `scored` overlaps (tier-weighted where tier-aware), then the draw."""
         logits = worker_logits(
             workers,
             len(request.token_ids),
             self.block_size,
-            overlaps if weighted is None else weighted,
+            scored,
             self.load.get_loads(),
             self.overlap_weight,
             self.decode_weight,
@@ -181,8 +201,6 @@ class KvPolicy:
         index = self.index
         cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
         chosen = workers[select_worker(logits, cached, self.temperature, self._rng)]
-        if self.routed is not None:
-            self.routed.record(chosen, hashes, now_s)
         return RouteDecision(chosen, overlaps.get(chosen, 0))
 
 
@@ -206,9 +224,9 @@ def make_policy(
     decode_weight: float = 1.0,
     tier_weights: TierWeightBook | None = None,
 ) -> RoutingPolicy:
-    """The policy named `name` (one of POLICY_NAMES). kv uses `index` and routed predictions;
-    kv-approx only the predictions, bounded by `routed_max_entries`. kv is tier-aware with
-    `tier_weights`, tier-blind without."""
+    """The policy named `name` (one of POLICY_NAMES). kv uses `index` and routed predictions
+    (none when `routed_ttl_s` is 0: KV events only); kv-approx only the predictions, bounded
+    by `routed_max_entries`. kv is tier-aware with `tier_weights`, tier-blind without."""
     match name:
         case "round-robin":
             return RoundRobinPolicy()
@@ -227,7 +245,11 @@ def make_policy(
                 overlap_weight,
                 temperature,
                 seed,
-                routed=RoutedPrefixIndex(routed_ttl_s, max(1, routed_max_entries)),
+                routed=(
+                    RoutedPrefixIndex(routed_ttl_s, max(1, routed_max_entries))
+                    if routed_ttl_s > 0
+                    else None
+                ),
                 clock=clock,
                 decode_weight=decode_weight,
                 tier_weights=tier_weights,

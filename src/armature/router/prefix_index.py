@@ -117,6 +117,15 @@ class PrefixIndex:
         leading blocks of `seq_hashes` it holds there (workers holding none are absent)."""
         return self._store.find_overlaps(seq_hashes)
 
+    def find_token_overlaps(
+        self, token_ids: Sequence[int], block_size: int, seed: int
+    ) -> dict[WorkerId, int]:
+        """`find_overlaps` of the prompt's block hashes (`compute_seq_hashes(token_ids,
+        block_size, seed)`). The native store hashes each block only when its walk reaches
+        it, so the blocks past the longest cached prefix are never hashed (nor their token
+        ids read)."""
+        return self._store.find_token_overlaps(token_ids, block_size, seed)
+
     def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
         """For each worker that can get the first block from some tier: its matched prefix,
         the leading blocks of `seq_hashes` it holds in any tier (or that G4 holds), counted

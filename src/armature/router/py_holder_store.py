@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from itertools import repeat, takewhile
 from typing import cast
 
+from armature.kv.hashing import compute_seq_hashes
 from armature.protocols.kv_events import (
     KvCleared,
     KvEvent,
@@ -210,6 +211,11 @@ class PyHolderStore:
         for worker in active:
             overlaps[worker] = num_blocks
         return overlaps
+
+    def find_token_overlaps(
+        self, token_ids: Sequence[int], block_size: int, seed: int
+    ) -> dict[WorkerId, int]:
+        return self.find_overlaps(compute_seq_hashes(token_ids, block_size, seed))
 
     def find_tier_overlaps(self, seq_hashes: Sequence[int]) -> dict[WorkerId, TierOverlap]:
         return find_tier_overlaps(seq_hashes, self._gets, self._external, self._everyone)
