@@ -22,6 +22,11 @@ For each workload and window:
                     itself (searched from the static average): it rides the peak on the
                     quiet hours' headroom, so it is smaller than one sized for the peak
     static average  a static fleet of the planned run's mean size (worker-seconds / span)
+    reactive bound  no planner: at every load tick the fleet asks for the smallest static
+                    size that holds the target at that moment's rate (the steady-rate sizes,
+                    the grid point at or above it), with the same start-up: a planner that
+                    knew the current rate exactly but not what comes next (the reference a
+                    planner that follows the load is measured against)
 
 Targets (issue "Planner"): planned SLA attainment >= 95%; planned worker-seconds <= 70% of
 static peak's (the cost against static day's is shown beside it); planned attainment above
@@ -56,6 +61,7 @@ from armature.planner.predictors import ConstantPredictor
 from armature.protocols.worker import WorkerRole
 from armature.sim.fleet_plot import plot_fleet
 from armature.sim.replay import ReplayConfig, ReplayReport, get_performance_model, replay
+from armature.sim.scheduled_fleet import ScheduledSizer
 from armature.sim.timing import PolynomialTiming
 from armature.workload.rate_shapes import DiurnalShape, RateShape, StepShape, reshape_arrivals
 from armature.workload.traces import TraceRequest, read_mooncake_trace
@@ -228,6 +234,23 @@ def get_ideal_share(
     return low / peak, high / peak
 
 
+def reactive_schedule(
+    shape: RateShape, span_s: float, sizes: dict[float, int]
+) -> list[tuple[float, int]]:
+    """The reactive bound's fleet over `span_s`, second by second: at t, the smallest size
+    holding the target at the rate of t (the grid point at or above it), as (seconds,
+    workers) changes from 0. The fleet reads it at its load ticks, so it acts on a change at
+    the first tick after it."""
+    grid = sorted(sizes)
+    changes: list[tuple[float, int]] = []
+    for t in range(math.ceil(span_s) + 1):
+        multiplier = shape.get_multiplier(float(t))
+        above = min((m for m in grid if m >= multiplier - 1e-9), default=grid[-1])
+        if not changes or changes[-1][1] != sizes[above]:
+            changes.append((float(t), sizes[above]))
+    return changes
+
+
 def run_workload(
     args: argparse.Namespace,
     requests: list[TraceRequest],
@@ -244,6 +267,13 @@ def run_workload(
     planned = replay(shaped, replace(config, planner_rule="both"))
     blind = replace(config, planner_rule="both", planner=replace(PLANNER, queue_aware=False))
     threshold = replay(shaped, blind)
+    span_s = (shaped[-1].arrival_ms - shaped[0].arrival_ms) / 1000.0
+    schedule = reactive_schedule(shape, span_s, sizes)
+    reactive = replay(
+        shaped,
+        replace(config, num_workers=schedule[0][1]),
+        sizer=ScheduledSizer(schedule, shaped[0].arrival_ms / 1000.0),
+    )
     mean_workers = max(1, round(planned.worker_seconds / planned.simulated_time_s))
     average = replay(shaped, replace(config, num_workers=mean_workers))
     static = {mean_workers: average}
@@ -267,6 +297,7 @@ def run_workload(
         Run(f"static peak ({peak_num})", static[peak_num], None),
         Run(f"static day ({day_num})", day, None),
         Run(f"static average ({mean_workers})", average, None),
+        Run("reactive bound", reactive, first_up_s(reactive, step_at_s)),
     ]
     return runs, ideal
 
@@ -290,7 +321,7 @@ def row(workload: str, index: int, run: Run) -> list[object]:
 
 
 def checks(workload: str, index: int, runs: list[Run], ideal: tuple[float, float]) -> list[str]:
-    planned, threshold, peak, day, average = (run.report for run in runs)
+    planned, threshold, peak, day, average, reactive = (run.report for run in runs)
     cost = planned.worker_seconds / peak.worker_seconds
 
     def mark(ok: bool) -> str:
@@ -312,6 +343,9 @@ def checks(workload: str, index: int, runs: list[Run], ideal: tuple[float, float
         f"{planned.worker_seconds:,.0f} vs {threshold.worker_seconds:,.0f}, first worker asked "
         f"for {_seconds(runs[0].first_up_s)} vs {_seconds(runs[1].first_up_s)} after the "
         f"{'step' if workload == 'step' else 'quarter-day'}",
+        f"{workload} w{index}: the reactive bound (the current rate's steady-rate size at "
+        f"every tick): attainment {reactive.sla_attainment:.3f}, worker-seconds "
+        f"{reactive.worker_seconds / peak.worker_seconds:.0%} of static peak's",
     ]
 
 
@@ -374,7 +408,11 @@ def main() -> None:
         "requests with TTFT and mean ITL both within target, over all requests. Static "
         f"peak: the smallest static fleet holding {SLA_TARGET:.0%} with the window's requests "
         f"arriving at the peak rate (x{FACTOR:g}) throughout, replayed on the workload; static "
-        f"day: the smallest holding {SLA_TARGET:.0%} over the workload itself. First up: "
+        f"day: the smallest holding {SLA_TARGET:.0%} over the workload itself. Reactive "
+        "bound: no planner; at every load tick the fleet asks for the smallest static size "
+        f"holding {SLA_TARGET:.0%} at that moment's rate (the steady-rate sizes below, the "
+        "grid point at or above it), with the same start-up: a planner that knew the current "
+        "rate exactly but not what comes next. First up: "
         "seconds from the step's start (diurnal: from a quarter-day, the steepest rise) to the "
         "first sample with a worker starting.\n\n"
         + markdown_table(

@@ -19,8 +19,9 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from armature.planner.core import Planner, PlannerEffects
+from armature.planner.core import PlannerEffects
 from armature.planner.observation import PlannerObservation, WorkerSteps
 from armature.protocols.engine import StepRecord
 from armature.protocols.worker import WorkerRole
@@ -30,11 +31,22 @@ from armature.sim.replay_disagg import DisaggSimulation
 from armature.sim.simulation import Simulation
 from armature.workload.measure import Slo
 
-__all__ = ["PlannedFleet", "WorkerSpan", "get_sla_attainment"]
+__all__ = ["FleetSizer", "PlannedFleet", "WorkerSpan", "get_sla_attainment"]
 
 _LOAD, _INTERVAL = "load", "interval"
 # step records kept per worker between two interval ticks (older ones are dropped)
 _MAX_RECORDS_PER_WORKER = 4096
+
+
+class FleetSizer(Protocol):
+    """What sizes a planned fleet: the planner (`Planner`), or a fixed schedule
+    (`scheduled_fleet.ScheduledSizer`). Each tick gives every role's count."""
+
+    def get_num_workers(self) -> dict[WorkerRole, int]: ...
+
+    def plan_load(self, observation: PlannerObservation, now_s: float) -> PlannerEffects: ...
+
+    def plan_interval(self, observation: PlannerObservation, now_s: float) -> PlannerEffects: ...
 
 
 @dataclass
@@ -62,7 +74,7 @@ class PlannedFleet:
         *,
         load_interval_s: float,
         interval_s: float,
-        planner: Planner | None = None,
+        planner: FleetSizer | None = None,
         rule: str = "both",
         worker_startup_s: float = 0.0,
     ) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from armature.planner.core import Planner
 from armature.planner.timing_performance import TimingPerformanceModel
 from armature.protocols.worker import WorkerRole
-from armature.sim.planned_fleet import PlannedFleet, get_sla_attainment
+from armature.sim.planned_fleet import FleetSizer, PlannedFleet, get_sla_attainment
 from armature.sim.replay_config import ReplayConfig, ReplayReport
 from armature.sim.replay_disagg import DisaggSimulation
 from armature.sim.simulation import Simulation
@@ -39,15 +39,19 @@ def replay(
     config: ReplayConfig,
     timing: TimingModel | None = None,
     prefill_timing: TimingModel | None = None,
+    *,
+    sizer: FleetSizer | None = None,
 ) -> ReplayReport:
     """Simulate `requests` through `config.num_workers` mocker workers and the router;
-    `prefill_timing`: the prefill workers' step times where they differ from `timing`."""
+    `prefill_timing`: the prefill workers' step times where they differ from `timing`.
+    `sizer`: what sizes the fleet instead of the planner `config.planner_rule` would build
+    (a `ScheduledSizer`, for a reference fleet), by the same rule (both without one)."""
     started_s = time.perf_counter()
     timing = timing or PolynomialTiming(speedup_ratio=config.speedup_ratio)
     mode = "disagg" if config.num_prefill_workers else "agg"
     planner_config = dataclasses.replace(config.planner, mode=mode)
-    planner = None
-    if config.planner_rule is not None:
+    planner: FleetSizer | None = sizer
+    if planner is None and config.planner_rule is not None:
         fleet_size = {WorkerRole.AGG: config.num_workers}
         if config.num_prefill_workers:
             fleet_size = {
