@@ -637,9 +637,10 @@ static int put_all(PyObject *dict, PyObject *names, const uint64_t *mask, Py_ssi
     return 0;
 }
 
-/* Where a walk reads its keys: a sequence of hashes (`hashes`), or token ids hashed a block at
- * a time as the walk reaches them (`tokens`, `block_size`, `seed`, `buf` of block_size u32):
- * a walk that stops early hashes no further. */
+/* Where a walk reads its keys: `items` are the block hashes (block_size 0), or token ids
+ * hashed a block at a time as the walk reaches them (block_size tokens packed into `buf`,
+ * XXH3 with `seed`, chained from the previous block's hash in `parent`): a walk that stops
+ * early hashes no further. */
 typedef struct {
     PyObject **items;
     Py_ssize_t block_size; /* 0: items are hashes */
