@@ -38,7 +38,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,16 @@ QUICK = Plan(
     max_requests=16,
     warmup=2,
 )
+
+
+def with_measure_s(plan: Plan, measure_s: float) -> Plan:
+    """`plan` with its runs about `measure_s` long: the request cap scales with it (so that a
+    longer run is not cut at the default's cap), the floor stays."""
+    if measure_s <= 0:
+        raise SystemExit("--measure-s must be positive")
+    factor = measure_s / plan.measure_s
+    max_requests = max(plan.min_requests, round(plan.max_requests * factor))
+    return replace(plan, measure_s=measure_s, max_requests=max_requests)
 
 
 def _profile(args: BenchArgs, plan: Plan, out: Path, name: str) -> Path:
@@ -297,8 +307,17 @@ def main() -> None:
         metavar="N",
         help="run every configuration N times, a pass over the case at a time (1-5)",
     )
+    parser.add_argument(
+        "--measure-s",
+        type=float,
+        default=None,
+        help="offer each configuration its rate for about this long (default 60 s; the "
+        "request cap grows with it)",
+    )
     args, ns = parse_args(__doc__.splitlines()[0], parser)
     plan = QUICK if args.quick else FULL
+    if ns.measure_s is not None:
+        plan = with_measure_s(plan, ns.measure_s)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     checked: list[Checked] = []
     profiles: list[tuple[str, Path]] = []
@@ -339,7 +358,8 @@ def main() -> None:
         f"{plan.num_finalists} finalists per max-num-seqs value, a case's finalists ranked "
         f"together. Each ran {ns.passes} time(s) (a pass over the case at a time) as its saved "
         f"`commands_native.sh` serve line with `armature bench` offering the rate the search "
-        f"predicted (Poisson, /v1/completions, streaming, EOS ignored, unique prompts, "
+        f"predicted for about {plan.measure_s:g} s ({plan.min_requests}-{plan.max_requests} "
+        f"requests; Poisson, /v1/completions, streaming, EOS ignored, unique prompts, "
         f"{plan.warmup} warm-up requests not counted); the bench client and the frontend share "
         f"the machine's cores with the workers. Predicted: the finalist's replay on a profile "
         f"made just before the run; the errors of the same replay on the case's profile (the "

@@ -11,7 +11,7 @@ from armature.configurator.search import Ranked
 from armature.configurator.space import AGG, DISAGG, Deployment
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import Checked, Figures, checks, plot
-from bench.configurator_native import measured_requests
+from bench.configurator_native import FULL, measured_requests, with_measure_s
 
 AGG_2 = Deployment(AGG, 1, 2, 256)
 DISAGG_2 = Deployment(DISAGG, 1, 2, 256, prefill_tp=1, num_prefill_workers=1)
@@ -92,3 +92,11 @@ def test_a_runs_requests_become_a_trace_in_send_order_with_unshared_blocks() -> 
         TraceRequest(250.0, block + 1, 1, (1, 2)),
         TraceRequest(1500.0, 2 * block + 1, 3, (3, 4, 5)),
     ]
+
+
+def test_a_longer_measurement_raises_the_request_cap_with_it() -> None:
+    longer = with_measure_s(FULL, 180.0)
+    assert (longer.measure_s, longer.min_requests, longer.max_requests) == (180.0, 40, 600)
+    shorter = with_measure_s(FULL, 10.0)
+    assert (shorter.measure_s, shorter.max_requests) == (10.0, 40)  # never below the floor
+    assert longer.profile_args == FULL.profile_args and longer.targets == FULL.targets
