@@ -18,6 +18,7 @@ from armature.config import (
     positive_float,
     positive_int,
 )
+from armature.config.routing import check_routed_ttl
 from armature.errors import ConfigError
 from armature.sim.replay_config import PLANNER_RULES, REPLAY_POLICIES, ReplayConfig, ReplayReport
 
@@ -267,11 +268,7 @@ def run(args: argparse.Namespace) -> int:
     from armature.sim.replay import replay
     from armature.workload.measure import Slo
 
-    if args.router == "kv-approx" and args.routed_ttl_s <= 0:
-        raise CliError(
-            "--router kv-approx routes on its own decisions alone: --kv-routed-ttl-s must be "
-            "above 0"
-        )
+    check_routed_ttl(args.router, args.routed_ttl_s)
     timing = prefill_timing = None
     if args.timing_profile is not None:  # before the trace: a bad profile fails at once
         timing = load_profile_timing(Path(args.timing_profile), args.speedup)

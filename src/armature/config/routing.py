@@ -15,7 +15,7 @@ from armature.config.values import (
 )
 from armature.errors import ConfigError
 
-__all__ = ["DisaggConfig", "HealthConfig", "ReplicaConfig", "RouterConfig"]
+__all__ = ["DisaggConfig", "HealthConfig", "ReplicaConfig", "RouterConfig", "check_routed_ttl"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,11 +82,17 @@ class RouterConfig:
     failover_wait_s: float = 10.0  # how long a failed-over request waits for a live worker
 
     def __post_init__(self) -> None:
-        if self.policy == "kv-approx" and self.routed_ttl_s <= 0:
-            raise ConfigError(
-                "--router kv-approx routes on its own decisions alone: --kv-routed-ttl-s must "
-                "be above 0"
-            )
+        check_routed_ttl(self.policy, self.routed_ttl_s)
+
+
+def check_routed_ttl(policy: str, routed_ttl_s: float) -> None:
+    """ConfigError where `policy` cannot run with `routed_ttl_s` (kv-approx has nothing but
+    its routed predictions); `armature replay`, which builds no RouterConfig, calls it too."""
+    if policy == "kv-approx" and routed_ttl_s <= 0:
+        raise ConfigError(
+            "--router kv-approx routes on its own decisions alone: --kv-routed-ttl-s must be "
+            "above 0"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
