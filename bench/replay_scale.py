@@ -3,6 +3,7 @@ compressed by workers / 8 so that each worker sees the load it sees at 8, and wh
 costs per routed request and per engine step, with its peak memory.
 
     python -m bench.replay_scale [--workers N ...] [--trace NAME] [--num-kv-blocks K]
+                                 [--kv-routed-ttl-s S]
                                  [--limit N] [--quick]
 
 Each fleet size runs in a process of its own (its peak resident memory is its own). Issue 16:
@@ -36,6 +37,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trace", default="conversation_trace.jsonl")
     parser.add_argument("--num-kv-blocks", type=int, default=32768)
     parser.add_argument("--limit", type=int, default=None, help="the first N requests only")
+    parser.add_argument(
+        "--kv-routed-ttl-s",
+        type=float,
+        default=ReplayConfig().routed_ttl_s,
+        help="the kv router's routed predictions' lifetime (0: KV events only)",
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -47,7 +54,11 @@ def run_one(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
     requests = read_mooncake_trace(TRACES_DIR / args.trace, limit=args.limit)
     requests = [dataclasses.replace(r, arrival_ms=r.arrival_ms * time_scale) for r in requests]
     config = ReplayConfig(
-        num_workers=num_workers, router="kv", block_size=16, num_kv_blocks=args.num_kv_blocks
+        num_workers=num_workers,
+        router="kv",
+        block_size=16,
+        num_kv_blocks=args.num_kv_blocks,
+        routed_ttl_s=args.kv_routed_ttl_s,
     )
     cpu_s = time.process_time()
     report = replay(requests, config)
@@ -78,6 +89,7 @@ def main() -> None:
     for num_workers in args.workers:
         command = [sys.executable, "-m", "bench.replay_scale", "--one", str(num_workers)]
         command += ["--trace", args.trace, "--num-kv-blocks", str(args.num_kv_blocks)]
+        command += ["--kv-routed-ttl-s", str(args.kv_routed_ttl_s)]
         if args.limit is not None:
             command += ["--limit", str(args.limit)]
         done = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -101,7 +113,8 @@ def main() -> None:
         print(rows[-1], flush=True)
     scope = f"the first {args.limit} requests of" if args.limit else "all of"
     body = (
-        f"{scope.capitalize()} {args.trace}, kv router, block size 16, {args.num_kv_blocks} KV "
+        f"{scope.capitalize()} {args.trace}, kv router (routed predictions kept "
+        f"{args.kv_routed_ttl_s:g} s; 0: KV events only), block size 16, {args.num_kv_blocks} KV "
         f"blocks per worker, arrival times x {BASE_WORKERS} / workers (each worker sees the "
         f"load it sees among {BASE_WORKERS}). `steps`: the batches all engines ran; `CPU us "
         "per unit`: the replay's CPU time over routed requests + engine steps; peak RSS: the "

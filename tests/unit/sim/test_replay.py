@@ -9,7 +9,12 @@ import pytest
 
 from armature.config import KvTierConfig
 from armature.router.holder_store import BACKEND_ENV_VAR, IndexBackend, has_native_index
-from armature.sim.replay import ReplayConfig, _young_collections_every, replay
+from armature.sim.replay import (
+    REPLAY_GC_THRESHOLD,
+    ReplayConfig,
+    _young_collections_every,
+    replay,
+)
 from armature.sim.timing import PolynomialTiming, StepWork
 from armature.workload.measure import Slo
 from armature.workload.traces import TraceRequest, synthetic_multi_turn, synthetic_prefix_groups
@@ -70,11 +75,14 @@ def test_a_replay_restores_the_collector_thresholds() -> None:
             return super().step_ms(work)
 
     replay(WORKLOAD[:5], CONFIG, Watched())
-    assert seen and all(t[0] == 20_000 and t[1:] == before[1:] for t in seen)
+    assert seen and all(t[0] == REPLAY_GC_THRESHOLD and t[1:] == before[1:] for t in seen)
     assert gc.get_threshold() == before
     # overlapping replays (threads), ending in either order, leave the first one's thresholds
     for first_to_end in (0, 1):
-        outer, inner = _young_collections_every(20_000), _young_collections_every(20_000)
+        outer, inner = (
+            _young_collections_every(REPLAY_GC_THRESHOLD),
+            _young_collections_every(REPLAY_GC_THRESHOLD),
+        )
         outer.__enter__()
         inner.__enter__()
         ending = [outer, inner] if first_to_end == 0 else [inner, outer]
