@@ -12,7 +12,12 @@ are evicted last.
 
 A block's state is kept in arrays indexed by block id (reference counts, hashes, hits), not
 an object per block: a pool of 131,072 blocks is made in milliseconds, and the per-block
-loops index lists. `blocks` gives `KvBlock` snapshots for tests and dumps.
+loops index lists. Blocks never taken yet are the queue's head in id order and are counted,
+not listed (`_next_fresh`): the queue holds only blocks that were freed (a fleet of hundreds of
+simulated workers need not build a queue entry per block up front). `blocks` gives `KvBlock`
+snapshots for tests and dumps.
+
+    queue = [_next_fresh, ..., num_blocks - 1]  (never taken)  +  _free  (freed, LRU order)
 """
 
 from __future__ import annotations
@@ -74,7 +79,9 @@ class BlockPool:
         self._local_hashes: list[int | None] = [None] * num_blocks
         self._parent_hashes: list[int | None] = [None] * num_blocks  # only while cached
         self._num_hits = [0] * num_blocks  # prefix-cache hits since it was cached
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # the free queue: blocks [_next_fresh, num_blocks) never taken (its head), then _free
+        self._next_fresh = 0
+        self._free: OrderedDict[int, None] = OrderedDict()
         self._cached: dict[int, int] = {}  # seq_hash -> block id
         self.event_log = event_log if event_log is not None else KvEventLog()
 
@@ -103,14 +110,14 @@ class BlockPool:
 
     def get_num_free_blocks(self) -> int:
         """Blocks that `allocate` can hand out (free, including cached-but-unused ones)."""
-        return len(self._free)
+        return self.num_blocks - self._next_fresh + len(self._free)
 
     def get_num_active_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self._next_fresh - len(self._free)
 
     def get_free_block_ids(self) -> list[int]:
         """Free queue in eviction order (head first)."""
-        return list(self._free)
+        return [*range(self._next_fresh, self.num_blocks), *self._free]
 
     def get_cached_block(self, seq_hash: int) -> int | None:
         return self._cached.get(seq_hash)
@@ -142,6 +149,8 @@ class BlockPool:
         ref_counts = self._ref_counts
         for block_id in block_ids:
             if ref_counts[block_id] == 0:
+                if block_id >= self._next_fresh:
+                    self._list_fresh_blocks()
                 del self._free[block_id]
             ref_counts[block_id] += 1
             if is_hit:
@@ -154,15 +163,24 @@ class BlockPool:
         raises."""
         if num_blocks < 0:
             raise ValueError(f"num_blocks must be non-negative, got {num_blocks}")
-        if num_blocks > len(self._free):
-            raise NoFreeBlocksError(f"asked for {num_blocks} blocks, {len(self._free)} free")
-        if self._eviction_observer is not None:
-            self._report_evictions(num_blocks, self._eviction_observer)
+        num_free = self.get_num_free_blocks()
+        if num_blocks > num_free:
+            raise NoFreeBlocksError(f"asked for {num_blocks} blocks, {num_free} free")
+        fresh = range(self._next_fresh, min(self.num_blocks, self._next_fresh + num_blocks))
+        num_queued = num_blocks - len(fresh)  # taken from _free: freed before, maybe cached
+        if self._eviction_observer is not None and num_queued:
+            self._report_evictions(num_queued, self._eviction_observer)
+        self._next_fresh = fresh.stop
+        ref_counts, num_hits = self._ref_counts, self._num_hits
+        for block_id in fresh:  # never cached, never hit
+            ref_counts[block_id] = 1
+        if not num_queued:
+            return list(fresh)
         popitem = self._free.popitem
-        out = [popitem(last=False)[0] for _ in range(num_blocks)]
-        ref_counts, seq_hashes, num_hits = self._ref_counts, self._seq_hashes, self._num_hits
+        queued = [popitem(last=False)[0] for _ in range(num_queued)]
+        seq_hashes = self._seq_hashes
         evicted: list[int] = []
-        for block_id in out:
+        for block_id in queued:
             assert ref_counts[block_id] == 0
             seq_hash = seq_hashes[block_id]
             if seq_hash is not None:
@@ -175,7 +193,14 @@ class BlockPool:
             ref_counts[block_id] = 1
         if evicted:
             self.event_log.removed(evicted, KvTier.DEVICE)
-        return out
+        return [*fresh, *queued]
+
+    def _list_fresh_blocks(self) -> None:
+        """Put the never-taken blocks into `_free`, at its head in id order (for a caller
+        that takes a reference on one of them without allocating it)."""
+        fresh = range(self._next_fresh, self.num_blocks)
+        self._free = OrderedDict.fromkeys([*fresh, *self._free])
+        self._next_fresh = self.num_blocks
 
     def free(self, block_ids: Sequence[int]) -> None:
         """Drop one reference from each block, in the given order; a block that reaches zero
@@ -278,8 +303,10 @@ class BlockPool:
 
     def check_integrity(self) -> None:
         """Assert the pool's invariants (tests and debug builds)."""
-        free_ids = set(self._free)
-        assert len(free_ids) == len(self._free)
+        free_ids = set(self.get_free_block_ids())
+        assert len(free_ids) == self.get_num_free_blocks()
+        assert all(b < self._next_fresh for b in self._free)  # freed blocks were taken
+        assert all(h is None for h in self._seq_hashes[self._next_fresh :])  # never cached
         for block in self.blocks:
             assert block.ref_count >= 0
             assert (block.ref_count == 0) == (block.block_id in free_ids), block

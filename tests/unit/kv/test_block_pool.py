@@ -154,6 +154,32 @@ def test_free_appends_at_tail_in_given_order() -> None:
     assert pool.get_free_block_ids() == []
 
 
+def test_an_allocation_across_never_taken_and_freed_blocks() -> None:
+    """The never-taken blocks are the queue's head in id order, then the freed ones."""
+    pool = make_pool(6)
+    assert pool.allocate(2) == [0, 1]
+    pool.free([1, 0])
+    assert pool.get_free_block_ids() == [2, 3, 4, 5, 1, 0]
+    assert pool.allocate(5) == [2, 3, 4, 5, 1]
+    assert pool.get_free_block_ids() == [0]
+    assert (pool.get_num_free_blocks(), pool.get_num_active_blocks()) == (1, 5)
+    pool.check_integrity()
+
+
+def test_touch_of_a_never_taken_block_takes_it_out_of_the_queue() -> None:
+    pool = make_pool(5)
+    assert pool.allocate(1) == [0]
+    pool.free([0])
+    pool.touch([3])
+    assert pool.get_free_block_ids() == [1, 2, 4, 0]
+    assert ref_counts(pool) == [0, 0, 0, 1, 0]
+    assert (pool.get_num_free_blocks(), pool.get_num_active_blocks()) == (4, 1)
+    pool.check_integrity()
+    assert pool.allocate(4) == [1, 2, 4, 0]
+    pool.free([3])
+    assert pool.get_free_block_ids() == [3]
+
+
 def test_tail_first_free_evicts_prefix_last() -> None:
     pool = make_pool(4)
     ids = pool.allocate(4)
