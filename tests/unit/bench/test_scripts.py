@@ -63,6 +63,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "replay_tiers",
         "request_plane",
         "router_latency",
+        "served_steps",
         "serving_cpu",
         "soak",
         "structured_output",
