@@ -134,7 +134,7 @@ def with_measure_s(plan: Plan, measure_s: float) -> Plan:
     return replace(plan, measure_s=measure_s, max_requests=max_requests)
 
 
-def _profile(args: BenchArgs, plan: Plan, out: Path, name: str) -> Path:
+def make_profile(args: BenchArgs, plan: Plan, out: Path, name: str) -> Path:
     """This machine's timing profile of the native engine, one thread per worker."""
     path = out / f"{name}.json"
     command = [sys.executable, "-m", "armature.cli", "profile", "--engine", "torch"]
@@ -243,7 +243,7 @@ def run_case(
     """Profile, search and rank the case's finalists; run each `passes` times, in rank
     order within a pass, each run predicted from a profile made just before it (appended to
     `profiles`)."""
-    profile = _profile(args, plan, LOG_DIR, f"profile_before_{total}_workers")
+    profile = make_profile(args, plan, LOG_DIR, f"profile_before_{total}_workers")
     profiles.append((f"{total}-worker case: search", profile))
     model = read_model_spec(args.model_dir, pick_dtype("auto", "cpu"))  # as the workers run
     settings = SearchSettings(
@@ -269,7 +269,7 @@ def run_case(
     for run in range(1, passes + 1):
         for rank, (hardware, r) in enumerate(ranked, start=1):
             name = f"w{total}_rank{rank}_pass{run}"
-            fresh = _profile(args, plan, LOG_DIR, f"profile_{name}")
+            fresh = make_profile(args, plan, LOG_DIR, f"profile_{name}")
             profiles.append((f"{total} workers, #{rank}, pass {run}", fresh))
             space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(r.deployment.max_num_seqs,))
             now = local_hardware(model, read_profile(fresh), space)
@@ -324,7 +324,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for total in plan.totals:
             checked += run_case(args, plan, total, Path(tmp), profiles, ns.passes)
-        profiles.append(("at the end", _profile(args, plan, LOG_DIR, "profile_at_end")))
+        profiles.append(("at the end", make_profile(args, plan, LOG_DIR, "profile_at_end")))
     image = "configurator_native.png"
     plot_path = (REPO_ROOT / "bench" / "out" if args.quick else REPO_ROOT / "docs" / "img") / image
     plot(checked, plot_path)

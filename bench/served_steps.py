@@ -27,7 +27,8 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+
+import psutil
 
 from armature.config.runtime import RuntimeConfig
 from armature.planner.observation import WorkerSteps
@@ -38,8 +39,8 @@ from armature.runtime.factory import make_event_plane, open_discovery
 from armature.runtime.ports import free_port
 from armature.sim.profile_timing import ProfileTiming, timing_from_profile
 from armature.sim.timing import StepWork
-from bench.configurator_native import FULL, QUICK, WORKER_ENV, Plan
-from bench.harness import BenchArgs, parse_args, publish
+from bench.configurator_native import FULL, QUICK, WORKER_ENV, make_profile
+from bench.harness import parse_args, publish
 from bench.paths import REPO_ROOT
 from bench.report import Section, markdown_table
 from bench.serving import running_server
@@ -93,39 +94,21 @@ def get_ratios(steps: Sequence[WorkerSteps], timing: ProfileTiming) -> list[Kind
     return out
 
 
-def _thread_cpu_s(pids: Sequence[int]) -> dict[tuple[int, int], tuple[str, float]]:
-    """(pid, tid) -> (the process's command, pid, thread name and tid; its CPU seconds)."""
-    tick = os.sysconf("SC_CLK_TCK")
+def _thread_cpu_s() -> dict[tuple[int, int], tuple[str, float]]:
+    """This process and its descendants (the server, its workers, the bench client), by
+    (pid, tid): (the process's command, pid, thread name and tid; its CPU seconds)."""
+    me = psutil.Process()
     out = {}
-    for pid in pids:
+    for proc in [me, *me.children(recursive=True)]:
         try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            command = " ".join(a.decode() for a in argv[2:4] if a)  # "python -m" skipped
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                stat = (task / "stat").read_text()
-                name = stat[stat.index("(") + 1 : stat.rindex(")")]
-                fields = stat.rsplit(")", 1)[1].split()
-                cpu_s = (int(fields[11]) + int(fields[12])) / tick
-                out[(pid, int(task.name))] = (f"{command} [{pid}] / {name} [{task.name}]", cpu_s)
-        except (OSError, ValueError):
+            with proc.oneshot():
+                command = " ".join(proc.cmdline()[2:4])  # "python -m" skipped
+                for t in proc.threads():
+                    name = psutil.Process(t.id).name() if t.id != proc.pid else proc.name()
+                    label = f"{command} [{proc.pid}] / {name} [{t.id}]"
+                    out[(proc.pid, t.id)] = (label, t.user_time + t.system_time)
+        except psutil.Error:
             continue  # gone meanwhile
-    return out
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children.get(p, [])
     return out
 
 
@@ -143,10 +126,9 @@ async def _collect(
         client = await asyncio.create_subprocess_exec(*bench, stdout=subprocess.DEVNULL)
         await asyncio.sleep(warm_s)
         feed.take_steps(WINDOW)
-        tree = _descendants(os.getppid()) + _descendants(os.getpid())
-        before, t0 = _thread_cpu_s(tree), time.monotonic()
+        before, t0 = _thread_cpu_s(), time.monotonic()
         await asyncio.sleep(window_s)
-        after, elapsed = _thread_cpu_s(tree), time.monotonic() - t0
+        after, elapsed = _thread_cpu_s(), time.monotonic() - t0
         steps = feed.take_steps(WINDOW)
         if await client.wait() != 0:
             raise RuntimeError("armature bench failed")
@@ -160,14 +142,6 @@ async def _collect(
         if share >= 0.001:
             shares[label] = shares.get(label, 0.0) + share
     return steps, shares
-
-
-def _profile(args: BenchArgs, plan: Plan, seqs: int) -> Path:
-    path = LOG_DIR / f"profile_seqs{seqs}.json"
-    command = [sys.executable, "-m", "armature.cli", "profile", "--engine", "torch"]
-    command += ["--model", str(args.model_dir), "--output", str(path), *plan.profile_args]
-    subprocess.run(command, check=True, env={**os.environ, **WORKER_ENV})
-    return path
 
 
 def main() -> None:
@@ -192,7 +166,7 @@ def main() -> None:
     window_s = 10.0 if args.quick else ns.window_s
     warm_s = 5.0 if args.quick else 20.0
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    profile_path = _profile(args, plan, max(ns.max_num_seqs))
+    profile_path = make_profile(args, plan, LOG_DIR, "profile")
     profile = read_profile(profile_path)
     timing = timing_from_profile(profile)
     w = plan.workload
