@@ -14,9 +14,12 @@ A worker's steps change nothing that others read until the next event that reads
 (an arrival, a timer, a transfer, a prefill worker's step end: the *observers*). So a batch of
 decodes runs, in one `EngineCore.run_decodes` call, every step that starts before the next
 observer (or until one finishes a request or would preempt), with the same effects as step
-after step; its tokens land in the requests at their steps' ends, and its last step ends as
-an event like any other. `ReplayConfig.reference_steps` runs every step on its own (the
-reference the fast path is tested against).
+after step; its last step ends as an event like any other. A run cut by the horizon is
+suspended, not ended: at that event it goes on to the next horizon when no request joined its
+worker meanwhile (`_go_on`), so a run's per-request work (its last step's outputs, its tokens
+landing in the requests at their steps' ends) is done once however dense the fleet's
+arrivals. `ReplayConfig.reference_steps` runs every step on its own (the reference the fast
+path is tested against).
 
 With lower KV tiers (`ReplayConfig.tiers`) each worker runs `ModeledTiers` on the simulation's
 time: a load submitted in a step is done n blocks x bytes / bandwidth later. A worker whose
@@ -29,13 +32,10 @@ from __future__ import annotations
 import heapq
 import statistics
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.engines.native.decode_run import DecodeRun
 from armature.errors import InvalidRequestError
-from armature.kv.event_log import KvEventLog
 from armature.kv.hashing import DEFAULT_HASH_SEED
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.protocols.worker import WorkerRole
@@ -49,13 +49,12 @@ from armature.router.prefix_index import PrefixIndex
 from armature.router.tier_weights import TierWeightBook
 from armature.sim.clock import EventClock
 from armature.sim.fleet_monitor import FleetMonitor
-from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
-from armature.sim.modeled_tiers import ModeledTiers, build_modeled_tiers
+from armature.sim.mocker import MockerRunner
+from armature.sim.mocker_worker import MockerWorkerFactory
+from armature.sim.modeled_tiers import ModeledTiers
 from armature.sim.replay_config import REPLAY_POLICIES, ReplayConfig, ReplayReport
 from armature.sim.sim_report import ReportInputs, Tracked, build_report
 from armature.sim.timing import TimingModel
-from armature.tiers.api import KvTiers
-from armature.transfer.blocks import KvBlockStore
 from armature.workload.traces import TraceRequest, synthesize_prompt
 
 __all__ = ["MIN_RETRY_MS", "Simulation"]
@@ -80,17 +79,6 @@ class Simulation:
         self.config = config
         self.requests = sorted(requests, key=lambda r: r.arrival_ms)
         max_len = max((r.input_length + r.output_length for r in requests), default=1)
-        self._arch = simulated_arch(config.vocab_size, max_len + 1)
-        self._timing = timing
-        self._prefill_timing = prefill_timing or timing
-        self._engine_config = NativeEngineConfig(
-            model_dir=Path("mocker"),
-            block_size=config.block_size,
-            num_kv_blocks=config.num_kv_blocks,
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            seed=config.seed,
-        )
         if not 0 <= config.num_prefill_workers < config.num_workers:
             raise ValueError("num_prefill_workers must leave at least one decode worker")
         self.prefill_workers = [f"prefill-{i}" for i in range(config.num_prefill_workers)]
@@ -101,6 +89,9 @@ class Simulation:
         self.runners: dict[str, MockerRunner] = {}
         self.tiers: dict[str, ModeledTiers] = {}
         self.clock = EventClock(lambda: self.now_ms / 1000.0)
+        self._worker_factory = MockerWorkerFactory(
+            config, max_len + 1, timing, prefill_timing or timing, self.clock
+        )
         for worker in [*self.prefill_workers, *self.workers]:
             self.make_worker(worker)
         self.index = PrefixIndex()
@@ -122,6 +113,7 @@ class Simulation:
         self.step_ends: list[tuple[float, int, str]] = []
         self.observers: list[tuple[float, int, str]] = []
         self.pending: dict[str, list[EngineOutput]] = {}
+        self.runs: dict[str, DecodeRun] = {}  # suspended decode runs, by worker
         self.busy: set[str] = set()
         self.wake_ms: dict[str, float] = {}  # an idle worker's next wake event
         self._sequence = 0
@@ -135,21 +127,11 @@ class Simulation:
 
     def make_worker(self, worker: str) -> None:
         """A mocker worker named `worker`, out of routing (see `join`)."""
-        c = self.config
-        # prefill workers are named "prefill-<n>" (and "prefill-new-<n>" by a planned fleet)
-        is_prefill = worker.startswith(f"{WorkerRole.PREFILL.value}-")
-        timing = self._prefill_timing if is_prefill else self._timing
-        runner = MockerRunner(self._arch, timing, VirtualClock(), seed=c.seed)
-        core = EngineCore(
-            self._engine_config,
-            runner,
-            num_blocks=c.num_kv_blocks,
-            tiers=self._build_tiers(worker) if c.tiers.is_enabled else None,
-            time_s=runner.clock.get_time_s,
-        )
-        runner.kv_utilization = _utilization_of(core)
-        self.cores[worker] = core
-        self.runners[worker] = runner
+        made = self._worker_factory.make(worker)
+        self.cores[worker] = made.core
+        self.runners[worker] = made.runner
+        if made.tiers is not None:
+            self.tiers[worker] = made.tiers
 
     def join(self, worker: str, role: WorkerRole) -> None:
         """Route to `worker` (made by `make_worker`) as a `role` worker."""
@@ -178,21 +160,6 @@ class Simulation:
         """Arrivals still to come, or events other than timers still to happen."""
         num_events = len(self.step_ends) + len(self.observers)
         return self.next_arrival < len(self.requests) or num_events > len(self.timers)
-
-    def _build_tiers(self, worker: str) -> Callable[[KvEventLog, KvBlockStore], KvTiers]:
-        def build(event_log: KvEventLog, kv_store: KvBlockStore) -> KvTiers:
-            c = self.config
-            tiers = build_modeled_tiers(
-                c.tiers,
-                event_log,
-                self.clock,
-                bytes_per_block=c.kv_bytes_per_block,
-                speedup_ratio=c.speedup_ratio,
-            )
-            self.tiers[worker] = tiers
-            return tiers
-
-        return build
 
     def _policy(
         self, index: PrefixIndex | None = None, load: ActiveLoad | None = None
@@ -316,10 +283,7 @@ class Simulation:
             run = core.run_decodes(runner, now_ms, self._get_horizon_ms())
             if run is not None:
                 self._index_events(worker)
-                self._deliver_decodes(run)
-                self.pending[worker] = run.outputs
-                self.busy.add(worker)
-                self._schedule(run.step_end_ms[-1], worker, worker)
+                self._began_decodes(worker, run)
                 return
         num_batches = runner.num_batches
         outputs = core.step()
@@ -332,8 +296,34 @@ class Simulation:
         self.busy.add(worker)
         self._schedule(now_ms + runner.last_step_ms, worker, worker)
 
+    def _began_decodes(self, worker: str, run: DecodeRun) -> None:
+        """`worker` is busy with decode run `run` until its last step's end: a suspended run
+        goes on or ends there (`_go_on`), a done one delivers its tokens."""
+        self.busy.add(worker)
+        if run.outputs is None:
+            self.runs[worker] = run
+        else:
+            self._deliver_decodes(run)
+            self.pending[worker] = run.outputs
+        self._schedule(run.step_end_ms[-1], worker, worker)
+
+    def _go_on(self, worker: str, run: DecodeRun) -> bool:
+        """At suspended `run`'s last step's end: run on when nothing joined the worker since
+        (True), else end the run there with that step's outputs pending (False)."""
+        if run.can_extend():
+            num_steps = run.num_steps
+            self.cores[worker].extend_decodes(run, self._get_horizon_ms())
+            if run.num_steps > num_steps:
+                self._index_events(worker)
+                self._began_decodes(worker, run)
+                return True
+        outputs = run.outputs if run.outputs is not None else run.end()
+        self._deliver_decodes(run)
+        self.pending[worker] = outputs
+        return False
+
     def _deliver_decodes(self, run: DecodeRun) -> None:
-        """The tokens of a decode run's steps but its last, each at its step's end (as
+        """The tokens of an ended decode run's steps but its last, each at its step's end (as
         `_deliver` would: none is a first token or a finish)."""
         ends_ms = run.step_end_ms[:-1]
         if ends_ms:
@@ -358,6 +348,9 @@ class Simulation:
 
     def _finish_step(self, worker: str, now_ms: float) -> None:
         self.busy.discard(worker)
+        run = self.runs.pop(worker, None)
+        if run is not None and self._go_on(worker, run):
+            return
         for output in self.pending.pop(worker, []):
             self._deliver(output, now_ms)
         if self.cores[worker].has_work():
@@ -416,8 +409,3 @@ class Simulation:
             end_ms,
             wall_time_s,
         )
-
-
-def _utilization_of(core: EngineCore) -> Callable[[], float]:
-    pool = core.pool
-    return lambda: pool.get_num_active_blocks() / pool.num_blocks

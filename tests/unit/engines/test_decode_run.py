@@ -35,6 +35,14 @@ def add(core: EngineCore, max_tokens: dict[str, int], prompt_len: int = 6) -> No
         core.add_request(EngineRequest(request_id=rid, prompt_token_ids=prompt, sampling=sampling))
 
 
+def prefilled(max_tokens: dict[str, int], **settings: object) -> tuple[EngineCore, MockerRunner]:
+    """A `twin` core with these requests added and prefilled (their first step run)."""
+    core, runner = twin(**settings)  # type: ignore[arg-type]
+    add(core, max_tokens)
+    core.step()
+    return core, runner
+
+
 def state(core: EngineCore) -> object:
     """Everything a step can change."""
     return (
@@ -65,16 +73,64 @@ def test_a_run_is_the_steps_it_replaces() -> None:
     for core in (fast, slow):
         add(core, {"a": 30, "b": 25, "c": 40})
         core.step()  # the prefills
-    assert fast.run_decodes(fast_runner, 0.0, 0.0) is not None  # one step, then the horizon
-    slow.step()
+    first = fast.run_decodes(fast_runner, 0.0, 0.0)  # one step, then the horizon
+    assert first is not None and first.num_steps == 1 and not first.is_done
+    assert first.end() == slow.step()
     run = fast.run_decodes(fast_runner, 0.0, 100.0)
-    assert run is not None
+    assert run is not None and not run.is_done  # suspended at the horizon
     assert run.request_ids == ["a", "b", "c"]
+    assert run.step_end_ms[-2] < 100.0 <= run.step_end_ms[-1]
     reference = step_until(slow, slow_runner, run.step_end_ms[-1])
     assert len(reference) == run.num_steps
+    assert reference[-1] == run.end()
+    assert state(fast) == state(slow)
+    assert fast_runner.clock.now_s == slow_runner.clock.now_s
+
+
+def test_a_suspended_run_goes_on_as_the_steps_do() -> None:
+    fast, fast_runner = prefilled({"a": 30, "b": 45, "c": 40}, num_kv_blocks=40)
+    slow, slow_runner = prefilled({"a": 30, "b": 45, "c": 40}, num_kv_blocks=40)
+    run = fast.run_decodes(fast_runner, 0.0, 7.0)
+    assert run is not None
+    horizons = 1
+    while not run.is_done:
+        assert run.can_extend()
+        fast.extend_decodes(run, run.step_end_ms[-1] + 7.0)
+        horizons += 1
+    assert horizons > 3  # several horizons, one run
+    reference = [slow.step() for _ in range(run.num_steps)]
+    assert [o.finish_reason for o in run.outputs or []] == [FinishReason.LENGTH, None, None]
     assert reference[-1] == run.outputs
     assert state(fast) == state(slow)
     assert fast_runner.clock.now_s == slow_runner.clock.now_s
+    assert fast.get_load().num_steps == slow.get_load().num_steps
+
+
+def test_a_request_joining_ends_a_suspended_run() -> None:
+    core, runner = prefilled({"a": 30, "b": 30}, max_num_seqs=2)
+    run = core.run_decodes(runner, 0.0, 5.0)
+    assert run is not None and run.can_extend()
+    add(core, {"c": 30})  # waits (the batch is full), yet the next step's records change
+    assert not run.can_extend()
+    outputs = run.end()
+    assert [o.request_id for o in outputs] == ["a", "b"] and not run.can_extend()
+
+
+def test_a_suspended_run_whose_next_step_would_preempt_ends_where_it_was() -> None:
+    whole_core, whole_runner = prefilled({"a": 40, "b": 40}, num_kv_blocks=12)
+    whole = whole_core.run_decodes(whole_runner, 0.0, float("inf"))
+    assert whole is not None and whole.is_done
+    steps = whole.num_steps
+    fast, fast_runner = prefilled({"a": 40, "b": 40}, num_kv_blocks=12)
+    slow, _ = prefilled({"a": 40, "b": 40}, num_kv_blocks=12)
+    run = fast.run_decodes(fast_runner, 0.0, 0.0)
+    assert run is not None
+    while not run.is_done:
+        fast.extend_decodes(run, run.step_end_ms[-1])  # one step each time
+    assert run.num_steps == steps  # the extension that would preempt ran no step
+    reference = [slow.step() for _ in range(steps)]
+    assert reference[-1] == run.outputs
+    assert state(fast) == state(slow)
 
 
 def test_a_run_ends_with_the_step_that_finishes_a_request() -> None:

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from armature.engines.native.core import EngineCore
+from armature.engines.native.decode_run import DecodeRun
+from armature.protocols.engine import EngineOutput
 from armature.sim.replay import ReplayConfig, replay
 from armature.sim.simulation import Simulation
 from armature.sim.timing import AttendedTokensTiming, PolynomialTiming, StepWork
@@ -118,6 +121,26 @@ def test_the_fast_path_skips_events_and_runs_the_same_steps() -> None:
     assert steps[0] == steps[1]
     # events scheduled: a step end per engine step, against one per run of decode steps
     assert (fast._sequence, reference._sequence) == (390, 2090)
+
+
+def test_suspended_runs_go_on_and_end_as_the_steps_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode runs suspended at the fleet's horizon go on past it, and end where a request
+    joins their worker; the report is still the reference's."""
+    calls = {"extended": 0, "ended": 0}
+    extend, end = EngineCore.extend_decodes, DecodeRun.end
+
+    def counted_extend(core: EngineCore, run: DecodeRun, horizon_ms: float) -> None:
+        calls["extended"] += 1
+        extend(core, run, horizon_ms)
+
+    def counted_end(run: DecodeRun) -> list[EngineOutput]:
+        calls["ended"] += 1
+        return end(run)
+
+    monkeypatch.setattr(EngineCore, "extend_decodes", counted_extend)
+    monkeypatch.setattr(DecodeRun, "end", counted_end)
+    same_report(GROUPS, CONFIG)
+    assert calls == {"extended": 177, "ended": 61}  # the fast replay's (deterministic)
 
 
 @pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])

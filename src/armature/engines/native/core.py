@@ -306,6 +306,15 @@ class EngineCore:
             self._num_steps += run.num_steps
         return run
 
+    def extend_decodes(self, run: DecodeRun, horizon_ms: float) -> None:
+        """Go on with suspended `run` (this core's, `run.can_extend()`) from its last step's
+        end until the same conditions as `run_decodes`, `horizon_ms` the new horizon. Same
+        effects as the steps it runs; when its first step would preempt, the run ends at its
+        last step (no step is run)."""
+        num_steps = run.num_steps
+        run.extend(horizon_ms)
+        self._num_steps += run.num_steps - num_steps
+
     def _finish(self, req: RequestState, reason: FinishReason) -> None:
         self.scheduler.finish(req, reason)
         self._requests.pop(req.request_id, None)

@@ -21,6 +21,11 @@ has one token left to compute, no stop strings or remote prefill, and no waiting
 could be admitted (the queue is empty, or the batch holds `max_num_seqs` or the whole token
 budget). It stops before a step whose blocks would not fit (the step-by-step path preempts),
 after a step that finishes a request, and before a step starting at or after `horizon_ms`.
+
+At the horizon a run is suspended rather than ended: the caller (the simulator, whose
+horizon is the fleet's next arrival or observer) goes on with it at its last step's end when
+nothing joined its engine meanwhile, so that a run costs per request once, not once per
+horizon (at 256 workers the fleet's arrivals come every ~13 steps of a worker).
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ import bisect
 import heapq
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from armature.engines.native.request import RequestState
@@ -62,20 +66,161 @@ class DecodeRunner(Protocol):
         ...
 
 
-@dataclass(frozen=True)
 class DecodeRun:
     """Steps run at once: the batch (`request_ids`, in running order) decoded one token each
-    step; step i ended at `step_end_ms[i]` (the first started at the run's `now_ms`). Every
-    step but the last is done; `outputs` are the last step's, as `EngineCore.step` returns
-    them, to deliver at `step_end_ms[-1]`."""
+    step; step i ended at `step_end_ms[i]` (the first started at the run's `now_ms`).
 
-    request_ids: list[str]
-    step_end_ms: list[float]
-    outputs: list[EngineOutput]
+    A run that reaches its horizon is *suspended*: its steps are done, the last one is still
+    in progress (it started before the horizon) and the run has no `outputs` yet. At that
+    step's end the caller either `extend`s it to a new horizon, when nothing reached its
+    engine since (`can_extend`), or `end`s it there. A run that finished a request, or whose
+    next step would preempt, is done: every step but the last is done and `outputs` are the
+    last step's, as `EngineCore.step` returns them, to deliver at `step_end_ms[-1]`. Either
+    way the tokens of all steps but the last are the caller's to deliver at their ends (none
+    is a first token or a finish)."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        stats: StepStats,
+        runner: DecodeRunner,
+        *,
+        max_model_len: int,
+        finish: Callable[[RequestState, FinishReason], None],
+    ):
+        self._scheduler = scheduler
+        self._stats = stats
+        self._runner = runner
+        self._finish = finish
+        running = list(scheduler.running)
+        self._running = running
+        self.request_ids = [r.request_id for r in running]
+        bs = scheduler.kv.block_size
+        self._start_computed = [r.num_computed_tokens for r in running]
+        # steps (from 0) at which each request allocates a block, registers a full block,
+        # finishes
+        self._allocations = [(_next_allocation(r, bs), j) for j, r in enumerate(running)]
+        self._registrations = [(_next_registration(r, bs), j) for j, r in enumerate(running)]
+        heapq.heapify(self._allocations)
+        heapq.heapify(self._registrations)
+        self._finish_at = [_steps_to_finish(r, max_model_len) for r in running]
+        self._last_step = min(self._finish_at)
+        self._num_waiting = len(scheduler.waiting)
+        self._queued = (self._num_waiting, scheduler.get_num_prefill_tokens_queued())
+        self._kv_tokens = sum(self._start_computed) + len(running)
+        self._step = 0  # the next step to run
+        self.step_end_ms: list[float] = []
+        self.outputs: list[EngineOutput] | None = None
 
     @property
     def num_steps(self) -> int:
         return len(self.step_end_ms)
+
+    @property
+    def is_done(self) -> bool:
+        return self.outputs is not None
+
+    def can_extend(self) -> bool:
+        """Whether a suspended run may go on: no request joined its engine's queue since it
+        began (which would change what the next step schedules, or its records)."""
+        return self.outputs is None and len(self._scheduler.waiting) == self._num_waiting
+
+    def end(self) -> list[EngineOutput]:
+        """End a suspended run with its last step (in progress): that step's outputs."""
+        assert self.outputs is None
+        self.outputs = self._last_step_outputs(self._step - 1)
+        return self.outputs
+
+    def extend(self, horizon_ms: float) -> None:
+        """Go on from a suspended run's last step's end, to a new horizon (`can_extend`)."""
+        assert self.can_extend()
+        self._run(self.step_end_ms[-1], horizon_ms)
+
+    def _run(self, now_ms: float, horizon_ms: float) -> bool:
+        """Run steps from `self._step` (the first starting at `now_ms`) until one finishes a
+        request, the next would need blocks that are not free, or the next would start at or
+        after `horizon_ms`; False (nothing changed) when the first step of a new run does
+        not fit."""
+        kv = self._scheduler.kv
+        running, start_computed = self._running, self._start_computed
+        allocations, registrations = self._allocations, self._registrations
+        last_step, runner = self._last_step, self._runner
+        num_requests = len(running)
+        bs = kv.block_size
+        kv_tokens = self._kv_tokens
+        # a stretch: steps of one length, from one that may allocate to the next event
+        stretch_ends = not runner.decode_uses_context
+        step_end_ms = self.step_end_ms
+        step = self._step  # the stretch's first step
+        while True:
+            if allocations[0][0] == step and not _allocate_due(
+                self._scheduler, running, start_computed, allocations, step
+            ):
+                if not step_end_ms:
+                    return False
+                self.outputs = self._last_step_outputs(step - 1)  # the reference preempts
+                return True
+            # the stretch's last step: before the next allocation, at the next registration
+            # or finish (one step when step times read the context)
+            if stretch_ends:
+                last = min(registrations[0][0], last_step, allocations[0][0] - 1)
+            else:
+                last = step
+            num_kv_tokens_used = kv.pool.get_num_active_blocks() * bs
+            step_ms = runner.get_decode_step_ms(num_requests, kv_tokens)
+            t_ms = step_end_ms[-1] if step_end_ms else now_ms
+            # the stretch's step ends, one step_ms apart (added one by one, as step by
+            # step), to the first at or after the horizon
+            ends_ms = list(
+                itertools.accumulate(itertools.repeat(step_ms, last - step + 1), initial=t_ms)
+            )
+            del ends_ms[0]
+            del ends_ms[bisect.bisect_left(ends_ms, horizon_ms) + 1 :]
+            wall_s = runner.advance_steps(step_ms, len(ends_ms))
+            self._stats.record_decodes(
+                num_decode_requests=num_requests,
+                first_decode_kv_tokens=kv_tokens,
+                num_kv_tokens_used=num_kv_tokens_used,
+                num_queued_prefill_requests=self._queued[0],
+                num_queued_prefill_tokens=self._queued[1],
+                wall_s=wall_s,
+            )
+            step_end_ms += ends_ms
+            step += len(ends_ms) - 1
+            kv_tokens += num_requests * len(ends_ms)
+            self._kv_tokens = kv_tokens
+            t_ms = ends_ms[-1]
+            if registrations[0][0] == step:
+                for j in _take_due(registrations, step):
+                    r = running[j]
+                    _sync(r, start_computed[j] + step + 1, runner)  # before the step's token
+                    kv.register_full_blocks(r)
+                    heapq.heappush(registrations, (step + bs, j))
+            if step == last_step:
+                self.outputs = self._last_step_outputs(step)
+                return True
+            if t_ms >= horizon_ms:
+                self._step = step + 1  # suspended
+                return True
+            step += 1
+
+    def _last_step_outputs(self, step: int) -> list[EngineOutput]:
+        """The run's last step, `step`: each request caught up to it, its token sampled, and
+        those whose length limit it reaches ended."""
+        outputs = []
+        runner, finish = self._runner, self._finish
+        for j, r in enumerate(self._running):
+            _sync(r, self._start_computed[j] + step + 1, runner)
+            position = r.num_tokens
+            token = runner.get_tokens(r.request_id, position, position + 1)[0]
+            r.token_ids.append(token)
+            reason = FinishReason.LENGTH if self._finish_at[j] == step else None
+            if reason is not None:
+                finish(r, reason)
+            outputs.append(
+                EngineOutput(request_id=r.request_id, new_token_ids=[token], finish_reason=reason)
+            )
+        return outputs
 
 
 def can_run_decodes(scheduler: Scheduler, eos_token_ids: tuple[int, ...]) -> bool:
@@ -114,73 +259,11 @@ def run_decodes(
 ) -> DecodeRun | None:
     """Run steps of the current batch of decodes (`can_run_decodes` must hold) from `now_ms`
     until one finishes a request, the next would need blocks that are not free, or the next
-    would start at or after `horizon_ms`. `finish` ends a request as the engine does; the
-    runner's clock is the engine's (its steps' seconds are recorded). None (nothing changed)
-    when the first step's blocks do not fit."""
-    kv = scheduler.kv
-    running = list(scheduler.running)
-    num_requests = len(running)
-    bs = kv.block_size
-    start_computed = [r.num_computed_tokens for r in running]
-    # steps (from 0) at which each request allocates a block, registers a full block, finishes
-    allocations = [(_next_allocation(r, bs), j) for j, r in enumerate(running)]
-    registrations = [(_next_registration(r, bs), j) for j, r in enumerate(running)]
-    heapq.heapify(allocations)
-    heapq.heapify(registrations)
-    finish_at = [_steps_to_finish(r, max_model_len) for r in running]
-    last_step = min(finish_at)
-    queued = (len(scheduler.waiting), scheduler.get_num_prefill_tokens_queued())
-    kv_tokens = sum(start_computed) + num_requests
-    # a stretch: steps of one length, from one that may allocate to the next event
-    stretch_ends = not runner.decode_uses_context
-    step_end_ms: list[float] = []
-    step = 0  # the stretch's first step
-    while True:
-        if allocations[0][0] == step and not _allocate_due(
-            scheduler, running, start_computed, allocations, step
-        ):
-            if step == 0:
-                return None
-            step -= 1  # the step-by-step path preempts at this step
-            break
-        # the stretch's last step: before the next allocation, at the next registration or
-        # finish (one step when step times read the context)
-        last = min(registrations[0][0], last_step, allocations[0][0] - 1) if stretch_ends else step
-        num_kv_tokens_used = kv.pool.get_num_active_blocks() * bs
-        step_ms = runner.get_decode_step_ms(num_requests, kv_tokens)
-        t_ms = step_end_ms[-1] if step_end_ms else now_ms
-        # the stretch's step ends, one step_ms apart (added one by one, as step by step),
-        # to the first at or after the horizon
-        ends_ms = list(
-            itertools.accumulate(itertools.repeat(step_ms, last - step + 1), initial=t_ms)
-        )
-        del ends_ms[0]
-        del ends_ms[bisect.bisect_left(ends_ms, horizon_ms) + 1 :]
-        wall_s = runner.advance_steps(step_ms, len(ends_ms))
-        stats.record_decodes(
-            num_decode_requests=num_requests,
-            first_decode_kv_tokens=kv_tokens,
-            num_kv_tokens_used=num_kv_tokens_used,
-            num_queued_prefill_requests=queued[0],
-            num_queued_prefill_tokens=queued[1],
-            wall_s=wall_s,
-        )
-        step_end_ms += ends_ms
-        step += len(ends_ms) - 1
-        kv_tokens += num_requests * len(ends_ms)
-        t_ms = ends_ms[-1]
-        if registrations[0][0] == step:
-            for j in _take_due(registrations, step):
-                r = running[j]
-                _sync(r, start_computed[j] + step + 1, runner)  # before the step's token
-                kv.register_full_blocks(r)
-                heapq.heappush(registrations, (step + bs, j))
-        if step == last_step or t_ms >= horizon_ms:
-            break
-        step += 1
-    ends_at = [start + step + 1 for start in start_computed]
-    outputs = _last_step_outputs(running, ends_at, [f == step for f in finish_at], runner, finish)
-    return DecodeRun([r.request_id for r in running], step_end_ms, outputs)
+    would start at or after `horizon_ms` (then the run is suspended). `finish` ends a request
+    as the engine does; the runner's clock is the engine's (its steps' seconds are recorded).
+    None (nothing changed) when the first step's blocks do not fit."""
+    run = DecodeRun(scheduler, stats, runner, max_model_len=max_model_len, finish=finish)
+    return run if run._run(now_ms, horizon_ms) else None
 
 
 def _allocate_due(
@@ -203,30 +286,6 @@ def _allocate_due(
         assert ok
         heapq.heappush(allocations, (_next_allocation(r, kv.block_size) + step, j))
     return True
-
-
-def _last_step_outputs(
-    running: list[RequestState],
-    num_computed_at_end: list[int],
-    finishes: list[bool],
-    runner: DecodeRunner,
-    finish: Callable[[RequestState, FinishReason], None],
-) -> list[EngineOutput]:
-    """The run's last step: each request caught up to `num_computed_at_end`, its token
-    sampled, and those in `finishes` ended at their length limit."""
-    outputs = []
-    for r, num_computed, finishing in zip(running, num_computed_at_end, finishes, strict=True):
-        _sync(r, num_computed, runner)
-        position = r.num_tokens
-        token = runner.get_tokens(r.request_id, position, position + 1)[0]
-        r.token_ids.append(token)
-        reason = FinishReason.LENGTH if finishing else None
-        if reason is not None:
-            finish(r, reason)
-        outputs.append(
-            EngineOutput(request_id=r.request_id, new_token_ids=[token], finish_reason=reason)
-        )
-    return outputs
 
 
 def _take_due(heap: list[tuple[int, int]], step: int) -> list[int]:
