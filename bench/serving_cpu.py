@@ -162,8 +162,13 @@ def top_frames(collapsed: Path, num: int) -> list[tuple[str, float, float]]:
     inclusive: dict[str, int] = {}
     own: dict[str, int] = {}
     total = 0
+    pending = ""  # a stack whose frame name held a newline goes on on the next line
     for line in collapsed.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
+        stack, _, count_text = (pending + line).rpartition(" ")
+        if not count_text.isdigit():
+            pending += line + "\n"
+            continue
+        pending = ""
         count = int(count_text)
         total += count
         frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from armature.errors import ArmatureError, ConfigError
+from armature.frontend.prompt_encoder import SegmentedEncoder
 from armature.frontend.template_features import TemplateFeatures, read_template_features
 
 __all__ = ["NoChatTemplateError", "Preprocessor", "read_chat_template", "uses_tools"]
@@ -56,6 +57,10 @@ class Preprocessor:
         # (`encode_batch_fast`): the same ids for ~20% less CPU per prompt
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         self._encoder: Any = backend if hasattr(backend, "encode_batch_fast") else None
+        # prompts that share text tokenize it once, where the tokenizer allows it exactly
+        self.segmented: SegmentedEncoder | None = None
+        if self._encoder is not None and SegmentedEncoder.accepts(backend):
+            self.segmented = SegmentedEncoder(backend)
 
     def with_tools_template(self, source: str) -> Preprocessor:
         """This preprocessor (the same tokenizer) with `source` rendering the chats that use
@@ -94,6 +99,8 @@ class Preprocessor:
         return self.encode(self.render_chat(messages, tools), add_special_tokens=False)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if self.segmented is not None:  # adds no special tokens either way
+            return self.segmented.encode(text)
         if self._encoder is not None:
             [encoding] = self._encoder.encode_batch_fast(
                 [text], add_special_tokens=add_special_tokens
