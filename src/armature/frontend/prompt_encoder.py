@@ -17,7 +17,8 @@ between two non-space characters (position k below):
 
 A prompt is cut at the first such space after every `segment_chars` characters, so prompts
 that begin alike are cut alike up to where they differ; each segment's ids are kept by its
-text (least recently used out first). Other tokenizers encode whole prompts.
+text (least recently used out first, within a bound on the kept text). Other tokenizers
+encode whole prompts.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["SEGMENT_CHARS", "SegmentedEncoder"]
+__all__ = ["MAX_KEPT_CHARS", "SEGMENT_CHARS", "SegmentedEncoder"]
 
 SEGMENT_CHARS = 256  # about 50-60 tokens of English text
-MAX_SEGMENTS = 16_384  # kept: a few MB of text and ids
+MAX_KEPT_CHARS = 4_000_000  # the kept segments' text, all together (with their ids ~40 MB)
 
 
 class SegmentedEncoder:
@@ -39,15 +40,18 @@ class SegmentedEncoder:
         self,
         backend: Any,
         segment_chars: int = SEGMENT_CHARS,
-        max_segments: int = MAX_SEGMENTS,
+        max_kept_chars: int = MAX_KEPT_CHARS,
     ):
-        """`backend`: a `tokenizers.Tokenizer` that `accepts` allows."""
-        if segment_chars < 1 or max_segments < 1:
-            raise ValueError("segment_chars and max_segments must be >= 1")
+        """`backend`: a `tokenizers.Tokenizer` that `accepts` allows. Segments are kept
+        while their text adds up to at most `max_kept_chars`; one longer than 4 x
+        `segment_chars` (text with no cut in it) is encoded but not kept."""
+        if segment_chars < 1 or max_kept_chars < 1:
+            raise ValueError("segment_chars and max_kept_chars must be >= 1")
         self._backend = backend
         self._segment_chars = segment_chars
-        self._max_segments = max_segments
+        self._max_kept_chars = max_kept_chars
         self._ids: OrderedDict[str, list[int]] = OrderedDict()
+        self._num_kept_chars = 0
         self._lock = threading.Lock()  # prompts are encoded on an executor's threads
         self.num_hits = 0
         self.num_misses = 0
@@ -93,10 +97,14 @@ class SegmentedEncoder:
         if missing:
             encoded = self._backend.encode_batch_fast(missing, add_special_tokens=False)
             new = {s: list(e.ids) for s, e in zip(missing, encoded, strict=True)}
+            longest = 4 * self._segment_chars
             with self._lock:
-                self._ids.update(new)
-                while len(self._ids) > self._max_segments:
-                    self._ids.popitem(last=False)
+                for segment, ids in new.items():
+                    if len(segment) <= longest and segment not in self._ids:
+                        self._ids[segment] = ids
+                        self._num_kept_chars += len(segment)
+                while self._num_kept_chars > self._max_kept_chars:
+                    self._num_kept_chars -= len(self._ids.popitem(last=False)[0])
                 self.num_misses += len(missing)
             found = [new[s] if ids is None else ids for s, ids in zip(segments, found, strict=True)]
         out: list[int] = []
