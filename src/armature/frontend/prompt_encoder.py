@@ -6,7 +6,8 @@ Exact for the tokenizers it accepts (`SegmentedEncoder.accepts`): a byte-level B
 pre-tokenizer is the GPT-2 split (`ByteLevel` with its regex, no prefix space), without a
 normalizer or BPE dropout, whose added tokens hold no whitespace and strip nothing. There a
 prompt's ids are the concatenation of its pieces' ids wherever it is cut at a space that sits
-between two non-space characters (position k below):
+between two non-space characters (position k below; the cuts taken are between two plain
+characters, ASCII printables, letters or digits, which no whitespace class holds):
 
     "...ab cd..."        the split's alternatives (contractions, ` ?\\p{L}+`, ` ?\\p{N}+`,
           ^ k            ` ?[^\\s\\p{L}\\p{N}]+`, whitespace runs) take a space only as their
