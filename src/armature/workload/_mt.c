@@ -83,18 +83,27 @@ static inline uint32_t genrand_uint32(Mt *mt) {
     return y;
 }
 
-/* block_tokens(key, num_tokens, low, span) -> tuple[int, ...]: MT19937 seeded by init_by_array
- * with `key` (little-endian u32 words), its next num_tokens outputs, each `% span + low`. */
+/* block_tokens(key, num_tokens, low, span, ints=None) -> tuple[int, ...]: MT19937 seeded by
+ * init_by_array with `key` (little-endian u32 words), its next num_tokens outputs, each
+ * `% span + low`. `ints`: a tuple of span ints, ints[i] == low + i; the tokens are then those
+ * objects (shared by every block), not new ones. */
 static PyObject *block_tokens(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer key;
     Py_ssize_t num_tokens;
     unsigned long low, span;
-    if (!PyArg_ParseTuple(args, "y*nkk", &key, &num_tokens, &low, &span)) return NULL;
+    PyObject *ints = NULL;
+    if (!PyArg_ParseTuple(args, "y*nkk|O!", &key, &num_tokens, &low, &span, &PyTuple_Type, &ints))
+        return NULL;
     if (key.len <= 0 || key.len % 4 != 0 || num_tokens < 0 || span == 0 || span > 0xFFFFFFFFUL) {
         PyBuffer_Release(&key);
         PyErr_SetString(PyExc_ValueError, "key must be a positive number of u32 words, "
                                           "num_tokens >= 0, 0 < span < 2**32");
+        return NULL;
+    }
+    if (ints != NULL && (unsigned long)PyTuple_GET_SIZE(ints) != span) {
+        PyBuffer_Release(&key);
+        PyErr_SetString(PyExc_ValueError, "ints must hold span ints");
         return NULL;
     }
     size_t key_length = (size_t)key.len / 4;
@@ -121,10 +130,16 @@ static PyObject *block_tokens(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < num_tokens; i++) {
         uint64_t lowbits = magic * genrand_uint32(&mt);
         uint64_t remainder = (uint64_t)(((__uint128_t)lowbits * span) >> 64);
-        PyObject *item = PyLong_FromLongLong((long long)(remainder + low));
-        if (item == NULL) {
-            Py_DECREF(out);
-            return NULL;
+        PyObject *item;
+        if (ints != NULL) {
+            item = PyTuple_GET_ITEM(ints, (Py_ssize_t)remainder);
+            Py_INCREF(item);
+        } else {
+            item = PyLong_FromLongLong((long long)(remainder + low));
+            if (item == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
         }
         PyTuple_SET_ITEM(out, i, item);
     }
@@ -133,7 +148,7 @@ static PyObject *block_tokens(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"block_tokens", block_tokens, METH_VARARGS,
-     "block_tokens(key, num_tokens, low, span) -> tuple[int, ...]"},
+     "block_tokens(key, num_tokens, low, span, ints=None) -> tuple[int, ...]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -56,6 +56,8 @@ THINK_JITTER_FRACTION = 0.25
 # Prompt blocks kept by `_block_token_ids`: ~18 KiB each at 512 tokens (Python ints, so a
 # prompt is built by copying references, 10x faster than from packed ids), ~72 MiB in all.
 _BLOCK_CACHE_SIZE = 4096
+# a vocabulary up to this many ids shares its token ints (`_shared_ints`: 28 MiB at the most)
+_MAX_SHARED_INTS = 1 << 20
 
 
 class TraceFormatError(ArmatureError, ValueError):
@@ -203,7 +205,18 @@ def _block_token_ids(
     if _mt is None:
         return _block_token_ids_py(seed, hash_id, min_token_id, vocab_size, num_tokens)
     key = _mt_key(f"{seed}:{hash_id}")
-    return _mt.block_tokens(key, num_tokens, min_token_id, vocab_size - min_token_id)
+    span = vocab_size - min_token_id
+    if span > _MAX_SHARED_INTS:
+        return _mt.block_tokens(key, num_tokens, min_token_id, span)
+    return _mt.block_tokens(key, num_tokens, min_token_id, span, _shared_ints(min_token_id, span))
+
+
+@lru_cache(maxsize=4)
+def _shared_ints(low: int, span: int) -> tuple[int, ...]:
+    """The ints low..low + span - 1, made once: synthesized prompts hold references to these
+    rather than ints of their own (a prompt's list is then its pointers alone, and making one
+    allocates no int)."""
+    return tuple(range(low, low + span))
 
 
 def _block_token_ids_py(

@@ -55,6 +55,25 @@ def test_bad_arguments_are_refused() -> None:
         _mt.block_tokens(key, 4, 0, 2**32)
 
 
+def test_tokens_can_be_the_given_ints_themselves() -> None:
+    key = traces._mt_key("4:2")
+    table = tuple(range(7, 1007))
+    shared = _mt.block_tokens(key, 600, 7, 1000, table)
+    assert shared == _mt.block_tokens(key, 600, 7, 1000)
+    assert all(token is table[token - 7] for token in shared)
+    with pytest.raises(ValueError, match="span ints"):
+        _mt.block_tokens(key, 4, 7, 1000, table[:-1])
+    with pytest.raises(TypeError):
+        _mt.block_tokens(key, 4, 7, 1000, list(table))
+
+
+def test_synthesized_prompts_share_their_token_ints() -> None:
+    first = synthesize_prompt(TraceRequest(0.0, 700, 1, (3, 9)), vocab_size=32000, seed=5)
+    second = synthesize_prompt(TraceRequest(0.0, 900, 1, (4, 9)), vocab_size=32000, seed=5)
+    ints = traces._shared_ints(0, 32000)
+    assert all(token is ints[token] for token in first + second)
+
+
 _WITHOUT_NATIVE = """
 import json
 from armature.workload import traces
