@@ -116,6 +116,14 @@ def test_a_request_joining_ends_a_suspended_run() -> None:
     assert [o.request_id for o in outputs] == ["a", "b"] and not run.can_extend()
 
 
+def test_a_request_leaving_the_batch_ends_a_suspended_run() -> None:
+    core, runner = prefilled({"a": 30, "b": 30})
+    run = core.run_decodes(runner, 0.0, 5.0)
+    assert run is not None and run.can_extend()
+    assert core.abort_request("b")
+    assert not run.can_extend()
+
+
 def test_a_suspended_run_whose_next_step_would_preempt_ends_where_it_was() -> None:
     whole_core, whole_runner = prefilled({"a": 40, "b": 40}, num_kv_blocks=12)
     whole = whole_core.run_decodes(whole_runner, 0.0, float("inf"))

@@ -122,8 +122,14 @@ class DecodeRun:
 
     def can_extend(self) -> bool:
         """Whether a suspended run may go on: no request joined its engine's queue since it
-        began (which would change what the next step schedules, or its records)."""
-        return self.outputs is None and len(self._scheduler.waiting) == self._num_waiting
+        began (which would change what the next step schedules, or its records) and none
+        left its batch."""
+        scheduler = self._scheduler
+        return (
+            self.outputs is None
+            and len(scheduler.waiting) == self._num_waiting
+            and len(scheduler.running) == len(self._running)
+        )
 
     def end(self) -> list[EngineOutput]:
         """End a suspended run with its last step (in progress): that step's outputs."""
