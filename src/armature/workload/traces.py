@@ -53,8 +53,10 @@ __all__ = [
 TRACE_BLOCK_TOKENS = 512
 # A turn gap in `synthetic_multi_turn` is think_time_ms scaled by U(1 - f, 1 + f).
 THINK_JITTER_FRACTION = 0.25
-# Prompt blocks kept by `_block_token_ids`: ~18 KiB each at 512 tokens (Python ints, so a
-# prompt is built by copying references, 10x faster than from packed ids), ~72 MiB in all.
+# Prompt blocks kept by `_block_token_ids`: ~4 KiB each at 512 tokens (tuples of references
+# to the shared ints, so a prompt is built by copying references, 10x faster than from packed
+# ids), ~16 MiB in all. On the conversation trace 9% of block lookups hit (16,384 blocks: 27%,
+# 0.4 of 4.2 CPU s less to synthesize it, for 50 MiB more).
 _BLOCK_CACHE_SIZE = 4096
 # a vocabulary up to this many ids shares its token ints (`_shared_ints`: 28 MiB at the most)
 _MAX_SHARED_INTS = 1 << 20
