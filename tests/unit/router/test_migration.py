@@ -9,6 +9,7 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
+import msgspec
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
@@ -50,11 +51,18 @@ class DiesAfter:
         stream = self.inner.generate(request)
         try:
             async for output in stream:
-                yield output
-                count += len(output.new_token_ids)
-                if count >= self.num_tokens and output.finish_reason is None:
+                # The engine merges outputs that queue up while the consumer is busy, so one
+                # output can carry several tokens: send exactly `num_tokens`, then die.
+                left = self.num_tokens - count
+                if len(output.new_token_ids) >= left and (
+                    output.finish_reason is None or len(output.new_token_ids) > left
+                ):
+                    ids = output.new_token_ids[:left]
+                    yield msgspec.structs.replace(output, new_token_ids=ids, finish_reason=None)
                     self.dead = True
                     raise EngineDeadError("worker killed")
+                yield output
+                count += len(output.new_token_ids)
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
