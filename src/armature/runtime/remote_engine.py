@@ -46,6 +46,7 @@ from armature.protocols.lora import LoadLora, LoraAdapter, LoraNotFoundError, Lo
 from armature.protocols.worker import WorkerCard, WorkerUpdate
 from armature.runtime.events import EventPlane, EventPlaneError
 from armature.runtime.request_plane import PeerUnavailableError, RemoteError, RequestClient
+from armature.runtime.stall_watch import StallWatch
 
 __all__ = ["RemoteEngine"]
 
@@ -121,10 +122,11 @@ class RemoteEngine:
         if not self._alive:
             raise EngineDeadError(f"{self.card.worker_id} is gone")
         stream = self._stream("generate", msgspec.msgpack.encode(request))
+        watch = StallWatch(self.stall_timeout_s)
         try:
             while True:
                 try:
-                    payload = await asyncio.wait_for(anext(stream), self.stall_timeout_s)
+                    payload = await watch.wait(anext(stream))
                 except StopAsyncIteration:
                     return
                 except TimeoutError:
@@ -139,6 +141,7 @@ class RemoteEngine:
                     ) from None
                 yield msgspec.msgpack.decode(payload, type=EngineOutput)
         finally:
+            watch.close()
             await stream.aclose()  # type: ignore[attr-defined]
 
     @property

@@ -12,10 +12,10 @@ import pytest
 
 from armature.protocols.failures import FailureCode
 from armature.protocols.framing import frame
-from armature.runtime.frames import Open, encode_frame
+from armature.runtime.frames import FrameError, Open, encode_frame
 from armature.runtime.request_plane import HandlerError, PeerUnavailableError, RemoteError
 from armature.runtime.tcp_client import RequestPlaneClient
-from armature.runtime.tcp_server import RequestPlaneServer
+from armature.runtime.tcp_server import RequestPlaneServer, read_frame
 from polling import wait_until
 
 
@@ -258,3 +258,37 @@ async def test_a_handler_whose_client_left_ends_quietly(caplog: pytest.LogCaptur
     await serve_stream(7, "gen", b"", {"gen": handler}, CreditWindow(4), send)
     assert len(sent) == 1  # the first Data frame; no Fail for a client that is gone
     assert "the client left" in caplog.text and "failed" not in caplog.text
+
+
+@pytest.mark.parametrize("rest_timeout_s", [None, 5.0])
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"", "EOFError"),
+        (encode_frame(Open(1, "count", b"1", 4))[:2], "truncated frame"),
+        (frame(bytes(100))[:9], "truncated frame"),
+        ((2**31).to_bytes(4, "big"), "exceeds the"),
+        (frame(b"\xc1"), "undecodable frame"),
+    ],
+)
+async def test_read_frame_refuses_what_is_not_a_whole_frame(
+    data: bytes, error: str, rest_timeout_s: float | None
+) -> None:
+    """Both readers (the client's without a timer, the server's with one) answer alike."""
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    with pytest.raises((EOFError, FrameError)) as caught:
+        await read_frame(reader, 1 << 20, rest_timeout_s)
+    assert error in f"{type(caught.value).__name__}: {caught.value}"
+
+
+@pytest.mark.parametrize("rest_timeout_s", [None, 5.0])
+async def test_read_frame_reads_frames_back_to_back(rest_timeout_s: float | None) -> None:
+    frames = [Open(1, "count", b"3", 4), Open(2, "endless", b"", 8)]
+    reader = asyncio.StreamReader()
+    reader.feed_data(b"".join(encode_frame(f) for f in frames))
+    reader.feed_eof()
+    assert [await read_frame(reader, 1 << 20, rest_timeout_s) for _ in frames] == frames
+    with pytest.raises(EOFError):
+        await read_frame(reader, 1 << 20, rest_timeout_s)
