@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
 from fastapi import FastAPI, Path, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from armature.config import HttpConfig
 from armature.engines.api import EngineDeadError
@@ -29,6 +29,7 @@ from armature.frontend.auth import ApiKeyMiddleware, ApiKeys, BodyLimitMiddlewar
 from armature.frontend.compose import FrontendParts, serves_generation
 from armature.frontend.embedding_routes import EMBEDDINGS_PATH, add_embedding_routes
 from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
+from armature.frontend.event_stream import EventStreamResponse
 from armature.frontend.generation import GenerationError
 from armature.frontend.jobs import Job, ServedModel
 from armature.frontend.lora_admin import add_lora_routes
@@ -134,7 +135,7 @@ async def _service_run(service: OpenAIService, job: Awaitable[Job]) -> Run:
 
 async def _counted_stream(
     parts: FrontendParts, endpoint: str, run: Run
-) -> AsyncIterator[str | bytes]:
+) -> AsyncGenerator[str | bytes, None]:
     """`run.stream()`, counted in flight until the last event is sent or the client
     leaves. A stream the client leaves before its first event is never counted."""
     metrics = parts.metrics
@@ -205,7 +206,7 @@ async def _respond(
         if job.stream:
             status = None  # _counted_stream counts it when it ends
             events = _counted_stream(parts, endpoint, run)
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+            return EventStreamResponse(events, headers=headers)
         body = await run.complete(http_request)
         status = "200"
         return JSONResponse(body, headers=headers)
