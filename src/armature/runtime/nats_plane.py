@@ -47,10 +47,13 @@ from armature.runtime.request_plane import (
     RemoteError,
     serve_stream,
 )
+from armature.runtime.stall_watch import StallWatch
 
 __all__ = ["NatsRequestPlaneClient", "NatsRequestPlaneServer"]
 
 log = logging.getLogger(__name__)
+
+RECONNECT_CHECK_S = 1.0  # a stream waiting this long for a frame checks for a reconnect
 
 
 class _ServerStream:
@@ -152,14 +155,14 @@ class NatsRequestPlaneServer:
         await self.nc.publish(subject, encode_message(frame))
 
 
-async def _next_frame(queue: asyncio.Queue[Frame]) -> Frame | None:
-    """The next frame of a stream, or None after a second without one (the caller then
-    checks for a reconnect). Frames already waiting are taken without a timer: a consumer
-    that falls behind pays nothing per frame for the timeout."""
+async def _next_frame(queue: asyncio.Queue[Frame], watch: StallWatch) -> Frame | None:
+    """The next frame of a stream, or None after `watch`'s limit without one (the caller then
+    checks for a reconnect). Frames already waiting are taken without a timer, and the wait
+    for one arms no timer of its own (see StallWatch)."""
     if not queue.empty():
         return queue.get_nowait()
     try:
-        return await asyncio.wait_for(queue.get(), 1.0)
+        return await watch.wait(queue.get())
     except TimeoutError:
         return None
 
@@ -189,6 +192,7 @@ class NatsRequestPlaneClient:
         except Exception as exc:
             raise PeerUnavailableError(f"NATS unavailable: {exc}") from None
         control: str | None = None
+        watch: StallWatch | None = None
         finished = False
         reconnects = self.nc.stats["reconnects"]
         try:
@@ -201,8 +205,9 @@ class NatsRequestPlaneClient:
                 raise PeerUnavailableError(f"expected Accept, got {type(first).__name__}")
             control = first.control_subject
             consumed = 0
+            watch = StallWatch(RECONNECT_CHECK_S)
             while True:
-                item = await _next_frame(queue)
+                item = await _next_frame(queue, watch)
                 if self.nc.stats["reconnects"] != reconnects:
                     raise PeerUnavailableError("NATS reconnected; the stream's messages were lost")
                 if item is None:
@@ -220,6 +225,8 @@ class NatsRequestPlaneClient:
                     finished = True
                     raise RemoteError(item.code, item.message)
         finally:
+            if watch is not None:
+                watch.close()
             if not finished and control is not None:
                 await end_quietly("send a Cancel", self._publish(control, Cancel(sid)))
             await end_quietly("unsubscribe", subscription.unsubscribe())
