@@ -25,6 +25,7 @@ __all__ = [
     "SamplingParams",
     "StepRecord",
     "TokenLogprob",
+    "coalesce_outputs",
     "merge_outputs",
 ]
 
@@ -189,6 +190,15 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
     num_decode_kv_tokens: int = 0
     num_kv_tokens_used: int = 0
     step_wall_s: float = 0.0  # the mocker's: its modeled step time (on its clock)
+
+
+def coalesce_outputs(outputs: list[EngineOutput]) -> list[EngineOutput]:
+    """Consecutive outputs of one request, merged into as few as keep their meaning: one, or
+    the tokens' output and then the failed output that ends them (a failure never carries
+    the tokens before it, which were good)."""
+    if len(outputs) > 1 and outputs[-1].finish_reason is FinishReason.ERROR:
+        return [*coalesce_outputs(outputs[:-1]), outputs[-1]]
+    return outputs if len(outputs) == 1 else [merge_outputs(outputs)]
 
 
 def merge_outputs(outputs: list[EngineOutput]) -> EngineOutput:

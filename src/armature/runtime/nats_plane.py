@@ -45,7 +45,9 @@ from armature.runtime.request_plane import (
     Handler,
     PeerUnavailableError,
     RemoteError,
+    payloads,
     serve_stream,
+    take_waiting,
 )
 from armature.runtime.stall_watch import StallWatch
 
@@ -174,8 +176,14 @@ class NatsRequestPlaneClient:
         self.accept_timeout_s = accept_timeout_s
         self._ids = itertools.count(1)
 
-    async def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
+    def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
         """Stream `endpoint` at `url` (nats:<subject>)."""
+        return payloads(self.stream_batches(url, endpoint, payload))
+
+    async def stream_batches(
+        self, url: str, endpoint: str, payload: bytes
+    ) -> AsyncIterator[list[bytes]]:
+        """Stream `endpoint` at `url` (nats:<subject>), every payload waiting at once."""
         if not url.startswith("nats:"):
             raise ValueError(f"not a nats url: {url!r}")
         subject = url.removeprefix("nats:")
@@ -206,15 +214,17 @@ class NatsRequestPlaneClient:
             control = first.control_subject
             consumed = 0
             watch = StallWatch(RECONNECT_CHECK_S)
+            held: Frame | None = None  # taken from the queue behind a batch; handled next
             while True:
-                item = await _next_frame(queue, watch)
+                item, held = (await _next_frame(queue, watch) if held is None else held), None
                 if self.nc.stats["reconnects"] != reconnects:
                     raise PeerUnavailableError("NATS reconnected; the stream's messages were lost")
                 if item is None:
                     continue
                 if isinstance(item, Data):
-                    yield item.payload
-                    consumed += 1
+                    batch, held = take_waiting(queue, item)
+                    yield batch
+                    consumed += len(batch)
                     if consumed >= self.window // 2:
                         await self._publish(control, Credit(sid, consumed))
                         consumed = 0

@@ -38,6 +38,7 @@ from armature.protocols.engine import (
     EngineRequest,
     EngineStats,
     StepRecord,
+    coalesce_outputs,
 )
 from armature.protocols.failures import FailureCode
 from armature.protocols.kv_events import KvDump, KvEvent
@@ -45,7 +46,12 @@ from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.lora import LoadLora, LoraAdapter, LoraNotFoundError, LoraState, UnloadLora
 from armature.protocols.worker import WorkerCard, WorkerUpdate
 from armature.runtime.events import EventPlane, EventPlaneError
-from armature.runtime.request_plane import PeerUnavailableError, RemoteError, RequestClient
+from armature.runtime.request_plane import (
+    PeerUnavailableError,
+    RemoteError,
+    RequestClient,
+    payloads,
+)
 from armature.runtime.stall_watch import StallWatch
 
 __all__ = ["RemoteEngine"]
@@ -119,14 +125,17 @@ class RemoteEngine:
         )
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
+        """The worker's outputs for `request`. Outputs that arrived while the consumer was
+        busy come merged into one (as the worker merges those its stream's window held
+        back): a consumer that fell behind catches up in one step."""
         if not self._alive:
             raise EngineDeadError(f"{self.card.worker_id} is gone")
-        stream = self._stream("generate", msgspec.msgpack.encode(request))
+        batches = self._batches("generate", msgspec.msgpack.encode(request))
         watch = StallWatch(self.stall_timeout_s)
         try:
             while True:
                 try:
-                    payload = await watch.wait(anext(stream))
+                    batch = await watch.wait(anext(batches))
                 except StopAsyncIteration:
                     return
                 except TimeoutError:
@@ -139,10 +148,15 @@ class RemoteEngine:
                     raise EngineDeadError(
                         f"{self.card.worker_id} sent nothing for {self.stall_timeout_s:g} s"
                     ) from None
-                yield msgspec.msgpack.decode(payload, type=EngineOutput)
+                if len(batch) == 1:
+                    yield msgspec.msgpack.decode(batch[0], type=EngineOutput)
+                    continue
+                outputs = [msgspec.msgpack.decode(p, type=EngineOutput) for p in batch]
+                for output in coalesce_outputs(outputs):
+                    yield output
         finally:
             watch.close()
-            await stream.aclose()  # type: ignore[attr-defined]
+            await batches.aclose()  # type: ignore[attr-defined]
 
     @property
     def embedding_shape(self) -> EmbeddingShape:
@@ -224,11 +238,15 @@ class RemoteEngine:
             return msgspec.msgpack.decode(answer, type=LoraState)
         raise EngineDeadError(f"{self.card.worker_id} did not answer {endpoint}")
 
-    async def _stream(self, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
-        stream = self.client.stream(self.card.request_url, endpoint, payload)
+    def _stream(self, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
+        return payloads(self._batches(endpoint, payload))
+
+    async def _batches(self, endpoint: str, payload: bytes) -> AsyncIterator[list[bytes]]:
+        """The client's batches of `endpoint`'s answers, its failures as engine errors."""
+        stream = self.client.stream_batches(self.card.request_url, endpoint, payload)
         try:
-            async for item in stream:
-                yield item
+            async for batch in stream:
+                yield batch
         except RemoteError as exc:
             if exc.code is FailureCode.INVALID_REQUEST:
                 raise InvalidRequestError(exc.message) from None

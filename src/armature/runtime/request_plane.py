@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from armature.errors import ArmatureError
 from armature.protocols.failures import FailureCode
@@ -27,7 +27,9 @@ __all__ = [
     "RequestClient",
     "RequestServer",
     "ServerFactory",
+    "payloads",
     "serve_stream",
+    "take_waiting",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,7 +78,34 @@ class RequestClient(Protocol):
         gone, RemoteError for a failure the server reports."""
         ...
 
+    def stream_batches(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[list[bytes]]:
+        """As `stream`, but each item is every payload that had arrived when the consumer
+        asked (at least one, in order): a consumer that fell behind catches up in one step."""
+        ...
+
     async def close(self) -> None: ...
+
+
+async def payloads(batches: AsyncIterator[list[bytes]]) -> AsyncIterator[bytes]:
+    """The payloads of a `stream_batches` stream one by one; closing this closes it."""
+    try:
+        async for batch in batches:
+            for payload in batch:
+                yield payload
+    finally:
+        await batches.aclose()  # type: ignore[attr-defined]
+
+
+def take_waiting(queue: asyncio.Queue[Any], first: Data) -> tuple[list[bytes], Any]:
+    """`first`'s payload and those of the Data frames queued right behind it, and the first
+    other item taken from `queue` (None if the queue ran empty): the caller handles it next."""
+    batch = [first.payload]
+    while not queue.empty():
+        item = queue.get_nowait()
+        if not isinstance(item, Data):
+            return batch, item
+        batch.append(item.payload)
+    return batch, None
 
 
 ServerFactory = Callable[[Mapping[str, Handler]], RequestServer]

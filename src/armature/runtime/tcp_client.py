@@ -29,7 +29,12 @@ from armature.runtime.frames import (
     Open,
     encode_frame,
 )
-from armature.runtime.request_plane import PeerUnavailableError, RemoteError
+from armature.runtime.request_plane import (
+    PeerUnavailableError,
+    RemoteError,
+    payloads,
+    take_waiting,
+)
 from armature.runtime.tcp_server import read_frame
 
 __all__ = ["RequestPlaneClient", "parse_tcp_url"]
@@ -139,8 +144,14 @@ class RequestPlaneClient:
             self._pools[key] = [*pool, conn]
             return conn
 
-    async def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
+    def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
         """Stream `endpoint` at `url` (tcp://host:port)."""
+        return payloads(self.stream_batches(url, endpoint, payload))
+
+    async def stream_batches(
+        self, url: str, endpoint: str, payload: bytes
+    ) -> AsyncIterator[list[bytes]]:
+        """Stream `endpoint` at `url` (tcp://host:port), every payload waiting at once."""
         host, port = parse_tcp_url(url)
         conn = await self._connection(host, port)
         sid = next(self._ids)
@@ -150,11 +161,13 @@ class RequestPlaneClient:
         try:
             await conn.send(Open(sid, endpoint, payload, self.window))
             consumed = 0
+            held: object = None  # taken from the queue behind a batch; handled next
             while True:
-                item = await queue.get()
+                item, held = (await queue.get() if held is None else held), None
                 if isinstance(item, Data):
-                    yield item.payload
-                    consumed += 1
+                    batch, held = take_waiting(queue, item)
+                    yield batch
+                    consumed += len(batch)
                     if consumed >= self.window // 2:
                         await conn.send(Credit(sid, consumed))
                         consumed = 0

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
-from test_tcp_plane import Probe
+from test_tcp_plane import Probe, check_a_backlog_comes_as_one_batch
 
 from armature.protocols.failures import FailureCode
 from armature.runtime.nats_conn import connect_nats
@@ -35,6 +35,7 @@ async def serve(nc: Client, probe: Probe, subject: str = "w.1") -> NatsRequestPl
             "endless": probe.endless,
             "slow": probe.slow_then_close,
             "fail": probe.fail,
+            "gated": probe.gated,
         },
     )
     await server.start()
@@ -53,6 +54,16 @@ async def test_streams_arrive_whole_and_in_order(nc: Client) -> None:
     )
     for n, items in enumerate(results):
         assert items == [str(i).encode() for i in range(n)]
+    await server.stop()
+
+
+@pytest.mark.parametrize("then_fails", [False, True])
+async def test_a_backlog_comes_as_one_batch(nc: Client, then_fails: bool) -> None:
+    probe = Probe()
+    server = await serve(nc, probe)
+    client = NatsRequestPlaneClient(nc, window=8)
+    batches = client.stream_batches(server.url, "gated", b"fail" if then_fails else b"")
+    await check_a_backlog_comes_as_one_batch(batches, probe, then_fails)
     await server.stop()
 
 

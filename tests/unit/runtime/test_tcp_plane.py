@@ -26,6 +26,7 @@ class Probe:
         self.produced = 0
         self.closed = asyncio.Event()
         self.started = asyncio.Event()
+        self.gate = asyncio.Event()
 
     async def count(self, payload: bytes) -> AsyncIterator[bytes]:
         for i in range(int(payload)):
@@ -48,6 +49,16 @@ class Probe:
         finally:
             self.closed.set()
 
+    async def gated(self, payload: bytes) -> AsyncIterator[bytes]:
+        """b"0", then (once `gate` is set) b"1".."3"; then the end, or a typed failure if
+        `payload` is b"fail"."""
+        yield b"0"
+        await self.gate.wait()
+        for item in (b"1", b"2", b"3"):
+            yield item
+        if payload == b"fail":
+            raise HandlerError(FailureCode.INVALID_REQUEST, "bad")
+
     async def fail(self, payload: bytes) -> AsyncIterator[bytes]:
         yield b"one"
         if payload == b"typed":
@@ -63,6 +74,7 @@ async def start(probe: Probe, **kwargs: float) -> RequestPlaneServer:
             "endless": probe.endless,
             "slow": probe.slow_then_close,
             "fail": probe.fail,
+            "gated": probe.gated,
         },
         **kwargs,  # type: ignore[arg-type]
     )
@@ -72,6 +84,38 @@ async def start(probe: Probe, **kwargs: float) -> RequestPlaneServer:
 
 async def collect(client: RequestPlaneClient, port: int, endpoint: str, body: bytes) -> list[bytes]:
     return [item async for item in client.stream(f"tcp://127.0.0.1:{port}", endpoint, body)]
+
+
+async def check_a_backlog_comes_as_one_batch(
+    batches: AsyncIterator[list[bytes]], probe: Probe, then_fails: bool
+) -> None:
+    """`batches` streams Probe.gated: what arrived while the consumer was away is taken in
+    one step, and an end or failure queued behind it comes after it."""
+    assert await anext(batches) == [b"0"]  # the handler waits on its gate: nothing else sent
+    probe.gate.set()
+    # The stream's queue (a local of the suspended generator) holds 1, 2, 3 and End or Fail.
+    queue = batches.ag_frame.f_locals["queue"]  # type: ignore[attr-defined]
+    await wait_until(lambda: queue.qsize() == 4, "the rest of the stream queued")
+    assert await anext(batches) == [b"1", b"2", b"3"]
+    if then_fails:
+        with pytest.raises(RemoteError, match="bad"):
+            await anext(batches)
+    else:
+        with pytest.raises(StopAsyncIteration):
+            await anext(batches)
+    await batches.aclose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("then_fails", [False, True])
+async def test_a_backlog_comes_as_one_batch(then_fails: bool) -> None:
+    probe = Probe()
+    server = await start(probe)
+    client = RequestPlaneClient(window=8)
+    body = b"fail" if then_fails else b""
+    batches = client.stream_batches(f"tcp://127.0.0.1:{server.port}", "gated", body)
+    await check_a_backlog_comes_as_one_batch(batches, probe, then_fails)
+    await client.close()
+    await server.stop()
 
 
 async def test_streams_arrive_whole_and_in_order_over_few_connections() -> None:

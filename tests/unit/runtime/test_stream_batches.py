@@ -1,0 +1,138 @@
+"""A consumer that fell behind catches up in one step: the request plane hands over every
+payload waiting at once, and a RemoteEngine merges the outputs in it (failures apart)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+
+from armature.engines.api import EngineDeadError
+from armature.protocols.engine import (
+    EngineOutput,
+    EngineRequest,
+    FinishReason,
+    SamplingParams,
+    coalesce_outputs,
+)
+from armature.protocols.failures import FailureCode
+from armature.protocols.worker import WorkerCard
+from armature.runtime.events import ZmqEventPlane
+from armature.runtime.frames import Data, End
+from armature.runtime.remote_engine import RemoteEngine
+from armature.runtime.request_plane import RemoteError, payloads, take_waiting
+
+
+def test_take_waiting_stops_at_the_first_other_item() -> None:
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    for item in (Data(1, b"b"), Data(1, b"c"), End(1), Data(1, b"late")):
+        queue.put_nowait(item)
+    assert take_waiting(queue, Data(1, b"a")) == ([b"a", b"b", b"c"], End(1))
+    assert queue.qsize() == 1 and queue.get_nowait() == Data(1, b"late")
+    assert take_waiting(queue, Data(1, b"x")) == ([b"x"], None)
+
+
+async def test_payloads_flatten_in_order_and_close_the_batches() -> None:
+    closed = asyncio.Event()
+
+    async def batches() -> AsyncIterator[list[bytes]]:
+        try:
+            yield [b"1", b"2"]
+            yield [b"3"]
+            yield [b"4", b"5"]
+        finally:
+            closed.set()
+
+    stream = payloads(batches())
+    assert [await anext(stream) for _ in range(4)] == [b"1", b"2", b"3", b"4"]
+    await stream.aclose()
+    assert closed.is_set()
+
+
+def output(tokens: list[int], finish: FinishReason | None = None, **fields: object) -> EngineOutput:
+    return EngineOutput(request_id="r", new_token_ids=tokens, finish_reason=finish, **fields)
+
+
+def test_coalesce_merges_tokens_and_keeps_a_failure_apart() -> None:
+    first = output([1], num_prompt_tokens=7, num_cached_tokens=4)
+    assert coalesce_outputs([first]) == [first]
+    merged = coalesce_outputs([first, output([2, 3]), output([4], FinishReason.LENGTH)])
+    assert merged == [
+        output([1, 2, 3, 4], FinishReason.LENGTH, num_prompt_tokens=7, num_cached_tokens=4)
+    ]
+    failed = output([], FinishReason.ERROR, error="engine fault")
+    assert coalesce_outputs([first, output([2]), failed]) == [
+        output([1, 2], num_prompt_tokens=7, num_cached_tokens=4),
+        failed,
+    ]
+    assert coalesce_outputs([output([5]), failed]) == [output([5]), failed]
+
+
+class BatchesClient:
+    """The request plane seam: `generate` answers with the given batches of outputs, then
+    ends, or fails with `fail_code` if one is set."""
+
+    def __init__(
+        self, batches: list[list[EngineOutput]], fail_code: FailureCode | None = None
+    ) -> None:
+        self.batches = batches
+        self.fail_code = fail_code
+
+    def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
+        return payloads(self.stream_batches(url, endpoint, payload))
+
+    async def stream_batches(
+        self, url: str, endpoint: str, payload: bytes
+    ) -> AsyncIterator[list[bytes]]:
+        assert endpoint == "generate"
+        for batch in self.batches:
+            yield [msgspec.msgpack.encode(o) for o in batch]
+        if self.fail_code is not None:
+            raise RemoteError(self.fail_code, "worker lost its engine")
+
+    async def close(self) -> None:
+        return None
+
+
+def engine(client: BatchesClient) -> RemoteEngine:
+    card = WorkerCard(
+        instance_id=1,
+        namespace="ns",
+        model_name="m",
+        model_path="/models/m",
+        block_size=4,
+        num_kv_blocks=100,
+        max_model_len=512,
+        vocab_size=1000,
+        request_url="tcp://127.0.0.1:1",
+        events_url="tcp://127.0.0.1:2",
+    )
+    return RemoteEngine(card, client, ZmqEventPlane())
+
+
+REQUEST = EngineRequest(
+    request_id="r", prompt_token_ids=[1, 2, 3], sampling=SamplingParams(max_tokens=6)
+)
+
+
+async def test_generate_merges_each_batch() -> None:
+    failed = output([], FinishReason.ERROR, error="engine fault")
+    client = BatchesClient(
+        [
+            [output([1], num_prompt_tokens=3)],
+            [output([2]), output([3]), output([4])],
+            [output([5]), failed],
+        ]
+    )
+    got = [o async for o in engine(client).generate(REQUEST)]
+    assert got == [output([1], num_prompt_tokens=3), output([2, 3, 4]), output([5]), failed]
+
+
+async def test_generate_gives_the_batch_before_a_lost_worker() -> None:
+    client = BatchesClient([[output([1]), output([2])]], fail_code=FailureCode.INTERNAL)
+    stream = engine(client).generate(REQUEST)
+    assert await anext(stream) == output([1, 2])
+    with pytest.raises(EngineDeadError, match="worker lost its engine"):
+        await anext(stream)
