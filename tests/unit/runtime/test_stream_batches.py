@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
+from test_fleet import card
 
 from armature.engines.api import EngineDeadError
 from armature.protocols.engine import (
@@ -18,7 +19,6 @@ from armature.protocols.engine import (
     coalesce_outputs,
 )
 from armature.protocols.failures import FailureCode
-from armature.protocols.worker import WorkerCard
 from armature.runtime.events import ZmqEventPlane
 from armature.runtime.frames import Data, End
 from armature.runtime.remote_engine import RemoteEngine
@@ -97,19 +97,7 @@ class BatchesClient:
 
 
 def engine(client: BatchesClient) -> RemoteEngine:
-    card = WorkerCard(
-        instance_id=1,
-        namespace="ns",
-        model_name="m",
-        model_path="/models/m",
-        block_size=4,
-        num_kv_blocks=100,
-        max_model_len=512,
-        vocab_size=1000,
-        request_url="tcp://127.0.0.1:1",
-        events_url="tcp://127.0.0.1:2",
-    )
-    return RemoteEngine(card, client, ZmqEventPlane())
+    return RemoteEngine(card(1), client, ZmqEventPlane())
 
 
 REQUEST = EngineRequest(
