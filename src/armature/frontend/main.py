@@ -30,6 +30,7 @@ from armature.frontend.fleet import WorkerFleet
 from armature.frontend.replicas import LoadSharing
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
+from armature.runtime.heap import settle_heap
 from armature.runtime.ports import reserve_listen_socket
 
 __all__ = ["run_frontend", "run_serving", "serve_app", "uvicorn_config"]
@@ -59,6 +60,7 @@ def run_serving(main: Coroutine[Any, Any, None]) -> None:
 def serve_app(app: FastAPI, http: HttpConfig, listen_socket: socket.socket) -> None:
     """Serve `app` on `listen_socket` (bound to `http.host:http.port`) until SIGINT/SIGTERM
     (then drain)."""
+    settle_heap()
     uvicorn.Server(uvicorn_config(app, http)).run(sockets=[listen_socket])
 
 

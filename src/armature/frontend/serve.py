@@ -22,6 +22,7 @@ from armature.frontend.compose import compose_frontend
 from armature.frontend.main import run_serving, uvicorn_config
 from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerRole
+from armature.runtime.heap import settle_heap
 from armature.runtime.ports import reserve_listen_socket
 
 __all__ = ["serve_in_process"]
@@ -125,6 +126,7 @@ async def _serve(
     )
     http = config.http
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, http.host, http.port)
+    settle_heap()
     try:
         await uvicorn.Server(uvicorn_config(app, http)).serve(sockets=[listen_socket])
     finally:

@@ -25,6 +25,7 @@ from armature.runtime.factory import (
     make_event_plane,
     open_discovery,
 )
+from armature.runtime.heap import settle_heap
 from armature.runtime.ports import free_port
 from armature.worker.service import WorkerService
 
@@ -104,6 +105,7 @@ async def _run(config: WorkerConfig) -> None:
             f"cannot listen on {process.host}:{process.port}: {exc.strerror}"
         ) from None
     _log_ready(config, card, info.kv_endpoints)
+    settle_heap()
     await _wait_for_stop_signal()
     log.info("worker %s stopping", card.worker_id)
     await service.stop(process.shutdown_grace_s)
