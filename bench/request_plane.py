@@ -159,14 +159,19 @@ async def client_loop(port: int, count: int, latencies_ms: list[float], slot: in
         writer.close()
 
 
-async def read_stream_end(reader: asyncio.StreamReader) -> None:
-    """Read one chunked SSE response to its `[DONE]` and the chunked body's end."""
+async def read_stream_end(reader: asyncio.StreamReader) -> float:
+    """Read one chunked SSE response to its `[DONE]` and the chunked body's end; the
+    perf_counter time its first event arrived."""
     data = b""
+    first_event_s = 0.0
     while not (b"[DONE]" in data and data.endswith(b"0\r\n\r\n")):
         chunk = await reader.read(65536)
         if not chunk:
             raise RuntimeError("server closed the connection")
+        if not first_event_s and b"data: " in chunk:
+            first_event_s = time.perf_counter()
         data = data[-64:] + chunk if b"[DONE]" not in chunk else data + chunk
+    return first_event_s
 
 
 async def run_load(port: int, concurrency: int, total: int) -> tuple[float, list[float]]:
@@ -177,25 +182,29 @@ async def run_load(port: int, concurrency: int, total: int) -> tuple[float, list
     return time.perf_counter() - started, latencies
 
 
-async def paired_c1(ports: dict[str, int], num_pairs: int) -> dict[str, list[float]]:
+async def paired_c1(
+    ports: dict[str, int], num_pairs: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Concurrency 1 on every stack in turn, one request each per round (the order rotates
     each round), on one keep-alive connection per stack: the per-round differences cancel
-    the drift of a shared machine. End-to-end ms per stack, per round."""
+    the drift of a shared machine. End-to-end ms and first-event ms, per stack, per round."""
     conns = {k: await asyncio.open_connection("127.0.0.1", p) for k, p in ports.items()}
     kinds = list(ports)
-    out: dict[str, list[float]] = {k: [] for k in kinds}
+    e2e: dict[str, list[float]] = {k: [] for k in kinds}
+    first: dict[str, list[float]] = {k: [] for k in kinds}
     try:
         for i in range(num_pairs):
             for kind in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
                 reader, writer = conns[kind]
                 started = time.perf_counter()
                 writer.write(request_bytes(ports[kind], f"paired request {i}"))
-                await read_stream_end(reader)
-                out[kind].append((time.perf_counter() - started) * 1000)
+                first_event_s = await read_stream_end(reader)
+                e2e[kind].append((time.perf_counter() - started) * 1000)
+                first[kind].append((first_event_s - started) * 1000)
     finally:
         for _, writer in conns.values():
             writer.close()
-    return out
+    return e2e, first
 
 
 def run_paired(num_pairs: int) -> None:
@@ -206,18 +215,23 @@ def run_paired(num_pairs: int) -> None:
             stack.start()
         ports = {k: s.port for k, s in stacks.items()}
         asyncio.run(paired_c1(ports, 10))  # warm-up
-        e2e = asyncio.run(paired_c1(ports, num_pairs))
+        e2e, first = asyncio.run(paired_c1(ports, num_pairs))
     finally:
         for stack in stacks.values():
             stack.stop()
     for kind in KINDS:
-        print(f"{kind}: p50 {quantile(e2e[kind], 0.5):.2f} ms")
+        print(
+            f"{kind}: p50 {quantile(e2e[kind], 0.5):.2f} ms, "
+            f"first event p50 {quantile(first[kind], 0.5):.2f} ms"
+        )
     for kind in ("tcp", "nats"):
         added = [a - b for a, b in zip(e2e[kind], e2e["inproc"], strict=True)]
         print(f"{kind} adds {quantile(added, 0.5):.2f} ms at p50 over inproc (paired rounds)")
         if kind == "nats":
             over_tcp = [a - b for a, b in zip(e2e["nats"], e2e["tcp"], strict=True)]
             print(f"nats adds {quantile(over_tcp, 0.5):.2f} ms at p50 over tcp (paired rounds)")
+            first_over = [a - b for a, b in zip(first["nats"], first["tcp"], strict=True)]
+            print(f"  of which {quantile(first_over, 0.5):.2f} ms before the first event")
 
 
 def main() -> None:
