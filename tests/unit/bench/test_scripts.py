@@ -51,6 +51,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "kv_transfer",
         "lora_overhead",
         "overload",
+        "plane_cost",
         "plane_floor",
         "profile_decode",
         "profile_fidelity",
