@@ -3,10 +3,10 @@
 Starlette's StreamingResponse, on an ASGI server of spec 2.3 (uvicorn's), runs each response
 in an anyio task group with a second task that listens for the client leaving. This response
 does the same with one plain task per response: a listener that waits on `receive` for
-`http.disconnect` and cancels the streaming task, whose cancellation ends here (the client is
-gone). The events are closed when the response ends, however it ends; closing them closes
-the engine streams and aborts their requests. An outside cancellation (the server stopping)
-still propagates.
+`http.disconnect` (or fails to read it, logged) and cancels the streaming task, whose
+cancellation ends here (the client is gone). The events are closed when the response ends,
+however it ends; closing them closes the engine streams and aborts their requests. An outside
+cancellation (the server stopping) still propagates.
 
 The chunk that ends with `data: [DONE]` also ends the HTTP body (one socket write less per
 request); the events are still read to their end, so their own accounting runs.
@@ -15,12 +15,15 @@ request); the events are still read to their end, so their own accounting runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, Mapping
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 __all__ = ["EventStreamResponse"]
+
+log = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
 
@@ -43,7 +46,12 @@ class EventStreamResponse(Response):
         state = _State()
 
         def on_disconnect(listener: asyncio.Task[None]) -> None:
-            if not listener.cancelled() and not state.ended:
+            if listener.cancelled():
+                return
+            failure = listener.exception()
+            if failure is not None:  # the client can no longer be read: it is as good as gone
+                log.warning("reading the client failed (%r); ending its stream", failure)
+            if not state.ended:
                 state.left = True
                 task.cancel()
 

@@ -97,9 +97,13 @@ async def stream_deltas(
                     for _ in range(num):
                         metrics.itl_s.observe((now_s - clock.last_token_s) / num)
                 clock.last_token_s = now_s
-                usage.completion_tokens += len(output.new_token_ids)
-                metrics.output_tokens.inc(len(output.new_token_ids))
-            for delta in _split(output, detokenizer, per_token):
+            deltas = _split(output, detokenizer, per_token)
+            # tokens past a stop string (an output that merged several steps) are not returned
+            num_returned = sum(len(d.token_ids) for d in deltas)
+            usage.completion_tokens += num_returned
+            if num_returned:
+                metrics.output_tokens.inc(num_returned)
+            for delta in deltas:
                 yield delta
                 if delta.finish_reason is not None:
                     return

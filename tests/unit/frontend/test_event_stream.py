@@ -22,9 +22,12 @@ class Client:
         self.left = asyncio.Event()
         self.block_sends_after = block_sends_after
         self.send_blocked = asyncio.Event()
+        self.receive_error: Exception | None = None  # raised by receive when the client leaves
 
     async def receive(self) -> dict[str, Any]:
         await self.left.wait()
+        if self.receive_error is not None:
+            raise self.receive_error
         return {"type": "http.disconnect"}
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -59,6 +62,8 @@ class Events:
 
 async def serve(response: EventStreamResponse, client: Client) -> None:
     await response({"type": "http"}, client.receive, client.send)  # type: ignore[arg-type]
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0  # a client's leaving was taken back
 
 
 async def test_the_done_chunk_ends_the_body_and_the_events_run_to_their_end() -> None:
@@ -106,6 +111,33 @@ async def test_a_client_that_leaves_while_a_write_waits_closes_the_events() -> N
     client.left.set()
     await task
     assert events.closed and not events.finished
+
+
+async def test_a_client_that_cannot_be_read_ends_its_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    events = Events([b"data: 1\n\n"], then_wait=True)
+    client = Client()
+    client.receive_error = RuntimeError("transport broke")
+    task = asyncio.create_task(serve(EventStreamResponse(events.run()), client))
+    await events.waiting.wait()
+    client.left.set()
+    await task  # ended like a client that left, not with the read's error
+    assert events.closed and not events.finished
+    assert "reading the client failed (RuntimeError('transport broke'))" in caplog.text
+
+
+async def test_a_leaving_client_and_an_outside_cancellation_together_propagate() -> None:
+    """The listener's cancel and the server's land in the same turn: the server's wins."""
+    events = Events([], then_wait=True)
+    client = Client()
+    task = asyncio.create_task(serve(EventStreamResponse(events.run()), client))
+    await events.waiting.wait()
+    client.left.set()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert events.closed
 
 
 async def test_an_outside_cancellation_propagates() -> None:

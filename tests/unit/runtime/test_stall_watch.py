@@ -111,6 +111,25 @@ def test_an_outside_cancellation_stays_a_cancellation() -> None:
     run(body)
 
 
+def test_an_outside_cancellation_after_the_timer_fired_stays_a_cancellation() -> None:
+    """The watch's timer cancels the wait first, the caller's cancel lands right after it in
+    the same turn: two cancellations, one taken back, so the caller's is what the task sees."""
+
+    async def body(loop: ClockLoop) -> None:
+        watch = StallWatch(10.0)
+        never: asyncio.Event = asyncio.Event()
+        task = asyncio.create_task(watch.wait(never.wait()))
+        await settle()
+        loop.call_at(10.0, task.cancel)  # scheduled after the watch's timer for 10.0
+        loop.now_s = 10.0
+        await settle()
+        with pytest.raises(asyncio.CancelledError):
+            task.result()
+        watch.close()
+
+    run(body)
+
+
 def test_a_watch_that_expired_once_serves_the_next_wait() -> None:
     async def body(loop: ClockLoop) -> None:
         watch = StallWatch(1.0)

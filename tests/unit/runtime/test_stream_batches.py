@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from test_fleet import card
 
+from armature.config import HealthConfig
 from armature.engines.api import EngineDeadError
 from armature.protocols.engine import (
     EngineOutput,
@@ -75,10 +76,15 @@ class BatchesClient:
     ends, or fails with `fail_code` if one is set."""
 
     def __init__(
-        self, batches: list[list[EngineOutput]], fail_code: FailureCode | None = None
+        self,
+        batches: list[list[EngineOutput]],
+        fail_code: FailureCode | None = None,
+        then_hang: bool = False,
     ) -> None:
         self.batches = batches
         self.fail_code = fail_code
+        self.then_hang = then_hang  # after the batches, send nothing more
+        self.closed = False  # the stream was closed (the plane then cancels it)
 
     def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
         return payloads(self.stream_batches(url, endpoint, payload))
@@ -87,17 +93,22 @@ class BatchesClient:
         self, url: str, endpoint: str, payload: bytes
     ) -> AsyncIterator[list[bytes]]:
         assert endpoint == "generate"
-        for batch in self.batches:
-            yield [msgspec.msgpack.encode(o) for o in batch]
-        if self.fail_code is not None:
-            raise RemoteError(self.fail_code, "worker lost its engine")
+        try:
+            for batch in self.batches:
+                yield [msgspec.msgpack.encode(o) for o in batch]
+            if self.then_hang:
+                await asyncio.Event().wait()
+            if self.fail_code is not None:
+                raise RemoteError(self.fail_code, "worker lost its engine")
+        finally:
+            self.closed = True
 
     async def close(self) -> None:
         return None
 
 
-def engine(client: BatchesClient) -> RemoteEngine:
-    return RemoteEngine(card(1), client, ZmqEventPlane())
+def engine(client: BatchesClient, health: HealthConfig = HealthConfig()) -> RemoteEngine:
+    return RemoteEngine(card(1), client, ZmqEventPlane(), health=health)
 
 
 REQUEST = EngineRequest(
@@ -124,3 +135,14 @@ async def test_generate_gives_the_batch_before_a_lost_worker() -> None:
     assert await anext(stream) == output([1, 2])
     with pytest.raises(EngineDeadError, match="worker lost its engine"):
         await anext(stream)
+
+
+async def test_a_stream_that_stalls_fails_and_is_closed() -> None:
+    client = BatchesClient([[output([1]), output([2])]], then_hang=True)
+    remote = engine(client, HealthConfig(worker_stall_timeout_s=0.05))
+    stream = remote.generate(REQUEST)
+    assert await anext(stream) == output([1, 2])
+    with pytest.raises(EngineDeadError, match=r"sent nothing for 0\.05 s"):
+        await anext(stream)
+    assert client.closed  # the stream to the worker was closed: the plane sends its Cancel
+    assert not remote.is_alive  # not routed to until its steps advance
