@@ -148,9 +148,6 @@ class RemoteEngine:
                     raise EngineDeadError(
                         f"{self.card.worker_id} sent nothing for {self.stall_timeout_s:g} s"
                     ) from None
-                if len(batch) == 1:
-                    yield msgspec.msgpack.decode(batch[0], type=EngineOutput)
-                    continue
                 outputs = [msgspec.msgpack.decode(p, type=EngineOutput) for p in batch]
                 for output in coalesce_outputs(outputs):
                     yield output
