@@ -4,6 +4,7 @@ event loop with asyncio.to_thread)."""
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,27 @@ from armature.errors import ArmatureError, ConfigError
 from armature.frontend.prompt_encoder import SegmentedEncoder
 from armature.frontend.template_features import TemplateFeatures, read_template_features
 
-__all__ = ["NoChatTemplateError", "Preprocessor", "read_chat_template", "uses_tools"]
+__all__ = [
+    "NoChatTemplateError",
+    "Preprocessor",
+    "encode_on_calling_thread",
+    "read_chat_template",
+    "uses_tools",
+]
+
+PARALLELISM_VARIABLE = "TOKENIZERS_PARALLELISM"
+
+
+def encode_on_calling_thread() -> None:
+    """Have the tokenizers library encode a batch on the thread that calls it, in this
+    process, unless its environment variable (`PARALLELISM_VARIABLE`) already says otherwise.
+
+    A serving frontend encodes its requests on executor threads, one request each. Left
+    parallel, the library also splits each request's segments across its own pool of one
+    thread per core, whose workers spin before they sleep: on a loaded 2-core host that took
+    a third more CPU per prompt (bench/serving_cpu.py's load: two pool threads at 8% of a core
+    each), for a prompt encoded a little sooner on an idle one."""
+    os.environ.setdefault(PARALLELISM_VARIABLE, "false")
 
 
 class NoChatTemplateError(ArmatureError, ValueError):
