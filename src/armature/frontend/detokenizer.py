@@ -139,6 +139,25 @@ class IncrementalDetokenizer:
                 self._num_unstoppable_chars = len(self._pending_text)
         return DetokenizerUpdate(self._take_safe_text(final=False), self._stop_reason)
 
+    def update_each(self, new_token_ids: Sequence[int]) -> tuple[list[str], str | None]:
+        """`update` with one token at a time: the text each token made safe to show, and the
+        stop string that matched (None: none did). On a match the texts end at the token
+        that completed it. Without stop strings no text is held back: one decode per token."""
+        if self._stop:
+            texts = []
+            for token_id in new_token_ids:
+                update = self.update((token_id,))
+                texts.append(update.text_delta)
+                if update.stop_reason is not None:
+                    return texts, update.stop_reason
+            return texts, None
+        if self._finished:
+            raise RuntimeError("update() after flush()")
+        texts = [self._decode_next(token_id) for token_id in new_token_ids]
+        self._num_output_tokens += len(texts)
+        self._output_chunks += [text for text in texts if text]
+        return texts, None
+
     def flush(self) -> str:
         """End of generation: the text held back for incomplete characters or stop prefixes.
 

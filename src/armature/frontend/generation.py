@@ -13,20 +13,19 @@ from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.metrics import FrontendMetrics
 from armature.protocols.engine import EngineOutput, FinishReason, TokenLogprob
 
-__all__ = ["Delta", "GenerationError", "Usage", "stream_deltas", "total_usage"]
+__all__ = ["Delta", "GenerationError", "Usage", "delta_batches", "total_usage"]
 
 
 class GenerationError(ArmatureError, RuntimeError):
     """The engine failed this request after it was accepted."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Delta:
     text: str
     token_ids: list[int]
     logprobs: list[TokenLogprob]
     finish_reason: str | None = None
-    more: bool = False  # another delta of the same engine output follows at once
 
 
 @dataclass
@@ -69,18 +68,19 @@ class _Clock:
     latencies_s: list[float] = field(default_factory=list)
 
 
-async def stream_deltas(
+async def delta_batches(
     stream: AsyncGenerator[EngineOutput, None],
     num_prompt_tokens: int,
     detokenizer: IncrementalDetokenizer,
     usage: Usage,
     metrics: FrontendMetrics,
     per_token: bool = True,
-) -> AsyncGenerator[Delta, None]:
-    """Yield text deltas from an engine stream until the request finishes; fills `usage` as
-    tokens arrive. With `per_token`, an engine output carrying several tokens (steps the
-    consumer fell behind on, merged) gives one delta per token, else one delta. Closing this
-    generator closes `stream` (which cancels the request)."""
+) -> AsyncGenerator[list[Delta], None]:
+    """The text deltas of an engine stream, a list per engine output, until the request
+    finishes (its delta is the last); fills `usage` as tokens arrive. With `per_token`, an
+    output carrying several tokens (steps the consumer fell behind on, merged) gives one
+    delta per token, else one delta. Closing this generator closes `stream` (which cancels
+    the request)."""
     clock = _Clock(time.perf_counter())
     usage.prompt_tokens = num_prompt_tokens
     try:
@@ -94,8 +94,7 @@ async def stream_deltas(
                     metrics.ttft_s.observe(now_s - clock.started_s)
                 else:  # tokens that arrive together share the interval
                     num = len(output.new_token_ids)
-                    for _ in range(num):
-                        metrics.itl_s.observe((now_s - clock.last_token_s) / num)
+                    metrics.itl_s.observe((now_s - clock.last_token_s) / num, num)
                 clock.last_token_s = now_s
             deltas = _split(output, detokenizer, per_token)
             # tokens past a stop string (an output that merged several steps) are not returned
@@ -103,10 +102,9 @@ async def stream_deltas(
             usage.completion_tokens += num_returned
             if num_returned:
                 metrics.output_tokens.inc(num_returned)
-            for delta in deltas:
-                yield delta
-                if delta.finish_reason is not None:
-                    return
+            yield deltas
+            if deltas[-1].finish_reason is not None:
+                return
     finally:
         await stream.aclose()
         metrics.e2e_s.observe(time.perf_counter() - clock.started_s)
@@ -115,25 +113,26 @@ async def stream_deltas(
 def _split(
     output: EngineOutput, detokenizer: IncrementalDetokenizer, per_token: bool
 ) -> list[Delta]:
-    """The deltas of one engine output, through `detokenizer`; the last one ends the request
-    if the output (or a stop string) does. Tokens after a stop string give no delta."""
+    """The deltas of one engine output (at least one), through `detokenizer`; the last one
+    ends the request if the output (or a stop string) does. Tokens after a stop string give
+    no delta."""
     tokens, logprobs = output.new_token_ids, output.logprobs or []
     if per_token and len(tokens) > 1:
-        pieces = [([t], logprobs[i : i + 1]) for i, t in enumerate(tokens)]
+        texts, stop = detokenizer.update_each(tokens)
+        deltas = [
+            Delta(text, [token], logprobs[i : i + 1])
+            for i, (text, token) in enumerate(zip(texts, tokens, strict=False))
+        ]
     else:
-        pieces = [(tokens, logprobs)]
-    deltas = []
-    for num, (piece, piece_logprobs) in enumerate(pieces, 1):
-        update = detokenizer.update(piece)
-        if update.stop_reason is not None:
-            deltas.append(Delta(update.text_delta, piece, piece_logprobs, "stop"))
-            return deltas
-        finish = output.finish_reason if num == len(pieces) else None
-        text = update.text_delta
-        if finish is not None:
-            text += detokenizer.flush()
-        reason = None if finish is None else finish.value
-        deltas.append(Delta(text, piece, piece_logprobs, reason, more=num < len(pieces)))
+        update = detokenizer.update(tokens)
+        stop = update.stop_reason
+        deltas = [Delta(update.text_delta, tokens, logprobs)]
+    last = deltas[-1]
+    if stop is not None:
+        last.finish_reason = "stop"
+    elif output.finish_reason is not None:
+        last.text += detokenizer.flush()
+        last.finish_reason = output.finish_reason.value
     return deltas
 
 

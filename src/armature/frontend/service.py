@@ -24,7 +24,7 @@ from armature.frontend.generation import (
     Delta,
     GenerationError,
     Usage,
-    stream_deltas,
+    delta_batches,
     total_usage,
 )
 from armature.frontend.jobs import Job, Kind
@@ -34,6 +34,7 @@ from armature.frontend.responses import (
     ChatChoiceChunk,
     CompletionChoiceChunk,
     StreamChunk,
+    StreamEvents,
     chat_logprobs,
     completion_logprobs,
     sse_event,
@@ -61,20 +62,20 @@ class OpenAIService:
 
     def _deltas(
         self, job: Job, index: int, usage: Usage, group: RouteGroup | None
-    ) -> AsyncGenerator[Delta, None]:
+    ) -> AsyncGenerator[list[Delta], None]:
         candidate = job.candidates[index]
         request = candidate.engine_request
         stream = self.engine.generate(request, job.target_worker, group)
         num_prompt = len(request.prompt_token_ids)
-        return stream_deltas(
+        return delta_batches(
             stream, num_prompt, candidate.detokenizer, usage, self.metrics, not job.per_step
         )
 
     def _choice_deltas(
         self, job: Job, usages: list[Usage]
-    ) -> AsyncGenerator[tuple[int, Delta], None]:
-        """(candidate index, delta) of every candidate: one streams alone, several share the
-        prompt's KV (prefill once, then fork; see choices.py)."""
+    ) -> AsyncGenerator[tuple[int, list[Delta]], None]:
+        """(candidate index, deltas of one engine output) of every candidate: one streams
+        alone, several share the prompt's KV (prefill once, then fork; see choices.py)."""
         if len(job.candidates) == 1:
             return _indexed(self._deltas(job, 0, usages[0], None))
         group = RouteGroup()
@@ -92,11 +93,12 @@ class OpenAIService:
         assert job.kind == "chat" and len(job.candidates) == 1
         output = job.candidates[0].chat_output
         assert output is not None
-        async with aclosing(self._deltas(job, 0, usage, None)) as deltas:
-            async for delta in deltas:
-                piece = _feed(output, delta)
-                usage.reasoning_tokens = output.num_reasoning_tokens
-                yield piece, output.finish_reason(delta.finish_reason)
+        async with aclosing(self._deltas(job, 0, usage, None)) as batches:
+            async for batch in batches:
+                for delta in batch:
+                    piece = _feed(output, delta)
+                    usage.reasoning_tokens = output.num_reasoning_tokens
+                    yield piece, output.finish_reason(delta.finish_reason)
 
     def _logprobs(self, job: Job, items: list[TokenLogprob], offset: int) -> Any:
         if not job.want_logprobs:
@@ -117,14 +119,15 @@ class OpenAIService:
         pieces: list[list[ChatPiece]] = [[] for _ in range(num)]
 
         async def collect() -> None:
-            async with aclosing(self._choice_deltas(job, usages)) as deltas:
-                async for index, delta in deltas:
-                    texts[index].append(delta.text)
-                    items[index].extend(delta.logprobs)
-                    finishes[index] = delta.finish_reason or finishes[index]
+            async with aclosing(self._choice_deltas(job, usages)) as batches:
+                async for index, batch in batches:
                     output = job.candidates[index].chat_output
-                    if output is not None:
-                        pieces[index].append(_feed(output, delta))
+                    for delta in batch:
+                        texts[index].append(delta.text)
+                        items[index].extend(delta.logprobs)
+                        finishes[index] = delta.finish_reason or finishes[index]
+                        if output is not None:
+                            pieces[index].append(_feed(output, delta))
 
         await unless_disconnected(collect(), http_request)
         for sequence, usage in zip(job.candidates, usages, strict=True):
@@ -160,40 +163,46 @@ class OpenAIService:
         """SSE events for `job`, ending with `data: [DONE]`; the chunks of several choices
         interleave as their tokens come, each naming its choice's index. One event per token
         (per delta that has text); the events of the tokens that arrived together go out as
-        one body chunk (one write). Closing this generator (client gone) closes the engine
-        streams, which aborts the requests."""
+        one body chunk (one write), the last ones with [DONE]. Closing this generator (client
+        gone) closes the engine streams, which aborts the requests."""
         assert len(job.candidates) == job.num_choices, "best_of > n is never streamed"
         usages = [Usage() for _ in job.candidates]
-        chunk = _Chunks(job, int(time.time()), job.model_name)
+        # with include_usage every chunk carries "usage": null but the last
+        usage_field: msgspec.UnsetType | None = None if job.include_usage else msgspec.UNSET
+        head = (job.request_id, _chunk_object(job.kind), int(time.time()), job.model_name)
+        events = StreamEvents(*head, usage_field)
         offsets = [0] * job.num_choices
         for index in range(job.num_choices):
             if job.kind == "chat":
                 role = {"role": "assistant", "content": ""}
-                yield sse_event(chunk(ChatChoiceChunk(index, role)))
+                yield events.event(ChatChoiceChunk(index, role))
             elif job.echo_text:
-                yield sse_event(chunk(CompletionChoiceChunk(index, job.echo_text)))
+                yield events.event(CompletionChoiceChunk(index, job.echo_text))
                 offsets[index] = len(job.echo_text)
         pending: list[bytes] = []
         try:
-            async with aclosing(self._choice_deltas(job, usages)) as deltas:
-                async for index, delta in deltas:
+            async with aclosing(self._choice_deltas(job, usages)) as batches:
+                async for index, batch in batches:
                     output = job.candidates[index].chat_output
                     sent: ChatChoiceChunk | CompletionChoiceChunk | None
-                    if output is not None:
-                        sent = self._chat_choice(job, output, delta, usages[index], index)
-                    else:
-                        sent = self._completion_choice(job, delta, offsets[index], index)
-                        offsets[index] += len(delta.text)
-                    if sent is not None:
-                        pending.append(sse_event(chunk(sent)))
-                    if pending and not delta.more:
+                    for delta in batch:
+                        if output is not None:
+                            sent = self._chat_choice(job, output, delta, usages[index], index)
+                        else:
+                            sent = self._completion_choice(job, delta, offsets[index], index)
+                            offsets[index] += len(delta.text)
+                        if sent is not None:
+                            pending.append(events.event(sent))
+                    # the only choice's last events go out with [DONE], in the same write
+                    ends = len(usages) == 1 and batch[-1].finish_reason is not None
+                    if pending and not ends:
                         yield b"".join(pending)
                         pending.clear()
         except (GenerationError, EngineDeadError) as exc:
             pending.append(sse_event(error_body(str(exc), "internal_error")))
         if job.include_usage:
             usage = total_usage(usages).as_dict()
-            pending.append(sse_event(StreamChunk(*chunk.head, [], usage)))
+            pending.append(sse_event(StreamChunk(*head, [], usage)))
         yield b"".join(pending) + b"data: [DONE]\n\n"
 
     def _chat_choice(
@@ -219,31 +228,19 @@ class OpenAIService:
         return CompletionChoiceChunk(index, delta.text, logprobs, delta.finish_reason)
 
 
-class _Chunks:
-    """Builds a stream's chunks: the fields every chunk of `job` repeats, around one choice."""
-
-    def __init__(self, job: Job, created: int, model: str):
-        # with include_usage every chunk carries "usage": null but the last
-        usage: msgspec.UnsetType | None = None if job.include_usage else msgspec.UNSET
-        self.head = (job.request_id, _chunk_object(job.kind), created, model)
-        self._usage = usage
-
-    def __call__(self, choice: ChatChoiceChunk | CompletionChoiceChunk) -> StreamChunk:
-        choices: list[Any] = [choice]
-        return StreamChunk(*self.head, choices, self._usage)
-
-
 def _feed(output: ChatOutput, delta: Delta) -> ChatPiece:
     return output.feed(delta.text, len(delta.token_ids), last=delta.finish_reason is not None)
 
 
-async def _indexed(deltas: AsyncGenerator[Delta, None]) -> AsyncGenerator[tuple[int, Delta], None]:
+async def _indexed(
+    batches: AsyncGenerator[list[Delta], None],
+) -> AsyncGenerator[tuple[int, list[Delta]], None]:
     """The deltas of a job's only sequence, as choice 0's."""
     try:
-        async for delta in deltas:
-            yield 0, delta
+        async for batch in batches:
+            yield 0, batch
     finally:
-        await deltas.aclose()
+        await batches.aclose()
 
 
 def _chunk_object(kind: Kind) -> str:

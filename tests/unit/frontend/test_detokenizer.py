@@ -421,3 +421,44 @@ def test_stop_strings_match_the_naive_oracle(tokenizer: Tokenizer, data: st.Data
 
     assert (text, stop_reason) == _oracle(full_text, stop, num_unstoppable_chars)
     assert detok.output_text == text
+
+
+@_property_settings
+@given(data=st.data())
+def test_update_each_is_update_one_token_at_a_time(
+    tokenizer: Tokenizer, data: st.DataObject
+) -> None:
+    output = data.draw(token_ids(tokenizer), label="output")
+    at = data.draw(st.integers(0, len(output)), label="special token at")
+    output = [*output[:at], IM_END_ID, *output[at:]]  # a kept token, where tokens are kept
+    full_text = tokenizer.decode(output)
+    piece = st.tuples(st.integers(0, len(full_text)), st.integers(1, 4)).map(
+        lambda at: full_text[at[0] : at[0] + at[1]]
+    )
+    stop = data.draw(st.lists(piece.filter(bool), max_size=2), label="stop")
+    kept = data.draw(st.sampled_from([None, {IM_END_ID: "<|im_end|>"}]), label="kept")
+    options = {"stop": stop, "min_tokens": data.draw(st.integers(0, 3)), "kept_tokens": kept}
+    each = IncrementalDetokenizer(tokenizer, [1, 2], **options)  # type: ignore[arg-type]
+    one = IncrementalDetokenizer(tokenizer, [1, 2], **options)  # type: ignore[arg-type]
+
+    for chunk in data.draw(chunked(output), label="chunks"):
+        texts, stop_reason = each.update_each(chunk)
+        expected: list[str] = []
+        for token_id in chunk[: len(texts)]:
+            update = one.update([token_id])
+            expected.append(update.text_delta)
+        assert texts == expected
+        assert len(texts) == len(chunk) or stop_reason is not None
+        assert stop_reason == one.stop_reason
+        if stop_reason is not None:
+            break
+    assert each.flush() == one.flush()
+    assert (each.output_text, each.num_output_tokens) == (one.output_text, one.num_output_tokens)
+
+
+def test_update_each_after_flush_raises(tokenizer: Tokenizer) -> None:
+    detok = IncrementalDetokenizer(tokenizer, [1])
+    assert detok.update_each(HELLO_IDS[:2]) == (["Hello", " world"], None)
+    detok.flush()
+    with pytest.raises(RuntimeError):
+        detok.update_each(HELLO_IDS[2:3])

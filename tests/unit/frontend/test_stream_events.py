@@ -1,6 +1,7 @@
 """Streamed completions through the whole frontend: an engine output that carries several tokens
 (steps merged on the way) still gives one SSE event per token, and the events of one output
-reach the client in one body chunk; `stream_options.per_step` gives one event per output."""
+reach the client in one body chunk (the last output's with [DONE]); `stream_options.per_step`
+gives one event per output."""
 
 from __future__ import annotations
 
@@ -96,9 +97,11 @@ async def test_one_event_per_token_one_write_per_output(preprocessor: Preprocess
     chunks = await _stream(preprocessor, {})
     per_chunk = [texts for texts in map(_texts, chunks) if texts]
     assert [t for texts in per_chunk for t in texts] == token_texts
-    # the engine's outputs carry 1, 2, 3, 1, 2, ... tokens: so many events per body chunk
+    # the engine's outputs carry 1, 2, 3, 1, 2, ... tokens: so many events per body chunk,
+    # and the last output's events end with [DONE], in the same chunk
     assert [len(texts) for texts in per_chunk] == _step_sizes(len(ids))
-    assert chunks[-1].endswith(b"data: [DONE]\n\n")
+    assert len(chunks) == len(per_chunk)
+    assert chunks[-1].endswith(b'"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
 
 
 async def test_per_step_gives_one_event_per_output(preprocessor: Preprocessor) -> None:

@@ -11,7 +11,7 @@ from frontend_fakes import IdleEngine
 from tokenizers import Tokenizer
 
 from armature.frontend.detokenizer import IncrementalDetokenizer
-from armature.frontend.generation import Usage, stream_deltas
+from armature.frontend.generation import Usage, delta_batches
 from armature.frontend.metrics import FrontendMetrics
 from armature.protocols.engine import EngineOutput, FinishReason
 
@@ -35,8 +35,8 @@ async def run(
     detokenizer = IncrementalDetokenizer(tokenizer, [1, 2, 3], stop=stop)
     metrics = FrontendMetrics("m", IdleEngine().get_load)
     usage = Usage()
-    deltas = stream_deltas(outputs(*batches), 3, detokenizer, usage, metrics)
-    text = "".join([d.text async for d in deltas])
+    deltas = delta_batches(outputs(*batches), 3, detokenizer, usage, metrics)
+    text = "".join([d.text async for batch in deltas for d in batch])
     return text, usage, metrics.registry.get_sample_value("armature_generation_tokens_total")
 
 
