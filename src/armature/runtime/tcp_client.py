@@ -16,6 +16,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator
 
+from armature.protocols.framing import take_bodies
 from armature.runtime.frames import (
     MAX_FRAME_BYTES,
     Cancel,
@@ -27,6 +28,7 @@ from armature.runtime.frames import (
     FrameError,
     Hello,
     Open,
+    decode_frame,
     encode_frame,
 )
 from armature.runtime.request_plane import (
@@ -35,13 +37,12 @@ from armature.runtime.request_plane import (
     payloads,
     take_waiting,
 )
-from armature.runtime.tcp_server import read_frame
 
 __all__ = ["RequestPlaneClient", "parse_tcp_url"]
 
 log = logging.getLogger(__name__)
 
-_END = object()
+READ_BYTES = 1 << 18  # the most one read of a connection takes
 
 
 def parse_tcp_url(url: str) -> tuple[str, int]:
@@ -63,13 +64,17 @@ class _Connection:
         self.reader_task = asyncio.get_running_loop().create_task(self._read_forever())
 
     async def _read_forever(self) -> None:
+        """Route every frame as it arrives: each read takes all that has come (a worker's
+        step sends a frame per stream) and routes its whole frames at once."""
         reason = "connection closed by the peer"
+        buffer = bytearray()
         try:
-            while True:
-                frame = await read_frame(self.reader, MAX_FRAME_BYTES)
-                self._route(frame)
-        except EOFError:
-            pass
+            while data := await self.reader.read(READ_BYTES):
+                buffer += data
+                for body in take_bodies(buffer, MAX_FRAME_BYTES):
+                    self._route(decode_frame(body))
+            if buffer:
+                raise FrameError("truncated frame")
         except (FrameError, ConnectionError, OSError) as exc:
             reason = f"connection lost: {exc}"
             log.warning("request plane client: %s", reason)

@@ -36,25 +36,9 @@ __all__ = ["RequestPlaneServer", "read_frame"]
 log = logging.getLogger(__name__)
 
 
-async def read_frame(
-    reader: asyncio.StreamReader,
-    max_bytes: int = MAX_FRAME_BYTES,
-    rest_timeout_s: float | None = None,
-) -> Frame:
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int, rest_timeout_s: float) -> Frame:
     """One frame; EOFError at a clean end of stream, FrameError for anything malformed or for
     a frame whose rest does not arrive within `rest_timeout_s` of its first byte."""
-    if rest_timeout_s is None:  # the client's reader: two reads, no timer
-        try:
-            header = await reader.readexactly(HEADER_BYTES)
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial:
-                raise EOFError from None
-            raise FrameError("truncated frame") from None
-        try:
-            body = await reader.readexactly(read_length(header, max_bytes))
-        except asyncio.IncompleteReadError:
-            raise FrameError("truncated frame") from None
-        return decode_frame(body)
     try:
         first = await reader.readexactly(1)
     except asyncio.IncompleteReadError:

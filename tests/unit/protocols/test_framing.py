@@ -3,11 +3,14 @@ protocols (request plane, KV transfer) framing the same way."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from armature.protocols.framing import HEADER_BYTES, FrameError, frame, read_length
+from armature.protocols.framing import HEADER_BYTES, FrameError, frame, read_length, take_bodies
 from armature.runtime.frames import End, encode_frame
 from armature.transfer.wire import TransferError, TransferReply, recv_message, send_message
 
@@ -29,6 +32,38 @@ def test_read_length_reads_network_order_up_to_the_limit() -> None:
 def test_a_header_of_the_wrong_size_is_refused(header: bytes) -> None:
     with pytest.raises(FrameError, match=f"truncated frame header: {len(header)} of 4 bytes"):
         read_length(header, max_bytes=1 << 20)
+
+
+def test_take_bodies_cuts_whole_frames_and_keeps_a_partial_one() -> None:
+    buffer = bytearray(frame(b"ab") + frame(b"") + frame(b"xyz")[:5])
+    assert take_bodies(buffer, max_bytes=16) == [b"ab", b""]
+    assert buffer == frame(b"xyz")[:5]
+    buffer += frame(b"xyz")[5:]
+    assert take_bodies(buffer, max_bytes=16) == [b"xyz"]
+    assert buffer == bytearray()
+
+
+def test_take_bodies_refuses_a_length_over_the_limit_before_its_body() -> None:
+    buffer = bytearray(frame(b"ok") + b"\x00\x00\x01\x03")
+    with pytest.raises(FrameError, match="frame of 259 bytes exceeds the 258-byte limit"):
+        take_bodies(buffer, max_bytes=258)
+
+
+@given(
+    bodies=st.lists(st.binary(max_size=40), max_size=6),
+    cuts=st.lists(st.integers(0, 300), max_size=8),
+)
+def test_take_bodies_gives_the_bodies_however_the_bytes_are_cut(
+    bodies: list[bytes], cuts: list[int]
+) -> None:
+    data = b"".join(frame(b) for b in bodies)
+    points = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    buffer, got = bytearray(), []
+    for start, end in itertools.pairwise(points):
+        buffer += data[start:end]
+        got += take_bodies(buffer, max_bytes=64)
+    assert got == bodies
+    assert buffer == bytearray()
 
 
 def test_a_request_plane_frame_has_exact_bytes() -> None:

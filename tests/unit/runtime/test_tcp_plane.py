@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -12,9 +13,9 @@ import pytest
 
 from armature.protocols.failures import FailureCode
 from armature.protocols.framing import frame
-from armature.runtime.frames import FrameError, Open, encode_frame
+from armature.runtime.frames import Data, End, FrameError, Open, encode_frame
 from armature.runtime.request_plane import HandlerError, PeerUnavailableError, RemoteError
-from armature.runtime.tcp_client import RequestPlaneClient
+from armature.runtime.tcp_client import RequestPlaneClient, _Connection
 from armature.runtime.tcp_server import RequestPlaneServer, read_frame
 from polling import wait_until
 
@@ -304,35 +305,75 @@ async def test_a_handler_whose_client_left_ends_quietly(caplog: pytest.LogCaptur
     assert "the client left" in caplog.text and "failed" not in caplog.text
 
 
-@pytest.mark.parametrize("rest_timeout_s", [None, 5.0])
-@pytest.mark.parametrize(
-    ("data", "error"),
-    [
-        (b"", "EOFError"),
-        (encode_frame(Open(1, "count", b"1", 4))[:2], "truncated frame"),
-        (frame(bytes(100))[:9], "truncated frame"),
-        ((2**31).to_bytes(4, "big"), "exceeds the"),
-        (frame(b"\xc1"), "undecodable frame"),
-    ],
-)
-async def test_read_frame_refuses_what_is_not_a_whole_frame(
-    data: bytes, error: str, rest_timeout_s: float | None
-) -> None:
-    """Both readers (the client's without a timer, the server's with one) answer alike."""
+BAD_BYTES = [
+    (encode_frame(Open(1, "count", b"1", 4))[:2], "truncated frame"),
+    (frame(bytes(100))[:9], "truncated frame"),
+    ((2**31).to_bytes(4, "big"), "exceeds the"),
+    (frame(b"\xc1"), "undecodable frame"),
+]
+
+
+@pytest.mark.parametrize(("data", "error"), [(b"", "EOFError"), *BAD_BYTES])
+async def test_read_frame_refuses_what_is_not_a_whole_frame(data: bytes, error: str) -> None:
     reader = asyncio.StreamReader()
     reader.feed_data(data)
     reader.feed_eof()
     with pytest.raises((EOFError, FrameError)) as caught:
-        await read_frame(reader, 1 << 20, rest_timeout_s)
+        await read_frame(reader, 1 << 20, 5.0)
     assert error in f"{type(caught.value).__name__}: {caught.value}"
 
 
-@pytest.mark.parametrize("rest_timeout_s", [None, 5.0])
-async def test_read_frame_reads_frames_back_to_back(rest_timeout_s: float | None) -> None:
+async def test_read_frame_reads_frames_back_to_back() -> None:
     frames = [Open(1, "count", b"3", 4), Open(2, "endless", b"", 8)]
     reader = asyncio.StreamReader()
     reader.feed_data(b"".join(encode_frame(f) for f in frames))
     reader.feed_eof()
-    assert [await read_frame(reader, 1 << 20, rest_timeout_s) for _ in frames] == frames
+    assert [await read_frame(reader, 1 << 20, 5.0) for _ in frames] == frames
     with pytest.raises(EOFError):
-        await read_frame(reader, 1 << 20, rest_timeout_s)
+        await read_frame(reader, 1 << 20, 5.0)
+
+
+async def client_routes(*pieces: bytes) -> dict[int, list[object]]:
+    """What a client connection routes to its streams 1 and 2 from a server that sends
+    `pieces` (each a read of its own) and closes: their frames, then the error that ended
+    them."""
+    reader = asyncio.StreamReader()
+    left, right = socket.socketpair()
+    _, writer = await asyncio.open_connection(sock=left)
+    conn = _Connection(reader, writer)
+    queues: dict[int, asyncio.Queue[object]] = {1: asyncio.Queue(), 2: asyncio.Queue()}
+    conn.queues.update(queues)
+    for piece in pieces:
+        reader.feed_data(piece)
+        await asyncio.sleep(0)  # the connection reads it before the next comes
+    reader.feed_eof()
+    await conn.reader_task
+    right.close()
+    return {sid: [q.get_nowait() for _ in range(q.qsize())] for sid, q in queues.items()}
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"", "connection closed by the peer"),
+        *BAD_BYTES,
+        (encode_frame(Open(1, "count", b"1", 4)), "unexpected Open frame from a server"),
+    ],
+)
+async def test_the_client_fails_its_streams_on_what_is_not_a_whole_frame(
+    data: bytes, error: str
+) -> None:
+    good = encode_frame(Data(1, b"a"))
+    routed = await client_routes(good, data)
+    assert routed[1][0] == Data(1, b"a")  # what came whole before it is delivered
+    for items in routed.values():
+        assert isinstance(items[-1], PeerUnavailableError) and error in str(items[-1])
+
+
+async def test_the_client_routes_frames_cut_across_reads() -> None:
+    frames = [Data(1, b"a" * 300), Data(2, b"b"), End(2), Data(1, b"c"), End(1)]
+    data = b"".join(encode_frame(f) for f in frames)
+    pieces = [data[:3], data[3:200], data[200:311], data[311:]]  # inside a header, a body
+    routed = await client_routes(*pieces)
+    assert routed[1][:-1] == [Data(1, b"a" * 300), Data(1, b"c"), End(1)]
+    assert routed[2][:-1] == [Data(2, b"b"), End(2)]
