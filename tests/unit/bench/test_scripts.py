@@ -67,6 +67,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "served_steps",
         "serving_cpu",
         "soak",
+        "stream_path",
         "structured_output",
         "throughput",
         "ttft_prefix",
