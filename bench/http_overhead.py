@@ -2,6 +2,7 @@
 
     python -m bench.http_overhead            # full run, writes docs/benchmarks.md
     python -m bench.http_overhead --quick    # smoke run, writes bench/out/benchmarks.md
+    python -m bench.http_overhead --engine mocker   # the serving stack alone
 
 The same greedy request (a short text prompt, max_tokens 1 and 16, EOS ignored) goes
   direct: `AsyncEngine.generate` on an engine in this process, token ids pre-encoded;
@@ -11,6 +12,11 @@ Both engines have the CLI's default config (bfloat16, CPU, same torch thread cou
 warmed up first. Repetitions alternate which path goes first, and the added latency is the
 per-pair difference, so slow drift on a shared machine cancels out. The HTTP side includes
 the client, JSON, tokenizing the prompt and detokenizing the output: all that serving adds.
+
+With `--engine mocker` both sides run the mocker at effectively infinite speed instead: each
+path's time is then the serving stack's alone, and the pair's difference is not buried under
+two prefills' variance on shared cores (the torch engine's p90 of the differences is
+several ms).
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from armature.config.commands import ServeConfig
+from armature.engines.api import Engine
 from armature.engines.native.async_engine import AsyncEngine
+from armature.engines.registry import get_kind
+from armature.engines.spec import EngineSpec, resolve_engine_model
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.engine import EngineRequest
 from armature.workload.measure import quantile
@@ -38,6 +48,7 @@ from bench.paths import REPO_ROOT
 from bench.report import Section, markdown_table
 
 PROMPT = "The capital of France is"
+MOCKER_SPEEDUP = 1e9  # the mocker's steps take no time
 TARGET_ADDED_P50_MS = 2.0
 SERVER_LOG = REPO_ROOT / "bench" / "out" / "http_overhead_server.log"
 
@@ -51,7 +62,7 @@ def _free_port() -> int:
 class Server:
     """`armature serve` as a subprocess on loopback, with the bench's dtype and threads."""
 
-    def __init__(self, args: BenchArgs, port: int):
+    def __init__(self, args: BenchArgs, port: int, engine: str):
         self.port = port
         SERVER_LOG.parent.mkdir(parents=True, exist_ok=True)
         self._log = SERVER_LOG.open("w")
@@ -73,6 +84,8 @@ class Server:
             "--device",
             "cpu",
         ]
+        if engine == "mocker":
+            command += ["--engine", "mocker", "--speedup-ratio", str(MOCKER_SPEEDUP)]
         env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
@@ -133,7 +146,7 @@ def http_complete(conn: http.client.HTTPConnection, model: str, max_tokens: int)
 
 
 async def direct_complete(
-    engine: AsyncEngine, preprocessor: Preprocessor, prompt_ids: list[int], max_tokens: int
+    engine: Engine, preprocessor: Preprocessor, prompt_ids: list[int], max_tokens: int
 ) -> Sample:
     request = EngineRequest(
         request_id=f"direct-{uuid.uuid4().hex}",
@@ -161,10 +174,31 @@ class Pairs:
         return [h - d for h, d in zip(self.http_ms, self.direct_ms, strict=True)]
 
 
-async def measure(args: BenchArgs, server: Server, repeats: int, warmups: int) -> list[Pairs]:
+def direct_engine(args: BenchArgs, kind: str) -> Engine:
+    """The engine this process calls: the CLI's default config, or the mocker at infinite
+    speed over the same model."""
+    if kind == "torch":
+        return AsyncEngine(build_core(args, max_num_seqs=64))
+    config = ServeConfig()
+    engine = replace(
+        config.engine, model=str(args.model_dir), engine="mocker", speedup_ratio=MOCKER_SPEEDUP
+    )
+    spec = EngineSpec(
+        engine=engine,
+        kv=config.kv,
+        transfer=config.transfer,
+        model=resolve_engine_model(engine),
+        worker_id="direct",
+    )
+    return get_kind("mocker").build(spec).engine
+
+
+async def measure(
+    args: BenchArgs, kind: str, server: Server, repeats: int, warmups: int
+) -> list[Pairs]:
     preprocessor = Preprocessor(args.model_dir)
     prompt_ids = preprocessor.encode(PROMPT)
-    engine = AsyncEngine(build_core(args, max_num_seqs=64))  # the CLI's default config
+    engine = direct_engine(args, kind)
     engine.start()
     server.wait_ready()
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
@@ -198,12 +232,12 @@ async def measure(args: BenchArgs, server: Server, repeats: int, warmups: int) -
     return results
 
 
-def render(results: list[Pairs], repeats: int, warmups: int) -> str:
+def render(results: list[Pairs], kind: str, repeats: int, warmups: int) -> str:
     rows: list[list[object]] = []
     checks = []
     for p in results:
         for label, values in (
-            ("direct `AsyncEngine.generate`", p.direct_ms),
+            ("direct `generate`", p.direct_ms),
             ("HTTP `/v1/completions`", p.http_ms),
             ("**added (paired HTTP − direct)**", p.added_ms),
         ):
@@ -215,12 +249,14 @@ def render(results: list[Pairs], repeats: int, warmups: int) -> str:
             f"- {verdict}: max_tokens {p.max_tokens}: HTTP adds {added_p50:.2f} ms at p50 of the "
             f"paired differences (target < {TARGET_ADDED_P50_MS:.0f} ms; difference of the "
             f"medians: {medians_ms:.2f} ms); same text both ways: "
-            f"{'yes' if p.same_text else 'NO'}"
+            + ("yes" if p.same_text else "NO" if kind == "torch" else "n/a (random tokens)")
         )
     table = markdown_table(["max_tokens", "path", "p50 ms", "p90 ms"], rows)
     return (
         f"Prompt {PROMPT!r}, greedy, EOS ignored; {repeats} paired repetitions after "
-        f"{warmups} warm-ups per path. Direct: `AsyncEngine.generate` in-process with "
+        f"{warmups} warm-ups per path, engine {kind}"
+        f"{f' at speedup {MOCKER_SPEEDUP:g}' if kind == 'mocker' else ''}. Direct: "
+        f"`generate` on an engine in this process with "
         f"pre-encoded token ids. HTTP: non-streaming POST /v1/completions with the text prompt "
         f"to an `armature serve` subprocess on loopback, keep-alive `http.client` "
         f"connection.\n\n{table}\n\n" + "\n".join(checks) + "\n"
@@ -230,18 +266,26 @@ def render(results: list[Pairs], repeats: int, warmups: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=None, help="default 50 (6 with --quick)")
+    parser.add_argument(
+        "--engine", choices=["torch", "mocker"], default="torch", help="both sides' engine"
+    )
     args, ns = parse_args(parser.description or "", parser)
     repeats = ns.repeats or (6 if args.quick else 50)
     warmups = 2 if args.quick else 5
-    server = Server(args, _free_port())  # loads while this process loads its own engine
+    server = Server(args, _free_port(), ns.engine)  # loads while this process loads its own
     try:
-        results = asyncio.run(measure(args, server, repeats, warmups))
+        results = asyncio.run(measure(args, ns.engine, server, repeats, warmups))
     finally:
         server.stop()
-    body = render(results, repeats, warmups)
+    body = render(results, ns.engine, repeats, warmups)
     print()
     print(body)
-    publish(args, Section("http_overhead", "HTTP overhead", body, args.dtype_name))
+    if ns.engine == "torch":
+        section = Section("http_overhead", "HTTP overhead", body, args.dtype_name)
+    else:
+        title = "HTTP overhead: the serving stack alone (mocker)"
+        section = Section("http_overhead-mocker", title, body, args.dtype_name)
+    publish(args, section)
 
 
 if __name__ == "__main__":
