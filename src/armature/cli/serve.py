@@ -27,6 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from armature.frontend.preprocess import encode_on_calling_thread
+
+    encode_on_calling_thread()  # first: before any thread that might read the environment
     config = read_settings(args, ServeConfig)
     setup_logging(config.http.log_level)
     roles = config.get_worker_roles()

@@ -27,7 +27,6 @@ from armature.frontend.auth import load_api_keys
 from armature.frontend.chat_setup import load_chat_setup
 from armature.frontend.compose import compose_frontend
 from armature.frontend.fleet import WorkerFleet
-from armature.frontend.preprocess import encode_on_calling_thread
 from armature.frontend.replicas import LoadSharing
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
@@ -62,7 +61,6 @@ def serve_app(app: FastAPI, http: HttpConfig, listen_socket: socket.socket) -> N
     """Serve `app` on `listen_socket` (bound to `http.host:http.port`) until SIGINT/SIGTERM
     (then drain)."""
     settle_heap()
-    encode_on_calling_thread()
     uvicorn.Server(uvicorn_config(app, http)).run(sockets=[listen_socket])
 
 

@@ -118,7 +118,7 @@ class CountedHistogram(Collector):
     """A histogram (buckets, count, sum) that takes several equal observations at once:
     `observe(value, count)` costs one bucket search however many tokens share an interval.
     prometheus_client's Histogram takes one at a time, behind a lock per observation; this
-    one is fed and read on one event loop."""
+    one is fed and read on one event loop. It exposes the same series but `_created`."""
 
     def __init__(
         self,
@@ -140,6 +140,10 @@ class CountedHistogram(Collector):
         """`count` observations of `value`."""
         self._counts[bisect.bisect_left(self._upper, value)] += count
         self._sum += value * count
+
+    def describe(self) -> Iterator[HistogramMetricFamily]:
+        """Its name and type, read at registration: a second metric of that name is refused."""
+        yield HistogramMetricFamily(self._name, self._documentation)
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         cumulative, total = [], 0

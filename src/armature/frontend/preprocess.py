@@ -32,7 +32,8 @@ def encode_on_calling_thread() -> None:
     parallel, the library also splits each request's segments across its own pool of one
     thread per core, whose workers spin before they sleep: on a loaded 2-core host that took
     a third more CPU per prompt (bench/serving_cpu.py's load: two pool threads at 8% of a core
-    each), for a prompt encoded a little sooner on an idle one."""
+    each), for a prompt encoded a little sooner on an idle one. `armature serve` and
+    `armature frontend` call it first, before any thread that might read the environment."""
     os.environ.setdefault(PARALLELISM_VARIABLE, "false")
 
 

@@ -20,7 +20,6 @@ from armature.frontend.auth import ApiKeys, load_api_keys
 from armature.frontend.chat_setup import load_chat_setup
 from armature.frontend.compose import compose_frontend
 from armature.frontend.main import run_serving, uvicorn_config
-from armature.frontend.preprocess import encode_on_calling_thread
 from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerRole
 from armature.runtime.heap import settle_heap
@@ -128,7 +127,6 @@ async def _serve(
     http = config.http
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, http.host, http.port)
     settle_heap()
-    encode_on_calling_thread()
     try:
         await uvicorn.Server(uvicorn_config(app, http)).serve(sockets=[listen_socket])
     finally:

@@ -193,17 +193,17 @@ class OpenAIService:
                             offsets[index] += len(delta.text)
                         if sent is not None:
                             pending.append(events.event(sent))
-                    # the only choice's last events go out with [DONE], in the same write
-                    ends = len(usages) == 1 and batch[-1].finish_reason is not None
-                    if pending and not ends:
+                    if len(usages) == 1 and batch[-1].finish_reason is not None:
+                        # the only choice's last events go out with [DONE], in one write,
+                        # before the engine stream is closed (after the client has them)
+                        yield _ending(job, usages, head, pending)
+                        return
+                    if pending:
                         yield b"".join(pending)
                         pending.clear()
         except (GenerationError, EngineDeadError) as exc:
             pending.append(sse_event(error_body(str(exc), "internal_error")))
-        if job.include_usage:
-            usage = total_usage(usages).as_dict()
-            pending.append(sse_event(StreamChunk(*head, [], usage)))
-        yield b"".join(pending) + b"data: [DONE]\n\n"
+        yield _ending(job, usages, head, pending)
 
     def _chat_choice(
         self, job: Job, output: ChatOutput, delta: Delta, usage: Usage, index: int
@@ -226,6 +226,17 @@ class OpenAIService:
             return None
         logprobs = self._logprobs(job, delta.logprobs, offset)
         return CompletionChoiceChunk(index, delta.text, logprobs, delta.finish_reason)
+
+
+def _ending(
+    job: Job, usages: list[Usage], head: tuple[str, str, int, str], pending: list[bytes]
+) -> bytes:
+    """A stream's last body chunk: the events still pending, the usage chunk if asked for,
+    and `data: [DONE]`."""
+    if job.include_usage:
+        usage = total_usage(usages).as_dict()
+        pending = [*pending, sse_event(StreamChunk(*head, [], usage))]
+    return b"".join(pending) + b"data: [DONE]\n\n"
 
 
 def _feed(output: ChatOutput, delta: Delta) -> ChatPiece:

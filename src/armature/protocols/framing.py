@@ -45,15 +45,18 @@ _LENGTH = struct.Struct(">I")
 
 def take_bodies(buffer: bytearray, max_bytes: int) -> list[bytes]:
     """The bodies of the whole frames at the start of `buffer`, in order, cut from it; a
-    partial frame stays for more bytes. FrameError for a length over `max_bytes` (refused
-    before its body arrives). One call per socket read, instead of two awaited reads per
-    frame, is what a reader that takes many small frames wants."""
-    bodies = []
+    partial frame stays for more bytes. A length over `max_bytes` (refused before its body
+    arrives) ends the bodies returned, and the next call, which starts at it, raises
+    FrameError: the frames before it are not lost. One call per socket read (until it returns
+    nothing), instead of two awaited reads per frame, is what a reader of many small frames
+    wants."""
+    bodies: list[bytes] = []
     start, end = 0, len(buffer)
     while end - start >= HEADER_BYTES:
         (length,) = _LENGTH.unpack_from(buffer, start)
         if length > max_bytes:
-            del buffer[:start]
+            if bodies:
+                break
             raise FrameError(
                 f"announced frame of {length} bytes exceeds the {max_bytes}-byte limit"
             )

@@ -71,8 +71,9 @@ class _Connection:
         try:
             while data := await self.reader.read(READ_BYTES):
                 buffer += data
-                for body in take_bodies(buffer, MAX_FRAME_BYTES):
-                    self._route(decode_frame(body))
+                while bodies := take_bodies(buffer, MAX_FRAME_BYTES):
+                    for body in bodies:
+                        self._route(decode_frame(body))
             if buffer:
                 raise FrameError("truncated frame")
         except (FrameError, ConnectionError, OSError) as exc:

@@ -107,6 +107,15 @@ def test_counted_observations_expose_what_single_ones_do(
     )
 
 
+def test_a_second_metric_of_the_name_is_refused() -> None:
+    registry = CollectorRegistry()
+    CountedHistogram("gap_seconds", "Gaps", BUCKETS, registry)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        CountedHistogram("gap_seconds", "Gaps", BUCKETS, registry)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        Histogram("gap_seconds", "Gaps", buckets=BUCKETS, registry=registry)
+
+
 def test_buckets_must_increase() -> None:
     with pytest.raises(ValueError, match="increasing"):
         CountedHistogram("x", "x", (0.1, 0.01), CollectorRegistry())

@@ -364,10 +364,11 @@ async def test_the_client_fails_its_streams_on_what_is_not_a_whole_frame(
     data: bytes, error: str
 ) -> None:
     good = encode_frame(Data(1, b"a"))
-    routed = await client_routes(good, data)
-    assert routed[1][0] == Data(1, b"a")  # what came whole before it is delivered
-    for items in routed.values():
-        assert isinstance(items[-1], PeerUnavailableError) and error in str(items[-1])
+    for pieces in ((good, data), (good + data,)):  # in a read of its own, or in the same one
+        routed = await client_routes(*pieces)
+        assert routed[1][0] == Data(1, b"a")  # what came whole before it is delivered
+        for items in routed.values():
+            assert isinstance(items[-1], PeerUnavailableError) and error in str(items[-1])
 
 
 async def test_the_client_routes_frames_cut_across_reads() -> None:
