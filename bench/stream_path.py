@@ -64,16 +64,6 @@ class ScriptedRouter:
             )
 
 
-def _idle() -> EngineLoad:
-    return EngineLoad(
-        num_active_blocks=0,
-        num_total_blocks=1,
-        num_waiting=0,
-        num_running=0,
-        num_prefill_tokens_queued=0,
-    )
-
-
 def _job(tokenizer: Tokenizer, i: int) -> Job:
     request_id = f"cmpl-{i}"
     request = EngineRequest(
@@ -115,7 +105,8 @@ def measure(tokenizer: Tokenizer, tokens_per_output: int, num_requests: int) -> 
     """CPU microseconds per streamed token."""
     tokens = _plain_tokens(tokenizer, NUM_TOKENS)
     router = ScriptedRouter(tokens, tokens_per_output)
-    service = OpenAIService(router, None, FrontendMetrics("m", _idle))  # type: ignore[arg-type]
+    metrics = FrontendMetrics("m", lambda: EngineLoad.idle(1))
+    service = OpenAIService(router, None, metrics)
     asyncio.run(_run(service, tokenizer, CONCURRENCY))  # warm up
     started_s = time.process_time()
     events = asyncio.run(_run(service, tokenizer, num_requests))

@@ -1,5 +1,5 @@
-"""Prompt preparation: chat templates and tokenization (CPU-bound; callers run these off the
-event loop with asyncio.to_thread)."""
+"""Prompt preparation: chat templates and tokenization (CPU-bound; callers run a long prompt's
+off the event loop with asyncio.to_thread, see jobs.py's INLINE_PROMPT_CHARS)."""
 
 from __future__ import annotations
 

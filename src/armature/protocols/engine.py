@@ -138,6 +138,17 @@ class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
     onboard_s_per_block: dict[KvTier, float] = msgspec.field(default_factory=dict)
     num_tier_total_blocks: dict[KvTier, int] = msgspec.field(default_factory=dict)
 
+    @classmethod
+    def idle(cls, num_total_blocks: int) -> EngineLoad:
+        """The load of an engine with `num_total_blocks` and nothing to do."""
+        return cls(
+            num_active_blocks=0,
+            num_total_blocks=num_total_blocks,
+            num_waiting=0,
+            num_running=0,
+            num_prefill_tokens_queued=0,
+        )
+
 
 class KvTierStats(msgspec.Struct, frozen=True, kw_only=True):
     """What an engine's lower KV tiers (G2 host, G3 disk, G4 shared store) did since start.

@@ -34,7 +34,10 @@ def read_length(header: bytes | bytearray, max_bytes: int) -> int:
     `HEADER_BYTES` long, or a length over `max_bytes` (refused before any body is read)."""
     if len(header) != HEADER_BYTES:
         raise FrameError(f"truncated frame header: {len(header)} of {HEADER_BYTES} bytes")
-    length = int.from_bytes(header, "big")
+    return _checked(int.from_bytes(header, "big"), max_bytes)
+
+
+def _checked(length: int, max_bytes: int) -> int:
     if length > max_bytes:
         raise FrameError(f"announced frame of {length} bytes exceeds the {max_bytes}-byte limit")
     return length
@@ -54,12 +57,9 @@ def take_bodies(buffer: bytearray, max_bytes: int) -> list[bytes]:
     start, end = 0, len(buffer)
     while end - start >= HEADER_BYTES:
         (length,) = _LENGTH.unpack_from(buffer, start)
-        if length > max_bytes:
-            if bodies:
-                break
-            raise FrameError(
-                f"announced frame of {length} bytes exceeds the {max_bytes}-byte limit"
-            )
+        if length > max_bytes and bodies:
+            break  # returned first; the next call refuses it
+        _checked(length, max_bytes)
         body_start = start + HEADER_BYTES
         if end - body_start < length:
             break

@@ -78,13 +78,7 @@ class RemoteEngine:
         self._unreachable_until_s = 0.0
         self._events: deque[KvEvent] = deque(maxlen=_MAX_BUFFERED_EVENTS)
         self._step_records: deque[StepRecord] = deque(maxlen=_MAX_BUFFERED_STEP_RECORDS)
-        self._load = EngineLoad(
-            num_active_blocks=0,
-            num_total_blocks=card.num_kv_blocks,
-            num_waiting=0,
-            num_running=0,
-            num_prefill_tokens_queued=0,
-        )
+        self._load = EngineLoad.idle(card.num_kv_blocks)
         self._alive = True
         self._subscription: asyncio.Task[None] | None = None
         self.liveness_timeout_s = health.worker_liveness_timeout_s

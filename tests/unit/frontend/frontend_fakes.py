@@ -21,13 +21,7 @@ class IdleEngine:
     def validate(self, request: EngineRequest) -> None: ...
 
     def get_load(self) -> EngineLoad:
-        return EngineLoad(
-            num_active_blocks=0,
-            num_total_blocks=1,
-            num_waiting=0,
-            num_running=0,
-            num_prefill_tokens_queued=0,
-        )
+        return EngineLoad.idle(1)
 
     def take_kv_events(self) -> list:  # type: ignore[type-arg]
         return []
