@@ -3,6 +3,7 @@
 - armature.kv._native: block hashing (armature.kv.hashing).
 - armature.router._index: the prefix index's holder table (armature.router.holder_store),
   whose token walk hashes blocks with the same code (armature/kv/xxh3.h, included by both).
+- armature.router._routed: the kv policy's routed-prefix index (armature.router.routed_index).
 - armature.workload._mt: synthetic trace tokens (armature.workload.traces).
 
 Without a C compiler the build skips them (optional=True) and the modules fall back to pure
@@ -24,6 +25,12 @@ setup(
             "armature.router._index",
             ["src/armature/router/_index.c"],
             depends=["src/armature/kv/xxh3.h"],
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
+        Extension(
+            "armature.router._routed",
+            ["src/armature/router/_routed.c"],
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -9,19 +9,17 @@ Two stores give identical results (tests hold them equal under hypothesis):
   install; per-tier hash maps of block hash -> bit set of worker slots);
 - `PyHolderStore`: dicts and frozensets, always present, the reference.
 
-`make_holder_store` picks one: the `backend` argument, else the ARMATURE_INDEX_BACKEND
-environment variable (`native` or `python`), else native when the extension was built.
+`make_holder_store` picks one (`armature.router.index_backend`): the `backend` argument, else
+the ARMATURE_INDEX_BACKEND environment variable (`native` or `python`), else native when the
+extension was built.
 Sequence hashes are unsigned 64-bit ints (the XXH3-64 block hashes of DESIGN §3).
 """
 
 from __future__ import annotations
 
-import enum
-import os
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from armature.errors import ArmatureError, ConfigError
 from armature.protocols.kv_events import (
     KvCleared,
     KvEvent,
@@ -29,6 +27,12 @@ from armature.protocols.kv_events import (
     KvStored,
     KvTier,
     StoredBlock,
+)
+from armature.router.index_backend import (
+    BACKEND_ENV_VAR,
+    IndexBackend,
+    IndexBackendUnavailableError,
+    resolve_backend,
 )
 from armature.router.py_holder_store import PyHolderStore
 from armature.router.tier_overlap import TierOverlap, WorkerId
@@ -49,24 +53,12 @@ __all__ = [
     "make_holder_store",
 ]
 
-BACKEND_ENV_VAR = "ARMATURE_INDEX_BACKEND"
 _TIER_NUMBER: Mapping[KvTier, int] = {
     KvTier.DEVICE: 0,
     KvTier.HOST: 1,
     KvTier.DISK: 2,
     KvTier.EXTERNAL: 3,
 }
-
-
-class IndexBackend(enum.StrEnum):
-    """Which store holds the prefix index's blocks."""
-
-    NATIVE = "native"  # armature.router._index, the C extension (present if it was built)
-    PYTHON = "python"  # dicts of frozensets: always present, the reference
-
-
-class IndexBackendUnavailableError(ArmatureError, RuntimeError):
-    """The native store was asked for, but the extension was not built."""
 
 
 class HolderStore(Protocol):
@@ -206,17 +198,6 @@ def has_native_index() -> bool:
 
 def make_holder_store(backend: IndexBackend | None = None) -> HolderStore:
     """A store of `backend`; None: $ARMATURE_INDEX_BACKEND if set, else the fastest built."""
-    if backend is None:
-        name = os.environ.get(BACKEND_ENV_VAR, "")
-        if name:
-            try:
-                backend = IndexBackend(name)
-            except ValueError:
-                choices = ", ".join(b.value for b in IndexBackend)
-                message = f"{BACKEND_ENV_VAR} must be one of {choices}, got {name!r}"
-                raise ConfigError(message) from None
-        else:
-            backend = IndexBackend.NATIVE if _index is not None else IndexBackend.PYTHON
-    if IndexBackend(backend) is IndexBackend.NATIVE:
+    if resolve_backend(backend, _index is not None) is IndexBackend.NATIVE:
         return NativeHolderStore()
     return PyHolderStore()

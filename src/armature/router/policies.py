@@ -22,7 +22,7 @@ from armature.kv.hashing import compute_seq_hashes, hash_seed_for_salt
 from armature.router.cost import select_worker, worker_logits
 from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
-from armature.router.routed_index import RoutedPrefixIndex
+from armature.router.routed_index import RoutedPrefixIndex, make_routed_index
 from armature.router.tier_weights import TierWeightBook
 
 __all__ = [
@@ -246,7 +246,7 @@ def make_policy(
                 temperature,
                 seed,
                 routed=(
-                    RoutedPrefixIndex(routed_ttl_s, max(1, routed_max_entries))
+                    make_routed_index(routed_ttl_s, max(1, routed_max_entries))
                     if routed_ttl_s > 0
                     else None
                 ),

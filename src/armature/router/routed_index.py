@@ -16,6 +16,12 @@ are unique and increasing). So along any chain of hashes a worker's live entries
 prefix, and a lookup binary-searches the depth of each worker recorded with the prompt's
 first block: O(holders x log blocks) dict gets.
 Recording is one C-level dict update. Both are on the router's hot path.
+
+Two implementations give identical results for chained block hashes (a hash names its whole
+prefix, so it is never both a first block and a later one; tests hold them equal under
+hypothesis): `PyRoutedPrefixIndex` here, the reference, and the C table of
+`armature.router._routed` (flat arrays instead of dicts of Python ints and floats, several
+times faster). `make_routed_index` picks one as `armature.router.index_backend` says.
 """
 
 from __future__ import annotations
@@ -25,25 +31,99 @@ import operator
 from collections import deque
 from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
+from typing import Protocol
 
-__all__ = ["RoutedPrefixIndex"]
+from armature.router.index_backend import (
+    BACKEND_ENV_VAR,
+    IndexBackend,
+    IndexBackendUnavailableError,
+    resolve_backend,
+)
+
+try:
+    from armature.router import _routed
+except ImportError:  # built without a C compiler: the pure-Python index
+    _routed = None  # type: ignore[assignment]
+
+__all__ = ["PyRoutedPrefixIndex", "RoutedPrefixIndex", "has_native_routed", "make_routed_index"]
 
 # Expired decisions dropped per record at most: each decision is dropped once, so this keeps
 # up with any steady rate while bounding the work added to one routing decision.
 _PRUNE_PER_RECORD = 2
 
 
-class RoutedPrefixIndex:
+class RoutedPrefixIndex(Protocol):
+    """Routing decisions with a TTL and a size bound (see the module's comment). Pure: the
+    caller passes the time."""
+
+    max_entries: int  # the next record drops the oldest decisions down to it
+
+    @property
+    def ttl_s(self) -> float: ...
+
+    def record(self, worker: str, seq_hashes: Sequence[int], now_s: float) -> None:
+        """`worker` was sent a prompt with these block hashes at `now_s`."""
+        ...
+
+    def prune(self, now_s: float, max_decisions: int | None = None) -> None:
+        """Drop expired decisions (at most `max_decisions` of them)."""
+        ...
+
+    def find_overlaps(
+        self, seq_hashes: Sequence[int], now_s: float, known: Mapping[str, int] | None = None
+    ) -> dict[str, int]:
+        """Leading blocks of `seq_hashes` each worker is assumed to hold (unexpired).
+        `known`: blocks each worker is already known to hold; a worker assumed to hold no
+        more than that is left out."""
+        ...
+
+    def get_num_entries(self) -> int:
+        """Live (worker, block) entries."""
+        ...
+
+
+def has_native_routed() -> bool:
+    """Whether armature.router._routed was built (and so is the default)."""
+    return _routed is not None
+
+
+def make_routed_index(
+    ttl_s: float, max_entries: int, backend: IndexBackend | None = None
+) -> RoutedPrefixIndex:
+    """A routed index of `backend` (None: as `armature.router.index_backend` says)."""
+    if resolve_backend(backend, _routed is not None) is IndexBackend.PYTHON:
+        return PyRoutedPrefixIndex(ttl_s, max_entries)
+    if _routed is None:
+        raise IndexBackendUnavailableError(
+            "armature.router._routed was not built (no C compiler at install); "
+            f"use {BACKEND_ENV_VAR}=python"
+        )
+    index: RoutedPrefixIndex = _routed.RoutedTable(ttl_s, max_entries)
+    return index
+
+
+class PyRoutedPrefixIndex:
     def __init__(self, ttl_s: float, max_entries: int):
         if ttl_s <= 0 or max_entries <= 0:
             raise ValueError("ttl_s and max_entries must be > 0")
         self.ttl_s = ttl_s
-        self.max_entries = max_entries
+        self._max_entries = max_entries
         self._by_worker: dict[str, dict[int, float]] = {}
         self._by_first: dict[int, set[str]] = {}
         self._decisions: deque[tuple[float, str, Sequence[int]]] = deque()
         self._num_entries = 0
         self._last_expiry_s = -math.inf
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @max_entries.setter
+    def max_entries(self, max_entries: int) -> None:
+        """The next record drops the oldest decisions down to it."""
+        if max_entries <= 0:
+            raise ValueError("max_entries must be > 0")
+        self._max_entries = max_entries
 
     def record(self, worker: str, seq_hashes: Sequence[int], now_s: float) -> None:
         """`worker` was sent a prompt with these block hashes at `now_s`."""
@@ -56,7 +136,7 @@ class RoutedPrefixIndex:
         self._decisions.append((expiry, worker, seq_hashes))
         if seq_hashes:
             self._by_first.setdefault(seq_hashes[0], set()).add(worker)
-        while self._num_entries > self.max_entries:
+        while self._num_entries > self._max_entries:
             self._drop_oldest()
         self.prune(now_s, _PRUNE_PER_RECORD)
 
@@ -107,7 +187,9 @@ class RoutedPrefixIndex:
 
     def _drop_oldest(self) -> None:
         expiry, worker, seq_hashes = self._decisions.popleft()
-        entries = self._by_worker[worker]
+        entries = self._by_worker.get(worker)
+        if entries is None:
+            return  # a prompt shorter than a block, its worker's entries all gone already
         # the entries not refreshed by a later record (C-level loops: a prompt has hundreds)
         now_expired = map(operator.eq, map(entries.get, seq_hashes), repeat(expiry))
         doomed = dict.fromkeys(compress(seq_hashes, now_expired))

@@ -1,0 +1,518 @@
+/* Native routed-prefix index (armature.router.routed_index): the prefixes the router assumes
+ * a worker holds because it just routed them there, each with an expiry.
+ *
+ * The same rules as armature.router.routed_index.PyRoutedPrefixIndex (tests hold the two equal
+ * under hypothesis), kept in flat C arrays instead of dicts of Python ints and floats:
+ *
+ *     entries:   (worker slot, seq_hash) -> expiry_s     open addressing, linear probing
+ *     holders:   (worker slot, first seq_hash) present   the lookup's filter (by_first)
+ *     decisions: ring of (expiry_s, slot, copy of the prompt's hashes), record order
+ *     names:     slot -> worker id; slots: worker id -> slot (a worker keeps its slot)
+ *
+ * Deletion shifts the following entries back (no tombstones). A slot's entries and holders are
+ * found by probing each slot with the prompt's first hash, so a lookup costs
+ * O(slots + holders x log blocks) probes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t hash;
+    uint32_t slot;
+    uint32_t used;
+    double expiry_s;
+} Entry;
+
+typedef struct {
+    size_t capacity; /* a power of two, or 0 before the first insert */
+    size_t count;
+    Entry *entries;
+} Table;
+
+typedef struct {
+    double expiry_s;
+    Py_ssize_t slot;
+    Py_ssize_t num_hashes;
+    uint64_t *hashes; /* owned copy */
+} Decision;
+
+typedef struct {
+    PyObject_HEAD
+    double ttl_s;
+    Py_ssize_t max_entries;
+    double last_expiry_s;
+    Table entries;
+    Table holders;
+    Decision *ring; /* capacity ring_capacity; ring_len from ring_head */
+    size_t ring_capacity, ring_head, ring_len;
+    PyObject *names; /* list: slot -> worker id */
+    PyObject *slots; /* dict: worker id -> slot */
+} RoutedTable;
+
+/* Expired decisions dropped per record at most (as the Python index). */
+#define PRUNE_PER_RECORD 2
+#define STACK_HASHES 1024
+
+static inline size_t home(uint64_t hash, uint32_t slot, size_t mask) {
+    uint64_t key = hash ^ ((uint64_t)slot * 0xD6E8FEB86659FD93ULL);
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 17) & mask;
+}
+
+static Entry *find(const Table *t, uint64_t hash, uint32_t slot) {
+    if (t->count == 0) return NULL;
+    size_t mask = t->capacity - 1;
+    for (size_t i = home(hash, slot, mask);; i = (i + 1) & mask) {
+        Entry *e = &t->entries[i];
+        if (!e->used) return NULL;
+        if (e->hash == hash && e->slot == slot) return e;
+    }
+}
+
+static int grow(Table *t, size_t capacity) {
+    Entry *entries = PyMem_Calloc(capacity, sizeof(Entry));
+    if (entries == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t mask = capacity - 1;
+    for (size_t j = 0; j < t->capacity; j++) {
+        const Entry *old = &t->entries[j];
+        if (!old->used) continue;
+        size_t i = home(old->hash, old->slot, mask);
+        while (entries[i].used) i = (i + 1) & mask;
+        entries[i] = *old;
+    }
+    PyMem_Free(t->entries);
+    t->entries = entries;
+    t->capacity = capacity;
+    return 0;
+}
+
+/* Room for `count` entries at a load factor of at most 1/2. */
+static int reserve(Table *t, size_t count) {
+    if (count * 2 <= t->capacity) return 0;
+    size_t capacity = t->capacity ? t->capacity : 64;
+    while (count * 2 > capacity) capacity *= 2;
+    return grow(t, capacity);
+}
+
+/* The entry of (hash, slot), inserted (expiry -inf) if absent; room must have been reserved. */
+static Entry *upsert(Table *t, uint64_t hash, uint32_t slot, int *inserted) {
+    size_t mask = t->capacity - 1;
+    for (size_t i = home(hash, slot, mask);; i = (i + 1) & mask) {
+        Entry *e = &t->entries[i];
+        if (!e->used) {
+            e->hash = hash;
+            e->slot = slot;
+            e->used = 1;
+            e->expiry_s = -INFINITY;
+            t->count++;
+            *inserted = 1;
+            return e;
+        }
+        if (e->hash == hash && e->slot == slot) {
+            *inserted = 0;
+            return e;
+        }
+    }
+}
+
+/* Drop entry `e`, shifting the entries after it back. */
+static void erase(Table *t, Entry *e) {
+    size_t mask = t->capacity - 1;
+    size_t i = (size_t)(e - t->entries), j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        Entry *next = &t->entries[j];
+        if (!next->used) break;
+        size_t k = home(next->hash, next->slot, mask);
+        /* move j to the hole at i unless its home lies cyclically in (i, j] */
+        int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
+        if (stays) continue;
+        t->entries[i] = *next;
+        i = j;
+    }
+    t->entries[i].used = 0;
+    t->count--;
+}
+
+static inline double expiry_of(const Table *t, uint64_t hash, uint32_t slot) {
+    const Entry *e = find(t, hash, slot);
+    return e == NULL ? -INFINITY : e->expiry_s;
+}
+
+/* ---- arguments ------------------------------------------------------------------------ */
+
+/* The hashes of a sequence of ints in [0, 2**64) into `stack` when they fit, else a
+ * PyMem buffer (free it with free_hashes); NULL with an exception on bad input. */
+static uint64_t *read_hashes(PyObject *obj, Py_ssize_t *n, uint64_t *stack) {
+    PyObject *seq = PySequence_Fast(obj, "seq_hashes must be a sequence of ints");
+    if (seq == NULL) return NULL;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    uint64_t *out = len <= STACK_HASHES ? stack : PyMem_Malloc((size_t)len * sizeof(uint64_t));
+    if (out == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (!PyLong_Check(items[i])) {
+            PyErr_SetString(PyExc_TypeError, "seq_hashes must be ints");
+            goto fail;
+        }
+        unsigned long long v = PyLong_AsUnsignedLongLong(items[i]);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "a seq_hash must be in [0, 2**64)");
+            goto fail;
+        }
+        out[i] = (uint64_t)v;
+    }
+    Py_DECREF(seq);
+    *n = len;
+    return out;
+fail:
+    if (out != stack) PyMem_Free(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+static void free_hashes(uint64_t *hashes, const uint64_t *stack) {
+    if (hashes != stack) PyMem_Free(hashes);
+}
+
+/* ---- the index ------------------------------------------------------------------------ */
+
+static int RoutedTable_init(RoutedTable *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"ttl_s", "max_entries", NULL};
+    double ttl_s;
+    Py_ssize_t max_entries;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "dn", kwlist, &ttl_s, &max_entries)) return -1;
+    if (!(ttl_s > 0) || max_entries <= 0) {
+        PyErr_SetString(PyExc_ValueError, "ttl_s and max_entries must be > 0");
+        return -1;
+    }
+    if (self->names != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RoutedTable is initialized once");
+        return -1;
+    }
+    self->names = PyList_New(0);
+    self->slots = PyDict_New();
+    if (self->names == NULL || self->slots == NULL) return -1;
+    self->ttl_s = ttl_s;
+    self->max_entries = max_entries;
+    self->last_expiry_s = -INFINITY;
+    return 0;
+}
+
+static void RoutedTable_dealloc(RoutedTable *self) {
+    for (size_t k = 0; k < self->ring_len; k++)
+        PyMem_Free(self->ring[(self->ring_head + k) % self->ring_capacity].hashes);
+    PyMem_Free(self->ring);
+    PyMem_Free(self->entries.entries);
+    PyMem_Free(self->holders.entries);
+    Py_XDECREF(self->names);
+    Py_XDECREF(self->slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ready(RoutedTable *self) {
+    if (self->names != NULL) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "RoutedTable.__init__ was not called");
+    return -1;
+}
+
+/* `worker`'s slot, given one on first sight. */
+static Py_ssize_t slot_of(RoutedTable *self, PyObject *worker) {
+    PyObject *found = PyDict_GetItemWithError(self->slots, worker);
+    if (found != NULL) return PyLong_AsSsize_t(found);
+    if (PyErr_Occurred()) return -1;
+    Py_ssize_t slot = PyList_GET_SIZE(self->names);
+    if (slot >= (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "too many workers");
+        return -1;
+    }
+    PyObject *number = PyLong_FromSsize_t(slot);
+    if (number == NULL) return -1;
+    int failed = PyDict_SetItem(self->slots, worker, number) < 0;
+    Py_DECREF(number);
+    if (failed || PyList_Append(self->names, worker) < 0) return -1;
+    return slot;
+}
+
+/* Drop the oldest decision: its entries not refreshed by a later record, and the worker as a
+ * holder of its first block when that entry is gone. */
+static void drop_oldest(RoutedTable *self) {
+    Decision *d = &self->ring[self->ring_head];
+    uint32_t slot = (uint32_t)d->slot;
+    for (Py_ssize_t i = 0; i < d->num_hashes; i++) {
+        Entry *e = find(&self->entries, d->hashes[i], slot);
+        if (e != NULL && e->expiry_s == d->expiry_s) erase(&self->entries, e);
+    }
+    if (d->num_hashes > 0 && find(&self->entries, d->hashes[0], slot) == NULL) {
+        Entry *h = find(&self->holders, d->hashes[0], slot);
+        if (h != NULL) erase(&self->holders, h);
+    }
+    PyMem_Free(d->hashes);
+    d->hashes = NULL;
+    self->ring_head = (self->ring_head + 1) % self->ring_capacity;
+    self->ring_len--;
+}
+
+static int push_decision(RoutedTable *self, double expiry_s, Py_ssize_t slot,
+                         const uint64_t *hashes, Py_ssize_t n) {
+    if (self->ring_len == self->ring_capacity) {
+        size_t capacity = self->ring_capacity ? self->ring_capacity * 2 : 64;
+        Decision *ring = PyMem_Malloc(capacity * sizeof(Decision));
+        if (ring == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t k = 0; k < self->ring_len; k++)
+            ring[k] = self->ring[(self->ring_head + k) % self->ring_capacity];
+        PyMem_Free(self->ring);
+        self->ring = ring;
+        self->ring_capacity = capacity;
+        self->ring_head = 0;
+    }
+    uint64_t *copy = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(uint64_t));
+    if (copy == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(copy, hashes, (size_t)n * sizeof(uint64_t));
+    Decision *d = &self->ring[(self->ring_head + self->ring_len) % self->ring_capacity];
+    d->expiry_s = expiry_s;
+    d->slot = slot;
+    d->num_hashes = n;
+    d->hashes = copy;
+    self->ring_len++;
+    return 0;
+}
+
+static void prune(RoutedTable *self, double now_s, Py_ssize_t max_decisions) {
+    Py_ssize_t dropped = 0;
+    while (self->ring_len && self->ring[self->ring_head].expiry_s <= now_s) {
+        if (max_decisions >= 0 && dropped >= max_decisions) return;
+        drop_oldest(self);
+        dropped++;
+    }
+}
+
+static PyObject *RoutedTable_record(RoutedTable *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"worker", "seq_hashes", "now_s", NULL};
+    PyObject *worker, *obj;
+    double now_s;
+    if (ready(self) < 0) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOd", kwlist, &worker, &obj, &now_s))
+        return NULL;
+    uint64_t stack[STACK_HASHES];
+    Py_ssize_t n;
+    uint64_t *hashes = read_hashes(obj, &n, stack);
+    if (hashes == NULL) return NULL;
+    Py_ssize_t slot = slot_of(self, worker);
+    if (slot < 0) goto fail;
+    if (reserve(&self->entries, self->entries.count + (size_t)n) < 0) goto fail;
+    if (reserve(&self->holders, self->holders.count + 1) < 0) goto fail;
+    double expiry_s = fmax(now_s + self->ttl_s, nextafter(self->last_expiry_s, INFINITY));
+    if (push_decision(self, expiry_s, slot, hashes, n) < 0) goto fail;
+    self->last_expiry_s = expiry_s;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int inserted;
+        upsert(&self->entries, hashes[i], (uint32_t)slot, &inserted)->expiry_s = expiry_s;
+    }
+    if (n > 0) {
+        int inserted;
+        upsert(&self->holders, hashes[0], (uint32_t)slot, &inserted);
+    }
+    free_hashes(hashes, stack);
+    while ((Py_ssize_t)self->entries.count > self->max_entries) drop_oldest(self);
+    prune(self, now_s, PRUNE_PER_RECORD);
+    Py_RETURN_NONE;
+fail:
+    free_hashes(hashes, stack);
+    return NULL;
+}
+
+static PyObject *RoutedTable_prune(RoutedTable *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"now_s", "max_decisions", NULL};
+    double now_s;
+    PyObject *limit = Py_None;
+    if (ready(self) < 0) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "d|O", kwlist, &now_s, &limit)) return NULL;
+    Py_ssize_t max_decisions = -1;
+    if (limit != Py_None) {
+        max_decisions = PyLong_AsSsize_t(limit);
+        if (max_decisions == -1 && PyErr_Occurred()) return NULL;
+        if (max_decisions < 0) max_decisions = 0;
+    }
+    prune(self, now_s, max_decisions);
+    Py_RETURN_NONE;
+}
+
+/* known[worker] as a block count into *depth (0 when absent or negative); -1 with an
+ * exception. */
+static int known_depth(PyObject *known, PyObject *worker, Py_ssize_t *depth) {
+    *depth = 0;
+    if (known == NULL) return 0;
+    PyObject *value;
+    if (PyDict_CheckExact(known)) {
+        value = PyDict_GetItemWithError(known, worker);
+        if (value == NULL) return PyErr_Occurred() ? -1 : 0;
+        Py_INCREF(value);
+    } else {
+        value = PyObject_CallMethod(known, "get", "OO", worker, Py_None);
+        if (value == NULL) return -1;
+        if (value == Py_None) {
+            Py_DECREF(value);
+            return 0;
+        }
+    }
+    Py_ssize_t number = PyNumber_AsSsize_t(value, PyExc_OverflowError);
+    Py_DECREF(value);
+    if (number == -1 && PyErr_Occurred()) return -1;
+    *depth = number > 0 ? number : 0;
+    return 0;
+}
+
+static PyObject *RoutedTable_find_overlaps(RoutedTable *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"seq_hashes", "now_s", "known", NULL};
+    PyObject *obj, *known = Py_None;
+    double now_s;
+    if (ready(self) < 0) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Od|O", kwlist, &obj, &now_s, &known))
+        return NULL;
+    uint64_t stack[STACK_HASHES];
+    Py_ssize_t n;
+    uint64_t *hashes = read_hashes(obj, &n, stack);
+    if (hashes == NULL) return NULL;
+    PyObject *overlaps = PyDict_New();
+    if (overlaps == NULL || n == 0 || self->holders.count == 0) {
+        free_hashes(hashes, stack);
+        return overlaps;
+    }
+    PyObject *known_map = (known == Py_None || (PyDict_Check(known) && !PyDict_GET_SIZE(known)))
+                              ? NULL
+                              : known;
+    const Table *entries = &self->entries;
+    uint64_t first = hashes[0], last = hashes[n - 1];
+    Py_ssize_t num_slots = PyList_GET_SIZE(self->names);
+    for (Py_ssize_t s = 0; s < num_slots; s++) {
+        uint32_t slot = (uint32_t)s;
+        if (find(&self->holders, first, slot) == NULL) continue;
+        PyObject *worker = PyList_GET_ITEM(self->names, s);
+        Py_ssize_t floor;
+        if (known_depth(known_map, worker, &floor) < 0) goto fail;
+        if (floor >= n || expiry_of(entries, hashes[floor], slot) <= now_s) continue;
+        Py_ssize_t depth;
+        if (expiry_of(entries, last, slot) > now_s) {
+            depth = n;
+        } else { /* hashes[live] is live, [dead] is not */
+            Py_ssize_t live = floor, dead = n - 1;
+            while (dead - live > 1) {
+                Py_ssize_t mid = (live + dead) / 2;
+                if (expiry_of(entries, hashes[mid], slot) > now_s)
+                    live = mid;
+                else
+                    dead = mid;
+            }
+            depth = live + 1;
+        }
+        PyObject *value = PyLong_FromSsize_t(depth);
+        if (value == NULL) goto fail;
+        int failed = PyDict_SetItem(overlaps, worker, value) < 0;
+        Py_DECREF(value);
+        if (failed) goto fail;
+    }
+    free_hashes(hashes, stack);
+    return overlaps;
+fail:
+    free_hashes(hashes, stack);
+    Py_DECREF(overlaps);
+    return NULL;
+}
+
+static PyObject *RoutedTable_get_num_entries(RoutedTable *self, PyObject *unused) {
+    (void)unused;
+    return PyLong_FromSize_t(self->entries.count);
+}
+
+static PyObject *RoutedTable_get_ttl_s(RoutedTable *self, void *closure) {
+    (void)closure;
+    return PyFloat_FromDouble(self->ttl_s);
+}
+
+static PyObject *RoutedTable_get_max_entries(RoutedTable *self, void *closure) {
+    (void)closure;
+    return PyLong_FromSsize_t(self->max_entries);
+}
+
+static PyMethodDef RoutedTable_methods[] = {
+    {"record", (PyCFunction)(void (*)(void))RoutedTable_record, METH_VARARGS | METH_KEYWORDS,
+     "record(worker, seq_hashes, now_s): worker was sent a prompt with these block hashes"},
+    {"prune", (PyCFunction)(void (*)(void))RoutedTable_prune, METH_VARARGS | METH_KEYWORDS,
+     "prune(now_s, max_decisions=None): drop expired decisions"},
+    {"find_overlaps", (PyCFunction)(void (*)(void))RoutedTable_find_overlaps,
+     METH_VARARGS | METH_KEYWORDS,
+     "find_overlaps(seq_hashes, now_s, known=None) -> {worker: leading blocks assumed held}"},
+    {"get_num_entries", (PyCFunction)RoutedTable_get_num_entries, METH_NOARGS,
+     "get_num_entries() -> live (worker, block) entries"},
+    {NULL, NULL, 0, NULL},
+};
+
+static int RoutedTable_set_max_entries(RoutedTable *self, PyObject *value, void *closure) {
+    (void)closure;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "max_entries cannot be deleted");
+        return -1;
+    }
+    Py_ssize_t max_entries = PyNumber_AsSsize_t(value, PyExc_OverflowError);
+    if (max_entries == -1 && PyErr_Occurred()) return -1;
+    if (max_entries <= 0) {
+        PyErr_SetString(PyExc_ValueError, "max_entries must be > 0");
+        return -1;
+    }
+    self->max_entries = max_entries; /* the next record drops down to it */
+    return 0;
+}
+
+static PyGetSetDef RoutedTable_getset[] = {
+    {"ttl_s", (getter)RoutedTable_get_ttl_s, NULL, "seconds an entry lives after its record",
+     NULL},
+    {"max_entries", (getter)RoutedTable_get_max_entries, (setter)RoutedTable_set_max_entries,
+     "bound on live entries", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RoutedTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "armature.router._routed.RoutedTable",
+    .tp_basicsize = sizeof(RoutedTable),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Routed prefixes with expiries (see the module's comment).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)RoutedTable_init,
+    .tp_dealloc = (destructor)RoutedTable_dealloc,
+    .tp_methods = RoutedTable_methods,
+    .tp_getset = RoutedTable_getset,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "armature.router._routed",
+    "Native routed-prefix index of the kv policy.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__routed(void) {
+    if (PyType_Ready(&RoutedTableType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&RoutedTableType);
+    if (PyModule_AddObject(m, "RoutedTable", (PyObject *)&RoutedTableType) < 0) {
+        Py_DECREF(&RoutedTableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
