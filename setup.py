@@ -1,6 +1,7 @@
 """Build the optional native extensions; everything else is in pyproject.toml.
 
 - armature.kv._native: block hashing (armature.kv.hashing).
+- armature.kv._pool: the KV block pool's per-block state (armature.kv.block_pool).
 - armature.router._index: the prefix index's holder table (armature.router.holder_store),
   whose token walk hashes blocks with the same code (armature/kv/xxh3.h, included by both).
 - armature.router._routed: the kv policy's routed-prefix index (armature.router.routed_index).
@@ -19,6 +20,12 @@ setup(
             ["src/armature/kv/_native.c"],
             depends=["src/armature/kv/xxh3.h"],
             extra_compile_args=["-O3"],
+            optional=True,
+        ),
+        Extension(
+            "armature.kv._pool",
+            ["src/armature/kv/_pool.c"],
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),
         Extension(

@@ -18,6 +18,13 @@ simulated workers need not build a queue entry per block up front). `blocks` giv
 snapshots for tests and dumps.
 
     queue = [_next_fresh, ..., num_blocks - 1]  (never taken)  +  _free  (freed, LRU order)
+
+Two implementations keep these rules (tests hold them equal under hypothesis, events and
+evictions included): `PyBlockPool`, the reference, in Python lists and dicts, and
+`NativeBlockPool`, whose per-block state is the C core of `armature.kv._pool` (a pool's
+per-block loops, hundreds of blocks a prompt, at C speed; the events and the eviction observer
+stay here). `make_block_pool` picks one: its `backend` argument, else ARMATURE_POOL_BACKEND
+(`native` or `python`), else native when the extension was built.
 """
 
 from __future__ import annotations
@@ -26,14 +33,31 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice, starmap
-from typing import cast
+from typing import Protocol, cast
 
+from armature.backends import Backend, BackendUnavailableError, resolve_backend
 from armature.errors import ArmatureError
 from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictedBlock, EvictionObserver
 from armature.protocols.kv_events import KvEvent, KvTier, StoredBlock
 
-__all__ = ["BlockPool", "KvBlock", "NoFreeBlocksError"]
+try:
+    from armature.kv import _pool
+except ImportError:  # built without a C compiler: the pure-Python pool
+    _pool = None  # type: ignore[assignment]
+
+__all__ = [
+    "POOL_BACKEND_ENV_VAR",
+    "BlockPool",
+    "KvBlock",
+    "NativeBlockPool",
+    "NoFreeBlocksError",
+    "PyBlockPool",
+    "has_native_pool",
+    "make_block_pool",
+]
+
+POOL_BACKEND_ENV_VAR = "ARMATURE_POOL_BACKEND"
 
 
 class NoFreeBlocksError(ArmatureError, RuntimeError):
@@ -52,11 +76,134 @@ class KvBlock:
     num_hits: int = 0  # prefix-cache hits since it was cached (tier offload policy reads it)
 
 
-class BlockPool:
-    """Fixed set of `num_blocks` blocks of `block_size` tokens. Pure: no I/O, no locks;
-    one owner (the scheduler) calls it from one thread. `eviction_observer` is told about
-    every cached block before `allocate` reuses it. Events go to `event_log` (shared with the
-    lower KV tiers so that one worker's event ids stay one sequence), a private one if None."""
+class BlockPool(Protocol):
+    """Fixed set of `num_blocks` blocks of `block_size` tokens (see the module's comment).
+    Pure: no I/O, no locks; one owner (the scheduler) calls it from one thread."""
+
+    num_blocks: int
+    block_size: int
+    enable_prefix_caching: bool
+    event_log: KvEventLog
+
+    @property
+    def blocks(self) -> list[KvBlock]:
+        """Every block's state, by block id (a snapshot)."""
+        ...
+
+    def get_num_unreferenced(self, block_ids: Sequence[int]) -> int:
+        """How many of `block_ids` no request holds (free, though maybe cached)."""
+        ...
+
+    def get_num_free_blocks(self) -> int:
+        """Blocks that `allocate` can hand out (free, including cached-but-unused ones)."""
+        ...
+
+    def get_num_active_blocks(self) -> int: ...
+
+    def get_free_block_ids(self) -> list[int]:
+        """Free queue in eviction order (head first)."""
+        ...
+
+    def get_cached_block(self, seq_hash: int) -> int | None: ...
+
+    def get_cached_hashes(self) -> list[int]:
+        """Sequence hashes of every cached block (in use or evictable): what a KV dump holds."""
+        ...
+
+    def get_last_event_id(self) -> int:
+        """Id of the newest event emitted so far (-1 before the first)."""
+        ...
+
+    def get_num_cached_blocks(self) -> int: ...
+
+    def find_prefix(self, seq_hashes: Sequence[int]) -> list[int]:
+        """Block ids of the longest cached prefix of `seq_hashes` (takes no reference)."""
+        ...
+
+    def touch(self, block_ids: Sequence[int], *, is_hit: bool = False) -> None:
+        """Take one more reference on each block; a free one leaves the queue. `is_hit`: the
+        blocks are a request's prefix-cache hit (counted in each block's `num_hits`)."""
+        ...
+
+    def allocate(self, num_blocks: int) -> list[int]:
+        """Take `num_blocks` blocks from the queue head, each with one reference. Evicted
+        cached blocks are first reported to the eviction observer (one call, pool untouched),
+        then lose their hash (one Removed event). All or nothing, also when the observer
+        raises."""
+        ...
+
+    def free(self, block_ids: Sequence[int]) -> None:
+        """Drop one reference from each block, in the given order; a block that reaches zero
+        joins the queue tail (so pass a request's blocks tail-first)."""
+        ...
+
+    def cache_blocks(
+        self,
+        block_ids: Sequence[int],
+        hashes: Sequence[tuple[int, int]],
+        parent_hash: int | None,
+    ) -> None:
+        """Register full blocks under their (seq_hash, local_hash); emits one Stored event per
+        run of newly cached ones. A hash already cached under another block is left alone (the
+        duplicate block stays uncached and is freed like any other)."""
+        ...
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash (Cleared event). Refused (False) while blocks are in use."""
+        ...
+
+    def take_events(self) -> list[KvEvent]:
+        """Drain the events emitted since the last call (by this pool and whatever shares
+        its event log), oldest first."""
+        ...
+
+    def check_integrity(self) -> None:
+        """Assert the pool's invariants (tests and debug builds)."""
+        ...
+
+
+def has_native_pool() -> bool:
+    """Whether armature.kv._pool was built (and so is the default)."""
+    return _pool is not None
+
+
+def make_block_pool(
+    num_blocks: int,
+    block_size: int,
+    enable_prefix_caching: bool = True,
+    *,
+    eviction_observer: EvictionObserver | None = None,
+    event_log: KvEventLog | None = None,
+    backend: Backend | None = None,
+) -> BlockPool:
+    """A block pool of `backend` (None: $ARMATURE_POOL_BACKEND, else native when built)."""
+    chosen = resolve_backend(backend, _pool is not None, POOL_BACKEND_ENV_VAR)
+    maker = NativeBlockPool if chosen is Backend.NATIVE else PyBlockPool
+    return maker(
+        num_blocks,
+        block_size,
+        enable_prefix_caching,
+        eviction_observer=eviction_observer,
+        event_log=event_log,
+    )
+
+
+def _check_sizes(num_blocks: int, block_size: int) -> None:
+    if num_blocks <= 0 or block_size <= 0:
+        raise ValueError("num_blocks and block_size must be positive")
+
+
+def _check_allocation(num_blocks: int, num_free: int) -> None:
+    if num_blocks < 0:
+        raise ValueError(f"num_blocks must be non-negative, got {num_blocks}")
+    if num_blocks > num_free:
+        raise NoFreeBlocksError(f"asked for {num_blocks} blocks, {num_free} free")
+
+
+class _PoolShell:
+    """What both pools share: the sizes, the eviction observer and the event log (shared with
+    the lower KV tiers so that one worker's event ids stay one sequence; a private one if
+    None)."""
 
     def __init__(
         self,
@@ -67,12 +214,111 @@ class BlockPool:
         eviction_observer: EvictionObserver | None = None,
         event_log: KvEventLog | None = None,
     ):
-        if num_blocks <= 0 or block_size <= 0:
-            raise ValueError("num_blocks and block_size must be positive")
+        _check_sizes(num_blocks, block_size)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self._eviction_observer = eviction_observer
+        self.event_log = event_log if event_log is not None else KvEventLog()
+        self._make_state()
+
+    def _make_state(self) -> None:
+        """The implementation's per-block state, empty (called once, by __init__)."""
+        raise NotImplementedError
+
+    def get_last_event_id(self) -> int:
+        """Id of the newest event emitted so far (-1 before the first)."""
+        return self.event_log.get_last_event_id()
+
+    def take_events(self) -> list[KvEvent]:
+        """Drain the events emitted since the last call (by this pool and whatever shares
+        its event log), oldest first."""
+        return self.event_log.take()
+
+
+class NativeBlockPool(_PoolShell):
+    """`BlockPool` on the C core of `armature.kv._pool`; events and the eviction observer are
+    handled here. The per-block reads are the core's own (no Python frame between)."""
+
+    def _make_state(self) -> None:
+        if _pool is None:
+            raise BackendUnavailableError(
+                "armature.kv._pool was not built (no C compiler at install); "
+                f"use {POOL_BACKEND_ENV_VAR}=python"
+            )
+        core = _pool.PoolCore(self.num_blocks, self.enable_prefix_caching)
+        self._core = core
+        self.find_prefix = core.find_prefix
+        self.get_num_unreferenced = core.get_num_unreferenced
+        self.get_num_free_blocks = core.get_num_free_blocks
+        self.get_num_active_blocks = core.get_num_active_blocks
+        self.get_num_cached_blocks = core.get_num_cached_blocks
+        self.get_free_block_ids = core.get_free_block_ids
+        self.get_cached_block = core.get_cached_block
+        self.get_cached_hashes = core.get_cached_hashes
+        self.free = core.free
+
+    @property
+    def blocks(self) -> list[KvBlock]:
+        return list(
+            starmap(KvBlock, ((i, *state) for i, state in enumerate(self._core.snapshot())))
+        )
+
+    def touch(self, block_ids: Sequence[int], *, is_hit: bool = False) -> None:
+        self._core.touch(block_ids, is_hit)
+
+    def allocate(self, num_blocks: int) -> list[int]:
+        _check_allocation(num_blocks, self._core.get_num_free_blocks())
+        if self._eviction_observer is not None:
+            evicting = self._core.peek_evictions(num_blocks)
+            if evicting:
+                self._eviction_observer.on_evict(list(starmap(EvictedBlock, evicting)))
+        block_ids, evicted = self._core.allocate(num_blocks)
+        if evicted:
+            self.event_log.removed(evicted, KvTier.DEVICE)
+        return block_ids
+
+    def cache_blocks(
+        self,
+        block_ids: Sequence[int],
+        hashes: Sequence[tuple[int, int]],
+        parent_hash: int | None,
+    ) -> None:
+        if not self.enable_prefix_caching:
+            return
+        for run_parent, start, stop in self._core.cache_blocks(block_ids, hashes, parent_hash):
+            blocks = list(starmap(StoredBlock, hashes[start:stop]))
+            self.event_log.stored(run_parent, blocks, KvTier.DEVICE)
+
+    def reset_prefix_cache(self) -> bool:
+        if not self._core.reset():
+            return False
+        self.event_log.cleared()
+        return True
+
+    def check_integrity(self) -> None:
+        free_ids = self.get_free_block_ids()
+        assert len(set(free_ids)) == len(free_ids) == self.get_num_free_blocks()
+        free = set(free_ids)
+        blocks = self.blocks
+        for block in blocks:
+            assert block.ref_count >= 0
+            assert (block.ref_count == 0) == (block.block_id in free), block
+            assert (block.seq_hash is None) == (block.local_hash is None), block
+            assert block.seq_hash is not None or block.parent_hash is None, block
+            if block.seq_hash is not None:
+                assert self.get_cached_block(block.seq_hash) == block.block_id
+        cached = self.get_cached_hashes()
+        assert len(cached) == self.get_num_cached_blocks()
+        assert all(blocks[cast("int", self.get_cached_block(h))].seq_hash == h for h in cached)
+
+
+class PyBlockPool(_PoolShell):
+    """The reference pool, in Python lists and dicts. `eviction_observer` is told about every
+    cached block before `allocate` reuses it."""
+
+    def _make_state(self) -> None:
+        num_blocks = self.num_blocks
         # by block id; a hash is None while the block is not cached
         self._ref_counts = [0] * num_blocks
         self._seq_hashes: list[int | None] = [None] * num_blocks
@@ -83,7 +329,6 @@ class BlockPool:
         self._next_fresh = 0
         self._free: OrderedDict[int, None] = OrderedDict()
         self._cached: dict[int, int] = {}  # seq_hash -> block id
-        self.event_log = event_log if event_log is not None else KvEventLog()
 
     # ---- reads -------------------------------------------------------------------------
     @property
@@ -126,10 +371,6 @@ class BlockPool:
         """Sequence hashes of every cached block (in use or evictable): what a KV dump holds."""
         return list(self._cached)
 
-    def get_last_event_id(self) -> int:
-        """Id of the newest event emitted so far (-1 before the first)."""
-        return self.event_log.get_last_event_id()
-
     def get_num_cached_blocks(self) -> int:
         return len(self._cached)
 
@@ -161,11 +402,7 @@ class BlockPool:
         cached blocks are first reported to the eviction observer (one call, pool untouched),
         then lose their hash (one Removed event). All or nothing, also when the observer
         raises."""
-        if num_blocks < 0:
-            raise ValueError(f"num_blocks must be non-negative, got {num_blocks}")
-        num_free = self.get_num_free_blocks()
-        if num_blocks > num_free:
-            raise NoFreeBlocksError(f"asked for {num_blocks} blocks, {num_free} free")
+        _check_allocation(num_blocks, self.get_num_free_blocks())
         fresh = range(self._next_fresh, min(self.num_blocks, self._next_fresh + num_blocks))
         num_queued = num_blocks - len(fresh)  # taken from _free: freed before, maybe cached
         if self._eviction_observer is not None and num_queued:
@@ -295,11 +532,6 @@ class BlockPool:
         self._cached.clear()
         self.event_log.cleared()
         return True
-
-    def take_events(self) -> list[KvEvent]:
-        """Drain the events emitted since the last call (by this pool and whatever shares
-        its event log), oldest first."""
-        return self.event_log.take()
 
     def check_integrity(self) -> None:
         """Assert the pool's invariants (tests and debug builds)."""

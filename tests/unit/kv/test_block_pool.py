@@ -1,40 +1,65 @@
 """BlockPool exact-state tests: block ids, LRU order, ref counts, prefix cache, KV events.
 
-Every pool here is a `CheckedPool`, which runs `check_integrity()` after every mutation.
+Every test runs on both pools (`PyBlockPool` and, where it was built, `NativeBlockPool`: the
+autouse `backend` fixture sets ARMATURE_POOL_BACKEND). Every pool here is a `CheckedPool`,
+which runs `check_integrity()` after every mutation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
-from armature.kv.block_pool import BlockPool, NoFreeBlocksError
+from armature.backends import Backend
+from armature.kv.block_pool import (
+    POOL_BACKEND_ENV_VAR,
+    BlockPool,
+    NativeBlockPool,
+    NoFreeBlocksError,
+    PyBlockPool,
+    has_native_pool,
+    make_block_pool,
+)
 from armature.kv.eviction import EvictedBlock, EvictionObserver
 from armature.kv.hashing import compute_block_hashes
 from armature.protocols.kv_events import KvCleared, KvRemoved, KvStored, StoredBlock
 
-F = TypeVar("F", bound=Callable[..., Any])
+NOT_BUILT = "armature.kv._pool was not built (no C compiler at install)"
+BACKENDS = [
+    Backend.PYTHON,
+    pytest.param(Backend.NATIVE, marks=pytest.mark.skipif(not has_native_pool(), reason=NOT_BUILT)),
+]
 
 
-def _checked(method: F) -> F:
-    def wrapper(self: BlockPool, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            self.check_integrity()
-
-    return wrapper  # type: ignore[return-value]
+@pytest.fixture(autouse=True, params=BACKENDS)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv(POOL_BACKEND_ENV_VAR, request.param.value)
+    yield request.param.value
 
 
-class CheckedPool(BlockPool):
-    allocate = _checked(BlockPool.allocate)
-    free = _checked(BlockPool.free)
-    touch = _checked(BlockPool.touch)
-    cache_blocks = _checked(BlockPool.cache_blocks)
-    reset_prefix_cache = _checked(BlockPool.reset_prefix_cache)
-    take_events = _checked(BlockPool.take_events)
+_MUTATIONS = {"allocate", "free", "touch", "cache_blocks", "reset_prefix_cache", "take_events"}
+
+
+class CheckedPool:
+    """A pool whose every mutation is followed by `check_integrity()`, also when it raises."""
+
+    def __init__(self, pool: BlockPool):
+        self.pool = pool
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.pool, name)
+        if name not in _MUTATIONS:
+            return attr
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self.pool.check_integrity()
+
+        return checked
 
 
 def make_pool(
@@ -43,10 +68,12 @@ def make_pool(
     eviction_observer: EvictionObserver | None = None,
 ) -> CheckedPool:
     pool = CheckedPool(
-        num_blocks,
-        block_size=4,
-        enable_prefix_caching=enable_prefix_caching,
-        eviction_observer=eviction_observer,
+        make_block_pool(
+            num_blocks,
+            block_size=4,
+            enable_prefix_caching=enable_prefix_caching,
+            eviction_observer=eviction_observer,
+        )
     )
     pool.check_integrity()
     return pool
@@ -113,7 +140,7 @@ def test_fresh_pool() -> None:
 @pytest.mark.parametrize(("num_blocks", "block_size"), [(0, 4), (4, 0), (-1, 4), (4, -1)])
 def test_constructor_rejects_non_positive_sizes(num_blocks: int, block_size: int) -> None:
     with pytest.raises(ValueError):
-        BlockPool(num_blocks, block_size)
+        make_block_pool(num_blocks, block_size)
 
 
 # ---- allocate / free: ids, LRU order, ref counts -------------------------------------------
@@ -691,23 +718,23 @@ def test_no_prefix_caching_reports_nothing() -> None:
 # ---- check_integrity can fail --------------------------------------------------------------
 
 
-def _corrupt_ref_count(pool: BlockPool) -> None:
+def _corrupt_ref_count(pool: PyBlockPool) -> None:
     pool._ref_counts[0] = 1  # in use, yet still in the free queue
 
 
-def _corrupt_block_hash(pool: BlockPool) -> None:
+def _corrupt_block_hash(pool: PyBlockPool) -> None:
     pool._seq_hashes[1] = 10  # claims a hash the map gives to block 0
 
 
-def _corrupt_local_hash(pool: BlockPool) -> None:
+def _corrupt_local_hash(pool: PyBlockPool) -> None:
     pool._local_hashes[0] = None  # cached block without its local hash
 
 
-def _corrupt_cached_map(pool: BlockPool) -> None:
+def _corrupt_cached_map(pool: PyBlockPool) -> None:
     pool._cached[99] = 3  # map entry without a block behind it
 
 
-def _corrupt_parent_hash(pool: BlockPool) -> None:
+def _corrupt_parent_hash(pool: PyBlockPool) -> None:
     pool._parent_hashes[2] = 10  # an uncached block that remembers a parent
 
 
@@ -721,8 +748,12 @@ def _corrupt_parent_hash(pool: BlockPool) -> None:
         _corrupt_parent_hash,
     ],
 )
-def test_check_integrity_detects_corruption(corrupt: Callable[[BlockPool], None]) -> None:
-    pool = BlockPool(4, 4)
+def test_check_integrity_detects_corruption(
+    corrupt: Callable[[PyBlockPool], None], backend: str
+) -> None:
+    if backend != Backend.PYTHON:
+        pytest.skip("corrupts the Python pool's own lists")
+    pool = PyBlockPool(4, 4)
     ids = pool.allocate(1)
     pool.cache_blocks(ids, hashes(10), parent_hash=None)
     pool.free(ids)
@@ -730,3 +761,30 @@ def test_check_integrity_detects_corruption(corrupt: Callable[[BlockPool], None]
     corrupt(pool)
     with pytest.raises(AssertionError):
         pool.check_integrity()
+
+
+# ---- which pool ----------------------------------------------------------------------------
+
+
+def test_the_python_pool_is_used_where_the_extension_was_not_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from armature.backends import BackendUnavailableError
+    from armature.kv import block_pool
+
+    monkeypatch.delenv(POOL_BACKEND_ENV_VAR)
+    monkeypatch.setattr(block_pool, "_pool", None)
+    assert not has_native_pool()
+    assert isinstance(make_block_pool(4, 4), PyBlockPool)
+    with pytest.raises(BackendUnavailableError, match="ARMATURE_POOL_BACKEND=python"):
+        make_block_pool(4, 4, backend=Backend.NATIVE)
+
+
+def test_the_environment_chooses_the_pool(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
+    from armature.errors import ConfigError
+
+    expected = NativeBlockPool if backend == Backend.NATIVE else PyBlockPool
+    assert type(make_block_pool(4, 4)) is expected
+    monkeypatch.setenv(POOL_BACKEND_ENV_VAR, "rust")
+    with pytest.raises(ConfigError, match="ARMATURE_POOL_BACKEND must be one of native, python"):
+        make_block_pool(4, 4)

@@ -1,4 +1,5 @@
-"""BlockPool against a naive model (plain lists, recomputed maps) over random operation runs.
+"""BlockPool (both implementations) against a naive model (plain lists, recomputed maps)
+over random operation runs.
 
 The model keeps the free queue as a list (head first), one `(seq_hash, local_hash) | None` and
 one parent per block, and derives the cached map from those on every read. Hashes come from a
@@ -15,10 +16,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from armature.kv.block_pool import BlockPool, NoFreeBlocksError
+from armature.backends import Backend
+from armature.kv.block_pool import BlockPool, NoFreeBlocksError, has_native_pool, make_block_pool
 from armature.kv.eviction import EvictedBlock
 from armature.protocols.kv_events import KvCleared, KvEvent, KvRemoved, KvStored, StoredBlock
 
+# both pools where the native one was built: each is held to the same model
+BACKENDS = [Backend.PYTHON, Backend.NATIVE] if has_native_pool() else [Backend.PYTHON]
 ALPHABET = list(range(1, 9))  # seq hashes
 MISS = 999  # a seq hash never cached
 
@@ -32,6 +36,7 @@ class NaivePool:
         self.free_queue = list(range(num_blocks))
         self.hash_of: list[tuple[int, int] | None] = [None] * num_blocks
         self.parent_of: list[int | None] = [None] * num_blocks
+        self.hits = [0] * num_blocks  # prefix-cache hits since the block was taken
         self.events: list[KvEvent] = []
         self.evictions: list[list[EvictedBlock]] = []  # one list per allocate that evicts
         self.next_event_id = 0
@@ -48,13 +53,14 @@ class NaivePool:
             raise NoFreeBlocksError
         taken, self.free_queue = self.free_queue[:n], self.free_queue[n:]
         evicted = [
-            EvictedBlock(b, h[0], h[1], self.parent_of[b])
+            EvictedBlock(b, h[0], h[1], self.parent_of[b], self.hits[b])
             for b in taken
             if (h := self.hash_of[b]) is not None
         ]
         for b in taken:
             self.hash_of[b] = None
             self.parent_of[b] = None
+            self.hits[b] = 0
             self.ref[b] = 1
         if evicted:
             self.evictions.append(evicted)
@@ -67,11 +73,12 @@ class NaivePool:
             if self.ref[b] == 0:
                 self.free_queue.append(b)
 
-    def touch(self, ids: list[int]) -> None:
+    def touch(self, ids: list[int], is_hit: bool = False) -> None:
         for b in ids:
             if self.ref[b] == 0:
                 self.free_queue.remove(b)
             self.ref[b] += 1
+            self.hits[b] += is_hit
 
     def find_prefix(self, query: list[int]) -> list[int]:
         if not self.enable_prefix_caching:
@@ -116,6 +123,7 @@ class NaivePool:
             return False
         self.hash_of = [None] * len(self.hash_of)
         self.parent_of = [None] * len(self.parent_of)
+        self.hits = [0] * len(self.hits)
         self.events.append(KvCleared(self._event_id()))
         return True
 
@@ -141,14 +149,16 @@ class BlockPoolMachine(RuleBasedStateMachine):
     @initialize(
         num_blocks=st.integers(min_value=1, max_value=6),
         enable_prefix_caching=st.sampled_from([True, True, True, False]),
+        backend=st.sampled_from(BACKENDS),
     )
-    def init_pool(self, num_blocks: int, enable_prefix_caching: bool) -> None:
+    def init_pool(self, num_blocks: int, enable_prefix_caching: bool, backend: Backend) -> None:
         self.observer = RecordingObserver()
-        self.pool = BlockPool(
+        self.pool = make_block_pool(
             num_blocks,
             4,
             enable_prefix_caching=enable_prefix_caching,
             eviction_observer=self.observer,
+            backend=backend,
         )
         self.model = NaivePool(num_blocks, enable_prefix_caching)
 
@@ -194,8 +204,8 @@ class BlockPoolMachine(RuleBasedStateMachine):
         query = data.draw(st.lists(st.sampled_from(candidates), max_size=4), label="query")
         hit = self.pool.find_prefix(query)
         assert hit == self.model.find_prefix(query)
-        self.pool.touch(hit)
-        self.model.touch(hit)
+        self.pool.touch(hit, is_hit=True)
+        self.model.touch(hit, is_hit=True)
         self.held.extend(hit)
 
     @rule(data=st.data())
@@ -267,9 +277,10 @@ class BlockPoolMachine(RuleBasedStateMachine):
     def same_evictions(self) -> None:
         assert self.observer.calls == self.model.evictions
         for block in self.pool.blocks:
-            assert (block.parent_hash, block.seq_hash is None) == (
+            assert (block.parent_hash, block.seq_hash is None, block.num_hits) == (
                 self.model.parent_of[block.block_id],
                 self.model.hash_of[block.block_id] is None,
+                self.model.hits[block.block_id],
             )
 
 

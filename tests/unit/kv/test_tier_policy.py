@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from armature.kv.block_key import BlockKey
-from armature.kv.block_pool import BlockPool
+from armature.kv.block_pool import make_block_pool
 from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictedBlock
 from armature.kv.tier_policy import (
@@ -217,7 +217,7 @@ def test_existing_disk_blocks_are_known_without_copies_and_trimmed_to_capacity()
 def test_events_of_the_pool_and_the_tiers_share_one_id_sequence() -> None:
     log = KvEventLog()
     policy = TierPolicy(TierPolicyConfig(num_host_blocks=4), log)
-    pool = BlockPool(2, 4, eviction_observer=_Observer(policy), event_log=log)
+    pool = make_block_pool(2, 4, eviction_observer=_Observer(policy), event_log=log)
     ids = pool.allocate(2)
     pool.cache_blocks(ids, [(10, 110), (11, 111)], None)
     pool.free(list(reversed(ids)))

@@ -7,8 +7,11 @@ from dataclasses import asdict, replace
 
 import pytest
 
+from armature.backends import Backend
 from armature.config import KvTierConfig
-from armature.router.holder_store import BACKEND_ENV_VAR, IndexBackend, has_native_index
+from armature.kv.block_pool import POOL_BACKEND_ENV_VAR, has_native_pool
+from armature.router.holder_store import BACKEND_ENV_VAR, has_native_index
+from armature.router.routed_index import has_native_routed
 from armature.sim.replay import (
     REPLAY_GC_THRESHOLD,
     ReplayConfig,
@@ -191,16 +194,25 @@ def test_prefix_hit_ceiling_is_reached_by_one_worker_with_room_for_everything() 
     assert spread.prefix_hit_ratio < spread.prefix_hit_ceiling
 
 
-def test_the_native_and_python_index_stores_give_the_same_replay(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("env_var", "built"),
+    [
+        pytest.param(BACKEND_ENV_VAR, has_native_index() and has_native_routed(), id="router"),
+        pytest.param(POOL_BACKEND_ENV_VAR, has_native_pool(), id="block-pool"),
+    ],
+)
+def test_the_native_and_python_backends_give_the_same_replay(
+    monkeypatch: pytest.MonkeyPatch, env_var: str, built: bool
 ) -> None:
-    """The router's prefix index in C or in Python: the same report, every field (kv router
-    on shared prefixes with evictions, so blocks come and go from the index)."""
-    if not has_native_index():
-        pytest.skip("armature.router._index was not built (no C compiler at install)")
+    """The router's indexes, or the workers' block pools, in C or in Python: the same report,
+    every field (kv router on shared prefixes with evictions, so blocks are cached, hit,
+    evicted and reused, and come and go from the index)."""
+    if not built:
+        pytest.skip("the extension was not built (no C compiler at install)")
     tight = replace(CONFIG, num_kv_blocks=400)
     reports = []
-    for backend in IndexBackend:
-        monkeypatch.setenv(BACKEND_ENV_VAR, backend.value)
+    for backend in Backend:
+        monkeypatch.setenv(env_var, backend.value)
         reports.append(without_wall_time(replay(WORKLOAD, tight)))
     assert reports[0] == reports[1]
+    assert reports[0]["prefix_hit_ratio"] > 0

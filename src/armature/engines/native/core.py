@@ -30,7 +30,7 @@ from armature.engines.validation import check_structured_output, validate_reques
 from armature.errors import ConfigError
 from armature.grammar.compile import check_guide
 from armature.grammar.tokenizer import load_grammar_tokenizer
-from armature.kv.block_pool import BlockPool
+from armature.kv.block_pool import BlockPool, make_block_pool
 from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictionObserver
 from armature.kv.hashing import DEFAULT_HASH_SEED
@@ -129,7 +129,7 @@ class EngineCore:
         self.grammar = grammar
         event_log = KvEventLog()
         self.tiers = tiers(event_log, runner.kv_store) if tiers is not None else None
-        self.pool = BlockPool(
+        self.pool: BlockPool = make_block_pool(
             num_blocks,
             config.block_size,
             config.enable_prefix_caching,
