@@ -11,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MT_N 624
 #define MT_M 397
@@ -29,8 +30,11 @@ static void init_genrand(Mt *mt, uint32_t s) {
     mt->index = MT_N;
 }
 
+/* init_genrand(19650218), where every init_by_array starts: made once, copied after */
+static Mt base_state;
+
 static void init_by_array(Mt *mt, const uint32_t *key, size_t key_length) {
-    init_genrand(mt, 19650218U);
+    memcpy(mt, &base_state, sizeof(Mt));
     uint32_t *s = mt->state;
     size_t i = 1, j = 0;
     size_t k = MT_N > key_length ? MT_N : key_length;
@@ -157,4 +161,7 @@ static struct PyModuleDef module = {
     methods,
 };
 
-PyMODINIT_FUNC PyInit__mt(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__mt(void) {
+    init_genrand(&base_state, 19650218U);
+    return PyModule_Create(&module);
+}

@@ -1,12 +1,17 @@
 """`StepStats`: what an engine's steps measured: one `StepRecord` per batch that ran (kept
 until taken) and the prefill-only steps' seconds per block that routing weighs. Pure: the
-core hands it each step's batch, queues and wall time. Engine thread only."""
+core hands it each step's batch, queues and wall time. Engine thread only.
+
+Until taken, a step is a row (StepRecord's fields in a tuple) and a decode run's steps are one
+`_DecodeRows` (the fields its steps share, and their wall times): a simulated fleet runs
+millions of decode steps whose records nobody may take."""
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from itertools import repeat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice, repeat
 
 from armature.engines.native.scheduler import SchedulerOutput
 from armature.protocols.engine import StepRecord
@@ -18,10 +23,42 @@ MAX_STEP_RECORDS = 1024  # kept until taken; beyond this the oldest are dropped
 _Row = tuple[int, int, int, int, int, int, int, float]
 
 
+@dataclass(frozen=True, slots=True)
+class _DecodeRows:
+    """Steps of one batch of decodes only, one per `wall_s`: the first attends over
+    `first_decode_kv_tokens`, each next one a token more per request."""
+
+    num_decode_requests: int
+    first_decode_kv_tokens: int
+    num_kv_tokens_used: int
+    num_queued_prefill_requests: int
+    num_queued_prefill_tokens: int
+    wall_s: Sequence[float]
+
+    def __len__(self) -> int:
+        return len(self.wall_s)
+
+    def rows(self) -> Iterator[_Row]:
+        n, first = self.num_decode_requests, self.first_decode_kv_tokens
+        return zip(
+            repeat(0),
+            repeat(0),
+            repeat(self.num_queued_prefill_requests),
+            repeat(self.num_queued_prefill_tokens),
+            repeat(n),
+            range(first, first + n * len(self.wall_s), n),
+            repeat(self.num_kv_tokens_used),
+            self.wall_s,
+        )
+
+
 class StepStats:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
-        self._rows: deque[_Row] = deque(maxlen=MAX_STEP_RECORDS)
+        # oldest first; the steps they hold (`_num_steps`) are kept down to MAX_STEP_RECORDS
+        # but for the oldest entry's own older steps, cut when taken
+        self._entries: deque[_Row | _DecodeRows] = deque()
+        self._num_steps = 0
         # prefill-only steps so far (no decode in the batch): wall seconds and blocks computed
         self._prefill_step_s = 0.0
         self._prefill_step_blocks = 0.0
@@ -48,7 +85,7 @@ class StepStats:
         if num_prefill_tokens and not num_decodes:
             self._prefill_step_s += wall_s
             self._prefill_step_blocks += num_prefill_tokens / self.block_size
-        self._rows.append(
+        self._add(
             (
                 num_prefills,
                 num_prefill_tokens,
@@ -74,27 +111,44 @@ class StepStats:
         """`record` of steps of one batch of decodes only, one per `wall_s`: the first
         attends over `first_decode_kv_tokens`, each next one a token more per request (the
         decode fast path, `engines.native.decode_run`, builds no SchedulerOutput)."""
-        n = num_decode_requests
-        kv_tokens = range(first_decode_kv_tokens, first_decode_kv_tokens + n * len(wall_s), n)
-        self._rows.extend(
-            zip(
-                repeat(0),
-                repeat(0),
-                repeat(num_queued_prefill_requests),
-                repeat(num_queued_prefill_tokens),
-                repeat(n),
-                kv_tokens,
-                repeat(num_kv_tokens_used),
-                wall_s,
+        if wall_s:
+            self._add(
+                _DecodeRows(
+                    num_decode_requests,
+                    first_decode_kv_tokens,
+                    num_kv_tokens_used,
+                    num_queued_prefill_requests,
+                    num_queued_prefill_tokens,
+                    wall_s,
+                )
             )
-        )
+
+    def _add(self, entry: _Row | _DecodeRows) -> None:
+        entries = self._entries
+        entries.append(entry)
+        self._num_steps += len(entry) if isinstance(entry, _DecodeRows) else 1
+        while True:  # drop the oldest entries whose every step is past the bound
+            oldest = entries[0]
+            size = len(oldest) if isinstance(oldest, _DecodeRows) else 1
+            if self._num_steps - size < MAX_STEP_RECORDS:
+                return
+            entries.popleft()
+            self._num_steps -= size
 
     def take_records(self) -> list[StepRecord]:
         """Drain the records of the steps run since the last call (at most the newest
         MAX_STEP_RECORDS), oldest first."""
-        records = [_to_record(*row) for row in self._rows]
-        self._rows.clear()
-        return records
+        rows: list[_Row] = []
+        for entry in self._entries:
+            if isinstance(entry, _DecodeRows):
+                rows.extend(entry.rows())
+            else:
+                rows.append(entry)
+        self._entries.clear()
+        self._num_steps = 0
+        return [
+            _to_record(*row) for row in islice(rows, max(0, len(rows) - MAX_STEP_RECORDS), None)
+        ]
 
     def get_prefill_s_per_block(self) -> float | None:
         """Seconds per prefill block over the prefill-only steps so far (None: none yet)."""
