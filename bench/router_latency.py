@@ -27,6 +27,7 @@ from armature.router.holder_store import IndexBackend, has_native_index
 from armature.router.load import ActiveLoad
 from armature.router.policies import RouteRequest, make_policy
 from armature.router.prefix_index import PrefixIndex
+from armature.router.routed_index import has_native_routed
 from armature.workload.measure import quantile
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
@@ -74,6 +75,7 @@ def decision_latency(num_decisions: int, seed: int, backend: IndexBackend) -> li
             seed=0,
             routed_ttl_s=routed_ttl_s,
             routed_max_entries=1 << 20,
+            routed_backend=backend,
             decode_weight=ROUTER.decode_weight,
         )
         wall_us, cpu_us = [], []
@@ -136,7 +138,7 @@ def main() -> None:
     args = parser.parse_args()
     num_decisions = 200 if args.quick else 2000
     num_events = 20_000 if args.quick else 200_000
-    backends = [IndexBackend.NATIVE] if has_native_index() else []
+    backends = [IndexBackend.NATIVE] if has_native_index() and has_native_routed() else []
     backends.append(IndexBackend.PYTHON)
     rows: list[list[object]] = []
     throughput: list[list[object]] = []
@@ -158,10 +160,10 @@ def main() -> None:
         "tokenization. `kv (events)`: `--kv-routed-ttl-s 0`, KV events only (the index's "
         "token walk hashes the prompt only as far as a worker holds it); `kv (events + "
         f"routed)`: the default, routed predictions for {ROUTER.routed_ttl_s:g} s too (every "
-        "block hashed, and recorded). `store`: the "
-        "prefix index's store (`native`: the C table of armature.router._index, the default "
-        "where it was built; `python`: the fallback). Wall and CPU (the thread's CPU time) of "
-        "each decision.\n\n"
+        "block hashed, and recorded). `store`: the router's indexes (`native`: the prefix "
+        "index's C table of armature.router._index and the routed predictions' of "
+        "armature.router._routed, the default where they were built; `python`: the "
+        "fallbacks). Wall and CPU (the thread's CPU time) of each decision.\n\n"
         + markdown_table(
             [
                 "store",

@@ -20,6 +20,7 @@ from typing import Protocol
 from armature.errors import ArmatureError
 from armature.kv.hashing import compute_seq_hashes, hash_seed_for_salt
 from armature.router.cost import select_worker, worker_logits
+from armature.router.index_backend import IndexBackend
 from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex, make_routed_index
@@ -223,10 +224,13 @@ def make_policy(
     clock: Callable[[], float] = time.monotonic,
     decode_weight: float = 1.0,
     tier_weights: TierWeightBook | None = None,
+    routed_backend: IndexBackend | None = None,
 ) -> RoutingPolicy:
     """The policy named `name` (one of POLICY_NAMES). kv uses `index` and routed predictions
     (none when `routed_ttl_s` is 0: KV events only); kv-approx only the predictions, bounded
-    by `routed_max_entries`. kv is tier-aware with `tier_weights`, tier-blind without."""
+    by `routed_max_entries`, in C or Python as `routed_backend` says (None: as
+    `armature.router.index_backend` says). kv is tier-aware with `tier_weights`, tier-blind
+    without."""
     match name:
         case "round-robin":
             return RoundRobinPolicy()
@@ -246,7 +250,7 @@ def make_policy(
                 temperature,
                 seed,
                 routed=(
-                    make_routed_index(routed_ttl_s, max(1, routed_max_entries))
+                    make_routed_index(routed_ttl_s, max(1, routed_max_entries), routed_backend)
                     if routed_ttl_s > 0
                     else None
                 ),
