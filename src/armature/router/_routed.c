@@ -4,14 +4,15 @@
  * The same rules as armature.router.routed_index.PyRoutedPrefixIndex (tests hold the two equal
  * under hypothesis), kept in flat C arrays instead of dicts of Python ints and floats:
  *
- *     entries:   (worker slot, seq_hash) -> expiry_s     open addressing, linear probing
- *     holders:   (worker slot, first seq_hash) present   the lookup's filter (by_first)
+ *     by_worker: per worker slot, seq_hash -> expiry_s       open addressing, linear probing
+ *     holders:   (first seq_hash, worker slot) present     the lookup's filter (by_first)
  *     decisions: ring of (expiry_s, slot, copy of the prompt's hashes), record order
  *     names:     slot -> worker id; slots: worker id -> slot (a worker keeps its slot)
  *
- * Deletion shifts the following entries back (no tombstones). A slot's entries and holders are
- * found by probing each slot with the prompt's first hash, so a lookup costs
- * O(slots + holders x log blocks) probes.
+ * Deletion shifts the following entries back (no tombstones). A worker's entries are a table
+ * of their own (a decision touches one small table, not one spread over the fleet). A hash's
+ * home slot ignores the worker, so the holders of one first block sit in one probe run: a
+ * lookup walks that run, then binary-searches each holder's depth, O(holders x log blocks).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -44,7 +45,8 @@ typedef struct {
     double ttl_s;
     Py_ssize_t max_entries;
     double last_expiry_s;
-    Table entries;
+    Table *by_worker; /* by slot, as many as names */
+    size_t num_entries; /* over every worker */
     Table holders;
     Decision *ring; /* capacity ring_capacity; ring_len from ring_head */
     size_t ring_capacity, ring_head, ring_len;
@@ -56,15 +58,15 @@ typedef struct {
 #define PRUNE_PER_RECORD 2
 #define STACK_HASHES 1024
 
-static inline size_t home(uint64_t hash, uint32_t slot, size_t mask) {
-    uint64_t key = hash ^ ((uint64_t)slot * 0xD6E8FEB86659FD93ULL);
-    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 17) & mask;
+/* By the hash alone: the entries of one hash (holders of one first block) share a run. */
+static inline size_t home(uint64_t hash, size_t mask) {
+    return (size_t)((hash * 0x9E3779B97F4A7C15ULL) >> 17) & mask;
 }
 
 static Entry *find(const Table *t, uint64_t hash, uint32_t slot) {
     if (t->count == 0) return NULL;
     size_t mask = t->capacity - 1;
-    for (size_t i = home(hash, slot, mask);; i = (i + 1) & mask) {
+    for (size_t i = home(hash, mask);; i = (i + 1) & mask) {
         Entry *e = &t->entries[i];
         if (!e->used) return NULL;
         if (e->hash == hash && e->slot == slot) return e;
@@ -81,7 +83,7 @@ static int grow(Table *t, size_t capacity) {
     for (size_t j = 0; j < t->capacity; j++) {
         const Entry *old = &t->entries[j];
         if (!old->used) continue;
-        size_t i = home(old->hash, old->slot, mask);
+        size_t i = home(old->hash, mask);
         while (entries[i].used) i = (i + 1) & mask;
         entries[i] = *old;
     }
@@ -102,7 +104,7 @@ static int reserve(Table *t, size_t count) {
 /* The entry of (hash, slot), inserted (expiry -inf) if absent; room must have been reserved. */
 static Entry *upsert(Table *t, uint64_t hash, uint32_t slot, int *inserted) {
     size_t mask = t->capacity - 1;
-    for (size_t i = home(hash, slot, mask);; i = (i + 1) & mask) {
+    for (size_t i = home(hash, mask);; i = (i + 1) & mask) {
         Entry *e = &t->entries[i];
         if (!e->used) {
             e->hash = hash;
@@ -128,7 +130,7 @@ static void erase(Table *t, Entry *e) {
         j = (j + 1) & mask;
         Entry *next = &t->entries[j];
         if (!next->used) break;
-        size_t k = home(next->hash, next->slot, mask);
+        size_t k = home(next->hash, mask);
         /* move j to the hole at i unless its home lies cyclically in (i, j] */
         int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
         if (stays) continue;
@@ -212,7 +214,9 @@ static void RoutedTable_dealloc(RoutedTable *self) {
     for (size_t k = 0; k < self->ring_len; k++)
         PyMem_Free(self->ring[(self->ring_head + k) % self->ring_capacity].hashes);
     PyMem_Free(self->ring);
-    PyMem_Free(self->entries.entries);
+    Py_ssize_t num_slots = self->names != NULL ? PyList_GET_SIZE(self->names) : 0;
+    for (Py_ssize_t i = 0; i < num_slots; i++) PyMem_Free(self->by_worker[i].entries);
+    PyMem_Free(self->by_worker);
     PyMem_Free(self->holders.entries);
     Py_XDECREF(self->names);
     Py_XDECREF(self->slots);
@@ -235,6 +239,13 @@ static Py_ssize_t slot_of(RoutedTable *self, PyObject *worker) {
         PyErr_SetString(PyExc_OverflowError, "too many workers");
         return -1;
     }
+    Table *tables = PyMem_Realloc(self->by_worker, (size_t)(slot + 1) * sizeof(Table));
+    if (tables == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(&tables[slot], 0, sizeof(Table));
+    self->by_worker = tables;
     PyObject *number = PyLong_FromSsize_t(slot);
     if (number == NULL) return -1;
     int failed = PyDict_SetItem(self->slots, worker, number) < 0;
@@ -248,11 +259,15 @@ static Py_ssize_t slot_of(RoutedTable *self, PyObject *worker) {
 static void drop_oldest(RoutedTable *self) {
     Decision *d = &self->ring[self->ring_head];
     uint32_t slot = (uint32_t)d->slot;
+    Table *entries = &self->by_worker[slot];
     for (Py_ssize_t i = 0; i < d->num_hashes; i++) {
-        Entry *e = find(&self->entries, d->hashes[i], slot);
-        if (e != NULL && e->expiry_s == d->expiry_s) erase(&self->entries, e);
+        Entry *e = find(entries, d->hashes[i], 0);
+        if (e != NULL && e->expiry_s == d->expiry_s) {
+            erase(entries, e);
+            self->num_entries--;
+        }
     }
-    if (d->num_hashes > 0 && find(&self->entries, d->hashes[0], slot) == NULL) {
+    if (d->num_hashes > 0 && find(entries, d->hashes[0], 0) == NULL) {
         Entry *h = find(&self->holders, d->hashes[0], slot);
         if (h != NULL) erase(&self->holders, h);
     }
@@ -315,21 +330,23 @@ static PyObject *RoutedTable_record(RoutedTable *self, PyObject *args, PyObject 
     if (hashes == NULL) return NULL;
     Py_ssize_t slot = slot_of(self, worker);
     if (slot < 0) goto fail;
-    if (reserve(&self->entries, self->entries.count + (size_t)n) < 0) goto fail;
+    Table *entries = &self->by_worker[slot];
+    if (reserve(entries, entries->count + (size_t)n) < 0) goto fail;
     if (reserve(&self->holders, self->holders.count + 1) < 0) goto fail;
     double expiry_s = fmax(now_s + self->ttl_s, nextafter(self->last_expiry_s, INFINITY));
     if (push_decision(self, expiry_s, slot, hashes, n) < 0) goto fail;
     self->last_expiry_s = expiry_s;
     for (Py_ssize_t i = 0; i < n; i++) {
         int inserted;
-        upsert(&self->entries, hashes[i], (uint32_t)slot, &inserted)->expiry_s = expiry_s;
+        upsert(entries, hashes[i], 0, &inserted)->expiry_s = expiry_s;
+        self->num_entries += (size_t)inserted;
     }
     if (n > 0) {
         int inserted;
         upsert(&self->holders, hashes[0], (uint32_t)slot, &inserted);
     }
     free_hashes(hashes, stack);
-    while ((Py_ssize_t)self->entries.count > self->max_entries) drop_oldest(self);
+    while ((Py_ssize_t)self->num_entries > self->max_entries) drop_oldest(self);
     prune(self, now_s, PRUNE_PER_RECORD);
     Py_RETURN_NONE;
 fail:
@@ -397,24 +414,27 @@ static PyObject *RoutedTable_find_overlaps(RoutedTable *self, PyObject *args, Py
     PyObject *known_map = (known == Py_None || (PyDict_Check(known) && !PyDict_GET_SIZE(known)))
                               ? NULL
                               : known;
-    const Table *entries = &self->entries;
     uint64_t first = hashes[0], last = hashes[n - 1];
-    Py_ssize_t num_slots = PyList_GET_SIZE(self->names);
-    for (Py_ssize_t s = 0; s < num_slots; s++) {
-        uint32_t slot = (uint32_t)s;
-        if (find(&self->holders, first, slot) == NULL) continue;
-        PyObject *worker = PyList_GET_ITEM(self->names, s);
+    const Table *holders = &self->holders;
+    size_t mask = holders->capacity - 1;
+    /* the holders of `first` are in the probe run from its home to the next empty slot */
+    for (size_t i = home(first, mask); holders->entries[i].used; i = (i + 1) & mask) {
+        const Entry *h = &holders->entries[i];
+        if (h->hash != first) continue;
+        uint32_t slot = h->slot;
+        const Table *entries = &self->by_worker[slot];
+        PyObject *worker = PyList_GET_ITEM(self->names, (Py_ssize_t)slot);
         Py_ssize_t floor;
         if (known_depth(known_map, worker, &floor) < 0) goto fail;
-        if (floor >= n || expiry_of(entries, hashes[floor], slot) <= now_s) continue;
+        if (floor >= n || expiry_of(entries, hashes[floor], 0) <= now_s) continue;
         Py_ssize_t depth;
-        if (expiry_of(entries, last, slot) > now_s) {
+        if (expiry_of(entries, last, 0) > now_s) {
             depth = n;
         } else { /* hashes[live] is live, [dead] is not */
             Py_ssize_t live = floor, dead = n - 1;
             while (dead - live > 1) {
                 Py_ssize_t mid = (live + dead) / 2;
-                if (expiry_of(entries, hashes[mid], slot) > now_s)
+                if (expiry_of(entries, hashes[mid], 0) > now_s)
                     live = mid;
                 else
                     dead = mid;
@@ -437,7 +457,7 @@ fail:
 
 static PyObject *RoutedTable_get_num_entries(RoutedTable *self, PyObject *unused) {
     (void)unused;
-    return PyLong_FromSize_t(self->entries.count);
+    return PyLong_FromSize_t(self->num_entries);
 }
 
 static PyObject *RoutedTable_get_ttl_s(RoutedTable *self, void *closure) {
