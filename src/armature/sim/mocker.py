@@ -83,6 +83,9 @@ class MockerRunner:
         self.kv_utilization: Callable[[], float] = lambda: 0.0  # wired by build_mocker_core
         self.last_step_ms = 0.0  # the last batch's simulated time
         self.num_batches = 0  # batches run (an engine step with nothing to run runs none)
+        # the timing model's last decode step: (requests, KV utilization, context) -> ms
+        self._decode_key: tuple[int, float, int] | None = None
+        self._decode_ms = 0.0
 
     def token_for(self, request_id: str, position: int) -> int:
         digest = xxhash.xxh3_64_intdigest(f"{request_id}/{position}".encode(), seed=self.seed)
@@ -117,7 +120,15 @@ class MockerRunner:
         return self.timing.decode_uses_context
 
     def get_decode_step_ms(self, num_requests: int, num_kv_tokens: int) -> float:
-        return self.timing.step_ms(StepWork(0, num_requests, self.kv_utilization(), num_kv_tokens))
+        """The timing model's decode step, remembered for the last inputs it reads (a decode
+        run asks once per stretch of steps, mostly with what it asked the time before)."""
+        utilization = self.kv_utilization()
+        context = num_kv_tokens if self.timing.decode_uses_context else 0
+        key = (num_requests, utilization, context)
+        if key != self._decode_key:
+            work = StepWork(0, num_requests, utilization, num_kv_tokens)
+            self._decode_key, self._decode_ms = key, self.timing.step_ms(work)
+        return self._decode_ms
 
     def advance(self, step_ms: float) -> None:
         self.last_step_ms = step_ms

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from itertools import islice, repeat
+from typing import NamedTuple
 
 from armature.engines.native.scheduler import SchedulerOutput
 from armature.protocols.engine import StepRecord
@@ -23,8 +23,7 @@ MAX_STEP_RECORDS = 1024  # kept until taken; beyond this the oldest are dropped
 _Row = tuple[int, int, int, int, int, int, int, float]
 
 
-@dataclass(frozen=True, slots=True)
-class _DecodeRows:
+class _DecodeRows(NamedTuple):  # a tuple: made once per stretch of a decode run
     """Steps of one batch of decodes only, one per `wall_s`: the first attends over
     `first_decode_kv_tokens`, each next one a token more per request."""
 
@@ -35,7 +34,8 @@ class _DecodeRows:
     num_queued_prefill_tokens: int
     wall_s: Sequence[float]
 
-    def __len__(self) -> int:
+    @property
+    def num_steps(self) -> int:
         return len(self.wall_s)
 
     def rows(self) -> Iterator[_Row]:
@@ -126,10 +126,9 @@ class StepStats:
     def _add(self, entry: _Row | _DecodeRows) -> None:
         entries = self._entries
         entries.append(entry)
-        self._num_steps += len(entry) if isinstance(entry, _DecodeRows) else 1
+        self._num_steps += _num_steps(entry)
         while True:  # drop the oldest entries whose every step is past the bound
-            oldest = entries[0]
-            size = len(oldest) if isinstance(oldest, _DecodeRows) else 1
+            size = _num_steps(entries[0])
             if self._num_steps - size < MAX_STEP_RECORDS:
                 return
             entries.popleft()
@@ -154,6 +153,10 @@ class StepStats:
         """Seconds per prefill block over the prefill-only steps so far (None: none yet)."""
         blocks = self._prefill_step_blocks
         return self._prefill_step_s / blocks if blocks else None
+
+
+def _num_steps(entry: _Row | _DecodeRows) -> int:
+    return entry.num_steps if isinstance(entry, _DecodeRows) else 1
 
 
 def _to_record(
