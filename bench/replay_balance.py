@@ -2,9 +2,11 @@
 trace and reported on the second half (issue 16: skew <= 1.10 on both traces with the hit
 ratio within 3% of the default cost's).
 
-    python -m bench.replay_balance [--temperatures T ...] [--decode-weights W ...] [--quick]
+    python -m bench.replay_balance [--temperatures T ...] [--decode-weights W ...]
+                                   [--load-bounds B ...] [--quick]
 
-Every candidate cost (router temperature x decode weight, overlap weight 1) replays the first
+Every candidate cost (router temperature x decode weight x load bound, overlap weight 1; a
+load bound of 0 is none, above 1 the kv router's bounded loads) replays the first
 half of each trace (its first requests by arrival, original timestamps, 8 workers, block size
 16, 131,072 KV blocks per worker). A candidate is feasible when, on both first halves, its
 skew is <= 1.10 and its hit ratio >= 97% of the DESIGN baseline cost's (temperature 0, decode
@@ -38,13 +40,15 @@ MIN_HIT_SHARE = 0.97  # of the baseline cost's hit ratio
 class Candidate:
     temperature: float
     decode_weight: float
+    load_bound: float = 0.0  # none
 
     @property
     def label(self) -> str:
-        return f"temperature {self.temperature:g}, decode weight {self.decode_weight:g}"
+        label = f"temperature {self.temperature:g}, decode weight {self.decode_weight:g}"
+        return label + (f", load bound {self.load_bound:g}" if self.load_bound else "")
 
 
-BASELINE = Candidate(0.0, 1.0)  # DESIGN's cost: argmin, every active block counted
+BASELINE = Candidate(0.0, 1.0)  # DESIGN's cost: argmin, every active block counted, no bound
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.01, 0.02])
     parser.add_argument("--decode-weights", type=float, nargs="+", default=[0.5, 1.0, 2.0])
+    parser.add_argument("--load-bounds", type=float, nargs="+", default=[0.0, 1.25, 1.5])
     parser.add_argument("--limit", type=int, default=None, help="the first N requests only")
     parser.add_argument("--quick", action="store_true")
     return parser.parse_args(argv)
@@ -81,6 +86,7 @@ def run(requests: list[TraceRequest], candidate: Candidate) -> Outcome:
         num_kv_blocks=131072,
         router_temperature=candidate.temperature,
         decode_weight=candidate.decode_weight,
+        load_bound=candidate.load_bound,
     )
     cpu_s = time.process_time()
     report: ReplayReport = replay(requests, config)
@@ -118,8 +124,14 @@ def choose(
 def main() -> None:
     args = parse_args()
     limit = 600 if args.quick else args.limit
-    default = Candidate(ReplayConfig().router_temperature, ReplayConfig().decode_weight)
-    grid = [Candidate(t, w) for t in args.temperatures for w in args.decode_weights]
+    defaults = ReplayConfig()
+    default = Candidate(defaults.router_temperature, defaults.decode_weight, defaults.load_bound)
+    grid = [
+        Candidate(t, w, b)
+        for b in args.load_bounds
+        for t in args.temperatures
+        for w in args.decode_weights
+    ]
     # the baseline first: every hit share is of its hit ratio
     candidates = list(dict.fromkeys([BASELINE, *grid, default]))
     split = {name: halves(read_mooncake_trace(TRACES_DIR / name, limit=limit)) for name in TRACES}

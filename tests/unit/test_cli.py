@@ -75,6 +75,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         ),
         (["serve", "--router", "kv-approx", "--kv-routed-ttl-s", "0"], "must be above 0"),
         (["serve", "--kv-routed-ttl-s", "-1"], "--kv-routed-ttl-s"),
+        (["serve", "--kv-load-bound", "1"], "--kv-load-bound: must be 0 (none) or above 1"),
+        (["replay", "--synthetic", "multi-turn", "--kv-load-bound", "-3"], "--kv-load-bound"),
         (["serve", "--api-key-file", "/definitely/not/here"], "cannot read the API key file"),
         (["serve", "--protect-metrics"], "--protect-metrics needs an API key"),
         (["serve", "--api-key", " padded "], "--api-key must not be empty"),

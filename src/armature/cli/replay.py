@@ -50,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_settings(
         replay,
         RouterConfig(),
-        only=("overlap_weight", "decode_weight", "temperature", "routed_ttl_s"),
+        only=("overlap_weight", "decode_weight", "temperature", "load_bound", "routed_ttl_s"),
     )
     _add_disagg_args(replay)
     tiers = replay.add_argument_group(
@@ -285,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
         speedup_ratio=args.speedup,
         overlap_weight=args.overlap_weight,
         decode_weight=args.decode_weight,
+        load_bound=args.load_bound,
         router_temperature=args.temperature,
         routed_ttl_s=args.routed_ttl_s,
         seed=args.seed,

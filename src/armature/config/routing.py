@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from armature.config.engine import DEFAULT_BLOCK_SIZE_TOKENS
 from armature.config.settings import setting
 from armature.config.values import (
+    load_bound,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -48,6 +49,14 @@ class RouterConfig:
         "normalized to [0, 1] (0.01: near-ties are shared, costlier workers almost never)",
         flag="router-temperature",
         parse=non_negative_float,
+    )
+    load_bound: float = setting(
+        0.0,
+        "kv router: bounded loads: a worker holding this many times the fleet's mean in-flight "
+        "requests (with the new one, rounded up) takes none until it drains below; 0: no "
+        "bound (above 1 when set)",
+        flag="kv-load-bound",
+        parse=load_bound,
     )
     tier_aware: bool = setting(
         True,

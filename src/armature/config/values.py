@@ -101,6 +101,14 @@ def at_least_one(text: str) -> float:
     return value
 
 
+def load_bound(text: str) -> float:
+    """0 (no bound) or a finite number above 1 (a multiple of the mean)."""
+    value = non_negative_float(text)
+    if value != 0 and value <= 1.0:
+        raise ConfigError(f"must be 0 (none) or above 1, got {text.strip()}")
+    return value
+
+
 def integer(text: str) -> int:
     try:
         return int(text)

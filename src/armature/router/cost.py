@@ -40,6 +40,7 @@ except ImportError:  # built without a C compiler
     _native = None  # type: ignore[assignment]
 
 __all__ = [
+    "bounded_workers",
     "cost_terms",
     "select_worker",
     "softmax_pick_py",
@@ -109,6 +110,22 @@ def worker_logits_py(
         prefill, decode = cost_terms(isl_tokens, block_size, overlap, load or _IDLE, decode_weight)
         logits[i] = overlap_weight * prefill + decode
     return logits
+
+
+def bounded_workers(
+    workers: Sequence[str], loads: Mapping[str, WorkerLoad], load_bound: float
+) -> list[int] | None:
+    """Bounded loads: the indexes of `workers` that may take one more request when none may
+    hold `load_bound` x the mean in-flight requests or more (counting the new one, rounded
+    up: `ceil(load_bound * (total + 1) / len(workers))`); None when every worker may. Some
+    worker always may (one at or below the mean is below the bound when `load_bound` > 1)."""
+    if not loads:
+        return None
+    counts = [loads[w].num_requests if w in loads else 0 for w in workers]
+    capacity = math.ceil(load_bound * (sum(counts) + 1) / len(workers))
+    if max(counts) < capacity:
+        return None
+    return [i for i, count in enumerate(counts) if count < capacity]
 
 
 def select_worker(

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from armature.errors import ArmatureError
 from armature.kv.hashing import compute_seq_hashes, hash_seed_for_salt
-from armature.router.cost import select_worker, worker_logits
+from armature.router.cost import bounded_workers, select_worker, worker_logits
 from armature.router.index_backend import IndexBackend
 from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
@@ -37,6 +37,7 @@ __all__ = [
     "RouteRequest",
     "RoutingError",
     "RoutingPolicy",
+    "check_load_bound",
     "make_policy",
 ]
 
@@ -132,6 +133,7 @@ class KvPolicy:
         clock: Callable[[], float] = time.monotonic,
         decode_weight: float = 1.0,
         tier_weights: TierWeightBook | None = None,
+        load_bound: float = 0.0,
     ) -> None:
         if index is None and routed is None:
             raise ValueError("the kv policy needs a prefix index, routed predictions or both")
@@ -145,6 +147,8 @@ class KvPolicy:
         self.decode_weight = decode_weight
         self.temperature = temperature
         self.tier_weights = tier_weights
+        check_load_bound(load_bound)
+        self.load_bound = load_bound
         self._rng = random.Random(seed)
 
     def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
@@ -189,13 +193,19 @@ class KvPolicy:
         overlaps: Mapping[str, int],
         scored: Mapping[str, float],
     ) -> RouteDecision:
-        """The cost over `scored` overlaps (tier-weighted where tier-aware), then the draw."""
+        """The cost over `scored` overlaps (tier-weighted where tier-aware), then the draw
+        (with a load bound, among the workers within it)."""
+        loads = self.load.get_loads()
+        if self.load_bound > 0:
+            allowed = bounded_workers(workers, loads, self.load_bound)
+            if allowed is not None:
+                workers = [workers[i] for i in allowed]
         logits = worker_logits(
             workers,
             len(request.token_ids),
             self.block_size,
             scored,
-            self.load.get_loads(),
+            loads,
             self.overlap_weight,
             self.decode_weight,
         )
@@ -203,6 +213,12 @@ class KvPolicy:
         cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
         chosen = workers[select_worker(logits, cached, self.temperature, self._rng)]
         return RouteDecision(chosen, overlaps.get(chosen, 0))
+
+
+def check_load_bound(load_bound: float) -> None:
+    """ValueError unless `load_bound` is 0 (unbounded) or above 1."""
+    if load_bound != 0 and not load_bound > 1:
+        raise ValueError(f"the load bound must be 0 (none) or above 1, got {load_bound:g}")
 
 
 def _no_blocks(worker_index: int) -> int:
@@ -225,12 +241,14 @@ def make_policy(
     decode_weight: float = 1.0,
     tier_weights: TierWeightBook | None = None,
     routed_backend: IndexBackend | None = None,
+    load_bound: float = 0.0,
 ) -> RoutingPolicy:
     """The policy named `name` (one of POLICY_NAMES). kv uses `index` and routed predictions
     (none when `routed_ttl_s` is 0: KV events only); kv-approx only the predictions, bounded
     by `routed_max_entries`, in C or Python as `routed_backend` says (None: as
     `armature.router.index_backend` says). kv is tier-aware with `tier_weights`, tier-blind
-    without."""
+    without; `load_bound` > 1 bounds each worker's in-flight requests (`cost.bounded_workers`;
+    0: unbounded)."""
     match name:
         case "round-robin":
             return RoundRobinPolicy()
@@ -257,5 +275,6 @@ def make_policy(
                 clock=clock,
                 decode_weight=decode_weight,
                 tier_weights=tier_weights,
+                load_bound=load_bound,
             )
     raise ValueError(f"unknown router policy {name!r}; choose from {', '.join(POLICY_NAMES)}")

@@ -107,6 +107,7 @@ class EngineRouter:
             hash_seed=DEFAULT_HASH_SEED,
             overlap_weight=config.overlap_weight,
             decode_weight=config.decode_weight,
+            load_bound=config.load_bound,
             temperature=config.temperature,
             seed=config.seed,
             routed_ttl_s=config.routed_ttl_s,

@@ -30,6 +30,7 @@ class ReplayConfig:
     overlap_weight: float = RouterConfig().overlap_weight
     decode_weight: float = RouterConfig().decode_weight
     router_temperature: float = RouterConfig().temperature
+    load_bound: float = RouterConfig().load_bound
     vocab_size: int = 32000
     routed_ttl_s: float = RouterConfig().routed_ttl_s
     seed: int = 0

@@ -177,6 +177,7 @@ class Simulation:
             hash_seed=DEFAULT_HASH_SEED,
             overlap_weight=c.overlap_weight,
             decode_weight=c.decode_weight,
+            load_bound=c.load_bound,
             temperature=c.router_temperature,
             seed=c.seed,
             routed_ttl_s=c.routed_ttl_s,

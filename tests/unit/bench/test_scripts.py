@@ -203,3 +203,8 @@ def test_replay_balance_chooses_on_the_first_halves_only() -> None:
     assert choose(candidates, tuned, baseline) == baseline
     tuned[(syn, baseline)] = Outcome(0.60, 1.2, 1.0, 1.0)  # the baseline itself infeasible
     assert choose([baseline, sticky, lossy], tuned, baseline) == baseline
+
+
+def test_replay_balance_labels_a_load_bound_only_when_set() -> None:
+    assert Candidate(0.01, 0.5).label == "temperature 0.01, decode weight 0.5"
+    assert Candidate(0.0, 1.0, 1.5).label == "temperature 0, decode weight 1, load bound 1.5"

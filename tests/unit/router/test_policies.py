@@ -97,3 +97,49 @@ def test_kv_trades_cached_prefix_against_load() -> None:
     load.start("busy", "w1", 0, 20)
     decision = policy.select(req(prompt), WORKERS)
     assert (decision.worker, decision.overlap_blocks) == ("w2", 2)
+
+
+# ---- bounded loads -------------------------------------------------------------------------
+
+
+def test_bounded_workers_are_those_under_the_bound() -> None:
+    from armature.router.cost import bounded_workers
+    from armature.router.load import WorkerLoad
+
+    def loads(*counts: int) -> dict[str, WorkerLoad]:
+        return {w: WorkerLoad(num_requests=n) for w, n in zip(WORKERS, counts, strict=True)}
+
+    # 5 in flight + the new one over 3 workers, x 1.5: capacity ceil(3.0) = 3
+    assert bounded_workers(WORKERS, loads(3, 1, 1), 1.5) == [1, 2]
+    assert bounded_workers(WORKERS, loads(2, 2, 1), 1.5) is None  # nobody at capacity
+    # 7 + 1 over 3, x 1.25: ceil(3.33) = 4
+    assert bounded_workers(WORKERS, loads(4, 3, 0), 1.25) == [1, 2]
+    assert bounded_workers(WORKERS, loads(3, 3, 1), 1.25) is None
+    # idle workers may be left out of the loads: 1 + 1 over 3, x 2: ceil(1.33) = 2
+    assert bounded_workers(WORKERS, {"w0": WorkerLoad(num_requests=1)}, 2.0) is None
+    assert bounded_workers(WORKERS, {"w0": WorkerLoad(num_requests=2)}, 2.0) == [1, 2]
+    assert bounded_workers(WORKERS, {}, 1.25) is None
+
+
+def test_kv_with_a_load_bound_skips_a_worker_at_its_bound() -> None:
+    index, load, _, prompt = kv_setup()
+    policy = KvPolicy(index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED, load_bound=1.5)
+    # w1 holds 6 of 8 blocks and wins unbounded even with 3 short requests in flight (they
+    # hold one block each: logit 4 + 3 = 7 against w2's 12); x 1.5 of (3 + 1) / 3 is 2
+    for i in range(3):
+        load.start(f"short-{i}", "w1", 0, 1)
+    unbounded = KvPolicy(index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED)
+    assert unbounded.select(req(prompt), WORKERS).worker == "w1"
+    decision = policy.select(req(prompt), WORKERS)
+    assert (decision.worker, decision.overlap_blocks) == ("w2", 2)
+    load.finish("short-0")
+    load.finish("short-1")  # 1 + 1 in flight: capacity ceil(1.5 * 2 / 3) = 1, w1 at it
+    assert policy.select(req(prompt), WORKERS).worker == "w2"
+    load.finish("short-2")
+    assert policy.select(req(prompt), WORKERS).worker == "w1"
+
+
+@pytest.mark.parametrize("bound", [0.5, 1.0, -2.0])
+def test_a_load_bound_at_or_below_one_is_refused(bound: float) -> None:
+    with pytest.raises(ValueError, match="load bound must be 0"):
+        KvPolicy(PrefixIndex(), ActiveLoad(), block_size=4, hash_seed=0, load_bound=bound)
