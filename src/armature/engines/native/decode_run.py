@@ -11,7 +11,10 @@ A batch of decodes only changes at known steps, so the steps between are cheap:
 
 Each step still runs the scheduler's block calls in the scheduler's order (allocations in
 running order, then registrations in running order, then finishes), asks the runner for the
-step's time and records its `StepRecord`; what is skipped is everything that does not change:
+step's time and records its `StepRecord`. Steps of one length run as a stretch, up to the next
+allocation (which changes the KV cache's use, and so the next step's time); the registrations
+due within it are made at its end in the same order (they change no step's time, and no
+allocation comes between). What is skipped is everything that does not change:
 scheduling, chunks, token appends (tokens are filled in when a block is hashed or the run
 ends) and per-step outputs (the caller delivers one token per request per step).
 
@@ -166,12 +169,11 @@ class DecodeRun:
                     return False
                 self.outputs = self._last_step_outputs(step - 1)  # the reference preempts
                 return True
-            # the stretch's last step: before the next allocation, at the next registration
-            # or finish (one step when step times read the context)
-            if stretch_ends:
-                last = min(registrations[0][0], last_step, allocations[0][0] - 1)
-            else:
-                last = step
+            # the stretch's last step: before the next allocation, at the finish (one step
+            # when step times read the context); registrations change no step's time, so
+            # those due within it are made after its steps, in the order step by step makes
+            # them (by step, then running order), before the next allocation
+            last = min(last_step, allocations[0][0] - 1) if stretch_ends else step
             num_kv_tokens_used = kv.pool.get_num_active_blocks() * bs
             step_ms = runner.get_decode_step_ms(num_requests, kv_tokens)
             t_ms = step_end_ms[-1] if step_end_ms else now_ms
@@ -196,12 +198,12 @@ class DecodeRun:
             kv_tokens += num_requests * len(ends_ms)
             self._kv_tokens = kv_tokens
             t_ms = ends_ms[-1]
-            if registrations[0][0] == step:
-                for j in _take_due(registrations, step):
-                    r = running[j]
-                    _sync(r, start_computed[j] + step + 1, runner)  # before the step's token
-                    kv.register_full_blocks(r)
-                    heapq.heappush(registrations, (step + bs, j))
+            while registrations[0][0] <= step:
+                due, j = heapq.heappop(registrations)
+                r = running[j]
+                _sync(r, start_computed[j] + due + 1, runner)  # before that step's token
+                kv.register_full_blocks(r)
+                heapq.heappush(registrations, (due + bs, j))
             if step == last_step:
                 self.outputs = self._last_step_outputs(step)
                 return True
