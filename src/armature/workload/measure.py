@@ -51,7 +51,10 @@ def quantile(values: Sequence[float], q: float) -> float:
         raise MeasureError("the quantile of no values is undefined")
     if not 0.0 <= q <= 1.0:
         raise MeasureError(f"quantile {q} is outside [0, 1]")
-    ordered = sorted(values)
+    return _quantile_of_sorted(sorted(values), q)
+
+
+def _quantile_of_sorted(ordered: Sequence[float], q: float) -> float:
     rank = q * (len(ordered) - 1)
     low = math.floor(rank)
     high = min(low + 1, len(ordered) - 1)
@@ -74,9 +77,9 @@ class LatencySummary:
             return LatencySummary(0.0, 0.0, 0.0, 0.0)
         ordered = sorted(values)
         return LatencySummary(
-            quantile(ordered, 0.5),
-            quantile(ordered, 0.9),
-            quantile(ordered, 0.99),
+            _quantile_of_sorted(ordered, 0.5),
+            _quantile_of_sorted(ordered, 0.9),
+            _quantile_of_sorted(ordered, 0.99),
             statistics.fmean(ordered),
         )
 
