@@ -3,7 +3,7 @@ the simulation hands over its records (`ReportInputs`) and the span it simulated
 
 from __future__ import annotations
 
-import itertools
+import operator
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -42,11 +42,17 @@ class Tracked:
         self.num_output_tokens += num_tokens
         return first
 
-    def add_later_tokens(self, ends_ms: Sequence[float]) -> None:
-        """One token at each of `ends_ms` (non-empty, ascending), none of them the first."""
+    def add_later_tokens(
+        self, ends_ms: Sequence[float], gaps_ms: Sequence[float] | None = None
+    ) -> None:
+        """One token at each of `ends_ms` (non-empty, ascending), none of them the first.
+        `gaps_ms`: the gaps between consecutive `ends_ms`, when the caller has them (a
+        batch's requests share them)."""
         assert self.last_token_ms is not None
         self.itl_ms.append(ends_ms[0] - self.last_token_ms)
-        self.itl_ms.extend(b - a for a, b in itertools.pairwise(ends_ms))
+        if gaps_ms is None:
+            gaps_ms = list(map(operator.sub, ends_ms[1:], ends_ms[:-1]))
+        self.itl_ms.extend(gaps_ms)
         self.last_token_ms = ends_ms[-1]
         self.num_output_tokens += len(ends_ms)
 

@@ -30,6 +30,7 @@ its next step at once, and a wake event starts one when its next load is done.
 from __future__ import annotations
 
 import heapq
+import operator
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -328,8 +329,9 @@ class Simulation:
         `_deliver` would: none is a first token or a finish)."""
         ends_ms = run.step_end_ms[:-1]
         if ends_ms:
+            gaps_ms = list(map(operator.sub, ends_ms[1:], ends_ms[:-1]))  # the batch's own
             for request_id in run.request_ids:
-                self.tracked[request_id].add_later_tokens(ends_ms)
+                self.tracked[request_id].add_later_tokens(ends_ms, gaps_ms)
 
     def _wake_idle(self, worker: str, now_ms: float) -> None:
         """Wake idle `worker` when its next load is done; with none in flight and requests
