@@ -67,7 +67,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.01, 0.02])
     parser.add_argument("--decode-weights", type=float, nargs="+", default=[0.5, 1.0, 2.0])
-    parser.add_argument("--load-bounds", type=float, nargs="+", default=[0.0, 1.25, 1.5])
+    parser.add_argument("--load-bounds", type=float, nargs="+", default=[0.0, 1.5, 3.0])
     parser.add_argument("--limit", type=int, default=None, help="the first N requests only")
     parser.add_argument("--quick", action="store_true")
     return parser.parse_args(argv)
