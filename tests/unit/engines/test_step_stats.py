@@ -86,5 +86,6 @@ def test_only_the_newest_steps_are_kept() -> None:
     for _ in range(3):
         _decodes(stats, 0, [1.0] * 600)
     assert stats._num_steps == 1200  # the first run went; the second is cut when taken
+    assert list(stats._sizes) == [600, 600]
     assert len(stats._entries) == 2
     assert len(stats.take_records()) == MAX_STEP_RECORDS

@@ -34,10 +34,6 @@ class _DecodeRows(NamedTuple):  # a tuple: made once per stretch of a decode run
     num_queued_prefill_tokens: int
     wall_s: Sequence[float]
 
-    @property
-    def num_steps(self) -> int:
-        return len(self.wall_s)
-
     def rows(self) -> Iterator[_Row]:
         n, first = self.num_decode_requests, self.first_decode_kv_tokens
         return zip(
@@ -58,6 +54,7 @@ class StepStats:
         # oldest first; the steps they hold (`_num_steps`) are kept down to MAX_STEP_RECORDS
         # but for the oldest entry's own older steps, cut when taken
         self._entries: deque[_Row | _DecodeRows] = deque()
+        self._sizes: deque[int] = deque()  # each entry's steps
         self._num_steps = 0
         # prefill-only steps so far (no decode in the batch): wall seconds and blocks computed
         self._prefill_step_s = 0.0
@@ -95,7 +92,8 @@ class StepStats:
                 num_decode_kv_tokens,
                 num_kv_tokens_used,
                 wall_s,
-            )
+            ),
+            1,
         )
 
     def record_decodes(
@@ -112,27 +110,25 @@ class StepStats:
         attends over `first_decode_kv_tokens`, each next one a token more per request (the
         decode fast path, `engines.native.decode_run`, builds no SchedulerOutput)."""
         if wall_s:
-            self._add(
-                _DecodeRows(
-                    num_decode_requests,
-                    first_decode_kv_tokens,
-                    num_kv_tokens_used,
-                    num_queued_prefill_requests,
-                    num_queued_prefill_tokens,
-                    wall_s,
-                )
+            rows = _DecodeRows(
+                num_decode_requests,
+                first_decode_kv_tokens,
+                num_kv_tokens_used,
+                num_queued_prefill_requests,
+                num_queued_prefill_tokens,
+                wall_s,
             )
+            self._add(rows, len(wall_s))
 
-    def _add(self, entry: _Row | _DecodeRows) -> None:
-        entries = self._entries
-        entries.append(entry)
-        self._num_steps += _num_steps(entry)
-        while True:  # drop the oldest entries whose every step is past the bound
-            size = _num_steps(entries[0])
-            if self._num_steps - size < MAX_STEP_RECORDS:
-                return
-            entries.popleft()
-            self._num_steps -= size
+    def _add(self, entry: _Row | _DecodeRows, num_steps: int) -> None:
+        self._entries.append(entry)
+        sizes = self._sizes
+        sizes.append(num_steps)
+        self._num_steps += num_steps
+        # drop the oldest entries whose every step is past the bound
+        while self._num_steps - sizes[0] >= MAX_STEP_RECORDS:
+            self._entries.popleft()
+            self._num_steps -= sizes.popleft()
 
     def take_records(self) -> list[StepRecord]:
         """Drain the records of the steps run since the last call (at most the newest
@@ -144,6 +140,7 @@ class StepStats:
             else:
                 rows.append(entry)
         self._entries.clear()
+        self._sizes.clear()
         self._num_steps = 0
         return [
             _to_record(*row) for row in islice(rows, max(0, len(rows) - MAX_STEP_RECORDS), None)
@@ -153,10 +150,6 @@ class StepStats:
         """Seconds per prefill block over the prefill-only steps so far (None: none yet)."""
         blocks = self._prefill_step_blocks
         return self._prefill_step_s / blocks if blocks else None
-
-
-def _num_steps(entry: _Row | _DecodeRows) -> int:
-    return entry.num_steps if isinstance(entry, _DecodeRows) else 1
 
 
 def _to_record(
