@@ -770,10 +770,10 @@ def test_the_python_pool_is_used_where_the_extension_was_not_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from armature.backends import BackendUnavailableError
-    from armature.kv import block_pool
+    from armature.kv import native_block_pool
 
     monkeypatch.delenv(POOL_BACKEND_ENV_VAR)
-    monkeypatch.setattr(block_pool, "_pool", None)
+    monkeypatch.setattr(native_block_pool, "_pool", None)
     assert not has_native_pool()
     assert isinstance(make_block_pool(4, 4), PyBlockPool)
     with pytest.raises(BackendUnavailableError, match="ARMATURE_POOL_BACKEND=python"):
