@@ -37,7 +37,6 @@ __all__ = [
     "RouteRequest",
     "RoutingError",
     "RoutingPolicy",
-    "check_load_bound",
     "make_policy",
 ]
 
@@ -147,7 +146,7 @@ class KvPolicy:
         self.decode_weight = decode_weight
         self.temperature = temperature
         self.tier_weights = tier_weights
-        check_load_bound(load_bound)
+        _check_load_bound(load_bound)
         self.load_bound = load_bound
         self._rng = random.Random(seed)
 
@@ -215,7 +214,7 @@ class KvPolicy:
         return RouteDecision(chosen, overlaps.get(chosen, 0))
 
 
-def check_load_bound(load_bound: float) -> None:
+def _check_load_bound(load_bound: float) -> None:
     """ValueError unless `load_bound` is 0 (unbounded) or above 1."""
     if load_bound != 0 and not load_bound > 1:
         raise ValueError(f"the load bound must be 0 (none) or above 1, got {load_bound:g}")
