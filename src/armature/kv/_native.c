@@ -26,12 +26,20 @@ static int parse_u64(PyObject *obj, uint64_t *out, const char *what) {
     return 0;
 }
 
-/* Pack the full blocks of `tokens` into a fresh little-endian u32 buffer; sets *num_blocks. */
-static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t block_size, Py_ssize_t *num_blocks) {
+/* Pack the full blocks of `tokens` from index `start` on into a fresh little-endian u32 buffer;
+ * sets *num_blocks. (An offset rather than the caller's slice: a slice of a long prompt is a
+ * copy, a reference taken and dropped per token.) */
+static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t block_size, Py_ssize_t start,
+                            Py_ssize_t *num_blocks) {
     PyObject *seq = PySequence_Fast(tokens, "token_ids must be a sequence of ints");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    *num_blocks = n / block_size;
+    if (start < 0 || start > n) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "start must be in [0, %zd], got %zd", n, start);
+        return NULL;
+    }
+    *num_blocks = (n - start) / block_size;
     Py_ssize_t used = *num_blocks * block_size;
     uint8_t *buf = PyMem_Malloc(used > 0 ? (size_t)used * 4 : 1);
     if (buf == NULL) {
@@ -39,7 +47,7 @@ static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t block_size, Py_ssize_t 
         PyErr_NoMemory();
         return NULL;
     }
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq) + start;
     for (Py_ssize_t i = 0; i < used; i++) {
         uint32_t t;
         if (read_token(items[i], &t) < 0) {
@@ -53,14 +61,15 @@ static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t block_size, Py_ssize_t 
     return buf;
 }
 
-/* hash_blocks(token_ids, block_size, seed, parent, with_local) -> list[int] of sequence hashes,
- * or list[tuple[int, int]] of (seq, local) when with_local is true. */
+/* hash_blocks(token_ids, block_size, seed, parent, with_local, start=0) -> list[int] of sequence
+ * hashes, or list[tuple[int, int]] of (seq, local) when with_local is true, of the full blocks
+ * of token_ids[start:]. */
 static PyObject *hash_blocks(PyObject *self, PyObject *args) {
     PyObject *tokens, *seed_obj, *parent_obj;
-    Py_ssize_t block_size;
+    Py_ssize_t block_size, start = 0;
     int with_local;
-    if (!PyArg_ParseTuple(args, "OnOOp", &tokens, &block_size, &seed_obj, &parent_obj,
-                          &with_local))
+    if (!PyArg_ParseTuple(args, "OnOOp|n", &tokens, &block_size, &seed_obj, &parent_obj,
+                          &with_local, &start))
         return NULL;
     if (block_size <= 0) {
         PyErr_Format(PyExc_ValueError, "block_size must be positive, got %zd", block_size);
@@ -71,7 +80,7 @@ static PyObject *hash_blocks(PyObject *self, PyObject *args) {
     if (parse_u64(seed_obj, &seed, "seed") < 0) return NULL;
     if (has_parent && parse_u64(parent_obj, &parent, "parent_seq_hash") < 0) return NULL;
     Py_ssize_t num_blocks;
-    uint8_t *buf = pack_tokens(tokens, block_size, &num_blocks);
+    uint8_t *buf = pack_tokens(tokens, block_size, start, &num_blocks);
     if (buf == NULL) return NULL;
     PyObject *out = PyList_New(num_blocks);
     if (out == NULL) {
@@ -196,7 +205,7 @@ static PyObject *py_xxh3_64(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"hash_blocks", hash_blocks, METH_VARARGS,
-     "hash_blocks(token_ids, block_size, seed, parent, with_local) -> list"},
+     "hash_blocks(token_ids, block_size, seed, parent, with_local, start=0) -> list"},
     {"xxh3_64", py_xxh3_64, METH_VARARGS, "xxh3_64(data, seed) -> int"},
     {"mock_tokens", mock_tokens, METH_VARARGS,
      "mock_tokens(prefix, start, stop, seed, vocab_size) -> list[int]"},

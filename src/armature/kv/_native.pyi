@@ -10,6 +10,7 @@ def hash_blocks(
     seed: int,
     parent: int | None,
     with_local: Literal[True],
+    start: int = 0,
 ) -> list[tuple[BlockHash, int]]: ...
 @overload
 def hash_blocks(
@@ -18,6 +19,7 @@ def hash_blocks(
     seed: int,
     parent: int | None,
     with_local: Literal[False],
+    start: int = 0,
 ) -> list[int]: ...
 def xxh3_64(data: bytes, seed: int) -> int: ...
 def token_id_range(token_ids: Sequence[int]) -> tuple[int, int] | None: ...

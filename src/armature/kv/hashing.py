@@ -132,12 +132,18 @@ def compute_block_hashes(
     seed: int = DEFAULT_HASH_SEED,
     parent_seq_hash: int | None = None,
     *,
+    start: int = 0,
     backend: HashBackend | None = None,
 ) -> list[tuple[BlockHash, int]]:
-    """(seq_hash, local_hash) of every full block, chained from `parent_seq_hash`."""
+    """(seq_hash, local_hash) of every full block of `token_ids[start:]`, chained from
+    `parent_seq_hash`. `start` instead of a slice: the native path reads the tokens in place
+    (a slice of a long prompt copies it, a reference taken and dropped per token)."""
     if _use_native(backend):
-        return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, True)
-    return compute_block_hashes_py(token_ids, block_size, seed, parent_seq_hash)
+        return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, True, start)
+    if not 0 <= start <= len(token_ids):
+        raise ValueError(f"start must be in [0, {len(token_ids)}], got {start}")
+    tokens = token_ids[start:] if start else token_ids
+    return compute_block_hashes_py(tokens, block_size, seed, parent_seq_hash)
 
 
 def compute_seq_hashes(

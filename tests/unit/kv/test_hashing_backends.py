@@ -89,6 +89,25 @@ def test_a_4096_token_prompt_hashes_alike(backend: HashBackend) -> None:
 
 
 @pytest.mark.parametrize("backend", list(HashBackend))
+@pytest.mark.parametrize("start", [0, 1, 16, 37, 4096, 4103])
+def test_start_hashes_the_tokens_from_there_as_a_slice_would(
+    backend: HashBackend, start: int
+) -> None:
+    tokens = [(i * 2654435761) % 2**32 for i in range(4096 + 7)]
+    pairs = compute_block_hashes(tokens, 16, 42, 7, start=start, backend=require(backend))
+    assert pairs == compute_block_hashes(tokens[start:], 16, 42, 7, backend=HashBackend.PYTHON)
+    assert len(pairs) == (len(tokens) - start) // 16
+
+
+@pytest.mark.parametrize("backend", list(HashBackend))
+@pytest.mark.parametrize("start", [-1, 4104])
+def test_a_start_outside_the_tokens_is_refused(backend: HashBackend, start: int) -> None:
+    tokens = list(range(4103))
+    with pytest.raises(ValueError, match=r"start must be in \[0, 4103\]"):
+        compute_block_hashes(tokens, 16, start=start, backend=require(backend))
+
+
+@pytest.mark.parametrize("backend", list(HashBackend))
 def test_bad_input_raises_the_same_errors(backend: HashBackend) -> None:
     require(backend)
     for bad in ([2**32], [-1], ["a"], [1.0]):

@@ -195,7 +195,7 @@ class EngineCore:
             raise LoraNotFoundError(f"LoRA adapter {request.lora_name!r} was unloaded")
         state = RequestState(
             request_id=request.request_id,
-            token_ids=list(request.prompt_token_ids) + list(request.output_token_ids),
+            token_ids=[*request.prompt_token_ids, *request.output_token_ids],
             num_prompt_tokens=len(request.prompt_token_ids),
             sampling=request.sampling,
             sampling_seed=sampling_seed,

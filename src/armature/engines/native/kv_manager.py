@@ -4,12 +4,16 @@ allocation, registering full blocks, freeing. Pure; called by the scheduler only
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import islice
+from operator import itemgetter
 
 from armature.engines.native.request import RequestState
 from armature.kv.block_key import BlockKey
 from armature.kv.block_pool import BlockPool
 
 __all__ = ["KvCacheManager"]
+
+_SEQ_HASH = itemgetter(0)
 
 
 class KvCacheManager:
@@ -31,7 +35,7 @@ class KvCacheManager:
         assert request.num_computed_tokens == 0 and not request.block_ids
         hashes = request.update_block_hashes(self.block_size)
         max_blocks = (request.num_tokens - 1) // self.block_size
-        return self.pool.find_prefix([h for h, _ in hashes[:max_blocks]])
+        return self.pool.find_prefix(list(map(_SEQ_HASH, islice(hashes, max_blocks))))
 
     def allocate_slots(
         self, request: RequestState, num_new_tokens: int, cached_blocks: list[int] | None = None

@@ -74,8 +74,9 @@ class RequestState:
         have = len(self.block_hashes)
         if num_full > have:
             parent = self.block_hashes[-1][0] if self.block_hashes else None
-            tokens = self.token_ids[have * block_size : num_full * block_size]
             self.block_hashes.extend(
-                compute_block_hashes(tokens, block_size, self.hash_seed, parent)
+                compute_block_hashes(
+                    self.token_ids, block_size, self.hash_seed, parent, start=have * block_size
+                )
             )
         return self.block_hashes
