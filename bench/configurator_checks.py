@@ -36,6 +36,7 @@ class Checked:
     predicted: Figures  # from the profile made just before the run
     at_search: Figures  # from the case's profile, which the search ranked on
     same_requests: Figures  # the measured run's own requests replayed, as `predicted`
+    a_core_each: Figures  # as `predicted`, each engine taken to have a core to itself
     measured: Figures
     meets_targets: bool  # measured
 
@@ -49,7 +50,7 @@ def error(value: float, reference: float) -> float:
 
 
 def row(c: Checked) -> list[object]:
-    p, m, a, same = c.predicted, c.measured, c.at_search, c.same_requests
+    p, m, a, same, alone = c.predicted, c.measured, c.at_search, c.same_requests, c.a_core_each
 
     def cell(predicted: float, measured: float, digits: int) -> str:
         e = error(predicted, measured)
@@ -67,6 +68,7 @@ def row(c: Checked) -> list[object]:
         cell(p.itl_mean_ms, m.itl_mean_ms, 1),
         " / ".join(f"{e:+.1%}" for e in _p50_errors(a, m).values()),
         " / ".join(f"{e:+.1%}" for e in _p50_errors(same, m).values()),
+        " / ".join(f"{e:+.1%}" for e in _p50_errors(alone, m).values()),
         f"{p.tokens_per_s_per_worker:.1f} / {m.tokens_per_s_per_worker:.1f}",
         "yes" if c.meets_targets else "no",
     ]

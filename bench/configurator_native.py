@@ -38,100 +38,38 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from armature.configurator.hardware import Hardware, local_hardware
+from armature.configurator.host import HostShare
 from armature.configurator.model_spec import read_model_spec
 from armature.configurator.save import SaveRequest, save_deployment
-from armature.configurator.search import Ranked, SearchSettings, rank_key, search
+from armature.configurator.search import (
+    Ranked,
+    SearchSettings,
+    get_sim_timings,
+    rank_key,
+    search,
+)
 from armature.configurator.simulate import make_requests
-from armature.configurator.space import SearchSpace, Targets, Workload
+from armature.configurator.space import SearchSpace
 from armature.engines.native.device import pick_dtype
 from armature.protocols.timing_profile import read_profile
 from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import Checked, Figures, checks, plot, row
+from bench.configurator_plan import FULL, QUICK, Plan, with_measure_s
 from bench.harness import BenchArgs, parse_args, publish
 from bench.paths import REPO_ROOT
 from bench.profile_drift import drift_table
 from bench.report import Section, markdown_table
 from bench.serving import running_server
+from bench.stack_cpu import StackCpu, measure_stack_cpu
 
 LOG_DIR = REPO_ROOT / "bench" / "out" / "configurator_native"
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # one core per worker, as profiled
-
-
-@dataclass(frozen=True)
-class Plan:
-    profile_args: tuple[str, ...]  # `armature profile` options besides the engine and output
-    max_num_seqs: tuple[int, ...]  # searched
-    workload: Workload
-    targets: Targets
-    totals: tuple[int, ...]  # workers to deploy on, one case each
-    num_finalists: int
-    measure_s: float  # arrivals span about this long, within the bounds below
-    min_requests: int
-    max_requests: int
-    warmup: int
-
-
-FULL = Plan(
-    profile_args=(
-        "--max-num-seqs=8",
-        "--max-num-batched-tokens=256",
-        "--prefill-input-tokens=16,64,128,192,256",
-        "--prefill-repeats=3",
-        "--decode-requests=1,2,4,8",
-        "--decode-context-tokens=64,160,256",
-        "--decode-output-tokens=16",
-    ),
-    max_num_seqs=(2, 4, 8),
-    workload=Workload(128.0, 32.0, 0.5),
-    # loose enough that the operating points are loaded: at 1000 / 150 ms (the 2026-11-27
-    # 14:40 run, docs/benchmarks.md) they sat below one request per worker, where a
-    # worker's ITL has two modes (one request decoding, or two) and its median flips
-    # between them
-    targets=Targets(1500.0, 300.0),
-    totals=(2, 1),
-    num_finalists=4,
-    measure_s=60.0,
-    min_requests=40,
-    max_requests=200,
-    warmup=4,
-)
-QUICK = Plan(
-    profile_args=(
-        "--max-num-seqs=4",
-        "--max-num-batched-tokens=128",
-        "--prefill-input-tokens=16,64,128",
-        "--prefill-repeats=1",
-        "--decode-requests=1,4",
-        "--decode-context-tokens=64,128",
-        "--decode-output-tokens=4",
-    ),
-    max_num_seqs=(2, 4),
-    workload=Workload(48.0, 8.0, 0.5),
-    targets=Targets(2000.0, 300.0),
-    totals=(2,),
-    num_finalists=2,
-    measure_s=10.0,
-    min_requests=8,
-    max_requests=16,
-    warmup=2,
-)
-
-
-def with_measure_s(plan: Plan, measure_s: float) -> Plan:
-    """`plan` with its runs about `measure_s` long: the request cap scales with it (so that a
-    longer run is not cut at the default's cap), the floor stays."""
-    if measure_s <= 0:
-        raise SystemExit("--measure-s must be positive")
-    factor = measure_s / plan.measure_s
-    max_requests = max(plan.min_requests, round(plan.max_requests * factor))
-    return replace(plan, measure_s=measure_s, max_requests=max_requests)
 
 
 def make_profile(args: BenchArgs, plan: Plan, out: Path, name: str) -> Path:
@@ -155,7 +93,6 @@ def _predicted(
     its prediction, with the ITL p50 the prediction does not keep. With `requests`, the
     same fleet replays those instead (the ones a measured run sent)."""
     assert r.plan is not None
-    c = r.deployment
     if requests is None:
         requests = make_requests(
             settings.workload,
@@ -164,8 +101,8 @@ def _predicted(
             settings.seed,
             r.plan.arrival_shape,
         )
-    prefill = hardware.timings[c.prefill_tp].timing if c.prefill_tp else None
-    report = replay(requests, r.plan.config, hardware.timings[c.decode_tp].timing, prefill)
+    timing, prefill = get_sim_timings(hardware, r, r.plan.request_rate_per_s / r.plan.num_groups)
+    report = replay(requests, r.plan.config, timing, prefill)
     return Figures(
         report.ttft_ms.p50,
         report.itl_ms.p50,
@@ -196,13 +133,7 @@ def _measure(
     env = {**os.environ, **WORKER_ENV}
     with running_server(command, url, LOG_DIR / f"{name}.log", env):
         report_dir = LOG_DIR / name
-        w = settings.workload
-        bench = [sys.executable, "-m", "armature.cli", "bench", "--url", url]
-        bench += ["--endpoint", "completions", "--rate", f"{rate:.6g}"]
-        bench += ["--num-requests", str(num_requests), "--warmup", str(plan.warmup)]
-        bench += ["--input-len", str(round(w.isl_tokens)), "--output-len", str(round(w.osl_tokens))]
-        bench += ["--len-spread", str(w.spread), "--ignore-eos", "--seed", str(args.seed)]
-        bench += ["--report", str(report_dir)]
+        bench = _bench_command(args, plan, url, rate, num_requests, report_dir)
         subprocess.run(bench, check=True, stdout=subprocess.DEVNULL)
     step = json.loads((report_dir / "report.json").read_text())["steps"][0]
     summary = step["summary"]
@@ -215,6 +146,48 @@ def _measure(
         summary["output_tokens_per_s"] / r.num_gpus,
     )
     return figures, measured_requests(step["requests"])
+
+
+def _bench_command(
+    args: BenchArgs, plan: Plan, url: str, rate: float, num_requests: int, report_dir: Path
+) -> list[str]:
+    """`armature bench` offering the plan's workload at `rate` (Poisson, streaming
+    /v1/completions, unique prompts, EOS ignored)."""
+    w = plan.workload
+    bench = [sys.executable, "-m", "armature.cli", "bench", "--url", url]
+    bench += ["--endpoint", "completions", "--rate", f"{rate:.6g}"]
+    bench += ["--num-requests", str(num_requests), "--warmup", str(plan.warmup)]
+    bench += ["--input-len", str(round(w.isl_tokens)), "--output-len", str(round(w.osl_tokens))]
+    bench += ["--len-spread", str(w.spread), "--ignore-eos", "--seed", str(args.seed)]
+    return [*bench, "--report", str(report_dir)]
+
+
+def measure_stack(args: BenchArgs, plan: Plan) -> StackCpu:
+    """The serving stack's CPU per request besides the engines (`bench.stack_cpu`), served
+    as the 2-worker deployments are, on the plan's workload at `plan.stack_rate_per_s`."""
+    port = free_port("127.0.0.1")
+    url = f"http://127.0.0.1:{port}"
+    serve = [sys.executable, "-m", "armature.cli", "serve", "--workers", "2"]
+    serve += ["--model", str(args.model_dir), "--served-model-name", args.served_name]
+    serve += ["--max-num-seqs", "4", "--max-num-batched-tokens", "256", "--router", "kv"]
+    serve += ["--host", "127.0.0.1", "--port", str(port)]
+    print("stack cpu:", shlex.join(serve), flush=True)
+    window_requests = plan.stack_rate_per_s * plan.stack_window_s
+    num_requests = plan.warmup + round(3 * window_requests) + 20  # outlasts the window
+    bench = _bench_command(
+        args, plan, url, plan.stack_rate_per_s, num_requests, LOG_DIR / "stack_cpu"
+    )
+    stack = measure_stack_cpu(
+        serve,
+        bench,
+        url,
+        {**os.environ, **WORKER_ENV},
+        LOG_DIR / "stack_cpu.log",
+        settle_requests=plan.warmup + 4,
+        window_s=plan.stack_window_s,
+    )
+    print("stack cpu:", stack.describe(), flush=True)
+    return stack
 
 
 def measured_requests(records: list[dict[str, Any]]) -> list[TraceRequest]:
@@ -239,10 +212,11 @@ def run_case(
     save_root: Path,
     profiles: list[tuple[str, Path]],
     passes: int,
+    host: HostShare,
 ) -> list[Checked]:
-    """Profile, search and rank the case's finalists; run each `passes` times, in rank
-    order within a pass, each run predicted from a profile made just before it (appended to
-    `profiles`)."""
+    """Profile, search and rank the case's finalists (the engines sharing `host`); run each
+    `passes` times, in rank order within a pass, each run predicted from a profile made just
+    before it (appended to `profiles`)."""
     profile = make_profile(args, plan, LOG_DIR, f"profile_before_{total}_workers")
     profiles.append((f"{total}-worker case: search", profile))
     model = read_model_spec(args.model_dir, pick_dtype("auto", "cpu"))  # as the workers run
@@ -257,7 +231,7 @@ def run_case(
     finalists: dict[str, tuple[Hardware, Ranked]] = {}
     for seqs in plan.max_num_seqs:
         space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(seqs,))
-        hardware = local_hardware(model, read_profile(profile), space)
+        hardware = local_hardware(model, read_profile(profile), space, host)
         result = search(hardware, settings, on_progress=print)
         for r in result.ranked:
             if r.simulated:
@@ -272,7 +246,8 @@ def run_case(
             fresh = make_profile(args, plan, LOG_DIR, f"profile_{name}")
             profiles.append((f"{total} workers, #{rank}, pass {run}", fresh))
             space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(r.deployment.max_num_seqs,))
-            now = local_hardware(model, read_profile(fresh), space)
+            now = local_hardware(model, read_profile(fresh), space, host)
+            alone = local_hardware(model, read_profile(fresh), space)
             save = save_root / name
             request = SaveRequest(save, args.model_dir, args.served_name, hardware, settings, r)
             save_deployment(request)
@@ -289,6 +264,7 @@ def run_case(
                 _predicted(now, r, settings),
                 at_search[rank - 1],
                 _predicted(now, r, settings, sent),
+                _predicted(alone, r, settings),
                 measured,
                 meets,
             )
@@ -321,9 +297,11 @@ def main() -> None:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     checked: list[Checked] = []
     profiles: list[tuple[str, Path]] = []
+    stack = measure_stack(args, plan)
+    host = HostShare(float(os.cpu_count() or 1), stack.total_ms / 1000.0)
     with tempfile.TemporaryDirectory() as tmp:
         for total in plan.totals:
-            checked += run_case(args, plan, total, Path(tmp), profiles, ns.passes)
+            checked += run_case(args, plan, total, Path(tmp), profiles, ns.passes, host)
         profiles.append(("at the end", make_profile(args, plan, LOG_DIR, "profile_at_end")))
     image = "configurator_native.png"
     plot_path = (REPO_ROOT / "bench" / "out" if args.quick else REPO_ROOT / "docs" / "img") / image
@@ -342,6 +320,7 @@ def main() -> None:
             "ITL mean ms",
             "TTFT / ITL p50 error from the search's profile",
             "TTFT / ITL p50 error, the measured requests replayed",
+            "TTFT / ITL p50 error, engines a core each",
             "tokens/s per worker",
             "meets targets measured",
         ],
@@ -365,7 +344,11 @@ def main() -> None:
         f"made just before the run; the errors of the same replay on the case's profile (the "
         f"one the search ranked on) beside them, and of the requests the run sent (their "
         f"arrivals and lengths) replayed on the same fleet and profile: what is left of the "
-        f"error once the workload's random sample is the same. Errors: predicted against "
+        f"error once the workload's random sample is the same. The engines share the host's "
+        f"{host.num_cores:g} cores with the rest of the stack (`HostShare`), whose CPU was "
+        f"measured first (`bench.stack_cpu`, 2 workers, {plan.stack_window_s:g} s): "
+        f"{stack.describe()}; the errors of the prediction that gives each engine a core to "
+        f"itself (as before that model) are the last error column. Errors: predicted against "
         f"measured.\n\n"
         f"{table}\n\n" + "\n".join(checks(checked)) + "\n\n"
         f"Plot: `{plot_path.relative_to(REPO_ROOT)}`.\n\n"

@@ -4,6 +4,7 @@ without running it (`armature.configurator`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +76,7 @@ def _hardware(
 ) -> tuple[Hardware, int]:
     """The hardware and the GPUs (local: workers) to deploy on."""
     from armature.configurator.hardware import accelerator_hardware, local_hardware
+    from armature.configurator.host import HostShare
     from armature.configurator.systems import LOCAL_SYSTEM, load_system
     from armature.protocols.timing_profile import read_profile
 
@@ -84,9 +86,16 @@ def _hardware(
                 "--system local needs --timing-profile (write one with armature profile)"
             )
         profile = read_profile(Path(config.timing_profile))
-        return local_hardware(model, profile, space), config.total_gpus or 2
-    if config.timing_profile is not None:
-        raise CliError("--timing-profile is for --system local")
+        cores = config.host_cores or float(os.cpu_count() or 1)
+        host = HostShare(cores, config.stack_cpu_ms_per_request / 1000.0)
+        return local_hardware(model, profile, space, host), config.total_gpus or 2
+    for name, given in (
+        ("--timing-profile", config.timing_profile is not None),
+        ("--host-cores", config.host_cores is not None),
+        ("--stack-cpu-ms-per-request", config.stack_cpu_ms_per_request > 0),
+    ):
+        if given:
+            raise CliError(f"{name} is for --system local")
     system = load_system(config.system)
     total = config.total_gpus or system.get_num_gpus_per_node()
     return accelerator_hardware(model, system, space, total, served_name), total

@@ -7,7 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armature.config.settings import setting
-from armature.config.values import fraction, int64, positive_float, positive_int, positive_ints
+from armature.config.values import (
+    fraction,
+    int64,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    positive_ints,
+)
 from armature.errors import ConfigError
 
 __all__ = ["CONFIGURE_DTYPES", "CONFIGURE_MODES", "ConfigureConfig"]
@@ -48,6 +55,21 @@ class ConfigureConfig:
         "--system local: this machine's timing profile (`armature profile --output`); its "
         "step times replace the operator model",
         env=_env("TIMING_PROFILE"),
+    )
+    host_cores: float | None = setting(
+        None,
+        "--system local: the cores the workers' engines and the serving stack share (default: "
+        "this machine's)",
+        parse=positive_float,
+        env=_env("HOST_CORES"),
+    )
+    stack_cpu_ms_per_request: float = setting(
+        0.0,
+        "--system local: CPU ms the serving stack besides the engines (frontend, workers' "
+        "shells, a load generator on this host) spends per request; the engines share what "
+        "is left of --host-cores",
+        parse=non_negative_float,
+        env=_env("STACK_CPU_MS_PER_REQUEST"),
     )
     total_gpus: int | None = setting(
         None,

@@ -6,13 +6,16 @@ accelerators   a system profile (systems/*.json): step times predicted by the op
 local          this machine, measured (`armature profile`): the profile's step times
                replace the operator model; one worker is one "GPU" (TP 1), its KV cache
                the profile's, its step budget the profile's, KV transfers over shared
-               memory
+               memory; the engines share the host's cores with the rest of the serving
+               stack (`host.HostShare`), which slows their steps when the cores run short
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from armature.configurator.host import HostShare
 from armature.configurator.memory import get_memory_fit
 from armature.configurator.model_spec import ModelSpec
 from armature.configurator.space import Deployment, SearchSpace
@@ -24,6 +27,7 @@ from armature.configurator.timing import (
 )
 from armature.errors import ConfigError
 from armature.protocols.timing_profile import TimingProfile
+from armature.sim.profile_timing import ProfileTiming
 
 __all__ = ["LOCAL_TRANSFER_BYTES_S", "Hardware", "accelerator_hardware", "local_hardware"]
 
@@ -43,6 +47,19 @@ class Hardware:
     system: SystemSpec | None  # None: the local machine
     gpus_per_node: int
     local_kv_blocks: int = 0  # the local machine's KV pool
+    host: HostShare | None = None  # the local machine's cores (None: a GPU is its worker's)
+
+    def get_timing(self, tp: int, num_workers: int, rate_per_s: float) -> ProfileTiming:
+        """Step times of a `tp` worker in a deployment of `num_workers` workers serving
+        `rate_per_s` requests/s in all: on the local machine, slowed by the share of a core
+        each engine gets (`HostShare`); an accelerator is its worker's alone."""
+        timing = self.timings[tp].timing
+        if self.host is None:
+            return timing
+        share = self.host.get_engine_share(num_workers, rate_per_s)
+        if share >= 1.0:
+            return timing
+        return dataclasses.replace(timing, speedup_ratio=timing.speedup_ratio * share)
 
     def get_kv_blocks(self, tp: int, max_num_seqs: int, max_num_batched_tokens: int) -> int:
         """One worker's KV pool in blocks; 0 when the model does not fit."""
@@ -135,9 +152,12 @@ def accelerator_hardware(
     return Hardware(system.name, model, timings, narrowed, system, per_node)
 
 
-def local_hardware(model: ModelSpec, profile: TimingProfile, space: SearchSpace) -> Hardware:
+def local_hardware(
+    model: ModelSpec, profile: TimingProfile, space: SearchSpace, host: HostShare | None = None
+) -> Hardware:
     """This machine as `profile` measured it: TP 1, the profile's step budget and KV pool,
-    and at most the profile's max-num-seqs."""
+    and at most the profile's max-num-seqs; `host`: its cores and the serving stack's CPU
+    (None: every worker has a core to itself)."""
     try:
         timing = WorkerTiming.of(1, profile)
     except ValueError as exc:
@@ -153,4 +173,4 @@ def local_hardware(model: ModelSpec, profile: TimingProfile, space: SearchSpace)
         modes=space.modes,
     )
     blocks = profile.num_kv_blocks * profile.block_size_tokens // BLOCK_SIZE_TOKENS
-    return Hardware("local", model, {1: timing}, narrowed, None, 1 << 30, blocks)
+    return Hardware("local", model, {1: timing}, narrowed, None, 1 << 30, blocks, host)

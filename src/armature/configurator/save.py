@@ -5,7 +5,7 @@ profile.json          the (decode or aggregated) workers' timing profile: the mo
 prefill_profile.json  the prefill workers' (disaggregated)
 commands.sh           `armature serve` (one command), and `armature frontend` +
                       `armature worker` lines (one process each), as mocker fleets on the
-                      predicted step times
+                      predicted step times (local: at the engines' share of the host)
 commands_native.sh    the same with the native engine (--system local only)
 values.yaml           Helm values for deploy/helm/armature
 planner.sh, targets.json   the planner on the profile and the targets
@@ -37,7 +37,7 @@ from armature.config import (
     to_argv,
 )
 from armature.configurator.hardware import Hardware
-from armature.configurator.search import Ranked, SearchSettings, make_plan
+from armature.configurator.search import Ranked, SearchSettings, get_sim_timings, make_plan
 from armature.configurator.simulate import SimPlan, make_requests
 from armature.configurator.space import AGG
 from armature.configurator.timing import with_limits
@@ -62,6 +62,18 @@ def _line(command: str, argv: list[str]) -> str:
     return shlex.join(["armature", command, *argv])
 
 
+def _engine_share(req: SaveRequest) -> float:
+    """Each engine's share of the host's cores at the rate the chosen deployment was
+    predicted at (`Hardware.get_timing`; 1 off the local machine): the mocker's speedup
+    ratio, so that the saved fleet and replay run the predicted step times."""
+    r = req.chosen
+    rate = r.prediction.request_rate_per_s
+    if r.plan is not None:
+        rate = r.plan.request_rate_per_s / r.plan.num_groups
+    timing, _ = get_sim_timings(req.hardware, r, rate)
+    return timing.speedup_ratio
+
+
 def _engine(req: SaveRequest, profile: Path | None) -> EngineConfig:
     c = req.chosen.deployment
     return EngineConfig(
@@ -69,6 +81,7 @@ def _engine(req: SaveRequest, profile: Path | None) -> EngineConfig:
         engine="mocker" if profile is not None else "torch",
         served_model_name=req.served_model_name,
         timing_profile=str(profile) if profile is not None else None,
+        speedup_ratio=_engine_share(req) if profile is not None else 1.0,
         max_num_seqs=c.max_num_seqs,
         max_num_batched_tokens=c.max_num_batched_tokens,
     )
@@ -228,6 +241,9 @@ def _replay_line(req: SaveRequest, plan: SimPlan, profiles: dict[WorkerRole, Pat
         argv += ["--max-local-prefill-tokens", str(rc.max_local_prefill_tokens)]
         argv += ["--transfer-bandwidth-gbs", repr(rc.transfer_bandwidth_bytes_s / 1e9)]
         argv += ["--kv-bytes-per-block", str(rc.kv_bytes_per_block)]
+    share = _engine_share(req)
+    if share != 1.0:  # the engines' share of the host's cores
+        argv += ["--speedup", repr(share)]
     argv += ["--report", str(req.save_dir / "replay.json")]
     return _line("replay", argv)
 

@@ -11,7 +11,9 @@ TTFT; those that miss, by how far they miss (`Targets.get_miss`). A finalist the
 finds missing its targets at the estimated rate is simulated again at RETRY_RATE_FACTOR of
 it. Finalists are simulated best first (the best of the other mode second) while
 `sim_budget_s` lasts. The result lists the simulated finalists, ranked, then every other
-deployment by its estimate.
+deployment by its estimate. On the local machine a finalist's steps are simulated at its
+engines' share of the host's cores at the rate it is offered (`Hardware.get_timing`); the
+closed-form estimate that picks the finalists takes each worker to have a core.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from armature.configurator.hardware import BLOCK_SIZE_TOKENS, Hardware
 from armature.configurator.simulate import SimPlan, get_num_sim_requests, make_requests, simulate
 from armature.configurator.space import AGG, DISAGG, Deployment, Targets, Workload
 from armature.sim.replay import ReplayConfig
+from armature.sim.timing import TimingModel
 
-__all__ = ["Ranked", "SearchResult", "SearchSettings", "rank_key", "search"]
+__all__ = ["Ranked", "SearchResult", "SearchSettings", "get_sim_timings", "rank_key", "search"]
 
 RETRY_RATE_FACTOR = 0.7
 
@@ -201,16 +204,28 @@ def make_plan(
     )
 
 
+def get_sim_timings(
+    hardware: Hardware, r: Ranked, rate_per_s: float
+) -> tuple[TimingModel, TimingModel | None]:
+    """The step times of `r`'s decode (or aggregated) and prefill workers with each of its
+    groups serving `rate_per_s` (on the local machine the whole deployment shares the host)."""
+    c = r.deployment
+    num_workers = (c.num_prefill_workers + c.num_decode_workers) * r.num_groups
+    rate = rate_per_s * r.num_groups
+    timing = hardware.get_timing(c.decode_tp, num_workers, rate)
+    prefill = hardware.get_timing(c.prefill_tp, num_workers, rate) if c.prefill_tp else None
+    return timing, prefill
+
+
 def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked:
     c = r.deployment
-    timing = hardware.timings[c.decode_tp].timing
-    prefill_timing = hardware.timings[c.prefill_tp].timing if c.prefill_tp else None
     rate = r.prediction.request_rate_per_s
     if settings.request_rate_per_s is not None:
         rate = settings.request_rate_per_s / r.num_groups
     osl = settings.workload.osl_tokens
     result = r
     for factor in (1.0, RETRY_RATE_FACTOR):
+        timing, prefill_timing = get_sim_timings(hardware, r, rate * factor)
         plan = make_plan(hardware, r, rate * factor, settings)
         requests = make_requests(
             settings.workload,

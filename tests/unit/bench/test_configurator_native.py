@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from armature.configurator.estimate import Prediction
 from armature.configurator.search import Ranked
 from armature.configurator.space import AGG, DISAGG, Deployment
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import Checked, Figures, checks, plot
-from bench.configurator_native import FULL, measured_requests, with_measure_s
+from bench.configurator_native import measured_requests
+from bench.configurator_plan import FULL, with_measure_s
+from bench.stack_cpu import StackCpu, per_request_ms
 
 AGG_2 = Deployment(AGG, 1, 2, 256)
 DISAGG_2 = Deployment(DISAGG, 1, 2, 256, prefill_tp=1, num_prefill_workers=1)
@@ -29,7 +33,7 @@ def _checked(
     ranked = Ranked(deployment, 1, Prediction(500.0, 100.0, 1.0, 10.0, 2), 0.5, True)
     p = Figures(predicted[0], predicted[1], predicted[1], 10.0)
     m = Figures(measured[0], measured[1], measured[1], tokens_s)
-    return Checked(2, rank, run, ranked, 1.0, 40, p, p, p, m, meets)
+    return Checked(2, rank, run, ranked, 1.0, 40, p, p, p, p, m, meets)
 
 
 def test_every_figure_of_every_pass_is_checked_and_counted() -> None:
@@ -100,3 +104,15 @@ def test_a_longer_measurement_raises_the_request_cap_with_it() -> None:
     shorter = with_measure_s(FULL, 10.0)
     assert (shorter.measure_s, shorter.max_requests) == (10.0, 40)  # never below the floor
     assert longer.profile_args == FULL.profile_args and longer.targets == FULL.targets
+
+
+def test_the_stacks_cpu_per_request_by_part() -> None:
+    # frontend 3 s, shells 1.5 s, client 0.6 s of CPU over 60 finished requests
+    assert per_request_ms([10.0, 4.0, 1.0], [13.0, 5.5, 1.6], 60) == pytest.approx(
+        [50.0, 25.0, 10.0]
+    )
+    stack = StackCpu(1.0, 50.0, 25.0, 10.0)
+    assert stack.total_ms == pytest.approx(85.0)
+    assert stack.describe().startswith("85.0 ms per request (frontend 50.0, workers' shells 25")
+    with pytest.raises(RuntimeError, match="no request finished"):
+        per_request_ms([1.0], [2.0], 0)

@@ -79,6 +79,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
     assert shared == {
         "__init__",
         "configurator_checks",
+        "configurator_plan",
         "harness",
         "hf_baseline",
         "paths",
@@ -86,6 +87,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "profile_drift",
         "report",
         "serving",
+        "stack_cpu",
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from configurator_cases import TINY_LLAMA, write_config
@@ -118,6 +119,18 @@ def _saved_lines(path: Path) -> list[list[str]]:
     return [shlex.split(line) for line in path.read_text().splitlines() if line.startswith("arm")]
 
 
+def _replays_the_prediction(save: Path) -> dict[str, Any]:
+    """Run the saved replay.sh: it gives back the saved prediction. Its report."""
+    [replay] = _saved_lines(save / "replay.sh")
+    assert main(replay[1:]) == 0
+    replayed: dict[str, Any] = json.loads((save / "replay.json").read_text())
+    predicted = json.loads((save / "prediction.json").read_text())
+    assert predicted["simulated"] is True
+    assert replayed["ttft_ms"]["p50"] == pytest.approx(predicted["ttft_ms_p50"], rel=1e-9)
+    assert replayed["itl_ms"]["mean"] == pytest.approx(predicted["itl_ms_mean"], rel=1e-9)
+    return replayed
+
+
 @pytest.mark.parametrize("mode", ["agg", "disagg"])
 def test_save_dir_replays_to_the_saved_prediction(
     tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
@@ -135,13 +148,7 @@ def test_save_dir_replays_to_the_saved_prediction(
     values = (save / "values.yaml").read_text()
     role = "agg" if mode == "agg" else "decode"
     assert f"    {role}:\n      enabled: true\n" in values
-    [replay] = _saved_lines(save / "replay.sh")
-    assert main(replay[1:]) == 0
-    replayed = json.loads((save / "replay.json").read_text())
-    predicted = json.loads((save / "prediction.json").read_text())
-    assert predicted["simulated"] is True
-    assert replayed["ttft_ms"]["p50"] == pytest.approx(predicted["ttft_ms_p50"], rel=1e-9)
-    assert replayed["itl_ms"]["mean"] == pytest.approx(predicted["itl_ms_mean"], rel=1e-9)
+    replayed = _replays_the_prediction(save)
     if mode == "disagg":
         assert replayed["num_remote_prefills"] == replayed["num_requests"]
 
@@ -160,3 +167,47 @@ def test_local_system_saves_native_commands(
     assert native[0][:2] == ["armature", "serve"]
     assert "--engine" not in native[0]  # the native engine, the default
     assert "2 workers" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--stack-cpu-ms-per-request", "5"], "--stack-cpu-ms-per-request is for --system local"),
+        (["--host-cores", "4"], "--host-cores is for --system local"),
+        (["--host-cores", "0"], "--host-cores"),
+        (["--stack-cpu-ms-per-request", "-1"], "--stack-cpu-ms-per-request"),
+    ],
+)
+def test_the_host_options_are_the_local_systems(
+    tiny_dir: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    argv = ["configure", "--model", str(tiny_dir), *SMALL, *argv]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own check of a value
+        code = int(exc.code or 0)
+    assert code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("armature: error: ")
+    assert message in lines[0]
+
+
+def test_a_local_fleet_on_fewer_cores_is_saved_at_its_share(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two workers on one core: each engine gets half of it, so the saved mocker fleet and
+    replay run at speedup 0.5, and the replay gives back the saved prediction."""
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile, model="tiny")
+    save = tmp_path / "out"
+    argv = ["configure", "--model", str(tiny_dir), "--system", "local", "--host-cores", "1"]
+    argv += ["--timing-profile", str(profile), "--isl", "64", "--osl", "16", "--ttft-ms", "5000"]
+    argv += ["--itl-ms", "400", "--max-num-seqs", "4", "--finalists", "1", "--modes", "agg"]
+    argv += ["--save-dir", str(save)]
+    assert main(argv) == 0
+    [replay] = _saved_lines(save / "replay.sh")
+    assert replay[replay.index("--speedup") + 1] == "0.5"
+    serve = _saved_lines(save / "commands.sh")[0]
+    assert serve[serve.index("--speedup-ratio") + 1] == "0.5"
+    _replays_the_prediction(save)
+    capsys.readouterr()

@@ -1,0 +1,86 @@
+"""bench.configurator_native's plans: what each run profiles, searches and offers (the
+full validation and its quick smoke run)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from armature.configurator.space import Targets, Workload
+
+__all__ = ["FULL", "QUICK", "Plan", "with_measure_s"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile_args: tuple[str, ...]  # `armature profile` options besides the engine and output
+    max_num_seqs: tuple[int, ...]  # searched
+    workload: Workload
+    targets: Targets
+    totals: tuple[int, ...]  # workers to deploy on, one case each
+    num_finalists: int
+    measure_s: float  # arrivals span about this long, within the bounds below
+    min_requests: int
+    max_requests: int
+    warmup: int
+    stack_rate_per_s: float  # the load under which the stack's CPU per request is measured
+    stack_window_s: float
+
+
+FULL = Plan(
+    profile_args=(
+        "--max-num-seqs=8",
+        "--max-num-batched-tokens=256",
+        "--prefill-input-tokens=16,64,128,192,256",
+        "--prefill-repeats=3",
+        "--decode-requests=1,2,4,8",
+        "--decode-context-tokens=64,160,256",
+        "--decode-output-tokens=16",
+    ),
+    max_num_seqs=(2, 4, 8),
+    workload=Workload(128.0, 32.0, 0.5),
+    # loose enough that the operating points are loaded: at 1000 / 150 ms (the 2026-11-27
+    # 14:40 run, docs/benchmarks.md) they sat below one request per worker, where a
+    # worker's ITL has two modes (one request decoding, or two) and its median flips
+    # between them
+    targets=Targets(1500.0, 300.0),
+    totals=(2, 1),
+    num_finalists=4,
+    measure_s=60.0,
+    min_requests=40,
+    max_requests=200,
+    warmup=4,
+    stack_rate_per_s=1.0,
+    stack_window_s=60.0,
+)
+QUICK = Plan(
+    profile_args=(
+        "--max-num-seqs=4",
+        "--max-num-batched-tokens=128",
+        "--prefill-input-tokens=16,64,128",
+        "--prefill-repeats=1",
+        "--decode-requests=1,4",
+        "--decode-context-tokens=64,128",
+        "--decode-output-tokens=4",
+    ),
+    max_num_seqs=(2, 4),
+    workload=Workload(48.0, 8.0, 0.5),
+    targets=Targets(2000.0, 300.0),
+    totals=(2,),
+    num_finalists=2,
+    measure_s=10.0,
+    min_requests=8,
+    max_requests=16,
+    warmup=2,
+    stack_rate_per_s=1.0,
+    stack_window_s=10.0,
+)
+
+
+def with_measure_s(plan: Plan, measure_s: float) -> Plan:
+    """`plan` with its runs about `measure_s` long: the request cap scales with it (so that a
+    longer run is not cut at the default's cap), the floor stays."""
+    if measure_s <= 0:
+        raise SystemExit("--measure-s must be positive")
+    factor = measure_s / plan.measure_s
+    max_requests = max(plan.min_requests, round(plan.max_requests * factor))
+    return replace(plan, measure_s=measure_s, max_requests=max_requests)

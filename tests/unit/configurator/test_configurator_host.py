@@ -1,0 +1,110 @@
+"""The local machine's cores shared by the engines and the serving stack (`HostShare`): the
+share by hand-worked cases, the step times it gives a local worker, and a search that
+predicts a loaded 2-worker fleet slower when the stack takes CPU."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from configurator_cases import tiny_llama
+
+from armature.configurator.hardware import Hardware, local_hardware
+from armature.configurator.host import MIN_ENGINE_SHARE, HostShare
+from armature.configurator.search import (
+    RETRY_RATE_FACTOR,
+    Ranked,
+    SearchSettings,
+    get_sim_timings,
+    search,
+)
+from armature.configurator.space import AGG, SearchSpace, Targets, Workload
+from armature.protocols.timing_profile import DecodePoint, PrefillPoint
+from armature.sim.timing import StepWork
+from profiles import make_profile
+
+
+@pytest.mark.parametrize(
+    ("cores", "stack_s", "workers", "rate", "share"),
+    [
+        (2.0, 0.0, 2, 10.0, 1.0),  # a core each, no stack
+        (2.0, 0.0, 4, 1.0, 0.5),  # more engines than cores take turns
+        (2.0, 0.05, 1, 2.0, 1.0),  # one engine: the stack runs on the other core
+        (2.0, 0.05, 2, 2.0, 0.95),  # (2 - 0.05 x 2) / 2
+        (4.0, 0.1, 3, 5.0, 1.0),  # (4 - 0.5) / 3 > 1: a core each still
+        (2.0, 1.0, 2, 10.0, MIN_ENGINE_SHARE),  # the stack would take it all
+    ],
+)
+def test_the_engine_share(
+    cores: float, stack_s: float, workers: int, rate: float, share: float
+) -> None:
+    assert HostShare(cores, stack_s).get_engine_share(workers, rate) == pytest.approx(share)
+
+
+def test_bad_hosts_are_refused() -> None:
+    with pytest.raises(ValueError, match="num_cores"):
+        HostShare(0.0)
+    with pytest.raises(ValueError, match="stack_cpu_s_per_request"):
+        HostShare(2.0, -0.001)
+    with pytest.raises(ValueError, match="num_workers"):
+        HostShare(2.0).get_engine_share(0, 1.0)
+
+
+def _hardware(host: HostShare | None) -> Hardware:
+    prefill = [
+        PrefillPoint(num_requests=1, input_tokens=n, ttft_ms=ms, tokens_per_s=n / ms * 1e3)
+        for n, ms in ((16, 20.0), (1024, 400.0))
+    ]
+    decode = [
+        DecodePoint(num_requests=b, context_tokens=128, itl_ms=20.0 + 2 * b, tokens_per_s=1.0)
+        for b in (1, 16)
+    ]
+    profile = msgspec.structs.replace(
+        make_profile(prefill=prefill, decode=decode), num_kv_blocks=4096
+    )
+    space = SearchSpace(max_num_seqs=(8,), modes=(AGG,))
+    return local_hardware(tiny_llama(), profile, space, host)
+
+
+def test_a_local_worker_steps_at_its_share() -> None:
+    work = StepWork(num_prefill_tokens=0, num_decode_requests=4, kv_utilization=0.1)
+    alone = _hardware(None)
+    shared = _hardware(HostShare(2.0, 0.05))
+    base_ms = alone.get_timing(1, 2, 2.0).step_ms(work)
+    assert alone.get_timing(1, 2, 2.0) is alone.timings[1].timing  # a core each
+    assert shared.get_timing(1, 1, 2.0).step_ms(work) == pytest.approx(base_ms)
+    assert shared.get_timing(1, 2, 2.0).step_ms(work) == pytest.approx(base_ms / 0.95)
+    assert shared.get_timing(1, 4, 0.0).step_ms(work) == pytest.approx(base_ms / 0.5)
+
+
+def _first(host: HostShare | None, targets: Targets) -> Ranked:
+    settings = SearchSettings(Workload(256.0, 64.0), targets, total_gpus=2, num_finalists=1)
+    return search(_hardware(host), settings).ranked[0]
+
+
+def test_the_search_predicts_a_shared_host_slower() -> None:
+    """The same finalist at the same rate (loose targets: no retry): with the stack taking
+    CPU from two engines on two cores, each step is 1 / share as long."""
+    loose = Targets(50000.0, 2000.0)
+    host = HostShare(2.0, 0.2)
+    alone, shared = _first(None, loose), _first(host, loose)
+    assert shared.deployment == alone.deployment and shared.num_groups == 2
+    assert shared.plan is not None and alone.plan is not None
+    assert shared.plan.request_rate_per_s == pytest.approx(alone.plan.request_rate_per_s)
+    rate = alone.plan.request_rate_per_s / alone.plan.num_groups
+    timing, prefill = get_sim_timings(_hardware(host), shared, rate)
+    assert prefill is None
+    share = host.get_engine_share(2, rate * 2)  # both groups' workers, the whole rate
+    assert share < 1.0 and timing.speedup_ratio == pytest.approx(share)
+    assert shared.prediction.itl_ms > alone.prediction.itl_ms
+
+
+def test_a_shared_host_is_offered_less() -> None:
+    """At targets the fleet meets alone at its estimated rate, the shared host misses there
+    and is simulated again at RETRY_RATE_FACTOR of it."""
+    targets = Targets(5000.0, 200.0)
+    alone, shared = _first(None, targets), _first(HostShare(2.0, 0.2), targets)
+    assert alone.miss <= 1.0
+    assert shared.plan is not None and alone.plan is not None
+    assert shared.plan.request_rate_per_s == pytest.approx(
+        RETRY_RATE_FACTOR * alone.plan.request_rate_per_s
+    )
