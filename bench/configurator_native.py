@@ -298,7 +298,7 @@ def main() -> None:
     checked: list[Checked] = []
     profiles: list[tuple[str, Path]] = []
     stack = measure_stack(args, plan)
-    host = HostShare(float(os.cpu_count() or 1), stack.total_ms / 1000.0)
+    host = HostShare(float(os.cpu_count() or 1), stack.total_ms / 1000.0, stack.idle_cores)
     with tempfile.TemporaryDirectory() as tmp:
         for total in plan.totals:
             checked += run_case(args, plan, total, Path(tmp), profiles, ns.passes, host)

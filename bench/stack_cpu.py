@@ -4,9 +4,11 @@ streaming, KV events), and the load generator (`armature bench`) when it runs on
 host. `--system local`'s engines share the host's cores with all of it
 (`armature.configurator.host.HostShare`, `armature configure --stack-cpu-ms-per-request`).
 
-Measured over a window of steady open-loop load: the CPU each part spent in it over the
-requests that finished in it (the same way `bench.serving_cpu` splits a worker's CPU between
-its engine thread and the rest).
+Measured in two windows (a worker's CPU split between its engine thread and the rest as
+`bench.serving_cpu` does): idle, the server up and no request (the cores the stack takes
+whatever the load: timers, load reports, metrics), then under steady open-loop load, where
+each part's CPU beyond its idle rate, over the requests that finished in the window, is its
+CPU per request.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ __all__ = ["StackCpu", "measure_stack_cpu", "per_request_ms"]
 
 @dataclass(frozen=True)
 class StackCpu:
-    """CPU ms per finished request over the window, by part, at `requests_per_s`."""
+    """The cores the stack takes idle, and its CPU ms per finished request beyond that, by
+    part, measured at `requests_per_s`."""
 
     requests_per_s: float
+    idle_cores: float  # the frontend and the workers' shells with no request
     frontend_ms: float
     shells_ms: float  # every worker's threads but its engine's, together
     client_ms: float
@@ -41,25 +45,34 @@ class StackCpu:
 
     def describe(self) -> str:
         return (
-            f"{self.total_ms:.1f} ms per request (frontend {self.frontend_ms:.1f}, workers' "
-            f"shells {self.shells_ms:.1f}, load generator {self.client_ms:.1f}) at "
-            f"{self.requests_per_s:.2f} requests/s"
+            f"{self.idle_cores:.3f} cores idle, and {self.total_ms:.1f} ms per request "
+            f"(frontend {self.frontend_ms:.1f}, workers' shells {self.shells_ms:.1f}, load "
+            f"generator {self.client_ms:.1f}) measured at {self.requests_per_s:.2f} requests/s"
         )
 
 
 def per_request_ms(
-    start_cpu_s: Sequence[float], end_cpu_s: Sequence[float], num_finished: float
+    start_cpu_s: Sequence[float],
+    end_cpu_s: Sequence[float],
+    num_finished: float,
+    idle_cpu_s: Sequence[float],
 ) -> list[float]:
-    """Each part's CPU over the window, in ms per finished request."""
+    """Each part's CPU over the window beyond `idle_cpu_s` (what it would have spent idle),
+    in ms per finished request."""
     if num_finished <= 0:
         raise RuntimeError("no request finished inside the window")
-    return [1000.0 * (b - a) / num_finished for a, b in zip(start_cpu_s, end_cpu_s, strict=True)]
+    spent = zip(start_cpu_s, end_cpu_s, idle_cpu_s, strict=True)
+    return [1000.0 * max(0.0, b - a - idle) / num_finished for a, b, idle in spent]
+
+
+def _server_cpu_s(frontend: int, workers: list[int]) -> list[float]:
+    """(frontend, the workers' non-engine threads together) CPU seconds so far."""
+    return [cpu_s(frontend), sum(cpu_s(w) - thread_cpu_s(w) for w in workers)]
 
 
 def _parts_cpu_s(frontend: int, workers: list[int], client: int) -> list[float]:
-    """(frontend, the workers' non-engine threads together, client) CPU seconds so far."""
-    shells = sum(cpu_s(w) - thread_cpu_s(w) for w in workers)
-    return [cpu_s(frontend), shells, cpu_s(client)]
+    """`_server_cpu_s` and the client's CPU seconds so far."""
+    return [*_server_cpu_s(frontend, workers), cpu_s(client)]
 
 
 def measure_stack_cpu(
@@ -72,11 +85,15 @@ def measure_stack_cpu(
     settle_requests: int,
     window_s: float,
 ) -> StackCpu:
-    """Start `serve`, run the load generator `bench` against it (its request list must
-    outlast the window), and measure the stack's CPU over `window_s` once `settle_requests`
-    have finished; the load generator is stopped after the window."""
+    """Start `serve`; measure the stack's CPU idle over `window_s`, then run the load
+    generator `bench` against it (its request list must outlast the window) and measure over
+    `window_s` once `settle_requests` have finished; the load generator is stopped after."""
     with running_server(serve, url, log, env) as server:
         workers = [p.pid for p in psutil.Process(server.pid).children()]
+        idle_start = _server_cpu_s(server.pid, workers)
+        time.sleep(window_s)
+        idle_end = _server_cpu_s(server.pid, workers)
+        idle_rates = [(b - a) / window_s for a, b in zip(idle_start, idle_end, strict=True)]
         client = subprocess.Popen(bench, stdout=subprocess.DEVNULL)
         try:
             deadline_s = time.monotonic() + 300
@@ -94,5 +111,9 @@ def measure_stack_cpu(
         finally:
             client.terminate()
             client.wait(timeout=60)
-    frontend_ms, shells_ms, client_ms = per_request_ms(start, end, end_done - start_done)
-    return StackCpu((end_done - start_done) / elapsed_s, frontend_ms, shells_ms, client_ms)
+    idle_cpu_s = [rate * elapsed_s for rate in idle_rates] + [0.0]  # the client: none
+    frontend_ms, shells_ms, client_ms = per_request_ms(
+        start, end, end_done - start_done, idle_cpu_s
+    )
+    rate = (end_done - start_done) / elapsed_s
+    return StackCpu(rate, sum(idle_rates), frontend_ms, shells_ms, client_ms)

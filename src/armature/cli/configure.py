@@ -87,12 +87,13 @@ def _hardware(
             )
         profile = read_profile(Path(config.timing_profile))
         cores = config.host_cores or float(os.cpu_count() or 1)
-        host = HostShare(cores, config.stack_cpu_ms_per_request / 1000.0)
+        host = HostShare(cores, config.stack_cpu_ms_per_request / 1000.0, config.stack_idle_cores)
         return local_hardware(model, profile, space, host), config.total_gpus or 2
     for name, given in (
         ("--timing-profile", config.timing_profile is not None),
         ("--host-cores", config.host_cores is not None),
         ("--stack-cpu-ms-per-request", config.stack_cpu_ms_per_request > 0),
+        ("--stack-idle-cores", config.stack_idle_cores > 0),
     ):
         if given:
             raise CliError(f"{name} is for --system local")

@@ -63,11 +63,18 @@ class ConfigureConfig:
         parse=positive_float,
         env=_env("HOST_CORES"),
     )
+    stack_idle_cores: float = setting(
+        0.0,
+        "--system local: cores the serving stack besides the engines takes whatever the load "
+        "(timers, load reports, metrics)",
+        parse=non_negative_float,
+        env=_env("STACK_IDLE_CORES"),
+    )
     stack_cpu_ms_per_request: float = setting(
         0.0,
         "--system local: CPU ms the serving stack besides the engines (frontend, workers' "
-        "shells, a load generator on this host) spends per request; the engines share what "
-        "is left of --host-cores",
+        "shells, a load generator on this host) spends per request, beyond its idle cores; "
+        "the engines share what is left of --host-cores",
         parse=non_negative_float,
         env=_env("STACK_CPU_MS_PER_REQUEST"),
     )

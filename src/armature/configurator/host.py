@@ -2,12 +2,14 @@
 
 On `--system local` a worker is one core (an engine thread, one torch thread), measured alone
 by `armature profile`. Served, it is not alone: the frontend, each worker's shell (the request
-plane, streaming, KV events) and any load generator on the same host take CPU per request,
-and more workers than cores take turns. When the engines and the stack ask for more than the
-host has, each engine gets an equal share of what the stack leaves, and its steps take
-1 / share as long:
+plane, streaming, KV events) and any load generator on the same host take CPU, some of it
+whatever the load (timers, load reports, metrics: `stack_idle_cores`) and the rest per
+request, and more workers than cores take turns. When the engines and the stack ask for more
+than the host has, each engine gets an equal share of what the stack leaves, and its steps
+take 1 / share as long:
 
-    share = min(1, (num_cores - stack_cpu_s_per_request * rate_per_s) / num_workers)
+    stack_cores = stack_idle_cores + stack_cpu_s_per_request * rate_per_s
+    share       = min(1, (num_cores - stack_cores) / num_workers)
 
 The engines are taken as busy (the operating points a search looks for are loaded ones);
 below that, the formula is pessimistic by at most the idle engines' share. Pure.
@@ -26,24 +28,29 @@ MIN_ENGINE_SHARE = 0.05
 
 @dataclass(frozen=True)
 class HostShare:
-    """`num_cores` cores; the serving stack besides the engines spends
-    `stack_cpu_s_per_request` CPU seconds per request (for the workload's lengths)."""
+    """`num_cores` cores; the serving stack besides the engines takes `stack_idle_cores`
+    whatever the load and `stack_cpu_s_per_request` CPU seconds per request (for the
+    workload's lengths)."""
 
     num_cores: float
     stack_cpu_s_per_request: float = 0.0
+    stack_idle_cores: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_cores <= 0:
             raise ValueError(f"num_cores must be > 0, got {self.num_cores}")
-        if self.stack_cpu_s_per_request < 0:
-            raise ValueError(
-                f"stack_cpu_s_per_request must be >= 0, got {self.stack_cpu_s_per_request}"
-            )
+        for name in ("stack_cpu_s_per_request", "stack_idle_cores"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    def get_stack_cores(self, rate_per_s: float) -> float:
+        """The cores the stack takes while the deployment serves `rate_per_s` requests/s."""
+        return self.stack_idle_cores + self.stack_cpu_s_per_request * max(0.0, rate_per_s)
 
     def get_engine_share(self, num_workers: int, rate_per_s: float) -> float:
         """The share of a core each of `num_workers` busy engines gets while the deployment
         serves `rate_per_s` requests/s in all."""
         if num_workers <= 0:
             raise ValueError(f"num_workers must be > 0, got {num_workers}")
-        free_cores = self.num_cores - self.stack_cpu_s_per_request * max(0.0, rate_per_s)
+        free_cores = self.num_cores - self.get_stack_cores(rate_per_s)
         return max(MIN_ENGINE_SHARE, min(1.0, free_cores / num_workers))

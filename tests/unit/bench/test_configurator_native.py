@@ -107,12 +107,15 @@ def test_a_longer_measurement_raises_the_request_cap_with_it() -> None:
 
 
 def test_the_stacks_cpu_per_request_by_part() -> None:
-    # frontend 3 s, shells 1.5 s, client 0.6 s of CPU over 60 finished requests
-    assert per_request_ms([10.0, 4.0, 1.0], [13.0, 5.5, 1.6], 60) == pytest.approx(
-        [50.0, 25.0, 10.0]
+    # frontend 3 s, shells 1.5 s, client 0.6 s of CPU over 60 finished requests, of which
+    # the frontend and the shells would have spent 0.6 s and 0.3 s idle
+    spent = per_request_ms([10.0, 4.0, 1.0], [13.0, 5.5, 1.6], 60, [0.6, 0.3, 0.0])
+    assert spent == pytest.approx([40.0, 20.0, 10.0])
+    assert per_request_ms([1.0], [1.5], 10, [0.9]) == [0.0]  # never below idle
+    stack = StackCpu(1.0, 0.015, 40.0, 20.0, 10.0)
+    assert stack.total_ms == pytest.approx(70.0)
+    assert stack.describe().startswith(
+        "0.015 cores idle, and 70.0 ms per request (frontend 40.0, workers' shells 20.0"
     )
-    stack = StackCpu(1.0, 50.0, 25.0, 10.0)
-    assert stack.total_ms == pytest.approx(85.0)
-    assert stack.describe().startswith("85.0 ms per request (frontend 50.0, workers' shells 25")
     with pytest.raises(RuntimeError, match="no request finished"):
-        per_request_ms([1.0], [2.0], 0)
+        per_request_ms([1.0], [2.0], 0, [0.0])

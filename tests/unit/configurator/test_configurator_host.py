@@ -40,11 +40,21 @@ def test_the_engine_share(
     assert HostShare(cores, stack_s).get_engine_share(workers, rate) == pytest.approx(share)
 
 
+def test_the_stacks_idle_cores_come_off_at_any_rate() -> None:
+    host = HostShare(2.0, 0.02, stack_idle_cores=0.1)
+    assert host.get_stack_cores(0.0) == pytest.approx(0.1)
+    assert host.get_stack_cores(5.0) == pytest.approx(0.2)  # 0.1 + 0.02 x 5
+    assert host.get_engine_share(2, 0.0) == pytest.approx(0.95)
+    assert host.get_engine_share(2, 5.0) == pytest.approx(0.9)
+
+
 def test_bad_hosts_are_refused() -> None:
     with pytest.raises(ValueError, match="num_cores"):
         HostShare(0.0)
     with pytest.raises(ValueError, match="stack_cpu_s_per_request"):
         HostShare(2.0, -0.001)
+    with pytest.raises(ValueError, match="stack_idle_cores"):
+        HostShare(2.0, 0.0, -0.1)
     with pytest.raises(ValueError, match="num_workers"):
         HostShare(2.0).get_engine_share(0, 1.0)
 

@@ -174,6 +174,7 @@ def test_local_system_saves_native_commands(
     [
         (["--stack-cpu-ms-per-request", "5"], "--stack-cpu-ms-per-request is for --system local"),
         (["--host-cores", "4"], "--host-cores is for --system local"),
+        (["--stack-idle-cores", "0.1"], "--stack-idle-cores is for --system local"),
         (["--host-cores", "0"], "--host-cores"),
         (["--stack-cpu-ms-per-request", "-1"], "--stack-cpu-ms-per-request"),
     ],
