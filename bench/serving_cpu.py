@@ -111,7 +111,7 @@ def summary(out: Path) -> dict[str, Any]:
     return result
 
 
-def _wait_for_load(url: str, client: subprocess.Popen[bytes], num_requests: int) -> None:
+def wait_for_load(url: str, client: subprocess.Popen[bytes], num_requests: int) -> None:
     """Return once `num_requests` have finished (the client's warm-up and first rounds)."""
     deadline_s = time.monotonic() + 300
     while finished_requests(url)[0] < num_requests:
@@ -190,7 +190,7 @@ def measure_load(
     client = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     pids = [frontend_pid, *workers, client.pid]
     try:
-        _wait_for_load(url, client, 3 * CONCURRENCY)
+        wait_for_load(url, client, 3 * CONCURRENCY)
         time.sleep(plan.settle_s)
         profilers = _profilers({"frontend": frontend_pid, "worker": workers[0]}, plan, profile)
         start = _sample(url, pids, workers)

@@ -23,7 +23,7 @@ import psutil
 
 from bench.request_plane import cpu_s
 from bench.serving import running_server
-from bench.serving_cpu import finished_requests, thread_cpu_s
+from bench.serving_cpu import finished_requests, thread_cpu_s, wait_for_load
 
 __all__ = ["StackCpu", "measure_stack_cpu", "per_request_ms"]
 
@@ -96,11 +96,7 @@ def measure_stack_cpu(
         idle_rates = [(b - a) / window_s for a, b in zip(idle_start, idle_end, strict=True)]
         client = subprocess.Popen(bench, stdout=subprocess.DEVNULL)
         try:
-            deadline_s = time.monotonic() + 300
-            while finished_requests(url)[0] < settle_requests:
-                if client.poll() is not None or time.monotonic() > deadline_s:
-                    raise RuntimeError("the load generator ended or stalled before the window")
-                time.sleep(0.5)
+            wait_for_load(url, client, settle_requests)
             started_s, start_done = time.monotonic(), finished_requests(url)[0]
             start = _parts_cpu_s(server.pid, workers, client.pid)
             time.sleep(window_s)

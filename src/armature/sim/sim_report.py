@@ -3,7 +3,6 @@ the simulation hands over its records (`ReportInputs`) and the span it simulated
 
 from __future__ import annotations
 
-import operator
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -42,16 +41,12 @@ class Tracked:
         self.num_output_tokens += num_tokens
         return first
 
-    def add_later_tokens(
-        self, ends_ms: Sequence[float], gaps_ms: Sequence[float] | None = None
-    ) -> None:
-        """One token at each of `ends_ms` (non-empty, ascending), none of them the first.
-        `gaps_ms`: the gaps between consecutive `ends_ms`, when the caller has them (a
-        batch's requests share them)."""
+    def add_later_tokens(self, ends_ms: Sequence[float], gaps_ms: Sequence[float]) -> None:
+        """One token at each of `ends_ms` (non-empty, ascending), none of them the first;
+        `gaps_ms` are the gaps between consecutive `ends_ms` (a batch's requests share
+        them, so the caller computes them once)."""
         assert self.last_token_ms is not None
         self.itl_ms.append(ends_ms[0] - self.last_token_ms)
-        if gaps_ms is None:
-            gaps_ms = list(map(operator.sub, ends_ms[1:], ends_ms[:-1]))
         self.itl_ms.extend(gaps_ms)
         self.last_token_ms = ends_ms[-1]
         self.num_output_tokens += len(ends_ms)
