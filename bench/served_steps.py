@@ -2,15 +2,16 @@
 when it serves through the whole stack (frontend, request plane, the other workers and the
 bench client on the same cores) than the isolated timing profile says.
 
-    python -m bench.served_steps [--workers N] [--max-num-seqs S] [--rate R] [--window-s W]
+    python -m bench.served_steps [--cases W:S:R ...] [--window-s W]
 
-It profiles the native engine as bench.configurator_native does (one torch thread per worker),
-serves `--workers` worker processes (`armature serve`, kv router), offers `armature bench`'s
-Poisson load of the configurator validation's workload, and reads each worker's step records
-from the event plane over a window in the middle of the run, with every process's and
-thread's CPU from /proc over the same window. Each step's wall time is divided by what the
-profile's timing model (the mocker's) gives for that step's work. The configurator issue:
-this is the part of its prediction error that is the serving stack sharing the workers' cores.
+It profiles the native engine as bench.configurator_native does (one torch thread per
+worker), serves each case's worker processes (`armature serve --worker-processes`, kv
+router), offers `armature bench`'s Poisson load of the configurator validation's workload,
+and reads each worker's step records from the event plane over a window in the middle of the
+run, with every process's and thread's CPU from /proc over the same window. Each step's wall
+time is divided by what the profile's timing model (the mocker's) gives for that step's work.
+The configurator issue: this is the part of its prediction error that is the serving stack
+sharing the workers' cores, or slowing a lone worker that has a core to itself.
 
 Writes the `served_steps` section of docs/benchmarks.md (bench/out/ with --quick).
 """
@@ -144,24 +145,46 @@ async def _collect(
     return steps, shares
 
 
+@dataclass(frozen=True)
+class Case:
+    workers: int
+    max_num_seqs: int
+    rate_per_s: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.workers} w, seqs {self.max_num_seqs}, {self.rate_per_s:g} req/s"
+
+
+def parse_case(text: str) -> Case:
+    """`WORKERS:MAX_NUM_SEQS:RATE`, e.g. `2:8:2.45`."""
+    try:
+        workers, seqs, rate = text.split(":")
+        case = Case(int(workers), int(seqs), float(rate))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give WORKERS:MAX_NUM_SEQS:RATE") from None
+    if case.workers < 1 or case.max_num_seqs < 1 or not case.rate_per_s > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: workers, seqs and rate must be positive")
+    return case
+
+
+# the configurator validation's predicted rates: 2 workers on 2026-11-28, 1 on 2026-11-29
+DEFAULT_CASES = ("2:8:2.45", "2:2:0.96", "1:8:1.22", "1:4:0.93")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (2 or more)")
-    parser.add_argument("--max-num-seqs", type=int, nargs="+", default=[8, 2])
     parser.add_argument(
-        "--rate",
-        type=float,
+        "--cases",
+        type=parse_case,
         nargs="+",
-        default=[2.45, 0.96],
-        help="requests/s offered, one per --max-num-seqs (the configurator's predicted rates "
-        "for 2 workers in the 2026-11-28 validation run)",
+        default=[parse_case(c) for c in DEFAULT_CASES],
+        metavar="W:S:R",
+        help="worker processes (a lone one too), max-num-seqs and requests/s offered, one "
+        f"run each (default: {' '.join(DEFAULT_CASES)})",
     )
     parser.add_argument("--window-s", type=float, default=60.0)
     args, ns = parse_args(__doc__.splitlines()[0], parser)
-    if ns.workers < 2:
-        raise SystemExit("--workers: at least 2 (one worker runs inside the frontend's process)")
-    if len(ns.rate) != len(ns.max_num_seqs):
-        raise SystemExit("--rate: one per --max-num-seqs")
     plan = QUICK if args.quick else FULL
     window_s = 10.0 if args.quick else ns.window_s
     warm_s = 5.0 if args.quick else 20.0
@@ -171,32 +194,32 @@ def main() -> None:
     timing = timing_from_profile(profile)
     w = plan.workload
     ratio_rows, cpu_rows = [], []
-    for seqs, rate in zip(ns.max_num_seqs, ns.rate, strict=True):
+    for case in ns.cases:
         port = free_port("127.0.0.1")
         url = f"http://127.0.0.1:{port}"
-        serve = [sys.executable, "-m", "armature.cli", "serve", "--workers", str(ns.workers)]
+        serve = [sys.executable, "-m", "armature.cli", "serve", "--workers", str(case.workers)]
+        serve += ["--worker-processes"]  # a lone worker too: its step records on the event plane
         serve += ["--model", str(args.model_dir), "--served-model-name", args.served_name]
-        serve += ["--max-num-seqs", str(seqs), "--max-num-batched-tokens", "256"]
+        serve += ["--max-num-seqs", str(case.max_num_seqs), "--max-num-batched-tokens", "256"]
         serve += ["--num-kv-blocks", str(profile.num_kv_blocks), "--router", "kv"]
         serve += ["--host", "127.0.0.1", "--port", str(port)]
-        num_requests = max(8, round(rate * (warm_s + window_s + 15.0)))
+        num_requests = max(8, round(case.rate_per_s * (warm_s + window_s + 15.0)))
         bench = [sys.executable, "-m", "armature.cli", "bench", "--url", url]
-        bench += ["--endpoint", "completions", "--rate", f"{rate:g}"]
+        bench += ["--endpoint", "completions", "--rate", f"{case.rate_per_s:g}"]
         bench += ["--num-requests", str(num_requests), "--warmup", "4"]
         bench += ["--input-len", str(round(w.isl_tokens)), "--output-len", str(round(w.osl_tokens))]
         bench += ["--len-spread", str(w.spread), "--ignore-eos", "--seed", str(args.seed)]
-        log = LOG_DIR / f"serve_seqs{seqs}.log"
+        log = LOG_DIR / f"serve_w{case.workers}_seqs{case.max_num_seqs}.log"
         env = {**os.environ, **WORKER_ENV}
         with running_server(serve, url, log, env):
             found = _MEET.search(log.read_text())
             if found is None:
                 raise RuntimeError(f"{log}: the serve log does not name its discovery directory")
             steps, shares = asyncio.run(_collect(found.group(1), bench, warm_s, window_s))
-        label = f"seqs {seqs}, {rate:g} req/s"
         for r in get_ratios(steps, timing):
             ratio_rows.append(
                 [
-                    label,
+                    case.label,
                     r.worker,
                     r.kind,
                     r.num_steps,
@@ -206,10 +229,11 @@ def main() -> None:
                 ]
             )
         for name, share in sorted(shares.items(), key=lambda kv: -kv[1]):
-            cpu_rows.append([label, name, f"{share * 100:.1f}"])
-        print(label, "done", flush=True)
+            cpu_rows.append([case.label, name, f"{share * 100:.1f}"])
+        print(case.label, "done", flush=True)
     body = (
-        f"`armature serve --workers {ns.workers}` (kv router, max-num-batched-tokens 256, "
+        "`armature serve --workers W --worker-processes` (W worker processes, a lone one too; "
+        "kv router, max-num-batched-tokens 256, "
         f"workers with one torch thread: `OMP_NUM_THREADS=1`), `armature bench` offering "
         f"Poisson arrivals of {round(w.isl_tokens)}-token prompts and {round(w.osl_tokens)} "
         f"output tokens (+-{w.spread:.0%}, EOS ignored, streaming) at each rate; a "

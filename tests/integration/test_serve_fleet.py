@@ -34,10 +34,10 @@ def alive(pid: int) -> bool:
 
 
 def start(
-    model_dir: Path, log: Path, extra: tuple[str, ...] = ()
+    model_dir: Path, log: Path, extra: tuple[str, ...] = (), workers: int = 2
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Serve with 2 mocker workers, logging to `log`; its private directory lies under
-    `runtime_dir(log)`."""
+    """Serve with `workers` mocker workers, logging to `log`; its private directory lies
+    under `runtime_dir(log)`."""
     port = _free_port()
     command = [
         sys.executable,
@@ -49,7 +49,7 @@ def start(
         "--engine",
         "mocker",
         "--workers",
-        "2",
+        str(workers),
         "--num-kv-blocks",
         "256",
         "--speedup-ratio",
@@ -77,14 +77,14 @@ def serve_dirs(log: Path) -> list[Path]:
     return sorted(runtime_dir(log).glob("armature-serve-*"))
 
 
-def workers_of(proc: subprocess.Popen[bytes]) -> list[int]:
+def workers_of(proc: subprocess.Popen[bytes], count: int = 2) -> list[int]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         kids = children(proc.pid)
-        if len(kids) == 2:
+        if len(kids) == count:
             return kids
         time.sleep(0.1)
-    pytest.fail(f"expected 2 worker processes, found {children(proc.pid)}")
+    pytest.fail(f"expected {count} worker processes, found {children(proc.pid)}")
 
 
 @pytest.mark.integration
@@ -191,3 +191,32 @@ def test_serve_forwards_worker_flags_to_the_worker_processes(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("as_process", [True, False])
+def test_a_lone_worker_runs_as_a_process_with_worker_processes(
+    as_process: bool, default_model_dir: Path, tmp_path: Path
+) -> None:
+    """`serve --workers 1 --worker-processes`: the one worker is an `armature worker` child
+    (its engine on an interpreter of its own) serving the requests; without the flag the
+    lone worker runs in the serve's process and there is no child."""
+    extra = ("--worker-processes",) if as_process else ()
+    proc, url = start(default_model_dir, tmp_path / "serve.log", extra, workers=1)
+    try:
+        served = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+        response = httpx.post(
+            f"{url}/v1/completions",
+            json={"model": served, "prompt": "Hi there", "max_tokens": 3},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["usage"]["completion_tokens"] == 3
+        if as_process:
+            [kid] = workers_of(proc, 1)
+            assert cmdline(kid)[1:4] == ["-m", "armature.cli", "worker"], cmdline(kid)
+        else:
+            assert children(proc.pid) == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM

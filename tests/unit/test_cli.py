@@ -94,6 +94,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["worker", "--metrics-port", "-2"], "--metrics-port: must be -1..65535"),
         (["serve", "--frontends", "0"], "--frontends: must be"),
         (["serve", "--frontends", "2", "--in-process-workers"], "drop --in-process-workers"),
+        (["serve", "--worker-processes", "--in-process-workers"], "give one of them"),
         (["frontend", "--share-load-ttl-s", "0"], "--share-load-ttl-s: must be"),
         (["worker", "--kv-transfer-port", "65536"], "--kv-transfer-port: must be 0..65535"),
         ([], "required"),

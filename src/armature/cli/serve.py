@@ -38,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
             "--frontends above 1 runs the workers as processes the frontends share: drop "
             "--in-process-workers"
         )
-    if (len(roles) > 1 or config.frontends > 1) and not config.in_process_workers:
+    if config.worker_processes and config.in_process_workers:
+        raise ConfigError("--worker-processes and --in-process-workers: give one of them")
+    as_processes = len(roles) > 1 or config.frontends > 1 or config.worker_processes
+    if as_processes and not config.in_process_workers:
         from armature.frontend.worker_processes import serve_with_worker_processes
 
         serve_with_worker_processes(config)

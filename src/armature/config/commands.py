@@ -64,11 +64,16 @@ class ServeConfig:
     workers: int = setting(
         1,
         "worker engines: one runs in this process; more run as worker processes behind this "
-        "frontend (see --in-process-workers)",
+        "frontend (see --in-process-workers, --worker-processes)",
         parse=positive_int,
     )
     in_process_workers: bool = setting(
         False, "run every worker engine in this process (cheap mocker fleets, tests)"
+    )
+    worker_processes: bool = setting(
+        False,
+        "run a lone worker as a process too: its engine then steps on an interpreter of its "
+        "own instead of sharing the frontend's (one core each, as the configurator assumes)",
     )
     frontends: int = setting(
         1,

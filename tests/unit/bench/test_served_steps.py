@@ -3,13 +3,15 @@ profile's model by kind (hand-worked on a two-point profile)."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from armature.planner.observation import WorkerSteps
 from armature.protocols.engine import StepRecord
 from armature.protocols.worker import WorkerRole
 from armature.sim.profile_timing import ProfileTiming
-from bench.served_steps import KindRatio, get_ratios, get_step_kind
+from bench.served_steps import Case, KindRatio, get_ratios, get_step_kind, parse_case
 
 # prefill t tokens: 10 + t ms; decode b requests: 20 + 10 b ms at any context; a mixed step
 # costs both less the 10 ms overhead
@@ -58,3 +60,11 @@ def test_ratios_by_worker_and_kind() -> None:
         KindRatio("w0", "decode", 3, pytest.approx(1.1), pytest.approx(0.122), 0.11),
         KindRatio("w0", "mixed", 1, pytest.approx(1.0), 0.09, 0.09),
     ]
+
+
+def test_a_case_is_workers_seqs_and_rate() -> None:
+    assert parse_case("1:8:1.22") == Case(1, 8, 1.22)
+    assert parse_case("2:2:0.96").label == "2 w, seqs 2, 0.96 req/s"
+    for bad in ("1:8", "a:8:1", "0:8:1", "1:8:0", "1:8:nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"1|WORKERS"):
+            parse_case(bad)
