@@ -45,4 +45,12 @@ class ProfileSweepConfig:
     decode_output_tokens: int = setting(
         16, "decode: inter-token latencies timed per request", parse=positive_int
     )
+    passes: int = setting(
+        1,
+        "sweep every point this many times, one whole sweep after another, and keep each "
+        "point's median over them: steadier on a machine whose speed moves for seconds at a "
+        "time (a point measured once catches whatever spell it lands in)",
+        flag="sweep-passes",
+        parse=positive_int,
+    )
     prompt_seed: int = setting(0, "seed for the random prompts", parse=int64)

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from armature.protocols.timing_profile import DecodePoint, PrefillPoint
 from armature.workload.measure import quantile
 
-__all__ = ["RequestTimes", "decode_point", "prefill_alone_point", "prefill_batch_point"]
+__all__ = [
+    "RequestTimes",
+    "decode_point",
+    "median_decode_points",
+    "median_prefill_points",
+    "prefill_alone_point",
+    "prefill_batch_point",
+]
 
 
 @dataclass(frozen=True)
@@ -69,3 +76,53 @@ def decode_point(
         itl_ms=median_s * 1e3,
         tokens_per_s=len(times) / median_s,
     )
+
+
+def _same_keys(keys: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """The points every pass measured (their keys, in order); ValueError when there is no
+    pass or the passes measured different points."""
+    if not keys:
+        raise ValueError("no pass to take the median of")
+    if any(k != keys[0] for k in keys):
+        raise ValueError("the passes measured different points")
+    return keys[0]
+
+
+def median_prefill_points(passes: Sequence[Sequence[PrefillPoint]]) -> list[PrefillPoint]:
+    """The same prefill points measured in several passes: each point's median TTFT and
+    tokens/s over the passes (a prompt alone keeps input tokens over its TTFT)."""
+    keys = _same_keys([[(p.num_requests, p.input_tokens) for p in points] for points in passes])
+    out = []
+    for i, (num_requests, input_tokens) in enumerate(keys):
+        ttft_ms = quantile([points[i].ttft_ms for points in passes], 0.5)
+        if num_requests == 1:
+            tokens_per_s = input_tokens / (ttft_ms / 1e3)
+        else:
+            tokens_per_s = quantile([points[i].tokens_per_s for points in passes], 0.5)
+        out.append(
+            PrefillPoint(
+                num_requests=num_requests,
+                input_tokens=input_tokens,
+                ttft_ms=ttft_ms,
+                tokens_per_s=tokens_per_s,
+            )
+        )
+    return out
+
+
+def median_decode_points(passes: Sequence[Sequence[DecodePoint]]) -> list[DecodePoint]:
+    """The same decode points measured in several passes: each point's median ITL over the
+    passes, and its requests' tokens/s at it."""
+    keys = _same_keys([[(p.num_requests, p.context_tokens) for p in points] for points in passes])
+    out = []
+    for i, (num_requests, context_tokens) in enumerate(keys):
+        itl_ms = quantile([points[i].itl_ms for points in passes], 0.5)
+        out.append(
+            DecodePoint(
+                num_requests=num_requests,
+                context_tokens=context_tokens,
+                itl_ms=itl_ms,
+                tokens_per_s=num_requests / (itl_ms / 1e3),
+            )
+        )
+    return out

@@ -24,6 +24,8 @@ from armature.profiler.plan import DECODE_SKIP_TOKENS, decode_context_tokens, de
 from armature.profiler.points import (
     RequestTimes,
     decode_point,
+    median_decode_points,
+    median_prefill_points,
     prefill_alone_point,
     prefill_batch_point,
 )
@@ -66,8 +68,8 @@ async def time_together(
 
 
 class Sweep:
-    """The profile's measurements on one started engine, in order: warm-up, prefill alone,
-    prefill in batches, decode. Owns nothing but its prompt generator."""
+    """The profile's measurements on one started engine, in order: warm-up, then each pass:
+    prefill alone, prefill in batches, decode. Owns nothing but its prompt generator."""
 
     def __init__(self, engine: Engine, vocab_size: int, sweep: ProfileSweepConfig):
         self.engine = engine
@@ -88,11 +90,17 @@ class Sweep:
         return [self._rng.randrange(self.vocab_size) for _ in range(num_tokens)]
 
     async def run(self) -> tuple[list[PrefillPoint], list[DecodePoint]]:
+        """Warm up, then `passes` whole sweeps (prefill, then decode) one after another;
+        each point's median over them."""
         warmup = [self._request(self._prompt(32), 4) for _ in range(NUM_WARMUP_REQUESTS)]
         await time_together(self.engine, warmup)
-        prefill = await self.measure_prefill()
-        decode = await self.measure_decode()
-        return prefill, decode
+        prefills, decodes = [], []
+        for number in range(1, self.sweep.passes + 1):
+            if self.sweep.passes > 1:
+                log.info("sweep pass %d of %d", number, self.sweep.passes)
+            prefills.append(await self.measure_prefill())
+            decodes.append(await self.measure_decode())
+        return median_prefill_points(prefills), median_decode_points(decodes)
 
     async def measure_prefill(self) -> list[PrefillPoint]:
         points: list[PrefillPoint] = []

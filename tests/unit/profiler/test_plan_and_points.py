@@ -15,9 +15,12 @@ from armature.profiler.plan import (
 from armature.profiler.points import (
     RequestTimes,
     decode_point,
+    median_decode_points,
+    median_prefill_points,
     prefill_alone_point,
     prefill_batch_point,
 )
+from armature.protocols.timing_profile import DecodePoint, PrefillPoint
 
 LIMITS = EngineLimits(
     max_num_seqs=16,
@@ -105,3 +108,49 @@ def test_decode_point_takes_the_median_after_skipping() -> None:
     assert (point.num_requests, point.context_tokens) == (2, 300)
     assert point.itl_ms == pytest.approx(200.0)
     assert point.tokens_per_s == pytest.approx(2 / 0.2)
+
+
+def _prefill(num_requests: int, tokens: int, ttft_ms: float, tokens_per_s: float) -> PrefillPoint:
+    return PrefillPoint(
+        num_requests=num_requests, input_tokens=tokens, ttft_ms=ttft_ms, tokens_per_s=tokens_per_s
+    )
+
+
+def _decode(num_requests: int, context: int, itl_ms: float) -> DecodePoint:
+    return DecodePoint(
+        num_requests=num_requests,
+        context_tokens=context,
+        itl_ms=itl_ms,
+        tokens_per_s=num_requests / (itl_ms / 1e3),
+    )
+
+
+def test_passes_keep_each_points_median() -> None:
+    """Three passes, one of them in a slow spell at each point: the median drops it. A prompt
+    alone keeps tokens over its median TTFT; a batch its median tokens/s."""
+    passes = [
+        [_prefill(1, 100, 50.0, 2000.0), _prefill(4, 100, 90.0, 4000.0)],
+        [_prefill(1, 100, 80.0, 1250.0), _prefill(4, 100, 95.0, 4200.0)],
+        [_prefill(1, 100, 40.0, 2500.0), _prefill(4, 100, 200.0, 2000.0)],
+    ]
+    assert median_prefill_points(passes) == [
+        _prefill(1, 100, 50.0, 2000.0),
+        _prefill(4, 100, 95.0, 4000.0),
+    ]
+    decodes = [
+        [_decode(1, 64, 10.0), _decode(8, 64, 20.0)],
+        [_decode(1, 64, 30.0), _decode(8, 64, 16.0)],
+        [_decode(1, 64, 12.0), _decode(8, 64, 18.0)],
+    ]
+    assert median_decode_points(decodes) == [_decode(1, 64, 12.0), _decode(8, 64, 18.0)]
+    assert median_decode_points(decodes[:1]) == decodes[0]  # one pass: as measured
+    assert median_decode_points(decodes[:2])[0].itl_ms == pytest.approx(20.0)  # the midpoint
+
+
+def test_passes_that_measured_different_points_are_refused() -> None:
+    with pytest.raises(ValueError, match="different points"):
+        median_decode_points([[_decode(1, 64, 10.0)], [_decode(2, 64, 10.0)]])
+    with pytest.raises(ValueError, match="different points"):
+        median_prefill_points([[_prefill(1, 100, 5.0, 1.0)], []])
+    with pytest.raises(ValueError, match="no pass"):
+        median_decode_points([])

@@ -3,6 +3,7 @@ valid profile and plots, and a mocker run from the native engine's profile takes
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,20 @@ def test_profile_the_native_engine_then_run_the_mocker_from_it(
     code = main(["profile", *aliased, str(torch_path), "--output", str(tmp_path / "y.json")])
     assert code == 2
     assert f"'{tiny_llama_dir.name}', not 'alias'" in capsys.readouterr().err
+
+
+def test_sweep_passes_measure_every_point_that_many_times(
+    tiny_llama_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`--sweep-passes 3`: three whole sweeps, one after another, and the same points."""
+    argv = ["--engine", "mocker", "--model", str(tiny_llama_dir), "--speedup-ratio", "50"]
+    argv += ["--sweep-passes", "3"]
+    with caplog.at_level(logging.INFO, logger="armature.profiler.sweep"):
+        _profile(argv, tmp_path / "passes.json", capsys)
+    passes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sweep pass")]
+    assert passes == ["sweep pass 1 of 3", "sweep pass 2 of 3", "sweep pass 3 of 3"]
+    timed = [r for r in caplog.records if r.getMessage().startswith("decode ")]
+    assert len(timed) == 3 * 4  # the 4 decode points, once a pass
