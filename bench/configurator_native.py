@@ -26,6 +26,8 @@ profile), and every profile's speed is tabled against the first, so the drift th
 
     python -m bench.configurator_native             # full run, writes docs/benchmarks.md
     python -m bench.configurator_native --passes 2  # each configuration twice, interleaved
+    python -m bench.configurator_native --co-profile  # each profile by as many engines at
+                                                      # once as the case has workers
     python -m bench.configurator_native --quick     # smoke run, writes bench/out/benchmarks.md
 """
 
@@ -41,6 +43,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from armature.configurator.hardware import Hardware, local_hardware
 from armature.configurator.host import HostShare
 from armature.configurator.model_spec import read_model_spec
@@ -55,7 +59,8 @@ from armature.configurator.search import (
 from armature.configurator.simulate import make_requests
 from armature.configurator.space import SearchSpace
 from armature.engines.native.device import pick_dtype
-from armature.protocols.timing_profile import read_profile
+from armature.profiler.points import median_decode_points, median_prefill_points
+from armature.protocols.timing_profile import TimingProfile, read_profile, write_profile
 from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
@@ -72,14 +77,35 @@ LOG_DIR = REPO_ROOT / "bench" / "out" / "configurator_native"
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # one core per worker, as profiled
 
 
-def make_profile(args: BenchArgs, plan: Plan, out: Path, name: str) -> Path:
-    """This machine's timing profile of the native engine, one thread per worker."""
+def make_profile(args: BenchArgs, plan: Plan, out: Path, name: str, copies: int = 1) -> Path:
+    """This machine's timing profile of the native engine, one thread per worker. With
+    `copies` > 1, that many engines profiled at once, each in a process of its own (as a
+    deployment of that many workers loads the host: its cores, and the memory bandwidth their
+    decode steps share), each point the median of theirs (`median_profile`)."""
     path = out / f"{name}.json"
-    command = [sys.executable, "-m", "armature.cli", "profile", "--engine", "torch"]
-    command += ["--model", str(args.model_dir), "--output", str(path), *plan.profile_args]
-    print("profiling:", shlex.join(command), flush=True)
-    subprocess.run(command, check=True, env={**os.environ, **WORKER_ENV})
+    paths = [path] if copies == 1 else [out / f"{name}_copy{i}.json" for i in range(copies)]
+    running = []
+    for one in paths:
+        command = [sys.executable, "-m", "armature.cli", "profile", "--engine", "torch"]
+        command += ["--model", str(args.model_dir), "--output", str(one), *plan.profile_args]
+        print("profiling:", shlex.join(command), flush=True)
+        running.append(subprocess.Popen(command, env={**os.environ, **WORKER_ENV}))
+    codes = [proc.wait() for proc in running]
+    if any(codes):
+        raise RuntimeError(f"armature profile failed (exit codes {codes})")
+    if copies > 1:
+        write_profile(median_profile([read_profile(one) for one in paths]), path)
     return path
+
+
+def median_profile(profiles: list[TimingProfile]) -> TimingProfile:
+    """Profiles of the same sweep made at once: the first's source and limits, each point
+    the median of theirs."""
+    return msgspec.structs.replace(
+        profiles[0],
+        prefill=median_prefill_points([p.prefill for p in profiles]),
+        decode=median_decode_points([p.decode for p in profiles]),
+    )
 
 
 def _predicted(
@@ -213,12 +239,16 @@ def run_case(
     profiles: list[tuple[str, Path]],
     passes: int,
     host: HostShare,
+    co_profile: bool = False,
 ) -> list[Checked]:
     """Profile, search and rank the case's finalists (the engines sharing `host`); run each
     `passes` times, in rank order within a pass, each run predicted from a profile made just
-    before it (appended to `profiles`)."""
-    profile = make_profile(args, plan, LOG_DIR, f"profile_before_{total}_workers")
-    profiles.append((f"{total}-worker case: search", profile))
+    before it (appended to `profiles`). `co_profile`: each profile made by as many engines at
+    once as the case has workers (`make_profile`'s copies)."""
+    copies = total if co_profile else 1
+    at_once = f" ({copies} at once)" if copies > 1 else ""
+    profile = make_profile(args, plan, LOG_DIR, f"profile_before_{total}_workers", copies)
+    profiles.append((f"{total}-worker case: search{at_once}", profile))
     model = read_model_spec(args.model_dir, pick_dtype("auto", "cpu"))  # as the workers run
     settings = SearchSettings(
         plan.workload,
@@ -243,8 +273,8 @@ def run_case(
     for run in range(1, passes + 1):
         for rank, (hardware, r) in enumerate(ranked, start=1):
             name = f"w{total}_rank{rank}_pass{run}"
-            fresh = make_profile(args, plan, LOG_DIR, f"profile_{name}")
-            profiles.append((f"{total} workers, #{rank}, pass {run}", fresh))
+            fresh = make_profile(args, plan, LOG_DIR, f"profile_{name}", copies)
+            profiles.append((f"{total} workers, #{rank}, pass {run}{at_once}", fresh))
             space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(r.deployment.max_num_seqs,))
             now = local_hardware(model, read_profile(fresh), space, host)
             alone = local_hardware(model, read_profile(fresh), space)
@@ -284,6 +314,12 @@ def main() -> None:
         help="run every configuration N times, a pass over the case at a time (1-5)",
     )
     parser.add_argument(
+        "--co-profile",
+        action="store_true",
+        help="make each case's profiles with as many engines at once as it has workers (they "
+        "share the host's memory bandwidth as its workers do), each point their median",
+    )
+    parser.add_argument(
         "--measure-s",
         type=float,
         default=None,
@@ -301,7 +337,9 @@ def main() -> None:
     host = HostShare(float(os.cpu_count() or 1), stack.total_ms / 1000.0, stack.idle_cores)
     with tempfile.TemporaryDirectory() as tmp:
         for total in plan.totals:
-            checked += run_case(args, plan, total, Path(tmp), profiles, ns.passes, host)
+            checked += run_case(
+                args, plan, total, Path(tmp), profiles, ns.passes, host, ns.co_profile
+            )
         profiles.append(("at the end", make_profile(args, plan, LOG_DIR, "profile_at_end")))
     image = "configurator_native.png"
     plot_path = (REPO_ROOT / "bench" / "out" if args.quick else REPO_ROOT / "docs" / "img") / image
@@ -329,7 +367,14 @@ def main() -> None:
     body = (
         f"The default model on this machine's CPU, one torch thread per worker "
         f"(`OMP_NUM_THREADS=1`: a worker is one core, the local system's GPU). Each profile: "
-        f"`armature profile --engine torch {' '.join(plan.profile_args)}`. The search: "
+        f"`armature profile --engine torch {' '.join(plan.profile_args)}`"
+        + (
+            ", made by as many engines at once as the case has workers (each point their "
+            "median; `--co-profile`)"
+            if ns.co_profile
+            else ""
+        )
+        + ". The search: "
         f"`--system local` on the case's profile, max-num-seqs "
         f"{', '.join(map(str, plan.max_num_seqs))}, prompts of "
         f"{w.isl_tokens:.0f} and outputs of {w.osl_tokens:.0f} tokens within +-{w.spread:.0%}, "
