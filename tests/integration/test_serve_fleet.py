@@ -87,6 +87,17 @@ def workers_of(proc: subprocess.Popen[bytes], count: int = 2) -> list[int]:
     pytest.fail(f"expected {count} worker processes, found {children(proc.pid)}")
 
 
+def complete(url: str) -> tuple[str, httpx.Response]:
+    """The served model's name, and its answer to a 3-token completion of "Hi there"."""
+    served = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+    response = httpx.post(
+        f"{url}/v1/completions",
+        json={"model": served, "prompt": "Hi there", "max_tokens": 3},
+        timeout=30,
+    )
+    return served, response
+
+
 @pytest.mark.integration
 def assert_guides_refused(url: str, served: str) -> None:
     """The workers' cards say their (mocker) engine enforces no guides: the frontend refuses
@@ -120,12 +131,7 @@ def test_serve_workers_are_processes_that_end_with_it(
         [directory] = serve_dirs(log)
         assert directory.name.startswith(f"armature-serve-{proc.pid}-")
         assert f"the workers meet in {directory}" in log.read_text()
-        served = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
-        response = httpx.post(
-            f"{url}/v1/completions",
-            json={"model": served, "prompt": "Hi there", "max_tokens": 3},
-            timeout=30,
-        )
+        served, response = complete(url)
         assert response.status_code == 200, response.text
         assert_guides_refused(url, served)
         if how == "kill-all":
@@ -204,12 +210,7 @@ def test_a_lone_worker_runs_as_a_process_with_worker_processes(
     extra = ("--worker-processes",) if as_process else ()
     proc, url = start(default_model_dir, tmp_path / "serve.log", extra, workers=1)
     try:
-        served = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
-        response = httpx.post(
-            f"{url}/v1/completions",
-            json={"model": served, "prompt": "Hi there", "max_tokens": 3},
-            timeout=30,
-        )
+        _, response = complete(url)
         assert response.status_code == 200, response.text
         assert response.json()["usage"]["completion_tokens"] == 3
         if as_process:

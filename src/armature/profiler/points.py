@@ -11,6 +11,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from msgspec.structs import replace
+
 from armature.protocols.timing_profile import DecodePoint, PrefillPoint
 from armature.workload.measure import quantile
 
@@ -99,14 +101,7 @@ def median_prefill_points(passes: Sequence[Sequence[PrefillPoint]]) -> list[Pref
             tokens_per_s = input_tokens / (ttft_ms / 1e3)
         else:
             tokens_per_s = quantile([points[i].tokens_per_s for points in passes], 0.5)
-        out.append(
-            PrefillPoint(
-                num_requests=num_requests,
-                input_tokens=input_tokens,
-                ttft_ms=ttft_ms,
-                tokens_per_s=tokens_per_s,
-            )
-        )
+        out.append(replace(passes[0][i], ttft_ms=ttft_ms, tokens_per_s=tokens_per_s))
     return out
 
 
@@ -115,14 +110,7 @@ def median_decode_points(passes: Sequence[Sequence[DecodePoint]]) -> list[Decode
     passes, and its requests' tokens/s at it."""
     keys = _same_keys([[(p.num_requests, p.context_tokens) for p in points] for points in passes])
     out = []
-    for i, (num_requests, context_tokens) in enumerate(keys):
+    for i, (num_requests, _) in enumerate(keys):
         itl_ms = quantile([points[i].itl_ms for points in passes], 0.5)
-        out.append(
-            DecodePoint(
-                num_requests=num_requests,
-                context_tokens=context_tokens,
-                itl_ms=itl_ms,
-                tokens_per_s=num_requests / (itl_ms / 1e3),
-            )
-        )
+        out.append(replace(passes[0][i], itl_ms=itl_ms, tokens_per_s=num_requests / (itl_ms / 1e3)))
     return out
