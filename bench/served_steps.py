@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import statistics
@@ -36,6 +37,7 @@ from armature.planner.observation import WorkerSteps
 from armature.planner.worker_feed import WorkerStepFeed
 from armature.protocols.engine import StepRecord
 from armature.protocols.timing_profile import read_profile
+from armature.protocols.worker import WorkerRole
 from armature.runtime.factory import make_event_plane, open_discovery
 from armature.runtime.ports import free_port
 from armature.sim.profile_timing import ProfileTiming, timing_from_profile
@@ -60,6 +62,7 @@ def get_step_kind(s: StepRecord) -> str:
 @dataclass(frozen=True)
 class KindRatio:
     worker: str
+    role: WorkerRole
     kind: str
     num_steps: int
     median_ratio: float  # a step's wall time over the model's, the median
@@ -85,6 +88,7 @@ def get_ratios(steps: Sequence[WorkerSteps], timing: ProfileTiming) -> list[Kind
                 out.append(
                     KindRatio(
                         worker.worker_id,
+                        worker.role,
                         kind,
                         len(pairs),
                         statistics.median(m / p for m, p in pairs),
@@ -147,23 +151,58 @@ async def _collect(
 
 @dataclass(frozen=True)
 class Case:
-    workers: int
+    workers: int  # aggregated workers, or decode workers beside `prefill_workers`
     max_num_seqs: int
     rate_per_s: float
+    prefill_workers: int = 0  # > 0: disaggregated, every prompt prefilled remotely
 
     @property
     def label(self) -> str:
-        return f"{self.workers} w, seqs {self.max_num_seqs}, {self.rate_per_s:g} req/s"
+        fleet = f"{self.workers} w"
+        if self.prefill_workers:
+            fleet = f"{self.prefill_workers}P:{self.workers}D"
+        return f"{fleet}, seqs {self.max_num_seqs}, {self.rate_per_s:g} req/s"
+
+    @property
+    def name(self) -> str:
+        """The case's logs' and report's file name."""
+        fleet = f"w{self.workers}"
+        if self.prefill_workers:
+            fleet = f"p{self.prefill_workers}d{self.workers}"
+        return f"{fleet}_seqs{self.max_num_seqs}_rate{self.rate_per_s:g}"
+
+    def get_fleet_args(self) -> list[str]:
+        """`armature serve`'s worker flags for this case's fleet."""
+        if not self.prefill_workers:
+            return ["--workers", str(self.workers)]
+        return [
+            *("--prefill-workers", str(self.prefill_workers)),
+            *("--decode-workers", str(self.workers)),
+            *("--max-local-prefill-tokens", "0"),  # as the configurator saves it
+        ]
+
+
+_DISAGG_FLEET = re.compile(r"(\d+)P(\d+)D")
 
 
 def parse_case(text: str) -> Case:
-    """`WORKERS:MAX_NUM_SEQS:RATE`, e.g. `2:8:2.45`."""
+    """`WORKERS:MAX_NUM_SEQS:RATE`, e.g. `2:8:2.45`; WORKERS as `<P>P<D>D` (`1P1D`) for P
+    prefill and D decode workers."""
     try:
-        workers, seqs, rate = text.split(":")
-        case = Case(int(workers), int(seqs), float(rate))
+        fleet, seqs, rate = text.split(":")
+        disagg = _DISAGG_FLEET.fullmatch(fleet)
+        if disagg is None:
+            case = Case(int(fleet), int(seqs), float(rate))
+        else:
+            prefill, decode = int(disagg.group(1)), int(disagg.group(2))
+            case = Case(decode, int(seqs), float(rate), prefill)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give WORKERS:MAX_NUM_SEQS:RATE") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give WORKERS:MAX_NUM_SEQS:RATE (WORKERS as 2, or 1P1D)"
+        ) from None
     if case.workers < 1 or case.max_num_seqs < 1 or not case.rate_per_s > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: workers, seqs and rate must be positive")
+    if disagg is not None and case.prefill_workers < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: workers, seqs and rate must be positive")
     return case
 
@@ -193,11 +232,11 @@ def main() -> None:
     profile = read_profile(profile_path)
     timing = timing_from_profile(profile)
     w = plan.workload
-    ratio_rows, cpu_rows = [], []
+    ratio_rows, latency_rows, cpu_rows = [], [], []
     for case in ns.cases:
         port = free_port("127.0.0.1")
         url = f"http://127.0.0.1:{port}"
-        serve = [sys.executable, "-m", "armature.cli", "serve", "--workers", str(case.workers)]
+        serve = [sys.executable, "-m", "armature.cli", "serve", *case.get_fleet_args()]
         serve += ["--worker-processes"]  # a lone worker too: its step records on the event plane
         serve += ["--model", str(args.model_dir), "--served-model-name", args.served_name]
         serve += ["--max-num-seqs", str(case.max_num_seqs), "--max-num-batched-tokens", "256"]
@@ -209,7 +248,9 @@ def main() -> None:
         bench += ["--num-requests", str(num_requests), "--warmup", "4"]
         bench += ["--input-len", str(round(w.isl_tokens)), "--output-len", str(round(w.osl_tokens))]
         bench += ["--len-spread", str(w.spread), "--ignore-eos", "--seed", str(args.seed)]
-        log = LOG_DIR / f"serve_w{case.workers}_seqs{case.max_num_seqs}.log"
+        name = case.name
+        bench += ["--report", str(LOG_DIR / name)]
+        log = LOG_DIR / f"serve_{name}.log"
         env = {**os.environ, **WORKER_ENV}
         with running_server(serve, url, log, env):
             found = _MEET.search(log.read_text())
@@ -220,7 +261,7 @@ def main() -> None:
             ratio_rows.append(
                 [
                     case.label,
-                    r.worker,
+                    f"{r.worker} ({r.role.value})",
                     r.kind,
                     r.num_steps,
                     f"{r.median_ratio:.3f}",
@@ -228,11 +269,23 @@ def main() -> None:
                     f"{r.modeled_s:.1f}",
                 ]
             )
-        for name, share in sorted(shares.items(), key=lambda kv: -kv[1]):
-            cpu_rows.append([case.label, name, f"{share * 100:.1f}"])
+        summary = json.loads((LOG_DIR / name / "report.json").read_text())["steps"][0]["summary"]
+        latency_rows.append(
+            [
+                case.label,
+                summary["num_ok"],
+                f"{summary['ttft_ms']['p50']:.1f}",
+                f"{summary['itl_ms']['p50']:.1f}",
+                f"{summary['itl_ms']['mean']:.1f}",
+            ]
+        )
+        for label, share in sorted(shares.items(), key=lambda kv: -kv[1]):
+            cpu_rows.append([case.label, label, f"{share * 100:.1f}"])
         print(case.label, "done", flush=True)
     body = (
         "`armature serve --workers W --worker-processes` (W worker processes, a lone one too; "
+        "a `P`P`D`D case: `--prefill-workers P --decode-workers D --max-local-prefill-tokens 0`, "
+        "every prompt prefilled remotely, as the configurator saves it; "
         "kv router, max-num-batched-tokens 256, "
         f"workers with one torch thread: `OMP_NUM_THREADS=1`), `armature bench` offering "
         f"Poisson arrivals of {round(w.isl_tokens)}-token prompts and {round(w.osl_tokens)} "
@@ -241,11 +294,16 @@ def main() -> None:
         f"--engine torch {' '.join(plan.profile_args)}` made first. `ratio`: a step's wall time "
         "(its step record, read from the event plane) over the profile's model of that step "
         "(the mocker's timing), the median over the window's steps of that kind; `measured` "
-        "and `model`: their sums. CPU: % of one core over the window, per process and "
+        "and `model`: their sums. The client's TTFT and ITL over the whole run (warm-up "
+        "left out). CPU: % of one core over the window, per process and "
         "thread, [pid] and [tid] (the bench client and this script included; threads under "
         "0.1% left out).\n\n"
         + markdown_table(
             ["load", "worker", "steps", "count", "ratio", "measured s", "model s"], ratio_rows
+        )
+        + "\n\n"
+        + markdown_table(
+            ["load", "requests", "TTFT p50 ms", "ITL p50 ms", "ITL mean ms"], latency_rows
         )
         + "\n\n"
         + markdown_table(["load", "process / thread", "CPU %"], cpu_rows)

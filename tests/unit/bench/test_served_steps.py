@@ -56,15 +56,32 @@ def test_ratios_by_worker_and_kind() -> None:
         WorkerSteps(worker_id="w1", role=WorkerRole.AGG, step_records=[]),
     ]
     assert get_ratios(steps, TIMING) == [
-        KindRatio("w0", "prefill", 1, pytest.approx(1.1), pytest.approx(0.066), 0.06),
-        KindRatio("w0", "decode", 3, pytest.approx(1.1), pytest.approx(0.122), 0.11),
-        KindRatio("w0", "mixed", 1, pytest.approx(1.0), 0.09, 0.09),
+        KindRatio(
+            "w0", WorkerRole.AGG, "prefill", 1, pytest.approx(1.1), pytest.approx(0.066), 0.06
+        ),
+        KindRatio(
+            "w0", WorkerRole.AGG, "decode", 3, pytest.approx(1.1), pytest.approx(0.122), 0.11
+        ),
+        KindRatio("w0", WorkerRole.AGG, "mixed", 1, pytest.approx(1.0), 0.09, 0.09),
     ]
 
 
 def test_a_case_is_workers_seqs_and_rate() -> None:
     assert parse_case("1:8:1.22") == Case(1, 8, 1.22)
     assert parse_case("2:2:0.96").label == "2 w, seqs 2, 0.96 req/s"
-    for bad in ("1:8", "a:8:1", "0:8:1", "1:8:0", "1:8:nan"):
+    assert parse_case("2:2:0.96").get_fleet_args() == ["--workers", "2"]
+    disagg = parse_case("1P2D:4:1.5")
+    assert disagg == Case(2, 4, 1.5, prefill_workers=1)
+    assert disagg.label == "1P:2D, seqs 4, 1.5 req/s"
+    assert disagg.name == "p1d2_seqs4_rate1.5"
+    assert disagg.get_fleet_args() == [
+        "--prefill-workers",
+        "1",
+        "--decode-workers",
+        "2",
+        "--max-local-prefill-tokens",
+        "0",
+    ]
+    for bad in ("1:8", "a:8:1", "0:8:1", "1:8:0", "1:8:nan", "1P:8:1", "0P1D:8:1", "1P0D:8:1"):
         with pytest.raises(argparse.ArgumentTypeError, match=r"1|WORKERS"):
             parse_case(bad)
