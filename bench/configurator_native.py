@@ -43,8 +43,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from armature.configurator.hardware import Hardware, local_hardware
 from armature.configurator.host import HostShare
 from armature.configurator.model_spec import read_model_spec
@@ -59,8 +57,7 @@ from armature.configurator.search import (
 from armature.configurator.simulate import make_requests
 from armature.configurator.space import SearchSpace
 from armature.engines.native.device import pick_dtype
-from armature.profiler.points import median_decode_points, median_prefill_points
-from armature.protocols.timing_profile import TimingProfile, read_profile, write_profile
+from armature.protocols.timing_profile import read_profile
 from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
@@ -79,33 +76,17 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # one core per worker, as profiled
 
 def make_profile(args: BenchArgs, plan: Plan, out: Path, name: str, copies: int = 1) -> Path:
     """This machine's timing profile of the native engine, one thread per worker. With
-    `copies` > 1, that many engines profiled at once, each in a process of its own (as a
-    deployment of that many workers loads the host: its cores, and the memory bandwidth their
-    decode steps share), each point the median of theirs (`median_profile`)."""
+    `copies` > 1, that many engines profiled at once (`armature profile --engines-at-once`:
+    each in a process of its own, as a deployment of that many workers loads the host, each
+    point the median of theirs)."""
     path = out / f"{name}.json"
-    paths = [path] if copies == 1 else [out / f"{name}_copy{i}.json" for i in range(copies)]
-    running = []
-    for one in paths:
-        command = [sys.executable, "-m", "armature.cli", "profile", "--engine", "torch"]
-        command += ["--model", str(args.model_dir), "--output", str(one), *plan.profile_args]
-        print("profiling:", shlex.join(command), flush=True)
-        running.append(subprocess.Popen(command, env={**os.environ, **WORKER_ENV}))
-    codes = [proc.wait() for proc in running]
-    if any(codes):
-        raise RuntimeError(f"armature profile failed (exit codes {codes})")
+    command = [sys.executable, "-m", "armature.cli", "profile", "--engine", "torch"]
+    command += ["--model", str(args.model_dir), "--output", str(path), *plan.profile_args]
     if copies > 1:
-        write_profile(median_profile([read_profile(one) for one in paths]), path)
+        command += ["--engines-at-once", str(copies)]
+    print("profiling:", shlex.join(command), flush=True)
+    subprocess.run(command, check=True, env={**os.environ, **WORKER_ENV})
     return path
-
-
-def median_profile(profiles: list[TimingProfile]) -> TimingProfile:
-    """Profiles of the same sweep made at once: the first's source and limits, each point
-    the median of theirs."""
-    return msgspec.structs.replace(
-        profiles[0],
-        prefill=median_prefill_points([p.prefill for p in profiles]),
-        decode=median_decode_points([p.decode for p in profiles]),
-    )
 
 
 def _predicted(

@@ -1,5 +1,6 @@
-"""`armature profile`: time one engine alone over prefill and decode work, and write the
-timing profile that `--timing-profile` runs the mocker from."""
+"""`armature profile`: time one engine alone (or `--engines-at-once` N side by side) over
+prefill and decode work, and write the timing profile that `--timing-profile` runs the
+mocker from."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 from armature.cli.options import add_settings, read_settings, setup_logging
 from armature.config import ProfileConfig
 from armature.engines.registry import KINDS
+from armature.protocols.timing_profile import TimingProfile
 
 __all__ = ["add_parser", "run"]
 
@@ -20,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="time one engine alone (prefill and decode sweeps) and write a timing profile",
         description="Drive one engine in isolation: prefill TTFT and tokens/s by input length "
         "(alone and in batches), decode ITL and tokens/s by running requests and context "
-        "length. Writes a versioned JSON profile (--output) that the mocker runs from "
+        "length (--engines-at-once N: N engines side by side, each point their median). "
+        "Writes a versioned JSON profile (--output) that the mocker runs from "
         "(--timing-profile), and plots (--report).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -36,7 +39,15 @@ def run(args: argparse.Namespace) -> int:
 
     config = read_settings(args, ProfileConfig)
     setup_logging("info")
-    profile = asyncio.run(profile_engine(config))
+    engines: list[TimingProfile] = []
+    if config.engines_at_once > 1:
+        from armature.profiler.at_once import profile_at_once
+        from armature.profiler.points import median_profile
+
+        engines = profile_at_once(config)
+        profile = median_profile(engines)
+    else:
+        profile = asyncio.run(profile_engine(config))
     output = Path(config.output)
     write_profile(profile, output)
     for p in profile.prefill:
@@ -53,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
     if config.report_dir is not None:
         from armature.profiler.plots import plot_profile
 
-        for path in plot_profile(profile, Path(config.report_dir)):
+        report_dir = Path(config.report_dir)
+        for path in plot_profile(profile, report_dir):
             print(f"plot: {path}")
+        for number, one in enumerate(engines, 1):  # each engine's own, beside the plots
+            path = report_dir / f"engine{number}.json"
+            write_profile(one, path)
+            print(f"engine {number}'s profile: {path}")
     return 0

@@ -144,3 +144,12 @@ class ProfileConfig:
         flag="report",
         env="ARMATURE_PROFILE_REPORT",
     )
+    engines_at_once: int = setting(
+        1,
+        "profile this many engines at once, each in a process of its own, and keep each "
+        "point's median over them: the step times each worker of a deployment of that many "
+        "on this host sees (they share its memory bandwidth and caches)",
+        flag="engines-at-once",
+        env="ARMATURE_PROFILE_ENGINES_AT_ONCE",
+        parse=positive_int,
+    )

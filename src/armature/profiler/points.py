@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from msgspec.structs import replace
 
-from armature.protocols.timing_profile import DecodePoint, PrefillPoint
+from armature.protocols.timing_profile import DecodePoint, PrefillPoint, TimingProfile
 from armature.workload.measure import quantile
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "decode_point",
     "median_decode_points",
     "median_prefill_points",
+    "median_profile",
     "prefill_alone_point",
     "prefill_batch_point",
 ]
@@ -114,3 +115,15 @@ def median_decode_points(passes: Sequence[Sequence[DecodePoint]]) -> list[Decode
         itl_ms = quantile([points[i].itl_ms for points in passes], 0.5)
         out.append(replace(passes[0][i], itl_ms=itl_ms, tokens_per_s=num_requests / (itl_ms / 1e3)))
     return out
+
+
+def median_profile(profiles: Sequence[TimingProfile]) -> TimingProfile:
+    """Profiles of the same sweep made by engines at once: the first's source (with how
+    many engines) and limits, each point the median of theirs."""
+    first = profiles[0]
+    return replace(
+        first,
+        source=replace(first.source, engines_at_once=len(profiles)),
+        prefill=median_prefill_points([p.prefill for p in profiles]),
+        decode=median_decode_points([p.decode for p in profiles]),
+    )

@@ -58,6 +58,8 @@ class ProfileSource(msgspec.Struct, frozen=True, kw_only=True):
     device: str
     flags: dict[str, str]  # the engine's command-line settings that differed from defaults
     created_at: str  # ISO 8601, UTC
+    # engines profiled at once (`--engines-at-once`), each point the median of theirs
+    engines_at_once: int = 1
 
 
 class PrefillPoint(msgspec.Struct, frozen=True, kw_only=True):

@@ -11,13 +11,11 @@ import pytest
 from armature.configurator.estimate import Prediction
 from armature.configurator.search import Ranked
 from armature.configurator.space import AGG, DISAGG, Deployment
-from armature.protocols.timing_profile import DecodePoint, PrefillPoint, TimingProfile
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import Checked, Figures, checks, plot
-from bench.configurator_native import measured_requests, median_profile
+from bench.configurator_native import measured_requests
 from bench.configurator_plan import FULL, with_measure_s
 from bench.stack_cpu import StackCpu, per_request_ms
-from profiles import make_profile
 
 AGG_2 = Deployment(AGG, 1, 2, 256)
 DISAGG_2 = Deployment(DISAGG, 1, 2, 256, prefill_tp=1, num_prefill_workers=1)
@@ -121,24 +119,3 @@ def test_the_stacks_cpu_per_request_by_part() -> None:
     )
     with pytest.raises(RuntimeError, match="no request finished"):
         per_request_ms([1.0], [2.0], 0, [0.0])
-
-
-def test_profiles_made_at_once_merge_point_by_point() -> None:
-    """Two engines profiled at once: each point's median (of two: the mean), the first's
-    source and limits; a prompt alone keeps its tokens over the median TTFT."""
-
-    def profile(ttft_ms: float, itl_ms: float) -> TimingProfile:
-        prefill = [PrefillPoint(num_requests=1, input_tokens=100, ttft_ms=ttft_ms, tokens_per_s=0)]
-        decode = [DecodePoint(num_requests=4, context_tokens=64, itl_ms=itl_ms, tokens_per_s=0)]
-        return make_profile(prefill=prefill, decode=decode)
-
-    first, second = profile(40.0, 10.0), profile(60.0, 30.0)
-    merged = median_profile([first, second])
-    assert merged.source == first.source
-    assert merged.num_kv_blocks == 96
-    assert merged.prefill == [
-        PrefillPoint(num_requests=1, input_tokens=100, ttft_ms=50.0, tokens_per_s=2000.0)
-    ]
-    assert merged.decode == [
-        DecodePoint(num_requests=4, context_tokens=64, itl_ms=20.0, tokens_per_s=200.0)
-    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from armature.config import ProfileSweepConfig
@@ -17,10 +18,12 @@ from armature.profiler.points import (
     decode_point,
     median_decode_points,
     median_prefill_points,
+    median_profile,
     prefill_alone_point,
     prefill_batch_point,
 )
-from armature.protocols.timing_profile import DecodePoint, PrefillPoint
+from armature.protocols.timing_profile import DecodePoint, PrefillPoint, TimingProfile
+from profiles import make_profile
 
 LIMITS = EngineLimits(
     max_num_seqs=16,
@@ -154,3 +157,24 @@ def test_passes_that_measured_different_points_are_refused() -> None:
         median_prefill_points([[_prefill(1, 100, 5.0, 1.0)], []])
     with pytest.raises(ValueError, match="no pass"):
         median_decode_points([])
+
+
+def test_profiles_made_at_once_merge_point_by_point() -> None:
+    """Two engines profiled at once: each point's median (of two: the mean), the first's
+    source and limits; a prompt alone keeps its tokens over the median TTFT."""
+
+    def profile(ttft_ms: float, itl_ms: float) -> TimingProfile:
+        prefill = [PrefillPoint(num_requests=1, input_tokens=100, ttft_ms=ttft_ms, tokens_per_s=0)]
+        decode = [DecodePoint(num_requests=4, context_tokens=64, itl_ms=itl_ms, tokens_per_s=0)]
+        return make_profile(prefill=prefill, decode=decode)
+
+    first, second = profile(40.0, 10.0), profile(60.0, 30.0)
+    merged = median_profile([first, second])
+    assert merged.source == msgspec.structs.replace(first.source, engines_at_once=2)
+    assert merged.num_kv_blocks == 96
+    assert merged.prefill == [
+        PrefillPoint(num_requests=1, input_tokens=100, ttft_ms=50.0, tokens_per_s=2000.0)
+    ]
+    assert merged.decode == [
+        DecodePoint(num_requests=4, context_tokens=64, itl_ms=20.0, tokens_per_s=200.0)
+    ]

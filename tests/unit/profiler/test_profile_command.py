@@ -139,3 +139,51 @@ def test_sweep_passes_measure_every_point_that_many_times(
     assert passes == ["sweep pass 1 of 3", "sweep pass 2 of 3", "sweep pass 3 of 3"]
     timed = [r for r in caplog.records if r.getMessage().startswith("decode ")]
     assert len(timed) == 3 * 4  # the 4 decode points, once a pass
+
+
+def test_engines_at_once_profile_in_processes_of_their_own_and_merge(
+    tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--engines-at-once 2`: two `armature profile` processes of the same sweep, their
+    profiles beside the plots, each point of the written one the median (of two: the mean)
+    of theirs."""
+    argv = ["--engine", "mocker", "--model", str(tiny_llama_dir), "--speedup-ratio", "50"]
+    out, report = tmp_path / "pair.json", tmp_path / "pair"
+    argv += [*SWEEP, "--engines-at-once", "2", "--output", str(out), "--report", str(report)]
+    assert main(["profile", *argv]) == 0
+    printed = capsys.readouterr().out
+    assert f"engine 2's profile: {report / 'engine2.json'}" in printed
+    assert sorted(p.name for p in report.iterdir()) == [
+        "decode.png",
+        "engine1.json",
+        "engine2.json",
+        "prefill.png",
+    ]
+    merged = read_profile(out)
+    first, second = (read_profile(report / f"engine{i}.json") for i in (1, 2))
+    assert (merged.source.engines_at_once, first.source.engines_at_once) == (2, 1)
+    # each engine ran the whole sweep with the command's flags (not the parent's own)
+    assert first.source.flags == second.source.flags == merged.source.flags
+    assert "engines-at-once" not in first.source.flags
+    assert len(merged.prefill) == len(first.prefill) == len(second.prefill) == 4
+    for m, a, b in zip(merged.prefill, first.prefill, second.prefill, strict=True):
+        assert (m.num_requests, m.input_tokens) == (a.num_requests, a.input_tokens)
+        assert m.ttft_ms == pytest.approx((a.ttft_ms + b.ttft_ms) / 2)
+    for m, a, b in zip(merged.decode, first.decode, second.decode, strict=True):
+        assert m.itl_ms == pytest.approx((a.itl_ms + b.itl_ms) / 2)
+        assert m.tokens_per_s == pytest.approx(m.num_requests / (m.itl_ms / 1000.0))
+
+
+def test_an_engine_that_fails_among_several_is_one_line(
+    tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each engine checks the sweep against itself; the first failure is the command's one
+    line (exit 2), and nothing is written."""
+    argv = ["--engine", "mocker", "--model", str(tiny_llama_dir), *SWEEP, "--decode-requests"]
+    out = tmp_path / "never.json"
+    argv += ["1,8", "--engines-at-once", "3", "--output", str(out)]
+    assert main(["profile", *argv]) == 2
+    assert capsys.readouterr().err == (
+        "armature: error: engine 1 of 3: --decode-requests 8 is above --max-num-seqs 4\n"
+    )
+    assert not out.exists()
