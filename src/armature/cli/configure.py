@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,7 +89,16 @@ def _hardware(
         profile = read_profile(Path(config.timing_profile))
         cores = config.host_cores or float(os.cpu_count() or 1)
         host = HostShare(cores, config.stack_cpu_ms_per_request / 1000.0, config.stack_idle_cores)
-        return local_hardware(model, profile, space, host), config.total_gpus or 2
+        workers = config.total_gpus or 2
+        at_once = profile.source.engines_at_once
+        if at_once != workers:
+            print(
+                f"armature: note: the timing profile was measured with {at_once} engine(s) at "
+                f"once; {workers} workers on this host run {workers} (armature profile "
+                f"--engines-at-once {workers} measures the step times they see)",
+                file=sys.stderr,
+            )
+        return local_hardware(model, profile, space, host), workers
     for name, given in (
         ("--timing-profile", config.timing_profile is not None),
         ("--host-cores", config.host_cores is not None),

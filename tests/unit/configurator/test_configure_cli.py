@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 from configurator_cases import TINY_LLAMA, write_config
+from msgspec.structs import replace
 
 from armature.cli.main import build_parser, main
-from profiles import write_small_profile
+from armature.protocols.timing_profile import write_profile
+from profiles import make_profile, write_small_profile
 
 # a small space: the tiny Llama on H100s, one TP, one set of limits
 SMALL = ["--tp", "1,2", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048"]
@@ -166,7 +168,19 @@ def test_local_system_saves_native_commands(
     native = _saved_lines(save / "commands_native.sh")
     assert native[0][:2] == ["armature", "serve"]
     assert "--engine" not in native[0]  # the native engine, the default
-    assert "2 workers" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "2 workers" in captured.out
+    # one engine profiled alone, two deployed side by side: said, once
+    assert captured.err.splitlines() == [
+        "armature: note: the timing profile was measured with 1 engine(s) at once; 2 workers "
+        "on this host run 2 (armature profile --engines-at-once 2 measures the step times "
+        "they see)"
+    ]
+    # a profile of two engines at once for two workers: nothing to say
+    pair = make_profile(model="tiny")
+    write_profile(replace(pair, source=replace(pair.source, engines_at_once=2)), profile)
+    assert main([*argv[:-2], "--save-dir", str(tmp_path / "pair")]) == 0
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(
