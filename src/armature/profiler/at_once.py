@@ -3,8 +3,9 @@ processes of the same sweep started together, each point the median of theirs.
 
 A deployment of N workers on one host runs N engines at once: they share its memory
 bandwidth and caches, which one engine profiled alone does not see (decode steps, which
-stream the weights, slow most). Each engine runs in a process of its own, as each worker
-does.
+stream the weights, are the ones it can slow). Each engine runs in a process of its own, as
+each worker does; its log goes to a file in a temporary directory, and the first failed
+engine's last line is the command's error.
 
     config -> N x `armature profile` (the same flags, --engines-at-once 1, own output)
            -> N profiles -> points.median_profile -> one (source.engines_at_once: N)
