@@ -5,7 +5,9 @@ One step's tokens are laid out flat, prefill spans first, then one token per dec
     rows: [ prefill seq A (n_A rows) | prefill seq B (n_B rows) | decode x1 | decode x2 | ... ]
 
 Projections and MLPs run once over all rows; attention runs per prefill span (causal within
-the span, over everything cached before it) and once, padded and masked, for all decodes.
+the span, over everything cached before it) and once per group of decodes, padded and masked
+to the group's longest context (the runner groups decodes of similar context:
+`decode_groups`).
 The arithmetic mirrors Hugging Face transformers so float32 greedy output matches it.
 
 `encode` runs the same layers over whole prompts without a KV cache (embeddings): each span
@@ -49,10 +51,16 @@ class PrefillSpan:
 
 @dataclass(frozen=True)
 class DecodeBatch:
+    """Decode rows [row_start, row_start + num_seqs), attended together."""
+
     row_start: int
     block_table: torch.Tensor  # [num_seqs, max_blocks], padded with any valid id
     context_lens: torch.Tensor  # [num_seqs], including the token being decoded
     max_context_len: int
+
+    @property
+    def num_seqs(self) -> int:
+        return int(self.context_lens.shape[0])
 
     def padding_mask(self) -> torch.Tensor:
         """[num_seqs, 1, 1, max_context_len] bool: True where a key position is real."""
@@ -66,7 +74,7 @@ class ForwardBatch:
     positions: torch.Tensor  # [rows]
     slots: torch.Tensor  # [rows] flat cache slot of each row's K/V
     prefills: list[PrefillSpan]
-    decode: DecodeBatch | None
+    decodes: list[DecodeBatch]  # groups of decode rows, in row order (none: no decodes)
     logits_rows: torch.Tensor  # [num_outputs] rows whose next-token logits are wanted
     lora: LoraBatch | None = None  # the rows that run with LoRA adapters, by adapter
 
@@ -138,7 +146,7 @@ class _StepInputs:
     cos: torch.Tensor
     sin: torch.Tensor
     prefill_masks: list[torch.Tensor | None]
-    decode_mask: torch.Tensor | None
+    decode_masks: list[torch.Tensor]  # one per decode group
 
 
 def _layer(
@@ -170,10 +178,10 @@ def _layer(
     for span, mask in zip(batch.prefills, step.prefill_masks, strict=True):
         r = slice(span.row_start, span.row_start + span.num_tokens)
         attn[r] = _prefill_attention(q[r], k[r], v[r], span, mask, cache, layer, scale)
-    if batch.decode is not None:
-        assert step.decode_mask is not None and cache is not None
-        r = slice(batch.decode.row_start, rows)
-        attn[r] = _decode_attention(q[r], batch.decode, step.decode_mask, cache, layer, scale)
+    for group, mask in zip(batch.decodes, step.decode_masks, strict=True):
+        assert cache is not None
+        r = slice(group.row_start, group.row_start + group.num_seqs)
+        attn[r] = _decode_attention(q[r], group, mask, cache, layer, scale)
     attn_rows = attn.view(rows, nh * hd)
     o = F.linear(attn_rows, w.o_proj)
     if lora is not None:
@@ -207,7 +215,7 @@ def forward(
         cos=rope.cos.index_select(0, batch.positions),
         sin=rope.sin.index_select(0, batch.positions),
         prefill_masks=[span.causal_mask() for span in batch.prefills],
-        decode_mask=batch.decode.padding_mask() if batch.decode is not None else None,
+        decode_masks=[group.padding_mask() for group in batch.decodes],
     )
     for i, layer_weights in enumerate(weights.layers):
         x = _layer(x, layer_weights, i, step, arch, cache)
@@ -237,7 +245,7 @@ def encode(
         positions=positions,
         slots=none,
         prefills=[PrefillSpan(start, n, 0, none) for start, n in spans],
-        decode=None,
+        decodes=[],
         logits_rows=none,
     )
     x = F.embedding(input_ids, weights.embed)
@@ -246,7 +254,7 @@ def encode(
         cos=rope.cos.index_select(0, positions),
         sin=rope.sin.index_select(0, positions),
         prefill_masks=[None] * len(spans),
-        decode_mask=None,
+        decode_masks=[],
     )
     for i, layer_weights in enumerate(weights.layers):
         x = _layer(x, layer_weights, i, step, arch, None)

@@ -14,6 +14,7 @@ from armature.engines.native.lora_set import ServedLora
 from armature.engines.native.scheduler import ScheduledChunk
 from armature.kv.hashing import hash_seed_for_salt
 from armature.model.arch import ModelArch, read_arch
+from armature.model.decode_groups import split_by_context
 from armature.model.dtypes import torch_dtype
 from armature.model.forward import DecodeBatch, ForwardBatch, PrefillSpan, forward
 from armature.model.kv_cache import PagedKvCache
@@ -25,7 +26,14 @@ from armature.model.weights import load_weights
 from armature.protocols.lora import LoraAdapter
 from armature.transfer.blocks import KvBlockStore
 
-__all__ = ["TorchModelRunner", "read_served_lora"]
+__all__ = ["TorchModelRunner", "batch_order", "read_served_lora"]
+
+# decodes are attended in groups of similar context (model.decode_groups): a cut is made where
+# it saves more padded key positions than this, at most this many groups per step. A group
+# costs a gather and an attention call per layer; on one CPU core that is about what 64 more
+# key positions cost the default model (bench/decode_groups.py)
+DECODE_GROUP_TOKENS = 64
+MAX_DECODE_GROUPS = 4
 
 
 def read_served_lora(
@@ -65,9 +73,8 @@ class TorchModelRunner:
         return read_served_lora(name, path, self.arch, self.dtype, self.device)
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
-        prefill = [c for c in chunks if not c.is_decode]
-        decode = [c for c in chunks if c.is_decode]
-        ordered = prefill + decode
+        ordered = batch_order(chunks)
+        decode = [c for c in ordered if c.is_decode]
         bs = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []
@@ -90,17 +97,20 @@ class TorchModelRunner:
                 spans.append(PrefillSpan(row_start, chunk.num_tokens, chunk.start_pos, table))
             if chunk.completes_sequence:
                 logits_rows.append(len(input_ids) - 1)
-        decode_batch = None
-        if decode:
-            context_lens = [c.start_pos + 1 for c in decode]
-            max_len = max(context_lens)
-            max_blocks = -(-max_len // bs)
-            table_rows = [_padded(c.request.block_ids, max_blocks) for c in decode]
-            decode_batch = DecodeBatch(
-                row_start=len(input_ids) - len(decode),
-                block_table=torch.tensor(table_rows, dtype=torch.long, device=self.device),
-                context_lens=torch.tensor(context_lens, dtype=torch.long, device=self.device),
-                max_context_len=max_len,
+        decode_groups = []
+        first_decode_row = len(input_ids) - len(decode)
+        context_lens = [c.start_pos + 1 for c in decode]
+        for start, end in split_by_context(context_lens, DECODE_GROUP_TOKENS, MAX_DECODE_GROUPS):
+            lens = context_lens[start:end]
+            max_blocks = -(-lens[-1] // bs)
+            table_rows = [_padded(c.request.block_ids, max_blocks) for c in decode[start:end]]
+            decode_groups.append(
+                DecodeBatch(
+                    row_start=first_decode_row + start,
+                    block_table=torch.tensor(table_rows, dtype=torch.long, device=self.device),
+                    context_lens=torch.tensor(lens, dtype=torch.long, device=self.device),
+                    max_context_len=lens[-1],
+                )
             )
         dev = self.device
         return ForwardBatch(
@@ -111,7 +121,7 @@ class TorchModelRunner:
                 PrefillSpan(s.row_start, s.num_tokens, s.start_pos, s.block_table.to(dev))
                 for s in spans
             ],
-            decode=decode_batch,
+            decodes=decode_groups,
             logits_rows=torch.tensor(logits_rows, dtype=torch.long, device=dev),
             lora=group_lora_rows(row_adapters, dev),
         )
@@ -119,12 +129,11 @@ class TorchModelRunner:
     def execute(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
         batch = self.build_batch(chunks)
         logits = forward(batch, self.weights, self.arch, self.rope, self.cache)
-        # the batch holds prefills before decodes; give the rows back in chunk order
+        # the batch holds prefills, then decodes by context length; give the rows back in
+        # chunk order
         completing = [c for c in chunks if c.completes_sequence]
-        batch_order = [c for c in completing if not c.is_decode] + [
-            c for c in completing if c.is_decode
-        ]
-        position = {id(c): i for i, c in enumerate(batch_order)}
+        in_batch = [c for c in batch_order(chunks) if c.completes_sequence]
+        position = {id(c): i for i, c in enumerate(in_batch)}
         index = torch.tensor([position[id(c)] for c in completing], dtype=torch.long)
         return logits[index.to(logits.device)].cpu()
 
@@ -132,3 +141,10 @@ class TorchModelRunner:
 def _padded(block_ids: list[int], length: int) -> list[int]:
     row = block_ids[:length]
     return row + [0] * (length - len(row))
+
+
+def batch_order(chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
+    """The batch's row order: prefill chunks as scheduled, then decodes by context length
+    (ascending; stable), so that decodes of similar context are adjacent rows."""
+    decode = sorted((c for c in chunks if c.is_decode), key=lambda c: c.start_pos)
+    return [c for c in chunks if not c.is_decode] + decode
