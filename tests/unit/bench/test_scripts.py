@@ -44,6 +44,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "configurator_fidelity",
         "configurator_gpu",
         "configurator_native",
+        "decode_groups",
         "disagg_serve",
         "frontend_replicas",
         "http_overhead",
