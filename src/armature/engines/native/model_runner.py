@@ -30,8 +30,8 @@ __all__ = ["TorchModelRunner", "batch_order", "read_served_lora"]
 
 # decodes are attended in groups of similar context (model.decode_groups): a cut is made where
 # it saves more padded key positions than this, at most this many groups per step. A group
-# costs a gather and an attention call per layer; on one CPU core that is about what 64 more
-# key positions cost the default model (bench/decode_groups.py)
+# costs a gather and an attention call per layer: an estimate of that cost in key positions,
+# not tuned (bench/decode_groups.py measures a two-group batch against an equal one)
 DECODE_GROUP_TOKENS = 64
 MAX_DECODE_GROUPS = 4
 
