@@ -200,9 +200,8 @@ def parse_case(text: str) -> Case:
         raise argparse.ArgumentTypeError(
             f"{text!r}: give WORKERS:MAX_NUM_SEQS:RATE (WORKERS as 2, or 1P1D)"
         ) from None
-    if case.workers < 1 or case.max_num_seqs < 1 or not case.rate_per_s > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: workers, seqs and rate must be positive")
-    if disagg is not None and case.prefill_workers < 1:
+    no_prefill = disagg is not None and case.prefill_workers < 1
+    if case.workers < 1 or case.max_num_seqs < 1 or not case.rate_per_s > 0 or no_prefill:
         raise argparse.ArgumentTypeError(f"{text!r}: workers, seqs and rate must be positive")
     return case
 

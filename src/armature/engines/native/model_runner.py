@@ -26,7 +26,7 @@ from armature.model.weights import load_weights
 from armature.protocols.lora import LoraAdapter
 from armature.transfer.blocks import KvBlockStore
 
-__all__ = ["TorchModelRunner", "batch_order", "read_served_lora"]
+__all__ = ["TorchModelRunner", "read_served_lora"]
 
 # decodes are attended in groups of similar context (model.decode_groups): a cut is made where
 # it saves more padded key positions than this, at most this many groups per step. A group
@@ -72,8 +72,8 @@ class TorchModelRunner:
     def read_lora(self, name: str, path: Path) -> ServedLora:
         return read_served_lora(name, path, self.arch, self.dtype, self.device)
 
-    def build_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
-        ordered = batch_order(chunks)
+    def build_batch(self, ordered: list[ScheduledChunk]) -> ForwardBatch:
+        """The forward batch of `ordered`, chunks in `_batch_order`."""
         decode = [c for c in ordered if c.is_decode]
         bs = self.block_size
         input_ids: list[int] = []
@@ -127,12 +127,13 @@ class TorchModelRunner:
         )
 
     def execute(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
-        batch = self.build_batch(chunks)
+        ordered = _batch_order(chunks)
+        batch = self.build_batch(ordered)
         logits = forward(batch, self.weights, self.arch, self.rope, self.cache)
         # the batch holds prefills, then decodes by context length; give the rows back in
         # chunk order
         completing = [c for c in chunks if c.completes_sequence]
-        in_batch = [c for c in batch_order(chunks) if c.completes_sequence]
+        in_batch = [c for c in ordered if c.completes_sequence]
         position = {id(c): i for i, c in enumerate(in_batch)}
         index = torch.tensor([position[id(c)] for c in completing], dtype=torch.long)
         return logits[index.to(logits.device)].cpu()
@@ -143,7 +144,7 @@ def _padded(block_ids: list[int], length: int) -> list[int]:
     return row + [0] * (length - len(row))
 
 
-def batch_order(chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
+def _batch_order(chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
     """The batch's row order: prefill chunks as scheduled, then decodes by context length
     (ascending; stable), so that decodes of similar context are adjacent rows."""
     decode = sorted((c for c in chunks if c.is_decode), key=lambda c: c.start_pos)
