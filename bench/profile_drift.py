@@ -1,7 +1,8 @@
 """How far this machine's speed moved between profiles of the same engine: the same points of
 each profile (the longest prefill alone; decode at one request and at the most, at the
 shortest context) against the first profile's. A benchmark that predicts from one profile and
-measures later shows it beside its errors, so that drift is not read as a model error."""
+measures later shows it beside its errors, so that drift is not read as a model error. The
+load pass's factor, when the profile has one, is the last column."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def drift_table(profiles: list[tuple[str, TimingProfile]]) -> str:
         pairs = [(ttft_ms.get((1, prefill.input_tokens)), prefill.ttft_ms)]
         pairs += [(itl_ms.get((d.num_requests, d.context_tokens)), d.itl_ms) for d in decodes]
         row += ["" if value is None else cell(value, reference) for value, reference in pairs]
+        row.append("" if profile.load is None else f"{profile.load.factor:.3f}")
         rows.append(row)
     return markdown_table(
         [
@@ -40,6 +42,7 @@ def drift_table(profiles: list[tuple[str, TimingProfile]]) -> str:
             "made at",
             f"prefill {prefill.input_tokens} tokens TTFT ms",
             *(f"decode {d.num_requests} x {d.context_tokens} ITL ms" for d in decodes),
+            "load pass factor",
         ],
         rows,
     )

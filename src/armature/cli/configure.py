@@ -98,6 +98,13 @@ def _hardware(
                 f"--engines-at-once {workers} measures the step times they see)",
                 file=sys.stderr,
             )
+        if profile.load is None:
+            print(
+                "armature: note: the timing profile has no load pass: its step times are "
+                "uniform batches', which a loaded server's mixed batches exceed (armature "
+                "profile --load-requests 48 measures by how much)",
+                file=sys.stderr,
+            )
         return local_hardware(model, profile, space, host), workers
     for name, given in (
         ("--timing-profile", config.timing_profile is not None),

@@ -22,7 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="time one engine alone (prefill and decode sweeps) and write a timing profile",
         description="Drive one engine in isolation: prefill TTFT and tokens/s by input length "
         "(alone and in batches), decode ITL and tokens/s by running requests and context "
-        "length (--engines-at-once N: N engines side by side, each point their median). "
+        "length (--engines-at-once N: N engines side by side, each point their median), "
+        "then with --load-requests N a load pass of N Poisson arrivals whose step times, "
+        "against the tables', give a factor on every step. "
         "Writes a versioned JSON profile (--output) that the mocker runs from "
         "(--timing-profile), and plots (--report).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -59,6 +61,13 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"decode {d.num_requests:>4} requests x {d.context_tokens:>6} context: ITL "
             f"{d.itl_ms:8.2f} ms  {d.tokens_per_s:10.1f} tokens/s"
+        )
+    if profile.load is not None:
+        load = profile.load
+        print(
+            f"load pass: {load.num_requests} requests at {load.request_rate_per_s:.2f}/s, "
+            f"{load.num_steps} steps: {load.measured_s:.2f} s measured, {load.modeled_s:.2f} s "
+            f"by the tables: factor {load.factor:.3f}"
         )
     print(f"profile: {output}")
     if config.report_dir is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from msgspec.structs import replace
 
-from armature.protocols.timing_profile import DecodePoint, PrefillPoint, TimingProfile
+from armature.protocols.timing_profile import DecodePoint, LoadCheck, PrefillPoint, TimingProfile
 from armature.workload.measure import quantile
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "median_decode_points",
     "median_prefill_points",
     "median_profile",
+    "pooled_load",
     "prefill_alone_point",
     "prefill_batch_point",
 ]
@@ -117,13 +118,32 @@ def median_decode_points(passes: Sequence[Sequence[DecodePoint]]) -> list[Decode
     return out
 
 
+def pooled_load(profiles: Sequence[TimingProfile]) -> LoadCheck | None:
+    """The load passes of engines run at once, their steps together: the first's plan, the
+    steps and times summed, the factor of the sums. None unless every profile has one."""
+    loads = [p.load for p in profiles]
+    if not loads or any(load is None for load in loads):
+        return None
+    checks = [load for load in loads if load is not None]
+    measured_s = sum(c.measured_s for c in checks)
+    modeled_s = sum(c.modeled_s for c in checks)
+    return replace(
+        checks[0],
+        num_steps=sum(c.num_steps for c in checks),
+        measured_s=measured_s,
+        modeled_s=modeled_s,
+        factor=measured_s / modeled_s,
+    )
+
+
 def median_profile(profiles: Sequence[TimingProfile]) -> TimingProfile:
     """Profiles of the same sweep made by engines at once: the first's source (with how
-    many engines) and limits, each point the median of theirs."""
+    many engines) and limits, each point the median of theirs, their load passes pooled."""
     first = profiles[0]
     return replace(
         first,
         source=replace(first.source, engines_at_once=len(profiles)),
         prefill=median_prefill_points([p.prefill for p in profiles]),
         decode=median_decode_points([p.decode for p in profiles]),
+        load=pooled_load(profiles),
     )

@@ -2,7 +2,8 @@
 against it, run the sweep, and write the profile and its plots.
 
     config -> EngineSpec -> KINDS[engine].build -> start -> Sweep.run -> TimingProfile
-           -> checked (the mocker's timing model must build from it) -> written, plotted
+           -> checked (the mocker's timing model must build from it)
+           -> the load pass, with --load-requests (`load_pass`) -> written, plotted
 """
 
 from __future__ import annotations
@@ -12,15 +13,24 @@ import logging
 import platform
 from pathlib import Path
 
+import msgspec
+
 from armature.config import EngineConfig, KvCacheConfig, ProfileConfig, TransferConfig
 from armature.config.settings import flag_name, get_setting_value, iter_settings
 from armature.engines.registry import get_kind
 from armature.engines.spec import EngineInfo, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
+from armature.profiler.load_pass import plan_load, run_load_pass
 from armature.profiler.plan import EngineLimits, check_sweep
 from armature.profiler.sweep import Sweep
 from armature.protocols.embedding import WorkerTask
-from armature.protocols.timing_profile import PROFILE_VERSION, ProfileSource, TimingProfile
+from armature.protocols.timing_profile import (
+    PROFILE_VERSION,
+    DecodePoint,
+    PrefillPoint,
+    ProfileSource,
+    TimingProfile,
+)
 from armature.sim.profile_timing import timing_from_profile
 
 __all__ = ["describe_machine", "engine_flags", "profile_engine"]
@@ -70,6 +80,11 @@ def _limits(config: ProfileConfig, info: EngineInfo) -> EngineLimits:
 async def profile_engine(config: ProfileConfig) -> TimingProfile:
     """Build the engine `config` names, sweep it, and return its profile (nothing written).
     ConfigError for settings or a sweep the engine cannot run."""
+    if config.sweep.load_requests > 0 and config.engine.engine == "vllm":
+        raise ConfigError(
+            "--load-requests: vLLM does not report its steps' context lengths or wall times, "
+            "which the load pass sets against the tables; profile it without one"
+        )
     kind = get_kind(config.engine.engine)
     kind.check(config.engine, ["agg"])
     if config.engine.task is not WorkerTask.GENERATE:
@@ -83,33 +98,62 @@ async def profile_engine(config: ProfileConfig) -> TimingProfile:
         worker_id="profile",
     )
     built = kind.build(spec)
-    check_sweep(config.sweep, _limits(config, built.info))
+    limits = _limits(config, built.info)
+    check_sweep(config.sweep, limits)
     engine = built.engine
     engine.start()
     try:
         prefill, decode = await Sweep(engine, built.info.vocab_size, config.sweep).run()
+        profile = _profile(config, spec, built.info, prefill, decode)
+        try:
+            timing = timing_from_profile(profile)
+        except ValueError as exc:
+            raise ConfigError(f"the sweep cannot drive the mocker: {exc}") from None
+        if config.sweep.load_requests > 0:
+            plan = plan_load(timing, config.sweep, limits, config.sweep.load_requests)
+            log.info(
+                "load pass: %d requests at %.2f requests/s",
+                len(plan.requests),
+                plan.request_rate_per_s,
+            )
+            load = await run_load_pass(
+                engine, built.info.vocab_size, plan, timing, config.sweep.prompt_seed
+            )
+            log.info(
+                "load pass: %d steps, %.1f s measured against %.1f s modeled: factor %.3f",
+                load.num_steps,
+                load.measured_s,
+                load.modeled_s,
+                load.factor,
+            )
+            profile = msgspec.structs.replace(profile, load=load)
     finally:
         await engine.stop()
-    profile = TimingProfile(
+    return profile
+
+
+def _profile(
+    config: ProfileConfig,
+    spec: EngineSpec,
+    info: EngineInfo,
+    prefill: list[PrefillPoint],
+    decode: list[DecodePoint],
+) -> TimingProfile:
+    return TimingProfile(
         version=PROFILE_VERSION,
         source=ProfileSource(
-            machine=describe_machine(built.info.device),
+            machine=describe_machine(info.device),
             engine=config.engine.engine,
             model=spec.get_served_model_name(),
-            dtype=built.info.dtype,
-            device=built.info.device,
+            dtype=info.dtype,
+            device=info.device,
             flags=engine_flags(config.engine, config.kv),
             created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         ),
         max_num_batched_tokens=config.engine.max_num_batched_tokens,
         max_num_seqs=config.engine.max_num_seqs,
-        block_size_tokens=built.info.block_size_tokens,
-        num_kv_blocks=built.info.num_kv_blocks,
+        block_size_tokens=info.block_size_tokens,
+        num_kv_blocks=info.num_kv_blocks,
         prefill=prefill,
         decode=decode,
     )
-    try:
-        timing_from_profile(profile)
-    except ValueError as exc:
-        raise ConfigError(f"the sweep cannot drive the mocker: {exc}") from None
-    return profile

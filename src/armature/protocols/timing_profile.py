@@ -6,7 +6,9 @@ what one engine measured in isolation on one machine, as versioned JSON.
      "max_num_batched_tokens": 1024, "max_num_seqs": 64,
      "block_size_tokens": 16, "num_kv_blocks": 4096,
      "prefill": [{"num_requests", "input_tokens", "ttft_ms", "tokens_per_s"}, ...],
-     "decode":  [{"num_requests", "context_tokens", "itl_ms", "tokens_per_s"}, ...]}
+     "decode":  [{"num_requests", "context_tokens", "itl_ms", "tokens_per_s"}, ...],
+     "load": {"num_requests", "request_rate_per_s", "num_steps", "measured_s", "modeled_s",
+              "factor"} or null}
 
 A prefill point with `num_requests` 1 is one prompt alone (batch 1); more are that many
 prompts submitted together (chunked batches). A decode point is `num_requests` requests
@@ -17,6 +19,13 @@ came to for that model, or vLLM's own sizing), so a reader such as the planner k
 worker's capacity without the model at hand (version 2 added them). A reader refuses
 (`ProfileError`, one line) a file it cannot read, a version other than `PROFILE_VERSION`, or a
 body that is not a profile.
+
+`load` is the load pass (`--load-requests`), when it ran: Poisson arrivals of mixed lengths
+served by the same engine after the sweep, and its steps' wall time against what the sweep's
+tables give for the same steps. A loaded engine's batches mix requests at different context
+lengths, batch sizes between the swept ones and prefill chunks beside decodes, which the
+sweep's uniform points do not; `factor` (measured over modeled) scales every step time of the
+mocker driven by this profile. Absent in older files and when no load pass ran: factor 1.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from armature.errors import ConfigError
 __all__ = [
     "PROFILE_VERSION",
     "DecodePoint",
+    "LoadCheck",
     "PrefillPoint",
     "ProfileError",
     "ProfileSource",
@@ -76,6 +86,17 @@ class DecodePoint(msgspec.Struct, frozen=True, kw_only=True):
     tokens_per_s: float  # output tokens per second, all requests together
 
 
+class LoadCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """The load pass: its steps' wall time against the sweep's tables for the same steps."""
+
+    num_requests: int  # requests served
+    request_rate_per_s: float  # their Poisson arrival rate
+    num_steps: int  # engine steps timed
+    measured_s: float  # the steps' wall time, summed
+    modeled_s: float  # what the sweep's tables give for the same steps, summed
+    factor: Annotated[float, msgspec.Meta(gt=0)]  # measured_s / modeled_s
+
+
 class TimingProfile(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     source: ProfileSource
@@ -85,6 +106,7 @@ class TimingProfile(msgspec.Struct, frozen=True, kw_only=True):
     num_kv_blocks: _PositiveInt  # its KV cache (G1) as built, in blocks
     prefill: list[PrefillPoint]
     decode: list[DecodePoint]
+    load: LoadCheck | None = None  # the load pass, when one ran
 
 
 class _Versioned(msgspec.Struct):

@@ -14,7 +14,9 @@ engine that was profiled.
 A step with both prefill and decode work runs one forward pass: it costs both parts less the
 step overhead they would otherwise count twice, and never less than either part alone. The
 overhead is the prefill table extrapolated to 0 tokens, clamped to [0, the cheapest
-measured prefill or decode]. Every time is divided by the speedup ratio; none is below 0.
+measured prefill or decode]. A profile with a load pass scales every step by its factor (the
+engine's loaded steps against these tables); every time is divided by the speedup ratio; none
+is below 0.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class ProfileTiming:
     decode_context_tokens: tuple[float, ...]
     decode_ms_grid: tuple[tuple[float, ...], ...]
     speedup_ratio: float = 1.0
+    load_factor: float = 1.0  # the profile's load pass: loaded steps over these tables
 
     def __post_init__(self) -> None:
         _check_axis("prefill input tokens", self.prefill_tokens, 2)
@@ -78,6 +81,8 @@ class ProfileTiming:
             raise ValueError(f"decode: needs a {rows} x {columns} grid of times")
         if self.speedup_ratio <= 0:
             raise ValueError("speedup_ratio must be > 0")
+        if self.load_factor <= 0:
+            raise ValueError("load_factor must be > 0")
 
     def get_prefill_ms(self, num_tokens: float) -> float:
         """A prefill-only step of `num_tokens` new tokens, before the speedup."""
@@ -118,13 +123,14 @@ class ProfileTiming:
         total = prefill + decode
         if prefill > 0 and decode > 0:
             total = max(prefill, decode, total - self.get_step_overhead_ms())
-        return total / self.speedup_ratio
+        return total * self.load_factor / self.speedup_ratio
 
 
 def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> ProfileTiming:
     """The profile's tables: batch-1 prefill points within the step budget (one step each;
-    several at one length are averaged) and the decode points, which must form a full grid.
-    ValueError naming what is missing."""
+    several at one length are averaged) and the decode points, which must form a full grid;
+    scaled by the load pass's factor when the profile has one. ValueError naming what is
+    missing."""
     prefill: dict[int, list[float]] = {}
     for p in profile.prefill:
         if p.num_requests == 1 and p.input_tokens <= profile.max_num_batched_tokens:
@@ -148,6 +154,7 @@ def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> P
         decode_context_tokens=tuple(float(c) for c in contexts),
         decode_ms_grid=tuple(tuple(grid[(b, c)] for c in contexts) for b in requests),
         speedup_ratio=speedup_ratio,
+        load_factor=profile.load.factor if profile.load is not None else 1.0,
     )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from armature.protocols.timing_profile import DecodePoint, PrefillPoint, TimingProfile
+import msgspec
+
+from armature.protocols.timing_profile import DecodePoint, LoadCheck, PrefillPoint, TimingProfile
 from bench.profile_drift import drift_table
 from profiles import make_profile
 
@@ -21,15 +23,25 @@ def _profile(scale: float) -> TimingProfile:
 
 
 def test_the_table_shows_the_longest_prefill_and_decode_at_one_and_most_requests() -> None:
-    table = drift_table([("before", _profile(1.0)), ("after", _profile(1.5))])
+    load = LoadCheck(
+        num_requests=8,
+        request_rate_per_s=1.0,
+        num_steps=40,
+        measured_s=2.2,
+        modeled_s=2.0,
+        factor=1.1,
+    )
+    after = msgspec.structs.replace(_profile(1.5), load=load)
+    table = drift_table([("before", _profile(1.0)), ("after", after)])
     lines = table.splitlines()
     assert lines[0] == (
         "| profile | made at | prefill 512 tokens TTFT ms | decode 1 x 64 ITL ms "
-        "| decode 8 x 64 ITL ms |"
+        "| decode 8 x 64 ITL ms | load pass factor |"
     )
     assert lines[2].startswith(
         "| before | 2026-11-24T00:00:00+00:00 | 200.0 (+0.0%) | 20.0 (+0.0%)"
     )
     assert lines[3] == (
-        "| after | 2026-11-24T00:00:00+00:00 | 300.0 (+50.0%) | 30.0 (+50.0%) | 60.0 (+50.0%) |"
+        "| after | 2026-11-24T00:00:00+00:00 | 300.0 (+50.0%) | 30.0 (+50.0%) | 60.0 (+50.0%) "
+        "| 1.100 |"
     )

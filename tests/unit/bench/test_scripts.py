@@ -50,6 +50,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "http_overhead",
         "kv_tiers",
         "kv_transfer",
+        "loaded_steps",
         "lora_overhead",
         "overload",
         "plane_cost",

@@ -14,7 +14,7 @@ from configurator_cases import TINY_LLAMA, write_config
 from msgspec.structs import replace
 
 from armature.cli.main import build_parser, main
-from armature.protocols.timing_profile import write_profile
+from armature.protocols.timing_profile import LoadCheck, write_profile
 from profiles import make_profile, write_small_profile
 
 # a small space: the tiny Llama on H100s, one TP, one set of limits
@@ -170,15 +170,27 @@ def test_local_system_saves_native_commands(
     assert "--engine" not in native[0]  # the native engine, the default
     captured = capsys.readouterr()
     assert "2 workers" in captured.out
-    # one engine profiled alone, two deployed side by side: said, once
+    # one engine profiled alone, two deployed side by side, and no load pass: said, once each
     assert captured.err.splitlines() == [
         "armature: note: the timing profile was measured with 1 engine(s) at once; 2 workers "
         "on this host run 2 (armature profile --engines-at-once 2 measures the step times "
-        "they see)"
+        "they see)",
+        "armature: note: the timing profile has no load pass: its step times are uniform "
+        "batches', which a loaded server's mixed batches exceed (armature profile "
+        "--load-requests 48 measures by how much)",
     ]
-    # a profile of two engines at once for two workers: nothing to say
+    # a profile of two engines at once for two workers, with a load pass: nothing to say
     pair = make_profile(model="tiny")
-    write_profile(replace(pair, source=replace(pair.source, engines_at_once=2)), profile)
+    load = LoadCheck(
+        num_requests=48,
+        request_rate_per_s=2.0,
+        num_steps=500,
+        measured_s=33.0,
+        modeled_s=30.0,
+        factor=1.1,
+    )
+    pair = replace(pair, source=replace(pair.source, engines_at_once=2), load=load)
+    write_profile(pair, profile)
     assert main([*argv[:-2], "--save-dir", str(tmp_path / "pair")]) == 0
     assert capsys.readouterr().err == ""
 

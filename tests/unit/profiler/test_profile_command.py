@@ -95,18 +95,28 @@ def test_profile_the_native_engine_then_run_the_mocker_from_it(
 ) -> None:
     model = ["--model", str(tiny_llama_dir)]
     torch_path = tmp_path / "torch.json"
-    native = _profile(
-        ["--engine", "torch", *model, "--device", "cpu", "--dtype", "float32"], torch_path, capsys
-    )
+    engine = ["--engine", "torch", *model, "--device", "cpu", "--dtype", "float32"]
+    native = _profile([*engine, "--load-requests", "6"], torch_path, capsys)
     assert (native.source.engine, native.source.dtype) == ("torch", "float32")
     assert (native.block_size_tokens, native.num_kv_blocks, native.max_num_seqs) == (16, 64, 4)
+    # the load pass: six requests of 16-64 prompt and 4-12 output tokens, every step timed
+    load = native.load
+    assert load is not None
+    assert load.num_requests == 6 and load.request_rate_per_s > 0
+    # a request of n outputs: its prefill gives the first, n - 1 decodes the rest
+    assert 4 <= load.num_steps <= 6 * 12
+    assert load.factor == load.measured_s / load.modeled_s
     timing = load_profile_timing(torch_path, model=tiny_llama_dir.name)
     assert timing.prefill_tokens == (16.0, 64.0)
+    assert timing.load_factor == load.factor
     # the mocker driven by that profile, profiled in turn, sleeps the native engine's times
+    # with the load pass's factor on each
     argv = ["--engine", "mocker", *model, "--timing-profile", str(torch_path)]
     mocked = _profile(argv, tmp_path / "mocked.json", capsys)
+    assert mocked.load is None
     for real, sim in zip(native.decode, mocked.decode, strict=True):
-        assert real.itl_ms * 0.95 <= sim.itl_ms <= real.itl_ms * 1.5 + 2.0
+        expected_ms = real.itl_ms * load.factor
+        assert expected_ms * 0.95 <= sim.itl_ms <= expected_ms * 1.5 + 2.0
     # a profile of another model is refused in one line
     other = ["--engine", "mocker", "--model", str(tiny_qwen2_dir), "--timing-profile"]
     code = main(["profile", *other, str(torch_path), "--output", str(tmp_path / "x.json")])
@@ -187,3 +197,17 @@ def test_an_engine_that_fails_among_several_is_one_line(
         "armature: error: engine 1 of 3: --decode-requests 8 is above --max-num-seqs 4\n"
     )
     assert not out.exists()
+
+
+def test_a_load_pass_on_vllm_is_refused_in_one_line(
+    tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM's step records carry no context lengths: nothing to set against the tables."""
+    argv = ["profile", "--engine", "vllm", "--model", str(tiny_llama_dir)]
+    code = main([*argv, "--load-requests", "4", "--output", str(tmp_path / "v.json")])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "armature: error: --load-requests: vLLM does not report its steps' context lengths "
+        "or wall times, which the load pass sets against the tables; profile it without one\n"
+    )
+    assert not (tmp_path / "v.json").exists()

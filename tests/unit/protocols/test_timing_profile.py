@@ -11,6 +11,7 @@ import pytest
 from armature.protocols.timing_profile import (
     PROFILE_VERSION,
     DecodePoint,
+    LoadCheck,
     PrefillPoint,
     ProfileError,
     ProfileSource,
@@ -39,11 +40,42 @@ PROFILE = TimingProfile(
 )
 
 
+LOAD = LoadCheck(
+    num_requests=48,
+    request_rate_per_s=1.62,
+    num_steps=710,
+    measured_s=41.3,
+    modeled_s=38.9,
+    factor=41.3 / 38.9,
+)
+
+
 def test_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "profile.json"
     write_profile(PROFILE, path)
     assert read_profile(path) == PROFILE
     assert path.read_text().startswith('{\n  "version": 2,\n  "source": {\n')
+    loaded = msgspec.structs.replace(PROFILE, load=LOAD)
+    write_profile(loaded, path)
+    assert read_profile(path) == loaded
+
+
+def test_a_file_written_before_load_passes_reads_without_one(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    body = msgspec.json.decode(msgspec.json.encode(PROFILE))
+    del body["load"]
+    path.write_bytes(msgspec.json.encode(body))
+    assert read_profile(path) == PROFILE
+    assert read_profile(path).load is None
+
+
+def test_a_load_factor_not_above_zero_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    write_profile(
+        msgspec.structs.replace(PROFILE, load=msgspec.structs.replace(LOAD, factor=0.0)), path
+    )
+    with pytest.raises(ProfileError, match=r"Expected `float` > 0.0 - at `\$.load.factor`"):
+        read_profile(path)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,140 @@
+"""The profile's load pass: its plan (lengths, rate, arrivals), its check (measured over
+modeled step times), profiles made at once pooled, and the factor on the mocker's steps."""
+
+from __future__ import annotations
+
+import itertools
+
+import msgspec
+import pytest
+
+from armature.config import ProfileSweepConfig
+from armature.profiler.load_pass import LOAD_UTILIZATION, LoadPlan, check_load, plan_load
+from armature.profiler.plan import EngineLimits
+from armature.profiler.points import median_profile, pooled_load
+from armature.protocols.engine import StepRecord
+from armature.protocols.timing_profile import LoadCheck
+from armature.sim.profile_timing import ProfileTiming, timing_from_profile
+from armature.sim.timing import StepWork
+from profiles import make_profile
+
+# prefill 10 ms + 0.1 ms a token, swept at 100 and 300 tokens; decode 20 ms at 1 request,
+# 36 ms at 8, whatever the context
+TIMING = ProfileTiming(
+    prefill_tokens=(100.0, 300.0),
+    prefill_ms_table=(20.0, 40.0),
+    decode_requests=(1.0, 8.0),
+    decode_context_tokens=(64.0,),
+    decode_ms_grid=((20.0,), (36.0,)),
+)
+LIMITS = EngineLimits(
+    max_num_seqs=8,
+    max_num_batched_tokens=512,
+    max_model_len_tokens=2048,
+    block_size_tokens=16,
+    num_kv_blocks=512,
+)
+SWEEP = ProfileSweepConfig(decode_output_tokens=10, prompt_seed=7)
+
+
+def test_the_plan_loads_the_engine_to_a_share_of_its_capacity_by_the_tables() -> None:
+    plan = plan_load(TIMING, SWEEP, LIMITS, 200)
+    # a mean request: a 200-token prompt (30 ms alone), 20 outputs at 36 / 8 ms each (90 ms)
+    assert plan.request_rate_per_s == pytest.approx(LOAD_UTILIZATION * 1000.0 / 120.0)
+    arrivals = [a for a, _, _ in plan.requests]
+    assert len(plan.requests) == 200
+    assert arrivals[0] == 0.0
+    assert all(b > a for a, b in itertools.pairwise(arrivals))
+    # Poisson at that rate: the mean gap within 20% over 199 gaps (seeded: the same each run)
+    assert arrivals[-1] / 199 == pytest.approx(1.0 / plan.request_rate_per_s, rel=0.2)
+    assert all(100 <= prompt <= 300 and 10 <= out <= 30 for _, prompt, out in plan.requests)
+    assert {prompt for _, prompt, _ in plan.requests} != {plan.requests[0][1]}  # mixed
+    assert plan == plan_load(TIMING, SWEEP, LIMITS, 200)
+    assert plan != plan_load(TIMING, ProfileSweepConfig(decode_output_tokens=10), LIMITS, 200)
+
+
+def test_the_plan_uses_the_largest_batch_the_engine_runs() -> None:
+    """Four requests at once at most: outputs at decode_ms(4) / 4 (about 26.9 / 4 ms)."""
+    limits = EngineLimits(4, 512, 2048, 16, 512)
+    plan = plan_load(TIMING, SWEEP, limits, 3)
+    decode_ms = 20.0 + 16.0 * 3 / 7
+    assert plan.request_rate_per_s == pytest.approx(
+        LOAD_UTILIZATION * 1000.0 / (30.0 + 20 * decode_ms / 4)
+    )
+
+
+def test_a_plan_needs_a_request() -> None:
+    with pytest.raises(ValueError, match="at least one request"):
+        plan_load(TIMING, SWEEP, LIMITS, 0)
+
+
+def test_the_check_sets_the_steps_wall_time_against_the_tables() -> None:
+    plan = LoadPlan(2.0, ((0.0, 100, 10), (0.5, 200, 10)))
+    records = [
+        # a prefill of 100 tokens alone: 20 ms modeled, 30 measured
+        StepRecord(num_scheduled_prefill_tokens=100, step_wall_s=0.030),
+        # 8 decodes: 36 ms modeled, 45 measured
+        StepRecord(num_decode_requests=8, num_decode_kv_tokens=800, step_wall_s=0.045),
+        # a 200-token chunk beside one decode: 30 + 20 less the 10 ms overhead = 40 modeled
+        StepRecord(
+            num_scheduled_prefill_tokens=200,
+            num_decode_requests=1,
+            num_decode_kv_tokens=150,
+            step_wall_s=0.040,
+        ),
+    ]
+    works = [
+        StepWork(r.num_scheduled_prefill_tokens, r.num_decode_requests, 0.0, r.num_decode_kv_tokens)
+        for r in records
+    ]
+    modeled_ms = [TIMING.step_ms(w) for w in works]
+    assert modeled_ms == pytest.approx([20.0, 36.0, 40.0])
+    check = check_load(records, TIMING, plan)
+    assert (check.num_requests, check.request_rate_per_s, check.num_steps) == (2, 2.0, 3)
+    assert (check.measured_s, check.modeled_s) == (pytest.approx(0.115), pytest.approx(0.096))
+    assert check.factor == pytest.approx(0.115 / 0.096)
+
+
+def test_no_steps_recorded_cannot_be_checked() -> None:
+    with pytest.raises(ValueError, match="recorded no steps"):
+        check_load([], TIMING, LoadPlan(1.0, ((0.0, 10, 10),)))
+
+
+def _load(measured_s: float, modeled_s: float, num_steps: int = 10) -> LoadCheck:
+    return LoadCheck(
+        num_requests=4,
+        request_rate_per_s=1.5,
+        num_steps=num_steps,
+        measured_s=measured_s,
+        modeled_s=modeled_s,
+        factor=measured_s / modeled_s,
+    )
+
+
+def test_engines_at_once_pool_their_load_passes() -> None:
+    first = msgspec.structs.replace(make_profile(), load=_load(6.0, 5.0, 10))
+    second = msgspec.structs.replace(make_profile(), load=_load(9.0, 6.0, 12))
+    pooled = pooled_load([first, second])
+    assert pooled == LoadCheck(
+        num_requests=4,
+        request_rate_per_s=1.5,
+        num_steps=22,
+        measured_s=15.0,
+        modeled_s=11.0,
+        factor=15.0 / 11.0,
+    )
+    assert median_profile([first, second]).load == pooled
+    # a profile without a load pass: none for the pair
+    assert pooled_load([first, make_profile()]) is None
+    assert median_profile([make_profile(), make_profile()]).load is None
+
+
+def test_the_factor_scales_every_step_time() -> None:
+    plain = make_profile()
+    loaded = msgspec.structs.replace(plain, load=_load(6.0, 5.0))
+    base, scaled = timing_from_profile(plain), timing_from_profile(loaded, speedup_ratio=2.0)
+    assert (base.load_factor, scaled.load_factor) == (1.0, pytest.approx(1.2))
+    for work in (StepWork(100, 0, 0.0, 0), StepWork(0, 1, 0.0, 128), StepWork(64, 1, 0.0, 128)):
+        assert scaled.step_ms(work) == pytest.approx(base.step_ms(work) * 1.2 / 2.0)
+    with pytest.raises(ValueError, match="load_factor"):
+        ProfileTiming((0.0, 1.0), (1.0, 2.0), (1.0,), (1.0,), ((1.0,),), load_factor=0.0)
