@@ -6,18 +6,20 @@ cancels: what the profile's load pass (`armature profile --load-requests`) corre
     python -m bench.loaded_steps --quick                      # smoke run, bench/out/
 
 It profiles the native engine as bench.configurator_native does (one torch thread, the
-validation's sweep, with its load pass), then builds two engine cores in this process with
-the profile's settings and steps them in turn, one step each: core U serves uniform batches
-(8 prompts of 124 tokens, 36 outputs each, then the next 8), core P Poisson arrivals of the
-validation's lengths (prompts 64-192, outputs 16-48 tokens; an arrival before a step with
-probability 0.2, about 3 requests/s at its step times). Each step's wall time (its step
-record) is divided by the profile's tables for the same work (no load factor) and summed by
-kind, as the load pass sums them; the profile's own load factor is beside.
+validation's sweep) with a load pass (`--load-requests 48`), then builds two engine cores in
+this process with the profile's settings and steps them in turn, one step each: core U
+serves uniform batches (8 prompts of 124 tokens, 36 outputs each, then the next 8), core P
+Poisson arrivals of the validation's lengths (prompts 64-192, outputs 16-48 tokens; an
+arrival before a step with probability 0.2, about 3 requests/s at its step times). Each
+step's wall time (its step record) is divided by the profile's tables for the same work (no
+load factor) and summed by kind, as the load pass sums them; the profile's own load factor
+is beside.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import statistics
 import time
@@ -124,6 +126,8 @@ def main() -> None:
     plan = QUICK if args.quick else FULL
     rounds, seconds = (1, 10.0) if args.quick else (ns.rounds, ns.seconds)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
+    with_load = (*plan.profile_args, f"--load-requests={6 if args.quick else 48}")
+    plan = dataclasses.replace(plan, profile_args=with_load)
     profile_path = make_profile(args, plan, LOG_DIR, "profile")
     profile = read_profile(profile_path)
     load_factor = profile.load.factor if profile.load is not None else None
