@@ -12,7 +12,7 @@ from armature.configurator.estimate import Prediction
 from armature.configurator.search import Ranked
 from armature.configurator.space import AGG, DISAGG, Deployment
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
-from bench.configurator_checks import Checked, Figures, checks, plot
+from bench.configurator_checks import Checked, Figures, checks, plot, row
 from bench.configurator_native import measured_requests
 from bench.configurator_plan import FULL, with_measure_s
 from bench.stack_cpu import StackCpu, per_request_ms
@@ -33,7 +33,7 @@ def _checked(
     ranked = Ranked(deployment, 1, Prediction(500.0, 100.0, 1.0, 10.0, 2), 0.5, True)
     p = Figures(predicted[0], predicted[1], predicted[1], 10.0)
     m = Figures(measured[0], measured[1], measured[1], tokens_s)
-    return Checked(2, rank, run, ranked, 1.0, 40, p, p, p, p, m, meets)
+    return Checked(2, rank, run, ranked, 1.0, 40, p, p, p, p, p, m, meets)
 
 
 def test_every_figure_of_every_pass_is_checked_and_counted() -> None:
@@ -50,6 +50,17 @@ def test_every_figure_of_every_pass_is_checked_and_counted() -> None:
         "- PASS: agg tp1, seqs 2, batch 256 x1 (2 workers, pass 2) ITL p50 +0.0%",
         "- 3 of 4 figures within 15% of the measured",
     ]
+
+
+def test_a_row_shows_how_far_slower_steps_move_the_prediction() -> None:
+    """Near the knee, steps 10% slower move the predicted TTFT by far more than 10%."""
+    ranked = Ranked(AGG_2, 1, Prediction(500.0, 100.0, 1.0, 10.0, 2), 0.5, True)
+    p = Figures(500.0, 100.0, 110.0, 10.0)
+    slower = Figures(800.0, 110.0, 121.0, 9.0)
+    m = Figures(400.0, 100.0, 100.0, 9.5)
+    cells = row(Checked(2, 1, 1, ranked, 3.0, 40, p, p, p, p, slower, m, True))
+    assert cells[6] == "500 / 400 (+25.0%)"
+    assert cells[-3:] == ["800 (+60.0%)", "10.0 / 9.5", "yes"]
 
 
 def test_the_ranking_averages_the_passes() -> None:
