@@ -50,13 +50,21 @@ def plan_load(
     timing: ProfileTiming, sweep: ProfileSweepConfig, limits: EngineLimits, num_requests: int
 ) -> LoadPlan:
     """`num_requests` Poisson arrivals (seeded by the sweep's prompt seed): prompts uniform
-    over the swept prefill lengths within the step budget, outputs uniform in [n, 3n] for
-    the sweep's n timed decode tokens, at `LOAD_UTILIZATION` of the tables' capacity."""
+    over the swept prefill lengths within the step budget (and short enough for their
+    outputs to fit the context), outputs uniform in [n, 3n] for the sweep's n timed decode
+    tokens, at `LOAD_UTILIZATION` of the tables' capacity. ValueError for a request count
+    below one or a context too short for the shortest prompt and its outputs."""
     if num_requests < 1:
         raise ValueError("the load pass needs at least one request")
-    shortest, longest = int(timing.prefill_tokens[0]), int(timing.prefill_tokens[-1])
     fewest_outputs = sweep.decode_output_tokens
     most_outputs = 3 * sweep.decode_output_tokens
+    shortest = int(timing.prefill_tokens[0])
+    longest = min(int(timing.prefill_tokens[-1]), limits.max_model_len_tokens - most_outputs)
+    if longest < shortest:
+        raise ValueError(
+            f"a {shortest}-token prompt and {most_outputs} outputs do not fit the engine's "
+            f"{limits.max_model_len_tokens}-token context"
+        )
     mean_prompt = (shortest + longest) / 2
     mean_outputs = (fewest_outputs + most_outputs) / 2
     batch = min(timing.decode_requests[-1], float(limits.max_num_seqs))

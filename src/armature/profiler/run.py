@@ -110,7 +110,10 @@ async def profile_engine(config: ProfileConfig) -> TimingProfile:
         except ValueError as exc:
             raise ConfigError(f"the sweep cannot drive the mocker: {exc}") from None
         if config.sweep.load_requests > 0:
-            plan = plan_load(timing, config.sweep, limits, config.sweep.load_requests)
+            try:
+                plan = plan_load(timing, config.sweep, limits, config.sweep.load_requests)
+            except ValueError as exc:
+                raise ConfigError(f"--load-requests: {exc}") from None
             log.info(
                 "load pass: %d requests at %.2f requests/s",
                 len(plan.requests),

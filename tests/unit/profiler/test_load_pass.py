@@ -68,6 +68,15 @@ def test_a_plan_needs_a_request() -> None:
         plan_load(TIMING, SWEEP, LIMITS, 0)
 
 
+def test_prompts_leave_room_for_their_outputs_in_the_context() -> None:
+    """A 260-token context: prompts of at most 260 - 30 tokens; 120 tokens: none fits."""
+    plan = plan_load(TIMING, SWEEP, EngineLimits(8, 512, 260, 16, 512), 200)
+    assert max(prompt for _, prompt, _ in plan.requests) == 230
+    assert min(prompt for _, prompt, _ in plan.requests) >= 100
+    with pytest.raises(ValueError, match="a 100-token prompt and 30 outputs do not fit the "):
+        plan_load(TIMING, SWEEP, EngineLimits(8, 512, 120, 16, 512), 1)
+
+
 def test_the_check_sets_the_steps_wall_time_against_the_tables() -> None:
     plan = LoadPlan(2.0, ((0.0, 100, 10), (0.5, 200, 10)))
     records = [
