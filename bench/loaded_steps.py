@@ -31,44 +31,36 @@ import torch
 
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
+from armature.profiler.load_pass import sum_step_times
 from armature.protocols.engine import EngineRequest, SamplingParams, StepRecord
 from armature.protocols.timing_profile import read_profile
 from armature.sim.profile_timing import ProfileTiming, timing_from_profile
-from armature.sim.timing import StepWork
 from bench.configurator_native import make_profile
 from bench.configurator_plan import FULL, QUICK
 from bench.harness import parse_args, publish
 from bench.paths import REPO_ROOT
 from bench.report import Section, markdown_table
+from bench.served_steps import get_step_kind
 
 LOG_DIR = REPO_ROOT / "bench" / "out" / "loaded_steps"
 ARRIVAL_PER_STEP = 0.2
 KINDS = ("prefill", "decode", "mixed")
 
 
-def get_kind(r: StepRecord) -> str:
-    if r.num_scheduled_prefill_tokens and r.num_decode_requests:
-        return "mixed"
-    return "prefill" if r.num_scheduled_prefill_tokens else "decode"
-
-
 def sum_ratios(
     records: Sequence[StepRecord], timing: ProfileTiming
 ) -> dict[str, tuple[int, float]]:
     """Per kind (and "all"): the number of steps and their summed wall time over the summed
-    model time."""
-    sums: dict[str, list[float]] = {}
+    model time (as the load pass sums them)."""
+    groups: dict[str, list[StepRecord]] = {"all": list(records)} if records else {}
     for r in records:
-        work = StepWork(
-            r.num_scheduled_prefill_tokens, r.num_decode_requests, 0.0, r.num_decode_kv_tokens
-        )
-        modeled_s = timing.step_ms(work) / 1000.0
-        for kind in (get_kind(r), "all"):
-            one = sums.setdefault(kind, [0.0, 0.0, 0.0])
-            one[0] += 1
-            one[1] += r.step_wall_s
-            one[2] += modeled_s
-    return {k: (int(n), wall / model) for k, (n, wall, model) in sums.items() if model > 0}
+        groups.setdefault(get_step_kind(r), []).append(r)
+    ratios = {}
+    for kind, group in groups.items():
+        measured_s, modeled_s = sum_step_times(group, timing)
+        if modeled_s > 0:
+            ratios[kind] = (len(group), measured_s / modeled_s)
+    return ratios
 
 
 class Streams:

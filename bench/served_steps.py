@@ -76,11 +76,8 @@ def get_ratios(steps: Sequence[WorkerSteps], timing: ProfileTiming) -> list[Kind
     for worker in steps:
         by_kind: dict[str, list[tuple[float, float]]] = {}
         for s in worker.step_records:
-            work = StepWork(
-                s.num_scheduled_prefill_tokens, s.num_decode_requests, 0.0, s.num_decode_kv_tokens
-            )
             by_kind.setdefault(get_step_kind(s), []).append(
-                (s.step_wall_s * 1000.0, timing.step_ms(work))
+                (s.step_wall_s * 1000.0, timing.step_ms(StepWork.of_record(s)))
             )
         for kind in ("prefill", "decode", "mixed"):
             pairs = by_kind.get(kind, [])

@@ -1,5 +1,6 @@
 """A small valid timing profile for tests that need one on disk (the planner's
---performance-model, the mocker's --timing-profile), built from the protocol's own types."""
+--performance-model, the mocker's --timing-profile), built from the protocol's own types; a
+load pass's record; and a two-point timing model worked by hand."""
 
 from __future__ import annotations
 
@@ -8,10 +9,22 @@ from pathlib import Path
 from armature.protocols.timing_profile import (
     PROFILE_VERSION,
     DecodePoint,
+    LoadCheck,
     PrefillPoint,
     ProfileSource,
     TimingProfile,
     write_profile,
+)
+from armature.sim.profile_timing import ProfileTiming
+
+# prefill 10 ms + 0.1 ms a token, swept at 100 and 300 tokens; decode 20 ms at 1 request,
+# 36 ms at 8, whatever the context; a mixed step costs both less the 10 ms overhead
+HAND_TIMING = ProfileTiming(
+    prefill_tokens=(100.0, 300.0),
+    prefill_ms_table=(20.0, 40.0),
+    decode_requests=(1.0, 8.0),
+    decode_context_tokens=(64.0,),
+    decode_ms_grid=((20.0,), (36.0,)),
 )
 
 
@@ -55,3 +68,21 @@ def make_profile(
 
 def write_small_profile(path: Path, *, model: str = "tiny", version: int = PROFILE_VERSION) -> None:
     write_profile(make_profile(model=model, version=version), path)
+
+
+def make_load_check(
+    measured_s: float,
+    modeled_s: float,
+    *,
+    num_requests: int = 48,
+    request_rate_per_s: float = 1.5,
+    num_steps: int = 500,
+) -> LoadCheck:
+    """A load pass whose steps took `measured_s` where the tables give `modeled_s`."""
+    return LoadCheck(
+        num_requests=num_requests,
+        request_rate_per_s=request_rate_per_s,
+        num_steps=num_steps,
+        measured_s=measured_s,
+        modeled_s=modeled_s,
+    )

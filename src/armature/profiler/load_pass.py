@@ -33,7 +33,14 @@ from armature.protocols.timing_profile import LoadCheck
 from armature.sim.profile_timing import ProfileTiming
 from armature.sim.timing import StepWork
 
-__all__ = ["LOAD_UTILIZATION", "LoadPlan", "check_load", "plan_load", "run_load_pass"]
+__all__ = [
+    "LOAD_UTILIZATION",
+    "LoadPlan",
+    "check_load",
+    "plan_load",
+    "run_load_pass",
+    "sum_step_times",
+]
 
 LOAD_UTILIZATION = 0.7  # of the engine's capacity by the sweep's tables
 
@@ -88,33 +95,28 @@ def plan_load(
     return LoadPlan(rate_per_s, tuple(requests))
 
 
+def sum_step_times(records: Sequence[StepRecord], timing: ProfileTiming) -> tuple[float, float]:
+    """(the steps' wall time, the tables' time for the same work), each summed, in seconds."""
+    measured_s = sum(r.step_wall_s for r in records)
+    modeled_ms = sum(timing.step_ms(StepWork.of_record(r)) for r in records)
+    return measured_s, modeled_ms / 1000.0
+
+
 def check_load(records: Sequence[StepRecord], timing: ProfileTiming, plan: LoadPlan) -> LoadCheck:
     """The steps' summed wall time over the tables' summed times for the same work.
     ValueError when no step was recorded (an engine that keeps no step records) or the
     tables give the steps no time."""
     if not records:
         raise ValueError("the engine recorded no steps")
-    measured_s = sum(r.step_wall_s for r in records)
-    modeled_ms = sum(
-        timing.step_ms(
-            StepWork(
-                r.num_scheduled_prefill_tokens,
-                r.num_decode_requests,
-                0.0,
-                r.num_decode_kv_tokens,
-            )
-        )
-        for r in records
-    )
-    if modeled_ms <= 0:
+    measured_s, modeled_s = sum_step_times(records, timing)
+    if modeled_s <= 0:
         raise ValueError("the sweep's tables give its steps no time")
     return LoadCheck(
         num_requests=len(plan.requests),
         request_rate_per_s=plan.request_rate_per_s,
         num_steps=len(records),
         measured_s=measured_s,
-        modeled_s=modeled_ms / 1000.0,
-        factor=measured_s / (modeled_ms / 1000.0),
+        modeled_s=modeled_s,
     )
 
 

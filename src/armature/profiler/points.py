@@ -120,19 +120,15 @@ def median_decode_points(passes: Sequence[Sequence[DecodePoint]]) -> list[Decode
 
 def pooled_load(profiles: Sequence[TimingProfile]) -> LoadCheck | None:
     """The load passes of engines run at once, their steps together: the first's plan, the
-    steps and times summed, the factor of the sums. None unless every profile has one."""
-    loads = [p.load for p in profiles]
-    if not loads or any(load is None for load in loads):
+    steps and times summed (the factor of the sums). None unless every profile has one."""
+    checks = [p.load for p in profiles if p.load is not None]
+    if not checks or len(checks) < len(profiles):
         return None
-    checks = [load for load in loads if load is not None]
-    measured_s = sum(c.measured_s for c in checks)
-    modeled_s = sum(c.modeled_s for c in checks)
     return replace(
         checks[0],
         num_steps=sum(c.num_steps for c in checks),
-        measured_s=measured_s,
-        modeled_s=modeled_s,
-        factor=measured_s / modeled_s,
+        measured_s=sum(c.measured_s for c in checks),
+        modeled_s=sum(c.modeled_s for c in checks),
     )
 
 

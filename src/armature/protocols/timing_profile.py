@@ -7,8 +7,8 @@ what one engine measured in isolation on one machine, as versioned JSON.
      "block_size_tokens": 16, "num_kv_blocks": 4096,
      "prefill": [{"num_requests", "input_tokens", "ttft_ms", "tokens_per_s"}, ...],
      "decode":  [{"num_requests", "context_tokens", "itl_ms", "tokens_per_s"}, ...],
-     "load": {"num_requests", "request_rate_per_s", "num_steps", "measured_s", "modeled_s",
-              "factor"} or null}
+     "load": {"num_requests", "request_rate_per_s", "num_steps", "measured_s", "modeled_s"}
+             or null}
 
 A prefill point with `num_requests` 1 is one prompt alone (batch 1); more are that many
 prompts submitted together (chunked batches). A decode point is `num_requests` requests
@@ -24,8 +24,8 @@ body that is not a profile.
 served by the same engine after the sweep, and its steps' wall time against what the sweep's
 tables give for the same steps. A loaded engine's batches mix requests at different context
 lengths, batch sizes between the swept ones and prefill chunks beside decodes, which the
-sweep's uniform points do not; `factor` (measured over modeled) scales every step time of the
-mocker driven by this profile. Absent in older files and when no load pass ran: factor 1.
+sweep's uniform points do not; its `factor` (measured over modeled) scales every step time
+of the mocker driven by this profile. Absent in older files and when no load pass ran: factor 1.
 """
 
 from __future__ import annotations
@@ -92,9 +92,14 @@ class LoadCheck(msgspec.Struct, frozen=True, kw_only=True):
     num_requests: int  # requests served
     request_rate_per_s: float  # their Poisson arrival rate
     num_steps: int  # engine steps timed
-    measured_s: float  # the steps' wall time, summed
-    modeled_s: float  # what the sweep's tables give for the same steps, summed
-    factor: Annotated[float, msgspec.Meta(gt=0)]  # measured_s / modeled_s
+    measured_s: Annotated[float, msgspec.Meta(gt=0)]  # the steps' wall time, summed
+    # what the sweep's tables give for the same steps, summed
+    modeled_s: Annotated[float, msgspec.Meta(gt=0)]
+
+    @property
+    def factor(self) -> float:
+        """The loaded steps' time over the tables'."""
+        return self.measured_s / self.modeled_s
 
 
 class TimingProfile(msgspec.Struct, frozen=True, kw_only=True):

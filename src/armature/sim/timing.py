@@ -19,7 +19,10 @@ import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from armature.protocols.engine import StepRecord
 
 __all__ = [
     "AttendedTokensTiming",
@@ -39,6 +42,17 @@ class StepWork:
     kv_utilization: float  # active blocks / total blocks, 0..1
     # the context the decode requests attend over, summed (their new tokens included)
     num_decode_kv_tokens: int = 0
+
+    @staticmethod
+    def of_record(record: StepRecord) -> StepWork:
+        """The work of a step an engine recorded, for a model that prices decode by context
+        (a profile's tables): the record carries no utilization of a reference pool (0)."""
+        return StepWork(
+            record.num_scheduled_prefill_tokens,
+            record.num_decode_requests,
+            0.0,
+            record.num_decode_kv_tokens,
+        )
 
 
 class TimingModel(Protocol):

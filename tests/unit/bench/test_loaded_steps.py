@@ -5,17 +5,11 @@ from __future__ import annotations
 import pytest
 
 from armature.protocols.engine import StepRecord
-from armature.sim.profile_timing import ProfileTiming
-from bench.loaded_steps import get_kind, sum_ratios
+from bench.loaded_steps import sum_ratios
+from bench.served_steps import get_step_kind
+from profiles import HAND_TIMING
 
-# prefill 10 ms + 0.1 ms a token; decode 20 ms at 1 request, 36 ms at 8, whatever the context
-TIMING = ProfileTiming(
-    prefill_tokens=(100.0, 300.0),
-    prefill_ms_table=(20.0, 40.0),
-    decode_requests=(1.0, 8.0),
-    decode_context_tokens=(64.0,),
-    decode_ms_grid=((20.0,), (36.0,)),
-)
+TIMING = HAND_TIMING
 
 
 def test_steps_are_summed_by_kind_and_together() -> None:
@@ -30,7 +24,7 @@ def test_steps_are_summed_by_kind_and_together() -> None:
             step_wall_s=0.040,
         ),
     ]
-    assert [get_kind(r) for r in records] == ["prefill", "decode", "decode", "mixed"]
+    assert [get_step_kind(r) for r in records] == ["prefill", "decode", "decode", "mixed"]
     ratios = sum_ratios(records, TIMING)
     assert ratios.keys() == {"prefill", "decode", "mixed", "all"}
     assert ratios["prefill"] == (1, pytest.approx(1.5))

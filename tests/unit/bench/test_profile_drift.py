@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
-from armature.protocols.timing_profile import DecodePoint, LoadCheck, PrefillPoint, TimingProfile
+from armature.protocols.timing_profile import DecodePoint, PrefillPoint, TimingProfile
 from bench.profile_drift import drift_table
-from profiles import make_profile
+from profiles import make_load_check, make_profile
 
 
 def _profile(scale: float) -> TimingProfile:
@@ -23,15 +23,7 @@ def _profile(scale: float) -> TimingProfile:
 
 
 def test_the_table_shows_the_longest_prefill_and_decode_at_one_and_most_requests() -> None:
-    load = LoadCheck(
-        num_requests=8,
-        request_rate_per_s=1.0,
-        num_steps=40,
-        measured_s=2.2,
-        modeled_s=2.0,
-        factor=1.1,
-    )
-    after = msgspec.structs.replace(_profile(1.5), load=load)
+    after = msgspec.structs.replace(_profile(1.5), load=make_load_check(2.2, 2.0))
     table = drift_table([("before", _profile(1.0)), ("after", after)])
     lines = table.splitlines()
     assert lines[0] == (

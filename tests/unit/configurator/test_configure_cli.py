@@ -14,8 +14,8 @@ from configurator_cases import TINY_LLAMA, write_config
 from msgspec.structs import replace
 
 from armature.cli.main import build_parser, main
-from armature.protocols.timing_profile import LoadCheck, write_profile
-from profiles import make_profile, write_small_profile
+from armature.protocols.timing_profile import write_profile
+from profiles import make_load_check, make_profile, write_small_profile
 
 # a small space: the tiny Llama on H100s, one TP, one set of limits
 SMALL = ["--tp", "1,2", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048"]
@@ -181,14 +181,7 @@ def test_local_system_saves_native_commands(
     ]
     # a profile of two engines at once for two workers, with a load pass: nothing to say
     pair = make_profile(model="tiny")
-    load = LoadCheck(
-        num_requests=48,
-        request_rate_per_s=2.0,
-        num_steps=500,
-        measured_s=33.0,
-        modeled_s=30.0,
-        factor=1.1,
-    )
+    load = make_load_check(33.0, 30.0)
     pair = replace(pair, source=replace(pair.source, engines_at_once=2), load=load)
     write_profile(pair, profile)
     assert main([*argv[:-2], "--save-dir", str(tmp_path / "pair")]) == 0

@@ -16,17 +16,9 @@ from armature.protocols.engine import StepRecord
 from armature.protocols.timing_profile import LoadCheck
 from armature.sim.profile_timing import ProfileTiming, timing_from_profile
 from armature.sim.timing import StepWork
-from profiles import make_profile
+from profiles import HAND_TIMING, make_load_check, make_profile
 
-# prefill 10 ms + 0.1 ms a token, swept at 100 and 300 tokens; decode 20 ms at 1 request,
-# 36 ms at 8, whatever the context
-TIMING = ProfileTiming(
-    prefill_tokens=(100.0, 300.0),
-    prefill_ms_table=(20.0, 40.0),
-    decode_requests=(1.0, 8.0),
-    decode_context_tokens=(64.0,),
-    decode_ms_grid=((20.0,), (36.0,)),
-)
+TIMING = HAND_TIMING
 LIMITS = EngineLimits(
     max_num_seqs=8,
     max_num_batched_tokens=512,
@@ -110,13 +102,8 @@ def test_no_steps_recorded_cannot_be_checked() -> None:
 
 
 def _load(measured_s: float, modeled_s: float, num_steps: int = 10) -> LoadCheck:
-    return LoadCheck(
-        num_requests=4,
-        request_rate_per_s=1.5,
-        num_steps=num_steps,
-        measured_s=measured_s,
-        modeled_s=modeled_s,
-        factor=measured_s / modeled_s,
+    return make_load_check(
+        measured_s, modeled_s, num_requests=4, request_rate_per_s=1.5, num_steps=num_steps
     )
 
 
@@ -130,8 +117,8 @@ def test_engines_at_once_pool_their_load_passes() -> None:
         num_steps=22,
         measured_s=15.0,
         modeled_s=11.0,
-        factor=15.0 / 11.0,
     )
+    assert pooled is not None and pooled.factor == 15.0 / 11.0
     assert median_profile([first, second]).load == pooled
     # a profile without a load pass: none for the pair
     assert pooled_load([first, make_profile()]) is None

@@ -11,7 +11,6 @@ import pytest
 from armature.protocols.timing_profile import (
     PROFILE_VERSION,
     DecodePoint,
-    LoadCheck,
     PrefillPoint,
     ProfileError,
     ProfileSource,
@@ -19,6 +18,7 @@ from armature.protocols.timing_profile import (
     read_profile,
     write_profile,
 )
+from profiles import make_load_check
 
 PROFILE = TimingProfile(
     version=PROFILE_VERSION,
@@ -40,14 +40,7 @@ PROFILE = TimingProfile(
 )
 
 
-LOAD = LoadCheck(
-    num_requests=48,
-    request_rate_per_s=1.62,
-    num_steps=710,
-    measured_s=41.3,
-    modeled_s=38.9,
-    factor=41.3 / 38.9,
-)
+LOAD = make_load_check(41.3, 38.9, num_requests=48, request_rate_per_s=1.62, num_steps=710)
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -69,12 +62,13 @@ def test_a_file_written_before_load_passes_reads_without_one(tmp_path: Path) -> 
     assert read_profile(path).load is None
 
 
-def test_a_load_factor_not_above_zero_is_refused(tmp_path: Path) -> None:
+def test_a_load_pass_without_modeled_time_is_refused(tmp_path: Path) -> None:
+    """Its factor (measured over modeled) would not be a number."""
     path = tmp_path / "p.json"
     write_profile(
-        msgspec.structs.replace(PROFILE, load=msgspec.structs.replace(LOAD, factor=0.0)), path
+        msgspec.structs.replace(PROFILE, load=msgspec.structs.replace(LOAD, modeled_s=0.0)), path
     )
-    with pytest.raises(ProfileError, match=r"Expected `float` > 0.0 - at `\$.load.factor`"):
+    with pytest.raises(ProfileError, match=r"Expected `float` > 0.0 - at `\$.load.modeled_s`"):
         read_profile(path)
 
 
