@@ -34,7 +34,6 @@ profile), and every profile's speed is tabled against the first, so the drift th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shlex
@@ -111,11 +110,8 @@ def _predicted(
             settings.seed,
             r.plan.arrival_shape,
         )
-    timing, prefill = get_sim_timings(hardware, r, r.plan.request_rate_per_s / r.plan.num_groups)
-    if step_scale != 1.0:
-        timing = dataclasses.replace(timing, speedup_ratio=timing.speedup_ratio / step_scale)
-        if prefill is not None:
-            prefill = dataclasses.replace(prefill, speedup_ratio=prefill.speedup_ratio / step_scale)
+    rate = r.plan.request_rate_per_s / r.plan.num_groups
+    timing, prefill = get_sim_timings(hardware, r, rate, step_scale)
     report = replay(requests, r.plan.config, timing, prefill)
     return Figures(
         report.ttft_ms.p50,
@@ -245,6 +241,7 @@ def run_case(
         num_finalists=plan.num_finalists,
         sim_budget_s=600.0,
         seed=args.seed,
+        step_margin=SLOWER_STEPS - 1.0,  # as `armature configure`'s default
     )
     finalists: dict[str, tuple[Hardware, Ranked]] = {}
     for seqs in plan.max_num_seqs:

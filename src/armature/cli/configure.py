@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         num_finalists=config.finalists,
         sim_budget_s=config.sim_budget_s,
         seed=config.seed,
+        step_margin=config.step_margin,
     )
     started_s = time.monotonic()
     result = search(hardware, settings, on_progress=lambda line: print(line, flush=True))

@@ -150,6 +150,14 @@ class ConfigureConfig:
         parse=positive_float,
         env=_env("SIM_BUDGET_S"),
     )
+    step_margin: float = setting(
+        0.1,
+        "headroom: a simulated configuration meets the targets only if it also does with "
+        "every step this fraction slower than modeled (else it is offered 85%, then 70%, of "
+        "its rate); 0 for none",
+        parse=fraction,
+        env=_env("STEP_MARGIN"),
+    )
     top: int = setting(10, "rows of the ranked table", parse=positive_int, env=_env("TOP"))
     served_model_name: str | None = setting(
         None,

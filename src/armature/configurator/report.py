@@ -34,6 +34,13 @@ def format_table(result: SearchResult, top: int) -> str:
     return "\n".join(lines)
 
 
+def _slower(r: Ranked) -> str:
+    """The prediction with every step the search's margin slower (a simulated finalist's)."""
+    if r.slower is None:
+        return "-"
+    return f"{r.slower.ttft_ms:.1f} / {r.slower.itl_ms:.2f}"
+
+
 def format_side_by_side(result: SearchResult) -> str:
     """The best aggregated and the best disaggregated configuration, column by column."""
     best = {mode: result.get_best(mode) for mode in (AGG, DISAGG)}
@@ -51,6 +58,7 @@ def format_side_by_side(result: SearchResult) -> str:
     add("tokens/s per user", lambda r: f"{r.prediction.tokens_per_s_per_user:.1f}")
     add("requests/s per group", lambda r: f"{r.prediction.request_rate_per_s:.2f}")
     add("meets the targets", lambda r: "yes" if r.meets_targets else "no")
+    add("TTFT / ITL ms, --step-margin slower", _slower)
     add("predicted by", lambda r: "simulator" if r.simulated else "estimate")
     width = max(len(a) for a, _, _ in rows)
     column = max(len(b) for _, b, _ in rows) + 2

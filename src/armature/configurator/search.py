@@ -7,9 +7,13 @@ operating point; the best layouts simulated; ranked.
 
 Ranking: configurations that meet the targets first; among them the most tokens/s per GPU,
 or with a request rate the fewest GPUs (then the most tokens/s per GPU), ties to the lower
-TTFT; those that miss, by how far they miss (`Targets.get_miss`). A finalist the simulator
-finds missing its targets at the estimated rate is simulated again at RETRY_RATE_FACTOR of
-it. Finalists are simulated best first (the best of the other mode second) while
+TTFT; those that miss, by how far they miss (`Targets.get_miss`). A finalist meets its
+targets when the simulator finds it does at its profiled step times and also with every step
+`step_margin` slower (headroom for a machine slower than its profile, or a model a little
+optimistic: near a configuration's knee its TTFT grows many times faster than its step
+times); one that misses at the estimated rate is simulated again at each of
+RETRY_RATE_FACTORS of it in turn, until one meets. Its prediction is the simulation at the
+profiled step times. Finalists are simulated best first (the best of the other mode second) while
 `sim_budget_s` lasts. The result lists the simulated finalists, ranked, then every other
 deployment by its estimate. On the local machine a finalist's steps are simulated at its
 engines' share of the host's cores at the rate it is offered (`Hardware.get_timing`); the
@@ -18,6 +22,7 @@ closed-form estimate that picks the finalists takes each worker to have a core.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -32,7 +37,7 @@ from armature.sim.timing import TimingModel
 
 __all__ = ["Ranked", "SearchResult", "SearchSettings", "get_sim_timings", "rank_key", "search"]
 
-RETRY_RATE_FACTOR = 0.7
+RETRY_RATE_FACTORS = (0.85, 0.7)
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class SearchSettings:
     # all of it; a larger one by this many, at their share of the rate
     max_sim_groups: int = 4
     seed: int = 0
+    # a finalist meets its targets only if it does with every step this fraction slower too
+    step_margin: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ class Ranked:
     simulated: bool = False
     plan: SimPlan | None = None  # the simulation that gave `prediction`
     estimate: Prediction | None = None  # a simulated finalist's estimate, before simulation
+    # the same simulation with every step `SearchSettings.step_margin` slower (when > 0)
+    slower: Prediction | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -205,16 +214,22 @@ def make_plan(
 
 
 def get_sim_timings(
-    hardware: Hardware, r: Ranked, rate_per_s: float
+    hardware: Hardware, r: Ranked, rate_per_s: float, step_scale: float = 1.0
 ) -> tuple[TimingModel, TimingModel | None]:
     """The step times of `r`'s decode (or aggregated) and prefill workers with each of its
-    groups serving `rate_per_s` (on the local machine the whole deployment shares the host)."""
+    groups serving `rate_per_s` (on the local machine the whole deployment shares the host),
+    each `step_scale` times as long."""
     c = r.deployment
     num_workers = (c.num_prefill_workers + c.num_decode_workers) * r.num_groups
     rate = rate_per_s * r.num_groups
-    timing = hardware.get_timing(c.decode_tp, num_workers, rate)
-    prefill = hardware.get_timing(c.prefill_tp, num_workers, rate) if c.prefill_tp else None
-    return timing, prefill
+
+    def get(tp: int) -> TimingModel:
+        timing = hardware.get_timing(tp, num_workers, rate)
+        if step_scale == 1.0:
+            return timing
+        return dataclasses.replace(timing, speedup_ratio=timing.speedup_ratio / step_scale)
+
+    return get(c.decode_tp), (get(c.prefill_tp) if c.prefill_tp else None)
 
 
 def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked:
@@ -224,8 +239,7 @@ def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked
         rate = settings.request_rate_per_s / r.num_groups
     osl = settings.workload.osl_tokens
     result = r
-    for factor in (1.0, RETRY_RATE_FACTOR):
-        timing, prefill_timing = get_sim_timings(hardware, r, rate * factor)
+    for factor in (1.0, *RETRY_RATE_FACTORS):
         plan = make_plan(hardware, r, rate * factor, settings)
         requests = make_requests(
             settings.workload,
@@ -234,10 +248,15 @@ def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked
             settings.seed,
             plan.arrival_shape,
         )
-        predicted = simulate(plan, requests, timing, prefill_timing)
+        predicted = simulate(plan, requests, *get_sim_timings(hardware, r, rate * factor))
         miss = settings.targets.get_miss(predicted.ttft_ms, predicted.itl_ms, osl)
+        slower = None
+        if settings.step_margin > 0:
+            scale = 1.0 + settings.step_margin
+            slower = simulate(plan, requests, *get_sim_timings(hardware, r, rate * factor, scale))
+            miss = max(miss, settings.targets.get_miss(slower.ttft_ms, slower.itl_ms, osl))
         miss = max(miss, _get_gpu_miss(c, r.num_groups, settings))
-        result = Ranked(c, r.num_groups, predicted, miss, True, plan, r.prediction)
+        result = Ranked(c, r.num_groups, predicted, miss, True, plan, r.prediction, slower)
         if miss <= 1.0 or settings.request_rate_per_s is not None:
             break
     return result

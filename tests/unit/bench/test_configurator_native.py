@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from armature.config.configure import ConfigureConfig
 from armature.configurator.estimate import Prediction
 from armature.configurator.search import Ranked
 from armature.configurator.space import AGG, DISAGG, Deployment
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
-from bench.configurator_checks import Checked, Figures, checks, plot, row
+from bench.configurator_checks import SLOWER_STEPS, Checked, Figures, checks, plot, row
 from bench.configurator_native import measured_requests
 from bench.configurator_plan import FULL, with_measure_s
 from bench.stack_cpu import StackCpu, per_request_ms
@@ -130,3 +131,9 @@ def test_the_stacks_cpu_per_request_by_part() -> None:
     )
     with pytest.raises(RuntimeError, match="no request finished"):
         per_request_ms([1.0], [2.0], 0, [0.0])
+
+
+def test_the_validation_searches_with_the_configure_default_margin() -> None:
+    """The slower-steps column shows the same margin the validation's search held its
+    finalists to: `armature configure`'s default."""
+    assert ConfigureConfig().step_margin == pytest.approx(SLOWER_STEPS - 1.0)

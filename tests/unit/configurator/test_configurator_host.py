@@ -11,12 +11,13 @@ from configurator_cases import tiny_llama
 from armature.configurator.hardware import Hardware, local_hardware
 from armature.configurator.host import MIN_ENGINE_SHARE, HostShare
 from armature.configurator.search import (
-    RETRY_RATE_FACTOR,
+    RETRY_RATE_FACTORS,
     Ranked,
     SearchSettings,
     get_sim_timings,
     search,
 )
+from armature.configurator.simulate import make_requests, simulate
 from armature.configurator.space import AGG, SearchSpace, Targets, Workload
 from armature.protocols.timing_profile import DecodePoint, PrefillPoint
 from armature.sim.timing import StepWork
@@ -86,8 +87,10 @@ def test_a_local_worker_steps_at_its_share() -> None:
     assert shared.get_timing(1, 4, 0.0).step_ms(work) == pytest.approx(base_ms / 0.5)
 
 
-def _first(host: HostShare | None, targets: Targets) -> Ranked:
-    settings = SearchSettings(Workload(256.0, 64.0), targets, total_gpus=2, num_finalists=1)
+def _first(host: HostShare | None, targets: Targets, step_margin: float = 0.0) -> Ranked:
+    settings = SearchSettings(
+        Workload(256.0, 64.0), targets, total_gpus=2, num_finalists=1, step_margin=step_margin
+    )
     return search(_hardware(host), settings).ranked[0]
 
 
@@ -110,11 +113,50 @@ def test_the_search_predicts_a_shared_host_slower() -> None:
 
 def test_a_shared_host_is_offered_less() -> None:
     """At targets the fleet meets alone at its estimated rate, the shared host misses there
-    and is simulated again at RETRY_RATE_FACTOR of it."""
+    and is simulated again at the first of RETRY_RATE_FACTORS, where it meets."""
     targets = Targets(5000.0, 200.0)
     alone, shared = _first(None, targets), _first(HostShare(2.0, 0.2), targets)
-    assert alone.miss <= 1.0
+    assert alone.miss <= 1.0 and shared.miss <= 1.0
     assert shared.plan is not None and alone.plan is not None
     assert shared.plan.request_rate_per_s == pytest.approx(
-        RETRY_RATE_FACTOR * alone.plan.request_rate_per_s
+        RETRY_RATE_FACTORS[0] * alone.plan.request_rate_per_s
+    )
+
+
+def test_a_step_margin_offers_less_where_slower_steps_miss() -> None:
+    """ITL 32.9 ms at the estimated rate meets a 35 ms target, but not with every step 10%
+    slower: with the margin the finalist is offered the first retry rate, where both its
+    simulations meet; its prediction stays the simulation at the profiled step times."""
+    targets = Targets(5000.0, 35.0)
+    plain, margin = _first(None, targets), _first(None, targets, step_margin=0.1)
+    assert plain.deployment == margin.deployment and plain.slower is None
+    assert plain.plan is not None and margin.plan is not None and margin.slower is not None
+    assert plain.miss <= 1.0 and plain.prediction.itl_ms == pytest.approx(32.86, abs=0.01)
+    assert margin.plan.request_rate_per_s == pytest.approx(
+        RETRY_RATE_FACTORS[0] * plain.plan.request_rate_per_s
+    )
+    assert margin.miss == pytest.approx(margin.slower.itl_ms / 35.0)
+    assert margin.prediction.itl_ms < margin.slower.itl_ms <= 35.0
+    # the margin's simulation at the full rate is what missed
+    rate = plain.plan.request_rate_per_s / plain.plan.num_groups
+    requests = make_requests(
+        Workload(256.0, 64.0),
+        plain.plan.request_rate_per_s,
+        plain.plan.num_requests,
+        0,
+        plain.plan.arrival_shape,
+    )
+    slowed = simulate(plain.plan, requests, *get_sim_timings(_hardware(None), plain, rate, 1.1))
+    assert slowed.itl_ms > 35.0
+    # the reported prediction: the same plan on the profiled step times
+    rate = margin.plan.request_rate_per_s / margin.plan.num_groups
+    requests = make_requests(
+        Workload(256.0, 64.0),
+        margin.plan.request_rate_per_s,
+        margin.plan.num_requests,
+        0,
+        margin.plan.arrival_shape,
+    )
+    assert simulate(margin.plan, requests, *get_sim_timings(_hardware(None), margin, rate)) == (
+        margin.prediction
     )

@@ -95,6 +95,20 @@ def test_bad_inputs(
     _fails(capsys, [*model, *argv], message)
 
 
+def test_the_step_margin_row(tiny_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """By default the best configurations show their prediction with every step 10% slower
+    (what they meet the targets with too); with --step-margin 0 that row is empty."""
+    rows = {}
+    for margin in ("0.1", "0"):
+        argv = ["configure", "--model", str(tiny_dir), *SMALL, "--step-margin", margin]
+        assert main([*argv, "--ttft-ms", "5000", "--itl-ms", "200"]) == 0
+        out = capsys.readouterr().out
+        rows[margin] = next(x for x in out.splitlines() if x.startswith("TTFT / ITL ms, --step"))
+    margin_cells = rows["0.1"].split()[-6:]
+    assert "/" in margin_cells and "-" not in margin_cells
+    assert rows["0"].split()[-2:] == ["-", "-"]
+
+
 def test_a_missing_model_and_a_bad_dtype(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -104,6 +118,12 @@ def test_a_missing_model_and_a_bad_dtype(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("armature: error: argument --dtype: invalid choice: 'int3'")
+    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exit_info:
+        main(["configure", "--model", str(tmp_path), "--step-margin", "1.5"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("armature: error: argument --step-margin: expected a number in 0..1")
     assert len(err.strip().splitlines()) == 1
 
 
