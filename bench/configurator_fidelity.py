@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from armature.config.configure import ConfigureConfig
 from armature.configurator.hardware import accelerator_hardware
 from armature.configurator.model_spec import read_model_spec
 from armature.configurator.search import Ranked, SearchSettings, search
@@ -112,6 +113,7 @@ def run_case(
         num_finalists=2 if quick else 3,
         sim_budget_s=15.0 if quick else 60.0,
         max_sim_groups=max_sim_groups,
+        step_margin=ConfigureConfig().step_margin,  # as `armature configure` searches
     )
     result = search(hardware, settings, on_progress=print)
     rows: list[list[object]] = []
