@@ -132,6 +132,22 @@ def test_help_lists_every_serve_flag() -> None:
             assert flag in text
 
 
+def test_every_commands_help_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """`armature COMMAND --help` for every command: argparse expands %-formats in help
+    texts, so a setting's "70% of" must reach it escaped (it broke `profile --help`)."""
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name in commands:
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        assert exit_info.value.code == 0, name
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: armature {name}"), name
+    main_help = capsys.readouterr()
+    assert not main_help.err
+    profile = commands["profile"].format_help()
+    assert "at 70% of the" in " ".join(profile.split())
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("1024", 1024), ("2GiB", 2 << 30), ("512MiB", 512 << 20), ("1.5k", 1500), ("3G", 3 * 10**9)],

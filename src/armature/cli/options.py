@@ -96,7 +96,8 @@ def add_settings(
         variable = env_name(field.name, setting)
         if variable in environ:
             default = _from_env(field, setting, environ[variable])
-        help_text = f"{setting.help} (env {variable})"
+        # argparse expands %-formats in help ("70% of" would break --help)
+        help_text = f"{setting.help} (env {variable})".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": _dest(path), "help": help_text}
         allowed = (choices or {}).get(".".join(path), setting.choices)
         if isinstance(field.default, bool):
