@@ -13,10 +13,11 @@ targets when the simulator finds it does at its profiled step times and also wit
 optimistic: near a configuration's knee its TTFT grows many times faster than its step
 times); one that misses at the estimated rate is simulated again at each of
 RETRY_RATE_FACTORS of it in turn, until one meets. Its prediction is the simulation at the
-profiled step times. Finalists are simulated best first (the best of the other mode second) while
-`sim_budget_s` lasts. The result lists the simulated finalists, ranked, then every other
-deployment by its estimate. On the local machine a finalist's steps are simulated at its
-engines' share of the host's cores at the rate it is offered (`Hardware.get_timing`); the
+profiled step times. Finalists are simulated best first (the best of the other mode
+second) while `sim_budget_s` lasts. The result lists the simulated finalists, ranked, then
+every other deployment by its estimate. On the local machine a finalist's steps are
+simulated at its engines' share of the host's cores at the rate it is offered
+(`Hardware.get_timing`); the
 closed-form estimate that picks the finalists takes each worker to have a core.
 """
 
