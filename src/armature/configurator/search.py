@@ -17,8 +17,8 @@ profiled step times. Finalists are simulated best first (the best of the other m
 second) while `sim_budget_s` lasts. The result lists the simulated finalists, ranked, then
 every other deployment by its estimate. On the local machine a finalist's steps are
 simulated at its engines' share of the host's cores at the rate it is offered
-(`Hardware.get_timing`); the
-closed-form estimate that picks the finalists takes each worker to have a core.
+(`Hardware.get_timing`); the closed-form estimate that picks the finalists takes each
+worker to have a core.
 """
 
 from __future__ import annotations
