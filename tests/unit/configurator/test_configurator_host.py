@@ -8,6 +8,7 @@ import msgspec
 import pytest
 from configurator_cases import tiny_llama
 
+from armature.configurator.estimate import Prediction
 from armature.configurator.hardware import Hardware, local_hardware
 from armature.configurator.host import MIN_ENGINE_SHARE, HostShare
 from armature.configurator.search import (
@@ -138,25 +139,19 @@ def test_a_step_margin_offers_less_where_slower_steps_miss() -> None:
     assert margin.miss == pytest.approx(margin.slower.itl_ms / 35.0)
     assert margin.prediction.itl_ms < margin.slower.itl_ms <= 35.0
     # the margin's simulation at the full rate is what missed
-    rate = plain.plan.request_rate_per_s / plain.plan.num_groups
-    requests = make_requests(
-        Workload(256.0, 64.0),
-        plain.plan.request_rate_per_s,
-        plain.plan.num_requests,
-        0,
-        plain.plan.arrival_shape,
-    )
-    slowed = simulate(plain.plan, requests, *get_sim_timings(_hardware(None), plain, rate, 1.1))
-    assert slowed.itl_ms > 35.0
+    assert _replay(plain, 1.1).itl_ms > 35.0
     # the reported prediction: the same plan on the profiled step times
-    rate = margin.plan.request_rate_per_s / margin.plan.num_groups
+    assert _replay(margin) == margin.prediction
+
+
+def _replay(r: Ranked, step_scale: float = 1.0) -> Prediction:
+    """`r`'s simulated plan again (its requests, rate and fleet, the search's seed 0), on the
+    local hardware's step times `step_scale` times as long."""
+    assert r.plan is not None
+    plan = r.plan
+    workload = Workload(256.0, 64.0)
     requests = make_requests(
-        Workload(256.0, 64.0),
-        margin.plan.request_rate_per_s,
-        margin.plan.num_requests,
-        0,
-        margin.plan.arrival_shape,
+        workload, plan.request_rate_per_s, plan.num_requests, 0, plan.arrival_shape
     )
-    assert simulate(margin.plan, requests, *get_sim_timings(_hardware(None), margin, rate)) == (
-        margin.prediction
-    )
+    rate = plan.request_rate_per_s / plan.num_groups
+    return simulate(plan, requests, *get_sim_timings(_hardware(None), r, rate, step_scale))
