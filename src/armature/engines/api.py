@@ -6,6 +6,7 @@ One engine serves one worker. Frontends and routers see engines only through thi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
 from typing import Protocol
 
@@ -22,7 +23,17 @@ from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.lora import LoraAdapter
 
-__all__ = ["EmbeddingEngine", "Engine", "EngineDeadError", "InvalidRequestError"]
+__all__ = [
+    "UPDATE_POLL_S",
+    "EmbeddingEngine",
+    "Engine",
+    "EngineDeadError",
+    "InvalidRequestError",
+    "poll_for_update",
+]
+
+# how often an engine that cannot tell when it has news is looked at (`poll_for_update`)
+UPDATE_POLL_S = 0.01
 
 
 class EngineDeadError(ArmatureError, RuntimeError):
@@ -62,6 +73,12 @@ class Engine(Protocol):
     def take_step_records(self) -> list[StepRecord]:
         """Drain the records of the steps run since the last call, oldest first (bounded: with
         no consumer the oldest are dropped); cheap, called from the event loop."""
+        ...
+
+    async def wait_for_update(self, timeout_s: float) -> None:
+        """Return once the engine may have new KV events, step records or load, or after
+        `timeout_s`. A worker publishes what the engine has after each return: an engine that
+        says when it has news lets an idle worker sleep, and a busy one wake once a step."""
         ...
 
     async def dump_kv_blocks(self) -> KvDump:
@@ -105,3 +122,9 @@ class EmbeddingEngine(Engine, Protocol):
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         """One vector per prompt; cancelling the call drops what is not computed yet."""
         ...
+
+
+async def poll_for_update(timeout_s: float) -> None:
+    """`Engine.wait_for_update` of an engine that cannot tell when it has news: look again
+    after `UPDATE_POLL_S`, or `timeout_s` if sooner."""
+    await asyncio.sleep(max(0.0, min(timeout_s, UPDATE_POLL_S)))

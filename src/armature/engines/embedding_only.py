@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import ClassVar
 
-from armature.engines.api import InvalidRequestError
+from armature.engines.api import InvalidRequestError, poll_for_update
 from armature.protocols.engine import EngineOutput, EngineRequest, EngineStats
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
@@ -35,6 +35,9 @@ class EmbeddingOnly:
 
     def take_kv_events(self) -> list[KvEvent]:
         return []
+
+    async def wait_for_update(self, timeout_s: float) -> None:
+        await poll_for_update(timeout_s)
 
     async def dump_kv_blocks(self) -> KvDump:
         return KvDump(seq_hashes=[], last_event_id=-1)  # no event, ever

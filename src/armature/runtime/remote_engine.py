@@ -25,7 +25,7 @@ from contextlib import aclosing
 import msgspec
 
 from armature.config import HealthConfig
-from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.api import EngineDeadError, InvalidRequestError, poll_for_update
 from armature.engines.validation import (
     check_structured_output,
     validate_embed_request,
@@ -191,6 +191,9 @@ class RemoteEngine:
         records = list(self._step_records)
         self._step_records.clear()
         return records
+
+    async def wait_for_update(self, timeout_s: float) -> None:
+        await poll_for_update(timeout_s)
 
     async def dump_kv_blocks(self) -> KvDump:
         async for payload in self._stream("dump", b""):

@@ -10,8 +10,8 @@ Endpoints (payloads are msgpack):
     unload_lora  UnloadLora -> one LoraState (after unloading it)
 An invalid request fails its stream with code `invalid_request` (the frontend answers 4xx).
 On the event plane it publishes a WorkerUpdate (KV events, load, step records, LoRA adapters)
-every `update_interval_s` when something changed, and at least every `heartbeat_s` so that
-late subscribers learn the load.
+when the engine has news (at most once every `update_interval_s`), and at least every
+`heartbeat_s` so that late subscribers learn the load.
 """
 
 from __future__ import annotations
@@ -271,9 +271,10 @@ class WorkerService:
         yield msgspec.msgpack.encode(self._lora_state())
 
     async def _pump_events(self) -> None:
-        """Every interval: drain the engine's KV events and step records and publish them with
-        the load. An update the event plane refuses is lost (a router heals its index from a
-        dump; the records are gone)."""
+        """Whenever the engine has news (`Engine.wait_for_update`), at most once an interval:
+        drain its KV events and step records and publish them with the load. An update the
+        event plane refuses is lost (a router heals its index from a dump; the records are
+        gone). An idle engine's worker wakes only for the heartbeat."""
         assert self._publisher is not None
         last_load = None
         last_sent_s = 0.0
@@ -293,4 +294,7 @@ class WorkerService:
                 except Exception as exc:  # the event plane is down: the next dump heals it
                     log.warning("could not publish worker events: %s", exc)
                 last_load, last_sent_s = load, now_s
-            await asyncio.sleep(self.update_interval_s)
+            polled_s = loop.time()
+            await self.engine.wait_for_update(last_sent_s + self.heartbeat_s - polled_s)
+            # a run of short steps is published together, once an interval
+            await asyncio.sleep(max(0.0, polled_s + self.update_interval_s - loop.time()))

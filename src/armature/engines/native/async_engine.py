@@ -96,15 +96,20 @@ class AsyncEngine:
         # old step records drop silently. Filled by the engine thread, drained by the loop.
         self._events: deque[KvEvent] = deque(maxlen=MAX_BUFFERED_KV_EVENTS)
         self._step_records: deque[StepRecord] = deque(maxlen=MAX_BUFFERED_STEP_RECORDS)
-        self._buffers_lock = threading.Lock()  # guards _events, _step_records, _undelivered
+        # guards _events, _step_records, _undelivered, _news and _wake_pending
+        self._buffers_lock = threading.Lock()
         # outputs of steps the event loop has not taken yet; while it has not, a step adds to
         # them without waking it again (one wake-up per turn of the loop, not per step)
         self._undelivered: list[EngineOutput] = []
+        self._news = False  # events, records or load the loop has not been told of
+        self._wake_pending = False  # a `_wake` is scheduled on the loop
+        self._updated: asyncio.Event | None = None  # set by `_wake` when there was news
         self._dead: BaseException | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._updated = asyncio.Event()
         self._thread = threading.Thread(target=self._run, name="armature-engine", daemon=True)
         self._thread.start()
 
@@ -295,6 +300,21 @@ class AsyncEngine:
             self._step_records.clear()
         return records
 
+    async def wait_for_update(self, timeout_s: float) -> None:
+        """Return when the engine thread has buffered KV events or step records or changed
+        the load since the last return (it wakes the loop once for a run of such steps), or
+        after `timeout_s`."""
+        updated = self._updated
+        if updated is None:  # not started: nothing will come
+            await asyncio.sleep(max(0.0, timeout_s))
+            return
+        if not updated.is_set():
+            try:
+                await asyncio.wait_for(updated.wait(), max(0.0, timeout_s))
+            except TimeoutError:
+                return
+        updated.clear()
+
     # ---- engine thread -----------------------------------------------------------------
     def _run(self) -> None:
         try:
@@ -304,7 +324,7 @@ class AsyncEngine:
                     return
                 if len(self.core.pins):
                     self.core.free_unpinned()
-                self._load = self.core.get_load()
+                self._post([], news=self._set_load())
                 if self.core.has_work():
                     outputs = self.core.step()
                     self._publish(outputs)
@@ -356,37 +376,58 @@ class AsyncEngine:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(command.on_added)
 
-    def _buffer_events(self) -> None:
+    def _buffer_events(self) -> bool:
+        """Move the core's KV events to the loop's buffer; whether there were any."""
         events = self.core.take_kv_events()
         if events:
             with self._buffers_lock:
                 self._events.extend(events)
+        return bool(events)
+
+    def _set_load(self) -> bool:
+        """Take the core's load; whether it changed."""
+        load = self.core.get_load()
+        changed = load != self._load
+        self._load = load
+        return changed
 
     def _publish(self, outputs: list[EngineOutput]) -> None:
-        self._load = self.core.get_load()
+        news = self._set_load()
         if self.core.tiers is not None:
             self._tier_stats = self._take_tier_stats()
-        self._buffer_events()
+        news = self._buffer_events() or news
         records = self.core.take_step_records()
         if records:
             with self._buffers_lock:
                 self._step_records.extend(records)
-        if outputs:
-            with self._buffers_lock:
-                wake = not self._undelivered
-                self._undelivered.extend(outputs)
-            if wake:
-                assert self._loop is not None
-                self._loop.call_soon_threadsafe(self._deliver)
+        self._post(outputs, news=news or bool(records))
+
+    def _post(self, outputs: list[EngineOutput], *, news: bool) -> None:
+        """Hand `outputs` to the loop and tell it of `news` (events, records, load): one
+        wake-up of the loop until it has taken what is pending, however many steps."""
+        if not outputs and not news:
+            return
+        with self._buffers_lock:
+            self._undelivered.extend(outputs)
+            self._news = self._news or news
+            wake = not self._wake_pending
+            self._wake_pending = True
+        if wake:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._wake)
 
     def _publish_error(self, request_id: str, exc: BaseException) -> None:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self._deliver_error, request_id, exc)
 
     # ---- event-loop side ---------------------------------------------------------------
-    def _deliver(self) -> None:
+    def _wake(self) -> None:
         with self._buffers_lock:
             outputs, self._undelivered = self._undelivered, []
+            news, self._news = self._news, False
+            self._wake_pending = False
+        if news and self._updated is not None:
+            self._updated.set()
         for output in outputs:
             stream = self._streams.get(output.request_id)
             if stream is not None:

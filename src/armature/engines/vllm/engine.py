@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.api import EngineDeadError, InvalidRequestError, poll_for_update
 from armature.engines.validation import validate_request
 from armature.engines.vllm.disagg import (
     NIXL_BACKEND,
@@ -319,6 +319,9 @@ class VllmEngine:
 
     def take_kv_events(self) -> list[KvEvent]:
         return self._subscriber.take_events() if self._subscriber is not None else []
+
+    async def wait_for_update(self, timeout_s: float) -> None:
+        await poll_for_update(timeout_s)  # vLLM's stats and events arrive without a signal
 
     async def dump_kv_blocks(self) -> KvDump:
         if not self.is_alive:
