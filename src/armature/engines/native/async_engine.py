@@ -309,8 +309,9 @@ class AsyncEngine:
             await asyncio.sleep(max(0.0, timeout_s))
             return
         if not updated.is_set():
-            try:
-                await asyncio.wait_for(updated.wait(), max(0.0, timeout_s))
+            try:  # not wait_for: on 3.11 it can swallow a cancel that comes as the event is set
+                async with asyncio.timeout(max(0.0, timeout_s)):
+                    await updated.wait()
             except TimeoutError:
                 return
         updated.clear()
