@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -42,24 +43,40 @@ def request(rid: str, prompt: list[int], max_tokens: int = 5) -> EngineRequest:
     )
 
 
-async def start_worker(
-    discovery: MemDiscovery, plane: ZmqEventPlane, model_dir: Path, instance: int
+def worker_service(
+    engine: AsyncEngine,
+    discovery: MemDiscovery,
+    plane: ZmqEventPlane,
+    model_dir: Path,
+    **options: Any,
 ) -> WorkerService:
-    engine = mocker_engine(model_dir)
-    core = engine.core
-    service = WorkerService(
+    """A WorkerService (not started) over `engine`, a mocker of `model_dir`; `options` are
+    WorkerService's keyword arguments beyond the model's."""
+    return WorkerService(
         engine,
         discovery,
         namespace="test",
         model_name="tiny",
         model_path=str(model_dir),
         block_size=4,
-        max_model_len=core.max_model_len,
-        vocab_size=core.arch.vocab_size,
-        lease_ttl_s=10.0,  # nothing here waits for expiry: a slow loop must not lose it
-        instance_id=instance,
+        max_model_len=engine.core.max_model_len,
+        vocab_size=engine.core.arch.vocab_size,
         make_server=lambda handlers: RequestPlaneServer(handlers),
         event_plane=plane,
+        **options,
+    )
+
+
+async def start_worker(
+    discovery: MemDiscovery, plane: ZmqEventPlane, model_dir: Path, instance: int
+) -> WorkerService:
+    service = worker_service(
+        mocker_engine(model_dir),
+        discovery,
+        plane,
+        model_dir,
+        lease_ttl_s=10.0,  # nothing here waits for expiry: a slow loop must not lose it
+        instance_id=instance,
     )
     await service.start()
     return service
@@ -224,19 +241,8 @@ async def test_a_card_says_whether_its_engine_enforces_guides(tiny_llama_dir: Pa
     discovery = MemDiscovery(MemStore())
     plane = ZmqEventPlane()
     engine = mocker_engine(tiny_llama_dir)
-    service = WorkerService(
-        engine,
-        discovery,
-        namespace="test",
-        model_name="tiny",
-        model_path=str(tiny_llama_dir),
-        block_size=4,
-        max_model_len=engine.core.max_model_len,
-        vocab_size=engine.core.arch.vocab_size,
-        make_server=lambda handlers: RequestPlaneServer(handlers),
-        event_plane=plane,
-        engine_name="mocker",
-        structured_output=False,
+    service = worker_service(
+        engine, discovery, plane, tiny_llama_dir, engine_name="mocker", structured_output=False
     )
     card = await service.start()
     try:

@@ -12,9 +12,7 @@ from armature.protocols.engine import EngineLoad, StepRecord
 from armature.protocols.kv_events import KvEvent
 from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import ZmqEventPlane
-from armature.runtime.tcp_server import RequestPlaneServer
-from armature.worker.service import WorkerService
-from tests.unit.runtime.test_remote_worker import mocker_engine, request
+from tests.unit.runtime.test_remote_worker import mocker_engine, request, worker_service
 
 
 async def test_an_idle_engine_has_no_news_until_its_timeout(tiny_llama_dir: Path) -> None:
@@ -95,19 +93,13 @@ async def test_an_idle_worker_drains_its_engine_for_the_heartbeat_only(
     discovery = MemDiscovery(MemStore())
     inner = mocker_engine(tiny_llama_dir)
     engine = CountingEngine(inner)
-    service = WorkerService(
+    service = worker_service(
         engine,  # type: ignore[arg-type]
         discovery,
-        namespace="test",
-        model_name="tiny",
-        model_path=str(tiny_llama_dir),
-        block_size=4,
-        max_model_len=inner.core.max_model_len,
-        vocab_size=inner.core.arch.vocab_size,
+        plane,
+        tiny_llama_dir,
         lease_ttl_s=10.0,
         instance_id=7,
-        make_server=lambda handlers: RequestPlaneServer(handlers),
-        event_plane=plane,
         update_interval_s=0.01,
         heartbeat_s=0.25,
     )
