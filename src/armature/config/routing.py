@@ -73,10 +73,10 @@ class RouterConfig:
     )
     block_size_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS
     seed: int = 0
-    # KV events are pulled from the engines every event_sync_interval_s while they flow or
-    # requests are being routed; after rounds that found none the wait doubles, up to
-    # event_sync_idle_interval_s (a 5 ms poll alone costs ~3% of a core, which the model's
-    # steps pay for on a small CPU machine)
+    # KV events are pulled from the engines when one has news (a worker's update arrived), at
+    # most once every event_sync_interval_s, and at least every event_sync_idle_interval_s
+    # (a steady 5 ms poll cost ~3% of a core, which the model's steps pay for on a small CPU
+    # machine)
     event_sync_interval_s: float = 0.005
     event_sync_idle_interval_s: float = 0.025
     routed_ttl_s: float = setting(

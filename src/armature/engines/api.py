@@ -30,6 +30,7 @@ __all__ = [
     "EngineDeadError",
     "InvalidRequestError",
     "poll_for_update",
+    "wait_and_clear",
 ]
 
 # how often an engine that cannot tell when it has news is looked at (`poll_for_update`)
@@ -75,10 +76,11 @@ class Engine(Protocol):
         no consumer the oldest are dropped); cheap, called from the event loop."""
         ...
 
-    async def wait_for_update(self, timeout_s: float) -> None:
-        """Return once the engine may have new KV events, step records or load, or after
-        `timeout_s`. A worker publishes what the engine has after each return: an engine that
-        says when it has news lets an idle worker sleep, and a busy one wake once a step."""
+    async def wait_for_update(self, timeout_s: float) -> bool:
+        """Return True once the engine may have new KV events, step records or load, False
+        after `timeout_s` without. One waiter per engine (a worker's publisher, or a router's
+        KV-event sync): an engine that says when it has news lets an idle worker sleep and a
+        busy one wake once a step."""
         ...
 
     async def dump_kv_blocks(self) -> KvDump:
@@ -124,7 +126,21 @@ class EmbeddingEngine(Engine, Protocol):
         ...
 
 
-async def poll_for_update(timeout_s: float) -> None:
-    """`Engine.wait_for_update` of an engine that cannot tell when it has news: look again
-    after `UPDATE_POLL_S`, or `timeout_s` if sooner."""
+async def poll_for_update(timeout_s: float) -> bool:
+    """`Engine.wait_for_update` of an engine that cannot tell when it has news: maybe, after
+    `UPDATE_POLL_S` (or `timeout_s` if sooner)."""
     await asyncio.sleep(max(0.0, min(timeout_s, UPDATE_POLL_S)))
+    return True
+
+
+async def wait_and_clear(news: asyncio.Event, timeout_s: float) -> bool:
+    """`Engine.wait_for_update` on an event its engine sets when it has news: True (and the
+    event cleared, for the next wait) once it is set, False after `timeout_s`."""
+    if not news.is_set():
+        try:  # not wait_for: on 3.11 it can swallow a cancel that comes as the event is set
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await news.wait()
+        except TimeoutError:
+            return False
+    news.clear()
+    return True

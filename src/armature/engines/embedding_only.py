@@ -36,8 +36,8 @@ class EmbeddingOnly:
     def take_kv_events(self) -> list[KvEvent]:
         return []
 
-    async def wait_for_update(self, timeout_s: float) -> None:
-        await poll_for_update(timeout_s)
+    async def wait_for_update(self, timeout_s: float) -> bool:
+        return await poll_for_update(timeout_s)
 
     async def dump_kv_blocks(self) -> KvDump:
         return KvDump(seq_hashes=[], last_event_id=-1)  # no event, ever

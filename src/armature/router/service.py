@@ -10,6 +10,7 @@ when its event ids show a gap), and tracks each request's load on every path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
@@ -36,9 +37,13 @@ from armature.router.prefix_index import PrefixIndex
 from armature.router.pressure import BusyWorkers, WorkerPressure
 from armature.router.tier_weights import TierWeightBook
 
-__all__ = ["EngineRouter", "RouteGroup", "RouterObserver", "next_sync_interval_s"]
+__all__ = ["EngineRouter", "RouteGroup", "RouterObserver"]
 
 log = logging.getLogger(__name__)
+
+# how long an engine's watcher waits for news before it asks again (any length works: the
+# KV-event round has its own idle interval; a long one keeps idle watchers asleep)
+WATCH_TIMEOUT_S = 5.0
 
 
 class RouterObserver:
@@ -95,7 +100,10 @@ class EngineRouter:
         self.tier_weights = TierWeightBook() if config.tier_aware else None
         self.policy = self._make_policy(config)
         self._sync_task: asyncio.Task[None] | None = None
-        self._num_routed_since_sync = 0  # requests routed since the last KV-event round
+        # a task per engine waits for its news (`Engine.wait_for_update`) and sets `_news`,
+        # which wakes the KV-event round
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._news = asyncio.Event()
 
     def _make_policy(self, config: RouterConfig) -> RoutingPolicy:
         total_blocks = max(1, sum(e.get_load().num_total_blocks for e in self.engines.values()))
@@ -120,6 +128,7 @@ class EngineRouter:
         for worker, engine in self.engines.items():
             engine.start()
             self.index.add_worker(worker, engine.get_load().num_total_blocks)
+            self._watch(worker, engine)
         self._sync_task = asyncio.get_running_loop().create_task(self._sync_forever())
 
     def add_engine(self, worker: str, engine: Engine) -> None:
@@ -129,6 +138,8 @@ class EngineRouter:
         engine.start()
         self.index.add_worker(worker, engine.get_load().num_total_blocks)
         self.engines[worker] = engine
+        if self._sync_task is not None:  # started: watch it as the others
+            self._watch(worker, engine)
         if isinstance(self.policy, KvPolicy) and self.policy.routed is not None:
             # the routed predictions stay bounded by the total capacity
             total = sum(e.get_load().num_total_blocks for e in self.engines.values())
@@ -140,6 +151,7 @@ class EngineRouter:
         if engine is None:
             return
         self._forget(worker)
+        await self._unwatch(worker)
         await engine.stop()
 
     async def stop(self) -> None:
@@ -147,6 +159,8 @@ class EngineRouter:
             self._sync_task.cancel()
             await asyncio.gather(self._sync_task, return_exceptions=True)
             self._sync_task = None
+        for worker in list(self._watchers):
+            await self._unwatch(worker)
         for engine in self.engines.values():
             await engine.stop()
 
@@ -288,7 +302,6 @@ class EngineRouter:
         group: RouteGroup | None,
     ) -> AsyncGenerator[EngineOutput, None]:
         started_s = time.perf_counter()
-        self._num_routed_since_sync += 1  # its prompt's KV events follow soon
         bs = self.config.block_size_tokens
         num_tokens = len(request.prompt_token_ids)
         if group is not None and group.worker in workers:
@@ -434,32 +447,42 @@ class EngineRouter:
         if self.tier_weights is not None:
             self.tier_weights.remove(worker)
 
-    async def _sync_forever(self) -> None:
-        interval_s = self.config.event_sync_interval_s
+    def _watch(self, worker: str, engine: Engine) -> None:
+        task = asyncio.get_running_loop().create_task(self._watch_engine(engine))
+        self._watchers[worker] = task
+
+    async def _unwatch(self, worker: str) -> None:
+        task = self._watchers.pop(worker, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _watch_engine(self, engine: Engine) -> None:
         while True:
-            num_applied = 0
+            if await engine.wait_for_update(WATCH_TIMEOUT_S):
+                self._news.set()
+
+    async def _sync_forever(self) -> None:
+        """A KV-event round whenever an engine has news, at most once every
+        `event_sync_interval_s`, and at least every `event_sync_idle_interval_s` (which
+        notices dead workers)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started_s = loop.time()
             try:
-                num_applied = await self.sync_events()
+                await self.sync_events()
             except EngineDeadError:
                 log.warning("a worker engine died; its KV events stop")
-            num_routed, self._num_routed_since_sync = self._num_routed_since_sync, 0
-            interval_s = next_sync_interval_s(
-                interval_s,
-                active=num_applied > 0 or num_routed > 0,
-                fastest_s=self.config.event_sync_interval_s,
-                slowest_s=self.config.event_sync_idle_interval_s,
+            # not wait_for: on 3.11 it can swallow a cancel that comes as the event is set,
+            # and `stop` would wait for this task forever
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.event_sync_idle_interval_s):
+                    await self._news.wait()
+            # news during a round, or right after it, waits for the next (they come together)
+            await asyncio.sleep(
+                max(0.0, started_s + self.config.event_sync_interval_s - loop.time())
             )
-            await asyncio.sleep(interval_s)
-
-
-def next_sync_interval_s(
-    current_s: float, *, active: bool, fastest_s: float, slowest_s: float
-) -> float:
-    """The wait before the next KV-event round: the fastest after an active round (events
-    applied or requests routed), else twice the last wait, up to the slowest."""
-    if active:
-        return fastest_s
-    return max(fastest_s, min(current_s * 2, slowest_s))
+            self._news.clear()
 
 
 def _resumed(request: EngineRequest, generated: list[int]) -> EngineRequest:

@@ -25,7 +25,7 @@ from contextlib import aclosing
 import msgspec
 
 from armature.config import HealthConfig
-from armature.engines.api import EngineDeadError, InvalidRequestError, poll_for_update
+from armature.engines.api import EngineDeadError, InvalidRequestError, wait_and_clear
 from armature.engines.validation import (
     check_structured_output,
     validate_embed_request,
@@ -84,6 +84,7 @@ class RemoteEngine:
         self.liveness_timeout_s = health.worker_liveness_timeout_s
         self.stall_timeout_s = health.worker_stall_timeout_s
         self._last_update_s = time.monotonic()
+        self._updated = asyncio.Event()  # set by each WorkerUpdate (`wait_for_update`)
         self._stalled_at_steps: int | None = None  # engine steps when a stream stalled
         self._lora = LoraState(0, list(card.lora_adapters))  # the newest state heard
 
@@ -192,8 +193,10 @@ class RemoteEngine:
         self._step_records.clear()
         return records
 
-    async def wait_for_update(self, timeout_s: float) -> None:
-        await poll_for_update(timeout_s)
+    async def wait_for_update(self, timeout_s: float) -> bool:
+        """True once a WorkerUpdate (KV events, step records, load) arrived since the last
+        return; False after `timeout_s` without."""
+        return await wait_and_clear(self._updated, timeout_s)
 
     async def dump_kv_blocks(self) -> KvDump:
         async for payload in self._stream("dump", b""):
@@ -266,6 +269,7 @@ class RemoteEngine:
                     if update.lora is not None:
                         self._set_lora(update.lora)
                     self._last_update_s = time.monotonic()
+                    self._updated.set()
                     stalled, load = self._stalled_at_steps, update.load
                     idle = load.num_running == 0 and load.num_waiting == 0
                     if stalled is not None and (load.num_steps > stalled or idle):

@@ -3,6 +3,7 @@ whose `generate` emits the token ids of chosen outputs."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from armature.frontend.preprocess import Preprocessor
@@ -25,6 +26,10 @@ class IdleEngine:
 
     def take_kv_events(self) -> list:  # type: ignore[type-arg]
         return []
+
+    async def wait_for_update(self, timeout_s: float) -> bool:
+        await asyncio.sleep(timeout_s)  # never any news
+        return False
 
     def get_lora_adapters(self) -> list:  # type: ignore[type-arg]
         return []

@@ -1,16 +1,14 @@
-"""How often the router pulls KV events: every 5 ms while events flow or requests are
-routed, backing off to 25 ms when nothing happens (a 5 ms poll alone costs CPU that a small
-machine's model steps pay for)."""
+"""When the router pulls KV events: as soon as an engine has news (a worker's update arrived;
+`Engine.wait_for_update`), at most every 5 ms, and otherwise every 25 ms (a steady 5 ms poll
+cost CPU that a small machine's model steps pay for)."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
-import pytest
-
 from armature.config import RouterConfig
+from armature.engines.api import wait_and_clear
 from armature.protocols.engine import (
     EngineLoad,
     EngineOutput,
@@ -19,35 +17,19 @@ from armature.protocols.engine import (
     SamplingParams,
 )
 from armature.protocols.kv_events import KvDump, KvEvent
-from armature.router.service import EngineRouter, next_sync_interval_s
+from armature.router.service import EngineRouter
 
 FAST_S, SLOW_S = 0.005, 0.025
 
 
-@pytest.mark.parametrize(
-    ("current_s", "active", "expected_s"),
-    [
-        (0.005, False, 0.010),
-        (0.010, False, 0.020),
-        (0.020, False, 0.025),  # capped at the slowest
-        (0.025, False, 0.025),
-        (0.025, True, 0.005),  # events or requests: back to the fastest at once
-        (0.001, False, 0.005),  # never faster than the fastest
-    ],
-)
-def test_the_wait_doubles_while_idle_and_resets_on_activity(
-    current_s: float, active: bool, expected_s: float
-) -> None:
-    got = next_sync_interval_s(current_s, active=active, fastest_s=FAST_S, slowest_s=SLOW_S)
-    assert got == pytest.approx(expected_s)
-
-
 class CountingEngine:
-    """An engine whose KV-event polls are counted; each request yields one token."""
+    """An engine whose KV-event polls are counted, and whose news the test sets; each request
+    yields one token."""
 
     def __init__(self) -> None:
         self.num_polls = 0
         self.is_alive = True
+        self.news = asyncio.Event()
 
     def start(self) -> None: ...
 
@@ -56,6 +38,9 @@ class CountingEngine:
     def take_kv_events(self) -> list[KvEvent]:
         self.num_polls += 1
         return []
+
+    async def wait_for_update(self, timeout_s: float) -> bool:
+        return await wait_and_clear(self.news, timeout_s)
 
     async def dump_kv_blocks(self) -> KvDump:
         return KvDump(seq_hashes=[], last_event_id=-1)
@@ -83,25 +68,61 @@ async def polls_during(engine: CountingEngine, seconds: float) -> int:
     return engine.num_polls - before
 
 
-async def test_an_idle_router_polls_slowly_and_a_request_speeds_it_up() -> None:
+async def wait_for_polls(engine: CountingEngine, count: int) -> None:
+    while engine.num_polls < count:
+        await asyncio.sleep(0.001)
+
+
+async def test_an_idle_router_polls_at_the_idle_interval() -> None:
     engine = CountingEngine()
     config = RouterConfig(event_sync_interval_s=FAST_S, event_sync_idle_interval_s=SLOW_S)
     router = EngineRouter({"w": engine}, config)  # type: ignore[dict-item]
     router.start()
     try:
-        while engine.num_polls < 5:  # 5, 10, 20, 25 ms: four idle rounds reach the slowest
-            await asyncio.sleep(FAST_S)
+        await wait_for_polls(engine, 1)
         idle = await polls_during(engine, 0.5)
         assert idle <= 0.5 / SLOW_S + 2, idle  # ~20 polls, not ~100
+    finally:
+        await router.stop()
+
+
+async def test_news_wakes_the_router_and_nothing_else_does() -> None:
+    """With an idle interval of a minute, a round runs only when an engine has news: routing a
+    request does not poll (its KV events come as news), the engine's news does, at once."""
+    engine = CountingEngine()
+    config = RouterConfig(event_sync_interval_s=FAST_S, event_sync_idle_interval_s=60.0)
+    router = EngineRouter({"w": engine}, config)  # type: ignore[dict-item]
+    router.start()
+    try:
+        await wait_for_polls(engine, 1)  # the first round runs at start
         request = EngineRequest(
             request_id="r", prompt_token_ids=[1, 2, 3], sampling=SamplingParams(max_tokens=1)
         )
-        before, started_s = engine.num_polls, time.monotonic()
-        for _ in range(40):  # requests keep arriving: polls stay at the fastest
-            async for _ in router.generate(request):
-                pass
-            await asyncio.sleep(FAST_S)
-        busy_rate = (engine.num_polls - before) / (time.monotonic() - started_s)
-        assert busy_rate > 2.5 * idle / 0.5, (busy_rate, idle)
+        async for _ in router.generate(request):
+            pass
+        assert await polls_during(engine, 0.2) == 0
+        for round_ in (2, 3):
+            engine.news.set()
+            await asyncio.wait_for(wait_for_polls(engine, round_), 30.0)
+            assert engine.num_polls == round_
+    finally:
+        await router.stop()
+
+
+async def test_a_burst_of_news_is_one_round_an_interval() -> None:
+    """Updates from many workers within one interval are pulled together."""
+    engines = {f"w{i}": CountingEngine() for i in range(4)}
+    config = RouterConfig(event_sync_interval_s=0.2, event_sync_idle_interval_s=60.0)
+    router = EngineRouter(engines, config)  # type: ignore[arg-type]
+    router.start()
+    try:
+        first = engines["w0"]
+        await wait_for_polls(first, 1)
+        await asyncio.sleep(0.25)  # past the first round's interval
+        for engine in engines.values():
+            engine.news.set()
+        await asyncio.wait_for(wait_for_polls(first, 2), 30.0)
+        await asyncio.sleep(0.05)  # within the interval: no second round
+        assert [e.num_polls for e in engines.values()] == [2, 2, 2, 2]
     finally:
         await router.stop()

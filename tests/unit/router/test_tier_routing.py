@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from armature.config import RouterConfig
+from armature.engines.api import poll_for_update
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.protocols.engine import EngineLoad
 from armature.protocols.kv_events import KvDump, KvEvent, KvStored, KvTier, StoredBlock
@@ -179,6 +180,9 @@ class TieredEngine:
     def take_kv_events(self) -> list[KvEvent]:
         events, self.events = self.events, []
         return events
+
+    async def wait_for_update(self, timeout_s: float) -> bool:
+        return await poll_for_update(timeout_s)  # the test adds events without a signal
 
     async def dump_kv_blocks(self) -> KvDump:
         self.num_dumps += 1

@@ -22,8 +22,8 @@ async def test_an_idle_engine_has_no_news_until_its_timeout(tiny_llama_dir: Path
         await engine.wait_for_update(0.0)  # the load taken when the thread started, if any
         loop = asyncio.get_running_loop()
         started_s = loop.time()
-        await engine.wait_for_update(0.2)
-        assert loop.time() - started_s >= 0.2  # it waited the whole timeout: no news
+        assert await engine.wait_for_update(0.2) is False
+        assert loop.time() - started_s >= 0.2  # it waited the whole timeout
         assert engine.take_step_records() == []
         assert engine.take_kv_events() == []
     finally:
@@ -38,7 +38,7 @@ async def test_a_step_wakes_the_waiter_with_its_record(tiny_llama_dir: Path) -> 
         outputs = [o async for o in engine.generate(request("a", list(range(1, 9)), 2))]
         assert sum(len(o.new_token_ids) for o in outputs) == 2
         # the steps already ran: the news is waiting, so this returns at once, not after 60 s
-        await asyncio.wait_for(engine.wait_for_update(60.0), 30.0)
+        assert await asyncio.wait_for(engine.wait_for_update(60.0), 30.0) is True
         records = engine.take_step_records()
         assert [(r.num_scheduled_prefill_tokens, r.num_decode_requests) for r in records] == [
             (8, 0),
@@ -59,7 +59,7 @@ async def test_a_wait_that_starts_before_the_step_is_woken_by_it(tiny_llama_dir:
         assert not waiter.done()
         outputs = [o async for o in engine.generate(request("b", list(range(1, 6)), 1))]
         assert len(outputs) == 1
-        await asyncio.wait_for(waiter, 30.0)
+        assert await asyncio.wait_for(waiter, 30.0) is True
         assert len(engine.take_step_records()) == 1
     finally:
         await engine.stop()

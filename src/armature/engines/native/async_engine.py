@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from armature.engines.api import EngineDeadError, InvalidRequestError
+from armature.engines.api import EngineDeadError, InvalidRequestError, wait_and_clear
 from armature.engines.native.core import EngineCore
 from armature.model.lora_names import LoraError
 from armature.protocols.engine import (
@@ -300,21 +300,15 @@ class AsyncEngine:
             self._step_records.clear()
         return records
 
-    async def wait_for_update(self, timeout_s: float) -> None:
-        """Return when the engine thread has buffered KV events or step records or changed
-        the load since the last return (it wakes the loop once for a run of such steps), or
-        after `timeout_s`."""
+    async def wait_for_update(self, timeout_s: float) -> bool:
+        """True when the engine thread has buffered KV events or step records or changed the
+        load since the last return (it wakes the loop once for a run of such steps); False
+        after `timeout_s` without."""
         updated = self._updated
         if updated is None:  # not started: nothing will come
             await asyncio.sleep(max(0.0, timeout_s))
-            return
-        if not updated.is_set():
-            try:  # not wait_for: on 3.11 it can swallow a cancel that comes as the event is set
-                async with asyncio.timeout(max(0.0, timeout_s)):
-                    await updated.wait()
-            except TimeoutError:
-                return
-        updated.clear()
+            return False
+        return await wait_and_clear(updated, timeout_s)
 
     # ---- engine thread -----------------------------------------------------------------
     def _run(self) -> None:

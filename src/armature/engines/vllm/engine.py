@@ -320,8 +320,8 @@ class VllmEngine:
     def take_kv_events(self) -> list[KvEvent]:
         return self._subscriber.take_events() if self._subscriber is not None else []
 
-    async def wait_for_update(self, timeout_s: float) -> None:
-        await poll_for_update(timeout_s)  # vLLM's stats and events arrive without a signal
+    async def wait_for_update(self, timeout_s: float) -> bool:
+        return await poll_for_update(timeout_s)  # vLLM's stats and events arrive without a signal
 
     async def dump_kv_blocks(self) -> KvDump:
         if not self.is_alive:
