@@ -34,7 +34,8 @@ def test_dashboard_and_docs_match_the_live_metrics(default_model_dir: Path, tmp_
     )
     try:
         fleet.start_worker("worker-a")
-        url = fleet.start_frontend()
+        # both requests are judged: a mocker at 100x answers far within these targets
+        url = fleet.start_frontend(extra=["--slo-ttft-ms", "3000", "--slo-itl-ms", "500"])
         for prompt in ("hello", "hello again"):
             body = {"model": SERVED_MODEL_NAME, "prompt": prompt, "max_tokens": 3}
             assert httpx.post(f"{url}/v1/completions", json=body, timeout=30).status_code == 200
@@ -51,6 +52,9 @@ def test_dashboard_and_docs_match_the_live_metrics(default_model_dir: Path, tmp_
     assert planner['armature_planner_target_workers{role="agg"}'] == 1
     samples = {key.split("{")[0] for key in [*frontend, *worker, *planner]}
     assert frontend['armature_requests_total{endpoint="completions",status="400"}'] == 1
+    assert frontend['armature_slo_requests_total{result="met"}'] == 2
+    assert frontend['armature_slo_target_seconds{target="ttft"}'] == 3.0
+    assert frontend['armature_slo_target_seconds{target="itl"}'] == 0.5
     assert worker['armature_worker_requests_total{reason="length"}'] == 2
     assert worker["armature_worker_generation_tokens_total"] == 6
 
@@ -78,6 +82,7 @@ def _planner_metrics(fleet: Fleet, url: str, tmp_path: Path) -> dict[str, float]
     """A dry-run planner over the fleet: its /metrics after its first load tick."""
     write_small_profile(tmp_path / "profile.json", model=SERVED_MODEL_NAME)
     args = ["planner", "--dry-run", "--planner-mode", "agg", "--load-interval-s", "0.2"]
+    args += ["--ttft-ms", "3000", "--itl-ms", "500"]  # the frontend's SLO targets
     args += ["--performance-model", str(tmp_path / "profile.json"), "--frontend-url", url]
     proc = fleet._spawn("planner", [*args, *fleet.runtime_args()])
     fleet.wait_for_log("planner", "planner ready", proc)

@@ -42,7 +42,7 @@ from armature.config.commands import (
     WorkerConfig,
 )
 from armature.config.configure import ConfigureConfig
-from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
+from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig, SloConfig
 from armature.config.engine import (
     DEFAULT_BLOCK_SIZE_TOKENS,
     DEFAULT_KV_PIN_TTL_S,
@@ -107,6 +107,7 @@ __all__ = [
     "SecurityConfig",
     "ServeConfig",
     "Setting",
+    "SloConfig",
     "TransferConfig",
     "WorkerConfig",
     "WorkerProcessConfig",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armature.config.chat import ChatConfig
-from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig
+from armature.config.edge import HttpConfig, OverloadConfig, SecurityConfig, SloConfig
 from armature.config.engine import EngineConfig, KvCacheConfig, TransferConfig
 from armature.config.kv_tiers import KvTierConfig
 from armature.config.planner import PlannerConfig, PlannerServiceConfig
@@ -49,6 +49,7 @@ class FrontendConfig:
     overload: OverloadConfig = OverloadConfig()
     chat: ChatConfig = ChatConfig()
     responses: ResponsesConfig = ResponsesConfig()
+    slo: SloConfig = SloConfig()
     wait_for_workers_s: float = setting(
         600.0,
         "how long to wait for the first worker (it tells the model and tokenizer)",
@@ -102,6 +103,7 @@ class ServeConfig:
     overload: OverloadConfig = OverloadConfig()
     chat: ChatConfig = ChatConfig()
     responses: ResponsesConfig = ResponsesConfig()
+    slo: SloConfig = SloConfig()
 
     def get_worker_roles(self) -> list[WorkerRole]:
         """The role of each worker, from --workers or --prefill/--decode-workers."""

@@ -13,6 +13,7 @@ from armature.config.values import (
     non_negative_float,
     parse_bytes,
     port,
+    positive_float,
 )
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "HttpConfig",
     "OverloadConfig",
     "SecurityConfig",
+    "SloConfig",
 ]
 
 # Bounds of the overload settings, on the command line and at /admin/overload alike.
@@ -98,3 +100,29 @@ class OverloadConfig:
     @property
     def enabled(self) -> bool:
         return self.busy_kv_usage is not None or self.busy_prefill_tokens is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SloConfig:
+    """Targets each finished request is judged against (`armature_slo_requests_total`, met or
+    missed): the planner reads its measured attainment from it. None: not judged by that
+    target; neither: no request is judged."""
+
+    ttft_ms: float | None = setting(
+        None,
+        "judge each request's time to first token against this target, ms (met when within "
+        "it and within --slo-itl-ms); set it as the planner's --ttft-ms",
+        flag="slo-ttft-ms",
+        parse=positive_float,
+    )
+    itl_ms: float | None = setting(
+        None,
+        "judge each request's mean inter-token latency against this target, ms; set it as "
+        "the planner's --itl-ms",
+        flag="slo-itl-ms",
+        parse=positive_float,
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.ttft_ms is not None or self.itl_ms is not None

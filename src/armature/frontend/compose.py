@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from armature.config import DisaggConfig, OverloadConfig, ResponsesConfig, RouterConfig
+from armature.config import (
+    DisaggConfig,
+    OverloadConfig,
+    ResponsesConfig,
+    RouterConfig,
+    SloConfig,
+)
 from armature.engines.api import EmbeddingEngine, Engine
 from armature.frontend.admission import AdmissionGate
 from armature.frontend.embeddings import EmbeddingService
@@ -63,6 +69,7 @@ def compose_frontend(
     parsers: OutputParsers | None = None,
     embed_engines: Mapping[str, EmbeddingEngine] | None = None,
     responses: ResponsesConfig | None = None,
+    slo: SloConfig | None = None,
 ) -> FrontendParts:
     """A router over `engines` (more join later through `router.add_engine`), its metrics,
     the overload gate and the OpenAI service, wired to each other; an embedding router over
@@ -77,7 +84,9 @@ def compose_frontend(
         prefill_engines=prefill_engines,
         busy=thresholds,
     )
-    metrics = FrontendMetrics(model.name, router.get_load, router.get_worker_loads, registry)
+    metrics = FrontendMetrics(
+        model.name, router.get_load, router.get_worker_loads, registry, slo=slo
+    )
     registry.register(InFlightCollector(router.get_own_loads, router.get_peer_loads))
     gate = AdmissionGate(thresholds, lambda: router.get_pressures().values())
     Gauge(

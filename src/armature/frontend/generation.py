@@ -64,8 +64,20 @@ def total_usage(usages: list[Usage]) -> Usage:
 @dataclass
 class _Clock:
     started_s: float
+    first_token_s: float | None = None
     last_token_s: float | None = None
+    num_tokens: int = 0
     latencies_s: list[float] = field(default_factory=list)
+
+    def judge(self, metrics: FrontendMetrics) -> None:
+        """Judge the finished request against the SLO targets: its TTFT and mean ITL (the
+        gaps after the first token over their count)."""
+        first_s, last_s = self.first_token_s, self.last_token_s
+        ttft_s = None if first_s is None else first_s - self.started_s
+        mean_itl_s = None
+        if first_s is not None and last_s is not None and self.num_tokens > 1:
+            mean_itl_s = (last_s - first_s) / (self.num_tokens - 1)
+        metrics.judge(ttft_s, mean_itl_s)
 
 
 async def delta_batches(
@@ -90,20 +102,25 @@ async def delta_batches(
             _observe(output.num_prompt_tokens, output.num_cached_tokens, usage, metrics)
             now_s = time.perf_counter()
             if output.new_token_ids:
+                num = len(output.new_token_ids)
                 if clock.last_token_s is None:
                     metrics.ttft_s.observe(now_s - clock.started_s)
+                    clock.first_token_s = now_s
                 else:  # tokens that arrive together share the interval
-                    num = len(output.new_token_ids)
                     metrics.itl_s.observe((now_s - clock.last_token_s) / num, num)
                 clock.last_token_s = now_s
+                clock.num_tokens += num
             deltas = _split(output, detokenizer, per_token)
             # tokens past a stop string (an output that merged several steps) are not returned
             num_returned = sum(len(d.token_ids) for d in deltas)
             usage.completion_tokens += num_returned
             if num_returned:
                 metrics.output_tokens.inc(num_returned)
+            finished = deltas[-1].finish_reason is not None
+            if finished:  # judged before the caller may stop reading
+                clock.judge(metrics)
             yield deltas
-            if deltas[-1].finish_reason is not None:
+            if finished:
                 return
     finally:
         await stream.aclose()

@@ -125,6 +125,7 @@ def run_frontend(
         overload=config.overload,
         parsers=chat.parsers,
         responses=config.responses,
+        slo=config.slo,
     )
 
     async def follow_discovery() -> None:

@@ -11,10 +11,12 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from armature.config.edge import SloConfig
 from armature.protocols.engine import EngineLoad
 from armature.router.load import WorkerLoad
 from armature.router.service import RouterObserver
 from armature.runtime.load_metrics import WorkerLoadCollector
+from armature.workload.measure import meets_targets
 
 __all__ = ["CountedHistogram", "FrontendMetrics", "InFlightCollector", "RouterMetrics"]
 
@@ -50,6 +52,7 @@ class FrontendMetrics:
         get_load: Callable[[], EngineLoad],
         worker_loads: Callable[[], Mapping[str, EngineLoad]] = dict,
         registry: CollectorRegistry | None = None,
+        slo: SloConfig | None = None,
     ):
         self.registry = registry or CollectorRegistry()
         r = self.registry
@@ -98,6 +101,37 @@ class FrontendMetrics:
         Gauge("armature_model_info", "Served model", ["model"], registry=r).labels(model_name).set(
             1
         )
+        self._slo = slo if slo is not None and slo.enabled else None
+        if self._slo is not None:
+            self._slo_requests = Counter(
+                "armature_slo_requests",
+                "Finished requests judged against the SLO targets, met or missed",
+                ["result"],
+                registry=r,
+            )
+            targets = Gauge(
+                "armature_slo_target_seconds",
+                "The targets requests are judged against (--slo-ttft-ms, --slo-itl-ms)",
+                ["target"],
+                registry=r,
+            )
+            for name, target_ms in (("ttft", self._slo.ttft_ms), ("itl", self._slo.itl_ms)):
+                if target_ms is not None:
+                    targets.labels(name).set(target_ms / 1000.0)
+
+    def judge(self, ttft_s: float | None, mean_itl_s: float | None) -> None:
+        """Count a finished request as met or missed against the SLO targets (if any): its
+        time to first token (None: it had none) and its mean inter-token latency (None: fewer
+        than two tokens)."""
+        if self._slo is None:
+            return
+        met = meets_targets(
+            None if ttft_s is None else ttft_s * 1000.0,
+            None if mean_itl_s is None else mean_itl_s * 1000.0,
+            self._slo.ttft_ms,
+            self._slo.itl_ms,
+        )
+        self._slo_requests.labels("met" if met else "missed").inc()
 
     def observe_prompt(self, num_prompt_tokens: int, num_cached_tokens: int) -> None:
         self._num_prompt_tokens += num_prompt_tokens

@@ -117,6 +117,7 @@ async def _serve(
         parsers=chat.parsers,
         embed_engines=embed_engines,
         responses=config.responses,
+        slo=config.slo,
     )
     app = build_app(
         parts,

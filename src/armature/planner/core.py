@@ -32,7 +32,10 @@ from armature.planner.recent_load import RecentWindows, get_rate_bounds, get_ris
 from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, plan_prefill
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["Planner", "PlannerEffects", "get_halfway"]
+__all__ = ["MIN_JUDGED_REQUESTS", "Planner", "PlannerEffects", "get_halfway"]
+
+# the fewest judged requests over the load rule's window for its measured attainment
+MIN_JUDGED_REQUESTS = 20
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class PlannerEffects:
     live: dict[WorkerRole, LiveEstimate] = field(default_factory=dict)
     prefill_correction: float = 1.0
     decode_correction: float = 1.0
+    # the share of requests within both targets over the load rule's window, as the frontend
+    # judged them (None: it judges none, or too few finished)
+    attainment: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ class Planner:
         # their targets (absent: they are not): the load rule scales down only after
         # scale_down_cooldown_s of that, so one quiet window does not remove a worker
         self._calm_since_s: dict[WorkerRole, float] = {}
+        self._attainment: float | None = None  # measured over the load rule's window
 
     def _make_predictor(self) -> LoadPredictor:
         config = self._config
@@ -165,6 +172,7 @@ class Planner:
         on `get_rising_rate`, down on the high bound over the whole window."""
         frontend = observation.frontend
         recent = self._recent.add(frontend)
+        self._attainment = recent.get_attainment(MIN_JUDGED_REQUESTS)
         if frontend.num_requests > 0:
             self._prefix_hit_rate = frontend.prefix_hit_rate
         if recent.num_requests > 0:
@@ -405,6 +413,7 @@ class Planner:
             live=dict(self._live),
             prefill_correction=self._corrections.prefill_factor,
             decode_correction=self._corrections.decode_factor,
+            attainment=self._attainment,
         )
 
 

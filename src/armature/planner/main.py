@@ -20,7 +20,7 @@ from pathlib import Path
 
 import msgspec
 
-from armature.config import PlannerCommandConfig, PlannerServiceConfig
+from armature.config import PlannerCommandConfig, PlannerConfig, PlannerServiceConfig
 from armature.errors import ConfigError
 from armature.planner.actuator import Actuator
 from armature.planner.connectors.api import Connector
@@ -30,7 +30,7 @@ from armature.planner.core import Planner
 from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
 from armature.planner.metrics import PlannerMetrics
 from armature.planner.profile_match import ProfiledWorker
-from armature.planner.scrape import FrontendSample
+from armature.planner.scrape import FrontendSample, judges_by
 from armature.planner.service import INTERVAL_WINDOW, LOAD_WINDOW, PlannerService
 from armature.planner.timing_performance import TimingPerformanceModel
 from armature.planner.worker_feed import WorkerStepFeed
@@ -128,6 +128,27 @@ async def _open_connector(
     )
 
 
+def describe_attainment_source(planner: PlannerConfig, sample: FrontendSample) -> str:
+    """Where the planner's measured attainment comes from: the frontend's judged requests when
+    it judges them against the planner's own targets, else what to start it with."""
+    if judges_by(sample, planner.ttft_ms, planner.itl_ms):
+        return "the frontend's judged requests"
+    ttft_s, itl_s = sample.slo_ttft_target_s, sample.slo_itl_target_s
+    judged = (
+        "no targets"
+        if ttft_s is None and itl_s is None
+        else f"TTFT {_ms(ttft_s)} and ITL {_ms(itl_s)}"
+    )
+    return (
+        f"not measured: the frontend judges requests against {judged} (start it with "
+        f"--slo-ttft-ms {planner.ttft_ms:g} --slo-itl-ms {planner.itl_ms:g})"
+    )
+
+
+def _ms(seconds: float | None) -> str:
+    return "none" if seconds is None else f"{seconds * 1000.0:g} ms"
+
+
 async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendSample:
     deadline_s = time.monotonic() + wait_s
     while True:
@@ -192,13 +213,15 @@ async def _run(config: PlannerCommandConfig) -> None:
             )
         metrics_url = _serve_metrics(metrics, service)
         log.info(
-            "planner ready: %s mode, roles %s, targets %s, connector %s, frontend %s, metrics %s",
+            "planner ready: %s mode, roles %s, targets %s, connector %s, frontend %s, metrics %s, "
+            "attainment %s",
             config.planner.mode,
             ", ".join(f"{r.value}={n}" for r, n in planner.get_num_workers().items()),
             f"ttft {config.planner.ttft_ms:g} ms itl {config.planner.itl_ms:g} ms",
             "none (dry run)" if connector is None else service.connector,
             service.frontend_url,
             metrics_url,
+            describe_attainment_source(config.planner, sample),
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

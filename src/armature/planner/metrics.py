@@ -59,6 +59,13 @@ class PlannerMetrics:
             "Live ITL estimate of each role (the load rule's)",
             "role",
         )
+        self.attainment = _metric(
+            Gauge,
+            r,
+            "measured_attainment",
+            "Requests within both targets over the load rule's window, as the frontend judged "
+            "them (--slo-ttft-ms, --slo-itl-ms)",
+        )
         self.decisions = _metric(
             Counter, r, "decisions", "Scaling decisions, by role and reason", "role", "reason"
         )
@@ -73,7 +80,12 @@ class PlannerMetrics:
         )
         # every series exists from the start; an estimate not made yet is NaN (not 0: no
         # measurement is not a low latency)
-        for gauge in (self.predicted_rate, self.predicted_input, self.predicted_output):
+        for gauge in (
+            self.predicted_rate,
+            self.predicted_input,
+            self.predicted_output,
+            self.attainment,
+        ):
             gauge.set(math.nan)
         for role in roles:
             self.workers.labels(role.value)
@@ -97,6 +109,8 @@ class PlannerMetrics:
             self.predicted_rate.set(effects.forecast.request_rate_per_s)
             self.predicted_input.set(effects.forecast.mean_input_tokens)
             self.predicted_output.set(effects.forecast.mean_output_tokens)
+        if effects.attainment is not None:
+            self.attainment.set(effects.attainment)
         for role, live in effects.live.items():
             self.ttft_s.labels(role.value).set(math.nan if live.ttft_s is None else live.ttft_s)
             self.itl_s.labels(role.value).set(math.nan if live.itl_s is None else live.itl_s)

@@ -29,6 +29,10 @@ class FrontendMetrics(msgspec.Struct, frozen=True, kw_only=True):
     mean_ttft_ms: float | None = None
     mean_itl_ms: float | None = None
     num_queued_requests: int = 0
+    # requests that finished in the window judged against the planner's targets, and those
+    # of them with TTFT and mean ITL both within (0 judged: the frontend does not judge)
+    num_judged_requests: int = 0
+    num_met_requests: int = 0
 
     def get_request_rate_per_s(self) -> float:
         """Arrivals per second over the window."""

@@ -31,6 +31,15 @@ class RecentLoad:
     window_s: float
     mean_input_tokens: float
     mean_output_tokens: float
+    num_judged_requests: int = 0  # finished and judged against the targets (0: not judged)
+    num_met_requests: int = 0  # of those, within both targets
+
+    def get_attainment(self, min_judged: int) -> float | None:
+        """The share of judged requests that met both targets; None with fewer than
+        `min_judged` judged (too few to tell)."""
+        if self.num_judged_requests < max(1, min_judged):
+            return None
+        return self.num_met_requests / self.num_judged_requests
 
 
 class RecentWindows:
@@ -58,12 +67,19 @@ class RecentWindows:
         self._windows.append(metrics)
         num_requests = sum(w.num_requests for w in self._windows)
         window_s = sum(w.window_s for w in self._windows)
+        num_judged = sum(w.num_judged_requests for w in self._windows)
+        num_met = sum(w.num_met_requests for w in self._windows)
         if num_requests == 0:
-            return RecentLoad(0, window_s, 0.0, 0.0)
+            return RecentLoad(0, window_s, 0.0, 0.0, num_judged, num_met)
         input_tokens = sum(w.num_requests * w.mean_input_tokens for w in self._windows)
         output_tokens = sum(w.num_requests * w.mean_output_tokens for w in self._windows)
         return RecentLoad(
-            num_requests, window_s, input_tokens / num_requests, output_tokens / num_requests
+            num_requests,
+            window_s,
+            input_tokens / num_requests,
+            output_tokens / num_requests,
+            num_judged,
+            num_met,
         )
 
 

@@ -10,6 +10,8 @@
     prefix hits  cached prompt tokens / prompt tokens
     TTFT, ITL    the histograms' sum / count      (None when the window has no sample)
     queue        the admission gate's queue at the window's end
+    attainment   requests judged against the frontend's SLO targets, and those met
+                 (`armature_slo_requests_total`; none judged when it has no targets)
 
 A length with no sample in the window (requests arrived, none has finished its prefill yet)
 keeps the previous window's value: an unmeasured length is not zero tokens.
@@ -25,7 +27,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from armature.errors import ArmatureError
 from armature.planner.observation import FrontendMetrics
 
-__all__ = ["FrontendSample", "ScrapeError", "get_window_metrics", "parse_frontend_sample"]
+__all__ = [
+    "FrontendSample",
+    "ScrapeError",
+    "get_window_metrics",
+    "judges_by",
+    "parse_frontend_sample",
+]
 
 
 class ScrapeError(ArmatureError):
@@ -47,6 +55,10 @@ class FrontendSample(msgspec.Struct, frozen=True, kw_only=True):
     num_token_gaps: float  # the ITL histogram's count
     itl_sum_s: float
     num_finished_streams: float  # the e2e histogram's count
+    num_slo_met: float = 0.0  # requests judged against the SLO targets: met, missed
+    num_slo_missed: float = 0.0
+    slo_ttft_target_s: float | None = None  # the targets they are judged against
+    slo_itl_target_s: float | None = None
 
 
 _SCALARS = {
@@ -75,6 +87,8 @@ def parse_frontend_sample(text: str) -> FrontendSample:
     seen: set[str] = set()
     num_finished = 0.0
     model_name = None
+    slo: dict[str, float] = {}
+    targets: dict[str, float] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:
@@ -89,10 +103,29 @@ def parse_frontend_sample(text: str) -> FrontendSample:
                     num_finished += float(sample.value)
             elif sample.name == "armature_model_info" and sample.value == 1:
                 model_name = sample.labels.get("model")
+            elif sample.name == "armature_slo_requests_total":
+                slo[sample.labels.get("result", "")] = float(sample.value)
+            elif sample.name == "armature_slo_target_seconds":
+                targets[sample.labels.get("target", "")] = float(sample.value)
     missing = [name for name in _REQUIRED if name not in seen]
     if missing:
         raise ScrapeError(f"not an armature frontend's metrics (no {', '.join(missing)})")
-    return FrontendSample(model_name=model_name, num_finished_requests=num_finished, **values)
+    return FrontendSample(
+        model_name=model_name,
+        num_finished_requests=num_finished,
+        num_slo_met=slo.get("met", 0.0),
+        num_slo_missed=slo.get("missed", 0.0),
+        slo_ttft_target_s=targets.get("ttft"),
+        slo_itl_target_s=targets.get("itl"),
+        **values,
+    )
+
+
+def judges_by(sample: FrontendSample, ttft_ms: float, itl_ms: float) -> bool:
+    """Whether the frontend judges requests against exactly these targets (both set, each
+    within a microsecond: its gauges are in seconds)."""
+    pairs = ((sample.slo_ttft_target_s, ttft_ms), (sample.slo_itl_target_s, itl_ms))
+    return all(s is not None and abs(s * 1000.0 - ms) < 1e-3 for s, ms in pairs)
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -123,6 +156,7 @@ def get_window_metrics(
     ttft_s = _ratio(delta("ttft_sum_s"), delta("num_first_tokens"))
     itl_s = _ratio(delta("itl_sum_s"), delta("num_token_gaps"))
     hit_rate = _ratio(delta("num_cached_tokens"), num_prompt)
+    num_met = delta("num_slo_met")
     return FrontendMetrics(
         window_s=window_s,
         num_requests=num_requests,
@@ -132,6 +166,8 @@ def get_window_metrics(
         mean_ttft_ms=None if ttft_s is None else ttft_s * 1000.0,
         mean_itl_ms=None if itl_s is None else itl_s * 1000.0,
         num_queued_requests=int(after.num_queued_requests),
+        num_judged_requests=round(num_met + delta("num_slo_missed")),
+        num_met_requests=round(num_met),
     )
 
 

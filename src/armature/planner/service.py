@@ -15,12 +15,15 @@ import logging
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from armature.config.planner import PlannerConfig
 from armature.planner.actuator import Actuator
 from armature.planner.core import Planner, PlannerEffects
 from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
 from armature.planner.metrics import PlannerMetrics
 from armature.planner.observation import PlannerObservation
+from armature.planner.scrape import judges_by
 from armature.planner.worker_feed import WorkerStepFeed
 
 __all__ = ["INTERVAL_WINDOW", "LOAD_WINDOW", "PlannerService"]
@@ -84,9 +87,13 @@ class PlannerService:
             log.error("skipping the %s tick: %s", window, exc)
             self._metrics.scrape_failures.inc()
             return
+        frontend = self._frontend.take_window(window, sample, now_s)
+        config = self._config
+        if not judges_by(sample, config.ttft_ms, config.itl_ms):
+            # judged against other targets (or none): not the planner's attainment
+            frontend = msgspec.structs.replace(frontend, num_judged_requests=0, num_met_requests=0)
         observation = PlannerObservation(
-            frontend=self._frontend.take_window(window, sample, now_s),
-            workers=self._workers.take_steps(window),
+            frontend=frontend, workers=self._workers.take_steps(window)
         )
         if window == INTERVAL_WINDOW:
             effects = self._planner.plan_interval(observation, now_s)

@@ -66,7 +66,8 @@ class _Pool:
 
 class PlannedFleet:
     """Watches `simulation`'s fleet (all of it at start is `roles`' workers) and, with a
-    `planner`, resizes it by `rule` (`PLANNER_RULES`)."""
+    `planner`, resizes it by `rule` (`PLANNER_RULES`). With `targets` (TTFT ms, mean ITL ms)
+    the planner's windows judge each finished request against them, as a frontend would."""
 
     def __init__(
         self,
@@ -77,6 +78,7 @@ class PlannedFleet:
         planner: FleetSizer | None = None,
         rule: str = "both",
         worker_startup_s: float = 0.0,
+        targets: tuple[float, float] | None = None,
     ) -> None:
         if rule not in PLANNER_RULES:
             raise ValueError(f"unknown planner rule {rule!r}")
@@ -86,7 +88,7 @@ class PlannedFleet:
         self._startup_ms = worker_startup_s * 1000.0
         self._load_ms = load_interval_s * 1000.0
         self._interval_ms = interval_s * 1000.0
-        self._windows = FrontendWindows((_LOAD, _INTERVAL))
+        self._windows = FrontendWindows((_LOAD, _INTERVAL), targets)
         self._records: dict[str, dict[str, list[StepRecord]]] = {_LOAD: {}, _INTERVAL: {}}
         self._start_ms = simulation.requests[0].arrival_ms if simulation.requests else 0.0
         self._pools: dict[WorkerRole, _Pool] = {}

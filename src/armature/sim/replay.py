@@ -74,6 +74,7 @@ def replay(
         planner=planner,
         rule=config.planner_rule or "both",
         worker_startup_s=config.worker_startup_s,
+        targets=(planner_config.ttft_ms, planner_config.itl_ms),
     )
     if planner is not None:  # the planner's limits apply from the start
         for role, num_workers in planner.get_num_workers().items():

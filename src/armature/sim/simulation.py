@@ -375,7 +375,8 @@ class Simulation:
         if output.finish_reason is not None:
             self.load.finish(output.request_id)
             if self.monitor is not None:
-                self.monitor.on_finish(statistics.fmean(t.itl_ms) if t.itl_ms else None)
+                ttft_ms = None if t.first_token_ms is None else t.first_token_ms - t.arrival_ms
+                self.monitor.on_finish(ttft_ms, statistics.fmean(t.itl_ms) if t.itl_ms else None)
 
     def _index_events(self, worker: str) -> None:
         """The worker's KV events into the index; with lower tiers, first its load report's

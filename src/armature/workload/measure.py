@@ -36,6 +36,7 @@ __all__ = [
     "RequestTiming",
     "Slo",
     "goodput",
+    "meets_targets",
     "quantile",
 ]
 
@@ -108,15 +109,28 @@ class Slo:
             raise ConfigError(f"SLO {self.name!r}: ITL quantile {self.itl_quantile} not in [0, 1]")
 
     def met_by(self, request: RequestTiming) -> bool:
-        if request.ttft_ms is None:
-            return False
-        if self.ttft_ms is not None and request.ttft_ms > self.ttft_ms:
-            return False
-        if self.itl_ms is None or not request.itl_ms:
-            return True
-        if self.itl_quantile is None:
-            return statistics.fmean(request.itl_ms) <= self.itl_ms
-        return quantile(request.itl_ms, self.itl_quantile) <= self.itl_ms
+        itl_ms = None
+        if request.itl_ms:
+            if self.itl_quantile is None:
+                itl_ms = statistics.fmean(request.itl_ms)
+            else:
+                itl_ms = quantile(request.itl_ms, self.itl_quantile)
+        return meets_targets(request.ttft_ms, itl_ms, self.ttft_ms, self.itl_ms)
+
+
+def meets_targets(
+    ttft_ms: float | None,
+    itl_ms: float | None,
+    ttft_target_ms: float | None,
+    itl_target_ms: float | None,
+) -> bool:
+    """The SLO rule on one request's TTFT (None: no first token, never met) and ITL statistic
+    (None: fewer than two tokens, any ITL bound met); a target left None is always met."""
+    if ttft_ms is None:
+        return False
+    if ttft_target_ms is not None and ttft_ms > ttft_target_ms:
+        return False
+    return itl_ms is None or itl_target_ms is None or itl_ms <= itl_target_ms
 
 
 @dataclass(frozen=True)
