@@ -31,6 +31,7 @@ __all__ = [
     "InvalidRequestError",
     "poll_for_update",
     "wait_and_clear",
+    "wait_for_event",
 ]
 
 # how often an engine that cannot tell when it has news is looked at (`poll_for_update`)
@@ -133,14 +134,24 @@ async def poll_for_update(timeout_s: float) -> bool:
     return True
 
 
+async def wait_for_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """True once `event` is set (at once if it is), False after `timeout_s`. Not
+    `asyncio.wait_for`: on 3.11 it can swallow a cancel that comes as the event is set, and
+    whoever cancels the waiter would wait for it forever."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(max(0.0, timeout_s)):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 async def wait_and_clear(news: asyncio.Event, timeout_s: float) -> bool:
     """`Engine.wait_for_update` on an event its engine sets when it has news: True (and the
     event cleared, for the next wait) once it is set, False after `timeout_s`."""
-    if not news.is_set():
-        try:  # not wait_for: on 3.11 it can swallow a cancel that comes as the event is set
-            async with asyncio.timeout(max(0.0, timeout_s)):
-                await news.wait()
-        except TimeoutError:
-            return False
+    if not await wait_for_event(news, timeout_s):
+        return False
     news.clear()
     return True

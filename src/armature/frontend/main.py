@@ -25,7 +25,7 @@ from armature.errors import ConfigError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import load_api_keys
 from armature.frontend.chat_setup import load_chat_setup
-from armature.frontend.compose import compose_frontend
+from armature.frontend.compose import FrontendParts, compose_frontend
 from armature.frontend.fleet import WorkerFleet
 from armature.frontend.replicas import LoadSharing
 from armature.protocols.worker import WorkerCard, worker_prefix
@@ -95,6 +95,27 @@ async def _first_card(
         await discovery.close()
 
 
+def _compose(config: FrontendConfig, served: WorkerCard) -> FrontendParts:
+    """The frontend's parts for the model the first worker serves (no engine yet: workers
+    join from discovery)."""
+    chat = load_chat_setup(Path(served.model_path), config.chat)
+    return compose_frontend(
+        engines={},
+        router_config=dataclasses.replace(
+            config.router, block_size_tokens=served.block_size, seed=config.seed
+        ),
+        preprocessor=chat.preprocessor,
+        model=ServedModel(
+            name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
+        ),
+        disagg=config.disagg,
+        overload=config.overload,
+        parsers=chat.parsers,
+        responses=config.responses,
+        slo=config.slo,
+    )
+
+
 def run_frontend(
     config: FrontendConfig,
     *,
@@ -111,22 +132,7 @@ def run_frontend(
             config.http.host, config.http.port, reuse_port=config.http.reuse_port
         )
     served = asyncio.run(_first_card(config, min_workers, worker_processes))
-    chat = load_chat_setup(Path(served.model_path), config.chat)
-    parts = compose_frontend(
-        engines={},
-        router_config=dataclasses.replace(
-            config.router, block_size_tokens=served.block_size, seed=config.seed
-        ),
-        preprocessor=chat.preprocessor,
-        model=ServedModel(
-            name=served.model_name, max_model_len=served.max_model_len, created=int(time.time())
-        ),
-        disagg=config.disagg,
-        overload=config.overload,
-        parsers=chat.parsers,
-        responses=config.responses,
-        slo=config.slo,
-    )
+    parts = _compose(config, served)
 
     async def follow_discovery() -> None:
         """Follow the workers, and share load with the other frontend replicas."""

@@ -10,7 +10,6 @@ when its event ids show a gap), and tracks each request's load on every path.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 import msgspec
 
 from armature.config import RouterConfig
-from armature.engines.api import Engine, EngineDeadError
+from armature.engines.api import Engine, EngineDeadError, wait_for_event
 from armature.kv.hashing import DEFAULT_HASH_SEED, hash_seed_for_salt
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, StepRecord
 from armature.protocols.lora import LoraAdapter
@@ -473,11 +472,7 @@ class EngineRouter:
                 await self.sync_events()
             except EngineDeadError:
                 log.warning("a worker engine died; its KV events stop")
-            # not wait_for: on 3.11 it can swallow a cancel that comes as the event is set,
-            # and `stop` would wait for this task forever
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.config.event_sync_idle_interval_s):
-                    await self._news.wait()
+            await wait_for_event(self._news, self.config.event_sync_idle_interval_s)
             # news during a round, or right after it, waits for the next (they come together)
             await asyncio.sleep(
                 max(0.0, started_s + self.config.event_sync_interval_s - loop.time())

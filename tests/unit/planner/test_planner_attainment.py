@@ -8,12 +8,12 @@ Profile: conftest.py; targets TTFT 500 ms and ITL 30 ms.
 
 from __future__ import annotations
 
+from test_planner_core import make_planner
 from test_planner_scrape import exposition
 
 from armature.config import PlannerConfig
-from armature.planner import FrontendMetrics, PerformanceModel, Planner, PlannerObservation
+from armature.planner import FrontendMetrics, PerformanceModel, PlannerObservation
 from armature.planner.main import describe_attainment_source
-from armature.planner.predictors import ConstantPredictor
 from armature.planner.recent_load import RecentWindows
 from armature.planner.scrape import (
     FrontendSample,
@@ -22,11 +22,6 @@ from armature.planner.scrape import (
     parse_frontend_sample,
 )
 from armature.sim.fleet_monitor import FrontendWindows
-
-
-def make_planner(profile: PerformanceModel) -> Planner:
-    config = PlannerConfig(ttft_ms=500.0, itl_ms=30.0, queue_aware=False)
-    return Planner(config, profile, predictor_factory=ConstantPredictor)
 
 
 def window(judged: int, met: int) -> PlannerObservation:
