@@ -2,7 +2,8 @@
 
 `RequestTimes` holds when a request was submitted and when each of its outputs arrived with
 how many tokens (an engine may hand a slow consumer several tokens at once: each of them is
-given an equal share of the gap since the previous output).
+given an equal share of the gap since the previous output; the tokens that came with the first
+output have no gap to share and are not timed).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from msgspec.structs import replace
 
 from armature.protocols.timing_profile import DecodePoint, LoadCheck, PrefillPoint, TimingProfile
-from armature.workload.measure import quantile
+from armature.workload.measure import MeasureError, quantile
 
 __all__ = [
     "RequestTimes",
@@ -37,9 +38,10 @@ class RequestTimes:
     def ttft_s(self) -> float:
         return self.outputs[0][0] - self.submitted_s
 
-    def get_itls_s(self) -> list[float]:
-        """One inter-token latency per token after the first."""
-        itls: list[float] = []
+    def get_itls_s(self) -> list[float | None]:
+        """One inter-token latency per token after the first, in token order; None for the
+        tokens that arrived with the first one (no gap was seen before them)."""
+        itls: list[float | None] = [None] * (self.outputs[0][1] - 1)
         for (before_s, _), (at_s, num_tokens) in itertools.pairwise(self.outputs):
             itls += [(at_s - before_s) / num_tokens] * num_tokens
         return itls
@@ -71,8 +73,16 @@ def prefill_batch_point(input_tokens: int, together: Sequence[RequestTimes]) -> 
 def decode_point(
     context_tokens: int, times: Sequence[RequestTimes], skip: int, count: int
 ) -> DecodePoint:
-    """Requests decoding together: the median of the ITLs `skip` .. `skip + count` of each."""
-    itls_s = [x for t in times for x in t.get_itls_s()[skip : skip + count]]
+    """Requests decoding together: the median of the timed ITLs `skip` .. `skip + count` of
+    each; of all their timed ITLs when a consumer that fell behind got those tokens merged into
+    the first output. MeasureError when no token after the first was timed at all."""
+    itls_s = [x for t in times for x in t.get_itls_s()[skip : skip + count] if x is not None]
+    if not itls_s:
+        itls_s = [x for t in times for x in t.get_itls_s() if x is not None]
+    if not itls_s:
+        raise MeasureError(
+            "every token of the decode requests came in their first output: no gap to time"
+        )
     median_s = quantile(itls_s, 0.5)
     return DecodePoint(
         num_requests=len(times),

@@ -23,6 +23,7 @@ from armature.profiler.points import (
     prefill_batch_point,
 )
 from armature.protocols.timing_profile import DecodePoint, PrefillPoint, TimingProfile
+from armature.workload.measure import MeasureError
 from profiles import make_profile
 
 LIMITS = EngineLimits(
@@ -89,6 +90,22 @@ def test_merged_outputs_share_their_gap() -> None:
     times = RequestTimes(10.0, ((10.5, 1), (10.6, 1), (10.9, 3), (11.0, 1)))
     assert times.ttft_s == pytest.approx(0.5)
     assert times.get_itls_s() == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.1])
+
+
+def test_tokens_merged_into_the_first_output_are_not_timed() -> None:
+    times = RequestTimes(10.0, ((10.5, 3), (10.6, 1), (10.8, 2)))
+    itls_s = times.get_itls_s()
+    assert itls_s[:2] == [None, None]
+    assert itls_s[2:] == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_decode_point_of_a_consumer_that_fell_behind() -> None:
+    # the window (tokens 3..4) came with the first output: all the timed gaps are used
+    late = RequestTimes(0.0, ((1.0, 5), (1.3, 1), (1.4, 1)))
+    point = decode_point(100, [late], skip=2, count=2)
+    assert point.itl_ms == pytest.approx(200.0)
+    with pytest.raises(MeasureError, match="no gap to time"):
+        decode_point(100, [RequestTimes(0.0, ((1.0, 7),))], skip=2, count=2)
 
 
 def test_prefill_points() -> None:
