@@ -15,7 +15,10 @@ __all__ = ["drift_table"]
 def drift_table(profiles: list[tuple[str, TimingProfile]]) -> str:
     """The same points of each profile, and how far each moved from the first."""
     first = profiles[0][1]
-    prefill = max((p for p in first.prefill if p.num_requests == 1), key=lambda p: p.input_tokens)
+    prefill = max(
+        (p for p in first.prefill if p.num_requests == 1 and not p.context_tokens),
+        key=lambda p: p.input_tokens,
+    )
     decodes = [
         p
         for p in first.decode
@@ -28,7 +31,11 @@ def drift_table(profiles: list[tuple[str, TimingProfile]]) -> str:
 
     rows = []
     for when, profile in profiles:
-        ttft_ms = {(p.num_requests, p.input_tokens): p.ttft_ms for p in profile.prefill}
+        ttft_ms = {
+            (p.num_requests, p.input_tokens): p.ttft_ms
+            for p in profile.prefill
+            if not p.context_tokens
+        }
         itl_ms = {(p.num_requests, p.context_tokens): p.itl_ms for p in profile.decode}
         row: list[object] = [when, profile.source.created_at]
         pairs = [(ttft_ms.get((1, prefill.input_tokens)), prefill.ttft_ms)]

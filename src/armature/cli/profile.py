@@ -53,9 +53,10 @@ def run(args: argparse.Namespace) -> int:
     output = Path(config.output)
     write_profile(profile, output)
     for p in profile.prefill:
+        after = f" after {p.context_tokens} cached" if p.context_tokens else ""
         print(
-            f"prefill {p.num_requests:>3} x {p.input_tokens:>6} tokens: TTFT {p.ttft_ms:9.1f} ms"
-            f"  {p.tokens_per_s:10.1f} tokens/s"
+            f"prefill {p.num_requests:>3} x {p.input_tokens:>6} tokens{after}: TTFT "
+            f"{p.ttft_ms:9.1f} ms  {p.tokens_per_s:10.1f} tokens/s"
         )
     for d in profile.decode:
         print(

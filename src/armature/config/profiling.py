@@ -6,7 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armature.config.settings import setting
-from armature.config.values import int64, non_negative_int, positive_int, positive_ints
+from armature.config.values import (
+    int64,
+    non_negative_int,
+    positive_int,
+    positive_ints,
+    positive_ints_or_none,
+)
 
 __all__ = ["ProfileSweepConfig"]
 
@@ -30,6 +36,14 @@ class ProfileSweepConfig:
         4,
         "prefill: prompts submitted together at each input length, for chunked batches (0: none)",
         parse=non_negative_int,
+    )
+    prefill_context_tokens: tuple[int, ...] = setting(
+        (256,),
+        "prefill: cached prompt lengths to time prefills after, comma list (each input length "
+        "within --max-num-batched-tokens is timed again after that many tokens of its prompt "
+        "were cached, rounded down to whole blocks: the attention a prefix-cache hit or a "
+        "later chunk pays over earlier context); 0: none",
+        parse=positive_ints_or_none,
     )
     decode_requests: tuple[int, ...] = setting(
         (1, 4, 16, 64),

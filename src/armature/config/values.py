@@ -29,6 +29,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "positive_ints",
+    "positive_ints_or_none",
     "transfer_backends",
     "worker_role",
 ]
@@ -186,6 +187,11 @@ def positive_ints(text: str) -> tuple[int, ...]:
     if not values or any(b <= a for a, b in itertools.pairwise(values)):
         raise ConfigError(f"expected increasing positive integers like 64,256,1024, got {text!r}")
     return values
+
+
+def positive_ints_or_none(text: str) -> tuple[int, ...]:
+    """As `positive_ints`; '0' -> () (none)."""
+    return () if text.strip() == "0" else positive_ints(text)
 
 
 def transfer_backends(text: str) -> tuple[str, ...]:

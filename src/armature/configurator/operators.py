@@ -10,7 +10,8 @@ A step of `t` new prefill tokens (one prompt from its start) and `b` decoding re
     o          2*T*hq*h/tp;               weights hq*h/tp;         in T*hq/tp, out T*h
     mlp        2*T*3*h*I/tp (gate, up, down); weights 3*h*I/tp;   in T*h, mid 3*T*I/tp, out T*h
                MoE: each token's k experts; the weights of the experts the batch touches
-    attention  prefill 2*t^2*hq/tp (causal), reads q, k, v and writes o: t*(2*hq/tp + 2*kvr)
+    attention  prefill 2*t^2*hq/tp (causal), reads q, k, v and writes o: t*(2*hq/tp + 2*kvr);
+               after c cached tokens also 4*t*c*hq/tp, reading their cache c*2*kvr
                decode 4*c*hq/tp, reads the cache c*2*kvr and q, o: b*2*hq/tp
     all-reduce two per layer (tp > 1) of T*h activations: ring 2*(tp-1)/tp * bytes / link
                + 2*(tp-1) hops of latency
@@ -107,13 +108,22 @@ def get_layer_gemms(
 
 
 def get_attention(
-    model: ModelSpec, num_prefill_tokens: int, num_decode_requests: int, num_kv_tokens: int, tp: int
+    model: ModelSpec,
+    num_prefill_tokens: int,
+    num_decode_requests: int,
+    num_kv_tokens: int,
+    tp: int,
+    num_prefill_context_tokens: int = 0,
 ) -> tuple[OperatorCost, OperatorCost]:
-    """(prefill, decode) attention of one layer on one rank."""
+    """(prefill, decode) attention of one layer on one rank; the prefill's prompt may start
+    after `num_prefill_context_tokens` cached ones, which its tokens attend over too."""
     a, kv = _activation_bytes(model), model.dtype_bytes
     q_width, kv_width = model.q_size / tp, _kv_width_per_rank(model, tp)
-    t = num_prefill_tokens
-    prefill = OperatorCost(2 * t * t * q_width, t * (2 * q_width + 2 * kv_width) * a)
+    t, c = num_prefill_tokens, num_prefill_context_tokens
+    prefill = OperatorCost(
+        2 * t * t * q_width + 4 * t * c * q_width,
+        t * (2 * q_width + 2 * kv_width) * a + c * 2 * kv_width * kv,
+    )
     decode = OperatorCost(
         4 * num_kv_tokens * q_width,
         num_kv_tokens * 2 * kv_width * kv + num_decode_requests * 2 * q_width * a,
@@ -151,6 +161,7 @@ def get_step_breakdown(
     num_prefill_tokens: int,
     num_decode_requests: int,
     num_kv_tokens: int,
+    num_prefill_context_tokens: int = 0,
 ) -> StepBreakdown:
     """One step's time on one of `tp` ranks (the module docstring's composition)."""
     peak = system.get_peak_flops(model.dtype)
@@ -171,7 +182,12 @@ def get_step_breakdown(
     num_rows = num_decode_requests + (1 if num_prefill_tokens else 0)
     gemm_s += _roofline_s(_lm_head(model, num_rows, tp), gemm_flops_s, bytes_s)
     prefill, decode = get_attention(
-        model, num_prefill_tokens, num_decode_requests, num_kv_tokens, tp
+        model,
+        num_prefill_tokens,
+        num_decode_requests,
+        num_kv_tokens,
+        tp,
+        num_prefill_context_tokens,
     )
     attention_s = model.num_layers * (
         (_roofline_s(prefill, attention_flops_s, bytes_s) if num_prefill_tokens else 0.0)

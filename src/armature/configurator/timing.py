@@ -43,6 +43,8 @@ __all__ = [
 
 PREFILL_GRID_TOKENS = tuple(sorted([2**i for i in range(4, 16)] + [3 * 2**i for i in range(3, 14)]))
 DECODE_GRID_REQUESTS = tuple(2**i for i in range(11))
+# prefills are also predicted after this many cached tokens (a prefix hit, an earlier chunk)
+PREFILL_CONTEXT_TOKENS = 4096
 DECODE_GRID_CONTEXT_TOKENS = tuple(2**i for i in range(6, 18))
 
 
@@ -72,7 +74,9 @@ def predict_profile(
 ) -> TimingProfile:
     """The operator model's profile of one worker of `tp` GPUs of `system`."""
 
-    def step_ms(num_prefill_tokens: int, num_decode_requests: int, num_kv_tokens: int) -> float:
+    def step_ms(
+        num_prefill_tokens: int, num_decode_requests: int, num_kv_tokens: int, context: int = 0
+    ) -> float:
         breakdown = get_step_breakdown(
             model,
             system,
@@ -80,15 +84,25 @@ def predict_profile(
             num_prefill_tokens=num_prefill_tokens,
             num_decode_requests=num_decode_requests,
             num_kv_tokens=num_kv_tokens,
+            num_prefill_context_tokens=context,
         )
         return breakdown.total_s * 1000.0
 
     prefill = []
-    for t in PREFILL_GRID_TOKENS:
-        ms = step_ms(t, 0, 0)
-        prefill.append(
-            PrefillPoint(num_requests=1, input_tokens=t, ttft_ms=ms, tokens_per_s=t / ms * 1000)
-        )
+    for c in (0, PREFILL_CONTEXT_TOKENS):
+        for t in PREFILL_GRID_TOKENS:
+            if c and t > max_num_batched_tokens:
+                continue  # the context's cost is fitted on prefills of one step
+            ms = step_ms(t, 0, 0, c)
+            prefill.append(
+                PrefillPoint(
+                    num_requests=1,
+                    input_tokens=t,
+                    ttft_ms=ms,
+                    tokens_per_s=t / ms * 1000,
+                    context_tokens=c,
+                )
+            )
     decode = []
     for b in DECODE_GRID_REQUESTS:
         for c in DECODE_GRID_CONTEXT_TOKENS:

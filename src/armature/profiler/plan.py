@@ -20,6 +20,7 @@ __all__ = [
     "check_sweep",
     "decode_context_tokens",
     "decode_max_tokens",
+    "prefill_context_points",
 ]
 
 DECODE_SKIP_TOKENS = 2
@@ -51,6 +52,18 @@ def decode_context_tokens(prompt_tokens: int, sweep: ProfileSweepConfig) -> int:
     return prompt_tokens + DECODE_SKIP_TOKENS + (sweep.decode_output_tokens + 1) // 2
 
 
+def prefill_context_points(
+    sweep: ProfileSweepConfig, limits: EngineLimits
+) -> list[tuple[int, int]]:
+    """(input tokens, cached tokens) of each prefill timed after a cached prefix: every input
+    length within the step budget after each cached length, rounded down to whole blocks
+    (those of less than a block are left out)."""
+    bs = limits.block_size_tokens
+    contexts = sorted({c // bs * bs for c in sweep.prefill_context_tokens if c >= bs})
+    lengths = [t for t in sweep.prefill_input_tokens if t <= limits.max_num_batched_tokens]
+    return [(t, c) for c in contexts for t in lengths]
+
+
 def _blocks(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
@@ -77,6 +90,18 @@ def check_sweep(sweep: ProfileSweepConfig, limits: EngineLimits) -> None:
             f"({limits.num_kv_tokens} tokens): lower --prefill-batch-requests or raise "
             "--kv-cache-bytes"
         )
+    for length, context in prefill_context_points(sweep, limits):
+        if context + length + 1 > limits.max_model_len_tokens:
+            raise ConfigError(
+                f"--prefill-context-tokens {context} plus --prefill-input-tokens {length} does "
+                f"not fit the context of {limits.max_model_len_tokens} tokens"
+            )
+        if _blocks(context + length + 1, limits.block_size_tokens) > limits.num_kv_blocks:
+            raise ConfigError(
+                f"a prompt of {context} cached and {length} new tokens does not fit the KV "
+                f"cache ({limits.num_kv_tokens} tokens): lower --prefill-context-tokens or "
+                "raise --kv-cache-bytes"
+            )
     most = max(sweep.decode_requests)
     if most > limits.max_num_seqs:
         raise ConfigError(f"--decode-requests {most} is above --max-num-seqs {limits.max_num_seqs}")

@@ -26,12 +26,20 @@ def plot_profile(profile: TimingProfile, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / "prefill.png", directory / "decode.png"]
     fig, (ttft, rate) = plt.subplots(1, 2, figsize=(12, 4))
-    for num_requests in sorted({p.num_requests for p in profile.prefill}):
+    for num_requests, context in sorted(
+        {(p.num_requests, p.context_tokens) for p in profile.prefill}
+    ):
         points = sorted(
-            (p for p in profile.prefill if p.num_requests == num_requests),
+            (
+                p
+                for p in profile.prefill
+                if (p.num_requests, p.context_tokens) == (num_requests, context)
+            ),
             key=lambda p: p.input_tokens,
         )
         label = "alone" if num_requests == 1 else f"{num_requests} together"
+        if context:
+            label += f", after {context} cached"
         xs = [p.input_tokens for p in points]
         ttft.plot(xs, [p.ttft_ms for p in points], marker="o", label=label)
         rate.plot(xs, [p.tokens_per_s for p in points], marker="o", label=label)

@@ -24,6 +24,7 @@ __all__ = [
     "median_prefill_points",
     "median_profile",
     "pooled_load",
+    "prefill_after_prefix_point",
     "prefill_alone_point",
     "prefill_batch_point",
 ]
@@ -33,6 +34,7 @@ __all__ = [
 class RequestTimes:
     submitted_s: float
     outputs: tuple[tuple[float, int], ...]  # (arrival time, tokens), oldest first
+    num_cached_tokens: int = 0  # prompt tokens the engine found in its prefix cache
 
     @property
     def ttft_s(self) -> float:
@@ -55,6 +57,25 @@ def prefill_alone_point(input_tokens: int, repeats: Sequence[RequestTimes]) -> P
         input_tokens=input_tokens,
         ttft_ms=median_s * 1e3,
         tokens_per_s=input_tokens / median_s,
+    )
+
+
+def prefill_after_prefix_point(
+    prompt_tokens: int, repeats: Sequence[RequestTimes]
+) -> PrefillPoint | None:
+    """Prompts of `prompt_tokens` whose start was cached first, timed one at a time: the
+    median TTFT over the median of the tokens the engine found cached (its context) and
+    computed; None when it found none (an engine without a prefix cache)."""
+    context = round(quantile([t.num_cached_tokens for t in repeats], 0.5))
+    if context <= 0:
+        return None
+    median_s = quantile([t.ttft_s for t in repeats], 0.5)
+    return PrefillPoint(
+        num_requests=1,
+        input_tokens=prompt_tokens - context,
+        ttft_ms=median_s * 1e3,
+        tokens_per_s=(prompt_tokens - context) / median_s,
+        context_tokens=context,
     )
 
 
@@ -92,7 +113,7 @@ def decode_point(
     )
 
 
-def _same_keys(keys: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+def _same_keys(keys: list[list[tuple[int, ...]]]) -> list[tuple[int, ...]]:
     """The points every pass measured (their keys, in order); ValueError when there is no
     pass or the passes measured different points."""
     if not keys:
@@ -105,9 +126,11 @@ def _same_keys(keys: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
 def median_prefill_points(passes: Sequence[Sequence[PrefillPoint]]) -> list[PrefillPoint]:
     """The same prefill points measured in several passes: each point's median TTFT and
     tokens/s over the passes (a prompt alone keeps input tokens over its TTFT)."""
-    keys = _same_keys([[(p.num_requests, p.input_tokens) for p in points] for points in passes])
+    keys = _same_keys(
+        [[(p.num_requests, p.input_tokens, p.context_tokens) for p in points] for points in passes]
+    )
     out = []
-    for i, (num_requests, input_tokens) in enumerate(keys):
+    for i, (num_requests, input_tokens, _) in enumerate(keys):
         ttft_ms = quantile([points[i].ttft_ms for points in passes], 0.5)
         if num_requests == 1:
             tokens_per_s = input_tokens / (ttft_ms / 1e3)

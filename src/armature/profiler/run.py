@@ -21,7 +21,7 @@ from armature.engines.registry import get_kind
 from armature.engines.spec import EngineInfo, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
 from armature.profiler.load_pass import plan_load, run_load_pass
-from armature.profiler.plan import EngineLimits, check_sweep
+from armature.profiler.plan import EngineLimits, check_sweep, prefill_context_points
 from armature.profiler.sweep import Sweep
 from armature.protocols.embedding import WorkerTask
 from armature.protocols.timing_profile import (
@@ -103,7 +103,9 @@ async def profile_engine(config: ProfileConfig) -> TimingProfile:
     engine = built.engine
     engine.start()
     try:
-        prefill, decode = await Sweep(engine, built.info.vocab_size, config.sweep).run()
+        after_prefix = prefill_context_points(config.sweep, limits)
+        sweep = Sweep(engine, built.info.vocab_size, config.sweep, after_prefix)
+        prefill, decode = await sweep.run()
         profile = _profile(config, spec, built.info, prefill, decode)
         try:
             timing = timing_from_profile(profile)

@@ -6,7 +6,8 @@ every kind in the registry (the native engine, the mocker, vLLM), as a client se
     Sweep(engine, ...).run()            -> (prefill points, decode points)
 
 Prompts are random token ids from a seeded generator, a fresh one for every request that must
-not hit the prefix cache. Requests ignore EOS, so each makes exactly max_tokens.
+not hit the prefix cache (but for the prefills timed after their prompt's start was cached
+on purpose). Requests ignore EOS, so each makes exactly max_tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from armature.profiler.points import (
     decode_point,
     median_decode_points,
     median_prefill_points,
+    prefill_after_prefix_point,
     prefill_alone_point,
     prefill_batch_point,
 )
@@ -49,14 +51,16 @@ async def time_request(
     """Submit `request` now and note when each output arrives; ProfilerError if it fails."""
     submitted_s = clock_s()
     outputs: list[tuple[float, int]] = []
+    num_cached_tokens = 0
     async for output in engine.generate(request):
         if output.error is not None:
             raise ProfilerError(f"request {request.request_id} failed: {output.error}")
+        num_cached_tokens = max(num_cached_tokens, output.num_cached_tokens)
         if output.new_token_ids:
             outputs.append((clock_s(), len(output.new_token_ids)))
     if len(outputs) == 0:
         raise ProfilerError(f"request {request.request_id} produced no token")
-    return RequestTimes(submitted_s, tuple(outputs))
+    return RequestTimes(submitted_s, tuple(outputs), num_cached_tokens)
 
 
 async def time_together(
@@ -71,10 +75,19 @@ class Sweep:
     """The profile's measurements on one started engine, in order: warm-up, then each pass:
     prefill alone, prefill in batches, decode. Owns nothing but its prompt generator."""
 
-    def __init__(self, engine: Engine, vocab_size: int, sweep: ProfileSweepConfig):
+    def __init__(
+        self,
+        engine: Engine,
+        vocab_size: int,
+        sweep: ProfileSweepConfig,
+        after_prefix: Sequence[tuple[int, int]] = (),
+    ):
+        """`after_prefix`: (input, cached tokens) of the prefills to time after a cached
+        prefix (`plan.prefill_context_points`)."""
         self.engine = engine
         self.vocab_size = vocab_size
         self.sweep = sweep
+        self.after_prefix = after_prefix
         self._rng = random.Random(sweep.prompt_seed)
         self._num_requests = 0
 
@@ -124,6 +137,23 @@ class Sweep:
                     length,
                     points[-1].tokens_per_s,
                 )
+        for length, context in self.after_prefix:
+            repeats = []
+            for _ in range(sweep.prefill_repeats):
+                prompt = self._prompt(context + length)
+                await time_request(self.engine, self._request(prompt[:context], 1))
+                repeats.append(await time_request(self.engine, self._request(prompt, 1)))
+            point = prefill_after_prefix_point(context + length, repeats)
+            if point is None:
+                log.info("prefill after %d cached tokens: none found cached", context)
+                continue
+            points.append(point)
+            log.info(
+                "prefill %d tokens after %d cached: %.1f ms",
+                point.input_tokens,
+                point.context_tokens,
+                point.ttft_ms,
+            )
         return points
 
     async def measure_decode(self) -> list[DecodePoint]:

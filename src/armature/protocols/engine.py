@@ -201,6 +201,9 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
     num_decode_kv_tokens: int = 0
     num_kv_tokens_used: int = 0
     step_wall_s: float = 0.0  # the mocker's: its modeled step time (on its clock)
+    # each prefill chunk's new tokens times the tokens before it (a prefix-cache hit, earlier
+    # chunks), summed: the attention over earlier context a fresh prompt does not pay
+    num_prefill_context_pairs: int = 0
 
 
 def coalesce_outputs(outputs: list[EngineOutput]) -> list[EngineOutput]:

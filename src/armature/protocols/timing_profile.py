@@ -74,9 +74,11 @@ class ProfileSource(msgspec.Struct, frozen=True, kw_only=True):
 
 class PrefillPoint(msgspec.Struct, frozen=True, kw_only=True):
     num_requests: int  # prompts submitted together (1: batch 1)
-    input_tokens: int  # per prompt, none of them cached
+    input_tokens: int  # per prompt, computed (not cached)
     ttft_ms: float  # median time to first token
     tokens_per_s: float  # prompt tokens over the time the last first token took
+    # prompt tokens cached before it (a prefix-cache hit), which the new ones attend over
+    context_tokens: int = 0
 
 
 class DecodePoint(msgspec.Struct, frozen=True, kw_only=True):

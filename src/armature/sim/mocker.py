@@ -101,11 +101,13 @@ class MockerRunner:
 
     def execute(self, chunks: list[ScheduledChunk]) -> list[int]:
         decodes = [c for c in chunks if c.is_decode]
+        prefills = [c for c in chunks if not c.is_decode]
         work = StepWork(
-            num_prefill_tokens=sum(c.num_tokens for c in chunks if not c.is_decode),
+            num_prefill_tokens=sum(c.num_tokens for c in prefills),
             num_decode_requests=len(decodes),
             kv_utilization=self.kv_utilization(),
             num_decode_kv_tokens=sum(c.start_pos + c.num_tokens for c in decodes),
+            num_prefill_context_pairs=sum(c.start_pos * c.num_tokens for c in prefills),
         )
         self.advance(self.timing.step_ms(work))
         return [

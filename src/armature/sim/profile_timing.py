@@ -3,6 +3,9 @@ engine that was profiled.
 
     prefill_ms(t)    the batch-1 TTFT table by input tokens (t = new prefill tokens in the step),
                      piecewise linear, extrapolated linearly past either end
+    + k * pairs      attention over earlier context: a chunk of t new tokens after c tokens
+                     (a prefix-cache hit, earlier chunks) pays k per (new, earlier) token pair,
+                     k fitted from the profile's prefills timed after a cached prefix
     decode_ms(b, c)  the decode ITL grid by requests b and context tokens c per request
                      (c = the decode requests' KV tokens / b), bilinear, extrapolated linearly
 
@@ -27,10 +30,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from armature.protocols.timing_profile import ProfileError, TimingProfile, read_profile
+from armature.protocols.timing_profile import (
+    PrefillPoint,
+    ProfileError,
+    TimingProfile,
+    read_profile,
+)
 from armature.sim.timing import StepWork
 
-__all__ = ["ProfileTiming", "load_profile", "load_profile_timing", "timing_from_profile"]
+__all__ = [
+    "ProfileTiming",
+    "fit_context_pair_ms",
+    "load_profile",
+    "load_profile_timing",
+    "timing_from_profile",
+]
 
 
 def _segment(xs: Sequence[float], x: float) -> tuple[int, float]:
@@ -69,6 +83,8 @@ class ProfileTiming:
     decode_ms_grid: tuple[tuple[float, ...], ...]
     speedup_ratio: float = 1.0
     load_factor: float = 1.0  # the profile's load pass: loaded steps over these tables
+    # a prefill's attention over earlier context, per (new token, earlier token) pair
+    prefill_ms_per_context_pair: float = 0.0
 
     def __post_init__(self) -> None:
         _check_axis("prefill input tokens", self.prefill_tokens, 2)
@@ -83,6 +99,8 @@ class ProfileTiming:
             raise ValueError("speedup_ratio must be > 0")
         if self.load_factor <= 0:
             raise ValueError("load_factor must be > 0")
+        if self.prefill_ms_per_context_pair < 0:
+            raise ValueError("prefill_ms_per_context_pair must be >= 0")
 
     def get_prefill_ms(self, num_tokens: float) -> float:
         """A prefill-only step of `num_tokens` new tokens, before the speedup."""
@@ -113,6 +131,7 @@ class ProfileTiming:
         prefill = decode = 0.0
         if work.num_prefill_tokens > 0:
             prefill = self.get_prefill_ms(work.num_prefill_tokens)
+            prefill += self.prefill_ms_per_context_pair * work.num_prefill_context_pairs
         if work.num_decode_requests > 0:
             context = (
                 work.num_decode_kv_tokens / work.num_decode_requests
@@ -126,14 +145,35 @@ class ProfileTiming:
         return total * self.load_factor / self.speedup_ratio
 
 
+def fit_context_pair_ms(
+    tokens: Sequence[float], ms_table: Sequence[float], points: Sequence[PrefillPoint]
+) -> float:
+    """The ms per (new token, earlier token) pair that best explains, by least squares through
+    0, what each prefill after a cached prefix took over the fresh table at its new tokens;
+    0 with no such point, and never below 0."""
+    num = den = 0.0
+    for p in points:
+        if p.context_tokens > 0:
+            pairs = float(p.input_tokens * p.context_tokens)
+            num += (p.ttft_ms - _interpolate(tokens, ms_table, p.input_tokens)) * pairs
+            den += pairs * pairs
+    return max(0.0, num / den) if den > 0 else 0.0
+
+
 def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> ProfileTiming:
-    """The profile's tables: batch-1 prefill points within the step budget (one step each;
-    several at one length are averaged) and the decode points, which must form a full grid;
-    scaled by the load pass's factor when the profile has one. ValueError naming what is
-    missing."""
+    """The profile's tables: batch-1 prefill points of fresh prompts within the step budget
+    (one step each; several at one length are averaged), the cost of earlier context fitted
+    from those timed after a cached prefix, and the decode points, which must form a full
+    grid; scaled by the load pass's factor when the profile has one. ValueError naming what
+    is missing."""
     prefill: dict[int, list[float]] = {}
+    after_prefix: list[PrefillPoint] = []
     for p in profile.prefill:
-        if p.num_requests == 1 and p.input_tokens <= profile.max_num_batched_tokens:
+        if p.num_requests != 1 or p.input_tokens > profile.max_num_batched_tokens:
+            continue
+        if p.context_tokens > 0:
+            after_prefix.append(p)
+        else:
             prefill.setdefault(p.input_tokens, []).append(p.ttft_ms)
     grid: dict[tuple[int, int], float] = {}
     for d in profile.decode:
@@ -147,14 +187,19 @@ def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> P
     if not grid:
         raise ValueError("no decode points")
     lengths = sorted(prefill)
+    tokens = tuple(float(t) for t in lengths)
+    ms_table = tuple(sum(prefill[t]) / len(prefill[t]) for t in lengths)
     return ProfileTiming(
-        prefill_tokens=tuple(float(t) for t in lengths),
-        prefill_ms_table=tuple(sum(prefill[t]) / len(prefill[t]) for t in lengths),
+        prefill_tokens=tokens,
+        prefill_ms_table=ms_table,
         decode_requests=tuple(float(b) for b in requests),
         decode_context_tokens=tuple(float(c) for c in contexts),
         decode_ms_grid=tuple(tuple(grid[(b, c)] for c in contexts) for b in requests),
         speedup_ratio=speedup_ratio,
         load_factor=profile.load.factor if profile.load is not None else 1.0,
+        prefill_ms_per_context_pair=(
+            fit_context_pair_ms(tokens, ms_table, after_prefix) if len(tokens) >= 2 else 0.0
+        ),
     )
 
 

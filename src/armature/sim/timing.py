@@ -42,6 +42,8 @@ class StepWork:
     kv_utilization: float  # active blocks / total blocks, 0..1
     # the context the decode requests attend over, summed (their new tokens included)
     num_decode_kv_tokens: int = 0
+    # each prefill chunk's new tokens times the tokens before it, summed (StepRecord's)
+    num_prefill_context_pairs: int = 0
 
     @staticmethod
     def of_record(record: StepRecord) -> StepWork:
@@ -52,6 +54,7 @@ class StepWork:
             record.num_decode_requests,
             0.0,
             record.num_decode_kv_tokens,
+            record.num_prefill_context_pairs,
         )
 
 

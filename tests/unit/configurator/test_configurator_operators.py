@@ -20,7 +20,10 @@ from armature.configurator.operators import (
     get_layer_gemms,
     get_step_breakdown,
 )
+from armature.configurator.timing import PREFILL_CONTEXT_TOKENS, predict_profile
 from armature.errors import ConfigError
+from armature.sim.profile_timing import timing_from_profile
+from armature.sim.timing import StepWork
 
 
 def test_layer_gemms_at_tp1_and_tp2() -> None:
@@ -46,6 +49,52 @@ def test_attention_prefill_causal_and_decode_reads_the_cache() -> None:
     # 4 ranks, 2 KV heads: each rank holds one KV head (replicated), a quarter of q
     _, decode = get_attention(model, 0, 1, 100, 4)
     assert decode == OperatorCost(4 * 100 * 16, 100 * 2 * 16 * 2 + 2 * 16 * 2)
+
+
+def test_a_prefill_after_cached_tokens_attends_over_them() -> None:
+    model = tiny_llama()
+    # 100 new tokens after 500 cached: causal over their own, plus QK and PV over the 500
+    # (4 * 100 * 500 * 64), reading the cached K and V (500 * 2 * 32 * 2 bytes)
+    prefill, _ = get_attention(model, 100, 0, 0, 1, num_prefill_context_tokens=500)
+    assert prefill == OperatorCost(
+        2 * 100 * 100 * 64 + 4 * 100 * 500 * 64,
+        100 * (128 + 64) * 2 + 500 * 2 * 32 * 2,
+    )
+
+
+def test_a_predicted_profile_prices_the_context_of_a_prefill() -> None:
+    """The operator model's profile has prefills after PREFILL_CONTEXT_TOKENS cached ones;
+    the timing fitted from it charges a prefill after a cached prefix what the operator model
+    says it takes (within the fit's straight line)."""
+    model, system = tiny_llama(), toy_system()
+    profile = predict_profile(
+        model,
+        system,
+        1,
+        served_model_name="tiny",
+        max_num_seqs=8,
+        max_num_batched_tokens=512,
+        num_kv_blocks=1024,
+        block_size_tokens=16,
+    )
+    after = [p for p in profile.prefill if p.context_tokens]
+    assert after and all(p.context_tokens == PREFILL_CONTEXT_TOKENS for p in after)
+    assert max(p.input_tokens for p in after) <= 512
+    timing = timing_from_profile(profile)
+    assert timing.prefill_ms_per_context_pair > 0
+    for t in (64, 256, 512):
+        work = StepWork(t, 0, 0.0, num_prefill_context_pairs=t * PREFILL_CONTEXT_TOKENS)
+        step = get_step_breakdown(
+            model,
+            system,
+            1,
+            num_prefill_tokens=t,
+            num_decode_requests=0,
+            num_kv_tokens=0,
+            num_prefill_context_tokens=PREFILL_CONTEXT_TOKENS,
+        )
+        assert timing.step_ms(work) == pytest.approx(step.total_s * 1000, rel=0.1)
+        assert timing.step_ms(work) > timing.step_ms(StepWork(t, 0, 0.0))
 
 
 def test_all_reduce_and_kv_transfer() -> None:

@@ -42,6 +42,27 @@ def _decode_record(kv_tokens: int, wall_s: float) -> StepRecord:
     )
 
 
+def test_a_prefill_chunk_after_earlier_tokens_records_its_context_pairs() -> None:
+    request = cast(Any, None)
+    stats = StepStats(block_size=16)
+    # a fresh prompt's chunk, one 48 tokens into its prompt, and a decode
+    chunks = [
+        ScheduledChunk(request, 0, 16),
+        ScheduledChunk(request, 48, 32),
+        ScheduledChunk(request, 70, 1),
+    ]
+    stats.record(
+        SchedulerOutput(chunks=chunks, preempted=[]),
+        num_kv_tokens_used=160,
+        num_queued_prefill_requests=0,
+        num_queued_prefill_tokens=0,
+        wall_s=0.25,
+    )
+    (record,) = stats.take_records()
+    assert (record.num_scheduled_prefill_tokens, record.num_prefill_context_pairs) == (48, 48 * 32)
+    assert record.num_decode_kv_tokens == 71
+
+
 def test_a_decode_run_gives_one_record_per_step_in_order() -> None:
     stats = StepStats(block_size=16)
     stats.record(

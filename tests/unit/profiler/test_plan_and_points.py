@@ -12,6 +12,7 @@ from armature.profiler.plan import (
     check_sweep,
     decode_context_tokens,
     decode_max_tokens,
+    prefill_context_points,
 )
 from armature.profiler.points import (
     RequestTimes,
@@ -42,13 +43,26 @@ def test_decode_requests_are_timed_after_settling() -> None:
     assert decode_context_tokens(100, sweep) == 106
 
 
+def _sweep(**settings: object) -> ProfileSweepConfig:
+    """A sweep with no prefill after a cached prefix unless it says so."""
+    return ProfileSweepConfig(**{"prefill_context_tokens": (), **settings})  # type: ignore[arg-type]
+
+
+def test_prefill_context_points() -> None:
+    sweep = _sweep(prefill_input_tokens=(32, 128, 400), prefill_context_tokens=(8, 100, 300))
+    # 8 is under a block; 100 is 96 in whole blocks; 400 is over the step budget
+    assert prefill_context_points(sweep, LIMITS) == [(32, 96), (128, 96), (32, 288), (128, 288)]
+    assert prefill_context_points(_sweep(), LIMITS) == []
+
+
 def test_a_sweep_that_fits_passes() -> None:
     check_sweep(
-        ProfileSweepConfig(
+        _sweep(
             prefill_input_tokens=(32, 128, 400),
             prefill_batch_requests=4,
             decode_requests=(1, 16),
             decode_context_tokens=(64, 128),
+            prefill_context_tokens=(100, 300),
         ),
         LIMITS,
     )
@@ -57,27 +71,32 @@ def test_a_sweep_that_fits_passes() -> None:
 @pytest.mark.parametrize(
     ("sweep", "message"),
     [
-        (ProfileSweepConfig(prefill_input_tokens=(32, 512)), "at least two lengths within"),
-        (ProfileSweepConfig(prefill_input_tokens=(32, 64, 600)), "600 does not fit the context"),
+        (_sweep(prefill_input_tokens=(32, 512)), "at least two lengths within"),
+        (_sweep(prefill_input_tokens=(32, 64, 600)), "600 does not fit the context"),
         (
-            ProfileSweepConfig(prefill_input_tokens=(32, 64, 500), prefill_batch_requests=9),
+            _sweep(prefill_input_tokens=(32, 64, 500), prefill_batch_requests=9),
             "9 prompts of 500 tokens do not fit the KV cache (4096 tokens)",
         ),
         (
-            ProfileSweepConfig(prefill_input_tokens=(32, 64), decode_requests=(1, 32)),
+            _sweep(prefill_input_tokens=(32, 64), decode_requests=(1, 32)),
             "--decode-requests 32 is above --max-num-seqs 16",
         ),
         (
-            ProfileSweepConfig(
+            _sweep(
                 prefill_input_tokens=(32, 64), decode_requests=(1,), decode_context_tokens=(500,)
             ),
             "--decode-context-tokens 500 plus 19 output tokens does not fit",
         ),
         (
-            ProfileSweepConfig(
+            _sweep(
                 prefill_input_tokens=(32, 64), decode_requests=(16,), decode_context_tokens=(300,)
             ),
             "16 requests of 319 tokens do not fit the KV cache",
+        ),
+        (
+            _sweep(prefill_input_tokens=(32, 128), prefill_context_tokens=(400,)),
+            "--prefill-context-tokens 400 plus --prefill-input-tokens 128 does not fit the "
+            "context of 512",
         ),
     ],
 )

@@ -30,6 +30,8 @@ SWEEP = [
     "4",
     "--num-kv-blocks",
     "64",
+    "--prefill-context-tokens",
+    "32",
 ]
 
 
@@ -42,11 +44,14 @@ def _profile(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert sorted(p.name for p in report.iterdir()) == ["decode.png", "prefill.png"]
     assert all(p.stat().st_size > 10_000 for p in report.iterdir())
     profile = read_profile(out)
-    assert [(p.num_requests, p.input_tokens) for p in profile.prefill] == [
-        (1, 16),
-        (2, 16),
-        (1, 64),
-        (2, 64),
+    # then each length alone again after 32 tokens of its prompt were cached
+    assert [(p.num_requests, p.input_tokens, p.context_tokens) for p in profile.prefill] == [
+        (1, 16, 0),
+        (2, 16, 0),
+        (1, 64, 0),
+        (2, 64, 0),
+        (1, 16, 32),
+        (1, 64, 32),
     ]
     # timed: tokens 4..7, over context + 3 .. context + 6 tokens: mean context + 4
     assert [(d.num_requests, d.context_tokens) for d in profile.decode] == [
@@ -117,6 +122,13 @@ def test_profile_the_native_engine_then_run_the_mocker_from_it(
     for real, sim in zip(native.decode, mocked.decode, strict=True):
         expected_ms = real.itl_ms * load.factor
         assert expected_ms * 0.95 <= sim.itl_ms <= expected_ms * 1.5 + 2.0
+    # and its prefills after a cached prefix what the fitted cost per context pair adds
+    assert timing.prefill_ms_per_context_pair >= 0.0
+    for sim in (p for p in mocked.prefill if p.context_tokens):
+        pairs = sim.input_tokens * sim.context_tokens
+        modeled_ms = timing.get_prefill_ms(sim.input_tokens)
+        expected_ms = (modeled_ms + timing.prefill_ms_per_context_pair * pairs) * load.factor
+        assert expected_ms * 0.95 <= sim.ttft_ms <= expected_ms * 1.5 + 2.0
     # a profile of another model is refused in one line
     other = ["--engine", "mocker", "--model", str(tiny_qwen2_dir), "--timing-profile"]
     code = main(["profile", *other, str(torch_path), "--output", str(tmp_path / "x.json")])
@@ -175,9 +187,13 @@ def test_engines_at_once_profile_in_processes_of_their_own_and_merge(
     # each engine ran the whole sweep with the command's flags (not the parent's own)
     assert first.source.flags == second.source.flags == merged.source.flags
     assert "engines-at-once" not in first.source.flags
-    assert len(merged.prefill) == len(first.prefill) == len(second.prefill) == 4
+    assert len(merged.prefill) == len(first.prefill) == len(second.prefill) == 6
     for m, a, b in zip(merged.prefill, first.prefill, second.prefill, strict=True):
-        assert (m.num_requests, m.input_tokens) == (a.num_requests, a.input_tokens)
+        assert (m.num_requests, m.input_tokens, m.context_tokens) == (
+            a.num_requests,
+            a.input_tokens,
+            a.context_tokens,
+        )
         assert m.ttft_ms == pytest.approx((a.ttft_ms + b.ttft_ms) / 2)
     for m, a, b in zip(merged.decode, first.decode, second.decode, strict=True):
         assert m.itl_ms == pytest.approx((a.itl_ms + b.itl_ms) / 2)

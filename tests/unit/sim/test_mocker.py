@@ -13,21 +13,25 @@ from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_events import KvStored
 from armature.sim.mocker import MockerRunner, VirtualClock, build_mocker_core, simulated_arch
+from armature.sim.profile_timing import ProfileTiming
 from armature.sim.timing import (
     AttendedTokensTiming,
     InterpolatedTiming,
     PolynomialTiming,
     StepWork,
+    TimingModel,
 )
 
 ARCH = simulated_arch(vocab_size=1000, max_model_len=4096, eos_token_ids=(2,))
 
 
-def mocker(clock: VirtualClock, seed: int = 0, **overrides: object) -> EngineCore:
+def mocker(
+    clock: VirtualClock, seed: int = 0, timing: TimingModel | None = None, **overrides: object
+) -> EngineCore:
     settings: dict[str, object] = {"num_kv_blocks": 64, "block_size": 4, "seed": seed}
     settings.update(overrides)
     config = NativeEngineConfig(model_dir=Path("/unused"), **settings)  # type: ignore[arg-type]
-    return build_mocker_core(config, clock=clock, arch=ARCH)
+    return build_mocker_core(config, clock=clock, arch=ARCH, timing=timing)
 
 
 def run(core: EngineCore, prompts: dict[str, list[int]], max_tokens: int) -> dict[str, list[int]]:
@@ -92,6 +96,34 @@ def test_virtual_clock_advances_by_the_timing_model() -> None:
     # step 1: prefill of 10 tokens; steps 2-3: one decode each (3 then 3 blocks of 64 in use)
     expected_ms = timing.prefill_ms(10) + 2 * timing.decode_ms(3 / 64)
     assert math.isclose(clock.now_s * 1000, expected_ms, rel_tol=1e-9)
+
+
+def test_a_chunk_after_earlier_tokens_pays_for_their_context() -> None:
+    """A prompt over the step budget in two chunks, then the same prompt hitting the prefix
+    cache: each step's modeled time has the profile's cost per (new, earlier) token pair on
+    what came before the chunk; the step records carry the same pairs."""
+    timing = ProfileTiming(
+        prefill_tokens=(0.0, 100.0),
+        prefill_ms_table=(0.0, 10.0),  # 0.1 ms per new token
+        decode_requests=(1.0,),
+        decode_context_tokens=(1.0,),
+        decode_ms_grid=((1.0,),),
+        prefill_ms_per_context_pair=0.001,
+    )
+    clock = VirtualClock()
+    core = mocker(clock, max_num_batched_tokens=24, timing=timing)
+    run(core, {"a": list(range(40))}, max_tokens=1)
+    assert clock.now_s * 1000 == pytest.approx(2.4 + (1.6 + 0.001 * 24 * 16))
+    records = core.take_step_records()
+    assert [(r.num_scheduled_prefill_tokens, r.num_prefill_context_pairs) for r in records] == [
+        (24, 0),
+        (16, 24 * 16),
+    ]
+    # the prompt again, with two tokens more: 40 of its tokens are cached (blocks of 4)
+    started_s = clock.now_s
+    run(core, {"b": list(range(42))}, max_tokens=1)
+    assert (clock.now_s - started_s) * 1000 == pytest.approx(0.2 + 0.001 * 40 * 2)
+    assert [r.num_prefill_context_pairs for r in core.take_step_records()] == [80]
 
 
 def test_tokens_are_seeded_and_independent_of_batching() -> None:

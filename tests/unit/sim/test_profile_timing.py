@@ -97,6 +97,45 @@ def test_a_profile_gives_batch_one_prefill_within_the_budget_and_the_decode_grid
     )
 
 
+def test_a_prefill_pays_for_the_earlier_context_it_attends_over() -> None:
+    timing = ProfileTiming(**{**TIMING.__dict__, "prefill_ms_per_context_pair": 1e-4})
+    # 128 new tokens after 512 earlier ones: 14 ms fresh, plus 128 * 512 pairs at 1e-4 ms
+    after = StepWork(128, 0, 0.0, num_prefill_context_pairs=128 * 512)
+    assert timing.step_ms(after) == pytest.approx(14.0 + 6.5536)
+    assert TIMING.step_ms(after) == pytest.approx(14.0)  # a profile without the term
+    # mixed with decodes, the context is part of the prefill
+    both = StepWork(128, 3, 0.0, num_decode_kv_tokens=3 * 640, num_prefill_context_pairs=65536)
+    assert timing.step_ms(both) == pytest.approx(14.0 + 6.5536 + 14.25 - 6.0)
+    with pytest.raises(ValueError, match="prefill_ms_per_context_pair must be >= 0"):
+        ProfileTiming(**{**TIMING.__dict__, "prefill_ms_per_context_pair": -1.0})
+
+
+def _after(input_tokens: int, context_tokens: int, ttft_ms: float) -> PrefillPoint:
+    return PrefillPoint(
+        num_requests=1,
+        input_tokens=input_tokens,
+        ttft_ms=ttft_ms,
+        tokens_per_s=input_tokens / ttft_ms * 1e3,
+        context_tokens=context_tokens,
+    )
+
+
+def test_the_context_cost_is_fitted_from_prefills_after_a_cached_prefix() -> None:
+    # over the fresh table (64: 10 ms, 256: 22 ms): +2 ms for 64 x 200 pairs, +10 ms for
+    # 256 x 200; least squares through 0: (2 * 12800 + 10 * 51200) / (12800^2 + 51200^2)
+    points = [*PREFILL, _after(64, 200, 12.0), _after(256, 200, 32.0)]
+    timing = timing_from_profile(_profile(points, DECODE))
+    pairs = (12800.0, 51200.0)
+    expected = (2 * pairs[0] + 10 * pairs[1]) / (pairs[0] ** 2 + pairs[1] ** 2)
+    assert timing.prefill_ms_per_context_pair == pytest.approx(expected)
+    # the fresh table is the fresh points' alone
+    assert timing.prefill_ms_table == (10.0, 22.0)
+    # a prefix that made it faster gives no negative cost; none at all gives none
+    faster = timing_from_profile(_profile([*PREFILL, _after(64, 200, 9.0)], DECODE))
+    assert faster.prefill_ms_per_context_pair == 0.0
+    assert timing_from_profile(_profile(PREFILL, DECODE)).prefill_ms_per_context_pair == 0.0
+
+
 def test_a_profile_whose_decode_points_are_not_a_grid_is_refused() -> None:
     with pytest.raises(ValueError, match="none for 4 requests x 512 tokens"):
         timing_from_profile(_profile(PREFILL, DECODE[:3]))

@@ -20,7 +20,7 @@ __all__ = ["MAX_STEP_RECORDS", "StepStats"]
 
 MAX_STEP_RECORDS = 1024  # kept until taken; beyond this the oldest are dropped
 # a record until taken: StepRecord's fields in order (a tuple costs a tenth of a record)
-_Row = tuple[int, int, int, int, int, int, int, float]
+_Row = tuple[int, int, int, int, int, int, int, float, int]
 
 
 class _DecodeRows(NamedTuple):  # a tuple: made once per stretch of a decode run
@@ -45,6 +45,7 @@ class _DecodeRows(NamedTuple):  # a tuple: made once per stretch of a decode run
             range(first, first + n * len(self.wall_s), n),
             repeat(self.num_kv_tokens_used),
             self.wall_s,
+            repeat(0),
         )
 
 
@@ -72,6 +73,7 @@ class StepStats:
         """One StepRecord for a batch that ran; KV in use is as the model saw it (after
         scheduling allocated, before finished requests freed), queues as they are now."""
         num_prefills = num_prefill_tokens = num_decodes = num_decode_kv_tokens = 0
+        num_prefill_context_pairs = 0
         for chunk in scheduled.chunks:
             if chunk.is_decode:
                 num_decodes += 1
@@ -79,6 +81,7 @@ class StepStats:
             else:
                 num_prefills += 1
                 num_prefill_tokens += chunk.num_tokens
+                num_prefill_context_pairs += chunk.start_pos * chunk.num_tokens
         if num_prefill_tokens and not num_decodes:
             self._prefill_step_s += wall_s
             self._prefill_step_blocks += num_prefill_tokens / self.block_size
@@ -92,6 +95,7 @@ class StepStats:
                 num_decode_kv_tokens,
                 num_kv_tokens_used,
                 wall_s,
+                num_prefill_context_pairs,
             ),
             1,
         )
@@ -161,6 +165,7 @@ def _to_record(
     num_decode_kv_tokens: int,
     num_kv_tokens_used: int,
     wall_s: float,
+    num_prefill_context_pairs: int,
 ) -> StepRecord:
     return StepRecord(
         num_scheduled_prefill_requests=num_prefills,
@@ -171,4 +176,5 @@ def _to_record(
         num_decode_kv_tokens=num_decode_kv_tokens,
         num_kv_tokens_used=num_kv_tokens_used,
         step_wall_s=wall_s,
+        num_prefill_context_pairs=num_prefill_context_pairs,
     )

@@ -18,6 +18,7 @@ a batch, so a StepRecord's fields are mapped like this:
     num_kv_tokens_used              vLLM's KV usage x the engine's blocks x block size
     step_wall_s                     the shortest inter-token latency of the step, i.e. the
                                     time since the previous step's outputs; 0 with no decode
+    num_prefill_context_pairs       0: vLLM does not say where a chunk starts
 """
 
 from __future__ import annotations
