@@ -50,6 +50,7 @@ class TimingPerformanceModel:
                 num_prefill_tokens=chunk,
                 num_decode_requests=0,
                 kv_utilization=self._utilization(done + chunk),
+                num_prefill_context_pairs=done * chunk,  # over the earlier chunks
             )
             total_ms += self.timing.step_ms(work)
             done += chunk

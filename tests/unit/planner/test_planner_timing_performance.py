@@ -3,6 +3,7 @@ and read from a timing profile with the limits the engine was profiled with."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,12 @@ def test_profile_tables_by_requests_and_context() -> None:
     )
     model = TimingPerformanceModel(timing, 16, 1000, 256, 4096)
     assert model.get_prefill_s(600) == pytest.approx(0.070)
+    # chunked: each chunk after the first pays for the context before it
+    chunked = TimingPerformanceModel(
+        dataclasses.replace(timing, prefill_ms_per_context_pair=1e-5), 16, 1000, 256, 400
+    )
+    # 400 tokens (50 ms), then 200 (30 ms) after 400: + 400 * 200 * 1e-5 ms
+    assert chunked.get_prefill_s(600) == pytest.approx(0.0808)
     # 3 requests at 300 tokens: rows at b=1 (12) and b=5 (24), halfway: 18 ms
     assert model.get_decode_step_s(3, 300) == pytest.approx(0.018)
 
