@@ -3,10 +3,12 @@ trace and reported on the second half (issue 16: skew <= 1.10 on both traces wit
 ratio within 3% of the default cost's).
 
     python -m bench.replay_balance [--temperatures T ...] [--decode-weights W ...]
-                                   [--load-bounds B ...] [--quick]
+                                   [--load-bounds B ...] [--share-bounds S ...]
+                                   [--share-windows N ...] [--quick]
 
-Every candidate cost (router temperature x decode weight x load bound, overlap weight 1; a
-load bound of 0 is none, above 1 the kv router's bounded loads) replays the first
+Every candidate cost (router temperature x decode weight x load bound x share bound and its
+window, overlap weight 1; a bound of 0 is none, above 1 the kv router's bounded loads or
+bounded shares of its last N decisions per worker) replays the first
 half of each trace (its first requests by arrival, original timestamps, 8 workers, block size
 16, 131,072 KV blocks per worker). A candidate is feasible when, on both first halves, its
 skew is <= 1.10 and its hit ratio >= 97% of the DESIGN baseline cost's (temperature 0, decode
@@ -26,6 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from armature.config.routing import DEFAULT_SHARE_WINDOW
 from armature.sim.replay import ReplayConfig, ReplayReport, replay
 from armature.workload.traces import TraceRequest, read_mooncake_trace
 from bench.paths import TRACES_DIR, results_path
@@ -41,11 +44,16 @@ class Candidate:
     temperature: float
     decode_weight: float
     load_bound: float = 0.0  # none
+    share_bound: float = 0.0  # none
+    share_window: int = DEFAULT_SHARE_WINDOW  # decisions per worker (with a share bound)
 
     @property
     def label(self) -> str:
         label = f"temperature {self.temperature:g}, decode weight {self.decode_weight:g}"
-        return label + (f", load bound {self.load_bound:g}" if self.load_bound else "")
+        label += f", load bound {self.load_bound:g}" if self.load_bound else ""
+        if self.share_bound:
+            label += f", share bound {self.share_bound:g} over {self.share_window}"
+        return label
 
 
 BASELINE = Candidate(0.0, 1.0)  # DESIGN's cost: argmin, every active block counted, no bound
@@ -67,7 +75,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.01, 0.02])
     parser.add_argument("--decode-weights", type=float, nargs="+", default=[0.5, 1.0, 2.0])
-    parser.add_argument("--load-bounds", type=float, nargs="+", default=[0.0, 1.5, 3.0])
+    parser.add_argument("--load-bounds", type=float, nargs="+", default=[0.0])
+    parser.add_argument("--share-bounds", type=float, nargs="+", default=[0.0, 1.03, 1.05, 1.08])
+    parser.add_argument(
+        "--share-windows", type=int, nargs="+", default=[256, 512, 1024], help="per worker"
+    )
     parser.add_argument("--limit", type=int, default=None, help="the first N requests only")
     parser.add_argument("--quick", action="store_true")
     return parser.parse_args(argv)
@@ -87,6 +99,8 @@ def run(requests: list[TraceRequest], candidate: Candidate) -> Outcome:
         router_temperature=candidate.temperature,
         decode_weight=candidate.decode_weight,
         load_bound=candidate.load_bound,
+        share_bound=candidate.share_bound,
+        share_window=candidate.share_window,
     )
     cpu_s = time.process_time()
     report: ReplayReport = replay(requests, config)
@@ -125,10 +139,19 @@ def main() -> None:
     args = parse_args()
     limit = 600 if args.quick else args.limit
     defaults = ReplayConfig()
-    default = Candidate(defaults.router_temperature, defaults.decode_weight, defaults.load_bound)
+    default = Candidate(
+        defaults.router_temperature,
+        defaults.decode_weight,
+        defaults.load_bound,
+        defaults.share_bound,
+        defaults.share_window if defaults.share_bound else DEFAULT_SHARE_WINDOW,
+    )
+    shares = [(0.0, DEFAULT_SHARE_WINDOW)] if 0.0 in args.share_bounds else []
+    shares += [(s, n) for s in args.share_bounds if s for n in args.share_windows]
     grid = [
-        Candidate(t, w, b)
+        Candidate(t, w, b, s, n)
         for b in args.load_bounds
+        for s, n in shares
         for t in args.temperatures
         for w in args.decode_weights
     ]

@@ -55,7 +55,7 @@ def _other_value(field: dataclasses.Field[Any], setting: Setting, default: Any) 
         return ("a=/tmp/lora-a", "b=/tmp/lora-b")
     if setting.repeat:
         return ("key-a", "key-b")
-    if field.name == "load_bound":
+    if field.name in ("load_bound", "share_bound"):
         return 1.5  # 0 (none) or above 1
     if isinstance(default, float):
         return default + 0.25 if field.name != "busy_kv_usage" else 0.75

@@ -50,7 +50,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_settings(
         replay,
         RouterConfig(),
-        only=("overlap_weight", "decode_weight", "temperature", "load_bound", "routed_ttl_s"),
+        only=(
+            "overlap_weight",
+            "decode_weight",
+            "temperature",
+            "load_bound",
+            "share_bound",
+            "share_window",
+            "routed_ttl_s",
+        ),
     )
     _add_disagg_args(replay)
     tiers = replay.add_argument_group(
@@ -286,6 +294,8 @@ def run(args: argparse.Namespace) -> int:
         overlap_weight=args.overlap_weight,
         decode_weight=args.decode_weight,
         load_bound=args.load_bound,
+        share_bound=args.share_bound,
+        share_window=args.share_window,
         router_temperature=args.temperature,
         routed_ttl_s=args.routed_ttl_s,
         seed=args.seed,

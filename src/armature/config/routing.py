@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from armature.config.engine import DEFAULT_BLOCK_SIZE_TOKENS
 from armature.config.settings import setting
 from armature.config.values import (
-    load_bound,
+    load_bound as parse_bound,
+)
+from armature.config.values import (
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -16,7 +18,16 @@ from armature.config.values import (
 )
 from armature.errors import ConfigError
 
-__all__ = ["DisaggConfig", "HealthConfig", "ReplicaConfig", "RouterConfig", "check_routed_ttl"]
+__all__ = [
+    "DEFAULT_SHARE_WINDOW",
+    "DisaggConfig",
+    "HealthConfig",
+    "ReplicaConfig",
+    "RouterConfig",
+    "check_routed_ttl",
+]
+
+DEFAULT_SHARE_WINDOW = 256  # the kv router's bounded shares: recent decisions per worker
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +67,21 @@ class RouterConfig:
         "requests (with the new one, rounded up) takes none until it drains below; 0: no "
         "bound (above 1 when set)",
         flag="kv-load-bound",
-        parse=load_bound,
+        parse=parse_bound,
+    )
+    share_bound: float = setting(
+        0.0,
+        "kv router: bounded shares: a worker routed this many times its fair share of the "
+        "router's recent requests (the last --kv-share-window per worker, the new one counted, "
+        "rounded up) takes none until its share falls; 0: no bound (above 1 when set)",
+        flag="kv-share-bound",
+        parse=parse_bound,
+    )
+    share_window: int = setting(
+        DEFAULT_SHARE_WINDOW,
+        "kv router: the recent requests per worker that --kv-share-bound counts over",
+        flag="kv-share-window",
+        parse=positive_int,
     )
     tier_aware: bool = setting(
         True,

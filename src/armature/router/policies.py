@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from armature.config.routing import DEFAULT_SHARE_WINDOW
 from armature.errors import ArmatureError
 from armature.kv.hashing import compute_seq_hashes, hash_seed_for_salt
 from armature.router.cost import bounded_workers, select_worker, worker_logits
@@ -24,6 +25,7 @@ from armature.router.index_backend import IndexBackend
 from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex, make_routed_index
+from armature.router.shares import RecentShares, check_share_bound
 from armature.router.tier_weights import TierWeightBook
 
 __all__ = [
@@ -133,6 +135,8 @@ class KvPolicy:
         decode_weight: float = 1.0,
         tier_weights: TierWeightBook | None = None,
         load_bound: float = 0.0,
+        share_bound: float = 0.0,
+        share_window: int = DEFAULT_SHARE_WINDOW,
     ) -> None:
         if index is None and routed is None:
             raise ValueError("the kv policy needs a prefix index, routed predictions or both")
@@ -148,6 +152,9 @@ class KvPolicy:
         self.tier_weights = tier_weights
         _check_load_bound(load_bound)
         self.load_bound = load_bound
+        check_share_bound(share_bound)
+        self.share_bound = share_bound
+        self.shares = RecentShares(share_window) if share_bound > 0 else None
         self._rng = random.Random(seed)
 
     def select(self, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
@@ -193,11 +200,16 @@ class KvPolicy:
         scored: Mapping[str, float],
     ) -> RouteDecision:
         """The cost over `scored` overlaps (tier-weighted where tier-aware), then the draw
-        (with a load bound, among the workers within it)."""
+        (with a load or share bound, among the workers within it)."""
         loads = self.load.get_loads()
+        num_workers = len(workers)
         if self.load_bound > 0:
             allowed = bounded_workers(workers, loads, self.load_bound)
             if allowed is not None:
+                workers = [workers[i] for i in allowed]
+        if self.shares is not None:
+            allowed = self.shares.bounded(workers, self.share_bound)
+            if allowed:
                 workers = [workers[i] for i in allowed]
         logits = worker_logits(
             workers,
@@ -211,6 +223,8 @@ class KvPolicy:
         index = self.index
         cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
         chosen = workers[select_worker(logits, cached, self.temperature, self._rng)]
+        if self.shares is not None:
+            self.shares.record(chosen, num_workers)
         return RouteDecision(chosen, overlaps.get(chosen, 0))
 
 
@@ -241,13 +255,16 @@ def make_policy(
     tier_weights: TierWeightBook | None = None,
     routed_backend: IndexBackend | None = None,
     load_bound: float = 0.0,
+    share_bound: float = 0.0,
+    share_window: int = DEFAULT_SHARE_WINDOW,
 ) -> RoutingPolicy:
     """The policy named `name` (one of POLICY_NAMES). kv uses `index` and routed predictions
     (none when `routed_ttl_s` is 0: KV events only); kv-approx only the predictions, bounded
     by `routed_max_entries`, in C or Python as `routed_backend` says (None: as
     `armature.router.index_backend` says). kv is tier-aware with `tier_weights`, tier-blind
     without; `load_bound` > 1 bounds each worker's in-flight requests (`cost.bounded_workers`;
-    0: unbounded)."""
+    0: unbounded), `share_bound` > 1 its share of the last `share_window` x workers decisions
+    (`shares.RecentShares`; 0: unbounded)."""
     match name:
         case "round-robin":
             return RoundRobinPolicy()
@@ -275,5 +292,7 @@ def make_policy(
                 decode_weight=decode_weight,
                 tier_weights=tier_weights,
                 load_bound=load_bound,
+                share_bound=share_bound,
+                share_window=share_window,
             )
     raise ValueError(f"unknown router policy {name!r}; choose from {', '.join(POLICY_NAMES)}")

@@ -115,6 +115,8 @@ class EngineRouter:
             overlap_weight=config.overlap_weight,
             decode_weight=config.decode_weight,
             load_bound=config.load_bound,
+            share_bound=config.share_bound,
+            share_window=config.share_window,
             temperature=config.temperature,
             seed=config.seed,
             routed_ttl_s=config.routed_ttl_s,

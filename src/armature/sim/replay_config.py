@@ -31,6 +31,8 @@ class ReplayConfig:
     decode_weight: float = RouterConfig().decode_weight
     router_temperature: float = RouterConfig().temperature
     load_bound: float = RouterConfig().load_bound
+    share_bound: float = RouterConfig().share_bound
+    share_window: int = RouterConfig().share_window
     vocab_size: int = 32000
     routed_ttl_s: float = RouterConfig().routed_ttl_s
     seed: int = 0

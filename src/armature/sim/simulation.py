@@ -179,6 +179,8 @@ class Simulation:
             overlap_weight=c.overlap_weight,
             decode_weight=c.decode_weight,
             load_bound=c.load_bound,
+            share_bound=c.share_bound,
+            share_window=c.share_window,
             temperature=c.router_temperature,
             seed=c.seed,
             routed_ttl_s=c.routed_ttl_s,

@@ -209,6 +209,10 @@ def test_replay_balance_chooses_on_the_first_halves_only() -> None:
     assert choose([baseline, sticky, lossy], tuned, baseline) == baseline
 
 
-def test_replay_balance_labels_a_load_bound_only_when_set() -> None:
+def test_replay_balance_labels_a_bound_only_when_set() -> None:
     assert Candidate(0.01, 0.5).label == "temperature 0.01, decode weight 0.5"
     assert Candidate(0.0, 1.0, 1.5).label == "temperature 0, decode weight 1, load bound 1.5"
+    assert (
+        Candidate(0.0, 1.0, 0.0, 1.05, 512).label
+        == "temperature 0, decode weight 1, share bound 1.05 over 512"
+    )

@@ -1,0 +1,62 @@
+"""Bounded shares: how many of a router's recent decisions each worker got, and which workers
+may take one more when a bound caps each worker's share. Pure.
+
+    window      the last `window_per_worker` x (workers routed over) decisions
+    capacity    ceil(bound x (decisions in the window to these workers + 1) / workers)
+
+A worker at its capacity takes no request until its share of the window falls below it. The
+window is long (hundreds of requests per worker), so a conversation's next turn or a burst on
+one prefix still goes where its cache is; what the bound stops is one worker drawing more than
+`bound` x its share for long, which the cost alone allows when a hot prefix keeps winning
+(the prefix then gets a second worker, whose cache serves the requests sent there after).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Sequence
+
+__all__ = ["RecentShares", "check_share_bound"]
+
+
+def check_share_bound(bound: float) -> None:
+    """ValueError unless `bound` is 0 (unbounded) or above 1."""
+    if bound != 0 and not bound > 1:
+        raise ValueError(f"the share bound must be 0 (none) or above 1, got {bound:g}")
+
+
+class RecentShares:
+    """The router's last decisions (worker ids, oldest first) and their counts."""
+
+    def __init__(self, window_per_worker: int) -> None:
+        if window_per_worker < 1:
+            raise ValueError(f"window_per_worker must be >= 1, got {window_per_worker}")
+        self.window_per_worker = window_per_worker
+        self._decisions: deque[str] = deque()
+        self._counts: Counter[str] = Counter()
+
+    def get_count(self, worker: str) -> int:
+        return self._counts[worker]
+
+    def bounded(self, workers: Sequence[str], bound: float) -> list[int] | None:
+        """The indexes of `workers` below their capacity when some worker is at it; None
+        when every worker may take one more. Some worker always may (one at or below the
+        mean is below a bound above 1)."""
+        counts = [self._counts[w] for w in workers]
+        capacity = math.ceil(bound * (sum(counts) + 1) / len(workers))
+        if max(counts, default=0) < capacity:
+            return None
+        return [i for i, count in enumerate(counts) if count < capacity]
+
+    def record(self, worker: str, num_workers: int) -> None:
+        """`worker` got a request routed over `num_workers`; the oldest decisions beyond
+        the window leave it."""
+        self._decisions.append(worker)
+        self._counts[worker] += 1
+        limit = self.window_per_worker * max(1, num_workers)
+        while len(self._decisions) > limit:
+            oldest = self._decisions.popleft()
+            self._counts[oldest] -= 1
+            if not self._counts[oldest]:
+                del self._counts[oldest]

@@ -1,0 +1,68 @@
+"""Bounded shares: the kv router's recent decisions per worker, the capacity a bound gives,
+and a hot prefix sent to a second worker once its first holds its share."""
+
+from __future__ import annotations
+
+import pytest
+from test_policies import WORKERS, kv_setup, req
+
+from armature.kv.hashing import DEFAULT_HASH_SEED
+from armature.router.policies import KvPolicy, make_policy
+from armature.router.shares import RecentShares
+
+
+def test_the_window_keeps_the_last_decisions_per_worker() -> None:
+    shares = RecentShares(window_per_worker=2)
+    for worker in ["w0", "w0", "w1", "w0", "w2", "w2", "w2"]:
+        shares.record(worker, num_workers=3)  # a window of 6: the first w0 leaves
+    assert [shares.get_count(w) for w in WORKERS] == [2, 1, 3]
+    shares.record("w1", num_workers=1)  # one worker now: a window of 2
+    assert [shares.get_count(w) for w in WORKERS] == [0, 1, 1]
+    with pytest.raises(ValueError, match="window_per_worker must be >= 1"):
+        RecentShares(0)
+
+
+def test_a_worker_at_its_capacity_is_left_out() -> None:
+    shares = RecentShares(window_per_worker=10)
+    for worker in ["w0"] * 3 + ["w1"]:
+        shares.record(worker, num_workers=3)
+    # 4 + 1 over 3 workers, x 1.5: capacity ceil(2.5) = 3, w0 at it
+    assert shares.bounded(WORKERS, 1.5) == [1, 2]
+    # x 2: capacity ceil(3.33) = 4: nobody at it
+    assert shares.bounded(WORKERS, 2.0) is None
+    # decisions to a worker that has left count for nobody: w0's 3 are not among w1, w2
+    assert shares.bounded(["w1", "w2"], 1.5) is None
+    assert RecentShares(4).bounded(WORKERS, 1.1) is None  # no decision yet
+
+
+def test_a_hot_prefix_gets_a_second_worker_once_its_first_holds_its_share() -> None:
+    index, load, _, prompt = kv_setup()  # w1 holds 6 of the prompt's 8 blocks, w2 2
+    policy = KvPolicy(
+        index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED, share_bound=1.5, share_window=4
+    )
+    chosen = [policy.select(req(prompt), WORKERS).worker for _ in range(6)]
+    # 1st: capacity ceil(1.5 * 1 / 3) = 1, nobody at it: w1; 2nd: ceil(1.5 * 2 / 3) = 1,
+    # w1 at it: w2 (the next cheapest); 3rd: ceil(1.5 * 3 / 3) = 2, nobody at it: w1; 4th:
+    # 2, w1 at it: w2; 5th: ceil(2.5) = 3: w1; 6th: 3, w1 at it: w2
+    assert chosen == ["w1", "w2", "w1", "w2", "w1", "w2"]
+    unbounded = KvPolicy(index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED)
+    assert {unbounded.select(req(prompt), WORKERS).worker for _ in range(6)} == {"w1"}
+
+
+@pytest.mark.parametrize("bound", [0.5, 1.0, -2.0])
+def test_a_share_bound_at_or_below_one_is_refused(bound: float) -> None:
+    index, load, _, _ = kv_setup()
+    with pytest.raises(ValueError, match="share bound must be 0"):
+        make_policy(
+            "kv",
+            index=index,
+            load=load,
+            block_size=4,
+            hash_seed=0,
+            overlap_weight=1.0,
+            temperature=0.0,
+            seed=0,
+            routed_ttl_s=0.0,
+            routed_max_entries=1,
+            share_bound=bound,
+        )
