@@ -20,6 +20,7 @@ from armature.profiler.points import (
     median_decode_points,
     median_prefill_points,
     median_profile,
+    prefill_after_prefix_point,
     prefill_alone_point,
     prefill_batch_point,
 )
@@ -125,6 +126,18 @@ def test_decode_point_of_a_consumer_that_fell_behind() -> None:
     assert point.itl_ms == pytest.approx(200.0)
     with pytest.raises(MeasureError, match="no gap to time"):
         decode_point(100, [RequestTimes(0.0, ((1.0, 7),))], skip=2, count=2)
+
+
+def test_a_prefill_after_a_cached_prefix_is_its_new_tokens_over_the_cached() -> None:
+    # 300-token prompts whose first 256 were cached: 44 new tokens after 256
+    repeats = [RequestTimes(0.0, ((t, 1),), num_cached_tokens=256) for t in (0.05, 0.04, 0.06)]
+    point = prefill_after_prefix_point(300, repeats)
+    assert point is not None
+    assert (point.num_requests, point.input_tokens, point.context_tokens) == (1, 44, 256)
+    assert point.ttft_ms == pytest.approx(50.0)
+    assert point.tokens_per_s == pytest.approx(44 / 0.05)
+    # an engine that cached nothing gives no point
+    assert prefill_after_prefix_point(300, [RequestTimes(0.0, ((0.1, 1),))]) is None
 
 
 def test_prefill_points() -> None:
