@@ -93,8 +93,9 @@ def check_sweep(sweep: ProfileSweepConfig, limits: EngineLimits) -> None:
     for length, context in prefill_context_points(sweep, limits):
         if context + length + 1 > limits.max_model_len_tokens:
             raise ConfigError(
-                f"--prefill-context-tokens {context} plus --prefill-input-tokens {length} does "
-                f"not fit the context of {limits.max_model_len_tokens} tokens"
+                f"--prefill-context-tokens {context} (in whole blocks) plus "
+                f"--prefill-input-tokens {length} does not fit the context of "
+                f"{limits.max_model_len_tokens} tokens"
             )
         if _blocks(context + length + 1, limits.block_size_tokens) > limits.num_kv_blocks:
             raise ConfigError(

@@ -25,7 +25,7 @@ from armature.router.index_backend import IndexBackend
 from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex, make_routed_index
-from armature.router.shares import RecentShares, check_share_bound
+from armature.router.shares import RecentShares
 from armature.router.tier_weights import TierWeightBook
 
 __all__ = [
@@ -150,9 +150,9 @@ class KvPolicy:
         self.decode_weight = decode_weight
         self.temperature = temperature
         self.tier_weights = tier_weights
-        _check_load_bound(load_bound)
+        _check_bound("load", load_bound)
         self.load_bound = load_bound
-        check_share_bound(share_bound)
+        _check_bound("share", share_bound)
         self.share_bound = share_bound
         self.shares = RecentShares(share_window) if share_bound > 0 else None
         self._rng = random.Random(seed)
@@ -228,10 +228,10 @@ class KvPolicy:
         return RouteDecision(chosen, overlaps.get(chosen, 0))
 
 
-def _check_load_bound(load_bound: float) -> None:
-    """ValueError unless `load_bound` is 0 (unbounded) or above 1."""
-    if load_bound != 0 and not load_bound > 1:
-        raise ValueError(f"the load bound must be 0 (none) or above 1, got {load_bound:g}")
+def _check_bound(kind: str, bound: float) -> None:
+    """ValueError unless a `kind` (load, share) bound is 0 (unbounded) or above 1."""
+    if bound != 0 and not bound > 1:
+        raise ValueError(f"the {kind} bound must be 0 (none) or above 1, got {bound:g}")
 
 
 def _no_blocks(worker_index: int) -> int:

@@ -17,13 +17,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Sequence
 
-__all__ = ["RecentShares", "check_share_bound"]
-
-
-def check_share_bound(bound: float) -> None:
-    """ValueError unless `bound` is 0 (unbounded) or above 1."""
-    if bound != 0 and not bound > 1:
-        raise ValueError(f"the share bound must be 0 (none) or above 1, got {bound:g}")
+__all__ = ["RecentShares"]
 
 
 class RecentShares:

@@ -96,8 +96,8 @@ def test_a_sweep_that_fits_passes() -> None:
         ),
         (
             _sweep(prefill_input_tokens=(32, 128), prefill_context_tokens=(400,)),
-            "--prefill-context-tokens 400 plus --prefill-input-tokens 128 does not fit the "
-            "context of 512",
+            "--prefill-context-tokens 400 (in whole blocks) plus --prefill-input-tokens 128 "
+            "does not fit the context of 512",
         ),
     ],
 )
