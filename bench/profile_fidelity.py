@@ -165,7 +165,7 @@ async def _closed_loop(
         await engine.stop()
     return Latencies(
         ttfts_ms=[t.ttft_s * 1e3 for t in times],
-        itls_ms=[x * 1e3 for t in times for x in t.get_itls_s()],
+        itls_ms=[x * 1e3 for t in times for x in t.get_itls_s() if x is not None],
     )
 
 

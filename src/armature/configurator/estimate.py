@@ -75,10 +75,19 @@ class Estimator:
         self._context_tokens = workload.isl_tokens + workload.osl_tokens / 2
         self._prefill: dict[tuple[int, int], tuple[float, float]] = {}
 
-    def _step_ms(self, tp: int, num_prefill_tokens: float, num_decodes: int) -> float:
+    def _step_ms(
+        self, tp: int, num_prefill_tokens: float, num_decodes: int, context_pairs: int = 0
+    ) -> float:
         kv_tokens = round(num_decodes * self._context_tokens)
-        work = StepWork(round(num_prefill_tokens), num_decodes, 0.0, kv_tokens)
+        work = StepWork(round(num_prefill_tokens), num_decodes, 0.0, kv_tokens, context_pairs)
         return self.timings[tp].step_ms(work)
+
+    def _chunks_ms(self, tp: int, chunk: float, num_decodes: int) -> float:
+        """The prompt in steps of `chunk` tokens beside `num_decodes` decodes, each chunk
+        attending over those before it."""
+        num_chunks = math.ceil(self.workload.isl_tokens / chunk)
+        pairs = round(chunk * chunk)
+        return sum(self._step_ms(tp, chunk, num_decodes, i * pairs) for i in range(num_chunks))
 
     def get_agg(self, deployment: Deployment, b: int) -> Prediction | None:
         """An aggregated worker decoding `b` requests; None when it cannot hold them."""
@@ -89,7 +98,7 @@ class Estimator:
             return None
         itl = self._step_ms(tp, prefill_tokens, b)
         chunk = min(isl, budget)
-        chunks_ms = math.ceil(isl / chunk) * self._step_ms(tp, chunk, b)
+        chunks_ms = self._chunks_ms(tp, chunk, b)
         ttft = itl / 2 + _queued(chunks_ms, prefill_tokens / budget)
         rate = b / osl / (itl / 1000.0)
         return Prediction(ttft, itl, rate, rate * osl / deployment.num_gpus, b)
@@ -100,7 +109,7 @@ class Estimator:
         if key not in self._prefill:
             isl = self.workload.isl_tokens
             chunk = min(isl, budget)
-            alone = math.ceil(isl / chunk) * self._step_ms(tp, chunk, 0)
+            alone = self._chunks_ms(tp, chunk, 0)
             per_step = max(1, budget // math.ceil(isl)) if isl <= budget else 1
             full_ms = self._step_ms(tp, per_step * isl, 0) if isl <= budget else alone
             self._prefill[key] = (alone, per_step / (full_ms / 1000.0))

@@ -3,7 +3,8 @@ from the model's operators, each timed by the roofline.
 
     time(op) = max(flops / (peak * efficiency), bytes / (bandwidth * memory_efficiency))
 
-A step of `t` new prefill tokens (one prompt from its start) and `b` decoding requests over
+A step of `t` new prefill tokens (one prompt, from its start or after c' cached tokens) and
+`b` decoding requests over
 `c` context tokens together runs, per layer, on T = t + b tokens:
 
     qkv        2*T*h*(hq + 2*hkv)/tp FLOPs; weights h*(hq + 2*hkv)/tp; in T*h, out T*(hq+2hkv)/tp

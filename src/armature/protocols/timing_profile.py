@@ -5,13 +5,16 @@ what one engine measured in isolation on one machine, as versioned JSON.
      "source": {"machine", "engine", "model", "dtype", "device", "flags", "created_at"},
      "max_num_batched_tokens": 1024, "max_num_seqs": 64,
      "block_size_tokens": 16, "num_kv_blocks": 4096,
-     "prefill": [{"num_requests", "input_tokens", "ttft_ms", "tokens_per_s"}, ...],
+     "prefill": [{"num_requests", "input_tokens", "ttft_ms", "tokens_per_s",
+                  "context_tokens"}, ...],
      "decode":  [{"num_requests", "context_tokens", "itl_ms", "tokens_per_s"}, ...],
      "load": {"num_requests", "request_rate_per_s", "num_steps", "measured_s", "modeled_s"}
              or null}
 
 A prefill point with `num_requests` 1 is one prompt alone (batch 1); more are that many
-prompts submitted together (chunked batches). A decode point is `num_requests` requests
+prompts submitted together (chunked batches). One with `context_tokens` (optional, 0 when
+absent: files written before it read as before) is a prompt whose first `context_tokens`
+were cached, `input_tokens` computed after them. A decode point is `num_requests` requests
 decoding together over `context_tokens` tokens each (their prompts cached beforehand, so no
 prefill is mixed in). Times are medians. The limits are the engine's as it ran: its step
 budget and batch size, and its KV pool as built (what `--num-kv-blocks` or `--kv-cache-bytes`

@@ -29,6 +29,7 @@ class RecentShares:
         self.window_per_worker = window_per_worker
         self._decisions: deque[str] = deque()
         self._counts: Counter[str] = Counter()
+        self._known: set[str] = set()  # every worker routed over so far
 
     def get_count(self, worker: str) -> int:
         return self._counts[worker]
@@ -36,7 +37,13 @@ class RecentShares:
     def bounded(self, workers: Sequence[str], bound: float) -> list[int] | None:
         """The indexes of `workers` below their capacity when some worker is at it; None
         when every worker may take one more. Some worker always may (one at or below the
-        mean is below a bound above 1)."""
+        mean is below a bound above 1). A worker not routed over before starts a new window
+        (its count of 0 beside the others' would send it every request until it caught up)."""
+        if not self._known.issuperset(workers):
+            self._known.update(workers)
+            self._decisions.clear()
+            self._counts.clear()
+            return None
         counts = [self._counts[w] for w in workers]
         capacity = math.ceil(bound * (sum(counts) + 1) / len(workers))
         if max(counts, default=0) < capacity:
@@ -44,11 +51,13 @@ class RecentShares:
         return [i for i, count in enumerate(counts) if count < capacity]
 
     def record(self, worker: str, num_workers: int) -> None:
-        """`worker` got a request routed over `num_workers`; the oldest decisions beyond
-        the window leave it."""
+        """`worker` got a request routed over `num_workers` (the window is sized by the
+        workers in it when more: a request whose candidates were filtered down does not
+        shrink it); the oldest decisions beyond the window leave it."""
         self._decisions.append(worker)
         self._counts[worker] += 1
-        limit = self.window_per_worker * max(1, num_workers)
+        self._known.add(worker)
+        limit = self.window_per_worker * max(1, num_workers, len(self._counts))
         while len(self._decisions) > limit:
             oldest = self._decisions.popleft()
             self._counts[oldest] -= 1

@@ -16,14 +16,17 @@ def test_the_window_keeps_the_last_decisions_per_worker() -> None:
     for worker in ["w0", "w0", "w1", "w0", "w2", "w2", "w2"]:
         shares.record(worker, num_workers=3)  # a window of 6: the first w0 leaves
     assert [shares.get_count(w) for w in WORKERS] == [2, 1, 3]
-    shares.record("w1", num_workers=1)  # one worker now: a window of 2
-    assert [shares.get_count(w) for w in WORKERS] == [0, 1, 1]
+    # a request whose candidates were filtered to one worker does not shrink the window (6):
+    # the oldest w0 leaves
+    shares.record("w1", num_workers=1)
+    assert [shares.get_count(w) for w in WORKERS] == [1, 2, 3]
     with pytest.raises(ValueError, match="window_per_worker must be >= 1"):
         RecentShares(0)
 
 
 def test_a_worker_at_its_capacity_is_left_out() -> None:
     shares = RecentShares(window_per_worker=10)
+    assert shares.bounded(WORKERS, 1.5) is None  # nothing routed yet
     for worker in ["w0"] * 3 + ["w1"]:
         shares.record(worker, num_workers=3)
     # 4 + 1 over 3 workers, x 1.5: capacity ceil(2.5) = 3, w0 at it
@@ -32,7 +35,10 @@ def test_a_worker_at_its_capacity_is_left_out() -> None:
     assert shares.bounded(WORKERS, 2.0) is None
     # decisions to a worker that has left count for nobody: w0's 3 are not among w1, w2
     assert shares.bounded(["w1", "w2"], 1.5) is None
-    assert RecentShares(4).bounded(WORKERS, 1.1) is None  # no decision yet
+    # a worker not routed over before starts a new window: at 0 beside the others' counts
+    # it would take every request until it caught up
+    assert shares.bounded([*WORKERS, "w3"], 1.5) is None
+    assert [shares.get_count(w) for w in WORKERS] == [0, 0, 0]
 
 
 def test_a_hot_prefix_gets_a_second_worker_once_its_first_holds_its_share() -> None:
