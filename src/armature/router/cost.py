@@ -44,6 +44,7 @@ __all__ = [
     "cost_terms",
     "select_worker",
     "softmax_pick_py",
+    "within_capacity",
     "worker_logits",
     "worker_logits_py",
 ]
@@ -122,8 +123,14 @@ def bounded_workers(
     if not loads:
         return None
     counts = [loads[w].num_requests if w in loads else 0 for w in workers]
-    capacity = math.ceil(load_bound * (sum(counts) + 1) / len(workers))
-    if max(counts) < capacity:
+    return within_capacity(counts, load_bound)
+
+
+def within_capacity(counts: Sequence[int], bound: float) -> list[int] | None:
+    """The indexes of `counts` below `ceil(bound * (sum + 1) / len(counts))` when some count is
+    at it (the rule of bounded loads and bounded shares); None when none is."""
+    capacity = math.ceil(bound * (sum(counts) + 1) / len(counts))
+    if max(counts, default=0) < capacity:
         return None
     return [i for i, count in enumerate(counts) if count < capacity]
 

@@ -1,7 +1,8 @@
 """Bounded shares: how many of a router's recent decisions each worker got, and which workers
 may take one more when a bound caps each worker's share. Pure.
 
-    window      the last `window_per_worker` x (workers routed over) decisions
+    window      the last `window_per_worker` x (workers in the window, or routed over when
+                more) decisions
     capacity    ceil(bound x (decisions in the window to these workers + 1) / workers)
 
 A worker at its capacity takes no request until its share of the window falls below it. The
@@ -13,9 +14,10 @@ one prefix still goes where its cache is; what the bound stops is one worker dra
 
 from __future__ import annotations
 
-import math
 from collections import Counter, deque
 from collections.abc import Sequence
+
+from armature.router.cost import within_capacity
 
 __all__ = ["RecentShares"]
 
@@ -44,11 +46,7 @@ class RecentShares:
             self._decisions.clear()
             self._counts.clear()
             return None
-        counts = [self._counts[w] for w in workers]
-        capacity = math.ceil(bound * (sum(counts) + 1) / len(workers))
-        if max(counts, default=0) < capacity:
-            return None
-        return [i for i, count in enumerate(counts) if count < capacity]
+        return within_capacity([self._counts[w] for w in workers], bound)
 
     def record(self, worker: str, num_workers: int) -> None:
         """`worker` got a request routed over `num_workers` (the window is sized by the
