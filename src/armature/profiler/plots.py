@@ -61,7 +61,7 @@ def plot_profile(profile: TimingProfile, directory: Path) -> list[Path]:
         label = f"context {context}"
         itl.plot(xs, [d.itl_ms for d in row], marker="o", label=label)
         rate.plot(xs, [d.tokens_per_s for d in row], marker="o", label=label)
-    for ax, ylabel in ((itl, "ITL (ms, median)"), (rate, "output tokens/s")):
+    for ax, ylabel in ((itl, "ITL (ms, median request)"), (rate, "output tokens/s")):
         ax.set_xlabel("running requests")
         ax.set_ylabel(ylabel)
         ax.legend()

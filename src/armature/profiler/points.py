@@ -94,17 +94,25 @@ def prefill_batch_point(input_tokens: int, together: Sequence[RequestTimes]) -> 
 def decode_point(
     context_tokens: int, times: Sequence[RequestTimes], skip: int, count: int
 ) -> DecodePoint:
-    """Requests decoding together: the median of the timed ITLs `skip` .. `skip + count` of
-    each; of all their timed ITLs when a consumer that fell behind got those tokens merged into
-    the first output. MeasureError when no token after the first was timed at all."""
-    itls_s = [x for t in times for x in t.get_itls_s()[skip : skip + count] if x is not None]
-    if not itls_s:
-        itls_s = [x for t in times for x in t.get_itls_s() if x is not None]
-    if not itls_s:
+    """Requests decoding together: each request's mean timed ITL over its tokens `skip` ..
+    `skip + count` (the window's elapsed time over its tokens, the field's TPOT), and the
+    median of those over the requests. A mean, not a median of single gaps: a consumer that
+    fell behind sees an output late and the merged one after it early, so single gaps run
+    shorter than a step about as often as longer; their sum over the window does not. Of all
+    a request's timed ITLs when its window came merged into the first output; MeasureError
+    when no token after the first was timed at all."""
+    means_s: list[float] = []
+    for t in times:
+        itls_s = [x for x in t.get_itls_s()[skip : skip + count] if x is not None]
+        if not itls_s:
+            itls_s = [x for x in t.get_itls_s() if x is not None]
+        if itls_s:
+            means_s.append(sum(itls_s) / len(itls_s))
+    if not means_s:
         raise MeasureError(
             "every token of the decode requests came in their first output: no gap to time"
         )
-    median_s = quantile(itls_s, 0.5)
+    median_s = quantile(means_s, 0.5)
     return DecodePoint(
         num_requests=len(times),
         context_tokens=context_tokens,

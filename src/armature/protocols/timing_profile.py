@@ -87,7 +87,7 @@ class PrefillPoint(msgspec.Struct, frozen=True, kw_only=True):
 class DecodePoint(msgspec.Struct, frozen=True, kw_only=True):
     num_requests: int  # requests decoding together
     context_tokens: int  # per request, mean over the measured steps
-    itl_ms: float  # median inter-token latency
+    itl_ms: float  # the median over the requests of their mean inter-token latency
     tokens_per_s: float  # output tokens per second, all requests together
 
 

@@ -162,6 +162,22 @@ def test_decode_point_takes_the_median_after_skipping() -> None:
     assert point.tokens_per_s == pytest.approx(2 / 0.2)
 
 
+def test_decode_point_is_the_median_request_of_their_window_means() -> None:
+    # seen late (0.25) then early (0.05): the window's mean is its elapsed time over its
+    # tokens, 0.5 s / 4, where the median single gap (0.1) would be short of a step
+    late = RequestTimes(0.0, ((1.0, 1), (1.1, 1), (1.35, 1), (1.4, 1), (1.5, 1)))
+    assert decode_point(64, [late], skip=0, count=4).itl_ms == pytest.approx(125.0)
+    # a merged output's gap shared by its tokens counts the same: 0.4 s over 3 tokens
+    merged = RequestTimes(0.0, ((1.0, 1), (1.1, 1), (1.4, 2)))
+    assert decode_point(64, [merged], skip=0, count=3).itl_ms == pytest.approx(400 / 3)
+    # over requests, the median of their means
+    steady = RequestTimes(0.0, ((1.0, 1), (1.2, 1), (1.4, 1), (1.6, 1), (1.8, 1)))
+    slow = RequestTimes(0.0, ((1.0, 1), (2.0, 1), (3.0, 1), (4.0, 1), (5.0, 1)))
+    point = decode_point(64, [slow, late, steady], skip=0, count=4)
+    assert point.itl_ms == pytest.approx(200.0)
+    assert point.tokens_per_s == pytest.approx(3 / 0.2)
+
+
 def _prefill(num_requests: int, tokens: int, ttft_ms: float, tokens_per_s: float) -> PrefillPoint:
     return PrefillPoint(
         num_requests=num_requests, input_tokens=tokens, ttft_ms=ttft_ms, tokens_per_s=tokens_per_s

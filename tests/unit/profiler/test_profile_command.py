@@ -84,12 +84,12 @@ def test_profile_the_mocker(
     # the engine's limits as it ran: the step budget, batch size and KV pool
     assert profile.max_num_batched_tokens == 1024
     assert (profile.max_num_seqs, profile.block_size_tokens, profile.num_kv_blocks) == (4, 16, 64)
-    # the mocker sleeps its modeled step times: no step is timed shorter
+    # the mocker sleeps its modeled step times: no prompt alone is timed shorter (a decode
+    # gap seen by a client can be: test_sweep bounds the requests' whole times instead)
     model = PolynomialTiming(speedup_ratio=10)
     for p in profile.prefill:
         if p.num_requests == 1:
             assert p.ttft_ms >= model.prefill_ms(p.input_tokens) / 10
-    assert all(d.itl_ms >= model.decode_ms(0.0) / 10 for d in profile.decode)
 
 
 def test_profile_the_native_engine_then_run_the_mocker_from_it(
