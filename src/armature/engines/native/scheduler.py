@@ -4,12 +4,15 @@ Each step has a token budget (`max_num_batched_tokens`). Running requests go fir
 admission order: a decode takes one token, an unfinished prefill takes the next chunk. When
 blocks run out, the most recently admitted running request is preempted: its blocks are freed
 and it goes back to the head of the waiting queue, to be recomputed from prompt + output so far
-(its own blocks usually still hit the prefix cache). Waiting requests are admitted with what
-budget and blocks remain. Pure: no I/O, no threads, no model.
+(its own blocks usually still hit the prefix cache). Waiting requests are admitted in order
+with what budget and blocks remain; those holding imported KV blocks (a decode worker's pulled
+prompts) may pass a head that does not fit (`_admit_past_head`). Pure: no I/O, no threads, no
+model.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -135,10 +138,16 @@ class Scheduler:
         return SchedulerOutput(chunks, preempted)
 
     def _admit_waiting(self, budget: int, chunks: list[ScheduledChunk]) -> int:
+        """Admit waiting requests in order while budget, sequences and blocks last. When the
+        head's blocks do not fit, requests behind it that hold imported KV blocks may go
+        first (their blocks are only given back by running them); when nothing runs either,
+        those holds are dropped so that the head fits (see `_admit_past_head`)."""
+        head_blocked = False
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
-            cached = self.kv.find_cached_prefix(request)
+            cached = None
             if self.onboarding is not None and not request.onboard_checked:
+                cached = self.kv.find_cached_prefix(request)
                 start = self.onboarding.try_start(request, cached)
                 if start is OnboardStart.WAIT:
                     break
@@ -147,19 +156,59 @@ class Scheduler:
                     self.waiting.popleft()
                     request.status = RequestStatus.ONBOARDING
                     continue
-            num_cached_tokens = len(cached) * self.kv.block_size
-            num_new = min(request.num_tokens - num_cached_tokens, budget)
-            if not self.kv.allocate_slots(request, num_new, cached):
+            admitted = self._admit(request, budget, chunks, cached)
+            if admitted is None:
+                head_blocked = True
                 break
-            self.waiting.popleft()
-            self.kv.release_held(request)  # the request now holds its own references
-            if request.num_preemptions == 0:
-                request.num_cached_tokens = num_cached_tokens
-            request.status = RequestStatus.RUNNING
-            self.running.append(request)
-            chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new))
-            budget -= num_new
+            budget = admitted
+        if head_blocked:
+            budget = self._admit_past_head(budget, chunks)
         return budget
+
+    def _admit_past_head(self, budget: int, chunks: list[ScheduledChunk]) -> int:
+        """The head's blocks do not fit. Requests behind it holding imported KV blocks (a
+        decode worker's pulled prompts) go first where theirs do, in queue order: held blocks
+        are taken from the pool until their request runs and finishes, so waiting behind the
+        head would keep them from it for good once nothing runs. If nothing runs after that,
+        every hold behind the head is dropped (the imported blocks stay cached, evictable,
+        and hit again if still there) and the head is tried once more."""
+        holders = [r for r in itertools.islice(self.waiting, 1, None) if r.held_block_ids]
+        for request in holders:
+            if budget <= 0 or len(self.running) >= self.max_num_seqs:
+                return budget
+            admitted = self._admit(request, budget, chunks)
+            budget = budget if admitted is None else admitted
+        if self.running or not self.waiting:
+            return budget
+        for request in holders:
+            self.kv.release_held(request)
+        admitted = self._admit(self.waiting[0], budget, chunks)
+        return budget if admitted is None else admitted
+
+    def _admit(
+        self,
+        request: RequestState,
+        budget: int,
+        chunks: list[ScheduledChunk],
+        cached: list[int] | None = None,
+    ) -> int | None:
+        """Admit waiting `request` with its cached prefix (`cached`, when already looked up)
+        and a first chunk within `budget`; the budget left, or None (nothing changed) when
+        its blocks do not fit."""
+        if cached is None:
+            cached = self.kv.find_cached_prefix(request)
+        num_cached_tokens = len(cached) * self.kv.block_size
+        num_new = min(request.num_tokens - num_cached_tokens, budget)
+        if not self.kv.allocate_slots(request, num_new, cached):
+            return None
+        self.waiting.remove(request)
+        self.kv.release_held(request)  # the request now holds its own references
+        if request.num_preemptions == 0:
+            request.num_cached_tokens = num_cached_tokens
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+        chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new))
+        return budget - num_new
 
     def _preempt(self, request: RequestState) -> None:
         self.kv.free(request)
