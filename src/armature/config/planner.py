@@ -31,6 +31,17 @@ PLANNER_MODES = ("disagg", "agg")
 CONNECTORS = ("local", "virtual", "kubernetes")
 
 
+def _share(text: str) -> float:
+    """A number above 0 and at most 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise ConfigError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
 def _fraction_open(text: str) -> float:
     """A number strictly between 0 and 1."""
     try:
@@ -88,6 +99,14 @@ class PlannerConfig:
         "the load rule sizes on the arrivals of this many recent seconds (its last load "
         "windows together), not on one short window's burst or lull",
         parse=positive_float,
+    )
+    decode_kv_share: float = setting(
+        1.0,
+        "the share of a worker's KV cache the plan fills with decoding requests of the mean "
+        "context; the rest is headroom for longer contexts and bursts (a full cache preempts, "
+        "and a preempted request computes its prompt again where it decodes)",
+        flag="planner-kv-share",
+        parse=_share,
     )
     predictor: str = setting(
         "holt-winters",

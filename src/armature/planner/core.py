@@ -26,7 +26,7 @@ from armature.planner.forecast import LoadForecast, LoadForecaster
 from armature.planner.limits import apply_limits
 from armature.planner.live import LiveEstimate, estimate_live, get_backlog_requests
 from armature.planner.observation import PlannerObservation
-from armature.planner.performance import PerformanceModel
+from armature.planner.performance import KvHeadroom, PerformanceModel
 from armature.planner.predictors import LoadPredictor, make_predictor
 from armature.planner.recent_load import RecentWindows, get_rate_bounds, get_rising_rate
 from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, plan_prefill
@@ -94,6 +94,11 @@ class Planner:
     ) -> None:
         self._config = config
         self._model = model
+        # the pools are sized with the KV headroom; corrections and live estimates read the
+        # worker's own model
+        self._sizing_model = (
+            model if config.decode_kv_share == 1.0 else KvHeadroom(model, config.decode_kv_share)
+        )
         self._targets = Targets(
             config.ttft_ms / 1000.0, config.itl_ms / 1000.0, config.slo_attainment
         )
@@ -359,7 +364,7 @@ class Planner:
             return plan_prefill(
                 load,
                 self._prefix_hit_rate,
-                self._model,
+                self._sizing_model,
                 k_p,
                 self._targets,
                 queue_aware=queue_aware,
@@ -368,7 +373,7 @@ class Planner:
         if role is WorkerRole.DECODE:
             return plan_decode(
                 load,
-                self._model,
+                self._sizing_model,
                 k_d,
                 self._targets,
                 queue_aware=queue_aware,
@@ -377,7 +382,7 @@ class Planner:
         return plan_agg(
             load,
             self._prefix_hit_rate,
-            self._model,
+            self._sizing_model,
             (k_p, k_d),
             self._targets,
             queue_aware=queue_aware,

@@ -4,9 +4,10 @@ from a step-time model (a profile from `armature profile`, or the mocker's defau
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["PerformanceModel"]
+__all__ = ["KvHeadroom", "PerformanceModel"]
 
 
 class PerformanceModel(Protocol):
@@ -26,3 +27,27 @@ class PerformanceModel(Protocol):
         """The most requests of `context_tokens` tokens one worker decodes at once (its KV
         cache and batch limits); at least 1."""
         ...
+
+
+@dataclass(frozen=True)
+class KvHeadroom:
+    """`model` with decode batches that fill only `kv_share` of the KV cache: a request counts
+    as 1 / kv_share of its context. The rest is left for contexts longer than the mean and for
+    bursts: a full cache preempts, and a preempted request computes its whole prompt again on
+    the worker that decodes it, a long step for every request decoding beside it."""
+
+    model: PerformanceModel
+    kv_share: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.kv_share <= 1.0:
+            raise ValueError(f"kv_share must be in (0, 1], got {self.kv_share}")
+
+    def get_prefill_s(self, num_tokens: float) -> float:
+        return self.model.get_prefill_s(num_tokens)
+
+    def get_decode_step_s(self, num_requests: int, context_tokens: float) -> float:
+        return self.model.get_decode_step_s(num_requests, context_tokens)
+
+    def get_max_decode_requests(self, context_tokens: float) -> int:
+        return self.model.get_max_decode_requests(context_tokens / self.kv_share)
