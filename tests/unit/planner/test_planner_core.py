@@ -470,3 +470,15 @@ def test_queue_aware_scale_down_goes_to_what_the_high_bound_needs(
         assert planner.plan_load(load, now_s=0.0).decisions == []
         down = [d for d in planner.plan_load(load, now_s=60.0).decisions if d.role is P]
         assert summary(down) == [("prefill", 6, expected, "below_target")]
+
+
+def test_the_kv_share_sizes_decode_for_headroom(profile: PerformanceModel) -> None:
+    """4 req/s of 10000-token prompts, ITL 100 ms: the KV cache bounds a decode worker to
+    19 requests (3 workers), at share 0.5 to 9 (4 workers; test_planner_replicas)."""
+
+    def decode_workers(**settings: object) -> int:
+        planner = make_planner(profile, itl_ms=100.0, **settings)
+        planner.plan_interval(observe(4.0, isl=10_000.0), now_s=INTERVAL_S)
+        return planner.get_num_workers()[D]
+
+    assert (decode_workers(), decode_workers(decode_kv_share=0.5)) == (3, 4)

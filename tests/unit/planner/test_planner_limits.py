@@ -133,6 +133,7 @@ def test_planner_settings_round_trip_through_their_flags() -> None:
         gpus_per_worker=2,
         gpu_budget=16,
         scale_down_cooldown_s=120.0,
+        decode_kv_share=0.7,
     )
     parser = Parser(prog="armature plan")
     add_settings(parser, PlannerConfig(), environ={})
@@ -141,3 +142,9 @@ def test_planner_settings_round_trip_through_their_flags() -> None:
     assert read_settings(parser.parse_args(argv), PlannerConfig) == config
     with pytest.raises(SystemExit):
         parser.parse_args(["--slo-attainment", "1.0"])
+    assert read_settings(parser.parse_args(["--planner-kv-share", "1"]), PlannerConfig) == (
+        PlannerConfig(decode_kv_share=1.0)
+    )
+    for bad in ("0", "1.5", "half"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--planner-kv-share", bad])

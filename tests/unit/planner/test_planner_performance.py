@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from armature.planner.performance import KvHeadroom
 from armature.planner.timing_performance import TimingPerformanceModel
 
 
@@ -23,3 +24,17 @@ def test_max_decode_requests_is_the_tighter_of_kv_and_max_num_seqs(
     assert profile.get_max_decode_requests(1100) == 64  # 200000 // 1100 = 181 > 64
     assert profile.get_max_decode_requests(10_000) == 20  # 200000 // 10000
     assert profile.get_max_decode_requests(500_000) == 1  # at least one
+
+
+def test_kv_headroom_counts_each_request_at_its_context_over_the_share(
+    profile: TimingPerformanceModel,
+) -> None:
+    half = KvHeadroom(profile, 0.5)
+    assert half.get_max_decode_requests(10_000) == 10  # 200000 // 20000
+    assert half.get_max_decode_requests(1100) == 64  # 200000 // 2200 = 90: max_num_seqs binds
+    assert half.get_prefill_s(1500) == profile.get_prefill_s(1500)
+    assert half.get_decode_step_s(19, 3100) == profile.get_decode_step_s(19, 3100)
+    assert KvHeadroom(profile, 1.0).get_max_decode_requests(10_000) == 20
+    for bad in (0.0, 1.2):
+        with pytest.raises(ValueError, match="kv_share"):
+            KvHeadroom(profile, bad)

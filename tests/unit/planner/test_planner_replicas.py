@@ -6,6 +6,7 @@ import pytest
 
 from armature.planner import LoadForecast, PerformanceModel, Targets
 from armature.planner.agg_itl import get_itl_attainment
+from armature.planner.performance import KvHeadroom
 from armature.planner.replicas import (
     get_agg_workers_for_itl,
     get_decode_batch,
@@ -79,6 +80,23 @@ def test_decode_replicas(profile: PerformanceModel) -> None:
         LoadForecast(30.0, 1000.0, 200.0), profile, 1.0, TARGETS, queue_aware=False, max_workers=16
     )
     assert busier.num_workers == 5
+
+
+def test_decode_replicas_with_kv_headroom(profile: PerformanceModel) -> None:
+    """isl 10000, osl 200, ITL 100 ms: context 10100, step = 0.010 + 0.002775 B <= 0.1 for
+    B <= 32, but the KV cache holds 200000 // 10100 = 19: B = 19, step 0.062725 s, a request
+    stays 12.545 s; 4 req/s: 50.18 / 19 = 2.64 -> 3 workers. Filling half the cache:
+    200000 // 20200 = 9, step 0.034975 s, stay 6.995 s; 27.98 / 9 = 3.11 -> 4 workers."""
+    load = LoadForecast(4.0, 10_000.0, 200.0)
+    targets = Targets(ttft_s=0.5, itl_s=0.1, slo_attainment=0.95)
+    full = plan_decode(load, profile, 1.0, targets, queue_aware=False, max_workers=16)
+    assert full.num_workers == 3
+    assert full.service_s == pytest.approx(200 * 0.062725)
+    half = plan_decode(
+        load, KvHeadroom(profile, 0.5), 1.0, targets, queue_aware=False, max_workers=16
+    )
+    assert half.num_workers == 4
+    assert half.service_s == pytest.approx(200 * 0.034975)
 
 
 def test_decode_replicas_with_the_queue(profile: PerformanceModel) -> None:
