@@ -3,7 +3,8 @@ from the workers' step records. The planner multiplies the profile's times by th
 
 For one window, over the steps of one kind (their wall time measured, step_wall_s > 0):
 
-    prefill factor = sum wall(prefill-only steps) / sum prefill_s(scheduled prefill tokens)
+    prefill factor = sum wall(prefill-only steps) / sum prefill_step_s(their new tokens,
+                     their context pairs)
     decode factor  = sum wall(decode-only steps)  / sum decode_step_s(B, kv tokens / B)
 
 Mixed steps (prefill chunks beside decodes) are left out: which part was slow is not known.
@@ -39,7 +40,9 @@ def get_step_ratios(
         has_decode = record.num_decode_requests > 0
         if has_prefill and not has_decode:
             prefill_observed += record.step_wall_s
-            prefill_predicted += model.get_prefill_s(record.num_scheduled_prefill_tokens)
+            prefill_predicted += model.get_prefill_step_s(
+                record.num_scheduled_prefill_tokens, record.num_prefill_context_pairs
+            )
         elif has_decode and not has_prefill:
             context_tokens = record.num_decode_kv_tokens / record.num_decode_requests
             decode_observed += record.step_wall_s

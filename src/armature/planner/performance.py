@@ -18,6 +18,12 @@ class PerformanceModel(Protocol):
         """Seconds to prefill `num_tokens` new prompt tokens of one request (batch 1)."""
         ...
 
+    def get_prefill_step_s(self, num_tokens: int, num_context_pairs: int) -> float:
+        """Seconds of one prefill-only step of `num_tokens` new tokens (within the step
+        budget) that also attend over `num_context_pairs` (new token, earlier token) pairs
+        of context: a prefix hit's or earlier chunks' (`StepRecord.num_prefill_context_pairs`)."""
+        ...
+
     def get_decode_step_s(self, num_requests: int, context_tokens: float) -> float:
         """Seconds of one decode step for `num_requests` requests that each attend over
         `context_tokens` tokens (the step's ITL)."""
@@ -45,6 +51,9 @@ class KvHeadroom:
 
     def get_prefill_s(self, num_tokens: float) -> float:
         return self.model.get_prefill_s(num_tokens)
+
+    def get_prefill_step_s(self, num_tokens: int, num_context_pairs: int) -> float:
+        return self.model.get_prefill_step_s(num_tokens, num_context_pairs)
 
     def get_decode_step_s(self, num_requests: int, context_tokens: float) -> float:
         return self.model.get_decode_step_s(num_requests, context_tokens)

@@ -4,6 +4,7 @@ then sizes a fleet by the same step times the mocker runs on, or the profiled en
 
     prefill_s(n)        n tokens in chunks of the step budget, one prefill-only step each,
                         the KV filling as the chunks land
+    prefill_step_s(n,q) one prefill-only step of n tokens over q context pairs (a step record)
     decode_step_s(b, c) one decode-only step of b requests over c tokens each; their KV takes
                         b x ceil(c / block) blocks of the pool (the utilization a model by
                         utilization reads)
@@ -56,6 +57,15 @@ class TimingPerformanceModel:
             done += chunk
             remaining -= chunk
         return total_ms / 1000.0
+
+    def get_prefill_step_s(self, num_tokens: int, num_context_pairs: int) -> float:
+        work = StepWork(
+            num_prefill_tokens=num_tokens,
+            num_decode_requests=0,
+            kv_utilization=self._utilization(num_tokens),
+            num_prefill_context_pairs=num_context_pairs,
+        )
+        return self.timing.step_ms(work) / 1000.0
 
     def get_decode_step_s(self, num_requests: int, context_tokens: float) -> float:
         num_requests = max(1, num_requests)

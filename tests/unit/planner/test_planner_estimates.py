@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from armature.planner import FrontendMetrics, PerformanceModel, WorkerSteps
 from armature.planner.correction import CorrectionTracker, get_step_ratios
 from armature.planner.live import LiveEstimate, estimate_live
+from armature.planner.performance import KvHeadroom
+from armature.planner.timing_performance import TimingPerformanceModel
 from armature.protocols.engine import StepRecord
 from armature.protocols.worker import WorkerRole
+from armature.sim.profile_timing import ProfileTiming
 
 PREFILL_ONLY = StepRecord(num_scheduled_prefill_tokens=1000, step_wall_s=0.24)  # profile 0.12
 DECODE_ONLY = StepRecord(num_decode_requests=16, num_decode_kv_tokens=16_000, step_wall_s=0.018)
@@ -24,6 +29,21 @@ def test_step_ratios_leave_out_mixed_and_unmeasured_steps(
     records = [PREFILL_ONLY, DECODE_ONLY, MIXED, UNMEASURED]
     assert get_step_ratios(records, profile) == (pytest.approx(2.0), pytest.approx(1.0))
     assert get_step_ratios([MIXED], profile) == (None, None)
+
+
+def test_a_prefill_step_is_predicted_with_its_context(profile: TimingPerformanceModel) -> None:
+    """A profile pricing 0.5 us per (new, earlier) token pair: 1000 new tokens after 4000
+    cached cost 0.12 s + 4e6 x 0.5 us = 2.12 s. A record timed at exactly that is on profile
+    (factor 1.0); priced as a fresh prompt it read 17.7x slow."""
+    timing = profile.timing
+    assert isinstance(timing, ProfileTiming)
+    model = replace(profile, timing=replace(timing, prefill_ms_per_context_pair=0.0005))
+    assert model.get_prefill_step_s(1000, 4_000_000) == pytest.approx(0.12 + 2.0)
+    after_prefix = StepRecord(
+        num_scheduled_prefill_tokens=1000, num_prefill_context_pairs=4_000_000, step_wall_s=2.12
+    )
+    assert get_step_ratios([after_prefix], model) == (pytest.approx(1.0), None)
+    assert get_step_ratios([after_prefix], KvHeadroom(model, 0.5))[0] == pytest.approx(1.0)
 
 
 def test_correction_factors_move_halfway_and_stay_bounded(
