@@ -81,6 +81,9 @@ def start_planner(
             "--planner-queue-blind",
             "--scale-up-cooldown-s", "1",
             "--scale-down-cooldown-s", "3",
+            # down below 12 ms of live ITL: a lone request's ~6 ms steps with room for a
+            # loaded machine's slower ones; a burst's full-KV steps run ~30 ms
+            "--scale-down-ratio", "0.8",
             "--performance-model", str(profile),
             "--frontend-url", f"http://127.0.0.1:{frontend_port}",
             "--frontend-wait-s", "120",
