@@ -144,24 +144,33 @@ def base_config(args: argparse.Namespace) -> ReplayConfig:
     )
 
 
-def initial_fleet(requests: list[TraceRequest], config: ReplayConfig) -> int:
-    """Where a planner that ran before the window would stand: its own throughput plan for
-    the window's first interval (the load it would have seen; no prefix hits assumed)."""
+def plan_first_interval(
+    requests: list[TraceRequest], config: ReplayConfig
+) -> dict[WorkerRole, int]:
+    """Where a planner (`config.planner`) that ran before `requests` would stand: its own
+    throughput plan for their first interval (the load it would have seen; no prefix hits
+    assumed), workers by role."""
+    interval_s = config.planner.interval_s
     start_ms = requests[0].arrival_ms
-    first = [r for r in requests if r.arrival_ms - start_ms < PLANNER.interval_s * 1000.0]
+    first = [r for r in requests if r.arrival_ms - start_ms < interval_s * 1000.0]
     metrics = FrontendMetrics(
-        window_s=PLANNER.interval_s,
+        window_s=interval_s,
         num_requests=len(first),
         mean_input_tokens=statistics.fmean(r.input_length for r in first),
         mean_output_tokens=statistics.fmean(r.output_length for r in first),
     )
     planner = Planner(
-        PLANNER,
+        config.planner,
         get_performance_model(config, PolynomialTiming()),
         predictor_factory=ConstantPredictor,
     )
-    effects = planner.plan_interval(PlannerObservation(frontend=metrics), PLANNER.interval_s)
-    return effects.num_workers[WorkerRole.AGG]
+    effects = planner.plan_interval(PlannerObservation(frontend=metrics), interval_s)
+    return dict(effects.num_workers)
+
+
+def initial_fleet(requests: list[TraceRequest], config: ReplayConfig) -> int:
+    """The aggregated pool of `plan_first_interval`."""
+    return plan_first_interval(requests, config)[WorkerRole.AGG]
 
 
 def first_up_s(report: ReplayReport, step_at_s: float) -> float | None:

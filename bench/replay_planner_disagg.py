@@ -34,12 +34,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 from armature.config import PlannerConfig
-from armature.planner.core import Planner
-from armature.planner.observation import FrontendMetrics, PlannerObservation
-from armature.planner.predictors import ConstantPredictor
 from armature.protocols.worker import WorkerRole
-from armature.sim.replay import ReplayConfig, ReplayReport, get_performance_model, replay
-from armature.sim.timing import PolynomialTiming
+from armature.sim.replay import ReplayConfig, ReplayReport, replay
 from armature.workload.rate_shapes import StepShape, reshape_arrivals
 from armature.workload.traces import TraceRequest, read_mooncake_trace
 from bench.paths import TRACES_DIR, results_path
@@ -49,6 +45,7 @@ from bench.replay_planner import (
     PLANNER,
     SLA_TARGET,
     TUNING_WINDOWS,
+    plan_first_interval,
     shape_for,
     window,
 )
@@ -107,23 +104,8 @@ def fleet_config(args: argparse.Namespace, fleet: Fleet, kv_share: float) -> Rep
 
 
 def planned_fleet(requests: list[TraceRequest], config: ReplayConfig) -> Fleet:
-    """The planner's own throughput plan for the first interval of `requests` (no prefix
-    hits assumed): where a planner that ran before them would stand."""
-    interval_s = config.planner.interval_s
-    start_ms = requests[0].arrival_ms
-    first = [r for r in requests if r.arrival_ms - start_ms < interval_s * 1000.0]
-    metrics = FrontendMetrics(
-        window_s=interval_s,
-        num_requests=len(first),
-        mean_input_tokens=sum(r.input_length for r in first) / len(first),
-        mean_output_tokens=sum(r.output_length for r in first) / len(first),
-    )
-    planner = Planner(
-        config.planner,
-        get_performance_model(config, PolynomialTiming()),
-        predictor_factory=ConstantPredictor,
-    )
-    sizes = planner.plan_interval(PlannerObservation(frontend=metrics), interval_s).num_workers
+    """The planner's own plan for the first interval of `requests`, as a fleet."""
+    sizes = plan_first_interval(requests, config)
     return Fleet(sizes[WorkerRole.PREFILL], sizes[WorkerRole.DECODE])
 
 
