@@ -98,8 +98,9 @@ class Run:
     first_up_s: float | None  # seconds after the step began that a worker was first asked for
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
+    """The trace, its windows, their shapes and the workers' start-up: the same flags and
+    defaults for every closed-loop planner bench."""
     parser.add_argument("--trace", default="conversation_trace.jsonl")
     parser.add_argument("--windows", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--requests", type=int, default=3000, help="requests per window")
@@ -108,6 +109,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--startup-s", type=float, default=30.0)
     parser.add_argument("--workloads", nargs="+", default=["step", "diurnal"])
+
+
+def mark(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    add_workload_args(parser)
     parser.add_argument("--quick", action="store_true", help="600 requests, bench/out/")
     parser.add_argument(
         "--jobs", type=int, default=1, help="workload windows replayed side by side"
@@ -332,10 +342,6 @@ def row(workload: str, index: int, run: Run) -> list[object]:
 def checks(workload: str, index: int, runs: list[Run], ideal: tuple[float, float]) -> list[str]:
     planned, threshold, peak, day, average, reactive = (run.report for run in runs)
     cost = planned.worker_seconds / peak.worker_seconds
-
-    def mark(ok: bool) -> str:
-        return "PASS" if ok else "MISS"
-
     return [
         f"{mark(planned.sla_attainment >= SLA_TARGET)}: {workload} w{index}: planned attainment "
         f"{planned.sla_attainment:.3f} (target >= {SLA_TARGET})",

@@ -45,6 +45,8 @@ from bench.replay_planner import (
     PLANNER,
     SLA_TARGET,
     TUNING_WINDOWS,
+    add_workload_args,
+    mark,
     plan_first_interval,
     shape_for,
     window,
@@ -76,12 +78,7 @@ class Run:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--trace", default="conversation_trace.jsonl")
-    parser.add_argument("--windows", type=int, nargs="+", default=[2, 3])
-    parser.add_argument("--requests", type=int, default=3000, help="requests per window")
-    parser.add_argument("--time-scale", type=float, default=2.0, help="arrivals x this")
-    parser.add_argument("--startup-s", type=float, default=30.0)
-    parser.add_argument("--workloads", nargs="+", default=["step", "diurnal"])
+    add_workload_args(parser)
     parser.add_argument("--kv-shares", type=float, nargs="+", default=[DEFAULT_KV_SHARE])
     parser.add_argument("--jobs", type=int, default=2, help="cases replayed side by side")
     return parser.parse_args(argv)
@@ -213,10 +210,6 @@ def checks(workload: str, index: int, kv_share: float, runs: list[Run]) -> list[
     planned, threshold, peak, average = (run.report for run in runs)
     cost = planned.worker_seconds / peak.worker_seconds
     case = f"{workload} w{index} share {kv_share:g}"
-
-    def mark(ok: bool) -> str:
-        return "PASS" if ok else "MISS"
-
     return [
         f"{mark(planned.sla_attainment >= SLA_TARGET)}: {case}: planned attainment "
         f"{planned.sla_attainment:.3f} (target >= {SLA_TARGET})",

@@ -96,9 +96,7 @@ class Planner:
         self._model = model
         # the pools are sized with the KV headroom; corrections and live estimates read the
         # worker's own model
-        self._sizing_model = (
-            model if config.decode_kv_share == 1.0 else KvHeadroom(model, config.decode_kv_share)
-        )
+        self._sizing_model = KvHeadroom(model, config.decode_kv_share)
         self._targets = Targets(
             config.ttft_ms / 1000.0, config.itl_ms / 1000.0, config.slo_attainment
         )
