@@ -75,6 +75,8 @@ COST_TARGET = 0.70  # planned worker-seconds over static peak's, at most
 # the last is the peak, the grid bounds the ideal follower (`get_ideal_share`)
 RATE_GRID = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
 FACTOR = 4.0
+# the planner's SLO feedback (`--planner-trim-step`), chosen on windows 0 and 1 (the reading)
+TRIM_STEP = 0.3
 # chosen on windows 0 and 1 (see the docstring)
 PLANNER = PlannerConfig(
     mode="agg",
@@ -88,6 +90,7 @@ PLANNER = PlannerConfig(
     min_workers=1,
     max_workers=24,
     predictor="holt-winters",
+    trim_step=TRIM_STEP,
 )
 
 
@@ -418,7 +421,9 @@ def main() -> None:
         f"{p.scale_up_cooldown_s:g} s up / {p.scale_down_cooldown_s:g} s down, 1-"
         f"{p.max_workers} workers, the load rule reading the arrivals of the last "
         f"{p.load_rate_window_s:g} s; its performance model is the mocker's own timing "
-        "(`TimingPerformanceModel`). Rules and settings chosen on windows 0 and 1 (the "
+        f"(`TimingPerformanceModel`); SLO feedback (`--planner-trim-step`) {p.trim_step:g}, "
+        f"down to {p.trim_min_scale:g} of the predicted load. Rules and settings chosen on "
+        "windows 0 and 1 (the "
         "trace's first half), which are not reported here. Attainment: "
         "requests with TTFT and mean ITL both within target, over all requests. Static "
         f"peak: the smallest static fleet holding {SLA_TARGET:.0%} with the window's requests "

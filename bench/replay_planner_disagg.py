@@ -85,7 +85,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def planner_config(kv_share: float) -> PlannerConfig:
-    return replace(PLANNER, mode="disagg", decode_kv_share=kv_share)
+    # the SLO feedback was tuned on the aggregated fleet only: off here, as this bench was run
+    return replace(PLANNER, mode="disagg", decode_kv_share=kv_share, trim_step=0.0)
 
 
 def fleet_config(args: argparse.Namespace, fleet: Fleet, kv_share: float) -> ReplayConfig:

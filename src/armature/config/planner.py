@@ -53,6 +53,17 @@ def _fraction_open(text: str) -> float:
     return value
 
 
+def _fraction_closed_open(text: str) -> float:
+    """A number at least 0 and below 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class RoleLimits:
     """The fewest and most workers of one role."""
@@ -183,6 +194,22 @@ class PlannerConfig:
         "the load rule removes a worker only while live TTFT and ITL estimates are below this "
         "fraction of their targets",
         parse=_fraction_open,
+    )
+
+    trim_step: float = setting(
+        0.0,
+        "SLO feedback: after an interval in which at least half the requests the target allows "
+        "to miss met it anyway (0.975 of them at --slo-attainment 0.95), size the pools for "
+        "this much less of the predicted load (compounding); an interval under the target, or "
+        "a load above the one the trim held at, sizes for all of it again (0: off)",
+        flag="planner-trim-step",
+        parse=_fraction_closed_open,
+    )
+    trim_min_scale: float = setting(
+        0.5,
+        "SLO feedback: the least share of the predicted load the pools are sized for",
+        flag="planner-trim-min",
+        parse=_share,
     )
 
     def __post_init__(self) -> None:

@@ -30,6 +30,7 @@ from armature.planner.performance import KvHeadroom, PerformanceModel
 from armature.planner.predictors import LoadPredictor, make_predictor
 from armature.planner.recent_load import RecentWindows, get_rate_bounds, get_rising_rate
 from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, plan_prefill
+from armature.planner.trim import AttainmentTrim, get_high_mark
 from armature.protocols.worker import WorkerRole
 
 __all__ = ["MIN_JUDGED_REQUESTS", "Planner", "PlannerEffects", "get_halfway"]
@@ -54,6 +55,8 @@ class PlannerEffects:
     # the share of requests within both targets over the load rule's window, as the frontend
     # judged them (None: it judges none, or too few finished)
     attainment: float | None = None
+    # the share of the predicted load the pools were sized for (trim.py; 1.0: all of it)
+    trim_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ class Planner:
         # scale_down_cooldown_s of that, so one quiet window does not remove a worker
         self._calm_since_s: dict[WorkerRole, float] = {}
         self._attainment: float | None = None  # measured over the load rule's window
+        self._trim = AttainmentTrim(config.trim_step, config.trim_min_scale, config.slo_attainment)
 
     def _make_predictor(self) -> LoadPredictor:
         config = self._config
@@ -145,9 +149,14 @@ class Planner:
         if frontend.num_requests > 0:
             self._prefix_hit_rate = frontend.prefix_hit_rate
             self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
+        self._trim.observe(
+            _get_attainment(frontend.num_judged_requests, frontend.num_met_requests),
+            frontend.get_request_rate_per_s(),
+        )
         forecast = self._forecaster.predict_next()
         if forecast is None:
             return self._effects([], [])
+        forecast = self._trimmed(forecast)
         plans = {r: self._plan_pool(r, forecast, self._config.queue_aware) for r in self._roles()}
         wants: dict[WorkerRole, _Want] = {}
         for role, plan in plans.items():
@@ -186,8 +195,8 @@ class Planner:
         new_tokens = input_tokens * (1.0 - self._prefix_hit_rate)
         low_rate_per_s, high_rate_per_s = get_rate_bounds(recent.num_requests, recent.window_s)
         low_rate_per_s = get_rising_rate(self._recent.get_suffix_counts())
-        rising = LoadForecast(low_rate_per_s, input_tokens, output_tokens)
-        falling = LoadForecast(high_rate_per_s, input_tokens, output_tokens)
+        rising = self._trimmed(LoadForecast(low_rate_per_s, input_tokens, output_tokens))
+        falling = self._trimmed(LoadForecast(high_rate_per_s, input_tokens, output_tokens))
         wants: dict[WorkerRole, _Want] = {}
         plans: dict[WorkerRole, PoolPlan] = {}
         for role in self._roles():
@@ -286,7 +295,8 @@ class Planner:
         ratio = self._config.scale_down_ratio
         pairs = ((live.ttft_s, ttft_s), (live.itl_s, itl_s))
         measured = [(v, t) for v, t in pairs if v is not None]
-        if not measured or any(v >= ratio * t for v, t in measured):
+        quiet = bool(measured) and all(v < ratio * t for v, t in measured)
+        if not quiet and not self._has_room():
             self._calm_since_s.pop(role, None)
             return None
         self._calm_since_s.setdefault(role, now_s)
@@ -297,6 +307,24 @@ class Planner:
         if down < current:
             return _Want(down, DecisionReason.BELOW_TARGET, detail)
         return None
+
+    def _has_room(self) -> bool:
+        """With the trim on, whether the load rule's window met the trim's high mark: the
+        fleet keeps the targets with room, which is calm too whatever the live estimates."""
+        return (
+            self._config.trim_step > 0.0
+            and self._attainment is not None
+            and self._attainment >= get_high_mark(self._config.slo_attainment)
+        )
+
+    def _trimmed(self, load: LoadForecast) -> LoadForecast:
+        """`load` at the trim's scale for its rate."""
+        scale = self._trim.get_scale(load.request_rate_per_s)
+        if scale == 1.0:
+            return load
+        return LoadForecast(
+            load.request_rate_per_s * scale, load.mean_input_tokens, load.mean_output_tokens
+        )
 
     def _is_calm(self, role: WorkerRole, now_s: float) -> bool:
         """Whether the load rule has seen every live estimate of `role` below the scale-down
@@ -417,6 +445,7 @@ class Planner:
             prefill_correction=self._corrections.prefill_factor,
             decode_correction=self._corrections.decode_factor,
             attainment=self._attainment,
+            trim_scale=self._trim.scale,
         )
 
 
@@ -427,6 +456,14 @@ def get_halfway(current: int, target: int) -> int:
     if target >= current:
         return current
     return (current + target) // 2
+
+
+def _get_attainment(num_judged: int, num_met: int) -> float | None:
+    """The share of judged requests within both targets; None with fewer than
+    MIN_JUDGED_REQUESTS judged."""
+    if num_judged < MIN_JUDGED_REQUESTS:
+        return None
+    return num_met / num_judged
 
 
 def _describe_live(live: LiveEstimate) -> str:
