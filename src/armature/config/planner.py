@@ -198,10 +198,10 @@ class PlannerConfig:
 
     trim_step: float = setting(
         0.0,
-        "SLO feedback: after an interval in which at least half the requests the target allows "
-        "to miss met it anyway (0.975 of them at --slo-attainment 0.95), size the pools for "
-        "this much less of the predicted load (compounding); an interval under the target, or "
-        "a load above the one the trim held at, sizes for all of it again (0: off)",
+        "SLO feedback: after an interval whose measured attainment reached half way from "
+        "--slo-attainment to 1 (0.975 at 0.95), size the pools for this much less of the "
+        "predicted load (compounding); an interval under the target, or a load 25% above the "
+        "highest one the trim held at, sizes for all of it again (0: off)",
         flag="planner-trim-step",
         parse=_fraction_closed_open,
     )
