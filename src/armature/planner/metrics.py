@@ -66,6 +66,13 @@ class PlannerMetrics:
             "Requests within both targets over the load rule's window, as the frontend judged "
             "them (--slo-ttft-ms, --slo-itl-ms)",
         )
+        self.trim_scale = _metric(
+            Gauge,
+            r,
+            "trim_scale",
+            "The share of the predicted load the pools are sized for (--planner-trim-step; "
+            "1 while the SLO feedback is off or has found no room)",
+        )
         self.decisions = _metric(
             Counter, r, "decisions", "Scaling decisions, by role and reason", "role", "reason"
         )
@@ -87,6 +94,7 @@ class PlannerMetrics:
             self.attainment,
         ):
             gauge.set(math.nan)
+        self.trim_scale.set(1.0)
         for role in roles:
             self.workers.labels(role.value)
             self.target_workers.labels(role.value)
@@ -111,6 +119,7 @@ class PlannerMetrics:
             self.predicted_output.set(effects.forecast.mean_output_tokens)
         if effects.attainment is not None:
             self.attainment.set(effects.attainment)
+        self.trim_scale.set(effects.trim_scale)
         for role, live in effects.live.items():
             self.ttft_s.labels(role.value).set(math.nan if live.ttft_s is None else live.ttft_s)
             self.itl_s.labels(role.value).set(math.nan if live.itl_s is None else live.itl_s)

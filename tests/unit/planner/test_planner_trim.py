@@ -15,6 +15,7 @@ from test_planner_core import INTERVAL_S, P, make_planner, prefill_workers, summ
 from armature.cli.options import Parser, add_settings, read_settings
 from armature.config import PlannerConfig
 from armature.planner import FrontendMetrics, PerformanceModel, Planner, PlannerObservation
+from armature.planner.metrics import PlannerMetrics
 from armature.planner.predictors import ConstantPredictor
 from armature.planner.trim import RISE_MARGIN, AttainmentTrim, get_high_mark
 from armature.protocols.worker import WorkerRole
@@ -150,3 +151,16 @@ def test_the_high_mark_counts_as_calm_for_the_load_rule(profile: PerformanceMode
 
     assert decisions() == []
     assert decisions(trim_step=0.3) == [("prefill", 6, 5, "below_target")]
+
+
+def test_the_trim_scale_is_a_gauge(profile: PerformanceModel) -> None:
+    """`armature_planner_trim_scale`: 1 from the start, then the scale a tick reports (one
+    interval at the high mark at step 0.3: 0.7)."""
+    metrics = PlannerMetrics((P, D))
+    read = lambda: metrics.registry.get_sample_value("armature_planner_trim_scale")  # noqa: E731
+    assert read() == 1.0
+    planner = make_planner(profile, trim_step=0.3)
+    effects = planner.plan_interval(judged(10.0, 100, 100), INTERVAL_S)
+    metrics.observe(effects, {})
+    assert effects.trim_scale == pytest.approx(0.7)
+    assert read() == pytest.approx(0.7)
