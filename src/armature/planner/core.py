@@ -156,8 +156,8 @@ class Planner:
         forecast = self._forecaster.predict_next()
         if forecast is None:
             return self._effects([], [])
-        forecast = self._trimmed(forecast)
-        plans = {r: self._plan_pool(r, forecast, self._config.queue_aware) for r in self._roles()}
+        sized = self._trimmed(forecast)  # the effects report the prediction itself
+        plans = {r: self._plan_pool(r, sized, self._config.queue_aware) for r in self._roles()}
         wants: dict[WorkerRole, _Want] = {}
         for role, plan in plans.items():
             limits = self._config.get_role_limits(role)
@@ -420,8 +420,10 @@ class Planner:
 
     def _describe(self, forecast: LoadForecast, plan: PoolPlan) -> str:
         unreachable = "" if plan.meets_target else "; the target cannot be met at any size"
+        scale = self._trim.get_scale(forecast.request_rate_per_s)
+        trimmed = "" if scale == 1.0 else f" (sized for {scale:.0%} of it: SLO feedback)"
         return (
-            f"predicted {forecast.request_rate_per_s:.3g} req/s, isl "
+            f"predicted {forecast.request_rate_per_s:.3g} req/s{trimmed}, isl "
             f"{forecast.mean_input_tokens:.0f}, osl {forecast.mean_output_tokens:.0f}; by "
             f"throughput {plan.num_by_throughput}, by queue {plan.num_by_queue}; service "
             f"{plan.service_s * 1000.0:.1f} ms{unreachable}"

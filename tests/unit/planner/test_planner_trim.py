@@ -164,3 +164,18 @@ def test_the_trim_scale_is_a_gauge(profile: PerformanceModel) -> None:
     metrics.observe(effects, {})
     assert effects.trim_scale == pytest.approx(0.7)
     assert read() == pytest.approx(0.7)
+
+
+def test_the_effects_report_the_prediction_and_the_log_the_share(
+    profile: PerformanceModel,
+) -> None:
+    """The forecast in the effects (and the predicted-rate gauge) is the predictor's own;
+    the decision's detail says what share of it the pools were sized for (two intervals at
+    the high mark: 0.7, then 0.49 floored to 0.5; decode at 5 req/s needs 2, from 3)."""
+    planner = make_planner(profile, trim_step=0.3)
+    planner.plan_interval(judged(10.0, 100, 100), INTERVAL_S)
+    effects = planner.plan_interval(judged(10.0, 100, 100), 3 * INTERVAL_S)
+    assert effects.forecast is not None and effects.forecast.request_rate_per_s == 10.0
+    (decision,) = [d for d in effects.decisions if d.role is D]
+    assert (decision.from_workers, decision.to_workers) == (3, 2)
+    assert decision.detail.startswith("predicted 10 req/s (sized for 50% of it: SLO feedback)")
