@@ -119,6 +119,9 @@ class Simulation:
         self.wake_ms: dict[str, float] = {}  # an idle worker's next wake event
         self._sequence = 0
         self.now_ms = 0.0
+        # the last arrival or event other than a timer: where the work ended (a timer after
+        # it, as the fleet monitor's last tick, does not lengthen the replay's span)
+        self.work_end_ms = 0.0
         self.next_arrival = 0
         # callbacks on the virtual clock (`call_at`), and what a planned fleet watches
         self.timers: dict[str, Callable[[float], None]] = {}
@@ -190,7 +193,8 @@ class Simulation:
         )
 
     def run(self) -> float:
-        """Simulate to the end; returns the simulated end time in ms."""
+        """Simulate to the end; returns when the work ended (ms): the last arrival or event
+        other than a timer."""
         step_ends, observers = self.step_ends, self.observers
         while self.next_arrival < len(self.requests) or step_ends or observers:
             if step_ends and (not observers or step_ends[0] < observers[0]):
@@ -206,10 +210,13 @@ class Simulation:
                 if self.monitor is not None:
                     self.monitor.on_arrival(trace.input_length, trace.output_length)
                 self._arrive(trace, number, self.now_ms)
+                self.work_end_ms = self.now_ms
             else:
                 self.now_ms, _, key = heapq.heappop(heap)
                 self._on_event(key, self.now_ms)
-        return self.now_ms
+                if not key.startswith(_TIMER):
+                    self.work_end_ms = self.now_ms
+        return self.work_end_ms
 
     def _get_next_arrival_ms(self) -> float:
         if self.next_arrival < len(self.requests):

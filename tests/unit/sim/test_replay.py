@@ -122,6 +122,18 @@ def test_goodput_per_slo_over_simulated_time() -> None:
     assert report.goodput_tokens_s["p50"] == 60 * 16 / span_s
 
 
+def test_the_span_ends_with_the_work_not_the_monitors_tick() -> None:
+    """One request alone: the replay's span is from its arrival to its last token (its
+    end-to-end latency), not to the fleet monitor's next 5 s sample after it; a static
+    fleet's worker-seconds end there too. Its 7 steps take well under a load interval."""
+    request = TraceRequest(arrival_ms=0.0, input_length=100, output_length=7, hash_ids=(1,))
+    report = replay([request], replace(CONFIG, num_workers=1))
+    assert report.e2e_ms.p50 < 1000.0 * CONFIG.planner.load_interval_s
+    assert report.simulated_time_s * 1000.0 == pytest.approx(report.e2e_ms.p50)
+    assert report.worker_seconds == pytest.approx(report.simulated_time_s)
+    assert report.throughput_tokens_s == pytest.approx(7 / report.simulated_time_s)
+
+
 MULTI_TURN = synthetic_multi_turn(
     num_sessions=16,
     turns_per_session=3,
