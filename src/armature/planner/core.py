@@ -28,7 +28,12 @@ from armature.planner.live import LiveEstimate, estimate_live, get_backlog_reque
 from armature.planner.observation import PlannerObservation
 from armature.planner.performance import KvHeadroom, PerformanceModel
 from armature.planner.predictors import LoadPredictor, make_predictor
-from armature.planner.recent_load import RecentWindows, get_rate_bounds, get_rising_rate
+from armature.planner.recent_load import (
+    RecentWindows,
+    get_attainment,
+    get_rate_bounds,
+    get_rising_rate,
+)
 from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, plan_prefill
 from armature.planner.trim import AttainmentTrim, get_high_mark
 from armature.protocols.worker import WorkerRole
@@ -150,7 +155,9 @@ class Planner:
             self._prefix_hit_rate = frontend.prefix_hit_rate
             self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
         self._trim.observe(
-            _get_attainment(frontend.num_judged_requests, frontend.num_met_requests),
+            get_attainment(
+                frontend.num_judged_requests, frontend.num_met_requests, MIN_JUDGED_REQUESTS
+            ),
             frontend.get_request_rate_per_s(),
         )
         forecast = self._forecaster.predict_next()
@@ -458,14 +465,6 @@ def get_halfway(current: int, target: int) -> int:
     if target >= current:
         return current
     return (current + target) // 2
-
-
-def _get_attainment(num_judged: int, num_met: int) -> float | None:
-    """The share of judged requests within both targets; None with fewer than
-    MIN_JUDGED_REQUESTS judged."""
-    if num_judged < MIN_JUDGED_REQUESTS:
-        return None
-    return num_met / num_judged
 
 
 def _describe_live(live: LiveEstimate) -> str:

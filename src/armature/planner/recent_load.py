@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 from armature.planner.observation import FrontendMetrics
 
-__all__ = ["RATE_BOUND_Z", "RecentLoad", "RecentWindows", "get_rate_bounds", "get_rising_rate"]
+__all__ = [
+    "RATE_BOUND_Z",
+    "RecentLoad",
+    "RecentWindows",
+    "get_attainment",
+    "get_rate_bounds",
+    "get_rising_rate",
+]
 
 # the load rule's confidence in a window's arrival rate: one standard deviation each way
 RATE_BOUND_Z = 1.0
@@ -35,11 +42,8 @@ class RecentLoad:
     num_met_requests: int = 0  # of those, within both targets
 
     def get_attainment(self, min_judged: int) -> float | None:
-        """The share of judged requests that met both targets; None with fewer than
-        `min_judged` judged (too few to tell)."""
-        if self.num_judged_requests < max(1, min_judged):
-            return None
-        return self.num_met_requests / self.num_judged_requests
+        """`get_attainment` of the window's judged requests."""
+        return get_attainment(self.num_judged_requests, self.num_met_requests, min_judged)
 
 
 class RecentWindows:
@@ -81,6 +85,14 @@ class RecentWindows:
             num_judged,
             num_met,
         )
+
+
+def get_attainment(num_judged: int, num_met: int, min_judged: int) -> float | None:
+    """The share of `num_judged` requests that met both targets (`num_met` of them); None
+    with fewer than `min_judged` judged (too few to tell)."""
+    if num_judged < max(1, min_judged):
+        return None
+    return num_met / num_judged
 
 
 def get_rate_bounds(num_arrivals: int, window_s: float) -> tuple[float, float]:
