@@ -61,6 +61,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "replay_disagg",
         "replay_planner",
         "replay_planner_disagg",
+        "replay_planner_trim",
         "replay_routing",
         "replay_scale",
         "replay_speed",
