@@ -35,7 +35,7 @@ from armature.planner.recent_load import (
     get_rising_rate,
 )
 from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, plan_prefill
-from armature.planner.trim import AttainmentTrim, get_high_mark
+from armature.planner.trim import AttainmentTrim
 from armature.protocols.worker import WorkerRole
 
 __all__ = ["MIN_JUDGED_REQUESTS", "Planner", "PlannerEffects", "get_halfway"]
@@ -303,7 +303,7 @@ class Planner:
         pairs = ((live.ttft_s, ttft_s), (live.itl_s, itl_s))
         measured = [(v, t) for v, t in pairs if v is not None]
         quiet = bool(measured) and all(v < ratio * t for v, t in measured)
-        if not quiet and not self._has_room():
+        if not quiet and not self._trim.has_room(self._attainment):
             self._calm_since_s.pop(role, None)
             return None
         self._calm_since_s.setdefault(role, now_s)
@@ -314,15 +314,6 @@ class Planner:
         if down < current:
             return _Want(down, DecisionReason.BELOW_TARGET, detail)
         return None
-
-    def _has_room(self) -> bool:
-        """With the trim on, whether the load rule's window met the trim's high mark: the
-        fleet keeps the targets with room, which is calm too whatever the live estimates."""
-        return (
-            self._config.trim_step > 0.0
-            and self._attainment is not None
-            and self._attainment >= get_high_mark(self._config.slo_attainment)
-        )
 
     def _trimmed(self, load: LoadForecast) -> LoadForecast:
         """`load` at the trim's scale for its rate."""

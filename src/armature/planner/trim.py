@@ -62,6 +62,11 @@ class AttainmentTrim:
             self._scale = max(self._min_scale, self._scale * (1.0 - self._step))
             self._held_rate_per_s = max(self._held_rate_per_s, rate_per_s)
 
+    def has_room(self, attainment: float | None) -> bool:
+        """With the trim on, whether `attainment` (None: not measured) meets the high mark:
+        the fleet keeps the targets with room, which the load rule counts as calm too."""
+        return self._step > 0.0 and attainment is not None and attainment >= self._high
+
     def get_scale(self, rate_per_s: float) -> float:
         """The scale to size a load of `rate_per_s` with: the learned one up to
         `RISE_MARGIN` above the highest rate it held at, else 1.0."""
