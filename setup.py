@@ -5,7 +5,7 @@
 - armature.router._index: the prefix index's holder table (armature.router.holder_store),
   whose token walk hashes blocks with the same code (armature/kv/xxh3.h, included by both).
 - armature.router._routed: the kv policy's routed-prefix index (armature.router.routed_index).
-- armature.workload._mt: synthetic trace tokens (armature.workload.traces).
+- armature.workload._synth: synthetic prompt tokens (armature.workload.traces).
 
 Without a C compiler the build skips them (optional=True) and the modules fall back to pure
 Python, which gives the same results, several times slower.
@@ -42,8 +42,8 @@ setup(
             optional=True,
         ),
         Extension(
-            "armature.workload._mt",
-            ["src/armature/workload/_mt.c"],
+            "armature.workload._synth",
+            ["src/armature/workload/_synth.c"],
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),

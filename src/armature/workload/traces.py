@@ -17,7 +17,6 @@ Pure: no I/O except `read_mooncake_trace`, and every random draw comes from a se
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -32,10 +31,10 @@ import numpy as np
 
 from armature.errors import ArmatureError
 
-try:  # C, built by pip install (setup.py); without it the same tokens, about 2x slower
-    from armature.workload import _mt
+try:  # C, built by pip install (setup.py); without it the same tokens through numpy
+    from armature.workload import _synth
 except ImportError:  # pragma: no cover - exercised by the fallback test in a subprocess
-    _mt = None  # type: ignore[assignment]
+    _synth = None  # type: ignore[assignment]
 
 __all__ = [
     "THINK_JITTER_FRACTION",
@@ -53,11 +52,8 @@ __all__ = [
 TRACE_BLOCK_TOKENS = 512
 # A turn gap in `synthetic_multi_turn` is think_time_ms scaled by U(1 - f, 1 + f).
 THINK_JITTER_FRACTION = 0.25
-# Prompt blocks kept by `_block_token_ids`: ~4 KiB each at 512 tokens (tuples of references
-# to the shared ints, so a prompt is built by copying references, 10x faster than from packed
-# ids), ~16 MiB in all. On the conversation trace 9% of block lookups hit (16,384 blocks: 27%,
-# 0.4 of 4.2 CPU s less to synthesize it, for 50 MiB more).
-_BLOCK_CACHE_SIZE = 4096
+_MASK64 = (1 << 64) - 1
+_GOLDEN_GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment
 # a vocabulary up to this many ids shares its token ints (`_shared_ints`: 28 MiB at the most)
 _MAX_SHARED_INTS = 1 << 20
 
@@ -181,7 +177,8 @@ def synthesize_prompt(
     pseudo-random run of `trace_block_tokens` ids in [min_token_id, vocab_size) that depends
     only on (seed, hash_ids[i]) (for a given id range), so requests sharing their first k hash
     ids share exactly their first k * trace_block_tokens tokens, whatever block size an engine
-    hashes them with. Raises ValueError on an empty id range or too few hash_ids."""
+    hashes them with. The run is defined by `_block_tokens_py`. Raises ValueError on an empty
+    id range or too few hash_ids."""
     _require(0 <= min_token_id < vocab_size, f"empty id range [{min_token_id}, {vocab_size})")
     _require(trace_block_tokens >= 1, f"trace_block_tokens must be >= 1: {trace_block_tokens}")
     num_blocks = _num_blocks(request.input_length, trace_block_tokens)
@@ -189,28 +186,18 @@ def synthesize_prompt(
         len(request.hash_ids) >= num_blocks,
         f"{len(request.hash_ids)} hash_ids cannot cover {request.input_length} tokens",
     )
+    span = vocab_size - min_token_id
+    _require(span < 1 << 32, f"the id range [{min_token_id}, {vocab_size}) is over 2**32 ids")
+    if _synth is not None:
+        args = (seed, request.hash_ids, request.input_length, trace_block_tokens, min_token_id)
+        if span > _MAX_SHARED_INTS:
+            return _synth.prompt_tokens(*args, span)
+        return _synth.prompt_tokens(*args, span, _shared_ints(min_token_id, span))
     tokens: list[int] = []
     for hash_id in request.hash_ids[:num_blocks]:
-        tokens.extend(_block_token_ids(seed, hash_id, min_token_id, vocab_size, trace_block_tokens))
+        tokens.extend(_block_tokens_py(seed, hash_id, min_token_id, span, trace_block_tokens))
     del tokens[request.input_length :]
     return tokens
-
-
-@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
-def _block_token_ids(
-    seed: int, hash_id: int, min_token_id: int, vocab_size: int, num_tokens: int
-) -> tuple[int, ...]:
-    """One block's token ids; pure, so cached (traces reuse ids a lot). They are
-    `random.Random(f"{seed}:{hash_id}").randbytes(4 * num_tokens)` as little-endian u32, each
-    `% (vocab_size - min_token_id) + min_token_id` (a str seed is hashed with SHA-512,
-    independent of PYTHONHASHSEED); `armature.workload._mt` runs the same MT19937 in C."""
-    if _mt is None:
-        return _block_token_ids_py(seed, hash_id, min_token_id, vocab_size, num_tokens)
-    key = _mt_key(f"{seed}:{hash_id}")
-    span = vocab_size - min_token_id
-    if span > _MAX_SHARED_INTS:
-        return _mt.block_tokens(key, num_tokens, min_token_id, span)
-    return _mt.block_tokens(key, num_tokens, min_token_id, span, _shared_ints(min_token_id, span))
 
 
 @lru_cache(maxsize=4)
@@ -221,23 +208,23 @@ def _shared_ints(low: int, span: int) -> tuple[int, ...]:
     return tuple(range(low, low + span))
 
 
-def _block_token_ids_py(
-    seed: int, hash_id: int, min_token_id: int, vocab_size: int, num_tokens: int
-) -> tuple[int, ...]:
-    """`_block_token_ids` through `random.Random` (the definition; the fallback)."""
-    raw = random.Random(f"{seed}:{hash_id}").randbytes(4 * num_tokens)
-    values = np.frombuffer(raw, dtype="<u4") % (vocab_size - min_token_id) + min_token_id
-    return tuple(values.tolist())
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function on uint64 (numpy's uint64 arithmetic wraps mod 2**64)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
-def _mt_key(seed: str) -> bytes:
-    """The MT19937 key words (little-endian u32) that `random.Random(seed)` seeds with: the
-    integer of seed's UTF-8 bytes followed by their SHA-512 digest (big-endian), least
-    significant word first."""
-    raw = seed.encode()
-    number = int.from_bytes(raw + hashlib.sha512(raw).digest(), "big")
-    num_words = max(1, -(-number.bit_length() // 32))
-    return number.to_bytes(4 * num_words, "little")
+def _block_tokens_py(seed: int, hash_id: int, low: int, span: int, num_tokens: int) -> list[int]:
+    """One trace block's token ids (the definition; `armature.workload._synth` computes the
+    same in C): the first num_tokens outputs x of SplitMix64 started at
+    mix64(mix64(seed) + hash_id), each low + ((x >> 32) * span >> 32); seed and hash_id are
+    taken mod 2**64 and span must be below 2**32."""
+    seed_key = _mix64(np.array([seed & _MASK64], dtype=np.uint64))
+    key = _mix64(seed_key + np.uint64(hash_id & _MASK64))
+    steps = np.arange(1, num_tokens + 1, dtype=np.uint64) * np.uint64(_GOLDEN_GAMMA)
+    offsets = ((_mix64(key + steps) >> np.uint64(32)) * np.uint64(span)) >> np.uint64(32)
+    return [low + offset for offset in offsets.tolist()]
 
 
 # ---- Synthetic workloads ---------------------------------------------------------------------

@@ -1,12 +1,11 @@
-"""The C token synthesizer (`armature.workload._mt`) against its definition through
-`random.Random`, and the fallback where the extension was not built."""
+"""The C token synthesizer (`armature.workload._synth`) against its definition
+(`traces._block_tokens_py`, numpy) and against SplitMix64 written out with Python ints, and the
+fallback where the extension was not built."""
 
 from __future__ import annotations
 
 import json
-import random
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,56 +14,88 @@ from armature.workload import traces
 from armature.workload.traces import TraceRequest, synthesize_prompt
 from without_extension import run_without
 
-_mt = pytest.importorskip(
-    "armature.workload._mt",
-    reason="armature.workload._mt was not built (no C compiler at install): Python synthesis",
+_synth = pytest.importorskip(
+    "armature.workload._synth",
+    reason="armature.workload._synth was not built (no C compiler at install): numpy synthesis",
 )
+
+MASK = (1 << 64) - 1
+
+
+def _mix64(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
+
+
+def _by_hand(seed: int, hash_id: int, low: int, span: int, num_tokens: int) -> list[int]:
+    """SplitMix64 (Steele, Lea and Flood 2014) from mix64(mix64(seed) + hash_id), one int at a
+    time: state += 0x9E3779B97F4A7C15, output mix64(state), reduced by multiply-shift."""
+    state = _mix64((_mix64(seed & MASK) + hash_id) & MASK)
+    tokens = []
+    for _ in range(num_tokens):
+        state = (state + 0x9E3779B97F4A7C15) & MASK
+        tokens.append(low + (((_mix64(state) >> 32) * span) >> 32))
+    return tokens
 
 
 @given(
-    st.integers(min_value=0, max_value=2**40),
+    st.integers(min_value=-(2**70), max_value=2**70),
     st.integers(min_value=0, max_value=10**30),
     st.integers(min_value=0, max_value=1000),
-    st.integers(min_value=1, max_value=2**31),
+    st.integers(min_value=1, max_value=2**32 - 1),
     st.integers(min_value=0, max_value=700),
 )
-def test_native_block_tokens_equal_the_random_module(
+def test_native_block_tokens_equal_the_definition(
     seed: int, hash_id: int, low: int, span: int, num_tokens: int
 ) -> None:
-    native = traces._block_token_ids.__wrapped__(seed, hash_id, low, low + span, num_tokens)
-    python = traces._block_token_ids_py(seed, hash_id, low, low + span, num_tokens)
-    assert native == python
-    assert len(native) == num_tokens
+    native = _synth.prompt_tokens(seed, [hash_id], num_tokens, max(num_tokens, 1), low, span)
+    assert native == traces._block_tokens_py(seed, hash_id, low, span, num_tokens)
+    assert native == _by_hand(seed, hash_id, low, span, num_tokens)
 
 
-@pytest.mark.parametrize("seed", ["", "0:0", "x" * 2000, "é:1"])
-def test_the_key_seeds_mt19937_as_random_does(seed: str) -> None:
-    # the raw 32-bit outputs (span 2**32 - 1 would fold one value; compare words directly)
-    words = np.frombuffer(random.Random(seed).randbytes(4 * 1300), dtype="<u4").tolist()
-    # 1300 outputs cross two twists of the 624-word state
-    got = _mt.block_tokens(traces._mt_key(seed), 1300, 0, 2**32 - 1)
-    assert list(got) == [w % (2**32 - 1) for w in words]
+@given(
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.lists(st.integers(min_value=0, max_value=2**64 - 1), min_size=1, max_size=6),
+    st.integers(min_value=1, max_value=40),
+    st.data(),
+)
+def test_a_prompt_is_its_blocks_in_order_cut_to_its_length(
+    seed: int, hash_ids: list[int], block_tokens: int, data: st.DataObject
+) -> None:
+    num_tokens = data.draw(st.integers(min_value=0, max_value=len(hash_ids) * block_tokens))
+    expected: list[int] = []
+    for hash_id in hash_ids:
+        expected += _by_hand(seed, hash_id, 3, 50, block_tokens)
+    got = _synth.prompt_tokens(seed, tuple(hash_ids), num_tokens, block_tokens, 3, 50)
+    assert got == expected[:num_tokens]
 
 
 def test_bad_arguments_are_refused() -> None:
-    key = traces._mt_key("0:1")
-    for args in [(b"", 4, 0, 10), (b"abc", 4, 0, 10), (key, -1, 0, 10), (key, 4, 0, 0)]:
-        with pytest.raises(ValueError, match="u32 words"):
-            _mt.block_tokens(*args)
-    with pytest.raises((ValueError, OverflowError)):
-        _mt.block_tokens(key, 4, 0, 2**32)
+    for args in [(0, [1], -1, 4, 0, 10), (0, [1], 4, 0, 0, 10), (0, [1], 4, 4, 0, 0)]:
+        with pytest.raises(ValueError, match="required"):
+            _synth.prompt_tokens(*args)
+    with pytest.raises(ValueError, match="required"):
+        _synth.prompt_tokens(0, [1], 4, 4, 0, 2**32)
+    with pytest.raises(ValueError, match="too few hash_ids"):
+        _synth.prompt_tokens(0, [1], 5, 4, 0, 10)
+    with pytest.raises(TypeError, match="ints"):
+        _synth.prompt_tokens(0, [1, "x"], 5, 4, 0, 10)
+    with pytest.raises(TypeError, match="seed"):
+        _synth.prompt_tokens(0.5, [1], 4, 4, 0, 10)
+    with pytest.raises(TypeError, match="sequence"):
+        _synth.prompt_tokens(0, 1, 4, 4, 0, 10)
 
 
 def test_tokens_can_be_the_given_ints_themselves() -> None:
-    key = traces._mt_key("4:2")
     table = tuple(range(7, 1007))
-    shared = _mt.block_tokens(key, 600, 7, 1000, table)
-    assert shared == _mt.block_tokens(key, 600, 7, 1000)
+    shared = _synth.prompt_tokens(4, [2, 3], 600, 512, 7, 1000, table)
+    assert shared == _synth.prompt_tokens(4, [2, 3], 600, 512, 7, 1000)
     assert all(token is table[token - 7] for token in shared)
     with pytest.raises(ValueError, match="span ints"):
-        _mt.block_tokens(key, 4, 7, 1000, table[:-1])
+        _synth.prompt_tokens(4, [2], 4, 4, 7, 1000, table[:-1])
     with pytest.raises(TypeError):
-        _mt.block_tokens(key, 4, 7, 1000, list(table))
+        _synth.prompt_tokens(4, [2], 4, 4, 7, 1000, list(table))
 
 
 def test_synthesized_prompts_share_their_token_ints() -> None:
@@ -74,19 +105,25 @@ def test_synthesized_prompts_share_their_token_ints() -> None:
     assert all(token is ints[token] for token in first + second)
 
 
+def test_a_vocabulary_too_big_to_share_makes_its_own_ints() -> None:
+    request = TraceRequest(0.0, 600, 1, (1, 2))
+    tokens = synthesize_prompt(request, vocab_size=(1 << 21) + 10, min_token_id=10)
+    assert tokens == _by_hand(0, 1, 10, 1 << 21, 512) + _by_hand(0, 2, 10, 1 << 21, 88)
+
+
 _WITHOUT_NATIVE = """
 import json
 from armature.workload import traces
 from armature.workload.traces import TraceRequest, synthesize_prompt
 print(json.dumps({
-    "native": traces._mt is not None,
+    "native": traces._synth is not None,
     "tokens": synthesize_prompt(TraceRequest(0.0, 700, 1, (3, 9)), vocab_size=32000, seed=5),
 }))
 """
 
 
 def test_an_install_without_the_extension_synthesizes_the_same_tokens() -> None:
-    out = json.loads(run_without("armature.workload._mt", _WITHOUT_NATIVE))
+    out = json.loads(run_without("armature.workload._synth", _WITHOUT_NATIVE))
     request = TraceRequest(0.0, 700, 1, (3, 9))
     assert out == {
         "native": False,

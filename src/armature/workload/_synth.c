@@ -1,0 +1,107 @@
+/* A synthetic prompt's token ids at C speed (armature.workload.traces).
+ *
+ * `synthesize_prompt` defines a trace block's tokens as the first outputs of SplitMix64
+ * (Steele, Lea and Flood, "Fast splittable pseudorandom number generators", 2014) started at
+ * key = mix64(mix64(seed) + hash_id), each output x reduced to low + ((x >> 32) * span >> 32)
+ * (Lemire's multiply-shift range reduction); all arithmetic mod 2**64. `_block_tokens_py` is
+ * the same in numpy; tests hold the two equal. A replay synthesizes ~150M tokens per trace:
+ * counter-based, a block costs no seeding, and a whole prompt is one call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define GOLDEN_GAMMA 0x9E3779B97F4A7C15ULL
+
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* prompt_tokens(seed, hash_ids, num_tokens, block_tokens, low, span, ints=None) -> list[int]:
+ * num_tokens ids, block i (of block_tokens each; the last may be cut) from hash_ids[i]; seed
+ * and ids are taken mod 2**64. `ints`: a tuple of span ints, ints[i] == low + i; the tokens
+ * are then those objects (shared by every prompt), not new ones. */
+static PyObject *prompt_tokens(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *seed_obj, *ids_obj, *ints = NULL;
+    Py_ssize_t num_tokens, block_tokens;
+    unsigned long long low, span;
+    if (!PyArg_ParseTuple(args, "OOnnKK|O!", &seed_obj, &ids_obj, &num_tokens, &block_tokens,
+                          &low, &span, &PyTuple_Type, &ints))
+        return NULL;
+    if (!PyLong_Check(seed_obj)) {
+        PyErr_SetString(PyExc_TypeError, "seed must be an int");
+        return NULL;
+    }
+    if (num_tokens < 0 || block_tokens < 1 || span == 0 || span > 0xFFFFFFFFULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "num_tokens >= 0, block_tokens >= 1 and 0 < span < 2**32 are required");
+        return NULL;
+    }
+    if (ints != NULL && (unsigned long long)PyTuple_GET_SIZE(ints) != span) {
+        PyErr_SetString(PyExc_ValueError, "ints must hold span ints");
+        return NULL;
+    }
+    uint64_t seed_key = mix64((uint64_t)PyLong_AsUnsignedLongLongMask(seed_obj));
+    if (PyErr_Occurred()) return NULL;
+    PyObject *ids = PySequence_Fast(ids_obj, "hash_ids must be a sequence of ints");
+    if (ids == NULL) return NULL;
+    Py_ssize_t num_blocks = num_tokens / block_tokens + (num_tokens % block_tokens != 0);
+    if (PySequence_Fast_GET_SIZE(ids) < num_blocks) {
+        Py_DECREF(ids);
+        PyErr_SetString(PyExc_ValueError, "too few hash_ids for num_tokens");
+        return NULL;
+    }
+    PyObject *out = PyList_New(num_tokens);
+    if (out == NULL) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    PyObject **id_items = PySequence_Fast_ITEMS(ids);
+    Py_ssize_t t = 0;
+    for (Py_ssize_t b = 0; b < num_blocks; b++) {
+        PyObject *id = id_items[b];
+        if (!PyLong_Check(id)) {
+            PyErr_SetString(PyExc_TypeError, "hash_ids must be ints");
+            goto fail;
+        }
+        uint64_t state = mix64(seed_key + (uint64_t)PyLong_AsUnsignedLongLongMask(id));
+        Py_ssize_t end = t + block_tokens < num_tokens ? t + block_tokens : num_tokens;
+        for (; t < end; t++) {
+            state += GOLDEN_GAMMA;
+            uint64_t offset = ((mix64(state) >> 32) * span) >> 32;
+            PyObject *item;
+            if (ints != NULL) {
+                item = PyTuple_GET_ITEM(ints, (Py_ssize_t)offset);
+                Py_INCREF(item);
+            } else {
+                item = PyLong_FromUnsignedLongLong(low + offset);
+                if (item == NULL) goto fail;
+            }
+            PyList_SET_ITEM(out, t, item);
+        }
+    }
+    Py_DECREF(ids);
+    return out;
+fail:
+    /* the unset tail is NULL, which list dealloc skips */
+    Py_DECREF(ids);
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"prompt_tokens", prompt_tokens, METH_VARARGS,
+     "prompt_tokens(seed, hash_ids, num_tokens, block_tokens, low, span, ints=None) -> "
+     "list[int]"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "armature.workload._synth", "Synthetic prompt tokens (SplitMix64).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__synth(void) { return PyModule_Create(&module); }

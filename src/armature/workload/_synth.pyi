@@ -1,0 +1,11 @@
+from collections.abc import Sequence
+
+def prompt_tokens(
+    seed: int,
+    hash_ids: Sequence[int],
+    num_tokens: int,
+    block_tokens: int,
+    low: int,
+    span: int,
+    ints: tuple[int, ...] = ...,
+) -> list[int]: ...
