@@ -152,6 +152,14 @@ static void erase(Table *t, Py_ssize_t nw, uint64_t *bits) {
     t->count--;
 }
 
+/* Start loading the home entries of `n` keys: an event's blocks are scattered over a table of
+ * up to millions of entries, so each lookup would otherwise wait for memory in turn. */
+static void prefetch_homes(const Table *t, Py_ssize_t nw, const uint64_t *keys, Py_ssize_t n) {
+    if (t->capacity == 0) return;
+    size_t mask = t->capacity - 1;
+    for (Py_ssize_t i = 0; i < n; i++) __builtin_prefetch(entry(t, home(keys[i], mask), nw));
+}
+
 /* Clear slot's bit in the entry of `key`; 1 if it was set. */
 static int clear_bit(Table *t, Py_ssize_t nw, uint64_t key, Py_ssize_t slot) {
     uint64_t *bits = lookup(t, nw, key);
@@ -359,6 +367,7 @@ static Py_ssize_t add_core(HolderTable *self, Py_ssize_t slot, int tier, PyObjec
         free_hashes(hashes, stack);
         return -2;
     }
+    prefetch_homes(t, nw, hashes, n);
     uint64_t bit = 1ULL << (slot % 64);
     Py_ssize_t num_new = 0; /* the newly set hashes are moved to hashes[0..num_new) */
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -385,6 +394,7 @@ static Py_ssize_t remove_core(HolderTable *self, Py_ssize_t slot, int tier, PyOb
     uint64_t *hashes = read_hashes(obj, &n, stack);
     if (hashes == NULL) return -1;
     Py_ssize_t num_removed = 0;
+    prefetch_homes(&self->tables[tier], self->num_words, hashes, n);
     for (Py_ssize_t i = 0; i < n; i++)
         num_removed += clear_bit(&self->tables[tier], self->num_words, hashes[i], slot);
     free_hashes(hashes, stack);
