@@ -12,12 +12,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "pyint.h"
 #include "xxh3.h"
 
 /* ---- Python bindings ------------------------------------------------------------------- */
 
 static int parse_u64(PyObject *obj, uint64_t *out, const char *what) {
-    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+    unsigned long long v = as_u64(obj);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Format(PyExc_ValueError, "%s must be an unsigned 64-bit integer", what);
         return -1;

@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "pyint.h"
+
 #define HAS_SEQ 1
 #define HAS_PARENT 2
 #define NONE_ID (-1)
@@ -175,7 +177,7 @@ static int read_u64(PyObject *item, uint64_t *out) {
         PyErr_SetString(PyExc_TypeError, "hashes must be ints");
         return -1;
     }
-    unsigned long long v = PyLong_AsUnsignedLongLong(item);
+    unsigned long long v = as_u64(item);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_SetString(PyExc_ValueError, "a hash must be in [0, 2**64)");
         return -1;

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../kv/pyint.h"
 #include "../kv/xxh3.h"
 
 #define NUM_TIERS 4
@@ -177,7 +178,7 @@ static PyObject *seq_hash_name, *event_id_name, *tier_name, *blocks_name, *seq_h
 
 /* One hash from an int; -1 with a ValueError when it is not an int in [0, 2**64). */
 static int to_hash(PyObject *item, uint64_t *out) {
-    unsigned long long v = item ? PyLong_AsUnsignedLongLong(item) : (unsigned long long)-1;
+    unsigned long long v = item ? as_u64(item) : (unsigned long long)-1;
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
         PyErr_SetString(PyExc_ValueError, "seq_hashes must be ints in [0, 2**64)");
@@ -672,6 +673,19 @@ static int next_key(KeySource *src, Py_ssize_t depth, uint64_t *key) {
     return 0;
 }
 
+/* Keys this far ahead of the walk have their home entries loaded early (given hashes only: a
+ * key made from tokens is not known before the walk reaches it). */
+#define WALK_PREFETCH_AHEAD 8
+
+static inline void prefetch_key(const Table *t, Py_ssize_t nw, const KeySource *src,
+                                Py_ssize_t depth, Py_ssize_t n) {
+    if (src->block_size || depth >= n || !t->capacity) return;
+    PyObject *item = src->items[depth];
+    if (!PyLong_CheckExact(item)) return;
+    uint64_t key = (uint64_t)PyLong_AsUnsignedLongLongMask(item);
+    __builtin_prefetch(entry(t, home(key, t->capacity - 1), nw));
+}
+
 /* For each worker holding the first of `n` keys on its device, how many leading keys it holds
  * there (PrefixIndex.find_overlaps); keys are read only as far as some worker still matches. */
 static PyObject *walk_device(HolderTable *self, KeySource *src, Py_ssize_t n) {
@@ -685,6 +699,7 @@ static PyObject *walk_device(HolderTable *self, KeySource *src, Py_ssize_t n) {
     if (first == NULL) return out;
     memcpy(active, first, (size_t)nw * sizeof(uint64_t));
     for (Py_ssize_t depth = 1; depth < n; depth++) {
+        prefetch_key(t, nw, src, depth + WALK_PREFETCH_AHEAD, n);
         if (next_key(src, depth, &key) < 0) goto fail;
         const uint64_t *bits = lookup(t, nw, key);
         uint64_t any_drop = 0, any_left = 0;
@@ -731,7 +746,7 @@ static PyObject *HolderTable_find_token_overlaps(HolderTable *self, PyObject *co
         PyErr_Format(PyExc_ValueError, "block_size must be positive, got %zd", block_size);
         return NULL;
     }
-    unsigned long long seed = PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long seed = as_u64(args[2]);
     if (seed == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
         PyErr_SetString(PyExc_ValueError, "seed must be an unsigned 64-bit integer");

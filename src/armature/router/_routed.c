@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../kv/pyint.h"
+
 typedef struct {
     uint64_t hash;
     uint32_t slot;
@@ -141,6 +143,16 @@ static void erase(Table *t, Entry *e) {
     t->count--;
 }
 
+/* Hashes this far ahead of the one being looked up have their home entries loaded early: a
+ * decision's hundreds of hashes are scattered over tables of up to a million entries. */
+#define PREFETCH_AHEAD 16
+
+static inline void prefetch_home(const Table *t, const uint64_t *hashes, Py_ssize_t i,
+                                 Py_ssize_t n) {
+    if (i + PREFETCH_AHEAD < n && t->capacity)
+        __builtin_prefetch(&t->entries[home(hashes[i + PREFETCH_AHEAD], t->capacity - 1)]);
+}
+
 static inline double expiry_of(const Table *t, uint64_t hash, uint32_t slot) {
     const Entry *e = find(t, hash, slot);
     return e == NULL ? -INFINITY : e->expiry_s;
@@ -166,7 +178,7 @@ static uint64_t *read_hashes(PyObject *obj, Py_ssize_t *n, uint64_t *stack) {
             PyErr_SetString(PyExc_TypeError, "seq_hashes must be ints");
             goto fail;
         }
-        unsigned long long v = PyLong_AsUnsignedLongLong(items[i]);
+        unsigned long long v = as_u64(items[i]);
         if (v == (unsigned long long)-1 && PyErr_Occurred()) {
             PyErr_SetString(PyExc_ValueError, "a seq_hash must be in [0, 2**64)");
             goto fail;
@@ -261,6 +273,7 @@ static void drop_oldest(RoutedTable *self) {
     uint32_t slot = (uint32_t)d->slot;
     Table *entries = &self->by_worker[slot];
     for (Py_ssize_t i = 0; i < d->num_hashes; i++) {
+        prefetch_home(entries, d->hashes, i, d->num_hashes);
         Entry *e = find(entries, d->hashes[i], 0);
         if (e != NULL && e->expiry_s == d->expiry_s) {
             erase(entries, e);
@@ -338,6 +351,7 @@ static PyObject *RoutedTable_record(RoutedTable *self, PyObject *args, PyObject 
     self->last_expiry_s = expiry_s;
     for (Py_ssize_t i = 0; i < n; i++) {
         int inserted;
+        prefetch_home(entries, hashes, i, n);
         upsert(entries, hashes[i], 0, &inserted)->expiry_s = expiry_s;
         self->num_entries += (size_t)inserted;
     }
