@@ -11,8 +11,9 @@ found cached, in whole engine blocks).
     prompt tokens:  [0 ..... 512)[512 .... 1024)[1024 .. input_length)
     hash_ids:        h0           h1             h2  (the last block may be partial)
 
-Pure: no I/O except `read_mooncake_trace`, and every random draw comes from a seeded
-`random.Random`, so a seed gives the same workload in every process.
+Pure: no I/O except `read_mooncake_trace`; the generators draw from a seeded `random.Random`
+and prompt tokens come from a counter-based generator keyed by (seed, hash id), so a seed
+gives the same workload in every process.
 """
 
 from __future__ import annotations
