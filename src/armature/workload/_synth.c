@@ -26,21 +26,20 @@ static inline uint64_t mix64(uint64_t z) {
 static PyObject *prompt_tokens(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *seed_obj, *ids_obj, *ints = NULL;
-    Py_ssize_t num_tokens, block_tokens;
-    unsigned long long low, span;
-    if (!PyArg_ParseTuple(args, "OOnnKK|O!", &seed_obj, &ids_obj, &num_tokens, &block_tokens,
+    Py_ssize_t num_tokens, block_tokens, low, span;
+    if (!PyArg_ParseTuple(args, "OOnnnn|O!", &seed_obj, &ids_obj, &num_tokens, &block_tokens,
                           &low, &span, &PyTuple_Type, &ints))
         return NULL;
     if (!PyLong_Check(seed_obj)) {
         PyErr_SetString(PyExc_TypeError, "seed must be an int");
         return NULL;
     }
-    if (num_tokens < 0 || block_tokens < 1 || span == 0 || span > 0xFFFFFFFFULL) {
-        PyErr_SetString(PyExc_ValueError,
-                        "num_tokens >= 0, block_tokens >= 1 and 0 < span < 2**32 are required");
+    if (num_tokens < 0 || block_tokens < 1 || low < 0 || span <= 0 || span > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "num_tokens >= 0, block_tokens >= 1, low >= 0 and "
+                                          "0 < span < 2**32 are required");
         return NULL;
     }
-    if (ints != NULL && (unsigned long long)PyTuple_GET_SIZE(ints) != span) {
+    if (ints != NULL && PyTuple_GET_SIZE(ints) != span) {
         PyErr_SetString(PyExc_ValueError, "ints must hold span ints");
         return NULL;
     }
@@ -71,13 +70,13 @@ static PyObject *prompt_tokens(PyObject *self, PyObject *args) {
         Py_ssize_t end = t + block_tokens < num_tokens ? t + block_tokens : num_tokens;
         for (; t < end; t++) {
             state += GOLDEN_GAMMA;
-            uint64_t offset = ((mix64(state) >> 32) * span) >> 32;
+            uint64_t offset = ((mix64(state) >> 32) * (uint64_t)span) >> 32;
             PyObject *item;
             if (ints != NULL) {
                 item = PyTuple_GET_ITEM(ints, (Py_ssize_t)offset);
                 Py_INCREF(item);
             } else {
-                item = PyLong_FromUnsignedLongLong(low + offset);
+                item = PyLong_FromUnsignedLongLong((uint64_t)low + offset);
                 if (item == NULL) goto fail;
             }
             PyList_SET_ITEM(out, t, item);

@@ -75,8 +75,11 @@ def test_bad_arguments_are_refused() -> None:
     for args in [(0, [1], -1, 4, 0, 10), (0, [1], 4, 0, 0, 10), (0, [1], 4, 4, 0, 0)]:
         with pytest.raises(ValueError, match="required"):
             _synth.prompt_tokens(*args)
-    with pytest.raises(ValueError, match="required"):
-        _synth.prompt_tokens(0, [1], 4, 4, 0, 2**32)
+    for low, span in [(0, 2**32), (-1, 10), (0, -5)]:
+        with pytest.raises(ValueError, match="required"):
+            _synth.prompt_tokens(0, [1], 4, 4, low, span)
+    with pytest.raises(OverflowError):  # not taken mod 2**64 into a small span
+        _synth.prompt_tokens(0, [1], 4, 4, 0, 2**64 + 5)
     with pytest.raises(ValueError, match="too few hash_ids"):
         _synth.prompt_tokens(0, [1], 5, 4, 0, 10)
     with pytest.raises(TypeError, match="ints"):
