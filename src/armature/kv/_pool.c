@@ -275,9 +275,9 @@ static PyObject *PoolCore_find_prefix(PoolCore *self, PyObject *obj) {
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t key;
-        if (i + PREFETCH_AHEAD < n && PyLong_CheckExact(items[i + PREFETCH_AHEAD]))
-            map_prefetch(&self->cached,
-                         (uint64_t)PyLong_AsUnsignedLongLongMask(items[i + PREFETCH_AHEAD]));
+        uint64_t ahead;
+        if (i + PREFETCH_AHEAD < n && peek_u64(items[i + PREFETCH_AHEAD], &ahead))
+            map_prefetch(&self->cached, ahead);
         if (read_u64(items[i], &key) < 0) goto fail;
         int32_t b = map_get(&self->cached, key);
         if (b == NONE_ID) break;

@@ -679,10 +679,9 @@ static int next_key(KeySource *src, Py_ssize_t depth, uint64_t *key) {
 
 static inline void prefetch_key(const Table *t, Py_ssize_t nw, const KeySource *src,
                                 Py_ssize_t depth, Py_ssize_t n) {
-    if (src->block_size || depth >= n || !t->capacity) return;
-    PyObject *item = src->items[depth];
-    if (!PyLong_CheckExact(item)) return;
-    uint64_t key = (uint64_t)PyLong_AsUnsignedLongLongMask(item);
+    uint64_t key;
+    if (src->block_size || depth >= n || !t->capacity || !peek_u64(src->items[depth], &key))
+        return;
     __builtin_prefetch(entry(t, home(key, t->capacity - 1), nw));
 }
 
