@@ -116,6 +116,11 @@ def test_disaggregated_processes_match_aggregated(fleet: Fleet, base_url: str) -
     assert decode["armature_worker_kv_blocks_pulled_total"] >= len(PROMPTS)
     for name in ("prefill-a", "prefill-b"):
         assert fleet.worker_metrics(name)["armature_worker_kv_pinned_blocks"] == 0
+    # every first token came from a prefill worker; the decode legs came with theirs
+    ttft_count = "armature_worker_time_to_first_token_seconds_count"
+    assert decode[ttft_count] == 0
+    prefills = [fleet.worker_metrics(name)[ttft_count] for name in ("prefill-a", "prefill-b")]
+    assert sum(prefills) == len(PROMPTS) + 1
 
 
 @pytest.mark.slow

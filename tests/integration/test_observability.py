@@ -57,6 +57,11 @@ def test_dashboard_and_docs_match_the_live_metrics(default_model_dir: Path, tmp_
     assert frontend['armature_slo_target_seconds{target="itl"}'] == 0.5
     assert worker['armature_worker_requests_total{reason="length"}'] == 2
     assert worker["armature_worker_generation_tokens_total"] == 6
+    # the worker times each request's first token from its arrival there: inside the
+    # frontend's TTFT of the same two requests (the path to the worker and back is the rest)
+    assert worker["armature_worker_time_to_first_token_seconds_count"] == 2
+    worker_ttft_s = worker["armature_worker_time_to_first_token_seconds_sum"]
+    assert 0 < worker_ttft_s < frontend["armature_time_to_first_token_seconds_sum"]
 
     dashboard = json.loads(
         (REPO / "deploy" / "helm" / "armature" / "dashboards" / "armature.json").read_text()

@@ -15,34 +15,11 @@ from armature.config.edge import SloConfig
 from armature.protocols.engine import EngineLoad
 from armature.router.load import WorkerLoad
 from armature.router.service import RouterObserver
+from armature.runtime.latency_buckets import LATENCY_BUCKETS_S
 from armature.runtime.load_metrics import WorkerLoadCollector
 from armature.workload.measure import meets_targets
 
 __all__ = ["CountedHistogram", "FrontendMetrics", "InFlightCollector", "RouterMetrics"]
-
-_LATENCY_BUCKETS_S = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
 
 
 class FrontendMetrics:
@@ -64,19 +41,19 @@ class FrontendMetrics:
         self.ttft_s = CountedHistogram(
             "armature_time_to_first_token_seconds",
             "Time to first token",
-            _LATENCY_BUCKETS_S,
+            LATENCY_BUCKETS_S,
             r,
         )
         self.itl_s = CountedHistogram(
             "armature_inter_token_latency_seconds",
             "Time between output tokens",
-            _LATENCY_BUCKETS_S,
+            LATENCY_BUCKETS_S,
             r,
         )
         self.e2e_s = CountedHistogram(
             "armature_e2e_request_latency_seconds",
             "Request latency, end to end",
-            _LATENCY_BUCKETS_S,
+            LATENCY_BUCKETS_S,
             r,
         )
         self.prompt_tokens = Counter("armature_prompt_tokens", "Prompt tokens", registry=r)

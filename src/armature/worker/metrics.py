@@ -1,11 +1,12 @@
 """A worker's own Prometheus endpoint (its registry, a small HTTP server thread): its load as
-the engine sees it, and the requests and tokens it served."""
+the engine sees it, the requests and tokens it served, and its own time to first token (the
+frontend's TTFT less the path to and from the worker)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -15,6 +16,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from armature.protocols.engine import EngineLoad, EngineStats, KvTierStats
+from armature.runtime.latency_buckets import LATENCY_BUCKETS_S
 from armature.runtime.load_metrics import WorkerLoadCollector
 
 __all__ = ["WorkerMetrics"]
@@ -175,6 +177,13 @@ class WorkerMetrics:
         )
         self.output_tokens = Counter(
             "armature_worker_generation_tokens", "Tokens generated", registry=self.registry
+        )
+        self.ttft_s = Histogram(
+            "armature_worker_time_to_first_token_seconds",
+            "Time from the worker receiving a request to its first token (requests that came "
+            "with tokens, decode legs and migrated ones, are not timed)",
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
         )
         self._server: object | None = None
         self.url = ""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -170,6 +171,7 @@ class WorkerService:
         await self.engine.stop()
 
     async def _generate(self, payload: bytes) -> AsyncIterator[bytes]:
+        received_s = time.monotonic()
         try:
             request = msgspec.msgpack.decode(payload, type=EngineRequest)
         except msgspec.DecodeError as exc:
@@ -182,9 +184,14 @@ class WorkerService:
             raise HandlerError(FailureCode.UNAVAILABLE, "the worker is shutting down")
         stream = self.engine.generate(request)
         num_output, reason = 0, "cancelled"
+        # a request that comes with tokens already (a decode leg, a migrated one) has had
+        # its first token elsewhere
+        timed = not request.output_token_ids
         self._in_flight += 1
         try:
             async for output in stream:
+                if timed and output.new_token_ids and not num_output:
+                    self.metrics.ttft_s.observe(time.monotonic() - received_s)
                 num_output += len(output.new_token_ids)
                 if output.finish_reason is not None:
                     reason = output.finish_reason.value
