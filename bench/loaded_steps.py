@@ -6,8 +6,8 @@ cancels: what the profile's load pass (`armature profile --load-requests`) corre
     python -m bench.loaded_steps --quick                      # smoke run, bench/out/
 
 It profiles the native engine as bench.configurator_native does (one torch thread, the
-validation's sweep) with a load pass (`--load-requests 48`), then builds two engine cores in
-this process with the profile's settings and steps them in turn, one step each: core U
+validation's sweep, its load pass `--load-requests 48` included), then builds two engine
+cores in this process with the profile's settings and steps them in turn, one step each: core U
 serves uniform batches (8 prompts of 124 tokens, 36 outputs each, then the next 8), core P
 Poisson arrivals of the validation's lengths (prompts 64-192, outputs 16-48 tokens; an
 arrival before a step with probability 0.2, about 3 requests/s at its step times). Each
@@ -19,7 +19,6 @@ is beside.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import random
 import statistics
 import time
@@ -33,7 +32,7 @@ from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.profiler.load_pass import sum_step_times
 from armature.protocols.engine import EngineRequest, SamplingParams, StepRecord
-from armature.protocols.timing_profile import read_profile
+from armature.protocols.timing_profile import LoadCheck, read_profile
 from armature.sim.profile_timing import ProfileTiming, timing_from_profile
 from bench.configurator_native import make_profile
 from bench.configurator_plan import FULL, QUICK
@@ -110,6 +109,14 @@ class Streams:
         return self.uniform.take_step_records(), self.poisson.take_step_records()
 
 
+def _describe_load(load: LoadCheck) -> str:
+    """The load pass's factors: all steps, and prompt steps over decode steps."""
+    prompt = load.prompt_step_factor
+    return f"factor {load.factor:.3f}, prompt step factor " + (
+        "none (a class without steps)" if prompt is None else f"{prompt:.3f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -118,11 +125,9 @@ def main() -> None:
     plan = QUICK if args.quick else FULL
     rounds, seconds = (1, 10.0) if args.quick else (ns.rounds, ns.seconds)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    with_load = (*plan.profile_args, f"--load-requests={6 if args.quick else 48}")
-    plan = dataclasses.replace(plan, profile_args=with_load)
     profile_path = make_profile(args, plan, LOG_DIR, "profile")
     profile = read_profile(profile_path)
-    load_factor = profile.load.factor if profile.load is not None else None
+    load = profile.load
     tables = timing_from_profile(msgspec.structs.replace(profile, load=None))
     torch.set_num_threads(1)  # as profiled: a worker is one core
     streams = Streams(profile_path, args.model_dir, args.seed)
@@ -149,8 +154,8 @@ def main() -> None:
         "factor) for the same steps, by kind (steps in brackets); `all`: every step.\n\n"
         + markdown_table(["round", "stream", *KINDS, "all"], rows)
         + f"\n\n- Poisson over uniform, all steps: {spread}\n"
-        + "- The profile's own load pass factor: "
-        + (f"{load_factor:.3f}" if load_factor is not None else "none (no load pass)")
+        + "- The profile's own load pass: "
+        + (_describe_load(load) if load is not None else "none")
         + "\n"
     )
     publish(

@@ -77,12 +77,20 @@ def make_load_check(
     num_requests: int = 48,
     request_rate_per_s: float = 1.5,
     num_steps: int = 500,
+    prompt_s: tuple[float, float] = (0.0, 0.0),
+    decode_s: tuple[float, float] = (0.0, 0.0),
 ) -> LoadCheck:
-    """A load pass whose steps took `measured_s` where the tables give `modeled_s`."""
+    """A load pass whose steps took `measured_s` where the tables give `modeled_s`; its prompt
+    and decode steps (measured, modeled) apart where given (none: a pass written before the
+    classes)."""
     return LoadCheck(
         num_requests=num_requests,
         request_rate_per_s=request_rate_per_s,
         num_steps=num_steps,
         measured_s=measured_s,
         modeled_s=modeled_s,
+        prompt_measured_s=prompt_s[0],
+        prompt_modeled_s=prompt_s[1],
+        decode_measured_s=decode_s[0],
+        decode_modeled_s=decode_s[1],
     )

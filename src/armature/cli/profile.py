@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(alone and in batches), decode ITL and tokens/s by running requests and context "
         "length (--engines-at-once N: N engines side by side, each point their median), "
         "then with --load-requests N a load pass of N Poisson arrivals whose step times, "
-        "against the tables', give a factor on every step. "
+        "against the tables', give a factor on the steps that carry prefill tokens (prompt "
+        "steps against the tables over decode steps against them). "
         "Writes a versioned JSON profile (--output) that the mocker runs from "
         "(--timing-profile), and plots (--report).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -70,6 +71,13 @@ def run(args: argparse.Namespace) -> int:
             f"{load.num_steps} steps: {load.measured_s:.2f} s measured, {load.modeled_s:.2f} s "
             f"by the tables: factor {load.factor:.3f}"
         )
+        if load.prompt_step_factor is not None:
+            print(
+                f"load pass: prompt steps {load.prompt_measured_s:.2f} s measured, "
+                f"{load.prompt_modeled_s:.2f} s by the tables; decode steps "
+                f"{load.decode_measured_s:.2f} s, {load.decode_modeled_s:.2f} s: prompt step "
+                f"factor {load.prompt_step_factor:.3f}"
+            )
     print(f"profile: {output}")
     if config.report_dir is not None:
         from armature.profiler.plots import plot_profile

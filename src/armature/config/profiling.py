@@ -71,8 +71,8 @@ class ProfileSweepConfig:
         0,
         "after the sweep, serve this many Poisson arrivals of mixed lengths at 70% of the "
         "engine's capacity by the sweep's tables, and keep its steps' wall time over the "
-        "tables' as a factor on every step time (batches as a loaded server forms them); "
-        "0: no load pass",
+        "tables', prompt steps and decode steps apart: the mocker scales prompt steps by "
+        "the first over the second (batches as a loaded server forms them); 0: no load pass",
         parse=non_negative_int,
     )
     prompt_seed: int = setting(0, "seed for the random prompts", parse=int64)

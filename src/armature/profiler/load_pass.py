@@ -8,8 +8,10 @@ steps' wall time is set against what the sweep's tables give for the same steps.
 The sweep times uniform batches: every request at one context length, batch sizes at the
 swept points, prefill alone. A served engine's batches mix contexts, land between the swept
 sizes and carry prefill chunks beside decodes; the load pass measures what that costs on this
-engine, as one factor on every step (the sum of the steps' wall times over the sum of their
-modeled times, so long steps weigh as they weigh in latency).
+engine: the sum of the steps' wall times over the sum of their modeled times (so long steps
+weigh as they weigh in latency), in all and for prompt steps and decode steps apart. The
+mocker scales prompt steps by the two classes' ratio (`LoadCheck.prompt_step_factor`): a
+machine that drifted between the sweep and the pass moves both classes alike.
 
 The rate keeps the engine busy without a growing queue: `LOAD_UTILIZATION` of what one
 request costs by the tables (its prompt's prefill alone, its outputs at the largest swept
@@ -103,20 +105,27 @@ def sum_step_times(records: Sequence[StepRecord], timing: ProfileTiming) -> tupl
 
 
 def check_load(records: Sequence[StepRecord], timing: ProfileTiming, plan: LoadPlan) -> LoadCheck:
-    """The steps' summed wall time over the tables' summed times for the same work.
-    ValueError when no step was recorded (an engine that keeps no step records) or the
-    tables give the steps no time."""
+    """The steps' summed wall time over the tables' summed times for the same work, in all
+    and by class (prompt steps: any prefill tokens; decode steps). ValueError when no step
+    was recorded (an engine that keeps no step records) or the tables give the steps no
+    time."""
     if not records:
         raise ValueError("the engine recorded no steps")
     measured_s, modeled_s = sum_step_times(records, timing)
     if modeled_s <= 0:
         raise ValueError("the sweep's tables give its steps no time")
+    prompt_s = sum_step_times([r for r in records if r.num_scheduled_prefill_tokens], timing)
+    decode_s = sum_step_times([r for r in records if not r.num_scheduled_prefill_tokens], timing)
     return LoadCheck(
         num_requests=len(plan.requests),
         request_rate_per_s=plan.request_rate_per_s,
         num_steps=len(records),
         measured_s=measured_s,
         modeled_s=modeled_s,
+        prompt_measured_s=prompt_s[0],
+        prompt_modeled_s=prompt_s[1],
+        decode_measured_s=decode_s[0],
+        decode_modeled_s=decode_s[1],
     )
 
 

@@ -161,7 +161,8 @@ def median_decode_points(passes: Sequence[Sequence[DecodePoint]]) -> list[Decode
 
 def pooled_load(profiles: Sequence[TimingProfile]) -> LoadCheck | None:
     """The load passes of engines run at once, their steps together: the first's plan, the
-    steps and times summed (the factor of the sums). None unless every profile has one."""
+    steps and times summed, in all and by class (the factors of the sums). None unless every
+    profile has one."""
     checks = [p.load for p in profiles if p.load is not None]
     if not checks or len(checks) < len(profiles):
         return None
@@ -170,6 +171,10 @@ def pooled_load(profiles: Sequence[TimingProfile]) -> LoadCheck | None:
         num_steps=sum(c.num_steps for c in checks),
         measured_s=sum(c.measured_s for c in checks),
         modeled_s=sum(c.modeled_s for c in checks),
+        prompt_measured_s=sum(c.prompt_measured_s for c in checks),
+        prompt_modeled_s=sum(c.prompt_modeled_s for c in checks),
+        decode_measured_s=sum(c.decode_measured_s for c in checks),
+        decode_modeled_s=sum(c.decode_modeled_s for c in checks),
     )
 
 

@@ -25,10 +25,15 @@ body that is not a profile.
 
 `load` is the load pass (`--load-requests`), when it ran: Poisson arrivals of mixed lengths
 served by the same engine after the sweep, and its steps' wall time against what the sweep's
-tables give for the same steps. A loaded engine's batches mix requests at different context
-lengths, batch sizes between the swept ones and prefill chunks beside decodes, which the
-sweep's uniform points do not; its `factor` (measured over modeled) scales every step time
-of the mocker driven by this profile. Absent in older files and when no load pass ran: factor 1.
+tables give for the same steps, in all and by class: prompt steps (any prefill tokens, alone
+or beside decodes) and decode steps. A loaded engine's batches mix requests at different
+context lengths, batch sizes between the swept ones and prefill chunks beside decodes, which
+the sweep's uniform points do not. Its `prompt_step_factor` (prompt steps' measured over
+modeled, over decode steps' measured over modeled) scales the prompt steps of the mocker
+driven by this profile: how much more a loaded engine's prompt steps cost than the tables
+compose them, against its decode steps of the same minutes, so that the machine's drift
+between the sweep and the pass cancels. A pass without the class sums (files written before
+them) scales every step by its `factor` instead. Absent when no load pass ran: nothing scaled.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ __all__ = [
 PROFILE_VERSION = 2
 
 _PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+_NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class ProfileError(ConfigError):
@@ -100,11 +106,27 @@ class LoadCheck(msgspec.Struct, frozen=True, kw_only=True):
     measured_s: Annotated[float, msgspec.Meta(gt=0)]  # the steps' wall time, summed
     # what the sweep's tables give for the same steps, summed
     modeled_s: Annotated[float, msgspec.Meta(gt=0)]
+    # the same sums by class: prompt steps (any prefill tokens) and decode steps (0: files
+    # written before the classes, or a class the pass did not run)
+    prompt_measured_s: _NonNegative = 0.0
+    prompt_modeled_s: _NonNegative = 0.0
+    decode_measured_s: _NonNegative = 0.0
+    decode_modeled_s: _NonNegative = 0.0
 
     @property
     def factor(self) -> float:
         """The loaded steps' time over the tables'."""
         return self.measured_s / self.modeled_s
+
+    @property
+    def prompt_step_factor(self) -> float | None:
+        """Prompt steps' measured over modeled time, over decode steps'; None without both
+        classes."""
+        prompt = (self.prompt_measured_s, self.prompt_modeled_s)
+        decode = (self.decode_measured_s, self.decode_modeled_s)
+        if min(*prompt, *decode) <= 0:
+            return None
+        return (prompt[0] / prompt[1]) / (decode[0] / decode[1])
 
 
 class TimingProfile(msgspec.Struct, frozen=True, kw_only=True):

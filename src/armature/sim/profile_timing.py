@@ -17,9 +17,10 @@ engine that was profiled.
 A step with both prefill and decode work runs one forward pass: it costs both parts less the
 step overhead they would otherwise count twice, and never less than either part alone. The
 overhead is the prefill table extrapolated to 0 tokens, clamped to [0, the cheapest
-measured prefill or decode]. A profile with a load pass scales every step by its factor (the
-engine's loaded steps against these tables); every time is divided by the speedup ratio; none
-is below 0.
+measured prefill or decode]. A profile with a load pass scales the steps that carry prefill
+tokens by its prompt step factor (the loaded engine's prompt steps against these tables, over
+its decode steps against them), or, from a pass that did not keep the two classes apart,
+every step by its factor; every time is divided by the speedup ratio; none is below 0.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from armature.protocols.timing_profile import (
+    LoadCheck,
     PrefillPoint,
     ProfileError,
     TimingProfile,
@@ -82,7 +84,10 @@ class ProfileTiming:
     decode_context_tokens: tuple[float, ...]
     decode_ms_grid: tuple[tuple[float, ...], ...]
     speedup_ratio: float = 1.0
-    load_factor: float = 1.0  # the profile's load pass: loaded steps over these tables
+    load_factor: float = 1.0  # every step: an older load pass's loaded steps over the tables
+    # steps with prefill tokens: the load pass's prompt steps over its decode steps, each
+    # against these tables
+    prompt_step_factor: float = 1.0
     # a prefill's attention over earlier context, per (new token, earlier token) pair
     prefill_ms_per_context_pair: float = 0.0
 
@@ -99,6 +104,8 @@ class ProfileTiming:
             raise ValueError("speedup_ratio must be > 0")
         if self.load_factor <= 0:
             raise ValueError("load_factor must be > 0")
+        if self.prompt_step_factor <= 0:
+            raise ValueError("prompt_step_factor must be > 0")
         if self.prefill_ms_per_context_pair < 0:
             raise ValueError("prefill_ms_per_context_pair must be >= 0")
 
@@ -142,6 +149,8 @@ class ProfileTiming:
         total = prefill + decode
         if prefill > 0 and decode > 0:
             total = max(prefill, decode, total - self.get_step_overhead_ms())
+        if work.num_prefill_tokens > 0:
+            total *= self.prompt_step_factor
         return total * self.load_factor / self.speedup_ratio
 
 
@@ -164,8 +173,9 @@ def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> P
     """The profile's tables: batch-1 prefill points of fresh prompts within the step budget
     (one step each; several at one length are averaged), the cost of earlier context fitted
     from those timed after a cached prefix, and the decode points, which must form a full
-    grid; scaled by the load pass's factor when the profile has one. ValueError naming what
-    is missing."""
+    grid; prompt steps scaled by the load pass's prompt step factor when the profile has one
+    (every step by its factor, from a pass without the classes). ValueError naming what is
+    missing."""
     prefill: dict[int, list[float]] = {}
     after_prefix: list[PrefillPoint] = []
     for p in profile.prefill:
@@ -196,11 +206,20 @@ def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> P
         decode_context_tokens=tuple(float(c) for c in contexts),
         decode_ms_grid=tuple(tuple(grid[(b, c)] for c in contexts) for b in requests),
         speedup_ratio=speedup_ratio,
-        load_factor=profile.load.factor if profile.load is not None else 1.0,
+        load_factor=_load_factors(profile.load)[0],
+        prompt_step_factor=_load_factors(profile.load)[1],
         prefill_ms_per_context_pair=(
             fit_context_pair_ms(tokens, ms_table, after_prefix) if len(tokens) >= 2 else 0.0
         ),
     )
+
+
+def _load_factors(load: LoadCheck | None) -> tuple[float, float]:
+    """(every step's, prompt steps') factor from a profile's load pass."""
+    if load is None:
+        return 1.0, 1.0
+    prompt = load.prompt_step_factor
+    return (load.factor, 1.0) if prompt is None else (1.0, prompt)
 
 
 def load_profile(

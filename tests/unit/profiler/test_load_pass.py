@@ -4,6 +4,7 @@ modeled step times), profiles made at once pooled, and the factor on the mocker'
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -13,7 +14,7 @@ from armature.profiler.load_pass import LOAD_UTILIZATION, LoadPlan, check_load, 
 from armature.profiler.plan import EngineLimits
 from armature.profiler.points import median_profile, pooled_load
 from armature.protocols.engine import StepRecord
-from armature.protocols.timing_profile import LoadCheck
+from armature.protocols.timing_profile import LoadCheck, read_profile
 from armature.sim.profile_timing import ProfileTiming, timing_from_profile
 from armature.sim.timing import StepWork
 from profiles import HAND_TIMING, make_load_check, make_profile
@@ -94,6 +95,25 @@ def test_the_check_sets_the_steps_wall_time_against_the_tables() -> None:
     assert (check.num_requests, check.request_rate_per_s, check.num_steps) == (2, 2.0, 3)
     assert (check.measured_s, check.modeled_s) == (pytest.approx(0.115), pytest.approx(0.096))
     assert check.factor == pytest.approx(0.115 / 0.096)
+    # prompt steps (the prefill alone and the chunk beside a decode) apart from the decode step
+    assert (check.prompt_measured_s, check.prompt_modeled_s) == (
+        pytest.approx(0.070),
+        pytest.approx(0.060),
+    )
+    assert (check.decode_measured_s, check.decode_modeled_s) == (
+        pytest.approx(0.045),
+        pytest.approx(0.036),
+    )
+    assert check.prompt_step_factor == pytest.approx((0.070 / 0.060) / (0.045 / 0.036))
+
+
+def test_a_pass_without_both_classes_has_no_prompt_step_factor() -> None:
+    plan = LoadPlan(1.0, ((0.0, 100, 1),))
+    only_prompts = [StepRecord(num_scheduled_prefill_tokens=100, step_wall_s=0.030)]
+    check = check_load(only_prompts, TIMING, plan)
+    assert (check.decode_measured_s, check.decode_modeled_s) == (0.0, 0.0)
+    assert check.prompt_step_factor is None
+    assert make_load_check(6.0, 5.0).prompt_step_factor is None
 
 
 def test_no_steps_recorded_cannot_be_checked() -> None:
@@ -101,15 +121,31 @@ def test_no_steps_recorded_cannot_be_checked() -> None:
         check_load([], TIMING, LoadPlan(1.0, ((0.0, 10, 10),)))
 
 
-def _load(measured_s: float, modeled_s: float, num_steps: int = 10) -> LoadCheck:
+def _load(
+    measured_s: float,
+    modeled_s: float,
+    num_steps: int = 10,
+    prompt_s: tuple[float, float] = (0.0, 0.0),
+    decode_s: tuple[float, float] = (0.0, 0.0),
+) -> LoadCheck:
     return make_load_check(
-        measured_s, modeled_s, num_requests=4, request_rate_per_s=1.5, num_steps=num_steps
+        measured_s,
+        modeled_s,
+        num_requests=4,
+        request_rate_per_s=1.5,
+        num_steps=num_steps,
+        prompt_s=prompt_s,
+        decode_s=decode_s,
     )
 
 
 def test_engines_at_once_pool_their_load_passes() -> None:
-    first = msgspec.structs.replace(make_profile(), load=_load(6.0, 5.0, 10))
-    second = msgspec.structs.replace(make_profile(), load=_load(9.0, 6.0, 12))
+    first = msgspec.structs.replace(
+        make_profile(), load=_load(6.0, 5.0, 10, prompt_s=(2.0, 1.5), decode_s=(4.0, 3.5))
+    )
+    second = msgspec.structs.replace(
+        make_profile(), load=_load(9.0, 6.0, 12, prompt_s=(3.0, 2.0), decode_s=(6.0, 4.0))
+    )
     pooled = pooled_load([first, second])
     assert pooled == LoadCheck(
         num_requests=4,
@@ -117,15 +153,54 @@ def test_engines_at_once_pool_their_load_passes() -> None:
         num_steps=22,
         measured_s=15.0,
         modeled_s=11.0,
+        prompt_measured_s=5.0,
+        prompt_modeled_s=3.5,
+        decode_measured_s=10.0,
+        decode_modeled_s=7.5,
     )
     assert pooled is not None and pooled.factor == 15.0 / 11.0
+    assert pooled.prompt_step_factor == pytest.approx((5.0 / 3.5) / (10.0 / 7.5))
     assert median_profile([first, second]).load == pooled
     # a profile without a load pass: none for the pair
     assert pooled_load([first, make_profile()]) is None
     assert median_profile([make_profile(), make_profile()]).load is None
 
 
+def test_the_prompt_step_factor_scales_the_steps_with_prefill_tokens_only() -> None:
+    """Prompt steps ran 1.2 of the tables, decode steps 1.1 (the machine's drift since the
+    sweep, say): prompt steps 1.2 / 1.1 of the tables, decode steps as the tables give."""
+    plain = make_profile()
+    load = _load(7.0, 6.0, prompt_s=(2.4, 2.0), decode_s=(4.4, 4.0))
+    loaded = msgspec.structs.replace(plain, load=load)
+    base, scaled = timing_from_profile(plain), timing_from_profile(loaded, speedup_ratio=2.0)
+    assert (scaled.load_factor, scaled.prompt_step_factor) == (1.0, pytest.approx(1.2 / 1.1))
+    assert (base.load_factor, base.prompt_step_factor) == (1.0, 1.0)
+    for work in (StepWork(100, 0, 0.0, 0), StepWork(64, 1, 0.0, 128)):
+        assert scaled.step_ms(work) == pytest.approx(base.step_ms(work) * (1.2 / 1.1) / 2.0)
+    decode = StepWork(0, 1, 0.0, 128)
+    assert scaled.step_ms(decode) == pytest.approx(base.step_ms(decode) / 2.0)
+    with pytest.raises(ValueError, match="prompt_step_factor"):
+        ProfileTiming((0.0, 1.0), (1.0, 2.0), (1.0,), (1.0,), ((1.0,),), prompt_step_factor=0.0)
+
+
+def test_a_pass_written_before_the_classes_reads_with_its_factor_on_every_step(
+    tmp_path: Path,
+) -> None:
+    """A profile file whose load pass has no class sums decodes, and scales every step."""
+    profile = msgspec.structs.replace(make_profile(), load=_load(6.0, 5.0))
+    data = msgspec.json.decode(msgspec.json.encode(profile))
+    for name in ("prompt_measured_s", "prompt_modeled_s", "decode_measured_s", "decode_modeled_s"):
+        del data["load"][name]
+    path = tmp_path / "old.json"
+    path.write_bytes(msgspec.json.encode(data))
+    old = read_profile(path)
+    assert old.load == profile.load
+    timing = timing_from_profile(old)
+    assert (timing.load_factor, timing.prompt_step_factor) == (pytest.approx(1.2), 1.0)
+
+
 def test_the_factor_scales_every_step_time() -> None:
+    """A pass without the classes (an older file): its factor on every step."""
     plain = make_profile()
     loaded = msgspec.structs.replace(plain, load=_load(6.0, 5.0))
     base, scaled = timing_from_profile(plain), timing_from_profile(loaded, speedup_ratio=2.0)

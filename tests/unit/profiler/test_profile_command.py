@@ -111,23 +111,28 @@ def test_profile_the_native_engine_then_run_the_mocker_from_it(
     # a request of n outputs: its prefill gives the first, n - 1 decodes the rest
     assert 4 <= load.num_steps <= 6 * 12
     assert load.factor == load.measured_s / load.modeled_s
+    # prompt steps and decode steps apart, which sum to all of them
+    assert load.prompt_measured_s + load.decode_measured_s == pytest.approx(load.measured_s)
+    assert load.prompt_modeled_s + load.decode_modeled_s == pytest.approx(load.modeled_s)
+    prompt_factor = load.prompt_step_factor
+    assert prompt_factor is not None
     timing = load_profile_timing(torch_path, model=tiny_llama_dir.name)
     assert timing.prefill_tokens == (16.0, 64.0)
-    assert timing.load_factor == load.factor
-    # the mocker driven by that profile, profiled in turn, sleeps the native engine's times
-    # with the load pass's factor on each
+    assert (timing.load_factor, timing.prompt_step_factor) == (1.0, prompt_factor)
+    # the mocker driven by that profile, profiled in turn, sleeps the native engine's times:
+    # its decode steps the sweep's, its prompt steps with the load pass's factor on each
     argv = ["--engine", "mocker", *model, "--timing-profile", str(torch_path)]
     mocked = _profile(argv, tmp_path / "mocked.json", capsys)
     assert mocked.load is None
     for real, sim in zip(native.decode, mocked.decode, strict=True):
-        expected_ms = real.itl_ms * load.factor
+        expected_ms = real.itl_ms
         assert expected_ms * 0.95 <= sim.itl_ms <= expected_ms * 1.5 + 2.0
     # and its prefills after a cached prefix what the fitted cost per context pair adds
     assert timing.prefill_ms_per_context_pair >= 0.0
     for sim in (p for p in mocked.prefill if p.context_tokens):
         pairs = sim.input_tokens * sim.context_tokens
         modeled_ms = timing.get_prefill_ms(sim.input_tokens)
-        expected_ms = (modeled_ms + timing.prefill_ms_per_context_pair * pairs) * load.factor
+        expected_ms = (modeled_ms + timing.prefill_ms_per_context_pair * pairs) * prompt_factor
         assert expected_ms * 0.95 <= sim.ttft_ms <= expected_ms * 1.5 + 2.0
     # a profile of another model is refused in one line
     other = ["--engine", "mocker", "--model", str(tiny_qwen2_dir), "--timing-profile"]

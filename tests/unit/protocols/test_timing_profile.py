@@ -72,6 +72,14 @@ def test_a_load_pass_without_modeled_time_is_refused(tmp_path: Path) -> None:
         read_profile(path)
 
 
+def test_a_load_pass_with_negative_class_time_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    bad = msgspec.structs.replace(LOAD, prompt_measured_s=2.0, decode_modeled_s=-1.0)
+    write_profile(msgspec.structs.replace(PROFILE, load=bad), path)
+    with pytest.raises(ProfileError, match=r">= 0.0 - at `\$.load.decode_modeled_s`"):
+        read_profile(path)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
