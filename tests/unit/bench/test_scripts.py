@@ -71,6 +71,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "served_steps",
         "serving_cpu",
         "soak",
+        "step_shapes",
         "stream_path",
         "structured_output",
         "throughput",
