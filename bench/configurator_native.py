@@ -29,6 +29,8 @@ profile), and every profile's speed is tabled against the first, so the drift th
     python -m bench.configurator_native --co-profile  # each profile by as many engines at
                                                       # once as the case has workers
     python -m bench.configurator_native --quick     # smoke run, writes bench/out/benchmarks.md
+    python -m bench.configurator_native --targets-scale 8  # a machine ~8x slower than the
+                                                           # one the targets were set for
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import SLOWER_STEPS, Checked, Figures, checks, plot, row
-from bench.configurator_plan import FULL, QUICK, Plan, with_measure_s
+from bench.configurator_plan import FULL, QUICK, Plan, with_measure_s, with_targets_scale
 from bench.harness import BenchArgs, parse_args, publish
 from bench.paths import REPO_ROOT
 from bench.profile_drift import drift_table
@@ -312,10 +314,20 @@ def main() -> None:
         help="offer each configuration its rate for about this long (default 60 s; the "
         "request cap grows with it)",
     )
+    parser.add_argument(
+        "--targets-scale",
+        type=float,
+        default=1.0,
+        help="multiply the TTFT and ITL targets by this, on a machine this many times slower "
+        "than the one they were set for (a lone 256-token prefill ~140 ms); choose it from a "
+        "profile before the run",
+    )
     args, ns = parse_args(__doc__.splitlines()[0], parser)
     plan = QUICK if args.quick else FULL
     if ns.measure_s is not None:
         plan = with_measure_s(plan, ns.measure_s)
+    if ns.targets_scale != 1.0:
+        plan = with_targets_scale(plan, ns.targets_scale)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     checked: list[Checked] = []
     profiles: list[tuple[str, Path]] = []

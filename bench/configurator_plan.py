@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from armature.configurator.space import Targets, Workload
 
-__all__ = ["FULL", "QUICK", "Plan", "with_measure_s"]
+__all__ = ["FULL", "QUICK", "Plan", "with_measure_s", "with_targets_scale"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,15 @@ def with_measure_s(plan: Plan, measure_s: float) -> Plan:
     factor = measure_s / plan.measure_s
     max_requests = max(plan.min_requests, round(plan.max_requests * factor))
     return replace(plan, measure_s=measure_s, max_requests=max_requests)
+
+
+def with_targets_scale(plan: Plan, scale: float) -> Plan:
+    """`plan` with its TTFT and ITL targets `scale` times longer: for a machine that many times
+    slower than the one they were set for (the Intel VM's bfloat16 engine, a lone 256-token
+    prefill ~140 ms), so that they bind there as they bound here. Chosen before a run, from
+    a profile, never from its results."""
+    if scale <= 0:
+        raise SystemExit("--targets-scale must be positive")
+    t = plan.targets
+    itl_ms = None if t.itl_ms is None else t.itl_ms * scale
+    return replace(plan, targets=Targets(t.ttft_ms * scale, itl_ms))

@@ -15,7 +15,7 @@ from armature.configurator.space import AGG, DISAGG, Deployment
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import SLOWER_STEPS, Checked, Figures, checks, plot, row
 from bench.configurator_native import measured_requests
-from bench.configurator_plan import FULL, with_measure_s
+from bench.configurator_plan import FULL, with_measure_s, with_targets_scale
 from bench.stack_cpu import StackCpu, per_request_ms
 
 AGG_2 = Deployment(AGG, 1, 2, 256)
@@ -116,6 +116,14 @@ def test_a_longer_measurement_raises_the_request_cap_with_it() -> None:
     shorter = with_measure_s(FULL, 10.0)
     assert (shorter.measure_s, shorter.max_requests) == (10.0, 40)  # never below the floor
     assert longer.profile_args == FULL.profile_args and longer.targets == FULL.targets
+
+
+def test_a_slower_machine_scales_both_targets() -> None:
+    slower = with_targets_scale(FULL, 8.0)
+    assert (slower.targets.ttft_ms, slower.targets.itl_ms) == (4000.0, 2400.0)
+    assert slower.profile_args == FULL.profile_args and slower.workload == FULL.workload
+    with pytest.raises(SystemExit, match="--targets-scale must be positive"):
+        with_targets_scale(FULL, 0.0)
 
 
 def test_the_stacks_cpu_per_request_by_part() -> None:
