@@ -197,6 +197,7 @@ def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> P
     if not grid:
         raise ValueError("no decode points")
     lengths = sorted(prefill)
+    load_factor, prompt_step_factor = _load_factors(profile.load)
     tokens = tuple(float(t) for t in lengths)
     ms_table = tuple(sum(prefill[t]) / len(prefill[t]) for t in lengths)
     return ProfileTiming(
@@ -206,8 +207,8 @@ def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> P
         decode_context_tokens=tuple(float(c) for c in contexts),
         decode_ms_grid=tuple(tuple(grid[(b, c)] for c in contexts) for b in requests),
         speedup_ratio=speedup_ratio,
-        load_factor=_load_factors(profile.load)[0],
-        prompt_step_factor=_load_factors(profile.load)[1],
+        load_factor=load_factor,
+        prompt_step_factor=prompt_step_factor,
         prefill_ms_per_context_pair=(
             fit_context_pair_ms(tokens, ms_table, after_prefix) if len(tokens) >= 2 else 0.0
         ),
