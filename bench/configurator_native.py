@@ -36,6 +36,7 @@ profile), and every profile's speed is tabled against the first, so the drift th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -322,8 +323,20 @@ def main() -> None:
         "than the one they were set for (a lone 256-token prefill ~140 ms); choose it from a "
         "profile before the run",
     )
+    parser.add_argument(
+        "--totals",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="WORKERS",
+        help="the cases to run, by workers deployed (default: the plan's, 2 then 1)",
+    )
     args, ns = parse_args(__doc__.splitlines()[0], parser)
     plan = QUICK if args.quick else FULL
+    if ns.totals is not None:
+        if any(t < 1 for t in ns.totals):
+            raise SystemExit("--totals: each case needs at least one worker")
+        plan = dataclasses.replace(plan, totals=tuple(ns.totals))
     if ns.measure_s is not None:
         plan = with_measure_s(plan, ns.measure_s)
     if ns.targets_scale != 1.0:
