@@ -67,7 +67,7 @@ from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import SLOWER_STEPS, Checked, Figures, checks, plot, row
 from bench.configurator_plan import FULL, QUICK, Plan, with_measure_s, with_targets_scale
 from bench.harness import BenchArgs, parse_args, publish
-from bench.paths import REPO_ROOT
+from bench.paths import REPO_ROOT, image_dir
 from bench.profile_drift import drift_table
 from bench.report import Section, markdown_table
 from bench.serving import running_server
@@ -353,7 +353,9 @@ def main() -> None:
             )
         profiles.append(("at the end", make_profile(args, plan, LOG_DIR, "profile_at_end")))
     image = "configurator_native.png"
-    plot_path = (REPO_ROOT / "bench" / "out" if args.quick else REPO_ROOT / "docs" / "img") / image
+    plot_path = image_dir(args.out) / image
+    in_repo = plot_path.is_relative_to(REPO_ROOT)
+    shown_plot = plot_path.relative_to(REPO_ROOT) if in_repo else plot_path
     plot(checked, plot_path)
     w, t = plan.workload, plan.targets
     table = markdown_table(
@@ -410,7 +412,7 @@ def main() -> None:
         f"{SLOWER_STEPS - 1:.0%} longer, and how far its TTFT p50 moves (near the knee far "
         f"more than 10%: what a machine slower during the run than at its profile does).\n\n"
         f"{table}\n\n" + "\n".join(checks(checked)) + "\n\n"
-        f"Plot: `{plot_path.relative_to(REPO_ROOT)}`.\n\n"
+        f"Plot: `{shown_plot}`.\n\n"
         f"The machine's own speed, as each profile of the same engine measured it (the same "
         f"sweep each time, against the first; a run is predicted from the profile made just "
         f"before it, and the next profile shows how far the machine moved during the run):"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DOCS_OUT", "REPO_ROOT", "SCRATCH_OUT", "TRACES_DIR", "results_path"]
+__all__ = ["DOCS_OUT", "REPO_ROOT", "SCRATCH_OUT", "TRACES_DIR", "image_dir", "results_path"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS_OUT = REPO_ROOT / "docs" / "benchmarks.md"
@@ -16,3 +16,10 @@ TRACES_DIR = REPO_ROOT.parent / "shared" / "data" / "traces"
 def results_path(quick: bool) -> Path:
     """The file a run writes its section into: the scratch file for a --quick smoke run."""
     return SCRATCH_OUT if quick else DOCS_OUT
+
+
+def image_dir(results: Path) -> Path:
+    """Where a run's plots go: docs/img/ beside the published results, else the folder of the
+    file the run writes (a smoke run's, or one by hand with --out), so that only a published
+    run replaces the published plots."""
+    return REPO_ROOT / "docs" / "img" if results == DOCS_OUT else results.parent

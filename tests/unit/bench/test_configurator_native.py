@@ -16,6 +16,7 @@ from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import SLOWER_STEPS, Checked, Figures, checks, plot, row
 from bench.configurator_native import measured_requests
 from bench.configurator_plan import FULL, with_measure_s, with_targets_scale
+from bench.paths import DOCS_OUT, REPO_ROOT, SCRATCH_OUT, image_dir
 from bench.stack_cpu import StackCpu, per_request_ms
 
 AGG_2 = Deployment(AGG, 1, 2, 256)
@@ -145,3 +146,9 @@ def test_the_validation_searches_with_the_configure_default_margin() -> None:
     """The slower-steps column shows the same margin the validation's search held its
     finalists to: `armature configure`'s default."""
     assert ConfigureConfig().step_margin == pytest.approx(SLOWER_STEPS - 1.0)
+
+
+def test_only_a_published_run_writes_its_plot_into_the_docs(tmp_path: Path) -> None:
+    assert image_dir(DOCS_OUT) == REPO_ROOT / "docs" / "img"
+    assert image_dir(SCRATCH_OUT) == SCRATCH_OUT.parent
+    assert image_dir(tmp_path / "by_hand.md") == tmp_path
