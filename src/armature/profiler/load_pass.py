@@ -111,16 +111,16 @@ def check_load(records: Sequence[StepRecord], timing: ProfileTiming, plan: LoadP
     time."""
     if not records:
         raise ValueError("the engine recorded no steps")
-    measured_s, modeled_s = sum_step_times(records, timing)
-    if modeled_s <= 0:
-        raise ValueError("the sweep's tables give its steps no time")
     prompt_s = sum_step_times([r for r in records if r.num_scheduled_prefill_tokens], timing)
     decode_s = sum_step_times([r for r in records if not r.num_scheduled_prefill_tokens], timing)
+    modeled_s = prompt_s[1] + decode_s[1]
+    if modeled_s <= 0:
+        raise ValueError("the sweep's tables give its steps no time")
     return LoadCheck(
         num_requests=len(plan.requests),
         request_rate_per_s=plan.request_rate_per_s,
         num_steps=len(records),
-        measured_s=measured_s,
+        measured_s=prompt_s[0] + decode_s[0],
         modeled_s=modeled_s,
         prompt_measured_s=prompt_s[0],
         prompt_modeled_s=prompt_s[1],
