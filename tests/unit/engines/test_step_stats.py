@@ -110,3 +110,42 @@ def test_only_the_newest_steps_are_kept() -> None:
     assert list(stats._sizes) == [600, 600]
     assert len(stats._entries) == 2
     assert len(stats.take_records()) == MAX_STEP_RECORDS
+
+
+def test_steps_that_follow_a_run_join_its_entry_with_the_same_records() -> None:
+    stats = StepStats(block_size=16)
+    _decodes(stats, 100, [0.1, 0.2])  # kv 100, 103
+    _decodes(stats, 106, [0.3])  # the next step: joins
+    _decodes(stats, 112, [0.4])  # not the next one (109): an entry of its own
+    stats.record_decodes(
+        num_decode_requests=3,
+        first_decode_kv_tokens=115,
+        num_kv_tokens_used=656,  # a block more in use: an entry of its own
+        num_queued_prefill_requests=2,
+        num_queued_prefill_tokens=500,
+        wall_s=[0.5],
+    )
+    assert list(stats._sizes) == [3, 1, 1]
+    records = stats.take_records()
+    assert records[:4] == [
+        _decode_record(100, 0.1),
+        _decode_record(103, 0.2),
+        _decode_record(106, 0.3),
+        _decode_record(112, 0.4),
+    ]
+    assert (records[4].num_decode_kv_tokens, records[4].num_kv_tokens_used) == (115, 656)
+
+
+def test_a_joined_entry_stays_bounded() -> None:
+    stats = StepStats(block_size=16)
+    first = 0
+    for _ in range(5):  # 5 x 300 steps, each following the last
+        _decodes(stats, first, [1.0] * 300)
+        first += 3 * 300
+    # the first entry grew to 1200 steps, then a new one began; nothing older than the newest
+    # MAX_STEP_RECORDS steps but the oldest entry's own is kept
+    assert list(stats._sizes) == [1200, 300]
+    records = stats.take_records()
+    assert len(records) == MAX_STEP_RECORDS
+    assert records[-1] == _decode_record(3 * 1499, 1.0)
+    assert records[0] == _decode_record(3 * (1500 - MAX_STEP_RECORDS), 1.0)
