@@ -41,8 +41,15 @@ def _workload(config: ConfigureConfig) -> Workload:
     from armature.workload.traces import TraceFormatError, read_mooncake_trace
 
     if config.trace is None:
+        if config.osl < 2:
+            raise CliError(
+                f"--osl must be at least 2 (ITL is the time between output tokens), got "
+                f"{config.osl}"
+            )
         return Workload(float(config.isl), float(config.osl), config.spread)
     path = Path(config.trace)
+    if path.is_dir():
+        raise CliError(f"trace file {path} is a directory")
     if not path.is_file():
         raise CliError(f"trace file {path} does not exist")
     try:
@@ -51,7 +58,50 @@ def _workload(config: ConfigureConfig) -> Workload:
         raise CliError(str(exc)) from None
     if len(requests) < 2:
         raise CliError(f"trace {path} has fewer than 2 requests")
+    if max(r.output_length for r in requests) < 2:
+        raise CliError(
+            f"trace {path}: every request has one output token (ITL is the time between "
+            "output tokens)"
+        )
     return Workload.of_trace(tuple(requests))
+
+
+def _check_outputs(config: ConfigureConfig) -> None:
+    """--save-dir and --plot can be written: their directories are made now, before the
+    search (which takes a while), and a bad path is a one-line error."""
+    if config.plot is not None:
+        plot = Path(config.plot)
+        if plot.is_dir():
+            raise CliError(f"--plot {plot} is a directory (give an image file, e.g. a .png)")
+        kind = plot.suffix.lstrip(".").lower()
+        formats = _plot_formats()
+        if kind not in formats:
+            raise CliError(
+                f"--plot {plot}: give the image's format as its extension, one of "
+                f"{', '.join(sorted(formats))}"
+            )
+        _make_dir(plot.parent, f"--plot {plot}")
+    if config.save_dir is not None:
+        _make_dir(Path(config.save_dir), f"--save-dir {config.save_dir}")
+
+
+def _plot_formats() -> set[str]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return set(FigureCanvasAgg.get_supported_filetypes())
+
+
+def _make_dir(path: Path, what: str) -> None:
+    """Make directory `path` (and its parents) if missing; CliError when it cannot be made
+    or written."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CliError(f"{what}: {path} is not a directory") from None
+    except OSError as exc:
+        raise CliError(f"{what}: cannot make {path}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CliError(f"{what}: {path} is not writable")
 
 
 def _space(config: ConfigureConfig) -> SearchSpace:
@@ -133,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
     space = _space(config)
     hardware, total_gpus = _hardware(config, model, space, served_name)
     workload = _workload(config)
+    _check_outputs(config)
     if workload.get_max_request_tokens() > model.max_context_tokens:
         raise CliError(
             f"requests of up to {workload.get_max_request_tokens()} tokens exceed the model's "
@@ -166,6 +217,7 @@ def _answer(
 ) -> int:
     from armature.configurator.plot import plot_pareto
     from armature.configurator.report import format_side_by_side, format_table
+    from armature.configurator.space import AGG
 
     params_b = model.get_num_params() / 1e9
     print(
@@ -177,6 +229,18 @@ def _answer(
         f"{result.num_deployments} deployments, {result.num_fitting} fit in memory, "
         f"{sum(r.simulated for r in result.ranked)} simulated, {elapsed_s:.1f} s\n"
     )
+    if not result.num_deployments:
+        unit = "workers" if hardware.system is None else "GPUs"
+        disagg_only = settings.total_gpus < 2 and AGG not in hardware.space.modes
+        raise CliError(
+            "the search space is empty: "
+            + (
+                f"disaggregated serving needs at least 2 {unit}, {settings.total_gpus} given"
+                if disagg_only
+                else "no layout of the given --modes and --tp fits the "
+                f"{settings.total_gpus} {unit}"
+            )
+        )
     if not result.num_fitting:
         raise CliError(
             f"no deployment fits in memory: {min(hardware.space.max_num_seqs)} requests of up "
@@ -197,9 +261,11 @@ def _answer(
         title = f"{model.name} on {hardware.name}: tokens/s per GPU vs per user"
         print(f"\nplot: {plot_pareto(result, plot, title, config.top)}")
     if not result.meets_targets:
+        e2e = settings.targets.e2e_ms is not None
+        relax = "--ttft-ms/--e2e-ms" if e2e else "--ttft-ms/--itl-ms"
         raise CliError(
-            "no configuration meets the targets (the closest are shown above: relax "
-            "--ttft-ms/--itl-ms, or give more GPUs)"
+            f"no configuration meets the targets (the closest are shown above: relax "
+            f"{relax}, or give more GPUs)"
         )
     if config.save_dir is not None:
         _save(config, hardware, settings, result, served_name)

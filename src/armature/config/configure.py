@@ -140,13 +140,14 @@ class ConfigureConfig:
     )
     finalists: int = setting(
         6,
-        "configurations simulated after the fast estimate",
+        "configurations simulated after the fast estimate (and the best of a mode none of them is)",
         parse=positive_int,
         env=_env("FINALISTS"),
     )
     sim_budget_s: float = setting(
         30.0,
-        "wall time for simulating finalists, s (the rest keep their estimates)",
+        "wall time for simulating finalists, s (the rest keep their estimates; the best "
+        "aggregated and disaggregated are simulated whatever it is)",
         parse=positive_float,
         env=_env("SIM_BUDGET_S"),
     )

@@ -50,7 +50,9 @@ class Prediction:
 
     @property
     def tokens_per_s_per_user(self) -> float:
-        return 1000.0 / self.itl_ms
+        """Output tokens a second one request sees after its first (inf when requests have
+        one output token: no interval)."""
+        return 1000.0 / self.itl_ms if self.itl_ms > 0 else math.inf
 
 
 def _queued(service_ms: float, load: float) -> float:

@@ -108,10 +108,15 @@ def accelerator_hardware(
     per_node = system.get_num_gpus_per_node()
     system.get_peak_flops(model.dtype)  # the dtype is supported, or a one-line error
     top_budget = max(space.max_num_batched_tokens)
+    allowed = [tp for tp in space.tensor_parallel if tp <= min(per_node, max_gpus)]
+    if not allowed:
+        raise ConfigError(
+            f"no tensor parallelism to search: every --tp value "
+            f"({', '.join(map(str, space.tensor_parallel))}) is above {min(per_node, max_gpus)} "
+            f"({system.name} has {per_node} GPUs a node; {max_gpus} GPUs given)"
+        )
     timings: dict[int, WorkerTiming] = {}
-    for tp in space.tensor_parallel:
-        if tp > min(per_node, max_gpus):
-            continue
+    for tp in allowed:
         fit = get_memory_fit(
             model,
             system,
@@ -135,7 +140,7 @@ def accelerator_hardware(
         timings[tp] = WorkerTiming.of(tp, profile)
     if not timings:
         weights_gb = model.get_weight_bytes() / 1e9
-        top = max(t for t in space.tensor_parallel if t <= min(per_node, max_gpus))
+        top = max(allowed)
         raise ConfigError(
             f"model {model.name} ({weights_gb:.1f} GB of {model.dtype} weights) does not fit "
             f"on {system.name} at any tensor parallelism up to {top}"

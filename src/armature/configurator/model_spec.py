@@ -132,7 +132,11 @@ def read_model_spec(path: Path, dtype: str) -> ModelSpec:
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
     name, config = _read_config(path)
-    config = config.get("text_config", config)  # a multimodal model's language model
+    text = config.get("text_config")  # a multimodal model's language model
+    if text is not None:
+        if not isinstance(text, dict):
+            raise ConfigError("config.json: text_config must be an object")
+        config = text
     heads = _positive(config, "num_attention_heads")
     hidden = _positive(config, "hidden_size")
     if hidden % heads and "head_dim" not in config:
@@ -146,6 +150,11 @@ def read_model_spec(path: Path, dtype: str) -> ModelSpec:
     num_shared = _positive(config, "n_shared_experts", default=0, minimum=0)
     shared = shared or num_shared * expert_intermediate
     num_layers = _positive(config, "num_hidden_layers")
+    per_token = _positive(config, "num_experts_per_tok", default=2 if experts else 0)
+    if experts and per_token > experts:
+        raise ConfigError(
+            f"config.json: num_experts_per_tok ({per_token}) is above the experts ({experts})"
+        )
     return ModelSpec(
         name=name,
         num_layers=num_layers,
@@ -159,7 +168,7 @@ def read_model_spec(path: Path, dtype: str) -> ModelSpec:
         dtype=dtype,
         max_context_tokens=_positive(config, "max_position_embeddings", default=4096),
         num_experts=experts,
-        num_experts_per_token=_positive(config, "num_experts_per_tok", default=2 if experts else 0),
+        num_experts_per_token=per_token,
         expert_intermediate_size=expert_intermediate if experts else 0,
         shared_intermediate_size=shared if experts else 0,
         num_dense_layers=min(

@@ -201,7 +201,9 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
             f"      gpus: {tp if gpu else 0}",
             f"      variant: {'cuda' if gpu else 'cpu'}",
         ]
+    caveat = _planner_caveat(req)
     lines += [
+        *([caveat.replace("# note:", "# planner note:").rstrip("\n")] if caveat else []),
         "planner:",
         "  enabled: false",
         "  config:",
@@ -211,6 +213,19 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
         f"      gpus-per-worker: {c.decode_tp}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _planner_caveat(req: SaveRequest) -> str:
+    """A comment when the planner cannot carry the layout as chosen: it takes one profile
+    and one GPU count a worker for both roles."""
+    c = req.chosen.deployment
+    if c.mode == AGG or c.prefill_tp == c.decode_tp:
+        return ""
+    return (
+        f"# note: the prefill workers run at tp{c.prefill_tp} and the decode workers at "
+        f"tp{c.decode_tp}; the planner sizes both roles with the decode workers' profile and "
+        f"{c.decode_tp} GPUs a worker\n"
+    )
 
 
 def _planner_line(req: SaveRequest, profile: Path, worker_argv: list[str]) -> str:
@@ -275,7 +290,7 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     (d / "values.yaml").write_text(_values_yaml(req, main_profile))
     worker_argv = to_argv(WorkerConfig(engine=_engine(req, main_profile)))
     (d / "planner.sh").write_text(
-        "#!/bin/sh\n" + _planner_line(req, main_profile, worker_argv) + "\n"
+        "#!/bin/sh\n" + _planner_caveat(req) + _planner_line(req, main_profile, worker_argv) + "\n"
     )
     t, w = req.settings.targets, req.settings.workload
     targets = {"ttft_ms": t.ttft_ms, "itl_ms": t.itl_ms, "e2e_ms": t.e2e_ms}

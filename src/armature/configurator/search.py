@@ -14,11 +14,11 @@ optimistic: near a configuration's knee its TTFT grows many times faster than it
 times); one that misses at the estimated rate is simulated again at each of
 RETRY_RATE_FACTORS of it in turn, until one meets. Its prediction is the simulation at the
 profiled step times. Finalists are simulated best first (the best of the other mode
-second) while `sim_budget_s` lasts. The result lists the simulated finalists, ranked, then
-every other deployment by its estimate. On the local machine a finalist's steps are
-simulated at its engines' share of the host's cores at the rate it is offered
-(`Hardware.get_timing`); the closed-form estimate that picks the finalists takes each
-worker to have a core.
+second; those two whatever the budget), the rest while `sim_budget_s` lasts. The result
+lists the simulated finalists, ranked, then every other deployment by its estimate. On the
+local machine a finalist's steps are simulated at its engines' share of the host's cores
+at the rate it is offered (`Hardware.get_timing`); the closed-form estimate that picks the
+finalists takes each worker to have a core.
 """
 
 from __future__ import annotations
@@ -286,8 +286,8 @@ def search(
     started_s = time.monotonic()
     simulated = []
     for i, r in enumerate(finalists):
-        if i and time.monotonic() - started_s > settings.sim_budget_s:
-            break  # out of time: the rest keep their estimates
+        if i > 1 and time.monotonic() - started_s > settings.sim_budget_s:
+            break  # out of time: the rest keep their estimates (the best of each mode ran)
         if on_progress is not None:
             on_progress(f"simulating {i + 1}/{len(finalists)}: {r.deployment.describe()}")
         simulated.append(_simulate(hardware, r, settings))

@@ -8,7 +8,8 @@ the virtual clock, on the same step times as the estimate, at the deployment's r
                 requests: enough that their arrivals span SPAN_E2E_MULTIPLE estimated
                 end-to-end latencies (the warm-up a small share of what is measured)
     make_requests  the workload as a trace: lengths within the spread, unique prompts,
-                Erlang arrivals (or a trace's own requests, their arrivals rescaled)
+                Erlang arrivals (or a trace's own requests, their arrivals rescaled, and
+                repeated when the trace is shorter than the replay)
     simulate    replay -> Prediction: TTFT median, ITL mean, and the rate served
 
 The rate served is the rate offered (requests over the span of their arrivals) when every
@@ -64,7 +65,7 @@ def make_requests(
     gaps of shape `num_groups`; Poisson for one group)."""
     rng = random.Random(seed)
     if workload.trace:
-        trace = list(workload.trace[:num_requests])
+        trace = _cycled(workload.trace, num_requests)
         start_ms = trace[0].arrival_ms
         span_ms = trace[-1].arrival_ms - start_ms
         target_ms = (len(trace) - 1) / rate_per_s * 1000.0
@@ -87,6 +88,30 @@ def make_requests(
         osl = _length(rng, workload.osl_tokens, workload.spread)
         requests.append(TraceRequest(now_ms, isl, osl, hash_ids))
     return requests
+
+
+def _cycled(trace: Sequence[TraceRequest], num_requests: int) -> list[TraceRequest]:
+    """The first `num_requests` of `trace`, repeated as often as it takes: each repetition
+    arrives one mean gap after the last one's end, with hash ids of its own (the trace's
+    prefix sharing within a repetition, none across them)."""
+    if len(trace) >= num_requests:
+        return list(trace[:num_requests])
+    start_ms = trace[0].arrival_ms
+    span_ms = trace[-1].arrival_ms - start_ms
+    period_ms = span_ms + span_ms / (len(trace) - 1) if len(trace) > 1 else 0.0
+    stride = 1 + max((h for r in trace for h in r.hash_ids), default=-1)
+    out: list[TraceRequest] = []
+    for k in range(-(-num_requests // len(trace))):
+        out += [
+            TraceRequest(
+                r.arrival_ms + k * period_ms,
+                r.input_length,
+                r.output_length,
+                tuple(h + k * stride for h in r.hash_ids),
+            )
+            for r in trace
+        ]
+    return out[:num_requests]
 
 
 def _prediction(

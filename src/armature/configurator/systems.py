@@ -88,6 +88,13 @@ def load_system(name: str) -> SystemSpec:
     else:
         raise ConfigError(f"unknown system {name!r}; choose from {', '.join(list_systems())}")
     try:
-        return msgspec.json.decode(data, type=SystemSpec)
+        system = msgspec.json.decode(data, type=SystemSpec)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ConfigError(f"system {where} is not a valid hardware profile: {exc}") from None
+    per_node = system.gpus_per_node.value
+    if per_node != int(per_node):
+        raise ConfigError(
+            f"system {where} is not a valid hardware profile: gpus_per_node must be a whole "
+            f"number, got {per_node:g}"
+        )
+    return system

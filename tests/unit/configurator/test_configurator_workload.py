@@ -28,11 +28,27 @@ def test_a_trace_keeps_its_requests_and_is_rescaled_to_the_rate() -> None:
     workload = Workload.of_trace(trace)
     assert (workload.isl_tokens, workload.osl_tokens) == (602.0, 50.0)
     assert workload.get_max_request_tokens() == 654
-    requests = make_requests(workload, 4.0, 10, seed=0)  # 4/s: 4 gaps in 1 s
+    requests = make_requests(workload, 4.0, 5, seed=0)  # 4/s: 4 gaps in 1 s
     assert [r.arrival_ms for r in requests] == [0.0, 250.0, 500.0, 750.0, 1000.0]
     assert [(r.input_length, r.hash_ids) for r in requests] == [
         (r.input_length, r.hash_ids) for r in trace
     ]
+    assert make_requests(workload, 4.0, 3, seed=0)[-1].hash_ids == (2, 3)  # the first 3
+
+
+def test_a_short_trace_is_repeated_with_prefixes_of_its_own() -> None:
+    """A replay needs more requests than the trace has: the trace again, one mean gap after
+    its end, its hash ids moved past the trace's (sharing within a repetition only)."""
+    trace = tuple(TraceRequest(1000.0 + 500.0 * i, 600 + i, 50, (i, i + 1)) for i in range(5))
+    requests = make_requests(Workload.of_trace(trace), 4.0, 12, seed=0)
+    assert len(requests) == 12
+    assert [r.arrival_ms for r in requests] == [250.0 * i for i in range(12)]  # evenly, at 4/s
+    assert [r.input_length for r in requests] == [600, 601, 602, 603, 604] * 2 + [600, 601]
+    assert [r.hash_ids for r in requests] == (
+        [(i, i + 1) for i in range(5)]
+        + [(i + 6, i + 7) for i in range(5)]  # the ids go to 5: the next copy starts at 6
+        + [(12, 13), (13, 14)]
+    )
 
 
 def test_the_longest_request_of_a_spread() -> None:

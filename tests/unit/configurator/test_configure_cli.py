@@ -86,6 +86,16 @@ def test_impossible_targets_show_the_closest(
         (["--trace", "/nonexistent/trace.jsonl"], "does not exist"),
         (["--isl", "5000"], "exceed the model's context (4096)"),
         (["--system", "local", "--timing-profile", "/nonexistent.json"], "cannot read"),
+        (["--osl", "1"], "--osl must be at least 2"),
+        (["--trace", "/"], "trace file / is a directory"),
+        (["--tp", "16"], "every --tp value (16) is above 8"),
+        (["--total-gpus", "1", "--tp", "2,4"], "every --tp value (2, 4) is above 1"),
+        (["--total-gpus", "1", "--modes", "disagg"], "disaggregated serving needs at least 2"),
+        (["--plot", "/tmp"], "--plot /tmp is a directory"),
+        (["--plot", "out.txt"], "give the image's format as its extension"),
+        (["--plot", "out"], "give the image's format as its extension"),
+        (["--save-dir", "/proc/armature"], "--save-dir /proc/armature: cannot make"),
+        (["--save-dir", "/etc/hostname"], "/etc/hostname is not a directory"),
     ],
 )
 def test_bad_inputs(
@@ -93,6 +103,30 @@ def test_bad_inputs(
 ) -> None:
     model = [] if not argv else ["--model", str(tiny_dir)]
     _fails(capsys, [*model, *argv], message)
+
+
+def test_a_config_json_with_a_bad_text_config_or_experts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = write_config(tmp_path / "bad", {**TINY_LLAMA, "text_config": None})
+    assert main(["configure", "--model", str(bad), *SMALL]) == 0  # null: the config itself
+    capsys.readouterr()
+    bad = write_config(tmp_path / "bad", {**TINY_LLAMA, "text_config": [1]})
+    _fails(capsys, ["--model", str(bad)], "config.json: text_config must be an object")
+    moe = write_config(
+        tmp_path / "moe", {**TINY_LLAMA, "num_local_experts": 8, "num_experts_per_tok": 16}
+    )
+    _fails(capsys, ["--model", str(moe)], "num_experts_per_tok (16) is above the experts (8)")
+
+
+def test_a_trace_of_one_token_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.jsonl"
+    rows = [
+        {"timestamp": i, "input_length": 100, "output_length": 1, "hash_ids": [i]} for i in range(3)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = write_config(tmp_path / "tiny", TINY_LLAMA)
+    _fails(capsys, ["--model", str(model), "--trace", str(trace)], "one output token")
 
 
 def test_the_step_margin_row(tiny_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
