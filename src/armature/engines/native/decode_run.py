@@ -112,9 +112,6 @@ class DecodeRun:
         self._queued = (self._num_waiting, scheduler.get_num_prefill_tokens_queued())
         self._kv_tokens = sum(self._start_computed) + len(running)
         self._step = 0  # the next step to run
-        # a stretch the horizon cut short: its last step, step time and KV in use, which hold
-        # until that last step (nothing is allocated before it), so going on reads none again
-        self._stretch: tuple[int, float, int] | None = None
         self.step_end_ms: list[float] = []
         self.outputs: list[EngineOutput] | None = None
 
@@ -164,26 +161,21 @@ class DecodeRun:
         stretch_ends = not runner.decode_uses_context
         step_end_ms = self.step_end_ms
         step = self._step  # the stretch's first step
-        stretch, self._stretch = self._stretch, None
         while True:
-            if stretch is not None:  # the rest of a stretch cut at the last horizon
-                last, step_ms, num_kv_tokens_used = stretch
-                stretch = None
-            else:
-                if allocations[0][0] == step and not _allocate_due(
-                    self._scheduler, running, start_computed, allocations, step
-                ):
-                    if not step_end_ms:
-                        return False
-                    self.outputs = self._last_step_outputs(step - 1)  # the reference preempts
-                    return True
-                # the stretch's last step: before the next allocation, at the finish (one
-                # step when step times read the context); registrations change no step's
-                # time, so those due within it are made after its steps, in the order step by
-                # step makes them (by step, then running order), before the next allocation
-                last = min(last_step, allocations[0][0] - 1) if stretch_ends else step
-                num_kv_tokens_used = kv.pool.get_num_active_blocks() * bs
-                step_ms = runner.get_decode_step_ms(num_requests, kv_tokens)
+            if allocations[0][0] == step and not _allocate_due(
+                self._scheduler, running, start_computed, allocations, step
+            ):
+                if not step_end_ms:
+                    return False
+                self.outputs = self._last_step_outputs(step - 1)  # the reference preempts
+                return True
+            # the stretch's last step: before the next allocation, at the finish (one step
+            # when step times read the context); registrations change no step's time, so
+            # those due within it are made after its steps, in the order step by step makes
+            # them (by step, then running order), before the next allocation
+            last = min(last_step, allocations[0][0] - 1) if stretch_ends else step
+            num_kv_tokens_used = kv.pool.get_num_active_blocks() * bs
+            step_ms = runner.get_decode_step_ms(num_requests, kv_tokens)
             t_ms = step_end_ms[-1] if step_end_ms else now_ms
             # the stretch's step ends, one step_ms apart (added one by one, as step by
             # step), to the first at or after the horizon
@@ -217,8 +209,6 @@ class DecodeRun:
                 return True
             if t_ms >= horizon_ms:
                 self._step = step + 1  # suspended
-                if step < last:
-                    self._stretch = (last, step_ms, num_kv_tokens_used)
                 return True
             step += 1
 

@@ -32,7 +32,7 @@ class _DecodeRows(NamedTuple):  # a tuple: made once per stretch of a decode run
     num_kv_tokens_used: int
     num_queued_prefill_requests: int
     num_queued_prefill_tokens: int
-    wall_s: list[float]  # the entry's own: steps that follow it extend it
+    wall_s: Sequence[float]
 
     def rows(self) -> Iterator[_Row]:
         n, first = self.num_decode_requests, self.first_decode_kv_tokens
@@ -112,53 +112,24 @@ class StepStats:
     ) -> None:
         """`record` of steps of one batch of decodes only, one per `wall_s`: the first
         attends over `first_decode_kv_tokens`, each next one a token more per request (the
-        decode fast path, `engines.native.decode_run`, builds no SchedulerOutput). Steps
-        that follow the newest entry's (a run going on after its horizon) join it; a list
-        `wall_s` is kept, not copied."""
-        if not wall_s:
-            return
-        entries = self._entries
-        last = entries[-1] if entries else None
-        if (
-            isinstance(last, _DecodeRows)
-            and len(last.wall_s) < MAX_STEP_RECORDS
-            and last.num_decode_requests == num_decode_requests
-            and last.num_kv_tokens_used == num_kv_tokens_used
-            and last.num_queued_prefill_requests == num_queued_prefill_requests
-            and last.num_queued_prefill_tokens == num_queued_prefill_tokens
-            and first_decode_kv_tokens
-            == last.first_decode_kv_tokens + num_decode_requests * len(last.wall_s)
-        ):
-            # the steps that follow the last entry's (a decode run going on after its
-            # horizon): the same rows as an entry of their own
-            last.wall_s.extend(wall_s)
-            self._grow_last(len(wall_s))
-            return
-        rows = _DecodeRows(
-            num_decode_requests,
-            first_decode_kv_tokens,
-            num_kv_tokens_used,
-            num_queued_prefill_requests,
-            num_queued_prefill_tokens,
-            wall_s if isinstance(wall_s, list) else list(wall_s),
-        )
-        self._add(rows, len(wall_s))
+        decode fast path, `engines.native.decode_run`, builds no SchedulerOutput)."""
+        if wall_s:
+            rows = _DecodeRows(
+                num_decode_requests,
+                first_decode_kv_tokens,
+                num_kv_tokens_used,
+                num_queued_prefill_requests,
+                num_queued_prefill_tokens,
+                wall_s,
+            )
+            self._add(rows, len(wall_s))
 
     def _add(self, entry: _Row | _DecodeRows, num_steps: int) -> None:
         self._entries.append(entry)
-        self._sizes.append(num_steps)
-        self._num_steps += num_steps
-        self._drop_oldest()
-
-    def _grow_last(self, num_steps: int) -> None:
-        """The newest entry holds `num_steps` more steps."""
-        self._sizes[-1] += num_steps
-        self._num_steps += num_steps
-        self._drop_oldest()
-
-    def _drop_oldest(self) -> None:
-        """Drop the oldest entries whose every step is past the bound."""
         sizes = self._sizes
+        sizes.append(num_steps)
+        self._num_steps += num_steps
+        # drop the oldest entries whose every step is past the bound
         while self._num_steps - sizes[0] >= MAX_STEP_RECORDS:
             self._entries.popleft()
             self._num_steps -= sizes.popleft()
