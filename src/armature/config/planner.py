@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from armature.config.settings import setting
 from armature.config.values import (
-    integer,
+    http_url,
+    int_at_least,
+    int_between,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -137,8 +139,9 @@ class PlannerConfig:
     )
     season_intervals: int | None = setting(
         None,
-        "holt-winters: the length of a season (e.g. a day) in intervals; none by default",
-        parse=positive_int,
+        "holt-winters: the length of a season (e.g. a day) in intervals, at least 2; none by "
+        "default",
+        parse=int_at_least(2),
     )
     queue_aware: bool = setting(
         True,
@@ -270,7 +273,7 @@ class PlannerServiceConfig:
     connector that carries decisions out."""
 
     frontend_url: str = setting(
-        "http://127.0.0.1:8000", "the frontend whose /metrics the planner reads"
+        "http://127.0.0.1:8000", "the frontend whose /metrics the planner reads", parse=http_url
     )
     frontend_wait_s: float = setting(
         30.0,
@@ -327,7 +330,9 @@ class PlannerServiceConfig:
     dry_run: bool = setting(False, "log the decisions without acting on them")
     host: str = setting("127.0.0.1", "address of the planner's /metrics endpoint")
     metrics_port: int = setting(
-        0, "the planner's Prometheus /metrics port (0: any free port; -1: none)", parse=integer
+        0,
+        "the planner's Prometheus /metrics port (0: any free port; -1: none)",
+        parse=int_between(-1, 65535),
     )
     log_level: str = setting("info", "log verbosity", choices=("debug", "info", "warning", "error"))
 

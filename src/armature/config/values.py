@@ -7,6 +7,7 @@ import enum
 import itertools
 import math
 import re
+import urllib.parse
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -122,6 +123,31 @@ def port(text: str) -> int:
     if value > 65535:
         raise ConfigError(f"port must be 1..65535, got {value}")
     return value
+
+
+def http_url(text: str) -> str:
+    """An http(s) URL with a host (and a valid port, if any)."""
+    url = text.strip()
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError when out of range or not a number
+    except ValueError as exc:
+        raise ConfigError(f"not a valid URL: {url!r} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"must be an http:// or https:// URL with a host, got {url!r}")
+    return url
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """A parser of integers from `low` up."""
+
+    def parse(text: str) -> int:
+        value = integer(text)
+        if value < low:
+            raise ConfigError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
 
 
 def int_between(low: int, high: int) -> Callable[[str], int]:

@@ -4,11 +4,14 @@ off the tick loop (a drain can take a minute; the planner keeps observing meanwh
 `set_targets` records what each role should have and wakes the actuator; it scales each
 role whose connector count differs. A `ConnectorError` is logged and counted, and the role
 is tried again after `retry_s` (or at the next new target); the planner never crashes on it.
+Every `retry_s` it also looks again without being woken, so a worker that left by itself (a
+local process that died) is replaced.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
@@ -55,15 +58,14 @@ class Actuator:
 
     async def run(self) -> None:
         while True:
-            await self._wake.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._retry_s)
             self._wake.clear()
-            failed = await self._step()
-            if failed:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self._retry_s)
-                except TimeoutError:
-                    self._wake.set()
-            elif not self.get_pending():
+            if not self.get_pending():
+                self.idle.set()
+                continue
+            self.idle.clear()
+            if not await self._step() and not self.get_pending():
                 self.idle.set()
 
     async def _step(self) -> bool:

@@ -151,12 +151,16 @@ def _ms(seconds: float | None) -> str:
 
 async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendSample:
     deadline_s = time.monotonic() + wait_s
+    waiting = False
     while True:
         try:
             return await frontend.scrape()
         except FrontendUnreachableError as exc:
             if time.monotonic() >= deadline_s:
                 raise ConfigError(f"the frontend does not answer: {exc}") from None
+            if not waiting:
+                waiting = True
+                log.info("waiting up to %.0f s for %s: %s", wait_s, frontend.metrics_url, exc)
         await asyncio.sleep(0.25)  # polling a server that is still starting
 
 

@@ -58,9 +58,26 @@ class PlannerService:
         self._clock = clock
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Tick until `stop` is set. The frontend must answer once first (main checks it)."""
-        start_s = self._clock()
-        self._frontend.start(await self._frontend.scrape(), start_s)
+        """Tick until `stop` is set. The windows start at the first scrape that answers (main
+        waits for one before; a frontend lost since is retried every load interval)."""
+        while True:
+            start_s = self._clock()
+            try:
+                sample = await self._frontend.scrape()
+                break
+            except FrontendUnreachableError as exc:
+                log.error(
+                    "the first scrape failed (retrying in %g s): %s",
+                    self._config.load_interval_s,
+                    exc,
+                )
+                self._metrics.scrape_failures.inc()
+            try:
+                await asyncio.wait_for(stop.wait(), self._config.load_interval_s)
+                return
+            except TimeoutError:
+                pass
+        self._frontend.start(sample, start_s)
         for window in (LOAD_WINDOW, INTERVAL_WINDOW):
             self._workers.take_steps(window)
         next_load_s = start_s + self._config.load_interval_s

@@ -158,6 +158,29 @@ async def test_the_actuator_logs_and_retries_a_failed_action() -> None:
     assert actuator.get_pending() == {}
 
 
+async def test_the_actuator_replaces_a_worker_that_died_without_a_new_target() -> None:
+    launcher = FakeLauncher()
+    connector = LocalConnector(launcher, drain_timeout_s=5.0)
+    actuator = Actuator(connector, retry_s=0.01)
+    task = asyncio.create_task(actuator.run())
+    try:
+        actuator.set_targets({AGG: 2}, {AGG: "planner: agg 0 -> 2 workers, throughput"})
+        await asyncio.wait_for(actuator.idle.wait(), 5.0)
+        launcher.procs[0].running = False  # crashed; the planner sets no new target
+
+        async def replaced() -> None:
+            while len(launcher.procs) < 3:
+                await asyncio.sleep(0.005)
+
+        await asyncio.wait_for(replaced(), 5.0)
+        await asyncio.wait_for(actuator.idle.wait(), 5.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert launcher.journal == ["launch agg-1 as agg", "launch agg-2 as agg", "launch agg-3 as agg"]
+    assert connector.get_num_workers() == {AGG: 2}
+
+
 async def fake_orchestrator(discovery: MemDiscovery, namespace: str, acks: list[ScaleAck]) -> None:
     """Does every target it sees and acks it (under its own lease)."""
     registrations = {}

@@ -1,0 +1,107 @@
+"""The planner service's tick loop around its feeds: a frontend lost between main's first
+scrape and the loop's is retried and counted, never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from armature.config.planner import PlannerConfig
+from armature.planner.core import Planner
+from armature.planner.frontend_feed import FrontendUnreachableError
+from armature.planner.metrics import PlannerMetrics
+from armature.planner.predictors import ConstantPredictor
+from armature.planner.scrape import FrontendSample
+from armature.planner.service import PlannerService
+from armature.planner.timing_performance import TimingPerformanceModel
+from armature.protocols.worker import WorkerRole
+
+SAMPLE = FrontendSample(
+    model_name="m",
+    num_finished_requests=0.0,
+    num_in_flight_requests=0.0,
+    num_queued_requests=0.0,
+    num_prompt_tokens=0.0,
+    num_cached_tokens=0.0,
+    num_output_tokens=0.0,
+    num_first_tokens=0.0,
+    ttft_sum_s=0.0,
+    num_token_gaps=0.0,
+    itl_sum_s=0.0,
+    num_finished_streams=0.0,
+)
+
+
+class FlakyFeed:
+    """A frontend whose first `num_failures` scrapes fail; `started` once the windows start."""
+
+    def __init__(self, num_failures: int) -> None:
+        self.num_failures = num_failures
+        self.num_scrapes = 0
+        self.started = asyncio.Event()
+
+    async def scrape(self) -> FrontendSample:
+        self.num_scrapes += 1
+        if self.num_scrapes <= self.num_failures:
+            raise FrontendUnreachableError("http://127.0.0.1:9/metrics answered HTTP 500")
+        return SAMPLE
+
+    def start(self, sample: FrontendSample, now_s: float) -> None:
+        assert sample is SAMPLE
+        self.started.set()
+
+
+class NoWorkers:
+    def take_steps(self, window: str) -> list[Any]:
+        return []
+
+    def get_num_workers(self) -> dict[WorkerRole, int]:
+        return {}
+
+
+async def test_a_failed_first_scrape_is_retried_and_counted(
+    profile: TimingPerformanceModel,
+) -> None:
+    config = PlannerConfig(mode="agg", ttft_ms=500.0, itl_ms=50.0, load_interval_s=0.01)
+    planner = Planner(config, profile, predictor_factory=ConstantPredictor)
+    metrics = PlannerMetrics(config.get_roles())
+    feed = FlakyFeed(num_failures=2)
+    service = PlannerService(
+        planner, config, cast(Any, feed), cast(Any, NoWorkers()), metrics, actuator=None
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop))
+    try:
+        await asyncio.wait_for(feed.started.wait(), 5.0)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5.0)  # ends cleanly: no exception escaped
+    assert feed.num_scrapes >= 3
+    assert metrics.scrape_failures._value.get() == 2
+
+
+async def test_a_stop_while_the_frontend_is_lost_ends_the_loop(
+    profile: TimingPerformanceModel,
+) -> None:
+    config = PlannerConfig(mode="agg", ttft_ms=500.0, itl_ms=50.0, load_interval_s=0.01)
+    planner = Planner(config, profile, predictor_factory=ConstantPredictor)
+    feed = FlakyFeed(num_failures=10**9)
+    service = PlannerService(
+        planner,
+        config,
+        cast(Any, feed),
+        cast(Any, NoWorkers()),
+        PlannerMetrics(config.get_roles()),
+        actuator=None,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop))
+
+    async def retried() -> None:
+        while feed.num_scrapes < 2:
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(retried(), 5.0)
+    stop.set()
+    await asyncio.wait_for(task, 5.0)
+    assert not feed.started.is_set()
