@@ -67,41 +67,13 @@ def _workload(config: ConfigureConfig) -> Workload:
 
 
 def _check_outputs(config: ConfigureConfig) -> None:
-    """--save-dir and --plot can be written: their directories are made now, before the
-    search (which takes a while), and a bad path is a one-line error."""
+    """--save-dir and --plot can be written (before the search, which takes a while)."""
+    from armature.cli.outputs import check_image, make_dir
+
     if config.plot is not None:
-        plot = Path(config.plot)
-        if plot.is_dir():
-            raise CliError(f"--plot {plot} is a directory (give an image file, e.g. a .png)")
-        kind = plot.suffix.lstrip(".").lower()
-        formats = _plot_formats()
-        if kind not in formats:
-            raise CliError(
-                f"--plot {plot}: give the image's format as its extension, one of "
-                f"{', '.join(sorted(formats))}"
-            )
-        _make_dir(plot.parent, f"--plot {plot}")
+        check_image(Path(config.plot), "--plot")
     if config.save_dir is not None:
-        _make_dir(Path(config.save_dir), f"--save-dir {config.save_dir}")
-
-
-def _plot_formats() -> set[str]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    return set(FigureCanvasAgg.get_supported_filetypes())
-
-
-def _make_dir(path: Path, what: str) -> None:
-    """Make directory `path` (and its parents) if missing; CliError when it cannot be made
-    or written."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise CliError(f"{what}: {path} is not a directory") from None
-    except OSError as exc:
-        raise CliError(f"{what}: cannot make {path}: {exc.strerror}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise CliError(f"{what}: {path} is not writable")
+        make_dir(Path(config.save_dir), "--save-dir")
 
 
 def _space(config: ConfigureConfig) -> SearchSpace:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from armature.cli.options import add_settings, read_settings, setup_logging
+from armature.cli.outputs import check_file, make_dir
 from armature.config import ProfileConfig
 from armature.engines.registry import KINDS
 from armature.protocols.timing_profile import TimingProfile
@@ -41,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from armature.protocols.timing_profile import write_profile
 
     config = read_settings(args, ProfileConfig)
+    check_file(Path(config.output), "--output")  # before the sweep, which takes minutes
+    if config.report_dir is not None:
+        make_dir(Path(config.report_dir), "--report")
     setup_logging("info")
     engines: list[TimingProfile] = []
     if config.engines_at_once > 1:

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from armature.cli.options import CliError, add_settings, arg_type, setup_logging
+from armature.cli.outputs import check_file, check_image
 from armature.cli.replay_workload import load_requests
 from armature.config import (
     KvTierConfig,
@@ -313,6 +314,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
+    if args.report:
+        check_file(Path(args.report), "--report")
+    if args.plot:
+        check_image(Path(args.plot), "--plot")
     result = replay(requests, config, timing, prefill_timing)
     report = dataclasses.asdict(result)
     _print_summary(args, config, report)

@@ -26,10 +26,21 @@ __all__ = ["OUTPUT_BINS", "get_itl_attainment", "get_output_lengths", "get_poiss
 OUTPUT_BINS = 20
 
 
+# above this mean exp(-mean) underflows a float: the terms are summed in log space
+_LOG_SPACE_MEAN = 700.0
+
+
 def get_poisson_cdf(num_events: int, mean: float) -> float:
     """P(N <= num_events) for N ~ Poisson(mean); 0.0 below zero events."""
     if num_events < 0:
         return 0.0
+    if mean <= 0.0:
+        return 1.0
+    if mean > _LOG_SPACE_MEAN:
+        log_mean = math.log(mean)
+        logs = [k * log_mean - mean - math.lgamma(k + 1) for k in range(num_events + 1)]
+        top = max(logs)
+        return min(1.0, math.exp(top) * math.fsum(math.exp(x - top) for x in logs))
     term = math.exp(-mean)
     total = term
     for k in range(1, num_events + 1):

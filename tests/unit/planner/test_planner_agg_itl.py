@@ -18,6 +18,18 @@ def test_poisson_cdf() -> None:
     assert get_poisson_cdf(0, 0.0) == 1.0
 
 
+def test_poisson_cdf_at_means_where_exp_underflows() -> None:
+    """e^-760 is 0.0 in a float: the sum is taken in log space (scipy.stats.poisson.cdf gives
+    0.99999964076 and 0.01458113759 at these points)."""
+    assert math.exp(-760.0) == 0.0
+    assert get_poisson_cdf(900, 760.0) == pytest.approx(0.999999640764056, rel=1e-9)
+    assert get_poisson_cdf(700, 760.0) == pytest.approx(0.0145811375860774, rel=1e-9)
+    assert get_poisson_cdf(0, 800.0) == 0.0
+    # either side of the switch to log space (scipy: 0.78264556810, 0.78040527886)
+    assert get_poisson_cdf(720, 699.9) == pytest.approx(0.7826455681021226, rel=1e-9)
+    assert get_poisson_cdf(720, 700.1) == pytest.approx(0.7804052788629801, rel=1e-9)
+
+
 def test_output_lengths_are_bin_midpoints_of_an_exponential() -> None:
     """Two bins of mean 200: midpoints at probabilities 1/4 and 3/4, -200 ln(3/4) = 57.54 and
     -200 ln(1/4) = 277.26 tokens."""

@@ -1,0 +1,57 @@
+"""Output paths a command writes after its work (a search, a sweep, a replay), checked
+before it starts: a path that cannot be written is a one-line error up front, not a
+traceback once the work is lost."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from armature.cli.options import CliError
+
+__all__ = ["check_file", "check_image", "make_dir"]
+
+
+def make_dir(path: Path, flag: str) -> None:
+    """Make directory `path` (and its parents) if missing; CliError when it cannot be made
+    or written."""
+    what = f"{flag} {path}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CliError(f"{what}: {_first_file(path)} is not a directory") from None
+    except OSError as exc:
+        raise CliError(f"{what}: cannot make the directory: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CliError(f"{what}: the directory is not writable")
+
+
+def check_file(path: Path, flag: str) -> None:
+    """`path` can be written as a file: not a directory, its directory made and writable."""
+    if path.is_dir():
+        raise CliError(f"{flag} {path} is a directory (give a file)")
+    make_dir(path.parent, flag)
+
+
+def check_image(path: Path, flag: str) -> None:
+    """`check_file` for a plot, whose format is its extension (one matplotlib writes)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if path.is_dir():
+        raise CliError(f"{flag} {path} is a directory (give an image file, e.g. a .png)")
+    formats = set(FigureCanvasAgg.get_supported_filetypes())
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise CliError(
+            f"{flag} {path}: give the image's format as its extension, one of "
+            f"{', '.join(sorted(formats))}"
+        )
+    check_file(path, flag)
+
+
+def _first_file(path: Path) -> Path:
+    """The first of `path` and its parents that exists (a file, where a directory was
+    wanted)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return path
