@@ -490,3 +490,14 @@ def test_planner_with_a_bad_performance_model_is_a_one_line_error(
     assert err.count("\n") == 1
     assert err.startswith("armature: error: --performance-model: ")
     assert str(path) in err and fragment in err
+
+
+def test_replay_says_which_planner_flags_need_the_planner(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["replay", "--synthetic", "prefix-groups", "--num-requests", "20", "--workers", "1"]
+    code, err = run([*argv, "--min-workers", "3", "--ttft-ms", "900"], capsys)
+    assert code == 0
+    assert err.strip() == "armature: note: --min-workers takes effect with --planner only"
+    code, err = run([*argv, "--ttft-ms", "900"], capsys)  # the targets judge every replay
+    assert code == 0 and err == ""

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from armature.cli.options import CliError, arg_type, setup_logging
+from armature.cli.options import CliError, HelpFormatter, arg_type, setup_logging
 from armature.config import positive_float, positive_int
 
 __all__ = ["add_parser", "run"]
@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="load-test an OpenAI-compatible server (TTFT, ITL, throughput, goodput)",
         description="Load-test an OpenAI-compatible server: closed loop (--concurrency), open "
         "loop (--rate) or a trace's own schedule (--trace).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     bench.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:8000")
     bench.add_argument("--model", default=None, help="model name (default: the server's first)")

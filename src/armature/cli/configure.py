@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from armature.cli.options import CliError, add_settings, read_settings
+from armature.cli.options import CliError, HelpFormatter, add_settings, read_settings
 from armature.config.configure import ConfigureConfig
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "in memory, then the finalists through the replay simulator (the mocker's scheduler and "
         "KV cache on the predicted step times). Prints a ranked table, the best aggregated and "
         "disaggregated side by side, and writes a Pareto plot and the chosen deployment.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_settings(parser, ConfigureConfig())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from armature.cli.options import add_settings, read_settings, setup_logging
+from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
 from armature.config import FrontendConfig
 from armature.router.policies import POLICY_NAMES
 
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="serve the OpenAI API, routing to the workers found in discovery",
         description="Serve the OpenAI API over the workers registered in discovery; workers "
         "that join or leave are picked up live.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_settings(parser, FrontendConfig(), choices=CHOICES)
 

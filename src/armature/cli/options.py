@@ -76,6 +76,15 @@ def _from_env(field: dataclasses.Field[Any], setting: Setting, text: str) -> Any
         raise ConfigError(f"{name}: {exc}") from None
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in the help, but not a switch's (its help says whether it is on)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_settings(
     parser: argparse._ActionsContainer,
     defaults: Any,
@@ -100,9 +109,13 @@ def add_settings(
         help_text = f"{setting.help} (env {variable})".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": _dest(path), "help": help_text}
         allowed = (choices or {}).get(".".join(path), setting.choices)
+        flag = flag_name(field.name, setting)
         if isinstance(field.default, bool):
             kwargs.update(action="store_false" if setting.negate else "store_true")
             kwargs["default"] = default
+            # a switch: whether giving it changes anything, not its field's value
+            in_effect = default is (not setting.negate)
+            kwargs["help"] = f"{help_text} (default: {'on' if in_effect else 'off'})"
         elif setting.repeat:
             kwargs.update(action="append", default=list(default))
             if setting.parse is not None:
@@ -113,7 +126,9 @@ def add_settings(
                 kwargs["type"] = arg_type(setting.parse)
             if allowed is not None:
                 kwargs["choices"] = list(allowed)
-        parser.add_argument(f"--{flag_name(field.name, setting)}", **kwargs)
+        if not isinstance(field.default, bool) and allowed is None:
+            kwargs["metavar"] = flag.replace("-", "_").upper()  # not the nested dest's name
+        parser.add_argument(f"--{flag}", **kwargs)
 
 
 def read_settings(namespace: argparse.Namespace, config_type: type[T]) -> T:

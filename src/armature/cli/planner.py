@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from armature.cli.options import add_settings, read_settings, setup_logging
+from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
 from armature.config import PlannerCommandConfig
 
 __all__ = ["add_parser", "run"]
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "prefill and decode pools (or one aggregated pool) for --ttft-ms and --itl-ms, and "
         "start or stop workers through a connector (local processes, or a virtual one that "
         "an external orchestrator follows).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_settings(parser, PlannerCommandConfig())
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from armature.cli.options import add_settings, read_settings, setup_logging
+from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
 from armature.cli.outputs import check_file, make_dir
 from armature.config import ProfileConfig
 from armature.engines.registry import KINDS
@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "steps against the tables over decode steps against them). "
         "Writes a versioned JSON profile (--output) that the mocker runs from "
         "(--timing-profile), and plots (--report).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_settings(parser, ProfileConfig(), choices=CHOICES)
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from armature.cli.options import CliError, add_settings, arg_type, setup_logging
+from armature.cli.options import CliError, HelpFormatter, add_settings, arg_type, setup_logging
 from armature.cli.outputs import check_file, check_image
 from armature.cli.replay_workload import load_requests
 from armature.config import (
@@ -13,7 +14,9 @@ from armature.config import (
     PlannerConfig,
     RouterConfig,
     at_least_one,
+    flag_name,
     fraction,
+    iter_settings,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -43,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="simulate a request trace through mocker workers and the router (offline)",
         description="Discrete-event replay of a Mooncake-format trace on a virtual clock: "
         "N mocker workers (real scheduler and KV cache, timing model) behind the real router.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     _add_workload_args(replay)
     _add_shape_args(replay)
@@ -161,7 +164,13 @@ def _add_planner_args(replay: argparse.ArgumentParser) -> None:
         "--prefill-workers at start) by the throughput plan (sla), the load rule (load) or "
         "both; its targets --ttft-ms and --itl-ms also give every replay's sla_attainment",
     )
-    planner.add_argument("--planner", choices=list(PLANNER_RULES), default=None)
+    planner.add_argument(
+        "--planner",
+        choices=list(PLANNER_RULES),
+        default=None,
+        help="size the fleet with the planner's throughput plan (sla), its load rule (load) or "
+        "both; without it the fleet is static",
+    )
     add_settings(planner, PlannerConfig(), only=PLANNER_SETTINGS)
 
 
@@ -314,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
+    _note_ignored_planner_flags(args)
     if args.report:
         check_file(Path(args.report), "--report")
     if args.plot:
@@ -385,6 +395,26 @@ def _write_plot(args: argparse.Namespace, config: ReplayConfig, report: ReplayRe
 
 def _by_role(counts: dict[str, Any]) -> str:
     return ", ".join(f"{key} {value}" for key, value in counts.items())
+
+
+def _note_ignored_planner_flags(args: argparse.Namespace) -> None:
+    """The planner's settings but its targets do nothing without --planner: say so."""
+    if args.planner is not None:
+        return
+    defaults = PlannerConfig()
+    ignored = [
+        f"--{flag_name(field.name, setting)}"
+        for _, field, setting in iter_settings(PlannerConfig)
+        if field.name in PLANNER_SETTINGS
+        and field.name not in ("ttft_ms", "itl_ms")
+        and getattr(args, field.name) != getattr(defaults, field.name)
+    ]
+    if ignored:
+        print(
+            f"armature: note: {', '.join(ignored)} "
+            f"{'takes' if len(ignored) == 1 else 'take'} effect with --planner only",
+            file=sys.stderr,
+        )
 
 
 def _planner_config(args: argparse.Namespace) -> PlannerConfig:

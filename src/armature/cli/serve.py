@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from armature.cli.options import add_settings, read_settings, setup_logging
+from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
 from armature.config import ServeConfig
 from armature.engines.registry import KINDS
 from armature.errors import ConfigError
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "serve",
         help="serve a model over an OpenAI-compatible HTTP API (one process)",
         description="Serve a model over an OpenAI-compatible HTTP API, engine in-process.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_settings(parser, ServeConfig(), choices=CHOICES)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from armature.cli.options import add_settings, read_settings, setup_logging
+from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
 from armature.config import WorkerConfig
 from armature.engines.registry import KINDS
 
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "worker",
         help="serve one engine to frontends over the request plane",
         description="Serve one engine over the request plane and register it in discovery.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_settings(parser, WorkerConfig(), choices=CHOICES)
 
