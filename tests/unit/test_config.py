@@ -335,3 +335,14 @@ def test_a_disk_tier_without_a_directory_is_the_mockers_alone() -> None:
     with pytest.raises(ConfigError, match="--kv-remote-bandwidth-gbps must be positive"):
         KvTierConfig(kv_remote_bandwidth_gbps=0.0)
     assert not KvTierConfig().is_enabled
+
+
+def test_a_bad_variable_stops_only_the_commands_that_take_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from armature.cli.options import check_env_errors
+
+    monkeypatch.setenv("ARMATURE_MIN_WORKERS", "abc")  # a planner setting
+    check_env_errors(build_parser().parse_args(["worker"]))  # the worker takes none
+    with pytest.raises(ConfigError, match="ARMATURE_MIN_WORKERS: not an integer: 'abc'"):
+        check_env_errors(build_parser().parse_args(["planner"]))

@@ -17,7 +17,7 @@ from armature.cli import (  # the subcommands
     serve,
     worker,
 )
-from armature.cli.options import Parser
+from armature.cli.options import Parser, check_env_errors
 from armature.errors import ConfigError
 
 __all__ = ["build_parser", "main"]
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        check_env_errors(args)
         return COMMANDS[args.command][1](args)
     except ConfigError as exc:
         print(f"armature: error: {exc}", file=sys.stderr)

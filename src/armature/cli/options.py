@@ -76,6 +76,18 @@ def _from_env(field: dataclasses.Field[Any], setting: Setting, text: str) -> Any
         raise ConfigError(f"{name}: {exc}") from None
 
 
+# a namespace key holding a bad variable's error (`check_env_errors`)
+ENV_ERROR_PREFIX = "_env_error_"
+
+
+def check_env_errors(namespace: argparse.Namespace) -> None:
+    """ConfigError for the first bad `ARMATURE_*` variable the parsed command takes (a bad
+    variable of another command's setting does not stop this one)."""
+    for key, value in sorted(vars(namespace).items()):
+        if key.startswith(ENV_ERROR_PREFIX):
+            raise ConfigError(value)
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Defaults in the help, but not a switch's (its help says whether it is on)."""
 
@@ -104,7 +116,10 @@ def add_settings(
         default = get_setting_value(defaults, path)
         variable = env_name(field.name, setting)
         if variable in environ:
-            default = _from_env(field, setting, environ[variable])
+            try:
+                default = _from_env(field, setting, environ[variable])
+            except ConfigError as exc:  # an error of the commands that take it only
+                parser.set_defaults(**{ENV_ERROR_PREFIX + variable: str(exc)})
         # argparse expands %-formats in help ("70% of" would break --help)
         help_text = f"{setting.help} (env {variable})".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": _dest(path), "help": help_text}
