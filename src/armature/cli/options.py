@@ -89,11 +89,17 @@ def check_env_errors(namespace: argparse.Namespace) -> None:
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Defaults in the help, but not a switch's (its help says whether it is on)."""
+    """Defaults in the help, as one would type them (a list as a comma list); none for a
+    switch (its help says whether it is on) or an option without one."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
             return action.help
+        if action.default is None:
+            return action.help
+        if isinstance(action.default, list | tuple) and action.help is not None:
+            shown = ",".join(str(v) for v in action.default) or "none"
+            return f"{action.help} (default: {shown.replace('%', '%%')})"  # help is %-formatted
         return super()._get_help_string(action)
 
 
