@@ -99,6 +99,11 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["replay", "--synthetic", "multi-turn", "--plot", "/etc/hostname/x.png"], "not a dir"),
         (["profile", "--engine", "mocker", "--output", "/tmp"], "--output /tmp is a directory"),
         (["profile", "--engine", "mocker", "--report", "/etc/hostname"], "is not a directory"),
+        (["replay", "--synthetic", "multi-turn", "--limit", "3"], "--limit is for --trace"),
+        (["replay", "--synthetic", "multi-turn", "--time-scale", "2"], "--time-scale is for"),
+        (["replay", "--synthetic", "multi-turn", "--speedup", "1e-300"], "at least 0.001"),
+        (["replay", "--synthetic", "multi-turn", "--rate-rps", "1e-9"], "more than 1,000,000"),
+        (["replay", "--trace", "/tmp"], "trace file /tmp is a directory"),
         (["serve", "--queue-timeout-s", "1.4e307"], "--queue-timeout-s: must be at most 3600"),
         (["serve", "--queue-timeout-s", "inf"], "must be a finite number"),
         (["serve", "--engine", "mocker", "--speedup-ratio", "nan"], "must be a finite number"),
@@ -501,3 +506,53 @@ def test_replay_says_which_planner_flags_need_the_planner(
     assert err.strip() == "armature: note: --min-workers takes effect with --planner only"
     code, err = run([*argv, "--ttft-ms", "900"], capsys)  # the targets judge every replay
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize(
+    ("lines", "fragment"),
+    [
+        ([], "has no requests"),
+        (
+            [
+                '{"timestamp": 1' + "0" * 400 + ', "input_length": 9, "output_length": 2, '
+                '"hash_ids": [1]}'
+            ],
+            "timestamp must be a finite number >= 0, got 1000",
+        ),
+        (["[" * 100_000 + "]" * 100_000], "invalid JSON: nested too deeply"),
+        (
+            [
+                '{"timestamp": 0, "input_length": 9, "output_length": 2, "hash_ids": [1]}',
+                '{"timestamp": 1e20, "input_length": 9, "output_length": 2, "hash_ids": [2]}',
+            ],
+            "the workload spans 1e+17 s",
+        ),
+        (
+            [
+                '{"timestamp": 0, "input_length": 4000, "output_length": 2, "hash_ids": '
+                + str(list(range(8)))
+                + "}"
+            ],
+            "no request was replayed",
+        ),
+    ],
+)
+def test_replay_of_a_trace_it_cannot_replay_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lines: list[str], fragment: str
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(line + "\n" for line in lines))
+    argv = ["replay", "--trace", str(trace), "--num-kv-blocks", "64"]
+    code, err = run(argv, capsys)
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith("armature: error: ")
+    assert fragment in err
+
+
+def test_replay_of_multi_turn_gives_the_requests_asked_for(tmp_path: Path) -> None:
+    """Sessions of 4 turns: 7 requests are the first 7 arrivals of 2 sessions."""
+    for n in (1, 7):
+        report = tmp_path / f"r{n}.json"
+        argv = ["replay", "--synthetic", "multi-turn", "--num-requests", str(n)]
+        assert main([*argv, "--report", str(report)]) == 0
+        assert json.loads(report.read_text())["num_requests"] == n

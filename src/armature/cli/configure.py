@@ -56,6 +56,8 @@ def _workload(config: ConfigureConfig) -> Workload:
         requests = read_mooncake_trace(path)
     except TraceFormatError as exc:
         raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot read trace {path}: {exc.strerror}") from None
     if len(requests) < 2:
         raise CliError(f"trace {path} has fewer than 2 requests")
     if max(r.output_length for r in requests) < 2:

@@ -27,10 +27,19 @@ def make_dir(path: Path, flag: str) -> None:
 
 
 def check_file(path: Path, flag: str) -> None:
-    """`path` can be written as a file: not a directory, its directory made and writable."""
+    """`path` can be written as a file: not a directory, its directory made, and the file
+    opened for writing (then left as it was: a file made for the check is removed)."""
     if path.is_dir():
         raise CliError(f"{flag} {path} is a directory (give a file)")
     make_dir(path.parent, flag)
+    existed = path.exists()
+    try:
+        with path.open("ab"):
+            pass
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: cannot write it: {exc.strerror}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 def check_image(path: Path, flag: str) -> None:

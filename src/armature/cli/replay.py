@@ -211,7 +211,7 @@ def _add_fleet_args(replay: argparse.ArgumentParser) -> None:
     )
     replay.add_argument(
         "--speedup",
-        type=arg_type(positive_float),
+        type=arg_type(_speedup),
         default=DEFAULTS.speedup_ratio,
         help="divide every simulated step time by this",
     )
@@ -328,7 +328,27 @@ def run(args: argparse.Namespace) -> int:
         check_file(Path(args.report), "--report")
     if args.plot:
         check_image(Path(args.plot), "--plot")
+    if args.planner is not None and not args.prefill_workers:
+        low, high = config.planner.min_workers, config.planner.max_workers
+        if not low <= args.workers <= high:
+            print(
+                f"armature: note: the planner starts the fleet within --min-workers {low} and "
+                f"--max-workers {high}, not at --workers {args.workers}",
+                file=sys.stderr,
+            )
     result = replay(requests, config, timing, prefill_timing)
+    if result.num_rejected:
+        print(
+            f"armature: note: {result.num_rejected} of {len(requests)} requests were rejected "
+            "(longer than a worker's KV cache or the model's context)",
+            file=sys.stderr,
+        )
+    if not result.num_requests:
+        raise CliError(
+            "no request was replayed: every one is longer than a worker's KV cache "
+            f"(--num-kv-blocks {args.num_kv_blocks} of --block-size {args.block_size}) or "
+            "the context"
+        )
     report = dataclasses.asdict(result)
     _print_summary(args, config, report)
     if args.report:
@@ -395,6 +415,15 @@ def _write_plot(args: argparse.Namespace, config: ReplayConfig, report: ReplayRe
 
 def _by_role(counts: dict[str, Any]) -> str:
     return ", ".join(f"{key} {value}" for key, value in counts.items())
+
+
+def _speedup(text: str) -> float:
+    """A step-time divisor from 1e-3 (steps 1000x the model's: slower would make a replay
+    simulate years) up."""
+    value = positive_float(text)
+    if value < 1e-3:
+        raise ConfigError(f"must be at least 0.001, got {text.strip()}")
+    return value
 
 
 def _note_ignored_planner_flags(args: argparse.Namespace) -> None:

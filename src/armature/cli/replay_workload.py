@@ -14,10 +14,25 @@ if TYPE_CHECKING:
 __all__ = ["load_requests"]
 
 
+# fleet samples (one a --load-interval-s of simulated time) a replay may take: a workload
+# that spans more (timestamps years apart, a near-zero rate) would run for hours
+MAX_SAMPLES = 1_000_000
+
+
 def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
     """The workload `args` name, reshaped by --rate-shape; a one-line CliError when the trace
-    cannot be read."""
-    return _reshape(args, _read(args))
+    cannot be read, is empty, or spans more simulated time than a replay should take."""
+    requests = _reshape(args, _read(args))
+    if not requests:
+        raise CliError(f"trace {args.trace} has no requests")
+    span_s = (requests[-1].arrival_ms - requests[0].arrival_ms) / 1000.0
+    if span_s / args.load_interval_s > MAX_SAMPLES:
+        raise CliError(
+            f"the workload spans {span_s:.3g} s of simulated time, more than {MAX_SAMPLES:,} "
+            f"fleet samples of --load-interval-s {args.load_interval_s:g} (compress it with "
+            "--time-scale or raise the rate)"
+        )
+    return requests
 
 
 def _read(args: argparse.Namespace) -> list[TraceRequest]:
@@ -27,14 +42,26 @@ def _read(args: argparse.Namespace) -> list[TraceRequest]:
     from armature.workload.traces import TraceFormatError, read_mooncake_trace
 
     if args.synthetic:
+        for flag, given in (
+            ("--limit", args.limit is not None),
+            ("--time-scale", args.time_scale != 1.0),
+        ):
+            if given:
+                raise CliError(
+                    f"{flag} is for --trace (a synthetic workload: --num-requests, --rate-rps)"
+                )
         return _synthetic_workload(args)
     path = Path(args.trace)
+    if path.is_dir():
+        raise CliError(f"trace file {path} is a directory")
     if not path.is_file():
         raise CliError(f"trace file {path} does not exist")
     try:
         return read_mooncake_trace(path, limit=args.limit, time_scale=args.time_scale)
     except TraceFormatError as exc:
         raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot read trace {path}: {exc.strerror}") from None
 
 
 def _reshape(args: argparse.Namespace, requests: list[TraceRequest]) -> list[TraceRequest]:
@@ -51,7 +78,8 @@ def _reshape(args: argparse.Namespace, requests: list[TraceRequest]) -> list[Tra
 
 def _synthetic_workload(args: argparse.Namespace) -> list[TraceRequest]:
     """Prefix groups: 8 groups sharing 2,048-token prefixes + 512 unique tokens. Multi-turn:
-    4-turn sessions on a shared 1,024-token system prompt, 256 tokens per turn."""
+    4-turn sessions on a shared 1,024-token system prompt, 256 tokens per turn (the first
+    --num-requests arrivals of enough sessions)."""
     from armature.workload.traces import synthetic_multi_turn, synthetic_prefix_groups
 
     if args.synthetic == "prefix-groups":
@@ -64,8 +92,8 @@ def _synthetic_workload(args: argparse.Namespace) -> list[TraceRequest]:
             rate_rps=args.rate_rps,
             seed=args.seed,
         )
-    return synthetic_multi_turn(
-        num_sessions=max(1, args.num_requests // 4),
+    sessions = synthetic_multi_turn(
+        num_sessions=-(-args.num_requests // 4),  # the last turns of the last cut below
         turns_per_session=4,
         system_prompt_tokens=1024,
         turn_tokens=256,
@@ -74,3 +102,4 @@ def _synthetic_workload(args: argparse.Namespace) -> list[TraceRequest]:
         think_time_ms=5000.0,
         seed=args.seed,
     )
+    return sorted(sessions, key=lambda r: r.arrival_ms)[: args.num_requests]

@@ -61,6 +61,7 @@ PROFILE_VERSION = 2
 
 _PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 _NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+_Positive = Annotated[float, msgspec.Meta(gt=0)]  # a time a step or request took
 
 
 class ProfileError(ConfigError):
@@ -84,8 +85,8 @@ class ProfileSource(msgspec.Struct, frozen=True, kw_only=True):
 class PrefillPoint(msgspec.Struct, frozen=True, kw_only=True):
     num_requests: int  # prompts submitted together (1: batch 1)
     input_tokens: int  # per prompt, computed (not cached)
-    ttft_ms: float  # median time to first token
-    tokens_per_s: float  # prompt tokens over the time the last first token took
+    ttft_ms: _Positive  # median time to first token
+    tokens_per_s: _NonNegative  # prompt tokens over the time the last first token took
     # prompt tokens cached before it (a prefix-cache hit), which the new ones attend over
     context_tokens: int = 0
 
@@ -93,8 +94,8 @@ class PrefillPoint(msgspec.Struct, frozen=True, kw_only=True):
 class DecodePoint(msgspec.Struct, frozen=True, kw_only=True):
     num_requests: int  # requests decoding together
     context_tokens: int  # per request, mean over the measured steps
-    itl_ms: float  # the median over the requests of their mean inter-token latency
-    tokens_per_s: float  # output tokens per second, all requests together
+    itl_ms: _Positive  # the median over the requests of their mean inter-token latency
+    tokens_per_s: _NonNegative  # output tokens per second, all requests together
 
 
 class LoadCheck(msgspec.Struct, frozen=True, kw_only=True):

@@ -189,6 +189,9 @@ class DisaggSimulation(Simulation):
         if worker not in self.busy:
             self._start_step(worker, now_ms)
 
+    def _get_prefill_names(self) -> frozenset[str]:
+        return frozenset(self._prefill_names)
+
     def join(self, worker: str, role: WorkerRole) -> None:
         if role is not WorkerRole.PREFILL:
             super().join(worker, role)

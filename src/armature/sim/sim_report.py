@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from armature.protocols.engine import KvTierStats
@@ -69,6 +69,7 @@ class ReportInputs:
     config: ReplayConfig
     num_rejected: int
     num_remote_prefills: int
+    prefill_workers: Collection[str] = ()  # every prefill worker there was
 
 
 def build_report(
@@ -83,7 +84,10 @@ def build_report(
     per_worker = {w: 0 for w in inputs.workers}
     for t in tracked.values():
         per_worker[t.worker] = per_worker.get(t.worker, 0) + 1
-    mean = statistics.fmean(per_worker.values()) if per_worker else 0.0
+    # the skew among the routed (decode or aggregated) workers: a request that ends on its
+    # prefill worker (one output token) is counted there but is not theirs to balance
+    routed = [n for w, n in per_worker.items() if w not in inputs.prefill_workers]
+    mean = statistics.fmean(routed) if routed else 0.0
     span_s = max(end_ms - start_ms, 1e-9) / 1000.0
     timings = [t.timing() for t in done]
     config = inputs.config
@@ -108,7 +112,7 @@ def build_report(
             [t.last_token_ms - t.arrival_ms for t in done if t.last_token_ms is not None]
         ),
         throughput_tokens_s=output_tokens / span_s,
-        load_skew=max(per_worker.values()) / mean if mean else 0.0,
+        load_skew=max(routed) / mean if mean else 0.0,
         requests_per_worker=per_worker,
         goodput_requests_s={name: g.requests_per_s for name, g in good.items()},
         goodput_tokens_s={name: g.tokens_per_s for name, g in good.items()},

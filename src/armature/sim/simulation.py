@@ -230,6 +230,10 @@ class Simulation:
         event_ms = self.observers[0][0] if self.observers else float("inf")
         return min(self._get_next_arrival_ms(), event_ms)
 
+    def _get_prefill_names(self) -> frozenset[str]:
+        """Every prefill worker there was (none: an aggregated fleet)."""
+        return frozenset()
+
     def _is_observer(self, worker: str) -> bool:
         """Whether `worker`'s step ends read or change the rest of the fleet (not here: a
         routed worker's outputs only reach its own requests)."""
@@ -418,6 +422,7 @@ class Simulation:
                 config=self.config,
                 num_rejected=self.num_rejected,
                 num_remote_prefills=self.num_remote_prefills,
+                prefill_workers=self._get_prefill_names(),
             ),
             start_ms,
             end_ms,

@@ -114,6 +114,14 @@ def read_mooncake_trace(
     return requests
 
 
+def _is_finite(value: float) -> bool:
+    """Finite as a float (an int too large for one is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _parse_line(raw: bytes, time_scale: float) -> TraceRequest:
     try:
         text = raw.decode("utf-8")
@@ -123,11 +131,15 @@ def _parse_line(raw: bytes, time_scale: float) -> TraceRequest:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise _InvalidLine(f"invalid JSON: {e.msg} at column {e.colno}") from None
+    except RecursionError:
+        raise _InvalidLine("invalid JSON: nested too deeply") from None
     if not isinstance(obj, dict):
         raise _InvalidLine(f"expected a JSON object, got {type(obj).__name__}")
     timestamp = _get(obj, "timestamp")
-    if not _is_number(timestamp) or not math.isfinite(timestamp) or timestamp < 0:
-        raise _InvalidLine(f"timestamp must be a finite number >= 0, got {timestamp!r}")
+    if not _is_number(timestamp) or not _is_finite(timestamp) or timestamp < 0:
+        shown = repr(timestamp)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise _InvalidLine(f"timestamp must be a finite number >= 0, got {shown}")
     input_length = _get_int(obj, "input_length", minimum=1)
     output_length = _get_int(obj, "output_length", minimum=1)
     hash_ids = _get(obj, "hash_ids")

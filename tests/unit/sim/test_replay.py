@@ -192,6 +192,21 @@ def test_disaggregated_replay_runs_prefill_workers_on_their_own_step_times() -> 
     assert slow.itl_ms.p50 == pytest.approx(same.itl_ms.p50)
 
 
+def test_disaggregated_load_skew_is_the_decode_workers_own() -> None:
+    """Requests of one output token end on their prefill worker: they are counted there,
+    but the skew is over the decode workers, which the router balances."""
+    requests = [TraceRequest(i * 200.0, 256, 1 if i % 4 == 0 else 8, (i,)) for i in range(40)]
+    config = ReplayConfig(
+        num_workers=4, num_prefill_workers=2, num_kv_blocks=512, router="round-robin"
+    )
+    report = replay(requests, config)
+    per_worker = report.requests_per_worker
+    assert sum(per_worker.values()) == 40
+    decode = [n for w, n in per_worker.items() if not w.startswith("prefill-")]
+    assert sum(decode) == 30 and len(decode) == 2  # the 10 one-token requests are not theirs
+    assert report.load_skew == pytest.approx(max(decode) / (sum(decode) / 2))
+
+
 def test_prefix_hit_ceiling_is_reached_by_one_worker_with_room_for_everything() -> None:
     """One worker whose cache holds every block, requests far apart (each prefilled before
     the next arrives): the engine finds exactly what an infinite shared cache would, so the
