@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -104,6 +106,10 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["replay", "--synthetic", "multi-turn", "--speedup", "1e-300"], "at least 0.001"),
         (["replay", "--synthetic", "multi-turn", "--rate-rps", "1e-9"], "more than 1,000,000"),
         (["replay", "--trace", "/tmp"], "trace file /tmp is a directory"),
+        (
+            ["replay", "--synthetic", "multi-turn", "--prefill-timing-profile", "p.json"],
+            "--prefill-timing-profile is the step times of --prefill-workers",
+        ),
         (["serve", "--queue-timeout-s", "1.4e307"], "--queue-timeout-s: must be at most 3600"),
         (["serve", "--queue-timeout-s", "inf"], "must be a finite number"),
         (["serve", "--engine", "mocker", "--speedup-ratio", "nan"], "must be a finite number"),
@@ -556,3 +562,16 @@ def test_replay_of_multi_turn_gives_the_requests_asked_for(tmp_path: Path) -> No
         argv = ["replay", "--synthetic", "multi-turn", "--num-requests", str(n)]
         assert main([*argv, "--report", str(report)]) == 0
         assert json.loads(report.read_text())["num_requests"] == n
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """`armature replay ... | head -1`: no BrokenPipeError traceback."""
+    command = [sys.executable, "-m", "armature.cli", "replay", "--synthetic", "prefix-groups"]
+    command += ["--num-requests", "20"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader goes away before the report is printed
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert code == 141  # as a process killed by SIGPIPE reads to a shell

@@ -291,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
     if args.timing_profile is not None:  # before the trace: a bad profile fails at once
         timing = load_profile_timing(Path(args.timing_profile), args.speedup)
     if args.prefill_timing_profile is not None:
+        if not args.prefill_workers:
+            raise CliError("--prefill-timing-profile is the step times of --prefill-workers")
         prefill_timing = load_profile_timing(Path(args.prefill_timing_profile), args.speedup)
     requests = load_requests(args)
     config = ReplayConfig(
