@@ -107,6 +107,10 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["replay", "--synthetic", "multi-turn", "--rate-rps", "1e-9"], "more than 1,000,000"),
         (["replay", "--trace", "/tmp"], "trace file /tmp is a directory"),
         (
+            ["replay", "--synthetic", "multi-turn", "--slo-itl-quantile", "0.9"],
+            "--slo-itl-quantile is a quantile of --slo-itl-ms",
+        ),
+        (
             ["replay", "--synthetic", "multi-turn", "--prefill-timing-profile", "p.json"],
             "--prefill-timing-profile is the step times of --prefill-workers",
         ),
@@ -512,6 +516,31 @@ def test_replay_says_which_planner_flags_need_the_planner(
     assert err.strip() == "armature: note: --min-workers takes effect with --planner only"
     code, err = run([*argv, "--ttft-ms", "900"], capsys)  # the targets judge every replay
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize(
+    ("flags", "note"),
+    [
+        (
+            ["--router", "round-robin", "--kv-decode-weight", "2", "--kv-routed-ttl-s", "5"],
+            "--kv-decode-weight, --kv-routed-ttl-s take effect with --router kv or kv-approx only",
+        ),
+        (
+            ["--kv-offload", "write-through", "--kv-tier-blind"],
+            "--kv-offload takes effect with a lower KV tier only\n"
+            "armature: note: --kv-tier-blind takes effect with a lower KV tier only",
+        ),
+    ],
+)
+def test_replay_notes_flags_that_do_nothing_where_given(
+    capsys: pytest.CaptureFixture[str], flags: list[str], note: str
+) -> None:
+    argv = ["replay", "--synthetic", "prefix-groups", "--num-requests", "20", "--workers", "1"]
+    code, err = run([*argv, *flags], capsys)
+    assert code == 0
+    assert err.strip() == f"armature: note: {note}"
+    code, err = run([*argv, "--kv-decode-weight", "2", "--kv-host-blocks", "4096"], capsys)
+    assert code == 0 and err == ""  # each where it applies: the kv router, a host tier
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Collection
 from typing import Any
 
 from armature.cli.options import CliError, HelpFormatter, add_settings, arg_type, setup_logging
@@ -31,6 +32,18 @@ __all__ = ["add_parser", "run"]
 DEFAULTS = ReplayConfig()
 # the planner's settings replay takes: all but its mode (from --prefill-workers)
 PLANNER_SETTINGS = tuple(name for name in PlannerConfig.__dataclass_fields__ if name != "mode")
+# the router settings replay takes, which only the kv policies read
+ROUTER_SETTINGS = (
+    "overlap_weight",
+    "decode_weight",
+    "temperature",
+    "load_bound",
+    "share_bound",
+    "share_window",
+    "routed_ttl_s",
+)
+
+
 # the lower KV tiers' settings replay takes: all but where real blocks would be stored and
 # how often a real shared store is listed (the modeled G4 is each worker's own)
 TIER_SETTINGS = tuple(
@@ -54,15 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_settings(
         replay,
         RouterConfig(),
-        only=(
-            "overlap_weight",
-            "decode_weight",
-            "temperature",
-            "load_bound",
-            "share_bound",
-            "share_window",
-            "routed_ttl_s",
-        ),
+        only=ROUTER_SETTINGS,
     )
     _add_disagg_args(replay)
     tiers = replay.add_argument_group(
@@ -325,7 +330,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
-    _note_ignored_planner_flags(args)
+    if args.slo_itl_quantile is not None and args.slo_itl_ms is None:
+        raise CliError("--slo-itl-quantile is a quantile of --slo-itl-ms: give that too")
+    _note_ignored_flags(args, config)
     if args.report:
         check_file(Path(args.report), "--report")
     if args.plot:
@@ -428,24 +435,31 @@ def _speedup(text: str) -> float:
     return value
 
 
-def _note_ignored_planner_flags(args: argparse.Namespace) -> None:
-    """The planner's settings but its targets do nothing without --planner: say so."""
-    if args.planner is not None:
-        return
-    defaults = PlannerConfig()
-    ignored = [
-        f"--{flag_name(field.name, setting)}"
-        for _, field, setting in iter_settings(PlannerConfig)
-        if field.name in PLANNER_SETTINGS
-        and field.name not in ("ttft_ms", "itl_ms")
-        and getattr(args, field.name) != getattr(defaults, field.name)
-    ]
-    if ignored:
-        print(
-            f"armature: note: {', '.join(ignored)} "
-            f"{'takes' if len(ignored) == 1 else 'take'} effect with --planner only",
-            file=sys.stderr,
-        )
+def _note_ignored_flags(args: argparse.Namespace, config: ReplayConfig) -> None:
+    """Settings given where they do nothing: the planner's but its targets without --planner,
+    the kv cost's with another router, the tier policy's without a tier."""
+    cases: list[tuple[str, type[Any], Collection[str]]] = []
+    if args.planner is None:
+        targets = ("ttft_ms", "itl_ms")  # they judge every replay
+        cases.append(("--planner", PlannerConfig, set(PLANNER_SETTINGS) - set(targets)))
+    if args.router not in ("kv", "kv-approx"):
+        cases.append(("--router kv or kv-approx", RouterConfig, ROUTER_SETTINGS))
+    if not config.tiers.is_enabled:
+        cases.append(("a lower KV tier", KvTierConfig, TIER_SETTINGS))
+        cases.append(("a lower KV tier", RouterConfig, ("tier_aware",)))
+    for needs, config_type, names in cases:
+        defaults = config_type()
+        ignored = [
+            f"--{flag_name(field.name, setting)}"
+            for _, field, setting in iter_settings(config_type)
+            if field.name in names and getattr(args, field.name) != getattr(defaults, field.name)
+        ]
+        if ignored:
+            print(
+                f"armature: note: {', '.join(ignored)} "
+                f"{'takes' if len(ignored) == 1 else 'take'} effect with {needs} only",
+                file=sys.stderr,
+            )
 
 
 def _planner_config(args: argparse.Namespace) -> PlannerConfig:
