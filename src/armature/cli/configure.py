@@ -37,8 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _workload(config: ConfigureConfig) -> Workload:
+    from armature.cli.paths import read_trace
     from armature.configurator.space import Workload
-    from armature.workload.traces import TraceFormatError, read_mooncake_trace
 
     if config.trace is None:
         if config.osl < 2:
@@ -48,16 +48,7 @@ def _workload(config: ConfigureConfig) -> Workload:
             )
         return Workload(float(config.isl), float(config.osl), config.spread)
     path = Path(config.trace)
-    if path.is_dir():
-        raise CliError(f"trace file {path} is a directory")
-    if not path.is_file():
-        raise CliError(f"trace file {path} does not exist")
-    try:
-        requests = read_mooncake_trace(path)
-    except TraceFormatError as exc:
-        raise CliError(str(exc)) from None
-    except OSError as exc:
-        raise CliError(f"cannot read trace {path}: {exc.strerror}") from None
+    requests = read_trace(path)
     if len(requests) < 2:
         raise CliError(f"trace {path} has fewer than 2 requests")
     if max(r.output_length for r in requests) < 2:
@@ -70,7 +61,7 @@ def _workload(config: ConfigureConfig) -> Workload:
 
 def _check_outputs(config: ConfigureConfig) -> None:
     """--save-dir and --plot can be written (before the search, which takes a while)."""
-    from armature.cli.outputs import check_image, make_dir
+    from armature.cli.paths import check_image, make_dir
 
     if config.plot is not None:
         check_image(Path(config.plot), "--plot")

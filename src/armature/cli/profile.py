@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
-from armature.cli.outputs import check_file, make_dir
+from armature.cli.paths import check_file, make_dir
 from armature.config import ProfileConfig
 from armature.engines.registry import KINDS
 from armature.protocols.timing_profile import TimingProfile

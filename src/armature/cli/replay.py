@@ -8,7 +8,7 @@ from collections.abc import Collection
 from typing import Any
 
 from armature.cli.options import CliError, HelpFormatter, add_settings, arg_type, setup_logging
-from armature.cli.outputs import check_file, check_image
+from armature.cli.paths import check_file, check_image
 from armature.cli.replay_workload import load_requests
 from armature.config import (
     KvTierConfig,
@@ -24,6 +24,7 @@ from armature.config import (
     positive_int,
 )
 from armature.config.routing import check_routed_ttl
+from armature.config.values import float_at_least
 from armature.errors import ConfigError
 from armature.sim.replay_config import PLANNER_RULES, REPLAY_POLICIES, ReplayConfig, ReplayReport
 
@@ -216,7 +217,7 @@ def _add_fleet_args(replay: argparse.ArgumentParser) -> None:
     )
     replay.add_argument(
         "--speedup",
-        type=arg_type(_speedup),
+        type=arg_type(float_at_least(1e-3)),  # slower steps: a replay simulating years
         default=DEFAULTS.speedup_ratio,
         help="divide every simulated step time by this",
     )
@@ -289,7 +290,6 @@ def run(args: argparse.Namespace) -> int:
 
     from armature.sim.profile_timing import load_profile_timing
     from armature.sim.replay import replay
-    from armature.workload.measure import Slo
 
     check_routed_ttl(args.router, args.routed_ttl_s)
     timing = prefill_timing = None
@@ -300,7 +300,24 @@ def run(args: argparse.Namespace) -> int:
             raise CliError("--prefill-timing-profile is the step times of --prefill-workers")
         prefill_timing = load_profile_timing(Path(args.prefill_timing_profile), args.speedup)
     requests = load_requests(args)
-    config = ReplayConfig(
+    config = _replay_config(args)
+    _check_before(args, config)
+    result = replay(requests, config, timing, prefill_timing)
+    _check_result(args, result, len(requests))
+    report = dataclasses.asdict(result)
+    _print_summary(args, config, report)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"{'report':>24}: {args.report}")
+    if args.plot:
+        _write_plot(args, config, result)
+    return 0
+
+
+def _replay_config(args: argparse.Namespace) -> ReplayConfig:
+    from armature.workload.measure import Slo
+
+    return ReplayConfig(
         num_workers=args.workers,
         router=args.router,
         block_size=args.block_size,
@@ -328,6 +345,13 @@ def run(args: argparse.Namespace) -> int:
         planner_rule=args.planner,
         worker_startup_s=args.worker_startup_s,
     )
+
+
+def _check_before(args: argparse.Namespace, config: ReplayConfig) -> None:
+    """One-line errors for what cannot run, notes for what will not do what it seems to, and
+    the output files opened, before the replay."""
+    from pathlib import Path
+
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
     if args.slo_itl_quantile is not None and args.slo_itl_ms is None:
@@ -345,10 +369,13 @@ def run(args: argparse.Namespace) -> int:
                 f"--max-workers {high}, not at --workers {args.workers}",
                 file=sys.stderr,
             )
-    result = replay(requests, config, timing, prefill_timing)
+
+
+def _check_result(args: argparse.Namespace, result: ReplayReport, num_requests: int) -> None:
+    """A note for rejected requests; a one-line error when none was replayed."""
     if result.num_rejected:
         print(
-            f"armature: note: {result.num_rejected} of {len(requests)} requests were rejected "
+            f"armature: note: {result.num_rejected} of {num_requests} requests were rejected "
             "(longer than a worker's KV cache or the model's context)",
             file=sys.stderr,
         )
@@ -358,14 +385,6 @@ def run(args: argparse.Namespace) -> int:
             f"(--num-kv-blocks {args.num_kv_blocks} of --block-size {args.block_size}) or "
             "the context"
         )
-    report = dataclasses.asdict(result)
-    _print_summary(args, config, report)
-    if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"{'report':>24}: {args.report}")
-    if args.plot:
-        _write_plot(args, config, result)
-    return 0
 
 
 def _print_summary(args: argparse.Namespace, config: ReplayConfig, report: dict[str, Any]) -> None:
@@ -424,15 +443,6 @@ def _write_plot(args: argparse.Namespace, config: ReplayConfig, report: ReplayRe
 
 def _by_role(counts: dict[str, Any]) -> str:
     return ", ".join(f"{key} {value}" for key, value in counts.items())
-
-
-def _speedup(text: str) -> float:
-    """A step-time divisor from 1e-3 (steps 1000x the model's: slower would make a replay
-    simulate years) up."""
-    value = positive_float(text)
-    if value < 1e-3:
-        raise ConfigError(f"must be at least 0.001, got {text.strip()}")
-    return value
 
 
 def _note_ignored_flags(args: argparse.Namespace, config: ReplayConfig) -> None:

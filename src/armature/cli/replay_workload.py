@@ -7,6 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from armature.cli.options import CliError
+from armature.cli.paths import read_trace
 
 if TYPE_CHECKING:
     from armature.workload.traces import TraceRequest
@@ -39,8 +40,6 @@ def _read(args: argparse.Namespace) -> list[TraceRequest]:
     """The synthetic workload, or the trace (a one-line error when it cannot be read)."""
     from pathlib import Path
 
-    from armature.workload.traces import TraceFormatError, read_mooncake_trace
-
     if args.synthetic:
         for flag, given in (
             ("--limit", args.limit is not None),
@@ -51,17 +50,7 @@ def _read(args: argparse.Namespace) -> list[TraceRequest]:
                     f"{flag} is for --trace (a synthetic workload: --num-requests, --rate-rps)"
                 )
         return _synthetic_workload(args)
-    path = Path(args.trace)
-    if path.is_dir():
-        raise CliError(f"trace file {path} is a directory")
-    if not path.is_file():
-        raise CliError(f"trace file {path} does not exist")
-    try:
-        return read_mooncake_trace(path, limit=args.limit, time_scale=args.time_scale)
-    except TraceFormatError as exc:
-        raise CliError(str(exc)) from None
-    except OSError as exc:
-        raise CliError(f"cannot read trace {path}: {exc.strerror}") from None
+    return read_trace(Path(args.trace), limit=args.limit, time_scale=args.time_scale)
 
 
 def _reshape(args: argparse.Namespace, requests: list[TraceRequest]) -> list[TraceRequest]:

@@ -16,9 +16,12 @@ from armature.protocols.worker import WorkerRole
 
 __all__ = [
     "TRANSFER_BACKENDS",
+    "float_at_least",
     "float_at_most",
     "fraction",
+    "http_url",
     "int64",
+    "int_at_least",
     "int_between",
     "integer",
     "lora_module",
@@ -157,6 +160,18 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
         value = integer(text)
         if not low <= value <= high:
             raise ConfigError(f"must be {low}..{high}, got {value}")
+        return value
+
+    return parse
+
+
+def float_at_least(low: float) -> Callable[[str], float]:
+    """A parser of positive numbers from `low` (included) up."""
+
+    def parse(text: str) -> float:
+        value = positive_float(text)
+        if value < low:
+            raise ConfigError(f"must be at least {low:g}, got {text.strip()}")
         return value
 
     return parse

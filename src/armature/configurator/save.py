@@ -203,7 +203,7 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
         ]
     caveat = _planner_caveat(req)
     lines += [
-        *([caveat.replace("# note:", "# planner note:").rstrip("\n")] if caveat else []),
+        *([f"# planner note: {caveat}"] if caveat else []),
         "planner:",
         "  enabled: false",
         "  config:",
@@ -216,15 +216,15 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
 
 
 def _planner_caveat(req: SaveRequest) -> str:
-    """A comment when the planner cannot carry the layout as chosen: it takes one profile
-    and one GPU count a worker for both roles."""
+    """What the planner cannot carry of the layout as chosen (it takes one profile and one
+    GPU count a worker for both roles); "" when nothing."""
     c = req.chosen.deployment
     if c.mode == AGG or c.prefill_tp == c.decode_tp:
         return ""
     return (
-        f"# note: the prefill workers run at tp{c.prefill_tp} and the decode workers at "
+        f"the prefill workers run at tp{c.prefill_tp} and the decode workers at "
         f"tp{c.decode_tp}; the planner sizes both roles with the decode workers' profile and "
-        f"{c.decode_tp} GPUs a worker\n"
+        f"{c.decode_tp} GPUs a worker"
     )
 
 
@@ -289,8 +289,10 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     main_profile = profiles.get(WorkerRole.AGG) or profiles[WorkerRole.DECODE]
     (d / "values.yaml").write_text(_values_yaml(req, main_profile))
     worker_argv = to_argv(WorkerConfig(engine=_engine(req, main_profile)))
+    caveat = _planner_caveat(req)
+    note = f"# note: {caveat}\n" if caveat else ""
     (d / "planner.sh").write_text(
-        "#!/bin/sh\n" + _planner_caveat(req) + _planner_line(req, main_profile, worker_argv) + "\n"
+        "#!/bin/sh\n" + note + _planner_line(req, main_profile, worker_argv) + "\n"
     )
     t, w = req.settings.targets, req.settings.workload
     targets = {"ttft_ms": t.ttft_ms, "itl_ms": t.itl_ms, "e2e_ms": t.e2e_ms}

@@ -96,7 +96,6 @@ class Simulation:
         for worker in [*self.prefill_workers, *self.workers]:
             self.make_worker(worker)
         self.index = PrefixIndex()
-        self._tiers_enabled = config.tiers.is_enabled  # read at every worker's KV events
         for worker in self.workers:
             self.index.add_worker(worker, config.num_kv_blocks)
         # tier-aware routing weighs lower-tier hits from the workers' load reports
@@ -399,7 +398,7 @@ class Simulation:
         if not self.index.has_worker(worker):
             core.take_kv_events()  # a worker out of routing: nobody indexes it
             return
-        if self._tiers_enabled:
+        if self.config.tiers.is_enabled:
             load = core.get_load()
             self.index.set_tier_capacities(worker, load.num_tier_total_blocks)
             if self.tier_weights is not None:

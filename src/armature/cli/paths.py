@@ -1,15 +1,37 @@
-"""Output paths a command writes after its work (a search, a sweep, a replay), checked
-before it starts: a path that cannot be written is a one-line error up front, not a
-traceback once the work is lost."""
+"""The files a command reads and writes, as one-line errors: a trace it cannot read, and the
+outputs it writes after its work (a search, a sweep, a replay), checked before it starts so
+that a path that cannot be written is not a traceback once the work is lost."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from armature.cli.options import CliError
 
-__all__ = ["check_file", "check_image", "make_dir"]
+if TYPE_CHECKING:
+    from armature.workload.traces import TraceRequest
+
+__all__ = ["check_file", "check_image", "make_dir", "read_trace"]
+
+
+def read_trace(
+    path: Path, *, limit: int | None = None, time_scale: float = 1.0
+) -> list[TraceRequest]:
+    """`read_mooncake_trace` of `path`; CliError when it is not a readable trace file."""
+    from armature.workload.traces import TraceFormatError, read_mooncake_trace
+
+    if path.is_dir():
+        raise CliError(f"trace file {path} is a directory")
+    if not path.is_file():
+        raise CliError(f"trace file {path} does not exist")
+    try:
+        return read_mooncake_trace(path, limit=limit, time_scale=time_scale)
+    except TraceFormatError as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot read trace {path}: {exc.strerror}") from None
 
 
 def make_dir(path: Path, flag: str) -> None:
