@@ -77,7 +77,7 @@ async def test_a_failed_first_scrape_is_retried_and_counted(
         stop.set()
         await asyncio.wait_for(task, 5.0)  # ends cleanly: no exception escaped
     assert feed.num_scrapes >= 3
-    assert metrics.scrape_failures._value.get() == 2
+    assert metrics.registry.get_sample_value("armature_planner_scrape_failures_total") == 2
 
 
 async def test_a_stop_while_the_frontend_is_lost_ends_the_loop(
