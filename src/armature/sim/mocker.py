@@ -12,7 +12,7 @@ adapter's salt, its name, seeds its requests' block hashes, so routing and repla
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import xxhash
@@ -137,7 +137,7 @@ class MockerRunner:
         self.num_batches += 1
         self.clock.advance(step_ms / 1000.0)
 
-    def advance_steps(self, step_ms: float, num_steps: int) -> list[float]:
+    def advance_steps(self, step_ms: float, num_steps: int) -> Sequence[float]:
         self.last_step_ms = step_ms
         self.num_batches += num_steps
         return self.clock.advance_steps(step_ms / 1000.0, num_steps)

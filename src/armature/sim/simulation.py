@@ -280,7 +280,7 @@ class Simulation:
             sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
         )
         try:
-            core.add_request(request)
+            core.add_request(request, take_prompt=True)
         except InvalidRequestError:
             self.num_rejected += 1  # larger than a worker's KV cache or context
             return

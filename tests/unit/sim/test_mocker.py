@@ -98,6 +98,32 @@ def test_virtual_clock_advances_by_the_timing_model() -> None:
     assert math.isclose(clock.now_s * 1000, expected_ms, rel_tol=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("start_s", "seconds", "num_steps"), [(0.0, 0.1, 40), (12.345, 0.7, 40), (5.0, 0.25, 0)]
+)
+def test_virtual_clock_steps_at_once_are_the_additions_one_by_one(
+    start_s: float, seconds: float, num_steps: int
+) -> None:
+    """`advance_steps` ends where `advance` one step at a time ends, to the bit, and each
+    step's duration is the difference of those rounded sums (not always `seconds`)."""
+    one_by_one = VirtualClock(start_s)
+    durations = []
+    for _ in range(num_steps):
+        before = one_by_one.now_s
+        one_by_one.advance(seconds)
+        durations.append(one_by_one.now_s - before)
+    at_once = VirtualClock(start_s)
+    steps = at_once.advance_steps(seconds, num_steps)
+    assert at_once.now_s == one_by_one.now_s
+    assert len(steps) == num_steps
+    assert list(steps) == durations
+    if num_steps:
+        assert steps[-1] == durations[-1]
+        assert steps[1:3] == durations[1:3]
+    if num_steps:
+        assert len(set(durations)) > 1  # rounding shows: the durations are not all `seconds`
+
+
 def test_a_chunk_after_earlier_tokens_pays_for_their_context() -> None:
     """A prompt over the step budget in two chunks, then the same prompt hitting the prefix
     cache: each step's modeled time has the profile's cost per (new, earlier) token pair on
@@ -176,3 +202,24 @@ def test_a_run_of_tokens_is_token_for_at_each_position() -> None:
         assert runner.get_tokens(request_id, 5, 40) == [
             runner.token_for(request_id, p) for p in range(5, 40)
         ]
+
+
+def test_a_taken_prompt_becomes_the_engines_token_list() -> None:
+    """With `take_prompt` the engine appends to the caller's list (no copy); without it the
+    caller's list is left as it was. The request's tokens are the same either way."""
+    params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    prompts, outputs = [], []
+    for take_prompt in (False, True):
+        core = mocker(VirtualClock())
+        prompt = list(range(10, 20))
+        request = EngineRequest(request_id="a", prompt_token_ids=prompt, sampling=params)
+        core.add_request(request, take_prompt=take_prompt)
+        out: list[int] = []
+        while core.has_work():
+            for o in core.step():
+                out.extend(o.new_token_ids)
+        prompts.append(prompt)
+        outputs.append(out)
+    assert len(outputs[0]) == 3
+    assert outputs[0] == outputs[1]
+    assert prompts == [list(range(10, 20)), [*range(10, 20), *outputs[1]]]

@@ -175,9 +175,18 @@ class EngineCore:
         if request.sampling.guide is not None:
             check_guide(request.sampling.guide)
 
-    def add_request(self, request: EngineRequest, held_block_ids: list[int] | None = None) -> None:
+    def add_request(
+        self,
+        request: EngineRequest,
+        held_block_ids: list[int] | None = None,
+        *,
+        take_prompt: bool = False,
+    ) -> None:
         """Queue `request`. `held_block_ids` are imported KV blocks (see `import_kv`) whose
-        references the request takes over; they are dropped once it is admitted."""
+        references the request takes over; they are dropped once it is admitted. With
+        `take_prompt` (a request with no output yet) its prompt list becomes the engine's
+        token list, appended to as tokens are made: a caller that gives the list up (the
+        simulator) saves copying and freeing a long prompt."""
         self.validate(request)
         if request.request_id in self._requests:
             raise InvalidRequestError(f"duplicate request id {request.request_id!r}")
@@ -195,7 +204,11 @@ class EngineCore:
             raise LoraNotFoundError(f"LoRA adapter {request.lora_name!r} was unloaded")
         state = RequestState(
             request_id=request.request_id,
-            token_ids=[*request.prompt_token_ids, *request.output_token_ids],
+            token_ids=(
+                request.prompt_token_ids
+                if take_prompt and not request.output_token_ids
+                else [*request.prompt_token_ids, *request.output_token_ids]
+            ),
             num_prompt_tokens=len(request.prompt_token_ids),
             sampling=request.sampling,
             sampling_seed=sampling_seed,

@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from armature.engines.native.request import RequestState
@@ -59,7 +59,7 @@ class DecodeRunner(Protocol):
         (their new ones included), with the KV cache as it is now."""
         ...
 
-    def advance_steps(self, step_ms: float, num_steps: int) -> list[float]:
+    def advance_steps(self, step_ms: float, num_steps: int) -> Sequence[float]:
         """Let `num_steps` steps of `step_ms` pass, as `ModelRunner.execute` of each would
         (no tokens); returns each one's seconds on the engine's clock (`time_s`)."""
         ...
@@ -281,27 +281,25 @@ def _allocate_due(
     allocations: list[tuple[int, int]],
     step: int,
 ) -> bool:
-    """Give each request due at `step` in `allocations` its next block, and queue its next
-    allocation; False (nothing allocated) when the blocks due are not free."""
-    kv = scheduler.kv
-    due = _take_due(allocations, step)
-    if len(due) > kv.pool.get_num_free_blocks():
+    """Give each request due at `step` in `allocations` its next block (in running order, one
+    pool call each, as `KvCacheManager.allocate_slots` of one token makes it), and queue its
+    next allocation a block later; False (nothing allocated) when the blocks due are not
+    free."""
+    pool = scheduler.kv.pool
+    due = []
+    while allocations and allocations[0][0] == step:
+        due.append(heapq.heappop(allocations)[1])
+    if len(due) > pool.get_num_free_blocks():
         return False
+    bs = scheduler.kv.block_size
     for j in due:
         r = running[j]
         r.num_computed_tokens = start_computed[j] + step  # all allocation reads
-        ok = kv.allocate_slots(r, 1)
-        assert ok
-        heapq.heappush(allocations, (_next_allocation(r, kv.block_size) + step, j))
+        # due: its blocks hold exactly its computed tokens; the step's token needs one more
+        assert len(r.block_ids) * bs == r.num_computed_tokens
+        r.block_ids += pool.allocate(1)
+        heapq.heappush(allocations, (step + bs, j))
     return True
-
-
-def _take_due(heap: list[tuple[int, int]], step: int) -> list[int]:
-    """Pop the requests due at `step` (in running order)."""
-    due = []
-    while heap and heap[0][0] == step:
-        due.append(heapq.heappop(heap)[1])
-    return due
 
 
 def _next_allocation(r: RequestState, block_size: int) -> int:
