@@ -3,6 +3,7 @@ the simulation hands over its records (`ReportInputs`) and the span it simulated
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -107,7 +108,7 @@ def build_report(
         ttft_ms=LatencySummary.of(
             [t.first_token_ms - t.arrival_ms for t in done if t.first_token_ms is not None]
         ),
-        itl_ms=LatencySummary.of([x for t in done for x in t.itl_ms]),
+        itl_ms=LatencySummary.of(list(itertools.chain.from_iterable(t.itl_ms for t in done))),
         e2e_ms=LatencySummary.of(
             [t.last_token_ms - t.arrival_ms for t in done if t.last_token_ms is not None]
         ),
