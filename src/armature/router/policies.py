@@ -55,6 +55,9 @@ class RouteRequest:
     token_ids: Sequence[int]
     target_worker: str | None = None  # for the direct policy
     hash_salt: str | None = None  # its LoRA adapter's salt: its blocks' hashes are seeded by it
+    # its full blocks' sequence hashes when the caller has them, made with the policy's block
+    # size and the request's seed (the simulator hashes a prompt once for router and engine)
+    seq_hashes: Sequence[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -165,9 +168,14 @@ class KvPolicy:
         if self.routed is None and self.tier_weights is None:
             # events only, tier-blind: the index hashes the prompt as far as it matches
             assert self.index is not None
-            overlaps = self.index.find_token_overlaps(request.token_ids, self.block_size, seed)
+            if request.seq_hashes is not None:
+                overlaps = self.index.find_overlaps(request.seq_hashes)
+            else:
+                overlaps = self.index.find_token_overlaps(request.token_ids, self.block_size, seed)
             return self._choose(request, workers, overlaps, overlaps)
-        hashes = compute_seq_hashes(request.token_ids, self.block_size, seed)
+        hashes = request.seq_hashes
+        if hashes is None:
+            hashes = compute_seq_hashes(request.token_ids, self.block_size, seed)
         now_s = self.clock()
         overlaps = {}  # matched blocks, any tier
         weighted: dict[str, float] | None = None  # tier-aware: overlaps at the tiers' weights

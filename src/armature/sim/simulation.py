@@ -33,11 +33,12 @@ import heapq
 import operator
 import statistics
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from armature.engines.native.core import EngineCore
 from armature.engines.native.decode_run import DecodeRun
 from armature.errors import InvalidRequestError
-from armature.kv.hashing import DEFAULT_HASH_SEED
+from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.protocols.worker import WorkerRole
 from armature.router.load import ActiveLoad
@@ -272,7 +273,15 @@ class Simulation:
 
     def _admit(self, request_id: str, tokens: list[int], max_tokens: int, now_ms: float) -> None:
         """Route a request to a worker of `self.workers` and queue it there."""
-        decision = self.policy.select(RouteRequest(request_id, tokens), self.workers)
+        bs = self.config.block_size
+        # hashed once for the router and the engine (both use the default seed: no adapters)
+        block_hashes = cast(
+            "list[tuple[int, int]]", compute_block_hashes(tokens, bs, DEFAULT_HASH_SEED)
+        )
+        seq_hashes = list(map(operator.itemgetter(0), block_hashes))
+        decision = self.policy.select(
+            RouteRequest(request_id, tokens, seq_hashes=seq_hashes), self.workers
+        )
         core = self.cores[decision.worker]
         request = EngineRequest(
             request_id=request_id,
@@ -280,11 +289,10 @@ class Simulation:
             sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
         )
         try:
-            core.add_request(request, take_prompt=True)
+            core.add_request(request, take_prompt=True, block_hashes=block_hashes)
         except InvalidRequestError:
             self.num_rejected += 1  # larger than a worker's KV cache or context
             return
-        bs = self.config.block_size
         uncached = max(0, len(tokens) - decision.overlap_blocks * bs)
         self.load.start(request_id, decision.worker, uncached, -(-len(tokens) // bs))
         self.tracked[request_id] = Tracked(now_ms, len(tokens), decision.worker)

@@ -90,6 +90,20 @@ def test_kv_routes_to_the_longest_cached_prefix() -> None:
     assert (decision.worker, decision.overlap_blocks) == ("w1", 6)
 
 
+def test_kv_routes_by_the_sequence_hashes_it_is_given() -> None:
+    """A caller that hashed the prompt already (the simulator) passes its sequence hashes:
+    the policy matches those, not the tokens' (here the tokens match nothing cached)."""
+    _, _, policy, prompt = kv_setup()
+    given = [h for h, _ in compute_block_hashes(prompt, 4)]
+    unrelated = list(range(500, 532))
+    assert policy.select(req(unrelated), WORKERS).overlap_blocks == 0
+    decision = policy.select(RouteRequest("r", unrelated, seq_hashes=given), WORKERS)
+    assert (decision.worker, decision.overlap_blocks) == ("w1", 6)
+    assert policy.select(RouteRequest("r", prompt, seq_hashes=given), WORKERS) == (
+        policy.select(req(prompt), WORKERS)
+    )
+
+
 def test_kv_trades_cached_prefix_against_load() -> None:
     _, load, policy, prompt = kv_setup()
     # w1 holds 6 of 8 blocks: logit 2 + 2 = 4 when idle; 20 active blocks make it 24, while

@@ -139,6 +139,25 @@ def test_kv_policy_without_events_follows_its_own_decisions(make: Make) -> None:
     assert third.overlap_blocks == 0
 
 
+def test_kv_policy_records_the_sequence_hashes_it_is_given(make: Make) -> None:
+    """Given a prompt's sequence hashes, the policy records those as the worker's prefix: a
+    later request of that prompt, hashed from its tokens, follows it there."""
+    policy = KvPolicy(
+        None,
+        ActiveLoad(),
+        block_size=4,
+        hash_seed=DEFAULT_HASH_SEED,
+        routed=make(60.0, 1000),
+        clock=lambda: 0.0,
+    )
+    workers = ["w0", "w1", "w2"]
+    prompt = list(range(40))
+    given = compute_seq_hashes(prompt, 4)
+    first = policy.select(RouteRequest("a", [7] * 40, seq_hashes=given), workers)
+    second = policy.select(RouteRequest("b", [*prompt, 99]), workers)
+    assert (second.worker, second.overlap_blocks) == (first.worker, 10)
+
+
 def test_kv_policy_needs_some_source_of_overlaps() -> None:
     with pytest.raises(ValueError, match="needs a prefix index"):
         KvPolicy(None, ActiveLoad(), block_size=4, hash_seed=DEFAULT_HASH_SEED)

@@ -10,6 +10,7 @@ import pytest
 
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
+from armature.kv.hashing import compute_block_hashes
 from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
 from armature.protocols.kv_events import KvStored
 from armature.sim.mocker import MockerRunner, VirtualClock, build_mocker_core, simulated_arch
@@ -223,3 +224,48 @@ def test_a_taken_prompt_becomes_the_engines_token_list() -> None:
     assert len(outputs[0]) == 3
     assert outputs[0] == outputs[1]
     assert prompts == [list(range(10, 20)), [*range(10, 20), *outputs[1]]]
+
+
+def test_given_block_hashes_are_the_ones_the_engine_looks_up() -> None:
+    """`block_hashes` from a caller that hashed the prompt already are what the prefix cache
+    is searched by (the engine does not hash those blocks again): the hashes of a cached
+    prompt make a request of other tokens hit it. A list of the wrong length is refused
+    before anything is queued."""
+    params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+    cached_prompt = list(range(10, 26))  # 4 blocks of 4
+    cached = [(s, loc) for s, loc in compute_block_hashes(cached_prompt, 4)]
+
+    def first_output(core: EngineCore, request: EngineRequest, **given: object) -> int:
+        core.add_request(request, **given)  # type: ignore[arg-type]
+        num_cached = -1
+        while core.has_work():
+            for o in core.step():
+                if o.request_id == request.request_id and num_cached < 0:
+                    num_cached = o.num_cached_tokens
+        return num_cached
+
+    core = mocker(VirtualClock())
+    first_output(
+        core, EngineRequest(request_id="a", prompt_token_ids=cached_prompt, sampling=params)
+    )
+    other = list(range(50, 66))
+    assert (
+        first_output(
+            core, EngineRequest(request_id="b", prompt_token_ids=list(other), sampling=params)
+        )
+        == 0
+    )
+    assert (
+        first_output(
+            core,
+            EngineRequest(request_id="c", prompt_token_ids=list(other), sampling=params),
+            block_hashes=list(cached),
+        )
+        == 12
+    )  # three blocks: the last token is always computed
+    with pytest.raises(ValueError, match="4 full blocks"):
+        core.add_request(
+            EngineRequest(request_id="d", prompt_token_ids=list(other), sampling=params),
+            block_hashes=cached[:3],
+        )
+    assert not core.has_work()

@@ -181,15 +181,26 @@ class EngineCore:
         held_block_ids: list[int] | None = None,
         *,
         take_prompt: bool = False,
+        block_hashes: list[tuple[int, int]] | None = None,
     ) -> None:
         """Queue `request`. `held_block_ids` are imported KV blocks (see `import_kv`) whose
         references the request takes over; they are dropped once it is admitted. With
         `take_prompt` (a request with no output yet) its prompt list becomes the engine's
         token list, appended to as tokens are made: a caller that gives the list up (the
-        simulator) saves copying and freeing a long prompt."""
+        simulator) saves copying and freeing a long prompt. `block_hashes`: the prompt's full
+        blocks' hashes as `compute_block_hashes` makes them with the request's seed, from a
+        caller that has them (the simulator, which hashed the prompt to route it); the
+        engine extends the list and does not hash those blocks again."""
         self.validate(request)
         if request.request_id in self._requests:
             raise InvalidRequestError(f"duplicate request id {request.request_id!r}")
+        if block_hashes is not None:
+            num_full = len(request.prompt_token_ids) // self.config.block_size
+            if request.output_token_ids or len(block_hashes) != num_full:
+                raise ValueError(
+                    f"block_hashes must be the hashes of the prompt's {num_full} full blocks "
+                    f"of a request with no output yet, got {len(block_hashes)}"
+                )
         seed = request.sampling.seed
         sampling_seed = None
         if request.sampling.temperature > 0:
@@ -220,6 +231,8 @@ class EngineCore:
             lora=lora,
             hash_seed=DEFAULT_HASH_SEED if lora is None else lora.hash_seed,
         )
+        if block_hashes is not None:
+            state.block_hashes = block_hashes
         self._arrivals += 1
         self._requests[request.request_id] = state
         self.scheduler.add_request(state)
