@@ -62,18 +62,23 @@ static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t block_size, Py_ssize_t 
     return buf;
 }
 
-/* hash_blocks(token_ids, block_size, seed, parent, with_local, start=0) -> list[int] of sequence
- * hashes, or list[tuple[int, int]] of (seq, local) when with_local is true, of the full blocks
- * of token_ids[start:]. */
+/* hash_blocks(token_ids, block_size, seed, parent, with_local, start=0) of the full blocks of
+ * token_ids[start:]: with_local 0, a list[int] of sequence hashes; 1, a list[tuple[int, int]]
+ * of (seq, local); 2, both, as (pairs, seqs) sharing the seq ints (a caller that needs the
+ * pairs and a list of the seqs, as the simulator does for engine and router). */
 static PyObject *hash_blocks(PyObject *self, PyObject *args) {
     PyObject *tokens, *seed_obj, *parent_obj;
     Py_ssize_t block_size, start = 0;
     int with_local;
-    if (!PyArg_ParseTuple(args, "OnOOp|n", &tokens, &block_size, &seed_obj, &parent_obj,
+    if (!PyArg_ParseTuple(args, "OnOOi|n", &tokens, &block_size, &seed_obj, &parent_obj,
                           &with_local, &start))
         return NULL;
     if (block_size <= 0) {
         PyErr_Format(PyExc_ValueError, "block_size must be positive, got %zd", block_size);
+        return NULL;
+    }
+    if (with_local < 0 || with_local > 2) {
+        PyErr_Format(PyExc_ValueError, "with_local must be 0, 1 or 2, got %d", with_local);
         return NULL;
     }
     uint64_t seed, parent = 0;
@@ -83,43 +88,49 @@ static PyObject *hash_blocks(PyObject *self, PyObject *args) {
     Py_ssize_t num_blocks;
     uint8_t *buf = pack_tokens(tokens, block_size, start, &num_blocks);
     if (buf == NULL) return NULL;
-    PyObject *out = PyList_New(num_blocks);
-    if (out == NULL) {
-        PyMem_Free(buf);
-        return NULL;
-    }
+    PyObject *pairs = with_local ? PyList_New(num_blocks) : NULL;
+    PyObject *seqs = with_local != 1 ? PyList_New(num_blocks) : NULL;
+    if ((with_local && pairs == NULL) || (with_local != 1 && seqs == NULL)) goto fail;
     const size_t step = (size_t)block_size * 4;
     for (Py_ssize_t i = 0; i < num_blocks; i++) {
         uint64_t local = xxh3_64(buf + (size_t)i * step, step, seed);
         uint64_t seq = has_parent ? chain(parent, local, seed) : local;
         parent = seq;
         has_parent = 1;
-        PyObject *item;
-        if (with_local) {
-            item = PyTuple_New(2);
-            PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
+        PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
+        if (seq_obj == NULL) goto fail;
+        if (seqs != NULL) {
+            Py_INCREF(seq_obj);
+            PyList_SET_ITEM(seqs, i, seq_obj);
+        }
+        if (pairs != NULL) {
+            PyObject *item = PyTuple_New(2);
             PyObject *local_obj = PyLong_FromUnsignedLongLong(local);
-            if (item == NULL || seq_obj == NULL || local_obj == NULL) {
+            if (item == NULL || local_obj == NULL) {
                 Py_XDECREF(item);
-                Py_XDECREF(seq_obj);
                 Py_XDECREF(local_obj);
-                item = NULL;
-            } else {
-                PyTuple_SET_ITEM(item, 0, seq_obj);
-                PyTuple_SET_ITEM(item, 1, local_obj);
+                Py_DECREF(seq_obj);
+                goto fail;
             }
+            PyTuple_SET_ITEM(item, 0, seq_obj); /* takes the first reference */
+            PyTuple_SET_ITEM(item, 1, local_obj);
+            PyList_SET_ITEM(pairs, i, item);
         } else {
-            item = PyLong_FromUnsignedLongLong(seq);
+            Py_DECREF(seq_obj);
         }
-        if (item == NULL) {
-            PyMem_Free(buf);
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, item);
     }
     PyMem_Free(buf);
-    return out;
+    if (with_local == 0) return seqs;
+    if (with_local == 1) return pairs;
+    PyObject *both = PyTuple_Pack(2, pairs, seqs);
+    Py_DECREF(pairs);
+    Py_DECREF(seqs);
+    return both;
+fail:
+    PyMem_Free(buf);
+    Py_XDECREF(pairs);
+    Py_XDECREF(seqs);
+    return NULL;
 }
 
 /* token_id_range(token_ids) -> (min, max), or None when an item is not a small non-negative

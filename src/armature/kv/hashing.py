@@ -33,6 +33,7 @@ __all__ = [
     "HashBackend",
     "HashBackendUnavailableError",
     "chain_hash",
+    "compute_block_and_seq_hashes",
     "compute_block_hashes",
     "compute_block_hashes_py",
     "compute_local_hashes",
@@ -139,11 +140,27 @@ def compute_block_hashes(
     `parent_seq_hash`. `start` instead of a slice: the native path reads the tokens in place
     (a slice of a long prompt copies it, a reference taken and dropped per token)."""
     if _use_native(backend):
-        return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, True, start)
+        return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, 1, start)
     if not 0 <= start <= len(token_ids):
         raise ValueError(f"start must be in [0, {len(token_ids)}], got {start}")
     tokens = token_ids[start:] if start else token_ids
     return compute_block_hashes_py(tokens, block_size, seed, parent_seq_hash)
+
+
+def compute_block_and_seq_hashes(
+    token_ids: Sequence[int],
+    block_size: int,
+    seed: int = DEFAULT_HASH_SEED,
+    *,
+    backend: HashBackend | None = None,
+) -> tuple[list[tuple[BlockHash, int]], list[int]]:
+    """`compute_block_hashes` of a whole prompt and the list of its sequence hashes, from one
+    pass (the simulator hashes a prompt once for the engine and the router)."""
+    if _use_native(backend):
+        pairs, seqs = _native.hash_blocks(token_ids, block_size, seed, None, 2)
+        return pairs, seqs
+    pairs = compute_block_hashes_py(token_ids, block_size, seed)
+    return pairs, [seq for seq, _ in pairs]
 
 
 def compute_seq_hashes(
@@ -156,7 +173,7 @@ def compute_seq_hashes(
 ) -> list[int]:
     """Only the sequence hashes (what the router indexes) of every full block."""
     if _use_native(backend):
-        return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, False)
+        return _native.hash_blocks(token_ids, block_size, seed, parent_seq_hash, 0)
     return [h for h, _ in compute_block_hashes_py(token_ids, block_size, seed, parent_seq_hash)]
 
 

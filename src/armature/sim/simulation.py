@@ -38,7 +38,7 @@ from typing import cast
 from armature.engines.native.core import EngineCore
 from armature.engines.native.decode_run import DecodeRun
 from armature.errors import InvalidRequestError
-from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
+from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_and_seq_hashes
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.protocols.worker import WorkerRole
 from armature.router.load import ActiveLoad
@@ -275,10 +275,8 @@ class Simulation:
         """Route a request to a worker of `self.workers` and queue it there."""
         bs = self.config.block_size
         # hashed once for the router and the engine (both use the default seed: no adapters)
-        block_hashes = cast(
-            "list[tuple[int, int]]", compute_block_hashes(tokens, bs, DEFAULT_HASH_SEED)
-        )
-        seq_hashes = list(map(operator.itemgetter(0), block_hashes))
+        pairs, seq_hashes = compute_block_and_seq_hashes(tokens, bs, DEFAULT_HASH_SEED)
+        block_hashes = cast("list[tuple[int, int]]", pairs)
         decision = self.policy.select(
             RouteRequest(request_id, tokens, seq_hashes=seq_hashes), self.workers
         )

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from armature.kv.hashing import (
     HashBackend,
+    compute_block_and_seq_hashes,
     compute_block_hashes,
     compute_seq_hashes,
     get_token_id_range,
@@ -58,6 +59,12 @@ def test_native_prompt_hashing_matches_python(
     assert compute_seq_hashes(tuple(tokens), block_size, seed, parent, backend=NATIVE) == seqs
     # The default backend is the native one here.
     assert compute_block_hashes(tokens, block_size, seed, parent) == expected
+    if parent is None:
+        for backend in (NATIVE, PYTHON):
+            both = compute_block_and_seq_hashes(tokens, block_size, seed, backend=backend)
+            assert both == (expected, seqs)
+    with pytest.raises(ValueError, match="with_local must be 0, 1 or 2"):
+        _native.hash_blocks(tokens, block_size, seed, parent, 3)
 
 
 @given(st.lists(st.integers(min_value=0, max_value=2**60 - 1), min_size=1, max_size=300))
