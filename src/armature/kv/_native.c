@@ -27,11 +27,57 @@ static int parse_u64(PyObject *obj, uint64_t *out, const char *what) {
     return 0;
 }
 
+/* A C-contiguous buffer of native unsigned 32-bit ints (array('I'), a numpy uint32 array)
+ * held in *view: 1; else 0 (the view not held, no error: the caller reads items as ints). */
+static int get_u32_view(PyObject *obj, Py_buffer *view) {
+    if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj) || !PyObject_CheckBuffer(obj))
+        return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view->format;
+    if (f != NULL && (*f == '@' || *f == '=')) f++; /* native order */
+    if (view->itemsize == 4 && view->ndim == 1 && f != NULL && (f[0] == 'I' || f[0] == 'L') &&
+        f[1] == '\0')
+        return 1;
+    PyBuffer_Release(view);
+    return 0;
+}
+
 /* Pack the full blocks of `tokens` from index `start` on into a fresh little-endian u32 buffer;
  * sets *num_blocks. (An offset rather than the caller's slice: a slice of a long prompt is a
- * copy, a reference taken and dropped per token.) */
+ * copy, a reference taken and dropped per token.) A u32 buffer is copied as it is. */
 static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t block_size, Py_ssize_t start,
                             Py_ssize_t *num_blocks) {
+    Py_buffer view;
+    if (get_u32_view(tokens, &view)) {
+        Py_ssize_t n = view.len / 4;
+        if (start < 0 || start > n) {
+            PyBuffer_Release(&view);
+            PyErr_Format(PyExc_ValueError, "start must be in [0, %zd], got %zd", n, start);
+            return NULL;
+        }
+        *num_blocks = (n - start) / block_size;
+        Py_ssize_t used = *num_blocks * block_size;
+        uint8_t *buf = PyMem_Malloc(used > 0 ? (size_t)used * 4 : 1);
+        if (buf == NULL) {
+            PyBuffer_Release(&view);
+            PyErr_NoMemory();
+            return NULL;
+        }
+        const uint32_t *src = (const uint32_t *)view.buf + start;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        for (Py_ssize_t i = 0; i < used; i++) {
+            uint32_t t = __builtin_bswap32(src[i]);
+            memcpy(buf + 4 * i, &t, 4);
+        }
+#else
+        memcpy(buf, src, (size_t)used * 4);
+#endif
+        PyBuffer_Release(&view);
+        return buf;
+    }
     PyObject *seq = PySequence_Fast(tokens, "token_ids must be a sequence of ints");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -135,9 +181,23 @@ fail:
 
 /* token_id_range(token_ids) -> (min, max), or None when an item is not a small non-negative
  * exact int (the caller's general path decides then). One pass at C speed: validating a long
- * prompt with min() and max() compares every item as an object, twice. */
+ * prompt with min() and max() compares every item as an object, twice. A u32 buffer is read
+ * as it is. */
 static PyObject *token_id_range(PyObject *self, PyObject *tokens) {
     (void)self;
+    Py_buffer view;
+    if (get_u32_view(tokens, &view)) {
+        const uint32_t *ids = view.buf;
+        Py_ssize_t n = view.len / 4;
+        uint32_t low = UINT32_MAX, high = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            low = ids[i] < low ? ids[i] : low;
+            high = ids[i] > high ? ids[i] : high;
+        }
+        PyBuffer_Release(&view);
+        if (n == 0) Py_RETURN_NONE;
+        return Py_BuildValue("(kk)", (unsigned long)low, (unsigned long)high);
+    }
     PyObject *seq = PySequence_Fast(tokens, "token_ids must be a sequence of ints");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);

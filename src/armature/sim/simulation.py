@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import operator
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from typing import cast
 
 from armature.engines.native.core import EngineCore
@@ -57,7 +57,7 @@ from armature.sim.modeled_tiers import ModeledTiers
 from armature.sim.replay_config import REPLAY_POLICIES, ReplayConfig, ReplayReport
 from armature.sim.sim_report import ReportInputs, Tracked, build_report
 from armature.sim.timing import TimingModel
-from armature.workload.traces import TraceRequest, synthesize_prompt
+from armature.workload.traces import TraceRequest, synthesize_prompt_ids
 
 __all__ = ["MIN_RETRY_MS", "Simulation"]
 
@@ -262,7 +262,10 @@ class Simulation:
         heapq.heappush(self.step_ends if private else self.observers, (at_ms, self._sequence, key))
 
     def _arrive(self, trace: TraceRequest, number: int, now_ms: float) -> None:
-        tokens = synthesize_prompt(trace, vocab_size=self.config.vocab_size, seed=self.config.seed)
+        # an array('I'): four bytes a token, read as it is by the hashing and the engine
+        tokens = synthesize_prompt_ids(
+            trace, vocab_size=self.config.vocab_size, seed=self.config.seed
+        )
         self._admit(self._request_id(trace, number), tokens, trace.output_length, now_ms)
 
     def _request_id(self, trace: TraceRequest, number: int) -> str:
@@ -271,8 +274,11 @@ class Simulation:
         self.traces[request_id] = trace
         return request_id
 
-    def _admit(self, request_id: str, tokens: list[int], max_tokens: int, now_ms: float) -> None:
-        """Route a request to a worker of `self.workers` and queue it there."""
+    def _admit(
+        self, request_id: str, tokens: MutableSequence[int], max_tokens: int, now_ms: float
+    ) -> None:
+        """Route a request to a worker of `self.workers` and queue it there; the engine takes
+        `tokens` over as its token list."""
         bs = self.config.block_size
         # hashed once for the router and the engine (both use the default seed: no adapters)
         pairs, seq_hashes = compute_block_and_seq_hashes(tokens, bs, DEFAULT_HASH_SEED)
@@ -283,7 +289,8 @@ class Simulation:
         core = self.cores[decision.worker]
         request = EngineRequest(
             request_id=request_id,
-            prompt_token_ids=tokens,
+            # in process only, never encoded: the engine takes the array over (take_prompt)
+            prompt_token_ids=cast("list[int]", tokens),
             sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
         )
         try:

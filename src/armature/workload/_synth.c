@@ -91,7 +91,78 @@ fail:
     return NULL;
 }
 
+/* prompt_token_ids_into(out, seed, hash_ids, num_tokens, block_tokens, low, span) -> None: the
+ * same ids as prompt_tokens, written as unsigned 32-bit ints into `out` (a writable buffer of
+ * num_tokens of them, e.g. array('I')): a prompt with no int objects at all. */
+static PyObject *prompt_token_ids_into(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *out_obj, *seed_obj, *ids_obj;
+    Py_ssize_t num_tokens, block_tokens, low, span;
+    if (!PyArg_ParseTuple(args, "OOOnnnn", &out_obj, &seed_obj, &ids_obj, &num_tokens,
+                          &block_tokens, &low, &span))
+        return NULL;
+    if (!PyLong_Check(seed_obj)) {
+        PyErr_SetString(PyExc_TypeError, "seed must be an int");
+        return NULL;
+    }
+    if (num_tokens < 0 || block_tokens < 1 || low < 0 || span <= 0 ||
+        low + span - 1 > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "num_tokens >= 0, block_tokens >= 1, low >= 0, "
+                                          "span > 0 and ids below 2**32 are required");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(out_obj, &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) <
+        0)
+        return NULL;
+    const char *f = view.format;
+    if (f != NULL && (*f == '@' || *f == '=')) f++;
+    if (view.itemsize != 4 || f == NULL || (f[0] != 'I' && f[0] != 'L') || f[1] != '\0' ||
+        view.len != num_tokens * 4) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "out must be a writable buffer of num_tokens "
+                                          "unsigned 32-bit ints");
+        return NULL;
+    }
+    uint64_t seed_key = mix64((uint64_t)PyLong_AsUnsignedLongLongMask(seed_obj));
+    PyObject *ids = PySequence_Fast(ids_obj, "hash_ids must be a sequence of ints");
+    if (ids == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t num_blocks = num_tokens / block_tokens + (num_tokens % block_tokens != 0);
+    if (PySequence_Fast_GET_SIZE(ids) < num_blocks) {
+        PyErr_SetString(PyExc_ValueError, "too few hash_ids for num_tokens");
+        goto fail;
+    }
+    PyObject **id_items = PySequence_Fast_ITEMS(ids);
+    uint32_t *out = view.buf;
+    Py_ssize_t t = 0;
+    for (Py_ssize_t b = 0; b < num_blocks; b++) {
+        PyObject *id = id_items[b];
+        if (!PyLong_Check(id)) {
+            PyErr_SetString(PyExc_TypeError, "hash_ids must be ints");
+            goto fail;
+        }
+        uint64_t state = mix64(seed_key + (uint64_t)PyLong_AsUnsignedLongLongMask(id));
+        Py_ssize_t end = t + block_tokens < num_tokens ? t + block_tokens : num_tokens;
+        for (; t < end; t++) {
+            state += GOLDEN_GAMMA;
+            out[t] = (uint32_t)((uint64_t)low + (((mix64(state) >> 32) * (uint64_t)span) >> 32));
+        }
+    }
+    Py_DECREF(ids);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(ids);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"prompt_token_ids_into", prompt_token_ids_into, METH_VARARGS,
+     "prompt_token_ids_into(out, seed, hash_ids, num_tokens, block_tokens, low, span) -> None"},
     {"prompt_tokens", prompt_tokens, METH_VARARGS,
      "prompt_tokens(seed, hash_ids, num_tokens, block_tokens, low, span, ints=None) -> "
      "list[int]"},

@@ -1,3 +1,4 @@
+from array import array
 from collections.abc import Sequence
 
 def prompt_tokens(
@@ -9,3 +10,12 @@ def prompt_tokens(
     span: int,
     ints: tuple[int, ...] = ...,
 ) -> list[int]: ...
+def prompt_token_ids_into(
+    out: array[int],
+    seed: int,
+    hash_ids: Sequence[int],
+    num_tokens: int,
+    block_tokens: int,
+    low: int,
+    span: int,
+) -> None: ...

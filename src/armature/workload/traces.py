@@ -18,6 +18,7 @@ gives the same workload in every process.
 
 from __future__ import annotations
 
+import array
 import itertools
 import json
 import math
@@ -46,6 +47,7 @@ __all__ = [
     "prefix_hit_ceiling_tokens",
     "read_mooncake_trace",
     "synthesize_prompt",
+    "synthesize_prompt_ids",
     "synthetic_multi_turn",
     "synthetic_prefix_groups",
 ]
@@ -211,6 +213,49 @@ def synthesize_prompt(
         tokens.extend(_block_tokens_py(seed, hash_id, min_token_id, span, trace_block_tokens))
     del tokens[request.input_length :]
     return tokens
+
+
+def synthesize_prompt_ids(
+    request: TraceRequest,
+    *,
+    vocab_size: int,
+    seed: int = 0,
+    min_token_id: int = 0,
+    trace_block_tokens: int = TRACE_BLOCK_TOKENS,
+) -> array.array[int]:
+    """`synthesize_prompt`'s token ids as an array of unsigned 32-bit ints (four bytes a
+    token, no int objects; the simulator's prompts, which the engine and the hashing read as
+    they are)."""
+    if _synth is None:
+        return array.array(
+            "I",
+            synthesize_prompt(
+                request,
+                vocab_size=vocab_size,
+                seed=seed,
+                min_token_id=min_token_id,
+                trace_block_tokens=trace_block_tokens,
+            ),
+        )
+    _require(0 <= min_token_id < vocab_size, f"empty id range [{min_token_id}, {vocab_size})")
+    _require(trace_block_tokens >= 1, f"trace_block_tokens must be >= 1: {trace_block_tokens}")
+    num_blocks = _num_blocks(request.input_length, trace_block_tokens)
+    _require(
+        len(request.hash_ids) >= num_blocks,
+        f"{len(request.hash_ids)} hash_ids cannot cover {request.input_length} tokens",
+    )
+    _require(vocab_size <= 1 << 32, f"the id range [{min_token_id}, {vocab_size}) is over 2**32")
+    ids = array.array("I", (0,)) * request.input_length
+    _synth.prompt_token_ids_into(
+        ids,
+        seed,
+        request.hash_ids,
+        request.input_length,
+        trace_block_tokens,
+        min_token_id,
+        vocab_size - min_token_id,
+    )
+    return ids
 
 
 @lru_cache(maxsize=4)

@@ -7,8 +7,10 @@ pure-Python backend is tested everywhere, in test_hashing_backends.py.
 
 from __future__ import annotations
 
+import array
 import random
 
+import numpy as np
 import pytest
 import xxhash
 from hypothesis import given
@@ -65,6 +67,27 @@ def test_native_prompt_hashing_matches_python(
             assert both == (expected, seqs)
     with pytest.raises(ValueError, match="with_local must be 0, 1 or 2"):
         _native.hash_blocks(tokens, block_size, seed, parent, 3)
+
+
+@given(token_lists, st.integers(min_value=1, max_value=20), st.data())
+def test_a_u32_buffer_hashes_and_ranges_as_its_list(
+    tokens: list[int], block_size: int, data: st.DataObject
+) -> None:
+    """array('I') and numpy uint32 prompts are read as they are (no int objects), with the
+    list's results; other buffers (signed, float, bytes) go through the items as before."""
+    start = data.draw(st.integers(min_value=0, max_value=len(tokens)))
+    pairs = compute_block_hashes(tokens, block_size, start=start)
+    expected_range = (min(tokens), max(tokens)) if tokens else None
+    for ids in (array.array("I", tokens), np.array(tokens, dtype=np.uint32)):
+        assert compute_block_hashes(ids, block_size, start=start) == pairs
+        assert compute_seq_hashes(ids, block_size) == compute_seq_hashes(tokens, block_size)
+        assert _native.token_id_range(ids) == expected_range
+    with pytest.raises(ValueError, match="start must be in"):
+        compute_block_hashes(array.array("I", tokens), block_size, start=len(tokens) + 1)
+    small = [t % 2**31 for t in tokens]
+    signed = array.array("i", small)
+    assert compute_block_hashes(signed, block_size) == compute_block_hashes(small, block_size)
+    assert _native.token_id_range(array.array("f")) is None
 
 
 @given(st.lists(st.integers(min_value=0, max_value=2**60 - 1), min_size=1, max_size=300))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -224,6 +225,17 @@ def test_a_taken_prompt_becomes_the_engines_token_list() -> None:
     assert len(outputs[0]) == 3
     assert outputs[0] == outputs[1]
     assert prompts == [list(range(10, 20)), [*range(10, 20), *outputs[1]]]
+    # the simulator's prompts are array('I'): taken over and appended to the same way
+    core = mocker(VirtualClock())
+    ids = array.array("I", range(10, 20))
+    request = EngineRequest(request_id="a", prompt_token_ids=ids, sampling=params)  # type: ignore[arg-type]
+    core.add_request(request, take_prompt=True)
+    out = []
+    while core.has_work():
+        for o in core.step():
+            out.extend(o.new_token_ids)
+    assert out == outputs[0]
+    assert ids.tolist() == [*range(10, 20), *out]
 
 
 def test_given_block_hashes_are_the_ones_the_engine_looks_up() -> None:

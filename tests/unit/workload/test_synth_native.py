@@ -4,6 +4,7 @@ fallback where the extension was not built."""
 
 from __future__ import annotations
 
+import array
 import json
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from armature.workload import traces
-from armature.workload.traces import TraceRequest, synthesize_prompt
+from armature.workload.traces import TraceRequest, synthesize_prompt, synthesize_prompt_ids
 from without_extension import run_without
 
 _synth = pytest.importorskip(
@@ -71,6 +72,40 @@ def test_a_prompt_is_its_blocks_in_order_cut_to_its_length(
     assert got == expected[:num_tokens]
 
 
+@given(
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.lists(st.integers(min_value=0, max_value=2**64 - 1), min_size=1, max_size=4),
+    st.integers(min_value=1, max_value=2000),
+    st.integers(min_value=2, max_value=2**32),
+    st.data(),
+)
+def test_prompt_ids_are_the_prompts_tokens_as_u32(
+    seed: int, hash_ids: list[int], input_length: int, vocab_size: int, data: st.DataObject
+) -> None:
+    """`synthesize_prompt_ids` (array('I'), no int objects) holds exactly
+    `synthesize_prompt`'s tokens, whatever the vocabulary (shared ints or not)."""
+    min_token_id = data.draw(st.integers(min_value=0, max_value=vocab_size - 1))
+    request = TraceRequest(0.0, input_length, 1, tuple(hash_ids) * 4)
+    kwargs = {"vocab_size": vocab_size, "seed": seed, "min_token_id": min_token_id}
+    ids = synthesize_prompt_ids(request, trace_block_tokens=512, **kwargs)
+    assert ids.typecode == "I"
+    assert ids.tolist() == synthesize_prompt(request, trace_block_tokens=512, **kwargs)
+
+
+def test_prompt_ids_into_refuses_what_is_not_its_buffer() -> None:
+    args = (0, [1], 4, 4, 0, 10)
+    for out in (array.array("I", [0]) * 3, array.array("i", [0]) * 4, bytearray(16), b"\0" * 16):
+        with pytest.raises((ValueError, BufferError)):  # short, signed, bytes, read-only
+            _synth.prompt_token_ids_into(out, *args)
+    with pytest.raises(ValueError, match="below 2"):
+        _synth.prompt_token_ids_into(array.array("I", [0]) * 4, 0, [1], 4, 4, 10, 2**32)
+    with pytest.raises(ValueError, match="too few hash_ids"):
+        _synth.prompt_token_ids_into(array.array("I", [0]) * 5, 0, [1], 5, 4, 0, 10)
+    out = array.array("I", [0]) * 4
+    assert _synth.prompt_token_ids_into(out, *args) is None
+    assert out.tolist() == _synth.prompt_tokens(*args)
+
+
 def test_bad_arguments_are_refused() -> None:
     for args in [(0, [1], -1, 4, 0, 10), (0, [1], 4, 0, 0, 10), (0, [1], 4, 4, 0, 0)]:
         with pytest.raises(ValueError, match="required"):
@@ -121,6 +156,9 @@ from armature.workload.traces import TraceRequest, synthesize_prompt
 print(json.dumps({
     "native": traces._synth is not None,
     "tokens": synthesize_prompt(TraceRequest(0.0, 700, 1, (3, 9)), vocab_size=32000, seed=5),
+    "ids": traces.synthesize_prompt_ids(
+        TraceRequest(0.0, 700, 1, (3, 9)), vocab_size=32000, seed=5
+    ).tolist(),
 }))
 """
 
@@ -128,7 +166,5 @@ print(json.dumps({
 def test_an_install_without_the_extension_synthesizes_the_same_tokens() -> None:
     out = json.loads(run_without("armature.workload._synth", _WITHOUT_NATIVE))
     request = TraceRequest(0.0, 700, 1, (3, 9))
-    assert out == {
-        "native": False,
-        "tokens": synthesize_prompt(request, vocab_size=32000, seed=5),
-    }
+    tokens = synthesize_prompt(request, vocab_size=32000, seed=5)
+    assert out == {"native": False, "tokens": tokens, "ids": tokens}

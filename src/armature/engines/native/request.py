@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,8 @@ class RequestState:
     `block_ids`; `block_hashes` covers the full blocks of token_ids (computed lazily)."""
 
     request_id: str
-    token_ids: list[int]
+    # a list, or the simulator's array('I') of a prompt synthesized as one (take_prompt)
+    token_ids: MutableSequence[int]
     num_prompt_tokens: int
     sampling: SamplingParams
     sampling_seed: int | None  # seeds `generator` (None: greedy, no generator)
@@ -65,7 +67,7 @@ class RequestState:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens :]
+        return list(self.token_ids[self.num_prompt_tokens :])
 
     def update_block_hashes(self, block_size: int) -> list[tuple[int, int]]:
         """Extend `block_hashes` to every full block of token_ids (seeded by `hash_seed`);
