@@ -265,20 +265,33 @@ static int ready(PoolCore *self) {
     return -1;
 }
 
-static PyObject *PoolCore_find_prefix(PoolCore *self, PyObject *obj) {
-    if (ready(self) < 0) return NULL;
-    PyObject *seq = seq_to_fast(obj);
-    if (seq == NULL) return NULL;
+/* The seq hash to look up in item `item`: the item itself, or with `pairs` its first field
+ * (a (seq, local) pair); NULL with an exception when a pair is not one. */
+static PyObject *hash_item(PyObject *item, int pairs) {
+    if (!pairs) return item;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+        PyErr_SetString(PyExc_TypeError, "block hashes must be (seq_hash, local_hash) pairs");
+        return NULL;
+    }
+    return PyTuple_GET_ITEM(item, 0);
+}
+
+/* The block ids of the longest cached prefix of the first `n` of `items` (seq hashes, or with
+ * `pairs` (seq, local) pairs), looked up until the first miss. */
+static PyObject *find_prefix_of(PoolCore *self, PyObject **items, Py_ssize_t n, int pairs) {
     PyObject *found = PyList_New(0);
-    if (found == NULL || !self->prefix_caching) goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (found == NULL || !self->prefix_caching) return found;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t key;
         uint64_t ahead;
-        if (i + PREFETCH_AHEAD < n && peek_u64(items[i + PREFETCH_AHEAD], &ahead))
-            map_prefetch(&self->cached, ahead);
-        if (read_u64(items[i], &key) < 0) goto fail;
+        if (i + PREFETCH_AHEAD < n) {
+            PyObject *next = items[i + PREFETCH_AHEAD];
+            if (pairs && PyTuple_Check(next) && PyTuple_GET_SIZE(next) == 2)
+                next = PyTuple_GET_ITEM(next, 0);
+            if (peek_u64(next, &ahead)) map_prefetch(&self->cached, ahead);
+        }
+        PyObject *hash = hash_item(items[i], pairs);
+        if (hash == NULL || read_u64(hash, &key) < 0) goto fail;
         int32_t b = map_get(&self->cached, key);
         if (b == NONE_ID) break;
         PyObject *id = PyLong_FromLong(b);
@@ -287,13 +300,38 @@ static PyObject *PoolCore_find_prefix(PoolCore *self, PyObject *obj) {
         Py_DECREF(id);
         if (failed) goto fail;
     }
-done:
-    Py_DECREF(seq);
     return found;
 fail:
-    Py_DECREF(seq);
     Py_DECREF(found);
     return NULL;
+}
+
+static PyObject *PoolCore_find_prefix(PoolCore *self, PyObject *obj) {
+    if (ready(self) < 0) return NULL;
+    PyObject *seq = seq_to_fast(obj);
+    if (seq == NULL) return NULL;
+    PyObject *found =
+        find_prefix_of(self, PySequence_Fast_ITEMS(seq), PySequence_Fast_GET_SIZE(seq), 0);
+    Py_DECREF(seq);
+    return found;
+}
+
+static PyObject *PoolCore_find_prefix_of_pairs(PoolCore *self, PyObject *const *args,
+                                               Py_ssize_t nargs) {
+    if (ready(self) < 0) return NULL;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "find_prefix_of_pairs(block_hashes, max_blocks)");
+        return NULL;
+    }
+    Py_ssize_t max_blocks = PyLong_AsSsize_t(args[1]);
+    if (max_blocks == -1 && PyErr_Occurred()) return NULL;
+    PyObject *seq = seq_to_fast(args[0]);
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (max_blocks < n) n = max_blocks > 0 ? max_blocks : 0;
+    PyObject *found = find_prefix_of(self, PySequence_Fast_ITEMS(seq), n, 1);
+    Py_DECREF(seq);
+    return found;
 }
 
 static PyObject *PoolCore_get_num_unreferenced(PoolCore *self, PyObject *obj) {
@@ -679,6 +717,10 @@ static PyObject *PoolCore_get_num_cached_blocks(PoolCore *self, PyObject *unused
 static PyMethodDef PoolCore_methods[] = {
     {"find_prefix", (PyCFunction)PoolCore_find_prefix, METH_O,
      "find_prefix(seq_hashes) -> block ids of the longest cached prefix"},
+    {"find_prefix_of_pairs", (PyCFunction)(void (*)(void))PoolCore_find_prefix_of_pairs,
+     METH_FASTCALL,
+     "find_prefix_of_pairs(block_hashes, max_blocks) -> find_prefix of the first max_blocks "
+     "pairs' seq hashes"},
     {"get_num_unreferenced", (PyCFunction)PoolCore_get_num_unreferenced, METH_O,
      "get_num_unreferenced(block_ids) -> how many no request holds"},
     {"touch", (PyCFunction)(void (*)(void))PoolCore_touch, METH_FASTCALL,

@@ -96,6 +96,14 @@ class BlockPool(Protocol):
         """Block ids of the longest cached prefix of `seq_hashes` (takes no reference)."""
         ...
 
+    def find_prefix_of_pairs(
+        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int
+    ) -> list[int]:
+        """`find_prefix` of the seq hashes of the first `max_blocks` (seq, local) pairs of
+        `block_hashes`, read from the pairs as far as the first miss (a request's hashes: no
+        list of its seq hashes is made)."""
+        ...
+
     def touch(self, block_ids: Sequence[int], *, is_hit: bool = False) -> None:
         """Take one more reference on each block; a free one leaves the queue. `is_hit`: the
         blocks are a request's prefix-cache hit (counted in each block's `num_hits`)."""

@@ -41,6 +41,7 @@ class NativeBlockPool(PoolShell):
         core = _pool.PoolCore(self.num_blocks, self.enable_prefix_caching)
         self._core = core
         self.find_prefix = core.find_prefix
+        self.find_prefix_of_pairs = core.find_prefix_of_pairs
         self.get_num_unreferenced = core.get_num_unreferenced
         self.get_num_free_blocks = core.get_num_free_blocks
         self.get_num_active_blocks = core.get_num_active_blocks

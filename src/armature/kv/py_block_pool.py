@@ -85,6 +85,21 @@ class PyBlockPool(PoolShell):
             del found[found.index(None) :]
         return cast("list[int]", found)  # the misses are cut
 
+    def find_prefix_of_pairs(
+        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int
+    ) -> list[int]:
+        """`find_prefix` of the first `max_blocks` pairs' seq hashes, up to the first miss."""
+        found: list[int] = []
+        if not self.enable_prefix_caching:
+            return found
+        cached = self._cached
+        for seq_hash, _ in islice(block_hashes, max(0, max_blocks)):
+            block_id = cached.get(seq_hash)
+            if block_id is None:
+                break
+            found.append(block_id)
+        return found
+
     # ---- mutations ---------------------------------------------------------------------
     def touch(self, block_ids: Sequence[int], *, is_hit: bool = False) -> None:
         """Take one more reference on each block; a free one leaves the queue. `is_hit`: the

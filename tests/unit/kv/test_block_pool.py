@@ -410,6 +410,21 @@ def test_find_prefix_stops_at_first_miss() -> None:
     assert ref_counts(pool) == [1, 1, 1, 0]  # find_prefix takes no reference
 
 
+def test_find_prefix_of_pairs_reads_the_first_max_blocks_pairs() -> None:
+    pool = make_pool(4)
+    cache_three(pool)
+    pairs = [(10, 0), (11, 0), (12, 0), (13, 0)]
+    assert pool.find_prefix_of_pairs(pairs, 4) == [0, 1, 2]
+    assert pool.find_prefix_of_pairs(pairs, 2) == [0, 1]
+    assert pool.find_prefix_of_pairs(pairs, 0) == []
+    assert pool.find_prefix_of_pairs(pairs, -1) == []
+    assert pool.find_prefix_of_pairs([(10, 7), (99, 0), (12, 0)], 3) == [0]
+    assert pool.find_prefix_of_pairs([], 5) == []
+    assert ref_counts(pool) == [1, 1, 1, 0]  # no reference taken
+    with pytest.raises((TypeError, ValueError)):
+        pool.find_prefix_of_pairs([10, 11], 2)  # seq hashes, not pairs
+
+
 def test_touch_takes_free_cached_block_out_of_the_queue() -> None:
     pool = make_pool(6)
     ids = cache_three(pool)

@@ -204,6 +204,9 @@ class BlockPoolMachine(RuleBasedStateMachine):
         query = data.draw(st.lists(st.sampled_from(candidates), max_size=4), label="query")
         hit = self.pool.find_prefix(query)
         assert hit == self.model.find_prefix(query)
+        limit = data.draw(st.integers(0, len(query)), label="max_blocks")
+        pairs = [(h, 0) for h in query]
+        assert self.pool.find_prefix_of_pairs(pairs, limit) == self.model.find_prefix(query[:limit])
         self.pool.touch(hit, is_hit=True)
         self.model.touch(hit, is_hit=True)
         self.held.extend(hit)

@@ -4,16 +4,12 @@ allocation, registering full blocks, freeing. Pure; called by the scheduler only
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import islice
-from operator import itemgetter
 
 from armature.engines.native.request import RequestState
 from armature.kv.block_key import BlockKey
 from armature.kv.block_pool import BlockPool
 
 __all__ = ["KvCacheManager"]
-
-_SEQ_HASH = itemgetter(0)
 
 
 class KvCacheManager:
@@ -34,8 +30,7 @@ class KvCacheManager:
         the last token is always left to compute (its logits are needed)."""
         assert request.num_computed_tokens == 0 and not request.block_ids
         hashes = request.update_block_hashes(self.block_size)
-        max_blocks = (request.num_tokens - 1) // self.block_size
-        return self.pool.find_prefix(list(map(_SEQ_HASH, islice(hashes, max_blocks))))
+        return self.pool.find_prefix_of_pairs(hashes, (request.num_tokens - 1) // self.block_size)
 
     def allocate_slots(
         self, request: RequestState, num_new_tokens: int, cached_blocks: list[int] | None = None
