@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -188,6 +189,37 @@ static int to_hash(PyObject *item, uint64_t *out) {
     return 0;
 }
 
+/* The type whose `seq_hash` is a plain slot at `slot_offset` (the last type read, held), so
+ * that an event's blocks are read without a generic attribute lookup each. */
+static PyTypeObject *slot_type;
+static Py_ssize_t slot_offset;
+
+/* obj.<attr> (a new reference, or NULL with an error); `seq_hash` from a slot when obj's type
+ * keeps it in one. */
+static PyObject *get_attr(PyObject *obj, PyObject *attr) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (attr == seq_hash_name && tp != slot_type) {
+        PyObject *descr = _PyType_Lookup(tp, attr); /* borrowed */
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+            tp->tp_getattro == PyObject_GenericGetAttr) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READ_RESTRICTED)) {
+                Py_INCREF(tp);
+                Py_XSETREF(slot_type, tp);
+                slot_offset = member->offset;
+            }
+        }
+    }
+    if (attr == seq_hash_name && tp == slot_type) {
+        PyObject *value = *(PyObject **)((char *)obj + slot_offset);
+        if (value != NULL) {
+            Py_INCREF(value);
+            return value;
+        }
+    }
+    return PyObject_GetAttr(obj, attr);
+}
+
 #define STACK_HASHES 64 /* an event's blocks fit on the stack up to this many */
 
 /* The hashes of a sequence of ints (or, with `attr`, of the items' `attr` attributes) as a
@@ -205,7 +237,7 @@ static uint64_t *read_hashes_of(PyObject *obj, PyObject *attr, Py_ssize_t *n, ui
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < *n; i++) {
-        PyObject *item = attr ? PyObject_GetAttr(items[i], attr) : items[i];
+        PyObject *item = attr ? get_attr(items[i], attr) : items[i];
         int rc = to_hash(item, &out[i]);
         if (attr) Py_XDECREF(item);
         if (rc < 0) {

@@ -48,6 +48,36 @@ def test_overlaps_count_leading_blocks_per_worker() -> None:
     assert index.find_overlaps([]) == {}
 
 
+class _PropertyBlock:
+    """A block whose seq_hash is a property, not a slot (read the general way)."""
+
+    def __init__(self, seq_hash: int):
+        self._seq = seq_hash
+
+    @property
+    def seq_hash(self) -> int:
+        return self._seq
+
+
+class _SlotBlock(StoredBlock, frozen=True, gc=False):
+    extra: int = 0  # another struct type: its own slot layout
+
+
+def test_blocks_of_any_type_with_a_seq_hash_are_read_alike() -> None:
+    """The native store reads StoredBlock's seq_hash from its slot; blocks of other types
+    (another struct, a property) in between read as theirs, and StoredBlock's again after."""
+    index = PrefixIndex()
+    index.add_worker("w", 100)
+    blocks: list[object] = [StoredBlock(1, 1), _PropertyBlock(2), _SlotBlock(3, 3, 9)]
+    for event_id, block in enumerate(blocks):
+        parent = event_id or None
+        assert index.apply("w", KvStored(event_id, parent, [block]))  # type: ignore[list-item]
+    assert index.apply("w", stored(3, 4, 5))
+    assert index.find_overlaps([1, 2, 3, 4, 5, 6]) == {"w": 5}
+    with pytest.raises((AttributeError, ValueError, TypeError)):
+        index.apply("w", KvStored(4, 5, [object()]))  # type: ignore[list-item]
+
+
 def test_removed_and_cleared_events() -> None:
     index = PrefixIndex()
     index.add_worker("a", 100)
