@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
+
 if TYPE_CHECKING:
     from armature.protocols.engine import StepRecord
 
@@ -33,9 +35,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class StepWork:
-    """What one step computes, as the timing model sees it."""
+class StepWork(msgspec.Struct, frozen=True):
+    """What one step computes, as the timing model sees it. (A struct: a replay makes one
+    per step it prices, ~8x cheaper than a frozen dataclass.)"""
 
     num_prefill_tokens: int
     num_decode_requests: int
