@@ -269,11 +269,10 @@ static int ready(PoolCore *self) {
  * (a (seq, local) pair); NULL with an exception when a pair is not one. */
 static PyObject *hash_item(PyObject *item, int pairs) {
     if (!pairs) return item;
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-        PyErr_SetString(PyExc_TypeError, "block hashes must be (seq_hash, local_hash) pairs");
-        return NULL;
-    }
-    return PyTuple_GET_ITEM(item, 0);
+    if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) return PyTuple_GET_ITEM(item, 0);
+    if (PyList_Check(item) && PyList_GET_SIZE(item) == 2) return PyList_GET_ITEM(item, 0);
+    PyErr_SetString(PyExc_TypeError, "block hashes must be (seq_hash, local_hash) pairs");
+    return NULL;
 }
 
 /* The block ids of the longest cached prefix of the first `n` of `items` (seq hashes, or with

@@ -189,32 +189,49 @@ static int to_hash(PyObject *item, uint64_t *out) {
     return 0;
 }
 
-/* The type whose `seq_hash` is a plain slot at `slot_offset` (the last type read, held), so
- * that an event's blocks are read without a generic attribute lookup each. */
+/* The type whose `seq_hash` is a plain slot at `slot_offset`, as of its version tag
+ * `slot_version` (the last type read, held), so that an event's blocks are read without a
+ * generic attribute lookup each. */
 static PyTypeObject *slot_type;
 static Py_ssize_t slot_offset;
+static unsigned int slot_version;
 
-/* obj.<attr> (a new reference, or NULL with an error); `seq_hash` from a slot when obj's type
- * keeps it in one. */
+static int is_cached_slot_type(PyTypeObject *tp) {
+    return tp == slot_type && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
+           tp->tp_version_tag == slot_version;
+}
+
+/* Cache tp's `seq_hash` slot when it is a plain one: an object member of tp or a base of it,
+ * read by the generic getattr. */
+static void cache_slot_type(PyTypeObject *tp) {
+    PyObject *descr = _PyType_Lookup(tp, seq_hash_name); /* borrowed; sets the version tag */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+        tp->tp_getattro != PyObject_GenericGetAttr ||
+        !(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ||
+        !PyType_IsSubtype(tp, PyDescr_TYPE(descr)))
+        return;
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX || (member->flags & READ_RESTRICTED)) return;
+    PyTypeObject *old = slot_type;
+    Py_INCREF(tp);
+    slot_offset = member->offset;
+    slot_version = tp->tp_version_tag;
+    slot_type = tp;
+    Py_XDECREF(old); /* last: it may run code that reads again */
+}
+
+/* obj.<attr> (a new reference, or NULL with an error); `seq_hash` from its slot when obj's
+ * type keeps it in a plain one. */
 static PyObject *get_attr(PyObject *obj, PyObject *attr) {
     PyTypeObject *tp = Py_TYPE(obj);
-    if (attr == seq_hash_name && tp != slot_type) {
-        PyObject *descr = _PyType_Lookup(tp, attr); /* borrowed */
-        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
-            tp->tp_getattro == PyObject_GenericGetAttr) {
-            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-            if (member->type == T_OBJECT_EX && !(member->flags & READ_RESTRICTED)) {
-                Py_INCREF(tp);
-                Py_XSETREF(slot_type, tp);
-                slot_offset = member->offset;
+    if (attr == seq_hash_name) {
+        if (!is_cached_slot_type(tp)) cache_slot_type(tp);
+        if (is_cached_slot_type(tp)) {
+            PyObject *value = *(PyObject **)((char *)obj + slot_offset);
+            if (value != NULL) {
+                Py_INCREF(value);
+                return value;
             }
-        }
-    }
-    if (attr == seq_hash_name && tp == slot_type) {
-        PyObject *value = *(PyObject **)((char *)obj + slot_offset);
-        if (value != NULL) {
-            Py_INCREF(value);
-            return value;
         }
     }
     return PyObject_GetAttr(obj, attr);

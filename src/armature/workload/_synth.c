@@ -105,10 +105,10 @@ static PyObject *prompt_token_ids_into(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "seed must be an int");
         return NULL;
     }
-    if (num_tokens < 0 || block_tokens < 1 || low < 0 || span <= 0 ||
-        low + span - 1 > 0xFFFFFFFFLL) {
+    if (num_tokens < 0 || block_tokens < 1 || low < 0 || span <= 0 || span > 0xFFFFFFFFLL ||
+        (uint64_t)low > 0xFFFFFFFFULL - (uint64_t)(span - 1)) {
         PyErr_SetString(PyExc_ValueError, "num_tokens >= 0, block_tokens >= 1, low >= 0, "
-                                          "span > 0 and ids below 2**32 are required");
+                                          "0 < span < 2**32 and ids below 2**32 are required");
         return NULL;
     }
     Py_buffer view;

@@ -194,15 +194,7 @@ def synthesize_prompt(
     ids share exactly their first k * trace_block_tokens tokens, whatever block size an engine
     hashes them with. The run is defined by `_block_tokens_py`. Raises ValueError on an empty
     id range or too few hash_ids."""
-    _require(0 <= min_token_id < vocab_size, f"empty id range [{min_token_id}, {vocab_size})")
-    _require(trace_block_tokens >= 1, f"trace_block_tokens must be >= 1: {trace_block_tokens}")
-    num_blocks = _num_blocks(request.input_length, trace_block_tokens)
-    _require(
-        len(request.hash_ids) >= num_blocks,
-        f"{len(request.hash_ids)} hash_ids cannot cover {request.input_length} tokens",
-    )
-    span = vocab_size - min_token_id
-    _require(span < 1 << 32, f"the id range [{min_token_id}, {vocab_size}) is over 2**32 ids")
+    num_blocks, span = _check_synthesis(request, vocab_size, min_token_id, trace_block_tokens)
     if _synth is not None:
         args = (seed, request.hash_ids, request.input_length, trace_block_tokens, min_token_id)
         if span > _MAX_SHARED_INTS:
@@ -213,6 +205,23 @@ def synthesize_prompt(
         tokens.extend(_block_tokens_py(seed, hash_id, min_token_id, span, trace_block_tokens))
     del tokens[request.input_length :]
     return tokens
+
+
+def _check_synthesis(
+    request: TraceRequest, vocab_size: int, min_token_id: int, trace_block_tokens: int
+) -> tuple[int, int]:
+    """The trace blocks a prompt takes and the id range's size; ValueError on an empty or
+    too wide id range or too few hash_ids."""
+    _require(0 <= min_token_id < vocab_size, f"empty id range [{min_token_id}, {vocab_size})")
+    _require(trace_block_tokens >= 1, f"trace_block_tokens must be >= 1: {trace_block_tokens}")
+    num_blocks = _num_blocks(request.input_length, trace_block_tokens)
+    _require(
+        len(request.hash_ids) >= num_blocks,
+        f"{len(request.hash_ids)} hash_ids cannot cover {request.input_length} tokens",
+    )
+    span = vocab_size - min_token_id
+    _require(span < 1 << 32, f"the id range [{min_token_id}, {vocab_size}) is over 2**32 ids")
+    return num_blocks, span
 
 
 def synthesize_prompt_ids(
@@ -226,6 +235,7 @@ def synthesize_prompt_ids(
     """`synthesize_prompt`'s token ids as an array of unsigned 32-bit ints (four bytes a
     token, no int objects; the simulator's prompts, which the engine and the hashing read as
     they are)."""
+    _require(vocab_size <= 1 << 32, f"token ids up to {vocab_size - 1} do not fit 32 bits")
     if _synth is None:
         return array.array(
             "I",
@@ -237,23 +247,10 @@ def synthesize_prompt_ids(
                 trace_block_tokens=trace_block_tokens,
             ),
         )
-    _require(0 <= min_token_id < vocab_size, f"empty id range [{min_token_id}, {vocab_size})")
-    _require(trace_block_tokens >= 1, f"trace_block_tokens must be >= 1: {trace_block_tokens}")
-    num_blocks = _num_blocks(request.input_length, trace_block_tokens)
-    _require(
-        len(request.hash_ids) >= num_blocks,
-        f"{len(request.hash_ids)} hash_ids cannot cover {request.input_length} tokens",
-    )
-    _require(vocab_size <= 1 << 32, f"the id range [{min_token_id}, {vocab_size}) is over 2**32")
+    _, span = _check_synthesis(request, vocab_size, min_token_id, trace_block_tokens)
     ids = array.array("I", (0,)) * request.input_length
     _synth.prompt_token_ids_into(
-        ids,
-        seed,
-        request.hash_ids,
-        request.input_length,
-        trace_block_tokens,
-        min_token_id,
-        vocab_size - min_token_id,
+        ids, seed, request.hash_ids, request.input_length, trace_block_tokens, min_token_id, span
     )
     return ids
 

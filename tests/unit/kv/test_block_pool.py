@@ -421,6 +421,7 @@ def test_find_prefix_of_pairs_reads_the_first_max_blocks_pairs() -> None:
     assert pool.find_prefix_of_pairs([(10, 7), (99, 0), (12, 0)], 3) == [0]
     assert pool.find_prefix_of_pairs([], 5) == []
     assert ref_counts(pool) == [1, 1, 1, 0]  # no reference taken
+    assert pool.find_prefix_of_pairs([[10, 0], [11, 0]], 2) == [0, 1]  # any pair shape
     with pytest.raises((TypeError, ValueError)):
         pool.find_prefix_of_pairs([10, 11], 2)  # seq hashes, not pairs
 

@@ -78,6 +78,40 @@ def test_blocks_of_any_type_with_a_seq_hash_are_read_alike() -> None:
         index.apply("w", KvStored(4, 5, [object()]))  # type: ignore[list-item]
 
 
+def test_a_borrowed_or_replaced_seq_hash_slot_is_read_as_the_class_says() -> None:
+    """A member descriptor taken from another class is not read at its offset (the normal
+    lookup refuses it), and a class whose seq_hash becomes a property after its blocks were
+    read is read through the property from then on."""
+
+    class Big:
+        __slots__ = ("h", "pad")
+
+    class Small:
+        __slots__ = ()
+        seq_hash = Big.h
+
+    index = PrefixIndex()
+    index.add_worker("w", 100)
+    with pytest.raises((TypeError, ValueError, AttributeError)):
+        index.apply("w", KvStored(0, None, [Small()]))  # type: ignore[list-item]
+
+    class Block:
+        __slots__ = ("seq_hash",)
+
+        def __init__(self, seq_hash: int):
+            self.seq_hash = seq_hash
+
+    index = PrefixIndex()
+    index.add_worker("w", 100)
+    later = Block(2)
+    assert index.apply("w", KvStored(0, None, [Block(1)]))  # type: ignore[list-item]
+    slot = Block.seq_hash
+    Block.seq_hash = property(lambda self: slot.__get__(self) + 1000)  # type: ignore[assignment,method-assign]
+    assert index.apply("w", KvStored(1, 1, [later]))  # type: ignore[list-item]
+    assert index.find_overlaps([1, 1002]) == {"w": 2}
+    assert index.find_overlaps([1, 2]) == {"w": 1}
+
+
 def test_removed_and_cleared_events() -> None:
     index = PrefixIndex()
     index.add_worker("a", 100)

@@ -76,7 +76,7 @@ def test_a_prompt_is_its_blocks_in_order_cut_to_its_length(
     st.integers(min_value=0, max_value=2**64 - 1),
     st.lists(st.integers(min_value=0, max_value=2**64 - 1), min_size=1, max_size=4),
     st.integers(min_value=1, max_value=2000),
-    st.integers(min_value=2, max_value=2**32),
+    st.integers(min_value=2, max_value=2**32 - 1),
     st.data(),
 )
 def test_prompt_ids_are_the_prompts_tokens_as_u32(
@@ -92,13 +92,25 @@ def test_prompt_ids_are_the_prompts_tokens_as_u32(
     assert ids.tolist() == synthesize_prompt(request, trace_block_tokens=512, **kwargs)
 
 
+def test_prompt_ids_refuse_what_the_prompt_refuses_and_ids_over_32_bits() -> None:
+    request = TraceRequest(0.0, 600, 1, (1, 2))
+    for vocab_size, min_token_id in [(2**32, 0), (2**33, 2**33 - 5), (10, 10)]:
+        with pytest.raises(ValueError):
+            synthesize_prompt_ids(request, vocab_size=vocab_size, min_token_id=min_token_id)
+    with pytest.raises(ValueError, match="id range"):
+        synthesize_prompt(request, vocab_size=2**32)
+    ids = synthesize_prompt_ids(request, vocab_size=2**32, min_token_id=1)  # ids up to 2**32-1
+    assert ids.tolist() == synthesize_prompt(request, vocab_size=2**32, min_token_id=1)
+
+
 def test_prompt_ids_into_refuses_what_is_not_its_buffer() -> None:
     args = (0, [1], 4, 4, 0, 10)
     for out in (array.array("I", [0]) * 3, array.array("i", [0]) * 4, bytearray(16), b"\0" * 16):
         with pytest.raises((ValueError, BufferError)):  # short, signed, bytes, read-only
             _synth.prompt_token_ids_into(out, *args)
-    with pytest.raises(ValueError, match="below 2"):
-        _synth.prompt_token_ids_into(array.array("I", [0]) * 4, 0, [1], 4, 4, 10, 2**32)
+    for low, span in [(10, 2**32), (0, 2**32), (2**32 - 5, 10), (2**62, 2**31)]:
+        with pytest.raises(ValueError, match="below 2"):
+            _synth.prompt_token_ids_into(array.array("I", [0]) * 4, 0, [1], 4, 4, low, span)
     with pytest.raises(ValueError, match="too few hash_ids"):
         _synth.prompt_token_ids_into(array.array("I", [0]) * 5, 0, [1], 5, 4, 0, 10)
     out = array.array("I", [0]) * 4
