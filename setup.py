@@ -46,6 +46,7 @@ setup(
         Extension(
             "armature.workload._synth",
             ["src/armature/workload/_synth.c"],
+            depends=["src/armature/kv/pyint.h"],
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),

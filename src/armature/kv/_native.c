@@ -36,11 +36,7 @@ static int get_u32_view(PyObject *obj, Py_buffer *view) {
         PyErr_Clear();
         return 0;
     }
-    const char *f = view->format;
-    if (f != NULL && (*f == '@' || *f == '=')) f++; /* native order */
-    if (view->itemsize == 4 && view->ndim == 1 && f != NULL && (f[0] == 'I' || f[0] == 'L') &&
-        f[1] == '\0')
-        return 1;
+    if (is_u32_buffer(view)) return 1;
     PyBuffer_Release(view);
     return 0;
 }

@@ -64,4 +64,13 @@ static inline int peek_u64(PyObject *v, uint64_t *out) {
     return 1;
 }
 
+/* Whether `view` holds native unsigned 32-bit ints in one dimension (array('I'), a numpy
+ * uint32 array): token ids the extensions read or write as they are. */
+static inline int is_u32_buffer(const Py_buffer *view) {
+    const char *f = view->format;
+    if (f != NULL && (*f == '@' || *f == '=')) f++; /* native order */
+    return view->itemsize == 4 && view->ndim == 1 && f != NULL && (f[0] == 'I' || f[0] == 'L') &&
+           f[1] == '\0';
+}
+
 #endif

@@ -11,12 +11,31 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "../kv/pyint.h"
+
 #define GOLDEN_GAMMA 0x9E3779B97F4A7C15ULL
 
 static inline uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
+}
+
+/* The generator's state at the start of the trace block of hash id `id`: 0, or -1 with a
+ * TypeError when `id` is not an int. */
+static int block_state(PyObject *id, uint64_t seed_key, uint64_t *state) {
+    if (!PyLong_Check(id)) {
+        PyErr_SetString(PyExc_TypeError, "hash_ids must be ints");
+        return -1;
+    }
+    *state = mix64(seed_key + (uint64_t)PyLong_AsUnsignedLongLongMask(id));
+    return 0;
+}
+
+/* The next token's offset in [0, span). */
+static inline uint64_t next_offset(uint64_t *state, uint64_t span) {
+    *state += GOLDEN_GAMMA;
+    return ((mix64(*state) >> 32) * span) >> 32;
 }
 
 /* prompt_tokens(seed, hash_ids, num_tokens, block_tokens, low, span, ints=None) -> list[int]:
@@ -61,16 +80,11 @@ static PyObject *prompt_tokens(PyObject *self, PyObject *args) {
     PyObject **id_items = PySequence_Fast_ITEMS(ids);
     Py_ssize_t t = 0;
     for (Py_ssize_t b = 0; b < num_blocks; b++) {
-        PyObject *id = id_items[b];
-        if (!PyLong_Check(id)) {
-            PyErr_SetString(PyExc_TypeError, "hash_ids must be ints");
-            goto fail;
-        }
-        uint64_t state = mix64(seed_key + (uint64_t)PyLong_AsUnsignedLongLongMask(id));
+        uint64_t state;
+        if (block_state(id_items[b], seed_key, &state) < 0) goto fail;
         Py_ssize_t end = t + block_tokens < num_tokens ? t + block_tokens : num_tokens;
         for (; t < end; t++) {
-            state += GOLDEN_GAMMA;
-            uint64_t offset = ((mix64(state) >> 32) * (uint64_t)span) >> 32;
+            uint64_t offset = next_offset(&state, (uint64_t)span);
             PyObject *item;
             if (ints != NULL) {
                 item = PyTuple_GET_ITEM(ints, (Py_ssize_t)offset);
@@ -115,10 +129,7 @@ static PyObject *prompt_token_ids_into(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(out_obj, &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) <
         0)
         return NULL;
-    const char *f = view.format;
-    if (f != NULL && (*f == '@' || *f == '=')) f++;
-    if (view.itemsize != 4 || f == NULL || (f[0] != 'I' && f[0] != 'L') || f[1] != '\0' ||
-        view.len != num_tokens * 4) {
+    if (!is_u32_buffer(&view) || view.len != num_tokens * 4) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "out must be a writable buffer of num_tokens "
                                           "unsigned 32-bit ints");
@@ -139,17 +150,10 @@ static PyObject *prompt_token_ids_into(PyObject *self, PyObject *args) {
     uint32_t *out = view.buf;
     Py_ssize_t t = 0;
     for (Py_ssize_t b = 0; b < num_blocks; b++) {
-        PyObject *id = id_items[b];
-        if (!PyLong_Check(id)) {
-            PyErr_SetString(PyExc_TypeError, "hash_ids must be ints");
-            goto fail;
-        }
-        uint64_t state = mix64(seed_key + (uint64_t)PyLong_AsUnsignedLongLongMask(id));
+        uint64_t state;
+        if (block_state(id_items[b], seed_key, &state) < 0) goto fail;
         Py_ssize_t end = t + block_tokens < num_tokens ? t + block_tokens : num_tokens;
-        for (; t < end; t++) {
-            state += GOLDEN_GAMMA;
-            out[t] = (uint32_t)((uint64_t)low + (((mix64(state) >> 32) * (uint64_t)span) >> 32));
-        }
+        for (; t < end; t++) out[t] = (uint32_t)((uint64_t)low + next_offset(&state, (uint64_t)span));
     }
     Py_DECREF(ids);
     PyBuffer_Release(&view);

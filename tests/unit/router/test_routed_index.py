@@ -117,9 +117,9 @@ def test_invalid_settings(make: Make) -> None:
         make(ttl_s=0.0, max_entries=1)
 
 
-def test_kv_policy_without_events_follows_its_own_decisions(make: Make) -> None:
-    now = [0.0]
-    policy = KvPolicy(
+def routed_policy(make: Make, now: list[float]) -> KvPolicy:
+    """A kv policy with routed predictions only (no events), blocks of 4, at clock now[0]."""
+    return KvPolicy(
         None,
         ActiveLoad(),
         block_size=4,
@@ -127,6 +127,11 @@ def test_kv_policy_without_events_follows_its_own_decisions(make: Make) -> None:
         routed=make(60.0, 1000),
         clock=lambda: now[0],
     )
+
+
+def test_kv_policy_without_events_follows_its_own_decisions(make: Make) -> None:
+    now = [0.0]
+    policy = routed_policy(make, now)
     workers = ["w0", "w1", "w2"]
     prompt = list(range(40))
     first = policy.select(RouteRequest("a", prompt), workers)
@@ -142,14 +147,7 @@ def test_kv_policy_without_events_follows_its_own_decisions(make: Make) -> None:
 def test_kv_policy_records_the_sequence_hashes_it_is_given(make: Make) -> None:
     """Given a prompt's sequence hashes, the policy records those as the worker's prefix: a
     later request of that prompt, hashed from its tokens, follows it there."""
-    policy = KvPolicy(
-        None,
-        ActiveLoad(),
-        block_size=4,
-        hash_seed=DEFAULT_HASH_SEED,
-        routed=make(60.0, 1000),
-        clock=lambda: 0.0,
-    )
+    policy = routed_policy(make, [0.0])
     workers = ["w0", "w1", "w2"]
     prompt = list(range(40))
     given = compute_seq_hashes(prompt, 4)
