@@ -498,16 +498,49 @@ fail:
     return NULL;
 }
 
-/* cache_blocks(block_ids, hashes, parent_hash) -> [(run_parent | None, start, stop)]: register
- * full blocks under their (seq_hash, local_hash); a block already cached keeps its hash, a hash
- * cached under another block is left alone. The runs of newly cached blocks (indexes into
- * `hashes`) are what the wrapper emits one Stored event each for. */
-static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (ready(self) < 0) return NULL;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "cache_blocks(block_ids, hashes, parent_hash)");
+/* One run of newly cached blocks, hashes[start:stop]: (parent, [block_type(seq_hash,
+ * local_hash), ...]), made from the pairs' own ints (the wrapper's Stored event holds them).
+ * The items are read afresh for each block: `block_type` may run code that changes them. */
+static PyObject *make_run(PyObject *parent, Py_ssize_t start, Py_ssize_t stop,
+                          PyObject *hashes_seq, PyObject *block_type) {
+    PyObject *blocks = PyList_New(stop - start);
+    if (blocks == NULL) {
+        Py_DECREF(parent);
         return NULL;
     }
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *pair = i < PySequence_Fast_GET_SIZE(hashes_seq)
+                             ? PySequence_Fast_ITEMS(hashes_seq)[i]
+                             : NULL;
+        if (pair == NULL || !PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_RuntimeError, "hashes changed while their blocks were cached");
+            goto fail;
+        }
+        Py_INCREF(pair);
+        PyObject *block = PyObject_Vectorcall(block_type, &PyTuple_GET_ITEM(pair, 0), 2, NULL);
+        Py_DECREF(pair);
+        if (block == NULL) goto fail;
+        PyList_SET_ITEM(blocks, i - start, block);
+    }
+    return Py_BuildValue("(NN)", parent, blocks);
+fail:
+    Py_DECREF(blocks);
+    Py_DECREF(parent);
+    return NULL;
+}
+
+/* cache_blocks(block_ids, hashes, parent_hash, block_type) -> [(run_parent | None, blocks)]:
+ * register full blocks under their (seq_hash, local_hash); a block already cached keeps its
+ * hash, a hash cached under another block is left alone. Each run of newly cached blocks
+ * (make_run) is what the wrapper emits one Stored event for. */
+static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (ready(self) < 0) return NULL;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "cache_blocks(block_ids, hashes, parent_hash, block_type)");
+        return NULL;
+    }
+    PyObject *block_type = args[3];
     if (!self->prefix_caching) return PyList_New(0);
     int has_prev = args[2] != Py_None;
     uint64_t prev = 0;
@@ -582,7 +615,7 @@ static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py
             PyObject *parent =
                 run_has_parent ? PyLong_FromUnsignedLongLong(run_parent) : Py_NewRef(Py_None);
             if (parent == NULL) goto fail;
-            PyObject *run = Py_BuildValue("(Nnn)", parent, run_start, i);
+            PyObject *run = make_run(parent, run_start, i, hashes_seq, block_type);
             if (run == NULL) goto fail;
             int failed = PyList_Append(runs, run) < 0;
             Py_DECREF(run);
@@ -730,7 +763,7 @@ static PyMethodDef PoolCore_methods[] = {
      "allocate(n) -> (block_ids, evicted seq_hashes)"},
     {"free", (PyCFunction)PoolCore_free, METH_O, "free(block_ids): one reference less each"},
     {"cache_blocks", (PyCFunction)(void (*)(void))PoolCore_cache_blocks, METH_FASTCALL,
-     "cache_blocks(block_ids, hashes, parent_hash) -> runs of newly cached blocks"},
+     "cache_blocks(block_ids, hashes, parent_hash, block_type) -> runs of newly cached blocks"},
     {"reset", (PyCFunction)PoolCore_reset, METH_NOARGS,
      "reset() -> whether every hash was forgotten (refused while blocks are in use)"},
     {"get_cached_block", (PyCFunction)PoolCore_get_cached_block, METH_O,

@@ -79,8 +79,10 @@ class NativeBlockPool(PoolShell):
     ) -> None:
         if not self.enable_prefix_caching:
             return
-        for run_parent, start, stop in self._core.cache_blocks(block_ids, hashes, parent_hash):
-            blocks = list(starmap(StoredBlock, hashes[start:stop]))
+        # each run's StoredBlocks made by the core, from the pairs' own ints
+        for run_parent, blocks in self._core.cache_blocks(
+            block_ids, hashes, parent_hash, StoredBlock
+        ):
             self.event_log.stored(run_parent, blocks, KvTier.DEVICE)
 
     def reset_prefix_cache(self) -> bool:

@@ -804,3 +804,29 @@ def test_the_environment_chooses_the_pool(monkeypatch: pytest.MonkeyPatch, backe
     monkeypatch.setenv(POOL_BACKEND_ENV_VAR, "rust")
     with pytest.raises(ConfigError, match="ARMATURE_POOL_BACKEND must be one of native, python"):
         make_block_pool(4, 4)
+
+
+# ---- the C core's own guard ----------------------------------------------------------------
+
+
+def test_the_core_refuses_hashes_changed_while_it_makes_the_stored_blocks(backend: str) -> None:
+    """The C core makes each run's blocks by calling the block type; a callable that changes
+    the hashes meanwhile gets an error, not a read of freed memory."""
+    if backend != Backend.NATIVE:
+        pytest.skip("the C core's argument")
+    from armature.kv import _pool
+
+    core = _pool.PoolCore(8, True)
+    ids, evicted = core.allocate(3)
+    assert (ids, evicted) == ([0, 1, 2], [])
+    pairs = [(1, 11), (2, 12), (3, 13)]
+
+    def clearing(seq_hash: int, local_hash: int) -> tuple[int, int]:
+        pairs.clear()
+        return (seq_hash, local_hash)
+
+    with pytest.raises(RuntimeError, match="hashes changed"):
+        core.cache_blocks(ids, pairs, None, clearing)
+    more, _ = core.allocate(2)
+    made = core.cache_blocks(more, [(5, 15), (6, 16)], 9, StoredBlock)
+    assert made == [(9, [StoredBlock(5, 15), StoredBlock(6, 16)])]
