@@ -32,7 +32,9 @@ class KvEventLog:
 
     def stored(self, parent_hash: int | None, blocks: list[StoredBlock], tier: KvTier) -> None:
         """`blocks` form one chain whose first block follows `parent_hash`."""
-        self._events.append(KvStored(self._take_event_id(), parent_hash, blocks, tier))
+        event_id = self._next_event_id  # _take_event_id inline: an event per cached run
+        self._next_event_id = event_id + 1
+        self._events.append(KvStored(event_id, parent_hash, blocks, tier))
 
     def stored_keys(self, keys: Sequence[BlockKey], tier: KvTier) -> None:
         """One Stored event per run of consecutive chained keys (each key's parent is the

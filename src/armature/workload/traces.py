@@ -421,19 +421,27 @@ def prefix_hit_ceiling_tokens(
     num_hit_tokens = 0
     num_tokens = 0
     for request in sorted(requests, key=lambda r: r.arrival_ms):
-        lengths = [
-            min(trace_block_tokens, request.input_length - i * trace_block_tokens)
-            for i in range(_num_blocks(request.input_length, trace_block_tokens))
-        ]
+        n = request.input_length
+        ids = request.hash_ids[: _num_blocks(n, trace_block_tokens)]
+        # every block is whole but a shorter last one; a whole block shares what any prompt
+        # had of its id (never more than a whole block), and the walk ends at the first id
+        # not seen whole
+        num_whole = min(n // trace_block_tokens, len(ids))
         shared_tokens = 0
-        for hash_id, length in zip(request.hash_ids, lengths, strict=False):
+        for hash_id in ids[:num_whole]:
             have = seen.get(hash_id, 0)
-            shared_tokens += min(have, length)
-            if have < length:
+            shared_tokens += have
+            if have < trace_block_tokens:
                 break
-        num_hit_blocks = min(shared_tokens // block_size, (request.input_length - 1) // block_size)
+        else:
+            if num_whole < len(ids):  # the shorter last block
+                last = n - num_whole * trace_block_tokens
+                shared_tokens += min(seen.get(ids[num_whole], 0), last)
+        num_hit_blocks = min(shared_tokens // block_size, (n - 1) // block_size)
         num_hit_tokens += num_hit_blocks * block_size
-        num_tokens += request.input_length
-        for hash_id, length in zip(request.hash_ids, lengths, strict=False):
-            seen[hash_id] = max(seen.get(hash_id, 0), length)
+        num_tokens += n
+        seen.update(dict.fromkeys(ids[:num_whole], trace_block_tokens))
+        if num_whole < len(ids):
+            last = n - num_whole * trace_block_tokens
+            seen[ids[num_whole]] = max(seen.get(ids[num_whole], 0), last)
     return num_hit_tokens / num_tokens if num_tokens else 0.0

@@ -60,6 +60,15 @@ def test_latency_summary() -> None:
     assert LatencySummary.of([]) == LatencySummary(0.0, 0.0, 0.0, 0.0)
 
 
+@given(st.lists(st.floats(0.0, 1e6, allow_nan=False), max_size=300))
+def test_summary_of_an_array_is_the_summary_of_the_list(values: list[float]) -> None:
+    """numpy's sort and the memoryview's exact mean give the list path's figures to the bit,
+    as Python floats (a replay's report is compared field by field)."""
+    summary = LatencySummary.of_array(np.array(values, dtype=np.float64))
+    assert summary == LatencySummary.of(values)
+    assert {type(x) for x in (summary.p50, summary.p90, summary.p99, summary.mean)} == {float}
+
+
 def timing(ttft_ms: float | None, *itl_ms: float, num_output_tokens: int = 0) -> RequestTiming:
     return RequestTiming(ttft_ms, list(itl_ms), num_output_tokens or len(itl_ms) + 1)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from armature.workload.traces import (
     TRACE_BLOCK_TOKENS,
@@ -462,6 +464,57 @@ def test_token_ceiling_counts_whole_engine_blocks_of_the_shared_prefix() -> None
     num_hits = 0 + 512 + 992 + 992
     assert prefix_hit_ceiling_tokens(requests, 16) == num_hits / (1024 + 1000 + 1000 + 1030)
     assert prefix_hit_ceiling_tokens([], 16) == 0.0
+
+
+def _token_ceiling_reference(
+    requests: list[TraceRequest], block_size: int, trace_block_tokens: int
+) -> float:
+    """prefix_hit_ceiling_tokens as first written: every block's length listed, each id's
+    most tokens kept with max (the reference for the walk that knows all but the last block
+    is whole)."""
+    seen: dict[int, int] = {}
+    num_hit_tokens = num_tokens = 0
+    for request in sorted(requests, key=lambda r: r.arrival_ms):
+        n = request.input_length
+        lengths = [
+            min(trace_block_tokens, n - i * trace_block_tokens)
+            for i in range(-(-n // trace_block_tokens))
+        ]
+        shared_tokens = 0
+        for hash_id, length in zip(request.hash_ids, lengths, strict=False):
+            have = seen.get(hash_id, 0)
+            shared_tokens += min(have, length)
+            if have < length:
+                break
+        num_hit_tokens += min(shared_tokens // block_size, (n - 1) // block_size) * block_size
+        num_tokens += n
+        for hash_id, length in zip(request.hash_ids, lengths, strict=False):
+            seen[hash_id] = max(seen.get(hash_id, 0), length)
+    return num_hit_tokens / num_tokens if num_tokens else 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 200),  # input length
+            st.lists(st.integers(0, 6), max_size=12),  # hash ids: few, so prompts share
+            st.integers(0, 5),  # arrival
+        ),
+        max_size=12,
+    ),
+    st.sampled_from([1, 4, 16]),
+    st.sampled_from([8, 32]),
+)
+def test_token_ceiling_equals_the_reference(
+    shapes: list[tuple[int, list[int], int]], block_size: int, trace_block_tokens: int
+) -> None:
+    """Any lengths, hash ids shorter or longer than the prompt's blocks, ids repeated within
+    a prompt, ties in arrival: the same ratio as the reference, to the bit."""
+    requests = [TraceRequest(float(t), n, 1, tuple(ids)) for n, ids, t in shapes]
+    assert prefix_hit_ceiling_tokens(
+        requests, block_size, trace_block_tokens
+    ) == _token_ceiling_reference(requests, block_size, trace_block_tokens)
 
 
 def test_token_ceiling_follows_arrival_order() -> None:
