@@ -32,7 +32,7 @@ class KvEventLog:
 
     def stored(self, parent_hash: int | None, blocks: list[StoredBlock], tier: KvTier) -> None:
         """`blocks` form one chain whose first block follows `parent_hash`."""
-        event_id = self._next_event_id  # _take_event_id inline: an event per cached run
+        event_id = self._next_event_id  # inline: an event per cached run
         self._next_event_id = event_id + 1
         self._events.append(KvStored(event_id, parent_hash, blocks, tier))
 
@@ -54,7 +54,9 @@ class KvEventLog:
             self.stored(run_parent, run, tier)
 
     def removed(self, seq_hashes: list[int], tier: KvTier) -> None:
-        self._events.append(KvRemoved(self._take_event_id(), seq_hashes, tier))
+        event_id = self._next_event_id  # inline: an event per evicting allocation
+        self._next_event_id = event_id + 1
+        self._events.append(KvRemoved(event_id, seq_hashes, tier))
 
     def cleared(self) -> None:
         self._events.append(KvCleared(self._take_event_id()))

@@ -114,13 +114,17 @@ class StepStats:
         attends over `first_decode_kv_tokens`, each next one a token more per request (the
         decode fast path, `engines.native.decode_run`, builds no SchedulerOutput)."""
         if wall_s:
-            rows = _DecodeRows(
-                num_decode_requests,
-                first_decode_kv_tokens,
-                num_kv_tokens_used,
-                num_queued_prefill_requests,
-                num_queued_prefill_tokens,
-                wall_s,
+            # tuple.__new__: the named tuple's own __new__ is a Python frame per stretch
+            rows = tuple.__new__(
+                _DecodeRows,
+                (
+                    num_decode_requests,
+                    first_decode_kv_tokens,
+                    num_kv_tokens_used,
+                    num_queued_prefill_requests,
+                    num_queued_prefill_tokens,
+                    wall_s,
+                ),
             )
             self._add(rows, len(wall_s))
 
