@@ -498,41 +498,28 @@ fail:
     return NULL;
 }
 
-/* One run of newly cached blocks, hashes[start:stop]: (parent, [block_type(seq_hash,
- * local_hash), ...]), made from the pairs' own ints (the wrapper's Stored event holds them).
- * The items are read afresh for each block: `block_type` may run code that changes them. */
+/* (parent, [made[start], ..., made[stop - 1]]): one run of newly cached blocks, the blocks'
+ * references moved from `made` (their slots left NULL). */
 static PyObject *make_run(PyObject *parent, Py_ssize_t start, Py_ssize_t stop,
-                          PyObject *hashes_seq, PyObject *block_type) {
+                          PyObject **made) {
     PyObject *blocks = PyList_New(stop - start);
     if (blocks == NULL) {
         Py_DECREF(parent);
         return NULL;
     }
     for (Py_ssize_t i = start; i < stop; i++) {
-        PyObject *pair = i < PySequence_Fast_GET_SIZE(hashes_seq)
-                             ? PySequence_Fast_ITEMS(hashes_seq)[i]
-                             : NULL;
-        if (pair == NULL || !PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_SetString(PyExc_RuntimeError, "hashes changed while their blocks were cached");
-            goto fail;
-        }
-        Py_INCREF(pair);
-        PyObject *block = PyObject_Vectorcall(block_type, &PyTuple_GET_ITEM(pair, 0), 2, NULL);
-        Py_DECREF(pair);
-        if (block == NULL) goto fail;
-        PyList_SET_ITEM(blocks, i - start, block);
+        PyList_SET_ITEM(blocks, i - start, made[i]);
+        made[i] = NULL;
     }
     return Py_BuildValue("(NN)", parent, blocks);
-fail:
-    Py_DECREF(blocks);
-    Py_DECREF(parent);
-    return NULL;
 }
 
 /* cache_blocks(block_ids, hashes, parent_hash, block_type) -> [(run_parent | None, blocks)]:
  * register full blocks under their (seq_hash, local_hash); a block already cached keeps its
  * hash, a hash cached under another block is left alone. Each run of newly cached blocks
- * (make_run) is what the wrapper emits one Stored event for. */
+ * comes with its `block_type(seq_hash, local_hash)`s (made from the pairs' own ints: what the
+ * wrapper's Stored event for the run holds). All or nothing: every block is made, then every
+ * block checked against the pool, before anything is cached (`block_type` may run code). */
 static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py_ssize_t nargs) {
     if (ready(self) < 0) return NULL;
     if (nargs != 4) {
@@ -555,6 +542,7 @@ static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py
     PyObject *runs = NULL;
     uint64_t *pairs = NULL;
     int32_t *blocks = NULL;
+    PyObject **made = NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(ids_seq);
     if (PySequence_Fast_GET_SIZE(hashes_seq) != n) {
         PyErr_SetString(PyExc_ValueError, "one (seq_hash, local_hash) per block is required");
@@ -562,20 +550,31 @@ static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py
     }
     pairs = PyMem_Malloc((size_t)(2 * n + 1) * sizeof(uint64_t));
     blocks = PyMem_Malloc((size_t)(n + 1) * sizeof(int32_t));
-    if (pairs == NULL || blocks == NULL) {
+    made = PyMem_Calloc((size_t)(n + 1), sizeof(PyObject *));
+    if (pairs == NULL || blocks == NULL || made == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
-    PyObject **ids = PySequence_Fast_ITEMS(ids_seq), **hashes = PySequence_Fast_ITEMS(hashes_seq);
-    for (Py_ssize_t i = 0; i < n; i++) { /* read and check all first: all or nothing */
-        if (read_block(self, ids[i], &blocks[i]) < 0) goto fail;
-        PyObject *pair = hashes[i];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* read afresh each time: code run by block_type may change the sequences */
+        if (i >= PySequence_Fast_GET_SIZE(ids_seq) || i >= PySequence_Fast_GET_SIZE(hashes_seq)) {
+            PyErr_SetString(PyExc_RuntimeError, "block ids or hashes changed while read");
+            goto fail;
+        }
+        if (read_block(self, PySequence_Fast_ITEMS(ids_seq)[i], &blocks[i]) < 0) goto fail;
+        PyObject *pair = PySequence_Fast_ITEMS(hashes_seq)[i];
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
             PyErr_SetString(PyExc_TypeError, "hashes must be (seq_hash, local_hash) tuples");
             goto fail;
         }
         if (read_u64(PyTuple_GET_ITEM(pair, 0), &pairs[2 * i]) < 0) goto fail;
         if (read_u64(PyTuple_GET_ITEM(pair, 1), &pairs[2 * i + 1]) < 0) goto fail;
+        Py_INCREF(pair); /* a tuple: its items stay what was read */
+        made[i] = PyObject_Vectorcall(block_type, &PyTuple_GET_ITEM(pair, 0), 2, NULL);
+        Py_DECREF(pair);
+        if (made[i] == NULL) goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* the pool as it is now, after block_type ran */
         if (self->ref[blocks[i]] <= 0) {
             PyErr_SetString(PyExc_AssertionError, "only blocks in use can be cached");
             goto fail;
@@ -590,11 +589,12 @@ static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py
     if (n == 0) goto done;
     if (map_reserve(&self->cached, self->cached.count + (size_t)n) < 0) goto fail;
     for (Py_ssize_t i = 0; i < n; i++) map_prefetch(&self->cached, pairs[2 * i]);
+    /* cache first (nothing below can fail), then the runs' lists */
     Py_ssize_t run_start = -1;
     int run_has_parent = 0;
     uint64_t run_parent = 0;
     for (Py_ssize_t i = 0; i <= n; i++) {
-        int newly = 0;
+        int is_new = 0;
         if (i < n) {
             int32_t b = blocks[i];
             uint64_t seq_hash = pairs[2 * i];
@@ -604,18 +604,18 @@ static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py
                 self->parent[b] = prev;
                 self->flags[b] = HAS_SEQ | (has_prev ? HAS_PARENT : 0);
                 map_put(&self->cached, seq_hash, b);
-                newly = 1;
+                is_new = 1;
             }
         }
-        if (newly && run_start < 0) {
+        if (is_new && run_start < 0) {
             run_start = i;
             run_has_parent = has_prev;
             run_parent = prev;
-        } else if (!newly && run_start >= 0) {
+        } else if (!is_new && run_start >= 0) {
             PyObject *parent =
                 run_has_parent ? PyLong_FromUnsignedLongLong(run_parent) : Py_NewRef(Py_None);
             if (parent == NULL) goto fail;
-            PyObject *run = make_run(parent, run_start, i, hashes_seq, block_type);
+            PyObject *run = make_run(parent, run_start, i, made);
             if (run == NULL) goto fail;
             int failed = PyList_Append(runs, run) < 0;
             Py_DECREF(run);
@@ -628,12 +628,17 @@ static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py
         }
     }
 done:
+    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(made[i]); /* blocks not newly cached */
+    PyMem_Free(made);
     PyMem_Free(pairs);
     PyMem_Free(blocks);
     Py_DECREF(ids_seq);
     Py_DECREF(hashes_seq);
     return runs;
 fail:
+    if (made != NULL)
+        for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(made[i]);
+    PyMem_Free(made);
     PyMem_Free(pairs);
     PyMem_Free(blocks);
     Py_XDECREF(runs);

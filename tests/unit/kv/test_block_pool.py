@@ -809,9 +809,11 @@ def test_the_environment_chooses_the_pool(monkeypatch: pytest.MonkeyPatch, backe
 # ---- the C core's own guard ----------------------------------------------------------------
 
 
-def test_the_core_refuses_hashes_changed_while_it_makes_the_stored_blocks(backend: str) -> None:
-    """The C core makes each run's blocks by calling the block type; a callable that changes
-    the hashes meanwhile gets an error, not a read of freed memory."""
+def test_the_core_makes_the_stored_blocks_before_it_caches_any(backend: str) -> None:
+    """The C core makes each block's Stored entry by calling the block type, which may run
+    code: all are made, and every block checked, before anything is cached. A type that
+    shrinks the hashes gets an error, one that raises leaves the pool as it was, and one
+    that replaces a later pair caches what the event says."""
     if backend != Backend.NATIVE:
         pytest.skip("the C core's argument")
     from armature.kv import _pool
@@ -825,8 +827,30 @@ def test_the_core_refuses_hashes_changed_while_it_makes_the_stored_blocks(backen
         pairs.clear()
         return (seq_hash, local_hash)
 
-    with pytest.raises(RuntimeError, match="hashes changed"):
+    with pytest.raises(RuntimeError, match="changed while read"):
         core.cache_blocks(ids, pairs, None, clearing)
+    assert core.get_cached_hashes() == []
+
+    def raising(seq_hash: int, local_hash: int) -> tuple[int, int]:
+        if seq_hash == 3:
+            raise KeyError(seq_hash)
+        return (seq_hash, local_hash)
+
+    with pytest.raises(KeyError):
+        core.cache_blocks(ids, [(1, 11), (2, 12), (3, 13)], None, raising)
+    assert core.get_cached_hashes() == []
+
+    replaced = [(1, 11), (2, 12), (3, 13)]
+
+    def replacing(seq_hash: int, local_hash: int) -> tuple[int, int]:
+        replaced[2] = (9, 19)
+        return (seq_hash, local_hash)
+
+    made = core.cache_blocks(ids, replaced, 5, replacing)
+    assert made == [(5, [(1, 11), (2, 12), (9, 19)])]
+    assert sorted(core.get_cached_hashes()) == [1, 2, 9]
+    assert core.snapshot()[2][:3] == (1, 9, 19)  # ref count, seq hash, local hash
     more, _ = core.allocate(2)
-    made = core.cache_blocks(more, [(5, 15), (6, 16)], 9, StoredBlock)
-    assert made == [(9, [StoredBlock(5, 15), StoredBlock(6, 16)])]
+    assert core.cache_blocks(more, [(5, 15), (6, 16)], 9, StoredBlock) == [
+        (9, [StoredBlock(5, 15), StoredBlock(6, 16)])
+    ]
