@@ -89,9 +89,10 @@ class LatencySummary:
 
     @staticmethod
     def of_array(values: npt.NDArray[np.float64]) -> LatencySummary:
-        """`of` a float64 array, sorted by numpy (a replay's millions of token gaps): the same
-        figures, bit for bit (the same arithmetic on the same doubles, the exact mean read
-        through a memoryview: no Python float kept per value)."""
+        """`of` a 1-D native float64 array without NaN (numpy and Python order NaN apart),
+        sorted by numpy (a replay's millions of token gaps): the same figures, bit for bit
+        (the same arithmetic on the same doubles, the exact mean read through a memoryview:
+        no Python float kept per value)."""
         if values.size == 0:
             return LatencySummary(0.0, 0.0, 0.0, 0.0)
         ordered = np.sort(values).data  # a memoryview
