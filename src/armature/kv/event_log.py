@@ -32,9 +32,7 @@ class KvEventLog:
 
     def stored(self, parent_hash: int | None, blocks: list[StoredBlock], tier: KvTier) -> None:
         """`blocks` form one chain whose first block follows `parent_hash`."""
-        event_id = self._next_event_id  # inline: an event per cached run
-        self._next_event_id = event_id + 1
-        self._events.append(KvStored(event_id, parent_hash, blocks, tier))
+        self._events.append(KvStored(self._take_event_id(), parent_hash, blocks, tier))
 
     def stored_keys(self, keys: Sequence[BlockKey], tier: KvTier) -> None:
         """One Stored event per run of consecutive chained keys (each key's parent is the
@@ -54,9 +52,7 @@ class KvEventLog:
             self.stored(run_parent, run, tier)
 
     def removed(self, seq_hashes: list[int], tier: KvTier) -> None:
-        event_id = self._next_event_id  # inline: an event per evicting allocation
-        self._next_event_id = event_id + 1
-        self._events.append(KvRemoved(event_id, seq_hashes, tier))
+        self._events.append(KvRemoved(self._take_event_id(), seq_hashes, tier))
 
     def cleared(self) -> None:
         self._events.append(KvCleared(self._take_event_id()))

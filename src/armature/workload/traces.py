@@ -427,21 +427,22 @@ def prefix_hit_ceiling_tokens(
         # had of its id (never more than a whole block), and the walk ends at the first id
         # not seen whole
         num_whole = min(n // trace_block_tokens, len(ids))
+        whole = ids[:num_whole]
+        last_id = ids[num_whole] if num_whole < len(ids) else None  # the shorter last block
+        last = n - num_whole * trace_block_tokens
         shared_tokens = 0
-        for hash_id in ids[:num_whole]:
+        for hash_id in whole:
             have = seen.get(hash_id, 0)
             shared_tokens += have
             if have < trace_block_tokens:
                 break
         else:
-            if num_whole < len(ids):  # the shorter last block
-                last = n - num_whole * trace_block_tokens
-                shared_tokens += min(seen.get(ids[num_whole], 0), last)
+            if last_id is not None:
+                shared_tokens += min(seen.get(last_id, 0), last)
         num_hit_blocks = min(shared_tokens // block_size, (n - 1) // block_size)
         num_hit_tokens += num_hit_blocks * block_size
         num_tokens += n
-        seen.update(dict.fromkeys(ids[:num_whole], trace_block_tokens))
-        if num_whole < len(ids):
-            last = n - num_whole * trace_block_tokens
-            seen[ids[num_whole]] = max(seen.get(ids[num_whole], 0), last)
+        seen.update(dict.fromkeys(whole, trace_block_tokens))
+        if last_id is not None:
+            seen[last_id] = max(seen.get(last_id, 0), last)
     return num_hit_tokens / num_tokens if num_tokens else 0.0
