@@ -25,7 +25,11 @@ setup(
         Extension(
             "armature.kv._pool",
             ["src/armature/kv/_pool.c"],
-            depends=["src/armature/kv/pyint.h"],
+            depends=[
+                "src/armature/kv/pyint.h",
+                "src/armature/kv/xxh3.h",
+                "src/armature/kv/pool_decode.h",
+            ],
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -213,18 +213,6 @@ static PyObject *token_id_range(PyObject *self, PyObject *tokens) {
     return Py_BuildValue("(kk)", low, high);
 }
 
-/* The decimal digits of `value` (>= 0) at `out`; their count. */
-static int put_decimal(char *out, Py_ssize_t value) {
-    char reversed[24];
-    int n = 0;
-    do {
-        reversed[n++] = (char)('0' + value % 10);
-        value /= 10;
-    } while (value);
-    for (int i = 0; i < n; i++) out[i] = reversed[n - 1 - i];
-    return n;
-}
-
 /* mock_tokens(prefix, start, stop, seed, vocab_size) -> list[int]: XXH3-64(seed) of `prefix`
  * followed by each position's decimal digits, modulo vocab_size, for positions start..stop-1:
  * the mocker's synthetic output tokens (`xxhash.xxh3_64_intdigest(f"{id}/{p}".encode(), seed)
@@ -256,9 +244,7 @@ static PyObject *mock_tokens(PyObject *self, PyObject *args) {
     PyObject *out = PyList_New(stop - start);
     if (out == NULL) return NULL;
     for (Py_ssize_t p = start; p < stop; p++) {
-        int digits = put_decimal(buf + head, p);
-        uint64_t h = xxh3_64((const uint8_t *)buf, head + (size_t)digits, seed);
-        PyObject *item = PyLong_FromUnsignedLongLong(h % vocab_size);
+        PyObject *item = PyLong_FromUnsignedLongLong(mock_token(buf, head, p, seed, vocab_size));
         if (item == NULL) {
             Py_DECREF(out);
             return NULL;

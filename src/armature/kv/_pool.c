@@ -751,6 +751,8 @@ static PyObject *PoolCore_get_num_cached_blocks(PoolCore *self, PyObject *unused
     return PyLong_FromSize_t(self->cached.count);
 }
 
+#include "pool_decode.h"
+
 static PyMethodDef PoolCore_methods[] = {
     {"find_prefix", (PyCFunction)PoolCore_find_prefix, METH_O,
      "find_prefix(seq_hashes) -> block ids of the longest cached prefix"},
@@ -782,6 +784,9 @@ static PyMethodDef PoolCore_methods[] = {
     {"get_num_free_blocks", (PyCFunction)PoolCore_get_num_free_blocks, METH_NOARGS, NULL},
     {"get_num_active_blocks", (PyCFunction)PoolCore_get_num_active_blocks, METH_NOARGS, NULL},
     {"get_num_cached_blocks", (PyCFunction)PoolCore_get_num_cached_blocks, METH_NOARGS, NULL},
+    {"run_decodes", (PyCFunction)(void (*)(void))PoolCore_run_decodes, METH_FASTCALL,
+     "run_decodes(...) -> (status, step, kv_tokens, now_s, last_step_ms, num_steps): a decode "
+     "run's stretches (pool_decode.h)"},
     {NULL, NULL, 0, NULL},
 };
 

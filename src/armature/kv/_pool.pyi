@@ -1,5 +1,5 @@
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 _Block = TypeVar("_Block")
 
@@ -29,3 +29,29 @@ class PoolCore:
     def get_num_free_blocks(self) -> int: ...
     def get_num_active_blocks(self) -> int: ...
     def get_num_cached_blocks(self) -> int: ...
+    def run_decodes(
+        self,
+        running: list[Any],
+        start_computed: list[int],
+        allocations: list[tuple[int, int]],
+        registrations: list[tuple[int, int]],
+        step: int,
+        kv_tokens: int,
+        last_step: int,
+        step_end_ms: list[float],
+        now_ms: float,
+        horizon_ms: float,
+        step_ms_of: Callable[[int, int], float],
+        now_s: float,
+        token_seed: int,
+        vocab_size: int,
+        block_size: int,
+        block_type: Callable[[int, int], Any],
+        stored: Callable[[int | None, list[Any], Any], None],
+        removed: Callable[[list[int], Any], None],
+        tier: Any,
+        entries: list[Any],
+        entry_type: type[tuple[Any, ...]],
+        queued_requests: int,
+        queued_tokens: int,
+    ) -> tuple[int, int, int, float, float, int]: ...

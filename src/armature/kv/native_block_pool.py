@@ -4,9 +4,9 @@ arrays); the events and the eviction observer are handled here. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import starmap
-from typing import cast
+from typing import NamedTuple, cast
 
 from armature.backends import BackendUnavailableError
 from armature.kv.eviction import EvictedBlock
@@ -18,9 +18,17 @@ try:
 except ImportError:  # built without a C compiler: the pure-Python pool
     _pool = None  # type: ignore[assignment]
 
-__all__ = ["POOL_BACKEND_ENV_VAR", "NativeBlockPool", "has_native_pool"]
+__all__ = ["POOL_BACKEND_ENV_VAR", "DecodeKernel", "NativeBlockPool", "has_native_pool"]
 
 POOL_BACKEND_ENV_VAR = "ARMATURE_POOL_BACKEND"
+
+
+class DecodeKernel(NamedTuple):
+    """A native pool's core and the event log calls its decode stretches report to."""
+
+    core: _pool.PoolCore
+    stored: Callable[[int | None, list[StoredBlock], KvTier], None]
+    removed: Callable[[list[int], KvTier], None]
 
 
 def has_native_pool() -> bool:
@@ -56,6 +64,14 @@ class NativeBlockPool(PoolShell):
         return list(
             starmap(KvBlock, ((i, *state) for i, state in enumerate(self._core.snapshot())))
         )
+
+    def get_decode_kernel(self) -> DecodeKernel | None:
+        """What a decode run needs to run its stretches in the core (`PoolCore.run_decodes`):
+        None while an eviction observer must see evictions before they happen."""
+        if self._eviction_observer is not None:
+            return None
+        log = self.event_log
+        return DecodeKernel(self._core, log.stored, log.removed)
 
     def touch(self, block_ids: Sequence[int], *, is_hit: bool = False) -> None:
         self._core.touch(block_ids, is_hit)

@@ -207,6 +207,21 @@ static uint64_t chain(uint64_t parent, uint64_t local, uint64_t seed) {
     return len_0to16(pair, 16, seed);
 }
 
+/* The mocker's token at `position` of a request: XXH3-64(seed) of "<request id>/<position>"
+ * modulo vocab_size, where `buf` holds "<request id>/" in its first `head` bytes and has 24
+ * bytes free after them (the position's decimal digits are written there). */
+static inline uint64_t mock_token(char *buf, size_t head, Py_ssize_t position, uint64_t seed,
+                                  uint64_t vocab_size) {
+    char reversed[24];
+    int n = 0;
+    do {
+        reversed[n++] = (char)('0' + position % 10);
+        position /= 10;
+    } while (position);
+    for (int i = 0; i < n; i++) buf[head + (size_t)i] = reversed[n - 1 - i];
+    return xxh3_64((const uint8_t *)buf, head + (size_t)n, seed) % vocab_size;
+}
+
 /* A token id straight from an exact int's digits (CPython 3.11 layout: a signed digit count in
  * ob_size, 30-bit digits), about 4x faster than PyLong_AsUnsignedLong over a 4k-token prompt.
  * Returns 0 where the general path must decide (other types, negatives, >2 digits). */

@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - built without a C compiler
 from armature.config import KvTierConfig
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore, TierBuilder
+from armature.engines.native.decode_run import NativeDecode
 from armature.engines.native.lora_set import ServedLora, served_lora_name
 from armature.engines.native.scheduler import ScheduledChunk
 from armature.kv.event_log import KvEventLog
@@ -72,6 +73,7 @@ class MockerRunner:
         block_size: int = 16,
         transfer_bandwidth_bytes_s: float = DEFAULT_TRANSFER_BANDWIDTH_BYTES_S,
         speedup_ratio: float = 1.0,
+        native_decode: bool = True,
     ):
         self.arch = arch
         self.kv_store: KvBlockStore = ModeledKvStore(
@@ -86,6 +88,8 @@ class MockerRunner:
         # the timing model's last decode step: (requests, KV utilization, context) -> ms
         self._decode_key: tuple[int, float, int] | None = None
         self._decode_ms = 0.0
+        # decode runs step natively where they can (False: the Python loop, their reference)
+        self.native_decode = native_decode
 
     def token_for(self, request_id: str, position: int) -> int:
         digest = xxhash.xxh3_64_intdigest(f"{request_id}/{position}".encode(), seed=self.seed)
@@ -141,6 +145,25 @@ class MockerRunner:
         self.last_step_ms = step_ms
         self.num_batches += num_steps
         return self.clock.advance_steps(step_ms / 1000.0, num_steps)
+
+    def get_native_decode(self) -> NativeDecode | None:
+        """What a decode run needs to run its stretches natively (`PoolCore.run_decodes`: the
+        clock's seconds added there, the tokens made there as `get_tokens` makes them): a
+        virtual clock's time, the token seed and the vocabulary; None on a wall clock, or
+        where a token can be an EOS id (`token_for` skips those)."""
+        if not self.native_decode or self.arch.eos_token_ids:
+            return None
+        if not isinstance(self.clock, VirtualClock):
+            return None
+        return NativeDecode(self.clock.now_s, self.seed, self.arch.vocab_size)
+
+    def end_native_decode(self, now_s: float, last_step_ms: float, num_steps: int) -> None:
+        """After `num_steps` steps run natively (the last `last_step_ms`), the clock at
+        `now_s`: as `advance_steps` of each stretch would have left them."""
+        assert isinstance(self.clock, VirtualClock)
+        self.clock.now_s = now_s
+        self.last_step_ms = last_step_ms
+        self.num_batches += num_steps
 
     def get_tokens(self, request_id: str, start: int, stop: int) -> list[int]:
         """`token_for` at positions `start..stop-1`."""

@@ -3,29 +3,25 @@ twin mocker cores, one stepped and one run, end in exactly the same state."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import pytest
+from mocker_cores import core_state, mocker_core
 
-from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
-from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
-from armature.sim.timing import PolynomialTiming
-
-ARCH = simulated_arch(vocab_size=1000, max_model_len=4096)
+from armature.sim.mocker import MockerRunner
 
 
-def twin(num_kv_blocks: int = 64, **settings: object) -> tuple[EngineCore, MockerRunner]:
-    config = NativeEngineConfig(
-        model_dir=Path("/unused"),
-        num_kv_blocks=num_kv_blocks,
-        block_size=4,
-        **settings,  # type: ignore[arg-type]
-    )
-    runner = MockerRunner(ARCH, PolynomialTiming(), VirtualClock())
-    core = EngineCore(config, runner, num_blocks=num_kv_blocks, time_s=runner.clock.get_time_s)
-    pool = core.pool
-    runner.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks
-    return core, runner
+@pytest.fixture(params=[True, False], ids=["native", "python"])
+def native(request: pytest.FixtureRequest) -> bool:
+    """Each test twice: decode runs' stretches in the pool's core, then in the Python loop
+    (`DecodeRun._run_python`, the kernel's reference)."""
+    return bool(request.param)
+
+
+def twin(
+    num_kv_blocks: int = 64, *, native: bool = True, **settings: object
+) -> tuple[EngineCore, MockerRunner]:
+    return mocker_core(num_kv_blocks, 4, native=native, **settings)
 
 
 def add(core: EngineCore, max_tokens: dict[str, int], prompt_len: int = 6) -> None:
@@ -35,27 +31,14 @@ def add(core: EngineCore, max_tokens: dict[str, int], prompt_len: int = 6) -> No
         core.add_request(EngineRequest(request_id=rid, prompt_token_ids=prompt, sampling=sampling))
 
 
-def prefilled(max_tokens: dict[str, int], **settings: object) -> tuple[EngineCore, MockerRunner]:
+def prefilled(
+    max_tokens: dict[str, int], *, native: bool = True, **settings: object
+) -> tuple[EngineCore, MockerRunner]:
     """A `twin` core with these requests added and prefilled (their first step run)."""
-    core, runner = twin(**settings)  # type: ignore[arg-type]
+    core, runner = twin(native=native, **settings)  # type: ignore[arg-type]
     add(core, max_tokens)
     core.step()
     return core, runner
-
-
-def state(core: EngineCore) -> object:
-    """Everything a step can change."""
-    return (
-        [
-            (r.request_id, r.token_ids, r.num_computed_tokens, r.block_ids)
-            for r in core.scheduler.running
-        ],
-        core.pool.get_free_block_ids(),
-        sorted(core.pool.get_cached_hashes()),
-        core.take_kv_events(),
-        core.take_step_records(),
-        core.get_load().num_steps,
-    )
 
 
 def step_until(core: EngineCore, runner: MockerRunner, end_ms: float) -> list[list[EngineOutput]]:
@@ -67,9 +50,9 @@ def step_until(core: EngineCore, runner: MockerRunner, end_ms: float) -> list[li
     return outputs
 
 
-def test_a_run_is_the_steps_it_replaces() -> None:
-    fast, fast_runner = twin()
-    slow, slow_runner = twin()
+def test_a_run_is_the_steps_it_replaces(native: bool) -> None:
+    fast, fast_runner = twin(native=native)
+    slow, slow_runner = twin(native=native)
     for core in (fast, slow):
         add(core, {"a": 30, "b": 25, "c": 40})
         core.step()  # the prefills
@@ -83,13 +66,13 @@ def test_a_run_is_the_steps_it_replaces() -> None:
     reference = step_until(slow, slow_runner, run.step_end_ms[-1])
     assert len(reference) == run.num_steps
     assert reference[-1] == run.end()
-    assert state(fast) == state(slow)
+    assert core_state(fast, fast_runner) == core_state(slow, slow_runner)
     assert fast_runner.clock.now_s == slow_runner.clock.now_s
 
 
-def test_a_suspended_run_goes_on_as_the_steps_do() -> None:
-    fast, fast_runner = prefilled({"a": 30, "b": 45, "c": 40}, num_kv_blocks=40)
-    slow, slow_runner = prefilled({"a": 30, "b": 45, "c": 40}, num_kv_blocks=40)
+def test_a_suspended_run_goes_on_as_the_steps_do(native: bool) -> None:
+    fast, fast_runner = prefilled({"a": 30, "b": 45, "c": 40}, num_kv_blocks=40, native=native)
+    slow, slow_runner = prefilled({"a": 30, "b": 45, "c": 40}, num_kv_blocks=40, native=native)
     run = fast.run_decodes(fast_runner, 0.0, 7.0)
     assert run is not None
     horizons = 1
@@ -101,13 +84,13 @@ def test_a_suspended_run_goes_on_as_the_steps_do() -> None:
     reference = [slow.step() for _ in range(run.num_steps)]
     assert [o.finish_reason for o in run.outputs or []] == [FinishReason.LENGTH, None, None]
     assert reference[-1] == run.outputs
-    assert state(fast) == state(slow)
+    assert core_state(fast, fast_runner) == core_state(slow, slow_runner)
     assert fast_runner.clock.now_s == slow_runner.clock.now_s
     assert fast.get_load().num_steps == slow.get_load().num_steps
 
 
-def test_a_request_joining_ends_a_suspended_run() -> None:
-    core, runner = prefilled({"a": 30, "b": 30}, max_num_seqs=2)
+def test_a_request_joining_ends_a_suspended_run(native: bool) -> None:
+    core, runner = prefilled({"a": 30, "b": 30}, max_num_seqs=2, native=native)
     run = core.run_decodes(runner, 0.0, 5.0)
     assert run is not None and run.can_extend()
     add(core, {"c": 30})  # waits (the batch is full), yet the next step's records change
@@ -116,21 +99,21 @@ def test_a_request_joining_ends_a_suspended_run() -> None:
     assert [o.request_id for o in outputs] == ["a", "b"] and not run.can_extend()
 
 
-def test_a_request_leaving_the_batch_ends_a_suspended_run() -> None:
-    core, runner = prefilled({"a": 30, "b": 30})
+def test_a_request_leaving_the_batch_ends_a_suspended_run(native: bool) -> None:
+    core, runner = prefilled({"a": 30, "b": 30}, native=native)
     run = core.run_decodes(runner, 0.0, 5.0)
     assert run is not None and run.can_extend()
     assert core.abort_request("b")
     assert not run.can_extend()
 
 
-def test_a_suspended_run_whose_next_step_would_preempt_ends_where_it_was() -> None:
-    whole_core, whole_runner = prefilled({"a": 40, "b": 40}, num_kv_blocks=12)
+def test_a_suspended_run_whose_next_step_would_preempt_ends_where_it_was(native: bool) -> None:
+    whole_core, whole_runner = prefilled({"a": 40, "b": 40}, num_kv_blocks=12, native=native)
     whole = whole_core.run_decodes(whole_runner, 0.0, float("inf"))
     assert whole is not None and whole.is_done
     steps = whole.num_steps
-    fast, fast_runner = prefilled({"a": 40, "b": 40}, num_kv_blocks=12)
-    slow, _ = prefilled({"a": 40, "b": 40}, num_kv_blocks=12)
+    fast, fast_runner = prefilled({"a": 40, "b": 40}, num_kv_blocks=12, native=native)
+    slow, slow_runner = prefilled({"a": 40, "b": 40}, num_kv_blocks=12, native=native)
     run = fast.run_decodes(fast_runner, 0.0, 0.0)
     assert run is not None
     while not run.is_done:
@@ -138,12 +121,12 @@ def test_a_suspended_run_whose_next_step_would_preempt_ends_where_it_was() -> No
     assert run.num_steps == steps  # the extension that would preempt ran no step
     reference = [slow.step() for _ in range(steps)]
     assert reference[-1] == run.outputs
-    assert state(fast) == state(slow)
+    assert core_state(fast, fast_runner) == core_state(slow, slow_runner)
 
 
-def test_a_run_ends_with_the_step_that_finishes_a_request() -> None:
-    fast, fast_runner = twin()
-    slow, _ = twin()
+def test_a_run_ends_with_the_step_that_finishes_a_request(native: bool) -> None:
+    fast, fast_runner = twin(native=native)
+    slow, slow_runner = twin(native=native)
     for core in (fast, slow):
         add(core, {"a": 9, "b": 20})
         core.step()
@@ -152,14 +135,14 @@ def test_a_run_ends_with_the_step_that_finishes_a_request() -> None:
     assert [o.finish_reason for o in run.outputs] == [FinishReason.LENGTH, None]
     reference = [slow.step() for _ in range(8)]
     assert reference[-1] == run.outputs
-    assert state(fast) == state(slow)
+    assert core_state(fast, fast_runner) == core_state(slow, slow_runner)
     assert [r.request_id for r in fast.scheduler.running] == ["b"]
 
 
-def test_a_run_stops_before_the_step_that_would_preempt() -> None:
+def test_a_run_stops_before_the_step_that_would_preempt(native: bool) -> None:
     # 12 blocks of 4 tokens: two 6-token prompts grow until the pool is full
-    fast, fast_runner = twin(num_kv_blocks=12)
-    slow, _ = twin(num_kv_blocks=12)
+    fast, fast_runner = twin(num_kv_blocks=12, native=native)
+    slow, slow_runner = twin(num_kv_blocks=12, native=native)
     for core in (fast, slow):
         add(core, {"a": 40, "b": 40})
         core.step()
@@ -168,13 +151,13 @@ def test_a_run_stops_before_the_step_that_would_preempt() -> None:
     assert fast.pool.get_num_free_blocks() == 0
     reference = [slow.step() for _ in range(run.num_steps)]
     assert reference[-1] == run.outputs
-    assert state(fast) == state(slow)
+    assert core_state(fast, fast_runner) == core_state(slow, slow_runner)
     assert fast.run_decodes(fast_runner, 0.0, float("inf")) is None  # the next step preempts
     assert slow.step() and slow.scheduler.waiting  # as the reference does
 
 
-def test_no_run_while_a_waiting_request_could_be_admitted() -> None:
-    core, runner = twin()
+def test_no_run_while_a_waiting_request_could_be_admitted(native: bool) -> None:
+    core, runner = twin(native=native)
     add(core, {"a": 30})
     core.step()
     add(core, {"b": 30})

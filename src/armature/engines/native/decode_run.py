@@ -37,14 +37,29 @@ import bisect
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from armature.engines.native.request import RequestState
 from armature.engines.native.scheduler import Scheduler
-from armature.engines.native.step_stats import StepStats
+from armature.engines.native.step_stats import UNIFORM_DECODE_ROWS, StepStats
+from armature.kv.native_block_pool import DecodeKernel, NativeBlockPool
 from armature.protocols.engine import EngineOutput, FinishReason
+from armature.protocols.kv_events import KvTier, StoredBlock
 
-__all__ = ["DecodeRun", "DecodeRunner", "can_run_decodes", "run_decodes"]
+__all__ = ["DecodeRun", "DecodeRunner", "NativeDecode", "can_run_decodes", "run_decodes"]
+
+# PoolCore.run_decodes' outcomes (kv/pool_decode.h)
+_SUSPENDED, _DONE, _PREEMPTED, _NO_FIT = 0, 1, 2, 3
+
+
+class NativeDecode(NamedTuple):
+    """A runner whose decode stretches can run natively: its virtual clock's time, and its
+    tokens' seed and vocabulary (a token is XXH3-64(seed) of "<request id>/<position>" modulo
+    the vocabulary)."""
+
+    now_s: float
+    token_seed: int
+    vocab_size: int
 
 
 class DecodeRunner(Protocol):
@@ -66,6 +81,14 @@ class DecodeRunner(Protocol):
 
     def get_tokens(self, request_id: str, start: int, stop: int) -> list[int]:
         """The request's tokens at positions `start..stop-1` (the same whatever the batch)."""
+        ...
+
+    def get_native_decode(self) -> NativeDecode | None:
+        """Its clock and tokens where a run's stretches may run natively, else None."""
+        ...
+
+    def end_native_decode(self, now_s: float, last_step_ms: float, num_steps: int) -> None:
+        """Catch up after `num_steps` steps ran natively (as `advance_steps` of each)."""
         ...
 
 
@@ -114,6 +137,7 @@ class DecodeRun:
         self._step = 0  # the next step to run
         self.step_end_ms: list[float] = []
         self.outputs: list[EngineOutput] | None = None
+        self._kernel = _get_kernel(scheduler, runner)
 
     @property
     def num_steps(self) -> int:
@@ -149,7 +173,62 @@ class DecodeRun:
         """Run steps from `self._step` (the first starting at `now_ms`) until one finishes a
         request, the next would need blocks that are not free, or the next would start at or
         after `horizon_ms`; False (nothing changed) when the first step of a new run does
-        not fit."""
+        not fit. Natively where the pool and runner allow (`_run_native`), else in Python."""
+        kernel = self._kernel
+        if kernel is not None:
+            native = self._runner.get_native_decode()
+            if native is not None:
+                return self._run_native(kernel, native, now_ms, horizon_ms)
+        return self._run_python(now_ms, horizon_ms)
+
+    def _run_native(
+        self, kernel: DecodeKernel, native: NativeDecode, now_ms: float, horizon_ms: float
+    ) -> bool:
+        """`_run_python` in the pool's core (`PoolCore.run_decodes`, kv/pool_decode.h): the
+        same block calls, events, step ends, clock and records, one Python call a stretch
+        (the runner's step time) where the loop made ~23."""
+        entries: list[tuple[object, ...]] = []
+        status, step, kv_tokens, now_s, last_step_ms, num_steps = kernel.core.run_decodes(
+            self._running,
+            self._start_computed,
+            self._allocations,
+            self._registrations,
+            self._step,
+            self._kv_tokens,
+            self._last_step,
+            self.step_end_ms,
+            now_ms,
+            horizon_ms,
+            self._runner.get_decode_step_ms,
+            native.now_s,
+            native.token_seed,
+            native.vocab_size,
+            self._scheduler.kv.block_size,
+            StoredBlock,
+            kernel.stored,
+            kernel.removed,
+            KvTier.DEVICE,
+            entries,
+            UNIFORM_DECODE_ROWS,
+            self._queued[0],
+            self._queued[1],
+        )
+        if num_steps:
+            self._runner.end_native_decode(now_s, last_step_ms, num_steps)
+            self._stats.add_uniform_decodes(entries)  # type: ignore[arg-type]
+        self._kv_tokens = kv_tokens
+        if status == _NO_FIT:
+            return False
+        if status == _PREEMPTED:
+            self.outputs = self._last_step_outputs(step - 1)  # the reference preempts
+        elif status == _DONE:
+            self.outputs = self._last_step_outputs(step)
+        else:
+            self._step = step  # suspended
+        return True
+
+    def _run_python(self, now_ms: float, horizon_ms: float) -> bool:
+        """`_run` in Python: the reference of `_run_native`."""
         kv = self._scheduler.kv
         running, start_computed = self._running, self._start_computed
         allocations, registrations = self._allocations, self._registrations
@@ -272,6 +351,18 @@ def run_decodes(
     None (nothing changed) when the first step's blocks do not fit."""
     run = DecodeRun(scheduler, stats, runner, max_model_len=max_model_len, finish=finish)
     return run if run._run(now_ms, horizon_ms) else None
+
+
+def _get_kernel(scheduler: Scheduler, runner: DecodeRunner) -> DecodeKernel | None:
+    """The pool's native decode kernel where a run may use it: a native pool that no eviction
+    observer or write-through tier watches, step times independent of the context (a stretch
+    runs to the next allocation)."""
+    pool = scheduler.kv.pool
+    if runner.decode_uses_context or not isinstance(pool, NativeBlockPool):
+        return None
+    if scheduler.kv.on_blocks_written is not None:
+        return None
+    return pool.get_decode_kernel()
 
 
 def _allocate_due(

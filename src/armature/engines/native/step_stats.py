@@ -8,15 +8,16 @@ millions of decode steps whose records nobody may take."""
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Iterator, Sequence
-from itertools import islice, repeat
+from itertools import accumulate, islice, repeat
 from typing import NamedTuple
 
 from armature.engines.native.scheduler import SchedulerOutput
 from armature.protocols.engine import StepRecord
 
-__all__ = ["MAX_STEP_RECORDS", "StepStats"]
+__all__ = ["MAX_STEP_RECORDS", "UNIFORM_DECODE_ROWS", "StepStats"]
 
 MAX_STEP_RECORDS = 1024  # kept until taken; beyond this the oldest are dropped
 # a record until taken: StepRecord's fields in order (a tuple costs a tenth of a record)
@@ -49,12 +50,34 @@ class _DecodeRows(NamedTuple):  # a tuple: made once per stretch of a decode run
         )
 
 
+class _UniformDecodeRows(NamedTuple):  # made by the native decode kernel, once per stretch
+    """`_DecodeRows` whose steps all took `seconds` on a virtual clock that added them one by
+    one from `start_s` (each step's wall time worked out when read, as `UniformSteps`)."""
+
+    num_decode_requests: int
+    first_decode_kv_tokens: int
+    num_kv_tokens_used: int
+    num_queued_prefill_requests: int
+    num_queued_prefill_tokens: int
+    start_s: float
+    seconds: float
+    num_steps: int
+
+    def rows(self) -> Iterator[_Row]:
+        times = list(accumulate(repeat(self.seconds, self.num_steps), initial=self.start_s))
+        wall_s = list(map(operator.sub, times[1:], times[:-1]))
+        return _DecodeRows(*self[:5], wall_s).rows()
+
+
+UNIFORM_DECODE_ROWS = _UniformDecodeRows  # the entry type the native decode kernel makes
+
+
 class StepStats:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         # oldest first; the steps they hold (`_num_steps`) are kept down to MAX_STEP_RECORDS
         # but for the oldest entry's own older steps, cut when taken
-        self._entries: deque[_Row | _DecodeRows] = deque()
+        self._entries: deque[_Row | _DecodeRows | _UniformDecodeRows] = deque()
         self._sizes: deque[int] = deque()  # each entry's steps
         self._num_steps = 0
         # prefill-only steps so far (no decode in the batch): wall seconds and blocks computed
@@ -128,7 +151,21 @@ class StepStats:
             )
             self._add(rows, len(wall_s))
 
-    def _add(self, entry: _Row | _DecodeRows, num_steps: int) -> None:
+    def add_uniform_decodes(self, entries: list[_UniformDecodeRows]) -> None:
+        """`record_decodes` of each entry in turn (what the native decode kernel made; `_add`
+        inline: a stretch costs no Python frame here)."""
+        kept, sizes = self._entries, self._sizes
+        num_steps = self._num_steps
+        for entry in entries:
+            kept.append(entry)
+            sizes.append(entry[7])
+            num_steps += entry[7]
+            while num_steps - sizes[0] >= MAX_STEP_RECORDS:
+                kept.popleft()
+                num_steps -= sizes.popleft()
+        self._num_steps = num_steps
+
+    def _add(self, entry: _Row | _DecodeRows | _UniformDecodeRows, num_steps: int) -> None:
         self._entries.append(entry)
         sizes = self._sizes
         sizes.append(num_steps)
@@ -143,7 +180,7 @@ class StepStats:
         MAX_STEP_RECORDS), oldest first."""
         rows: list[_Row] = []
         for entry in self._entries:
-            if isinstance(entry, _DecodeRows):
+            if isinstance(entry, (_DecodeRows, _UniformDecodeRows)):
                 rows.extend(entry.rows())
             else:
                 rows.append(entry)
