@@ -30,7 +30,13 @@ setup(
                 "src/armature/kv/xxh3.h",
                 "src/armature/kv/pool_decode.h",
             ],
-            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            extra_compile_args=[
+                "-O3",
+                "-Wall",
+                "-Wextra",
+                "-Wno-missing-field-initializers",
+                "-ffp-contract=off",
+            ],
             optional=True,
         ),
         Extension(

@@ -54,4 +54,6 @@ class PoolCore:
         entry_type: type[tuple[Any, ...]],
         queued_requests: int,
         queued_tokens: int,
-    ) -> tuple[int, int, int, float, float, int]: ...
+        decode_poly: tuple[float, float, float, float, float] | None,
+        progress: list[float],
+    ) -> tuple[int, int, int]: ...

@@ -124,9 +124,10 @@ typedef struct {
 } Names;
 
 static Names names;
+static int names_ready;
 
 static int names_init(void) {
-    if (names.extend != NULL) return 0;
+    if (names_ready) return 0;
     names.num_computed_tokens = PyUnicode_InternFromString("num_computed_tokens");
     names.block_ids = PyUnicode_InternFromString("block_ids");
     names.token_ids = PyUnicode_InternFromString("token_ids");
@@ -135,11 +136,10 @@ static int names_init(void) {
     names.hash_seed = PyUnicode_InternFromString("hash_seed");
     names.request_id = PyUnicode_InternFromString("request_id");
     names.extend = PyUnicode_InternFromString("extend");
-    return names.num_computed_tokens && names.block_ids && names.token_ids &&
-                   names.block_hashes && names.num_registered_blocks && names.hash_seed &&
-                   names.request_id && names.extend
-               ? 0
-               : -1;
+    names_ready = names.num_computed_tokens && names.block_ids && names.token_ids &&
+                  names.block_hashes && names.num_registered_blocks && names.hash_seed &&
+                  names.request_id && names.extend;
+    return names_ready ? 0 : -1; /* a failed intern is tried again on the next call */
 }
 
 static int set_ssize(PyObject *obj, PyObject *name, Py_ssize_t value) {
@@ -303,6 +303,16 @@ static int update_block_hashes(PyObject *hashes, PyObject *tokens, Py_ssize_t bl
 static PyObject *PoolCore_cache_blocks(PoolCore *self, PyObject *const *args, Py_ssize_t nargs);
 static PyObject *PoolCore_allocate(PoolCore *self, PyObject *arg);
 
+static int read_ll(PyObject *obj, long long *out) {
+    *out = PyLong_AsLongLong(obj);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int read_double(PyObject *obj, double *out) {
+    *out = PyFloat_AsDouble(obj);
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* Call fn(a, b[, c]) and drop the result. */
 static int call_drop(PyObject *fn, PyObject *a, PyObject *b, PyObject *c) {
     PyObject *args[3] = {a, b, c};
@@ -347,6 +357,10 @@ static int register_due(PoolCore *self, const DecodeEnv *env, PyObject *r,
     int bad_seed = read_u64(seed_obj, &seed) < 0;
     Py_DECREF(seed_obj);
     if (bad_seed || update_block_hashes(hashes, tokens, bs, seed) < 0) goto done;
+    if (num_full > PyList_GET_SIZE(hashes)) {
+        PyErr_SetString(PyExc_IndexError, "fewer block hashes than full blocks");
+        goto done;
+    }
     if (start > 0) {
         PyObject *before = PyList_GET_ITEM(hashes, start - 1);
         if (!PyTuple_Check(before) || PyTuple_GET_SIZE(before) != 2) {
@@ -415,16 +429,32 @@ done:
 /* run_decodes(running, start_computed, allocations, registrations, step, kv_tokens, last_step,
  *             step_end_ms, now_ms, horizon_ms, step_ms_of, now_s, token_seed, vocab_size,
  *             block_size, block_type, stored, removed, tier, entries, entry_type,
- *             queued_requests, queued_tokens)
- *   -> (status, step, kv_tokens, now_s, last_step_ms, num_steps)
+ *             queued_requests, queued_tokens, decode_poly, progress)
+ *   -> (status, step, kv_tokens); `progress` set to [now_s, last_step_ms, num_steps] of the
+ *   steps that ran, also when the call raises
  * status: 0 suspended at the horizon (step: the next to run), 1 done at the finish (step: the
  * last), 2 the allocations due at `step` do not fit after steps ran (the run ends at step - 1),
- * 3 they do not fit before any step ran. */
+ * 3 they do not fit before any step ran. decode_poly: None, or (a, b, c, min_ms, speedup): a
+ * step takes max(min_ms, a u^2 + b u + c) / speedup ms at u = this pool's blocks in use over
+ * its blocks (PolynomialTiming's decode, evaluated in its order: no fused multiply-adds,
+ * _pool.c is built with -ffp-contract=off), instead of calling step_ms_of. */
 static PyObject *PoolCore_run_decodes(PoolCore *self, PyObject *const *args, Py_ssize_t nargs) {
     if (ready(self) < 0 || names_init() < 0) return NULL;
-    if (nargs != 23) {
-        PyErr_SetString(PyExc_TypeError, "run_decodes takes 23 arguments");
+    if (nargs != 25) {
+        PyErr_SetString(PyExc_TypeError, "run_decodes takes 25 arguments");
         return NULL;
+    }
+    double poly[5] = {0.0, 0.0, 0.0, 0.0, 1.0};
+    int has_poly = args[23] != Py_None;
+    if (has_poly) {
+        if (!PyTuple_Check(args[23]) || PyTuple_GET_SIZE(args[23]) != 5) {
+            PyErr_SetString(PyExc_TypeError, "decode_poly: None or (a, b, c, min_ms, speedup)");
+            return NULL;
+        }
+        for (int i = 0; i < 5; i++) {
+            poly[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(args[23], i));
+            if (poly[i] == -1.0 && PyErr_Occurred()) return NULL;
+        }
     }
     PyObject *running = args[0], *start_computed = args[1], *allocations = args[2],
              *registrations = args[3], *step_end_ms = args[7], *step_ms_of = args[10],
@@ -435,24 +465,37 @@ static PyObject *PoolCore_run_decodes(PoolCore *self, PyObject *const *args, Py_
         PyErr_SetString(PyExc_TypeError, "run_decodes: lists of the run's state, a tuple type");
         return NULL;
     }
-    long long step = PyLong_AsLongLong(args[4]);
-    long long kv_tokens = PyLong_AsLongLong(args[5]);
-    long long last_step = PyLong_AsLongLong(args[6]);
-    double now_ms = PyFloat_AsDouble(args[8]);
-    double horizon_ms = PyFloat_AsDouble(args[9]);
-    double now_s = PyFloat_AsDouble(args[11]);
+    long long step, kv_tokens, last_step;
+    double now_ms, horizon_ms, now_s;
     DecodeEnv env = {.stored = args[16], .removed = args[17], .tier = args[18],
                      .block_type = args[15]};
-    env.block_size = PyLong_AsSsize_t(args[14]);
-    if (PyErr_Occurred()) return NULL;
-    if (read_u64(args[12], &env.token_seed) < 0 || read_u64(args[13], &env.vocab_size) < 0)
+    if (read_ll(args[4], &step) < 0 || read_ll(args[5], &kv_tokens) < 0 ||
+        read_ll(args[6], &last_step) < 0 || read_double(args[8], &now_ms) < 0 ||
+        read_double(args[9], &horizon_ms) < 0 || read_double(args[11], &now_s) < 0)
         return NULL;
+    env.block_size = PyLong_AsSsize_t(args[14]);
+    if (env.block_size == -1 && PyErr_Occurred()) return NULL;
+    unsigned long long seed = PyLong_AsUnsignedLongLong(args[12]);
+    if (seed == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    unsigned long long vocab = PyLong_AsUnsignedLongLong(args[13]);
+    if (vocab == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    env.token_seed = (uint64_t)seed;
+    env.vocab_size = (uint64_t)vocab;
     if (env.block_size <= 0 || env.vocab_size == 0) {
         PyErr_SetString(PyExc_ValueError, "block_size and vocab_size must be positive");
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(running);
+    PyObject *progress = args[24];
+    if (!PyList_Check(progress)) {
+        PyErr_SetString(PyExc_TypeError, "progress must be a list");
+        return NULL;
+    }
+    /* the batch held for the call: the requests stay alive whatever a callback does */
+    PyObject *batch = PySequence_Tuple(args[0]);
+    if (batch == NULL) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(batch);
     if (n == 0 || PyList_GET_SIZE(start_computed) != n) {
+        Py_DECREF(batch);
         PyErr_SetString(PyExc_ValueError, "a decode run needs requests and their start");
         return NULL;
     }
@@ -487,7 +530,7 @@ static PyObject *PoolCore_run_decodes(PoolCore *self, PyObject *const *args, Py_
             }
             for (Py_ssize_t k = 0; k < num_due; k++) {
                 Py_ssize_t j = due[k];
-                if (allocate_due(self, &env, PyList_GET_ITEM(running, j), start[j] + step, one) <
+                if (allocate_due(self, &env, PyTuple_GET_ITEM(batch, j), start[j] + step, one) <
                     0)
                     goto fail;
                 heap_push(&allocs, (Due){step + bs, j});
@@ -496,16 +539,23 @@ static PyObject *PoolCore_run_decodes(PoolCore *self, PyObject *const *args, Py_
         long long last = allocs.items[0].step - 1;
         if (last_step < last) last = last_step;
         long long kv_used = (long long)(self->next_fresh - self->num_listed) * bs;
-        PyObject *call_args[2] = {PyLong_FromSsize_t(n), PyLong_FromLongLong(kv_tokens)};
-        PyObject *ms_obj = NULL;
-        if (call_args[0] != NULL && call_args[1] != NULL)
-            ms_obj = PyObject_Vectorcall(step_ms_of, call_args, 2, NULL);
-        Py_XDECREF(call_args[0]);
-        Py_XDECREF(call_args[1]);
-        if (ms_obj == NULL) goto fail;
-        double step_ms = PyFloat_AsDouble(ms_obj);
-        Py_DECREF(ms_obj);
-        if (step_ms == -1.0 && PyErr_Occurred()) goto fail;
+        double step_ms;
+        if (has_poly) {
+            double u = (double)(self->next_fresh - self->num_listed) / (double)self->num_blocks;
+            double v = poly[0] * u * u + poly[1] * u + poly[2];
+            step_ms = (poly[3] >= v ? poly[3] : v) / poly[4];
+        } else {
+            PyObject *call_args[2] = {PyLong_FromSsize_t(n), PyLong_FromLongLong(kv_tokens)};
+            PyObject *ms_obj = NULL;
+            if (call_args[0] != NULL && call_args[1] != NULL)
+                ms_obj = PyObject_Vectorcall(step_ms_of, call_args, 2, NULL);
+            Py_XDECREF(call_args[0]);
+            Py_XDECREF(call_args[1]);
+            if (ms_obj == NULL) goto fail;
+            step_ms = PyFloat_AsDouble(ms_obj);
+            Py_DECREF(ms_obj);
+            if (step_ms == -1.0 && PyErr_Occurred()) goto fail;
+        }
         Py_ssize_t num_ends = PyList_GET_SIZE(step_end_ms);
         double t_ms = now_ms;
         if (num_ends) {
@@ -548,7 +598,7 @@ static PyObject *PoolCore_run_decodes(PoolCore *self, PyObject *const *args, Py_
         kv_tokens += (long long)n * count;
         while (regs.size > 0 && regs.items[0].step <= step) {
             Due d = heap_pop(&regs);
-            if (register_due(self, &env, PyList_GET_ITEM(running, d.j),
+            if (register_due(self, &env, PyTuple_GET_ITEM(batch, d.j),
                              start[d.j] + (Py_ssize_t)d.step + 1) < 0)
                 goto fail;
             heap_push(&regs, (Due){d.step + bs, d.j});
@@ -564,8 +614,9 @@ static PyObject *PoolCore_run_decodes(PoolCore *self, PyObject *const *args, Py_
         }
         step += 1;
     }
-    if (heap_write(allocations, &allocs) < 0 || heap_write(registrations, &regs) < 0) goto out;
-    result = Py_BuildValue("(iLLddL)", status, step, kv_tokens, now_s, last_step_ms, num_steps);
+    if (heap_write(allocations, &allocs) < 0 || heap_write(registrations, &regs) < 0) goto fail;
+    result = Py_BuildValue("(iLL)", status, step, kv_tokens);
+    if (result == NULL) goto fail;
     goto out;
 fail: {
     /* the heaps as far as they got: the run is broken either way, its state stays readable */
@@ -575,11 +626,24 @@ fail: {
         PyErr_Clear();
     PyErr_Restore(type, value, traceback);
 }
-out:
+out: {
+    /* what ran, whether or not the call got to the end: the caller catches the clock up */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *done = Py_BuildValue("[ddL]", now_s, last_step_ms, num_steps);
+    if (done == NULL || PyList_SetSlice(progress, 0, PyList_GET_SIZE(progress), done) < 0) {
+        Py_CLEAR(result);
+        if (type == NULL) PyErr_Fetch(&type, &value, &traceback);
+        else PyErr_Clear();
+    }
+    Py_XDECREF(done);
+    PyErr_Restore(type, value, traceback);
+}
     PyMem_Free(start);
     PyMem_Free(alloc_items);
     PyMem_Free(reg_items);
     PyMem_Free(due);
     Py_XDECREF(one);
+    Py_DECREF(batch);
     return result;
 }

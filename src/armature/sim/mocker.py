@@ -28,6 +28,7 @@ from armature.engines.native.core import EngineCore, TierBuilder
 from armature.engines.native.decode_run import NativeDecode
 from armature.engines.native.lora_set import ServedLora, served_lora_name
 from armature.engines.native.scheduler import ScheduledChunk
+from armature.kv.block_pool import BlockPool
 from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictionObserver
 from armature.model.arch import ModelArch, read_arch
@@ -82,7 +83,8 @@ class MockerRunner:
         self.timing = timing
         self.clock = clock
         self.seed = seed
-        self.kv_utilization: Callable[[], float] = lambda: 0.0  # wired by build_mocker_core
+        self.kv_utilization: Callable[[], float] = lambda: 0.0  # use_pool_utilization wires it
+        self._utilization_pool: BlockPool | None = None
         self.last_step_ms = 0.0  # the last batch's simulated time
         self.num_batches = 0  # batches run (an engine step with nothing to run runs none)
         # the timing model's last decode step: (requests, KV utilization, context) -> ms
@@ -150,12 +152,26 @@ class MockerRunner:
         """What a decode run needs to run its stretches natively (`PoolCore.run_decodes`: the
         clock's seconds added there, the tokens made there as `get_tokens` makes them): a
         virtual clock's time, the token seed and the vocabulary; None on a wall clock, or
-        where a token can be an EOS id (`token_for` skips those)."""
+        where a token can be an EOS id (`token_for` skips those), or on a subclass."""
         if not self.native_decode or self.arch.eos_token_ids:
             return None
-        if not isinstance(self.clock, VirtualClock):
-            return None
-        return NativeDecode(self.clock.now_s, self.seed, self.arch.vocab_size)
+        if type(self) is not MockerRunner or type(self.clock) is not VirtualClock:
+            return None  # a subclass may make tokens, steps or time otherwise
+        poly = None
+        timing = self.timing
+        if type(timing) is PolynomialTiming and self._utilization_pool is not None:
+            # its decode step in closed form, on the pool the utilization is read from
+            a, b, c = timing.decode_coeffs
+            poly = (a, b, c, timing.min_decode_ms, timing.speedup_ratio)
+        return NativeDecode(
+            self.clock.now_s, self.seed, self.arch.vocab_size, poly, self._utilization_pool
+        )
+
+    def use_pool_utilization(self, pool: BlockPool) -> None:
+        """Read the KV utilization the timing model prices as `pool`'s blocks in use over
+        its blocks (what an engine core's runner reads)."""
+        self._utilization_pool = pool
+        self.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks
 
     def end_native_decode(self, now_s: float, last_step_ms: float, num_steps: int) -> None:
         """After `num_steps` steps run natively (the last `last_step_ms`), the clock at
@@ -249,6 +265,5 @@ def build_mocker_core(
         time_s=clock.get_time_s,
         name="mocker",
     )
-    pool = core.pool
-    runner.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks
+    runner.use_pool_utilization(core.pool)
     return core

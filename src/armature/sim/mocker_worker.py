@@ -71,7 +71,7 @@ class MockerWorkerFactory:
             tiers=self._build_tiers(made) if c.tiers.is_enabled else None,
             time_s=runner.clock.get_time_s,
         )
-        runner.kv_utilization = _utilization_of(core)
+        runner.use_pool_utilization(core.pool)
         return MockerWorker(core, runner, made[0] if made else None)
 
     def _build_tiers(
@@ -90,8 +90,3 @@ class MockerWorkerFactory:
             return tiers
 
         return build
-
-
-def _utilization_of(core: EngineCore) -> Callable[[], float]:
-    pool = core.pool
-    return lambda: pool.get_num_active_blocks() / pool.num_blocks

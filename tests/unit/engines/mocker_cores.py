@@ -8,26 +8,31 @@ from pathlib import Path
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
-from armature.sim.timing import PolynomialTiming
+from armature.sim.timing import PolynomialTiming, TimingModel
 
 ARCH = simulated_arch(vocab_size=1000, max_model_len=4096)
 
 
 def mocker_core(
-    num_kv_blocks: int, block_size: int, *, native: bool = True, **settings: object
+    num_kv_blocks: int,
+    block_size: int,
+    *,
+    native: bool = True,
+    timing: TimingModel | None = None,
+    **settings: object,
 ) -> tuple[EngineCore, MockerRunner]:
-    """A core of `num_kv_blocks` blocks of `block_size` tokens and its runner; `native`: its
-    decode runs' stretches run in the pool's core (else in the Python loop)."""
+    """A core of `num_kv_blocks` blocks of `block_size` tokens and its runner (its step times
+    `timing`'s, PolynomialTiming by default); `native`: its decode runs' stretches run in the
+    pool's core (else in the Python loop)."""
     config = NativeEngineConfig(
         model_dir=Path("/unused"),
         num_kv_blocks=num_kv_blocks,
         block_size=block_size,
         **settings,  # type: ignore[arg-type]
     )
-    runner = MockerRunner(ARCH, PolynomialTiming(), VirtualClock(), native_decode=native)
+    runner = MockerRunner(ARCH, timing or PolynomialTiming(), VirtualClock(), native_decode=native)
     core = EngineCore(config, runner, num_blocks=num_kv_blocks, time_s=runner.clock.get_time_s)
-    pool = core.pool
-    runner.kv_utilization = lambda: pool.get_num_active_blocks() / pool.num_blocks
+    runner.use_pool_utilization(core.pool)
     return core, runner
 
 

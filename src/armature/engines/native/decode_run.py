@@ -55,11 +55,15 @@ _SUSPENDED, _DONE, _PREEMPTED, _NO_FIT = 0, 1, 2, 3
 class NativeDecode(NamedTuple):
     """A runner whose decode stretches can run natively: its virtual clock's time, and its
     tokens' seed and vocabulary (a token is XXH3-64(seed) of "<request id>/<position>" modulo
-    the vocabulary)."""
+    the vocabulary); where its decode step is max(min_ms, a u^2 + b u + c) / speedup with
+    u = `utilization_pool`'s blocks in use over its blocks, `decode_poly` = (a, b, c, min_ms,
+    speedup) (else None: the kernel asks `get_decode_step_ms`)."""
 
     now_s: float
     token_seed: int
     vocab_size: int
+    decode_poly: tuple[float, float, float, float, float] | None = None
+    utilization_pool: object | None = None
 
 
 class DecodeRunner(Protocol):
@@ -188,34 +192,43 @@ class DecodeRun:
         same block calls, events, step ends, clock and records, one Python call a stretch
         (the runner's step time) where the loop made ~23."""
         entries: list[tuple[object, ...]] = []
-        status, step, kv_tokens, now_s, last_step_ms, num_steps = kernel.core.run_decodes(
-            self._running,
-            self._start_computed,
-            self._allocations,
-            self._registrations,
-            self._step,
-            self._kv_tokens,
-            self._last_step,
-            self.step_end_ms,
-            now_ms,
-            horizon_ms,
-            self._runner.get_decode_step_ms,
-            native.now_s,
-            native.token_seed,
-            native.vocab_size,
-            self._scheduler.kv.block_size,
-            StoredBlock,
-            kernel.stored,
-            kernel.removed,
-            KvTier.DEVICE,
-            entries,
-            UNIFORM_DECODE_ROWS,
-            self._queued[0],
-            self._queued[1],
-        )
-        if num_steps:
-            self._runner.end_native_decode(now_s, last_step_ms, num_steps)
-            self._stats.add_uniform_decodes(entries)  # type: ignore[arg-type]
+        poly = native.decode_poly
+        if native.utilization_pool is not self._scheduler.kv.pool:
+            poly = None  # priced on another pool's use: the runner's own call
+        progress = [native.now_s, 0.0, 0]  # the clock, last step and steps, as they ran
+        try:
+            status, step, kv_tokens = kernel.core.run_decodes(
+                self._running,
+                self._start_computed,
+                self._allocations,
+                self._registrations,
+                self._step,
+                self._kv_tokens,
+                self._last_step,
+                self.step_end_ms,
+                now_ms,
+                horizon_ms,
+                self._runner.get_decode_step_ms,
+                native.now_s,
+                native.token_seed,
+                native.vocab_size,
+                self._scheduler.kv.block_size,
+                StoredBlock,
+                kernel.stored,
+                kernel.removed,
+                KvTier.DEVICE,
+                entries,
+                UNIFORM_DECODE_ROWS,
+                self._queued[0],
+                self._queued[1],
+                poly,
+                progress,
+            )
+        finally:  # what ran is recorded even if a call back into Python raised
+            now_s, last_step_ms, num_steps = progress
+            if num_steps:
+                self._runner.end_native_decode(float(now_s), float(last_step_ms), int(num_steps))
+                self._stats.add_uniform_decodes(entries)  # type: ignore[arg-type]
         self._kv_tokens = kv_tokens
         if status == _NO_FIT:
             return False
@@ -358,8 +371,8 @@ def _get_kernel(scheduler: Scheduler, runner: DecodeRunner) -> DecodeKernel | No
     observer or write-through tier watches, step times independent of the context (a stretch
     runs to the next allocation)."""
     pool = scheduler.kv.pool
-    if runner.decode_uses_context or not isinstance(pool, NativeBlockPool):
-        return None
+    if runner.decode_uses_context or type(pool) is not NativeBlockPool:
+        return None  # (a subclass may change what the kernel does in the pool's place)
     if scheduler.kv.on_blocks_written is not None:
         return None
     return pool.get_decode_kernel()
