@@ -150,8 +150,8 @@ class MockerRunner:
 
     def get_native_decode(self) -> NativeDecode | None:
         """What a decode run needs to run its stretches natively (`PoolCore.run_decodes`: the
-        clock's seconds added there, the tokens made there as `get_tokens` makes them): a
-        virtual clock's time, the token seed and the vocabulary; None on a wall clock, or
+        clock's seconds added there, the tokens made there as `get_tokens` makes them): the
+        virtual clock, the token seed and the vocabulary; None on a wall clock, or
         where a token can be an EOS id (`token_for` skips those), or on a subclass."""
         if not self.native_decode or self.arch.eos_token_ids:
             return None
@@ -164,7 +164,7 @@ class MockerRunner:
             a, b, c = timing.decode_coeffs
             poly = (a, b, c, timing.min_decode_ms, timing.speedup_ratio)
         return NativeDecode(
-            self.clock.now_s, self.seed, self.arch.vocab_size, poly, self._utilization_pool
+            self.clock, self.seed, self.arch.vocab_size, poly, self._utilization_pool
         )
 
     def use_pool_utilization(self, pool: BlockPool) -> None:

@@ -52,14 +52,18 @@ __all__ = ["DecodeRun", "DecodeRunner", "NativeDecode", "can_run_decodes", "run_
 _SUSPENDED, _DONE, _PREEMPTED, _NO_FIT = 0, 1, 2, 3
 
 
+class VirtualTime(Protocol):
+    now_s: float  # a virtual clock's time, which a native run reads and the runner moves on
+
+
 class NativeDecode(NamedTuple):
-    """A runner whose decode stretches can run natively: its virtual clock's time, and its
+    """A runner whose decode stretches can run natively: its virtual clock, and its
     tokens' seed and vocabulary (a token is XXH3-64(seed) of "<request id>/<position>" modulo
     the vocabulary); where its decode step is max(min_ms, a u^2 + b u + c) / speedup with
     u = `utilization_pool`'s blocks in use over its blocks, `decode_poly` = (a, b, c, min_ms,
     speedup) (else None: the kernel asks `get_decode_step_ms`)."""
 
-    now_s: float
+    clock: VirtualTime
     token_seed: int
     vocab_size: int
     decode_poly: tuple[float, float, float, float, float] | None = None
@@ -142,6 +146,8 @@ class DecodeRun:
         self.step_end_ms: list[float] = []
         self.outputs: list[EngineOutput] | None = None
         self._kernel = _get_kernel(scheduler, runner)
+        # the runner's side of a native run (fixed for the runner's life)
+        self._native = runner.get_native_decode() if self._kernel is not None else None
 
     @property
     def num_steps(self) -> int:
@@ -178,11 +184,9 @@ class DecodeRun:
         request, the next would need blocks that are not free, or the next would start at or
         after `horizon_ms`; False (nothing changed) when the first step of a new run does
         not fit. Natively where the pool and runner allow (`_run_native`), else in Python."""
-        kernel = self._kernel
-        if kernel is not None:
-            native = self._runner.get_native_decode()
-            if native is not None:
-                return self._run_native(kernel, native, now_ms, horizon_ms)
+        kernel, native = self._kernel, self._native
+        if kernel is not None and native is not None:
+            return self._run_native(kernel, native, now_ms, horizon_ms)
         return self._run_python(now_ms, horizon_ms)
 
     def _run_native(
@@ -195,7 +199,8 @@ class DecodeRun:
         poly = native.decode_poly
         if native.utilization_pool is not self._scheduler.kv.pool:
             poly = None  # priced on another pool's use: the runner's own call
-        progress = [native.now_s, 0.0, 0]  # the clock, last step and steps, as they ran
+        now_s = native.clock.now_s
+        progress = [now_s, 0.0, 0]  # the clock, last step and steps, as they ran
         try:
             status, step, kv_tokens = kernel.core.run_decodes(
                 self._running,
@@ -209,7 +214,7 @@ class DecodeRun:
                 now_ms,
                 horizon_ms,
                 self._runner.get_decode_step_ms,
-                native.now_s,
+                now_s,
                 native.token_seed,
                 native.vocab_size,
                 self._scheduler.kv.block_size,
