@@ -3,11 +3,15 @@ compressed by workers / 8 so that each worker sees the load it sees at 8, and wh
 costs per routed request and per engine step, with its peak memory.
 
     python -m bench.replay_scale [--workers N ...] [--trace NAME] [--num-kv-blocks K]
-                                 [--kv-routed-ttl-s S]
+                                 [--kv-routed-ttl-s S] [--repeats R]
                                  [--limit N] [--quick]
 
-Each fleet size runs in a process of its own (its peak resident memory is its own). Issue 16:
-replay time grows no faster than routed requests plus engine steps, and memory stays bounded.
+Each fleet size runs in a process of its own (its peak resident memory is its own), the sizes
+in turn, R rounds of them: a shared machine's speed moves between minutes, so each size's
+unit is compared with the first size's of the same round, and the medians and ranges over
+the rounds are what the table shows. Issue 16: replay time grows no faster than routed
+requests plus engine steps (the largest fleet's unit at most the first's), and memory stays
+bounded.
 
 Writes the `replay_scale` section of docs/benchmarks.md (bench/out/ with --quick).
 """
@@ -18,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -42,6 +47,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=ReplayConfig().routed_ttl_s,
         help="the kv router's routed predictions' lifetime (0: KV events only)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds of all fleet sizes, in turn (>= 1)"
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
@@ -78,6 +86,47 @@ def run_one(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
     }
 
 
+COUNTS = ("requests", "steps", "prefix_hit", "skew", "ttft_p50_ms")  # the same every round
+
+
+def run_child(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
+    """`run_one` in a process of its own."""
+    command = [sys.executable, "-m", "bench.replay_scale", "--one", str(num_workers)]
+    command += ["--trace", args.trace, "--num-kv-blocks", str(args.num_kv_blocks)]
+    command += ["--kv-routed-ttl-s", str(args.kv_routed_ttl_s)]
+    if args.limit is not None:
+        command += ["--limit", str(args.limit)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def unit_us(result: dict[str, float]) -> float:
+    """CPU microseconds per routed request or engine step."""
+    return result["cpu_s"] / (result["requests"] + result["steps"]) * 1e6
+
+
+def table_row(results: list[dict[str, float]]) -> list[object]:
+    """One fleet size's row: its counts, and the medians and ranges of its rounds."""
+    first = results[0]
+    cpu = [r["cpu_s"] for r in results]
+    units = [unit_us(r) for r in results]
+    return [
+        first["workers"],
+        f"x {first['time_scale']:g}",
+        first["requests"],
+        first["steps"],
+        round(first["prefix_hit"], 4),
+        round(first["skew"], 3),
+        round(first["ttft_p50_ms"], 1),
+        round(statistics.median(cpu), 1),
+        f"{min(cpu):.1f}-{max(cpu):.1f}",
+        round(statistics.median(units), 1),
+        f"{min(units):.1f}-{max(units):.1f}",
+        round(max(r["peak_rss_mb"] for r in results)),
+    ]
+
+
 def main() -> None:
     args = parse_args()
     if args.quick and args.limit is None:
@@ -85,32 +134,36 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(run_one(args, args.one)))
         return
-    rows, results = [], []
-    for num_workers in args.workers:
-        command = [sys.executable, "-m", "bench.replay_scale", "--one", str(num_workers)]
-        command += ["--trace", args.trace, "--num-kv-blocks", str(args.num_kv_blocks)]
-        command += ["--kv-routed-ttl-s", str(args.kv_routed_ttl_s)]
-        if args.limit is not None:
-            command += ["--limit", str(args.limit)]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-        results.append(result)
-        units = result["requests"] + result["steps"]
-        rows.append(
-            [
-                result["workers"],
-                f"x {result['time_scale']:g}",
-                result["requests"],
-                result["steps"],
-                round(result["prefix_hit"], 4),
-                round(result["skew"], 3),
-                round(result["ttft_p50_ms"], 1),
-                round(result["cpu_s"], 1),
-                round(result["cpu_s"] / units * 1e6, 1),
-                round(result["peak_rss_mb"]),
-            ]
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
+    runs: dict[int, list[dict[str, float]]] = {w: [] for w in args.workers}
+    for round_index in range(args.repeats):
+        for num_workers in args.workers:
+            result = run_child(args, num_workers)
+            first = runs[num_workers][0] if runs[num_workers] else result
+            if any(result[k] != first[k] for k in COUNTS):
+                raise SystemExit(f"{num_workers} workers: round {round_index + 1}'s counts differ")
+            runs[num_workers].append(result)
+            print(num_workers, round_index + 1, result, flush=True)
+    rows = [table_row(runs[w]) for w in args.workers]
+    base = args.workers[0]
+    ratios = {
+        w: [unit_us(r) / unit_us(b) for r, b in zip(runs[w], runs[base], strict=True)]
+        for w in args.workers[1:]
+    }
+    checks = [
+        f"{w} workers: the unit is {statistics.median(v):.2f}x the {base}-worker unit of the "
+        f"same round (median of {len(v)}; {min(v):.2f}-{max(v):.2f})"
+        for w, v in ratios.items()
+    ]
+    if ratios:
+        largest = args.workers[-1]
+        ratio = statistics.median(ratios[largest])
+        mark = "PASS" if ratio <= 1.0 else "MISS"
+        checks.append(
+            f"{mark}: {largest} workers cost {ratio:.2f}x the {base}-worker unit (target <= 1: "
+            "time grows no faster than routed requests + engine steps)"
         )
-        print(rows[-1], flush=True)
     scope = f"the first {args.limit} requests of" if args.limit else "all of"
     body = (
         f"{scope.capitalize()} {args.trace}, kv router (routed predictions kept "
@@ -119,7 +172,8 @@ def main() -> None:
         f"load it sees among {BASE_WORKERS}). `steps`: the batches all engines ran; `CPU us "
         "per unit`: the replay's CPU time over routed requests + engine steps; peak RSS: the "
         "replay process's maximum resident memory (the trace and interpreter included). Each "
-        "row is a process of its own.\n\n"
+        f"row is a process of its own, {args.repeats} round(s) of the sizes in turn: CPU s and us "
+        "per unit are the median over the rounds, with their range.\n\n"
         + markdown_table(
             [
                 "workers",
@@ -130,11 +184,15 @@ def main() -> None:
                 "load skew",
                 "TTFT p50 ms",
                 "CPU s",
+                "CPU s range",
                 "CPU us per unit",
+                "us per unit range",
                 "peak RSS MB",
             ],
             rows,
         )
+        + "\n\n"
+        + "\n".join(f"- {c}" for c in checks)
         + "\n"
     )
     out = results_path(args.quick)
