@@ -18,7 +18,11 @@ setup(
         Extension(
             "armature.kv._native",
             ["src/armature/kv/_native.c"],
-            depends=["src/armature/kv/xxh3.h", "src/armature/kv/pyint.h"],
+            depends=[
+                "src/armature/kv/xxh3.h",
+                "src/armature/kv/pyint.h",
+                "src/armature/kv/token_blocks.h",
+            ],
             extra_compile_args=["-O3"],
             optional=True,
         ),
@@ -29,6 +33,7 @@ setup(
                 "src/armature/kv/pyint.h",
                 "src/armature/kv/xxh3.h",
                 "src/armature/kv/pool_decode.h",
+                "src/armature/kv/token_blocks.h",
             ],
             extra_compile_args=[
                 "-O3",

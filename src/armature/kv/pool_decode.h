@@ -20,6 +20,7 @@
  * at the start, written back in heap order at the end).
  */
 
+#include "token_blocks.h"
 #include "xxh3.h"
 
 enum { DECODE_SUSPENDED = 0, DECODE_DONE = 1, DECODE_PREEMPTED = 2, DECODE_NO_FIT = 3 };
@@ -213,46 +214,6 @@ static int append_mock_tokens(PyObject *tokens, PyObject *request_id, Py_ssize_t
     return failed ? -1 : 0;
 }
 
-/* Token ids start..stop-1 of `tokens` as little-endian u32 into `out`. */
-static int read_token_range(PyObject *tokens, Py_ssize_t start, Py_ssize_t stop, uint32_t *out) {
-    if (!PyList_CheckExact(tokens) && PyObject_CheckBuffer(tokens)) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(tokens, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) {
-            if (is_u32_buffer(&view) && stop * 4 <= view.len) {
-                const uint32_t *src = (const uint32_t *)view.buf;
-                for (Py_ssize_t i = start; i < stop; i++) {
-                    uint32_t t = src[i];
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-                    t = __builtin_bswap32(t);
-#endif
-                    out[i - start] = t;
-                }
-                PyBuffer_Release(&view);
-                return 0;
-            }
-            PyBuffer_Release(&view);
-        } else {
-            PyErr_Clear();
-        }
-    }
-    PyObject *seq = PySequence_Fast(tokens, "token_ids must be a sequence of ints");
-    if (seq == NULL) return -1;
-    if (stop > PySequence_Fast_GET_SIZE(seq)) {
-        Py_DECREF(seq);
-        PyErr_SetString(PyExc_IndexError, "token range past the request's tokens");
-        return -1;
-    }
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = start; i < stop; i++) {
-        if (read_token(items[i], &out[i - start]) < 0) {
-            Py_DECREF(seq);
-            return -1;
-        }
-    }
-    Py_DECREF(seq);
-    return 0;
-}
-
 /* Extend `hashes` (the request's block_hashes) to every full block of `tokens`: the
  * (seq, local) pairs RequestState.update_block_hashes would add. */
 static int update_block_hashes(PyObject *hashes, PyObject *tokens, Py_ssize_t block_size,
@@ -272,22 +233,13 @@ static int update_block_hashes(PyObject *hashes, PyObject *tokens, Py_ssize_t bl
             return -1;
         }
     }
-    Py_ssize_t count = (num_full - have) * block_size;
-    uint32_t *buf = PyMem_Malloc((size_t)count * 4);
-    if (buf == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (read_token_range(tokens, have * block_size, num_full * block_size, buf) < 0) {
-        PyMem_Free(buf);
-        return -1;
-    }
+    Py_ssize_t num_blocks;
+    uint8_t *buf = pack_tokens(tokens, block_size, have * block_size, &num_blocks);
+    if (buf == NULL) return -1;
     const size_t step = (size_t)block_size * 4;
-    for (Py_ssize_t i = 0; i < num_full - have; i++) {
-        uint64_t local = xxh3_64((const uint8_t *)buf + (size_t)i * step, step, seed);
-        uint64_t seq = has_parent ? chain(parent, local, seed) : local;
-        parent = seq;
-        has_parent = 1;
+    for (Py_ssize_t i = 0; i < num_blocks; i++) {
+        uint64_t local;
+        uint64_t seq = hash_block(buf + (size_t)i * step, step, seed, &has_parent, &parent, &local);
         PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)seq, (unsigned long long)local);
         if (pair == NULL || PyList_Append(hashes, pair) < 0) {
             Py_XDECREF(pair);

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, overload
 
+from armature.engines.native.step_stats import uniform_step_durations
+
 __all__ = ["Clock", "EventClock", "UniformSteps", "VirtualClock", "WallClock"]
 
 
@@ -83,12 +85,7 @@ class UniformSteps(Sequence[float]):
         self.num_steps = num_steps
 
     def _durations(self) -> list[float]:
-        times = list(
-            itertools.accumulate(
-                itertools.repeat(self.seconds, self.num_steps), initial=self.start_s
-            )
-        )
-        return list(map(operator.sub, times[1:], times[:-1]))
+        return uniform_step_durations(self.start_s, self.seconds, self.num_steps)
 
     def __len__(self) -> int:
         return self.num_steps

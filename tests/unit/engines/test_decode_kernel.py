@@ -120,7 +120,7 @@ def test_the_kernel_runs_where_it_can() -> None:
     core.add_request(EngineRequest(request_id="a", prompt_token_ids=[1, 2, 3], sampling=sampling))
     core.step()
     run = core.run_decodes(runner, 0.0, float("inf"))
-    assert run is not None and run._kernel is not None
+    assert run is not None and run._native is not None
     poly = (-25.74, 54.01, 5.74, 1.0, 1.0)  # PolynomialTiming's decode: priced in the kernel
     assert runner.get_native_decode() == NativeDecode(runner.clock, 0, 1000, poly, core.pool)
     assert run.num_steps == 29 and runner.num_batches == 30

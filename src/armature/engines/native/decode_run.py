@@ -41,7 +41,7 @@ from typing import NamedTuple, Protocol
 
 from armature.engines.native.request import RequestState
 from armature.engines.native.scheduler import Scheduler
-from armature.engines.native.step_stats import UNIFORM_DECODE_ROWS, StepStats
+from armature.engines.native.step_stats import StepStats, UniformDecodeRows
 from armature.kv.native_block_pool import DecodeKernel, NativeBlockPool
 from armature.protocols.engine import EngineOutput, FinishReason
 from armature.protocols.kv_events import KvTier, StoredBlock
@@ -145,9 +145,7 @@ class DecodeRun:
         self._step = 0  # the next step to run
         self.step_end_ms: list[float] = []
         self.outputs: list[EngineOutput] | None = None
-        self._kernel = _get_kernel(scheduler, runner)
-        # the runner's side of a native run (fixed for the runner's life)
-        self._native = runner.get_native_decode() if self._kernel is not None else None
+        self._native = _get_native(scheduler, runner)  # None: the Python loop
 
     @property
     def num_steps(self) -> int:
@@ -184,22 +182,18 @@ class DecodeRun:
         request, the next would need blocks that are not free, or the next would start at or
         after `horizon_ms`; False (nothing changed) when the first step of a new run does
         not fit. Natively where the pool and runner allow (`_run_native`), else in Python."""
-        kernel, native = self._kernel, self._native
-        if kernel is not None and native is not None:
-            return self._run_native(kernel, native, now_ms, horizon_ms)
+        native = self._native
+        if native is not None:
+            return self._run_native(native, now_ms, horizon_ms)
         return self._run_python(now_ms, horizon_ms)
 
-    def _run_native(
-        self, kernel: DecodeKernel, native: NativeDecode, now_ms: float, horizon_ms: float
-    ) -> bool:
+    def _run_native(self, native: _NativeRun, now_ms: float, horizon_ms: float) -> bool:
         """`_run_python` in the pool's core (`PoolCore.run_decodes`, kv/pool_decode.h): the
         same block calls, events, step ends, clock and records, one Python call a stretch
         (the runner's step time) where the loop made ~23."""
+        kernel, runner_side = native.kernel, native.runner
         entries: list[tuple[object, ...]] = []
-        poly = native.decode_poly
-        if native.utilization_pool is not self._scheduler.kv.pool:
-            poly = None  # priced on another pool's use: the runner's own call
-        now_s = native.clock.now_s
+        now_s = runner_side.clock.now_s
         progress = [now_s, 0.0, 0]  # the clock, last step and steps, as they ran
         try:
             status, step, kv_tokens = kernel.core.run_decodes(
@@ -215,18 +209,18 @@ class DecodeRun:
                 horizon_ms,
                 self._runner.get_decode_step_ms,
                 now_s,
-                native.token_seed,
-                native.vocab_size,
+                runner_side.token_seed,
+                runner_side.vocab_size,
                 self._scheduler.kv.block_size,
                 StoredBlock,
                 kernel.stored,
                 kernel.removed,
                 KvTier.DEVICE,
                 entries,
-                UNIFORM_DECODE_ROWS,
+                UniformDecodeRows,
                 self._queued[0],
                 self._queued[1],
-                poly,
+                native.decode_poly,
                 progress,
             )
         finally:  # what ran is recorded even if a call back into Python raised
@@ -371,16 +365,31 @@ def run_decodes(
     return run if run._run(now_ms, horizon_ms) else None
 
 
-def _get_kernel(scheduler: Scheduler, runner: DecodeRunner) -> DecodeKernel | None:
-    """The pool's native decode kernel where a run may use it: a native pool that no eviction
-    observer or write-through tier watches, step times independent of the context (a stretch
-    runs to the next allocation)."""
+class _NativeRun(NamedTuple):
+    """A run's native side, fixed for its life: the pool's kernel, the runner's clock and
+    tokens, and the decode step's polynomial where the kernel prices it on this pool."""
+
+    kernel: DecodeKernel
+    runner: NativeDecode
+    decode_poly: tuple[float, float, float, float, float] | None
+
+
+def _get_native(scheduler: Scheduler, runner: DecodeRunner) -> _NativeRun | None:
+    """A run's native side where it may run natively: a native pool that no eviction observer
+    or write-through tier watches, step times independent of the context (a stretch runs to
+    the next allocation), a runner with a native side; else None (the Python loop)."""
     pool = scheduler.kv.pool
     if runner.decode_uses_context or type(pool) is not NativeBlockPool:
         return None  # (a subclass may change what the kernel does in the pool's place)
     if scheduler.kv.on_blocks_written is not None:
         return None
-    return pool.get_decode_kernel()
+    kernel = pool.get_decode_kernel()
+    side = runner.get_native_decode() if kernel is not None else None
+    if kernel is None or side is None:
+        return None
+    # a polynomial priced on another pool's use: the runner's own call each stretch
+    poly = side.decode_poly if side.utilization_pool is pool else None
+    return _NativeRun(kernel, side, poly)
 
 
 def _allocate_due(

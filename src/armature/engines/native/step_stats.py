@@ -17,7 +17,7 @@ from typing import NamedTuple
 from armature.engines.native.scheduler import SchedulerOutput
 from armature.protocols.engine import StepRecord
 
-__all__ = ["MAX_STEP_RECORDS", "UNIFORM_DECODE_ROWS", "StepStats"]
+__all__ = ["MAX_STEP_RECORDS", "StepStats", "UniformDecodeRows", "uniform_step_durations"]
 
 MAX_STEP_RECORDS = 1024  # kept until taken; beyond this the oldest are dropped
 # a record until taken: StepRecord's fields in order (a tuple costs a tenth of a record)
@@ -50,7 +50,15 @@ class _DecodeRows(NamedTuple):  # a tuple: made once per stretch of a decode run
         )
 
 
-class _UniformDecodeRows(NamedTuple):  # made by the native decode kernel, once per stretch
+def uniform_step_durations(start_s: float, seconds: float, num_steps: int) -> list[float]:
+    """How long each of `num_steps` steps of `seconds` took on a virtual clock that added them
+    one by one from `start_s`: differences of the rounded sums, so not all exactly
+    `seconds`."""
+    times = list(accumulate(repeat(seconds, num_steps), initial=start_s))
+    return list(map(operator.sub, times[1:], times[:-1]))
+
+
+class UniformDecodeRows(NamedTuple):  # made by the native decode kernel, once per stretch
     """`_DecodeRows` whose steps all took `seconds` on a virtual clock that added them one by
     one from `start_s` (each step's wall time worked out when read, as `UniformSteps`)."""
 
@@ -64,12 +72,8 @@ class _UniformDecodeRows(NamedTuple):  # made by the native decode kernel, once 
     num_steps: int
 
     def rows(self) -> Iterator[_Row]:
-        times = list(accumulate(repeat(self.seconds, self.num_steps), initial=self.start_s))
-        wall_s = list(map(operator.sub, times[1:], times[:-1]))
+        wall_s = uniform_step_durations(self.start_s, self.seconds, self.num_steps)
         return _DecodeRows(*self[:5], wall_s).rows()
-
-
-UNIFORM_DECODE_ROWS = _UniformDecodeRows  # the entry type the native decode kernel makes
 
 
 class StepStats:
@@ -77,7 +81,7 @@ class StepStats:
         self.block_size = block_size
         # oldest first; the steps they hold (`_num_steps`) are kept down to MAX_STEP_RECORDS
         # but for the oldest entry's own older steps, cut when taken
-        self._entries: deque[_Row | _DecodeRows | _UniformDecodeRows] = deque()
+        self._entries: deque[_Row | _DecodeRows | UniformDecodeRows] = deque()
         self._sizes: deque[int] = deque()  # each entry's steps
         self._num_steps = 0
         # prefill-only steps so far (no decode in the batch): wall seconds and blocks computed
@@ -151,7 +155,7 @@ class StepStats:
             )
             self._add(rows, len(wall_s))
 
-    def add_uniform_decodes(self, entries: list[_UniformDecodeRows]) -> None:
+    def add_uniform_decodes(self, entries: list[UniformDecodeRows]) -> None:
         """`record_decodes` of each entry in turn (what the native decode kernel made; `_add`
         inline: a stretch costs no Python frame here)."""
         kept, sizes = self._entries, self._sizes
@@ -165,7 +169,7 @@ class StepStats:
                 num_steps -= sizes.popleft()
         self._num_steps = num_steps
 
-    def _add(self, entry: _Row | _DecodeRows | _UniformDecodeRows, num_steps: int) -> None:
+    def _add(self, entry: _Row | _DecodeRows | UniformDecodeRows, num_steps: int) -> None:
         self._entries.append(entry)
         sizes = self._sizes
         sizes.append(num_steps)
@@ -180,7 +184,7 @@ class StepStats:
         MAX_STEP_RECORDS), oldest first."""
         rows: list[_Row] = []
         for entry in self._entries:
-            if isinstance(entry, (_DecodeRows, _UniformDecodeRows)):
+            if isinstance(entry, (_DecodeRows, UniformDecodeRows)):
                 rows.extend(entry.rows())
             else:
                 rows.append(entry)
