@@ -1,5 +1,6 @@
 """Replay speed: process CPU seconds of `armature.sim.replay` on the Mooncake traces, with the
-decode fast path and (with --reference) step by step, and whether the two reports agree.
+decode fast path, with the round-robin router, and (with --reference) step by step, and
+whether the fast and step-by-step reports agree.
 
     python -m bench.replay_speed [--limit N] [--reference] [--num-kv-blocks K] [--repeats R]
                                  [--quick]
@@ -7,7 +8,8 @@ decode fast path and (with --reference) step by step, and whether the two report
 8 workers, kv router, block size 16, K KV blocks per worker (default 131,072), the traces'
 own arrival times. CPU time (user + system of this process) is the figure to compare on a
 shared machine; wall time is shown beside it. Targets (issue 16): the whole conversation
-trace <= 10 s, the synthetic trace <= 3 s.
+trace <= 10 s, the synthetic trace <= 3 s, and round-robin routing no slower than kv (each
+round's round-robin replay against the kv one of the same round).
 
 Writes the `replay_speed` section of docs/benchmarks.md (bench/out/ with --quick).
 """
@@ -61,7 +63,12 @@ def main() -> None:
         num_workers=8, router="kv", block_size=16, num_kv_blocks=args.num_kv_blocks
     )
     traces = {name: read_mooncake_trace(TRACES_DIR / name, limit=limit) for name in args.traces}
-    ways = [("fast", config)]
+    # timed every round: the kv router's fast path, and round-robin against it
+    timed_ways = [
+        ("fast", config),
+        ("round-robin", dataclasses.replace(config, router="round-robin")),
+    ]
+    ways = list(timed_ways)
     if args.reference:
         ways.append(("reference", dataclasses.replace(config, reference_steps=True)))
     # (trace, way) -> each round's report, CPU s and wall s; the traces in turn, round by round
@@ -69,7 +76,7 @@ def main() -> None:
     runs: dict[tuple[str, str], list[tuple[ReplayReport, float, float]]] = {}
     for round_index in range(args.repeats):
         for name, requests in traces.items():
-            for way, cfg in ways if round_index == 0 else ways[:1]:
+            for way, cfg in ways if round_index == 0 else timed_ways:
                 runs.setdefault((name, way), []).append(timed(requests, cfg))
                 report, cpu_s, wall_s = runs[(name, way)][-1]
                 print(name, way, round_index + 1, round(cpu_s, 2), round(wall_s, 2), flush=True)
@@ -103,6 +110,17 @@ def main() -> None:
                 f"{mark}: {name} replays in {cpu_s:.1f} CPU s, the median of {len(cpu)} "
                 f"(runs {min(cpu):.1f}-{max(cpu):.1f}; target <= {target} s)"
             )
+        if way == "round-robin":
+            ratios = [
+                rr_cpu / kv_cpu
+                for (_, rr_cpu, _), (_, kv_cpu, _) in zip(done, runs[(name, "fast")], strict=True)
+            ]
+            ratio = statistics.median(ratios)
+            checks.append(
+                f"{'PASS' if ratio <= 1.0 else 'MISS'}: {name}: round-robin replays in "
+                f"{ratio:.2f}x the kv router's CPU s of the same round, the median of "
+                f"{len(ratios)} ({min(ratios):.2f}-{max(ratios):.2f}; target <= 1: no slower)"
+            )
         if way == "reference":
             same = _without_wall(runs[(name, "fast")][0][0]) == _without_wall(report)
             checks.append(
@@ -113,7 +131,8 @@ def main() -> None:
         f"{'The first ' + str(limit) if limit else 'All'} requests of each trace, its own "
         f"arrival times, 8 mocker workers (default DESIGN timing), kv router, block size 16, "
         f"{args.num_kv_blocks} KV blocks per worker; `fast` is the default replay, `reference` "
-        "runs every engine step on its own (`--reference-steps`). CPU s: this process's user "
+        "runs every engine step on its own (`--reference-steps`), `round-robin` the fast path "
+        "routed round-robin. CPU s: this process's user "
         "+ system time, the median over the rounds (the traces in turn, round by round: a shared "
         "machine's speed moves between minutes), with its range. `ceiling`: the report's "
         "`prefix_hit_ceiling` (one infinite cache shared by every worker, in the hit ratio's "
