@@ -208,6 +208,11 @@ class DisaggSimulation(Simulation):
         self.prefill_index.remove_worker(worker)
         self._drain(worker, self.now_ms)
 
+    def _reads_index(self) -> bool:
+        """Always: the frontend's local-or-remote prefill decision reads the decode workers'
+        cached prefixes, whatever the router."""
+        return True
+
     def _is_observer(self, worker: str) -> bool:
         """A prefill worker's step end routes its requests' decode legs."""
         return worker in self._prefill_names

@@ -99,6 +99,8 @@ class Simulation:
         self.index = PrefixIndex()
         for worker in self.workers:
             self.index.add_worker(worker, config.num_kv_blocks)
+        # the workers' KV events go into the index only where something reads it
+        self.index_is_read = self._reads_index()
         # tier-aware routing weighs lower-tier hits from the workers' load reports
         self.tier_weights = (
             TierWeightBook() if config.tiers.is_enabled and config.tier_aware else None
@@ -233,6 +235,11 @@ class Simulation:
     def _get_prefill_names(self) -> frozenset[str]:
         """Every prefill worker there was (none: an aggregated fleet)."""
         return frozenset()
+
+    def _reads_index(self) -> bool:
+        """Whether anything reads the routed workers' prefix index: the kv router (the other
+        policies route without it, kv-approx on its routed predictions alone)."""
+        return self.config.router == "kv"
 
     def _is_observer(self, worker: str) -> bool:
         """Whether `worker`'s step ends read or change the rest of the fleet (not here: a
@@ -408,8 +415,8 @@ class Simulation:
         """The worker's KV events into the index; with lower tiers, first its load report's
         tier capacities and costs (as the router service reads them)."""
         core = self.cores[worker]
-        if not self.index.has_worker(worker):
-            core.take_kv_events()  # a worker out of routing: nobody indexes it
+        if not self.index_is_read or not self.index.has_worker(worker):
+            core.take_kv_events()  # nobody reads the index, or a worker out of routing
             return
         if self.config.tiers.is_enabled:
             load = core.get_load()

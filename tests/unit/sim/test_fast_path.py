@@ -14,6 +14,7 @@ from armature.engines.native.core import EngineCore
 from armature.engines.native.decode_run import DecodeRun
 from armature.protocols.engine import EngineOutput
 from armature.sim.replay import ReplayConfig, replay
+from armature.sim.replay_disagg import DisaggSimulation
 from armature.sim.simulation import Simulation
 from armature.sim.timing import AttendedTokensTiming, PolynomialTiming, StepWork
 from armature.workload.traces import (
@@ -155,3 +156,33 @@ def test_trace_slices(name: str) -> None:
     # disaggregated: at 4096 blocks the synthetic slice's decode workers fill with requests
     # holding their pulled blocks behind a head that does not fit (scheduler._admit_past_head)
     same_report(requests, replace(config, num_prefill_workers=1))
+
+
+def test_the_index_takes_events_only_where_it_is_read() -> None:
+    """Round-robin reads no prefix index: its workers' KV events are drained unindexed, and
+    the report is the one an indexed replay gives."""
+
+    def simulate(
+        config: ReplayConfig, *, force_index: bool = False
+    ) -> tuple[Simulation, dict[str, object]]:
+        simulation = Simulation(GROUPS, config, PolynomialTiming())
+        if force_index:
+            simulation.index_is_read = True
+        report = asdict(simulation.report(simulation.run(), 0.0))
+        return simulation, report
+
+    round_robin = replace(CONFIG, router="round-robin")
+    skipped, report = simulate(round_robin)
+    indexed, indexed_report = simulate(round_robin, force_index=True)
+    assert not skipped.index_is_read
+    assert report == indexed_report
+    assert [skipped.index.get_num_worker_blocks(w) for w in skipped.workers] == [0, 0, 0, 0]
+    assert all(indexed.index.get_num_worker_blocks(w) > 0 for w in indexed.workers)
+    assert all(not core.take_kv_events() for core in skipped.cores.values())
+    kv, _ = simulate(CONFIG)
+    assert kv.index_is_read
+    assert all(kv.index.get_num_worker_blocks(w) > 0 for w in kv.workers)
+    disagg = DisaggSimulation(
+        GROUPS, replace(round_robin, num_prefill_workers=1), PolynomialTiming()
+    )
+    assert disagg.index_is_read  # its prefill decisions read the decode workers' prefixes
