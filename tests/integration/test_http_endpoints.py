@@ -182,6 +182,8 @@ METRIC_NAMES = [
     "armature_e2e_request_latency_seconds_count",
     "armature_prompt_tokens_total",
     "armature_generation_tokens_total",
+    "armature_request_generation_tokens_count",
+    "armature_request_generation_tokens_sum",
     "armature_kv_cache_usage_ratio",
     "armature_prefix_cache_hit_ratio",
 ]
@@ -221,6 +223,9 @@ def test_metrics_count_each_request(
     assert delta("armature_inter_token_latency_seconds_count") == 2 * (5 - 1)
     assert delta("armature_prompt_tokens_total") == first["prompt_tokens"] * 2
     assert delta("armature_generation_tokens_total") == 10
+    # each finished request's own output tokens: 2 requests of 5
+    assert delta("armature_request_generation_tokens_count") == 2
+    assert delta("armature_request_generation_tokens_sum") == 10
     assert first["prompt_tokens_details"]["cached_tokens"] == 0
     num_cached = second["prompt_tokens_details"]["cached_tokens"]
     assert num_cached > 0

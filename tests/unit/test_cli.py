@@ -461,6 +461,22 @@ def test_planner_with_an_unreachable_frontend_is_a_one_line_error(
     assert err.count("\n") == 1 and "the frontend does not answer: cannot read" in err
 
 
+@pytest.mark.parametrize("flag", ["--load-interval-s", "--planner-interval-s"])
+def test_planner_refuses_an_interval_too_short_to_scrape(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile)
+    argv = ["planner", "--dry-run", "--performance-model", str(profile), flag, "0.001"]
+    argv += ["--discovery-dir", str(tmp_path / "discovery"), "--metrics-port", "-1"]
+    code, err = run(argv, capsys)
+    assert code == 2
+    assert err == (
+        f"armature: error: {flag} 0.001: the planner reads the frontend's metrics every "
+        "interval; use at least 0.1 s\n"
+    )
+
+
 def _write_text(text: str) -> Callable[[Path], None]:
     def write(path: Path) -> None:
         path.write_text(text)

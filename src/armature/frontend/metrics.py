@@ -19,6 +19,9 @@ from armature.runtime.latency_buckets import LATENCY_BUCKETS_S
 from armature.runtime.load_metrics import WorkerLoadCollector
 from armature.workload.measure import meets_targets
 
+# a finished request's output tokens: powers of two to 32,768
+OUTPUT_TOKEN_BUCKETS = tuple(float(2**i) for i in range(16))
+
 __all__ = ["CountedHistogram", "FrontendMetrics", "InFlightCollector", "RouterMetrics"]
 
 
@@ -54,6 +57,15 @@ class FrontendMetrics:
             "armature_e2e_request_latency_seconds",
             "Request latency, end to end",
             LATENCY_BUCKETS_S,
+            r,
+        )
+        # each finished stream's output tokens: the planner's mean output length over the
+        # requests that ended in its window (generation tokens per window also count tokens
+        # of requests still decoding)
+        self.request_output_tokens = CountedHistogram(
+            "armature_request_generation_tokens",
+            "Output tokens of each finished request",
+            OUTPUT_TOKEN_BUCKETS,
             r,
         )
         self.prompt_tokens = Counter("armature_prompt_tokens", "Prompt tokens", registry=r)

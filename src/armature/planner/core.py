@@ -153,7 +153,8 @@ class Planner:
         self._corrections.observe(observation.workers, self._model)
         if frontend.num_requests > 0:
             self._prefix_hit_rate = frontend.prefix_hit_rate
-            self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
+            if frontend.mean_output_tokens > 0.0:  # 0.0: no output length measured yet
+                self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
         self._trim.observe(
             get_attainment(
                 frontend.num_judged_requests, frontend.num_met_requests, MIN_JUDGED_REQUESTS
@@ -194,7 +195,7 @@ class Planner:
         self._attainment = recent.get_attainment(MIN_JUDGED_REQUESTS)
         if frontend.num_requests > 0:
             self._prefix_hit_rate = frontend.prefix_hit_rate
-        if recent.num_requests > 0:
+        if recent.num_requests > 0 and recent.mean_output_tokens > 0.0:
             self._lengths = (recent.mean_input_tokens, recent.mean_output_tokens)
         if self._lengths is None:
             return self._effects([], [])
@@ -281,7 +282,8 @@ class Planner:
                     reason,
                     f"{detail}; queue model needs {plan.num_workers} (by queue "
                     f"{plan.num_by_queue}, by throughput {plan.num_by_throughput}), "
-                    f"{pending.backlog_requests or 0:.0f} prompts queued {by_backlog}",
+                    f"{pending.backlog_requests or 0:.0f} prompts queued (the backlog needs "
+                    f"{by_backlog})",
                 )
         up = max(current + 1, self._floor[role])
         drain_s = None

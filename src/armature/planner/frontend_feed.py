@@ -42,7 +42,7 @@ class FrontendFeed:
             response = await self._client.get(self.metrics_url)
         except httpx.HTTPError as exc:
             raise FrontendUnreachableError(
-                f"cannot read {self.metrics_url}: {exc or type(exc).__name__}"
+                f"cannot read {self.metrics_url}: {str(exc) or type(exc).__name__}"
             ) from None
         if response.status_code != 200:
             raise FrontendUnreachableError(

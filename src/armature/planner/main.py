@@ -40,9 +40,18 @@ from armature.runtime.discovery import Discovery
 from armature.runtime.factory import make_event_plane, open_discovery
 from armature.sim.profile_timing import load_profile
 
-__all__ = ["get_worker_argv", "read_performance_model", "run_planner"]
+__all__ = [
+    "MIN_LIVE_INTERVAL_S",
+    "check_live_intervals",
+    "get_worker_argv",
+    "read_performance_model",
+    "run_planner",
+]
 
 log = logging.getLogger("armature")
+
+# the shortest interval a live planner runs at: each one scrapes the frontend's metrics
+MIN_LIVE_INTERVAL_S = 0.1
 
 
 def get_worker_argv(worker_args: tuple[str, ...]) -> list[str]:
@@ -177,8 +186,23 @@ def _serve_metrics(metrics: PlannerMetrics, service: PlannerServiceConfig) -> st
         ) from None
 
 
+def check_live_intervals(planner: PlannerConfig) -> None:
+    """ConfigError for an interval too short for a live planner, which scrapes the frontend's
+    metrics every interval (a replay on the virtual clock may use any)."""
+    for flag, value_s in (
+        ("--planner-interval-s", planner.interval_s),
+        ("--load-interval-s", planner.load_interval_s),
+    ):
+        if value_s < MIN_LIVE_INTERVAL_S:
+            raise ConfigError(
+                f"{flag} {value_s:g}: the planner reads the frontend's metrics every interval; "
+                f"use at least {MIN_LIVE_INTERVAL_S:g} s"
+            )
+
+
 async def _run(config: PlannerCommandConfig) -> None:
     service, runtime = config.service, config.runtime
+    check_live_intervals(config.planner)
     model, profiled = read_performance_model(service.performance_model)
     worker_argv = get_worker_argv(service.worker_args)
     if not service.dry_run and service.connector == "local" and not worker_argv:

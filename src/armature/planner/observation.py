@@ -17,9 +17,11 @@ class FrontendMetrics(msgspec.Struct, frozen=True, kw_only=True):
 
     Lengths and latencies are means over the requests that arrived (lengths) or produced a
     first token / finished (latencies) in the window; a latency is None when no request gave
-    one (no traffic is not "fast"). `prefix_hit_rate` is the fraction of prompt tokens served
-    from a prefix cache; `num_queued_requests` the requests waiting for a worker at the
-    window's end (the admission gate's queue)."""
+    one (no traffic is not "fast"). A live frontend cannot know an output length at arrival:
+    its `mean_output_tokens` is over the requests that finished in the window, and the last
+    window's when none did; 0.0 until one has (not measured yet). `prefix_hit_rate` is the
+    fraction of prompt tokens served from a prefix cache; `num_queued_requests` the requests
+    waiting for a worker at the window's end (the admission gate's queue)."""
 
     window_s: float
     num_requests: int

@@ -76,12 +76,15 @@ class RecentWindows:
         if num_requests == 0:
             return RecentLoad(0, window_s, 0.0, 0.0, num_judged, num_met)
         input_tokens = sum(w.num_requests * w.mean_input_tokens for w in self._windows)
-        output_tokens = sum(w.num_requests * w.mean_output_tokens for w in self._windows)
+        # output lengths from the windows that measured one (0.0: none yet), by arrivals
+        measured = [w for w in self._windows if w.mean_output_tokens > 0.0]
+        num_measured = sum(w.num_requests for w in measured)
+        output_tokens = sum(w.num_requests * w.mean_output_tokens for w in measured)
         return RecentLoad(
             num_requests,
             window_s,
             input_tokens / num_requests,
-            output_tokens / num_requests,
+            output_tokens / num_measured if num_measured else 0.0,
             num_judged,
             num_met,
         )

@@ -55,6 +55,10 @@ class FrontendSample(msgspec.Struct, frozen=True, kw_only=True):
     num_token_gaps: float  # the ITL histogram's count
     itl_sum_s: float
     num_finished_streams: float  # the e2e histogram's count
+    # the finished requests' output tokens (the output-length histogram's sum and count;
+    # None: a frontend that does not export it)
+    finished_output_tokens: float = 0.0
+    num_output_lengths: float | None = None
     num_slo_met: float = 0.0  # requests judged against the SLO targets: met, missed
     num_slo_missed: float = 0.0
     slo_ttft_target_s: float | None = None  # the targets they are judged against
@@ -89,6 +93,7 @@ def parse_frontend_sample(text: str) -> FrontendSample:
     model_name = None
     slo: dict[str, float] = {}
     targets: dict[str, float] = {}
+    lengths: dict[str, float] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:
@@ -98,6 +103,10 @@ def parse_frontend_sample(text: str) -> FrontendSample:
             seen.add(sample.name)
             if sample.name in _SCALARS:
                 values[_SCALARS[sample.name]] = float(sample.value)
+            elif sample.name == "armature_request_generation_tokens_sum":
+                lengths["sum"] = float(sample.value)
+            elif sample.name == "armature_request_generation_tokens_count":
+                lengths["count"] = float(sample.value)
             elif sample.name == "armature_requests_total":
                 if _is_served(sample.labels.get("status", "")):
                     num_finished += float(sample.value)
@@ -117,6 +126,8 @@ def parse_frontend_sample(text: str) -> FrontendSample:
         num_slo_missed=slo.get("missed", 0.0),
         slo_ttft_target_s=targets.get("ttft"),
         slo_itl_target_s=targets.get("itl"),
+        finished_output_tokens=lengths.get("sum", 0.0),
+        num_output_lengths=lengths.get("count"),
         **values,
     )
 
@@ -152,7 +163,11 @@ def get_window_metrics(
     num_requests = max(0, math.floor(delta("num_finished_requests") + in_flight_change + 0.5))
     num_prompt = delta("num_prompt_tokens")
     mean_input = _ratio(num_prompt, delta("num_first_tokens"))
-    mean_output = _ratio(delta("num_output_tokens"), delta("num_finished_streams"))
+    if before.num_output_lengths is not None and after.num_output_lengths is not None:
+        # the output lengths of the requests that finished in the window
+        mean_output = _ratio(delta("finished_output_tokens"), delta("num_output_lengths"))
+    else:  # an older frontend: tokens streamed in the window over the streams that ended
+        mean_output = _ratio(delta("num_output_tokens"), delta("num_finished_streams"))
     ttft_s = _ratio(delta("ttft_sum_s"), delta("num_first_tokens"))
     itl_s = _ratio(delta("itl_sum_s"), delta("num_token_gaps"))
     hit_rate = _ratio(delta("num_cached_tokens"), num_prompt)

@@ -98,3 +98,21 @@ def test_forecaster_keeps_lengths_through_idle_intervals() -> None:
         )
     )
     assert forecaster.predict_next() == LoadForecast(0.0, 900.0, 150.0)
+
+
+def test_no_forecast_until_an_output_length_is_measured() -> None:
+    """A live frontend's first windows have arrivals but no finished request (output length
+    0.0: not measured): sizing on 0 output tokens would shrink the fleet."""
+    forecaster = LoadForecaster(ConstantPredictor)
+    forecaster.observe(
+        FrontendMetrics(
+            window_s=60.0, num_requests=40, mean_input_tokens=256.0, mean_output_tokens=0.0
+        )
+    )
+    assert forecaster.predict_next() is None
+    forecaster.observe(
+        FrontendMetrics(
+            window_s=60.0, num_requests=30, mean_input_tokens=256.0, mean_output_tokens=400.0
+        )
+    )
+    assert forecaster.predict_next() == LoadForecast(0.5, 256.0, 400.0)

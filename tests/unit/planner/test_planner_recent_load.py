@@ -35,6 +35,16 @@ def test_lengths_are_weighted_by_arrivals() -> None:
     assert load.mean_output_tokens == pytest.approx(250.0)
 
 
+def test_output_lengths_come_from_the_windows_that_measured_one() -> None:
+    """A window whose requests had not finished (output 0.0, not measured) counts its
+    arrivals and prompts, not a length of 0; none measured: 0.0."""
+    recent = RecentWindows(10.0, 5.0)
+    assert recent.add(window(20, osl=0.0)) == RecentLoad(20, 5.0, 1000.0, 0.0)
+    load = recent.add(window(10, isl=4000.0, osl=300.0))
+    assert (load.num_requests, load.mean_input_tokens) == (30, pytest.approx(2000.0))
+    assert load.mean_output_tokens == pytest.approx(300.0)
+
+
 def test_a_window_shorter_than_the_interval_keeps_the_latest() -> None:
     recent = RecentWindows(1.0, 5.0)
     recent.add(window(10))

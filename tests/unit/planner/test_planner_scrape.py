@@ -156,6 +156,44 @@ def test_an_idle_window_has_no_latencies_and_keeps_the_last_lengths() -> None:
     )
 
 
+def with_lengths(text: str, total_tokens: int, count: int) -> str:
+    """`text` with the output-length histogram of a frontend that exports it."""
+    return (
+        text
+        + f"""\
+# HELP armature_request_generation_tokens Output tokens of each finished request
+# TYPE armature_request_generation_tokens histogram
+armature_request_generation_tokens_bucket{{le="+Inf"}} {count}.0
+armature_request_generation_tokens_count {count}.0
+armature_request_generation_tokens_sum {total_tokens}.0
+"""
+    )
+
+
+def test_output_length_is_the_finished_requests_own() -> None:
+    # 4,000 tokens streamed in the window, much of it by requests still decoding; the 21
+    # that finished in it had 2,100 tokens between them
+    before = parse_frontend_sample(with_lengths(BEFORE, 1000, 11))
+    after = parse_frontend_sample(with_lengths(AFTER, 3100, 32))
+    assert (before.finished_output_tokens, before.num_output_lengths) == (1000.0, 11.0)
+    window = get_window_metrics(before, after, 10.0)
+    assert window.mean_output_tokens == pytest.approx(100.0)
+    assert window.num_requests == 23
+
+
+def test_no_output_length_is_measured_before_a_request_finishes() -> None:
+    # requests arrived and stream tokens, none finished: no length, not a guess
+    sample = parse_frontend_sample(with_lengths(BEFORE, 0, 0))
+    later = parse_frontend_sample(with_lengths(AFTER, 0, 0))
+    window = get_window_metrics(sample, later, 10.0)
+    assert window.num_requests > 0
+    assert window.mean_output_tokens == 0.0  # not measured yet
+    previous = FrontendMetrics(
+        window_s=10.0, num_requests=4, mean_input_tokens=400.0, mean_output_tokens=90.0
+    )
+    assert get_window_metrics(sample, later, 10.0, previous).mean_output_tokens == 90.0
+
+
 def test_a_restarted_frontend_counts_from_zero() -> None:
     window = get_window_metrics(parse_frontend_sample(AFTER), parse_frontend_sample(BEFORE), 10.0)
     # every counter went down: the window is BEFORE's counts themselves

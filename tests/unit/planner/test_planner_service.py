@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import httpx
+import pytest
+
 from armature.config.planner import PlannerConfig
 from armature.planner.core import Planner
-from armature.planner.frontend_feed import FrontendUnreachableError
+from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
 from armature.planner.metrics import PlannerMetrics
 from armature.planner.predictors import ConstantPredictor
 from armature.planner.scrape import FrontendSample
@@ -105,3 +108,16 @@ async def test_a_stop_while_the_frontend_is_lost_ends_the_loop(
     stop.set()
     await asyncio.wait_for(task, 5.0)
     assert not feed.started.is_set()
+
+
+async def test_a_scrape_failure_without_a_message_names_its_kind() -> None:
+    """A connection reset carries no text: the log line says what failed, not ': '."""
+
+    def reset(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadError("", request=request)
+
+    feed = FrontendFeed("http://127.0.0.1:9", ["load"])
+    feed._client = httpx.AsyncClient(transport=httpx.MockTransport(reset))
+    with pytest.raises(FrontendUnreachableError) as caught:
+        await feed.scrape()
+    assert str(caught.value) == "cannot read http://127.0.0.1:9/metrics: ReadError"
