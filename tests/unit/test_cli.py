@@ -120,6 +120,10 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--max-queued-requests", "1000001"], "must be 0..1000000"),
         (["serve", "--busy-prefill-tokens", "2147483648"], "must be 1..2147483647"),
         (["serve", "--seed", "9223372036854775808"], "--seed: must be -9223372036854775808.."),
+        (
+            ["replay", "--synthetic", "multi-turn", "--seed", "2" + "0" * 19],
+            "--seed: must be -9223372036854775808..",
+        ),
         (["worker", "--metrics-port", "-2"], "--metrics-port: must be -1..65535"),
         (["serve", "--frontends", "0"], "--frontends: must be"),
         (["serve", "--frontends", "2", "--in-process-workers"], "drop --in-process-workers"),
@@ -298,6 +302,12 @@ def test_replay_with_the_planner_on_a_step_load_reports_and_plots(
     assert sum(report["planner_decisions"].values()) >= 1
     assert [s["time_s"] for s in report["timeline"][:3]] == [2.0, 4.0, 6.0]
     assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_replay_takes_a_negative_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["replay", "--synthetic", "multi-turn", "--num-requests", "8", "--seed", "-1"]
+    assert main([*argv, "--workers", "1", "--num-kv-blocks", "1024"]) == 0
+    assert "num_requests: 8" in capsys.readouterr().out
 
 
 def test_replay_synthetic_workloads_run(capsys: pytest.CaptureFixture[str]) -> None:

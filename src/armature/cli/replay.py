@@ -24,7 +24,7 @@ from armature.config import (
     positive_int,
 )
 from armature.config.routing import check_routed_ttl
-from armature.config.values import float_at_least
+from armature.config.values import float_at_least, int64
 from armature.errors import ConfigError
 from armature.sim.replay_config import PLANNER_RULES, REPLAY_POLICIES, ReplayConfig, ReplayReport
 
@@ -82,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_goodput_args(replay)
     _add_planner_args(replay)
     replay.add_argument(
-        "--seed", type=int, default=DEFAULTS.seed, help="seed for prompts and tokens"
+        "--seed", type=arg_type(int64), default=DEFAULTS.seed, help="seed for prompts and tokens"
     )
     replay.add_argument(
         "--reference-steps",

@@ -108,12 +108,19 @@ def accelerator_hardware(
     per_node = system.get_num_gpus_per_node()
     system.get_peak_flops(model.dtype)  # the dtype is supported, or a one-line error
     top_budget = max(space.max_num_batched_tokens)
-    allowed = [tp for tp in space.tensor_parallel if tp <= min(per_node, max_gpus)]
-    if not allowed:
+    within = [tp for tp in space.tensor_parallel if tp <= min(per_node, max_gpus)]
+    if not within:
         raise ConfigError(
             f"no tensor parallelism to search: every --tp value "
             f"({', '.join(map(str, space.tensor_parallel))}) is above {min(per_node, max_gpus)} "
             f"({system.name} has {per_node} GPUs a node; {max_gpus} GPUs given)"
+        )
+    allowed = [tp for tp in within if model.splits_over(tp)]
+    if not allowed:
+        raise ConfigError(
+            f"no tensor parallelism to search: {model.name}'s {model.num_heads} attention heads "
+            f"({model.num_kv_heads} KV heads) split over none of --tp "
+            f"{', '.join(map(str, within))} (the heads must divide by it)"
         )
     timings: dict[int, WorkerTiming] = {}
     for tp in allowed:

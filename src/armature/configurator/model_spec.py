@@ -61,6 +61,13 @@ class ModelSpec:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    def splits_over(self, tp: int) -> bool:
+        """Whether `tp` GPUs can share the attention, as engines shard it: the query heads
+        divide by `tp`, and the KV heads do too, or each is replicated over a whole number of
+        GPUs (`tp` a multiple of them)."""
+        kv = self.num_kv_heads
+        return self.num_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
     @property
     def num_moe_layers(self) -> int:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0

@@ -82,7 +82,9 @@ class MockerRunner:
         )
         self.timing = timing
         self.clock = clock
-        self.seed = seed
+        # the token hash takes an unsigned 64-bit seed: a negative one (the CLI's seeds are
+        # signed 64-bit) is its two's complement
+        self.seed = seed % 2**64
         self.kv_utilization: Callable[[], float] = lambda: 0.0  # use_pool_utilization wires it
         self._utilization_pool: BlockPool | None = None
         self.last_step_ms = 0.0  # the last batch's simulated time

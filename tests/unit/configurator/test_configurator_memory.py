@@ -3,6 +3,8 @@ its reserve set so that the KV room is exactly 10 requests of 300,000 tokens."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from configurator_cases import tiny_llama, toy_system
 
@@ -55,8 +57,20 @@ def test_tensor_parallelism_splits_weights_and_kv_heads() -> None:
     assert fit.fits  # half the KV bytes a token
 
 
+def test_a_tp_must_split_the_heads() -> None:
+    """Query heads divide by the TP; KV heads divide by it, or are each replicated over a
+    whole number of GPUs."""
+    model = tiny_llama()  # 4 query heads, 2 KV heads
+    assert [tp for tp in range(1, 9) if model.splits_over(tp)] == [1, 2, 4]
+    llama8b = replace(model, num_heads=32, num_kv_heads=8)
+    assert [tp for tp in (1, 2, 3, 4, 8, 16, 64) if llama8b.splits_over(tp)] == [1, 2, 4, 8, 16]
+    smollm2 = replace(model, num_heads=9, num_kv_heads=3)
+    assert [tp for tp in range(1, 10) if smollm2.splits_over(tp)] == [1, 3, 9]
+
+
 def test_a_model_that_fits_at_no_tensor_parallelism_is_refused() -> None:
-    with pytest.raises(ConfigError, match="does not fit on toy at any tensor parallelism up to 8"):
+    # TP 8 is not searched: the tiny model's 4 heads do not split over it
+    with pytest.raises(ConfigError, match="does not fit on toy at any tensor parallelism up to 4"):
         accelerator_hardware(
             tiny_llama(), toy_system(memory_capacity_bytes=1e5), SearchSpace(), 8, "tiny"
         )
@@ -67,7 +81,7 @@ def test_only_the_tps_whose_weights_fit_are_searched() -> None:
     system = toy_system(memory_capacity_bytes=2e8 / 0.9 + 0.5)
     space = SearchSpace(max_num_batched_tokens=(2048,))
     hardware = accelerator_hardware(tiny_llama(), system, space, 8, "tiny")
-    assert sorted(hardware.timings) == [1, 2, 4, 8]
+    assert sorted(hardware.timings) == [1, 2, 4]  # TP 8: 4 heads do not split over it
     # room for tp1's 2048-token activations less one byte: tp2's are smaller
     tight = toy_system(memory_capacity_bytes=(1e8 + 2048 * 896 * 2 - 1) / 0.9)
     hardware = accelerator_hardware(tiny_llama(), tight, space, 8, "tiny")

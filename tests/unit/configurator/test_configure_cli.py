@@ -53,6 +53,17 @@ def test_a_model_that_fits_at_no_tp(tmp_path: Path, capsys: pytest.CaptureFixtur
     )
 
 
+def test_a_tp_the_heads_do_not_split_over(
+    tiny_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 4 query heads and 2 KV heads: TP 3 shares neither
+    _fails(
+        capsys,
+        ["--model", str(tiny_dir), "--tp", "3", "--total-gpus", "4"],
+        "tiny's 4 attention heads (2 KV heads) split over none of --tp 3",
+    )
+
+
 def test_requests_whose_kv_fits_nowhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # 40 GB of weights on an L40S: at TP 8 each GPU keeps ~35 GB, 16 x 120k-token requests
     # of 320 KB/token would need far more

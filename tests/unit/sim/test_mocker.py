@@ -195,6 +195,16 @@ def test_runner_is_a_model_runner_without_weights() -> None:
     assert 0 <= runner.token_for("x", 6) < ARCH.vocab_size
 
 
+def test_a_negative_seed_is_its_twos_complement() -> None:
+    """The CLI's seeds are signed 64-bit; the token hash takes an unsigned one."""
+    no_eos = replace(ARCH, eos_token_ids=())
+    negative = MockerRunner(no_eos, PolynomialTiming(), VirtualClock(), seed=-1)
+    unsigned = MockerRunner(no_eos, PolynomialTiming(), VirtualClock(), seed=2**64 - 1)
+    assert negative.seed == 2**64 - 1
+    assert negative.get_tokens("req-1", 0, 20) == unsigned.get_tokens("req-1", 0, 20)
+    assert negative.token_for("req-1", 3) == unsigned.token_for("req-1", 3)
+
+
 def test_a_run_of_tokens_is_token_for_at_each_position() -> None:
     """`get_tokens` (one call per request and step: native where built, and in Python for ids
     too long for it) gives `token_for`'s token at every position."""
