@@ -13,7 +13,9 @@ local          this machine, measured (`armature profile`): the profile's step t
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import msgspec
 
 from armature.configurator.host import HostShare
 from armature.configurator.memory import get_memory_fit
@@ -27,7 +29,7 @@ from armature.configurator.timing import (
 )
 from armature.errors import ConfigError
 from armature.protocols.timing_profile import TimingProfile
-from armature.sim.profile_timing import ProfileTiming
+from armature.sim.profile_timing import ProfileTiming, timing_from_profile
 
 __all__ = ["LOCAL_TRANSFER_BYTES_S", "Hardware", "accelerator_hardware", "local_hardware"]
 
@@ -48,18 +50,41 @@ class Hardware:
     gpus_per_node: int
     local_kv_blocks: int = 0  # the local machine's KV pool
     host: HostShare | None = None  # the local machine's cores (None: a GPU is its worker's)
+    # step times by (TP, step budget), made as asked for
+    _budget_timings: dict[tuple[int, int], ProfileTiming] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
-    def get_timing(self, tp: int, num_workers: int, rate_per_s: float) -> ProfileTiming:
+    def get_timing(
+        self,
+        tp: int,
+        num_workers: int,
+        rate_per_s: float,
+        max_num_batched_tokens: int | None = None,
+    ) -> ProfileTiming:
         """Step times of a `tp` worker in a deployment of `num_workers` workers serving
         `rate_per_s` requests/s in all: on the local machine, slowed by the share of a core
-        each engine gets (`HostShare`); an accelerator is its worker's alone."""
-        timing = self.timings[tp].timing
+        each engine gets (`HostShare`); an accelerator is its worker's alone. With
+        `max_num_batched_tokens`, from the profile as a worker of that step budget reads it
+        (the one `--save-dir` writes: no prefill point past the budget)."""
+        timing = self._get_budget_timing(tp, max_num_batched_tokens)
         if self.host is None:
             return timing
         share = self.host.get_engine_share(num_workers, rate_per_s)
         if share >= 1.0:
             return timing
         return dataclasses.replace(timing, speedup_ratio=timing.speedup_ratio * share)
+
+    def _get_budget_timing(self, tp: int, max_num_batched_tokens: int | None) -> ProfileTiming:
+        worker = self.timings[tp]
+        budget = max_num_batched_tokens
+        if budget is None or budget == worker.profile.max_num_batched_tokens:
+            return worker.timing
+        key = (tp, budget)
+        if key not in self._budget_timings:
+            limited = msgspec.structs.replace(worker.profile, max_num_batched_tokens=budget)
+            self._budget_timings[key] = timing_from_profile(limited)
+        return self._budget_timings[key]
 
     def get_kv_blocks(self, tp: int, max_num_seqs: int, max_num_batched_tokens: int) -> int:
         """One worker's KV pool in blocks; 0 when the model does not fit."""

@@ -126,7 +126,7 @@ def _commands(req: SaveRequest, profiles: dict[WorkerRole, Path] | None) -> str:
         lines.append(_line("serve", to_argv(serve)))
     else:
         lines.append("# (none: prefill and decode workers run different profiles)")
-    runtime = RuntimeConfig(discovery_dir=str(req.save_dir / "discovery"))
+    runtime = _runtime(req)
     lines.append("# or one process each (on one host: file discovery in the directory below)")
     frontend = FrontendConfig(runtime=runtime, disagg=disagg)
     lines.append(_line("frontend", to_argv(frontend)))
@@ -239,7 +239,14 @@ def _planner_line(req: SaveRequest, profile: Path, worker_argv: list[str]) -> st
     service = PlannerServiceConfig(
         performance_model=str(profile), worker_args=(shlex.join(worker_argv),)
     )
-    return _line("planner", to_argv(PlannerCommandConfig(planner=planner, service=service)))
+    # the frontend line's discovery: the workers the planner starts register where it reads
+    command = PlannerCommandConfig(planner=planner, service=service, runtime=_runtime(req))
+    return _line("planner", to_argv(command))
+
+
+def _runtime(req: SaveRequest) -> RuntimeConfig:
+    """Where the saved processes meet on one host: file discovery in the save directory."""
+    return RuntimeConfig(discovery_dir=str(req.save_dir / "discovery"))
 
 
 def _replay_line(req: SaveRequest, plan: SimPlan, profiles: dict[WorkerRole, Path]) -> str:
@@ -288,7 +295,10 @@ def save_deployment(req: SaveRequest) -> list[Path]:
         written.append(d / "commands_native.sh")
     main_profile = profiles.get(WorkerRole.AGG) or profiles[WorkerRole.DECODE]
     (d / "values.yaml").write_text(_values_yaml(req, main_profile))
-    worker_argv = to_argv(WorkerConfig(engine=_engine(req, main_profile)))
+    # the workers the planner starts: the engine and KV pool the prediction was made for
+    c = req.chosen.deployment
+    worker = WorkerConfig(engine=_engine(req, main_profile), kv=_kv(req, c.decode_tp))
+    worker_argv = to_argv(worker)
     caveat = _planner_caveat(req)
     note = f"# note: {caveat}\n" if caveat else ""
     (d / "planner.sh").write_text(

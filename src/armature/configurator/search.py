@@ -195,7 +195,9 @@ def make_plan(
         num_kv_blocks=hardware.get_kv_blocks(c.decode_tp, c.max_num_seqs, c.max_num_batched_tokens),
         max_num_batched_tokens=c.max_num_batched_tokens,
         max_num_seqs=c.max_num_seqs,
-        transfer_bandwidth_bytes_s=hardware.get_transfer_bytes_s(c),
+        # as `replay --transfer-bandwidth-gbs` reads it back (GB/s, times 1e9): the saved
+        # replay line then gives back this prediction exactly
+        transfer_bandwidth_bytes_s=hardware.get_transfer_bytes_s(c) / 1e9 * 1e9,
         kv_bytes_per_block=model.get_kv_bytes_per_token() * BLOCK_SIZE_TOKENS,
         seed=settings.seed,
     )
@@ -225,7 +227,7 @@ def get_sim_timings(
     rate = rate_per_s * r.num_groups
 
     def get(tp: int) -> TimingModel:
-        timing = hardware.get_timing(tp, num_workers, rate)
+        timing = hardware.get_timing(tp, num_workers, rate, c.max_num_batched_tokens)
         if step_scale == 1.0:
             return timing
         return dataclasses.replace(timing, speedup_ratio=timing.speedup_ratio / step_scale)

@@ -11,7 +11,10 @@ from configurator_cases import tiny_llama, toy_system
 from armature.configurator.hardware import accelerator_hardware, local_hardware
 from armature.configurator.memory import get_kv_bytes_per_token_per_gpu, get_memory_fit
 from armature.configurator.space import AGG, DISAGG, Deployment, SearchSpace
+from armature.configurator.timing import with_limits
 from armature.errors import ConfigError
+from armature.sim.profile_timing import timing_from_profile
+from armature.sim.timing import StepWork
 from profiles import make_profile
 
 WEIGHT_BYTES = 139584 * 2
@@ -110,3 +113,34 @@ def test_the_local_system_searches_within_what_was_measured() -> None:
     assert hardware.space.tensor_parallel == (1,)
     only_larger = local_hardware(tiny_llama(), profile, SearchSpace(max_num_seqs=(64,)))
     assert only_larger.space.max_num_seqs == (32,)
+
+
+def test_a_simulated_worker_prices_steps_as_its_saved_profile_does() -> None:
+    """The search prices a deployment's steps from the profile as `--save-dir` writes it for
+    that deployment's step budget (prefill points past it dropped, the context cost fitted
+    without them), so the saved replay line gives back the prediction exactly."""
+    system = toy_system(memory_capacity_bytes=2e8 / 0.9 + 0.5)
+    space = SearchSpace(max_num_batched_tokens=(2048,))
+    hardware = accelerator_hardware(tiny_llama(), system, space, 8, "tiny")
+    profile = hardware.timings[1].profile
+    assert profile.max_num_batched_tokens > 2048  # predicted past every budget searched
+    saved = with_limits(
+        profile,
+        max_num_seqs=16,
+        max_num_batched_tokens=2048,
+        num_kv_blocks=64,
+        served_model_name="tiny",
+    )
+    budget, whole = hardware.get_timing(1, 1, 1.0, 2048), hardware.get_timing(1, 1, 1.0)
+    steps = [
+        StepWork(2048, 0, 0.1),
+        StepWork(
+            1000, 8, 0.5, num_decode_kv_tokens=8 * 3000, num_prefill_context_pairs=1000 * 6000
+        ),
+        StepWork(0, 16, 0.9, num_decode_kv_tokens=16 * 2500),
+    ]
+    assert [budget.step_ms(s) for s in steps] == [
+        timing_from_profile(saved).step_ms(s) for s in steps
+    ]
+    assert budget is hardware.get_timing(1, 4, 2.0, 2048)  # made once per TP and budget
+    assert whole is hardware.timings[1].timing

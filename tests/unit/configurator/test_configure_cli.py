@@ -212,6 +212,16 @@ def test_save_dir_replays_to_the_saved_prediction(
         for line in _saved_lines(save / script):
             assert line[0] == "armature"
             build_parser().parse_args(line[1:])  # every saved command line parses
+    # the planner meets the frontend line's workers, and starts them as predicted
+    commands = _saved_lines(save / "commands.sh")
+    [frontend] = [line for line in commands if line[1] == "frontend"]
+    workers = [line for line in commands if line[1] == "worker"]
+    [planner] = _saved_lines(save / "planner.sh")
+    discovery = frontend[frontend.index("--discovery-dir") + 1]
+    assert planner[planner.index("--discovery-dir") + 1] == discovery
+    worker_args = shlex.split(planner[planner.index("--worker-args") + 1])
+    blocks = worker_args[worker_args.index("--num-kv-blocks") + 1]
+    assert blocks == workers[-1][workers[-1].index("--num-kv-blocks") + 1]
     values = (save / "values.yaml").read_text()
     role = "agg" if mode == "agg" else "decode"
     assert f"    {role}:\n      enabled: true\n" in values
