@@ -444,6 +444,7 @@ def test_bad_timing_profiles_exit_2_with_one_line(
     [
         (["--decode-requests", "128"], "--decode-requests 128 is above --max-num-seqs 64"),
         (["--prefill-input-tokens", "64,32"], "expected increasing positive integers"),
+        (["--prefill-input-tokens", "64,,256"], "got '64,,256'"),
         (["--prefill-input-tokens", "2048,4096"], "at least two lengths within"),
     ],
 )

@@ -48,9 +48,26 @@ def _workload(config: ConfigureConfig) -> Workload:
             )
         return Workload(float(config.isl), float(config.osl), config.spread)
     path = Path(config.trace)
+    defaults = ConfigureConfig()
+    ignored = [
+        flag
+        for flag, value, default in (
+            ("--isl", config.isl, defaults.isl),
+            ("--osl", config.osl, defaults.osl),
+            ("--spread", config.spread, defaults.spread),
+        )
+        if value != default
+    ]
+    if ignored:
+        print(f"armature: note: {', '.join(ignored)} not used: the trace gives the lengths")
     requests = read_trace(path)
     if len(requests) < 2:
         raise CliError(f"trace {path} has fewer than 2 requests")
+    if requests[-1].arrival_ms <= requests[0].arrival_ms:
+        raise CliError(
+            f"trace {path}: every request has the same timestamp (its arrivals must span some "
+            "time to give a request rate)"
+        )
     if max(r.output_length for r in requests) < 2:
         raise CliError(
             f"trace {path}: every request has one output token (ITL is the time between "
@@ -228,9 +245,11 @@ def _answer(
     if not result.meets_targets:
         e2e = settings.targets.e2e_ms is not None
         relax = "--ttft-ms/--e2e-ms" if e2e else "--ttft-ms/--itl-ms"
+        saved_to = config.save_dir
+        unsaved = "" if saved_to is None else f"; no deployment saved to {saved_to}"
         raise CliError(
             f"no configuration meets the targets (the closest are shown above: relax "
-            f"{relax}, or give more GPUs)"
+            f"{relax}, or give more GPUs){unsaved}"
         )
     if config.save_dir is not None:
         _save(config, hardware, settings, result, served_name)

@@ -224,8 +224,11 @@ def one_of(kind: type[E]) -> Callable[[str], E]:
 
 def positive_ints(text: str) -> tuple[int, ...]:
     """'64,256,1024' -> (64, 256, 1024): positive, strictly increasing."""
-    values = tuple(positive_int(part) for part in text.split(",") if part.strip())
-    if not values or any(b <= a for a, b in itertools.pairwise(values)):
+    parts = text.split(",")
+    if any(not part.strip() for part in parts):  # '1,,2': a value left out
+        raise ConfigError(f"expected increasing positive integers like 64,256,1024, got {text!r}")
+    values = tuple(positive_int(part) for part in parts)
+    if any(b <= a for a, b in itertools.pairwise(values)):
         raise ConfigError(f"expected increasing positive integers like 64,256,1024, got {text!r}")
     return values
 

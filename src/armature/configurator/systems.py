@@ -91,6 +91,12 @@ def load_system(name: str) -> SystemSpec:
         system = msgspec.json.decode(data, type=SystemSpec)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ConfigError(f"system {where} is not a valid hardware profile: {exc}") from None
+    for name_, fraction in _fractions(system):
+        if fraction > 1.0:
+            raise ConfigError(
+                f"system {where} is not a valid hardware profile: {name_} is a fraction "
+                f"(at most 1), got {fraction:g}"
+            )
     per_node = system.gpus_per_node.value
     if per_node != int(per_node):
         raise ConfigError(
@@ -98,3 +104,15 @@ def load_system(name: str) -> SystemSpec:
             f"number, got {per_node:g}"
         )
     return system
+
+
+def _fractions(system: SystemSpec) -> list[tuple[str, float]]:
+    """The profile's numbers that are shares of a peak or a capacity."""
+    names = [
+        "gemm_efficiency",
+        "attention_efficiency",
+        "memory_efficiency",
+        "link_efficiency",
+        "memory_utilization",
+    ]
+    return [(name, getattr(system, name).value) for name in names]

@@ -9,8 +9,11 @@ only max-num-seqs 16 reaches (max-num-seqs 4 operates at most at 3)."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
+from importlib.resources import files
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -211,3 +214,16 @@ def test_every_shipped_system_loads_with_a_source_for_every_number() -> None:
         load_system("a100_sxm").get_peak_flops("fp8")
     with pytest.raises(ConfigError, match="unknown system 'tpu9'; choose from a100_sxm"):
         load_system("tpu9")
+
+
+@pytest.mark.parametrize("name", ["gemm_efficiency", "memory_utilization", "link_efficiency"])
+def test_a_system_file_with_a_share_above_one_is_refused(name: str, tmp_path: Path) -> None:
+    data = json.loads((files("armature.configurator") / "systems" / "h100_sxm.json").read_text())
+    data[name]["value"] = 1.5
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=f"{name} is a fraction \\(at most 1\\), got 1.5"):
+        load_system(str(path))
+    data[name]["value"] = 1.0  # all of it is a bound, not a mistake
+    path.write_text(json.dumps(data))
+    assert getattr(load_system(str(path)), name).value == 1.0

@@ -86,6 +86,15 @@ def test_impossible_targets_show_the_closest(
     assert " 1  " in out and "sim no" in out  # the closest, simulated, ranked first
 
 
+def test_impossible_targets_save_nothing_and_say_so(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save = tmp_path / "out"
+    argv = ["--model", str(tiny_dir), *SMALL, "--ttft-ms", "0.001", "--save-dir", str(save)]
+    _fails(capsys, argv, f"or give more GPUs); no deployment saved to {save}")
+    assert [p.name for p in save.iterdir()] == ["pareto.png"]  # the closest, plotted
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -306,3 +315,31 @@ def test_a_local_fleet_on_fewer_cores_is_saved_at_its_share(
     assert serve[serve.index("--speedup-ratio") + 1] == "0.5"
     _replays_the_prediction(save)
     capsys.readouterr()
+
+
+def test_a_trace_whose_requests_all_arrive_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    rows = [
+        {"timestamp": 5, "input_length": 100, "output_length": 20, "hash_ids": [i]}
+        for i in range(3)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = write_config(tmp_path / "tiny", TINY_LLAMA)
+    _fails(capsys, ["--model", str(model), "--trace", str(trace)], "the same timestamp")
+
+
+def test_lengths_given_beside_a_trace_are_noted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    rows = [
+        {"timestamp": i * 100, "input_length": 100, "output_length": 20, "hash_ids": [i]}
+        for i in range(3)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = write_config(tmp_path / "tiny", TINY_LLAMA)
+    main(["configure", "--model", str(model), "--trace", str(trace), *SMALL])  # --isl, --osl
+    out = capsys.readouterr().out
+    assert "armature: note: --isl, --osl not used: the trace gives the lengths\n" in out
