@@ -62,6 +62,8 @@ class PlannerEffects:
     attainment: float | None = None
     # the share of the predicted load the pools were sized for (trim.py; 1.0: all of it)
     trim_scale: float = 1.0
+    # forecaster fits that raised a numerical error since the planner started
+    num_fit_failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -448,6 +450,7 @@ class Planner:
             decode_correction=self._corrections.decode_factor,
             attainment=self._attainment,
             trim_scale=self._trim.scale,
+            num_fit_failures=self._forecaster.get_num_fit_failures(),
         )
 
 

@@ -40,6 +40,12 @@ class LoadForecaster:
             if metrics.mean_output_tokens > 0.0:
                 self._output.observe(metrics.mean_output_tokens)
 
+    def get_num_fit_failures(self) -> int:
+        """Fits of the three predictors that raised a numerical error (0 for predictors
+        that fit nothing)."""
+        predictors = (self._rate, self._input, self._output)
+        return sum(getattr(p, "num_fit_failures", 0) for p in predictors)
+
     def predict_next(self) -> LoadForecast | None:
         """The next interval's load; None until an interval with requests was observed."""
         rate = self._rate.predict_next()

@@ -43,6 +43,7 @@ from armature.sim.profile_timing import load_profile
 __all__ = [
     "MIN_LIVE_INTERVAL_S",
     "check_live_intervals",
+    "describe_unseen_workers",
     "get_worker_argv",
     "read_performance_model",
     "run_planner",
@@ -154,6 +155,18 @@ def describe_attainment_source(planner: PlannerConfig, sample: FrontendSample) -
     )
 
 
+def describe_unseen_workers(sample: FrontendSample, discovered: dict[WorkerRole, int]) -> str:
+    """A warning when the frontend routes to workers while the planner discovers none (they
+    run in the frontend's process, or meet on another namespace or discovery); "" if not."""
+    if sample.num_workers == 0 or sum(discovered.values()) > 0:
+        return ""
+    return (
+        f"the frontend routes to {sample.num_workers} worker(s) that the planner does not "
+        "discover (workers in the frontend's process, --in-process-workers, or another "
+        "--namespace or discovery): it reads no step records from them and cannot scale them"
+    )
+
+
 def _ms(seconds: float | None) -> str:
     return "none" if seconds is None else f"{seconds * 1000.0:g} ms"
 
@@ -239,6 +252,9 @@ async def _run(config: PlannerCommandConfig) -> None:
                 f"--performance-model was measured on model {profiled.model_name!r}; the frontend "
                 f"serves {sample.model_name!r} (profile that model)"
             )
+        unseen = describe_unseen_workers(sample, discovered)
+        if unseen:
+            log.warning("%s", unseen)
         metrics_url = _serve_metrics(metrics, service)
         log.info(
             "planner ready: %s mode, roles %s, targets %s, connector %s, frontend %s, metrics %s, "

@@ -79,6 +79,13 @@ class PlannerMetrics:
         self.connector_failures = _metric(
             Counter, r, "connector_failures", "Scaling actions that failed (retried)"
         )
+        self.fit_failures = _metric(
+            Counter,
+            r,
+            "forecast_fit_failures",
+            "Forecaster fits that raised a numerical error (the last value was predicted)",
+        )
+        self._num_fit_failures = 0
         self.scrape_failures = _metric(
             Counter,
             r,
@@ -120,6 +127,9 @@ class PlannerMetrics:
         if effects.attainment is not None:
             self.attainment.set(effects.attainment)
         self.trim_scale.set(effects.trim_scale)
+        if effects.num_fit_failures > self._num_fit_failures:
+            self.fit_failures.inc(effects.num_fit_failures - self._num_fit_failures)
+            self._num_fit_failures = effects.num_fit_failures
         for role, live in effects.live.items():
             self.ttft_s.labels(role.value).set(math.nan if live.ttft_s is None else live.ttft_s)
             self.itl_s.labels(role.value).set(math.nan if live.itl_s is None else live.itl_s)

@@ -63,6 +63,7 @@ class FrontendSample(msgspec.Struct, frozen=True, kw_only=True):
     num_slo_missed: float = 0.0
     slo_ttft_target_s: float | None = None  # the targets they are judged against
     slo_itl_target_s: float | None = None
+    num_workers: int = 0  # the workers the frontend routes to (its per-worker KV series)
 
 
 _SCALARS = {
@@ -94,6 +95,7 @@ def parse_frontend_sample(text: str) -> FrontendSample:
     slo: dict[str, float] = {}
     targets: dict[str, float] = {}
     lengths: dict[str, float] = {}
+    workers: set[str] = set()
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:
@@ -107,6 +109,8 @@ def parse_frontend_sample(text: str) -> FrontendSample:
                 lengths["sum"] = float(sample.value)
             elif sample.name == "armature_request_generation_tokens_count":
                 lengths["count"] = float(sample.value)
+            elif sample.name == "armature_worker_kv_blocks_total":
+                workers.add(sample.labels.get("worker", ""))
             elif sample.name == "armature_requests_total":
                 if _is_served(sample.labels.get("status", "")):
                     num_finished += float(sample.value)
@@ -128,6 +132,7 @@ def parse_frontend_sample(text: str) -> FrontendSample:
         slo_itl_target_s=targets.get("itl"),
         finished_output_tokens=lengths.get("sum", 0.0),
         num_output_lengths=lengths.get("count"),
+        num_workers=len(workers),
         **values,
     )
 

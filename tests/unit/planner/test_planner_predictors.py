@@ -8,12 +8,15 @@ import pytest
 
 from armature.errors import ConfigError
 from armature.planner import FrontendMetrics, LoadForecast, LoadForecaster, make_predictor
+from armature.planner.core import PlannerEffects
+from armature.planner.metrics import PlannerMetrics
 from armature.planner.predictors import (
     ConstantPredictor,
     HoltWintersPredictor,
     LoadPredictor,
     MovingAveragePredictor,
 )
+from armature.protocols.worker import WorkerRole
 
 
 def feed(predictor: LoadPredictor, series: list[float]) -> float | None:
@@ -116,3 +119,42 @@ def test_no_forecast_until_an_output_length_is_measured() -> None:
         )
     )
     assert forecaster.predict_next() == LoadForecast(0.5, 256.0, 400.0)
+
+
+class _FailingFits:
+    """A predictor whose every fit fails, counted as HoltWintersPredictor counts them (the
+    last value predicted instead)."""
+
+    def __init__(self) -> None:
+        self.num_fit_failures = 0
+        self._last: float | None = None
+
+    def observe(self, value: float) -> None:
+        self._last = value
+
+    def predict_next(self) -> float | None:
+        if self._last is not None:
+            self.num_fit_failures += 1
+        return self._last
+
+
+def test_failed_fits_are_counted_and_exported() -> None:
+    forecaster = LoadForecaster(_FailingFits)
+    forecaster.observe(
+        FrontendMetrics(
+            window_s=60.0, num_requests=60, mean_input_tokens=100.0, mean_output_tokens=50.0
+        )
+    )
+    forecaster.predict_next()
+    forecaster.predict_next()
+    assert forecaster.get_num_fit_failures() == 6  # three predictors, twice
+    assert LoadForecaster(ConstantPredictor).get_num_fit_failures() == 0
+    metrics = PlannerMetrics((WorkerRole.AGG,))
+
+    def read() -> float | None:
+        return metrics.registry.get_sample_value("armature_planner_forecast_fit_failures_total")
+
+    assert read() == 0.0
+    for total in (6, 6, 9):  # each tick reports the total since the start
+        metrics.observe(PlannerEffects([], [], {}, num_fit_failures=total), {})
+    assert read() == 9.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from armature.planner.main import describe_unseen_workers
 from armature.planner.observation import FrontendMetrics
 from armature.planner.scrape import (
     FrontendSample,
@@ -12,6 +13,7 @@ from armature.planner.scrape import (
     get_window_metrics,
     parse_frontend_sample,
 )
+from armature.protocols.worker import WorkerRole
 
 
 def exposition(
@@ -211,3 +213,20 @@ def test_a_restarted_frontend_counts_from_zero() -> None:
 def test_what_is_not_a_frontends_metrics_is_a_scrape_error(text: str, fragment: str) -> None:
     with pytest.raises(ScrapeError, match=fragment):
         parse_frontend_sample(text)
+
+
+def test_the_frontends_workers_are_counted_and_unseen_ones_named() -> None:
+    """Workers the frontend routes to (its per-worker KV series) that the planner's discovery
+    does not list: it warns, since it can neither read nor scale them."""
+    workers = """\
+# HELP armature_worker_kv_blocks_total KV blocks of the worker
+# TYPE armature_worker_kv_blocks_total gauge
+armature_worker_kv_blocks_total{worker="in-process-0"} 512.0
+armature_worker_kv_blocks_total{worker="in-process-1"} 512.0
+"""
+    sample = parse_frontend_sample(BEFORE + workers)
+    assert sample.num_workers == 2
+    warning = describe_unseen_workers(sample, {})
+    assert warning.startswith("the frontend routes to 2 worker(s) that the planner does not ")
+    assert describe_unseen_workers(sample, {WorkerRole.AGG: 2}) == ""
+    assert describe_unseen_workers(parse_frontend_sample(BEFORE), {}) == ""  # none to route to
