@@ -219,9 +219,10 @@ class PlannerConfig:
         for role in self.get_roles():
             limits = self.get_role_limits(role)
             if limits.min_workers > limits.max_workers:
+                low, high = self._limit_flags(role)
                 raise ConfigError(
                     f"{role.value} workers: the minimum ({limits.min_workers}) is above the "
-                    f"maximum ({limits.max_workers}); check --min-workers/--max-workers"
+                    f"maximum ({limits.max_workers}); check {low}/{high}"
                 )
         num_min_workers = sum(self.get_role_limits(r).min_workers for r in self.get_roles())
         if self.max_total_workers is not None and self.max_total_workers < num_min_workers:
@@ -258,6 +259,17 @@ class PlannerConfig:
             low = low if self.min_decode_workers is None else self.min_decode_workers
             high = high if self.max_decode_workers is None else self.max_decode_workers
         return RoleLimits(low, high)
+
+    def _limit_flags(self, role: WorkerRole) -> tuple[str, str]:
+        """The flags `role`'s minimum and maximum come from (its own where given)."""
+        own = {
+            WorkerRole.PREFILL: (self.min_prefill_workers, self.max_prefill_workers),
+            WorkerRole.DECODE: (self.min_decode_workers, self.max_decode_workers),
+        }.get(role, (None, None))
+        name = f"{role.value}-" if role in (WorkerRole.PREFILL, WorkerRole.DECODE) else ""
+        low = f"--min-{name}workers" if own[0] is not None else "--min-workers"
+        high = f"--max-{name}workers" if own[1] is not None else "--max-workers"
+        return low, high
 
     def get_max_total_workers(self) -> int | None:
         """The tighter of --max-total-workers and --gpu-budget / --gpus-per-worker."""

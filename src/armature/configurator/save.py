@@ -113,6 +113,11 @@ def _commands(req: SaveRequest, profiles: dict[WorkerRole, Path] | None) -> str:
     engine, kv = _engine(req, profile), _kv(req, c.decode_tp)
     disagg = DisaggConfig(max_local_prefill_tokens=0)
     lines = [f"# {req.chosen.deployment.describe()} x{req.chosen.num_groups}"]
+    if not any(req.model_dir.glob("*.safetensors")):
+        lines.append(
+            f"# note: {req.model_dir} holds no weights (the model's shape was read from its "
+            "config alone): give --model the checkpoint's directory to run these"
+        )
     lines.append("# one command: a frontend and its workers")
     same_profile = c.mode == AGG or c.prefill_tp == c.decode_tp
     if same_profile:

@@ -221,6 +221,11 @@ def test_save_dir_replays_to_the_saved_prediction(
         for line in _saved_lines(save / script):
             assert line[0] == "armature"
             build_parser().parse_args(line[1:])  # every saved command line parses
+    # a config.json alone gives the shape, not the weights the lines need: said at the top
+    assert (save / "commands.sh").read_text().splitlines()[2] == (
+        f"# note: {tiny_dir} holds no weights (the model's shape was read from its config "
+        "alone): give --model the checkpoint's directory to run these"
+    )
     # the planner meets the frontend line's workers, and starts them as predicted
     commands = _saved_lines(save / "commands.sh")
     [frontend] = [line for line in commands if line[1] == "frontend"]

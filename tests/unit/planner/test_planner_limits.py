@@ -52,7 +52,12 @@ def test_total_is_the_tighter_of_workers_and_gpus() -> None:
         (
             {"min_decode_workers": 9},
             "decode workers: the minimum (9) is above the maximum (8); check "
-            "--min-workers/--max-workers",
+            "--min-decode-workers/--max-workers",
+        ),
+        (
+            {"min_prefill_workers": 4, "max_prefill_workers": 2},
+            "prefill workers: the minimum (4) is above the maximum (2); check "
+            "--min-prefill-workers/--max-prefill-workers",
         ),
         (
             {"min_workers": 2, "max_total_workers": 3},
