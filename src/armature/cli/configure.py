@@ -59,7 +59,10 @@ def _workload(config: ConfigureConfig) -> Workload:
         if value != default
     ]
     if ignored:
-        print(f"armature: note: {', '.join(ignored)} not used: the trace gives the lengths")
+        print(
+            f"armature: note: {', '.join(ignored)} not used: the trace gives the lengths",
+            file=sys.stderr,
+        )
     requests = read_trace(path)
     if len(requests) < 2:
         raise CliError(f"trace {path} has fewer than 2 requests")

@@ -61,7 +61,10 @@ def _queued(service_ms: float, load: float) -> float:
 
 
 class Estimator:
-    """Estimates over one workload. `timings`: each TP's step-time model;
+    """Estimates over one workload. `timings`: each TP's step-time model, from its whole
+    profile (the simulation of a finalist prices steps from the profile at the deployment's
+    own step budget, `Hardware.get_timing`: the estimate only prunes, and its error beside
+    the simulation is measured in `bench/configurator_fidelity.py`);
     `get_kv_transfer_ms`: one mean prompt's KV transfer from a deployment's prefill worker to
     its decode worker (none by default)."""
 

@@ -52,7 +52,7 @@ class Hardware:
     host: HostShare | None = None  # the local machine's cores (None: a GPU is its worker's)
     # step times by (TP, step budget), made as asked for
     _budget_timings: dict[tuple[int, int], ProfileTiming] = field(
-        default_factory=dict, compare=False, repr=False
+        default_factory=dict, init=False, compare=False, repr=False
     )
 
     def get_timing(
@@ -145,7 +145,8 @@ def accelerator_hardware(
         raise ConfigError(
             f"no tensor parallelism to search: {model.name}'s {model.num_heads} attention heads "
             f"({model.num_kv_heads} KV heads) split over none of --tp "
-            f"{', '.join(map(str, within))} (the heads must divide by it)"
+            f"{', '.join(map(str, within))} (the query heads must divide by it, and the KV "
+            "heads by it or it by them)"
         )
     timings: dict[int, WorkerTiming] = {}
     for tp in allowed:

@@ -221,15 +221,15 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
 
 
 def _planner_caveat(req: SaveRequest) -> str:
-    """What the planner cannot carry of the layout as chosen (it takes one profile and one
-    GPU count a worker for both roles); "" when nothing."""
+    """What the planner cannot carry of the layout as chosen (it takes one profile, one GPU
+    count and one KV pool a worker for both roles); "" when nothing."""
     c = req.chosen.deployment
     if c.mode == AGG or c.prefill_tp == c.decode_tp:
         return ""
     return (
         f"the prefill workers run at tp{c.prefill_tp} and the decode workers at "
-        f"tp{c.decode_tp}; the planner sizes both roles with the decode workers' profile and "
-        f"{c.decode_tp} GPUs a worker"
+        f"tp{c.decode_tp}; the planner sizes both roles with the decode workers' profile, "
+        f"{c.decode_tp} GPUs and KV pool a worker"
     )
 
 

@@ -91,10 +91,10 @@ def load_system(name: str) -> SystemSpec:
         system = msgspec.json.decode(data, type=SystemSpec)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ConfigError(f"system {where} is not a valid hardware profile: {exc}") from None
-    for name_, fraction in _fractions(system):
+    for field_name, fraction in _fractions(system):
         if fraction > 1.0:
             raise ConfigError(
-                f"system {where} is not a valid hardware profile: {name_} is a fraction "
+                f"system {where} is not a valid hardware profile: {field_name} is a fraction "
                 f"(at most 1), got {fraction:g}"
             )
     per_node = system.gpus_per_node.value

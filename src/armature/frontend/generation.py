@@ -125,7 +125,8 @@ async def delta_batches(
     finally:
         await stream.aclose()
         metrics.e2e_s.observe(time.perf_counter() - clock.started_s)
-        metrics.request_output_tokens.observe(clock.num_tokens)
+        if clock.num_tokens:  # a stream that failed before its first token sized nothing
+            metrics.request_output_tokens.observe(clock.num_tokens)
 
 
 def _split(

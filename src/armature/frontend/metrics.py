@@ -19,10 +19,10 @@ from armature.runtime.latency_buckets import LATENCY_BUCKETS_S
 from armature.runtime.load_metrics import WorkerLoadCollector
 from armature.workload.measure import meets_targets
 
+__all__ = ["CountedHistogram", "FrontendMetrics", "InFlightCollector", "RouterMetrics"]
+
 # a finished request's output tokens: powers of two to 32,768
 OUTPUT_TOKEN_BUCKETS = tuple(float(2**i) for i in range(16))
-
-__all__ = ["CountedHistogram", "FrontendMetrics", "InFlightCollector", "RouterMetrics"]
 
 
 class FrontendMetrics:

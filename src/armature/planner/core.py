@@ -197,8 +197,13 @@ class Planner:
         self._attainment = recent.get_attainment(MIN_JUDGED_REQUESTS)
         if frontend.num_requests > 0:
             self._prefix_hit_rate = frontend.prefix_hit_rate
-        if recent.num_requests > 0 and recent.mean_output_tokens > 0.0:
-            self._lengths = (recent.mean_input_tokens, recent.mean_output_tokens)
+        if recent.num_requests > 0:
+            # until a request finished, no output length is measured: the last one, else one
+            # token (the least a request makes), so that prompts and backlogs are sized
+            output_tokens = recent.mean_output_tokens
+            if output_tokens <= 0.0:
+                output_tokens = self._lengths[1] if self._lengths is not None else 1.0
+            self._lengths = (recent.mean_input_tokens, output_tokens)
         if self._lengths is None:
             return self._effects([], [])
         input_tokens, output_tokens = self._lengths

@@ -47,7 +47,8 @@ class LoadForecaster:
         return sum(getattr(p, "num_fit_failures", 0) for p in predictors)
 
     def predict_next(self) -> LoadForecast | None:
-        """The next interval's load; None until an interval with requests was observed."""
+        """The next interval's load; None until an interval with requests, and one with an
+        output length measured, were observed."""
         rate = self._rate.predict_next()
         input_tokens = self._input.predict_next()
         output_tokens = self._output.predict_next()

@@ -156,8 +156,9 @@ def describe_attainment_source(planner: PlannerConfig, sample: FrontendSample) -
 
 
 def describe_unseen_workers(sample: FrontendSample, discovered: dict[WorkerRole, int]) -> str:
-    """A warning when the frontend routes to workers while the planner discovers none (they
-    run in the frontend's process, or meet on another namespace or discovery); "" if not."""
+    """A warning when the frontend routes to workers while the planner's discovery lists none
+    (they run in the frontend's process, or meet on another namespace or discovery); "" if
+    not. Some listed is taken as the same fleet: the two reads are not at one instant."""
     if sample.num_workers == 0 or sum(discovered.values()) > 0:
         return ""
     return (
@@ -252,7 +253,8 @@ async def _run(config: PlannerCommandConfig) -> None:
                 f"--performance-model was measured on model {profiled.model_name!r}; the frontend "
                 f"serves {sample.model_name!r} (profile that model)"
             )
-        unseen = describe_unseen_workers(sample, discovered)
+        # read again: the connector may have started workers since (they are the planner's)
+        unseen = describe_unseen_workers(sample, await _discovered(discovery, runtime.namespace))
         if unseen:
             log.warning("%s", unseen)
         metrics_url = _serve_metrics(metrics, service)

@@ -32,7 +32,7 @@ RATE_BOUND_Z = 1.0
 @dataclass(frozen=True)
 class RecentLoad:
     """`num_requests` arrivals over `window_s` seconds, of these mean lengths (0.0 with no
-    arrivals)."""
+    arrivals; the output length 0.0 too while no window measured one)."""
 
     num_requests: int
     window_s: float
@@ -80,6 +80,8 @@ class RecentWindows:
         measured = [w for w in self._windows if w.mean_output_tokens > 0.0]
         num_measured = sum(w.num_requests for w in measured)
         output_tokens = sum(w.num_requests * w.mean_output_tokens for w in measured)
+        if measured and not num_measured:  # measured only in windows with no arrivals
+            num_measured, output_tokens = 1, measured[-1].mean_output_tokens
         return RecentLoad(
             num_requests,
             window_s,

@@ -142,5 +142,7 @@ def test_a_simulated_worker_prices_steps_as_its_saved_profile_does() -> None:
     assert [budget.step_ms(s) for s in steps] == [
         timing_from_profile(saved).step_ms(s) for s in steps
     ]
+    # a chunk after a long prefix: the context cost fitted within the budget prices it apart
+    assert budget.step_ms(steps[1]) != whole.step_ms(steps[1])
     assert budget is hardware.get_timing(1, 4, 2.0, 2048)  # made once per TP and budget
     assert whole is hardware.timings[1].timing

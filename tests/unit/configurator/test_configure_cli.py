@@ -346,5 +346,5 @@ def test_lengths_given_beside_a_trace_are_noted(
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     model = write_config(tmp_path / "tiny", TINY_LLAMA)
     main(["configure", "--model", str(model), "--trace", str(trace), *SMALL])  # --isl, --osl
-    out = capsys.readouterr().out
-    assert "armature: note: --isl, --osl not used: the trace gives the lengths\n" in out
+    err = capsys.readouterr().err
+    assert "armature: note: --isl, --osl not used: the trace gives the lengths\n" in err

@@ -332,6 +332,29 @@ def test_no_traffic_yet_decides_nothing(profile: PerformanceModel) -> None:
     assert planner.get_num_workers() == {P: 1, D: 1}
 
 
+def test_prompts_are_sized_before_an_output_length_is_measured(
+    profile: PerformanceModel,
+) -> None:
+    """A live frontend's first windows: arrivals, no request finished (output length 0.0,
+    not measured). The load rule still sizes the prefill pool on its prompts (at one output
+    token a request until one is measured); the throughput plan waits for a length."""
+
+    def make() -> Planner:
+        return Planner(
+            PlannerConfig(ttft_ms=500.0, itl_ms=30.0, min_prefill_workers=1),
+            profile,
+            num_workers={P: 1, D: 1},
+            predictor_factory=ConstantPredictor,
+        )
+
+    unmeasured, measured = make(), make()
+    burst = unmeasured.plan_load(observe(8, window_s=5.0, osl=0.0), 100.0)
+    known = measured.plan_load(observe(8, window_s=5.0, osl=1.0), 100.0)
+    assert burst.plans[P] == known.plans[P]
+    assert burst.plans[P].num_workers > 1  # the burst's prompts need more than one
+    assert unmeasured.plan_interval(observe(8, osl=0.0), 160.0).forecast is None
+
+
 def test_scale_down_goes_half_the_way() -> None:
     assert [get_halfway(14, 6), get_halfway(10, 6), get_halfway(8, 6), get_halfway(7, 6)] == [
         10,

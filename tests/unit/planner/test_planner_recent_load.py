@@ -43,6 +43,10 @@ def test_output_lengths_come_from_the_windows_that_measured_one() -> None:
     load = recent.add(window(10, isl=4000.0, osl=300.0))
     assert (load.num_requests, load.mean_input_tokens) == (30, pytest.approx(2000.0))
     assert load.mean_output_tokens == pytest.approx(300.0)
+    # the first length measured in a window without arrivals still counts
+    recent = RecentWindows(10.0, 5.0)
+    recent.add(window(0, osl=250.0))
+    assert recent.add(window(20, osl=0.0)).mean_output_tokens == pytest.approx(250.0)
 
 
 def test_a_window_shorter_than_the_interval_keeps_the_latest() -> None:
