@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from armature.cli.options import CliError, HelpFormatter, add_settings, read_settings
+from armature.config import flag_name, iter_settings
 from armature.config.configure import ConfigureConfig
 
 if TYPE_CHECKING:
@@ -50,13 +51,10 @@ def _workload(config: ConfigureConfig) -> Workload:
     path = Path(config.trace)
     defaults = ConfigureConfig()
     ignored = [
-        flag
-        for flag, value, default in (
-            ("--isl", config.isl, defaults.isl),
-            ("--osl", config.osl, defaults.osl),
-            ("--spread", config.spread, defaults.spread),
-        )
-        if value != default
+        f"--{flag_name(field.name, setting)}"
+        for _, field, setting in iter_settings(ConfigureConfig)
+        if field.name in ("isl", "osl", "spread")
+        and getattr(config, field.name) != getattr(defaults, field.name)
     ]
     if ignored:
         print(

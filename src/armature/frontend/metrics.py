@@ -92,21 +92,7 @@ class FrontendMetrics:
         )
         self._slo = slo if slo is not None and slo.enabled else None
         if self._slo is not None:
-            self._slo_requests = Counter(
-                "armature_slo_requests",
-                "Finished requests judged against the SLO targets, met or missed",
-                ["result"],
-                registry=r,
-            )
-            targets = Gauge(
-                "armature_slo_target_seconds",
-                "The targets requests are judged against (--slo-ttft-ms, --slo-itl-ms)",
-                ["target"],
-                registry=r,
-            )
-            for name, target_ms in (("ttft", self._slo.ttft_ms), ("itl", self._slo.itl_ms)):
-                if target_ms is not None:
-                    targets.labels(name).set(target_ms / 1000.0)
+            self._slo_requests = _add_slo_metrics(self._slo, r)
 
     def judge(self, ttft_s: float | None, mean_itl_s: float | None) -> None:
         """Count a finished request as met or missed against the SLO targets (if any): its
@@ -135,6 +121,26 @@ class FrontendMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _add_slo_metrics(slo: SloConfig, registry: CollectorRegistry) -> Counter:
+    """The SLO targets' gauge, set; returns the counter of requests judged against them."""
+    requests = Counter(
+        "armature_slo_requests",
+        "Finished requests judged against the SLO targets, met or missed",
+        ["result"],
+        registry=registry,
+    )
+    targets = Gauge(
+        "armature_slo_target_seconds",
+        "The targets requests are judged against (--slo-ttft-ms, --slo-itl-ms)",
+        ["target"],
+        registry=registry,
+    )
+    for name, target_ms in (("ttft", slo.ttft_ms), ("itl", slo.itl_ms)):
+        if target_ms is not None:
+            targets.labels(name).set(target_ms / 1000.0)
+    return requests
 
 
 class CountedHistogram(Collector):

@@ -92,8 +92,12 @@ class PlannerMetrics:
             "scrape_failures",
             "Ticks skipped because the frontend's metrics could not be read",
         )
-        # every series exists from the start; an estimate not made yet is NaN (not 0: no
-        # measurement is not a low latency)
+        self._start_series(roles)
+        self._server: object | None = None
+
+    def _start_series(self, roles: tuple[WorkerRole, ...]) -> None:
+        """Every series exists from the start; an estimate not made yet is NaN (not 0: no
+        measurement is not a low latency)."""
         for gauge in (
             self.predicted_rate,
             self.predicted_input,
@@ -109,7 +113,6 @@ class PlannerMetrics:
             self.itl_s.labels(role.value).set(math.nan)
             for reason in DecisionReason:
                 self.decisions.labels(role.value, reason.value)
-        self._server: object | None = None
 
     def set_workers(self, targets: dict[WorkerRole, int], current: dict[WorkerRole, int]) -> None:
         """Each role's target and its workers in discovery now."""
