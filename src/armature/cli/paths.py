@@ -37,15 +37,7 @@ def read_trace(
 def make_dir(path: Path, flag: str) -> None:
     """Make directory `path` (and its parents) if missing; CliError when it cannot be made
     or written."""
-    what = f"{flag} {path}"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise CliError(f"{what}: {_first_file(path)} is not a directory") from None
-    except OSError as exc:
-        raise CliError(f"{what}: cannot make the directory: {exc.strerror}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise CliError(f"{what}: the directory is not writable")
+    _make_dir(path, f"{flag} {path}", "the directory")
 
 
 def check_file(path: Path, flag: str) -> None:
@@ -53,7 +45,7 @@ def check_file(path: Path, flag: str) -> None:
     opened for writing (then left as it was: a file made for the check is removed)."""
     if path.is_dir():
         raise CliError(f"{flag} {path} is a directory (give a file)")
-    make_dir(path.parent, flag)
+    _make_dir(path.parent, f"{flag} {path}", f"its directory {path.parent}")
     existed = path.exists()
     try:
         with path.open("ab"):
@@ -62,6 +54,19 @@ def check_file(path: Path, flag: str) -> None:
         raise CliError(f"{flag} {path}: cannot write it: {exc.strerror}") from None
     if not existed:
         path.unlink(missing_ok=True)
+
+
+def _make_dir(path: Path, what: str, directory: str) -> None:
+    """`make_dir`, its errors led by `what` (the flag and the path it was given) and naming
+    the directory as `directory`."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CliError(f"{what}: {_first_file(path)} is not a directory") from None
+    except OSError as exc:
+        raise CliError(f"{what}: cannot make {directory}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CliError(f"{what}: {directory} is not writable")
 
 
 def check_image(path: Path, flag: str) -> None:

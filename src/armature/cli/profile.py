@@ -38,10 +38,15 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     from pathlib import Path
 
+    from armature.profiler.plan import check_sweep_flags
     from armature.profiler.run import profile_engine
     from armature.protocols.timing_profile import write_profile
 
     config = read_settings(args, ProfileConfig)
+    # the batch limits' mistakes before any engine or model is built (a first conversion of
+    # the default model alone takes seconds)
+    engine = config.engine
+    check_sweep_flags(config.sweep, engine.max_num_seqs, engine.max_num_batched_tokens)
     check_file(Path(config.output), "--output")  # before the sweep, which takes minutes
     if config.report_dir is not None:
         make_dir(Path(config.report_dir), "--report")

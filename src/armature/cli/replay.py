@@ -26,7 +26,14 @@ from armature.config import (
 from armature.config.routing import check_routed_ttl
 from armature.config.values import float_at_least, int64
 from armature.errors import ConfigError
-from armature.sim.replay_config import PLANNER_RULES, REPLAY_POLICIES, ReplayConfig, ReplayReport
+from armature.sim.replay_config import (
+    PLANNER_RULES,
+    REPLAY_POLICIES,
+    ReplayConfig,
+    ReplayReport,
+    bytes_s_from_gbs,
+    gbs_from_bytes_s,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -251,7 +258,7 @@ def _add_disagg_args(replay: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--transfer-bandwidth-gbs",
         type=arg_type(positive_float),
-        default=DEFAULTS.transfer_bandwidth_bytes_s / 1e9,
+        default=gbs_from_bytes_s(DEFAULTS.transfer_bandwidth_bytes_s),
         help="disaggregated: KV transfer bandwidth between workers, GB/s",
     )
     replay.add_argument(
@@ -336,7 +343,7 @@ def _replay_config(args: argparse.Namespace) -> ReplayConfig:
         reference_steps=args.reference_steps,
         num_prefill_workers=args.prefill_workers,
         max_local_prefill_tokens=args.max_local_prefill_tokens,
-        transfer_bandwidth_bytes_s=args.transfer_bandwidth_gbs * 1e9,
+        transfer_bandwidth_bytes_s=bytes_s_from_gbs(args.transfer_bandwidth_gbs),
         kv_bytes_per_block=args.kv_bytes_per_block,
         tiers=KvTierConfig(**{name: getattr(args, name) for name in TIER_SETTINGS}),
         tier_aware=args.tier_aware,

@@ -30,7 +30,13 @@ def format_table(result: SearchResult, top: int) -> str:
     """The first `top` configurations, best first ("x N": N groups deployed; "by": sim for
     the simulator's prediction, est for the fast estimate's)."""
     lines = [_HEADER, "-" * len(_HEADER)]
-    lines += [_row(i + 1, r) for i, r in enumerate(result.ranked[:top])]
+    shown = result.ranked[:top]
+    lines += [_row(i + 1, r) for i, r in enumerate(shown)]
+    if len({r.simulated for r in shown}) == 2:  # why an est row may outrank nothing above it
+        lines.append(
+            "sim rows (the simulator's prediction) rank above est rows (the fast estimate, "
+            "not simulated: raise --finalists or --sim-budget-s to simulate more)"
+        )
     return "\n".join(lines)
 
 

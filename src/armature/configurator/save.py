@@ -43,6 +43,7 @@ from armature.configurator.space import AGG
 from armature.configurator.timing import with_limits
 from armature.protocols.timing_profile import write_profile
 from armature.protocols.worker import WorkerRole
+from armature.sim.replay_config import gbs_from_bytes_s
 from armature.workload.traces import TraceRequest
 
 __all__ = ["SaveRequest", "save_deployment"]
@@ -266,7 +267,7 @@ def _replay_line(req: SaveRequest, plan: SimPlan, profiles: dict[WorkerRole, Pat
         argv += ["--prefill-workers", str(rc.num_prefill_workers)]
         argv += ["--prefill-timing-profile", str(profiles[WorkerRole.PREFILL])]
         argv += ["--max-local-prefill-tokens", str(rc.max_local_prefill_tokens)]
-        argv += ["--transfer-bandwidth-gbs", repr(rc.transfer_bandwidth_bytes_s / 1e9)]
+        argv += ["--transfer-bandwidth-gbs", repr(gbs_from_bytes_s(rc.transfer_bandwidth_bytes_s))]
         argv += ["--kv-bytes-per-block", str(rc.kv_bytes_per_block)]
     share = _engine_share(req)
     if share != 1.0:  # the engines' share of the host's cores
@@ -330,7 +331,15 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     }
     prediction |= {"ttft_ms_p50": p.ttft_ms, "itl_ms_mean": p.itl_ms}
     prediction |= {"tokens_per_s_per_gpu": p.tokens_per_s_per_gpu}
+    # the replay's rate is that of the groups it simulates, which may be fewer than the
+    # deployment's (--max-sim-groups): both counts, and the rate the whole deployment serves
     prediction |= {"request_rate_per_s": plan.request_rate_per_s}
+    prediction |= {"simulated_groups": plan.num_groups, "groups": req.chosen.num_groups}
+    prediction |= {
+        "deployment_request_rate_per_s": plan.request_rate_per_s
+        / plan.num_groups
+        * req.chosen.num_groups
+    }
     estimate = req.chosen.estimate
     if estimate is not None:  # what the fast estimate said before the simulation
         prediction |= {"estimate_ttft_ms": estimate.ttft_ms, "estimate_itl_ms": estimate.itl_ms}

@@ -34,6 +34,7 @@ from armature.configurator.hardware import BLOCK_SIZE_TOKENS, Hardware
 from armature.configurator.simulate import SimPlan, get_num_sim_requests, make_requests, simulate
 from armature.configurator.space import AGG, DISAGG, Deployment, Targets, Workload
 from armature.sim.replay import ReplayConfig
+from armature.sim.replay_config import bytes_s_from_gbs, gbs_from_bytes_s
 from armature.sim.timing import TimingModel
 
 __all__ = ["Ranked", "SearchResult", "SearchSettings", "get_sim_timings", "rank_key", "search"]
@@ -195,9 +196,11 @@ def make_plan(
         num_kv_blocks=hardware.get_kv_blocks(c.decode_tp, c.max_num_seqs, c.max_num_batched_tokens),
         max_num_batched_tokens=c.max_num_batched_tokens,
         max_num_seqs=c.max_num_seqs,
-        # as `replay --transfer-bandwidth-gbs` reads it back (GB/s, times 1e9): the saved
-        # replay line then gives back this prediction exactly
-        transfer_bandwidth_bytes_s=hardware.get_transfer_bytes_s(c) / 1e9 * 1e9,
+        # as the saved replay line's `--transfer-bandwidth-gbs` reads back: that line then
+        # gives back this prediction exactly
+        transfer_bandwidth_bytes_s=bytes_s_from_gbs(
+            gbs_from_bytes_s(hardware.get_transfer_bytes_s(c))
+        ),
         kv_bytes_per_block=model.get_kv_bytes_per_token() * BLOCK_SIZE_TOKENS,
         seed=settings.seed,
     )

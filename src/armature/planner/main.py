@@ -228,10 +228,6 @@ async def _run(config: PlannerCommandConfig) -> None:
     metrics = PlannerMetrics(config.planner.get_roles())
     frontend = FrontendFeed(service.frontend_url, (LOAD_WINDOW, INTERVAL_WINDOW))
     try:
-        workers = WorkerStepFeed(
-            discovery, event_plane, runtime.namespace, (LOAD_WINDOW, INTERVAL_WINDOW), profiled
-        )
-        tasks.append(asyncio.create_task(workers.run()))
         discovered = await _discovered(discovery, runtime.namespace)
         if not service.dry_run:
             connector = await _open_connector(config, discovery, discovered, worker_argv)
@@ -247,12 +243,18 @@ async def _run(config: PlannerCommandConfig) -> None:
             )
             actuator.set_targets(planner.get_num_workers(), {})
             tasks.append(asyncio.create_task(actuator.run()))
+        # the frontend's model before the workers' step records are read: a profile of
+        # another model is refused without a warning from each worker that it differs
         sample = await _first_scrape(frontend, service.frontend_wait_s)
         if sample.model_name not in (None, profiled.model_name):
             raise ConfigError(
                 f"--performance-model was measured on model {profiled.model_name!r}; the frontend "
                 f"serves {sample.model_name!r} (profile that model)"
             )
+        workers = WorkerStepFeed(
+            discovery, event_plane, runtime.namespace, (LOAD_WINDOW, INTERVAL_WINDOW), profiled
+        )
+        tasks.append(asyncio.create_task(workers.run()))
         # read again: the connector may have started workers since (they are the planner's)
         unseen = describe_unseen_workers(sample, await _discovered(discovery, runtime.namespace))
         if unseen:

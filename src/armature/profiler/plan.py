@@ -18,6 +18,7 @@ __all__ = [
     "DECODE_SKIP_TOKENS",
     "EngineLimits",
     "check_sweep",
+    "check_sweep_flags",
     "decode_context_tokens",
     "decode_max_tokens",
     "prefill_context_points",
@@ -68,15 +69,31 @@ def _blocks(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
+def check_sweep_flags(sweep: ProfileSweepConfig, max_num_seqs: int, budget_tokens: int) -> None:
+    """The part of `check_sweep` the flags settle alone (the batch limits), so that a mistake
+    in them is told before the engine and its model are built. ConfigError as there."""
+    _check_budget(sweep, budget_tokens)
+    _check_decode_requests(sweep, max_num_seqs)
+
+
+def _check_budget(sweep: ProfileSweepConfig, budget_tokens: int) -> None:
+    if sum(1 for t in sweep.prefill_input_tokens if t <= budget_tokens) < 2:
+        raise ConfigError(
+            f"--prefill-input-tokens needs at least two lengths within --max-num-batched-tokens "
+            f"({budget_tokens})"
+        )
+
+
+def _check_decode_requests(sweep: ProfileSweepConfig, max_num_seqs: int) -> None:
+    most = max(sweep.decode_requests)
+    if most > max_num_seqs:
+        raise ConfigError(f"--decode-requests {most} is above --max-num-seqs {max_num_seqs}")
+
+
 def check_sweep(sweep: ProfileSweepConfig, limits: EngineLimits) -> None:
     """ConfigError naming the first point the engine cannot run, or a sweep that gives the
     timing model too little (fewer than two input lengths within the step budget)."""
-    budget = limits.max_num_batched_tokens
-    if sum(1 for t in sweep.prefill_input_tokens if t <= budget) < 2:
-        raise ConfigError(
-            f"--prefill-input-tokens needs at least two lengths within --max-num-batched-tokens "
-            f"({budget})"
-        )
+    _check_budget(sweep, limits.max_num_batched_tokens)
     longest = max(sweep.prefill_input_tokens)
     if longest + 1 > limits.max_model_len_tokens:
         raise ConfigError(
@@ -103,9 +120,8 @@ def check_sweep(sweep: ProfileSweepConfig, limits: EngineLimits) -> None:
                 f"cache ({limits.num_kv_tokens} tokens): lower --prefill-context-tokens or "
                 "raise --kv-cache-bytes"
             )
+    _check_decode_requests(sweep, limits.max_num_seqs)
     most = max(sweep.decode_requests)
-    if most > limits.max_num_seqs:
-        raise ConfigError(f"--decode-requests {most} is above --max-num-seqs {limits.max_num_seqs}")
     context = max(sweep.decode_context_tokens)
     length = context + decode_max_tokens(sweep)
     if length > limits.max_model_len_tokens:

@@ -11,11 +11,31 @@ from armature.config import DEFAULT_BLOCK_SIZE_TOKENS, KvTierConfig, RouterConfi
 from armature.config.planner import PlannerConfig
 from armature.workload.measure import LatencySummary, Slo
 
-__all__ = ["PLANNER_RULES", "REPLAY_POLICIES", "FleetSample", "ReplayConfig", "ReplayReport"]
+__all__ = [
+    "PLANNER_RULES",
+    "REPLAY_POLICIES",
+    "FleetSample",
+    "ReplayConfig",
+    "ReplayReport",
+    "bytes_s_from_gbs",
+    "gbs_from_bytes_s",
+]
 
 REPLAY_POLICIES = ("round-robin", "random", "least-loaded", "kv", "kv-approx")
 # what sizes a planned replay's fleet: the throughput plan, the load rule, or both
 PLANNER_RULES = ("sla", "load", "both")
+BYTES_PER_GB = 1e9
+
+
+def gbs_from_bytes_s(bytes_s: float) -> float:
+    """A bandwidth as `replay --transfer-bandwidth-gbs` takes it (decimal GB/s)."""
+    return bytes_s / BYTES_PER_GB
+
+
+def bytes_s_from_gbs(gbs: float) -> float:
+    """`replay --transfer-bandwidth-gbs` read back into bytes/s; of `gbs_from_bytes_s(x)`, the
+    bandwidth a saved replay line gives (which may differ from x in the last bit)."""
+    return gbs * BYTES_PER_GB
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,12 @@ def test_impossible_targets_save_nothing_and_say_so(
         (["--plot", "/tmp"], "--plot /tmp is a directory"),
         (["--plot", "out.txt"], "give the image's format as its extension"),
         (["--plot", "out"], "give the image's format as its extension"),
+        # the error names the file given, then the directory that cannot hold it
+        (
+            ["--plot", "/etc/hostname/p.png"],
+            "--plot /etc/hostname/p.png: /etc/hostname is not a directory",
+        ),
+        (["--plot", "/proc/a/p.png"], "--plot /proc/a/p.png: cannot make its directory /proc/a"),
         (["--save-dir", "/proc/armature"], "--save-dir /proc/armature: cannot make"),
         (["--save-dir", "/etc/hostname"], "/etc/hostname is not a directory"),
     ],
@@ -213,7 +219,7 @@ def test_save_dir_replays_to_the_saved_prediction(
 ) -> None:
     save = tmp_path / "out"
     argv = ["configure", "--model", str(tiny_dir), *SMALL, "--modes", mode, "--save-dir", str(save)]
-    assert main(argv) == 0
+    assert main([*argv, "--total-gpus", "16"]) == 0  # more groups than are simulated (4)
     out = capsys.readouterr().out
     assert "aggregated" in out and "disaggregated" in out
     assert (save / "pareto.png").stat().st_size > 0
@@ -242,6 +248,18 @@ def test_save_dir_replays_to_the_saved_prediction(
     replayed = _replays_the_prediction(save)
     if mode == "disagg":
         assert replayed["num_remote_prefills"] == replayed["num_requests"]
+    # the prediction says which groups its rate covers: the replay's, of the deployment's
+    predicted = json.loads((save / "prediction.json").read_text())
+    [replay] = _saved_lines(save / "replay.sh")
+    num_replayed = int(replay[replay.index("--workers") + 1])
+    [serve] = [line for line in commands if line[1] == "serve"]
+    flags = ("--workers", "--prefill-workers", "--decode-workers")
+    num_deployed = sum(int(serve[serve.index(f) + 1]) for f in flags if f in serve)
+    if mode == "agg":  # 16 groups of one GPU, 4 of them simulated
+        assert (predicted["simulated_groups"], predicted["groups"]) == (4, 16)
+    assert num_deployed * predicted["simulated_groups"] == num_replayed * predicted["groups"]
+    rate = predicted["request_rate_per_s"] / predicted["simulated_groups"] * predicted["groups"]
+    assert predicted["deployment_request_rate_per_s"] == pytest.approx(rate, rel=1e-12)
 
 
 def test_local_system_saves_native_commands(
@@ -348,3 +366,19 @@ def test_lengths_given_beside_a_trace_are_noted(
     main(["configure", "--model", str(model), "--trace", str(trace), *SMALL])  # --isl, --osl
     err = capsys.readouterr().err
     assert "armature: note: --isl, --osl not used: the trace gives the lengths\n" in err
+
+
+def test_the_table_puts_simulated_rows_first_and_says_so(
+    tiny_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["configure", "--model", str(tiny_dir), *SMALL]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("#  configuration"))
+    rows = lines[start + 2 : start + 12]
+    by = [row.split()[-2] for row in rows]
+    assert by == ["sim"] * by.count("sim") + ["est"] * by.count("est")
+    assert by.count("sim") == 2 and by.count("est") == 8  # the best of each mode simulated
+    assert lines[start + 12] == (
+        "sim rows (the simulator's prediction) rank above est rows (the fast estimate, not "
+        "simulated: raise --finalists or --sim-budget-s to simulate more)"
+    )

@@ -208,16 +208,29 @@ def test_engines_at_once_profile_in_processes_of_their_own_and_merge(
 def test_an_engine_that_fails_among_several_is_one_line(
     tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Each engine checks the sweep against itself; the first failure is the command's one
-    line (exit 2), and nothing is written."""
-    argv = ["--engine", "mocker", "--model", str(tiny_llama_dir), *SWEEP, "--decode-requests"]
+    """Each engine checks the sweep against itself (its context: the model's 512 tokens); the
+    first failure is the command's one line (exit 2), and nothing is written."""
+    argv = ["--engine", "mocker", "--model", str(tiny_llama_dir), *SWEEP]
     out = tmp_path / "never.json"
-    argv += ["1,8", "--engines-at-once", "3", "--output", str(out)]
+    argv += ["--decode-context-tokens", "64,600", "--engines-at-once", "3", "--output", str(out)]
     assert main(["profile", *argv]) == 2
-    assert capsys.readouterr().err == (
-        "armature: error: engine 1 of 3: --decode-requests 8 is above --max-num-seqs 4\n"
-    )
+    err = capsys.readouterr().err
+    assert err.startswith("armature: error: engine 1 of 3: --decode-context-tokens 600 plus ")
+    assert err.endswith(" does not fit the context of 512 tokens\n") and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_sweep_above_the_batch_limit_is_refused_before_any_engine_is_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The flags alone settle it: told at once, without building an engine or reading the
+    model (a path that does not exist is not even looked at)."""
+    argv = ["--engine", "mocker", "--model", str(tmp_path / "absent"), *SWEEP]
+    argv += ["--decode-requests", "1,8", "--engines-at-once", "3"]
+    assert main(["profile", *argv, "--output", str(tmp_path / "never.json")]) == 2
+    assert capsys.readouterr().err == (
+        "armature: error: --decode-requests 8 is above --max-num-seqs 4\n"
+    )
 
 
 def test_a_load_pass_on_vllm_is_refused_in_one_line(
