@@ -1,20 +1,15 @@
 """The frontend's Prometheus text as the planner's window (`FrontendMetrics`): pure, no I/O.
 
 `parse_frontend_sample` reads one scrape into the counters and gauges the planner needs
-(`FrontendSample`); `get_window_metrics` turns two scrapes into one window by differences:
+(`FrontendSample`); `get_window_metrics` turns two scrapes into one window by differences
+(`window_counts`: the formulas, which a simulated fleet's windows share):
 
     requests     finished requests (4xx other than 499 left out: they never reached a worker)
                  + the change in requests in flight: the requests that arrived
-    input        prompt tokens / first tokens     (both counted once a request's prefill ends)
-    output       output tokens / finished streams (the e2e histogram's count)
-    prefix hits  cached prompt tokens / prompt tokens
-    TTFT, ITL    the histograms' sum / count      (None when the window has no sample)
-    queue        the admission gate's queue at the window's end
-    attainment   requests judged against the frontend's SLO targets, and those met
-                 (`armature_slo_requests_total`; none judged when it has no targets)
-
-A length with no sample in the window (requests arrived, none has finished its prefill yet)
-keeps the previous window's value: an unmeasured length is not zero tokens.
+    output       the finished requests' output tokens (the output-length histogram; from a
+                 frontend without it, tokens streamed over the streams that ended)
+    the rest     the counters' differences: prompt, cached and output tokens, the TTFT and
+                 ITL histograms' sums and counts, the SLO judgements; the queue's gauge
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from armature.errors import ArmatureError
 from armature.planner.observation import FrontendMetrics
+from armature.planner.window_counts import WindowCounts, get_metrics
 
 __all__ = [
     "FrontendSample",
@@ -144,19 +140,16 @@ def judges_by(sample: FrontendSample, ttft_ms: float, itl_ms: float) -> bool:
     return all(s is not None and abs(s * 1000.0 - ms) < 1e-3 for s, ms in pairs)
 
 
-def _ratio(num: float, den: float) -> float | None:
-    return num / den if den > 0 else None
-
-
 def get_window_metrics(
     before: FrontendSample,
     after: FrontendSample,
     window_s: float,
     previous: FrontendMetrics | None = None,
 ) -> FrontendMetrics:
-    """The window from scrape `before` to scrape `after`, `window_s` seconds apart.
-    `previous`: the last window, whose lengths stand in for unmeasured ones. A counter that
-    went down (the frontend restarted) counts from zero."""
+    """The window from scrape `before` to scrape `after`, `window_s` seconds apart
+    (`window_counts.get_metrics` of their differences). `previous`: the last window, whose
+    lengths stand in for unmeasured ones. A counter that went down (the frontend restarted)
+    counts from zero."""
     assert window_s > 0.0
 
     def delta(name: str) -> float:
@@ -166,35 +159,24 @@ def get_window_metrics(
 
     in_flight_change = after.num_in_flight_requests - before.num_in_flight_requests
     num_requests = max(0, math.floor(delta("num_finished_requests") + in_flight_change + 0.5))
-    num_prompt = delta("num_prompt_tokens")
-    mean_input = _ratio(num_prompt, delta("num_first_tokens"))
     if before.num_output_lengths is not None and after.num_output_lengths is not None:
         # the output lengths of the requests that finished in the window
-        mean_output = _ratio(delta("finished_output_tokens"), delta("num_output_lengths"))
+        output_tokens, num_finished = delta("finished_output_tokens"), delta("num_output_lengths")
     else:  # an older frontend: tokens streamed in the window over the streams that ended
-        mean_output = _ratio(delta("num_output_tokens"), delta("num_finished_streams"))
-    ttft_s = _ratio(delta("ttft_sum_s"), delta("num_first_tokens"))
-    itl_s = _ratio(delta("itl_sum_s"), delta("num_token_gaps"))
-    hit_rate = _ratio(delta("num_cached_tokens"), num_prompt)
-    num_met = delta("num_slo_met")
-    return FrontendMetrics(
+        output_tokens, num_finished = delta("num_output_tokens"), delta("num_finished_streams")
+    counts = WindowCounts(
         window_s=window_s,
         num_requests=num_requests,
-        mean_input_tokens=_or_previous(mean_input, previous, "mean_input_tokens"),
-        mean_output_tokens=_or_previous(mean_output, previous, "mean_output_tokens"),
-        prefix_hit_rate=_or_previous(hit_rate, previous, "prefix_hit_rate"),
-        mean_ttft_ms=None if ttft_s is None else ttft_s * 1000.0,
-        mean_itl_ms=None if itl_s is None else itl_s * 1000.0,
+        num_first_tokens=delta("num_first_tokens"),
+        prompt_tokens=delta("num_prompt_tokens"),
+        cached_tokens=delta("num_cached_tokens"),
+        ttft_sum_s=delta("ttft_sum_s"),
+        num_finished=num_finished,
+        output_tokens=output_tokens,
+        num_token_gaps=delta("num_token_gaps"),
+        itl_sum_s=delta("itl_sum_s"),
         num_queued_requests=int(after.num_queued_requests),
-        num_judged_requests=round(num_met + delta("num_slo_missed")),
-        num_met_requests=round(num_met),
+        num_met_requests=delta("num_slo_met"),
+        num_missed_requests=delta("num_slo_missed"),
     )
-
-
-def _or_previous(value: float | None, previous: FrontendMetrics | None, name: str) -> float:
-    if value is not None:
-        return value
-    if previous is None:
-        return 0.0
-    old: float = getattr(previous, name)
-    return old
+    return get_metrics(counts, previous)

@@ -1,11 +1,18 @@
 """What a frontend would measure of a simulated fleet, in windows: the planner's
 `FrontendMetrics` without a frontend. The simulation reports each arrival, first token and
-finish (`FleetMonitor`); `FrontendWindows` sums them per named window until it is taken.
+finish (`FleetMonitor`); `FrontendWindows` counts them per named window as a frontend's
+counters would, until it is taken, and turns the counts into metrics by the live planner's
+formulas (`planner.window_counts`).
 
-    arrival        request count, input and output lengths  (the window's load)
-    first token    TTFT, prompt and cached tokens           (latency, prefix-hit rate)
-    finish         the request's mean ITL                   (decode latency), and with
-                   the planner's targets whether it met both (its attainment)
+    arrival        the request count                         (the window's rate)
+    first token    TTFT, prompt and cached tokens            (input length, prefix-hit rate)
+    finish         output tokens, the token gaps' sum and     (output length, ITL), and with
+                   count                                     the planner's targets whether it
+                                                             met both (its attainment)
+
+A frontend counts a request's token gaps as they stream; here they are counted when the
+request finishes (the simulation does not report each token), so a window's ITL is its
+finished requests', where a live one's is of the tokens streamed in it.
 """
 
 from __future__ import annotations
@@ -15,51 +22,64 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from armature.planner.observation import FrontendMetrics
+from armature.planner.window_counts import WindowCounts, get_metrics
 from armature.workload.measure import meets_targets
 
-__all__ = ["FleetMonitor", "FrontendWindows", "WindowSums"]
+__all__ = ["FinishedRequest", "FleetMonitor", "FrontendWindows", "WindowSums"]
+
+
+@dataclass(frozen=True)
+class FinishedRequest:
+    """A finished request as a frontend measures it."""
+
+    ttft_ms: float | None  # None: it never got a first token
+    num_output_tokens: int
+    itl_sum_ms: float  # the gaps between its outputs (one a step), summed
+    num_token_gaps: int  # how many
+
+    def get_mean_itl_ms(self) -> float | None:
+        """Its mean ITL, as the replay's SLOs judge it (`Slo.met_by`)."""
+        return self.itl_sum_ms / self.num_token_gaps if self.num_token_gaps else None
 
 
 class FleetMonitor(Protocol):
-    def on_arrival(self, num_input_tokens: int, num_output_tokens: int) -> None: ...
+    def on_arrival(self) -> None: ...
 
     def on_first_token(
         self, ttft_ms: float, num_cached_tokens: int, num_prompt_tokens: int
     ) -> None: ...
 
-    def on_finish(self, ttft_ms: float | None, mean_itl_ms: float | None) -> None: ...
+    def on_finish(self, request: FinishedRequest) -> None: ...
 
 
 @dataclass
 class WindowSums:
     num_arrivals: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
     num_first_tokens: int = 0
     ttft_ms_sum: float = 0.0
     cached_tokens: int = 0
     prompt_tokens: int = 0
-    num_itl: int = 0  # finished requests with at least two tokens
+    num_finished: int = 0
+    output_tokens: int = 0
+    num_token_gaps: int = 0
     itl_ms_sum: float = 0.0
-    num_judged: int = 0  # finished requests judged against the targets
-    num_met: int = 0
+    num_met: int = 0  # finished requests judged against the targets: met, missed
+    num_missed: int = 0
 
-    def to_metrics(self, window_s: float) -> FrontendMetrics:
-        arrivals = max(self.num_arrivals, 1)
-        return FrontendMetrics(
+    def to_counts(self, window_s: float) -> WindowCounts:
+        return WindowCounts(
             window_s=window_s,
             num_requests=self.num_arrivals,
-            mean_input_tokens=self.input_tokens / arrivals,
-            mean_output_tokens=self.output_tokens / arrivals,
-            prefix_hit_rate=(
-                self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-            ),
-            mean_ttft_ms=(
-                self.ttft_ms_sum / self.num_first_tokens if self.num_first_tokens else None
-            ),
-            mean_itl_ms=self.itl_ms_sum / self.num_itl if self.num_itl else None,
-            num_judged_requests=self.num_judged,
+            num_first_tokens=self.num_first_tokens,
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            ttft_sum_s=self.ttft_ms_sum / 1000.0,
+            num_finished=self.num_finished,
+            output_tokens=self.output_tokens,
+            num_token_gaps=self.num_token_gaps,
+            itl_sum_s=self.itl_ms_sum / 1000.0,
             num_met_requests=self.num_met,
+            num_missed_requests=self.num_missed,
         )
 
 
@@ -71,13 +91,12 @@ class FrontendWindows:
 
     def __init__(self, names: Iterable[str], targets: tuple[float, float] | None = None) -> None:
         self._sums = {name: WindowSums() for name in names}
+        self._previous: dict[str, FrontendMetrics] = {}
         self._targets = targets
 
-    def on_arrival(self, num_input_tokens: int, num_output_tokens: int) -> None:
+    def on_arrival(self) -> None:
         for sums in self._sums.values():
             sums.num_arrivals += 1
-            sums.input_tokens += num_input_tokens
-            sums.output_tokens += num_output_tokens
 
     def on_first_token(
         self, ttft_ms: float, num_cached_tokens: int, num_prompt_tokens: int
@@ -88,20 +107,23 @@ class FrontendWindows:
             sums.cached_tokens += num_cached_tokens
             sums.prompt_tokens += num_prompt_tokens
 
-    def on_finish(self, ttft_ms: float | None, mean_itl_ms: float | None) -> None:
+    def on_finish(self, request: FinishedRequest) -> None:
+        met = None
         if self._targets is not None:
-            met = meets_targets(ttft_ms, mean_itl_ms, *self._targets)
-            for sums in self._sums.values():
-                sums.num_judged += 1
-                sums.num_met += met
-        if mean_itl_ms is None:
-            return
+            met = meets_targets(request.ttft_ms, request.get_mean_itl_ms(), *self._targets)
         for sums in self._sums.values():
-            sums.num_itl += 1
-            sums.itl_ms_sum += mean_itl_ms
+            sums.num_finished += 1
+            sums.output_tokens += request.num_output_tokens
+            sums.num_token_gaps += request.num_token_gaps
+            sums.itl_ms_sum += request.itl_sum_ms
+            if met is not None:
+                sums.num_met += met
+                sums.num_missed += not met
 
     def take(self, name: str, window_s: float) -> FrontendMetrics:
         """Window `name`'s metrics over its last `window_s` seconds; it starts again empty."""
         sums = self._sums[name]
         self._sums[name] = WindowSums()
-        return sums.to_metrics(window_s)
+        metrics = get_metrics(sums.to_counts(window_s), self._previous.get(name))
+        self._previous[name] = metrics
+        return metrics

@@ -138,7 +138,7 @@ class DisaggSimulation(Simulation):
         if output.finish_reason is not FinishReason.TRANSFER:
             self.max_tokens_of.pop(rid, None)
             if self.monitor is not None:
-                self.monitor.on_finish(now_ms - t.arrival_ms, None)
+                self.monitor.on_finish(t.as_finished())
             return  # finished with its first token
         handle: KvHandle | None = output.kv_handle
         assert handle is not None

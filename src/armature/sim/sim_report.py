@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from armature.protocols.engine import KvTierStats
+from armature.sim.fleet_monitor import FinishedRequest
 from armature.sim.replay_config import ReplayConfig, ReplayReport
 from armature.workload.measure import LatencySummary, RequestTiming, goodput
 from armature.workload.traces import TraceRequest, prefix_hit_ceiling_tokens
@@ -53,6 +54,11 @@ class Tracked:
         self.itl_ms.extend(gaps_ms)
         self.last_token_ms = ends_ms[-1]
         self.num_output_tokens += len(ends_ms)
+
+    def as_finished(self) -> FinishedRequest:
+        """What a frontend measures of it once it finished."""
+        ttft_ms = None if self.first_token_ms is None else self.first_token_ms - self.arrival_ms
+        return FinishedRequest(ttft_ms, self.num_output_tokens, sum(self.itl_ms), len(self.itl_ms))
 
     def timing(self) -> RequestTiming:
         ttft_ms = None if self.first_token_ms is None else self.first_token_ms - self.arrival_ms

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import heapq
 import operator
-import statistics
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import cast
 
@@ -211,7 +210,7 @@ class Simulation:
                 self.now_ms = trace.arrival_ms
                 self.next_arrival += 1
                 if self.monitor is not None:
-                    self.monitor.on_arrival(trace.input_length, trace.output_length)
+                    self.monitor.on_arrival()
                 self._arrive(trace, number, self.now_ms)
                 self.work_end_ms = self.now_ms
             else:
@@ -408,8 +407,7 @@ class Simulation:
         if output.finish_reason is not None:
             self.load.finish(output.request_id)
             if self.monitor is not None:
-                ttft_ms = None if t.first_token_ms is None else t.first_token_ms - t.arrival_ms
-                self.monitor.on_finish(ttft_ms, statistics.fmean(t.itl_ms) if t.itl_ms else None)
+                self.monitor.on_finish(t.as_finished())
 
     def _index_events(self, worker: str) -> None:
         """The worker's KV events into the index; with lower tiers, first its load report's

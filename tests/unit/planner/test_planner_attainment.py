@@ -8,6 +8,7 @@ Profile: conftest.py; targets TTFT 500 ms and ITL 30 ms.
 
 from __future__ import annotations
 
+import pytest
 from test_planner_core import make_planner
 from test_planner_scrape import exposition
 
@@ -21,7 +22,7 @@ from armature.planner.scrape import (
     judges_by,
     parse_frontend_sample,
 )
-from armature.sim.fleet_monitor import FrontendWindows
+from armature.sim.fleet_monitor import FinishedRequest, FrontendWindows
 
 
 def window(judged: int, met: int) -> PlannerObservation:
@@ -50,25 +51,58 @@ def test_the_planner_reports_the_attainment_over_the_load_rules_window(
     assert planner.plan_load(window(0, 0), now_s=40.0).attainment == 45 / 50
 
 
+def finished(ttft_ms: float | None, mean_itl_ms: float | None, gaps: int = 4) -> FinishedRequest:
+    """A request with `gaps` token gaps of `mean_itl_ms` each (none: one output token)."""
+    if mean_itl_ms is None:
+        return FinishedRequest(ttft_ms, 0 if ttft_ms is None else 1, 0.0, 0)
+    return FinishedRequest(ttft_ms, gaps + 1, mean_itl_ms * gaps, gaps)
+
+
 def test_a_simulated_fleets_windows_judge_each_finished_request() -> None:
     """Targets TTFT 3000 ms, mean ITL 50 ms: met within both; a request of one token (no
     ITL) by its TTFT alone; one with no first token is missed. Every window counts it."""
     windows = FrontendWindows(("load", "interval"), targets=(3000.0, 50.0))
-    windows.on_finish(100.0, 40.0)  # met
-    windows.on_finish(3000.0, 50.0)  # met: at the targets
-    windows.on_finish(4000.0, 10.0)  # TTFT missed
-    windows.on_finish(100.0, 60.0)  # ITL missed
-    windows.on_finish(100.0, None)  # one token: met
-    windows.on_finish(None, None)  # no first token: missed
+    windows.on_finish(finished(100.0, 40.0))  # met
+    windows.on_finish(finished(3000.0, 50.0))  # met: at the targets
+    windows.on_finish(finished(4000.0, 10.0))  # TTFT missed
+    windows.on_finish(finished(100.0, 60.0, gaps=12))  # ITL missed
+    windows.on_finish(finished(100.0, None))  # one token: met
+    windows.on_finish(finished(None, None))  # no first token: missed
     load = windows.take("load", 5.0)
     assert (load.num_judged_requests, load.num_met_requests) == (6, 3)
-    assert load.mean_itl_ms == (40.0 + 50.0 + 10.0 + 60.0) / 4
+    # the token gaps' mean, as a frontend's ITL histogram gives it (not the requests' means)
+    expected_ms = (4 * 40.0 + 4 * 50.0 + 4 * 10.0 + 12 * 60.0) / 24  # 46.7; the requests' 40
+    assert load.mean_itl_ms == pytest.approx(expected_ms, rel=1e-12)
     interval = windows.take("interval", 60.0)
     assert (interval.num_judged_requests, interval.num_met_requests) == (6, 3)
     assert windows.take("load", 5.0).num_judged_requests == 0  # taken: empty again
     unjudged = FrontendWindows(("load",))
-    unjudged.on_finish(100.0, 40.0)
+    unjudged.on_finish(finished(100.0, 40.0))
     assert unjudged.take("load", 5.0).num_judged_requests == 0
+
+
+def test_a_simulated_fleets_lengths_are_measured_as_a_frontend_measures_them() -> None:
+    """Input over first tokens, output over finished requests: unknown until measured (0.0),
+    then the last window's while none is."""
+    windows = FrontendWindows(("load",))
+    for _ in range(3):
+        windows.on_arrival()
+    first = windows.take("load", 5.0)  # arrivals, nothing measured yet
+    assert (first.num_requests, first.mean_input_tokens, first.mean_output_tokens) == (3, 0.0, 0.0)
+    assert (first.mean_ttft_ms, first.mean_itl_ms) == (None, None)
+    windows.on_first_token(200.0, 100, 400)
+    windows.on_first_token(400.0, 0, 200)
+    second = windows.take("load", 5.0)
+    assert (second.num_requests, second.mean_input_tokens) == (0, 300.0)
+    assert second.mean_ttft_ms == pytest.approx(300.0, rel=1e-12)
+    assert second.prefix_hit_rate == 100 / 600
+    assert second.mean_output_tokens == 0.0  # none finished
+    windows.on_finish(finished(200.0, 20.0, gaps=9))
+    windows.on_finish(finished(400.0, 20.0, gaps=29))
+    third = windows.take("load", 5.0)
+    assert third.mean_output_tokens == (10 + 30) / 2
+    assert (third.mean_input_tokens, third.prefix_hit_rate) == (300.0, 100 / 600)  # kept
+    assert windows.take("load", 5.0).mean_output_tokens == 20.0  # kept
 
 
 def test_the_recent_attainment_sums_the_windows_kept() -> None:
