@@ -5,9 +5,11 @@
     plan_interval  feed the predictors and correction factors; predict the next interval's
                    load; size each pool for it (replicas.py): the throughput plan, which is
                    also the floor the load rule cannot go below
-    plan_load      live TTFT/ITL estimates (live.py): +1 above target, -1 once well below it
-                   for a scale-down cool-down; with the queueing model, jump to what the
-                   recent arrival rate needs at once, and down half the way at a time
+    plan_load      live TTFT/ITL estimates (live.py) and the recent arrival rate
+                   (recent_load.py) into the load rule (load_rule.py): +1 above target, -1
+                   once well below it for a scale-down cool-down; with the queueing model,
+                   jump to what the recent arrival rate needs at once, and down half the way
+                   at a time
 
 Every change passes the role's cool-down (cooldown.py) and the limits (limits.py).
 """
@@ -18,13 +20,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from armature.config.planner import PlannerConfig
-from armature.planner.backlog import get_drain_s, get_workers_for_backlog
 from armature.planner.cooldown import RoleCooldown
 from armature.planner.correction import CorrectionTracker
 from armature.planner.decisions import DecisionReason, LimitReason, ScalingDecision
 from armature.planner.forecast import LoadForecast, LoadForecaster
 from armature.planner.limits import apply_limits
 from armature.planner.live import LiveEstimate, estimate_live, get_backlog_requests
+from armature.planner.load_rule import LoadRule, Pending, RoleState, Want, get_halfway
 from armature.planner.observation import PlannerObservation
 from armature.planner.performance import KvHeadroom, PerformanceModel
 from armature.planner.predictors import LoadPredictor, make_predictor
@@ -38,7 +40,7 @@ from armature.planner.replicas import PoolPlan, Targets, plan_agg, plan_decode, 
 from armature.planner.trim import AttainmentTrim
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["MIN_JUDGED_REQUESTS", "Planner", "PlannerEffects", "get_halfway"]
+__all__ = ["MIN_JUDGED_REQUESTS", "Planner", "PlannerEffects"]
 
 # the fewest judged requests over the load rule's window for its measured attainment
 MIN_JUDGED_REQUESTS = 20
@@ -64,29 +66,6 @@ class PlannerEffects:
     trim_scale: float = 1.0
     # forecaster fits that raised a numerical error since the planner started
     num_fit_failures: int = 0
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """What a role has serving, starting and queued: `backlog_requests` prompts wait for a
-    prefill (None: the role has no prompt queue); `busy_*` the workers the window's arrival
-    rate keeps busy and `work_*_s` one request's worker-seconds, at the rate's low (up) and
-    high (down) bound."""
-
-    num_serving: int
-    num_starting: int
-    backlog_requests: float | None
-    busy_up: float
-    busy_down: float
-    work_up_s: float
-    work_down_s: float
-
-
-@dataclass(frozen=True)
-class _Want:
-    num_workers: int
-    reason: DecisionReason
-    detail: str
 
 
 class Planner:
@@ -124,10 +103,7 @@ class Planner:
         self._lengths: tuple[float, float] | None = None  # last measured (isl, osl)
         self._live: dict[WorkerRole, LiveEstimate] = {}
         self._recent = RecentWindows(config.load_rate_window_s, config.load_interval_s)
-        # since when each role's live estimates have all been below scale_down_ratio of
-        # their targets (absent: they are not): the load rule scales down only after
-        # scale_down_cooldown_s of that, so one quiet window does not remove a worker
-        self._calm_since_s: dict[WorkerRole, float] = {}
+        self._load_rule = LoadRule(config, self._targets)
         self._attainment: float | None = None  # measured over the load rule's window
         self._trim = AttainmentTrim(config.trim_step, config.trim_min_scale, config.slo_attainment)
 
@@ -168,7 +144,7 @@ class Planner:
             return self._effects([], [])
         sized = self._trimmed(forecast)  # the effects report the prediction itself
         plans = {r: self._plan_pool(r, sized, self._config.queue_aware) for r in self._roles()}
-        wants: dict[WorkerRole, _Want] = {}
+        wants: dict[WorkerRole, Want] = {}
         for role, plan in plans.items():
             limits = self._config.get_role_limits(role)
             self._floor[role] = min(max(plan.num_workers, limits.min_workers), limits.max_workers)
@@ -182,9 +158,9 @@ class Planner:
                 # added workers for a live latency is not undone by a lower prediction)
                 wanted = max(wanted, cooldown.get_stable_plan())
                 wanted = get_halfway(self._num_workers[role], wanted)
-                if role in self._live and not self._is_calm(role, now_s):
+                if role in self._live and not self._load_rule.is_calm(role, now_s):
                     wanted = self._num_workers[role]
-            wants[role] = _Want(wanted, DecisionReason.THROUGHPUT, self._describe(forecast, plan))
+            wants[role] = Want(wanted, DecisionReason.THROUGHPUT, self._describe(forecast, plan))
         decisions, held = self._apply(wants, now_s, share_total=True)
         return self._effects(decisions, held, forecast=forecast, plans=plans)
 
@@ -212,7 +188,7 @@ class Planner:
         low_rate_per_s = get_rising_rate(self._recent.get_suffix_counts())
         rising = self._trimmed(LoadForecast(low_rate_per_s, input_tokens, output_tokens))
         falling = self._trimmed(LoadForecast(high_rate_per_s, input_tokens, output_tokens))
-        wants: dict[WorkerRole, _Want] = {}
+        wants: dict[WorkerRole, Want] = {}
         plans: dict[WorkerRole, PoolPlan] = {}
         for role in self._roles():
             workers = observation.get_workers(role)
@@ -230,7 +206,7 @@ class Planner:
                 if role is WorkerRole.DECODE
                 else get_backlog_requests(workers, frontend, new_tokens)
             )
-            pending = _Pending(
+            pending = Pending(
                 num_serving=len(workers),
                 num_starting=max(0, self._num_workers[role] - len(workers)),
                 backlog_requests=backlog,
@@ -239,90 +215,19 @@ class Planner:
                 work_up_s=up_plan.work_s,
                 work_down_s=down_plan.work_s,
             )
-            want = self._load_rule(
+            want = self._load_rule.decide(
                 role,
+                RoleState(self._num_workers[role], self._floor[role]),
                 live,
-                up_plan if queue_aware else None,
-                down_plan if queue_aware else None,
+                (up_plan, down_plan) if queue_aware else None,
                 pending,
+                self._trim.has_room(self._attainment),
                 now_s,
             )
             if want is not None:
                 wants[role] = want
         decisions, held = self._apply(wants, now_s, share_total=False)
         return self._effects(decisions, held, plans=plans)
-
-    def _load_rule(
-        self,
-        role: WorkerRole,
-        live: LiveEstimate,
-        plan: PoolPlan | None,
-        down_plan: PoolPlan | None,
-        pending: _Pending,
-        now_s: float,
-    ) -> _Want | None:
-        """+1 above a target, unless `pending` says a worker added now would come too late
-        (one is already starting, or the queue drains before a new one could serve); -1 once
-        well below both for `scale_down_cooldown_s`. Queue-aware: jump to `plan` (the queue
-        model at the window's rate, its low bound), and go down half the way to `down_plan`
-        (the high bound) where it needs fewer."""
-        current = self._num_workers[role]
-        ttft_s, itl_s = self._targets.ttft_s, self._targets.itl_s
-        detail = _describe_live(live)
-        startup_s = self._config.worker_startup_s
-        if plan is not None:
-            by_backlog = 0
-            if pending.backlog_requests:
-                by_backlog = get_workers_for_backlog(
-                    pending.backlog_requests * pending.work_up_s,
-                    pending.num_serving,
-                    pending.busy_up,
-                    startup_s,
-                    max(startup_s, self._config.load_interval_s),
-                )
-            if max(plan.num_workers, by_backlog) > current:
-                reason = DecisionReason.QUEUE_PREDICTED
-                if by_backlog > plan.num_workers:
-                    reason = DecisionReason.QUEUE_BACKLOG
-                return _Want(
-                    max(plan.num_workers, by_backlog),
-                    reason,
-                    f"{detail}; queue model needs {plan.num_workers} (by queue "
-                    f"{plan.num_by_queue}, by throughput {plan.num_by_throughput}), "
-                    f"{pending.backlog_requests or 0:.0f} prompts queued (the backlog needs "
-                    f"{by_backlog})",
-                )
-        up = max(current + 1, self._floor[role])
-        drain_s = None
-        if pending.backlog_requests is not None:
-            drain_s = get_drain_s(
-                pending.backlog_requests * pending.work_down_s,
-                pending.num_serving,
-                pending.busy_down,
-            )
-        # a worker added for a live latency helps only if none is starting already; for TTFT,
-        # only if the queue would still be there when it serves
-        idle_start = pending.num_starting == 0
-        outlasts = drain_s is None or drain_s > startup_s
-        if idle_start and outlasts and live.ttft_s is not None and live.ttft_s > ttft_s:
-            return _Want(up, DecisionReason.TTFT_ABOVE_TARGET, detail)
-        if idle_start and live.itl_s is not None and live.itl_s > itl_s:
-            return _Want(up, DecisionReason.ITL_ABOVE_TARGET, detail)
-        ratio = self._config.scale_down_ratio
-        pairs = ((live.ttft_s, ttft_s), (live.itl_s, itl_s))
-        measured = [(v, t) for v, t in pairs if v is not None]
-        quiet = bool(measured) and all(v < ratio * t for v, t in measured)
-        if not quiet and not self._trim.has_room(self._attainment):
-            self._calm_since_s.pop(role, None)
-            return None
-        self._calm_since_s.setdefault(role, now_s)
-        if not self._is_calm(role, now_s):
-            return None
-        down = current - 1 if down_plan is None else get_halfway(current, down_plan.num_workers)
-        down = max(down, self._floor[role])
-        if down < current:
-            return _Want(down, DecisionReason.BELOW_TARGET, detail)
-        return None
 
     def _trimmed(self, load: LoadForecast) -> LoadForecast:
         """`load` at the trim's scale for its rate."""
@@ -333,14 +238,8 @@ class Planner:
             load.request_rate_per_s * scale, load.mean_input_tokens, load.mean_output_tokens
         )
 
-    def _is_calm(self, role: WorkerRole, now_s: float) -> bool:
-        """Whether the load rule has seen every live estimate of `role` below the scale-down
-        ratio of its target for the down cool-down."""
-        since_s = self._calm_since_s.get(role)
-        return since_s is not None and now_s - since_s >= self._config.scale_down_cooldown_s
-
     def _apply(
-        self, wants: Mapping[WorkerRole, _Want], now_s: float, *, share_total: bool
+        self, wants: Mapping[WorkerRole, Want], now_s: float, *, share_total: bool
     ) -> tuple[list[ScalingDecision], list[ScalingDecision]]:
         """Limits, then cool-downs. `share_total`: roles share the total budget in proportion
         to what they want (the throughput plan); otherwise a role grows only into what the
@@ -457,21 +356,3 @@ class Planner:
             trim_scale=self._trim.scale,
             num_fit_failures=self._forecaster.get_num_fit_failures(),
         )
-
-
-def get_halfway(current: int, target: int) -> int:
-    """A scale-down's next size: half the way from `current` down to `target`, rounded down
-    (7 -> 6 reaches 6; 14 -> 6 stops at 10). The model behind `target` is least sure far
-    from where the fleet runs, so each step down is measured before the next."""
-    if target >= current:
-        return current
-    return (current + target) // 2
-
-
-def _describe_live(live: LiveEstimate) -> str:
-    parts = []
-    if live.ttft_s is not None:
-        parts.append(f"live ttft {live.ttft_s * 1000.0:.0f} ms")
-    if live.itl_s is not None:
-        parts.append(f"live itl {live.itl_s * 1000.0:.1f} ms")
-    return ", ".join(parts) or "no live estimate"

@@ -25,8 +25,8 @@ from armature.planner import (
     ScalingDecision,
     WorkerSteps,
 )
-from armature.planner.core import get_halfway
 from armature.planner.forecast import LoadForecast
+from armature.planner.load_rule import get_halfway
 from armature.planner.predictors import ConstantPredictor
 from armature.planner.recent_load import get_rate_bounds, get_rising_rate
 from armature.planner.replicas import Targets, plan_prefill
