@@ -32,7 +32,7 @@ def format_table(result: SearchResult, top: int) -> str:
     lines = [_HEADER, "-" * len(_HEADER)]
     shown = result.ranked[:top]
     lines += [_row(i + 1, r) for i, r in enumerate(shown)]
-    if len({r.simulated for r in shown}) == 2:  # why an est row may outrank nothing above it
+    if len({r.simulated for r in shown}) == 2:  # why a sim row ranks above a better-looking est
         lines.append(
             "sim rows (the simulator's prediction) rank above est rows (the fast estimate, "
             "not simulated: raise --finalists or --sim-budget-s to simulate more)"

@@ -335,11 +335,10 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     # deployment's (--max-sim-groups): both counts, and the rate the whole deployment serves
     prediction |= {"request_rate_per_s": plan.request_rate_per_s}
     prediction |= {"simulated_groups": plan.num_groups, "groups": req.chosen.num_groups}
-    prediction |= {
-        "deployment_request_rate_per_s": plan.request_rate_per_s
-        / plan.num_groups
-        * req.chosen.num_groups
-    }
+    rate, groups = plan.request_rate_per_s, req.chosen.num_groups
+    if groups != plan.num_groups:
+        rate = rate / plan.num_groups * groups
+    prediction |= {"deployment_request_rate_per_s": rate}
     estimate = req.chosen.estimate
     if estimate is not None:  # what the fast estimate said before the simulation
         prediction |= {"estimate_ttft_ms": estimate.ttft_ms, "estimate_itl_ms": estimate.itl_ms}

@@ -131,7 +131,8 @@ class Planner:
         self._corrections.observe(observation.workers, self._model)
         if frontend.num_requests > 0:
             self._prefix_hit_rate = frontend.prefix_hit_rate
-            if frontend.mean_output_tokens > 0.0:  # 0.0: no output length measured yet
+            # 0.0: no length measured yet (no request, or no prefill, ended)
+            if frontend.mean_output_tokens > 0.0 and frontend.mean_input_tokens > 0.0:
                 self._lengths = (frontend.mean_input_tokens, frontend.mean_output_tokens)
         self._trim.observe(
             get_attainment(
@@ -175,11 +176,15 @@ class Planner:
             self._prefix_hit_rate = frontend.prefix_hit_rate
         if recent.num_requests > 0:
             # until a request finished, no output length is measured: the last one, else one
-            # token (the least a request makes), so that prompts and backlogs are sized
-            output_tokens = recent.mean_output_tokens
+            # token (the least a request makes), so that prompts and backlogs are sized; until
+            # a prefill ended, no input length: the last one, else none (0.0: the live TTFT
+            # estimate still scales up)
+            input_tokens, output_tokens = recent.mean_input_tokens, recent.mean_output_tokens
+            if input_tokens <= 0.0 and self._lengths is not None:
+                input_tokens = self._lengths[0]
             if output_tokens <= 0.0:
                 output_tokens = self._lengths[1] if self._lengths is not None else 1.0
-            self._lengths = (recent.mean_input_tokens, output_tokens)
+            self._lengths = (input_tokens, output_tokens)
         if self._lengths is None:
             return self._effects([], [])
         input_tokens, output_tokens = self._lengths

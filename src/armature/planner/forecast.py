@@ -25,8 +25,8 @@ class LoadForecaster:
     """Three predictors (rate, input length, output length) made by `make_predictor`.
 
     An interval with no requests feeds the rate (0) but not the lengths: its lengths are not
-    measured, and the last measured ones stay the best guess. Nor does an output length of
-    0.0 (none measured yet): no forecast until one is."""
+    measured, and the last measured ones stay the best guess. Nor does a length of 0.0 (none
+    measured yet: no prefill, or no request, has ended): no forecast until both are."""
 
     def __init__(self, make_predictor: Callable[[], LoadPredictor]) -> None:
         self._rate = make_predictor()
@@ -36,7 +36,8 @@ class LoadForecaster:
     def observe(self, metrics: FrontendMetrics) -> None:
         self._rate.observe(metrics.get_request_rate_per_s())
         if metrics.num_requests > 0:
-            self._input.observe(metrics.mean_input_tokens)
+            if metrics.mean_input_tokens > 0.0:
+                self._input.observe(metrics.mean_input_tokens)
             if metrics.mean_output_tokens > 0.0:
                 self._output.observe(metrics.mean_output_tokens)
 

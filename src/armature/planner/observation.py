@@ -15,11 +15,12 @@ __all__ = ["FrontendMetrics", "PlannerObservation", "WorkerSteps"]
 class FrontendMetrics(msgspec.Struct, frozen=True, kw_only=True):
     """What the frontend measured over one window of `window_s` seconds.
 
-    Lengths and latencies are means over the requests that arrived (lengths) or produced a
-    first token / finished (latencies) in the window; a latency is None when no request gave
-    one (no traffic is not "fast"). A live frontend cannot know an output length at arrival:
-    its `mean_output_tokens` is over the requests that finished in the window, and the last
-    window's when none did; 0.0 until one has (not measured yet). `prefix_hit_rate` is the
+    `num_requests` counts the requests that arrived; the lengths and latencies are means as
+    a frontend measures them (`window_counts`): input lengths and TTFT over the requests whose
+    first token came in the window, output lengths over those that finished in it (a length
+    is not known at arrival), ITL over the token gaps streamed. A latency is None when no
+    request gave one (no traffic is not "fast"); a length none gave is the last window's,
+    0.0 until one was measured. `prefix_hit_rate` is the
     fraction of prompt tokens served from a prefix cache; `num_queued_requests` the requests
     waiting for a worker at the window's end (the admission gate's queue)."""
 

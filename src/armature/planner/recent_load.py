@@ -32,7 +32,7 @@ RATE_BOUND_Z = 1.0
 @dataclass(frozen=True)
 class RecentLoad:
     """`num_requests` arrivals over `window_s` seconds, of these mean lengths (0.0 with no
-    arrivals; the output length 0.0 too while no window measured one)."""
+    arrivals, or while no window measured one)."""
 
     num_requests: int
     window_s: float
@@ -75,21 +75,28 @@ class RecentWindows:
         num_met = sum(w.num_met_requests for w in self._windows)
         if num_requests == 0:
             return RecentLoad(0, window_s, 0.0, 0.0, num_judged, num_met)
-        input_tokens = sum(w.num_requests * w.mean_input_tokens for w in self._windows)
-        # output lengths from the windows that measured one (0.0: none yet), by arrivals
-        measured = [w for w in self._windows if w.mean_output_tokens > 0.0]
-        num_measured = sum(w.num_requests for w in measured)
-        output_tokens = sum(w.num_requests * w.mean_output_tokens for w in measured)
-        if measured and not num_measured:  # measured only in windows with no arrivals
-            num_measured, output_tokens = 1, measured[-1].mean_output_tokens
         return RecentLoad(
             num_requests,
             window_s,
-            input_tokens / num_requests,
-            output_tokens / num_measured if num_measured else 0.0,
+            self._get_mean_length("mean_input_tokens"),
+            self._get_mean_length("mean_output_tokens"),
             num_judged,
             num_met,
         )
+
+    def _get_mean_length(self, name: str) -> float:
+        """The windows' mean length `name` by arrivals, over the windows that measured one
+        (0.0: not yet, e.g. arrivals whose prefill or output has not ended); a length measured
+        only in windows without arrivals is the latest of those."""
+        measured = [w for w in self._windows if getattr(w, name) > 0.0]
+        num_measured = sum(w.num_requests for w in measured)
+        if not measured:
+            return 0.0
+        if not num_measured:
+            last: float = getattr(measured[-1], name)
+            return last
+        total: float = sum(w.num_requests * getattr(w, name) for w in measured)
+        return total / num_measured
 
 
 def get_attainment(num_judged: int, num_met: int, min_judged: int) -> float | None:

@@ -112,7 +112,7 @@ class DisaggSimulation(Simulation):
         bs = self.config.block_size
         uncached = max(0, len(tokens) - decision.overlap_blocks * bs)
         self.prefill_load.start(request_id, decision.worker, uncached, -(-len(tokens) // bs))
-        self.tracked[request_id] = Tracked(now_ms, len(tokens), decision.worker)
+        self._track(request_id, Tracked(now_ms, len(tokens), decision.worker))
         self.prompts[request_id] = tokens
         self.max_tokens_of[request_id] = trace.output_length
         self.prefill_of[request_id] = decision.worker

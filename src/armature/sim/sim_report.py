@@ -40,7 +40,11 @@ class Tracked:
             self.num_cached_tokens = num_cached_tokens
         else:
             assert self.last_token_ms is not None
-            self.itl_ms.append(now_ms - self.last_token_ms)
+            gap_ms = now_ms - self.last_token_ms
+            if num_tokens == 1:
+                self.itl_ms.append(gap_ms)
+            else:  # tokens that arrive together share the interval, as a frontend counts them
+                self.itl_ms.extend([gap_ms / num_tokens] * num_tokens)
         self.last_token_ms = now_ms
         self.num_output_tokens += num_tokens
         return first

@@ -209,8 +209,6 @@ class Simulation:
                 trace = self.requests[number]
                 self.now_ms = trace.arrival_ms
                 self.next_arrival += 1
-                if self.monitor is not None:
-                    self.monitor.on_arrival()
                 self._arrive(trace, number, self.now_ms)
                 self.work_end_ms = self.now_ms
             else:
@@ -306,9 +304,16 @@ class Simulation:
             return
         uncached = max(0, len(tokens) - decision.overlap_blocks * bs)
         self.load.start(request_id, decision.worker, uncached, -(-len(tokens) // bs))
-        self.tracked[request_id] = Tracked(now_ms, len(tokens), decision.worker)
+        self._track(request_id, Tracked(now_ms, len(tokens), decision.worker))
         if decision.worker not in self.busy:
             self._start_step(decision.worker, now_ms)
+
+    def _track(self, request_id: str, tracked: Tracked) -> None:
+        """A request a worker took: tracked, and an arrival for the monitor (one a worker
+        refused is not, as a frontend does not count a request it answered with a 4xx)."""
+        self.tracked[request_id] = tracked
+        if self.monitor is not None:
+            self.monitor.on_arrival()
 
     def _start_step(self, worker: str, now_ms: float) -> None:
         core = self.cores[worker]

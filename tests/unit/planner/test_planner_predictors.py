@@ -121,6 +121,18 @@ def test_no_forecast_until_an_output_length_is_measured() -> None:
     assert forecaster.predict_next() == LoadForecast(0.5, 256.0, 400.0)
 
 
+def test_an_unmeasured_input_length_is_not_observed() -> None:
+    """Arrivals none of whose prefills ended (input 0.0) leave the last measured length."""
+    forecaster = LoadForecaster(ConstantPredictor)  # the last value observed
+    for isl in (300.0, 0.0):
+        forecaster.observe(
+            FrontendMetrics(
+                window_s=60.0, num_requests=60, mean_input_tokens=isl, mean_output_tokens=100.0
+            )
+        )
+    assert forecaster.predict_next() == LoadForecast(1.0, 300.0, 100.0)
+
+
 class _FailingFits:
     """A predictor whose every fit fails, counted as HoltWintersPredictor counts them (the
     last value predicted instead)."""

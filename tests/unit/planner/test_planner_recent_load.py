@@ -49,6 +49,15 @@ def test_output_lengths_come_from_the_windows_that_measured_one() -> None:
     assert recent.add(window(20, osl=0.0)).mean_output_tokens == pytest.approx(250.0)
 
 
+def test_input_lengths_come_from_the_windows_that_measured_one() -> None:
+    """Arrivals whose prefill had not ended (input 0.0, not measured) dilute nothing: 20
+    unmeasured then 10 of 4000 tokens read 4000, not 1333; none measured reads 0.0."""
+    recent = RecentWindows(10.0, 5.0)
+    assert recent.add(window(20, isl=0.0)) == RecentLoad(20, 5.0, 0.0, 100.0)
+    load = recent.add(window(10, isl=4000.0))
+    assert (load.num_requests, load.mean_input_tokens) == (30, pytest.approx(4000.0))
+
+
 def test_a_window_shorter_than_the_interval_keeps_the_latest() -> None:
     recent = RecentWindows(1.0, 5.0)
     recent.add(window(10))
