@@ -59,14 +59,17 @@ class Tracked:
         self.last_token_ms = ends_ms[-1]
         self.num_output_tokens += len(ends_ms)
 
+    def get_ttft_ms(self) -> float | None:
+        """From arrival to the first token (None: none came)."""
+        return None if self.first_token_ms is None else self.first_token_ms - self.arrival_ms
+
     def as_finished(self) -> FinishedRequest:
         """What a frontend measures of it once it finished."""
-        ttft_ms = None if self.first_token_ms is None else self.first_token_ms - self.arrival_ms
-        return FinishedRequest(ttft_ms, self.num_output_tokens, sum(self.itl_ms), len(self.itl_ms))
+        itl_ms = self.itl_ms
+        return FinishedRequest(self.get_ttft_ms(), self.num_output_tokens, sum(itl_ms), len(itl_ms))
 
     def timing(self) -> RequestTiming:
-        ttft_ms = None if self.first_token_ms is None else self.first_token_ms - self.arrival_ms
-        return RequestTiming(ttft_ms, self.itl_ms, self.num_output_tokens)
+        return RequestTiming(self.get_ttft_ms(), self.itl_ms, self.num_output_tokens)
 
 
 @dataclass(frozen=True)
