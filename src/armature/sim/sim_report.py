@@ -3,8 +3,8 @@ the simulation hands over its records (`ReportInputs`) and the span it simulated
 
 from __future__ import annotations
 
-import itertools
 import statistics
+from array import array
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +27,9 @@ class Tracked:
     worker: str
     first_token_ms: float | None = None
     last_token_ms: float | None = None
-    itl_ms: list[float] = field(default_factory=list)
+    # the gaps between its tokens, as doubles (a replay's millions of gaps: no float object
+    # kept per gap, and the report reads them in place)
+    itl_ms: array[float] = field(default_factory=lambda: array("d"))
     num_cached_tokens: int = 0
     num_output_tokens: int = 0
 
@@ -52,7 +54,7 @@ class Tracked:
     def add_later_tokens(self, ends_ms: Sequence[float], gaps_ms: Sequence[float]) -> None:
         """One token at each of `ends_ms` (non-empty, ascending), none of them the first;
         `gaps_ms` are the gaps between consecutive `ends_ms` (a batch's requests share
-        them, so the caller computes them once)."""
+        them, so the caller computes them once; an `array('d')` is copied at C speed)."""
         assert self.last_token_ms is not None
         self.itl_ms.append(ends_ms[0] - self.last_token_ms)
         self.itl_ms.extend(gaps_ms)
@@ -125,11 +127,9 @@ def build_report(
         ),
         # millions of token gaps: read into one float64 array, sorted by numpy
         itl_ms=LatencySummary.of_array(
-            np.fromiter(
-                itertools.chain.from_iterable(t.itl_ms for t in done),
-                dtype=np.float64,
-                count=sum(len(t.itl_ms) for t in done),
-            )
+            np.concatenate([np.frombuffer(t.itl_ms, dtype=np.float64) for t in done])
+            if done
+            else np.empty(0, dtype=np.float64)
         ),
         e2e_ms=LatencySummary.of(
             [t.last_token_ms - t.arrival_ms for t in done if t.last_token_ms is not None]

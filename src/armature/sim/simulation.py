@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import operator
+from array import array
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import cast
 
@@ -366,7 +367,7 @@ class Simulation:
         `_deliver` would: none is a first token or a finish)."""
         ends_ms = run.step_end_ms[:-1]
         if ends_ms:
-            gaps_ms = list(map(operator.sub, ends_ms[1:], ends_ms[:-1]))  # the batch's own
+            gaps_ms = array("d", map(operator.sub, ends_ms[1:], ends_ms[:-1]))  # the batch's own
             for request_id in run.request_ids:
                 self.tracked[request_id].add_later_tokens(ends_ms, gaps_ms)
 
