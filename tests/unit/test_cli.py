@@ -131,6 +131,15 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["frontend", "--share-load-ttl-s", "0"], "--share-load-ttl-s: must be"),
         (["worker", "--kv-transfer-port", "65536"], "--kv-transfer-port: must be 0..65535"),
         ([], "required"),
+        (
+            ["profile", "--engine", "mocker", "--prefill-input-tokens", "-64,256"],
+            "'-64,256' reads as a flag; write --prefill-input-tokens=-64,256",
+        ),
+        (
+            ["profile", "--engine", "mocker", "--prefill-input-tokens=-64,256"],
+            "--prefill-input-tokens: must be positive, got -64",
+        ),
+        (["configure", "--isl", "-5e2"], "'-5e2' reads as a flag; write --isl=-5e2"),
     ],
 )
 def test_user_mistakes_exit_2_with_one_line(
@@ -155,6 +164,16 @@ def test_port_in_use_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> 
         code, err = run(["serve", "--port", str(port), "--frontends", "2"], capsys)
     assert code == 2
     assert f"cannot listen on 127.0.0.1:{port}" in err
+
+
+def test_a_flag_left_without_its_value_gets_no_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    """The hint is for a value that starts with '-', not for a value that is missing."""
+    code, err = run(["serve", "--port"], capsys)
+    assert code == 2
+    assert err == "armature: error: argument --port: expected one argument (see --help)\n"
+    code, err = run(["serve", "--port", "--workers", "2"], capsys)
+    assert code == 2
+    assert err == "armature: error: argument --port: expected one argument (see --help)\n"
 
 
 def test_help_lists_every_serve_flag() -> None:

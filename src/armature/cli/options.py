@@ -12,13 +12,22 @@ import argparse
 import dataclasses
 import logging
 import os
+import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar, get_type_hints
 
 from armature.config import Setting, env_name, flag_name, get_setting_value, iter_settings
 from armature.errors import ConfigError
 
-__all__ = ["CliError", "Parser", "add_settings", "arg_type", "read_settings", "setup_logging"]
+__all__ = [
+    "CliError",
+    "Parser",
+    "add_settings",
+    "arg_type",
+    "read_settings",
+    "setup_logging",
+    "with_dash_value_hint",
+]
 
 T = TypeVar("T")
 _TRUE = ("1", "true", "yes", "on")
@@ -36,8 +45,34 @@ def setup_logging(level: str) -> None:
 
 
 class Parser(argparse.ArgumentParser):
+    _arg_strings: Sequence[str] = ()
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._arg_strings = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
+        message = with_dash_value_hint(message, self._arg_strings)
         self.exit(2, f"armature: error: {message} (see --help)\n")
+
+
+_MISSING_VALUE = ": expected one argument"
+
+
+def with_dash_value_hint(message: str, arg_strings: Sequence[str]) -> str:
+    """argparse's `message`, saying how to pass the value it took for an option: one that
+    starts with '-' and is not a plain number (`--prefill-input-tokens -64,256`) reads as a
+    flag, so the flag before it seems to have no value."""
+    if not (message.startswith("argument ") and message.endswith(_MISSING_VALUE)):
+        return message
+    flags = message[len("argument ") : -len(_MISSING_VALUE)].split("/")
+    for i, text in enumerate(arg_strings[:-1]):
+        value = arg_strings[i + 1]
+        if text in flags and value[:1] == "-" and value[1:2].isdigit():
+            return f"{message}: {value!r} reads as a flag; write {text}={value}"
+    return message
 
 
 def _dest(path: tuple[str, ...]) -> str:
