@@ -38,6 +38,30 @@ static inline uint64_t next_offset(uint64_t *state, uint64_t span) {
     return ((mix64(*state) >> 32) * span) >> 32;
 }
 
+/* The ids of `count` tokens of one trace block, from the generator's state at its start:
+ * token k is low + next_offset after k + 1 steps, computed from the state directly (state +
+ * (k + 1) x gamma, as next_offset's additions give it mod 2**64) so that no token waits for
+ * the one before it and the compiler can run several lanes at once. Built for the vector
+ * units this x86-64 CPU has, picked when the module loads; the same ids on every path. */
+#ifndef BLOCK_CLONES /* a build may give its own (empty: one path) */
+/* GCC 11 named the x86-64 levels; ifunc dispatch needs an ELF target (Linux) */
+#if defined(__x86_64__) && defined(__linux__) && !defined(__clang__) && __GNUC__ >= 11
+#define BLOCK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef BLOCK_CLONES
+#define BLOCK_CLONES
+#endif
+
+BLOCK_CLONES
+static void block_token_ids(uint32_t *out, Py_ssize_t count, uint64_t state, uint32_t low,
+                            uint64_t span) {
+    for (Py_ssize_t k = 0; k < count; k++) {
+        uint64_t z = state + (uint64_t)(k + 1) * GOLDEN_GAMMA;
+        out[k] = low + (uint32_t)(((mix64(z) >> 32) * span) >> 32);
+    }
+}
+
 /* prompt_tokens(seed, hash_ids, num_tokens, block_tokens, low, span, ints=None) -> list[int]:
  * num_tokens ids, block i (of block_tokens each; the last may be cut) from hash_ids[i]; seed
  * and ids are taken mod 2**64. `ints`: a tuple of span ints, ints[i] == low + i; the tokens
@@ -153,7 +177,8 @@ static PyObject *prompt_token_ids_into(PyObject *self, PyObject *args) {
         uint64_t state;
         if (block_state(id_items[b], seed_key, &state) < 0) goto fail;
         Py_ssize_t end = t + block_tokens < num_tokens ? t + block_tokens : num_tokens;
-        for (; t < end; t++) out[t] = (uint32_t)((uint64_t)low + next_offset(&state, (uint64_t)span));
+        block_token_ids(out + t, end - t, state, (uint32_t)low, (uint64_t)span);
+        t = end;
     }
     Py_DECREF(ids);
     PyBuffer_Release(&view);

@@ -92,6 +92,28 @@ def test_prompt_ids_are_the_prompts_tokens_as_u32(
     assert ids.tolist() == synthesize_prompt(request, trace_block_tokens=512, **kwargs)
 
 
+@given(
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.lists(st.integers(min_value=0, max_value=2**64 - 1), min_size=1, max_size=5),
+    st.integers(min_value=1, max_value=70),
+    st.integers(min_value=0, max_value=2**31),
+    st.data(),
+)
+def test_ids_into_a_buffer_are_the_listed_tokens_for_any_block_and_range(
+    seed: int, hash_ids: list[int], block_tokens: int, low: int, data: st.DataObject
+) -> None:
+    """The u32 path (a block's tokens computed lane by lane, with whatever vector unit the
+    CPU has) writes `prompt_tokens`' ids (one token after another) for every block length,
+    a cut last block and ranges up to 2**32."""
+    span = data.draw(st.integers(min_value=1, max_value=min(2**32 - 1, 2**32 - low)))
+    num_tokens = data.draw(st.integers(min_value=0, max_value=len(hash_ids) * block_tokens))
+    out = array.array("I", [0]) * num_tokens
+    _synth.prompt_token_ids_into(out, seed, hash_ids, num_tokens, block_tokens, low, span)
+    assert out.tolist() == _synth.prompt_tokens(
+        seed, tuple(hash_ids), num_tokens, block_tokens, low, span
+    )
+
+
 def test_prompt_ids_refuse_what_the_prompt_refuses_and_ids_over_32_bits() -> None:
     request = TraceRequest(0.0, 600, 1, (1, 2))
     for vocab_size, min_token_id in [(2**32, 0), (2**33, 2**33 - 5), (10, 10)]:
