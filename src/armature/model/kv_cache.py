@@ -22,7 +22,10 @@ __all__ = ["PagedKvCache", "shared_tensor"]
 def shared_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, str]:
     """A zeroed tensor in anonymous shared memory (memfd) and the path another process of
     this host opens to map it. The memory is released when every mapping is gone, so a killed
-    worker leaves nothing behind in /dev/shm."""
+    worker leaves nothing behind in /dev/shm. Its pages are written once here, as
+    `torch.zeros` writes a private tensor's: a page of shared memory is otherwise allocated
+    and zeroed by the kernel at its first touch, which falls in the engine's steps (a
+    prefill worker's first pass over its cache ran its prompt steps ~6% slower)."""
     numel = 1
     for dim in shape:
         numel *= dim
@@ -30,6 +33,7 @@ def shared_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Ten
     os.ftruncate(fd, numel * torch.empty((), dtype=dtype).element_size())
     path = f"/proc/{os.getpid()}/fd/{fd}"
     tensor = torch.from_file(path, shared=True, size=numel, dtype=dtype).view(shape)
+    tensor.zero_()  # every page now, not at its first step
     return tensor, path
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -247,3 +248,21 @@ def test_modeled_store_moves_no_bytes_and_charges_bandwidth() -> None:
         assert blocks == KvBlocks([0, 1], None, None)
     finally:
         server.stop()
+
+
+def _resident_shmem_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssShmem:"):
+            return int(line.split()[1])
+    pytest.skip("no RssShmem in /proc/self/status")
+
+
+def test_a_shared_cache_is_resident_and_zeroed_when_made() -> None:
+    """A shared KV cache's pages are written when it is made (as a private one's are by
+    torch.zeros), not at the engine step that first touches each of them."""
+    before_kib = _resident_shmem_kib()
+    cache = PagedKvCache(ARCH, 4096, 16, torch.float32, torch.device("cpu"), shared=True)
+    num_bytes = 2 * cache.k.numel() * cache.k.element_size()
+    assert num_bytes >= 8 << 20
+    assert _resident_shmem_kib() - before_kib >= num_bytes // 1024 * 0.95
+    assert not cache.k.any() and not cache.v.any()
