@@ -336,7 +336,7 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     prediction |= {"request_rate_per_s": plan.request_rate_per_s}
     prediction |= {"simulated_groups": plan.num_groups, "groups": req.chosen.num_groups}
     rate, groups = plan.request_rate_per_s, req.chosen.num_groups
-    if groups != plan.num_groups:
+    if groups != plan.num_groups:  # all simulated: the replay's rate as it is, not x / n * n
         rate = rate / plan.num_groups * groups
     prediction |= {"deployment_request_rate_per_s": rate}
     estimate = req.chosen.estimate

@@ -34,8 +34,10 @@ class FinishedRequest:
 
     ttft_ms: float | None  # None: it never got a first token
     num_output_tokens: int
-    itl_sum_ms: float  # its token gaps summed (each later token one: tokens that arrive
-    num_token_gaps: int  # together share their interval, as a frontend counts them)
+    # its token gaps, summed, and how many: one per later token (tokens that arrive together
+    # share their interval, as a frontend counts them)
+    itl_sum_ms: float
+    num_token_gaps: int
 
     def get_mean_itl_ms(self) -> float | None:
         """Its mean ITL, as the replay's SLOs judge it (`Slo.met_by`)."""
