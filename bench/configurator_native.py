@@ -60,6 +60,7 @@ from armature.configurator.search import (
 from armature.configurator.simulate import make_requests
 from armature.configurator.space import SearchSpace
 from armature.engines.native.device import pick_dtype
+from armature.profiler.points import median_profile
 from armature.protocols.timing_profile import read_profile
 from armature.runtime.ports import free_port
 from armature.sim.replay import replay
@@ -236,6 +237,7 @@ def run_case(
     at_once = f" ({copies} at once)" if copies > 1 else ""
     profile = make_profile(args, plan, LOG_DIR, f"profile_before_{total}_workers", copies)
     profiles.append((f"{total}-worker case: search{at_once}", profile))
+    case_profiles = [profile]
     model = read_model_spec(args.model_dir, pick_dtype("auto", "cpu"))  # as the workers run
     settings = SearchSettings(
         plan.workload,
@@ -263,6 +265,7 @@ def run_case(
             name = f"w{total}_rank{rank}_pass{run}"
             fresh = make_profile(args, plan, LOG_DIR, f"profile_{name}", copies)
             profiles.append((f"{total} workers, #{rank}, pass {run}{at_once}", fresh))
+            case_profiles.append(fresh)
             space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(r.deployment.max_num_seqs,))
             now = local_hardware(model, read_profile(fresh), space, host)
             alone = local_hardware(model, read_profile(fresh), space)
@@ -289,7 +292,13 @@ def run_case(
             )
             checked.append(one)
             print(row(one), flush=True)
-    return checked
+    pooled = median_profile([read_profile(path) for path in case_profiles])
+
+    def from_pooled(c: Checked) -> Figures:
+        space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(c.ranked.deployment.max_num_seqs,))
+        return _predicted(local_hardware(model, pooled, space, host), c.ranked, settings)
+
+    return [dataclasses.replace(c, pooled=from_pooled(c)) for c in checked]
 
 
 def main() -> None:
@@ -370,6 +379,7 @@ def main() -> None:
             "ITL p50 ms",
             "ITL mean ms",
             "TTFT / ITL p50 error from the search's profile",
+            "TTFT / ITL p50 error from the median of the case's profiles",
             "TTFT / ITL p50 error, the measured requests replayed",
             "TTFT / ITL p50 error, engines a core each",
             f"TTFT p50 ms predicted with steps {SLOWER_STEPS - 1:.0%} slower",
@@ -401,7 +411,10 @@ def main() -> None:
         f"{plan.warmup} warm-up requests not counted); the bench client and the frontend share "
         f"the machine's cores with the workers. Predicted: the finalist's replay on a profile "
         f"made just before the run; the errors of the same replay on the case's profile (the "
-        f"one the search ranked on) beside them, and of the requests the run sent (their "
+        f"one the search ranked on) beside them, of the same replay on the median of every "
+        f"profile the case made (the search's and each run's: the machine's speed over the "
+        f"whole case rather than in the minute before one run), and of the requests the run "
+        f"sent (their "
         f"arrivals and lengths) replayed on the same fleet and profile: what is left of the "
         f"error once the workload's random sample is the same. The engines share the host's "
         f"{host.num_cores:g} cores with the rest of the stack (`HostShare`), whose CPU was "

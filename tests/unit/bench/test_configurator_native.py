@@ -4,6 +4,7 @@ requests as the trace the simulator replays."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,33 @@ def test_every_figure_of_every_pass_is_checked_and_counted() -> None:
         "- PASS: agg tp1, seqs 2, batch 256 x1 (2 workers, pass 2) ITL p50 +0.0%",
         "- 3 of 4 figures within 15% of the measured",
     ]
+
+
+def test_the_figures_predicted_from_the_pooled_profiles_are_counted_and_shown() -> None:
+    """The median of the case's profiles gives a second prediction per run: its own count
+    line after the headline's, and a column of its errors (blank where none was made)."""
+    pooled_close = Figures(480.0, 95.0, 95.0, 10.0)  # -4.0% / -5.0%
+    pooled_far = Figures(300.0, 100.0, 100.0, 10.0)  # -25.0% / +0.0%
+    runs = [
+        dataclasses.replace(
+            _checked(AGG_2, 1, 1, (500.0, 100.0), (500.0, 100.0), 20.0), pooled=pooled_close
+        ),
+        dataclasses.replace(
+            _checked(AGG_2, 1, 2, (600.0, 100.0), (400.0, 100.0), 20.0), pooled=pooled_far
+        ),
+    ]
+    lines = checks(runs)
+    assert lines[4:6] == [
+        "- 3 of 4 figures within 15% of the measured",
+        "- 3 of 4 figures within 15% of the measured when predicted from the median of the "
+        "case's profiles",
+    ]
+    assert row(runs[0])[10] == "-4.0% / -5.0%"
+    assert row(runs[1])[10] == "-25.0% / +0.0%"
+    assert row(_checked(AGG_2, 1, 1, (500.0, 100.0), (500.0, 100.0), 20.0))[10] == ""
+    assert "median of the case's profiles" not in "\n".join(
+        checks([_checked(AGG_2, 1, 1, (500.0, 100.0), (500.0, 100.0), 20.0)])
+    )
 
 
 def test_a_row_shows_how_far_slower_steps_move_the_prediction() -> None:
