@@ -231,13 +231,14 @@ def run_case(
 ) -> list[Checked]:
     """Profile, search and rank the case's finalists (the engines sharing `host`); run each
     `passes` times, in rank order within a pass, each run predicted from a profile made just
-    before it (appended to `profiles`). `co_profile`: each profile made by as many engines at
-    once as the case has workers (`make_profile`'s copies)."""
+    before it (appended to `profiles`), and again from the median of every profile the case
+    made. `co_profile`: each profile made by as many engines at once as the case has workers
+    (`make_profile`'s copies)."""
     copies = total if co_profile else 1
     at_once = f" ({copies} at once)" if copies > 1 else ""
     profile = make_profile(args, plan, LOG_DIR, f"profile_before_{total}_workers", copies)
     profiles.append((f"{total}-worker case: search{at_once}", profile))
-    case_profiles = [profile]
+    case_profiles = [read_profile(profile)]  # the search's, then each run's
     model = read_model_spec(args.model_dir, pick_dtype("auto", "cpu"))  # as the workers run
     settings = SearchSettings(
         plan.workload,
@@ -251,7 +252,7 @@ def run_case(
     finalists: dict[str, tuple[Hardware, Ranked]] = {}
     for seqs in plan.max_num_seqs:
         space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(seqs,))
-        hardware = local_hardware(model, read_profile(profile), space, host)
+        hardware = local_hardware(model, case_profiles[0], space, host)
         result = search(hardware, settings, on_progress=print)
         for r in result.ranked:
             if r.simulated:
@@ -265,10 +266,10 @@ def run_case(
             name = f"w{total}_rank{rank}_pass{run}"
             fresh = make_profile(args, plan, LOG_DIR, f"profile_{name}", copies)
             profiles.append((f"{total} workers, #{rank}, pass {run}{at_once}", fresh))
-            case_profiles.append(fresh)
+            case_profiles.append(read_profile(fresh))
             space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(r.deployment.max_num_seqs,))
-            now = local_hardware(model, read_profile(fresh), space, host)
-            alone = local_hardware(model, read_profile(fresh), space)
+            now = local_hardware(model, case_profiles[-1], space, host)
+            alone = local_hardware(model, case_profiles[-1], space)
             save = save_root / name
             request = SaveRequest(save, args.model_dir, args.served_name, hardware, settings, r)
             save_deployment(request)
@@ -292,7 +293,7 @@ def run_case(
             )
             checked.append(one)
             print(row(one), flush=True)
-    pooled = median_profile([read_profile(path) for path in case_profiles])
+    pooled = median_profile(case_profiles)
 
     def from_pooled(c: Checked) -> Figures:
         space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(c.ranked.deployment.max_num_seqs,))
