@@ -12,16 +12,19 @@ figures, and the configuration ranked first is the measured best or within 5% of
        the configuration saved as `--save-dir` saves it, its `commands_native.sh` serve line
        run for real, and `armature bench` offering it the rate the search predicted
        (Poisson arrivals, the same lengths and spread, unique prompts, EOS ignored)
-    4. per configuration and pass: predicted (the finalist's replay on the profile made just
-       before the run; the case's profile's beside it) and measured TTFT p50, ITL p50 and
-       ITL mean, their errors, and tokens/s per worker measured; per case, the rank the
-       configurator gave against the measured best; a plot of predicted against measured
+    4. per configuration and pass: predicted (the finalist's replay on the median of the
+       profiles the case made before the run; beside it, on the one profile made just before
+       the run and on the case's profile) and measured TTFT p50, ITL p50 and ITL mean, their
+       errors, and tokens/s per worker measured; per case, the rank the configurator gave
+       against the measured best; a plot of predicted against measured
 
 This machine's speed moves by tens of percent within minutes (the same profile sweep has
 measured the engine 48% slower 13 minutes later), more than the 15% target: a prediction from
 a profile made half an hour earlier measures the machine's drift, not the model. So each run
-is predicted from a profile made just before it (the search and its ranking stay on the case's
-profile), and every profile's speed is tabled against the first, so the drift that remains
+is predicted from the profiles made up to just before it: their median, the machine's speed
+over the case so far, which did better than the one profile made just before the run in all
+three runs of 12-04 where both were made (the search and its ranking stay on the case's
+profile). Every profile's speed is tabled against the first, so the drift that remains
 (during a run: a profile and the next one) shows beside the errors.
 
     python -m bench.configurator_native             # full run, writes docs/benchmarks.md
@@ -46,6 +49,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from armature.configurator.hardware import Hardware, local_hardware
 from armature.configurator.host import HostShare
 from armature.configurator.model_spec import read_model_spec
@@ -61,7 +66,7 @@ from armature.configurator.simulate import make_requests
 from armature.configurator.space import SearchSpace
 from armature.engines.native.device import pick_dtype
 from armature.profiler.points import median_profile
-from armature.protocols.timing_profile import read_profile
+from armature.protocols.timing_profile import TimingProfile, read_profile
 from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
@@ -230,9 +235,10 @@ def run_case(
     co_profile: bool = False,
 ) -> list[Checked]:
     """Profile, search and rank the case's finalists (the engines sharing `host`); run each
-    `passes` times, in rank order within a pass, each run predicted from a profile made just
-    before it (appended to `profiles`), and again from the median of every profile the case
-    made. `co_profile`: each profile made by as many engines at once as the case has workers
+    `passes` times, in rank order within a pass, a profile made just before each run (appended
+    to `profiles`), the run predicted from the median of the case's profiles so far (and
+    from the one just made, and with prompt steps at the load pass's own factor, beside it).
+    `co_profile`: each profile made by as many engines at once as the case has workers
     (`make_profile`'s copies)."""
     copies = total if co_profile else 1
     at_once = f" ({copies} at once)" if copies > 1 else ""
@@ -258,6 +264,11 @@ def run_case(
             if r.simulated:
                 finalists.setdefault(f"{r.deployment.describe()} x{r.num_groups}", (hardware, r))
     ranked = sorted(finalists.values(), key=lambda hr: rank_key(hr[1], by_gpus=False))
+
+    def on(profile: TimingProfile, max_num_seqs: int, shared: bool = True) -> Hardware:
+        space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(max_num_seqs,))
+        return local_hardware(model, profile, space, host if shared else None)
+
     # on the case's profile a finalist's replay is the same every pass
     at_search = [_predicted(hardware, r, settings) for hardware, r in ranked]
     checked = []
@@ -267,9 +278,8 @@ def run_case(
             fresh = make_profile(args, plan, LOG_DIR, f"profile_{name}", copies)
             profiles.append((f"{total} workers, #{rank}, pass {run}{at_once}", fresh))
             case_profiles.append(read_profile(fresh))
-            space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(r.deployment.max_num_seqs,))
-            now = local_hardware(model, case_profiles[-1], space, host)
-            alone = local_hardware(model, case_profiles[-1], space)
+            so_far = median_profile(case_profiles)  # the machine before this run
+            seqs = r.deployment.max_num_seqs
             save = save_root / name
             request = SaveRequest(save, args.model_dir, args.served_name, hardware, settings, r)
             save_deployment(request)
@@ -283,23 +293,31 @@ def run_case(
                 r,
                 rate,
                 len(sent),
-                _predicted(now, r, settings),
+                _predicted(on(so_far, seqs), r, settings),
                 at_search[rank - 1],
-                _predicted(now, r, settings, sent),
-                _predicted(alone, r, settings),
-                _predicted(now, r, settings, step_scale=SLOWER_STEPS),
+                _predicted(on(so_far, seqs), r, settings, sent),
+                _predicted(on(so_far, seqs, shared=False), r, settings),
+                _predicted(on(so_far, seqs), r, settings, step_scale=SLOWER_STEPS),
                 measured,
                 meets,
+                just_before=_predicted(on(case_profiles[-1], seqs), r, settings),
+                prompt_absolute=_predicted(on(prompt_factor_absolute(so_far), seqs), r, settings),
             )
             checked.append(one)
             print(row(one), flush=True)
-    pooled = median_profile(case_profiles)
+    return checked
 
-    def from_pooled(c: Checked) -> Figures:
-        space = SearchSpace(tensor_parallel=(1,), max_num_seqs=(c.ranked.deployment.max_num_seqs,))
-        return _predicted(local_hardware(model, pooled, space, host), c.ranked, settings)
 
-    return [dataclasses.replace(c, pooled=from_pooled(c)) for c in checked]
+def prompt_factor_absolute(profile: TimingProfile) -> TimingProfile:
+    """`profile` with its load pass's prompt steps taken at their own measured-over-modeled
+    time, not at its ratio to the decode steps' (the mocker's rule, which cancels the
+    machine's drift between the sweep and the pass): the decode class read as exactly
+    modeled. Unchanged without both classes."""
+    load = profile.load
+    if load is None or load.prompt_step_factor is None:
+        return profile
+    load = msgspec.structs.replace(load, decode_measured_s=load.decode_modeled_s)
+    return msgspec.structs.replace(profile, load=load)
 
 
 def main() -> None:
@@ -379,8 +397,9 @@ def main() -> None:
             "TTFT p50 ms predicted / measured",
             "ITL p50 ms",
             "ITL mean ms",
+            "TTFT / ITL p50 error from the one profile made just before the run",
             "TTFT / ITL p50 error from the search's profile",
-            "TTFT / ITL p50 error from the median of the case's profiles",
+            "TTFT / ITL p50 error, prompt steps at the load pass's own factor",
             "TTFT / ITL p50 error, the measured requests replayed",
             "TTFT / ITL p50 error, engines a core each",
             f"TTFT p50 ms predicted with steps {SLOWER_STEPS - 1:.0%} slower",
@@ -410,13 +429,16 @@ def main() -> None:
         f"predicted for about {plan.measure_s:g} s ({plan.min_requests}-{plan.max_requests} "
         f"requests; Poisson, /v1/completions, streaming, EOS ignored, unique prompts, "
         f"{plan.warmup} warm-up requests not counted); the bench client and the frontend share "
-        f"the machine's cores with the workers. Predicted: the finalist's replay on a profile "
-        f"made just before the run; the errors of the same replay on the case's profile (the "
-        f"one the search ranked on) beside them, of the same replay on the median of every "
-        f"profile the case made (the search's and each run's: the machine's speed over the "
-        f"whole case rather than in the minute before one run), and of the requests the run "
-        f"sent (their "
-        f"arrivals and lengths) replayed on the same fleet and profile: what is left of the "
+        f"the machine's cores with the workers. Predicted: the finalist's replay on the "
+        f"median of the profiles the case made before the run (the search's and the one made "
+        f"before each run so far, this run's included: the machine's speed over the case, not "
+        f"in the one minute before the run); beside it, the errors of the same replay on the "
+        f"one profile made just before the run (the published prediction until 12-05), on the "
+        f"case's profile (the one the search ranked on), on the median with prompt steps at "
+        f"the load pass's own measured-over-modeled time (where the mocker takes its ratio to "
+        f"the decode steps', which cancels the machine's drift between the sweep and the "
+        f"pass), and of the requests the run sent (their arrivals and lengths) replayed on "
+        f"the same fleet and profile: what is left of the "
         f"error once the workload's random sample is the same. The engines share the host's "
         f"{host.num_cores:g} cores with the rest of the stack (`HostShare`), whose CPU was "
         f"measured first (`bench.stack_cpu`, 2 workers, {plan.stack_window_s:g} s): "
@@ -428,8 +450,9 @@ def main() -> None:
         f"{table}\n\n" + "\n".join(checks(checked)) + "\n\n"
         f"Plot: `{shown_plot}`.\n\n"
         f"The machine's own speed, as each profile of the same engine measured it (the same "
-        f"sweep each time, against the first; a run is predicted from the profile made just "
-        f"before it, and the next profile shows how far the machine moved during the run):"
+        f"sweep each time, against the first; a run is predicted from the median of those "
+        f"made before it, and the next profile shows how far the machine moved during the "
+        f"run):"
         f"\n\n{drift_table([(when, read_profile(path)) for when, path in profiles])}\n"
     )
     publish(
