@@ -382,3 +382,40 @@ def test_the_table_puts_simulated_rows_first_and_says_so(
         "sim rows (the simulator's prediction) rank above est rows (the fast estimate, not "
         "simulated: raise --finalists or --sim-budget-s to simulate more)"
     )
+
+
+def _ranked_rows(out: str) -> list[list[str]]:
+    """The ranked table's rows, each split into its cells from the right: GPUs, TTFT ms,
+    ITL ms, tokens/s per GPU, tokens/s per user, by, meets (the configuration has spaces)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("#  configuration"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.strip() or not line.split()[0].isdigit():
+            break
+        rows.append(line.split()[-7:])
+    return rows
+
+
+def test_a_request_rate_ranks_by_fewest_gpus(
+    tiny_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --request-rate the first configuration meets the targets at that rate on the
+    fewest GPUs of the simulated ones that meet them; without it, by tokens/s per GPU."""
+    argv = ["configure", "--model", str(tiny_dir), *SMALL, "--ttft-ms", "5000", "--itl-ms", "200"]
+    assert main([*argv, "--finalists", "4", "--request-rate", "40"]) == 0
+    rows = _ranked_rows(capsys.readouterr().out)
+    meeting = [r for r in rows if r[-2] == "sim" and r[-1] == "yes"]
+    assert rows[0] == meeting[0]
+    assert int(rows[0][0]) == min(int(r[0]) for r in meeting)
+
+
+def test_an_e2e_target_takes_the_place_of_the_itl_one(
+    tiny_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--e2e-ms judges the whole request instead of its mean ITL: an ITL target nothing could
+    meet is not used beside it, and an end-to-end target nothing can meet is named."""
+    argv = ["--model", str(tiny_dir), *SMALL, "--ttft-ms", "5000", "--itl-ms", "0.001"]
+    assert main(["configure", *argv, "--e2e-ms", "100000"]) == 0
+    assert _ranked_rows(capsys.readouterr().out)[0][-1] == "yes"
+    _fails(capsys, [*argv, "--e2e-ms", "0.01"], "relax --ttft-ms/--e2e-ms")
