@@ -280,6 +280,7 @@ def run_case(
             case_profiles.append(read_profile(fresh))
             so_far = median_profile(case_profiles)  # the machine before this run
             seqs = r.deployment.max_num_seqs
+            now = on(so_far, seqs)
             save = save_root / name
             request = SaveRequest(save, args.model_dir, args.served_name, hardware, settings, r)
             save_deployment(request)
@@ -293,11 +294,11 @@ def run_case(
                 r,
                 rate,
                 len(sent),
-                _predicted(on(so_far, seqs), r, settings),
+                _predicted(now, r, settings),
                 at_search[rank - 1],
-                _predicted(on(so_far, seqs), r, settings, sent),
+                _predicted(now, r, settings, sent),
                 _predicted(on(so_far, seqs, shared=False), r, settings),
-                _predicted(on(so_far, seqs), r, settings, step_scale=SLOWER_STEPS),
+                _predicted(now, r, settings, step_scale=SLOWER_STEPS),
                 measured,
                 meets,
                 just_before=_predicted(on(case_profiles[-1], seqs), r, settings),
