@@ -237,7 +237,7 @@ def run_case(
     """Profile, search and rank the case's finalists (the engines sharing `host`); run each
     `passes` times, in rank order within a pass, a profile made just before each run (appended
     to `profiles`), the run predicted from the median of the case's profiles so far (and
-    from the one just made, and with prompt steps at the load pass's own factor, beside it).
+    from the one just made, and with the former prompt-step rule, beside it).
     `co_profile`: each profile made by as many engines at once as the case has workers
     (`make_profile`'s copies)."""
     copies = total if co_profile else 1
@@ -302,23 +302,25 @@ def run_case(
                 measured,
                 meets,
                 just_before=_predicted(on(case_profiles[-1], seqs), r, settings),
-                prompt_absolute=_predicted(on(prompt_factor_absolute(so_far), seqs), r, settings),
+                prompt_relative=_predicted(on(prompt_factor_relative(so_far), seqs), r, settings),
             )
             checked.append(one)
             print(row(one), flush=True)
     return checked
 
 
-def prompt_factor_absolute(profile: TimingProfile) -> TimingProfile:
-    """`profile` with its load pass's prompt steps taken at their own measured-over-modeled
-    time, not at its ratio to the decode steps' (the mocker's rule, which cancels the
-    machine's drift between the sweep and the pass): the decode class read as exactly
-    modeled. Unchanged without both classes."""
+def prompt_factor_relative(profile: TimingProfile) -> TimingProfile:
+    """`profile` with its load pass's prompt steps at their measured-over-modeled time over
+    the decode steps' (the mocker's rule until 12-05, which cancelled the machine's drift
+    between the sweep and the pass), where the mocker takes their own: the prompt class's
+    measured time divided by the decode class's factor. Unchanged without both classes."""
     load = profile.load
-    if load is None or load.prompt_step_factor is None:
+    if load is None or load.prompt_step_factor is None or load.decode_step_factor is None:
         return profile
-    load = msgspec.structs.replace(load, decode_measured_s=load.decode_modeled_s)
-    return msgspec.structs.replace(profile, load=load)
+    prompt_s = load.prompt_measured_s / load.decode_step_factor
+    return msgspec.structs.replace(
+        profile, load=msgspec.structs.replace(load, prompt_measured_s=prompt_s)
+    )
 
 
 def main() -> None:
@@ -400,7 +402,7 @@ def main() -> None:
             "ITL mean ms",
             "TTFT / ITL p50 error from the one profile made just before the run",
             "TTFT / ITL p50 error from the search's profile",
-            "TTFT / ITL p50 error, prompt steps at the load pass's own factor",
+            "TTFT / ITL p50 error, prompt steps at their ratio to the decode steps'",
             "TTFT / ITL p50 error, the measured requests replayed",
             "TTFT / ITL p50 error, engines a core each",
             f"TTFT p50 ms predicted with steps {SLOWER_STEPS - 1:.0%} slower",
@@ -436,11 +438,11 @@ def main() -> None:
         f"in the one minute before the run); beside it, the errors of the same replay on the "
         f"one profile made just before the run (the published prediction until 12-05), on the "
         f"case's profile (the one the search ranked on), on the median with prompt steps at "
-        f"the load pass's own measured-over-modeled time (where the mocker takes its ratio to "
-        f"the decode steps', which cancels the machine's drift between the sweep and the "
-        f"pass), and of the requests the run sent (their arrivals and lengths) replayed on "
-        f"the same fleet and profile: what is left of the "
-        f"error once the workload's random sample is the same. The engines share the host's "
+        f"the load pass's measured-over-modeled time over its decode steps' (the mocker's rule "
+        f"until 12-05, which cancelled the machine's drift between the sweep and the pass; "
+        f"the mocker now takes the prompt steps' own), and of the requests the run sent "
+        f"(their arrivals and lengths) replayed on the same fleet and profile: what is left "
+        f"of the error once the workload's random sample is the same. The engines share the host's "
         f"{host.num_cores:g} cores with the rest of the stack (`HostShare`), whose CPU was "
         f"measured first (`bench.stack_cpu`, 2 workers, {plan.stack_window_s:g} s): "
         f"{stack.describe()}; the errors of the prediction that gives each engine a core to "

@@ -81,11 +81,13 @@ def run(args: argparse.Namespace) -> int:
             f"by the tables: factor {load.factor:.3f}"
         )
         if load.prompt_step_factor is not None:
+            decode = load.decode_step_factor
             print(
                 f"load pass: prompt steps {load.prompt_measured_s:.2f} s measured, "
-                f"{load.prompt_modeled_s:.2f} s by the tables; decode steps "
-                f"{load.decode_measured_s:.2f} s, {load.decode_modeled_s:.2f} s: prompt step "
-                f"factor {load.prompt_step_factor:.3f}"
+                f"{load.prompt_modeled_s:.2f} s by the tables: prompt step factor "
+                f"{load.prompt_step_factor:.3f}; decode steps {load.decode_measured_s:.2f} s, "
+                f"{load.decode_modeled_s:.2f} s"
+                + ("" if decode is None else f" (factor {decode:.3f})")
             )
     print(f"profile: {output}")
     if config.report_dir is not None:

@@ -10,8 +10,7 @@ swept points, prefill alone. A served engine's batches mix contexts, land betwee
 sizes and carry prefill chunks beside decodes; the load pass measures what that costs on this
 engine: the sum of the steps' wall times over the sum of their modeled times (so long steps
 weigh as they weigh in latency), in all and for prompt steps and decode steps apart. The
-mocker scales prompt steps by the two classes' ratio (`LoadCheck.prompt_step_factor`): a
-machine that drifted between the sweep and the pass moves both classes alike.
+mocker scales prompt steps by their class's ratio (`LoadCheck.prompt_step_factor`).
 
 The rate keeps the engine busy without a growing queue: `LOAD_UTILIZATION` of what one
 request costs by the tables (its prompt's prefill alone, its outputs at the largest swept

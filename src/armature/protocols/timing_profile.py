@@ -29,11 +29,13 @@ tables give for the same steps, in all and by class: prompt steps (any prefill t
 or beside decodes) and decode steps. A loaded engine's batches mix requests at different
 context lengths, batch sizes between the swept ones and prefill chunks beside decodes, which
 the sweep's uniform points do not. Its `prompt_step_factor` (prompt steps' measured over
-modeled, over decode steps' measured over modeled) scales the prompt steps of the mocker
-driven by this profile: how much more a loaded engine's prompt steps cost than the tables
-compose them, against its decode steps of the same minutes, so that the machine's drift
-between the sweep and the pass cancels. A pass without the class sums (files written before
-them) scales every step by its `factor` instead. Absent when no load pass ran: nothing scaled.
+modeled time) scales the prompt steps of the mocker driven by this profile: how much more a
+loaded engine's prompt steps cost than the tables compose them. Decode steps take the
+tables' times. (Until 2026-12-05 the factor was taken over the decode steps' same ratio, to
+cancel the machine's drift between the sweep and the pass; against measured runs that left
+the TTFTs optimistic: docs/benchmarks.md, `configurator_native`.) A pass without the class
+sums (files written before them) scales every step by its `factor` instead. Absent when no
+load pass ran: nothing scaled.
 """
 
 from __future__ import annotations
@@ -120,14 +122,24 @@ class LoadCheck(msgspec.Struct, frozen=True, kw_only=True):
         return self.measured_s / self.modeled_s
 
     @property
+    def has_classes(self) -> bool:
+        """Whether the pass summed prompt and decode steps apart (files written before the
+        classes did not)."""
+        return self.prompt_modeled_s > 0 or self.decode_modeled_s > 0
+
+    @property
     def prompt_step_factor(self) -> float | None:
-        """Prompt steps' measured over modeled time, over decode steps'; None without both
-        classes."""
-        prompt = (self.prompt_measured_s, self.prompt_modeled_s)
-        decode = (self.decode_measured_s, self.decode_modeled_s)
-        if min(*prompt, *decode) <= 0:
-            return None
-        return (prompt[0] / prompt[1]) / (decode[0] / decode[1])
+        """Prompt steps' measured over modeled time; None without prompt steps."""
+        return _ratio(self.prompt_measured_s, self.prompt_modeled_s)
+
+    @property
+    def decode_step_factor(self) -> float | None:
+        """Decode steps' measured over modeled time; None without decode steps."""
+        return _ratio(self.decode_measured_s, self.decode_modeled_s)
+
+
+def _ratio(measured_s: float, modeled_s: float) -> float | None:
+    return measured_s / modeled_s if measured_s > 0 and modeled_s > 0 else None
 
 
 class TimingProfile(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,8 +18,8 @@ A step with both prefill and decode work runs one forward pass: it costs both pa
 step overhead they would otherwise count twice, and never less than either part alone. The
 overhead is the prefill table extrapolated to 0 tokens, clamped to [0, the cheapest
 measured prefill or decode]. A profile with a load pass scales the steps that carry prefill
-tokens by its prompt step factor (the loaded engine's prompt steps against these tables, over
-its decode steps against them), or, from a pass that did not keep the two classes apart,
+tokens by its prompt step factor (the loaded engine's prompt steps against these tables;
+decode steps as the tables give), or, from a pass that did not keep the two classes apart,
 every step by its factor; every time is divided by the speedup ratio; none is below 0.
 """
 
@@ -85,8 +85,7 @@ class ProfileTiming:
     decode_ms_grid: tuple[tuple[float, ...], ...]
     speedup_ratio: float = 1.0
     load_factor: float = 1.0  # every step: an older load pass's loaded steps over the tables
-    # steps with prefill tokens: the load pass's prompt steps over its decode steps, each
-    # against these tables
+    # steps with prefill tokens: the load pass's prompt steps measured over these tables
     prompt_step_factor: float = 1.0
     # a prefill's attention over earlier context, per (new token, earlier token) pair
     prefill_ms_per_context_pair: float = 0.0
@@ -216,11 +215,14 @@ def timing_from_profile(profile: TimingProfile, speedup_ratio: float = 1.0) -> P
 
 
 def _load_factors(load: LoadCheck | None) -> tuple[float, float]:
-    """(every step's, prompt steps') factor from a profile's load pass."""
+    """(every step's, prompt steps') factor from a profile's load pass: prompt steps at their
+    own measured-over-modeled time, decode steps at the tables'; a pass written before the
+    classes, its factor on every step."""
     if load is None:
         return 1.0, 1.0
-    prompt = load.prompt_step_factor
-    return (load.factor, 1.0) if prompt is None else (1.0, prompt)
+    if not load.has_classes:
+        return load.factor, 1.0
+    return 1.0, load.prompt_step_factor or 1.0
 
 
 def load_profile(

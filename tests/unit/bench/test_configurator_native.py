@@ -18,7 +18,7 @@ from armature.protocols.timing_profile import LoadCheck
 from armature.sim.profile_timing import timing_from_profile
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import SLOWER_STEPS, Checked, Figures, checks, plot, row
-from bench.configurator_native import measured_requests, prompt_factor_absolute
+from bench.configurator_native import measured_requests, prompt_factor_relative
 from bench.configurator_plan import FULL, with_measure_s, with_targets_scale
 from bench.paths import DOCS_OUT, REPO_ROOT, SCRATCH_OUT, image_dir
 from bench.stack_cpu import StackCpu, per_request_ms
@@ -60,29 +60,29 @@ def test_every_figure_of_every_pass_is_checked_and_counted() -> None:
 
 
 def test_the_other_predictions_are_counted_and_shown() -> None:
-    """The one profile made just before a run, and prompt steps at the load pass's own
-    factor, each give a second prediction per run: a count line after the headline's, and a
-    column of its errors (blank where none was made)."""
+    """The one profile made just before a run, and the former prompt-step rule, each give
+    a second prediction per run: a count line after the headline's, and a column of its
+    errors (blank where none was made)."""
     close = Figures(480.0, 95.0, 95.0, 10.0)  # -4.0% / -5.0%
     far = Figures(300.0, 100.0, 100.0, 10.0)  # -40.0% / +0.0% of 500, -25.0% of 400
     runs = [
         dataclasses.replace(
             _checked(AGG_2, 1, 1, (500.0, 100.0), (500.0, 100.0), 20.0),
             just_before=close,
-            prompt_absolute=far,
+            prompt_relative=far,
         ),
         dataclasses.replace(
             _checked(AGG_2, 1, 2, (600.0, 100.0), (400.0, 100.0), 20.0),
             just_before=far,
-            prompt_absolute=far,
+            prompt_relative=far,
         ),
     ]
     lines = checks(runs)
     assert lines[4:7] == [
         "- 3 of 4 figures within 15% of the measured",
         "- 3 of 4 figures within 15% of the measured from the one profile made just before the run",
-        "- 2 of 4 figures within 15% of the measured with prompt steps at the load pass's own "
-        "factor",
+        "- 2 of 4 figures within 15% of the measured with prompt steps at their ratio to the "
+        "decode steps' (the rule until 12-05)",
     ]
     assert row(runs[0])[9:12] == ["-4.0% / -5.0%", "+0.0% / +0.0%", "-40.0% / +0.0%"]
     assert row(runs[1])[9] == "-25.0% / +0.0%"
@@ -91,31 +91,32 @@ def test_the_other_predictions_are_counted_and_shown() -> None:
     assert len(checks([plain])) == 4  # two figures, the count, the ranking: no other counts
 
 
-def test_prompt_steps_at_the_load_pass_own_factor() -> None:
-    """The decode class read as modeled, so the mocker's ratio becomes the prompt steps' own
-    measured over modeled time; a profile without both classes is left as it is."""
+def test_prompt_steps_at_their_ratio_to_the_decode_steps() -> None:
+    """The former rule: prompt steps 1.25 of the tables, decode steps 1.25 too, so the prompt
+    steps read as modeled (1.25 / 1.25); a profile without both classes is left as it is."""
     load = LoadCheck(
         num_requests=8,
         request_rate_per_s=1.0,
         num_steps=40,
         measured_s=15.0,
-        modeled_s=11.0,
+        modeled_s=12.0,
         prompt_measured_s=5.0,
         prompt_modeled_s=4.0,
         decode_measured_s=10.0,
         decode_modeled_s=8.0,
     )
     profile = msgspec.structs.replace(make_profile(), load=load)
-    assert load.prompt_step_factor == pytest.approx(1.0)
-    absolute = prompt_factor_absolute(profile)
-    assert absolute.load is not None
-    assert absolute.load.prompt_step_factor == pytest.approx(1.25)
-    assert timing_from_profile(absolute).prompt_step_factor == pytest.approx(1.25)
-    assert absolute.prefill == profile.prefill and absolute.decode == profile.decode
+    assert timing_from_profile(profile).prompt_step_factor == pytest.approx(1.25)
+    relative = prompt_factor_relative(profile)
+    assert relative.load is not None
+    assert relative.load.prompt_step_factor == pytest.approx(1.0)
+    assert relative.load.decode_step_factor == pytest.approx(1.25)
+    assert timing_from_profile(relative).prompt_step_factor == pytest.approx(1.0)
+    assert relative.prefill == profile.prefill and relative.decode == profile.decode
     one_class = msgspec.structs.replace(load, decode_modeled_s=0.0)
     without = msgspec.structs.replace(profile, load=one_class)
-    assert prompt_factor_absolute(without) is without
-    assert prompt_factor_absolute(make_profile()).load is None
+    assert prompt_factor_relative(without) is without
+    assert prompt_factor_relative(make_profile()).load is None
 
 
 def test_a_row_shows_how_far_slower_steps_move_the_prediction() -> None:

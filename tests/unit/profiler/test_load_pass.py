@@ -104,16 +104,21 @@ def test_the_check_sets_the_steps_wall_time_against_the_tables() -> None:
         pytest.approx(0.045),
         pytest.approx(0.036),
     )
-    assert check.prompt_step_factor == pytest.approx((0.070 / 0.060) / (0.045 / 0.036))
+    assert check.prompt_step_factor == pytest.approx(0.070 / 0.060)
+    assert check.decode_step_factor == pytest.approx(0.045 / 0.036)
 
 
-def test_a_pass_without_both_classes_has_no_prompt_step_factor() -> None:
+def test_a_class_without_steps_has_no_factor() -> None:
     plan = LoadPlan(1.0, ((0.0, 100, 1),))
     only_prompts = [StepRecord(num_scheduled_prefill_tokens=100, step_wall_s=0.030)]
     check = check_load(only_prompts, TIMING, plan)
     assert (check.decode_measured_s, check.decode_modeled_s) == (0.0, 0.0)
-    assert check.prompt_step_factor is None
-    assert make_load_check(6.0, 5.0).prompt_step_factor is None
+    assert check.has_classes and check.decode_step_factor is None
+    assert check.prompt_step_factor == pytest.approx(check.factor)
+    # a pass written before the classes: neither
+    old = make_load_check(6.0, 5.0)
+    assert not old.has_classes
+    assert (old.prompt_step_factor, old.decode_step_factor) == (None, None)
 
 
 def test_no_steps_recorded_cannot_be_checked() -> None:
@@ -159,7 +164,7 @@ def test_engines_at_once_pool_their_load_passes() -> None:
         decode_modeled_s=7.5,
     )
     assert pooled is not None and pooled.factor == 15.0 / 11.0
-    assert pooled.prompt_step_factor == pytest.approx((5.0 / 3.5) / (10.0 / 7.5))
+    assert pooled.prompt_step_factor == pytest.approx(5.0 / 3.5)
     assert median_profile([first, second]).load == pooled
     # a profile without a load pass: none for the pair
     assert pooled_load([first, make_profile()]) is None
@@ -167,18 +172,22 @@ def test_engines_at_once_pool_their_load_passes() -> None:
 
 
 def test_the_prompt_step_factor_scales_the_steps_with_prefill_tokens_only() -> None:
-    """Prompt steps ran 1.2 of the tables, decode steps 1.1 (the machine's drift since the
-    sweep, say): prompt steps 1.2 / 1.1 of the tables, decode steps as the tables give."""
+    """Prompt steps ran 1.2 of the tables, decode steps 1.1: prompt steps 1.2 of the tables,
+    decode steps as the tables give."""
     plain = make_profile()
     load = _load(7.0, 6.0, prompt_s=(2.4, 2.0), decode_s=(4.4, 4.0))
     loaded = msgspec.structs.replace(plain, load=load)
     base, scaled = timing_from_profile(plain), timing_from_profile(loaded, speedup_ratio=2.0)
-    assert (scaled.load_factor, scaled.prompt_step_factor) == (1.0, pytest.approx(1.2 / 1.1))
+    assert (scaled.load_factor, scaled.prompt_step_factor) == (1.0, pytest.approx(1.2))
     assert (base.load_factor, base.prompt_step_factor) == (1.0, 1.0)
     for work in (StepWork(100, 0, 0.0, 0), StepWork(64, 1, 0.0, 128)):
-        assert scaled.step_ms(work) == pytest.approx(base.step_ms(work) * (1.2 / 1.1) / 2.0)
+        assert scaled.step_ms(work) == pytest.approx(base.step_ms(work) * 1.2 / 2.0)
     decode = StepWork(0, 1, 0.0, 128)
     assert scaled.step_ms(decode) == pytest.approx(base.step_ms(decode) / 2.0)
+    # a pass that ran no prompt step: nothing scaled, the decode class's ratio not applied
+    decode_only = _load(4.4, 4.0, prompt_s=(0.0, 0.0), decode_s=(4.4, 4.0))
+    timing = timing_from_profile(msgspec.structs.replace(plain, load=decode_only))
+    assert (timing.load_factor, timing.prompt_step_factor) == (1.0, 1.0)
     with pytest.raises(ValueError, match="prompt_step_factor"):
         ProfileTiming((0.0, 1.0), (1.0, 2.0), (1.0,), (1.0,), ((1.0,),), prompt_step_factor=0.0)
 
