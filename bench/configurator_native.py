@@ -10,8 +10,12 @@ figures, and the configuration ranked first is the measured best or within 5% of
        ranks its finalists (`rank_key`: on what the simulator predicts)
     3. per configuration, in rank order, `--passes` times over the case: a new profile, then
        the configuration saved as `--save-dir` saves it, its `commands_native.sh` serve line
-       run for real, and `armature bench` offering it the rate the search predicted
-       (Poisson arrivals, the same lengths and spread, unique prompts, EOS ignored)
+       run for real, and `armature bench --trace` sending it the saved `workload.jsonl`: the
+       very requests (arrivals and lengths) whose simulation is the prediction, at the rate
+       the search predicted, unique prompts, EOS ignored. Until 12-05 the bench drew its own
+       Poisson sample at that rate, whose first 50-300 gaps (the same seed every run) ran
+       3-16% longer than the rate's: near a knee the two samples' TTFT p50 differ by tens of
+       percent, more than the target, whichever one the model is right about
     4. per configuration and pass: predicted (the finalist's replay on the median of the
        profiles the case made before the run; beside it, on the one profile made just before
        the run and on the case's profile) and measured TTFT p50, ITL p50 and ITL mean, their
@@ -71,7 +75,7 @@ from armature.runtime.ports import free_port
 from armature.sim.replay import replay
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import SLOWER_STEPS, Checked, Figures, checks, plot, row
-from bench.configurator_plan import FULL, QUICK, Plan, with_measure_s, with_targets_scale
+from bench.configurator_plan import FULL, QUICK, Plan, with_targets_scale
 from bench.harness import BenchArgs, parse_args, publish
 from bench.paths import REPO_ROOT, image_dir
 from bench.profile_drift import drift_table
@@ -138,11 +142,12 @@ def _serve_line(save_dir: Path) -> list[str]:
 
 
 def _measure(
-    args: BenchArgs, plan: Plan, r: Ranked, settings: SearchSettings, rate: float, save: Path
+    args: BenchArgs, plan: Plan, r: Ranked, save: Path
 ) -> tuple[Figures, list[TraceRequest]]:
-    """Run the saved deployment for real and offer it `rate` requests/s."""
-    num_requests = round(rate * plan.measure_s)
-    num_requests = max(plan.min_requests, min(plan.max_requests, num_requests))
+    """Run the saved deployment for real and send it the requests its prediction simulated
+    (the saved `workload.jsonl`), after `plan.warmup` requests one at a time."""
+    trace = save / "workload.jsonl"
+    num_requests = sum(1 for line in trace.read_text().splitlines() if line.strip())
     port = free_port("127.0.0.1")
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "armature.cli", *_serve_line(save)]
@@ -152,11 +157,11 @@ def _measure(
     env = {**os.environ, **WORKER_ENV}
     with running_server(command, url, LOG_DIR / f"{name}.log", env):
         report_dir = LOG_DIR / name
-        bench = _bench_command(args, plan, url, rate, num_requests, report_dir)
-        subprocess.run(bench, check=True, stdout=subprocess.DEVNULL)
+        for bench in run_commands(args, plan, url, trace, num_requests, report_dir):
+            subprocess.run(bench, check=True, stdout=subprocess.DEVNULL)
     step = json.loads((report_dir / "report.json").read_text())["steps"][0]
     summary = step["summary"]
-    if summary["num_ok"] != summary["num_requests"]:
+    if summary["num_ok"] != num_requests:
         raise RuntimeError(f"{name}: {summary['errors']} (see {LOG_DIR / name})")
     figures = Figures(
         summary["ttft_ms"]["p50"],
@@ -167,18 +172,30 @@ def _measure(
     return figures, measured_requests(step["requests"])
 
 
-def _bench_command(
-    args: BenchArgs, plan: Plan, url: str, rate: float, num_requests: int, report_dir: Path
-) -> list[str]:
-    """`armature bench` offering the plan's workload at `rate` (Poisson, streaming
-    /v1/completions, unique prompts, EOS ignored)."""
-    w = plan.workload
+def run_commands(
+    args: BenchArgs, plan: Plan, url: str, trace: Path, num_requests: int, report_dir: Path
+) -> tuple[list[str], list[str]]:
+    """The `armature bench` lines of a run: `plan.warmup` synthetic requests one at a time,
+    then the `num_requests` of `trace` on its own schedule, none of them left out as warm-up
+    (the run is that sample, whole), reported into `report_dir`."""
+    warmup = [*_bench_base(args, url), "--concurrency", "1", *_lengths(plan)]
+    warmup += ["--num-requests", str(plan.warmup), "--warmup", "0"]
+    bench = [*_bench_base(args, url), "--trace", str(trace)]
+    bench += ["--num-requests", str(num_requests), "--warmup", "0", "--report", str(report_dir)]
+    return warmup, bench
+
+
+def _bench_base(args: BenchArgs, url: str) -> list[str]:
+    """`armature bench` against `url`: streaming /v1/completions, EOS ignored."""
     bench = [sys.executable, "-m", "armature.cli", "bench", "--url", url]
-    bench += ["--endpoint", "completions", "--rate", f"{rate:.6g}"]
-    bench += ["--num-requests", str(num_requests), "--warmup", str(plan.warmup)]
-    bench += ["--input-len", str(round(w.isl_tokens)), "--output-len", str(round(w.osl_tokens))]
-    bench += ["--len-spread", str(w.spread), "--ignore-eos", "--seed", str(args.seed)]
-    return [*bench, "--report", str(report_dir)]
+    return [*bench, "--endpoint", "completions", "--ignore-eos", "--seed", str(args.seed)]
+
+
+def _lengths(plan: Plan) -> list[str]:
+    """The plan's synthetic prompts and outputs: its lengths and spread, unique prompts."""
+    w = plan.workload
+    lengths = ["--input-len", str(round(w.isl_tokens)), "--output-len", str(round(w.osl_tokens))]
+    return [*lengths, "--len-spread", str(w.spread)]
 
 
 def measure_stack(args: BenchArgs, plan: Plan) -> StackCpu:
@@ -193,9 +210,9 @@ def measure_stack(args: BenchArgs, plan: Plan) -> StackCpu:
     print("stack cpu:", shlex.join(serve), flush=True)
     window_requests = plan.stack_rate_per_s * plan.stack_window_s
     num_requests = plan.warmup + round(3 * window_requests) + 20  # outlasts the window
-    bench = _bench_command(
-        args, plan, url, plan.stack_rate_per_s, num_requests, LOG_DIR / "stack_cpu"
-    )
+    bench = [*_bench_base(args, url), "--rate", f"{plan.stack_rate_per_s:.6g}"]
+    bench += ["--num-requests", str(num_requests), "--warmup", str(plan.warmup)]
+    bench += [*_lengths(plan), "--report", str(LOG_DIR / "stack_cpu")]
     stack = measure_stack_cpu(
         serve,
         bench,
@@ -251,6 +268,7 @@ def run_case(
         plan.targets,
         total,
         num_finalists=plan.num_finalists,
+        sim_requests=plan.sim_requests,
         sim_budget_s=600.0,
         seed=args.seed,
         step_margin=SLOWER_STEPS - 1.0,  # as `armature configure`'s default
@@ -285,7 +303,7 @@ def run_case(
             request = SaveRequest(save, args.model_dir, args.served_name, hardware, settings, r)
             save_deployment(request)
             rate = r.prediction.request_rate_per_s * r.num_groups
-            measured, sent = _measure(args, plan, r, settings, rate, save)
+            measured, sent = _measure(args, plan, r, save)
             meets = plan.targets.get_miss(measured.ttft_p50_ms, measured.itl_mean_ms, 0.0) <= 1.0
             one = Checked(
                 total,
@@ -340,13 +358,6 @@ def main() -> None:
         "share the host's memory bandwidth as its workers do), each point their median",
     )
     parser.add_argument(
-        "--measure-s",
-        type=float,
-        default=None,
-        help="offer each configuration its rate for about this long (default 60 s; the "
-        "request cap grows with it)",
-    )
-    parser.add_argument(
         "--targets-scale",
         type=float,
         default=1.0,
@@ -368,8 +379,6 @@ def main() -> None:
         if any(t < 1 for t in ns.totals):
             raise SystemExit("--totals: each case needs at least one worker")
         plan = dataclasses.replace(plan, totals=tuple(ns.totals))
-    if ns.measure_s is not None:
-        plan = with_measure_s(plan, ns.measure_s)
     if ns.targets_scale != 1.0:
         plan = with_targets_scale(plan, ns.targets_scale)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
@@ -428,10 +437,12 @@ def main() -> None:
         f"targets TTFT p50 {t.ttft_ms:.0f} ms and ITL mean {t.itl_ms:.0f} ms, "
         f"{plan.num_finalists} finalists per max-num-seqs value, a case's finalists ranked "
         f"together. Each ran {ns.passes} time(s) (a pass over the case at a time) as its saved "
-        f"`commands_native.sh` serve line with `armature bench` offering the rate the search "
-        f"predicted for about {plan.measure_s:g} s ({plan.min_requests}-{plan.max_requests} "
-        f"requests; Poisson, /v1/completions, streaming, EOS ignored, unique prompts, "
-        f"{plan.warmup} warm-up requests not counted); the bench client and the frontend share "
+        f"`commands_native.sh` serve line with `armature bench` sending it the very requests "
+        f"its prediction simulated (the saved `workload.jsonl` as `--trace`: the search's "
+        f"sample of the workload, at least {plan.sim_requests} requests, Poisson arrivals at "
+        f"the rate the search predicted, their lengths and arrival times; /v1/completions, "
+        f"streaming, EOS ignored, unique prompts; {plan.warmup} warm-up requests one at a "
+        f"time before, not counted); the bench client and the frontend share "
         f"the machine's cores with the workers. Predicted: the finalist's replay on the "
         f"median of the profiles the case made before the run (the search's and the one made "
         f"before each run so far, this run's included: the machine's speed over the case, not "
@@ -441,8 +452,9 @@ def main() -> None:
         f"the load pass's measured-over-modeled time over its decode steps' (the mocker's rule "
         f"until 12-05, which cancelled the machine's drift between the sweep and the pass; "
         f"the mocker now takes the prompt steps' own), and of the requests the run sent "
-        f"(their arrivals and lengths) replayed on the same fleet and profile: what is left "
-        f"of the error once the workload's random sample is the same. The engines share the host's "
+        f"(their arrivals and lengths as the server saw them) replayed on the same fleet and "
+        f"profile: what is left of the error once the client's timing and the prompts' "
+        f"token counts are the run's own. The engines share the host's "
         f"{host.num_cores:g} cores with the rest of the stack (`HostShare`), whose CPU was "
         f"measured first (`bench.stack_cpu`, 2 workers, {plan.stack_window_s:g} s): "
         f"{stack.describe()}; the errors of the prediction that gives each engine a core to "

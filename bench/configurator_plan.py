@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from armature.configurator.space import Targets, Workload
 
-__all__ = ["FULL", "QUICK", "Plan", "with_measure_s", "with_targets_scale"]
+__all__ = ["FULL", "QUICK", "Plan", "with_targets_scale"]
 
 
 @dataclass(frozen=True)
@@ -18,10 +18,10 @@ class Plan:
     targets: Targets
     totals: tuple[int, ...]  # workers to deploy on, one case each
     num_finalists: int
-    measure_s: float  # arrivals span about this long, within the bounds below
-    min_requests: int
-    max_requests: int
-    warmup: int
+    # the search's sample of the workload, at least this many requests (`SearchSettings`);
+    # each run sends a finalist the very requests its prediction simulated
+    sim_requests: int
+    warmup: int  # requests sent one at a time before a run, not counted
     stack_rate_per_s: float  # the load under which the stack's CPU per request is measured
     stack_window_s: float
 
@@ -54,9 +54,7 @@ FULL = Plan(
     targets=Targets(500.0, 300.0),
     totals=(2, 1),
     num_finalists=4,
-    measure_s=60.0,
-    min_requests=40,
-    max_requests=200,
+    sim_requests=200,  # `armature configure`'s default
     warmup=4,
     stack_rate_per_s=1.0,
     stack_window_s=60.0,
@@ -77,23 +75,11 @@ QUICK = Plan(
     targets=Targets(2000.0, 300.0),
     totals=(2,),
     num_finalists=2,
-    measure_s=10.0,
-    min_requests=8,
-    max_requests=16,
+    sim_requests=12,
     warmup=2,
     stack_rate_per_s=1.0,
     stack_window_s=10.0,
 )
-
-
-def with_measure_s(plan: Plan, measure_s: float) -> Plan:
-    """`plan` with its runs about `measure_s` long: the request cap scales with it (so that a
-    longer run is not cut at the default's cap), the floor stays."""
-    if measure_s <= 0:
-        raise SystemExit("--measure-s must be positive")
-    factor = measure_s / plan.measure_s
-    max_requests = max(plan.min_requests, round(plan.max_requests * factor))
-    return replace(plan, measure_s=measure_s, max_requests=max_requests)
 
 
 def with_targets_scale(plan: Plan, scale: float) -> Plan:

@@ -5,11 +5,15 @@ requests as the trace the simulator replays."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 from pathlib import Path
 
 import msgspec
 import pytest
+from fixed_server import FixedServer
 
+from armature.cli.main import main
 from armature.config.configure import ConfigureConfig
 from armature.configurator.estimate import Prediction
 from armature.configurator.search import Ranked
@@ -18,8 +22,9 @@ from armature.protocols.timing_profile import LoadCheck
 from armature.sim.profile_timing import timing_from_profile
 from armature.workload.traces import TRACE_BLOCK_TOKENS, TraceRequest
 from bench.configurator_checks import SLOWER_STEPS, Checked, Figures, checks, plot, row
-from bench.configurator_native import measured_requests, prompt_factor_relative
-from bench.configurator_plan import FULL, with_measure_s, with_targets_scale
+from bench.configurator_native import measured_requests, prompt_factor_relative, run_commands
+from bench.configurator_plan import FULL, QUICK, with_targets_scale
+from bench.harness import BenchArgs
 from bench.paths import DOCS_OUT, REPO_ROOT, SCRATCH_OUT, image_dir
 from bench.stack_cpu import StackCpu, per_request_ms
 from profiles import make_profile
@@ -176,12 +181,32 @@ def test_a_runs_requests_become_a_trace_in_send_order_with_unshared_blocks() -> 
     ]
 
 
-def test_a_longer_measurement_raises_the_request_cap_with_it() -> None:
-    longer = with_measure_s(FULL, 180.0)
-    assert (longer.measure_s, longer.min_requests, longer.max_requests) == (180.0, 40, 600)
-    shorter = with_measure_s(FULL, 10.0)
-    assert (shorter.measure_s, shorter.max_requests) == (10.0, 40)  # never below the floor
-    assert longer.profile_args == FULL.profile_args and longer.targets == FULL.targets
+def test_a_run_sends_the_saved_sample_whole_after_its_warm_up(
+    tmp_path: Path, default_model_dir: Path
+) -> None:
+    """The run's bench lines against a server: the warm-up sends the plan's requests, then
+    every request of the saved `workload.jsonl` is sent and measured, none before its
+    arrival time, none taken as warm-up."""
+    arrivals_ms = [0.0, 120.5, 121.0, 400.25]
+    trace = tmp_path / "workload.jsonl"
+    rows = [
+        {"timestamp": t, "input_length": 20 + i, "output_length": 3, "hash_ids": [i]}
+        for i, t in enumerate(arrivals_ms)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = BenchArgs(True, tmp_path, "float32", default_model_dir, "m", 0)
+    with FixedServer(0.01, 0.001, 3) as url:
+        warmup, run = run_commands(args, QUICK, url, trace, len(rows), tmp_path / "run")
+        assert warmup[:3] == run[:3] == [sys.executable, "-m", "armature.cli"]
+        assert main([*warmup[3:], "--report", str(tmp_path / "warmup")]) == 0
+        assert main(run[3:]) == 0
+    warmed = json.loads((tmp_path / "warmup" / "report.json").read_text())["steps"][0]
+    assert warmed["summary"]["num_requests"] == QUICK.warmup
+    step = json.loads((tmp_path / "run" / "report.json").read_text())["steps"][0]
+    assert step["shape"]["kind"] == "trace" and step["summary"]["num_ok"] == len(rows)
+    sent_s = sorted(r["sent_s"] for r in step["requests"])
+    offsets_ms = [(s - sent_s[0]) * 1000.0 for s in sent_s]
+    assert all(o >= a - 1.0 for o, a in zip(offsets_ms, arrivals_ms, strict=True))
 
 
 def test_a_slower_machine_scales_both_targets() -> None:
