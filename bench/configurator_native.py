@@ -146,6 +146,9 @@ def _measure(
 ) -> tuple[Figures, list[TraceRequest]]:
     """Run the saved deployment for real and send it the requests its prediction simulated
     (the saved `workload.jsonl`), after `plan.warmup` requests one at a time."""
+    assert r.plan is not None
+    if r.plan.num_groups != r.num_groups:  # the sample is the simulated groups' share alone
+        raise ValueError(f"{save.name}: {r.num_groups} groups, {r.plan.num_groups} simulated")
     trace = save / "workload.jsonl"
     num_requests = sum(1 for line in trace.read_text().splitlines() if line.strip())
     port = free_port("127.0.0.1")
@@ -186,9 +189,11 @@ def run_commands(
 
 
 def _bench_base(args: BenchArgs, url: str) -> list[str]:
-    """`armature bench` against `url`: streaming /v1/completions, EOS ignored."""
+    """`armature bench` against `url`: streaming /v1/completions, EOS ignored, prompts
+    counted in the served model's tokens."""
     bench = [sys.executable, "-m", "armature.cli", "bench", "--url", url]
-    return [*bench, "--endpoint", "completions", "--ignore-eos", "--seed", str(args.seed)]
+    bench += ["--tokenizer", str(args.model_dir), "--endpoint", "completions", "--ignore-eos"]
+    return [*bench, "--seed", str(args.seed)]
 
 
 def _lengths(plan: Plan) -> list[str]:
