@@ -149,8 +149,8 @@ def _measure(
     assert r.plan is not None
     if r.plan.num_groups != r.num_groups:  # the sample is the simulated groups' share alone
         raise ValueError(f"{save.name}: {r.num_groups} groups, {r.plan.num_groups} simulated")
-    trace = save / "workload.jsonl"
-    num_requests = sum(1 for line in trace.read_text().splitlines() if line.strip())
+    trace = save / "workload.jsonl"  # `save_deployment` wrote the plan's requests there
+    num_requests = r.plan.num_requests
     port = free_port("127.0.0.1")
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "armature.cli", *_serve_line(save)]
