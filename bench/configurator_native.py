@@ -390,7 +390,12 @@ def main() -> None:
     checked: list[Checked] = []
     profiles: list[tuple[str, Path]] = []
     stack = measure_stack(args, plan)
-    host = HostShare(float(os.cpu_count() or 1), stack.total_ms / 1000.0, stack.idle_cores)
+    host = HostShare(
+        float(os.cpu_count() or 1),
+        stack.total_ms / 1000.0,
+        stack.idle_cores,
+        stack.shells_ms / 1000.0,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for total in plan.totals:
             checked += run_case(
@@ -462,8 +467,11 @@ def main() -> None:
         f"token counts are the run's own. The engines share the host's "
         f"{host.num_cores:g} cores with the rest of the stack (`HostShare`), whose CPU was "
         f"measured first (`bench.stack_cpu`, 2 workers, {plan.stack_window_s:g} s): "
-        f"{stack.describe()}; the errors of the prediction that gives each engine a core to "
-        f"itself (as before that model) are the last error column. Errors: predicted against "
+        f"{stack.describe()}: each engine loses its own worker shell's CPU (they share a "
+        f"process) and an equal part of the rest, spread over every core (the 1-worker "
+        f"case's engine included, since 12-05); the errors of the prediction that gives each "
+        f"engine a core to itself (as before that model) are the last error column. Errors: "
+        f"predicted against "
         f"measured. The column after them: the same prediction with every step time "
         f"{SLOWER_STEPS - 1:.0%} longer, and how far its TTFT p50 moves (near the knee far "
         f"more than 10%: what a machine slower during the run than at its profile does).\n\n"

@@ -121,7 +121,18 @@ def _hardware(
             )
         profile = read_profile(Path(config.timing_profile))
         cores = config.host_cores or float(os.cpu_count() or 1)
-        host = HostShare(cores, config.stack_cpu_ms_per_request / 1000.0, config.stack_idle_cores)
+        if config.shell_cpu_ms_per_request > config.stack_cpu_ms_per_request:
+            raise CliError(
+                f"--shell-cpu-ms-per-request {config.shell_cpu_ms_per_request:g}: the "
+                f"workers' shells are part of --stack-cpu-ms-per-request "
+                f"({config.stack_cpu_ms_per_request:g}) and cannot exceed it"
+            )
+        host = HostShare(
+            cores,
+            config.stack_cpu_ms_per_request / 1000.0,
+            config.stack_idle_cores,
+            config.shell_cpu_ms_per_request / 1000.0,
+        )
         workers = config.total_gpus or 2
         at_once = profile.source.engines_at_once
         if at_once != workers:
@@ -144,6 +155,7 @@ def _hardware(
         ("--host-cores", config.host_cores is not None),
         ("--stack-cpu-ms-per-request", config.stack_cpu_ms_per_request > 0),
         ("--stack-idle-cores", config.stack_idle_cores > 0),
+        ("--shell-cpu-ms-per-request", config.shell_cpu_ms_per_request > 0),
     ):
         if given:
             raise CliError(f"{name} is for --system local")

@@ -78,6 +78,14 @@ class ConfigureConfig:
         parse=non_negative_float,
         env=_env("STACK_CPU_MS_PER_REQUEST"),
     )
+    shell_cpu_ms_per_request: float = setting(
+        0.0,
+        "--system local: of --stack-cpu-ms-per-request, the CPU ms spent in the workers' own "
+        "processes (their shells: request plane, streaming, KV events), which take turns "
+        "with their engines; the rest of the stack runs on every core",
+        parse=non_negative_float,
+        env=_env("SHELL_CPU_MS_PER_REQUEST"),
+    )
     total_gpus: int | None = setting(
         None,
         "GPUs to deploy on (--system local: workers); default one node (local: 2)",

@@ -30,9 +30,10 @@ from profiles import make_profile
     [
         (2.0, 0.0, 2, 10.0, 1.0),  # a core each, no stack
         (2.0, 0.0, 4, 1.0, 0.5),  # more engines than cores take turns
-        (2.0, 0.05, 1, 2.0, 1.0),  # one engine: the stack runs on the other core
+        (2.0, 0.05, 1, 2.0, 0.95),  # one engine: the stack's 0.1 cores spread over both cores
         (2.0, 0.05, 2, 2.0, 0.95),  # (2 - 0.05 x 2) / 2
-        (4.0, 0.1, 3, 5.0, 1.0),  # (4 - 0.5) / 3 > 1: a core each still
+        (4.0, 0.1, 3, 5.0, 0.875),  # 1 - 0.5 / 4: a core each, less the stack's part of it
+        (2.0, 0.05, 3, 2.0, 0.633333),  # (2 - 0.1) / 3: more engines than cores
         (2.0, 1.0, 2, 10.0, MIN_ENGINE_SHARE),  # the stack would take it all
     ],
 )
@@ -40,6 +41,35 @@ def test_the_engine_share(
     cores: float, stack_s: float, workers: int, rate: float, share: float
 ) -> None:
     assert HostShare(cores, stack_s).get_engine_share(workers, rate) == pytest.approx(share)
+
+
+@pytest.mark.parametrize(
+    ("cores", "workers", "share"),
+    [
+        # 2 req/s: shells 0.02 cores, the rest 0.04; each engine loses its own shell's part
+        (2.0, 1, 0.96),  # 1 - 0.02 / 1 - 0.04 / 2
+        (4.0, 2, 0.98),  # 1 - 0.02 / 2 - 0.04 / 4
+        (2.0, 2, 0.97),  # as many engines as cores: (2 - 0.06) / 2, the shells no matter
+        (1.0, 2, 0.47),  # more engines than cores: (1 - 0.06) / 2
+    ],
+)
+def test_the_workers_shells_come_off_their_own_engines(
+    cores: float, workers: int, share: float
+) -> None:
+    host = HostShare(cores, 0.03, shell_cpu_s_per_request=0.01)
+    assert host.get_engine_share(workers, 2.0) == pytest.approx(share)
+
+
+def test_the_two_rules_meet_where_the_engines_fill_the_cores() -> None:
+    for shell_s in (0.0, 0.01, 0.03):
+        host = HostShare(3.0, 0.03, 0.05, shell_s)
+        at_cores = host.get_engine_share(3, 4.0)
+        assert at_cores == pytest.approx((3.0 - host.get_stack_cores(4.0)) / 3)
+        # one engine more takes turns: the share drops by a step, not a cliff
+        assert host.get_engine_share(4, 4.0) == pytest.approx(at_cores * 3 / 4)
+        # fewer engines than cores: each loses more of its own shell, less of the rest
+        fewer = 1.0 - 4.0 * shell_s / 2 - (host.get_stack_cores(4.0) - 4.0 * shell_s) / 3
+        assert host.get_engine_share(2, 4.0) == pytest.approx(fewer)
 
 
 def test_the_stacks_idle_cores_come_off_at_any_rate() -> None:
@@ -57,6 +87,10 @@ def test_bad_hosts_are_refused() -> None:
         HostShare(2.0, -0.001)
     with pytest.raises(ValueError, match="stack_idle_cores"):
         HostShare(2.0, 0.0, -0.1)
+    with pytest.raises(ValueError, match="shell_cpu_s_per_request"):
+        HostShare(2.0, 0.0, 0.0, -0.001)
+    with pytest.raises(ValueError, match="cannot exceed it"):
+        HostShare(2.0, 0.01, 0.0, 0.02)
     with pytest.raises(ValueError, match="num_workers"):
         HostShare(2.0).get_engine_share(0, 1.0)
 
@@ -83,7 +117,8 @@ def test_a_local_worker_steps_at_its_share() -> None:
     shared = _hardware(HostShare(2.0, 0.05))
     base_ms = alone.get_timing(1, 2, 2.0).step_ms(work)
     assert alone.get_timing(1, 2, 2.0) is alone.timings[1].timing  # a core each
-    assert shared.get_timing(1, 1, 2.0).step_ms(work) == pytest.approx(base_ms)
+    assert shared.get_timing(1, 1, 0.0).step_ms(work) == pytest.approx(base_ms)  # no stack
+    assert shared.get_timing(1, 1, 2.0).step_ms(work) == pytest.approx(base_ms / 0.95)
     assert shared.get_timing(1, 2, 2.0).step_ms(work) == pytest.approx(base_ms / 0.95)
     assert shared.get_timing(1, 4, 0.0).step_ms(work) == pytest.approx(base_ms / 0.5)
 

@@ -303,6 +303,8 @@ def test_local_system_saves_native_commands(
         (["--stack-idle-cores", "0.1"], "--stack-idle-cores is for --system local"),
         (["--host-cores", "0"], "--host-cores"),
         (["--stack-cpu-ms-per-request", "-1"], "--stack-cpu-ms-per-request"),
+        (["--shell-cpu-ms-per-request", "2"], "--shell-cpu-ms-per-request is for --system local"),
+        (["--shell-cpu-ms-per-request", "-1"], "--shell-cpu-ms-per-request"),
     ],
 )
 def test_the_host_options_are_the_local_systems(
@@ -317,6 +319,22 @@ def test_the_host_options_are_the_local_systems(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("armature: error: ")
     assert message in lines[0]
+
+
+def test_the_workers_shells_cannot_exceed_the_stack(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile, model="tiny")
+    argv = ["configure", "--model", str(tiny_dir), "--system", "local"]
+    argv += ["--timing-profile", str(profile), "--stack-cpu-ms-per-request", "10"]
+    argv += ["--shell-cpu-ms-per-request", "12", "--save-dir", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "armature: error: --shell-cpu-ms-per-request 12: the workers' shells are part of "
+        "--stack-cpu-ms-per-request (10) and cannot exceed it"
+    ]
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_local_fleet_on_fewer_cores_is_saved_at_its_share(
