@@ -395,6 +395,7 @@ def main() -> None:
         stack.total_ms / 1000.0,
         stack.idle_cores,
         stack.shells_ms / 1000.0,
+        stack.frontend_ms / 1000.0,
     )
     with tempfile.TemporaryDirectory() as tmp:
         for total in plan.totals:
@@ -467,11 +468,11 @@ def main() -> None:
         f"token counts are the run's own. The engines share the host's "
         f"{host.num_cores:g} cores with the rest of the stack (`HostShare`), whose CPU was "
         f"measured first (`bench.stack_cpu`, 2 workers, {plan.stack_window_s:g} s): "
-        f"{stack.describe()}: each engine loses its own worker shell's CPU (they share a "
-        f"process) and an equal part of the rest, spread over every core (the 1-worker "
-        f"case's engine included, since 12-05); the errors of the prediction that gives each "
-        f"engine a core to itself (as before that model) are the last error column. Errors: "
-        f"predicted against "
+        f"{stack.describe()}: each engine loses what runs in its own process (its worker's "
+        f"shell; a lone worker's, the frontend too: since 12-05) and an equal part of what "
+        f"the rest does not fit on the cores no engine holds; the errors of the prediction "
+        f"that gives each engine a core to itself (as before that model) are the last error "
+        f"column. Errors: predicted against "
         f"measured. The column after them: the same prediction with every step time "
         f"{SLOWER_STEPS - 1:.0%} longer, and how far its TTFT p50 moves (near the knee far "
         f"more than 10%: what a machine slower during the run than at its profile does).\n\n"

@@ -3,7 +3,7 @@ process, each worker's threads other than its engine's (the asyncio shell: reque
 streaming, KV events), and the load generator (`armature bench`) when it runs on the same
 host. `--system local`'s engines share the host's cores with all of it
 (`armature.configurator.host.HostShare`, `armature configure --stack-cpu-ms-per-request`,
-the workers' shells' part of it `--shell-cpu-ms-per-request`).
+its parts `--shell-cpu-ms-per-request` and `--frontend-cpu-ms-per-request`).
 
 Measured in two windows (a worker's CPU split between its engine thread and the rest as
 `bench.serving_cpu` does): idle, the server up and no request (the cores the stack takes

@@ -121,10 +121,11 @@ def _hardware(
             )
         profile = read_profile(Path(config.timing_profile))
         cores = config.host_cores or float(os.cpu_count() or 1)
-        if config.shell_cpu_ms_per_request > config.stack_cpu_ms_per_request:
+        parts_ms = config.shell_cpu_ms_per_request + config.frontend_cpu_ms_per_request
+        if parts_ms > config.stack_cpu_ms_per_request:
             raise CliError(
-                f"--shell-cpu-ms-per-request {config.shell_cpu_ms_per_request:g}: the "
-                f"workers' shells are part of --stack-cpu-ms-per-request "
+                f"--shell-cpu-ms-per-request and --frontend-cpu-ms-per-request ({parts_ms:g} "
+                f"ms together) are parts of --stack-cpu-ms-per-request "
                 f"({config.stack_cpu_ms_per_request:g}) and cannot exceed it"
             )
         host = HostShare(
@@ -132,6 +133,7 @@ def _hardware(
             config.stack_cpu_ms_per_request / 1000.0,
             config.stack_idle_cores,
             config.shell_cpu_ms_per_request / 1000.0,
+            config.frontend_cpu_ms_per_request / 1000.0,
         )
         workers = config.total_gpus or 2
         at_once = profile.source.engines_at_once
@@ -156,6 +158,7 @@ def _hardware(
         ("--stack-cpu-ms-per-request", config.stack_cpu_ms_per_request > 0),
         ("--stack-idle-cores", config.stack_idle_cores > 0),
         ("--shell-cpu-ms-per-request", config.shell_cpu_ms_per_request > 0),
+        ("--frontend-cpu-ms-per-request", config.frontend_cpu_ms_per_request > 0),
     ):
         if given:
             raise CliError(f"{name} is for --system local")

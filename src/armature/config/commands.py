@@ -74,7 +74,7 @@ class ServeConfig:
     worker_processes: bool = setting(
         False,
         "run a lone worker as a process too: its engine then steps on an interpreter of its "
-        "own instead of sharing the frontend's (one core each, as the configurator assumes)",
+        "own instead of sharing the frontend's",
     )
     frontends: int = setting(
         1,

@@ -74,17 +74,24 @@ class ConfigureConfig:
         0.0,
         "--system local: CPU ms the serving stack besides the engines (frontend, workers' "
         "shells, a load generator on this host) spends per request, beyond its idle cores; "
-        "the engines share what is left of --host-cores",
+        "it runs on the cores no engine holds, and what does not fit comes off the engines",
         parse=non_negative_float,
         env=_env("STACK_CPU_MS_PER_REQUEST"),
     )
     shell_cpu_ms_per_request: float = setting(
         0.0,
         "--system local: of --stack-cpu-ms-per-request, the CPU ms spent in the workers' own "
-        "processes (their shells: request plane, streaming, KV events), which take turns "
-        "with their engines; the rest of the stack runs on every core",
+        "processes (their shells: request plane, streaming, KV events), which takes turns "
+        "with their engines",
         parse=non_negative_float,
         env=_env("SHELL_CPU_MS_PER_REQUEST"),
+    )
+    frontend_cpu_ms_per_request: float = setting(
+        0.0,
+        "--system local: of --stack-cpu-ms-per-request, the CPU ms spent in the frontend's "
+        "process, which takes turns with a lone worker's engine (it runs in that process)",
+        parse=non_negative_float,
+        env=_env("FRONTEND_CPU_MS_PER_REQUEST"),
     )
     total_gpus: int | None = setting(
         None,

@@ -30,10 +30,11 @@ from profiles import make_profile
     [
         (2.0, 0.0, 2, 10.0, 1.0),  # a core each, no stack
         (2.0, 0.0, 4, 1.0, 0.5),  # more engines than cores take turns
-        (2.0, 0.05, 1, 2.0, 0.95),  # one engine: the stack's 0.1 cores spread over both cores
+        (2.0, 0.05, 1, 2.0, 1.0),  # one engine: the stack runs on the other core
+        (2.0, 0.3, 1, 4.0, 0.8),  # 1.2 cores of stack: the 0.2 the free core lacks comes off
         (2.0, 0.05, 2, 2.0, 0.95),  # (2 - 0.05 x 2) / 2
-        (4.0, 0.1, 3, 5.0, 0.875),  # 1 - 0.5 / 4: a core each, less the stack's part of it
-        (2.0, 0.05, 3, 2.0, 0.633333),  # (2 - 0.1) / 3: more engines than cores
+        (4.0, 0.1, 3, 5.0, 1.0),  # 0.5 cores of stack on the one free core
+        (2.0, 0.05, 3, 2.0, 1.9 / 3),  # (2 - 0.1) / 3: more engines than cores
         (2.0, 1.0, 2, 10.0, MIN_ENGINE_SHARE),  # the stack would take it all
     ],
 )
@@ -46,30 +47,36 @@ def test_the_engine_share(
 @pytest.mark.parametrize(
     ("cores", "workers", "share"),
     [
-        # 2 req/s: shells 0.02 cores, the rest 0.04; each engine loses its own shell's part
-        (2.0, 1, 0.96),  # 1 - 0.02 / 1 - 0.04 / 2
-        (4.0, 2, 0.98),  # 1 - 0.02 / 2 - 0.04 / 4
-        (2.0, 2, 0.97),  # as many engines as cores: (2 - 0.06) / 2, the shells no matter
+        # 2 req/s of 30 ms: shells 0.02 cores, frontend 0.02, the rest 0.02
+        (2.0, 1, 0.96),  # a lone worker runs in the frontend's process: 1 - (0.02 + 0.02)
+        (4.0, 2, 0.99),  # the shells only, each its own: 1 - 0.02 / 2
+        (2.0, 2, 0.97),  # as many engines as cores: (2 - 0.06) / 2, whoever's process
         (1.0, 2, 0.47),  # more engines than cores: (1 - 0.06) / 2
     ],
 )
-def test_the_workers_shells_come_off_their_own_engines(
+def test_what_runs_in_an_engines_process_comes_off_it(
     cores: float, workers: int, share: float
 ) -> None:
-    host = HostShare(cores, 0.03, shell_cpu_s_per_request=0.01)
+    host = HostShare(cores, 0.03, shell_cpu_s_per_request=0.01, frontend_cpu_s_per_request=0.01)
+    assert host.get_own_cores(workers, 2.0) == pytest.approx(0.04 if workers == 1 else 0.02)
     assert host.get_engine_share(workers, 2.0) == pytest.approx(share)
 
 
+def test_the_rest_of_the_stack_spills_onto_the_engines_past_the_free_cores() -> None:
+    # 4 req/s: 2.0 cores of stack, 0.4 of them the shells'; 3 engines leave one core free
+    host = HostShare(4.0, 0.5, shell_cpu_s_per_request=0.1)
+    assert host.get_engine_share(3, 4.0) == pytest.approx(1.0 - (0.4 + 0.6) / 3)
+
+
 def test_the_two_rules_meet_where_the_engines_fill_the_cores() -> None:
-    for shell_s in (0.0, 0.01, 0.03):
-        host = HostShare(3.0, 0.03, 0.05, shell_s)
+    for shell_s, frontend_s in ((0.0, 0.0), (0.01, 0.0), (0.01, 0.02)):
+        host = HostShare(3.0, 0.03, 0.05, shell_s, frontend_s)
         at_cores = host.get_engine_share(3, 4.0)
         assert at_cores == pytest.approx((3.0 - host.get_stack_cores(4.0)) / 3)
         # one engine more takes turns: the share drops by a step, not a cliff
         assert host.get_engine_share(4, 4.0) == pytest.approx(at_cores * 3 / 4)
-        # fewer engines than cores: each loses more of its own shell, less of the rest
-        fewer = 1.0 - 4.0 * shell_s / 2 - (host.get_stack_cores(4.0) - 4.0 * shell_s) / 3
-        assert host.get_engine_share(2, 4.0) == pytest.approx(fewer)
+        # one fewer: its own process's part only, the rest fits on the free core
+        assert host.get_engine_share(2, 4.0) == pytest.approx(1.0 - 4.0 * shell_s / 2)
 
 
 def test_the_stacks_idle_cores_come_off_at_any_rate() -> None:
@@ -89,8 +96,10 @@ def test_bad_hosts_are_refused() -> None:
         HostShare(2.0, 0.0, -0.1)
     with pytest.raises(ValueError, match="shell_cpu_s_per_request"):
         HostShare(2.0, 0.0, 0.0, -0.001)
+    with pytest.raises(ValueError, match="frontend_cpu_s_per_request"):
+        HostShare(2.0, 0.0, 0.0, 0.0, -0.001)
     with pytest.raises(ValueError, match="cannot exceed it"):
-        HostShare(2.0, 0.01, 0.0, 0.02)
+        HostShare(2.0, 0.03, 0.0, 0.02, 0.02)
     with pytest.raises(ValueError, match="num_workers"):
         HostShare(2.0).get_engine_share(0, 1.0)
 
@@ -117,8 +126,7 @@ def test_a_local_worker_steps_at_its_share() -> None:
     shared = _hardware(HostShare(2.0, 0.05))
     base_ms = alone.get_timing(1, 2, 2.0).step_ms(work)
     assert alone.get_timing(1, 2, 2.0) is alone.timings[1].timing  # a core each
-    assert shared.get_timing(1, 1, 0.0).step_ms(work) == pytest.approx(base_ms)  # no stack
-    assert shared.get_timing(1, 1, 2.0).step_ms(work) == pytest.approx(base_ms / 0.95)
+    assert shared.get_timing(1, 1, 2.0).step_ms(work) == pytest.approx(base_ms)
     assert shared.get_timing(1, 2, 2.0).step_ms(work) == pytest.approx(base_ms / 0.95)
     assert shared.get_timing(1, 4, 0.0).step_ms(work) == pytest.approx(base_ms / 0.5)
 

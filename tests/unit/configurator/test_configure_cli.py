@@ -305,6 +305,7 @@ def test_local_system_saves_native_commands(
         (["--stack-cpu-ms-per-request", "-1"], "--stack-cpu-ms-per-request"),
         (["--shell-cpu-ms-per-request", "2"], "--shell-cpu-ms-per-request is for --system local"),
         (["--shell-cpu-ms-per-request", "-1"], "--shell-cpu-ms-per-request"),
+        (["--frontend-cpu-ms-per-request", "3"], "--frontend-cpu-ms-per-request is for --system"),
     ],
 )
 def test_the_host_options_are_the_local_systems(
@@ -321,18 +322,19 @@ def test_the_host_options_are_the_local_systems(
     assert message in lines[0]
 
 
-def test_the_workers_shells_cannot_exceed_the_stack(
+def test_the_stacks_parts_cannot_exceed_it(
     tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     profile = tmp_path / "profile.json"
     write_small_profile(profile, model="tiny")
     argv = ["configure", "--model", str(tiny_dir), "--system", "local"]
     argv += ["--timing-profile", str(profile), "--stack-cpu-ms-per-request", "10"]
-    argv += ["--shell-cpu-ms-per-request", "12", "--save-dir", str(tmp_path / "out")]
+    argv += ["--shell-cpu-ms-per-request", "6", "--frontend-cpu-ms-per-request", "4.5"]
+    argv += ["--save-dir", str(tmp_path / "out")]
     assert main(argv) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "armature: error: --shell-cpu-ms-per-request 12: the workers' shells are part of "
-        "--stack-cpu-ms-per-request (10) and cannot exceed it"
+        "armature: error: --shell-cpu-ms-per-request and --frontend-cpu-ms-per-request (10.5 "
+        "ms together) are parts of --stack-cpu-ms-per-request (10) and cannot exceed it"
     ]
     assert not (tmp_path / "out").exists()
 
