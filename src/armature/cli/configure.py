@@ -121,20 +121,21 @@ def _hardware(
             )
         profile = read_profile(Path(config.timing_profile))
         cores = config.host_cores or float(os.cpu_count() or 1)
-        parts_ms = config.shell_cpu_ms_per_request + config.frontend_cpu_ms_per_request
-        if parts_ms > config.stack_cpu_ms_per_request:
+        try:  # the flags' parsers refuse every other bad value: this is the parts' sum
+            host = HostShare(
+                cores,
+                config.stack_cpu_ms_per_request / 1000.0,
+                config.stack_idle_cores,
+                config.shell_cpu_ms_per_request / 1000.0,
+                config.frontend_cpu_ms_per_request / 1000.0,
+            )
+        except ValueError as exc:
+            parts_ms = config.shell_cpu_ms_per_request + config.frontend_cpu_ms_per_request
             raise CliError(
                 f"--shell-cpu-ms-per-request and --frontend-cpu-ms-per-request ({parts_ms:g} "
                 f"ms together) are parts of --stack-cpu-ms-per-request "
                 f"({config.stack_cpu_ms_per_request:g}) and cannot exceed it"
-            )
-        host = HostShare(
-            cores,
-            config.stack_cpu_ms_per_request / 1000.0,
-            config.stack_idle_cores,
-            config.shell_cpu_ms_per_request / 1000.0,
-            config.frontend_cpu_ms_per_request / 1000.0,
-        )
+            ) from exc
         workers = config.total_gpus or 2
         at_once = profile.source.engines_at_once
         if at_once != workers:
