@@ -114,6 +114,7 @@ def run_case(
         sim_budget_s=15.0 if quick else 60.0,
         max_sim_groups=max_sim_groups,
         step_margin=ConfigureConfig().step_margin,  # as `armature configure` searches
+        max_ttft_growth=ConfigureConfig().max_ttft_growth,
     )
     result = search(hardware, settings, on_progress=print)
     rows: list[list[object]] = []

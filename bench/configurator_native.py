@@ -55,6 +55,7 @@ from typing import Any
 
 import msgspec
 
+from armature.config.configure import ConfigureConfig
 from armature.configurator.hardware import Hardware, local_hardware
 from armature.configurator.host import HostShare
 from armature.configurator.model_spec import read_model_spec
@@ -277,6 +278,7 @@ def run_case(
         sim_budget_s=600.0,
         seed=args.seed,
         step_margin=SLOWER_STEPS - 1.0,  # as `armature configure`'s default
+        max_ttft_growth=ConfigureConfig().max_ttft_growth,
     )
     finalists: dict[str, tuple[Hardware, Ranked]] = {}
     for seqs in plan.max_num_seqs:
@@ -445,7 +447,10 @@ def main() -> None:
         f"`--system local` on the case's profile, max-num-seqs "
         f"{', '.join(map(str, plan.max_num_seqs))}, prompts of "
         f"{w.isl_tokens:.0f} and outputs of {w.osl_tokens:.0f} tokens within +-{w.spread:.0%}, "
-        f"targets TTFT p50 {t.ttft_ms:.0f} ms and ITL mean {t.itl_ms:.0f} ms, "
+        f"targets TTFT p50 {t.ttft_ms:.0f} ms and ITL mean {t.itl_ms:.0f} ms, met with "
+        f"every step {SLOWER_STEPS - 1:.0%} slower too and TTFT p50 growing at most "
+        f"{ConfigureConfig().max_ttft_growth:.0%} there (`armature configure`'s defaults; the "
+        f"latter since 12-05: a finalist at its knee is offered 85%, then 70%, of its rate), "
         f"{plan.num_finalists} finalists per max-num-seqs value, a case's finalists ranked "
         f"together. Each ran {ns.passes} time(s) (a pass over the case at a time) as its saved "
         f"`commands_native.sh` serve line with `armature bench` sending it the very requests "

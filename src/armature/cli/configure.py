@@ -198,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         sim_budget_s=config.sim_budget_s,
         seed=config.seed,
         step_margin=config.step_margin,
+        max_ttft_growth=config.max_ttft_growth,
     )
     started_s = time.monotonic()
     result = search(hardware, settings, on_progress=lambda line: print(line, flush=True))
@@ -266,7 +267,7 @@ def _answer(
         unsaved = "" if saved_to is None else f"; no deployment saved to {saved_to}"
         raise CliError(
             f"no configuration meets the targets (the closest are shown above: relax "
-            f"{relax}, or give more GPUs){unsaved}"
+            f"{relax}, --step-margin or --max-ttft-growth, or give more GPUs){unsaved}"
         )
     if config.save_dir is not None:
         _save(config, hardware, settings, result, served_name)

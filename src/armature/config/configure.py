@@ -174,6 +174,14 @@ class ConfigureConfig:
         parse=fraction,
         env=_env("STEP_MARGIN"),
     )
+    max_ttft_growth: float = setting(
+        0.5,
+        "away from the knee: with every step --step-margin slower, a simulated configuration's "
+        "TTFT p50 may grow at most this fraction (else it is offered 85%, then 70%, of its "
+        "rate); no effect with --step-margin 0",
+        parse=positive_float,
+        env=_env("MAX_TTFT_GROWTH"),
+    )
     top: int = setting(10, "rows of the ranked table", parse=positive_int, env=_env("TOP"))
     served_model_name: str | None = setting(
         None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from armature.configurator.search import Ranked, SearchResult
+from armature.configurator.search import Ranked, SearchResult, get_ttft_growth
 from armature.configurator.space import AGG, DISAGG
 
 __all__ = ["format_side_by_side", "format_table"]
@@ -44,7 +44,8 @@ def _slower(r: Ranked) -> str:
     """The prediction with every step the search's margin slower (a simulated finalist's)."""
     if r.slower is None:
         return "-"
-    return f"{r.slower.ttft_ms:.1f} / {r.slower.itl_ms:.2f}"
+    growth = get_ttft_growth(r.prediction, r.slower)
+    return f"{r.slower.ttft_ms:.1f} / {r.slower.itl_ms:.2f} (TTFT {growth:+.0%})"
 
 
 def format_side_by_side(result: SearchResult) -> str:

@@ -10,8 +10,10 @@ or with a request rate the fewest GPUs (then the most tokens/s per GPU), ties to
 TTFT; those that miss, by how far they miss (`Targets.get_miss`). A finalist meets its
 targets when the simulator finds it does at its profiled step times and also with every step
 `step_margin` slower (headroom for a machine slower than its profile, or a model a little
-optimistic: near a configuration's knee its TTFT grows many times faster than its step
-times); one that misses at the estimated rate is simulated again at each of
+optimistic), and its TTFT p50 grows by at most `max_ttft_growth` there: near a
+configuration's knee its TTFT grows many times faster than its step times, so a point there
+is neither safe to serve at nor predictable (a 2% error in a step time moves TTFT by 20%);
+one that misses at the estimated rate is simulated again at each of
 RETRY_RATE_FACTORS of it in turn, until one meets. Its prediction is the simulation at the
 profiled step times. Finalists are simulated best first (the best of the other mode
 second; those two whatever the budget), the rest while `sim_budget_s` lasts. The result
@@ -37,7 +39,15 @@ from armature.sim.replay import ReplayConfig
 from armature.sim.replay_config import bytes_s_from_gbs, gbs_from_bytes_s
 from armature.sim.timing import TimingModel
 
-__all__ = ["Ranked", "SearchResult", "SearchSettings", "get_sim_timings", "rank_key", "search"]
+__all__ = [
+    "Ranked",
+    "SearchResult",
+    "SearchSettings",
+    "get_sim_timings",
+    "get_ttft_growth",
+    "rank_key",
+    "search",
+]
 
 RETRY_RATE_FACTORS = (0.85, 0.7)
 
@@ -58,6 +68,9 @@ class SearchSettings:
     seed: int = 0
     # a finalist meets its targets only if it does with every step this fraction slower too
     step_margin: float = 0.0
+    # and, with every step `step_margin` slower, its TTFT p50 grows at most this fraction
+    # (None: no limit; needs a step margin)
+    max_ttft_growth: float | None = None
 
 
 @dataclass(frozen=True)
@@ -261,11 +274,21 @@ def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked
             scale = 1.0 + settings.step_margin
             slower = simulate(plan, requests, *get_sim_timings(hardware, r, rate * factor, scale))
             miss = max(miss, settings.targets.get_miss(slower.ttft_ms, slower.itl_ms, osl))
+            if settings.max_ttft_growth is not None:
+                miss = max(miss, get_ttft_growth(predicted, slower) / settings.max_ttft_growth)
         miss = max(miss, _get_gpu_miss(c, r.num_groups, settings))
         result = Ranked(c, r.num_groups, predicted, miss, True, plan, r.prediction, slower)
         if miss <= 1.0 or settings.request_rate_per_s is not None:
             break
     return result
+
+
+def get_ttft_growth(predicted: Prediction, slower: Prediction) -> float:
+    """How far TTFT p50 grows, as a fraction, from `predicted` to the same simulation with
+    slower steps (inf from a TTFT of 0 to more)."""
+    if predicted.ttft_ms <= 0:
+        return 0.0 if slower.ttft_ms <= 0 else math.inf
+    return slower.ttft_ms / predicted.ttft_ms - 1.0
 
 
 def search(

@@ -4,6 +4,8 @@ predicts a loaded 2-worker fleet slower when the stack takes CPU."""
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import pytest
 from configurator_cases import tiny_llama
@@ -16,6 +18,7 @@ from armature.configurator.search import (
     Ranked,
     SearchSettings,
     get_sim_timings,
+    get_ttft_growth,
     search,
 )
 from armature.configurator.simulate import make_requests, simulate
@@ -131,9 +134,19 @@ def test_a_local_worker_steps_at_its_share() -> None:
     assert shared.get_timing(1, 4, 0.0).step_ms(work) == pytest.approx(base_ms / 0.5)
 
 
-def _first(host: HostShare | None, targets: Targets, step_margin: float = 0.0) -> Ranked:
+def _first(
+    host: HostShare | None,
+    targets: Targets,
+    step_margin: float = 0.0,
+    max_ttft_growth: float | None = None,
+) -> Ranked:
     settings = SearchSettings(
-        Workload(256.0, 64.0), targets, total_gpus=2, num_finalists=1, step_margin=step_margin
+        Workload(256.0, 64.0),
+        targets,
+        total_gpus=2,
+        num_finalists=1,
+        step_margin=step_margin,
+        max_ttft_growth=max_ttft_growth,
     )
     return search(_hardware(host), settings).ranked[0]
 
@@ -185,6 +198,44 @@ def test_a_step_margin_offers_less_where_slower_steps_miss() -> None:
     assert _replay(plain, 1.1).itl_ms > 35.0
     # the reported prediction: the same plan on the profiled step times
     assert _replay(margin) == margin.prediction
+
+
+def test_a_finalist_near_its_knee_is_offered_less() -> None:
+    """Loose targets, so only the TTFT growth limit binds. At the estimated rate TTFT p50 grows
+    15.5% with every step 10% slower: within a 20% limit (the miss is that growth over the
+    limit), but past 14%, so the finalist is offered the first retry rate, where it grows
+    12.1%; past 12%, the second, where it grows 10.2%; past 10%, it misses there too."""
+    loose = Targets(50000.0, 2000.0)
+    plain = _first(None, loose, step_margin=0.1)
+    assert plain.plan is not None and plain.slower is not None
+    full_rate = plain.plan.request_rate_per_s
+    assert get_ttft_growth(plain.prediction, plain.slower) == pytest.approx(0.1553, abs=1e-4)
+    assert plain.miss < 0.1  # the targets alone are far from binding
+    expected = {0.2: (1.0, 0.1553), 0.14: (0.85, 0.1209), 0.12: (0.7, 0.1024)}
+    for limit, (factor, growth) in expected.items():
+        r = _first(None, loose, step_margin=0.1, max_ttft_growth=limit)
+        assert r.plan is not None and r.slower is not None
+        assert r.plan.request_rate_per_s == pytest.approx(factor * full_rate)
+        assert get_ttft_growth(r.prediction, r.slower) == pytest.approx(growth, abs=1e-4)
+        assert r.miss == pytest.approx(growth / limit, rel=1e-3) and r.meets_targets
+        assert _replay(r, 1.1) == r.slower  # the growth is the margin's own simulation
+    missed = _first(None, loose, step_margin=0.1, max_ttft_growth=0.1)
+    assert missed.plan is not None and not missed.meets_targets
+    assert missed.plan.request_rate_per_s == pytest.approx(RETRY_RATE_FACTORS[-1] * full_rate)
+    assert missed.miss == pytest.approx(1.0237, abs=1e-4)
+    # without a step margin there is no slower simulation to grow: the limit has no effect
+    no_margin = _first(None, loose, max_ttft_growth=0.01)
+    assert no_margin.slower is None and no_margin.meets_targets
+    assert no_margin.plan is not None and no_margin.plan.request_rate_per_s == full_rate
+
+
+def test_the_ttft_growth_of_a_zero_ttft() -> None:
+    def at(ttft_ms: float) -> Prediction:
+        return Prediction(ttft_ms, 10.0, 1.0, 1.0, 1)
+
+    assert get_ttft_growth(at(100.0), at(150.0)) == pytest.approx(0.5)
+    assert get_ttft_growth(at(0.0), at(0.0)) == 0.0
+    assert get_ttft_growth(at(0.0), at(1.0)) == math.inf
 
 
 def _replay(r: Ranked, step_scale: float = 1.0) -> Prediction:
