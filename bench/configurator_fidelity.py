@@ -7,7 +7,9 @@ For each case (a model config, a system, a workload and targets) the configurato
 
     estimate    the closed-form estimate at the finalist's operating point
     predicted   the configurator's prediction: min(groups, --max-sim-groups) groups (4 by
-                default) replayed at the estimated rate: a deployment of up to that many
+                default) replayed at the rate the search offered it (the estimated rate,
+                or less where the step margin or the TTFT growth limit made it retry): a
+                deployment of up to that many
                 groups is its own fleet replay, so the comparison tells only for more
     fleet       `armature replay` of the whole deployment: every group, the whole rate, the
                 same kv router, as many requests per group

@@ -61,6 +61,7 @@ from armature.configurator.host import HostShare
 from armature.configurator.model_spec import read_model_spec
 from armature.configurator.save import SaveRequest, save_deployment
 from armature.configurator.search import (
+    RETRY_RATE_FACTORS,
     Ranked,
     SearchSettings,
     get_sim_timings,
@@ -450,7 +451,8 @@ def main() -> None:
         f"targets TTFT p50 {t.ttft_ms:.0f} ms and ITL mean {t.itl_ms:.0f} ms, met with "
         f"every step {SLOWER_STEPS - 1:.0%} slower too and TTFT p50 growing at most "
         f"{ConfigureConfig().max_ttft_growth:.0%} there (`armature configure`'s defaults; the "
-        f"latter since 12-05: a finalist at its knee is offered 85%, then 70%, of its rate), "
+        f"latter since 12-05: a finalist at its knee is offered "
+        f"{', then '.join(f'{x:.0%}' for x in RETRY_RATE_FACTORS)} of its rate), "
         f"{plan.num_finalists} finalists per max-num-seqs value, a case's finalists ranked "
         f"together. Each ran {ns.passes} time(s) (a pass over the case at a time) as its saved "
         f"`commands_native.sh` serve line with `armature bench` sending it the very requests "

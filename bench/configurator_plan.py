@@ -45,7 +45,8 @@ FULL = Plan(
     max_num_seqs=(2, 4, 8),
     workload=Workload(128.0, 32.0, 0.5),
     # TTFT twice a lone request's (~250 ms): a target that binds, so that with the search's
-    # step margin (configure's default) the operating points sit off their knees, where a
+    # step margin (configure's default) the operating points sit off their knees (since
+    # 2026-12-05 the search's TTFT growth limit keeps them off whatever the target), where a
     # 10% slower machine moved the predicted TTFT p50 +77% (at 1500 ms, the runs up to
     # 2026-11-29 17:52, it never bound: every point ran at the estimate's rate). ITL loose
     # enough that the points are loaded: at 150 ms (the 2026-11-27 14:40 run) they sat

@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         sim_budget_s=config.sim_budget_s,
         seed=config.seed,
         step_margin=config.step_margin,
-        max_ttft_growth=config.max_ttft_growth,
+        max_ttft_growth=config.max_ttft_growth or None,  # 0: no limit
     )
     started_s = time.monotonic()
     result = search(hardware, settings, on_progress=lambda line: print(line, flush=True))

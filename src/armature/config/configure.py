@@ -170,16 +170,17 @@ class ConfigureConfig:
         0.1,
         "headroom: a simulated configuration meets the targets only if it also does with "
         "every step this fraction slower than modeled (else it is offered 85%, then 70%, of "
-        "its rate); 0 for none",
+        "its rate; with --request-rate, that share of the rate per group, more groups); 0 "
+        "for none",
         parse=fraction,
         env=_env("STEP_MARGIN"),
     )
     max_ttft_growth: float = setting(
         0.5,
         "away from the knee: with every step --step-margin slower, a simulated configuration's "
-        "TTFT p50 may grow at most this fraction (else it is offered 85%, then 70%, of its "
-        "rate); no effect with --step-margin 0",
-        parse=positive_float,
+        "TTFT p50 may grow at most this fraction (else it is offered less, as for the "
+        "margin); 0 for no limit; no effect with --step-margin 0",
+        parse=non_negative_float,
         env=_env("MAX_TTFT_GROWTH"),
     )
     top: int = setting(10, "rows of the ranked table", parse=positive_int, env=_env("TOP"))

@@ -7,20 +7,23 @@ operating point; the best layouts simulated; ranked.
 
 Ranking: configurations that meet the targets first; among them the most tokens/s per GPU,
 or with a request rate the fewest GPUs (then the most tokens/s per GPU), ties to the lower
-TTFT; those that miss, by how far they miss (`Targets.get_miss`). A finalist meets its
-targets when the simulator finds it does at its profiled step times and also with every step
-`step_margin` slower (headroom for a machine slower than its profile, or a model a little
-optimistic), and its TTFT p50 grows by at most `max_ttft_growth` there: near a
-configuration's knee its TTFT grows many times faster than its step times, so a point there
-is neither safe to serve at nor predictable (a 2% error in a step time moves TTFT by 20%);
-one that misses at the estimated rate is simulated again at each of
-RETRY_RATE_FACTORS of it in turn, until one meets. Its prediction is the simulation at the
-profiled step times. Finalists are simulated best first (the best of the other mode
-second; those two whatever the budget), the rest while `sim_budget_s` lasts. The result
-lists the simulated finalists, ranked, then every other deployment by its estimate. On the
-local machine a finalist's steps are simulated at its engines' share of the host's cores
-at the rate it is offered (`Hardware.get_timing`); the closed-form estimate that picks the
-finalists takes each worker to have a core.
+TTFT; those that miss, by how far they miss (`get_acceptance_miss`, and the GPUs a request
+rate needs over --total-gpus). A finalist meets its targets when the simulator finds it does
+at its profiled step times and also with every step `step_margin` slower (headroom for a
+machine slower than its profile, or a model a little optimistic), and its TTFT p50 grows by
+at most `max_ttft_growth` there. Near a configuration's knee TTFT grows many times faster
+than its step times: where 10% slower steps double it, a 2% error in a step time moves it
+20%, so such a point is neither safe to serve at nor predictable. (A disaggregated
+deployment's TTFT is its prefill pool's; its decode pool's knee shows in the ITL, which the
+margin holds to the target but does not limit the growth of.) One that misses at the
+estimated rate is simulated again at each of RETRY_RATE_FACTORS of it in turn, until one
+meets; with a request rate, over more groups instead, each offered that share of the rate.
+Its prediction is the simulation at the profiled step times. Finalists are simulated best
+first (the best of the other mode second; those two whatever the budget), the rest while
+`sim_budget_s` lasts. The result lists the simulated finalists, ranked, then every other
+deployment by its estimate. On the local machine a finalist's steps are simulated at its
+engines' share of the host's cores at the rate it is offered (`Hardware.get_timing`); the
+closed-form estimate that picks the finalists takes each worker to have a core.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ __all__ = [
     "Ranked",
     "SearchResult",
     "SearchSettings",
+    "get_acceptance_miss",
     "get_sim_timings",
     "get_ttft_growth",
     "rank_key",
@@ -71,6 +75,10 @@ class SearchSettings:
     # and, with every step `step_margin` slower, its TTFT p50 grows at most this fraction
     # (None: no limit; needs a step margin)
     max_ttft_growth: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_ttft_growth is not None and not self.max_ttft_growth > 0:
+            raise ValueError(f"max_ttft_growth must be > 0 or None, got {self.max_ttft_growth}")
 
 
 @dataclass(frozen=True)
@@ -251,15 +259,43 @@ def get_sim_timings(
     return get(c.decode_tp), (get(c.prefill_tp) if c.prefill_tp else None)
 
 
+def get_acceptance_miss(
+    predicted: Prediction, slower: Prediction | None, settings: SearchSettings
+) -> float:
+    """How far a simulated finalist misses what it must meet (<= 1: it meets it all): the
+    targets at its profiled step times; with a step margin, the targets with every step that
+    much slower too and, with `max_ttft_growth`, TTFT p50's growth there over that limit."""
+    osl = settings.workload.osl_tokens
+    miss = settings.targets.get_miss(predicted.ttft_ms, predicted.itl_ms, osl)
+    if slower is not None:
+        miss = max(miss, settings.targets.get_miss(slower.ttft_ms, slower.itl_ms, osl))
+        if settings.max_ttft_growth is not None:
+            miss = max(miss, get_ttft_growth(predicted, slower) / settings.max_ttft_growth)
+    return miss
+
+
+def _offers(r: Ranked, settings: SearchSettings) -> list[tuple[int, float]]:
+    """(groups, requests/s per group) to simulate `r` at, in turn until one meets: its
+    estimated rate, then RETRY_RATE_FACTORS of it; with a request rate, that rate over the
+    estimate's groups, then over more groups (each retry factor's share of the rate per group
+    the estimate gave, rounded up to whole groups; a count already tried is skipped)."""
+    if settings.request_rate_per_s is None:
+        rate = r.prediction.request_rate_per_s
+        return [(r.num_groups, rate * f) for f in (1.0, *RETRY_RATE_FACTORS)]
+    offers: list[tuple[int, float]] = []
+    for f in (1.0, *RETRY_RATE_FACTORS):
+        groups = max(r.num_groups, math.ceil(r.num_groups / f))
+        if all(groups != g for g, _ in offers):
+            offers.append((groups, settings.request_rate_per_s / groups))
+    return offers
+
+
 def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked:
     c = r.deployment
-    rate = r.prediction.request_rate_per_s
-    if settings.request_rate_per_s is not None:
-        rate = settings.request_rate_per_s / r.num_groups
-    osl = settings.workload.osl_tokens
     result = r
-    for factor in (1.0, *RETRY_RATE_FACTORS):
-        plan = make_plan(hardware, r, rate * factor, settings)
+    for num_groups, rate in _offers(r, settings):
+        offered = dataclasses.replace(r, num_groups=num_groups)
+        plan = make_plan(hardware, offered, rate, settings)
         requests = make_requests(
             settings.workload,
             plan.request_rate_per_s,
@@ -267,18 +303,15 @@ def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked
             settings.seed,
             plan.arrival_shape,
         )
-        predicted = simulate(plan, requests, *get_sim_timings(hardware, r, rate * factor))
-        miss = settings.targets.get_miss(predicted.ttft_ms, predicted.itl_ms, osl)
+        predicted = simulate(plan, requests, *get_sim_timings(hardware, offered, rate))
         slower = None
         if settings.step_margin > 0:
             scale = 1.0 + settings.step_margin
-            slower = simulate(plan, requests, *get_sim_timings(hardware, r, rate * factor, scale))
-            miss = max(miss, settings.targets.get_miss(slower.ttft_ms, slower.itl_ms, osl))
-            if settings.max_ttft_growth is not None:
-                miss = max(miss, get_ttft_growth(predicted, slower) / settings.max_ttft_growth)
-        miss = max(miss, _get_gpu_miss(c, r.num_groups, settings))
-        result = Ranked(c, r.num_groups, predicted, miss, True, plan, r.prediction, slower)
-        if miss <= 1.0 or settings.request_rate_per_s is not None:
+            slower = simulate(plan, requests, *get_sim_timings(hardware, offered, rate, scale))
+        gpu_miss = _get_gpu_miss(c, num_groups, settings)
+        miss = max(get_acceptance_miss(predicted, slower, settings), gpu_miss)
+        result = Ranked(c, num_groups, predicted, miss, True, plan, r.prediction, slower)
+        if miss <= 1.0 or gpu_miss > 1.0:  # more groups would not fit either
             break
     return result
 

@@ -139,11 +139,13 @@ def _first(
     targets: Targets,
     step_margin: float = 0.0,
     max_ttft_growth: float | None = None,
+    request_rate_per_s: float | None = None,
 ) -> Ranked:
     settings = SearchSettings(
         Workload(256.0, 64.0),
         targets,
-        total_gpus=2,
+        total_gpus=2 if request_rate_per_s is None else 8,
+        request_rate_per_s=request_rate_per_s,
         num_finalists=1,
         step_margin=step_margin,
         max_ttft_growth=max_ttft_growth,
@@ -227,6 +229,35 @@ def test_a_finalist_near_its_knee_is_offered_less() -> None:
     no_margin = _first(None, loose, max_ttft_growth=0.01)
     assert no_margin.slower is None and no_margin.meets_targets
     assert no_margin.plan is not None and no_margin.plan.request_rate_per_s == full_rate
+
+
+def test_with_a_request_rate_a_finalist_near_its_knee_gets_more_groups() -> None:
+    """The rate that the 2 groups of the case above served at their estimated rate, now asked
+    for: the same 2 groups at the same rate (growth 15.5%) meet without a limit; with a 14%
+    limit the rate is spread over ceil(2 / 0.85) = 3 groups instead, each offered a third
+    of it, where TTFT grows less."""
+    loose = Targets(50000.0, 2000.0)
+    plain = _first(None, loose, step_margin=0.1)
+    assert plain.plan is not None and plain.num_groups == 2
+    rate = plain.plan.request_rate_per_s
+    asked = _first(None, loose, step_margin=0.1, request_rate_per_s=rate)
+    assert asked.plan is not None and asked.slower is not None and asked.num_groups == 2
+    assert asked.plan.request_rate_per_s == pytest.approx(rate)
+    assert get_ttft_growth(asked.prediction, asked.slower) == pytest.approx(0.1553, abs=1e-4)
+    spread = _first(None, loose, step_margin=0.1, max_ttft_growth=0.14, request_rate_per_s=rate)
+    assert spread.plan is not None and spread.slower is not None and spread.meets_targets
+    assert spread.num_groups == 3 and spread.plan.num_groups == 3
+    assert spread.plan.request_rate_per_s == pytest.approx(rate)  # all 3 groups: the whole rate
+    assert get_ttft_growth(spread.prediction, spread.slower) < 0.14
+    # a limit no count of groups within the 8 GPUs keeps: it misses, at the most groups offered
+    missed = _first(None, loose, step_margin=0.1, max_ttft_growth=1e-6, request_rate_per_s=rate)
+    assert not missed.meets_targets and missed.num_groups == 3
+
+
+def test_a_growth_limit_must_be_positive() -> None:
+    for bad in (0.0, -0.5):
+        with pytest.raises(ValueError, match="max_ttft_growth must be > 0 or None"):
+            SearchSettings(Workload(256.0, 64.0), Targets(1.0, 1.0), 2, max_ttft_growth=bad)
 
 
 def test_the_ttft_growth_of_a_zero_ttft() -> None:

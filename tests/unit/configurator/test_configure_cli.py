@@ -158,36 +158,38 @@ def test_a_trace_of_one_token_answers(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_the_step_margin_row(tiny_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """By default the best configurations show their prediction with every step 10% slower
     (what they meet the targets with too); with --step-margin 0 that row is empty."""
-    rows = {}
+    rows, meets = {}, {}
     for margin in ("0.1", "0"):
         argv = ["configure", "--model", str(tiny_dir), *SMALL, "--step-margin", margin]
         assert main([*argv, "--ttft-ms", "5000", "--itl-ms", "200"]) == 0
         out = capsys.readouterr().out
         rows[margin] = next(x for x in out.splitlines() if x.startswith("TTFT / ITL ms, --step"))
+        meets[margin] = next(x for x in out.splitlines() if x.startswith("meets the targets"))
     cells = rows["0.1"].removeprefix("TTFT / ITL ms, --step-margin slower").split()
     # each column: "TTFT / ITL (TTFT +N%)", the growth that --max-ttft-growth limits
     assert len(cells) == 10 and "-" not in cells
     for column in (cells[:5], cells[5:]):
         ttft, slash, itl, label, growth = column
         assert slash == "/" and float(ttft) > 0 and float(itl) > 0 and label == "(TTFT"
-        assert growth.startswith("+") and growth.endswith("%)")
-        assert 0 <= int(growth[1:-2]) <= 50  # within the default limit: these meet the targets
+        assert growth.endswith("%)") and int(growth[:-2]) <= 50  # within the default limit
     assert rows["0"].split()[-2:] == ["-", "-"]
+    assert meets["0.1"].split()[-2:] == ["yes", "yes"]
 
 
 def test_max_ttft_growth_offers_less_where_ttft_grows(
     tiny_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A limit no configuration keeps at any retry rate: none meets the targets (the closest
-    shown, the error naming the limit); a value that is not a positive number is a one-line
-    error."""
+    shown, the error naming the limit); the default limit and 0 (none) meet; a negative
+    value is a one-line error."""
     argv = ["--model", str(tiny_dir), *SMALL, "--ttft-ms", "5000", "--itl-ms", "200"]
     out = _fails(capsys, [*argv, "--max-ttft-growth", "0.0001"], "--max-ttft-growth, or give")
     assert " 1  " in out and "sim no" in out
-    assert main(["configure", *argv]) == 0  # the default limit: these targets are met
-    capsys.readouterr()
+    for limit in ([], ["--max-ttft-growth", "0"]):
+        assert main(["configure", *argv, *limit]) == 0
+        capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        main(["configure", *argv, "--max-ttft-growth", "0"])
+        main(["configure", *argv, "--max-ttft-growth", "-1"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("armature: error: argument --max-ttft-growth:")
