@@ -264,7 +264,10 @@ def get_acceptance_miss(
 ) -> float:
     """How far a simulated finalist misses what it must meet (<= 1: it meets it all): the
     targets at its profiled step times; with a step margin, the targets with every step that
-    much slower too and, with `max_ttft_growth`, TTFT p50's growth there over that limit."""
+    much slower too and, with `max_ttft_growth`, TTFT p50's growth there over that limit. A
+    simulation in which no request finished (no rate) meets nothing: its latencies are 0."""
+    if predicted.request_rate_per_s <= 0 or (slower is not None and slower.request_rate_per_s <= 0):
+        return math.inf
     osl = settings.workload.osl_tokens
     miss = settings.targets.get_miss(predicted.ttft_ms, predicted.itl_ms, osl)
     if slower is not None:

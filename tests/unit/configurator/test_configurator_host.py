@@ -17,6 +17,7 @@ from armature.configurator.search import (
     RETRY_RATE_FACTORS,
     Ranked,
     SearchSettings,
+    get_acceptance_miss,
     get_sim_timings,
     get_ttft_growth,
     search,
@@ -258,6 +259,17 @@ def test_a_growth_limit_must_be_positive() -> None:
     for bad in (0.0, -0.5):
         with pytest.raises(ValueError, match="max_ttft_growth must be > 0 or None"):
             SearchSettings(Workload(256.0, 64.0), Targets(1.0, 1.0), 2, max_ttft_growth=bad)
+
+
+def test_a_simulation_where_nothing_finished_meets_nothing() -> None:
+    """No request finished: latencies of 0 and no rate. Loose targets would take the zeros for
+    a pass; the acceptance rule does not, with or without the slower replay."""
+    settings = SearchSettings(Workload(256.0, 64.0), Targets(5000.0, 200.0), 2)
+    nothing = Prediction(0.0, 0.0, 0.0, 0.0, 0)
+    served = Prediction(100.0, 20.0, 1.0, 64.0, 1)
+    assert get_acceptance_miss(nothing, None, settings) == math.inf
+    assert get_acceptance_miss(served, nothing, settings) == math.inf
+    assert get_acceptance_miss(served, served, settings) == pytest.approx(0.1)  # 20 / 200
 
 
 def test_the_ttft_growth_of_a_zero_ttft() -> None:
