@@ -285,12 +285,10 @@ def _offers(r: Ranked, settings: SearchSettings) -> list[tuple[int, float]]:
     if settings.request_rate_per_s is None:
         rate = r.prediction.request_rate_per_s
         return [(r.num_groups, rate * f) for f in (1.0, *RETRY_RATE_FACTORS)]
-    offers: list[tuple[int, float]] = []
-    for f in (1.0, *RETRY_RATE_FACTORS):
-        groups = max(r.num_groups, math.ceil(r.num_groups / f))
-        if all(groups != g for g, _ in offers):
-            offers.append((groups, settings.request_rate_per_s / groups))
-    return offers
+    # the factors fall, so the counts never do: a repeat is the one just before
+    counts = [math.ceil(r.num_groups / f) for f in (1.0, *RETRY_RATE_FACTORS)]
+    distinct = [n for i, n in enumerate(counts) if i == 0 or n != counts[i - 1]]
+    return [(n, settings.request_rate_per_s / n) for n in distinct]
 
 
 def _simulate(hardware: Hardware, r: Ranked, settings: SearchSettings) -> Ranked:
