@@ -27,7 +27,7 @@ __all__ = [
     "check_routed_ttl",
 ]
 
-DEFAULT_SHARE_WINDOW = 256  # the kv router's bounded shares: recent decisions per worker
+DEFAULT_SHARE_WINDOW = 512  # the kv router's bounded shares: recent decisions per worker
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,10 +70,12 @@ class RouterConfig:
         parse=parse_bound,
     )
     share_bound: float = setting(
-        0.0,
+        1.08,
         "kv router: bounded shares: a worker routed this many times its fair share of the "
         "router's recent requests (the last --kv-share-window per worker, the new one counted, "
-        "rounded up) takes none until its share falls; 0: no bound (above 1 when set)",
+        "rounded up) takes none until its share falls, which caps the load skew (1.08 with "
+        "512: chosen on the first halves of two traces, docs/benchmarks.md replay_balance); "
+        "0: no bound, for workers of unequal speed (above 1 when set)",
         flag="kv-share-bound",
         parse=parse_bound,
     )

@@ -22,7 +22,7 @@ from armature.errors import ArmatureError
 from armature.kv.hashing import compute_seq_hashes, hash_seed_for_salt
 from armature.router.cost import bounded_workers, select_worker, worker_logits
 from armature.router.index_backend import IndexBackend
-from armature.router.load import ActiveLoad
+from armature.router.load import ActiveLoad, WorkerLoad
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex, make_routed_index
 from armature.router.shares import RecentShares
@@ -218,7 +218,10 @@ class KvPolicy:
         if self.shares is not None:
             allowed = self.shares.bounded(workers, self.share_bound)
             if allowed:
-                workers = [workers[i] for i in allowed]
+                # a worker with nothing in flight is never left out: sending it the request
+                # delays nobody, and a lone client's next turn stays where its prefix is
+                below = set(allowed)
+                workers = [w for i, w in enumerate(workers) if i in below or _idle(loads, w)]
         logits = worker_logits(
             workers,
             len(request.token_ids),
@@ -240,6 +243,11 @@ def _check_bound(kind: str, bound: float) -> None:
     """ValueError unless a `kind` (load, share) bound is 0 (unbounded) or above 1."""
     if bound != 0 and not bound > 1:
         raise ValueError(f"the {kind} bound must be 0 (none) or above 1, got {bound:g}")
+
+
+def _idle(loads: Mapping[str, WorkerLoad], worker: str) -> bool:
+    load = loads.get(worker)
+    return load is None or load.num_requests == 0
 
 
 def _no_blocks(worker_index: int) -> int:

@@ -10,6 +10,13 @@ window is long (hundreds of requests per worker), so a conversation's next turn 
 one prefix still goes where its cache is; what the bound stops is one worker drawing more than
 `bound` x its share for long, which the cost alone allows when a hot prefix keeps winning
 (the prefix then gets a second worker, whose cache serves the requests sent there after).
+
+Alone, the bound caps the skew of a whole run whatever the costs prefer: with W workers, a
+bound c and L = window x W, after t = q x L + r decisions (0 < r <= L) no worker has more
+than ceil(c x r / W) + q x ceil(c x (L + 1) / W) of them, so its count over the mean's is at
+most c + (c x q + W x (q + 1)) / t (the first window's counts are capped as they grow, every
+later window adds at most its capacity). The kv router relaxes it for a worker with nothing
+in flight, which it never leaves out (`KvPolicy`): a lone client's turns stay on its cache.
 """
 
 from __future__ import annotations

@@ -212,6 +212,36 @@ def test_replay_balance_chooses_on_the_first_halves_only() -> None:
     assert choose([baseline, sticky, lossy], tuned, baseline) == baseline
 
 
+def test_replay_balance_prefers_a_capped_skew_then_the_most_hits() -> None:
+    """A share bound at or below 1.08 caps a busy worker's share, so among feasible candidates
+    a capped one wins with the highest worst hit share, over an uncapped one with a lower
+    skew; a bound at 1.09 is not a cap (too near 1.10)."""
+    conv, syn = TRACES
+    calm, tight, loose, near = (
+        Candidate(0.01, 1.0),
+        Candidate(0.01, 0.5, share_bound=1.03, share_window=512),
+        Candidate(0.01, 0.5, share_bound=1.08, share_window=512),
+        Candidate(0.01, 0.5, share_bound=1.09, share_window=512),
+    )
+    rows = {
+        BASELINE: ((0.30, 1.05), (0.60, 1.08)),
+        calm: ((0.30, 1.01), (0.60, 1.01)),  # the lowest skew, no cap
+        tight: ((0.295, 1.02), (0.590, 1.02)),  # capped, 98.3% of the base's hits
+        loose: ((0.300, 1.05), (0.596, 1.05)),  # capped, 99.3%
+        near: ((0.310, 1.04), (0.600, 1.04)),  # the most hits, but not a cap
+    }
+    tuned = {
+        (trace, candidate): Outcome(hit, skew, 1.0, 1.0)
+        for candidate, pairs in rows.items()
+        for trace, (hit, skew) in zip((conv, syn), pairs, strict=True)
+    }
+    assert choose([BASELINE, calm, tight, loose, near], tuned, BASELINE) == loose
+    tuned[(syn, loose)] = Outcome(0.58, 1.03, 1.0, 1.0)  # 96.7%: infeasible
+    assert choose([BASELINE, calm, tight, loose, near], tuned, BASELINE) == tight
+    # no capped candidate: the lowest worst skew, as before
+    assert choose([BASELINE, calm, near], tuned, BASELINE) == calm
+
+
 def test_replay_balance_labels_a_bound_only_when_set() -> None:
     assert Candidate(0.01, 0.5).label == "temperature 0.01, decode weight 0.5"
     assert Candidate(0.0, 1.0, 1.5).label == "temperature 0, decode weight 1, load bound 1.5"

@@ -3,7 +3,11 @@ and a hot prefix sent to a second worker once its first holds its share."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_policies import WORKERS, kv_setup, req
 
 from armature.kv.hashing import DEFAULT_HASH_SEED
@@ -46,13 +50,34 @@ def test_a_hot_prefix_gets_a_second_worker_once_its_first_holds_its_share() -> N
     policy = KvPolicy(
         index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED, share_bound=1.5, share_window=4
     )
-    chosen = [policy.select(req(prompt), WORKERS).worker for _ in range(6)]
+    chosen = []
+    for i in range(6):  # every request still in flight: the workers are busy
+        chosen.append(policy.select(req(prompt), WORKERS).worker)
+        load.start(f"r{i}", chosen[-1], prefill_tokens=0, blocks=0)
     # 1st: capacity ceil(1.5 * 1 / 3) = 1, nobody at it: w1; 2nd: ceil(1.5 * 2 / 3) = 1,
     # w1 at it: w2 (the next cheapest); 3rd: ceil(1.5 * 3 / 3) = 2, nobody at it: w1; 4th:
     # 2, w1 at it: w2; 5th: ceil(2.5) = 3: w1; 6th: 3, w1 at it: w2
     assert chosen == ["w1", "w2", "w1", "w2", "w1", "w2"]
     unbounded = KvPolicy(index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED)
     assert {unbounded.select(req(prompt), WORKERS).worker for _ in range(6)} == {"w1"}
+
+
+def test_a_worker_with_nothing_in_flight_is_never_left_out() -> None:
+    """A lone client's requests, each finished before the next, all go where their prefix is:
+    the holder is over its share but idle, and sending it the request delays nobody."""
+    index, load, _, prompt = kv_setup()
+    policy = KvPolicy(
+        index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED, share_bound=1.5, share_window=4
+    )
+    chosen = []
+    for i in range(6):
+        chosen.append(policy.select(req(prompt), WORKERS).worker)
+        load.start(f"r{i}", chosen[-1], prefill_tokens=0, blocks=0)
+        load.finish(f"r{i}")
+    assert chosen == ["w1"] * 6
+    # once the holder is busy again, its share counts: w1 holds 6 of the 6 decisions
+    load.start("busy", "w1", prefill_tokens=0, blocks=0)
+    assert policy.select(req(prompt), WORKERS).worker == "w2"
 
 
 @pytest.mark.parametrize("bound", [0.5, 1.0, -2.0])
@@ -72,3 +97,36 @@ def test_a_share_bound_at_or_below_one_is_refused(bound: float) -> None:
             routed_max_entries=1,
             share_bound=bound,
         )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    num_workers=st.integers(1, 6),
+    window=st.integers(1, 8),
+    bound=st.sampled_from([1.01, 1.05, 1.08, 1.5, 2.0]),
+    preferences=st.lists(st.integers(0, 5), min_size=1, max_size=400),
+)
+def test_a_share_bound_caps_every_workers_count_over_the_whole_run(
+    num_workers: int, window: int, bound: float, preferences: list[int]
+) -> None:
+    """Whatever the costs prefer (here: the preferred worker when allowed, else the last
+    allowed one), after t = q x L + r decisions no worker has more than ceil(c r / W) +
+    q ceil(c (L + 1) / W): the whole run's skew is within c + (c q + W (q + 1)) / t."""
+    workers = [f"w{i}" for i in range(num_workers)]
+    shares = RecentShares(window)
+    counts = dict.fromkeys(workers, 0)
+    for preferred in preferences:
+        allowed = shares.bounded(workers, bound)
+        choices = list(range(num_workers)) if allowed is None else allowed
+        index = preferred % num_workers
+        chosen = workers[index if index in choices else choices[-1]]
+        shares.record(chosen, num_workers)
+        counts[chosen] += 1
+    decisions = len(preferences)
+    span = window * num_workers
+    full, rest = divmod(decisions - 1, span)
+    rest += 1  # 0 < rest <= span
+    cap = math.ceil(bound * rest / num_workers) + full * math.ceil(bound * (span + 1) / num_workers)
+    assert max(counts.values()) <= cap
+    skew = max(counts.values()) / (decisions / num_workers)
+    assert skew <= bound + (bound * full + num_workers * (full + 1)) / decisions + 1e-9
