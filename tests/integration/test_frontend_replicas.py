@@ -32,9 +32,7 @@ MOCKER_ARGS = [
     SERVED_MODEL_NAME,
 ]
 # a replica's load expires 1.5 s after its last report; its card would stay 60 s
-# each replica bounds the shares of its own decisions (--kv-share-bound): these tests compare
-# the in-flight load the replicas share, so they route on the cost alone
-REPLICA_ARGS = ["--share-load-ttl-s", "1.5", "--lease-ttl-s", "60", "--kv-share-bound", "0"]
+REPLICA_ARGS = ["--share-load-ttl-s", "1.5", "--lease-ttl-s", "60"]
 HOT = "You are the replica test suite's assistant; answer briefly and exactly. " * 8
 LONG_TOKENS = 3000  # a held request stays in flight until its stream is closed
 

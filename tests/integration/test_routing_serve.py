@@ -88,6 +88,49 @@ def test_one_shared_prefix_under_load_still_spreads(kv_url: str) -> None:
 
 
 @pytest.fixture(scope="module")
+def bounded_url(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The kv router with bounded shares over a short window: 1.5 x the fair share of the
+    last 2 x 4 decisions."""
+    args = ["--engine", "mocker", "--workers", "4", "--router", "kv", "--num-kv-blocks", "512"]
+    args += ["--served-model-name", "mock", "--kv-share-bound", "1.5", "--kv-share-window", "2"]
+    with running_server(default_model_dir, tmp_path_factory.mktemp("bounded"), args) as url:
+        yield url
+
+
+def test_bounded_shares_keep_a_lone_clients_prefix_and_spread_a_burst(bounded_url: str) -> None:
+    """One client's prompts, each answered before the next, all go where their prefix is:
+    the holder is past its share of the window from the second on, but idle. A burst on the
+    same prefix finds it busy, and it is left out while over its share."""
+    complete(bounded_url, PREFIX + "first question")
+    before = decisions(bounded_url)
+    for i in range(6):
+        complete(bounded_url, PREFIX + f"follow-up number {i}")
+    moved = delta(before, decisions(bounded_url))
+    assert len(moved) == 1 and next(iter(moved.values())) == 6, moved
+    holder = next(iter(moved))
+    before = decisions(bounded_url)
+
+    async def burst() -> None:
+        async with httpx.AsyncClient(timeout=120) as client:
+            bodies = [
+                {"model": "mock", "prompt": PREFIX + f"load {i}", "max_tokens": 60,
+                 "ignore_eos": True}
+                for i in range(16)
+            ]  # fmt: skip
+            responses = await asyncio.gather(
+                *(client.post(f"{bounded_url}/v1/completions", json=b) for b in bodies)
+            )
+            assert all(r.status_code == 200 for r in responses)
+
+    asyncio.run(burst())
+    moved = delta(before, decisions(bounded_url))
+    assert sum(moved.values()) == 16
+    # busy, the holder takes at most its share (4 of any 8 decisions in a row), once idle
+    assert moved.get(holder, 0) <= 9, moved
+    assert len(moved) >= 3, moved
+
+
+@pytest.fixture(scope="module")
 def direct_url(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     args = [
         "--engine",

@@ -70,13 +70,13 @@ class RouterConfig:
         parse=parse_bound,
     )
     share_bound: float = setting(
-        1.08,
+        0.0,
         "kv router: bounded shares: a worker routed this many times its fair share of the "
         "router's recent requests (the last --kv-share-window per worker, the new one counted, "
         "rounded up) takes none while it has requests in flight until its share falls, which "
-        "caps the load skew (1.08 with 512: chosen on the first halves of two traces, "
-        "docs/benchmarks.md replay_balance); 0: no bound, for workers of unequal speed (above "
-        "1 when set)",
+        "lowers the load skew (1.08 with 512: chosen on the first halves of two traces, "
+        "docs/benchmarks.md replay_balance; not the default: it costs a scaling fleet "
+        "attainment); 0: no bound (above 1 when set)",
         flag="kv-share-bound",
         parse=parse_bound,
     )

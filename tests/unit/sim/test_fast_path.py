@@ -121,7 +121,7 @@ def test_the_fast_path_skips_events_and_runs_the_same_steps() -> None:
     steps = [[c.get_load().num_steps for c in s.cores.values()] for s in (fast, reference)]
     assert steps[0] == steps[1]
     # events scheduled: a step end per engine step, against one per run of decode steps
-    assert (fast._sequence, reference._sequence) == (404, 2032)
+    assert (fast._sequence, reference._sequence) == (390, 2090)
 
 
 def test_suspended_runs_go_on_and_end_as_the_steps_do(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +141,7 @@ def test_suspended_runs_go_on_and_end_as_the_steps_do(monkeypatch: pytest.Monkey
     monkeypatch.setattr(EngineCore, "extend_decodes", counted_extend)
     monkeypatch.setattr(DecodeRun, "end", counted_end)
     same_report(GROUPS, CONFIG)
-    assert calls == {"extended": 182, "ended": 69}  # the fast replay's (deterministic)
+    assert calls == {"extended": 177, "ended": 61}  # the fast replay's (deterministic)
 
 
 @pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
