@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from armature.sim.replay import ReplayConfig
-from bench.replay_balance import BASELINE, TRACES, Candidate, Outcome, choose
+from bench.replay_balance import BASELINE, TRACES, Candidate, Outcome, _spread, choose
 from bench.replay_routing import configs, parse_args
 from bench.report import command_line
 
@@ -240,6 +240,12 @@ def test_replay_balance_prefers_a_capped_skew_then_the_most_hits() -> None:
     assert choose([BASELINE, calm, tight, loose, near], tuned, BASELINE) == tight
     # no capped candidate: the lowest worst skew, as before
     assert choose([BASELINE, calm, near], tuned, BASELINE) == calm
+
+
+def test_replay_balance_spreads_seeds_as_median_and_range() -> None:
+    assert _spread([1.09], ".3f") == "1.090"
+    assert _spread([1.13, 1.074, 1.09], ".3f") == "median 1.090 (1.074-1.130)"
+    assert _spread([0.977, 0.971], ".1%") == "median 97.4% (97.1%-97.7%)"
 
 
 def test_replay_balance_labels_a_bound_only_when_set() -> None:
