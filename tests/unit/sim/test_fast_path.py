@@ -71,6 +71,17 @@ def test_disaggregated(config: ReplayConfig) -> None:
     assert report["num_remote_prefills"] == len(CHAT)
 
 
+@pytest.mark.parametrize("requests", [GROUPS, CHAT], ids=["groups", "chat"])
+def test_bounded_shares(requests: list[TraceRequest]) -> None:
+    """The share bound reads each worker's requests in flight (an idle worker is never left
+    out), so both paths must start and finish requests at the same instants. A short window
+    makes it act on the prefix groups (chat's sessions spread evenly without it)."""
+    report = same_report(requests, replace(CONFIG, share_bound=1.1, share_window=4))
+    if requests is GROUPS:
+        unbounded = asdict(replay(requests, CONFIG))
+        assert report["load_skew"] < unbounded["load_skew"]  # type: ignore[operator]
+
+
 def test_sampled_routing_and_round_robin() -> None:
     same_report(GROUPS, replace(TIGHT, router_temperature=0.5))
     same_report(GROUPS, replace(CONFIG, router="round-robin"))
