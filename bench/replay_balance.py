@@ -199,20 +199,19 @@ def main() -> None:
             print(tune_rows[-1], flush=True)
     chosen = choose(candidates, tuned, BASELINE)
     report_rows, checks = [], []
-    seeds = range(args.seeds) if chosen != BASELINE else range(1)
     for name in TRACES:
         base = run(split[name][1], BASELINE)
         report_rows.append(_row(name, BASELINE, base, base))
-        outcomes = []
-        for seed in seeds:
-            outcome = base if chosen == BASELINE else run(split[name][1], chosen, seed)
-            outcomes.append(outcome)
-            if chosen != BASELINE:
+        print(report_rows[-1], flush=True)
+        outcomes = [base]
+        if chosen != BASELINE:
+            outcomes = [run(split[name][1], chosen, seed) for seed in range(args.seeds)]
+            for seed, outcome in enumerate(outcomes):
                 report_rows.append(_row(name, chosen, outcome, base, seed))
-            print(report_rows[-1], flush=True)
+                print(report_rows[-1], flush=True)
         skews = [o.skew for o in outcomes]
         shares = [o.hit_share(base) for o in outcomes]
-        over = f" over {len(seeds)} seeds" if len(seeds) > 1 else ""
+        over = f" over {len(outcomes)} seeds" if len(outcomes) > 1 else ""
         checks.append(
             f"{'PASS' if max(skews) <= TARGET_SKEW else 'MISS'}: {name}, second half, "
             f"chosen cost: load skew {_spread(skews, '.3f')}{over} (target <= {TARGET_SKEW}; "
