@@ -70,7 +70,7 @@ class RouterConfig:
         parse=parse_bound,
     )
     share_bound: float = setting(
-        0.0,
+        1.08,
         "kv router: bounded shares: a worker routed this many times its fair share of the "
         "router's recent requests (the last --kv-share-window per worker, the new one counted, "
         "rounded up) takes none while it has requests in flight until its share falls, which "

@@ -217,11 +217,10 @@ class KvPolicy:
                 workers = [workers[i] for i in allowed]
         if self.shares is not None:
             allowed = self.shares.bounded(workers, self.share_bound)
-            if allowed:
-                # a worker with nothing in flight is never left out: sending it the request
-                # delays nobody, and a lone client's next turn stays where its prefix is
-                below = set(allowed)
-                workers = [w for i, w in enumerate(workers) if i in below or _idle(loads, w)]
+            if allowed and not all(_idle(loads, w) for w in workers):
+                # with the whole fleet idle the request delays nobody anywhere: a lone
+                # client's turns stay where their prefix is
+                workers = [workers[i] for i in allowed]
         logits = worker_logits(
             workers,
             len(request.token_ids),
@@ -231,12 +230,34 @@ class KvPolicy:
             self.overlap_weight,
             self.decode_weight,
         )
+        if self.shares is not None:
+            workers, logits = self._fair_ties(workers, logits)
         index = self.index
         cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
         chosen = workers[select_worker(logits, cached, self.temperature, self._rng)]
         if self.shares is not None:
             self.shares.record(chosen, num_workers)
         return RouteDecision(chosen, overlaps.get(chosen, 0))
+
+    def _fair_ties(
+        self, workers: Sequence[str], logits: Sequence[float]
+    ) -> tuple[Sequence[str], Sequence[float]]:
+        """Among the workers the draw holds near-ties of the cheapest (within `temperature` x
+        the logits' range of it; exact ties at temperature 0), those below their fair share
+        of the window (`RecentShares.bounded` at 1), when some worker is at it and any of
+        them is such a tie: a request that any of them serves as cheaply goes where the
+        counts are low, which keeps a hot prefix's worker under its bound for the requests
+        only it serves well."""
+        assert self.shares is not None
+        fair = self.shares.bounded(workers, 1.0)
+        if not fair:
+            return workers, logits
+        low = min(logits)
+        near = low + self.temperature * (max(logits) - low)
+        ties = [i for i in fair if logits[i] <= near]
+        if not ties:
+            return workers, logits
+        return [workers[i] for i in ties], [logits[i] for i in ties]
 
 
 def _check_bound(kind: str, bound: float) -> None:

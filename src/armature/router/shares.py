@@ -46,14 +46,27 @@ class RecentShares:
     def bounded(self, workers: Sequence[str], bound: float) -> list[int] | None:
         """The indexes of `workers` below their capacity when some worker is at it; None
         when every worker may take one more. Some worker always may (one at or below the
-        mean is below a bound above 1). A worker not routed over before starts a new window
-        (its count of 0 beside the others' would send it every request until it caught up)."""
-        if not self._known.issuperset(workers):
-            self._known.update(workers)
-            self._decisions.clear()
-            self._counts.clear()
-            return None
+        mean is below a bound above 1). A worker not routed over before joins the window
+        with the others' mean count (`_credit`)."""
+        joined = [w for w in workers if w not in self._known]
+        if joined:
+            self._known.update(joined)
+            self._credit(joined, [w for w in workers if w not in joined])
         return within_capacity([self._counts[w] for w in workers], bound)
+
+    def _credit(self, joined: Sequence[str], staying: Sequence[str]) -> None:
+        """Each worker in `joined` counts the staying workers' mean (rounded), as the window's
+        oldest decisions, the first to leave it. At 0 beside the others' counts it would take
+        every request until it caught up; and a window started afresh would hold a growing
+        fleet to the tight capacities of a few decisions, leaving out workers with less in
+        flight than the one chosen."""
+        if not staying:
+            return
+        mean = round(sum(self._counts[w] for w in staying) / len(staying))
+        for worker in joined:
+            self._decisions.extendleft([worker] * mean)
+            if mean:
+                self._counts[worker] += mean
 
     def record(self, worker: str, num_workers: int) -> None:
         """`worker` got a request routed over `num_workers` (the window is sized by the

@@ -39,10 +39,37 @@ def test_a_worker_at_its_capacity_is_left_out() -> None:
     assert shares.bounded(WORKERS, 2.0) is None
     # decisions to a worker that has left count for nobody: w0's 3 are not among w1, w2
     assert shares.bounded(["w1", "w2"], 1.5) is None
-    # a worker not routed over before starts a new window: at 0 beside the others' counts
-    # it would take every request until it caught up
-    assert shares.bounded([*WORKERS, "w3"], 1.5) is None
-    assert [shares.get_count(w) for w in WORKERS] == [0, 0, 0]
+    # a worker not routed over before joins with the others' mean count, round(4 / 3) = 1:
+    # capacity ceil(1.5 x 6 / 4) = 3, w0 still at it
+    assert shares.bounded([*WORKERS, "w3"], 1.5) == [1, 2, 3]
+    assert [shares.get_count(w) for w in [*WORKERS, "w3"]] == [3, 1, 0, 1]
+
+
+def test_a_joining_worker_keeps_the_windows_history() -> None:
+    """A fleet of 2 after 100 even decisions grows to 3: the newcomer counts 50, so the holder
+    of a prefix may take its next requests (a fresh window would leave it out after 2: its
+    capacity would be ceil(1.08 x 3 / 3) = 2)."""
+    shares = RecentShares(window_per_worker=100)
+    for _ in range(50):
+        shares.record("w0", num_workers=2)
+        shares.record("w1", num_workers=2)
+    assert shares.bounded(WORKERS, 1.08) is None
+    assert shares.get_count("w2") == 50
+    shares.record("w0", num_workers=3)
+    shares.record("w0", num_workers=3)
+    # capacity ceil(1.08 x 153 / 3) = 56
+    assert shares.bounded(WORKERS, 1.08) is None
+
+
+def test_a_joining_workers_credit_leaves_the_window_first() -> None:
+    shares = RecentShares(window_per_worker=2)
+    shares.record("w0", num_workers=2)
+    shares.record("w1", num_workers=2)
+    shares.bounded(WORKERS, 1.5)  # w2 joins with 1, the window's oldest
+    assert [shares.get_count(w) for w in WORKERS] == [1, 1, 1]
+    for _ in range(4):  # 7 decisions in a window of 6: the oldest leaves
+        shares.record("w1", num_workers=3)
+    assert [shares.get_count(w) for w in WORKERS] == [1, 5, 0]
 
 
 def test_a_hot_prefix_gets_a_second_worker_once_its_first_holds_its_share() -> None:
