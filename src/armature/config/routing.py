@@ -27,7 +27,7 @@ __all__ = [
     "check_routed_ttl",
 ]
 
-DEFAULT_SHARE_WINDOW = 512  # the kv router's bounded shares: recent decisions per worker
+DEFAULT_SHARE_WINDOW = 1024  # the kv router's bounded shares: recent decisions per worker
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,10 +73,10 @@ class RouterConfig:
         1.08,
         "kv router: bounded shares: a worker routed this many times its fair share of the "
         "router's recent requests (the last --kv-share-window per worker, the new one counted, "
-        "rounded up) takes none while it has requests in flight until its share falls, which "
-        "lowers the load skew (1.08 with 512: chosen on the first halves of two traces, "
-        "docs/benchmarks.md replay_balance; not the default: it costs a scaling fleet "
-        "attainment); 0: no bound (above 1 when set)",
+        "rounded up) takes none, unless the whole fleet is idle, until its share falls; and "
+        "among workers the cost holds near-ties, one below its fair share is taken. Lowers "
+        "the load skew (chosen on the first halves of two traces, docs/benchmarks.md "
+        "replay_balance); 0: no bound (above 1 when set)",
         flag="kv-share-bound",
         parse=parse_bound,
     )

@@ -191,7 +191,7 @@ def test_a_step_margin_offers_less_where_slower_steps_miss() -> None:
     plain, margin = _first(None, targets), _first(None, targets, step_margin=0.1)
     assert plain.deployment == margin.deployment and plain.slower is None
     assert plain.plan is not None and margin.plan is not None and margin.slower is not None
-    assert plain.miss <= 1.0 and plain.prediction.itl_ms == pytest.approx(32.86, abs=0.01)
+    assert plain.miss <= 1.0 and plain.prediction.itl_ms == pytest.approx(32.92, abs=0.01)
     assert margin.plan.request_rate_per_s == pytest.approx(
         RETRY_RATE_FACTORS[0] * plain.plan.request_rate_per_s
     )
@@ -205,16 +205,16 @@ def test_a_step_margin_offers_less_where_slower_steps_miss() -> None:
 
 def test_a_finalist_near_its_knee_is_offered_less() -> None:
     """Loose targets, so only the TTFT growth limit binds. At the estimated rate TTFT p50 grows
-    15.5% with every step 10% slower: within a 20% limit (the miss is that growth over the
+    14.2% with every step 10% slower: within a 20% limit (the miss is that growth over the
     limit), but past 14%, so the finalist is offered the first retry rate, where it grows
-    12.1%; past 12%, the second, where it grows 10.2%; past 10%, it misses there too."""
+    11.6%; past 11%, the second, where it grows 10.5%; past 10%, it misses there too."""
     loose = Targets(50000.0, 2000.0)
     plain = _first(None, loose, step_margin=0.1)
     assert plain.plan is not None and plain.slower is not None
     full_rate = plain.plan.request_rate_per_s
-    assert get_ttft_growth(plain.prediction, plain.slower) == pytest.approx(0.1553, abs=1e-4)
+    assert get_ttft_growth(plain.prediction, plain.slower) == pytest.approx(0.1424, abs=1e-4)
     assert plain.miss < 0.1  # the targets alone are far from binding
-    expected = {0.2: (1.0, 0.1553), 0.14: (0.85, 0.1209), 0.12: (0.7, 0.1024)}
+    expected = {0.2: (1.0, 0.1424), 0.14: (0.85, 0.1159), 0.11: (0.7, 0.1052)}
     for limit, (factor, growth) in expected.items():
         r = _first(None, loose, step_margin=0.1, max_ttft_growth=limit)
         assert r.plan is not None and r.slower is not None
@@ -225,7 +225,7 @@ def test_a_finalist_near_its_knee_is_offered_less() -> None:
     missed = _first(None, loose, step_margin=0.1, max_ttft_growth=0.1)
     assert missed.plan is not None and not missed.meets_targets
     assert missed.plan.request_rate_per_s == pytest.approx(RETRY_RATE_FACTORS[-1] * full_rate)
-    assert missed.miss == pytest.approx(1.0237, abs=1e-4)
+    assert missed.miss == pytest.approx(1.0521, abs=1e-4)
     # without a step margin there is no slower simulation to grow: the limit has no effect
     no_margin = _first(None, loose, max_ttft_growth=0.01)
     assert no_margin.slower is None and no_margin.meets_targets
@@ -234,7 +234,7 @@ def test_a_finalist_near_its_knee_is_offered_less() -> None:
 
 def test_with_a_request_rate_a_finalist_near_its_knee_gets_more_groups() -> None:
     """The rate that the 2 groups of the case above served at their estimated rate, now asked
-    for: the same 2 groups at the same rate (growth 15.5%) meet without a limit; with a 14%
+    for: the same 2 groups at the same rate (growth 14.2%) meet without a limit; with a 14%
     limit the rate is spread over ceil(2 / 0.85) = 3 groups instead, each offered a third
     of it, where TTFT grows less."""
     loose = Targets(50000.0, 2000.0)
@@ -244,7 +244,7 @@ def test_with_a_request_rate_a_finalist_near_its_knee_gets_more_groups() -> None
     asked = _first(None, loose, step_margin=0.1, request_rate_per_s=rate)
     assert asked.plan is not None and asked.slower is not None and asked.num_groups == 2
     assert asked.plan.request_rate_per_s == pytest.approx(rate)
-    assert get_ttft_growth(asked.prediction, asked.slower) == pytest.approx(0.1553, abs=1e-4)
+    assert get_ttft_growth(asked.prediction, asked.slower) == pytest.approx(0.1424, abs=1e-4)
     spread = _first(None, loose, step_margin=0.1, max_ttft_growth=0.14, request_rate_per_s=rate)
     assert spread.plan is not None and spread.slower is not None and spread.meets_targets
     assert spread.num_groups == 3 and spread.plan.num_groups == 3

@@ -89,9 +89,10 @@ def test_a_hot_prefix_gets_a_second_worker_once_its_first_holds_its_share() -> N
     assert {unbounded.select(req(prompt), WORKERS).worker for _ in range(6)} == {"w1"}
 
 
-def test_a_worker_with_nothing_in_flight_is_never_left_out() -> None:
+def test_the_bound_lifts_while_the_whole_fleet_is_idle() -> None:
     """A lone client's requests, each finished before the next, all go where their prefix is:
-    the holder is over its share but idle, and sending it the request delays nobody."""
+    the holder is over its share, but with nothing in flight anywhere the request delays
+    nobody. Once any worker is busy the shares count again, the holder's idleness aside."""
     index, load, _, prompt = kv_setup()
     policy = KvPolicy(
         index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED, share_bound=1.5, share_window=4
@@ -102,9 +103,39 @@ def test_a_worker_with_nothing_in_flight_is_never_left_out() -> None:
         load.start(f"r{i}", chosen[-1], prefill_tokens=0, blocks=0)
         load.finish(f"r{i}")
     assert chosen == ["w1"] * 6
-    # once the holder is busy again, its share counts: w1 holds 6 of the 6 decisions
-    load.start("busy", "w1", prefill_tokens=0, blocks=0)
+    # w0 busy, w1 idle but holding 6 of the 6 decisions: left out, w2 (2 blocks cached) next
+    load.start("busy", "w0", prefill_tokens=0, blocks=0)
     assert policy.select(req(prompt), WORKERS).worker == "w2"
+
+
+def test_near_ties_go_to_workers_below_their_fair_share() -> None:
+    """Prompts nobody caches on an idle fleet tie exactly at temperature 0: with shares each
+    goes to a worker below its fair share, so 3 workers take 2 of 6 each; without, the
+    tie-break's draw (this seed) piles them up."""
+    index, load, _, _ = kv_setup()
+
+    def route(policy: KvPolicy) -> list[str]:
+        return [policy.select(req([900 + i] * 8), WORKERS).worker for i in range(6)]
+
+    fair = route(KvPolicy(index, load, block_size=4, hash_seed=1, seed=3, share_bound=3.0))
+    assert sorted(fair) == ["w0", "w0", "w1", "w1", "w2", "w2"]
+    assert len(set(fair[:3])) == len(set(fair[3:])) == 3
+    drawn = route(KvPolicy(index, load, block_size=4, hash_seed=1, seed=3))
+    assert max(drawn.count(w) for w in WORKERS) > 2
+
+
+def test_a_cheaper_worker_over_its_fair_share_still_wins() -> None:
+    """Fair shares steer only near-ties: w1, caching 6 of the prompt's 8 blocks, takes the
+    second request too though it holds the only decision so far (its hard capacity at 3.0
+    is ceil(3 x 2 / 3) = 2)."""
+    index, load, _, prompt = kv_setup()
+    policy = KvPolicy(
+        index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED, share_bound=3.0, share_window=4
+    )
+    for i in range(2):
+        assert policy.select(req(prompt), WORKERS).worker == "w1"
+        load.start(f"r{i}", "w1", prefill_tokens=0, blocks=0)
+
 
 
 @pytest.mark.parametrize("bound", [0.5, 1.0, -2.0])
