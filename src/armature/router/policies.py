@@ -240,8 +240,8 @@ class KvPolicy:
         return RouteDecision(chosen, overlaps.get(chosen, 0))
 
     def _fair_ties(
-        self, workers: Sequence[str], logits: Sequence[float]
-    ) -> tuple[Sequence[str], Sequence[float]]:
+        self, workers: Sequence[str], logits: list[float]
+    ) -> tuple[Sequence[str], list[float]]:
         """Among the workers the draw holds near-ties of the cheapest (within `temperature` x
         the logits' range of it; exact ties at temperature 0), those below their fair share
         of the window (`RecentShares.bounded` at 1), when some worker is at it and any of

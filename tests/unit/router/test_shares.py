@@ -137,7 +137,6 @@ def test_a_cheaper_worker_over_its_fair_share_still_wins() -> None:
         load.start(f"r{i}", "w1", prefill_tokens=0, blocks=0)
 
 
-
 @pytest.mark.parametrize("bound", [0.5, 1.0, -2.0])
 def test_a_share_bound_at_or_below_one_is_refused(bound: float) -> None:
     index, load, _, _ = kv_setup()
