@@ -73,7 +73,7 @@ class RouterConfig:
         1.08,
         "kv router: bounded shares: a worker routed this many times its fair share of the "
         "router's recent requests (the last --kv-share-window per worker, the new one counted, "
-        "rounded up) takes none, unless the whole fleet is idle, until its share falls; and "
+        "rounded up) takes none while another worker is idle, until its share falls; and "
         "among workers the cost holds near-ties, one below its fair share is taken. Lowers "
         "the load skew (chosen on the first halves of two traces, docs/benchmarks.md "
         "replay_balance); 0: no bound (above 1 when set)",

@@ -217,9 +217,7 @@ class KvPolicy:
                 workers = [workers[i] for i in allowed]
         if self.shares is not None:
             allowed = self.shares.bounded(workers, self.share_bound)
-            if allowed and not all(_idle(loads, w) for w in workers):
-                # with the whole fleet idle the request delays nobody anywhere: a lone
-                # client's turns stay where their prefix is
+            if allowed and _may_spill(loads, workers, allowed):
                 workers = [workers[i] for i in allowed]
         logits = worker_logits(
             workers,
@@ -264,6 +262,15 @@ def _check_bound(kind: str, bound: float) -> None:
     """ValueError unless a `kind` (load, share) bound is 0 (unbounded) or above 1."""
     if bound != 0 and not bound > 1:
         raise ValueError(f"the {kind} bound must be 0 (none) or above 1, got {bound:g}")
+
+
+def _may_spill(loads: Mapping[str, WorkerLoad], workers: Sequence[str], kept: list[int]) -> bool:
+    """Whether the share cap leaves its workers out: only when a worker it keeps has nothing
+    in flight (the request it moves starts at once) and some worker has something. With
+    every worker busy, a request moved off its prefix's worker recomputes the prefix behind
+    a queue, so the cost (queues and cache) decides; with the whole fleet idle it delays
+    nobody anywhere, so a lone client's turns stay where their prefix is."""
+    return any(_idle(loads, workers[i]) for i in kept) and not all(_idle(loads, w) for w in workers)
 
 
 def _idle(loads: Mapping[str, WorkerLoad], worker: str) -> bool:

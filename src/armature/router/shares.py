@@ -15,10 +15,11 @@ Alone, the bound caps the skew of a whole run whatever the costs prefer: with W 
 bound c and L = window x W, after t = q x L + r decisions (0 < r <= L) no worker has more
 than ceil(c x r / W) + q x ceil(c x (L + 1) / W) of them, so its count over the mean's is at
 most c + (c x q + W x (q + 1)) / t (the first window's counts are capped as they grow, every
-later window adds at most its capacity). The kv router lifts it while the whole fleet has
-nothing in flight (a lone client's turns stay on its cache), and also uses the shares at a
-bound of 1 to break its cost's near-ties towards the workers below their fair share
-(`KvPolicy`), so that a hot prefix's worker reaches its capacity less often.
+later window adds at most its capacity). The kv router applies it only where a worker it
+keeps is idle and some worker is busy (`KvPolicy`: a moved request starts at once; a lone
+client's turns stay on its cache), so its skew is measured, not capped by construction; and
+it uses the shares at a bound of 1 to break its cost's near-ties towards the workers below
+their fair share, so that a hot prefix's worker reaches its capacity less often.
 """
 
 from __future__ import annotations

@@ -108,6 +108,25 @@ def test_the_bound_lifts_while_the_whole_fleet_is_idle() -> None:
     assert policy.select(req(prompt), WORKERS).worker == "w2"
 
 
+def test_the_cap_moves_a_request_only_to_an_idle_worker() -> None:
+    """With every worker it would keep busy the cap leaves nobody out: a request moved off
+    its prefix's worker would recompute the prefix behind a queue, so the cost decides. Once
+    one of them is idle, the holder over its share is left out."""
+    index, load, _, prompt = kv_setup()
+    policy = KvPolicy(
+        index, load, block_size=4, hash_seed=DEFAULT_HASH_SEED, share_bound=1.5, share_window=4
+    )
+    load.start("a", "w0", prefill_tokens=0, blocks=0)
+    load.start("b", "w2", prefill_tokens=0, blocks=0)
+    chosen = []
+    for i in range(4):  # w1 at its capacity from the 2nd on (ceil(1.5 x 2 / 3) = 1)
+        chosen.append(policy.select(req(prompt), WORKERS).worker)
+        load.start(f"r{i}", chosen[-1], prefill_tokens=0, blocks=0)
+    assert chosen == ["w1"] * 4
+    load.finish("a")  # w0 idle: w1 (4 of 4) is left out, and w2's 2 cached blocks win
+    assert policy.select(req(prompt), WORKERS).worker == "w2"
+
+
 def test_near_ties_go_to_workers_below_their_fair_share() -> None:
     """Prompts nobody caches on an idle fleet tie exactly at temperature 0: with shares each
     goes to a worker below its fair share, so 3 workers take 2 of 6 each; without, the

@@ -71,15 +71,27 @@ def test_disaggregated(config: ReplayConfig) -> None:
     assert report["num_remote_prefills"] == len(CHAT)
 
 
-@pytest.mark.parametrize("requests", [GROUPS, CHAT], ids=["groups", "chat"])
+# two hot prefix groups at a pace that leaves workers idle at times, where the share cap acts
+HOT = synthetic_prefix_groups(
+    num_requests=80,
+    num_groups=2,
+    shared_prefix_tokens=1024,
+    unique_tokens=200,
+    output_length=120,
+    rate_rps=4.0,
+    seed=3,
+)
+
+
+@pytest.mark.parametrize("requests", [HOT, CHAT], ids=["hot groups", "chat"])
 def test_bounded_shares(requests: list[TraceRequest]) -> None:
-    """The share bound reads the requests in flight (it lifts while the whole fleet is idle),
-    so both paths must start and finish requests at the same instants. A short window makes
-    it act on the prefix groups (chat's sessions spread evenly without it); without a bound
-    (the default has one) the paths agree too."""
+    """The share cap reads the requests in flight (it moves a request only to an idle worker,
+    and not while the whole fleet is idle), so both paths must start and finish requests at
+    the same instants. A short window makes it act on the hot groups (chat's sessions spread
+    evenly without it); without a bound (the default has one) the paths agree too."""
     report = same_report(requests, replace(CONFIG, share_bound=1.1, share_window=4))
     unbounded = same_report(requests, replace(CONFIG, share_bound=0.0))
-    if requests is GROUPS:
+    if requests is HOT:
         assert report["load_skew"] < unbounded["load_skew"]  # type: ignore[operator]
 
 
@@ -133,7 +145,7 @@ def test_the_fast_path_skips_events_and_runs_the_same_steps() -> None:
     steps = [[c.get_load().num_steps for c in s.cores.values()] for s in (fast, reference)]
     assert steps[0] == steps[1]
     # events scheduled: a step end per engine step, against one per run of decode steps
-    assert (fast._sequence, reference._sequence) == (397, 2035)
+    assert (fast._sequence, reference._sequence) == (398, 2139)
 
 
 def test_suspended_runs_go_on_and_end_as_the_steps_do(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,7 +165,7 @@ def test_suspended_runs_go_on_and_end_as_the_steps_do(monkeypatch: pytest.Monkey
     monkeypatch.setattr(EngineCore, "extend_decodes", counted_extend)
     monkeypatch.setattr(DecodeRun, "end", counted_end)
     same_report(GROUPS, CONFIG)
-    assert calls == {"extended": 177, "ended": 68}  # the fast replay's (deterministic)
+    assert calls == {"extended": 180, "ended": 67}  # the fast replay's (deterministic)
 
 
 @pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
