@@ -27,7 +27,7 @@ __all__ = [
     "check_routed_ttl",
 ]
 
-DEFAULT_SHARE_WINDOW = 1024  # the kv router's bounded shares: recent decisions per worker
+DEFAULT_SHARE_WINDOW = 512  # the kv router's bounded shares: recent decisions per worker
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,15 +49,16 @@ class RouterConfig:
     decode_weight: float = setting(
         0.5,
         "kv router: weight of a worker's active blocks in the cost (1: the DESIGN baseline; "
-        "lower favours cache affinity over spreading memory load; 0.5 and temperature 0.01 "
-        "were chosen on the first halves of two traces: docs/benchmarks.md, replay_balance)",
+        "lower favours cache affinity over spreading memory load; 0.5, temperature 0.02 and "
+        "share bound 1.05 were chosen on the first halves of two traces: docs/benchmarks.md, "
+        "replay_balance)",
         flag="kv-decode-weight",
         parse=non_negative_float,
     )
     temperature: float = setting(
-        0.01,
+        0.02,
         "kv router: 0 picks the cheapest worker, above 0 samples by softmax over costs "
-        "normalized to [0, 1] (0.01: near-ties are shared, costlier workers almost never)",
+        "normalized to [0, 1] (0.02: near-ties are shared, costlier workers almost never)",
         flag="router-temperature",
         parse=non_negative_float,
     )
@@ -70,7 +71,7 @@ class RouterConfig:
         parse=parse_bound,
     )
     share_bound: float = setting(
-        1.08,
+        1.05,
         "kv router: bounded shares: a worker routed this many times its fair share of the "
         "router's recent requests (the last --kv-share-window per worker, the new one counted, "
         "rounded up) takes none while another worker is idle, until its share falls; and "

@@ -11,9 +11,9 @@ overlap, DESIGN's formula.
 decode_weight 1 is DESIGN's baseline. Below 1 the blocks a worker already holds for running
 requests count less against it: with long prompts and a large cache that is what lets a
 repeat prefix go back to its worker. The default cost (RouterConfig: decode weight 0.5,
-temperature 0.01) was chosen on the first halves of the two Mooncake traces and checked on
-their second halves (docs/benchmarks.md, replay_balance): more prefix hits than the baseline
-at a lower load skew.
+temperature 0.02, with bounded shares at 1.05) was chosen on the first halves of the two
+Mooncake traces and checked on their second halves (docs/benchmarks.md, replay_balance): more
+prefix hits than the baseline at a lower load skew.
 
 Temperature 0 takes the argmin (ties: the worker caching the fewest blocks in total, then
 random); above 0 it samples softmax(-normalized / temperature) over logits normalized to [0, 1]
