@@ -1,5 +1,5 @@
 """Router speed: kv decision latency with 64 workers and 4k-token prompts (hashing included,
-tokenization not; the router's default cost, weights and temperature), on KV events alone
+tokenization not; the router's default cost: weights, temperature, shares), on KV events alone
 (`--kv-routed-ttl-s 0`) and with routed predictions (the default), and prefix-index event
 throughput while serving queries, for each prefix index store (native C table and pure
 Python).
@@ -32,7 +32,7 @@ from armature.workload.measure import quantile
 from bench.paths import results_path
 from bench.report import Section, get_machine_facts, markdown_table, write_section
 
-ROUTER = RouterConfig()  # the router's default cost: its weights and temperature
+ROUTER = RouterConfig()  # the router's default cost: its weights, temperature and shares
 NUM_WORKERS = 64
 BLOCK_SIZE = 16
 PROMPT_TOKENS = 4096
@@ -77,6 +77,8 @@ def decision_latency(num_decisions: int, seed: int, backend: IndexBackend) -> li
             routed_max_entries=1 << 20,
             routed_backend=backend,
             decode_weight=ROUTER.decode_weight,
+            share_bound=ROUTER.share_bound,
+            share_window=ROUTER.share_window,
         )
         wall_us, cpu_us = [], []
         for i in range(num_decisions):
@@ -156,7 +158,8 @@ def main() -> None:
         f"{NUM_WORKERS} workers, each indexed with 8 of 64 shared 2,048-token prefixes; each "
         f"decision routes a {PROMPT_TOKENS}-token prompt (a shared prefix + 2,048 fresh "
         "tokens): block hashing, index lookup, cost and choice (the router's default cost: "
-        f"decode weight {ROUTER.decode_weight:g}, temperature {ROUTER.temperature:g}), no "
+        f"decode weight {ROUTER.decode_weight:g}, temperature {ROUTER.temperature:g}, share "
+        f"bound {ROUTER.share_bound:g} over {ROUTER.share_window}), no "
         "tokenization. `kv (events)`: `--kv-routed-ttl-s 0`, KV events only (the index's "
         "token walk hashes the prompt only as far as a worker holds it); `kv (events + "
         f"routed)`: the default, routed predictions for {ROUTER.routed_ttl_s:g} s too (every "
