@@ -11,6 +11,7 @@ direct        the worker named by the request (header), for debugging and tests
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +21,7 @@ from typing import Protocol
 from armature.config.routing import DEFAULT_SHARE_WINDOW
 from armature.errors import ArmatureError
 from armature.kv.hashing import compute_seq_hashes, hash_seed_for_salt
-from armature.router.cost import bounded_workers, select_worker, worker_logits
+from armature.router.cost import bounded_workers, select_worker, within_capacity, worker_logits
 from armature.router.index_backend import IndexBackend
 from armature.router.load import ActiveLoad, WorkerLoad
 from armature.router.prefix_index import PrefixIndex
@@ -215,10 +216,13 @@ class KvPolicy:
             allowed = bounded_workers(workers, loads, self.load_bound)
             if allowed is not None:
                 workers = [workers[i] for i in allowed]
+        counts = None  # the workers' shares of the window, with a share bound
         if self.shares is not None:
-            allowed = self.shares.bounded(workers, self.share_bound)
+            counts = self.shares.get_counts(workers)
+            allowed = within_capacity(counts, self.share_bound)
             if allowed and _may_spill(loads, workers, allowed):
                 workers = [workers[i] for i in allowed]
+                counts = [counts[i] for i in allowed]
         logits = worker_logits(
             workers,
             len(request.token_ids),
@@ -228,8 +232,8 @@ class KvPolicy:
             self.overlap_weight,
             self.decode_weight,
         )
-        if self.shares is not None:
-            workers, logits = self._fair_ties(workers, logits)
+        if counts is not None:
+            workers, logits = _fair_ties(workers, logits, counts, self.temperature)
         index = self.index
         cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
         chosen = workers[select_worker(logits, cached, self.temperature, self._rng)]
@@ -237,25 +241,28 @@ class KvPolicy:
             self.shares.record(chosen, num_workers)
         return RouteDecision(chosen, overlaps.get(chosen, 0))
 
-    def _fair_ties(
-        self, workers: Sequence[str], logits: list[float]
-    ) -> tuple[Sequence[str], list[float]]:
-        """Among the workers the draw holds near-ties of the cheapest (within `temperature` x
-        the logits' range of it; exact ties at temperature 0), those below their fair share
-        of the window (`RecentShares.bounded` at 1), when some worker is at it and any of
-        them is such a tie: a request that any of them serves as cheaply goes where the
-        counts are low, which keeps a hot prefix's worker under its bound for the requests
-        only it serves well."""
-        assert self.shares is not None
-        fair = self.shares.bounded(workers, 1.0)
-        if not fair:
-            return workers, logits
-        low = min(logits)
-        near = low + self.temperature * (max(logits) - low)
-        ties = [i for i in fair if logits[i] <= near]
-        if not ties:
-            return workers, logits
-        return [workers[i] for i in ties], [logits[i] for i in ties]
+
+def _fair_ties(
+    workers: Sequence[str], logits: list[float], counts: list[int], temperature: float
+) -> tuple[Sequence[str], list[float]]:
+    """Among the workers the draw holds near-ties of the cheapest (within `temperature` x the
+    logits' range of it; exact ties at temperature 0), those below their fair share of the
+    window (`counts` at a bound of 1), when some worker is at it and any of them is such a
+    tie: a request that any of them serves as cheaply goes where the counts are low, which
+    keeps a hot prefix's worker under its bound for the requests only it serves well."""
+    capacity = math.ceil((sum(counts) + 1) / len(counts))  # `within_capacity` at 1
+    if max(counts) < capacity:
+        return workers, logits
+    low = min(logits)
+    near = low + temperature * (max(logits) - low)
+    ties = [
+        i
+        for i, (logit, count) in enumerate(zip(logits, counts, strict=True))
+        if logit <= near and count < capacity
+    ]
+    if not ties:
+        return workers, logits
+    return [workers[i] for i in ties], [logits[i] for i in ties]
 
 
 def _check_bound(kind: str, bound: float) -> None:
@@ -270,6 +277,8 @@ def _may_spill(loads: Mapping[str, WorkerLoad], workers: Sequence[str], kept: li
     every worker busy, a request moved off its prefix's worker recomputes the prefix behind
     a queue, so the cost (queues and cache) decides; with the whole fleet idle it delays
     nobody anywhere, so a lone client's turns stay where their prefix is."""
+    if not loads:  # nothing in flight anywhere
+        return False
     return any(_idle(loads, workers[i]) for i in kept) and not all(_idle(loads, w) for w in workers)
 
 

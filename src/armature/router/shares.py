@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Sequence
+from itertools import repeat
 
 from armature.router.cost import within_capacity
 
@@ -49,13 +50,17 @@ class RecentShares:
     def bounded(self, workers: Sequence[str], bound: float) -> list[int] | None:
         """The indexes of `workers` below their capacity when some worker is at it; None
         when every worker may take one more. Some worker always may (one at or below the
-        mean is below a bound above 1). A worker not routed over before joins the window
-        with the others' mean count (`_credit`)."""
-        joined = [w for w in workers if w not in self._known]
-        if joined:
+        mean is below a bound above 1)."""
+        return within_capacity(self.get_counts(workers), bound)
+
+    def get_counts(self, workers: Sequence[str]) -> list[int]:
+        """The counts of `workers`, in order. A worker not routed over before joins the
+        window with the others' mean count (`_credit`)."""
+        if not self._known.issuperset(workers):
+            joined = [w for w in workers if w not in self._known]
             self._known.update(joined)
             self._credit(joined, [w for w in workers if w not in joined])
-        return within_capacity([self._counts[w] for w in workers], bound)
+        return list(map(self._counts.get, workers, repeat(0)))
 
     def _credit(self, joined: Sequence[str], staying: Sequence[str]) -> None:
         """Each worker in `joined` counts the staying workers' mean (rounded), as the window's
