@@ -1111,12 +1111,167 @@ fail:
     return NULL;
 }
 
+/* ---- bounded shares and loads: capacities and fair near-ties ---------------------------- */
+
+/* The ints of `seq` (a PySequence_Fast) into `out` (n of them); -1 with an error set. */
+static int read_counts(PyObject *seq, long long *out, Py_ssize_t n) {
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsLongLong(items[i]);
+        if (out[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+/* ceil(bound * (sum + 1) / n) in the reference's double operations (armature.router.cost.
+ * within_capacity; ints below 2**53 are exact doubles), and whether some count is at it. */
+static double capacity_of(const long long *counts, Py_ssize_t n, double bound, int *reached) {
+    long long sum = 0, high = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        sum += counts[i];
+        if (i == 0 || counts[i] > high) high = counts[i];
+    }
+    double capacity = ceil(bound * (double)(sum + 1) / (double)n);
+    *reached = n > 0 && (double)high >= capacity;
+    return capacity;
+}
+
+/* The indexes i with keep[i] as a list, or None when there are none. */
+static PyObject *index_list(const char *keep, Py_ssize_t n) {
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < n; i++) kept += keep[i];
+    if (kept == 0) Py_RETURN_NONE;
+    PyObject *out = PyList_New(kept);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0, j = 0; i < n; i++) {
+        if (!keep[i]) continue;
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, j++, index);
+    }
+    return out;
+}
+
+/* Buffers for n counts, logits and flags: on the stack up to 256, else on the heap. */
+typedef struct {
+    long long counts_stack[256];
+    double logits_stack[256];
+    char keep_stack[256];
+    long long *counts;
+    double *logits;
+    char *keep;
+} ShareBuffers;
+
+static int buffers_open(ShareBuffers *b, Py_ssize_t n) {
+    int small = n <= 256;
+    b->counts = small ? b->counts_stack : PyMem_Malloc((size_t)n * sizeof(long long));
+    b->logits = small ? b->logits_stack : PyMem_Malloc((size_t)n * sizeof(double));
+    b->keep = small ? b->keep_stack : PyMem_Malloc((size_t)n);
+    if (b->counts && b->logits && b->keep) return 0;
+    PyErr_NoMemory();
+    return -1;
+}
+
+static void buffers_close(ShareBuffers *b) {
+    if (b->counts != b->counts_stack) PyMem_Free(b->counts);
+    if (b->logits != b->logits_stack) PyMem_Free(b->logits);
+    if (b->keep != b->keep_stack) PyMem_Free(b->keep);
+}
+
+/* within_capacity(counts, bound) -> list[int] | None: armature.router.cost.within_capacity. */
+static PyObject *within_capacity(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (check_nargs("within_capacity", nargs, 2) < 0) return NULL;
+    double bound = PyFloat_AsDouble(args[1]);
+    if (bound == -1.0 && PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "counts must be a sequence of ints");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = NULL;
+    ShareBuffers b;
+    if (n == 0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "no counts to bound");
+    } else if (buffers_open(&b, n) == 0) {
+        if (read_counts(seq, b.counts, n) == 0) {
+            int reached;
+            double capacity = capacity_of(b.counts, n, bound, &reached);
+            if (!reached) {
+                out = Py_NewRef(Py_None);
+            } else {
+                for (Py_ssize_t i = 0; i < n; i++) b.keep[i] = (double)b.counts[i] < capacity;
+                out = index_list(b.keep, n);
+            }
+        }
+        buffers_close(&b);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+/* fair_ties(logits, counts, temperature) -> list[int] | None: armature.router.cost.fair_ties,
+ * the same float operations in the same order. */
+static PyObject *fair_ties(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (check_nargs("fair_ties", nargs, 3) < 0) return NULL;
+    double temperature = PyFloat_AsDouble(args[2]);
+    if (temperature == -1.0 && PyErr_Occurred()) return NULL;
+    PyObject *logits_seq = PySequence_Fast(args[0], "logits must be a sequence of floats");
+    if (logits_seq == NULL) return NULL;
+    PyObject *counts_seq = PySequence_Fast(args[1], "counts must be a sequence of ints");
+    if (counts_seq == NULL) {
+        Py_DECREF(logits_seq);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(counts_seq);
+    PyObject *out = NULL;
+    ShareBuffers b;
+    if (n == 0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "no counts to bound");
+    } else if (PySequence_Fast_GET_SIZE(logits_seq) != n) {
+        PyErr_SetString(PyExc_ValueError, "logits and counts differ in length");
+    } else if (buffers_open(&b, n) == 0) {
+        int ok = read_counts(counts_seq, b.counts, n) == 0;
+        PyObject **items = PySequence_Fast_ITEMS(logits_seq);
+        double low = 0.0, high = 0.0;
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            double logit = PyFloat_AsDouble(items[i]);
+            ok = !(logit == -1.0 && PyErr_Occurred());
+            b.logits[i] = logit;
+            if (i == 0 || logit < low) low = logit;
+            if (i == 0 || logit > high) high = logit;
+        }
+        if (ok) {
+            int reached;
+            double capacity = capacity_of(b.counts, n, 1.0, &reached);
+            if (!reached) {
+                out = Py_NewRef(Py_None);
+            } else {
+                double near = low + temperature * (high - low);
+                for (Py_ssize_t i = 0; i < n; i++)
+                    b.keep[i] = b.logits[i] <= near && (double)b.counts[i] < capacity;
+                out = index_list(b.keep, n);
+            }
+        }
+        buffers_close(&b);
+    }
+    Py_DECREF(logits_seq);
+    Py_DECREF(counts_seq);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"softmax_pick", (PyCFunction)(void (*)(void))softmax_pick, METH_FASTCALL,
      "softmax_pick(logits, temperature, u) -> index: the kv policy's draw"},
     {"worker_logits", (PyCFunction)(void (*)(void))worker_logits, METH_FASTCALL,
      "worker_logits(workers, isl_tokens, block_size, overlaps, loads, overlap_weight, "
      "decode_weight) -> logits: the kv policy's cost"},
+    {"within_capacity", (PyCFunction)(void (*)(void))within_capacity, METH_FASTCALL,
+     "within_capacity(counts, bound) -> indexes below the capacity, or None"},
+    {"fair_ties", (PyCFunction)(void (*)(void))fair_ties, METH_FASTCALL,
+     "fair_ties(logits, counts, temperature) -> the near-ties below their fair share, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,9 +19,10 @@ Temperature 0 takes the argmin (ties: the worker caching the fewest blocks in to
 random); above 0 it samples softmax(-normalized / temperature) over logits normalized to [0, 1]
 by their range. Pure. This is the router's hot path (64 workers per decision): logits are
 plain floats, idle workers without an overlap share one precomputed logit, cached-block
-counts are asked for tied workers only, and the logits and the softmax draw run in C
-(`armature.router._index`: the same float operations in the same order as `worker_logits_py`
-and `softmax_pick_py`, their references and the fallback where the extension was not built).
+counts are asked for tied workers only, and the logits, bounded shares' capacities and fair
+near-ties, and the softmax draw run in C (`armature.router._index`: the same float operations
+in the same order as `worker_logits_py`, `within_capacity_py`, `fair_ties_py` and
+`softmax_pick_py`, their references and the fallback where the extension was not built).
 """
 
 from __future__ import annotations
@@ -42,9 +43,12 @@ except ImportError:  # built without a C compiler
 __all__ = [
     "bounded_workers",
     "cost_terms",
+    "fair_ties",
+    "fair_ties_py",
     "select_worker",
     "softmax_pick_py",
     "within_capacity",
+    "within_capacity_py",
     "worker_logits",
     "worker_logits_py",
 ]
@@ -129,10 +133,42 @@ def bounded_workers(
 def within_capacity(counts: Sequence[int], bound: float) -> list[int] | None:
     """The indexes of `counts` below `ceil(bound * (sum + 1) / len(counts))` when some count is
     at it (the rule of bounded loads and bounded shares); None when none is."""
+    if _native is not None:
+        return _native.within_capacity(counts, bound)
+    return within_capacity_py(counts, bound)
+
+
+def within_capacity_py(counts: Sequence[int], bound: float) -> list[int] | None:
+    """`within_capacity` in Python: the reference of the native one."""
     capacity = math.ceil(bound * (sum(counts) + 1) / len(counts))
     if max(counts, default=0) < capacity:
         return None
-    return [i for i, count in enumerate(counts) if count < capacity]
+    return [i for i, count in enumerate(counts) if count < capacity] or None
+
+
+def fair_ties(
+    logits: Sequence[float], counts: Sequence[int], temperature: float
+) -> list[int] | None:
+    """Bounded shares' fair near-ties: when some worker is at its fair share of the window
+    (`counts` at a bound of 1), the indexes of the workers within `temperature` x the logits'
+    range of the cheapest (exact ties at temperature 0) that are below it; None when no
+    worker is at it or no such tie is below it."""
+    if _native is not None:
+        return _native.fair_ties(logits, counts, temperature)
+    return fair_ties_py(logits, counts, temperature)
+
+
+def fair_ties_py(
+    logits: Sequence[float], counts: Sequence[int], temperature: float
+) -> list[int] | None:
+    """`fair_ties` in Python: the reference of the native one."""
+    fair = within_capacity_py(counts, 1.0)
+    if fair is None:
+        return None
+    low = min(logits)
+    near = low + temperature * (max(logits) - low)
+    below = set(fair)
+    return [i for i, logit in enumerate(logits) if logit <= near and i in below] or None
 
 
 def select_worker(

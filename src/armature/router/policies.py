@@ -11,7 +11,6 @@ direct        the worker named by the request (header), for debugging and tests
 from __future__ import annotations
 
 import itertools
-import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +20,13 @@ from typing import Protocol
 from armature.config.routing import DEFAULT_SHARE_WINDOW
 from armature.errors import ArmatureError
 from armature.kv.hashing import compute_seq_hashes, hash_seed_for_salt
-from armature.router.cost import bounded_workers, select_worker, within_capacity, worker_logits
+from armature.router.cost import (
+    bounded_workers,
+    fair_ties,
+    select_worker,
+    within_capacity,
+    worker_logits,
+)
 from armature.router.index_backend import IndexBackend
 from armature.router.load import ActiveLoad, WorkerLoad
 from armature.router.prefix_index import PrefixIndex
@@ -233,36 +238,18 @@ class KvPolicy:
             self.decode_weight,
         )
         if counts is not None:
-            workers, logits = _fair_ties(workers, logits, counts, self.temperature)
+            # the near-ties of the cheapest go where the counts are low, which keeps a hot
+            # prefix's worker under its bound for the requests only it serves well
+            ties = fair_ties(logits, counts, self.temperature)
+            if ties is not None:
+                workers = [workers[i] for i in ties]
+                logits = [logits[i] for i in ties]
         index = self.index
         cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
         chosen = workers[select_worker(logits, cached, self.temperature, self._rng)]
         if self.shares is not None:
             self.shares.record(chosen, num_workers)
         return RouteDecision(chosen, overlaps.get(chosen, 0))
-
-
-def _fair_ties(
-    workers: Sequence[str], logits: list[float], counts: list[int], temperature: float
-) -> tuple[Sequence[str], list[float]]:
-    """Among the workers the draw holds near-ties of the cheapest (within `temperature` x the
-    logits' range of it; exact ties at temperature 0), those below their fair share of the
-    window (`counts` at a bound of 1), when some worker is at it and any of them is such a
-    tie: a request that any of them serves as cheaply goes where the counts are low, which
-    keeps a hot prefix's worker under its bound for the requests only it serves well."""
-    capacity = math.ceil((sum(counts) + 1) / len(counts))  # `within_capacity` at 1
-    if max(counts) < capacity:
-        return workers, logits
-    low = min(logits)
-    near = low + temperature * (max(logits) - low)
-    ties = [
-        i
-        for i, (logit, count) in enumerate(zip(logits, counts, strict=True))
-        if logit <= near and count < capacity
-    ]
-    if not ties:
-        return workers, logits
-    return [workers[i] for i in ties], [logits[i] for i in ties]
 
 
 def _check_bound(kind: str, bound: float) -> None:

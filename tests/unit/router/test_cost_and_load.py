@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from armature.router.cost import (
     cost_terms,
+    fair_ties_py,
     select_worker,
     softmax_pick_py,
+    within_capacity_py,
     worker_logits,
     worker_logits_py,
 )
@@ -24,7 +26,7 @@ from armature.router.load import ActiveLoad, WorkerLoad
 from without_extension import run_without
 
 if has_native_index():
-    from armature.router._index import softmax_pick
+    from armature.router._index import fair_ties, softmax_pick, within_capacity
     from armature.router._index import worker_logits as native_worker_logits
 
 
@@ -194,6 +196,61 @@ def test_native_logits_are_the_python_logits(
     assert native_worker_logits(*args) == worker_logits_py(*args)
 
 
+def test_capacity_and_fair_ties_by_hand() -> None:
+    """Counts 5, 1, 3, 3 (12 decisions): bound 1.05 gives capacity ceil(1.05 x 13 / 4) = 4,
+    which the first worker is at; at bound 1 (fair share) ceil(13 / 4) = 4 too. Of the
+    logits 10, 10.1, 10, 20 (range 10), temperature 0.02 holds near-ties up to 10.2: the
+    first three, of which the last two are below their fair share."""
+    counts, logits = [5, 1, 3, 3], [10.0, 10.1, 10.0, 20.0]
+    assert within_capacity_py(counts, 1.05) == [1, 2, 3]
+    assert within_capacity_py([3, 3, 3, 3], 1.05) is None  # capacity 4: nobody at it
+    assert fair_ties_py(logits, counts, 0.02) == [1, 2]
+    assert fair_ties_py(logits, counts, 0.0) == [2]  # exact ties only
+    assert fair_ties_py([10.0, 20.0, 20.0, 20.0], counts, 0.0) is None  # none below is a tie
+    assert fair_ties_py(logits, [3, 3, 3, 3], 0.02) is None  # nobody at the fair share
+
+
+COUNTS = st.lists(st.integers(0, 2_000), min_size=1, max_size=300)
+
+
+@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
+@given(COUNTS, st.sampled_from([1.0, 1.05, 1.08, 1.5, 2.0, 3]))
+def test_native_capacity_is_the_python_capacity(counts: list[int], bound: float) -> None:
+    """The same indexes (or None) for any counts, over 256 of them too (the heap buffers)."""
+    assert within_capacity(counts, bound) == within_capacity_py(counts, bound)
+
+
+@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2_000), st.sampled_from([0.0, 1.5, 7.25, 100.0, 101.0])),
+        min_size=1,
+        max_size=300,
+    ),
+    st.sampled_from([0.0, 0.01, 0.02, 0.5, 1.0]),
+)
+def test_native_fair_ties_are_the_python_ones(
+    pairs: list[tuple[int, float]], temperature: float
+) -> None:
+    """Counts and logits drawn from few values, so that ties and workers at their fair
+    share are common: the same indexes (or None)."""
+    counts = [count for count, _ in pairs]
+    logits = [logit for _, logit in pairs]
+    assert fair_ties(logits, counts, temperature) == fair_ties_py(logits, counts, temperature)
+
+
+@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
+def test_native_share_functions_reject_what_python_rejects() -> None:
+    with pytest.raises(ZeroDivisionError):
+        within_capacity([], 1.05)
+    with pytest.raises(ZeroDivisionError):
+        fair_ties([], [], 0.0)
+    with pytest.raises(ValueError, match="differ in length"):
+        fair_ties([1.0], [1, 2], 0.0)
+    with pytest.raises(TypeError):
+        within_capacity([1, "2"], 1.05)
+
+
 def test_cost_without_the_extension_is_the_reference() -> None:
     """Without the extension, logits and the draw come from the Python code."""
     script = """
@@ -206,6 +263,8 @@ logits = [rng.uniform(0, 100) for _ in range(64)]
 print(cost.select_worker(logits, lambda i: 0, 0.01, random.Random(5)))
 print(cost.softmax_pick_py(logits, 0.01, random.Random(5).random()))
 print(cost.worker_logits(["a", "b"], 128, 16, {"b": 3}, {"a": WorkerLoad(0, 2, 1)}) == [18.0, 10.0])
+print(cost.within_capacity([5, 1, 3, 3], 1.05) == [1, 2, 3])
+print(cost.fair_ties([10.0, 10.1, 10.0, 20.0], [5, 1, 3, 3], 0.02) == [1, 2])
 """
-    first, second, logits_ok = run_without("armature.router._index", script).split()
-    assert first == second and logits_ok == "True"
+    first, second, *checks = run_without("armature.router._index", script).split()
+    assert first == second and checks == ["True", "True", "True"]
