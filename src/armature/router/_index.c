@@ -1165,20 +1165,22 @@ typedef struct {
     char *keep;
 } ShareBuffers;
 
+static void buffers_close(ShareBuffers *b) {
+    if (b->counts != b->counts_stack) PyMem_Free(b->counts); /* PyMem_Free(NULL) is a no-op */
+    if (b->logits != b->logits_stack) PyMem_Free(b->logits);
+    if (b->keep != b->keep_stack) PyMem_Free(b->keep);
+}
+
+/* 0, or -1 with MemoryError set and nothing left allocated. */
 static int buffers_open(ShareBuffers *b, Py_ssize_t n) {
     int small = n <= 256;
     b->counts = small ? b->counts_stack : PyMem_Malloc((size_t)n * sizeof(long long));
     b->logits = small ? b->logits_stack : PyMem_Malloc((size_t)n * sizeof(double));
     b->keep = small ? b->keep_stack : PyMem_Malloc((size_t)n);
     if (b->counts && b->logits && b->keep) return 0;
+    buffers_close(b);
     PyErr_NoMemory();
     return -1;
-}
-
-static void buffers_close(ShareBuffers *b) {
-    if (b->counts != b->counts_stack) PyMem_Free(b->counts);
-    if (b->logits != b->logits_stack) PyMem_Free(b->logits);
-    if (b->keep != b->keep_stack) PyMem_Free(b->keep);
 }
 
 /* within_capacity(counts, bound) -> list[int] | None: armature.router.cost.within_capacity. */
