@@ -32,6 +32,10 @@ For each workload and window:
                     the grid point at or above it), with the same start-up: a planner that
                     knew the current rate exactly but not what comes next (the reference a
                     planner that follows the load is measured against)
+    prescient bound the same, but at every tick the size for the highest rate of the next
+                    start-up + one load tick (35 s): a fleet that knew the load its
+                    workers' start-up hides, which no planner that reads the load can be
+                    (what the targets ask of the workload, apart from any planner)
 
 Targets (issue "Planner"): planned SLA attainment >= 95%; planned worker-seconds <= 70% of
 static peak's (the cost against static day's is shown beside it); planned attainment above
@@ -288,20 +292,27 @@ def get_ideal_share(
 
 
 def reactive_schedule(
-    shape: RateShape, span_s: float, sizes: dict[float, int]
+    shape: RateShape, span_s: float, sizes: dict[float, int], lead_s: float = 0.0
 ) -> list[tuple[float, int]]:
     """The reactive bound's fleet over `span_s`, second by second: at t, the smallest size
     holding the target at the rate of t (the grid point at or above it), as (seconds,
     workers) changes from 0. The fleet reads it at its load ticks, so it acts on a change at
-    the first tick after it."""
+    the first tick after it. With `lead_s`, the prescient bound's: at t, the size for the
+    highest rate over the whole seconds of [t, t + lead_s] (a fleet that sees that far
+    ahead asks for a worker in time for the load it will serve)."""
     grid = sorted(sizes)
     changes: list[tuple[float, int]] = []
     for t in range(math.ceil(span_s) + 1):
-        multiplier = shape.get_multiplier(float(t))
+        multiplier = max(shape.get_multiplier(float(t + d)) for d in range(int(lead_s) + 1))
         above = min((m for m in grid if m >= multiplier - 1e-9), default=grid[-1])
         if not changes or changes[-1][1] != sizes[above]:
             changes.append((float(t), sizes[above]))
     return changes
+
+
+def get_lead_s(args: argparse.Namespace) -> float:
+    """How far ahead the prescient bound sees: a worker's start-up and one load tick."""
+    return float(args.startup_s) + PLANNER.load_interval_s
 
 
 def run_workload(
@@ -321,12 +332,12 @@ def run_workload(
     blind = replace(config, planner_rule="both", planner=replace(PLANNER, queue_aware=False))
     threshold = replay(shaped, blind)
     span_s = (shaped[-1].arrival_ms - shaped[0].arrival_ms) / 1000.0
-    schedule = reactive_schedule(shape, span_s, sizes)
-    reactive = replay(
-        shaped,
-        replace(config, num_workers=schedule[0][1]),
-        sizer=ScheduledSizer(schedule, shaped[0].arrival_ms / 1000.0),
-    )
+    bounds = []
+    for lead_s in (0.0, get_lead_s(args)):
+        schedule = reactive_schedule(shape, span_s, sizes, lead_s)
+        sizer = ScheduledSizer(schedule, shaped[0].arrival_ms / 1000.0)
+        bounds.append(replay(shaped, replace(config, num_workers=schedule[0][1]), sizer=sizer))
+    reactive, prescient = bounds
     mean_workers = planned.worker_seconds / planned.simulated_time_s
     static: dict[int, ReplayReport] = {}
 
@@ -361,6 +372,7 @@ def run_workload(
     if equal.above != equal.below:
         runs.append(Run(f"static above mean ({equal.above})", static[equal.above], None))
     runs.append(Run("reactive bound", reactive, first_up_s(reactive, step_at_s)))
+    runs.append(Run("prescient bound", prescient, first_up_s(prescient, step_at_s)))
     return runs, ideal, equal
 
 
@@ -383,11 +395,17 @@ def row(workload: str, index: int, run: Run) -> list[object]:
 
 
 def checks(
-    workload: str, index: int, runs: list[Run], ideal: tuple[float, float], equal: EqualCost
+    workload: str,
+    index: int,
+    runs: list[Run],
+    ideal: tuple[float, float],
+    equal: EqualCost,
+    lead_s: float,
 ) -> list[str]:
     by_label = {run.label: run for run in runs}
     planned, threshold = runs[0].report, runs[1].report
-    peak, day, reactive = runs[2].report, runs[3].report, runs[-1].report
+    peak, day = runs[2].report, runs[3].report
+    reactive, prescient = by_label["reactive bound"].report, by_label["prescient bound"].report
     cost = planned.worker_seconds / peak.worker_seconds
     sizes = " and ".join(
         f"{num}: {by_label[label].report.sla_attainment:.3f}"
@@ -417,6 +435,10 @@ def checks(
         f"{workload} w{index}: the reactive bound (the current rate's steady-rate size at "
         f"every tick): attainment {reactive.sla_attainment:.3f}, worker-seconds "
         f"{reactive.worker_seconds / peak.worker_seconds:.0%} of static peak's",
+        f"{workload} w{index}: the prescient bound (the steady-rate size for the highest rate "
+        f"of the next {lead_s:.0f} s at every tick): attainment "
+        f"{prescient.sla_attainment:.3f}, worker-seconds "
+        f"{prescient.worker_seconds / peak.worker_seconds:.0%} of static peak's",
     ]
 
 
@@ -460,7 +482,7 @@ def main() -> None:
             rows += [row(workload, index, run) for run in runs]
             for r in rows[-len(runs) :]:
                 print(r, flush=True)
-            marks += checks(workload, index, runs, ideal, equal)
+            marks += checks(workload, index, runs, ideal, equal, get_lead_s(args))
     p = PLANNER
     body = (
         f"{args.trace}, windows {', '.join(map(str, args.windows))} of {size:,} requests each "
@@ -485,7 +507,10 @@ def main() -> None:
         "bound: no planner; at every load tick the fleet asks for the smallest static size "
         f"holding {SLA_TARGET:.0%} at that moment's rate (the steady-rate sizes below, the "
         "grid point at or above it), with the same start-up: a planner that knew the current "
-        "rate exactly but not what comes next. First up: "
+        "rate exactly but not what comes next. Prescient bound: the same, asking at every "
+        f"tick for the size of the highest rate of the next {get_lead_s(args):g} s (a "
+        "worker's start-up and a load tick): a fleet that knew the load its start-up hides, "
+        "which no planner reading the load can. First up: "
         "seconds from the step's start (diurnal: from a quarter-day, the steepest rise) to the "
         "first sample with a worker starting.\n\n"
         + markdown_table(

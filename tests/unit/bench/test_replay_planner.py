@@ -40,3 +40,10 @@ def test_the_reactive_schedule_rounds_a_rate_up_to_the_next_grid_point() -> None
     # it after 75 s, so 4 from 26 s (the first whole second past it) to 75 s
     schedule = reactive_schedule(DiurnalShape(4.0, 100.0), 100.0, {1.0: 2, 2.5: 3, 4.0: 4})
     assert schedule == [(0.0, 2), (1.0, 3), (26.0, 4), (75.0, 3), (100.0, 2)]
+
+
+def test_the_prescient_schedule_asks_a_lead_ahead_of_the_step() -> None:
+    # the same step seen 5 s ahead: 4 from 5 s (the step is within [5, 10]), back to 2 from
+    # 20 s (nothing of it left ahead), so the workers are there when the step comes
+    schedule = reactive_schedule(StepShape(4.0, 10.0, 10.0), 30.0, {1.0: 2, 4.0: 4}, 5.0)
+    assert schedule == [(0.0, 2), (5.0, 4), (20.0, 2)]
