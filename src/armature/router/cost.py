@@ -162,6 +162,8 @@ def fair_ties_py(
     logits: Sequence[float], counts: Sequence[int], temperature: float
 ) -> list[int] | None:
     """`fair_ties` in Python: the reference of the native one."""
+    if len(logits) != len(counts):
+        raise ValueError("logits and counts differ in length")
     fair = within_capacity_py(counts, 1.0)
     if fair is None:
         return None

@@ -239,6 +239,17 @@ def test_native_fair_ties_are_the_python_ones(
     assert fair_ties(logits, counts, temperature) == fair_ties_py(logits, counts, temperature)
 
 
+def test_python_share_functions_reject_bad_input() -> None:
+    with pytest.raises(ZeroDivisionError):
+        within_capacity_py([], 1.05)
+    with pytest.raises(ZeroDivisionError):
+        fair_ties_py([], [], 0.0)
+    with pytest.raises(ValueError, match="differ in length"):
+        fair_ties_py([1.0], [1, 2], 0.0)
+    with pytest.raises(TypeError):
+        within_capacity_py([1, "2"], 1.05)
+
+
 @pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
 def test_native_share_functions_reject_what_python_rejects() -> None:
     with pytest.raises(ZeroDivisionError):
