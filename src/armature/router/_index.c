@@ -1124,16 +1124,27 @@ static int read_counts(PyObject *seq, long long *out, Py_ssize_t n) {
 }
 
 /* ceil(bound * (sum + 1) / n) in the reference's double operations (armature.router.cost.
- * within_capacity; ints below 2**53 are exact doubles), and whether some count is at it. */
-static double capacity_of(const long long *counts, Py_ssize_t n, double bound, int *reached) {
-    long long sum = 0, high = 0;
+ * within_capacity; ints below 2**53 are exact doubles) into *capacity, and whether some count
+ * is at it into *reached; -1 with an error set when the sum leaves a long long or the
+ * capacity is not finite (a NaN or infinite bound). */
+static int capacity_of(const long long *counts, Py_ssize_t n, double bound, double *capacity,
+                       int *reached) {
+    long long sum = 1, high = 0; /* the new decision counted */
     for (Py_ssize_t i = 0; i < n; i++) {
-        sum += counts[i];
+        if (__builtin_add_overflow(sum, counts[i], &sum)) {
+            PyErr_SetString(PyExc_OverflowError, "the counts' sum is too large");
+            return -1;
+        }
         if (i == 0 || counts[i] > high) high = counts[i];
     }
-    double capacity = ceil(bound * (double)(sum + 1) / (double)n);
-    *reached = n > 0 && (double)high >= capacity;
-    return capacity;
+    *capacity = ceil(bound * (double)sum / (double)n);
+    if (!isfinite(*capacity)) { /* as math.ceil refuses it */
+        PyErr_SetString(isnan(*capacity) ? PyExc_ValueError : PyExc_OverflowError,
+                        "the capacity is not a finite number");
+        return -1;
+    }
+    *reached = n > 0 && (double)high >= *capacity;
+    return 0;
 }
 
 /* The indexes i with keep[i] as a list, or None when there are none. */
@@ -1197,9 +1208,10 @@ static PyObject *within_capacity(PyObject *module, PyObject *const *args, Py_ssi
     if (n == 0) {
         PyErr_SetString(PyExc_ZeroDivisionError, "no counts to bound");
     } else if (buffers_open(&b, n) == 0) {
-        if (read_counts(seq, b.counts, n) == 0) {
-            int reached;
-            double capacity = capacity_of(b.counts, n, bound, &reached);
+        int reached;
+        double capacity;
+        if (read_counts(seq, b.counts, n) == 0 &&
+            capacity_of(b.counts, n, bound, &capacity, &reached) == 0) {
             if (!reached) {
                 out = Py_NewRef(Py_None);
             } else {
@@ -1213,13 +1225,32 @@ static PyObject *within_capacity(PyObject *module, PyObject *const *args, Py_ssi
     return out;
 }
 
+/* fair_ties' answer once some count is at `capacity`: the indexes of the logits within
+ * `temperature` x their range of the cheapest whose count is below it, or None. */
+static PyObject *near_ties_below(ShareBuffers *b, PyObject **items, Py_ssize_t n,
+                                 double capacity, PyObject *temperature_obj) {
+    double temperature = PyFloat_AsDouble(temperature_obj);
+    if (temperature == -1.0 && PyErr_Occurred()) return NULL;
+    double low = 0.0, high = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double logit = PyFloat_AsDouble(items[i]);
+        if (logit == -1.0 && PyErr_Occurred()) return NULL;
+        b->logits[i] = logit;
+        if (i == 0 || logit < low) low = logit;
+        if (i == 0 || logit > high) high = logit;
+    }
+    double near = low + temperature * (high - low);
+    for (Py_ssize_t i = 0; i < n; i++)
+        b->keep[i] = b->logits[i] <= near && (double)b->counts[i] < capacity;
+    return index_list(b->keep, n);
+}
+
 /* fair_ties(logits, counts, temperature) -> list[int] | None: armature.router.cost.fair_ties,
- * the same float operations in the same order. */
+ * the same float operations in the same order; like it, the logits and the temperature are
+ * read only when some count is at its fair share. */
 static PyObject *fair_ties(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (check_nargs("fair_ties", nargs, 3) < 0) return NULL;
-    double temperature = PyFloat_AsDouble(args[2]);
-    if (temperature == -1.0 && PyErr_Occurred()) return NULL;
     PyObject *logits_seq = PySequence_Fast(args[0], "logits must be a sequence of floats");
     if (logits_seq == NULL) return NULL;
     PyObject *counts_seq = PySequence_Fast(args[1], "counts must be a sequence of ints");
@@ -1230,31 +1261,20 @@ static PyObject *fair_ties(PyObject *module, PyObject *const *args, Py_ssize_t n
     Py_ssize_t n = PySequence_Fast_GET_SIZE(counts_seq);
     PyObject *out = NULL;
     ShareBuffers b;
-    if (n == 0) {
-        PyErr_SetString(PyExc_ZeroDivisionError, "no counts to bound");
-    } else if (PySequence_Fast_GET_SIZE(logits_seq) != n) {
+    if (PySequence_Fast_GET_SIZE(logits_seq) != n) {
         PyErr_SetString(PyExc_ValueError, "logits and counts differ in length");
+    } else if (n == 0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "no counts to bound");
     } else if (buffers_open(&b, n) == 0) {
-        int ok = read_counts(counts_seq, b.counts, n) == 0;
-        PyObject **items = PySequence_Fast_ITEMS(logits_seq);
-        double low = 0.0, high = 0.0;
-        for (Py_ssize_t i = 0; ok && i < n; i++) {
-            double logit = PyFloat_AsDouble(items[i]);
-            ok = !(logit == -1.0 && PyErr_Occurred());
-            b.logits[i] = logit;
-            if (i == 0 || logit < low) low = logit;
-            if (i == 0 || logit > high) high = logit;
-        }
-        if (ok) {
-            int reached;
-            double capacity = capacity_of(b.counts, n, 1.0, &reached);
+        int reached;
+        double capacity;
+        if (read_counts(counts_seq, b.counts, n) == 0 &&
+            capacity_of(b.counts, n, 1.0, &capacity, &reached) == 0) {
             if (!reached) {
                 out = Py_NewRef(Py_None);
             } else {
-                double near = low + temperature * (high - low);
-                for (Py_ssize_t i = 0; i < n; i++)
-                    b.keep[i] = b.logits[i] <= near && (double)b.counts[i] < capacity;
-                out = index_list(b.keep, n);
+                out = near_ties_below(&b, PySequence_Fast_ITEMS(logits_seq), n, capacity,
+                                      args[2]);
             }
         }
         buffers_close(&b);

@@ -7,6 +7,7 @@ import math
 import random
 from collections import Counter
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -239,27 +240,31 @@ def test_native_fair_ties_are_the_python_ones(
     assert fair_ties(logits, counts, temperature) == fair_ties_py(logits, counts, temperature)
 
 
-def test_python_share_functions_reject_bad_input() -> None:
-    with pytest.raises(ZeroDivisionError):
-        within_capacity_py([], 1.05)
-    with pytest.raises(ZeroDivisionError):
-        fair_ties_py([], [], 0.0)
-    with pytest.raises(ValueError, match="differ in length"):
-        fair_ties_py([1.0], [1, 2], 0.0)
-    with pytest.raises(TypeError):
-        within_capacity_py([1, "2"], 1.05)
+SHARE_FUNCTIONS = [pytest.param((within_capacity_py, fair_ties_py), id="python")]
+if has_native_index():
+    SHARE_FUNCTIONS.append(pytest.param((within_capacity, fair_ties), id="native"))
 
 
-@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
-def test_native_share_functions_reject_what_python_rejects() -> None:
+@pytest.mark.parametrize("functions", SHARE_FUNCTIONS)
+def test_share_functions_refuse_bad_input_alike(functions: tuple[Any, Any]) -> None:
+    """The C functions raise what their Python references raise, and like them read no
+    logits when no count is at its fair share."""
+    capacity, ties = functions
     with pytest.raises(ZeroDivisionError):
-        within_capacity([], 1.05)
+        capacity([], 1.05)
     with pytest.raises(ZeroDivisionError):
-        fair_ties([], [], 0.0)
+        ties([], [], 0.0)
     with pytest.raises(ValueError, match="differ in length"):
-        fair_ties([1.0], [1, 2], 0.0)
+        ties([1.0], [1, 2], 0.0)
+    with pytest.raises(ValueError, match="differ in length"):
+        ties([1.0], [], 0.0)
     with pytest.raises(TypeError):
-        within_capacity([1, "2"], 1.05)
+        capacity([1, "2"], 1.05)
+    with pytest.raises(ValueError):
+        capacity([1, 2], math.nan)
+    with pytest.raises(OverflowError):
+        capacity([1, 2], math.inf)
+    assert ties(["not read"], [0], 0.0) is None  # capacity 1, nobody at it
 
 
 def test_cost_without_the_extension_is_the_reference() -> None:
