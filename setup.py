@@ -13,6 +13,10 @@ Python, which gives the same results, several times slower.
 
 from setuptools import Extension, setup
 
+C_FLAGS = ["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+# no fused multiply-adds: float results round as their Python references' do
+STRICT_FLOATS = [*C_FLAGS, "-ffp-contract=off"]
+
 setup(
     ext_modules=[
         Extension(
@@ -35,41 +39,28 @@ setup(
                 "src/armature/kv/pool_decode.h",
                 "src/armature/kv/token_blocks.h",
             ],
-            extra_compile_args=[
-                "-O3",
-                "-Wall",
-                "-Wextra",
-                "-Wno-missing-field-initializers",
-                "-ffp-contract=off",
-            ],
+            extra_compile_args=STRICT_FLOATS,
             optional=True,
         ),
         Extension(
             "armature.router._index",
             ["src/armature/router/_index.c"],
             depends=["src/armature/kv/xxh3.h", "src/armature/kv/pyint.h"],
-            # no fused multiply-adds: the cost and the draw round as their Python references
-            extra_compile_args=[
-                "-O3",
-                "-Wall",
-                "-Wextra",
-                "-Wno-missing-field-initializers",
-                "-ffp-contract=off",
-            ],
+            extra_compile_args=STRICT_FLOATS,
             optional=True,
         ),
         Extension(
             "armature.router._routed",
             ["src/armature/router/_routed.c"],
             depends=["src/armature/kv/pyint.h"],
-            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            extra_compile_args=C_FLAGS,
             optional=True,
         ),
         Extension(
             "armature.workload._synth",
             ["src/armature/workload/_synth.c"],
             depends=["src/armature/kv/pyint.h"],
-            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            extra_compile_args=C_FLAGS,
             optional=True,
         ),
     ]
