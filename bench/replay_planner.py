@@ -33,7 +33,7 @@ For each workload and window:
                     knew the current rate exactly but not what comes next (the reference a
                     planner that follows the load is measured against)
     prescient bound the same, but at every tick the size for the highest rate of the next
-                    start-up + one load tick (35 s): a fleet that knew the load its
+                    start-up + one load tick (35 s by default): a fleet that knew the load its
                     workers' start-up hides, which no planner that reads the load can be
                     (what the targets ask of the workload, apart from any planner)
 
