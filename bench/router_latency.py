@@ -171,9 +171,8 @@ def main() -> None:
     stalls_per_s, stall_us = machine_stalls()
     print(f"machine stalls: {stalls_per_s:.0f}/s, median {stall_us:.0f} us", flush=True)
     best = backends[0].value
-    p99_cpu = next(float(r[6]) for r in rows if r[0] == best and r[1] == "kv (events)")  # type: ignore[arg-type]
-    p99_wall = next(float(r[4]) for r in rows if r[0] == best and r[1] == "kv (events)")  # type: ignore[arg-type]
-    p50_cpu = next(float(r[5]) for r in rows if r[0] == best and r[1] == "kv (events)")  # type: ignore[arg-type]
+    events_only = next(r for r in rows if r[0] == best and r[1] == "kv (events)")
+    p99_wall, p50_cpu, p99_cpu = (float(str(x)) for x in events_only[4:7])
     rate = float(str(throughput[0][1]).replace(",", ""))
     body = (
         f"{NUM_WORKERS} workers, each indexed with 8 of 64 shared 2,048-token prefixes; each "
