@@ -45,14 +45,18 @@ setup(
         Extension(
             "armature.router._index",
             ["src/armature/router/_index.c"],
-            depends=["src/armature/kv/xxh3.h", "src/armature/kv/pyint.h"],
+            depends=[
+                "src/armature/kv/xxh3.h",
+                "src/armature/kv/pyint.h",
+                "src/armature/kv/bigmem.h",
+            ],
             extra_compile_args=STRICT_FLOATS,
             optional=True,
         ),
         Extension(
             "armature.router._routed",
             ["src/armature/router/_routed.c"],
-            depends=["src/armature/kv/pyint.h"],
+            depends=["src/armature/kv/pyint.h", "src/armature/kv/bigmem.h"],
             extra_compile_args=C_FLAGS,
             optional=True,
         ),

@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../kv/bigmem.h"
 #include "../kv/pyint.h"
 #include "../kv/xxh3.h"
 
@@ -76,6 +77,11 @@ static inline uint64_t *entry(const Table *t, size_t i, Py_ssize_t nw) {
     return t->entries + i * (size_t)(nw + 1);
 }
 
+/* The bytes of an entry with `nw` words of bits. */
+static inline size_t entry_bytes(Py_ssize_t nw) {
+    return (size_t)(nw + 1) * sizeof(uint64_t);
+}
+
 /* The bits of `key`'s entry, or NULL. */
 static uint64_t *lookup(const Table *t, Py_ssize_t nw, uint64_t key) {
     if (t->count == 0) return NULL;
@@ -88,7 +94,7 @@ static uint64_t *lookup(const Table *t, Py_ssize_t nw, uint64_t key) {
 }
 
 static int rebuild(Table *t, size_t capacity, Py_ssize_t old_nw, Py_ssize_t nw) {
-    uint64_t *entries = PyMem_Calloc(capacity * (size_t)(nw + 1), sizeof(uint64_t));
+    uint64_t *entries = big_calloc(capacity, entry_bytes(nw));
     if (entries == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -102,7 +108,7 @@ static int rebuild(Table *t, size_t capacity, Py_ssize_t old_nw, Py_ssize_t nw) 
         while (!is_empty(entry(&grown, i, nw) + 1, nw)) i = (i + 1) & mask;
         memcpy(entry(&grown, i, nw), old, (size_t)(old_nw + 1) * sizeof(uint64_t));
     }
-    PyMem_Free(t->entries);
+    big_free(t->entries, t->capacity, entry_bytes(old_nw));
     *t = grown;
     return 0;
 }
@@ -311,7 +317,7 @@ static int HolderTable_init(HolderTable *self, PyObject *args, PyObject *kwds) {
 
 static void HolderTable_dealloc(HolderTable *self) {
     for (int t = 0; t < NUM_TIERS; t++) {
-        PyMem_Free(self->tables[t].entries);
+        big_free(self->tables[t].entries, self->tables[t].capacity, entry_bytes(self->num_words));
     }
     PyMem_Free(self->workers);
     Py_XDECREF(self->names);

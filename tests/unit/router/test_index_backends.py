@@ -247,6 +247,23 @@ def test_native_store_grows_past_64_workers_and_reuses_slots() -> None:
 
 
 @native_only
+def test_native_tables_past_the_huge_page_threshold() -> None:
+    """Tables of 4 MiB and more are mapped on their own (armature/kv/bigmem.h): one grown
+    past it, rebuilt wider when a 65th worker comes, and emptied keeps exact contents."""
+    num_blocks = 200_000  # 2**19 entries of 16 bytes, then of 24 (two words of holders)
+    index = PrefixIndex(IndexBackend.NATIVE)
+    index.add_worker("big", num_blocks)
+    assert index.apply("big", KvStored(0, None, [StoredBlock(h, h) for h in range(num_blocks)]))
+    for w in range(65):
+        index.add_worker(f"w{w}", 10)
+    assert index.apply("w64", KvStored(0, None, [StoredBlock(0, 0)]))
+    assert index.find_overlaps(list(range(num_blocks + 5))) == {"big": num_blocks, "w64": 1}
+    assert index.get_worker_hashes("big") == set(range(num_blocks))
+    assert index.apply("big", KvRemoved(1, list(range(1, num_blocks))))
+    assert index.find_overlaps([0, 1]) == {"big": 1, "w64": 1}
+
+
+@native_only
 def test_native_store_refuses_hashes_outside_u64() -> None:
     index = PrefixIndex(IndexBackend.NATIVE)
     index.add_worker("a", 10)

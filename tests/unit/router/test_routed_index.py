@@ -292,3 +292,18 @@ def test_prompts_shorter_than_a_block_expire_cleanly(make: Make) -> None:
     assert index.get_num_entries() == 0
     index.record("a", [7], now_s=6.0)
     assert index.find_overlaps([7], now_s=6.5) == {"a": 1}
+
+
+@pytest.mark.skipif(not has_native_routed(), reason=NOT_BUILT)
+def test_the_native_index_past_the_huge_page_threshold() -> None:
+    """A worker's table of 4 MiB and more is mapped on its own (armature/kv/bigmem.h): grown
+    past it, found, and expired to nothing."""
+    index = make_routed_index(10.0, 1_000_000, IndexBackend.NATIVE)
+    hashes = list(range(1, 200_001))  # 2**19 entries of 24 bytes
+    index.record("a", hashes, now_s=0.0)
+    index.record("b", hashes[:3], now_s=1.0)
+    assert index.get_num_entries() == 200_003
+    assert index.find_overlaps(hashes, now_s=2.0) == {"a": 200_000, "b": 3}
+    index.prune(now_s=20.0)
+    assert index.get_num_entries() == 0
+    assert index.find_overlaps(hashes, now_s=20.0) == {}
