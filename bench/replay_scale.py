@@ -25,7 +25,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 
 from armature.sim.replay import ReplayConfig, replay
@@ -68,10 +67,12 @@ def run_one(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
         num_kv_blocks=args.num_kv_blocks,
         routed_ttl_s=args.kv_routed_ttl_s,
     )
-    cpu_s = time.process_time()
+    before = resource.getrusage(resource.RUSAGE_SELF)
     report = replay(requests, config)
-    cpu_s = time.process_time() - cpu_s
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    user_s = after.ru_utime - before.ru_utime
+    sys_s = after.ru_stime - before.ru_stime
+    peak_kib = after.ru_maxrss  # KiB on Linux
     return {
         "workers": num_workers,
         "time_scale": time_scale,
@@ -80,7 +81,8 @@ def run_one(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
         "prefix_hit": report.prefix_hit_ratio,
         "skew": report.load_skew,
         "ttft_p50_ms": report.ttft_ms.p50,
-        "cpu_s": cpu_s,
+        "cpu_s": user_s + sys_s,
+        "sys_s": sys_s,
         "wall_s": report.wall_time_s,
         "peak_rss_mb": peak_kib / 1024,
     }
@@ -101,9 +103,15 @@ def run_child(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
     return result
 
 
-def unit_us(result: dict[str, float]) -> float:
-    """CPU microseconds per routed request or engine step."""
-    return result["cpu_s"] / (result["requests"] + result["steps"]) * 1e6
+def unit_us(result: dict[str, float], key: str = "cpu_s") -> float:
+    """CPU microseconds (`key`: all, or `sys_s` the kernel's) per routed request or engine
+    step."""
+    return result[key] / (result["requests"] + result["steps"]) * 1e6
+
+
+def user_unit_us(result: dict[str, float]) -> float:
+    """User-space CPU microseconds per routed request or engine step."""
+    return unit_us(result) - unit_us(result, "sys_s")
 
 
 def table_row(results: list[dict[str, float]]) -> list[object]:
@@ -111,6 +119,7 @@ def table_row(results: list[dict[str, float]]) -> list[object]:
     first = results[0]
     cpu = [r["cpu_s"] for r in results]
     units = [unit_us(r) for r in results]
+    sys_units = [unit_us(r, "sys_s") for r in results]
     return [
         first["workers"],
         f"x {first['time_scale']:g}",
@@ -123,6 +132,7 @@ def table_row(results: list[dict[str, float]]) -> list[object]:
         f"{min(cpu):.1f}-{max(cpu):.1f}",
         round(statistics.median(units), 1),
         f"{min(units):.1f}-{max(units):.1f}",
+        round(statistics.median(sys_units), 2),
         round(max(r["peak_rss_mb"] for r in results)),
     ]
 
@@ -156,6 +166,20 @@ def main() -> None:
         f"same round (median of {len(v)}; {min(v):.2f}-{max(v):.2f})"
         for w, v in ratios.items()
     ]
+    checks += [
+        f"{w} workers, user-space time alone: {statistics.median(v):.2f}x the {base}-worker "
+        f"unit ({min(v):.2f}-{max(v):.2f})"
+        for w, v in (
+            (
+                w,
+                [
+                    user_unit_us(r) / user_unit_us(b)
+                    for r, b in zip(runs[w], runs[base], strict=True)
+                ],
+            )
+            for w in args.workers[1:]
+        )
+    ]
     if ratios:
         largest = args.workers[-1]
         ratio = statistics.median(ratios[largest])
@@ -170,7 +194,9 @@ def main() -> None:
         f"{args.kv_routed_ttl_s:g} s; 0: KV events only), block size 16, {args.num_kv_blocks} KV "
         f"blocks per worker, arrival times x {BASE_WORKERS} / workers (each worker sees the "
         f"load it sees among {BASE_WORKERS}). `steps`: the batches all engines ran; `CPU us "
-        "per unit`: the replay's CPU time over routed requests + engine steps; peak RSS: the "
+        "per unit`: the replay's CPU time (user + kernel) over routed requests + engine steps, "
+        "`of it kernel us` the kernel's part (page faults: first touches of the fleet's "
+        "memory); peak RSS: the "
         "replay process's maximum resident memory (the trace and interpreter included). Each "
         f"row is a process of its own, {args.repeats} round(s) of the sizes in turn: CPU s and us "
         "per unit are the median over the rounds, with their range.\n\n"
@@ -187,6 +213,7 @@ def main() -> None:
                 "CPU s range",
                 "CPU us per unit",
                 "us per unit range",
+                "of it kernel us",
                 "peak RSS MB",
             ],
             rows,
