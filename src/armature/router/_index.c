@@ -93,23 +93,31 @@ static uint64_t *lookup(const Table *t, Py_ssize_t nw, uint64_t key) {
     }
 }
 
-static int rebuild(Table *t, size_t capacity, Py_ssize_t old_nw, Py_ssize_t nw) {
-    uint64_t *entries = big_calloc(capacity, entry_bytes(nw));
-    if (entries == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    Table grown = {capacity, t->count, entries};
-    size_t mask = capacity - 1;
+/* `t`'s entries (of `old_nw` words of bits) rehashed into `into` (zeroed, of `nw` >= old_nw
+ * words), whose count becomes t's; t's old array is freed and t becomes `into`. */
+static void move_into(Table *t, Py_ssize_t old_nw, Table into, Py_ssize_t nw) {
+    size_t mask = into.capacity - 1;
+    into.count = t->count;
     for (size_t j = 0; j < t->capacity; j++) {
         const uint64_t *old = entry(t, j, old_nw);
         if (is_empty(old + 1, old_nw)) continue;
         size_t i = home(old[0], mask);
-        while (!is_empty(entry(&grown, i, nw) + 1, nw)) i = (i + 1) & mask;
-        memcpy(entry(&grown, i, nw), old, (size_t)(old_nw + 1) * sizeof(uint64_t));
+        while (!is_empty(entry(&into, i, nw) + 1, nw)) i = (i + 1) & mask;
+        memcpy(entry(&into, i, nw), old, entry_bytes(old_nw));
     }
     big_free(t->entries, t->capacity, entry_bytes(old_nw));
-    *t = grown;
+    *t = into;
+}
+
+/* A zeroed table of `capacity` entries of `nw` words of bits; -1 with MemoryError. */
+static int make_table(Table *t, size_t capacity, Py_ssize_t nw) {
+    t->entries = big_calloc(capacity, entry_bytes(nw));
+    if (t->entries == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->capacity = capacity;
+    t->count = 0;
     return 0;
 }
 
@@ -118,7 +126,10 @@ static int reserve(Table *t, Py_ssize_t nw, size_t count) {
     if (count * 2 <= t->capacity) return 0;
     size_t capacity = t->capacity ? t->capacity : 64;
     while (count * 2 > capacity) capacity *= 2;
-    return rebuild(t, capacity, nw, nw);
+    Table grown;
+    if (make_table(&grown, capacity, nw) < 0) return -1;
+    move_into(t, nw, grown, nw);
+    return 0;
 }
 
 /* The bits of `key`'s entry, inserted empty if absent; room must have been reserved. The
@@ -317,7 +328,8 @@ static int HolderTable_init(HolderTable *self, PyObject *args, PyObject *kwds) {
 
 static void HolderTable_dealloc(HolderTable *self) {
     for (int t = 0; t < NUM_TIERS; t++) {
-        big_free(self->tables[t].entries, self->tables[t].capacity, entry_bytes(self->num_words));
+        Table *tab = &self->tables[t];
+        big_free(tab->entries, tab->capacity, entry_bytes(self->num_words));
     }
     PyMem_Free(self->workers);
     Py_XDECREF(self->names);
@@ -377,9 +389,19 @@ static PyObject *HolderTable_set_name(HolderTable *self, PyObject *args) {
     }
     Py_ssize_t nw = slot / 64 + 1;
     if (nw > self->num_words) {
+        /* every wider table first, so that running out of memory leaves all as they were */
+        Table wider[NUM_TIERS] = {{0}};
+        for (int t = 0; t < NUM_TIERS; t++) {
+            if (!self->tables[t].capacity) continue;
+            if (make_table(&wider[t], self->tables[t].capacity, nw) < 0) {
+                for (int u = 0; u < t; u++)
+                    big_free(wider[u].entries, wider[u].capacity, entry_bytes(nw));
+                return NULL;
+            }
+        }
         for (int t = 0; t < NUM_TIERS; t++) {
             Table *tab = &self->tables[t];
-            if (tab->capacity && rebuild(tab, tab->capacity, self->num_words, nw) < 0) return NULL;
+            if (tab->capacity) move_into(tab, self->num_words, wider[t], nw);
         }
         self->num_words = nw;
     }
