@@ -60,6 +60,7 @@ typedef struct {
     PyObject *tiers; /* dict: tier object -> 0..3 */
     WorkerState *workers; /* by slot, as many as names */
     PyObject *event_types[NUM_EVENT_TYPES]; /* the Stored, Removed and Cleared classes */
+    int initialized; /* __init__ ran: it runs once (the tables' layout is num_words) */
 } HolderTable;
 
 static inline size_t home(uint64_t key, size_t mask) {
@@ -308,6 +309,10 @@ static int HolderTable_init(HolderTable *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "event_types must be (Stored, Removed, Cleared)");
         return -1;
     }
+    if (self->initialized) {
+        PyErr_SetString(PyExc_RuntimeError, "HolderTable is initialized once");
+        return -1;
+    }
     for (int i = 0; i < NUM_EVENT_TYPES; i++) {
         PyObject *type = PyTuple_GET_ITEM(types, i);
         if (!PyType_Check(type)) {
@@ -317,13 +322,29 @@ static int HolderTable_init(HolderTable *self, PyObject *args, PyObject *kwds) {
         Py_INCREF(type);
         Py_XSETREF(self->event_types[i], type);
     }
+    PyObject *copy = PyDict_Copy(tiers);
+    if (copy == NULL) return -1;
+    Py_SETREF(self->tiers, copy);
+    self->initialized = 1;
+    return 0;
+}
+
+/* Empty and usable before __init__ (no worker, no tier, no event type): no method reads a
+ * NULL. */
+static PyObject *HolderTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    (void)args;
+    (void)kwds;
+    HolderTable *self = (HolderTable *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
     self->num_words = 1;
-    PyMem_Free(self->workers);
-    self->workers = NULL;
-    Py_XSETREF(self->names, PyList_New(0));
-    Py_XSETREF(self->slots, PyDict_New());
-    Py_XSETREF(self->tiers, PyDict_Copy(tiers));
-    return (self->names == NULL || self->slots == NULL || self->tiers == NULL) ? -1 : 0;
+    self->names = PyList_New(0);
+    self->slots = PyDict_New();
+    self->tiers = PyDict_New();
+    if (self->names == NULL || self->slots == NULL || self->tiers == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
 }
 
 static void HolderTable_dealloc(HolderTable *self) {
@@ -1330,7 +1351,7 @@ static PyTypeObject HolderTableType = {
     .tp_basicsize = sizeof(HolderTable),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Per-tier maps of block hash -> worker slots (see the module's comment).",
-    .tp_new = PyType_GenericNew,
+    .tp_new = HolderTable_new,
     .tp_init = (initproc)HolderTable_init,
     .tp_dealloc = (destructor)HolderTable_dealloc,
     .tp_methods = HolderTable_methods,

@@ -264,6 +264,24 @@ def test_native_tables_past_the_huge_page_threshold() -> None:
 
 
 @native_only
+def test_native_table_is_usable_before_init_and_initialized_once() -> None:
+    """A table made without __init__ is empty, not a crash; a second __init__ is refused
+    (its tables' layout is the word count it has)."""
+    from armature.router import _index
+
+    assert _index is not None
+    fresh = _index.HolderTable.__new__(_index.HolderTable)
+    assert fresh.find_overlaps([1, 2]) == {}
+    store = NativeHolderStore()
+    store.add_worker("a")
+    store.set_capacity("a", KvTier.DEVICE, 10)
+    assert store.add("a", KvTier.DEVICE, [5], 10) == 1
+    with pytest.raises(RuntimeError, match="initialized once"):
+        store._table.__init__({}, (KvStored, KvRemoved, KvCleared))
+    assert store.find_overlaps([5]) == {"a": 1}
+
+
+@native_only
 def test_native_store_refuses_hashes_outside_u64() -> None:
     index = PrefixIndex(IndexBackend.NATIVE)
     index.add_worker("a", 10)
