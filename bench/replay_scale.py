@@ -25,7 +25,7 @@ import resource
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from armature.sim.replay import ReplayConfig, replay
 from armature.workload.traces import read_mooncake_trace
@@ -114,6 +114,20 @@ def user_unit_us(result: dict[str, float]) -> float:
     return unit_us(result) - unit_us(result, "sys_s")
 
 
+def same_round_ratios(
+    runs: dict[int, list[dict[str, float]]],
+    base: int,
+    unit: Callable[[dict[str, float]], float],
+) -> dict[int, list[float]]:
+    """Each fleet size's `unit` over the `base` size's of the same round, round by round
+    (every size but the base)."""
+    return {
+        w: [unit(r) / unit(b) for r, b in zip(results, runs[base], strict=True)]
+        for w, results in runs.items()
+        if w != base
+    }
+
+
 def table_row(results: list[dict[str, float]]) -> list[object]:
     """One fleet size's row: its counts, and the medians and ranges of its rounds."""
     first = results[0]
@@ -157,10 +171,8 @@ def main() -> None:
             print(num_workers, round_index + 1, result, flush=True)
     rows = [table_row(runs[w]) for w in args.workers]
     base = args.workers[0]
-    ratios = {
-        w: [unit_us(r) / unit_us(b) for r, b in zip(runs[w], runs[base], strict=True)]
-        for w in args.workers[1:]
-    }
+    ratios = same_round_ratios(runs, base, unit_us)
+    user_ratios = same_round_ratios(runs, base, user_unit_us)
     checks = [
         f"{w} workers: the unit is {statistics.median(v):.2f}x the {base}-worker unit of the "
         f"same round (median of {len(v)}; {min(v):.2f}-{max(v):.2f})"
@@ -169,16 +181,7 @@ def main() -> None:
     checks += [
         f"{w} workers, user-space time alone: {statistics.median(v):.2f}x the {base}-worker "
         f"unit ({min(v):.2f}-{max(v):.2f})"
-        for w, v in (
-            (
-                w,
-                [
-                    user_unit_us(r) / user_unit_us(b)
-                    for r, b in zip(runs[w], runs[base], strict=True)
-                ],
-            )
-            for w in args.workers[1:]
-        )
+        for w, v in user_ratios.items()
     ]
     if ratios:
         largest = args.workers[-1]
