@@ -48,7 +48,6 @@ setup(
             depends=[
                 "src/armature/kv/xxh3.h",
                 "src/armature/kv/pyint.h",
-                "src/armature/kv/bigmem.h",
             ],
             extra_compile_args=STRICT_FLOATS,
             optional=True,
@@ -56,7 +55,7 @@ setup(
         Extension(
             "armature.router._routed",
             ["src/armature/router/_routed.c"],
-            depends=["src/armature/kv/pyint.h", "src/armature/kv/bigmem.h"],
+            depends=["src/armature/kv/pyint.h"],
             extra_compile_args=C_FLAGS,
             optional=True,
         ),
