@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -314,6 +315,7 @@ def test_replay_with_the_planner_on_a_step_load_reports_and_plots(
     out = capsys.readouterr().out
     assert "worker_seconds: " in out and "sla_attainment: " in out
     assert "planner_decisions: " in out
+    assert "planner_limited: never" in out  # the fleet had room to grow (up to 8)
     report = json.loads(report_path.read_text())
     assert report["num_requests"] == 400
     assert report["peak_workers"]["agg"] > 1
@@ -321,6 +323,30 @@ def test_replay_with_the_planner_on_a_step_load_reports_and_plots(
     assert sum(report["planner_decisions"].values()) >= 1
     assert [s["time_s"] for s in report["timeline"][:3]] == [2.0, 4.0, 6.0]
     assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_replay_says_when_the_planner_was_held_at_its_maximum(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same step with --max-workers 1: no decision can be made, and the summary says for
+    how long the maximum held the fleet and how many workers the planner asked for."""
+    argv = ["replay", "--synthetic", "prefix-groups", "--num-requests", "400", "--rate-rps", "8"]
+    argv += ["--workers", "1", "--rate-shape", "step", "--step-at-s", "10", "--step-for-s", "10"]
+    argv += ["--planner", "both", "--worker-startup-s", "2", "--ttft-ms", "300", "--itl-ms", "15"]
+    argv += ["--planner-interval-s", "10", "--load-interval-s", "2", "--max-workers", "1"]
+    assert main(argv) == 0
+    lines = {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition(":") for line in capsys.readouterr().out.splitlines())
+    }
+    assert lines["planner_decisions"] == "none"
+    held = re.fullmatch(
+        r"agg (\d+) s, asked for up to (\d+) workers "
+        r"\(held by --max-workers / --max-total-workers\)",
+        lines["planner_limited"],
+    )
+    assert held is not None
+    assert int(held[1]) > 0 and int(held[2]) >= 2
 
 
 def test_replay_takes_a_negative_seed(capsys: pytest.CaptureFixture[str]) -> None:

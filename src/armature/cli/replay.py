@@ -426,6 +426,16 @@ def _print_summary(args: argparse.Namespace, config: ReplayConfig, report: dict[
     summary["peak_workers"] = _by_role(report["peak_workers"])
     if args.planner:
         summary["planner_decisions"] = _by_role(report["planner_decisions"]) or "none"
+        most_wanted = report["planner_most_wanted"]
+        summary["planner_limited"] = (
+            ", ".join(
+                f"{role} {seconds:.0f} s, asked for up to {most_wanted[role]} workers"
+                for role, seconds in report["planner_limited_s"].items()
+            )
+            + " (held by --max-workers / --max-total-workers)"
+            if report["planner_limited_s"]
+            else "never"
+        )
     for key, value in summary.items():
         print(f"{key:>24}: {value:.4g}" if isinstance(value, float) else f"{key:>24}: {value}")
 

@@ -17,14 +17,14 @@ carries out its decisions through a connector (docs/architecture.md, "Planner").
     load_rule.py           LoadRule: the short loop's choice for one role
     limits.py              per-role min/max and the total budget
     cooldown.py            cool-downs and the scale-down stabilization window
-    decisions.py           ScalingDecision and its reasons
+    decisions.py           ScalingDecision and its reasons; LimitHold
     core.py                Planner: plan_interval (throughput), plan_load (load rule)
 """
 
 from __future__ import annotations
 
 from armature.planner.core import Planner, PlannerEffects
-from armature.planner.decisions import DecisionReason, LimitReason, ScalingDecision
+from armature.planner.decisions import DecisionReason, LimitHold, LimitReason, ScalingDecision
 from armature.planner.forecast import LoadForecast, LoadForecaster
 from armature.planner.live import LiveEstimate
 from armature.planner.observation import FrontendMetrics, PlannerObservation, WorkerSteps
@@ -35,6 +35,7 @@ from armature.planner.replicas import PoolPlan, Targets
 __all__ = [
     "DecisionReason",
     "FrontendMetrics",
+    "LimitHold",
     "LimitReason",
     "LiveEstimate",
     "LoadForecast",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from armature.config.planner import PlannerConfig
 from armature.planner.cooldown import RoleCooldown
 from armature.planner.correction import CorrectionTracker
-from armature.planner.decisions import DecisionReason, LimitReason, ScalingDecision
+from armature.planner.decisions import DecisionReason, LimitHold, LimitReason, ScalingDecision
 from armature.planner.forecast import LoadForecast, LoadForecaster
 from armature.planner.limits import apply_limits
 from armature.planner.live import LiveEstimate, estimate_live, get_backlog_requests
@@ -49,11 +49,13 @@ MIN_JUDGED_REQUESTS = 20
 @dataclass(frozen=True)
 class PlannerEffects:
     """What one tick decided: the changes to make (`decisions`), the changes a cool-down
-    held back (`held`), every role's count after it, and the numbers behind it."""
+    held back (`held`), every role's count after it, and the numbers behind it. `limited`:
+    the roles its limits keep below what a rule asked for this tick (a change or not)."""
 
     decisions: list[ScalingDecision]
     held: list[ScalingDecision]
     num_workers: dict[WorkerRole, int]
+    limited: list[LimitHold] = field(default_factory=list)
     forecast: LoadForecast | None = None
     plans: dict[WorkerRole, PoolPlan] = field(default_factory=dict)
     live: dict[WorkerRole, LiveEstimate] = field(default_factory=dict)
@@ -162,8 +164,8 @@ class Planner:
                 if role in self._live and not self._load_rule.is_calm(role, now_s):
                     wanted = self._num_workers[role]
             wants[role] = Want(wanted, DecisionReason.THROUGHPUT, self._describe(forecast, plan))
-        decisions, held = self._apply(wants, now_s, share_total=True)
-        return self._effects(decisions, held, forecast=forecast, plans=plans)
+        decisions, held, limited = self._apply(wants, now_s, share_total=True)
+        return self._effects(decisions, held, forecast=forecast, plans=plans, limited=limited)
 
     def plan_load(self, observation: PlannerObservation, now_s: float) -> PlannerEffects:
         """The load rule over a short window: +-1 worker from live estimates, or (queue-aware)
@@ -231,8 +233,8 @@ class Planner:
             )
             if want is not None:
                 wants[role] = want
-        decisions, held = self._apply(wants, now_s, share_total=False)
-        return self._effects(decisions, held, plans=plans)
+        decisions, held, limited = self._apply(wants, now_s, share_total=False)
+        return self._effects(decisions, held, plans=plans, limited=limited)
 
     def _trimmed(self, load: LoadForecast) -> LoadForecast:
         """`load` at the trim's scale for its rate."""
@@ -245,10 +247,12 @@ class Planner:
 
     def _apply(
         self, wants: Mapping[WorkerRole, Want], now_s: float, *, share_total: bool
-    ) -> tuple[list[ScalingDecision], list[ScalingDecision]]:
-        """Limits, then cool-downs. `share_total`: roles share the total budget in proportion
-        to what they want (the throughput plan); otherwise a role grows only into what the
-        others leave free (the load rule moves one role and must not shrink another)."""
+    ) -> tuple[list[ScalingDecision], list[ScalingDecision], list[LimitHold]]:
+        """Limits, then cool-downs: the decisions, those a cool-down held, and the roles a
+        maximum (their own or the total) keeps below their want. `share_total`: roles share
+        the total budget in proportion to what they want (the throughput plan); otherwise a
+        role grows only into what the others leave free (the load rule moves one role and
+        must not shrink another)."""
         wanted = {
             r: (wants[r].num_workers if r in wants else n) for r, n in self._num_workers.items()
         }
@@ -261,9 +265,21 @@ class Planner:
                 limited[role] = self._limit_alone(role, num, others)
         decisions: list[ScalingDecision] = []
         held: list[ScalingDecision] = []
+        holds: list[LimitHold] = []
         for role, want in wants.items():
             current = self._num_workers[role]
             target, limit = limited[role]
+            if limit is not None and want.num_workers > target:  # a maximum held it
+                holds.append(
+                    LimitHold(
+                        role=role,
+                        num_workers=target,
+                        wanted_workers=want.num_workers,
+                        reason=want.reason,
+                        limited_by=limit,
+                        at_s=now_s,
+                    )
+                )
             if target == current:
                 continue
             decision = ScalingDecision(
@@ -282,7 +298,7 @@ class Planner:
             self._num_workers[role] = target
             self._cooldowns[role].record_change(now_s)
             decisions.append(decision)
-        return decisions, held
+        return decisions, held, holds
 
     def _limit_alone(
         self, role: WorkerRole, num: int, others: Mapping[WorkerRole, int]
@@ -347,11 +363,13 @@ class Planner:
         *,
         forecast: LoadForecast | None = None,
         plans: dict[WorkerRole, PoolPlan] | None = None,
+        limited: list[LimitHold] | None = None,
     ) -> PlannerEffects:
         return PlannerEffects(
             decisions=decisions,
             held=held,
             num_workers=self.get_num_workers(),
+            limited=limited or [],
             forecast=forecast,
             plans=plans or {},
             live=dict(self._live),

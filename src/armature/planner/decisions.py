@@ -1,5 +1,7 @@
 """What the planner decided, and why: one `ScalingDecision` per change of a role's worker
-count (one log line each; metrics count them by reason and limit)."""
+count (one log line each; metrics count them by reason and limit), and a `LimitHold` for each
+role whose limits keep it below what a rule asked for (no change may follow: a role at its
+maximum stays there, short of the workers its targets need)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import msgspec
 
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["DecisionReason", "LimitReason", "ScalingDecision"]
+__all__ = ["DecisionReason", "LimitHold", "LimitReason", "ScalingDecision"]
 
 
 class DecisionReason(enum.StrEnum):
@@ -51,4 +53,24 @@ class ScalingDecision(msgspec.Struct, frozen=True, kw_only=True):
         return (
             f"planner: {self.role.value} {self.from_workers} -> {self.to_workers} workers, "
             f"{self.reason.value}{limit}{detail}"
+        )
+
+
+class LimitHold(msgspec.Struct, frozen=True, kw_only=True):
+    """At `at_s`, `role` was asked `wanted_workers` for `reason` but `limited_by` allows it
+    `num_workers`: the fleet stays short of what the rule asked for, and its targets may be
+    missed."""
+
+    role: WorkerRole
+    num_workers: int
+    wanted_workers: int
+    reason: DecisionReason
+    limited_by: LimitReason
+    at_s: float
+
+    def get_log_line(self) -> str:
+        return (
+            f"planner: {self.role.value} wants {self.wanted_workers} workers "
+            f"({self.reason.value}) but {self.limited_by.value} holds it at {self.num_workers}: "
+            "its targets may be missed"
         )

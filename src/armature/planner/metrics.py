@@ -4,12 +4,13 @@ on its own /metrics port."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from armature.planner.core import PlannerEffects
-from armature.planner.decisions import DecisionReason, ScalingDecision
+from armature.planner.decisions import DecisionReason, LimitHold, ScalingDecision
 from armature.protocols.worker import WorkerRole
 
 __all__ = ["PlannerMetrics"]
@@ -32,6 +33,14 @@ class PlannerMetrics:
         self.workers = _metric(Gauge, r, "workers", "Workers of each role in discovery", "role")
         self.target_workers = _metric(
             Gauge, r, "target_workers", "Workers of each role the planner wants", "role"
+        )
+        self.wanted_workers = _metric(
+            Gauge,
+            r,
+            "wanted_workers",
+            "Workers of each role the planner's rules ask for before its limits (above "
+            "target_workers while a maximum holds the role: its targets may be missed)",
+            "role",
         )
         self.predicted_rate = _metric(
             Gauge,
@@ -120,9 +129,21 @@ class PlannerMetrics:
             self.target_workers.labels(role.value).set(num)
             self.workers.labels(role.value).set(current.get(role, 0))
 
-    def observe(self, effects: PlannerEffects, num_workers: dict[WorkerRole, int]) -> None:
-        """A tick's effects; `num_workers`: the workers in discovery now."""
+    def observe(
+        self,
+        effects: PlannerEffects,
+        num_workers: dict[WorkerRole, int],
+        held: Mapping[WorkerRole, LimitHold] | None = None,
+    ) -> None:
+        """A tick's effects; `num_workers`: the workers in discovery now; `held`: the roles a
+        maximum holds below a rule's want (`LimitWatch.get_held`)."""
         self.set_workers(effects.num_workers, num_workers)
+        held = held or {}
+        for role, target in effects.num_workers.items():
+            hold = held.get(role)
+            self.wanted_workers.labels(role.value).set(
+                target if hold is None else hold.wanted_workers
+            )
         if effects.forecast is not None:
             self.predicted_rate.set(effects.forecast.request_rate_per_s)
             self.predicted_input.set(effects.forecast.mean_input_tokens)

@@ -4,8 +4,10 @@ Every `load_interval_s` it scrapes the frontend, takes the workers' step records
 window, and runs `plan_load`; every `interval_s` the same over the longer window with
 `plan_interval`. Each decision is one log line with its reason, is counted in the metrics,
 and (unless dry-run) becomes the role's target for the `Actuator`, which makes the fleet
-follow through the connector. A tick whose scrape fails is skipped with a logged error and
-a counted failure: a failed feed never reads as "no traffic".
+follow through the connector. A role whose maximum holds it below what a rule asks for gets
+a warning when that starts and a line when it ends (`LimitWatch`), and the gap shows in the
+metrics (wanted against target workers). A tick whose scrape fails is skipped with a logged
+error and a counted failure: a failed feed never reads as "no traffic".
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from armature.config.planner import PlannerConfig
 from armature.planner.actuator import Actuator
 from armature.planner.core import Planner, PlannerEffects
 from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
+from armature.planner.limit_watch import LimitWatch
 from armature.planner.metrics import PlannerMetrics
 from armature.planner.observation import PlannerObservation
 from armature.planner.scrape import judges_by
@@ -56,6 +59,7 @@ class PlannerService:
         self._metrics = metrics
         self._actuator = actuator
         self._clock = clock
+        self._limits = LimitWatch()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set. The windows start at the first scrape that answers (main
@@ -116,9 +120,9 @@ class PlannerService:
             effects = self._planner.plan_interval(observation, now_s)
         else:
             effects = self._planner.plan_load(observation, now_s)
-        self._act(effects)
+        self._act(effects, window)
 
-    def _act(self, effects: PlannerEffects) -> None:
+    def _act(self, effects: PlannerEffects, window: str) -> None:
         dry = " (dry run)" if self._actuator is None else ""
         reasons = {}
         for decision in effects.decisions:
@@ -127,6 +131,11 @@ class PlannerService:
             reasons[decision.role] = decision.get_log_line()
         for decision in effects.held:
             log.debug("held by a cool-down: %s", decision.get_log_line())
-        self._metrics.observe(effects, self._workers.get_num_workers())
+        entered, released = self._limits.update(window, effects.num_workers, effects.limited)
+        for hold in entered:
+            log.warning("%s", hold.get_log_line())
+        for role in released:
+            log.info("planner: %s is back within its limits", role.value)
+        self._metrics.observe(effects, self._workers.get_num_workers(), self._limits.get_held())
         if self._actuator is not None and effects.decisions:
             self._actuator.set_targets(effects.num_workers, reasons)

@@ -8,9 +8,11 @@ and what any replay's fleet cost and how it held its targets.
                              first, then the least loaded), finish what they hold, then stop
 
 A worker costs from the moment it is asked for until it has stopped (or the replay ends):
-`worker_seconds` is that time summed. Without a planner the fleet only samples, so a static
-replay reports the same numbers. The planner sees what it would see in production: the
-frontend's windows (`FrontendWindows`) and the step records of the workers in routing.
+`worker_seconds` is that time summed. The time a maximum held a role below what the planner
+asked for (`LimitWatch`) is summed too, with the most workers it asked for. Without a
+planner the fleet only samples, so a static replay reports the same numbers. The planner
+sees what it would see in production: the frontend's windows (`FrontendWindows`) and the
+step records of the workers in routing.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from armature.planner.core import PlannerEffects
+from armature.planner.limit_watch import LimitWatch
 from armature.planner.observation import PlannerObservation, WorkerSteps
 from armature.protocols.engine import StepRecord
 from armature.protocols.worker import WorkerRole
@@ -101,6 +104,10 @@ class PlannedFleet:
         self._names = itertools.count()
         self.timeline: list[FleetSample] = []
         self.decisions: Counter[str] = Counter()
+        self._limits = LimitWatch()
+        self._held_since_ms: dict[WorkerRole, float] = {}
+        self._held_ms: dict[WorkerRole, float] = {}
+        self.most_wanted: dict[WorkerRole, int] = {}  # by a rule a maximum held back
         simulation.monitor = self._windows
         simulation.on_drained = self._on_drained
         simulation.call_at(self._start_ms + self._load_ms, "fleet:load", self._on_load_tick)
@@ -131,7 +138,7 @@ class PlannedFleet:
         )
         if self._planner is not None and self._rule != "sla":
             observation = PlannerObservation(frontend=frontend, workers=self._take(_LOAD))
-            self._act(self._planner.plan_load(observation, now_ms / 1000.0), now_ms)
+            self._act(self._planner.plan_load(observation, now_ms / 1000.0), now_ms, _LOAD)
         else:
             self._take(_LOAD)
         if self._sim.has_work_left():
@@ -142,7 +149,7 @@ class PlannedFleet:
         self._collect_records()
         frontend = self._windows.take(_INTERVAL, self._interval_ms / 1000.0)
         observation = PlannerObservation(frontend=frontend, workers=self._take(_INTERVAL))
-        self._act(self._planner.plan_interval(observation, now_ms / 1000.0), now_ms)
+        self._act(self._planner.plan_interval(observation, now_ms / 1000.0), now_ms, _INTERVAL)
         if self._sim.has_work_left():
             self._sim.call_at(now_ms + self._interval_ms, "fleet:interval", self._on_interval_tick)
 
@@ -166,9 +173,19 @@ class PlannedFleet:
         ]
 
     # ---- the fleet follows -----------------------------------------------------------------
-    def _act(self, effects: PlannerEffects, now_ms: float) -> None:
+    def _act(self, effects: PlannerEffects, now_ms: float, source: str) -> None:
         for decision in effects.decisions:
             self.decisions[decision.reason.value] += 1
+        entered, released = self._limits.update(source, effects.num_workers, effects.limited)
+        for hold in entered:
+            self._held_since_ms[hold.role] = now_ms
+        for role in released:
+            held_ms = now_ms - self._held_since_ms.pop(role)
+            self._held_ms[role] = self._held_ms.get(role, 0.0) + held_ms
+        for hold in effects.limited:
+            self.most_wanted[hold.role] = max(
+                self.most_wanted.get(hold.role, 0), hold.wanted_workers
+            )
         for role, num_workers in effects.num_workers.items():
             self.resize(role, num_workers, now_ms)
 
@@ -226,6 +243,14 @@ class PlannedFleet:
             stopped_ms = end_ms if span.stopped_ms is None else min(span.stopped_ms, end_ms)
             seconds[span.role.value] += max(0.0, stopped_ms - span.provisioned_ms) / 1000.0
         return seconds
+
+    def get_limited_seconds(self, end_ms: float) -> dict[str, float]:
+        """Each role's seconds, to `end_ms`, that a maximum held it below what the planner
+        asked for (roles never held: none)."""
+        held_ms = dict(self._held_ms)
+        for role, since_ms in self._held_since_ms.items():
+            held_ms[role] = held_ms.get(role, 0.0) + max(0.0, end_ms - since_ms)
+        return {role.value: ms / 1000.0 for role, ms in held_ms.items()}
 
     def get_peak_workers(self) -> Mapping[str, int]:
         """The most workers of each role in routing at any sample."""

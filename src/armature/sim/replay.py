@@ -93,6 +93,8 @@ def replay(
             simulation, planner_config.ttft_ms, planner_config.itl_ms
         ),
         planner_decisions=dict(sorted(fleet.decisions.items())),
+        planner_limited_s=fleet.get_limited_seconds(end_ms),
+        planner_most_wanted={role.value: num for role, num in fleet.most_wanted.items()},
         timeline=fleet.timeline,
     )
 

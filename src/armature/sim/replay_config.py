@@ -130,4 +130,8 @@ class ReplayReport:
     # (a rejected request misses)
     sla_attainment: float = 0.0
     planner_decisions: dict[str, int] = field(default_factory=dict)  # by reason
+    # by role: seconds a maximum (--max-workers, the total) held it below what the planner
+    # asked for, and the most workers it asked for then (roles never held: absent)
+    planner_limited_s: dict[str, float] = field(default_factory=dict)
+    planner_most_wanted: dict[str, int] = field(default_factory=dict)
     timeline: list[FleetSample] = field(default_factory=list)

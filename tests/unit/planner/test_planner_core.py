@@ -12,12 +12,14 @@ request decodes for 200 x 0.029475 = 5.895 s.
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from armature.config import PlannerConfig
 from armature.planner import (
     DecisionReason,
     FrontendMetrics,
+    LimitHold,
     LimitReason,
     PerformanceModel,
     Planner,
@@ -142,6 +144,56 @@ def test_max_workers_and_total_budget_limit_the_plan(profile: PerformanceModel) 
     assert [(d.to_workers, d.wanted_workers, d.limited_by) for d in decisions] == [
         (2, 2, None),
         (2, 4, LimitReason.TOTAL_WORKERS),
+    ]
+
+
+def test_a_maximum_that_holds_a_role_is_reported_with_or_without_a_change(
+    profile: PerformanceModel,
+) -> None:
+    """10 req/s wants decode 4 with max 3: 1 -> 3 and held (4 asked for); the next interval
+    asks 4 again, no change is left to make, and it is still reported held. At 2 req/s
+    (decode 1) nothing is held. Prefill (2 of 3) never is."""
+    planner = make_planner(profile, max_workers=3)
+    first = planner.plan_interval(observe(10), now_s=INTERVAL_S)
+    assert [(d.role, d.to_workers) for d in first.decisions] == [(P, 2), (D, 3)]
+    hold = LimitHold(
+        role=D,
+        num_workers=3,
+        wanted_workers=4,
+        reason=DecisionReason.THROUGHPUT,
+        limited_by=LimitReason.MAX_WORKERS,
+        at_s=INTERVAL_S,
+    )
+    assert first.limited == [hold]
+    again = planner.plan_interval(observe(10), now_s=2 * INTERVAL_S)
+    assert again.decisions == []
+    assert again.limited == [msgspec.structs.replace(hold, at_s=2 * INTERVAL_S)]
+    assert planner.plan_interval(observe(2), now_s=3 * INTERVAL_S).limited == []
+
+
+def test_the_load_rule_at_its_maximum_is_held_not_silent(profile: PerformanceModel) -> None:
+    """One prefill worker at max 1 with a 1.53 s live TTFT: the load rule asks for 2, the
+    maximum keeps 1, no decision, and the hold names the rule."""
+    planner = make_planner(profile, worker_startup_s=0.0, max_workers=1)
+    effects = planner.plan_load(
+        observe(2, window_s=5.0, workers=prefill_workers(1, 12000)), now_s=0.0
+    )
+    assert effects.decisions == [] and effects.held == []
+    assert [(h.role, h.num_workers, h.wanted_workers, h.reason) for h in effects.limited] == [
+        (P, 1, 2, DecisionReason.TTFT_ABOVE_TARGET)
+    ]
+    assert effects.limited[0].get_log_line() == (
+        "planner: prefill wants 2 workers (ttft_above_target) but max_workers holds it at 1: "
+        "its targets may be missed"
+    )
+
+
+def test_a_total_budget_that_holds_a_role_is_reported(profile: PerformanceModel) -> None:
+    """10 req/s wants (2, 4) under a total of 4: decode gets 2 of the 4 it asked for."""
+    planner = make_planner(profile, max_workers=3, max_total_workers=4)
+    effects = planner.plan_interval(observe(10), now_s=INTERVAL_S)
+    assert [(h.role, h.num_workers, h.wanted_workers, h.limited_by) for h in effects.limited] == [
+        (D, 2, 4, LimitReason.TOTAL_WORKERS)
     ]
 
 

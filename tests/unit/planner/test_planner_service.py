@@ -4,18 +4,20 @@ scrape and the loop's is retried and counted, never a crash."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, cast
 
 import httpx
 import pytest
 
 from armature.config.planner import PlannerConfig
-from armature.planner.core import Planner
+from armature.planner.core import Planner, PlannerEffects
+from armature.planner.decisions import DecisionReason, LimitHold, LimitReason
 from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
 from armature.planner.metrics import PlannerMetrics
 from armature.planner.predictors import ConstantPredictor
 from armature.planner.scrape import FrontendSample
-from armature.planner.service import PlannerService
+from armature.planner.service import LOAD_WINDOW, PlannerService
 from armature.planner.timing_performance import TimingPerformanceModel
 from armature.protocols.worker import WorkerRole
 
@@ -121,3 +123,41 @@ async def test_a_scrape_failure_without_a_message_names_its_kind() -> None:
     with pytest.raises(FrontendUnreachableError) as caught:
         await feed.scrape()
     assert str(caught.value) == "cannot read http://127.0.0.1:9/metrics: ReadError"
+
+
+def test_a_role_held_at_its_maximum_is_logged_once_and_shown_in_the_metrics(
+    profile: TimingPerformanceModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two load ticks holding agg at 3 (5 then 6 asked for): one warning, wanted_workers
+    follows the ask; the tick that lets go: one line, wanted_workers back to the target."""
+    config = PlannerConfig(mode="agg", ttft_ms=500.0, itl_ms=50.0, max_workers=3)
+    planner = Planner(config, profile, predictor_factory=ConstantPredictor)
+    metrics = PlannerMetrics(config.get_roles())
+    service = PlannerService(
+        planner, config, cast(Any, FlakyFeed(0)), cast(Any, NoWorkers()), metrics, actuator=None
+    )
+
+    def held(wanted: int, at_s: float) -> LimitHold:
+        return LimitHold(
+            role=WorkerRole.AGG,
+            num_workers=3,
+            wanted_workers=wanted,
+            reason=DecisionReason.TTFT_ABOVE_TARGET,
+            limited_by=LimitReason.MAX_WORKERS,
+            at_s=at_s,
+        )
+
+    def wanted() -> float | None:
+        return metrics.registry.get_sample_value("armature_planner_wanted_workers", {"role": "agg"})
+
+    caplog.set_level(logging.INFO, logger="armature.planner.service")
+    for ask, at_s in ((5, 5.0), (6, 10.0)):
+        effects = PlannerEffects([], [], {WorkerRole.AGG: 3}, limited=[held(ask, at_s)])
+        service._act(effects, LOAD_WINDOW)
+        assert wanted() == ask
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [held(5, 5.0).get_log_line()]
+    service._act(PlannerEffects([], [], {WorkerRole.AGG: 3}), LOAD_WINDOW)
+    assert wanted() == 3
+    assert caplog.records[-1].getMessage() == "planner: agg is back within its limits"
+    assert len(caplog.records) == 2

@@ -146,3 +146,21 @@ def test_disaggregated_planner_scales_prefill_for_long_prompts() -> None:
     assert planned.num_requests == len(prompts)
     assert planned.peak_workers["prefill"] > 1
     assert set(planned.worker_seconds_by_role) == {"prefill", "decode"}
+
+
+def test_the_report_says_how_long_a_maximum_held_the_fleet_short() -> None:
+    """At most one worker through a x4 step that one worker cannot hold: the planner asks
+    for more, the maximum holds it, and the report says for how long and how many it asked
+    for; the same step with room to grow is never held, and a static fleet has no planner to
+    hold."""
+    held = replay(STEP, _config(1, "load", max_workers=1))
+    assert held.peak_workers == {"agg": 1}
+    assert held.planner_most_wanted["agg"] >= 2
+    # held from a tick in the step (20-40 s) until a tick after it, within the replay
+    assert 0.0 < held.planner_limited_s["agg"] < held.simulated_time_s
+    assert set(held.planner_limited_s) == set(held.planner_most_wanted) == {"agg"}
+    roomy = replay(STEP, _config(1, "load"))
+    assert roomy.peak_workers["agg"] > 1
+    assert (roomy.planner_limited_s, roomy.planner_most_wanted) == ({}, {})
+    static = replay(STEP, _config(1, None))
+    assert (static.planner_limited_s, static.planner_most_wanted) == ({}, {})
