@@ -50,6 +50,7 @@ def test_dashboard_and_docs_match_the_live_metrics(default_model_dir: Path, tmp_
     finally:
         fleet.stop()
     assert planner['armature_planner_target_workers{role="agg"}'] == 1
+    assert planner['armature_planner_wanted_workers{role="agg"}'] == 1  # nothing held
     samples = {key.split("{")[0] for key in [*frontend, *worker, *planner]}
     assert frontend['armature_requests_total{endpoint="completions",status="400"}'] == 1
     assert frontend['armature_slo_requests_total{result="met"}'] == 2

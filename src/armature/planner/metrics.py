@@ -118,15 +118,26 @@ class PlannerMetrics:
         for role in roles:
             self.workers.labels(role.value)
             self.target_workers.labels(role.value)
+            self.wanted_workers.labels(role.value)
             self.ttft_s.labels(role.value).set(math.nan)
             self.itl_s.labels(role.value).set(math.nan)
             for reason in DecisionReason:
                 self.decisions.labels(role.value, reason.value)
 
-    def set_workers(self, targets: dict[WorkerRole, int], current: dict[WorkerRole, int]) -> None:
-        """Each role's target and its workers in discovery now."""
+    def set_workers(
+        self,
+        targets: dict[WorkerRole, int],
+        current: dict[WorkerRole, int],
+        held: Mapping[WorkerRole, LimitHold] | None = None,
+    ) -> None:
+        """Each role's target, what its rules asked for (the target, or more where `held`:
+        the roles a maximum holds below a rule's want, `LimitWatch.get_held`) and its
+        workers in discovery now."""
+        held = held or {}
         for role, num in targets.items():
             self.target_workers.labels(role.value).set(num)
+            hold = held.get(role)
+            self.wanted_workers.labels(role.value).set(num if hold is None else hold.wanted_workers)
             self.workers.labels(role.value).set(current.get(role, 0))
 
     def observe(
@@ -135,15 +146,9 @@ class PlannerMetrics:
         num_workers: dict[WorkerRole, int],
         held: Mapping[WorkerRole, LimitHold] | None = None,
     ) -> None:
-        """A tick's effects; `num_workers`: the workers in discovery now; `held`: the roles a
-        maximum holds below a rule's want (`LimitWatch.get_held`)."""
-        self.set_workers(effects.num_workers, num_workers)
-        held = held or {}
-        for role, target in effects.num_workers.items():
-            hold = held.get(role)
-            self.wanted_workers.labels(role.value).set(
-                target if hold is None else hold.wanted_workers
-            )
+        """A tick's effects; `num_workers`: the workers in discovery now; `held`: as
+        `set_workers`."""
+        self.set_workers(effects.num_workers, num_workers, held)
         if effects.forecast is not None:
             self.predicted_rate.set(effects.forecast.request_rate_per_s)
             self.predicted_input.set(effects.forecast.mean_input_tokens)
