@@ -63,10 +63,27 @@ def get_min_servers(
     service_cv2: float = 1.0,
 ) -> int | None:
     """The fewest servers (1..max_servers) for which `attainment` of arrivals wait at most
-    `slack_s`; None when even `max_servers` fall short."""
+    `slack_s`; None when even `max_servers` fall short. Erlang B is carried from one server
+    count to the next (the recursion `erlang_c` runs for each), so the search costs
+    O(max_servers), not O(max_servers^2); each count's attainment is `get_wait_attainment`'s
+    to the bit."""
     start = max(1, math.floor(arrival_rate_per_s * service_s))
-    for num_servers in range(start, max_servers + 1):
-        met = get_wait_attainment(num_servers, arrival_rate_per_s, service_s, slack_s, service_cv2)
+    if arrival_rate_per_s <= 0.0 or service_s <= 0.0 or attainment <= 0.0:
+        return start if start <= max_servers else None  # nothing waits, or nothing asked
+    if slack_s < 0.0:
+        return None
+    offered = arrival_rate_per_s * service_s
+    blocking = 1.0
+    for num_servers in range(1, max_servers + 1):
+        blocking = offered * blocking / (num_servers + offered * blocking)
+        if num_servers < start or offered >= num_servers:
+            continue  # below the search's start, or a queue that grows without bound
+        rho = offered / num_servers
+        waits = blocking / (1.0 - rho * (1.0 - blocking))
+        if waits >= 1.0:
+            continue
+        drain_per_s = num_servers / service_s - arrival_rate_per_s
+        met = 1.0 - waits * math.exp(-drain_per_s * slack_s * 2.0 / (1.0 + service_cv2))
         if met >= attainment:
             return num_servers
     return None

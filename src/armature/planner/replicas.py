@@ -27,6 +27,7 @@ from armature.planner.performance import PerformanceModel
 from armature.planner.queueing import get_min_servers
 
 __all__ = [
+    "QUEUE_SEARCH_PAST_MAX",
     "DecodeBatch",
     "PoolPlan",
     "Targets",
@@ -40,6 +41,9 @@ __all__ = [
 
 # a computed load of 2.0000000001 workers is 2 workers, not 3 (float error, not demand)
 _CEIL_TOLERANCE = 1e-9
+# how far past --max-workers the queueing model looks for the size a load needs (a want
+# beyond it is reported as one more than the search reached)
+QUEUE_SEARCH_PAST_MAX = 4
 
 
 def workers_for(load: float) -> int:
@@ -75,7 +79,8 @@ class PoolPlan:
     `work_s`: the worker-seconds one request costs the pool (a prefill, p; a decode's share
     of its steps, osl step / B; both in an aggregated pool), so lam work_s workers are busy;
     `num_by_throughput`: the capacity formula; `num_by_queue`: the queueing model's fewest
-    workers (None when queue-blind, no load, or not reachable within `max_workers`);
+    workers (None when queue-blind, with no load, or when service alone misses the target;
+    it may pass `max_workers`, which the limits then cap);
     `meets_target`: whether service alone fits the target (else no pool size will)."""
 
     num_workers: int
@@ -110,16 +115,23 @@ def _queue_workers(
     slots_per_worker: int,
     max_workers: int,
 ) -> int | None:
+    """The queueing model's fewest workers, searched up to QUEUE_SEARCH_PAST_MAX x
+    `max_workers`: a pool the maximum leaves short asks for what it needs (the limits cap
+    it, and report the role held) instead of the throughput count, which can be below the
+    maximum. Past the search: one more than it reached (at least that many)."""
     if load.request_rate_per_s <= 0.0 or slack_s < 0.0:
         return None
+    searched = QUEUE_SEARCH_PAST_MAX * max_workers
     num_servers = get_min_servers(
         load.request_rate_per_s,
         service_s,
         slack_s,
         attainment,
-        max_servers=max_workers * slots_per_worker,
+        max_servers=searched * slots_per_worker,
     )
-    return None if num_servers is None else workers_for(num_servers / slots_per_worker)
+    if num_servers is None:
+        return searched + 1
+    return workers_for(num_servers / slots_per_worker)
 
 
 def _pool(

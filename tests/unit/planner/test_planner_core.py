@@ -188,6 +188,20 @@ def test_the_load_rule_at_its_maximum_is_held_not_silent(profile: PerformanceMod
     )
 
 
+def test_a_queue_the_maximum_cannot_serve_gets_the_maximum_and_is_held(
+    profile: PerformanceModel,
+) -> None:
+    """Queue-aware, TTFT 200 ms, 10 req/s: prefill needs 5 by the queue, 2 by capacity
+    (test_planner_replicas). With a maximum of 4 it gets 4, reported held, not capacity's 2."""
+    planner = make_planner(profile, queue_aware=True, ttft_ms=200.0, max_workers=4)
+    effects = planner.plan_interval(observe(10), now_s=INTERVAL_S)
+    assert [(d.role, d.to_workers, d.wanted_workers) for d in effects.decisions] == [
+        (P, 4, 5),
+        (D, 4, 4),
+    ]
+    assert [(h.role, h.num_workers, h.wanted_workers) for h in effects.limited] == [(P, 4, 5)]
+
+
 def test_a_total_budget_that_holds_a_role_is_reported(profile: PerformanceModel) -> None:
     """10 req/s wants (2, 4) under a total of 4: decode gets 2 of the 4 it asked for."""
     planner = make_planner(profile, max_workers=3, max_total_workers=4)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from armature.planner.queueing import erlang_c, get_min_servers, get_wait_attainment
 
@@ -35,3 +37,37 @@ def test_m_g_c_scaling_and_edges() -> None:
     assert get_wait_attainment(1, 0.0, 1.0, 0.0) == 1.0  # no arrivals never wait
     assert get_wait_attainment(4, 1.0, 1.0, -0.1) == 0.0  # service alone misses the target
     assert get_wait_attainment(2, 3.0, 1.0, 10.0) == 0.0  # overloaded
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rate=st.one_of(st.just(0.0), st.floats(0.01, 60.0)),
+    service_s=st.one_of(st.just(0.0), st.floats(0.01, 20.0)),
+    slack_s=st.one_of(st.just(-1.0), st.just(0.0), st.floats(0.0, 10.0)),
+    attainment=st.sampled_from([0.0, 0.5, 0.9, 0.95, 0.99, 1.0]),
+    max_servers=st.integers(1, 400),
+    cv2=st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+)
+def test_min_servers_is_the_first_count_whose_attainment_meets(
+    rate: float,
+    service_s: float,
+    slack_s: float,
+    attainment: float,
+    max_servers: int,
+    cv2: float,
+) -> None:
+    """The search (Erlang B carried from count to count) against its definition: the first
+    count from floor(lam s) whose `get_wait_attainment` meets, each computed alone."""
+    start = max(1, math.floor(rate * service_s))
+    expected = next(
+        (
+            c
+            for c in range(start, max_servers + 1)
+            if get_wait_attainment(c, rate, service_s, slack_s, cv2) >= attainment
+        ),
+        None,
+    )
+    found = get_min_servers(
+        rate, service_s, slack_s, attainment, max_servers=max_servers, service_cv2=cv2
+    )
+    assert found == expected

@@ -8,6 +8,7 @@ from armature.planner import LoadForecast, PerformanceModel, Targets
 from armature.planner.agg_itl import get_itl_attainment
 from armature.planner.performance import KvHeadroom
 from armature.planner.replicas import (
+    QUEUE_SEARCH_PAST_MAX,
     get_agg_workers_for_itl,
     get_decode_batch,
     plan_agg,
@@ -46,6 +47,31 @@ def test_prefill_replicas_with_the_queue(profile: PerformanceModel) -> None:
     load = LoadForecast(10.0, 3000.0, 200.0)
     plan = plan_prefill(load, 0.5, profile, 1.0, TARGETS, queue_aware=True, max_workers=16)
     assert (plan.num_workers, plan.num_by_throughput, plan.num_by_queue) == (3, 2, 3)
+
+
+def test_prefill_queue_past_the_maximum_asks_for_what_it_needs(
+    profile: PerformanceModel,
+) -> None:
+    """TTFT 200 ms: slack 0.2 - 0.17 = 0.03 s at lam = 10, s = 0.17 (a = 1.7). C(4, 1.7) =
+    0.1087: 1 - 0.1087 e^-(4/0.17 - 10) 0.03 = 0.9276 < 0.95; C(5, 1.7) = 0.0326: 0.9818 -> 5
+    workers, against 2 by capacity. With a maximum of 4 the plan still asks for 5 (the
+    limits cap it at 4 and report the role held), not capacity's 2. At 20 req/s (capacity 4,
+    the queue 7) with a maximum of 1 the search stops at 4 x 1 workers: at least 5."""
+    load = LoadForecast(10.0, 3000.0, 200.0)
+    tight = Targets(ttft_s=0.2, itl_s=0.030, slo_attainment=0.95)
+    for max_workers in (16, 4):
+        plan = plan_prefill(
+            load, 0.5, profile, 1.0, tight, queue_aware=True, max_workers=max_workers
+        )
+        assert (plan.num_workers, plan.num_by_throughput, plan.num_by_queue) == (5, 2, 5)
+    assert QUEUE_SEARCH_PAST_MAX == 4
+    heavy = LoadForecast(20.0, 3000.0, 200.0)
+    assert (
+        plan_prefill(heavy, 0.5, profile, 1.0, tight, queue_aware=True, max_workers=16).num_by_queue
+        == 7
+    )
+    past = plan_prefill(heavy, 0.5, profile, 1.0, tight, queue_aware=True, max_workers=1)
+    assert (past.num_workers, past.num_by_throughput, past.num_by_queue) == (5, 4, 5)
 
 
 def test_prefill_that_cannot_meet_ttft_says_so(profile: PerformanceModel) -> None:
