@@ -28,9 +28,36 @@ def erlang_c(num_servers: int, offered_load: float) -> float:
         return 1.0
     blocking = 1.0
     for k in range(1, num_servers + 1):
-        blocking = offered_load * blocking / (k + offered_load * blocking)
+        blocking = _next_blocking(blocking, k, offered_load)
+    return _erlang_c_of(num_servers, offered_load, blocking)
+
+
+def _next_blocking(blocking: float, num_servers: int, offered_load: float) -> float:
+    """Erlang B for `num_servers` from its value for one server fewer."""
+    return offered_load * blocking / (num_servers + offered_load * blocking)
+
+
+def _erlang_c_of(num_servers: int, offered_load: float, blocking: float) -> float:
+    """Erlang C from Erlang B (`blocking`) at the same count; 1.0 at or past saturation."""
+    if offered_load >= num_servers:
+        return 1.0
     rho = offered_load / num_servers
     return blocking / (1.0 - rho * (1.0 - blocking))
+
+
+def _tail_attainment(
+    num_servers: int,
+    arrival_rate_per_s: float,
+    service_s: float,
+    slack_s: float,
+    service_cv2: float,
+    waits: float,
+) -> float:
+    """1 - P(wait > slack) given the probability `waits` that an arrival waits at all."""
+    if waits >= 1.0:
+        return 0.0
+    drain_per_s = num_servers / service_s - arrival_rate_per_s
+    return 1.0 - waits * math.exp(-drain_per_s * slack_s * 2.0 / (1.0 + service_cv2))
 
 
 def get_wait_attainment(
@@ -45,12 +72,8 @@ def get_wait_attainment(
         return 1.0
     if slack_s < 0.0:
         return 0.0
-    offered = arrival_rate_per_s * service_s
-    waits = erlang_c(num_servers, offered)
-    if waits >= 1.0:
-        return 0.0
-    drain_per_s = num_servers / service_s - arrival_rate_per_s
-    return 1.0 - waits * math.exp(-drain_per_s * slack_s * 2.0 / (1.0 + service_cv2))
+    waits = erlang_c(num_servers, arrival_rate_per_s * service_s)
+    return _tail_attainment(num_servers, arrival_rate_per_s, service_s, slack_s, service_cv2, waits)
 
 
 def get_min_servers(
@@ -75,15 +98,13 @@ def get_min_servers(
     offered = arrival_rate_per_s * service_s
     blocking = 1.0
     for num_servers in range(1, max_servers + 1):
-        blocking = offered * blocking / (num_servers + offered * blocking)
-        if num_servers < start or offered >= num_servers:
-            continue  # below the search's start, or a queue that grows without bound
-        rho = offered / num_servers
-        waits = blocking / (1.0 - rho * (1.0 - blocking))
-        if waits >= 1.0:
+        blocking = _next_blocking(blocking, num_servers, offered)
+        if num_servers < start:
             continue
-        drain_per_s = num_servers / service_s - arrival_rate_per_s
-        met = 1.0 - waits * math.exp(-drain_per_s * slack_s * 2.0 / (1.0 + service_cv2))
+        waits = _erlang_c_of(num_servers, offered, blocking)
+        met = _tail_attainment(
+            num_servers, arrival_rate_per_s, service_s, slack_s, service_cv2, waits
+        )
         if met >= attainment:
             return num_servers
     return None

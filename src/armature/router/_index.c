@@ -347,10 +347,7 @@ static PyObject *HolderTable_new(PyTypeObject *type, PyObject *args, PyObject *k
 }
 
 static void HolderTable_dealloc(HolderTable *self) {
-    for (int t = 0; t < NUM_TIERS; t++) {
-        Table *tab = &self->tables[t];
-        PyMem_Free(tab->entries);
-    }
+    for (int t = 0; t < NUM_TIERS; t++) PyMem_Free(self->tables[t].entries);
     PyMem_Free(self->workers);
     Py_XDECREF(self->names);
     Py_XDECREF(self->slots);
