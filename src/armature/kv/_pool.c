@@ -417,6 +417,20 @@ static Py_ssize_t num_free(const PoolCore *self) {
     return self->num_blocks - self->next_fresh + self->num_listed;
 }
 
+/* How many blocks allocate() hands out, up to limit, before it would evict a cached one: the
+ * never-taken ones, then the freed ones at the list's head that hold no hash. */
+static PyObject *PoolCore_count_allocations_before_eviction(PoolCore *self, PyObject *arg) {
+    if (ready(self) < 0) return NULL;
+    Py_ssize_t limit = PyLong_AsSsize_t(arg);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = self->num_blocks - self->next_fresh;
+    for (int32_t b = self->head; count < limit && b != NONE_ID && !(self->flags[b] & HAS_SEQ);
+         b = self->next[b])
+        count++;
+    if (count > limit) count = limit > 0 ? limit : 0;
+    return PyLong_FromSsize_t(count);
+}
+
 /* allocate(n) -> (block_ids, evicted seq_hashes); the caller checked n <= free blocks. */
 static PyObject *PoolCore_allocate(PoolCore *self, PyObject *arg) {
     if (ready(self) < 0) return NULL;
@@ -766,6 +780,10 @@ static PyMethodDef PoolCore_methods[] = {
      "touch(block_ids, is_hit): one more reference each"},
     {"peek_evictions", (PyCFunction)PoolCore_peek_evictions, METH_O,
      "peek_evictions(n) -> the cached blocks allocate(n) would evict"},
+    {"count_allocations_before_eviction", (PyCFunction)PoolCore_count_allocations_before_eviction,
+     METH_O,
+     "count_allocations_before_eviction(limit) -> blocks allocate hands out, up to limit, "
+     "before it evicts a cached one"},
     {"allocate", (PyCFunction)PoolCore_allocate, METH_O,
      "allocate(n) -> (block_ids, evicted seq_hashes)"},
     {"free", (PyCFunction)PoolCore_free, METH_O, "free(block_ids): one reference less each"},

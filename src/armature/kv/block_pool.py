@@ -76,6 +76,11 @@ class BlockPool(Protocol):
 
     def get_num_active_blocks(self) -> int: ...
 
+    def count_allocations_before_eviction(self, limit: int) -> int:
+        """How many blocks `allocate` hands out, up to `limit`, before it would evict a cached
+        one (the never-taken blocks, then the free queue's head that holds no hash)."""
+        ...
+
     def get_free_block_ids(self) -> list[int]:
         """Free queue in eviction order (head first)."""
         ...

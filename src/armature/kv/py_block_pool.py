@@ -62,6 +62,17 @@ class PyBlockPool(PoolShell):
     def get_num_active_blocks(self) -> int:
         return self._next_fresh - len(self._free)
 
+    def count_allocations_before_eviction(self, limit: int) -> int:
+        """How many blocks `allocate` hands out, up to `limit`, before it would evict a cached
+        one (the never-taken blocks, then the free queue's head that holds no hash)."""
+        count = self.num_blocks - self._next_fresh
+        seq_hashes = self._seq_hashes
+        for block_id in self._free:
+            if count >= limit or seq_hashes[block_id] is not None:
+                break
+            count += 1
+        return max(0, min(count, limit))
+
     def get_free_block_ids(self) -> list[int]:
         """Free queue in eviction order (head first)."""
         return [*range(self._next_fresh, self.num_blocks), *self._free]

@@ -213,6 +213,11 @@ class DisaggSimulation(Simulation):
         cached prefixes, whatever the router."""
         return True
 
+    def _defers_runs(self) -> bool:
+        """Never: a decode worker's requests also join it from prefill workers' transfers,
+        which no deferred run is caught up for."""
+        return False
+
     def _is_observer(self, worker: str) -> bool:
         """A prefill worker's step end routes its requests' decode legs."""
         return worker in self._prefill_names

@@ -18,8 +18,11 @@ after step; its last step ends as an event like any other. A run cut by the hori
 suspended, not ended: at that event it goes on to the next horizon when no request joined its
 worker meanwhile (`_go_on`), so a run's per-request work (its last step's outputs, its tokens
 landing in the requests at their steps' ends) is done once however dense the fleet's
-arrivals. `ReplayConfig.reference_steps` runs every step on its own (the reference the fast
-path is tested against).
+arrivals. And a suspended run whose next steps nobody else could see (they only cache blocks
+of generated tokens) is left past the arrivals until its first step that could be seen, or a
+request joining its worker, or a timer (`_go_on`): a worker is taken up once per stretch of
+its own, not once per arrival in the fleet. `ReplayConfig.reference_steps` runs every step on
+its own (the reference the fast path is tested against).
 
 With lower KV tiers (`ReplayConfig.tiers`) each worker runs `ModeledTiers` on the simulation's
 time: a load submitted in a step is done n blocks x bytes / bandwidth later. A worker whose
@@ -63,6 +66,7 @@ __all__ = ["MIN_RETRY_MS", "Simulation"]
 
 _WAKE = "wake:"
 _TIMER = "timer:"
+_DEFER = "defer:"
 # a worker whose step ran nothing with requests queued (all of them preempted) tries again
 # after its last step's time, and at least this long
 MIN_RETRY_MS = 1.0
@@ -101,6 +105,7 @@ class Simulation:
             self.index.add_worker(worker, config.num_kv_blocks)
         # the workers' KV events go into the index only where something reads it
         self.index_is_read = self._reads_index()
+        self.defers_runs = self._defers_runs()
         # tier-aware routing weighs lower-tier hits from the workers' load reports
         self.tier_weights = (
             TierWeightBook() if config.tiers.is_enabled and config.tier_aware else None
@@ -118,6 +123,9 @@ class Simulation:
         self.observers: list[tuple[float, int, str]] = []
         self.pending: dict[str, list[EngineOutput]] = {}
         self.runs: dict[str, DecodeRun] = {}  # suspended decode runs, by worker
+        # suspended runs left past arrivals, by worker: until when (`_go_on`)
+        self.deferred: dict[str, float] = {}
+        self.num_deferrals = 0
         self.busy: set[str] = set()
         self.wake_ms: dict[str, float] = {}  # an idle worker's next wake event
         self._sequence = 0
@@ -239,6 +247,14 @@ class Simulation:
         policies route without it, kv-approx on its routed predictions alone)."""
         return self.config.router == "kv"
 
+    def _defers_runs(self) -> bool:
+        """Whether a suspended run may be left past arrivals while nothing it does can be
+        seen (`_go_on`): not on the reference path, nor where the kv router breaks exact
+        ties by the index's per-worker totals (temperature 0), which count the blocks a run
+        caches."""
+        c = self.config
+        return not c.reference_steps and not (self.index_is_read and c.router_temperature <= 0)
+
     def _is_observer(self, worker: str) -> bool:
         """Whether `worker`'s step ends read or change the rest of the fleet (not here: a
         routed worker's outputs only reach its own requests)."""
@@ -248,7 +264,15 @@ class Simulation:
         """A scheduled event: the end of worker `key`'s step, an idle worker's wake, or a
         timer."""
         if key.startswith(_TIMER):
+            for worker in list(self.deferred):  # a timer may read any worker's steps
+                self._catch_up(worker, now_ms)
             self.timers.pop(key.removeprefix(_TIMER))(now_ms)
+            return
+        if key.startswith(_DEFER):
+            worker = key.removeprefix(_DEFER)
+            if self.deferred.get(worker) == now_ms:  # else caught up since
+                del self.deferred[worker]
+                self._finish_step(worker, now_ms)
             return
         if not key.startswith(_WAKE):
             self._finish_step(key, now_ms)
@@ -291,6 +315,8 @@ class Simulation:
         decision = self.policy.select(
             RouteRequest(request_id, tokens, seq_hashes=seq_hashes), self.workers
         )
+        if decision.worker in self.deferred:
+            self._catch_up(decision.worker, now_ms)
         core = self.cores[decision.worker]
         request = EngineRequest(
             request_id=request_id,
@@ -349,8 +375,25 @@ class Simulation:
 
     def _go_on(self, worker: str, run: DecodeRun) -> bool:
         """At suspended `run`'s last step's end: run on when nothing joined the worker since
-        (True), else end the run there with that step's outputs pending (False)."""
+        (True), else end the run there with that step's outputs pending (False).
+
+        Running on stops at the next arrival anywhere in the fleet, which must see every
+        worker's KV events. But until the run's next step that others could see (it finishes
+        a request or evicts a cached block: `DecodeRun.get_quiet_until_ms`), its steps only
+        cache blocks of generated tokens, which no prompt's prefix holds. So where that is
+        past the next arrival the run is left (`deferred`) until then, or until a request
+        is routed to its worker or a timer reads the fleet (`_catch_up`), and runs on from
+        its last step's end as it would have: the same steps, events and records."""
         if run.can_extend():
+            if self.defers_runs:
+                until_ms = run.get_quiet_until_ms()
+                if until_ms is not None and until_ms > self._get_horizon_ms():
+                    self.runs[worker] = run
+                    self.busy.add(worker)
+                    self.deferred[worker] = until_ms
+                    self.num_deferrals += 1
+                    self._schedule(until_ms, _DEFER + worker, worker)
+                    return True
             num_steps = run.num_steps
             self.cores[worker].extend_decodes(run, self._get_horizon_ms())
             if run.num_steps > num_steps:
@@ -361,6 +404,18 @@ class Simulation:
         self._deliver_decodes(run)
         self.pending[worker] = outputs
         return False
+
+    def _catch_up(self, worker: str, now_ms: float) -> None:
+        """Run `worker`'s deferred run on to `now_ms` (its steps that start before it), as at
+        the arrivals it was left past; its last step's end is then its next event."""
+        del self.deferred[worker]
+        run = self.runs[worker]
+        if run.step_end_ms[-1] < now_ms:
+            self.cores[worker].extend_decodes(run, now_ms)
+            self._index_events(worker)
+        end_ms = run.step_end_ms[-1]
+        assert end_ms >= now_ms, "a deferred run was left past a step others could see"
+        self._schedule(end_ms, worker, worker)
 
     def _deliver_decodes(self, run: DecodeRun) -> None:
         """The tokens of an ended decode run's steps but its last, each at its step's end (as

@@ -476,6 +476,28 @@ def test_eviction_emits_one_removed_per_allocate() -> None:
     assert pool.get_num_cached_blocks() == 0
 
 
+def test_allocations_before_the_first_eviction() -> None:
+    pool = make_pool(6)
+    assert [pool.count_allocations_before_eviction(n) for n in (0, 4, 6, 9)] == [0, 4, 6, 6]
+    ids = pool.allocate(4)
+    pool.cache_blocks(ids[1:3], hashes(11, 12), parent_hash=None)
+    pool.free([0, 1, 3, 2])
+    assert pool.get_free_block_ids() == [4, 5, 0, 1, 3, 2]
+    # the never-taken 4, 5 and uncached 0, then cached 1 would be evicted
+    assert [pool.count_allocations_before_eviction(n) for n in (2, 3, 4, 6)] == [2, 3, 3, 3]
+    assert pool.count_allocations_before_eviction(-1) == 0
+    assert pool.allocate(3) == [4, 5, 0]
+    assert pool.take_events()[-1:] == [KvStored(0, None, stored(11, 12))]
+    assert pool.count_allocations_before_eviction(3) == 0
+    assert pool.allocate(1) == [1]
+    assert pool.take_events() == [KvRemoved(1, [11])]
+    # uncached 3 is next, then cached 2
+    assert pool.count_allocations_before_eviction(2) == 1
+    assert pool.allocate(2) == [3, 2]
+    assert pool.take_events() == [KvRemoved(2, [12])]
+    assert pool.count_allocations_before_eviction(5) == 0
+
+
 def test_evicted_block_can_be_cached_again_under_a_new_hash() -> None:
     pool = make_pool(1)
     pool.cache_blocks(pool.allocate(1), hashes(1), parent_hash=None)

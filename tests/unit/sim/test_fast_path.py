@@ -145,7 +145,8 @@ def test_the_fast_path_skips_events_and_runs_the_same_steps() -> None:
     steps = [[c.get_load().num_steps for c in s.cores.values()] for s in (fast, reference)]
     assert steps[0] == steps[1]
     # events scheduled: a step end per engine step, against one per run of decode steps
-    assert (fast._sequence, reference._sequence) == (398, 2139)
+    # (and per run left past arrivals: `test_runs_left_past_arrivals`)
+    assert (fast._sequence, reference._sequence) == (359, 2139)
 
 
 def test_suspended_runs_go_on_and_end_as_the_steps_do(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,7 +166,49 @@ def test_suspended_runs_go_on_and_end_as_the_steps_do(monkeypatch: pytest.Monkey
     monkeypatch.setattr(EngineCore, "extend_decodes", counted_extend)
     monkeypatch.setattr(DecodeRun, "end", counted_end)
     same_report(GROUPS, CONFIG)
-    assert calls == {"extended": 180, "ended": 67}  # the fast replay's (deterministic)
+    assert calls == {"extended": 83, "ended": 67}  # the fast replay's (deterministic)
+
+
+@pytest.mark.parametrize(
+    ("requests", "config", "left", "caught_up"),
+    [
+        (GROUPS, TIGHT, 13, 13),  # evictions: a run is left no later than its first
+        (CHAT, CONFIG, 35, 24),
+        (HOT, replace(CONFIG, planner_rule="load", worker_startup_s=1.0), 66, 25),  # timers
+        (GROUPS, replace(CONFIG, router_temperature=0.0), 0, 0),  # ties read the index
+    ],
+    ids=["tight", "chat", "planner", "temperature 0"],
+)
+def test_runs_left_past_arrivals(
+    monkeypatch: pytest.MonkeyPatch,
+    requests: list[TraceRequest],
+    config: ReplayConfig,
+    left: int,
+    caught_up: int,
+) -> None:
+    """Suspended runs are left past arrivals until their next step that others could see
+    (`Simulation._go_on`), and caught up before a request joins their worker or a timer
+    reads the fleet, always before that step; the report is still the reference's."""
+    simulations: list[Simulation] = []
+    catches: list[tuple[str, float, float]] = []
+    run, catch_up = Simulation.run, Simulation._catch_up
+
+    def recorded_run(simulation: Simulation) -> float:
+        simulations.append(simulation)
+        return run(simulation)
+
+    def recorded_catch_up(simulation: Simulation, worker: str, now_ms: float) -> None:
+        catches.append((worker, now_ms, simulation.deferred[worker]))
+        catch_up(simulation, worker, now_ms)
+
+    monkeypatch.setattr(Simulation, "run", recorded_run)
+    monkeypatch.setattr(Simulation, "_catch_up", recorded_catch_up)
+    same_report(requests, config)
+    fast, reference = simulations
+    assert not reference.defers_runs and reference.num_deferrals == 0
+    assert (fast.num_deferrals, len(catches)) == (left, caught_up)
+    assert all(now_ms <= until_ms for _, now_ms, until_ms in catches)
+    assert not fast.deferred and not fast.runs  # every run ended
 
 
 @pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])

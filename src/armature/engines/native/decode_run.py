@@ -166,6 +166,36 @@ class DecodeRun:
             and len(scheduler.running) == len(self._running)
         )
 
+    def get_quiet_until_ms(self) -> float | None:
+        """For a suspended run: a time at or before the start of its next step that others
+        could see (one that finishes a request, or whose allocations would evict a cached
+        block or not fit), so that until then its steps only decode and cache new blocks of
+        their own. None where the run cannot tell: its steps are priced outside the pool's
+        core, or by a polynomial that may fall as the KV cache fills (a step's time is
+        bounded below by the next one's at the cache's use now, which only grows within a
+        run)."""
+        native = self._native
+        if native is None or native.decode_poly is None or self.outputs is not None:
+            return None
+        a, b, c, min_ms, speedup = native.decode_poly
+        pool = self._scheduler.kv.pool
+        use = pool.get_num_active_blocks() / pool.num_blocks
+        if speedup <= 0 or 2 * a * use + b < 0 or 2 * a + b < 0:
+            return None
+        step_ms = max(min_ms, a * use * use + b * use + c) / speedup
+        last_step, bs = self._last_step, pool.block_size
+        due = [step for step, _ in self._allocations if step <= last_step]
+        num_due = sum((last_step - step) // bs + 1 for step in due)
+        quiet = pool.count_allocations_before_eviction(num_due)
+        target = last_step if quiet == num_due else _nth_allocation_step(due, bs, quiet)
+        num_steps = target - self._step  # the steps that start before the target's start
+        start_ms = self.step_end_ms[-1]
+        if num_steps <= 0 or step_ms <= 0:
+            return start_ms
+        until_ms = start_ms + num_steps * step_ms
+        # less what the step ends' one-by-one sums may round below it
+        return until_ms - (num_steps + 4) * abs(until_ms) * 2.0**-50
+
     def end(self) -> list[EngineOutput]:
         """End a suspended run with its last step (in progress): that step's outputs."""
         assert self.outputs is None
@@ -418,6 +448,19 @@ def _allocate_due(
         r.block_ids += pool.allocate(1)
         heapq.heappush(allocations, (step + bs, j))
     return True
+
+
+def _nth_allocation_step(due: list[int], block_size: int, n: int) -> int:
+    """The step of allocation number `n` (from 0, in step order) of requests whose next
+    allocations are at steps `due`, each one a block after the last."""
+    low, high = min(due), max(due) + n * block_size  # the answer is in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        if sum((middle - step) // block_size + 1 for step in due if step <= middle) > n:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def _next_allocation(r: RequestState, block_size: int) -> int:
