@@ -410,6 +410,30 @@ static int known_depth(PyObject *known, PyObject *worker, Py_ssize_t *depth) {
     return 0;
 }
 
+/* A holder of a lookup's first block: its slot and the depth already known (where its probe
+ * starts). */
+typedef struct {
+    uint32_t slot;
+    Py_ssize_t floor;
+} Holder;
+
+#define STACK_HOLDERS 512
+
+/* Double *found's room (a heap copy once it outgrows `stack`); -1 with an exception. */
+static int grow_holders(Holder **found, size_t *capacity, Holder *stack) {
+    size_t bigger = *capacity * 2;
+    Holder *grown = PyMem_Malloc(bigger * sizeof(Holder));
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(grown, *found, *capacity * sizeof(Holder));
+    if (*found != stack) PyMem_Free(*found);
+    *found = grown;
+    *capacity = bigger;
+    return 0;
+}
+
 static PyObject *RoutedTable_find_overlaps(RoutedTable *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"seq_hashes", "now_s", "known", NULL};
     PyObject *obj, *known = Py_None;
@@ -432,16 +456,31 @@ static PyObject *RoutedTable_find_overlaps(RoutedTable *self, PyObject *args, Py
     uint64_t first = hashes[0], last = hashes[n - 1];
     const Table *holders = &self->holders;
     size_t mask = holders->capacity - 1;
-    /* the holders of `first` are in the probe run from its home to the next empty slot */
+    /* the holders of `first` are in the probe run from its home to the next empty slot; each
+     * one's first probe, in a table of its own, is loaded early (a fleet's hundreds of
+     * holders' tables are cold), then the holders are looked up in the same order */
+    Holder stack_holders[STACK_HOLDERS];
+    Holder *found = stack_holders;
+    size_t num_found = 0, found_capacity = STACK_HOLDERS;
     for (size_t i = home(first, mask); holders->entries[i].used; i = (i + 1) & mask) {
         const Entry *h = &holders->entries[i];
         if (h->hash != first) continue;
-        uint32_t slot = h->slot;
-        const Table *entries = &self->by_worker[slot];
-        PyObject *worker = PyList_GET_ITEM(self->names, (Py_ssize_t)slot);
+        const Table *entries = &self->by_worker[h->slot];
+        PyObject *worker = PyList_GET_ITEM(self->names, (Py_ssize_t)h->slot);
         Py_ssize_t floor;
         if (known_depth(known_map, worker, &floor) < 0) goto fail;
-        if (floor >= n || expiry_of(entries, hashes[floor], 0) <= now_s) continue;
+        if (floor >= n || entries->count == 0) continue;
+        if (num_found == found_capacity && grow_holders(&found, &found_capacity, stack_holders) < 0)
+            goto fail;
+        found[num_found++] = (Holder){h->slot, floor};
+        __builtin_prefetch(&entries->entries[home(hashes[floor], entries->capacity - 1)]);
+    }
+    for (size_t k = 0; k < num_found; k++) {
+        uint32_t slot = found[k].slot;
+        Py_ssize_t floor = found[k].floor;
+        const Table *entries = &self->by_worker[slot];
+        PyObject *worker = PyList_GET_ITEM(self->names, (Py_ssize_t)slot);
+        if (expiry_of(entries, hashes[floor], 0) <= now_s) continue;
         Py_ssize_t depth;
         if (expiry_of(entries, last, 0) > now_s) {
             depth = n;
@@ -462,9 +501,11 @@ static PyObject *RoutedTable_find_overlaps(RoutedTable *self, PyObject *args, Py
         Py_DECREF(value);
         if (failed) goto fail;
     }
+    if (found != stack_holders) PyMem_Free(found);
     free_hashes(hashes, stack);
     return overlaps;
 fail:
+    if (found != stack_holders) PyMem_Free(found);
     free_hashes(hashes, stack);
     Py_DECREF(overlaps);
     return NULL;

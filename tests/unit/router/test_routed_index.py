@@ -112,6 +112,21 @@ def test_depth_search_matches_a_linear_scan(make: Make) -> None:
         assert index.find_overlaps(query, now, known) == deeper
 
 
+def test_a_first_block_held_by_a_thousand_workers(make: Make) -> None:
+    """More holders of one first block than the native lookup keeps on its stack (512): each
+    one's depth, past what is known, until it expires."""
+    index = make(ttl_s=10.0, max_entries=10**6)
+    query = list(range(1, 41))
+    # worker i was routed the query's first 1 + i % 40 blocks; the odd ones first, to expire
+    for i in [*range(1, 1000, 2), *range(0, 1000, 2)]:
+        index.record(f"w{i}", query[: 1 + i % 40], now_s=0.0 if i % 2 else 1.0)
+    found = index.find_overlaps(query, now_s=10.5)
+    assert found == {f"w{i}": 1 + i % 40 for i in range(0, 1000, 2)}
+    known = {f"w{i}": 20 for i in range(1000)}
+    deeper = index.find_overlaps(query, now_s=5.0, known=known)
+    assert deeper == {f"w{i}": 1 + i % 40 for i in range(1000) if 1 + i % 40 > 20}
+
+
 def test_invalid_settings(make: Make) -> None:
     with pytest.raises(ValueError, match="must be > 0"):
         make(ttl_s=0.0, max_entries=1)
