@@ -18,7 +18,7 @@ from types import MappingProxyType
 __all__ = ["ActiveLoad", "WorkerLoad"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkerLoad:
     active_prefill_tokens: int = 0
     active_blocks: int = 0
