@@ -48,6 +48,7 @@ setup(
             depends=[
                 "src/armature/kv/xxh3.h",
                 "src/armature/kv/pyint.h",
+                "src/armature/kv/bigmem.h",
             ],
             extra_compile_args=STRICT_FLOATS,
             optional=True,
@@ -55,7 +56,7 @@ setup(
         Extension(
             "armature.router._routed",
             ["src/armature/router/_routed.c"],
-            depends=["src/armature/kv/pyint.h"],
+            depends=["src/armature/kv/pyint.h", "src/armature/kv/bigmem.h"],
             extra_compile_args=C_FLAGS,
             optional=True,
         ),

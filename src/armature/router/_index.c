@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../kv/bigmem.h"
 #include "../kv/pyint.h"
 #include "../kv/xxh3.h"
 
@@ -105,13 +106,13 @@ static void move_into(Table *t, Py_ssize_t old_nw, Table into, Py_ssize_t nw) {
         while (!is_empty(entry(&into, i, nw) + 1, nw)) i = (i + 1) & mask;
         memcpy(entry(&into, i, nw), old, entry_bytes(old_nw));
     }
-    PyMem_Free(t->entries);
+    big_free(t->entries, t->capacity, entry_bytes(old_nw));
     *t = into;
 }
 
 /* A zeroed table of `capacity` entries of `nw` words of bits; -1 with MemoryError. */
 static int make_table(Table *t, size_t capacity, Py_ssize_t nw) {
-    t->entries = PyMem_Calloc(capacity, entry_bytes(nw));
+    t->entries = big_calloc(capacity, entry_bytes(nw));
     if (t->entries == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -347,7 +348,10 @@ static PyObject *HolderTable_new(PyTypeObject *type, PyObject *args, PyObject *k
 }
 
 static void HolderTable_dealloc(HolderTable *self) {
-    for (int t = 0; t < NUM_TIERS; t++) PyMem_Free(self->tables[t].entries);
+    for (int t = 0; t < NUM_TIERS; t++) {
+        Table *tab = &self->tables[t];
+        big_free(tab->entries, tab->capacity, entry_bytes(self->num_words));
+    }
     PyMem_Free(self->workers);
     Py_XDECREF(self->names);
     Py_XDECREF(self->slots);
@@ -412,7 +416,7 @@ static PyObject *HolderTable_set_name(HolderTable *self, PyObject *args) {
             if (!self->tables[t].capacity) continue;
             if (make_table(&wider[t], self->tables[t].capacity, nw) < 0) {
                 for (int u = 0; u < t; u++)
-                    PyMem_Free(wider[u].entries);
+                    big_free(wider[u].entries, wider[u].capacity, entry_bytes(nw));
                 return NULL;
             }
         }

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../kv/bigmem.h"
 #include "../kv/pyint.h"
 
 typedef struct {
@@ -76,7 +77,7 @@ static Entry *find(const Table *t, uint64_t hash, uint32_t slot) {
 }
 
 static int grow(Table *t, size_t capacity) {
-    Entry *entries = PyMem_Calloc(capacity, sizeof(Entry));
+    Entry *entries = big_calloc(capacity, sizeof(Entry));
     if (entries == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -89,7 +90,7 @@ static int grow(Table *t, size_t capacity) {
         while (entries[i].used) i = (i + 1) & mask;
         entries[i] = *old;
     }
-    PyMem_Free(t->entries);
+    big_free(t->entries, t->capacity, sizeof(Entry));
     t->entries = entries;
     t->capacity = capacity;
     return 0;
@@ -228,9 +229,9 @@ static void RoutedTable_dealloc(RoutedTable *self) {
     PyMem_Free(self->ring);
     Py_ssize_t num_slots = self->names != NULL ? PyList_GET_SIZE(self->names) : 0;
     for (Py_ssize_t i = 0; i < num_slots; i++)
-        PyMem_Free(self->by_worker[i].entries);
+        big_free(self->by_worker[i].entries, self->by_worker[i].capacity, sizeof(Entry));
     PyMem_Free(self->by_worker);
-    PyMem_Free(self->holders.entries);
+    big_free(self->holders.entries, self->holders.capacity, sizeof(Entry));
     Py_XDECREF(self->names);
     Py_XDECREF(self->slots);
     Py_TYPE(self)->tp_free((PyObject *)self);

@@ -248,8 +248,9 @@ def test_native_store_grows_past_64_workers_and_reuses_slots() -> None:
 
 @native_only
 def test_native_table_grown_to_megabytes_then_widened() -> None:
-    """A table grown through many doublings (to megabytes), rebuilt wider when a 65th worker
-    comes, and emptied keeps exact contents."""
+    """A table grown through many doublings (to megabytes, past armature/kv/bigmem.h's
+    threshold for arrays mapped on their own), rebuilt wider when a 65th worker comes, and
+    emptied keeps exact contents."""
     num_blocks = 200_000  # 2**19 entries of 16 bytes, then of 24 (two words of holders)
     index = PrefixIndex(IndexBackend.NATIVE)
     index.add_worker("big", num_blocks)

@@ -311,8 +311,8 @@ def test_prompts_shorter_than_a_block_expire_cleanly(make: Make) -> None:
 
 @pytest.mark.skipif(not has_native_routed(), reason=NOT_BUILT)
 def test_the_native_index_grown_to_megabytes() -> None:
-    """A worker's table grown through many doublings (to megabytes): found, and expired to
-    nothing."""
+    """A worker's table grown through many doublings (to megabytes, past armature/kv/bigmem.h's
+    threshold for arrays mapped on their own): found, and expired to nothing."""
     index = make_routed_index(10.0, 1_000_000, IndexBackend.NATIVE)
     hashes = list(range(1, 200_001))  # 2**19 entries of 24 bytes
     index.record("a", hashes, now_s=0.0)
