@@ -385,9 +385,10 @@ class Simulation:
         is routed to its worker or a timer reads the fleet (`_catch_up`), and runs on from
         its last step's end as it would have: the same steps, events and records."""
         if run.can_extend():
+            horizon_ms = self._get_horizon_ms()
             if self.defers_runs:
                 until_ms = run.get_quiet_until_ms()
-                if until_ms is not None and until_ms > self._get_horizon_ms():
+                if until_ms is not None and until_ms > horizon_ms:
                     self.runs[worker] = run
                     self.busy.add(worker)
                     self.deferred[worker] = until_ms
@@ -395,7 +396,7 @@ class Simulation:
                     self._schedule(until_ms, _DEFER + worker, worker)
                     return True
             num_steps = run.num_steps
-            self.cores[worker].extend_decodes(run, self._get_horizon_ms())
+            self.cores[worker].extend_decodes(run, horizon_ms)
             if run.num_steps > num_steps:
                 self._index_events(worker)
                 self._began_decodes(worker, run)

@@ -185,7 +185,7 @@ class DecodeRun:
         step_ms = max(min_ms, a * use * use + b * use + c) / speedup
         last_step, bs = self._last_step, pool.block_size
         due = [step for step, _ in self._allocations if step <= last_step]
-        num_due = sum((last_step - step) // bs + 1 for step in due)
+        num_due = _count_allocations_through(due, bs, last_step)
         quiet = pool.count_allocations_before_eviction(num_due)
         target = last_step if quiet == num_due else _nth_allocation_step(due, bs, quiet)
         num_steps = target - self._step  # the steps that start before the target's start
@@ -450,13 +450,19 @@ def _allocate_due(
     return True
 
 
+def _count_allocations_through(due: list[int], block_size: int, last: int) -> int:
+    """The allocations at steps up to `last` of requests whose next allocations are at steps
+    `due`, each one a block after the last."""
+    return sum((last - step) // block_size + 1 for step in due if step <= last)
+
+
 def _nth_allocation_step(due: list[int], block_size: int, n: int) -> int:
     """The step of allocation number `n` (from 0, in step order) of requests whose next
     allocations are at steps `due`, each one a block after the last."""
     low, high = min(due), max(due) + n * block_size  # the answer is in [low, high]
     while low < high:
         middle = (low + high) // 2
-        if sum((middle - step) // block_size + 1 for step in due if step <= middle) > n:
+        if _count_allocations_through(due, block_size, middle) > n:
             high = middle
         else:
             low = middle + 1
