@@ -2,16 +2,23 @@
  * kv policy's softmax draw (armature.router.cost.select_worker).
  *
  * Four tables, one per KV tier (device, host, disk, external), each an open-addressing hash
- * map with linear probing: a block's sequence hash (u64) -> the bit set of the worker slots
- * holding it in that tier. An entry exists exactly while its bit set is not empty (so no
- * sentinel key is needed); deletion shifts the following entries back (no tombstones).
+ * map with linear probing: a block's sequence hash (u64) -> the worker slots holding it in
+ * that tier. An entry is two words, its key and its holders, and exists exactly while it has
+ * a holder (a zero holders word is a free entry, so no sentinel key is needed); deletion
+ * shifts the following entries back (no tombstones).
  *
- *     entries: [h0 w0 w1 .. | h1 w0 w1 .. | ...]   capacity entries (a power of two), each its
- *              key then num_words u64 of bits (worker slot s: word s / 64); one cache line
- *              holds a probe's key and bits
+ *     entries: [h0 holders0 | h1 holders1 | ...]   capacity entries (a power of two)
+ *     holders: up to INLINE_HOLDERS slots in the word itself, 16 bits each (slot + 1, packed
+ *              from the low end, 0 after the last); with more, OVERFLOW_BIT and the number of
+ *              a bit set of num_words u64 (worker slot s: word s / 64) in the table's pool
  *     names: worker slot -> worker id (None for a free slot); results are keyed by the ids
  *     workers: worker slot -> its event state (last event id, stale) and, per tier, its
  *              capacity (0: tier not indexed) and the blocks it holds there
+ *
+ * Most blocks have one holder even in fleets of hundreds of workers (a prompt's own blocks
+ * live where it was routed; in the 256-worker replay of the conversation trace 89% of the
+ * entries have one holder, 99.6% at most four), so an entry takes 16 bytes at any fleet size,
+ * where a bit set in the entry would take 8 + 8 x num_words (40 bytes at 256 workers).
  *
  * The Python side (NativeHolderStore) owns the slots. `apply` keeps the event rules of
  * armature.router.py_holder_store.PyHolderStore.apply (event ids, capacities, staleness) in
@@ -34,12 +41,20 @@
 #define TIER_HOST 1
 #define TIER_DISK 2
 #define TIER_EXTERNAL 3
-#define MAX_WORDS 64 /* 4,096 worker slots */
+#define MAX_WORDS 64 /* 4,096 worker slots: slot + 1 fits a holder field with bit 63 clear */
+#define INLINE_HOLDERS 4
+#define OVERFLOW_BIT (1ULL << 63)
+#define ENTRY_BYTES (2 * sizeof(uint64_t))
+#define MAX_BITSETS UINT32_MAX /* a pool's bit sets are numbered in the holders' low 32 bits */
 
 typedef struct {
     size_t capacity; /* a power of two, or 0 before the first insert */
     size_t count;
-    uint64_t *entries; /* capacity * (1 + num_words): key, bits */
+    uint64_t *entries; /* capacity * 2: key, holders */
+    uint64_t *pool;    /* pool_capacity bit sets of num_words words, for entries past inline */
+    size_t pool_capacity, pool_used; /* bit sets allocated; handed out at least once */
+    size_t pool_count;               /* bit sets in use */
+    size_t free_next;                /* a free bit set + 1 (its first word: the next + 1), or 0 */
 } Table;
 
 typedef struct {
@@ -60,134 +75,257 @@ typedef struct {
     PyObject *tiers; /* dict: tier object -> 0..3 */
     WorkerState *workers; /* by slot, as many as names */
     PyObject *event_types[NUM_EVENT_TYPES]; /* the Stored, Removed and Cleared classes */
-    int initialized; /* __init__ ran: it runs once (the tables' layout is num_words) */
+    int initialized; /* __init__ ran: it runs once */
 } HolderTable;
 
 static inline size_t home(uint64_t key, size_t mask) {
     return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 17) & mask;
 }
 
-static inline int is_empty(const uint64_t *bits, Py_ssize_t nw) {
-    for (Py_ssize_t w = 0; w < nw; w++)
-        if (bits[w]) return 0;
-    return 1;
+/* Entry i of `t`: its key at [0], its holders at [1]. */
+static inline uint64_t *entry(const Table *t, size_t i) {
+    return t->entries + 2 * i;
 }
 
-/* Entry i of `t`: its key at [0], its num_words words of bits from [1]. */
-static inline uint64_t *entry(const Table *t, size_t i, Py_ssize_t nw) {
-    return t->entries + i * (size_t)(nw + 1);
+/* The bit set of an overflowed holders word. */
+static inline uint64_t *bitset(const Table *t, uint64_t holders, Py_ssize_t nw) {
+    return t->pool + (size_t)(uint32_t)holders * (size_t)nw;
 }
 
-/* The bytes of an entry with `nw` words of bits. */
-static inline size_t entry_bytes(Py_ssize_t nw) {
-    return (size_t)(nw + 1) * sizeof(uint64_t);
+/* The slots of a holders word as a bit set: the pool's own for an overflowed word, else
+ * `buf` (num_words words) filled. */
+static inline const uint64_t *holder_bits(const Table *t, uint64_t holders, Py_ssize_t nw,
+                                          uint64_t *buf) {
+    if (holders & OVERFLOW_BIT) return bitset(t, holders, nw);
+    memset(buf, 0, (size_t)nw * sizeof(uint64_t));
+    for (; holders; holders >>= 16) {
+        unsigned s = (unsigned)(holders & 0xFFFF) - 1;
+        buf[s / 64] |= 1ULL << (s % 64);
+    }
+    return buf;
 }
 
-/* The bits of `key`'s entry, or NULL. */
-static uint64_t *lookup(const Table *t, Py_ssize_t nw, uint64_t key) {
+/* Whether the holders word has `slot`. */
+static inline int holds(const Table *t, uint64_t holders, Py_ssize_t nw, Py_ssize_t slot) {
+    if (holders & OVERFLOW_BIT)
+        return (int)((bitset(t, holders, nw)[slot / 64] >> (slot % 64)) & 1);
+    for (uint64_t want = (uint64_t)slot + 1; holders; holders >>= 16)
+        if ((holders & 0xFFFF) == want) return 1;
+    return 0;
+}
+
+/* The holders word of `key`'s entry, or NULL. */
+static uint64_t *lookup(const Table *t, uint64_t key) {
     if (t->count == 0) return NULL;
     size_t mask = t->capacity - 1;
     for (size_t i = home(key, mask);; i = (i + 1) & mask) {
-        uint64_t *e = entry(t, i, nw);
-        if (is_empty(e + 1, nw)) return NULL;
+        uint64_t *e = entry(t, i);
+        if (e[1] == 0) return NULL;
         if (e[0] == key) return e + 1;
     }
 }
 
-/* `t`'s entries (of `old_nw` words of bits) rehashed into `into` (zeroed, of `nw` >= old_nw
- * words), whose count becomes t's; t's old array is freed and t becomes `into`. */
-static void move_into(Table *t, Py_ssize_t old_nw, Table into, Py_ssize_t nw) {
-    size_t mask = into.capacity - 1;
-    into.count = t->count;
+/* The holders of `key` as a bit set (holder_bits, into `buf` when inline), or NULL. */
+static inline const uint64_t *lookup_bits(const Table *t, Py_ssize_t nw, uint64_t key,
+                                          uint64_t *buf) {
+    const uint64_t *holders = lookup(t, key);
+    return holders ? holder_bits(t, *holders, nw, buf) : NULL;
+}
+
+/* `t`'s entries rehashed into the zeroed array `into` of `capacity` entries, which becomes
+ * t's; t's old array is freed (its count and pool stay). */
+static void move_into(Table *t, uint64_t *into, size_t capacity) {
+    size_t mask = capacity - 1;
     for (size_t j = 0; j < t->capacity; j++) {
-        const uint64_t *old = entry(t, j, old_nw);
-        if (is_empty(old + 1, old_nw)) continue;
+        const uint64_t *old = entry(t, j);
+        if (old[1] == 0) continue;
         size_t i = home(old[0], mask);
-        while (!is_empty(entry(&into, i, nw) + 1, nw)) i = (i + 1) & mask;
-        memcpy(entry(&into, i, nw), old, entry_bytes(old_nw));
+        while (into[2 * i + 1] != 0) i = (i + 1) & mask;
+        into[2 * i] = old[0];
+        into[2 * i + 1] = old[1];
     }
-    big_free(t->entries, t->capacity, entry_bytes(old_nw));
-    *t = into;
-}
-
-/* A zeroed table of `capacity` entries of `nw` words of bits; -1 with MemoryError. */
-static int make_table(Table *t, size_t capacity, Py_ssize_t nw) {
-    t->entries = big_calloc(capacity, entry_bytes(nw));
-    if (t->entries == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    big_free(t->entries, t->capacity, ENTRY_BYTES);
+    t->entries = into;
     t->capacity = capacity;
-    t->count = 0;
-    return 0;
 }
 
-/* Room for `count` entries at a load factor of at most 1/2. */
-static int reserve(Table *t, Py_ssize_t nw, size_t count) {
+/* Room for `count` entries at a load factor of at most 1/2; -1 with MemoryError. */
+static int reserve(Table *t, size_t count) {
     if (count * 2 <= t->capacity) return 0;
     size_t capacity = t->capacity ? t->capacity : 64;
     while (count * 2 > capacity) capacity *= 2;
-    Table grown;
-    if (make_table(&grown, capacity, nw) < 0) return -1;
-    move_into(t, nw, grown, nw);
+    uint64_t *grown = big_calloc(capacity, ENTRY_BYTES);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    move_into(t, grown, capacity);
     return 0;
 }
 
-/* The bits of `key`'s entry, inserted empty if absent; room must have been reserved. The
- * caller sets a bit at once (an empty entry counts as absent). */
-static uint64_t *upsert(Table *t, Py_ssize_t nw, uint64_t key, int *inserted) {
+/* Room in t's pool for `extra` more bit sets of `nw` words; -1 with MemoryError. */
+static int reserve_pool(Table *t, Py_ssize_t nw, size_t extra) {
+    size_t want = t->pool_count + extra;
+    if (want <= t->pool_capacity) return 0;
+    size_t capacity = t->pool_capacity ? t->pool_capacity : 16;
+    while (capacity < want) capacity *= 2;
+    uint64_t *pool = want > MAX_BITSETS ? NULL
+                                        : PyMem_Realloc(t->pool, capacity * (size_t)nw * 8);
+    if (pool == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->pool = pool;
+    t->pool_capacity = capacity;
+    return 0;
+}
+
+/* A zeroed bit set from t's pool (room reserved): its number. */
+static uint32_t take_bitset(Table *t, Py_ssize_t nw) {
+    size_t b;
+    if (t->free_next) {
+        b = t->free_next - 1;
+        t->free_next = (size_t)t->pool[b * (size_t)nw];
+    } else {
+        b = t->pool_used++;
+    }
+    memset(t->pool + b * (size_t)nw, 0, (size_t)nw * sizeof(uint64_t));
+    t->pool_count++;
+    return (uint32_t)b;
+}
+
+static void give_bitset(Table *t, Py_ssize_t nw, uint32_t b) {
+    t->pool[(size_t)b * (size_t)nw] = (uint64_t)t->free_next;
+    t->free_next = (size_t)b + 1;
+    t->pool_count--;
+}
+
+/* The holders word of `key`'s entry, inserted empty if absent; room must have been reserved.
+ * The caller adds a holder at once (an empty entry counts as free). */
+static uint64_t *upsert(Table *t, uint64_t key) {
     size_t mask = t->capacity - 1;
     for (size_t i = home(key, mask);; i = (i + 1) & mask) {
-        uint64_t *e = entry(t, i, nw);
-        if (is_empty(e + 1, nw)) {
+        uint64_t *e = entry(t, i);
+        if (e[1] == 0) {
             e[0] = key;
             t->count++;
-            *inserted = 1;
             return e + 1;
         }
-        if (e[0] == key) {
-            *inserted = 0;
-            return e + 1;
-        }
+        if (e[0] == key) return e + 1;
     }
 }
 
-/* Drop the (now empty) entry whose bits are `bits`, shifting the entries after it back. */
-static void erase(Table *t, Py_ssize_t nw, uint64_t *bits) {
-    size_t mask = t->capacity - 1, stride = (size_t)(nw + 1);
-    size_t i = (size_t)(bits - 1 - t->entries) / stride;
+/* Add `slot` to the holders word `*holders` of t (room for one bit set reserved): 1 if it was
+ * not there, else 0. Past INLINE_HOLDERS the holders move to a bit set. */
+static int add_holder(Table *t, Py_ssize_t nw, uint64_t *holders, Py_ssize_t slot) {
+    uint64_t h = *holders, bit = 1ULL << (slot % 64);
+    if (h & OVERFLOW_BIT) {
+        uint64_t *bits = bitset(t, h, nw);
+        if (bits[slot / 64] & bit) return 0;
+        bits[slot / 64] |= bit;
+        return 1;
+    }
+    int i = 0;
+    for (; i < INLINE_HOLDERS && ((h >> (16 * i)) & 0xFFFF); i++)
+        if (((h >> (16 * i)) & 0xFFFF) == (uint64_t)slot + 1) return 0;
+    if (i < INLINE_HOLDERS) {
+        *holders = h | (((uint64_t)slot + 1) << (16 * i));
+        return 1;
+    }
+    uint32_t b = take_bitset(t, nw);
+    uint64_t *bits = bitset(t, b, nw);
+    holder_bits(t, h, nw, bits);
+    bits[slot / 64] |= bit;
+    *holders = OVERFLOW_BIT | b;
+    return 1;
+}
+
+/* Drop the entry `e` (now without holders), shifting the entries after it back. */
+static void erase(Table *t, uint64_t *e) {
+    size_t mask = t->capacity - 1;
+    size_t i = (size_t)(e - t->entries) / 2;
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        uint64_t *next = entry(t, j, nw);
-        if (is_empty(next + 1, nw)) break;
+        uint64_t *next = entry(t, j);
+        if (next[1] == 0) break;
         size_t k = home(next[0], mask);
         /* move j to the hole at i unless its home lies cyclically in (i, j] */
         int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
         if (stays) continue;
-        memcpy(entry(t, i, nw), next, stride * sizeof(uint64_t));
-        memset(next, 0, stride * sizeof(uint64_t));
+        memcpy(entry(t, i), next, ENTRY_BYTES);
+        memset(next, 0, ENTRY_BYTES);
         i = j;
     }
     t->count--;
 }
 
-/* Start loading the home entries of `n` keys: an event's blocks are scattered over a table of
- * up to millions of entries, so each lookup would otherwise wait for memory in turn. */
-static void prefetch_homes(const Table *t, Py_ssize_t nw, const uint64_t *keys, Py_ssize_t n) {
-    if (t->capacity == 0) return;
-    size_t mask = t->capacity - 1;
-    for (Py_ssize_t i = 0; i < n; i++) __builtin_prefetch(entry(t, home(keys[i], mask), nw));
+/* Drop `slot` from the holders of entry `e` (key, holders) of t: 1 if it was there. The entry
+ * is erased once it has no holder; an overflowed one goes back inline at INLINE_HOLDERS (so
+ * a bit set always holds more). */
+static int remove_holder(Table *t, Py_ssize_t nw, uint64_t *e, Py_ssize_t slot) {
+    uint64_t h = e[1];
+    if (h & OVERFLOW_BIT) {
+        uint64_t *bits = bitset(t, h, nw), bit = 1ULL << (slot % 64);
+        if (!(bits[slot / 64] & bit)) return 0;
+        bits[slot / 64] &= ~bit;
+        int count = 0;
+        for (Py_ssize_t w = 0; w < nw; w++) count += __builtin_popcountll(bits[w]);
+        if (count <= INLINE_HOLDERS) {
+            uint64_t packed = 0;
+            int i = 0;
+            for (Py_ssize_t w = 0; w < nw; w++)
+                for (uint64_t m = bits[w]; m; m &= m - 1)
+                    packed |= ((uint64_t)(w * 64 + __builtin_ctzll(m)) + 1) << (16 * i++);
+            give_bitset(t, nw, (uint32_t)h);
+            e[1] = packed;
+        }
+        return 1;
+    }
+    int at = -1, last = -1;
+    for (int i = 0; i < INLINE_HOLDERS && ((h >> (16 * i)) & 0xFFFF); i++) {
+        if (((h >> (16 * i)) & 0xFFFF) == (uint64_t)slot + 1) at = i;
+        last = i;
+    }
+    if (at < 0) return 0;
+    uint64_t moved = (h >> (16 * last)) & 0xFFFF; /* the last field fills the hole */
+    h &= ~(0xFFFFULL << (16 * last));
+    if (at != last) h = (h & ~(0xFFFFULL << (16 * at))) | (moved << (16 * at));
+    e[1] = h;
+    if (h == 0) erase(t, e);
+    return 1;
 }
 
-/* Clear slot's bit in the entry of `key`; 1 if it was set. */
+/* Start loading the home entries of `n` keys: an event's blocks are scattered over a table of
+ * up to millions of entries, so each lookup would otherwise wait for memory in turn. */
+static void prefetch_homes(const Table *t, const uint64_t *keys, Py_ssize_t n) {
+    if (t->capacity == 0) return;
+    size_t mask = t->capacity - 1;
+    for (Py_ssize_t i = 0; i < n; i++) __builtin_prefetch(entry(t, home(keys[i], mask)));
+}
+
+/* Drop slot from the holders of `key`; 1 if it held it. */
 static int clear_bit(Table *t, Py_ssize_t nw, uint64_t key, Py_ssize_t slot) {
-    uint64_t *bits = lookup(t, nw, key);
-    uint64_t bit = 1ULL << (slot % 64);
-    if (bits == NULL || !(bits[slot / 64] & bit)) return 0;
-    bits[slot / 64] &= ~bit;
-    if (is_empty(bits, nw)) erase(t, nw, bits);
-    return 1;
+    uint64_t *holders = lookup(t, key);
+    return holders ? remove_holder(t, nw, holders - 1, slot) : 0;
+}
+
+/* t's pool rebuilt with bit sets of `nw` words where they had `old_nw` (free ones keep their
+ * link); -1 with MemoryError and nothing changed. *out is the new pool (NULL when t has
+ * none); the caller installs it. */
+static int widen_pool(const Table *t, Py_ssize_t old_nw, Py_ssize_t nw, uint64_t **out) {
+    *out = NULL;
+    if (t->pool == NULL) return 0;
+    uint64_t *pool = PyMem_Calloc(t->pool_capacity * (size_t)nw, sizeof(uint64_t));
+    if (pool == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t b = 0; b < t->pool_used; b++)
+        memcpy(pool + b * (size_t)nw, t->pool + b * (size_t)old_nw,
+               (size_t)old_nw * sizeof(uint64_t));
+    *out = pool;
+    return 0;
 }
 
 /* ---- argument parsing ---------------------------------------------------------------- */
@@ -350,7 +488,8 @@ static PyObject *HolderTable_new(PyTypeObject *type, PyObject *args, PyObject *k
 static void HolderTable_dealloc(HolderTable *self) {
     for (int t = 0; t < NUM_TIERS; t++) {
         Table *tab = &self->tables[t];
-        big_free(tab->entries, tab->capacity, entry_bytes(self->num_words));
+        big_free(tab->entries, tab->capacity, ENTRY_BYTES);
+        PyMem_Free(tab->pool);
     }
     PyMem_Free(self->workers);
     Py_XDECREF(self->names);
@@ -410,19 +549,18 @@ static PyObject *HolderTable_set_name(HolderTable *self, PyObject *args) {
     }
     Py_ssize_t nw = slot / 64 + 1;
     if (nw > self->num_words) {
-        /* every wider table first, so that running out of memory leaves all as they were */
-        Table wider[NUM_TIERS] = {{0}};
+        /* every wider pool first, so that running out of memory leaves all as they were */
+        uint64_t *wider[NUM_TIERS] = {NULL};
         for (int t = 0; t < NUM_TIERS; t++) {
-            if (!self->tables[t].capacity) continue;
-            if (make_table(&wider[t], self->tables[t].capacity, nw) < 0) {
-                for (int u = 0; u < t; u++)
-                    big_free(wider[u].entries, wider[u].capacity, entry_bytes(nw));
+            if (widen_pool(&self->tables[t], self->num_words, nw, &wider[t]) < 0) {
+                for (int u = 0; u < t; u++) PyMem_Free(wider[u]);
                 return NULL;
             }
         }
         for (int t = 0; t < NUM_TIERS; t++) {
-            Table *tab = &self->tables[t];
-            if (tab->capacity) move_into(tab, self->num_words, wider[t], nw);
+            if (wider[t] == NULL) continue;
+            PyMem_Free(self->tables[t].pool);
+            self->tables[t].pool = wider[t];
         }
         self->num_words = nw;
     }
@@ -462,20 +600,14 @@ static Py_ssize_t add_core(HolderTable *self, Py_ssize_t slot, int tier, PyObjec
     if (hashes == NULL) return -2;
     Table *t = &self->tables[tier];
     Py_ssize_t nw = self->num_words;
-    if (reserve(t, nw, t->count + (size_t)n) < 0) {
+    if (reserve(t, t->count + (size_t)n) < 0 || reserve_pool(t, nw, (size_t)n) < 0) {
         free_hashes(hashes, stack);
         return -2;
     }
-    prefetch_homes(t, nw, hashes, n);
-    uint64_t bit = 1ULL << (slot % 64);
+    prefetch_homes(t, hashes, n);
     Py_ssize_t num_new = 0; /* the newly set hashes are moved to hashes[0..num_new) */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int inserted;
-        uint64_t *bits = upsert(t, nw, hashes[i], &inserted);
-        if (bits[slot / 64] & bit) continue;
-        bits[slot / 64] |= bit;
-        hashes[num_new++] = hashes[i];
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (add_holder(t, nw, upsert(t, hashes[i]), slot)) hashes[num_new++] = hashes[i];
     if (num_new > max_new) {
         for (Py_ssize_t i = 0; i < num_new; i++) clear_bit(t, nw, hashes[i], slot);
         num_new = -1;
@@ -493,7 +625,7 @@ static Py_ssize_t remove_core(HolderTable *self, Py_ssize_t slot, int tier, PyOb
     uint64_t *hashes = read_hashes(obj, &n, stack);
     if (hashes == NULL) return -1;
     Py_ssize_t num_removed = 0;
-    prefetch_homes(&self->tables[tier], self->num_words, hashes, n);
+    prefetch_homes(&self->tables[tier], hashes, n);
     for (Py_ssize_t i = 0; i < n; i++)
         num_removed += clear_bit(&self->tables[tier], self->num_words, hashes[i], slot);
     free_hashes(hashes, stack);
@@ -510,8 +642,8 @@ static uint64_t *keys_of(const Table *t, Py_ssize_t nw, Py_ssize_t slot, Py_ssiz
     }
     *n = 0;
     for (size_t i = 0; i < t->capacity; i++) {
-        const uint64_t *e = entry(t, i, nw), *bits = e + 1;
-        int held = slot < 0 ? !is_empty(bits, nw) : (int)((bits[slot / 64] >> (slot % 64)) & 1);
+        const uint64_t *e = entry(t, i);
+        int held = slot < 0 ? e[1] != 0 : holds(t, e[1], nw, slot);
         if (held) out[(*n)++] = e[0];
     }
     return out;
@@ -775,12 +907,12 @@ static int next_key(KeySource *src, Py_ssize_t depth, uint64_t *key) {
  * key made from tokens is not known before the walk reaches it). */
 #define WALK_PREFETCH_AHEAD 8
 
-static inline void prefetch_key(const Table *t, Py_ssize_t nw, const KeySource *src,
-                                Py_ssize_t depth, Py_ssize_t n) {
+static inline void prefetch_key(const Table *t, const KeySource *src, Py_ssize_t depth,
+                                Py_ssize_t n) {
     uint64_t key;
     if (src->block_size || depth >= n || !t->capacity || !peek_u64(src->items[depth], &key))
         return;
-    __builtin_prefetch(entry(t, home(key, t->capacity - 1), nw));
+    __builtin_prefetch(entry(t, home(key, t->capacity - 1)));
 }
 
 /* For each worker holding the first of `n` keys on its device, how many leading keys it holds
@@ -792,13 +924,14 @@ static PyObject *walk_device(HolderTable *self, KeySource *src, Py_ssize_t n) {
     uint64_t active[MAX_WORDS], dropped[MAX_WORDS], key;
     if (out == NULL || n == 0) return out;
     if (next_key(src, 0, &key) < 0) goto fail;
-    const uint64_t *first = lookup(t, nw, key);
+    uint64_t buf[MAX_WORDS];
+    const uint64_t *first = lookup_bits(t, nw, key, buf);
     if (first == NULL) return out;
     memcpy(active, first, (size_t)nw * sizeof(uint64_t));
     for (Py_ssize_t depth = 1; depth < n; depth++) {
-        prefetch_key(t, nw, src, depth + WALK_PREFETCH_AHEAD, n);
+        prefetch_key(t, src, depth + WALK_PREFETCH_AHEAD, n);
         if (next_key(src, depth, &key) < 0) goto fail;
-        const uint64_t *bits = lookup(t, nw, key);
+        const uint64_t *bits = lookup_bits(t, nw, key, buf);
         uint64_t any_drop = 0, any_left = 0;
         for (Py_ssize_t w = 0; w < nw; w++) {
             uint64_t still = bits ? active[w] & bits[w] : 0;
@@ -894,10 +1027,11 @@ static int tier_step(HolderTable *self, TierWalk *walk, uint64_t *active, uint64
                      Py_ssize_t depth) {
     static const uint64_t none[MAX_WORDS];
     Py_ssize_t nw = self->num_words;
-    const uint64_t *dev = lookup(&self->tables[TIER_DEVICE], nw, key);
-    const uint64_t *host = lookup(&self->tables[TIER_HOST], nw, key);
-    const uint64_t *disk = lookup(&self->tables[TIER_DISK], nw, key);
-    int external = lookup(&self->tables[TIER_EXTERNAL], nw, key) != NULL;
+    uint64_t dev_buf[MAX_WORDS], host_buf[MAX_WORDS], disk_buf[MAX_WORDS];
+    const uint64_t *dev = lookup_bits(&self->tables[TIER_DEVICE], nw, key, dev_buf);
+    const uint64_t *host = lookup_bits(&self->tables[TIER_HOST], nw, key, host_buf);
+    const uint64_t *disk = lookup_bits(&self->tables[TIER_DISK], nw, key, disk_buf);
+    int external = lookup(&self->tables[TIER_EXTERNAL], key) != NULL;
     dev = dev ? dev : none;
     host = host ? host : none;
     disk = disk ? disk : none;

@@ -76,27 +76,54 @@ class Dump:
 
 Op = AddWorker | RemoveWorker | Capacities | Event | Dump
 
-OPS = st.one_of(
-    st.builds(AddWorker, st.sampled_from(WORKERS), st.integers(1, 8)),
-    st.builds(RemoveWorker, st.sampled_from(WORKERS)),
-    st.builds(
-        Capacities,
-        st.sampled_from(WORKERS),
-        st.dictionaries(TIERS, st.integers(0, 8), max_size=4),
-    ),
-    st.builds(
+
+KINDS = ["stored", "stored", "stored", "removed", "cleared"]
+SKEWS = [0] * 12 + [-1, 1]  # added to the next event id: in order, a repeat, a gap
+
+
+def ops_over(
+    workers: list[str],
+    events_in_ten: int | None = None,
+    hashes: st.SearchStrategy[int] = HASHES,
+    tiers: st.SearchStrategy[KvTier] = TIERS,
+    kinds: list[str] = KINDS,
+    skews: list[int] = SKEWS,
+) -> st.SearchStrategy[Op]:
+    """Ops on `workers`: each kind of op as often, or events `events_in_ten` in ten; events
+    of `hashes` in `tiers`, their kinds and id skews drawn from `kinds` and `skews`."""
+    names = st.sampled_from(workers)
+    events = st.builds(
         Event,
-        st.sampled_from(WORKERS),
-        st.sampled_from(["stored", "stored", "stored", "removed", "cleared"]),
-        st.lists(HASHES, max_size=6),
-        TIERS,
-        st.sampled_from([0] * 12 + [-1, 1]),
-    ),
-    st.builds(
-        Dump,
-        st.sampled_from(WORKERS),
-        st.dictionaries(TIERS, st.lists(HASHES, max_size=6), max_size=4),
-    ),
+        names,
+        st.sampled_from(kinds),
+        st.lists(hashes, max_size=6),
+        tiers,
+        st.sampled_from(skews),
+    )
+    others = [
+        st.builds(AddWorker, names, st.integers(1, 8)),
+        st.builds(RemoveWorker, names),
+        st.builds(Capacities, names, st.dictionaries(TIERS, st.integers(0, 8), max_size=4)),
+        st.builds(Dump, names, st.dictionaries(TIERS, st.lists(HASHES, max_size=6), max_size=4)),
+    ]
+    if events_in_ten is None:
+        return st.one_of(*others[:3], events, others[3])
+    other = st.one_of(*others)
+    return st.integers(0, 9).flatmap(lambda i: events if i < events_in_ten else other)
+
+
+OPS = ops_over(WORKERS)
+# seven of them indexed from the start, events mostly Stored, in order, of four blocks on the
+# device: a block often has more holders than an entry of the C table keeps inline (four),
+# and loses them again
+MANY_WORKERS = [f"w{i}" for i in range(8)]
+MANY_HOLDER_OPS = ops_over(
+    MANY_WORKERS,
+    events_in_ten=8,
+    hashes=st.sampled_from([0, 1, 2, 2**64 - 1]),
+    tiers=st.sampled_from([KvTier.DEVICE] * 4 + list(KvTier)),
+    kinds=["stored"] * 6 + ["removed", "cleared"],
+    skews=[0] * 40 + [-1, 1],
 )
 
 
@@ -149,11 +176,11 @@ def state(index: PrefixIndex, queries: list[list[int]]) -> dict[str, object]:
     }
 
 
-def tiered_pair() -> tuple[PrefixIndex, PrefixIndex]:
-    """A native and a Python index, each with workers a, b, c indexed in every tier."""
+def tiered_pair(workers: list[str]) -> tuple[PrefixIndex, PrefixIndex]:
+    """A native and a Python index, each with `workers` indexed in every tier."""
     pair = PrefixIndex(IndexBackend.NATIVE), PrefixIndex(IndexBackend.PYTHON)
     for index in pair:
-        for worker in WORKERS[:3]:
+        for worker in workers:
             index.add_worker(worker, 8)
             index.set_tier_capacities(worker, dict.fromkeys(KvTier, 8))
     return pair
@@ -165,8 +192,26 @@ def tiered_pair() -> tuple[PrefixIndex, PrefixIndex]:
 def test_native_and_python_stores_agree_on_every_sequence(
     ops: list[Op], queries: list[list[int]]
 ) -> None:
-    native, python = tiered_pair()
-    native_ids = dict.fromkeys(WORKERS[:3], 0)
+    agree_on(ops, queries, WORKERS[:3])
+
+
+@native_only
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(MANY_HOLDER_OPS, min_size=30, max_size=60),
+    st.lists(st.lists(HASHES, max_size=8), min_size=1, max_size=4),
+)
+def test_native_and_python_stores_agree_with_many_holders_a_block(
+    ops: list[Op], queries: list[list[int]]
+) -> None:
+    agree_on(ops, queries, MANY_WORKERS[:7])
+
+
+def agree_on(ops: list[Op], queries: list[list[int]], first: list[str]) -> None:
+    """`ops` on a native and a Python index, each starting with `first` indexed in every
+    tier: the same return values and state after each."""
+    native, python = tiered_pair(first)
+    native_ids = dict.fromkeys(first, 0)
     python_ids = dict(native_ids)
     queries.append(sorted({0, 1, 2, 3, 4, 5, 6, 7}))  # the universe's longest prefix
     for op in ops:
@@ -179,14 +224,16 @@ def home_slot(key: int, num_slots: int) -> int:
     return ((key * 0x9E3779B97F4A7C15) % 2**64 >> 17) % num_slots
 
 
-def churn(index: PrefixIndex, keys: list[int], num_ops: int, seed: int) -> None:
-    """Random adds and removes of `keys` for workers a and b, each checked against a set;
-    then every remaining key must still be found and removable."""
+def churn(
+    index: PrefixIndex, keys: list[int], num_ops: int, seed: int, workers: str | list[str] = "ab"
+) -> None:
+    """Random adds and removes of `keys` for `workers`, each checked against a set; then
+    every remaining key must still be found and removable."""
     rng = random.Random(seed)
-    model: dict[str, set[int]] = {"a": set(), "b": set()}
+    model: dict[str, set[int]] = {w: set() for w in workers}
     store = index._store
     for _ in range(num_ops):
-        worker = rng.choice("ab")
+        worker = rng.choice(workers)
         batch = rng.sample(keys, rng.randint(1, min(8, len(keys))))
         if rng.random() < 0.55:
             num_new = len(set(batch) - model[worker])
@@ -226,6 +273,33 @@ def test_native_table_matches_a_set_under_churn(wrapping: bool) -> None:
 
 
 @native_only
+def test_native_table_matches_sets_with_many_holders_past_64_workers() -> None:
+    """70 workers add and remove 6 keys at random, each checked against a set: an entry's
+    holders go past the four it keeps inline (to a bit set of two words) and back, in turn."""
+    index = PrefixIndex(IndexBackend.NATIVE)
+    workers = [f"w{i}" for i in range(70)]
+    for worker in workers:
+        index.add_worker(worker, 10)
+    rng = random.Random(9)
+    keys = [rng.getrandbits(64) for _ in range(6)]
+    holders_seen: set[int] = set()
+    store = index._store
+    for _ in range(40):  # a few holders, many, then few again
+        churn_round = rng.sample(workers, rng.randint(1, 70))
+        for worker in churn_round:
+            store.add(worker, KvTier.DEVICE, keys[:3], 10)
+        holders_seen.add(len(index.find_overlaps(keys[:1])))
+        for worker in rng.sample(churn_round, rng.randint(0, len(churn_round))):
+            assert store.remove(worker, KvTier.DEVICE, keys[:3]) == 3
+        holders_seen.add(len(index.find_overlaps(keys[:1])))
+    assert min(holders_seen) <= 4 < max(holders_seen)
+    for worker in workers:
+        store.remove(worker, KvTier.DEVICE, keys[:3])
+    assert index.get_num_entries() == 0
+    churn(index, keys, 1500, seed=11, workers=workers)
+
+
+@native_only
 def test_native_store_grows_past_64_workers_and_reuses_slots() -> None:
     """130 workers span three 64-bit words; a removed worker's slot goes to the next one."""
     indexes = [PrefixIndex(IndexBackend.NATIVE), PrefixIndex(IndexBackend.PYTHON)]
@@ -249,19 +323,32 @@ def test_native_store_grows_past_64_workers_and_reuses_slots() -> None:
 @native_only
 def test_native_table_grown_to_megabytes_then_widened() -> None:
     """A table grown through many doublings (to megabytes, past armature/kv/bigmem.h's
-    threshold for arrays mapped on their own), rebuilt wider when a 65th worker comes, and
-    emptied keeps exact contents."""
-    num_blocks = 200_000  # 2**19 entries of 16 bytes, then of 24 (two words of holders)
+    threshold for arrays mapped on their own), whose blocks 0 and 1 have more holders than
+    an entry keeps inline (their bit sets widened when a 65th worker comes), and emptied,
+    keeps exact contents."""
+    num_blocks = 200_000  # 2**19 entries of 16 bytes
     index = PrefixIndex(IndexBackend.NATIVE)
     index.add_worker("big", num_blocks)
     assert index.apply("big", KvStored(0, None, [StoredBlock(h, h) for h in range(num_blocks)]))
-    for w in range(65):
+    for w in range(64):
         index.add_worker(f"w{w}", 10)
+    for w in range(6):  # blocks 0 and 1: seven holders, in one word's bit set
+        assert index.apply(f"w{w}", KvStored(0, None, [StoredBlock(0, 0), StoredBlock(1, 1)]))
+    index.add_worker("w64", 10)
     assert index.apply("w64", KvStored(0, None, [StoredBlock(0, 0)]))
-    assert index.find_overlaps(list(range(num_blocks + 5))) == {"big": num_blocks, "w64": 1}
+    small = {f"w{w}": 2 for w in range(6)}
+    assert index.find_overlaps(list(range(num_blocks + 5))) == {
+        "big": num_blocks,
+        **small,
+        "w64": 1,
+    }
     assert index.get_worker_hashes("big") == set(range(num_blocks))
     assert index.apply("big", KvRemoved(1, list(range(1, num_blocks))))
+    assert index.find_overlaps([0, 1]) == {"big": 1, **small, "w64": 1}
+    for w in range(6):  # blocks 0 and 1 back to two holders and one, inline
+        assert index.apply(f"w{w}", KvRemoved(1, [0, 1]))
     assert index.find_overlaps([0, 1]) == {"big": 1, "w64": 1}
+    assert index.get_num_entries() == 2  # (worker, block) pairs: big and w64 hold block 0
 
 
 @native_only
