@@ -9,6 +9,9 @@
  *     decisions: ring of (expiry_s, slot, copy of the prompt's hashes), record order
  *     names:     slot -> worker id; slots: worker id -> slot (a worker keeps its slot)
  *
+ * An entry is 16 bytes, a hash and a value (the expiry, or the slot + 1 in the holders table; 0
+ * marks a free entry), so a fleet of hundreds of workers, each with its last 120 s of
+ * prompts, takes two thirds of the memory a slot and a flag beside the expiry would.
  * Deletion shifts the following entries back (no tombstones). A worker's entries are a table
  * of their own (a decision touches one small table, not one spread over the fleet). A hash's
  * home slot ignores the worker, so the holders of one first block sit in one probe run: a
@@ -23,11 +26,11 @@
 #include "../kv/bigmem.h"
 #include "../kv/pyint.h"
 
+/* 16 bytes. In a worker's table, `value` is the expiry (a double's bits, +0.0 kept as -0.0);
+ * in the holders table, the slot + 1; 0 marks a free entry in both. */
 typedef struct {
     uint64_t hash;
-    uint32_t slot;
-    uint32_t used;
-    double expiry_s;
+    uint64_t value;
 } Entry;
 
 typedef struct {
@@ -66,13 +69,35 @@ static inline size_t home(uint64_t hash, size_t mask) {
     return (size_t)((hash * 0x9E3779B97F4A7C15ULL) >> 17) & mask;
 }
 
-static Entry *find(const Table *t, uint64_t hash, uint32_t slot) {
+static inline uint64_t expiry_value(double expiry_s) {
+    uint64_t value;
+    memcpy(&value, &expiry_s, sizeof(value));
+    return value ? value : 1ULL << 63; /* +0.0 as -0.0, equal to it */
+}
+
+static inline double expiry_in(const Entry *e) {
+    double expiry_s;
+    memcpy(&expiry_s, &e->value, sizeof(expiry_s));
+    return expiry_s;
+}
+
+static inline uint64_t holder_value(uint32_t slot) {
+    return (uint64_t)slot + 1;
+}
+
+static inline uint32_t holder_slot(const Entry *e) {
+    return (uint32_t)(e->value - 1);
+}
+
+/* The entry of `hash` in a worker's table (holder 0), or of (hash, slot) in the holders
+ * table (holder_value(slot)); NULL if absent. */
+static Entry *find(const Table *t, uint64_t hash, uint64_t holder) {
     if (t->count == 0) return NULL;
     size_t mask = t->capacity - 1;
     for (size_t i = home(hash, mask);; i = (i + 1) & mask) {
         Entry *e = &t->entries[i];
-        if (!e->used) return NULL;
-        if (e->hash == hash && e->slot == slot) return e;
+        if (!e->value) return NULL;
+        if (e->hash == hash && (!holder || e->value == holder)) return e;
     }
 }
 
@@ -85,9 +110,9 @@ static int grow(Table *t, size_t capacity) {
     size_t mask = capacity - 1;
     for (size_t j = 0; j < t->capacity; j++) {
         const Entry *old = &t->entries[j];
-        if (!old->used) continue;
+        if (!old->value) continue;
         size_t i = home(old->hash, mask);
-        while (entries[i].used) i = (i + 1) & mask;
+        while (entries[i].value) i = (i + 1) & mask;
         entries[i] = *old;
     }
     big_free(t->entries, t->capacity, sizeof(Entry));
@@ -104,21 +129,20 @@ static int reserve(Table *t, size_t count) {
     return grow(t, capacity);
 }
 
-/* The entry of (hash, slot), inserted (expiry -inf) if absent; room must have been reserved. */
-static Entry *upsert(Table *t, uint64_t hash, uint32_t slot, int *inserted) {
+/* The entry find() gives, inserted if absent (in a worker's table with expiry -inf, in the
+ * holders table as the holder); room must have been reserved. */
+static Entry *upsert(Table *t, uint64_t hash, uint64_t holder, int *inserted) {
     size_t mask = t->capacity - 1;
     for (size_t i = home(hash, mask);; i = (i + 1) & mask) {
         Entry *e = &t->entries[i];
-        if (!e->used) {
+        if (!e->value) {
             e->hash = hash;
-            e->slot = slot;
-            e->used = 1;
-            e->expiry_s = -INFINITY;
+            e->value = holder ? holder : expiry_value(-INFINITY);
             t->count++;
             *inserted = 1;
             return e;
         }
-        if (e->hash == hash && e->slot == slot) {
+        if (e->hash == hash && (!holder || e->value == holder)) {
             *inserted = 0;
             return e;
         }
@@ -132,7 +156,7 @@ static void erase(Table *t, Entry *e) {
     for (;;) {
         j = (j + 1) & mask;
         Entry *next = &t->entries[j];
-        if (!next->used) break;
+        if (!next->value) break;
         size_t k = home(next->hash, mask);
         /* move j to the hole at i unless its home lies cyclically in (i, j] */
         int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
@@ -140,7 +164,7 @@ static void erase(Table *t, Entry *e) {
         t->entries[i] = *next;
         i = j;
     }
-    t->entries[i].used = 0;
+    t->entries[i].value = 0;
     t->count--;
 }
 
@@ -154,9 +178,9 @@ static inline void prefetch_home(const Table *t, const uint64_t *hashes, Py_ssiz
         __builtin_prefetch(&t->entries[home(hashes[i + PREFETCH_AHEAD], t->capacity - 1)]);
 }
 
-static inline double expiry_of(const Table *t, uint64_t hash, uint32_t slot) {
-    const Entry *e = find(t, hash, slot);
-    return e == NULL ? -INFINITY : e->expiry_s;
+static inline double expiry_of(const Table *t, uint64_t hash) {
+    const Entry *e = find(t, hash, 0);
+    return e == NULL ? -INFINITY : expiry_in(e);
 }
 
 /* ---- arguments ------------------------------------------------------------------------ */
@@ -277,13 +301,13 @@ static void drop_oldest(RoutedTable *self) {
     for (Py_ssize_t i = 0; i < d->num_hashes; i++) {
         prefetch_home(entries, d->hashes, i, d->num_hashes);
         Entry *e = find(entries, d->hashes[i], 0);
-        if (e != NULL && e->expiry_s == d->expiry_s) {
+        if (e != NULL && expiry_in(e) == d->expiry_s) {
             erase(entries, e);
             self->num_entries--;
         }
     }
     if (d->num_hashes > 0 && find(entries, d->hashes[0], 0) == NULL) {
-        Entry *h = find(&self->holders, d->hashes[0], slot);
+        Entry *h = find(&self->holders, d->hashes[0], holder_value(slot));
         if (h != NULL) erase(&self->holders, h);
     }
     PyMem_Free(d->hashes);
@@ -354,12 +378,12 @@ static PyObject *RoutedTable_record(RoutedTable *self, PyObject *args, PyObject 
     for (Py_ssize_t i = 0; i < n; i++) {
         int inserted;
         prefetch_home(entries, hashes, i, n);
-        upsert(entries, hashes[i], 0, &inserted)->expiry_s = expiry_s;
+        upsert(entries, hashes[i], 0, &inserted)->value = expiry_value(expiry_s);
         self->num_entries += (size_t)inserted;
     }
     if (n > 0) {
         int inserted;
-        upsert(&self->holders, hashes[0], (uint32_t)slot, &inserted);
+        upsert(&self->holders, hashes[0], holder_value((uint32_t)slot), &inserted);
     }
     free_hashes(hashes, stack);
     while ((Py_ssize_t)self->num_entries > self->max_entries) drop_oldest(self);
@@ -463,17 +487,18 @@ static PyObject *RoutedTable_find_overlaps(RoutedTable *self, PyObject *args, Py
     Holder stack_holders[STACK_HOLDERS];
     Holder *found = stack_holders;
     size_t num_found = 0, found_capacity = STACK_HOLDERS;
-    for (size_t i = home(first, mask); holders->entries[i].used; i = (i + 1) & mask) {
+    for (size_t i = home(first, mask); holders->entries[i].value; i = (i + 1) & mask) {
         const Entry *h = &holders->entries[i];
         if (h->hash != first) continue;
-        const Table *entries = &self->by_worker[h->slot];
-        PyObject *worker = PyList_GET_ITEM(self->names, (Py_ssize_t)h->slot);
+        uint32_t slot = holder_slot(h);
+        const Table *entries = &self->by_worker[slot];
+        PyObject *worker = PyList_GET_ITEM(self->names, (Py_ssize_t)slot);
         Py_ssize_t floor;
         if (known_depth(known_map, worker, &floor) < 0) goto fail;
         if (floor >= n || entries->count == 0) continue;
         if (num_found == found_capacity && grow_holders(&found, &found_capacity, stack_holders) < 0)
             goto fail;
-        found[num_found++] = (Holder){h->slot, floor};
+        found[num_found++] = (Holder){slot, floor};
         __builtin_prefetch(&entries->entries[home(hashes[floor], entries->capacity - 1)]);
     }
     for (size_t k = 0; k < num_found; k++) {
@@ -481,15 +506,15 @@ static PyObject *RoutedTable_find_overlaps(RoutedTable *self, PyObject *args, Py
         Py_ssize_t floor = found[k].floor;
         const Table *entries = &self->by_worker[slot];
         PyObject *worker = PyList_GET_ITEM(self->names, (Py_ssize_t)slot);
-        if (expiry_of(entries, hashes[floor], 0) <= now_s) continue;
+        if (expiry_of(entries, hashes[floor]) <= now_s) continue;
         Py_ssize_t depth;
-        if (expiry_of(entries, last, 0) > now_s) {
+        if (expiry_of(entries, last) > now_s) {
             depth = n;
         } else { /* hashes[live] is live, [dead] is not */
             Py_ssize_t live = floor, dead = n - 1;
             while (dead - live > 1) {
                 Py_ssize_t mid = (live + dead) / 2;
-                if (expiry_of(entries, hashes[mid], 0) > now_s)
+                if (expiry_of(entries, hashes[mid]) > now_s)
                     live = mid;
                 else
                     dead = mid;

@@ -56,6 +56,17 @@ def test_records_are_found_until_they_expire(make: Make) -> None:
     assert index.find_overlaps([1], now_s=20.0) == {}
 
 
+def test_a_record_that_expires_at_time_zero(make: Make) -> None:
+    """An expiry of exactly 0.0 (the C table keeps +0.0 apart from its free-entry mark) is
+    live before it, expired at it, and its decision's blocks are dropped then."""
+    index = make(1.0, 100)
+    index.record("a", [1, 2], now_s=-1.0)
+    assert index.find_overlaps([1, 2], now_s=-0.5) == {"a": 2}
+    assert index.find_overlaps([1, 2], now_s=0.0) == {}
+    index.prune(now_s=0.0)
+    assert index.get_num_entries() == 0
+
+
 def test_a_new_record_refreshes_the_ttl(make: Make) -> None:
     index = make(ttl_s=10.0, max_entries=100)
     index.record("a", [1], now_s=0.0)
