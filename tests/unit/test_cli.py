@@ -64,6 +64,11 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
             "minimum (3) is above",
         ),
         (["replay", "--synthetic", "multi-turn", "--worker-startup-s", "-1"], "must be >= 0"),
+        (["replay", "--synthetic", "multi-turn", "--workers", "5000"], "at most 4,096 workers"),
+        (
+            ["replay", "--synthetic", "multi-turn", "--planner", "sla", "--max-workers", "5000"],
+            "--max-workers: the router's prefix index holds at most 4,096 workers of a role",
+        ),
         (
             [
                 "replay",

@@ -361,6 +361,7 @@ def _check_before(args: argparse.Namespace, config: ReplayConfig) -> None:
 
     if args.prefill_workers >= args.workers:
         raise CliError("--prefill-workers must leave at least one of --workers for decode")
+    _check_index_room(args, config)
     if args.slo_itl_quantile is not None and args.slo_itl_ms is None:
         raise CliError("--slo-itl-quantile is a quantile of --slo-itl-ms: give that too")
     _note_ignored_flags(args, config)
@@ -375,6 +376,31 @@ def _check_before(args: argparse.Namespace, config: ReplayConfig) -> None:
                 f"armature: note: the planner starts the fleet within --min-workers {low} and "
                 f"--max-workers {high}, not at --workers {args.workers}",
                 file=sys.stderr,
+            )
+
+
+def _check_index_room(args: argparse.Namespace, config: ReplayConfig) -> None:
+    """A one-line error where a role's fleet could outgrow the router's prefix index."""
+    from armature.router.prefix_index import MAX_WORKERS
+
+    if args.workers > MAX_WORKERS:
+        raise CliError(
+            f"--workers: the router's prefix index holds at most {MAX_WORKERS:,} workers, "
+            f"got {args.workers:,}"
+        )
+    if args.planner is None:
+        return
+    planner = config.planner
+    total = planner.max_total_workers
+    for flag, most in (
+        ("--max-workers", planner.max_workers),
+        ("--max-prefill-workers", planner.max_prefill_workers),
+        ("--max-decode-workers", planner.max_decode_workers),
+    ):
+        if most is not None and most > MAX_WORKERS and (total is None or total > MAX_WORKERS):
+            raise CliError(
+                f"{flag}: the router's prefix index holds at most {MAX_WORKERS:,} workers of a "
+                f"role, got {most:,} (or cap them with --max-total-workers)"
             )
 
 

@@ -108,7 +108,11 @@ class WorkerFleet:
                 log.error("refusing embedding worker %s: %s", card.worker_id, exc)
                 return
         else:
-            self.router.add_engine(card.worker_id, remote, role=card.role)
+            try:
+                self.router.add_engine(card.worker_id, remote, role=card.role)
+            except ValueError as exc:  # the router is full
+                log.error("refusing worker %s: %s", card.worker_id, exc)
+                return
         self._workers_by_key[key] = card.worker_id
         log.info("worker %s joined (%s, task %s)", card.worker_id, card.request_url, card.task)
 

@@ -30,7 +30,11 @@ from armature.protocols.kv_events import KvEvent, KvTier
 from armature.router.holder_store import HolderStore, IndexBackend, make_holder_store
 from armature.router.tier_overlap import TierOverlap, WorkerId
 
-__all__ = ["IndexBackend", "PrefixIndex", "TierOverlap", "WorkerId"]
+__all__ = ["MAX_WORKERS", "IndexBackend", "PrefixIndex", "TierOverlap", "WorkerId"]
+
+MAX_WORKERS = 4096
+"""The most workers one index holds at once: the native table's worker slots (64 words of 64
+bits). The Python store keeps the same bound, so that both refuse alike."""
 
 
 class PrefixIndex:
@@ -53,6 +57,8 @@ class PrefixIndex:
             raise ValueError("capacity_blocks must be > 0")
         if worker in self._workers:
             raise ValueError(f"worker {worker!r} is already indexed")
+        if not self.has_room():
+            raise ValueError(f"the prefix index holds at most {MAX_WORKERS:,} workers")
         self._workers[worker] = None
         self._store.add_worker(worker)
         self._store.set_capacity(worker, KvTier.DEVICE, capacity_blocks)
@@ -78,6 +84,10 @@ class PrefixIndex:
 
     def get_workers(self) -> list[WorkerId]:
         return list(self._workers)
+
+    def has_room(self) -> bool:
+        """Whether one more worker may join (`MAX_WORKERS`)."""
+        return len(self._workers) < MAX_WORKERS
 
     def has_worker(self, worker: WorkerId) -> bool:
         return worker in self._workers

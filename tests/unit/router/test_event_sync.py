@@ -18,6 +18,7 @@ from armature.protocols.engine import (
 )
 from armature.protocols.kv_events import KvDump, KvEvent
 from armature.router.service import EngineRouter
+from idle_engine import idle_load
 
 FAST_S, SLOW_S = 0.005, 0.025
 
@@ -46,13 +47,7 @@ class CountingEngine:
         return KvDump(seq_hashes=[], last_event_id=-1)
 
     def get_load(self) -> EngineLoad:
-        return EngineLoad(
-            num_active_blocks=0,
-            num_total_blocks=64,
-            num_waiting=0,
-            num_running=0,
-            num_prefill_tokens_queued=0,
-        )
+        return idle_load()
 
     def validate(self, request: EngineRequest) -> None: ...
 

@@ -30,7 +30,7 @@ from armature.router.holder_store import (
     has_native_index,
     make_holder_store,
 )
-from armature.router.prefix_index import PrefixIndex
+from armature.router.prefix_index import MAX_WORKERS, PrefixIndex
 from without_extension import run_without
 
 NOT_BUILT = "armature.router._index was not built (no C compiler at install)"
@@ -351,6 +351,29 @@ def test_native_table_grown_to_megabytes_then_widened() -> None:
     assert index.get_num_entries() == 2  # (worker, block) pairs: big and w64 hold block 0
 
 
+@pytest.mark.parametrize(
+    "backend",
+    [
+        IndexBackend.PYTHON,
+        pytest.param(IndexBackend.NATIVE, marks=native_only),
+    ],
+)
+def test_an_index_holds_at_most_max_workers(backend: IndexBackend) -> None:
+    """Both stores refuse the worker past MAX_WORKERS (the native table's slots) alike,
+    changing nothing; a worker that leaves makes room for another."""
+    index = PrefixIndex(backend)
+    for w in range(MAX_WORKERS):
+        index.add_worker(f"w{w}", 4)
+    assert index.apply("w4095", KvStored(0, None, [StoredBlock(7, 7)]))
+    with pytest.raises(ValueError, match="holds at most 4,096 workers"):
+        index.add_worker("extra", 4)
+    assert not index.has_worker("extra") and len(index.get_workers()) == MAX_WORKERS
+    index.remove_worker("w0")
+    index.add_worker("extra", 4)
+    assert index.apply("extra", KvStored(0, None, [StoredBlock(7, 7)]))
+    assert index.find_overlaps([7]) == {"w4095": 1, "extra": 1}
+
+
 @native_only
 def test_native_table_is_usable_before_init_and_initialized_once() -> None:
     """A table made without __init__ is empty, not a crash; a second __init__ is refused
@@ -399,7 +422,7 @@ def test_without_the_extension_the_index_uses_the_python_store() -> None:
 from armature.protocols.kv_events import KvStored, StoredBlock
 from armature.router.holder_store import (
     IndexBackend, IndexBackendUnavailableError, PyHolderStore, has_native_index)
-from armature.router.prefix_index import PrefixIndex
+from armature.router.prefix_index import MAX_WORKERS, PrefixIndex
 index = PrefixIndex()
 assert not has_native_index()
 assert isinstance(index._store, PyHolderStore)

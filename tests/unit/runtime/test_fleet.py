@@ -4,7 +4,9 @@ or unreadable cards are refused."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
@@ -13,9 +15,11 @@ from armature.config import RouterConfig
 from armature.frontend.fleet import WorkerFleet, card_conflict
 from armature.protocols.worker import WorkerCard, worker_key
 from armature.router.disagg import DisaggRouter
+from armature.router.prefix_index import MAX_WORKERS
 from armature.runtime.discovery import MemDiscovery, MemStore
 from armature.runtime.events import ZmqEventPlane
 from armature.runtime.tcp_client import RequestPlaneClient
+from idle_engine import IdleEngine
 
 
 def card(instance: int, **changes: object) -> WorkerCard:
@@ -50,15 +54,28 @@ async def wait_for(condition, timeout_s: float = 5.0) -> None:  # type: ignore[n
     raise AssertionError("condition not met")
 
 
-async def test_fleet_follows_discovery_and_refuses_conflicts(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+@contextlib.asynccontextmanager
+async def following(router: DisaggRouter) -> AsyncIterator[MemDiscovery]:
+    """A fleet of `router` following the discovery it yields; all stopped after."""
     discovery = MemDiscovery(MemStore(), expire_interval_s=0.02)
     plane = ZmqEventPlane()
-    router = DisaggRouter({}, RouterConfig(policy="round-robin", block_size_tokens=16))
     fleet = WorkerFleet(router, discovery, "ns", card(1), RequestPlaneClient(), plane)
     task = asyncio.ensure_future(fleet.run())
     try:
+        yield discovery
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await router.stop()
+        await discovery.close()
+        await plane.close()
+
+
+async def test_fleet_follows_discovery_and_refuses_conflicts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    router = DisaggRouter({}, RouterConfig(policy="round-robin", block_size_tokens=16))
+    async with following(router) as discovery:
         a = await discovery.register(worker_key("ns", 1), msgspec.msgpack.encode(card(1)), 5)
         await wait_for(lambda: list(router.engines) == ["worker-1"])
         with caplog.at_level(logging.ERROR):
@@ -78,9 +95,24 @@ async def test_fleet_follows_discovery_and_refuses_conflicts(
         await a.close()
         await p.close()
         await wait_for(lambda: not router.engines and not router.prefill.engines)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await router.stop()
-        await discovery.close()
-        await plane.close()
+
+
+async def test_fleet_refuses_a_worker_the_full_router_cannot_index(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the router's prefix index one short of full, the first worker to join is routed
+    to and the next is refused with the reason, the fleet still following discovery."""
+    router = DisaggRouter({}, RouterConfig(policy="round-robin", block_size_tokens=16))
+    for i in range(MAX_WORKERS - 1):
+        router.add_engine(f"idle-{i}", IdleEngine())  # type: ignore[arg-type]
+    async with following(router) as discovery:
+        a = await discovery.register(worker_key("ns", 1), msgspec.msgpack.encode(card(1)), 5)
+        await wait_for(lambda: "worker-1" in router.engines)
+        with caplog.at_level(logging.ERROR):
+            b = await discovery.register(worker_key("ns", 2), msgspec.msgpack.encode(card(2)), 5)
+            await wait_for(lambda: "refusing worker worker-2" in caplog.text)
+        assert "holds at most 4,096 workers" in caplog.text
+        assert "worker-2" not in router.engines and len(router.engines) == MAX_WORKERS
+        await a.close()  # worker-1 leaves: the fleet goes on following discovery
+        await wait_for(lambda: "worker-1" not in router.engines)
+        await b.close()
