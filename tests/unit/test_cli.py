@@ -44,6 +44,12 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
             "either --workers or --prefill-workers",
         ),
         (["serve", "--decode-workers", "0"], "must be positive"),
+        (["serve", "--workers", "5000"], "--workers: the router's prefix index holds at most"),
+        (["planner", "--max-decode-workers", "5000"], "--max-decode-workers: the router's"),
+        (
+            ["serve", "--prefill-workers", "4097", "--decode-workers", "1"],
+            "--prefill-workers: the router's prefix index holds at most 4,096 workers, got 4,097",
+        ),
         (["serve", "--kv-transfer-backends", "shm"], "that includes tcp"),
         (["serve", "--kv-transfer-backends", "rdma,tcp"], "shm,nixl,tcp"),
         (["serve", "--max-local-prefill-tokens", "-1"], "must be"),

@@ -6,9 +6,10 @@ import argparse
 import logging
 
 from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
-from armature.config import PlannerCommandConfig
+from armature.config import PlannerCommandConfig, PlannerConfig
+from armature.errors import ConfigError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "check_index_room", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +29,27 @@ def run(args: argparse.Namespace) -> int:
     from armature.planner.main import run_planner
 
     config = read_settings(args, PlannerCommandConfig)
+    check_index_room(config.planner)
     setup_logging(config.service.log_level)
     if config.service.log_level != "debug":  # one line per scrape otherwise
         logging.getLogger("httpx").setLevel(logging.WARNING)
     run_planner(config)
     return 0
+
+
+def check_index_room(planner: PlannerConfig) -> None:
+    """A one-line error where a role's fleet could grow past what the router's prefix index
+    holds (the frontend would refuse the workers past it)."""
+    from armature.router.prefix_index import MAX_WORKERS
+
+    total = planner.max_total_workers
+    for flag, most in (
+        ("--max-workers", planner.max_workers),
+        ("--max-prefill-workers", planner.max_prefill_workers),
+        ("--max-decode-workers", planner.max_decode_workers),
+    ):
+        if most is not None and most > MAX_WORKERS and (total is None or total > MAX_WORKERS):
+            raise ConfigError(
+                f"{flag}: the router's prefix index holds at most {MAX_WORKERS:,} workers of a "
+                f"role, got {most:,} (or cap them with --max-total-workers)"
+            )

@@ -381,6 +381,7 @@ def _check_before(args: argparse.Namespace, config: ReplayConfig) -> None:
 
 def _check_index_room(args: argparse.Namespace, config: ReplayConfig) -> None:
     """A one-line error where a role's fleet could outgrow the router's prefix index."""
+    from armature.cli.planner import check_index_room
     from armature.router.prefix_index import MAX_WORKERS
 
     if args.workers > MAX_WORKERS:
@@ -388,20 +389,8 @@ def _check_index_room(args: argparse.Namespace, config: ReplayConfig) -> None:
             f"--workers: the router's prefix index holds at most {MAX_WORKERS:,} workers, "
             f"got {args.workers:,}"
         )
-    if args.planner is None:
-        return
-    planner = config.planner
-    total = planner.max_total_workers
-    for flag, most in (
-        ("--max-workers", planner.max_workers),
-        ("--max-prefill-workers", planner.max_prefill_workers),
-        ("--max-decode-workers", planner.max_decode_workers),
-    ):
-        if most is not None and most > MAX_WORKERS and (total is None or total > MAX_WORKERS):
-            raise CliError(
-                f"{flag}: the router's prefix index holds at most {MAX_WORKERS:,} workers of a "
-                f"role, got {most:,} (or cap them with --max-total-workers)"
-            )
+    if args.planner is not None:
+        check_index_room(config.planner)
 
 
 def _check_result(args: argparse.Namespace, result: ReplayReport, num_requests: int) -> None:

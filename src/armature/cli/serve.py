@@ -9,6 +9,7 @@ from armature.cli.options import HelpFormatter, add_settings, read_settings, set
 from armature.config import ServeConfig
 from armature.engines.registry import KINDS
 from armature.errors import ConfigError
+from armature.protocols.worker import WorkerRole
 from armature.router.policies import POLICY_NAMES
 
 __all__ = ["add_parser", "run"]
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     config = read_settings(args, ServeConfig)
     setup_logging(config.http.log_level)
     roles = config.get_worker_roles()
+    _check_index_room(roles)
     if config.frontends > 1 and config.in_process_workers:
         raise ConfigError(
             "--frontends above 1 runs the workers as processes the frontends share: drop "
@@ -50,3 +52,18 @@ def run(args: argparse.Namespace) -> int:
 
         serve_in_process(config)
     return 0
+
+
+def _check_index_room(roles: list[WorkerRole]) -> None:
+    """A one-line error where a role has more workers than the router's prefix index holds
+    (else the frontend would start them all and refuse the rest)."""
+    from armature.router.prefix_index import MAX_WORKERS
+
+    for role in set(roles):
+        count = roles.count(role)
+        if count > MAX_WORKERS:
+            flag = "--workers" if role is WorkerRole.AGG else f"--{role.value}-workers"
+            raise ConfigError(
+                f"{flag}: the router's prefix index holds at most {MAX_WORKERS:,} workers, "
+                f"got {count:,}"
+            )
