@@ -45,6 +45,15 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         ),
         (["serve", "--decode-workers", "0"], "must be positive"),
         (["serve", "--workers", "5000"], "--workers: the router's prefix index holds at most"),
+        (["serve", "--num-kv-blocks", "3000000000"], "at most 2,147,483,646 (32-bit block ids)"),
+        (
+            ["replay", "--synthetic", "multi-turn", "--num-kv-blocks", "2147483647"],
+            "--num-kv-blocks: must be at most 2,147,483,646",
+        ),
+        (
+            ["serve", "--engine", "mocker", "--kv-cache-bytes", "10000TiB"],
+            "more than the 2,147,483,646 a KV cache holds",
+        ),
         (["planner", "--max-decode-workers", "5000"], "--max-decode-workers: the router's"),
         (
             ["serve", "--prefill-workers", "4097", "--decode-workers", "1"],

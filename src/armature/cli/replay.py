@@ -24,7 +24,7 @@ from armature.config import (
     positive_int,
 )
 from armature.config.routing import check_routed_ttl
-from armature.config.values import float_at_least, int64
+from armature.config.values import float_at_least, int64, kv_blocks
 from armature.errors import ConfigError
 from armature.sim.replay_config import (
     PLANNER_RULES,
@@ -206,7 +206,7 @@ def _add_fleet_args(replay: argparse.ArgumentParser) -> None:
     )
     replay.add_argument(
         "--num-kv-blocks",
-        type=arg_type(positive_int),
+        type=arg_type(kv_blocks),
         default=DEFAULTS.num_kv_blocks,
         help="KV blocks per worker",
     )

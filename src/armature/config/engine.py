@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from armature.config.settings import setting
 from armature.config.values import (
     int64,
+    kv_blocks,
     lora_module,
     one_of,
     parse_bytes,
@@ -130,7 +131,7 @@ class KvCacheConfig:
         1 << 30, "KV cache capacity in bytes (e.g. 2GiB)", parse=parse_bytes
     )
     num_kv_blocks: int | None = setting(
-        None, "KV cache capacity in blocks (overrides --kv-cache-bytes)", parse=positive_int
+        None, "KV cache capacity in blocks (overrides --kv-cache-bytes)", parse=kv_blocks
     )
     enable_prefix_caching: bool = setting(
         True, "disable prefix caching", flag="no-prefix-caching", negate=True

@@ -86,6 +86,18 @@ def positive_int(text: str) -> int:
     return int(_number(text, int, allow_zero=False))
 
 
+MAX_KV_BLOCKS = 2**31 - 2
+"""The most blocks one KV cache holds: the block pool's native core numbers them in 32 bits."""
+
+
+def kv_blocks(text: str) -> int:
+    """A count of KV blocks: positive, at most MAX_KV_BLOCKS."""
+    value = positive_int(text)
+    if value > MAX_KV_BLOCKS:
+        raise ConfigError(f"must be at most {MAX_KV_BLOCKS:,} (32-bit block ids), got {value:,}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     return int(_number(text, int, allow_zero=True))
 

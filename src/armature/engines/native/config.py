@@ -11,6 +11,7 @@ from armature.config import (
     EngineConfig,
     KvCacheConfig,
 )
+from armature.config.values import MAX_KV_BLOCKS
 from armature.errors import ConfigError
 from armature.model.arch import ModelArch
 
@@ -46,8 +47,8 @@ class NativeEngineConfig:
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ConfigError("block_size, max_num_seqs and max_num_batched_tokens must be > 0")
-        if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:
-            raise ConfigError("num_kv_blocks must be > 0")
+        if self.num_kv_blocks is not None and not 0 < self.num_kv_blocks <= MAX_KV_BLOCKS:
+            raise ConfigError(f"num_kv_blocks must be in 1..{MAX_KV_BLOCKS:,}")
         if self.kv_cache_bytes <= 0:
             raise ConfigError("kv_cache_bytes must be > 0")
         if self.dtype not in DTYPE_BYTES:
@@ -63,5 +64,10 @@ class NativeEngineConfig:
         if num_blocks < 1:
             raise ValueError(
                 f"kv_cache_bytes={self.kv_cache_bytes} holds no block ({per_block} bytes each)"
+            )
+        if num_blocks > MAX_KV_BLOCKS:
+            raise ValueError(
+                f"kv_cache_bytes={self.kv_cache_bytes} makes {num_blocks:,} blocks of "
+                f"{per_block} bytes, more than the {MAX_KV_BLOCKS:,} a KV cache holds"
             )
         return num_blocks
