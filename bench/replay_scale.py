@@ -11,7 +11,8 @@ in turn, R rounds of them: a shared machine's speed moves between minutes, so ea
 unit is compared with the first size's of the same round, and the medians and ranges over
 the rounds are what the table shows. Issue 16: replay time grows no faster than routed
 requests plus engine steps (the largest fleet's unit at most the first's), and memory stays
-bounded.
+bounded. Before each round a process of its own times the machine's first touch of fresh
+memory (kernel time a page), which the largest fleet's replay pays for gigabytes of state.
 
 Writes the `replay_scale` section of docs/benchmarks.md (bench/out/ with --quick).
 """
@@ -52,6 +53,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--touch", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -89,6 +91,31 @@ def run_one(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
 
 
 COUNTS = ("requests", "steps", "prefix_hit", "skew", "ttft_p50_ms")  # the same every round
+TOUCH_BYTES = 256 << 20
+
+
+def touch_fresh_memory() -> float:
+    """Kernel microseconds a page of fresh memory costs at its first write, in this process:
+    `TOUCH_BYTES` mapped, one byte written to each page. On a VM whose host backs memory
+    only when the guest first touches it, this moves from minute to minute, and the largest
+    fleet's replay, which touches gigabytes, moves with it."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    area = mmap.mmap(-1, TOUCH_BYTES)
+    for offset in range(0, TOUCH_BYTES, page):
+        area[offset] = 1
+    spent_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - before
+    area.close()
+    return spent_s / (TOUCH_BYTES // page) * 1e6
+
+
+def probe_first_touch() -> float:
+    """`touch_fresh_memory` in a process of its own."""
+    command = [sys.executable, "-m", "bench.replay_scale", "--touch"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 def run_child(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
@@ -158,10 +185,15 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(run_one(args, args.one)))
         return
+    if args.touch:
+        print(touch_fresh_memory())
+        return
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
     runs: dict[int, list[dict[str, float]]] = {w: [] for w in args.workers}
+    touches: list[float] = []  # the machine's first touch, before each round
     for round_index in range(args.repeats):
+        touches.append(probe_first_touch())
         for num_workers in args.workers:
             result = run_child(args, num_workers)
             first = runs[num_workers][0] if runs[num_workers] else result
@@ -202,7 +234,10 @@ def main() -> None:
         "memory); peak RSS: the "
         "replay process's maximum resident memory (the trace and interpreter included). Each "
         f"row is a process of its own, {args.repeats} round(s) of the sizes in turn: CPU s and us "
-        "per unit are the median over the rounds, with their range.\n\n"
+        "per unit are the median over the rounds, with their range. The machine's first touch "
+        f"of fresh memory before each round (a process of its own writing a byte to each page "
+        f"of {TOUCH_BYTES >> 20} MiB it maps): {statistics.median(touches):.2f} us of kernel "
+        f"time a page, the median ({min(touches):.2f}-{max(touches):.2f}).\n\n"
         + markdown_table(
             [
                 "workers",
