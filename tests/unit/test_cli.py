@@ -54,6 +54,10 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
             ["serve", "--engine", "mocker", "--kv-cache-bytes", "10000TiB"],
             "more than the 2,147,483,646 a KV cache holds",
         ),
+        (
+            ["serve", "--engine", "mocker", "--kv-cache-bytes", "1000"],
+            "--kv-cache-bytes 1,000 holds no KV block of this model (368,640 bytes each)",
+        ),
         (["planner", "--max-decode-workers", "5000"], "--max-decode-workers: the router's"),
         (
             ["serve", "--prefill-workers", "4097", "--decode-workers", "1"],

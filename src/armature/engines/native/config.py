@@ -62,12 +62,13 @@ class NativeEngineConfig:
         per_block = arch.kv_bytes_per_token(DTYPE_BYTES[self.dtype]) * self.block_size
         num_blocks = self.kv_cache_bytes // per_block
         if num_blocks < 1:
-            raise ValueError(
-                f"kv_cache_bytes={self.kv_cache_bytes} holds no block ({per_block} bytes each)"
+            raise ConfigError(
+                f"--kv-cache-bytes {self.kv_cache_bytes:,} holds no KV block of this model "
+                f"({per_block:,} bytes each)"
             )
         if num_blocks > MAX_KV_BLOCKS:
-            raise ValueError(
-                f"kv_cache_bytes={self.kv_cache_bytes} makes {num_blocks:,} blocks of "
-                f"{per_block} bytes, more than the {MAX_KV_BLOCKS:,} a KV cache holds"
+            raise ConfigError(
+                f"--kv-cache-bytes {self.kv_cache_bytes:,} makes {num_blocks:,} KV blocks of "
+                f"{per_block:,} bytes, more than the {MAX_KV_BLOCKS:,} a KV cache holds"
             )
         return num_blocks
