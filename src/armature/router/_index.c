@@ -169,8 +169,10 @@ static int reserve_pool(Table *t, Py_ssize_t nw, size_t extra) {
     if (want <= t->pool_capacity) return 0;
     size_t capacity = t->pool_capacity ? t->pool_capacity : 16;
     while (capacity < want) capacity *= 2;
-    uint64_t *pool = want > MAX_BITSETS ? NULL
-                                        : PyMem_Realloc(t->pool, capacity * (size_t)nw * 8);
+    size_t bytes_each = (size_t)nw * sizeof(uint64_t);
+    uint64_t *pool = want > MAX_BITSETS || capacity > SIZE_MAX / bytes_each
+                         ? NULL
+                         : PyMem_Realloc(t->pool, capacity * bytes_each);
     if (pool == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -180,8 +182,9 @@ static int reserve_pool(Table *t, Py_ssize_t nw, size_t extra) {
     return 0;
 }
 
-/* A zeroed bit set from t's pool (room reserved): its number. */
-static uint32_t take_bitset(Table *t, Py_ssize_t nw) {
+/* A zeroed bit set from t's pool, grown as needed: its number in *out; -1 with MemoryError. */
+static int take_bitset(Table *t, Py_ssize_t nw, uint32_t *out) {
+    if (reserve_pool(t, nw, 1) < 0) return -1;
     size_t b;
     if (t->free_next) {
         b = t->free_next - 1;
@@ -191,7 +194,8 @@ static uint32_t take_bitset(Table *t, Py_ssize_t nw) {
     }
     memset(t->pool + b * (size_t)nw, 0, (size_t)nw * sizeof(uint64_t));
     t->pool_count++;
-    return (uint32_t)b;
+    *out = (uint32_t)b;
+    return 0;
 }
 
 static void give_bitset(Table *t, Py_ssize_t nw, uint32_t b) {
@@ -215,8 +219,9 @@ static uint64_t *upsert(Table *t, uint64_t key) {
     }
 }
 
-/* Add `slot` to the holders word `*holders` of t (room for one bit set reserved): 1 if it was
- * not there, else 0. Past INLINE_HOLDERS the holders move to a bit set. */
+/* Add `slot` to the holders word `*holders` of t: 1 if it was not there, else 0; -1 with
+ * MemoryError (nothing changed) when the holders past INLINE_HOLDERS need a bit set and the
+ * pool cannot grow. */
 static int add_holder(Table *t, Py_ssize_t nw, uint64_t *holders, Py_ssize_t slot) {
     uint64_t h = *holders, bit = 1ULL << (slot % 64);
     if (h & OVERFLOW_BIT) {
@@ -232,7 +237,8 @@ static int add_holder(Table *t, Py_ssize_t nw, uint64_t *holders, Py_ssize_t slo
         *holders = h | (((uint64_t)slot + 1) << (16 * i));
         return 1;
     }
-    uint32_t b = take_bitset(t, nw);
+    uint32_t b;
+    if (take_bitset(t, nw, &b) < 0) return -1;
     uint64_t *bits = bitset(t, b, nw);
     holder_bits(t, h, nw, bits);
     bits[slot / 64] |= bit;
@@ -600,14 +606,23 @@ static Py_ssize_t add_core(HolderTable *self, Py_ssize_t slot, int tier, PyObjec
     if (hashes == NULL) return -2;
     Table *t = &self->tables[tier];
     Py_ssize_t nw = self->num_words;
-    if (reserve(t, t->count + (size_t)n) < 0 || reserve_pool(t, nw, (size_t)n) < 0) {
+    if (reserve(t, t->count + (size_t)n) < 0) {
         free_hashes(hashes, stack);
         return -2;
     }
     prefetch_homes(t, hashes, n);
     Py_ssize_t num_new = 0; /* the newly set hashes are moved to hashes[0..num_new) */
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (add_holder(t, nw, upsert(t, hashes[i]), slot)) hashes[num_new++] = hashes[i];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* a new entry is inserted empty and takes its first holder inline: only an entry
+         * that had INLINE_HOLDERS already may fail, and it is left as it was */
+        int added = add_holder(t, nw, upsert(t, hashes[i]), slot);
+        if (added < 0) {
+            for (Py_ssize_t j = 0; j < num_new; j++) clear_bit(t, nw, hashes[j], slot);
+            free_hashes(hashes, stack);
+            return -2;
+        }
+        if (added) hashes[num_new++] = hashes[i];
+    }
     if (num_new > max_new) {
         for (Py_ssize_t i = 0; i < num_new; i++) clear_bit(t, nw, hashes[i], slot);
         num_new = -1;
