@@ -53,7 +53,6 @@ typedef struct {
     uint64_t *entries; /* capacity * 2: key, holders */
     uint64_t *pool;    /* pool_capacity bit sets of num_words words, for entries past inline */
     size_t pool_capacity, pool_used; /* bit sets allocated; handed out at least once */
-    size_t pool_count;               /* bit sets in use */
     size_t free_next;                /* a free bit set + 1 (its first word: the next + 1), or 0 */
 } Table;
 
@@ -163,14 +162,11 @@ static int reserve(Table *t, size_t count) {
     return 0;
 }
 
-/* Room in t's pool for `extra` more bit sets of `nw` words; -1 with MemoryError. */
-static int reserve_pool(Table *t, Py_ssize_t nw, size_t extra) {
-    size_t want = t->pool_count + extra;
-    if (want <= t->pool_capacity) return 0;
-    size_t capacity = t->pool_capacity ? t->pool_capacity : 16;
-    while (capacity < want) capacity *= 2;
+/* t's pool of bit sets of `nw` words, twice as large (16 at first); -1 with MemoryError. */
+static int grow_pool(Table *t, Py_ssize_t nw) {
+    size_t capacity = t->pool_capacity ? t->pool_capacity * 2 : 16;
     size_t bytes_each = (size_t)nw * sizeof(uint64_t);
-    uint64_t *pool = want > MAX_BITSETS || capacity > SIZE_MAX / bytes_each
+    uint64_t *pool = t->pool_capacity >= MAX_BITSETS || capacity > SIZE_MAX / bytes_each
                          ? NULL
                          : PyMem_Realloc(t->pool, capacity * bytes_each);
     if (pool == NULL) {
@@ -184,7 +180,7 @@ static int reserve_pool(Table *t, Py_ssize_t nw, size_t extra) {
 
 /* A zeroed bit set from t's pool, grown as needed: its number in *out; -1 with MemoryError. */
 static int take_bitset(Table *t, Py_ssize_t nw, uint32_t *out) {
-    if (reserve_pool(t, nw, 1) < 0) return -1;
+    if (!t->free_next && t->pool_used == t->pool_capacity && grow_pool(t, nw) < 0) return -1;
     size_t b;
     if (t->free_next) {
         b = t->free_next - 1;
@@ -193,7 +189,6 @@ static int take_bitset(Table *t, Py_ssize_t nw, uint32_t *out) {
         b = t->pool_used++;
     }
     memset(t->pool + b * (size_t)nw, 0, (size_t)nw * sizeof(uint64_t));
-    t->pool_count++;
     *out = (uint32_t)b;
     return 0;
 }
@@ -201,7 +196,6 @@ static int take_bitset(Table *t, Py_ssize_t nw, uint32_t *out) {
 static void give_bitset(Table *t, Py_ssize_t nw, uint32_t b) {
     t->pool[(size_t)b * (size_t)nw] = (uint64_t)t->free_next;
     t->free_next = (size_t)b + 1;
-    t->pool_count--;
 }
 
 /* The holders word of `key`'s entry, inserted empty if absent; room must have been reserved.
