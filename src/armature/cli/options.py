@@ -38,6 +38,18 @@ class CliError(ConfigError):
     """A user mistake found by the CLI: printed as one line, exit code 2."""
 
 
+def check_fits_index(flag: str, count: int, what: str = "workers", hint: str = "") -> None:
+    """A one-line error when `count` workers (of `flag`) are more than the router's prefix
+    index holds."""
+    from armature.router.prefix_index import MAX_WORKERS
+
+    if count > MAX_WORKERS:
+        raise CliError(
+            f"{flag}: the router's prefix index holds at most {MAX_WORKERS:,} {what}, "
+            f"got {count:,}{hint}"
+        )
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

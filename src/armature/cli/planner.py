@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 
-from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
+from armature.cli.options import (
+    HelpFormatter,
+    add_settings,
+    check_fits_index,
+    read_settings,
+    setup_logging,
+)
 from armature.config import PlannerCommandConfig, PlannerConfig
-from armature.errors import ConfigError
 
 __all__ = ["add_parser", "check_index_room", "run"]
 
@@ -43,13 +48,14 @@ def check_index_room(planner: PlannerConfig) -> None:
     from armature.router.prefix_index import MAX_WORKERS
 
     total = planner.max_total_workers
+    if total is not None and total <= MAX_WORKERS:
+        return  # the total bounds each role within the index
     for flag, most in (
         ("--max-workers", planner.max_workers),
         ("--max-prefill-workers", planner.max_prefill_workers),
         ("--max-decode-workers", planner.max_decode_workers),
     ):
-        if most is not None and most > MAX_WORKERS and (total is None or total > MAX_WORKERS):
-            raise ConfigError(
-                f"{flag}: the router's prefix index holds at most {MAX_WORKERS:,} workers of a "
-                f"role, got {most:,} (or cap them with --max-total-workers)"
+        if most is not None:
+            check_fits_index(
+                flag, most, "workers of a role", " (or cap them with --max-total-workers)"
             )

@@ -7,7 +7,14 @@ import sys
 from collections.abc import Collection
 from typing import Any
 
-from armature.cli.options import CliError, HelpFormatter, add_settings, arg_type, setup_logging
+from armature.cli.options import (
+    CliError,
+    HelpFormatter,
+    add_settings,
+    arg_type,
+    check_fits_index,
+    setup_logging,
+)
 from armature.cli.paths import check_file, check_image
 from armature.cli.replay_workload import load_requests
 from armature.config import (
@@ -382,13 +389,8 @@ def _check_before(args: argparse.Namespace, config: ReplayConfig) -> None:
 def _check_index_room(args: argparse.Namespace, config: ReplayConfig) -> None:
     """A one-line error where a role's fleet could outgrow the router's prefix index."""
     from armature.cli.planner import check_index_room
-    from armature.router.prefix_index import MAX_WORKERS
 
-    if args.workers > MAX_WORKERS:
-        raise CliError(
-            f"--workers: the router's prefix index holds at most {MAX_WORKERS:,} workers, "
-            f"got {args.workers:,}"
-        )
+    check_fits_index("--workers", args.workers)
     if args.planner is not None:
         check_index_room(config.planner)
 

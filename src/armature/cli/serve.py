@@ -4,8 +4,15 @@ worker engine in this process, or more workers as worker processes behind it."""
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
-from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
+from armature.cli.options import (
+    HelpFormatter,
+    add_settings,
+    check_fits_index,
+    read_settings,
+    setup_logging,
+)
 from armature.config import ServeConfig
 from armature.engines.registry import KINDS
 from armature.errors import ConfigError
@@ -57,13 +64,6 @@ def run(args: argparse.Namespace) -> int:
 def _check_index_room(roles: list[WorkerRole]) -> None:
     """A one-line error where a role has more workers than the router's prefix index holds
     (else the frontend would start them all and refuse the rest)."""
-    from armature.router.prefix_index import MAX_WORKERS
-
-    for role in set(roles):
-        count = roles.count(role)
-        if count > MAX_WORKERS:
-            flag = "--workers" if role is WorkerRole.AGG else f"--{role.value}-workers"
-            raise ConfigError(
-                f"{flag}: the router's prefix index holds at most {MAX_WORKERS:,} workers, "
-                f"got {count:,}"
-            )
+    for role, count in Counter(roles).items():
+        flag = "--workers" if role is WorkerRole.AGG else f"--{role.value}-workers"
+        check_fits_index(flag, count)

@@ -57,8 +57,7 @@ class PrefixIndex:
             raise ValueError("capacity_blocks must be > 0")
         if worker in self._workers:
             raise ValueError(f"worker {worker!r} is already indexed")
-        if not self.has_room():
-            raise ValueError(f"the prefix index holds at most {MAX_WORKERS:,} workers")
+        self.check_room()
         self._workers[worker] = None
         self._store.add_worker(worker)
         self._store.set_capacity(worker, KvTier.DEVICE, capacity_blocks)
@@ -85,9 +84,10 @@ class PrefixIndex:
     def get_workers(self) -> list[WorkerId]:
         return list(self._workers)
 
-    def has_room(self) -> bool:
-        """Whether one more worker may join (`MAX_WORKERS`)."""
-        return len(self._workers) < MAX_WORKERS
+    def check_room(self) -> None:
+        """ValueError unless one more worker may join (`MAX_WORKERS`)."""
+        if len(self._workers) >= MAX_WORKERS:
+            raise ValueError(f"the router's prefix index holds at most {MAX_WORKERS:,} workers")
 
     def has_worker(self, worker: WorkerId) -> bool:
         return worker in self._workers

@@ -32,7 +32,7 @@ from armature.router.policies import (
     RoutingPolicy,
     make_policy,
 )
-from armature.router.prefix_index import MAX_WORKERS, PrefixIndex
+from armature.router.prefix_index import PrefixIndex
 from armature.router.pressure import BusyWorkers, WorkerPressure
 from armature.router.tier_weights import TierWeightBook
 
@@ -136,8 +136,7 @@ class EngineRouter:
         """A worker joined: start routing to it (its blocks join the index as events come)."""
         if worker in self.engines:
             raise ValueError(f"worker {worker!r} is already routed to")
-        if not self.index.has_room():  # before it starts: a refused worker is left as it was
-            raise ValueError(f"the router's prefix index holds at most {MAX_WORKERS:,} workers")
+        self.index.check_room()  # before it starts: a refused worker is left as it was
         engine.start()
         self.index.add_worker(worker, engine.get_load().num_total_blocks)
         self.engines[worker] = engine
