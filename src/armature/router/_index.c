@@ -1,5 +1,5 @@
 /* Native holder table for the router's prefix index (armature.router.holder_store), and the
- * kv policy's softmax draw (armature.router.cost.select_worker).
+ * kv policy's whole choice over the workers (armature.router.cost.choose).
  *
  * Four tables, one per KV tier (device, host, disk, external), each an open-addressing hash
  * map with linear probing: a block's sequence hash (u64) -> the worker slots holding it in
@@ -1141,64 +1141,6 @@ static PyMethodDef HolderTable_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* ---- the kv policy's softmax draw ------------------------------------------------------- */
-
-/* softmax_pick(logits, temperature, u) -> int: armature.router.cost's draw at temperature > 0,
- * the same float operations in the same order (so the same index for the same `u`, the one
- * random() of the draw): logits normalized to [0, 1] by their range, weights
- * exp(-normalized / temperature), the first index whose running sum of weights exceeds
- * u * total (bisect_right over all but the last). */
-static PyObject *softmax_pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (check_nargs("softmax_pick", nargs, 3) < 0) return NULL;
-    double temperature = PyFloat_AsDouble(args[1]);
-    if (temperature == -1.0 && PyErr_Occurred()) return NULL;
-    double u = PyFloat_AsDouble(args[2]);
-    if (u == -1.0 && PyErr_Occurred()) return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "logits must be a sequence of floats");
-    if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n == 0) {
-        Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "no workers to choose from");
-        return NULL;
-    }
-    double stack[256];
-    double *weights = n <= 256 ? stack : PyMem_Malloc((size_t)n * sizeof(double));
-    if (weights == NULL) {
-        Py_DECREF(seq);
-        return PyErr_NoMemory();
-    }
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    double low = 0.0, high = 0.0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double logit = PyFloat_AsDouble(items[i]);
-        if (logit == -1.0 && PyErr_Occurred()) {
-            if (weights != stack) PyMem_Free(weights);
-            Py_DECREF(seq);
-            return NULL;
-        }
-        weights[i] = logit;
-        if (i == 0 || logit < low) low = logit;
-        if (i == 0 || logit > high) high = logit;
-    }
-    Py_DECREF(seq);
-    double span = high - low, total = 0.0;
-    for (Py_ssize_t i = 0; i < n; i++) { /* weights[i] becomes the running sum */
-        total += span > 0 ? exp(-((weights[i] - low) / span) / temperature) : 1.0;
-        weights[i] = total;
-    }
-    double x = u * (total + 0.0);
-    Py_ssize_t chosen = n - 1;
-    for (Py_ssize_t i = 0; i < n - 1; i++)
-        if (x < weights[i]) {
-            chosen = i;
-            break;
-        }
-    if (weights != stack) PyMem_Free(weights);
-    return PyLong_FromSsize_t(chosen);
-}
-
 /* ---- the kv policy's cost -------------------------------------------------------------- */
 
 static PyObject *active_prefill_tokens_name, *active_blocks_name; /* interned at import */
@@ -1227,80 +1169,24 @@ static PyObject *mapping_get(PyObject *mapping, PyObject *key) {
 }
 
 static int read_double(PyObject *obj, PyObject *attr, double *out) {
+    if (attr == NULL && PyFloat_CheckExact(obj)) {
+        *out = PyFloat_AS_DOUBLE(obj);
+        return 0;
+    }
+    if (attr == NULL && PyLong_CheckExact(obj)) { /* an int: exactly as float(int) reads it */
+        int overflow;
+        long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        if (!overflow && value > -(1LL << 53) && value < (1LL << 53)) {
+            if (value == -1 && PyErr_Occurred()) return -1;
+            *out = (double)value;
+            return 0;
+        }
+    }
     PyObject *value = attr ? PyObject_GetAttr(obj, attr) : obj;
     if (value == NULL) return -1;
     *out = PyFloat_AsDouble(value);
     if (attr) Py_DECREF(value);
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
-}
-
-/* worker_logits(workers, isl_tokens, block_size, overlaps, loads, overlap_weight,
- * decode_weight) -> list[float]: armature.router.cost.worker_logits (see worker_logits_py). */
-static PyObject *worker_logits(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (check_nargs("worker_logits", nargs, 7) < 0) return NULL;
-    PyObject *overlaps = args[3], *loads = args[4];
-    long long isl = PyLong_AsLongLong(args[1]), block_size = PyLong_AsLongLong(args[2]);
-    double overlap_weight, decode_weight;
-    if (((isl == -1 || block_size == -1) && PyErr_Occurred()) ||
-        read_double(args[5], NULL, &overlap_weight) < 0 ||
-        read_double(args[6], NULL, &decode_weight) < 0)
-        return NULL;
-    if (block_size <= 0) {
-        PyErr_SetString(PyExc_ValueError, "block_size must be positive");
-        return NULL;
-    }
-    /* -(-isl // block_size): C division truncates, Python's floors */
-    double total_blocks = (double)(isl >= 0 ? (isl + block_size - 1) / block_size
-                                            : -((-isl) / block_size));
-    double bs = (double)block_size, islf = (double)isl;
-    /* the idle logit: cost_terms(isl, block_size, 0, idle) at decode weight 1 */
-    PyObject *idle = PyFloat_FromDouble(cost_logit(islf, bs, total_blocks, 0.0, 0.0, 0.0,
-                                                   overlap_weight, 1.0));
-    PyObject *seq = PySequence_Fast(args[0], "workers must be a sequence");
-    if (idle == NULL || seq == NULL) {
-        Py_XDECREF(idle);
-        Py_XDECREF(seq);
-        return NULL;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **workers = PySequence_Fast_ITEMS(seq);
-    PyObject *out = PyList_New(n);
-    int no_loads = PyObject_IsTrue(loads);
-    if (out == NULL || no_loads < 0) goto fail;
-    no_loads = !no_loads;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *overlap_obj = mapping_get(overlaps, workers[i]);
-        if (overlap_obj == NULL && PyErr_Occurred()) goto fail;
-        PyObject *load = no_loads ? NULL : mapping_get(loads, workers[i]);
-        if (load == NULL && PyErr_Occurred()) {
-            Py_XDECREF(overlap_obj);
-            goto fail;
-        }
-        double overlap = 0.0, prefill_tokens = 0.0, active_blocks = 0.0;
-        int bad = (overlap_obj && read_double(overlap_obj, NULL, &overlap) < 0) ||
-                  (load && (read_double(load, active_prefill_tokens_name, &prefill_tokens) < 0 ||
-                            read_double(load, active_blocks_name, &active_blocks) < 0));
-        int is_idle = load == NULL && overlap == 0.0;
-        Py_XDECREF(overlap_obj);
-        Py_XDECREF(load);
-        if (bad) goto fail;
-        PyObject *logit =
-            is_idle ? (Py_INCREF(idle), idle)
-                    : PyFloat_FromDouble(cost_logit(islf, bs, total_blocks, overlap,
-                                                    prefill_tokens, active_blocks,
-                                                    overlap_weight, decode_weight));
-        if (logit == NULL) goto fail;
-        PyList_SET_ITEM(out, i, logit);
-    }
-    Py_DECREF(seq);
-    Py_DECREF(idle);
-    return out;
-fail:
-    Py_XDECREF(out);
-    Py_DECREF(seq);
-    Py_DECREF(idle);
-    return NULL;
 }
 
 /* ---- bounded shares and loads: capacities and fair near-ties ---------------------------- */
@@ -1358,19 +1244,16 @@ static PyObject *index_list(const char *keep, Py_ssize_t n) {
     return out;
 }
 
-/* Buffers for n counts, logits and flags: on the stack up to 256, else on the heap. */
+/* Buffers for n counts and flags: on the stack up to 256, else on the heap. */
 typedef struct {
     long long counts_stack[256];
-    double logits_stack[256];
     char keep_stack[256];
     long long *counts;
-    double *logits;
     char *keep;
 } ShareBuffers;
 
 static void buffers_close(ShareBuffers *b) {
     if (b->counts != b->counts_stack) PyMem_Free(b->counts); /* PyMem_Free(NULL) is a no-op */
-    if (b->logits != b->logits_stack) PyMem_Free(b->logits);
     if (b->keep != b->keep_stack) PyMem_Free(b->keep);
 }
 
@@ -1378,9 +1261,8 @@ static void buffers_close(ShareBuffers *b) {
 static int buffers_open(ShareBuffers *b, Py_ssize_t n) {
     int small = n <= 256;
     b->counts = small ? b->counts_stack : PyMem_Malloc((size_t)n * sizeof(long long));
-    b->logits = small ? b->logits_stack : PyMem_Malloc((size_t)n * sizeof(double));
     b->keep = small ? b->keep_stack : PyMem_Malloc((size_t)n);
-    if (b->counts && b->logits && b->keep) return 0;
+    if (b->counts && b->keep) return 0;
     buffers_close(b);
     PyErr_NoMemory();
     return -1;
@@ -1417,75 +1299,238 @@ static PyObject *within_capacity(PyObject *module, PyObject *const *args, Py_ssi
     return out;
 }
 
-/* fair_ties' answer once some count is at `capacity`: the indexes of the logits within
- * `temperature` x their range of the cheapest whose count is below it, or None. */
-static PyObject *near_ties_below(ShareBuffers *b, PyObject **items, Py_ssize_t n,
-                                 double capacity, PyObject *temperature_obj) {
-    double temperature = PyFloat_AsDouble(temperature_obj);
-    if (temperature == -1.0 && PyErr_Occurred()) return NULL;
-    double low = 0.0, high = 0.0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double logit = PyFloat_AsDouble(items[i]);
-        if (logit == -1.0 && PyErr_Occurred()) return NULL;
-        b->logits[i] = logit;
-        if (i == 0 || logit < low) low = logit;
-        if (i == 0 || logit > high) high = logit;
+/* ---- the kv policy's whole choice ------------------------------------------------------ */
+
+static PyObject *num_requests_name; /* interned at import */
+
+/* A worker's load as (prefill tokens, blocks, requests): a WorkerLoad (a tuple of three) read
+ * by position, anything else by attribute. -1 with an error set. */
+static int read_load(PyObject *load, double *prefill, double *blocks, double *requests) {
+    if (PyTuple_Check(load) && PyTuple_GET_SIZE(load) == 3) {
+        return read_double(PyTuple_GET_ITEM(load, 0), NULL, prefill) < 0 ||
+                       read_double(PyTuple_GET_ITEM(load, 1), NULL, blocks) < 0 ||
+                       read_double(PyTuple_GET_ITEM(load, 2), NULL, requests) < 0
+                   ? -1
+                   : 0;
     }
-    double near = low + temperature * (high - low);
-    for (Py_ssize_t i = 0; i < n; i++)
-        b->keep[i] = b->logits[i] <= near && (double)b->counts[i] < capacity;
-    return index_list(b->keep, n);
+    return read_double(load, active_prefill_tokens_name, prefill) < 0 ||
+                   read_double(load, active_blocks_name, blocks) < 0 ||
+                   read_double(load, num_requests_name, requests) < 0
+               ? -1
+               : 0;
 }
 
-/* fair_ties(logits, counts, temperature) -> list[int] | None: armature.router.cost.fair_ties,
- * the same float operations in the same order; like it, the logits and the temperature are
- * read only when some count is at its fair share. */
-static PyObject *fair_ties(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+typedef struct {
+    double *logit;
+    long long *count;
+    Py_ssize_t *index; /* the candidates' positions in `workers` */
+    char *idle;        /* nothing in flight */
+} Candidates;
+
+static void candidates_close(Candidates *c) {
+    PyMem_Free(c->logit);
+    PyMem_Free(c->count);
+    PyMem_Free(c->index);
+    PyMem_Free(c->idle);
+}
+
+/* Keep the candidates j < n with keep[j], in order; the number kept. */
+static Py_ssize_t candidates_keep(Candidates *c, const char *keep, Py_ssize_t n) {
+    Py_ssize_t m = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (!keep[j]) continue;
+        c->logit[m] = c->logit[j];
+        c->count[m] = c->count[j];
+        c->index[m] = c->index[j];
+        c->idle[m] = c->idle[j];
+        m++;
+    }
+    return m;
+}
+
+/* The logit, load and idleness of each of the n workers into `c` (worker_logits_py's
+ * operations); -1 with an error set. */
+static int read_candidates(Candidates *c, PyObject **workers, Py_ssize_t n, PyObject *overlaps,
+                           PyObject *loads, int no_loads, double isl, double bs,
+                           double total_blocks, double overlap_weight, double decode_weight) {
+    double idle_logit = cost_logit(isl, bs, total_blocks, 0.0, 0.0, 0.0, overlap_weight, 1.0);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *overlap_obj = mapping_get(overlaps, workers[i]);
+        if (overlap_obj == NULL && PyErr_Occurred()) return -1;
+        PyObject *load = no_loads ? NULL : mapping_get(loads, workers[i]);
+        if (load == NULL && PyErr_Occurred()) {
+            Py_XDECREF(overlap_obj);
+            return -1;
+        }
+        double overlap = 0.0, prefill = 0.0, blocks = 0.0, requests = 0.0;
+        int bad = (overlap_obj && read_double(overlap_obj, NULL, &overlap) < 0) ||
+                  (load && read_load(load, &prefill, &blocks, &requests) < 0);
+        int has_load = load != NULL;
+        Py_XDECREF(overlap_obj);
+        Py_XDECREF(load);
+        if (bad) return -1;
+        c->logit[i] = !has_load && overlap == 0.0
+                          ? idle_logit
+                          : cost_logit(isl, bs, total_blocks, overlap, prefill, blocks,
+                                       overlap_weight, decode_weight);
+        c->index[i] = i;
+        c->idle[i] = !has_load || requests == 0.0;
+    }
+    return 0;
+}
+
+/* The share cap (choose_py's first step) over the n candidates: those below the capacity at
+ * `bound` when some is at it, where the cap may spill (one of them idle, not every worker
+ * idle, something in flight). The number of candidates left; -1 with an error set. */
+static Py_ssize_t cap_shares(Candidates *c, char *keep, Py_ssize_t n, double bound,
+                             int no_loads) {
+    double capacity;
+    int reached;
+    if (capacity_of(c->count, n, bound, &capacity, &reached) < 0) return -1;
+    if (!reached || no_loads) return n;
+    int kept_idle = 0, all_idle = 1, any_kept = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        keep[j] = (double)c->count[j] < capacity;
+        any_kept |= keep[j];
+        kept_idle |= keep[j] && c->idle[j];
+        all_idle &= c->idle[j];
+    }
+    if (!any_kept || !kept_idle || all_idle) return n;
+    return candidates_keep(c, keep, n);
+}
+
+/* The fair near-ties (fair_ties_py) among the n candidates; the number left, or -1. */
+static Py_ssize_t keep_fair_ties(Candidates *c, char *keep, Py_ssize_t n, double temperature) {
+    double capacity;
+    int reached;
+    if (capacity_of(c->count, n, 1.0, &capacity, &reached) < 0) return -1;
+    if (!reached) return n;
+    double low = c->logit[0], high = c->logit[0];
+    for (Py_ssize_t j = 1; j < n; j++) {
+        if (c->logit[j] < low) low = c->logit[j];
+        if (c->logit[j] > high) high = c->logit[j];
+    }
+    double near = low + temperature * (high - low);
+    int any = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        keep[j] = c->logit[j] <= near && (double)c->count[j] < capacity;
+        any |= keep[j];
+    }
+    return any ? candidates_keep(c, keep, n) : n;
+}
+
+/* softmax_pick_py over the n candidates' logits: the candidate `u` draws. */
+static Py_ssize_t draw(Candidates *c, Py_ssize_t n, double temperature, double u) {
+    double low = c->logit[0], high = c->logit[0];
+    for (Py_ssize_t j = 1; j < n; j++) {
+        if (c->logit[j] < low) low = c->logit[j];
+        if (c->logit[j] > high) high = c->logit[j];
+    }
+    double span = high - low, total = 0.0;
+    for (Py_ssize_t j = 0; j < n; j++) { /* the logits become the running sums */
+        total += span > 0 ? exp(-((c->logit[j] - low) / span) / temperature) : 1.0;
+        c->logit[j] = total;
+    }
+    double x = u * (total + 0.0);
+    for (Py_ssize_t j = 0; j < n - 1; j++)
+        if (x < c->logit[j]) return j;
+    return n - 1;
+}
+
+/* The positions in `workers` of the n candidates with the lowest logit. */
+static PyObject *cheapest(const Candidates *c, Py_ssize_t n) {
+    double low = c->logit[0];
+    for (Py_ssize_t j = 1; j < n; j++)
+        if (c->logit[j] < low) low = c->logit[j];
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t j = 0; out != NULL && j < n; j++) {
+        if (c->logit[j] != low) continue;
+        PyObject *position = PyLong_FromSsize_t(c->index[j]);
+        if (position == NULL || PyList_Append(out, position) < 0) Py_CLEAR(out);
+        Py_XDECREF(position);
+    }
+    return out;
+}
+
+/* choose(workers, isl_tokens, block_size, overlaps, loads, overlap_weight, decode_weight,
+ * counts, share_bound, temperature, u) -> int | list[int]: armature.router.cost.choose (see
+ * choose_py), the same float operations in the same order. */
+static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (check_nargs("fair_ties", nargs, 3) < 0) return NULL;
-    PyObject *logits_seq = PySequence_Fast(args[0], "logits must be a sequence of floats");
-    if (logits_seq == NULL) return NULL;
-    PyObject *counts_seq = PySequence_Fast(args[1], "counts must be a sequence of ints");
-    if (counts_seq == NULL) {
-        Py_DECREF(logits_seq);
+    if (check_nargs("choose", nargs, 11) < 0) return NULL;
+    PyObject *overlaps = args[3], *loads = args[4], *counts_obj = args[7];
+    long long isl = PyLong_AsLongLong(args[1]), block_size = PyLong_AsLongLong(args[2]);
+    double overlap_weight, decode_weight, share_bound, temperature, u;
+    if (((isl == -1 || block_size == -1) && PyErr_Occurred()) ||
+        read_double(args[5], NULL, &overlap_weight) < 0 ||
+        read_double(args[6], NULL, &decode_weight) < 0 ||
+        read_double(args[8], NULL, &share_bound) < 0 ||
+        read_double(args[9], NULL, &temperature) < 0 || read_double(args[10], NULL, &u) < 0)
+        return NULL;
+    if (block_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "block_size must be positive");
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(counts_seq);
-    PyObject *out = NULL;
-    ShareBuffers b;
-    if (PySequence_Fast_GET_SIZE(logits_seq) != n) {
-        PyErr_SetString(PyExc_ValueError, "logits and counts differ in length");
-    } else if (n == 0) {
-        PyErr_SetString(PyExc_ZeroDivisionError, "no counts to bound");
-    } else if (buffers_open(&b, n) == 0) {
-        int reached;
-        double capacity;
-        if (read_counts(counts_seq, b.counts, n) == 0 &&
-            capacity_of(b.counts, n, 1.0, &capacity, &reached) == 0) {
-            if (!reached) {
-                out = Py_NewRef(Py_None);
-            } else {
-                out = near_ties_below(&b, PySequence_Fast_ITEMS(logits_seq), n, capacity,
-                                      args[2]);
-            }
-        }
-        buffers_close(&b);
+    int no_loads = PyObject_IsTrue(loads);
+    if (no_loads < 0) return NULL;
+    no_loads = !no_loads;
+    PyObject *seq = PySequence_Fast(args[0], "workers must be a sequence");
+    if (seq == NULL) return NULL;
+    PyObject *counts_seq = NULL, *out = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Candidates c = {NULL, NULL, NULL, NULL};
+    char *keep = NULL;
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "no workers to choose from");
+        goto done;
     }
-    Py_DECREF(logits_seq);
-    Py_DECREF(counts_seq);
+    if (counts_obj != Py_None) {
+        counts_seq = PySequence_Fast(counts_obj, "counts must be a sequence of ints");
+        if (counts_seq == NULL) goto done;
+        if (PySequence_Fast_GET_SIZE(counts_seq) != n) {
+            PyErr_SetString(PyExc_ValueError, "workers and counts differ in length");
+            goto done;
+        }
+    }
+    c.logit = PyMem_Malloc((size_t)n * sizeof(double));
+    c.count = PyMem_Calloc((size_t)n, sizeof(long long));
+    c.index = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
+    c.idle = PyMem_Malloc((size_t)n);
+    keep = PyMem_Malloc((size_t)n);
+    if (!c.logit || !c.count || !c.index || !c.idle || !keep) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (counts_seq != NULL && read_counts(counts_seq, c.count, n) < 0) goto done;
+    /* -(-isl // block_size): C division truncates, Python's floors */
+    double total_blocks = (double)(isl >= 0 ? (isl + block_size - 1) / block_size
+                                            : -((-isl) / block_size));
+    if (read_candidates(&c, PySequence_Fast_ITEMS(seq), n, overlaps, loads, no_loads,
+                        (double)isl, (double)block_size, total_blocks, overlap_weight,
+                        decode_weight) < 0)
+        goto done;
+    if (counts_seq != NULL) {
+        n = cap_shares(&c, keep, n, share_bound, no_loads);
+        if (n < 0) goto done;
+        n = keep_fair_ties(&c, keep, n, temperature);
+        if (n < 0) goto done;
+    }
+    out = temperature <= 0 ? cheapest(&c, n)
+                           : PyLong_FromSsize_t(c.index[draw(&c, n, temperature, u)]);
+done:
+    candidates_close(&c);
+    PyMem_Free(keep);
+    Py_XDECREF(counts_seq);
+    Py_DECREF(seq);
     return out;
 }
 
 static PyMethodDef module_methods[] = {
-    {"softmax_pick", (PyCFunction)(void (*)(void))softmax_pick, METH_FASTCALL,
-     "softmax_pick(logits, temperature, u) -> index: the kv policy's draw"},
-    {"worker_logits", (PyCFunction)(void (*)(void))worker_logits, METH_FASTCALL,
-     "worker_logits(workers, isl_tokens, block_size, overlaps, loads, overlap_weight, "
-     "decode_weight) -> logits: the kv policy's cost"},
     {"within_capacity", (PyCFunction)(void (*)(void))within_capacity, METH_FASTCALL,
      "within_capacity(counts, bound) -> indexes below the capacity, or None"},
-    {"fair_ties", (PyCFunction)(void (*)(void))fair_ties, METH_FASTCALL,
-     "fair_ties(logits, counts, temperature) -> the near-ties below their fair share, or None"},
+    {"choose", (PyCFunction)(void (*)(void))choose, METH_FASTCALL,
+     "choose(workers, isl_tokens, block_size, overlaps, loads, overlap_weight, decode_weight, "
+     "counts, share_bound, temperature, u) -> the kv policy's choice"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1502,7 +1547,7 @@ static PyTypeObject HolderTableType = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "armature.router._index",
-    "Native holder table of the prefix index, and the kv policy's softmax draw.", -1,
+    "Native holder table of the prefix index, and the kv policy's choice.", -1,
     module_methods,
 };
 
@@ -1514,7 +1559,8 @@ PyMODINIT_FUNC PyInit__index(void) {
     seq_hashes_name = PyUnicode_InternFromString("seq_hashes");
     active_prefill_tokens_name = PyUnicode_InternFromString("active_prefill_tokens");
     active_blocks_name = PyUnicode_InternFromString("active_blocks");
-    if (!active_prefill_tokens_name || !active_blocks_name) return NULL;
+    num_requests_name = PyUnicode_InternFromString("num_requests");
+    if (!active_prefill_tokens_name || !active_blocks_name || !num_requests_name) return NULL;
     if (!seq_hash_name || !event_id_name || !tier_name || !blocks_name || !seq_hashes_name)
         return NULL;
     if (PyType_Ready(&HolderTableType) < 0) return NULL;

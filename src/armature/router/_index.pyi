@@ -10,7 +10,7 @@ from armature.protocols.kv_events import (
 )
 from armature.router.load import WorkerLoad
 
-def worker_logits(
+def choose(
     workers: Sequence[str],
     isl_tokens: int,
     block_size: int,
@@ -18,12 +18,12 @@ def worker_logits(
     loads: Mapping[str, WorkerLoad],
     overlap_weight: float,
     decode_weight: float,
-) -> list[float]: ...
-def softmax_pick(logits: Sequence[float], temperature: float, u: float) -> int: ...
+    counts: Sequence[int] | None,
+    share_bound: float,
+    temperature: float,
+    u: float,
+) -> int | list[int]: ...
 def within_capacity(counts: Sequence[int], bound: float) -> list[int] | None: ...
-def fair_ties(
-    logits: Sequence[float], counts: Sequence[int], temperature: float
-) -> list[int] | None: ...
 
 class HolderTable:
     def __init__(

@@ -17,12 +17,11 @@ prefix hits than the baseline at a lower load skew.
 
 Temperature 0 takes the argmin (ties: the worker caching the fewest blocks in total, then
 random); above 0 it samples softmax(-normalized / temperature) over logits normalized to [0, 1]
-by their range. Pure. This is the router's hot path (64 workers per decision): logits are
-plain floats, idle workers without an overlap share one precomputed logit, cached-block
-counts are asked for tied workers only, and the logits, bounded shares' capacities and fair
-near-ties, and the softmax draw run in C (`armature.router._index`: the same float operations
-in the same order as `worker_logits_py`, `within_capacity_py`, `fair_ties_py` and
-`softmax_pick_py`, their references and the fallback where the extension was not built).
+by their range. Pure. This is the router's hot path, once a request over every worker (256 in
+the large replays): `choose` runs the whole choice (the share cap, the logits, the fair
+near-ties and the draw) in one C call over arrays (`armature.router._index.choose`: the same
+float operations in the same order as `choose_py`, its reference and the fallback where the
+extension was not built), reading each worker's load (a `WorkerLoad` tuple) by position.
 """
 
 from __future__ import annotations
@@ -42,14 +41,15 @@ except ImportError:  # built without a C compiler
 
 __all__ = [
     "bounded_workers",
+    "break_ties",
+    "choose",
+    "choose_py",
     "cost_terms",
-    "fair_ties",
     "fair_ties_py",
-    "select_worker",
+    "may_spill",
     "softmax_pick_py",
     "within_capacity",
     "within_capacity_py",
-    "worker_logits",
     "worker_logits_py",
 ]
 
@@ -70,7 +70,7 @@ def cost_terms(
     return prefill, float(active + total_blocks - overlap_blocks)
 
 
-def worker_logits(
+def worker_logits_py(
     workers: Sequence[str],
     isl_tokens: int,
     block_size: int,
@@ -81,25 +81,6 @@ def worker_logits(
 ) -> list[float]:
     """The logit of each of `workers`, in order. `loads` may leave out idle workers;
     `overlaps` (weighted or not) may leave out workers with none."""
-    if _native is not None:
-        return _native.worker_logits(
-            workers, isl_tokens, block_size, overlaps, loads, overlap_weight, decode_weight
-        )
-    return worker_logits_py(
-        workers, isl_tokens, block_size, overlaps, loads, overlap_weight, decode_weight
-    )
-
-
-def worker_logits_py(
-    workers: Sequence[str],
-    isl_tokens: int,
-    block_size: int,
-    overlaps: Mapping[str, float],
-    loads: Mapping[str, WorkerLoad],
-    overlap_weight: float = 1.0,
-    decode_weight: float = 1.0,
-) -> list[float]:
-    """`worker_logits` in Python: the reference of the native one."""
     idle_prefill, idle_decode = cost_terms(isl_tokens, block_size, 0, _IDLE)
     idle_logit = overlap_weight * idle_prefill + idle_decode
     logits = [idle_logit] * len(workers)
@@ -146,22 +127,13 @@ def within_capacity_py(counts: Sequence[int], bound: float) -> list[int] | None:
     return [i for i, count in enumerate(counts) if count < capacity] or None
 
 
-def fair_ties(
+def fair_ties_py(
     logits: Sequence[float], counts: Sequence[int], temperature: float
 ) -> list[int] | None:
     """Bounded shares' fair near-ties: when some worker is at its fair share of the window
     (`counts` at a bound of 1), the indexes of the workers within `temperature` x the logits'
     range of the cheapest (exact ties at temperature 0) that are below it; None when no
     worker is at it or no such tie is below it."""
-    if _native is not None:
-        return _native.fair_ties(logits, counts, temperature)
-    return fair_ties_py(logits, counts, temperature)
-
-
-def fair_ties_py(
-    logits: Sequence[float], counts: Sequence[int], temperature: float
-) -> list[int] | None:
-    """`fair_ties` in Python: the reference of the native one."""
     if len(logits) != len(counts):
         raise ValueError("logits and counts differ in length")
     fair = within_capacity_py(counts, 1.0)
@@ -173,34 +145,87 @@ def fair_ties_py(
     return [i for i, logit in enumerate(logits) if logit <= near and i in below] or None
 
 
-def select_worker(
-    logits: Sequence[float],
-    cached_blocks: Callable[[int], int],
+def choose_py(
+    workers: Sequence[str],
+    isl_tokens: int,
+    block_size: int,
+    overlaps: Mapping[str, float],
+    loads: Mapping[str, WorkerLoad],
+    overlap_weight: float,
+    decode_weight: float,
+    counts: Sequence[int] | None,
+    share_bound: float,
     temperature: float,
-    rng: random.Random,
-) -> int:
-    """The index of the chosen worker; `cached_blocks(i)` (worker i's total) breaks exact
-    ties at temperature 0."""
-    if not logits:
+    u: float,
+) -> int | list[int]:
+    """The kv policy's choice among `workers`, in Python: the reference of the native one.
+
+    With `counts` (the workers' shares of the window, bounded shares), first the share cap:
+    the workers below their capacity at `share_bound` when some is at it, where the cap may
+    spill (`may_spill`); then the cost's logits (`worker_logits_py`) and, with counts, the
+    fair near-ties (`fair_ties_py`). At temperature > 0 the index of `workers` that `u` (one
+    random() in [0, 1)) draws from the softmax (`softmax_pick_py`); at 0 the indexes of the
+    cheapest, in order, whose ties the caller breaks (`break_ties`)."""
+    if not workers:
         raise ValueError("no workers to choose from")
-    if temperature <= 0:
-        best = min(logits)
-        if logits.count(best) == 1:
-            return logits.index(best)
-        tied = [i for i, logit in enumerate(logits) if logit == best]
-        counts = [cached_blocks(i) for i in tied]
-        fewest = min(counts)
-        tied = [i for i, count in zip(tied, counts, strict=True) if count == fewest]
-        return tied[0] if len(tied) == 1 else rng.choice(tied)
-    if _native is not None:
-        return _native.softmax_pick(logits, temperature, rng.random())
-    return softmax_pick_py(logits, temperature, rng.random())
+    kept = list(range(len(workers)))
+    if counts is not None:
+        if len(counts) != len(workers):
+            raise ValueError("workers and counts differ in length")
+        allowed = within_capacity_py(counts, share_bound)
+        if allowed and may_spill(loads, workers, allowed):
+            kept = allowed
+        counts = [counts[i] for i in kept]
+    names = [workers[i] for i in kept]
+    logits = worker_logits_py(
+        names, isl_tokens, block_size, overlaps, loads, overlap_weight, decode_weight
+    )
+    if counts is not None:
+        ties = fair_ties_py(logits, counts, temperature)
+        if ties is not None:
+            kept = [kept[i] for i in ties]
+            logits = [logits[i] for i in ties]
+    if temperature > 0:
+        return kept[softmax_pick_py(logits, temperature, u)]
+    best = min(logits)
+    return [i for i, logit in zip(kept, logits, strict=True) if logit == best]
+
+
+# the kv policy's choice among workers (see `choose_py`), in C where it was built
+choose = _native.choose if _native is not None else choose_py
+
+
+def may_spill(loads: Mapping[str, WorkerLoad], workers: Sequence[str], kept: list[int]) -> bool:
+    """Whether the share cap leaves its workers out: only when a worker it keeps has nothing
+    in flight (the request it moves starts at once) and some worker has something. With
+    every worker busy, a request moved off its prefix's worker recomputes the prefix behind
+    a queue, so the cost (queues and cache) decides; with the whole fleet idle it delays
+    nobody anywhere, so a lone client's turns stay where their prefix is."""
+    if not loads:  # nothing in flight anywhere
+        return False
+    return any(_idle(loads, workers[i]) for i in kept) and not all(_idle(loads, w) for w in workers)
+
+
+def _idle(loads: Mapping[str, WorkerLoad], worker: str) -> bool:
+    load = loads.get(worker)
+    return load is None or load.num_requests == 0
+
+
+def break_ties(tied: Sequence[int], cached_blocks: Callable[[int], int], rng: random.Random) -> int:
+    """One of `tied` (indexes, at least one): the one caching the fewest blocks in total
+    (`cached_blocks(i)`), then at random."""
+    if len(tied) == 1:
+        return tied[0]
+    counts = [cached_blocks(i) for i in tied]
+    fewest = min(counts)
+    tied = [i for i, count in zip(tied, counts, strict=True) if count == fewest]
+    return tied[0] if len(tied) == 1 else rng.choice(tied)
 
 
 def softmax_pick_py(logits: Sequence[float], temperature: float, u: float) -> int:
     """The index drawn from softmax(-normalized / temperature) by `u` in [0, 1): what
     rng.choices(range(n), weights) draws with u = rng.random(), without its population and
-    argument handling. The reference of the native draw."""
+    argument handling."""
     low = min(logits)
     span = max(logits) - low
     if span > 0:

@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 __all__ = ["ActiveLoad", "WorkerLoad"]
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerLoad:
+class WorkerLoad(NamedTuple):
+    """A tuple, so that the router's native choice reads it by position."""
+
     active_prefill_tokens: int = 0
     active_blocks: int = 0
     num_requests: int = 0
@@ -38,7 +40,6 @@ class ActiveLoad:
         self._own: dict[str, WorkerLoad] = {}
         self._peers: Mapping[str, WorkerLoad] = {}
         self._loads: dict[str, WorkerLoad] = {}  # own + peers
-        self._view = MappingProxyType(self._loads)
         self._own_view = MappingProxyType(self._own)
 
     def start(self, request_id: str, worker: str, prefill_tokens: int, blocks: int) -> None:
@@ -66,9 +67,10 @@ class ActiveLoad:
         return self._loads.get(worker, _IDLE)
 
     def get_loads(self) -> Mapping[str, WorkerLoad]:
-        """A read-only live view of the loads of busy workers, this router's and the peers'
-        (idle workers are absent)."""
-        return self._view
+        """The live loads of busy workers, this router's and the peers' (idle workers are
+        absent). Read-only by its type: it is the table itself, which the router's native
+        choice reads as a dict (a proxy in front of it costs a second lookup a worker)."""
+        return self._loads
 
     def get_own_loads(self) -> Mapping[str, WorkerLoad]:
         """A read-only live view of the load of this router's own requests."""

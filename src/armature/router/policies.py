@@ -20,15 +20,9 @@ from typing import Protocol
 from armature.config.routing import DEFAULT_SHARE_WINDOW
 from armature.errors import ArmatureError
 from armature.kv.hashing import compute_seq_hashes, hash_seed_for_salt
-from armature.router.cost import (
-    bounded_workers,
-    fair_ties,
-    select_worker,
-    within_capacity,
-    worker_logits,
-)
+from armature.router.cost import bounded_workers, break_ties, choose
 from armature.router.index_backend import IndexBackend
-from armature.router.load import ActiveLoad, WorkerLoad
+from armature.router.load import ActiveLoad
 from armature.router.prefix_index import PrefixIndex
 from armature.router.routed_index import RoutedPrefixIndex, make_routed_index
 from armature.router.shares import RecentShares
@@ -221,14 +215,8 @@ class KvPolicy:
             allowed = bounded_workers(workers, loads, self.load_bound)
             if allowed is not None:
                 workers = [workers[i] for i in allowed]
-        counts = None  # the workers' shares of the window, with a share bound
-        if self.shares is not None:
-            counts = self.shares.get_counts(workers)
-            allowed = within_capacity(counts, self.share_bound)
-            if allowed and _may_spill(loads, workers, allowed):
-                workers = [workers[i] for i in allowed]
-                counts = [counts[i] for i in allowed]
-        logits = worker_logits(
+        shares = self.shares
+        picked = choose(
             workers,
             len(request.token_ids),
             self.block_size,
@@ -236,19 +224,19 @@ class KvPolicy:
             loads,
             self.overlap_weight,
             self.decode_weight,
+            None if shares is None else shares.get_counts(workers),
+            self.share_bound,
+            self.temperature,
+            self._rng.random() if self.temperature > 0 else 0.0,
         )
-        if counts is not None:
-            # the near-ties of the cheapest go where the counts are low, which keeps a hot
-            # prefix's worker under its bound for the requests only it serves well
-            ties = fair_ties(logits, counts, self.temperature)
-            if ties is not None:
-                workers = [workers[i] for i in ties]
-                logits = [logits[i] for i in ties]
-        index = self.index
-        cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
-        chosen = workers[select_worker(logits, cached, self.temperature, self._rng)]
-        if self.shares is not None:
-            self.shares.record(chosen, num_workers)
+        if isinstance(picked, int):
+            chosen = workers[picked]
+        else:
+            index = self.index
+            cached = (lambda i: index.get_num_worker_blocks(workers[i])) if index else _no_blocks
+            chosen = workers[break_ties(picked, cached, self._rng)]
+        if shares is not None:
+            shares.record(chosen, num_workers)
         return RouteDecision(chosen, overlaps.get(chosen, 0))
 
 
@@ -256,22 +244,6 @@ def _check_bound(kind: str, bound: float) -> None:
     """ValueError unless a `kind` (load, share) bound is 0 (unbounded) or above 1."""
     if bound != 0 and not bound > 1:
         raise ValueError(f"the {kind} bound must be 0 (none) or above 1, got {bound:g}")
-
-
-def _may_spill(loads: Mapping[str, WorkerLoad], workers: Sequence[str], kept: list[int]) -> bool:
-    """Whether the share cap leaves its workers out: only when a worker it keeps has nothing
-    in flight (the request it moves starts at once) and some worker has something. With
-    every worker busy, a request moved off its prefix's worker recomputes the prefix behind
-    a queue, so the cost (queues and cache) decides; with the whole fleet idle it delays
-    nobody anywhere, so a lone client's turns stay where their prefix is."""
-    if not loads:  # nothing in flight anywhere
-        return False
-    return any(_idle(loads, workers[i]) for i in kept) and not all(_idle(loads, w) for w in workers)
-
-
-def _idle(loads: Mapping[str, WorkerLoad], worker: str) -> bool:
-    load = loads.get(worker)
-    return load is None or load.num_requests == 0
 
 
 def _no_blocks(worker_index: int) -> int:

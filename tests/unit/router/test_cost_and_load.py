@@ -1,4 +1,4 @@
-"""KV routing cost, worker selection (the native softmax draw against the Python one, and the
+"""KV routing cost, worker selection (the native choice against the Python one, and the
 fallback without the extension) and active-load tracking."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from armature.router.cost import (
+    break_ties,
+    choose_py,
     cost_terms,
     fair_ties_py,
-    select_worker,
     softmax_pick_py,
     within_capacity_py,
-    worker_logits,
     worker_logits_py,
 )
 from armature.router.holder_store import has_native_index
@@ -27,12 +27,24 @@ from armature.router.load import ActiveLoad, WorkerLoad
 from without_extension import run_without
 
 if has_native_index():
-    from armature.router._index import fair_ties, softmax_pick, within_capacity
-    from armature.router._index import worker_logits as native_worker_logits
+    from armature.router._index import choose, within_capacity
+
+worker_logits = worker_logits_py
 
 
 def _none(worker_index: int) -> int:
     return 0
+
+
+def select_worker(
+    logits: list[float], cached_blocks: Any, temperature: float, rng: random.Random
+) -> int:
+    """The choice over `logits` as the kv policy makes it: the draw with one random() at a
+    temperature, else the cheapest with `break_ties`."""
+    if temperature > 0:
+        return softmax_pick_py(logits, temperature, rng.random())
+    best = min(logits)
+    return break_ties([i for i, x in enumerate(logits) if x == best], cached_blocks, rng)
 
 
 def test_worked_example_w2_wins() -> None:
@@ -99,7 +111,7 @@ def test_equal_logits_with_temperature_are_uniform() -> None:
 
 def test_no_workers_is_an_error() -> None:
     with pytest.raises(ValueError, match="no workers"):
-        select_worker([], _none, 0.0, random.Random(0))
+        choose_py([], 64, 16, {}, {}, 1.0, 1.0, None, 0.0, 0.0, 0.5)
 
 
 def test_load_follows_a_request_through_every_ending() -> None:
@@ -150,37 +162,28 @@ def test_sampling_draws_what_random_choices_would(
     assert select_worker(logits, _none, temperature, random.Random(seed)) == expected
 
 
-@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
-@given(
-    st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=300),
-    st.sampled_from([0.001, 0.01, 0.1, 1.0, 5.0]),
-    st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
-)
-def test_native_softmax_draw_is_the_python_draw(
-    logits: list[float], temperature: float, u: float
-) -> None:
-    """The C draw does the reference's float operations in its order: the same index for
-    every `u` (over 256 logits it leaves its stack buffer)."""
-    assert softmax_pick(logits, temperature, u) == softmax_pick_py(logits, temperature, u)
-
-
-NAMES = [f"w{i}" for i in range(12)]
-LOADS = st.builds(WorkerLoad, st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 64))
-OVERLAPS = st.one_of(st.integers(0, 5000), st.floats(0, 5000))  # weighted overlaps are floats
+NAMES = [f"w{i}" for i in range(300)]
+LOADS = st.builds(WorkerLoad, st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 3))
+# weighted overlaps are floats; few values, so that ties are common
+OVERLAPS = st.one_of(st.sampled_from([0, 1, 2, 40]), st.integers(0, 5000), st.floats(0, 5000))
 
 
 @pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
 @given(
-    st.lists(st.sampled_from(NAMES), min_size=1, max_size=12, unique=True),
+    st.lists(st.sampled_from(NAMES), min_size=1, max_size=300, unique=True),
     st.integers(0, 80_000),
     st.sampled_from([1, 16, 64]),
     st.dictionaries(st.sampled_from(NAMES), OVERLAPS),
     st.dictionaries(st.sampled_from(NAMES), LOADS),
     st.sampled_from([1.0, 0.5, 2.0, 1]),
     st.sampled_from([1.0, 0.5, 0.0, 0.25]),
+    st.one_of(st.none(), st.lists(st.sampled_from([0, 1, 2, 3, 9]), min_size=300, max_size=300)),
+    st.sampled_from([1.05, 1.5, 2.0, 3]),
+    st.sampled_from([0.0, 0.01, 0.02, 0.5, 1.0, 5.0]),
+    st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
     st.booleans(),
 )
-def test_native_logits_are_the_python_logits(
+def test_native_choice_is_the_python_choice(
     workers: list[str],
     isl_tokens: int,
     block_size: int,
@@ -188,13 +191,42 @@ def test_native_logits_are_the_python_logits(
     loads: dict[str, WorkerLoad],
     overlap_weight: float,
     decode_weight: float,
+    counts: list[int] | None,
+    share_bound: float,
+    temperature: float,
+    u: float,
     as_view: bool,
 ) -> None:
-    """The C cost does the reference's float operations in its order (ints exactly): equal
-    logits, for plain dicts and for the read-only view ActiveLoad gives."""
+    """The C choice does the reference's float operations in its order (ints exactly): the
+    same index, or the same cheapest at temperature 0, whatever the share cap, the fair
+    near-ties and the draw keep (counts from few values, so that workers at their capacity
+    are common; requests 0-3, so that idle workers are), for plain dicts and other
+    mappings."""
     view = MappingProxyType(loads) if as_view else loads
     args = (workers, isl_tokens, block_size, overlaps, view, overlap_weight, decode_weight)
-    assert native_worker_logits(*args) == worker_logits_py(*args)
+    share = None if counts is None else counts[: len(workers)]
+    rest = (share, share_bound, temperature, u)
+    assert choose(*args, *rest) == choose_py(*args, *rest)
+
+
+def test_choice_caps_shares_then_keeps_fair_ties_by_hand() -> None:
+    """Four workers, counts 5, 1, 3, 3: capacity ceil(1.05 x 13 / 4) = 4, which w0 is at; w1
+    is idle and others busy, so the cap spills and w0 is out. The logits of w1, w2, w3 (64
+    tokens, 4 blocks; w2 and w3 hold 2 blocks, w1 none): 4 + 4, 2 + (1 x 0.5 + 2) (its one
+    active block at decode weight 0.5), 2 + (4 x 0.5 + 2); no fair near-tie is below its
+    share, so at temperature 0 the cheapest is w2. Without a spill (no worker idle) w0,
+    holding all 4 blocks and none active, is the cheapest (0)."""
+    workers = ["w0", "w1", "w2", "w3"]
+    loads = {"w0": WorkerLoad(0, 0, 1), "w2": WorkerLoad(0, 1, 1), "w3": WorkerLoad(0, 4, 1)}
+    overlaps = {"w0": 4, "w2": 2, "w3": 2}
+    counts = [5, 1, 3, 3]
+    args = (workers, 64, 16, overlaps, loads, 1.0, 0.5, counts, 1.05, 0.0, 0.5)
+    assert worker_logits(workers[1:], 64, 16, overlaps, loads, 1.0, 0.5) == [8.0, 4.5, 6.0]
+    assert choose_py(*args) == [2]
+    busy = {**loads, "w1": WorkerLoad(0, 0, 1)}
+    assert choose_py(workers, 64, 16, overlaps, busy, 1.0, 0.5, counts, 1.05, 0.0, 0.5) == [0]
+    if has_native_index():
+        assert choose(*args) == [2]
 
 
 def test_capacity_and_fair_ties_by_hand() -> None:
@@ -221,66 +253,52 @@ def test_native_capacity_is_the_python_capacity(counts: list[int], bound: float)
     assert within_capacity(counts, bound) == within_capacity_py(counts, bound)
 
 
-@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
-@given(
-    st.lists(
-        st.tuples(st.integers(0, 2_000), st.sampled_from([0.0, 1.5, 7.25, 100.0, 101.0])),
-        min_size=1,
-        max_size=300,
-    ),
-    st.sampled_from([0.0, 0.01, 0.02, 0.5, 1.0]),
-)
-def test_native_fair_ties_are_the_python_ones(
-    pairs: list[tuple[int, float]], temperature: float
-) -> None:
-    """Counts and logits drawn from few values, so that ties and workers at their fair
-    share are common: the same indexes (or None)."""
-    counts = [count for count, _ in pairs]
-    logits = [logit for _, logit in pairs]
-    assert fair_ties(logits, counts, temperature) == fair_ties_py(logits, counts, temperature)
-
-
-SHARE_FUNCTIONS = [pytest.param((within_capacity_py, fair_ties_py), id="python")]
+CHOICES = [pytest.param((within_capacity_py, choose_py), id="python")]
 if has_native_index():
-    SHARE_FUNCTIONS.append(pytest.param((within_capacity, fair_ties), id="native"))
+    CHOICES.append(pytest.param((within_capacity, choose), id="native"))
 
 
-@pytest.mark.parametrize("functions", SHARE_FUNCTIONS)
-def test_share_functions_refuse_bad_input_alike(functions: tuple[Any, Any]) -> None:
-    """The C functions raise what their Python references raise, and like them read no
-    logits when no count is at its fair share."""
-    capacity, ties = functions
+@pytest.mark.parametrize("functions", CHOICES)
+def test_capacity_and_choice_refuse_bad_input_alike(functions: tuple[Any, Any]) -> None:
+    """The C functions raise what their Python references raise."""
+    capacity, pick = functions
     with pytest.raises(ZeroDivisionError):
         capacity([], 1.05)
-    with pytest.raises(ZeroDivisionError):
-        ties([], [], 0.0)
-    with pytest.raises(ValueError, match="differ in length"):
-        ties([1.0], [1, 2], 0.0)
-    with pytest.raises(ValueError, match="differ in length"):
-        ties([1.0], [], 0.0)
     with pytest.raises(TypeError):
         capacity([1, "2"], 1.05)
     with pytest.raises(ValueError):
         capacity([1, 2], math.nan)
     with pytest.raises(OverflowError):
         capacity([1, 2], math.inf)
-    assert ties(["not read"], [0], 0.0) is None  # capacity 1, nobody at it
+    tail = (64, 16, {}, {"a": WorkerLoad(0, 1, 1)}, 1.0, 1.0)
+    with pytest.raises(ValueError, match="no workers"):
+        pick([], *tail, None, 1.05, 0.0, 0.5)
+    with pytest.raises(ValueError, match="differ in length"):
+        pick(["a", "b"], *tail, [1], 1.05, 0.0, 0.5)
+    with pytest.raises(TypeError):
+        pick(["a", "b"], *tail, [1, "2"], 1.05, 0.0, 0.5)
+    with pytest.raises(ValueError):
+        pick(["a", "b"], *tail, [1, 2], math.nan, 0.0, 0.5)
+    with pytest.raises(OverflowError):
+        pick(["a", "b"], *tail, [1, 2], math.inf, 0.0, 0.5)
+    assert pick(["a", "b"], *tail, [1, 2], 1.05, 0.0, 0.5) == [1]  # a busy, b idle
 
 
 def test_cost_without_the_extension_is_the_reference() -> None:
-    """Without the extension, logits and the draw come from the Python code."""
+    """Without the extension, the choice comes from the Python code."""
     script = """
 import random
 from armature.router import cost
 from armature.router.load import WorkerLoad
 assert cost._native is None
 rng = random.Random(3)
-logits = [rng.uniform(0, 100) for _ in range(64)]
-print(cost.select_worker(logits, lambda i: 0, 0.01, random.Random(5)))
-print(cost.softmax_pick_py(logits, 0.01, random.Random(5).random()))
-print(cost.worker_logits(["a", "b"], 128, 16, {"b": 3}, {"a": WorkerLoad(0, 2, 1)}) == [18.0, 10.0])
+workers = [f"w{i}" for i in range(64)]
+loads = {w: WorkerLoad(rng.randrange(1000), rng.randrange(100), 1) for w in workers[::2]}
+overlaps = {w: rng.randrange(8) for w in workers[::3]}
+u = random.Random(5).random()
+print(cost.choose(workers, 128, 16, overlaps, loads, 1.0, 0.5, None, 0.0, 0.01, u))
+print(cost.choose_py(workers, 128, 16, overlaps, loads, 1.0, 0.5, None, 0.0, 0.01, u))
 print(cost.within_capacity([5, 1, 3, 3], 1.05) == [1, 2, 3])
-print(cost.fair_ties([10.0, 10.1, 10.0, 20.0], [5, 1, 3, 3], 0.02) == [1, 2])
 """
     first, second, *checks = run_without("armature.router._index", script).split()
-    assert first == second and checks == ["True", "True", "True"]
+    assert first == second and checks == ["True"]

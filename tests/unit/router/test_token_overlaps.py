@@ -17,7 +17,7 @@ from armature.config import RouterConfig
 from armature.errors import ConfigError
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_seq_hashes
 from armature.protocols.kv_events import KvStored, StoredBlock
-from armature.router.cost import select_worker, worker_logits
+from armature.router.cost import softmax_pick_py, worker_logits_py
 from armature.router.holder_store import IndexBackend, has_native_index
 from armature.router.load import ActiveLoad
 from armature.router.policies import KvPolicy, RouteRequest, make_policy
@@ -128,9 +128,8 @@ def test_events_only_policy_decides_as_the_hashing_path(backend: IndexBackend) -
         tokens = rng.choice(stems)[: rng.randrange(1, 65)] + [rng.randrange(32_000)] * 8
         decision = policy.select(RouteRequest(f"r{i}", tokens), WORKERS)
         overlaps = index.find_overlaps(compute_seq_hashes(tokens, 16, DEFAULT_HASH_SEED))
-        logits = worker_logits(WORKERS, len(tokens), 16, overlaps, load.get_loads(), 1.0, 1.0)
-        cached = lambda i: index.get_num_worker_blocks(WORKERS[i])  # noqa: E731
-        expected = WORKERS[select_worker(logits, cached, 0.5, reference)]
+        logits = worker_logits_py(WORKERS, len(tokens), 16, overlaps, load.get_loads(), 1.0, 1.0)
+        expected = WORKERS[softmax_pick_py(logits, 0.5, reference.random())]
         assert (decision.worker, decision.overlap_blocks) == (expected, overlaps.get(expected, 0))
 
 
