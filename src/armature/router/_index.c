@@ -1301,6 +1301,11 @@ static PyObject *within_capacity(PyObject *module, PyObject *const *args, Py_ssi
 
 /* ---- the kv policy's whole choice ------------------------------------------------------ */
 
+static int read_ll(PyObject *obj, long long *out) {
+    *out = PyLong_AsLongLong(obj);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *num_requests_name; /* interned at import */
 
 /* A worker's load as (prefill tokens, blocks, requests): a WorkerLoad (a tuple of three) read
@@ -1439,12 +1444,13 @@ static Py_ssize_t draw(Candidates *c, Py_ssize_t n, double temperature, double u
 
 /* The positions in `workers` of the n candidates with the lowest logit. */
 static PyObject *cheapest(const Candidates *c, Py_ssize_t n) {
-    double low = c->logit[0];
+    Py_ssize_t first = 0; /* where min() finds the lowest: with a NaN there, only it */
     for (Py_ssize_t j = 1; j < n; j++)
-        if (c->logit[j] < low) low = c->logit[j];
+        if (c->logit[j] < c->logit[first]) first = j;
+    double low = c->logit[first];
     PyObject *out = PyList_New(0);
     for (Py_ssize_t j = 0; out != NULL && j < n; j++) {
-        if (c->logit[j] != low) continue;
+        if (c->logit[j] != low && j != first) continue;
         PyObject *position = PyLong_FromSsize_t(c->index[j]);
         if (position == NULL || PyList_Append(out, position) < 0) Py_CLEAR(out);
         Py_XDECREF(position);
@@ -1459,9 +1465,9 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
     (void)module;
     if (check_nargs("choose", nargs, 11) < 0) return NULL;
     PyObject *overlaps = args[3], *loads = args[4], *counts_obj = args[7];
-    long long isl = PyLong_AsLongLong(args[1]), block_size = PyLong_AsLongLong(args[2]);
+    long long isl, block_size;
     double overlap_weight, decode_weight, share_bound, temperature, u;
-    if (((isl == -1 || block_size == -1) && PyErr_Occurred()) ||
+    if (read_ll(args[1], &isl) < 0 || read_ll(args[2], &block_size) < 0 ||
         read_double(args[5], NULL, &overlap_weight) < 0 ||
         read_double(args[6], NULL, &decode_weight) < 0 ||
         read_double(args[8], NULL, &share_bound) < 0 ||
@@ -1474,7 +1480,11 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
     int no_loads = PyObject_IsTrue(loads);
     if (no_loads < 0) return NULL;
     no_loads = !no_loads;
-    PyObject *seq = PySequence_Fast(args[0], "workers must be a sequence");
+    /* a mapping other than a dict may run code that changes a list of workers while its
+     * items are read: then they are read from a copy */
+    PyObject *seq = PyDict_CheckExact(overlaps) && PyDict_CheckExact(loads)
+                        ? PySequence_Fast(args[0], "workers must be a sequence")
+                        : PySequence_Tuple(args[0]);
     if (seq == NULL) return NULL;
     PyObject *counts_seq = NULL, *out = NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -1515,8 +1525,8 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
         n = keep_fair_ties(&c, keep, n, temperature);
         if (n < 0) goto done;
     }
-    out = temperature <= 0 ? cheapest(&c, n)
-                           : PyLong_FromSsize_t(c.index[draw(&c, n, temperature, u)]);
+    out = temperature > 0 ? PyLong_FromSsize_t(c.index[draw(&c, n, temperature, u)])
+                          : cheapest(&c, n);
 done:
     candidates_close(&c);
     PyMem_Free(keep);

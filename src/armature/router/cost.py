@@ -188,7 +188,12 @@ def choose_py(
     if temperature > 0:
         return kept[softmax_pick_py(logits, temperature, u)]
     best = min(logits)
-    return [i for i, logit in zip(kept, logits, strict=True) if logit == best]
+    first = logits.index(best)  # with a NaN there, the only one
+    return [
+        i
+        for j, (i, logit) in enumerate(zip(kept, logits, strict=True))
+        if logit == best or j == first
+    ]
 
 
 # the kv policy's choice among workers (see `choose_py`), in C where it was built

@@ -209,6 +209,34 @@ def test_native_choice_is_the_python_choice(
     assert choose(*args, *rest) == choose_py(*args, *rest)
 
 
+@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
+@given(
+    st.lists(st.sampled_from(NAMES[:20]), min_size=1, max_size=20, unique=True),
+    st.dictionaries(st.sampled_from(NAMES[:20]), st.sampled_from([0, 3, math.nan, math.inf])),
+    st.dictionaries(st.sampled_from(NAMES[:20]), LOADS),
+    st.one_of(st.none(), st.lists(st.sampled_from([0, 1, 3]), min_size=20, max_size=20)),
+    st.sampled_from([0.0, 0.02, math.nan]),
+    st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
+)
+def test_native_choice_is_the_python_choice_with_non_finite_values(
+    workers: list[str],
+    overlaps: dict[str, float],
+    loads: dict[str, WorkerLoad],
+    counts: list[int] | None,
+    temperature: float,
+    u: float,
+) -> None:
+    """NaN and infinite overlaps (so NaN logits) and a NaN temperature, which configuration
+    refuses but code may pass: the two agree, and at temperature 0 or NaN (not above 0) the
+    cheapest are never empty (a NaN where min() finds the lowest is the one chosen)."""
+    share = None if counts is None else counts[: len(workers)]
+    args = (workers, 256, 16, overlaps, loads, 1.0, 0.5, share, 1.05, temperature, u)
+    picked = choose_py(*args)
+    assert choose(*args) == picked
+    assert isinstance(picked, int) == (temperature > 0)
+    assert picked != []
+
+
 def test_choice_caps_shares_then_keeps_fair_ties_by_hand() -> None:
     """Four workers, counts 5, 1, 3, 3: capacity ceil(1.05 x 13 / 4) = 4, which w0 is at; w1
     is idle and others busy, so the cap spills and w0 is out. The logits of w1, w2, w3 (64
