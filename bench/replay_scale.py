@@ -26,8 +26,10 @@ import resource
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 
+from armature.router.policies import KvPolicy, RouteDecision, RouteRequest
 from armature.sim.replay import ReplayConfig, replay
 from armature.workload.traces import read_mooncake_trace
 from bench.paths import TRACES_DIR, results_path
@@ -69,6 +71,7 @@ def run_one(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
         num_kv_blocks=args.num_kv_blocks,
         routed_ttl_s=args.kv_routed_ttl_s,
     )
+    routing_s = time_routing()
     before = resource.getrusage(resource.RUSAGE_SELF)
     report = replay(requests, config)
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -85,9 +88,28 @@ def run_one(args: argparse.Namespace, num_workers: int) -> dict[str, float]:
         "ttft_p50_ms": report.ttft_ms.p50,
         "cpu_s": user_s + sys_s,
         "sys_s": sys_s,
+        "routing_s": routing_s(),
         "wall_s": report.wall_time_s,
         "peak_rss_mb": peak_kib / 1024,
     }
+
+
+def time_routing() -> Callable[[], float]:
+    """Time the kv policy's decisions in this process (the bench's own instrumentation: the
+    class's `select` wrapped, a CPU clock read before and after each; the replay's child
+    process only); returns a reader of the CPU seconds they took."""
+    select = KvPolicy.select
+    spent_ns = [0]
+
+    def timed(policy: KvPolicy, request: RouteRequest, workers: Sequence[str]) -> RouteDecision:
+        started_ns = time.process_time_ns()
+        try:
+            return select(policy, request, workers)
+        finally:
+            spent_ns[0] += time.process_time_ns() - started_ns
+
+    KvPolicy.select = timed
+    return lambda: spent_ns[0] / 1e9
 
 
 COUNTS = ("requests", "steps", "prefix_hit", "skew", "ttft_p50_ms")  # the same every round
@@ -136,6 +158,16 @@ def unit_us(result: dict[str, float], key: str = "cpu_s") -> float:
     return result[key] / (result["requests"] + result["steps"]) * 1e6
 
 
+def routing_us(result: dict[str, float]) -> float:
+    """CPU microseconds of a routed request's decision (the kv policy's `select`)."""
+    return result["routing_s"] / result["requests"] * 1e6
+
+
+def step_us(result: dict[str, float]) -> float:
+    """CPU microseconds of everything but the decisions, per engine step."""
+    return (result["cpu_s"] - result["routing_s"]) / result["steps"] * 1e6
+
+
 def user_unit_us(result: dict[str, float]) -> float:
     """User-space CPU microseconds per routed request or engine step."""
     return unit_us(result) - unit_us(result, "sys_s")
@@ -161,6 +193,8 @@ def table_row(results: list[dict[str, float]]) -> list[object]:
     cpu = [r["cpu_s"] for r in results]
     units = [unit_us(r) for r in results]
     sys_units = [unit_us(r, "sys_s") for r in results]
+    decisions = [routing_us(r) for r in results]
+    steps = [step_us(r) for r in results]
     return [
         first["workers"],
         f"x {first['time_scale']:g}",
@@ -174,6 +208,8 @@ def table_row(results: list[dict[str, float]]) -> list[object]:
         round(statistics.median(units), 1),
         f"{min(units):.1f}-{max(units):.1f}",
         round(statistics.median(sys_units), 2),
+        round(statistics.median(decisions)),
+        round(statistics.median(steps), 2),
         round(max(r["peak_rss_mb"] for r in results)),
     ]
 
@@ -205,6 +241,8 @@ def main() -> None:
     base = args.workers[0]
     ratios = same_round_ratios(runs, base, unit_us)
     user_ratios = same_round_ratios(runs, base, user_unit_us)
+    decision_ratios = same_round_ratios(runs, base, routing_us)
+    step_ratios = same_round_ratios(runs, base, step_us)
     checks = [
         f"{w} workers: the unit is {statistics.median(v):.2f}x the {base}-worker unit of the "
         f"same round (median of {len(v)}; {min(v):.2f}-{max(v):.2f})"
@@ -214,6 +252,13 @@ def main() -> None:
         f"{w} workers, user-space time alone: {statistics.median(v):.2f}x the {base}-worker "
         f"unit ({min(v):.2f}-{max(v):.2f})"
         for w, v in user_ratios.items()
+    ]
+    checks += [
+        f"{w} workers: a routed request's decision {statistics.median(v):.2f}x the {base}-worker "
+        f"one's ({min(v):.2f}-{max(v):.2f}); the rest per engine step "
+        f"{statistics.median(step_ratios[w]):.2f}x ({min(step_ratios[w]):.2f}-"
+        f"{max(step_ratios[w]):.2f})"
+        for w, v in decision_ratios.items()
     ]
     if ratios:
         largest = args.workers[-1]
@@ -231,7 +276,9 @@ def main() -> None:
         f"load it sees among {BASE_WORKERS}). `steps`: the batches all engines ran; `CPU us "
         "per unit`: the replay's CPU time (user + kernel) over routed requests + engine steps, "
         "`of it kernel us` the kernel's part (page faults: first touches of the fleet's "
-        "memory); peak RSS: the "
+        "memory); `decision us`: the CPU time of a routed request's decision (the kv "
+        "policy's `select`, timed in the replay's process), `rest us per step` the rest of "
+        "the CPU time over engine steps; peak RSS: the "
         "replay process's maximum resident memory (the trace and interpreter included). Each "
         f"row is a process of its own, {args.repeats} round(s) of the sizes in turn: CPU s and us "
         "per unit are the median over the rounds, with their range. The machine's first touch "
@@ -252,6 +299,8 @@ def main() -> None:
                 "CPU us per unit",
                 "us per unit range",
                 "of it kernel us",
+                "decision us",
+                "rest us per step",
                 "peak RSS MB",
             ],
             rows,
