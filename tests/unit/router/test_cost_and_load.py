@@ -330,3 +330,57 @@ print(cost.within_capacity([5, 1, 3, 3], 1.05) == [1, 2, 3])
 """
     first, second, *checks = run_without("armature.router._index", script).split()
     assert first == second and checks == ["True"]
+
+
+@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
+@pytest.mark.parametrize("temperature", [0.0, 0.02, 0.5])
+def test_a_policy_decides_alike_with_the_native_and_the_python_choice(
+    temperature: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kv policy with shares, over 40 workers with cached prefixes, loads that start and
+    end as it routes, 400 decisions in a row: the same workers in the same order, and its
+    random draws left in the same state, whichever choice it calls."""
+    from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
+    from armature.protocols.kv_events import KvStored, StoredBlock
+    from armature.router import policies
+    from armature.router.policies import KvPolicy, RouteRequest
+    from armature.router.prefix_index import PrefixIndex
+
+    def run() -> tuple[list[str], object]:
+        rng = random.Random(7)
+        workers = [f"w{i}" for i in range(40)]
+        stems = [[rng.randrange(1000) for _ in range(32)] for _ in range(6)]
+        index = PrefixIndex()
+        for w in workers:
+            index.add_worker(w, 4096)
+            blocks = compute_block_hashes(rng.choice(stems), 4)[: rng.randrange(1, 9)]
+            index.apply(w, KvStored(0, None, [StoredBlock(s, loc) for s, loc in blocks]))
+        load = ActiveLoad()
+        policy = KvPolicy(
+            index,
+            load,
+            block_size=4,
+            hash_seed=DEFAULT_HASH_SEED,
+            temperature=temperature,
+            decode_weight=0.5,
+            share_bound=1.05,
+            share_window=8,
+            seed=3,
+        )
+        chosen: list[str] = []
+        for i in range(400):
+            prompt = rng.choice(stems) + [rng.randrange(1000) for _ in range(rng.randrange(8))]
+            decision = policy.select(RouteRequest(f"r{i}", prompt), workers)
+            chosen.append(decision.worker)
+            load.start(f"r{i}", decision.worker, len(prompt), len(prompt) // 4 + 1)
+            if rng.random() < 0.5:
+                load.first_token(f"r{rng.randrange(i + 1)}")
+            if rng.random() < 0.6:
+                load.finish(f"r{rng.randrange(i + 1)}")
+        return chosen, policy._rng.getstate()
+
+    native = run()
+    monkeypatch.setattr(policies, "choose", choose_py)
+    python = run()
+    assert native == python
+    assert len(set(native[0])) > 20  # the shares spread it over the fleet
