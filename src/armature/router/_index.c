@@ -1274,7 +1274,7 @@ static PyObject *within_capacity(PyObject *module, PyObject *const *args, Py_ssi
     if (check_nargs("within_capacity", nargs, 2) < 0) return NULL;
     double bound = PyFloat_AsDouble(args[1]);
     if (bound == -1.0 && PyErr_Occurred()) return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "counts must be a sequence of ints");
+    PyObject *seq = PySequence_Tuple(args[0]); /* its own: reading an int may run code */
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject *out = NULL;
@@ -1480,14 +1480,12 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
     int no_loads = PyObject_IsTrue(loads);
     if (no_loads < 0) return NULL;
     no_loads = !no_loads;
-    /* a mapping other than a dict may run code that changes a list of workers while its
-     * items are read: then they are read from a copy */
-    PyObject *seq = PyDict_CheckExact(overlaps) && PyDict_CheckExact(loads)
-                        ? PySequence_Fast(args[0], "workers must be a sequence")
-                        : PySequence_Tuple(args[0]);
+    /* the workers as a tuple of their own (a tuple as it is): reading a mapping or a number
+     * may run code (a key's __eq__, a value's __float__) that changes a list being read */
+    PyObject *seq = PySequence_Tuple(args[0]);
     if (seq == NULL) return NULL;
     PyObject *counts_seq = NULL, *out = NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     Candidates c = {NULL, NULL, NULL, NULL};
     char *keep = NULL;
     if (n == 0) {
@@ -1495,7 +1493,7 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
         goto done;
     }
     if (counts_obj != Py_None) {
-        counts_seq = PySequence_Fast(counts_obj, "counts must be a sequence of ints");
+        counts_seq = PySequence_Tuple(counts_obj); /* its own, as the workers */
         if (counts_seq == NULL) goto done;
         if (PySequence_Fast_GET_SIZE(counts_seq) != n) {
             PyErr_SetString(PyExc_ValueError, "workers and counts differ in length");
@@ -1515,7 +1513,7 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
     /* -(-isl // block_size): C division truncates, Python's floors */
     double total_blocks = (double)(isl >= 0 ? (isl + block_size - 1) / block_size
                                             : -((-isl) / block_size));
-    if (read_candidates(&c, PySequence_Fast_ITEMS(seq), n, overlaps, loads, no_loads,
+    if (read_candidates(&c, &PyTuple_GET_ITEM(seq, 0), n, overlaps, loads, no_loads,
                         (double)isl, (double)block_size, total_blocks, overlap_weight,
                         decode_weight) < 0)
         goto done;

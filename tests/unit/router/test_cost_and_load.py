@@ -384,3 +384,28 @@ def test_a_policy_decides_alike_with_the_native_and_the_python_choice(
     python = run()
     assert native == python
     assert len(set(native[0])) > 20  # the shares spread it over the fleet
+
+
+@pytest.mark.skipif(not has_native_index(), reason="armature.router._index was not built")
+def test_native_choice_reads_workers_that_a_lookup_changes_as_they_were() -> None:
+    """Reading an overlap may run code (a value's __float__); one that empties the list of
+    workers mid-read leaves the choice on the workers as they were (the C code reads its own
+    copy of them, and of the counts)."""
+    workers = [f"worker-{i}" for i in range(300)]
+    counts = [1] * 300
+    tail = (1.0, 0.5, counts, 1.05, 0.0, 0.3)
+    expected = choose(list(workers), 64, 16, {"worker-0": 1.0, "worker-250": 3.0}, {}, *tail)
+
+    others: list[str] = []
+
+    class Emptying:
+        def __float__(self) -> float:
+            workers.clear()
+            counts.clear()
+            # new names of the same size, where the freed ones' memory goes first
+            others.extend(f"other!-{i}" for i in range(300))
+            return 1.0
+
+    overlaps = {"worker-0": Emptying(), "worker-250": 3.0}  # the first one read empties
+    assert choose(workers, 64, 16, overlaps, {}, *tail) == expected
+    assert expected == [250] and workers == []
