@@ -1404,17 +1404,23 @@ static Py_ssize_t cap_shares(Candidates *c, char *keep, Py_ssize_t n, double bou
     return candidates_keep(c, keep, n);
 }
 
+/* The lowest and highest of the n candidates' logits, as min() and max() find them. */
+static void logit_range(const Candidates *c, Py_ssize_t n, double *low, double *high) {
+    *low = *high = c->logit[0];
+    for (Py_ssize_t j = 1; j < n; j++) {
+        if (c->logit[j] < *low) *low = c->logit[j];
+        if (c->logit[j] > *high) *high = c->logit[j];
+    }
+}
+
 /* The fair near-ties (fair_ties_py) among the n candidates; the number left, or -1. */
 static Py_ssize_t keep_fair_ties(Candidates *c, char *keep, Py_ssize_t n, double temperature) {
     double capacity;
     int reached;
     if (capacity_of(c->count, n, 1.0, &capacity, &reached) < 0) return -1;
     if (!reached) return n;
-    double low = c->logit[0], high = c->logit[0];
-    for (Py_ssize_t j = 1; j < n; j++) {
-        if (c->logit[j] < low) low = c->logit[j];
-        if (c->logit[j] > high) high = c->logit[j];
-    }
+    double low, high;
+    logit_range(c, n, &low, &high);
     double near = low + temperature * (high - low);
     int any = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
@@ -1426,11 +1432,8 @@ static Py_ssize_t keep_fair_ties(Candidates *c, char *keep, Py_ssize_t n, double
 
 /* softmax_pick_py over the n candidates' logits: the candidate `u` draws. */
 static Py_ssize_t draw(Candidates *c, Py_ssize_t n, double temperature, double u) {
-    double low = c->logit[0], high = c->logit[0];
-    for (Py_ssize_t j = 1; j < n; j++) {
-        if (c->logit[j] < low) low = c->logit[j];
-        if (c->logit[j] > high) high = c->logit[j];
-    }
+    double low, high;
+    logit_range(c, n, &low, &high);
     double span = high - low, total = 0.0;
     for (Py_ssize_t j = 0; j < n; j++) { /* the logits become the running sums */
         total += span > 0 ? exp(-((c->logit[j] - low) / span) / temperature) : 1.0;
