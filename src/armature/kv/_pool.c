@@ -46,6 +46,9 @@ typedef struct {
     Py_ssize_t num_listed; /* blocks in the freed list */
     Py_ssize_t next_fresh;
     Map cached;
+    /* hashes that left `cached` (evictions; a reset counts one): a prefix found while this
+     * stayed the same is still cached, block for block */
+    uint64_t num_removals;
 } PoolCore;
 
 /* ---- the cached map ------------------------------------------------------------------- */
@@ -318,17 +321,25 @@ static PyObject *PoolCore_find_prefix(PoolCore *self, PyObject *obj) {
 static PyObject *PoolCore_find_prefix_of_pairs(PoolCore *self, PyObject *const *args,
                                                Py_ssize_t nargs) {
     if (ready(self) < 0) return NULL;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "find_prefix_of_pairs(block_hashes, max_blocks)");
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "find_prefix_of_pairs(block_hashes, max_blocks, start=0)");
         return NULL;
     }
     Py_ssize_t max_blocks = PyLong_AsSsize_t(args[1]);
     if (max_blocks == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t start = 0;
+    if (nargs == 3) {
+        start = PyLong_AsSsize_t(args[2]);
+        if (start == -1 && PyErr_Occurred()) return NULL;
+        if (start < 0) start = 0;
+    }
     PyObject *seq = seq_to_fast(args[0]);
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (max_blocks < n) n = max_blocks > 0 ? max_blocks : 0;
-    PyObject *found = find_prefix_of(self, PySequence_Fast_ITEMS(seq), n, 1);
+    if (start > n) start = n;
+    PyObject *found = find_prefix_of(self, PySequence_Fast_ITEMS(seq) + start, n - start, 1);
     Py_DECREF(seq);
     return found;
 }
@@ -474,7 +485,10 @@ static PyObject *PoolCore_allocate(PoolCore *self, PyObject *arg) {
     for (Py_ssize_t i = num_fresh; i < n; i++) {
         int32_t b = self->head;
         list_unlink(self, b);
-        if (self->flags[b] & HAS_SEQ) map_del(&self->cached, self->seq[b]);
+        if (self->flags[b] & HAS_SEQ) {
+            map_del(&self->cached, self->seq[b]);
+            self->num_removals++;
+        }
         self->flags[b] = 0;
         self->hits[b] = 0;
         self->ref[b] = 1;
@@ -669,6 +683,7 @@ static PyObject *PoolCore_reset(PoolCore *self, PyObject *unused) {
     memset(self->hits, 0, (size_t)self->num_blocks * sizeof(int32_t));
     for (size_t i = 0; i < self->cached.capacity; i++) self->cached.slots[i].block = NONE_ID;
     self->cached.count = 0;
+    self->num_removals++;
     Py_RETURN_TRUE;
 }
 
@@ -765,6 +780,11 @@ static PyObject *PoolCore_get_num_cached_blocks(PoolCore *self, PyObject *unused
     return PyLong_FromSize_t(self->cached.count);
 }
 
+static PyObject *PoolCore_get_num_removals(PoolCore *self, PyObject *unused) {
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(self->num_removals);
+}
+
 #include "pool_decode.h"
 
 static PyMethodDef PoolCore_methods[] = {
@@ -772,8 +792,8 @@ static PyMethodDef PoolCore_methods[] = {
      "find_prefix(seq_hashes) -> block ids of the longest cached prefix"},
     {"find_prefix_of_pairs", (PyCFunction)(void (*)(void))PoolCore_find_prefix_of_pairs,
      METH_FASTCALL,
-     "find_prefix_of_pairs(block_hashes, max_blocks) -> find_prefix of the first max_blocks "
-     "pairs' seq hashes"},
+     "find_prefix_of_pairs(block_hashes, max_blocks, start=0) -> find_prefix of the seq "
+     "hashes of pairs start to max_blocks"},
     {"get_num_unreferenced", (PyCFunction)PoolCore_get_num_unreferenced, METH_O,
      "get_num_unreferenced(block_ids) -> how many no request holds"},
     {"touch", (PyCFunction)(void (*)(void))PoolCore_touch, METH_FASTCALL,
@@ -802,6 +822,8 @@ static PyMethodDef PoolCore_methods[] = {
     {"get_num_free_blocks", (PyCFunction)PoolCore_get_num_free_blocks, METH_NOARGS, NULL},
     {"get_num_active_blocks", (PyCFunction)PoolCore_get_num_active_blocks, METH_NOARGS, NULL},
     {"get_num_cached_blocks", (PyCFunction)PoolCore_get_num_cached_blocks, METH_NOARGS, NULL},
+    {"get_num_removals", (PyCFunction)PoolCore_get_num_removals, METH_NOARGS,
+     "get_num_removals() -> hashes that left the prefix map so far (a reset counts one)"},
     {"run_decodes", (PyCFunction)(void (*)(void))PoolCore_run_decodes, METH_FASTCALL,
      "run_decodes(...) -> (status, step, kv_tokens, now_s, last_step_ms, num_steps): a decode "
      "run's stretches (pool_decode.h)"},

@@ -97,16 +97,23 @@ class BlockPool(Protocol):
 
     def get_num_cached_blocks(self) -> int: ...
 
+    def get_num_removals(self) -> int:
+        """How many hashes have left the prefix cache so far (evictions; a reset counts
+        one). While it stays the same, every prefix found before is still cached, block for
+        block, and can only have grown."""
+        ...
+
     def find_prefix(self, seq_hashes: Sequence[int]) -> list[int]:
         """Block ids of the longest cached prefix of `seq_hashes` (takes no reference)."""
         ...
 
     def find_prefix_of_pairs(
-        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int
+        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int, start: int = 0
     ) -> list[int]:
         """`find_prefix` of the seq hashes of the first `max_blocks` (seq, local) pairs of
         `block_hashes`, read from the pairs as far as the first miss (a request's hashes: no
-        list of its seq hashes is made)."""
+        list of its seq hashes is made); from pair `start` on (the pairs before it known
+        cached)."""
         ...
 
     def touch(self, block_ids: Sequence[int], *, is_hit: bool = False) -> None:

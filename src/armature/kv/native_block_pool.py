@@ -55,6 +55,7 @@ class NativeBlockPool(PoolShell):
         self.get_num_active_blocks = core.get_num_active_blocks
         self.count_allocations_before_eviction = core.count_allocations_before_eviction
         self.get_num_cached_blocks = core.get_num_cached_blocks
+        self.get_num_removals = core.get_num_removals
         self.get_free_block_ids = core.get_free_block_ids
         self.get_cached_block = core.get_cached_block
         self.get_cached_hashes = core.get_cached_hashes

@@ -31,6 +31,7 @@ class PyBlockPool(PoolShell):
         self._next_fresh = 0
         self._free: OrderedDict[int, None] = OrderedDict()
         self._cached: dict[int, int] = {}  # seq_hash -> block id
+        self._num_removals = 0  # hashes that left _cached (a reset counts one)
 
     # ---- reads -------------------------------------------------------------------------
     @property
@@ -87,6 +88,9 @@ class PyBlockPool(PoolShell):
     def get_num_cached_blocks(self) -> int:
         return len(self._cached)
 
+    def get_num_removals(self) -> int:
+        return self._num_removals
+
     def find_prefix(self, seq_hashes: Sequence[int]) -> list[int]:
         """Block ids of the longest cached prefix of `seq_hashes` (takes no reference)."""
         if not self.enable_prefix_caching:
@@ -97,14 +101,16 @@ class PyBlockPool(PoolShell):
         return cast("list[int]", found)  # the misses are cut
 
     def find_prefix_of_pairs(
-        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int
+        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int, start: int = 0
     ) -> list[int]:
-        """`find_prefix` of the first `max_blocks` pairs' seq hashes, up to the first miss."""
+        """`find_prefix` of the seq hashes of pairs `start` to `max_blocks`, up to the first
+        miss."""
         found: list[int] = []
         if not self.enable_prefix_caching:
             return found
         cached = self._cached
-        for seq_hash, _ in islice(block_hashes, max(0, max_blocks)):
+        stop = max(0, max_blocks)
+        for seq_hash, _ in islice(block_hashes, min(max(0, start), stop), stop):
             block_id = cached.get(seq_hash)
             if block_id is None:
                 break
@@ -157,6 +163,7 @@ class PyBlockPool(PoolShell):
             num_hits[block_id] = 0
             ref_counts[block_id] = 1
         if evicted:
+            self._num_removals += len(evicted)
             self.event_log.removed(evicted, KvTier.DEVICE)
         return [*fresh, *queued]
 
@@ -258,6 +265,7 @@ class PyBlockPool(PoolShell):
         self._seq_hashes, self._local_hashes = [None] * n, [None] * n
         self._parent_hashes, self._num_hits = [None] * n, [0] * n
         self._cached.clear()
+        self._num_removals += 1
         self.event_log.cleared()
         return True
 

@@ -426,6 +426,21 @@ def test_find_prefix_of_pairs_reads_the_first_max_blocks_pairs() -> None:
         pool.find_prefix_of_pairs([10, 11], 2)  # seq hashes, not pairs
 
 
+def test_find_prefix_of_pairs_from_a_start() -> None:
+    pool = make_pool(4)
+    cache_three(pool)
+    pairs = [(10, 0), (11, 0), (12, 0), (13, 0)]
+    assert pool.find_prefix_of_pairs(pairs, 4, 0) == [0, 1, 2]
+    assert pool.find_prefix_of_pairs(pairs, 4, 1) == [1, 2]
+    assert pool.find_prefix_of_pairs(pairs, 2, 1) == [1]
+    assert pool.find_prefix_of_pairs(pairs, 4, 3) == []  # 13 is not cached
+    assert pool.find_prefix_of_pairs(pairs, 2, 2) == []
+    assert pool.find_prefix_of_pairs(pairs, 2, 5) == []  # past max_blocks: nothing
+    assert pool.find_prefix_of_pairs(pairs, 9, 9) == []  # past the pairs: nothing
+    assert pool.find_prefix_of_pairs(pairs, 4, -3) == [0, 1, 2]  # below 0: from the first
+    assert pool.find_prefix_of_pairs([(99, 0), (11, 0)], 2, 1) == [1]  # not read before it
+
+
 def test_touch_takes_free_cached_block_out_of_the_queue() -> None:
     pool = make_pool(6)
     ids = cache_three(pool)
@@ -474,6 +489,27 @@ def test_eviction_emits_one_removed_per_allocate() -> None:
     assert pool.allocate(1) == [1]
     assert pool.take_events() == [KvRemoved(2, [11])]
     assert pool.get_num_cached_blocks() == 0
+
+
+def test_removals_count_the_hashes_that_leave_the_cache() -> None:
+    pool = make_pool(6)
+    assert pool.get_num_removals() == 0
+    ids = pool.allocate(4)
+    pool.cache_blocks(ids[:3], hashes(10, 11, 12), parent_hash=None)
+    pool.free([0, 3, 2, 1])
+    pool.touch([1], is_hit=True)  # held until the end
+    assert pool.find_prefix([10, 11, 12]) == [0, 1, 2]
+    assert pool.get_num_removals() == 0  # caching, freeing, touching, finding: none left
+    assert pool.allocate(2) == [4, 5]  # never cached: nothing evicted
+    assert pool.get_num_removals() == 0
+    assert pool.allocate(3) == [0, 3, 2]  # evicts 10 and 12 (3 held no hash)
+    assert pool.get_num_removals() == 2
+    pool.free([5, 4, 2, 3, 0])
+    assert pool.reset_prefix_cache() is False  # block 1 is still in use: nothing removed
+    assert pool.get_num_removals() == 2
+    pool.free([1])
+    assert pool.reset_prefix_cache() is True  # the one hash left, 11: a reset counts one
+    assert pool.get_num_removals() == 3
 
 
 def test_allocations_before_the_first_eviction() -> None:

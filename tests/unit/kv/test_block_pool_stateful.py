@@ -40,6 +40,7 @@ class NaivePool:
         self.events: list[KvEvent] = []
         self.evictions: list[list[EvictedBlock]] = []  # one list per allocate that evicts
         self.next_event_id = 0
+        self.removals = 0  # hashes that left the cache (a reset counts one)
 
     def cached(self) -> dict[int, int]:
         return {h[0]: b for b, h in enumerate(self.hash_of) if h is not None}
@@ -65,6 +66,7 @@ class NaivePool:
         if evicted:
             self.evictions.append(evicted)
             self.events.append(KvRemoved(self._event_id(), [e.seq_hash for e in evicted]))
+            self.removals += len(evicted)
         return taken
 
     def free(self, ids: list[int]) -> None:
@@ -125,6 +127,7 @@ class NaivePool:
         self.parent_of = [None] * len(self.parent_of)
         self.hits = [0] * len(self.hits)
         self.events.append(KvCleared(self._event_id()))
+        self.removals += 1
         return True
 
 
@@ -145,6 +148,8 @@ class BlockPoolMachine(RuleBasedStateMachine):
         super().__init__()
         self.held: list[int] = []  # one entry per reference the callers hold
         self.next_event_id = 0
+        # (removals when found, query, blocks found) of each find_prefix
+        self.found: list[tuple[int, list[int], list[int]]] = []
 
     @initialize(
         num_blocks=st.integers(min_value=1, max_value=6),
@@ -207,6 +212,11 @@ class BlockPoolMachine(RuleBasedStateMachine):
         limit = data.draw(st.integers(0, len(query)), label="max_blocks")
         pairs = [(h, 0) for h in query]
         assert self.pool.find_prefix_of_pairs(pairs, limit) == self.model.find_prefix(query[:limit])
+        start = data.draw(st.integers(0, len(query) + 1), label="start")
+        assert self.pool.find_prefix_of_pairs(pairs, limit, start) == self.model.find_prefix(
+            query[start:limit]
+        )
+        self.found.append((self.pool.get_num_removals(), query, hit))
         self.pool.touch(hit, is_hit=True)
         self.model.touch(hit, is_hit=True)
         self.held.extend(hit)
@@ -262,6 +272,12 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert Counter(self.held) == Counter({b: r for b, r in enumerate(model.ref) if r})
         cached = model.cached()
         assert pool.get_num_cached_blocks() == len(cached)
+        assert pool.get_num_removals() == model.removals
+        # what `KvCacheManager.find_cached_prefix` relies on: while nothing left the cache,
+        # every prefix found before is still found, block for block
+        for removals, query, hit in self.found:
+            if removals == model.removals:
+                assert self.model.find_prefix(query)[: len(hit)] == hit
         for h in [*ALPHABET, MISS]:
             assert pool.get_cached_block(h) == cached.get(h)
         for block, pair in zip(pool.blocks, model.hash_of, strict=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from armature.engines.native.request import RequestState
+from armature.engines.native.request import FoundPrefix, RequestState
 from armature.kv.block_key import BlockKey
 from armature.kv.block_pool import BlockPool
 
@@ -27,10 +27,27 @@ class KvCacheManager:
 
     def find_cached_prefix(self, request: RequestState) -> list[int]:
         """Blocks of the longest cached prefix of a request with nothing computed. At least
-        the last token is always left to compute (its logits are needed)."""
+        the last token is always left to compute (its logits are needed). A queue's head
+        that does not fit is looked up again every step: where nothing left the cache since
+        its last lookup, that prefix still holds, and only the blocks past it are looked up."""
         assert request.num_computed_tokens == 0 and not request.block_ids
         hashes = request.update_block_hashes(self.block_size)
-        return self.pool.find_prefix_of_pairs(hashes, (request.num_tokens - 1) // self.block_size)
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        pool = self.pool
+        num_removals = pool.get_num_removals()
+        last = request.found_prefix
+        if (
+            last is not None
+            and last.pool is pool
+            and last.num_removals == num_removals
+            and last.max_blocks == max_blocks
+        ):
+            start = len(last.block_ids)
+            found = [*last.block_ids, *pool.find_prefix_of_pairs(hashes, max_blocks, start)]
+        else:
+            found = pool.find_prefix_of_pairs(hashes, max_blocks)
+        request.found_prefix = FoundPrefix(pool, num_removals, max_blocks, tuple(found))
+        return found
 
     def allocate_slots(
         self, request: RequestState, num_new_tokens: int, cached_blocks: list[int] | None = None

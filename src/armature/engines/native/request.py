@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import MutableSequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from armature.engines.native.lora_set import ServedLora
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from armature.engines.native.grammar import RequestGrammar
 
-__all__ = ["RequestState", "RequestStatus"]
+__all__ = ["FoundPrefix", "RequestState", "RequestStatus"]
 
 
 class RequestStatus(enum.Enum):
@@ -24,6 +24,17 @@ class RequestStatus(enum.Enum):
     ONBOARDING = "onboarding"  # out of the queues while lower KV tiers load its prefix
     RUNNING = "running"
     FINISHED = "finished"
+
+
+class FoundPrefix(NamedTuple):
+    """The cached prefix `KvCacheManager.find_cached_prefix` last found for a waiting request
+    in `pool`'s prefix cache, of at most `max_blocks` blocks: still cached, block for block,
+    while the pool's `get_num_removals()` reads `num_removals` (it can only have grown)."""
+
+    pool: object
+    num_removals: int
+    max_blocks: int
+    block_ids: tuple[int, ...]
 
 
 @dataclass(eq=False)
@@ -49,6 +60,7 @@ class RequestState:
     remote_prefill: bool = False  # pin the prompt's blocks after the first token (disagg)
     held_block_ids: list[int] = field(default_factory=list)  # imported KV, held until admitted
     onboard_checked: bool = False  # lower KV tiers were asked for its prefix (until preempted)
+    found_prefix: FoundPrefix | None = None  # its last prefix lookup while it waits
     finish_reason: FinishReason | None = None
     grammar: RequestGrammar | None = None  # structured output: advanced by each output token
     lora: ServedLora | None = None  # the adapter it runs with (None: the base model)
