@@ -3,10 +3,13 @@ path's tests: its runner's step times read the pool's use as `build_mocker_core`
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from pathlib import Path
 
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
+from armature.protocols.engine import EngineRequest, SamplingParams
 from armature.sim.mocker import MockerRunner, VirtualClock, simulated_arch
 from armature.sim.timing import PolynomialTiming, TimingModel
 
@@ -61,3 +64,35 @@ def core_state(core: EngineCore, runner: MockerRunner) -> object:
         runner.last_step_ms,
         runner.num_batches,
     )
+
+
+def run_mixed_load(
+    core: EngineCore,
+    rng: random.Random,
+    num_requests: int,
+    after_step: Callable[[], None] | None = None,
+) -> None:
+    """Requests on four shared prefixes (10-40 tokens) with random tails and 1-15 greedy
+    output tokens, a few added before each step, stepped until idle (`after_step` called
+    after each step). Token ids below 1000 (ARCH's vocabulary)."""
+    prefixes = [[200 * g + t for t in range(rng.randrange(10, 40))] for g in range(4)]
+    added = 0
+    for _ in range(5000):
+        for _ in range(rng.randrange(0, 3)):
+            if added < num_requests:
+                tail = [rng.randrange(800, 1000) for _ in range(rng.randrange(1, 12))]
+                sampling = SamplingParams(
+                    max_tokens=rng.randrange(1, 16), temperature=0.0, ignore_eos=True
+                )
+                prompt = prefixes[rng.randrange(4)] + tail
+                req = EngineRequest(
+                    request_id=f"r{added}", prompt_token_ids=prompt, sampling=sampling
+                )
+                core.add_request(req)
+                added += 1
+        if added == num_requests and not core.has_work():
+            return
+        core.step()
+        if after_step is not None:
+            after_step()
+    raise AssertionError(f"still working: {core.get_load()}")

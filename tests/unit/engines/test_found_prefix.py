@@ -15,7 +15,7 @@ from armature.engines.native.core import EngineCore
 from armature.engines.native.kv_manager import KvCacheManager
 from armature.engines.native.request import RequestState
 from armature.protocols.engine import EngineRequest, SamplingParams
-from tests.unit.engines.mocker_cores import mocker_core
+from tests.unit.engines.mocker_cores import mocker_core, run_mixed_load
 
 BLOCK = 4
 
@@ -52,24 +52,6 @@ def checked_lookups(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
     monkeypatch.setattr(KvCacheManager, "find_cached_prefix", checked)
     return counts
-
-
-def run_mixed_load(core: EngineCore, rng: random.Random, num_requests: int) -> None:
-    """Requests on four shared prefixes (10-40 tokens) with random tails, a few added before
-    each step, stepped until idle."""
-    prefixes = [[200 * g + t for t in range(rng.randrange(10, 40))] for g in range(4)]
-    added = 0
-    for _ in range(5000):
-        for _ in range(rng.randrange(0, 3)):
-            if added < num_requests:
-                tail = [rng.randrange(800, 1000) for _ in range(rng.randrange(1, 12))]
-                prompt = prefixes[rng.randrange(4)] + tail
-                core.add_request(request(f"r{added}", prompt, rng.randrange(1, 16)))
-                added += 1
-        if added == num_requests and not core.has_work():
-            return
-        core.step()
-    raise AssertionError(f"still working: {core.get_load()}")
 
 
 @pytest.mark.parametrize("native", [True, False])

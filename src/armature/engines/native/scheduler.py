@@ -13,13 +13,13 @@ model.
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from armature.engines.native.kv_manager import KvCacheManager
 from armature.engines.native.onboarding import Onboarding, OnboardStart
 from armature.engines.native.request import RequestState, RequestStatus
+from armature.engines.native.waiting_queue import WaitingQueue
 from armature.protocols.engine import FinishReason
 
 __all__ = ["ScheduledChunk", "Scheduler", "SchedulerOutput"]
@@ -65,7 +65,7 @@ class Scheduler:
         self.onboarding = onboarding
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.waiting: deque[RequestState] = deque()
+        self.waiting = WaitingQueue()
         self.running: list[RequestState] = []
 
     # ---- queue management --------------------------------------------------------------
@@ -100,7 +100,7 @@ class Scheduler:
     def get_num_prefill_tokens_queued(self) -> int:
         """Tokens still to prefill: all of a waiting request's uncomputed tokens, and a running
         one's unless only its next decode token is left."""
-        queued = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
+        queued = self.waiting.num_tokens_left
         for r in self.running:
             if not _only_decode_left(r):
                 queued += r.num_tokens - r.num_computed_tokens
@@ -172,7 +172,11 @@ class Scheduler:
         head would keep them from it for good once nothing runs. If nothing runs after that,
         every hold behind the head is dropped (the imported blocks stay cached, evictable,
         and hit again if still there) and the head is tried once more."""
-        holders = [r for r in itertools.islice(self.waiting, 1, None) if r.held_block_ids]
+        holders = (
+            [r for r in itertools.islice(self.waiting, 1, None) if r.held_block_ids]
+            if self.waiting.num_joined_holding
+            else []
+        )
         for request in holders:
             if budget <= 0 or len(self.running) >= self.max_num_seqs:
                 return budget
