@@ -93,6 +93,8 @@ class Onboarding:
             if job.cancelled:
                 self.pool.free(list(reversed(held)))
                 continue
+            if job.request.held_block_ids:  # imported blocks it held while it waited
+                self.pool.free(list(reversed(job.request.held_block_ids)))
             job.request.held_block_ids = held
             ready.append(job.request)
         return ready

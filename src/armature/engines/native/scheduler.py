@@ -150,6 +150,11 @@ class Scheduler:
                 cached = self.kv.find_cached_prefix(request)
                 start = self.onboarding.try_start(request, cached)
                 if start is OnboardStart.WAIT:
+                    # its loads wait for free blocks or the tiers: where requests behind it
+                    # hold imported blocks (which only running them gives back, and which
+                    # may be what it waits for), they may go first, as past a head whose
+                    # blocks do not fit
+                    head_blocked = self.waiting.num_joined_holding > 0
                     break
                 request.onboard_checked = True
                 if start is OnboardStart.STARTED:
