@@ -338,7 +338,10 @@ static PyObject *PoolCore_find_prefix_of_pairs(PoolCore *self, PyObject *const *
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (max_blocks < n) n = max_blocks > 0 ? max_blocks : 0;
-    if (start > n) start = n;
+    if (start >= n) { /* nothing to read (an empty list's items pointer may be NULL) */
+        Py_DECREF(seq);
+        return PyList_New(0);
+    }
     PyObject *found = find_prefix_of(self, PySequence_Fast_ITEMS(seq) + start, n - start, 1);
     Py_DECREF(seq);
     return found;

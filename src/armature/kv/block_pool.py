@@ -108,7 +108,7 @@ class BlockPool(Protocol):
         ...
 
     def find_prefix_of_pairs(
-        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int, start: int = 0
+        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int, start: int = 0, /
     ) -> list[int]:
         """`find_prefix` of the seq hashes of the first `max_blocks` (seq, local) pairs of
         `block_hashes`, read from the pairs as far as the first miss (a request's hashes: no

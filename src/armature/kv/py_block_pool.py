@@ -101,7 +101,7 @@ class PyBlockPool(PoolShell):
         return cast("list[int]", found)  # the misses are cut
 
     def find_prefix_of_pairs(
-        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int, start: int = 0
+        self, block_hashes: Sequence[tuple[int, int]], max_blocks: int, start: int = 0, /
     ) -> list[int]:
         """`find_prefix` of the seq hashes of pairs `start` to `max_blocks`, up to the first
         miss."""
