@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from armature.engines.native.sampler import SampleInput, sample
@@ -56,6 +57,25 @@ def test_top_p_keeps_the_smallest_nucleus() -> None:
         tokens, _ = sample(logits.clone(), [item(seed=seed, temperature=1.0, top_p=0.7)])
         seen.add(tokens[0])
     assert seen == {0, 1}
+
+
+@pytest.mark.parametrize("top_p", [1e-46, 1e-300, 5e-324])
+def test_top_p_below_float32s_smallest_keeps_the_most_likely(top_p: float) -> None:
+    # in float32 such a top_p is 0, where every token's mass before it is >= it: the most
+    # likely token stays (before, every token was masked and the draw raised on NaNs)
+    logits = torch.log(torch.tensor([[0.24, 0.64, 0.09, 0.03]]))
+    for seed in range(20):
+        tokens, _ = sample(logits.clone(), [item(seed=seed, temperature=1.0, top_p=top_p)])
+        assert tokens == [1]
+
+
+def test_a_row_with_every_token_blocked_draws_nothing_and_takes_the_argmax() -> None:
+    logits = torch.tensor([[0.0, 3.0, 1.0], [0.0, 3.0, 1.0]])
+    tokens, _ = sample(
+        logits,
+        [item(seed=1, temperature=1.0, blocked=(0, 1, 2)), item(seed=1, temperature=1.0, top_k=1)],
+    )
+    assert tokens == [0, 1]  # the first row: argmax over all -inf, index 0; no NaN draw
 
 
 def test_same_seed_same_tokens_regardless_of_batch_neighbours() -> None:

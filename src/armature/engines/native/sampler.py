@@ -53,6 +53,8 @@ def _truncate(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
         probs = torch.softmax(sorted_logits, dim=-1)
         cumulative = torch.cumsum(probs, dim=-1)
         remove = (cumulative - probs) >= top_p  # keep the token that crosses top_p
+        # and always the most likely: a top_p below float32's smallest (~1e-45) compares as 0
+        remove[0] = False
         sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
         logits = torch.empty_like(logits).scatter_(0, order, sorted_logits)
     return logits
@@ -99,6 +101,9 @@ def sample(
             tokens.append(int(greedy_ids[row]))
             continue
         scaled = _truncate(logits[row] / p.temperature, p.top_k, p.top_p)
+        if not bool(torch.isfinite(scaled).any()):  # nothing left to draw from (all -inf)
+            tokens.append(int(greedy_ids[row]))
+            continue
         probs = torch.softmax(scaled, dim=-1)
         tokens.append(int(torch.multinomial(probs, 1, generator=item.generator).item()))
     out_logprobs: list[TokenLogprob | None] = [None] * len(inputs)
