@@ -4,13 +4,13 @@ and turned into the values the chat template takes. Pure: request in, values or 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from armature.errors import InvalidRequestError
 from armature.frontend.errors import ApiError
+from armature.frontend.parsing.json_canon import loads_bounded
 from armature.frontend.protocol import ChatCompletionRequest, ChatMessage
 from armature.frontend.template_features import TemplateFeatures
 from armature.frontend.tool_grammar import tool_call_guide
@@ -139,15 +139,13 @@ def _template_calls(
         )
     calls = []
     for j, call in enumerate(message.tool_calls or []):
+        where = f"{param}.{j}.function.arguments"
         try:
-            arguments = json.loads(call.function.arguments)
-        except ValueError:
-            arguments = None
+            arguments = loads_bounded(call.function.arguments)
+        except ValueError as exc:
+            raise ApiError(f"arguments must be a JSON object in text: {exc}", param=where) from None
         if not isinstance(arguments, dict):
-            raise ApiError(
-                "arguments must be a JSON object in text",
-                param=f"{param}.{j}.function.arguments",
-            )
+            raise ApiError("arguments must be a JSON object in text", param=where)
         function = {"name": call.function.name, "arguments": arguments}
         calls.append({"id": call.id, "type": "function", "function": function})
     return calls

@@ -17,7 +17,12 @@ __all__ = ["Delta", "GenerationError", "Usage", "delta_batches", "total_usage"]
 
 
 class GenerationError(ArmatureError, RuntimeError):
-    """The engine failed this request after it was accepted."""
+    """The engine failed this request after it was accepted; with `param`, because of that
+    field of the request (a guide it could not follow: a 400), else its own failure."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(slots=True)
@@ -98,7 +103,8 @@ async def delta_batches(
     try:
         async for output in stream:
             if output.finish_reason is FinishReason.ERROR:
-                raise GenerationError(output.error or "the engine failed this request")
+                message = output.error or "the engine failed this request"
+                raise GenerationError(message, output.error_param)
             _observe(output.num_prompt_tokens, output.num_cached_tokens, usage, metrics)
             now_s = time.perf_counter()
             if output.new_token_ids:

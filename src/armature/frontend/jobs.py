@@ -20,7 +20,7 @@ from armature.frontend.chat_request import ToolUse, plan_tools, template_message
 from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.errors import ApiError
 from armature.frontend.parsing import OutputParsers
-from armature.frontend.preprocess import NoChatTemplateError, Preprocessor
+from armature.frontend.preprocess import ChatRenderError, Preprocessor
 from armature.frontend.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -186,7 +186,7 @@ class JobBuilder:
             prompt_ids = await _encoded(
                 size_chars, self.preprocessor.encode_chat, messages, tool_use.tools
             )
-        except NoChatTemplateError as exc:
+        except ChatRenderError as exc:
             raise ApiError(str(exc), param="messages") from None
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs, guide)

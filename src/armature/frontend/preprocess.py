@@ -9,11 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jinja2 import TemplateError
+
 from armature.errors import ArmatureError, ConfigError
 from armature.frontend.prompt_encoder import SegmentedEncoder
 from armature.frontend.template_features import TemplateFeatures, read_template_features
 
 __all__ = [
+    "ChatRenderError",
     "NoChatTemplateError",
     "Preprocessor",
     "encode_on_calling_thread",
@@ -37,7 +40,13 @@ def encode_on_calling_thread() -> None:
     os.environ.setdefault(PARALLELISM_VARIABLE, "false")
 
 
-class NoChatTemplateError(ArmatureError, ValueError):
+class ChatRenderError(ArmatureError, ValueError):
+    """The chat template cannot render the request's messages (the request's fault: a 400):
+    the template raised on them (`raise_exception`: roles out of its order), or they nest
+    too deep for it."""
+
+
+class NoChatTemplateError(ChatRenderError):
     """The model's tokenizer carries no chat template."""
 
 
@@ -105,13 +114,18 @@ class Preprocessor:
             template = self.tools_template
         elif not self.has_chat_template:
             raise NoChatTemplateError("this model has no chat template; use /v1/completions")
-        text = self.tokenizer.apply_chat_template(
-            messages,
-            tools=tools or None,
-            chat_template=template,
-            tokenize=False,
-            add_generation_prompt=add_generation_prompt,
-        )
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages,
+                tools=tools or None,
+                chat_template=template,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+            )
+        except (TemplateError, RecursionError) as exc:
+            raise ChatRenderError(
+                f"the chat template cannot render these messages: {exc}"
+            ) from None
         assert isinstance(text, str)
         return text
 

@@ -6,7 +6,6 @@ names its place, `input.2.call_id`); tools and tool_choice here, in the Response
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -22,6 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from armature.frontend.format_protocol import JsonObjectFormat, JsonSchemaSpec
 from armature.frontend.format_protocol import TextFormat as PlainTextFormat
+from armature.frontend.parsing.json_canon import loads_bounded
 from armature.frontend.protocol import INT32_END, MAX_MESSAGES, TokenCount, _Request
 from armature.frontend.tool_protocol import MAX_TOOLS, FunctionName, FunctionSpec
 
@@ -82,9 +82,9 @@ class FunctionCallItem(_Lenient):
     @classmethod
     def _json_object(cls, value: str) -> str:
         try:
-            parsed = json.loads(value)
-        except ValueError:
-            parsed = None
+            parsed = loads_bounded(value)
+        except ValueError as exc:
+            raise ValueError(f"arguments must be a JSON object in text: {exc}") from None
         if not isinstance(parsed, dict):
             raise ValueError("arguments must be a JSON object in text")
         return value

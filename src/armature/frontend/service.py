@@ -202,7 +202,9 @@ class OpenAIService:
                         yield b"".join(pending)
                         pending.clear()
         except (GenerationError, EngineDeadError) as exc:
-            pending.append(sse_event(error_body(str(exc), "internal_error")))
+            param = exc.param if isinstance(exc, GenerationError) else None  # the request's
+            kind = "internal_error" if param is None else "invalid_request_error"
+            pending.append(sse_event(error_body(str(exc), kind, param)))
         yield _ending(job, usages, head, pending)
 
     def _chat_choice(

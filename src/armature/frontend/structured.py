@@ -11,6 +11,7 @@ from typing import Any
 from armature.errors import InvalidRequestError
 from armature.frontend.errors import ApiError
 from armature.frontend.format_protocol import JsonObjectFormat, JsonSchemaFormat
+from armature.frontend.parsing.json_canon import loads_bounded
 from armature.frontend.protocol import ChatCompletionRequest, GenerationFields
 from armature.frontend.tool_protocol import ToolSpec
 from armature.grammar.compile import check_guide
@@ -89,7 +90,7 @@ def _guided(body: GenerationFields) -> list[Guide | None]:
 def _guided_json(value: str | dict[str, Any]) -> JsonSchemaGuide:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads_bounded(value)
         except ValueError as exc:
             raise ApiError(f"guided_json is not JSON: {exc}", param="guided_json") from None
         if not isinstance(value, dict):

@@ -58,7 +58,12 @@ def check_guide(guide: Guide) -> str:
     reason when it is invalid (a malformed schema or regex, an unsatisfiable schema)."""
     if isinstance(guide, ChoiceGuide) and not guide.choices:
         raise InvalidRequestError("the list of choices must not be empty", param=guide.param)
-    grammar = to_grammar(guide)
+    try:
+        grammar = to_grammar(guide)
+    # llguidance's compilers only read the guide: an error is the guide's (a schema nested
+    # past its recursion limit, NaN or a number beyond a double in a schema), a 400
+    except ValueError as exc:
+        raise InvalidRequestError(f"{_what(guide)} is invalid: {exc}", guide.param) from None
     problem = llguidance.LLMatcher.validate_grammar(grammar)
     if problem:
         raise InvalidRequestError(f"{_what(guide)} is invalid: {problem.strip()}", guide.param)

@@ -116,6 +116,9 @@ class EngineOutput(msgspec.Struct, kw_only=True):
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     error: str | None = None
     kv_handle: KvHandle | None = None  # with FinishReason.TRANSFER
+    # with `error`: the request's field the engine could not follow (a guide past the
+    # structured-output library's limits): the request's fault, a 400; None: the engine's
+    error_param: str | None = None
 
 
 class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):

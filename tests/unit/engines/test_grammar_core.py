@@ -21,7 +21,7 @@ from armature.engines.native.core import EngineCore
 from armature.engines.native.grammar import GrammarMasks
 from armature.engines.native.scheduler import ScheduledChunk
 from armature.grammar.tokenizer import load_grammar_tokenizer
-from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams
+from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason, SamplingParams
 from armature.protocols.guide import ChoiceGuide, JsonSchemaGuide, RegexGuide
 from armature.sim.mocker import build_mocker_core, modeled_layout, simulated_arch
 from armature.sim.timing import PolynomialTiming
@@ -133,6 +133,24 @@ def test_a_resumed_request_continues_its_grammar(core: EngineCore, hf_tokenizer:
     with pytest.raises(InvalidRequestError) as caught:
         core.add_request(bad)
     assert caught.value.param == PARAM
+
+
+def test_a_guide_past_the_librarys_limits_fails_naming_its_field(core: EngineCore) -> None:
+    """A regex that validates but whose lexer grows past llguidance's limits once it reads a
+    token: the request ends with an error naming its field (the frontend's 400), the one
+    beside it is untouched."""
+    guide = RegexGuide(pattern="((a{100}){100}){100}", param="guided_regex")
+    add(core, "huge", 20, guide=guide)
+    add(core, "free", 5, ignore_eos=True)
+    last: dict[str, EngineOutput] = {}
+    while core.has_work():
+        for o in core.step():
+            last[o.request_id] = o
+    huge = last["huge"]
+    assert (huge.finish_reason, huge.error_param) == (FinishReason.ERROR, "guided_regex")
+    assert huge.error == "structured output failed: lexer error: too many expressions constructed"
+    assert (last["free"].finish_reason, last["free"].error_param) == (FinishReason.LENGTH, None)
+    assert core.pool.get_num_active_blocks() == 0
 
 
 def test_the_mocker_refuses_guides_naming_the_field(default_model_dir: Path) -> None:

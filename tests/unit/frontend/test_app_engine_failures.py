@@ -3,6 +3,7 @@ rejected bodies are counted in the request metrics."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from armature.engines.api import EngineDeadError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.compose import compose_frontend
 from armature.frontend.preprocess import Preprocessor
-from armature.protocols.engine import EngineOutput, EngineRequest
+from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
@@ -30,14 +31,33 @@ class DeadEngine(IdleEngine):
         yield  # pragma: no cover
 
 
+class FailingEngine(IdleEngine):
+    """An engine that sends one token, then fails the request: for its guide's field (the
+    request's fault) when `param` is set, else on its own."""
+
+    def __init__(self, param: str | None) -> None:
+        self.param = param
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        rid = request.request_id
+        yield EngineOutput(request_id=rid, new_token_ids=[72], num_prompt_tokens=3)
+        yield EngineOutput(
+            request_id=rid,
+            new_token_ids=[],
+            finish_reason=FinishReason.ERROR,
+            error="structured output failed: lexer error: too many expressions constructed",
+            error_param=self.param,
+        )
+
+
 @pytest.fixture(scope="module")
 def preprocessor(default_model_dir: Path) -> Preprocessor:
     return Preprocessor(default_model_dir)
 
 
-def client(preprocessor: Preprocessor) -> httpx.AsyncClient:
+def client(preprocessor: Preprocessor, engine: IdleEngine | None = None) -> httpx.AsyncClient:
     parts = compose_frontend(
-        engines={"w0": DeadEngine()},  # type: ignore[dict-item]
+        engines={"w0": engine or DeadEngine()},  # type: ignore[dict-item]
         router_config=RouterConfig(),
         preprocessor=preprocessor,
         model=ServedModel("m", 2048, 0),
@@ -73,3 +93,34 @@ async def test_text_part_without_text_is_a_clear_400(preprocessor: Preprocessor)
         r = await c.post("/v1/chat/completions", json=body)
     assert r.status_code == 400
     assert r.json()["error"]["message"] == "a content part of type 'text' needs a 'text' string"
+
+
+async def test_a_guide_the_engine_could_not_follow_is_a_400_naming_it(
+    preprocessor: Preprocessor,
+) -> None:
+    body = {"model": "m", "prompt": "hi", "guided_regex": "((a{100}){100}){100}"}
+    async with client(preprocessor, FailingEngine("guided_regex")) as c:
+        r = await c.post("/v1/completions", json=body)
+        streamed = await c.post("/v1/completions", json={**body, "stream": True})
+        metrics = (await c.get("/metrics")).text
+    assert r.status_code == 400
+    assert r.json()["error"] == {
+        "message": "structured output failed: lexer error: too many expressions constructed",
+        "type": "invalid_request_error",
+        "param": "guided_regex",
+        "code": "invalid_value",
+    }
+    assert 'armature_requests_total{endpoint="completions",status="400"} 1.0' in metrics
+    # streamed: the first token went out with the 200; the error event names the field
+    assert streamed.status_code == 200
+    events = [e for e in streamed.text.split("\n\n") if e.startswith("data: {")]
+    error = json.loads(events[-1].removeprefix("data: "))["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", "guided_regex")
+    assert streamed.text.rstrip().endswith("data: [DONE]")
+
+
+async def test_an_engine_failure_of_its_own_is_a_500(preprocessor: Preprocessor) -> None:
+    async with client(preprocessor, FailingEngine(None)) as c:
+        r = await c.post("/v1/completions", json={"model": "m", "prompt": "hi"})
+    assert r.status_code == 500
+    assert (r.json()["error"]["type"], r.json()["error"]["param"]) == ("internal_error", None)

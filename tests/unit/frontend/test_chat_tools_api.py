@@ -57,16 +57,21 @@ def plain_preprocessor(default_model_dir: Path) -> Preprocessor:
     return Preprocessor(default_model_dir)
 
 
-def serve(preprocessor: Preprocessor, parsers: OutputParsers) -> tuple[ScriptedEngine, Any]:
-    engine = ScriptedEngine(preprocessor)
+def asgi(engine: ScriptedEngine, parsers: OutputParsers) -> httpx.ASGITransport:
+    """The whole frontend over `engine` (serving `engine.preprocessor`'s model)."""
     parts = compose_frontend(
         engines={"w0": engine},  # type: ignore[dict-item]
         router_config=RouterConfig(),
-        preprocessor=preprocessor,
+        preprocessor=engine.preprocessor,
         model=ServedModel(MODEL, 2048, 0),
         parsers=parsers,
     )
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(parts)))
+    return httpx.ASGITransport(app=build_app(parts))
+
+
+def serve(preprocessor: Preprocessor, parsers: OutputParsers) -> tuple[ScriptedEngine, Any]:
+    engine = ScriptedEngine(preprocessor)
+    http = httpx.AsyncClient(transport=asgi(engine, parsers))
     client = openai.AsyncOpenAI(
         base_url="http://test/v1", api_key="unused", http_client=http, max_retries=0
     )
@@ -345,3 +350,81 @@ async def test_an_invalid_parameters_schema_is_a_400_naming_the_tool_for_every_c
         assert "JSON schema is invalid" in error["message"], choice
         assert "strnig" in error["message"], choice
     assert engine.prompts == []  # refused before anything ran
+
+
+async def post_chat(engine: ScriptedEngine, body: str) -> Any:
+    """`body` as it is (JSON text the openai client would not write) to chat completions."""
+    async with httpx.AsyncClient(transport=asgi(engine, HERMES_QWEN3), base_url="http://test") as c:
+        headers = {"content-type": "application/json"}
+        return await c.post("/v1/chat/completions", content=body, headers=headers)
+
+
+def nested(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+async def test_inputs_nested_past_what_the_server_reads_are_400s(
+    tool_preprocessor: Preprocessor,
+) -> None:
+    """JSON text nested past json.loads' recursion limit, arguments nested past what the chat
+    template can render, schemas past the grammar compiler's limits, a NaN in a schema: each
+    a 400 naming its field (each was a 500 with a traceback), and the server serves on."""
+    engine = ScriptedEngine(tool_preprocessor)
+    ask = json.dumps(ASK)[1:-1]
+    where = "messages.1.tool_calls.0.function.arguments"
+
+    def history(arguments: str) -> str:
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+        turn = {"role": "assistant", "tool_calls": [call]}
+        return f'{{"model": "{MODEL}", "messages": [{ask}, {json.dumps(turn)}]}}'
+
+    def tool(parameters: str) -> str:
+        function = f'{{"name": "f", "parameters": {parameters}}}'
+        tools = f'[{{"type": "function", "function": {function}}}]'
+        return f'{{"model": "{MODEL}", "messages": [{ask}], "tools": {tools}}}'
+
+    def number(maximum: str) -> str:
+        x = f'{{"type": "number", "maximum": {maximum}}}'
+        return f'{{"type": "object", "properties": {{"x": {x}}}}}'
+
+    deep_schema = '{"type": "object", "properties": {"a": ' * 300 + "{}" + "}}" * 300
+    cases = [
+        (history(nested(900)), where, "nested too deep"),
+        (history("[" * 100_000), where, "nested too deep"),
+        (
+            f'{{"model": "{MODEL}", "messages": [{ask}], "guided_json": "{"[" * 100_000}"}}',
+            "guided_json",
+            "nested too deep",
+        ),
+        (tool(deep_schema), "tools.0.function.parameters", "recursion limit"),
+        (tool(number("NaN")), "tools.0.function.parameters", "invalid"),
+        (tool(number("1" + "0" * 400)), "tools.0.function.parameters", "range"),
+    ]
+    for body, param, problem in cases:
+        r = await post_chat(engine, body)
+        assert r.status_code == 400, (param, r.text[:300])
+        error = r.json()["error"]
+        assert (error["type"], error["param"]) == ("invalid_request_error", param)
+        assert problem in error["message"], error["message"]
+    # what the server reads (arguments at MAX_JSON_DEPTH) renders and runs
+    engine.outputs = ["ok"]
+    r = await post_chat(engine, history(nested(255)))
+    assert r.status_code == 200, r.text[:300]
+    assert len(engine.prompts) == 1
+
+
+async def test_messages_a_template_refuses_are_a_400(default_model_dir: Path) -> None:
+    strict = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('system messages are not supported') }}{% endif %}"
+        "{{ m['content'] }}{% endfor %}"
+    )
+    engine = ScriptedEngine(Preprocessor(default_model_dir, strict))
+    system = {"role": "system", "content": "be brief"}
+    body = json.dumps({"model": MODEL, "messages": [system, *ASK]})
+    r = await post_chat(engine, body)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", "messages")
+    assert "system messages are not supported" in error["message"]
+    assert engine.prompts == []

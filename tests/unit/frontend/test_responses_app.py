@@ -388,6 +388,9 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
     engine.outputs = [CALLS_OUTPUT]
     unstored = await client.responses.create(model=MODEL, input=ASK, tools=TOOLS, store=False)
     call: Any = {"type": "function_call", "call_id": "c1", "name": "get_time", "arguments": "{}"}
+    deep_schema: Any = {}
+    for _ in range(300):
+        deep_schema = {"type": "object", "properties": {"a": deep_schema}}
     cases: list[tuple[dict[str, Any], str]] = [
         ({"input": [{"type": "image_generation_call", "id": "x"}]}, "input.0.type"),
         ({"input": [{"type": 7}]}, "input.0.type"),
@@ -398,6 +401,9 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
         ),
         ({"input": [{"role": "user"}]}, "input.0.content"),
         ({"input": [{**call, "arguments": "[1]"}]}, "input.0.arguments"),
+        # nested past what the server reads (RecursionErrors, 500s before)
+        ({"input": [{**call, "arguments": "[" * 100_000}]}, "input.0.arguments"),
+        ({"input": [{**call, "arguments": '{"a": ' * 900 + "1" + "}" * 900}]}, "input.0.arguments"),
         ({"input": [{**call, "name": "two words"}]}, "input.0.name"),
         ({"input": [call, call]}, "input.1.call_id"),
         (
@@ -419,6 +425,10 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
         ),
         (
             {"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "nope"}}}},
+            "text.format.schema",
+        ),
+        (  # past the grammar compiler's recursion limit (a 500 before)
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": deep_schema}}},
             "text.format.schema",
         ),
         (

@@ -65,6 +65,10 @@ def test_each_guide_accepts_its_language_only(tokenizer: llguidance.LLTokenizer)
     assert not accepts(tokenizer, gbnf, "xy")
 
 
+def _nested_schema(depth: int) -> str:
+    return '{"type": "array", "items": ' * depth + "{}" + "}" * depth
+
+
 @pytest.mark.parametrize(
     ("guide", "problem"),
     [
@@ -86,6 +90,10 @@ def test_each_guide_accepts_its_language_only(tokenizer: llguidance.LLTokenizer)
         (LarkGuide(grammar="root ::= undefined", param="p"), "undefined"),  # GBNF
         (LarkGuide(grammar="root ::= 8|", param="p"), "the grammar is invalid"),
         (ChoiceGuide(choices=(), param="p"), "must not be empty"),
+        # llguidance's compiler raises on these (a ValueError, a 500 before)
+        (JsonSchemaGuide(schema_json=_nested_schema(300), param="p"), "recursion limit"),
+        (JsonSchemaGuide(schema_json='{"maximum": NaN}', param="p"), "the JSON schema is"),
+        (JsonSchemaGuide(schema_json='{"maximum": 1' + "0" * 400 + "}", param="p"), "range"),
     ],
 )
 def test_a_bad_guide_is_refused_naming_its_field(guide: Guide, problem: str) -> None:

@@ -35,8 +35,9 @@ class RequestGrammar:
     """One request's grammar: an llguidance matcher advanced by each accepted token. Touched
     by the engine thread, and by the mask thread only between `start` and `apply`."""
 
-    def __init__(self, matcher: llguidance.LLMatcher):
+    def __init__(self, matcher: llguidance.LLMatcher, param: str):
         self.matcher = matcher
+        self.param = param  # the request field the guide came from
 
     def accept(self, token_id: int) -> None:
         """Advance past `token_id` (a refused token leaves the matcher in error)."""
@@ -49,7 +50,11 @@ class RequestGrammar:
 
     @property
     def error(self) -> str | None:
-        return self.matcher.get_error() if self.matcher.is_error() else None
+        """Why the matcher stopped (its first line: llguidance appends its internal state),
+        None while it has not."""
+        if not self.matcher.is_error():
+            return None
+        return self.matcher.get_error().strip().split("\n", 1)[0]
 
 
 @dataclass
@@ -103,7 +108,7 @@ class GrammarMasks:
         InvalidRequestError naming the guide's field for a guide it cannot follow."""
         grammar = check_guide(guide)
         matcher = llguidance.LLMatcher(self._tokenizer.result(), grammar, log_level=0)
-        state = RequestGrammar(matcher)
+        state = RequestGrammar(matcher, guide.param)
         for token in output_token_ids:
             state.accept(token)
         if state.error is not None:

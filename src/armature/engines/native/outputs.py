@@ -52,11 +52,12 @@ def sample_and_finish(
         first = req.num_output_tokens == req.num_output_at_start
         req.token_ids.append(token)
         reason, error = _finish_reason(req, token, eos_token_ids, max_model_len), None
+        error_param = None
         if req.grammar is not None and reason is None:
             req.grammar.accept(token)
             error = req.grammar.error
-            if error is not None:
-                reason = FinishReason.ERROR
+            if error is not None:  # the guide's: past the library's limits
+                reason, error_param = FinishReason.ERROR, req.grammar.param
             elif req.grammar.is_complete:
                 reason = FinishReason.STOP
         handle = None
@@ -75,6 +76,7 @@ def sample_and_finish(
                 num_cached_tokens=req.num_cached_tokens if first else 0,
                 error=None if error is None else f"structured output failed: {error}",
                 kv_handle=handle,
+                error_param=error_param,
             )
         )
     return outputs

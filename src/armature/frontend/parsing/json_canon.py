@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
-__all__ = ["JSON_SPACE", "MAX_JSON_DEPTH", "CanonicalJson", "json_depth"]
+__all__ = ["JSON_SPACE", "MAX_JSON_DEPTH", "CanonicalJson", "json_depth", "loads_bounded"]
 
 MAX_JSON_DEPTH = 256  # nested containers a call may carry, streamed or whole (far below
 # the recursion limit that json.loads would otherwise hit at ~1,000 levels)
@@ -46,6 +47,22 @@ def json_depth(value: object) -> int:
         deepest = max(deepest, depth)
         pending.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def loads_bounded(text: str, decoder: json.JSONDecoder | None = None) -> Any:
+    """`json.loads(text)` (or `decoder.decode`), refusing (ValueError) nesting deeper than
+    MAX_JSON_DEPTH containers: past ~1,000 levels json.loads raises RecursionError, and a
+    value nested nearly as deep breaks code that recurses into it (a chat template)."""
+    try:
+        value = (decoder or _PLAIN).decode(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError("JSON nested too deep")
+    return value
+
+
+_PLAIN = json.JSONDecoder()
 
 
 class _Failed(Exception):

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from armature.frontend.parsing.json_canon import MAX_JSON_DEPTH, json_depth
+from armature.frontend.parsing.json_canon import MAX_JSON_DEPTH, json_depth, loads_bounded
 
 __all__ = [
     "ARGUMENT_KEYS",
@@ -152,11 +152,7 @@ def call_from_object(obj: Any) -> ToolCall | None:
 def loads_json(text: str) -> Any:
     """`json.loads`, refusing (ValueError) an object with a repeated key and nesting deeper
     than MAX_JSON_DEPTH containers (as the streamed reader does)."""
-    try:
-        value = _DECODER.decode(text)
-    except RecursionError:
-        raise ValueError("JSON nested too deep") from None
-    return _shallow(value)
+    return loads_bounded(text, _DECODER)
 
 
 def raw_decode_json(text: str, at: int) -> tuple[Any, int]:
