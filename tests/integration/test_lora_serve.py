@@ -167,6 +167,9 @@ def test_adapters_load_and_unload_at_runtime(
     bad = http.post("/v1/load_lora_adapter", json={"lora_name": "a3", "lora_path": str(tmp_path)})
     assert bad.status_code == 400
     assert "needs adapter_config.json" in bad.json()["error"]["message"]
+    assert bad.json()["error"]["param"] == "lora_path"
+    bad = http.post("/v1/load_lora_adapter", json={"lora_name": "a b", "lora_path": str(tmp_path)})
+    assert (bad.status_code, bad.json()["error"]["param"]) == (400, "lora_name")
     assert [m["id"] for m in http.get("/v1/models").json()["data"]] == [BASE, "a1"]
     loaded = http.post("/v1/load_lora_adapter", json=load)
     assert loaded.status_code == 200, loaded.text

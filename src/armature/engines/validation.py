@@ -28,7 +28,9 @@ def validate_request(
     if low < 0 or high >= vocab_size:
         raise InvalidRequestError(f"prompt token ids must be in [0, {vocab_size})")
     if any(t < 0 or t >= vocab_size for t in request.sampling.stop_token_ids):
-        raise InvalidRequestError(f"stop token ids must be in [0, {vocab_size})")
+        raise InvalidRequestError(
+            f"stop token ids must be in [0, {vocab_size})", param="stop_token_ids"
+        )
     bad_bias = [t for t, _ in request.sampling.logit_bias if t < 0 or t >= vocab_size]
     if bad_bias:
         raise InvalidRequestError(

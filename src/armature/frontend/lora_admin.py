@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from armature.engines.api import Engine, EngineDeadError, InvalidRequestError
 from armature.frontend.compose import FrontendParts
 from armature.frontend.errors import ApiError, error_responses
+from armature.model.lora_names import LoraError, check_lora_name
 from armature.protocols.lora import LoraAdapter
 from armature.router.disagg import DisaggRouter
 
@@ -61,6 +62,10 @@ class LoraAdmin:
         worker could be reached)."""
         if name == self.base_name:
             raise ApiError(f"{name!r} is the base model's name", param="lora_name")
+        try:
+            check_lora_name(name)
+        except LoraError as exc:
+            raise ApiError(str(exc), param="lora_name", code="invalid_lora_adapter") from None
         if name in self.router.get_lora_adapters():
             raise ApiError(
                 f"the LoRA adapter {name!r} is already loaded; unload it first",
@@ -78,7 +83,7 @@ class LoraAdmin:
         ]
         failures = [r for r in results if isinstance(r, BaseException)]
         if not failures:
-            log.info("LoRA adapter %s loaded from %s on %d workers", name, path, len(engines))
+            log.info("LoRA adapter %r loaded from %r on %d workers", name, path, len(engines))
             return next(r for r in results if isinstance(r, LoraAdapter))
         await asyncio.gather(*(e.unload_lora(name) for e in loaded), return_exceptions=True)
         for failure in failures:
@@ -117,8 +122,8 @@ class LoraAdmin:
             ):
                 raise result
             if result is not None:
-                log.warning("unloading LoRA adapter %s: %s", name, result)
-        log.info("LoRA adapter %s unloaded from %d workers", name, len(holders))
+                log.warning("unloading LoRA adapter %r: %s", name, result)
+        log.info("LoRA adapter %r unloaded from %d workers", name, len(holders))
 
 
 def add_lora_routes(app: FastAPI, parts: FrontendParts) -> None:

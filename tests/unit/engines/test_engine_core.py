@@ -258,6 +258,15 @@ def test_invalid_requests_are_refused(prompt: list[int], max_tokens: int, fragme
     assert not core.has_work()
 
 
+def test_stop_token_ids_outside_the_vocabulary_are_refused_naming_the_field() -> None:
+    core = make_core()
+    vocab_size = core.runner.arch.vocab_size
+    with pytest.raises(InvalidRequestError, match="stop token ids") as caught:
+        core.add_request(request("x", [1, 2], stop_token_ids=[vocab_size]))
+    assert caught.value.param == "stop_token_ids"
+    assert not core.has_work()
+
+
 def test_request_larger_than_the_cache_is_refused() -> None:
     core = make_core(num_blocks=2, block_size=4)
     with pytest.raises(InvalidRequestError, match="KV cache"):

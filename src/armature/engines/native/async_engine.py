@@ -251,7 +251,7 @@ class AsyncEngine:
             self.core.loras.add(served)
         except LoraError as exc:
             raise InvalidRequestError(str(exc), param="lora_path") from None
-        log.info("LoRA adapter %s loaded from %s (salt %s)", name, path, served.adapter.salt)
+        log.info("LoRA adapter %r loaded from %r (salt %s)", name, path, served.adapter.salt)
         return served.adapter
 
     async def unload_lora(self, name: str) -> None:
@@ -259,7 +259,7 @@ class AsyncEngine:
         LoraNotFoundError if it is not loaded."""
         if not self.core.loras.remove(name):
             raise LoraNotFoundError(f"no LoRA adapter named {name!r} is loaded", param="lora_name")
-        log.info("LoRA adapter %s unloaded", name)
+        log.info("LoRA adapter %r unloaded", name)
 
     def stats(self) -> EngineStats:
         by_backend = self.transfer.num_pulls if self.transfer is not None else {}
