@@ -1513,9 +1513,9 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
         goto done;
     }
     if (counts_seq != NULL && read_counts(counts_seq, c.count, n) < 0) goto done;
-    /* -(-isl // block_size): C division truncates, Python's floors */
-    double total_blocks = (double)(isl >= 0 ? (isl + block_size - 1) / block_size
-                                            : -((-isl) / block_size));
+    /* -(-isl // block_size), the ceiling (block_size > 0): C's division truncates towards
+     * zero, so a positive remainder rounds it up; no sum or negation that could overflow */
+    double total_blocks = (double)(isl / block_size + (isl % block_size > 0));
     if (read_candidates(&c, &PyTuple_GET_ITEM(seq, 0), n, overlaps, loads, no_loads,
                         (double)isl, (double)block_size, total_blocks, overlap_weight,
                         decode_weight) < 0)
