@@ -203,8 +203,11 @@ class OpenAIService:
                         pending.clear()
         except (GenerationError, EngineDeadError) as exc:
             param = exc.param if isinstance(exc, GenerationError) else None  # the request's
-            kind = "internal_error" if param is None else "invalid_request_error"
-            pending.append(sse_event(error_body(str(exc), kind, param)))
+            if param is None:
+                body = error_body(str(exc), "internal_error")
+            else:
+                body = error_body(str(exc), "invalid_request_error", param, "invalid_value")
+            pending.append(sse_event(body))
         yield _ending(job, usages, head, pending)
 
     def _chat_choice(

@@ -57,7 +57,7 @@ def check_tool_schemas(tools: list[ToolSpec]) -> None:
         parameters = tool.function.parameters
         if parameters is not None:
             param = f"tools.{i}.function.parameters"
-            check_request_guide(JsonSchemaGuide(schema_json=json.dumps(parameters), param=param))
+            check_request_guide(_schema_guide(parameters, param))
 
 
 def _response_format(body: GenerationFields) -> Guide | None:
@@ -67,8 +67,7 @@ def _response_format(body: GenerationFields) -> Guide | None:
     if isinstance(fmt, JsonObjectFormat):
         return JsonObjectGuide(param="response_format")
     if isinstance(fmt, JsonSchemaFormat):
-        schema = json.dumps(fmt.json_schema.schema_)
-        return JsonSchemaGuide(schema_json=schema, param="response_format.json_schema.schema")
+        return _schema_guide(fmt.json_schema.schema_, "response_format.json_schema.schema")
     return None
 
 
@@ -95,4 +94,15 @@ def _guided_json(value: str | dict[str, Any]) -> JsonSchemaGuide:
             raise ApiError(f"guided_json is not JSON: {exc}", param="guided_json") from None
         if not isinstance(value, dict):
             raise ApiError("guided_json must be a JSON schema object", param="guided_json")
-    return JsonSchemaGuide(schema_json=json.dumps(value), param="guided_json")
+    return _schema_guide(value, "guided_json")
+
+
+def _schema_guide(schema: Any, param: str) -> JsonSchemaGuide:
+    """The guide of a decoded JSON schema; ApiError naming `param` for one that JSON text
+    cannot carry (NaN or Infinity, which the body's parser reads into a schema's numbers)."""
+    try:
+        text = json.dumps(schema, allow_nan=False)
+    except ValueError:
+        what = "the JSON schema holds NaN or Infinity, which JSON text cannot"
+        raise ApiError(what, param=param, code="invalid_value") from None
+    return JsonSchemaGuide(schema_json=text, param=param)

@@ -115,7 +115,11 @@ async def test_a_guide_the_engine_could_not_follow_is_a_400_naming_it(
     assert streamed.status_code == 200
     events = [e for e in streamed.text.split("\n\n") if e.startswith("data: {")]
     error = json.loads(events[-1].removeprefix("data: "))["error"]
-    assert (error["type"], error["param"]) == ("invalid_request_error", "guided_regex")
+    assert (error["type"], error["param"], error["code"]) == (
+        "invalid_request_error",
+        "guided_regex",
+        "invalid_value",
+    )
     assert streamed.text.rstrip().endswith("data: [DONE]")
 
 

@@ -397,7 +397,7 @@ async def test_inputs_nested_past_what_the_server_reads_are_400s(
             "nested too deep",
         ),
         (tool(deep_schema), "tools.0.function.parameters", "recursion limit"),
-        (tool(number("NaN")), "tools.0.function.parameters", "invalid"),
+        (tool(number("NaN")), "tools.0.function.parameters", "NaN or Infinity"),
         (tool(number("1" + "0" * 400)), "tools.0.function.parameters", "range"),
     ]
     for body, param, problem in cases:
