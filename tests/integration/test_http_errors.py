@@ -181,6 +181,7 @@ CASES = [
         "stop-token-id-outside-vocab",
         COMPLETIONS,
         completion(stop_token_ids=[10**9], min_tokens=1, max_tokens=2),
+        param="stop_token_ids",
         code="invalid_request",
     ),
     Case(

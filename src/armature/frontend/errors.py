@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -96,12 +97,33 @@ def _api_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
+# what pydantic names a union's member by in an error's location: its type (`str`,
+# `list[str]`, `dict[str,any]`, `constrained-int`, `function-after[...]`) or model class
+_MEMBER_TYPE = re.compile(
+    r"(?:str|int|float|bool|bytes|none|any|[A-Z]\w*|[a-z]+(?:-[a-z]+)+|[\w-]+\[.*\])\Z"
+)
+
+
+def field_path(loc: Sequence[object]) -> list[str]:
+    """The request field an error's location names, as the client wrote it: without the
+    body's root, the union members' types pydantic adds (`messages.0.content.str`), or a
+    tagged member's tag before its field of the same name, as OpenAI's objects name theirs
+    (`response_format.json_schema.json_schema.schema`)."""
+    items = list(loc)[1:] if loc and loc[0] == "body" else list(loc)
+    kept = []
+    for i, item in enumerate(items):
+        if isinstance(item, str) and (_MEMBER_TYPE.match(item) or items[i + 1 : i + 2] == [item]):
+            continue
+        kept.append(str(item))
+    return kept
+
+
 def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     """400 for a body that fails the schema (malformed JSON, wrong types, bad ranges)."""
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     first = errors[0] if errors else {"msg": "invalid request", "loc": ()}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = field_path(first.get("loc", ()))
     if first.get("type") == "json_invalid":
         ctx = first.get("ctx")
         detail = ctx.get("error", first["msg"]) if isinstance(ctx, dict) else first["msg"]

@@ -114,7 +114,7 @@ def message(content: Any) -> dict[str, Any]:
         ("/completions", {**COMPLETION, "best_of": 0}, "best_of"),
         ("/completions", {**COMPLETION, "stop_token_ids": [-1]}, "stop_token_ids.0"),
         ("/completions", {**COMPLETION, "stream": 1}, "stream"),
-        ("/completions", {"model": "m", "prompt": [1, True]}, "prompt.str"),
+        ("/completions", {"model": "m", "prompt": [1, True]}, "prompt"),
         ("/chat", {**CHAT, "max_completion_tokens": 0}, "max_completion_tokens"),
         ("/chat", {**CHAT, "top_logprobs": 21}, "top_logprobs"),
         ("/chat", {**CHAT, "logprobs": 1}, "logprobs"),
@@ -197,3 +197,34 @@ def test_find_lone_surrogate_names_the_path() -> None:
     for _ in range(10_000):  # deeper than the recursion limit
         deep = [deep]
     assert find_lone_surrogate(deep) == ".".join(["0"] * 10_000)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/chat", {**CHAT, "messages": [message(5)]}, "messages.0.content"),
+        ("/chat", {**CHAT, "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        ("/chat", {**CHAT, "stop": 5}, "stop"),
+        ("/completions", {"model": "m", "prompt": 5}, "prompt"),
+        ("/chat", {**CHAT, "guided_json": 5}, "guided_json"),
+        (
+            "/chat",
+            {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+            "response_format.json_schema.name",
+        ),
+        (
+            "/chat",
+            {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            "response_format.json_schema.schema",
+        ),
+        ("/chat", {**CHAT, "logit_bias": {"5": "1"}}, "logit_bias.5"),
+    ],
+)
+async def test_the_param_is_the_field_as_the_client_wrote_it(
+    path: str, body: dict[str, Any], param: str
+) -> None:
+    """Without what pydantic adds inside a union: a member's type (`content.str`), a tagged
+    member's tag before its field of the same name (`json_schema.json_schema`)."""
+    response = await post(path, json.dumps(body))
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
