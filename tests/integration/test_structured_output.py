@@ -262,11 +262,7 @@ def test_guided_output_streams_the_text_it_returns_whole(
         ({"guided_choice": []}, "guided_choice", ""),
         ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice", "at most one"),
         ({"response_format": {"type": "xml"}}, "response_format", ""),
-        (
-            {"response_format": {"type": "json_schema"}},
-            "response_format.json_schema.json_schema",
-            "",
-        ),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", ""),
     ],
 )
 def test_bad_structured_output_is_a_400_naming_the_field(
