@@ -260,22 +260,36 @@ def test_api_keys_from_the_variable_and_the_flags_add_up(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize(
-    ("variable", "value", "fragment"),
+    ("command", "variable", "value", "fragment"),
     [
-        ("ARMATURE_MAX_NUM_SEQS", "many", "ARMATURE_MAX_NUM_SEQS: not an integer: 'many'"),
-        ("ARMATURE_NO_PREFIX_CACHING", "perhaps", "ARMATURE_NO_PREFIX_CACHING: expected one of"),
-        ("ARMATURE_DISCOVERY", "carrier-pigeon", "ARMATURE_DISCOVERY: expected one of file, etcd"),
+        (
+            "worker",
+            "ARMATURE_MAX_NUM_SEQS",
+            "many",
+            "ARMATURE_MAX_NUM_SEQS: not an integer: 'many'",
+        ),
+        ("worker", "ARMATURE_NO_PREFIX_CACHING", "perhaps", "ARMATURE_NO_PREFIX_CACHING: expected"),
+        (
+            "worker",
+            "ARMATURE_DISCOVERY",
+            "carrier-pigeon",
+            "ARMATURE_DISCOVERY: expected one of file",
+        ),
+        # choices the command gives (the engine registry's, the router's policies)
+        ("worker", "ARMATURE_ENGINE", "bogus", "ARMATURE_ENGINE: expected one of torch, mocker"),
+        ("frontend", "ARMATURE_ROUTER", "bogus", "ARMATURE_ROUTER: expected one of round-robin"),
     ],
 )
 def test_a_bad_variable_is_a_one_line_error(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    command: str,
     variable: str,
     value: str,
     fragment: str,
 ) -> None:
     monkeypatch.setenv(variable, value)
-    assert main(["worker"]) == 2
+    assert main([command]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("armature: error: ")
     assert fragment in err

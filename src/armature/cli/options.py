@@ -102,8 +102,14 @@ def arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def _from_env(field: dataclasses.Field[Any], setting: Setting, text: str) -> Any:
-    """The value a setting's environment variable holds; ConfigError naming it if invalid."""
+def _from_env(
+    field: dataclasses.Field[Any],
+    setting: Setting,
+    text: str,
+    choices: Sequence[str] | None = None,
+) -> Any:
+    """The value a setting's environment variable holds, one of `choices` when given (else
+    of the setting's own); ConfigError naming it if invalid."""
     name = env_name(field.name, setting)
     try:
         if isinstance(field.default, bool):  # a switch, as add_settings decides
@@ -116,8 +122,9 @@ def _from_env(field: dataclasses.Field[Any], setting: Setting, text: str) -> Any
         if setting.repeat:
             return [parse(part.strip()) for part in text.split(",") if part.strip()]
         value = parse(text)
-        if setting.choices is not None and value not in setting.choices:
-            raise ConfigError(f"expected one of {', '.join(setting.choices)}, got {text!r}")
+        allowed = setting.choices if choices is None else choices
+        if allowed is not None and value not in allowed:
+            raise ConfigError(f"expected one of {', '.join(allowed)}, got {text!r}")
         return value
     except ConfigError as exc:
         raise ConfigError(f"{name}: {exc}") from None
@@ -168,15 +175,15 @@ def add_settings(
             continue
         default = get_setting_value(defaults, path)
         variable = env_name(field.name, setting)
+        allowed = (choices or {}).get(".".join(path), setting.choices)
         if variable in environ:
             try:
-                default = _from_env(field, setting, environ[variable])
+                default = _from_env(field, setting, environ[variable], allowed)
             except ConfigError as exc:  # an error of the commands that take it only
                 parser.set_defaults(**{ENV_ERROR_PREFIX + variable: str(exc)})
         # argparse expands %-formats in help ("70% of" would break --help)
         help_text = f"{setting.help} (env {variable})".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": _dest(path), "help": help_text}
-        allowed = (choices or {}).get(".".join(path), setting.choices)
         flag = flag_name(field.name, setting)
         if isinstance(field.default, bool):
             kwargs.update(action="store_false" if setting.negate else "store_true")
