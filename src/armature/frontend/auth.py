@@ -53,6 +53,11 @@ class ApiKeys:
         return found
 
 
+def _sendable(key: str) -> bool:
+    """Whether a key can travel in an Authorization header as clients send it."""
+    return key.isascii() and key.isprintable()
+
+
 def read_key_file(path: Path) -> list[str]:
     """One key per line; blank lines and `#` comments are skipped."""
     lines = path.read_text().splitlines()
@@ -157,14 +162,20 @@ def load_api_keys(security: SecurityConfig) -> ApiKeys | None:
     keys = list(security.api_keys)
     if any(not k or k != k.strip() for k in keys):
         raise ConfigError("--api-key must not be empty or carry surrounding spaces")
+    if not all(_sendable(k) for k in keys):
+        raise ConfigError("--api-key must be printable ASCII (a client sends it in a header)")
     if security.api_key_file:
         path = Path(security.api_key_file)
         try:
             from_file = read_key_file(path)
         except OSError as exc:
             raise ConfigError(f"cannot read the API key file {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"the API key file {path} is not UTF-8 text") from None
         if not from_file:
             raise ConfigError(f"the API key file {path} holds no key")
+        if not all(_sendable(k) for k in from_file):
+            raise ConfigError(f"the API key file {path} holds a key that is not printable ASCII")
         keys += from_file
     if not keys:
         if security.protect_metrics:

@@ -217,8 +217,14 @@ def _convert_gguf(gguf_path: Path, target: Path, log: Callable[[str], None]) -> 
     """
     log(f"armature: converting {gguf_path.name} to a Hugging Face model once, about 30 s ...")
     started_s = time.monotonic()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as exc:
+        raise ModelSourceError(
+            f"cannot write the model cache {target.parent}: {exc.strerror or exc} "
+            "(--cache-dir or ARMATURE_CACHE_DIR names a writable directory)"
+        ) from None
     try:
         _write_hf_dir(gguf_path, scratch)
         scratch.chmod(0o755)  # mkdtemp made it 0700; the cache is ordinary readable data

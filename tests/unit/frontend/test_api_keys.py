@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from armature.frontend.auth import ApiKeys, read_key_file
+from armature.config.edge import SecurityConfig
+from armature.errors import ConfigError
+from armature.frontend.auth import ApiKeys, load_api_keys, read_key_file
 
 
 def test_accepts_only_a_bearer_with_a_known_key() -> None:
@@ -31,3 +33,24 @@ def test_key_files_skip_blanks_and_comments(tmp_path: Path) -> None:
     path = tmp_path / "keys"
     path.write_text("# team a\nsk-a\n\n  sk-b  \n# old: sk-c\n")
     assert read_key_file(path) == ["sk-a", "sk-b"]
+
+
+@pytest.mark.parametrize(
+    ("keys", "content", "fragment"),
+    [
+        (("sk-\udcff",), None, "--api-key must be printable ASCII"),  # bytes argv cannot decode
+        (("sk-é",), None, "--api-key must be printable ASCII"),
+        ((), b"sk-\xff\xfe\n", "is not UTF-8 text"),
+        ((), "sk-\u00e9\n".encode(), "holds a key that is not printable ASCII"),
+    ],
+)
+def test_a_key_no_client_can_send_is_a_config_error(
+    tmp_path: Path, keys: tuple[str, ...], content: bytes | None, fragment: str
+) -> None:
+    path = None
+    if content is not None:
+        path = tmp_path / "keys"
+        path.write_bytes(content)
+    security = SecurityConfig(api_keys=keys, api_key_file=None if path is None else str(path))
+    with pytest.raises(ConfigError, match=fragment):
+        load_api_keys(security)

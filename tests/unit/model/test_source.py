@@ -403,3 +403,19 @@ def test_tiny_fixtures_are_valid_model_dirs(
         "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64,
     }
+
+
+@pytest.mark.parametrize("where", ["a file", "below a file"])
+def test_a_cache_dir_that_cannot_hold_the_default_model_is_refused(
+    tmp_path: Path, where: str
+) -> None:
+    """Before any conversion: a one-line reason naming the directory (a NotADirectoryError
+    traceback before)."""
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a directory")
+    cache_dir = blocker if where == "a file" else blocker / "below"
+    with pytest.raises(ModelSourceError) as caught:
+        resolve_model(None, cache_dir=cache_dir, log=lambda line: None)
+    assert f"cannot write the model cache {cache_dir / 'models'}: Not a directory" in message(
+        caught
+    )
