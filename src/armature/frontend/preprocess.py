@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import TemplateError, TemplateSyntaxError
 
 from armature.errors import ArmatureError, ConfigError
 from armature.frontend.prompt_encoder import SegmentedEncoder
@@ -50,6 +50,23 @@ class NoChatTemplateError(ChatRenderError):
     """The model's tokenizer carries no chat template."""
 
 
+def _check_template_syntax(sources: Sequence[str], whose: str) -> None:
+    """ConfigError for a chat template that does not parse (`whose`: where it came from),
+    compiled as the tokenizer will render it; else every chat would fail at its first
+    render, as if its messages were at fault."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    for source in sources:
+        if not source:
+            continue
+        try:
+            _compile_jinja_template(source)
+        except TemplateSyntaxError as exc:
+            raise ConfigError(
+                f"{whose} does not parse: {exc.message} (line {exc.lineno})"
+            ) from None
+
+
 def read_chat_template(path: str | None) -> str | None:
     """The Jinja source --chat-template names (None: the model's own template)."""
     if path is None:
@@ -74,12 +91,21 @@ class Preprocessor:
     def __init__(self, model_dir: Path, chat_template: str | None = None):
         from transformers import AutoTokenizer
 
-        self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir))
+        try:
+            self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir))
+        # the library reads the directory's files with whatever raises on bad ones (a JSON
+        # error, a KeyError for a missing section, the Rust tokenizer's own Exception)
+        except Exception as exc:
+            first = str(exc).strip().split("\n", 1)[0]
+            what = f"cannot load the tokenizer in {model_dir}: {type(exc).__name__}: {first}"
+            raise ConfigError(what) from None
         self._chat_template = chat_template
         self.tools_template: str | None = None
         template = chat_template or getattr(self.tokenizer, "chat_template", None)
         self.has_chat_template = bool(template)
         sources = list(template.values()) if isinstance(template, dict) else [template or ""]
+        whose = "the --chat-template template" if chat_template else "the model's chat template"
+        _check_template_syntax(sources, whose)
         self.template_features: TemplateFeatures = read_template_features(sources)
         # the raw `tokenizers` object decodes several times faster than the transformers
         # wrapper; streaming calls it once or twice per token

@@ -4,12 +4,14 @@ without special tokens, for any text (special-token markers, whitespace runs, an
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from armature.errors import ConfigError
 from armature.frontend.preprocess import Preprocessor
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
@@ -79,3 +81,36 @@ def test_the_chat_path_encodes_as_before(preprocessor: Preprocessor) -> None:
     ]
     text = preprocessor.render_chat(messages)
     assert preprocessor.encode_chat(messages) == _wrapper_ids(preprocessor, text, False)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"{bad", "JSONDecodeError: Expecting property name"),
+        (b"{}", "KeyError: 'added_tokens'"),
+        (b"\xff\xfe", "UnicodeDecodeError"),
+    ],
+)
+def test_a_tokenizer_that_does_not_load_is_a_config_error(
+    default_model_dir: Path, tmp_path: Path, content: bytes, fragment: str
+) -> None:
+    model_dir = tmp_path / "m"
+    shutil.copytree(default_model_dir, model_dir)
+    (model_dir / "tokenizer.json").write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        Preprocessor(model_dir)
+    assert str(caught.value).startswith(f"cannot load the tokenizer in {model_dir}: ")
+    assert fragment in str(caught.value)
+
+
+def test_a_chat_template_that_does_not_parse_is_a_config_error(default_model_dir: Path) -> None:
+    """At start-up, not at every chat's first render as if its messages were at fault."""
+    with pytest.raises(ConfigError) as caught:
+        Preprocessor(default_model_dir, "{% for %}")
+    assert str(caught.value) == (
+        "the --chat-template template does not parse: "
+        "Expected an expression, got 'end of statement block' (line 1)"
+    )
+    # what transformers' own environment takes (loop controls) parses
+    loop = "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{% endfor %}"
+    assert Preprocessor(default_model_dir, loop).has_chat_template
