@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
+from armature.errors import ConfigError
 from armature.model.arch import ModelArch
 
 __all__ = ["LayerWeights", "ModelWeights", "load_weights"]
@@ -45,9 +46,12 @@ def _read_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
-                tensors[name] = f.get_tensor(name)
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    tensors[name] = f.get_tensor(name)
+        except (SafetensorError, OSError) as exc:  # a truncated or corrupt file
+            raise ConfigError(f"cannot read the weights in {file}: {exc}") from None
     return tensors
 
 
@@ -58,7 +62,7 @@ def load_weights(
 
     def take(name: str) -> torch.Tensor:
         if name not in raw:
-            raise KeyError(f"checkpoint in {model_dir} lacks tensor {name!r}")
+            raise ConfigError(f"the checkpoint in {model_dir} lacks tensor {name!r}")
         return raw.pop(name).to(device=device, dtype=dtype).contiguous()
 
     layers: list[LayerWeights] = []
