@@ -116,16 +116,26 @@ def _read_config(path: Path) -> tuple[str, dict[str, Any]]:
     return name, data
 
 
+# above any real model's sizes; products of a few of them stay within a float's range
+_MAX_CONFIG_INT = 2**31 - 1
+
+
 def _positive(
     config: dict[str, Any], *keys: str, default: int | None = None, minimum: int = 1
 ) -> int:
-    """The first of `keys` present in `config`, an integer of at least `minimum`."""
+    """The first of `keys` present in `config`, an integer in [`minimum`, 2**31 - 1]."""
     for key in keys:
         value = config.get(key)
         if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or not minimum <= value <= _MAX_CONFIG_INT
+            ):
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
                 raise ConfigError(
-                    f"config.json: {key} must be an integer >= {minimum}, got {value!r}"
+                    f"config.json: {key} must be an integer in [{minimum}, {_MAX_CONFIG_INT}],"
+                    f" got {shown}"
                 )
             return value
     if default is None:

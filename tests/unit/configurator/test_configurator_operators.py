@@ -172,7 +172,14 @@ def test_model_spec_of_the_default_model_and_a_moe(tmp_path: Path, default_model
     ("config", "message"),
     [
         ({"hidden_size": 64}, "config.json has no num_attention_heads"),
-        ({**TINY_LLAMA, "num_hidden_layers": 0}, "num_hidden_layers must be an integer >= 1"),
+        (
+            {**TINY_LLAMA, "num_hidden_layers": 0},
+            r"num_hidden_layers must be an integer in \[1, 2147483647\], got 0",
+        ),
+        (  # an OverflowError traceback before, sizing the weights
+            {**TINY_LLAMA, "hidden_size": 10**400},
+            r"hidden_size must be an integer in \[1, 2147483647\], got 1" + "0" * 39 + r"\.\.\.$",
+        ),
         ([1, 2], "is not a JSON object"),
     ],
 )
