@@ -306,6 +306,26 @@ def test_replay_bad_trace_is_a_one_line_error(
     assert code == 2 and "does not exist" in err
 
 
+def test_replay_refuses_to_write_over_its_own_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output that is an input (the report over the trace) or another output (the plot
+    over the report): refused before the replay (it overwrote the trace and exited 0)."""
+    line = '{"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [1]}'
+    trace = write_trace(tmp_path / "t.jsonl", [line])
+    code, err = run(["replay", "--trace", str(trace), "--report", str(trace)], capsys)
+    assert (code, err) == (
+        2,
+        f"armature: error: --report {trace} is the file --trace names; writing it would lose"
+        " that\n",
+    )
+    assert trace.read_text() == line + "\n"
+    both = str(tmp_path / "out.png")
+    code, err = run(["replay", "--trace", str(trace), "--report", both, "--plot", both], capsys)
+    assert code == 2 and "--plot" in err and "is the file --report names" in err
+    assert not Path(both).exists()
+
+
 def test_replay_takes_the_tier_flags_and_reports_the_tiers(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

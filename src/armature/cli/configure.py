@@ -79,8 +79,10 @@ def _workload(config: ConfigureConfig) -> Workload:
 
 def _check_outputs(config: ConfigureConfig) -> None:
     """--save-dir and --plot can be written (before the search, which takes a while)."""
-    from armature.cli.paths import check_image, make_dir
+    from armature.cli.paths import check_apart, check_image, make_dir
 
+    inputs = {"--trace": config.trace, "--timing-profile": config.timing_profile}
+    check_apart({"--plot": config.plot}, inputs, ("--save-dir", config.save_dir))
     if config.plot is not None:
         check_image(Path(config.plot), "--plot")
     if config.save_dir is not None:

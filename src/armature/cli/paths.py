@@ -5,6 +5,7 @@ that a path that cannot be written is not a traceback once the work is lost."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from armature.cli.options import CliError
 if TYPE_CHECKING:
     from armature.workload.traces import TraceRequest
 
-__all__ = ["check_file", "check_image", "make_dir", "read_trace"]
+__all__ = ["check_apart", "check_file", "check_image", "make_dir", "read_trace"]
 
 
 def read_trace(
@@ -32,6 +33,35 @@ def read_trace(
         raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"cannot read trace {path}: {exc.strerror}") from None
+
+
+def check_apart(
+    outputs: Mapping[str, str | None],
+    inputs: Mapping[str, str | None],
+    directory: tuple[str, str | None] = ("", None),
+) -> None:
+    """CliError where a file a command writes (`outputs`, by flag) is one it reads
+    (`inputs`) or another output, or where an input lies under the `directory` (flag, path)
+    whose files it writes: the output would overwrite it. Unset flags (None) are skipped."""
+    taken = {Path(value).resolve(): flag for flag, value in inputs.items() if value}
+    flag_dir, value_dir = directory
+    if value_dir:
+        under = Path(value_dir).resolve()
+        for path, flag in taken.items():
+            if path.is_relative_to(under):
+                raise CliError(
+                    f"{flag} {path} is under {flag_dir} {value_dir}, whose files this command "
+                    "writes; give another directory"
+                )
+    for flag, value in outputs.items():
+        if not value:
+            continue
+        path = Path(value).resolve()
+        if path in taken:
+            raise CliError(
+                f"{flag} {value} is the file {taken[path]} names; writing it would lose that"
+            )
+        taken[path] = flag
 
 
 def make_dir(path: Path, flag: str) -> None:

@@ -15,7 +15,7 @@ from armature.cli.options import (
     check_fits_index,
     setup_logging,
 )
-from armature.cli.paths import check_file, check_image
+from armature.cli.paths import check_apart, check_file, check_image
 from armature.cli.replay_workload import load_requests
 from armature.config import (
     KvTierConfig,
@@ -372,6 +372,12 @@ def _check_before(args: argparse.Namespace, config: ReplayConfig) -> None:
     if args.slo_itl_quantile is not None and args.slo_itl_ms is None:
         raise CliError("--slo-itl-quantile is a quantile of --slo-itl-ms: give that too")
     _note_ignored_flags(args, config)
+    inputs = {
+        "--trace": args.trace,
+        "--timing-profile": args.timing_profile,
+        "--prefill-timing-profile": args.prefill_timing_profile,
+    }
+    check_apart({"--report": args.report, "--plot": args.plot}, inputs)
     if args.report:
         check_file(Path(args.report), "--report")
     if args.plot:

@@ -466,3 +466,23 @@ def test_an_e2e_target_takes_the_place_of_the_itl_one(
     assert main(["configure", *argv, "--e2e-ms", "100000"]) == 0
     assert _ranked_rows(capsys.readouterr().out)[0][-1] == "yes"
     _fails(capsys, [*argv, "--e2e-ms", "0.01"], "relax --ttft-ms/--e2e-ms")
+
+
+def test_inputs_under_the_save_dir_are_refused_before_they_are_overwritten(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The deployment writes workload.jsonl (and more) into --save-dir: a trace there was
+    rewritten with rescaled timestamps before."""
+    save = tmp_path / "deploy"
+    save.mkdir()
+    trace = save / "workload.jsonl"
+    rows = [
+        {"timestamp": 1000 * i, "input_length": 200, "output_length": 20, "hash_ids": [i]}
+        for i in range(4)
+    ]
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    before = trace.read_bytes()
+    model = ["--model", str(tiny_dir), *SMALL[: SMALL.index("--isl")], "--trace", str(trace)]
+    _fails(capsys, [*model, "--save-dir", str(save)], f"--trace {trace} is under --save-dir")
+    assert trace.read_bytes() == before
+    _fails(capsys, [*model, "--plot", str(trace)], f"--plot {trace} is the file --trace names")
