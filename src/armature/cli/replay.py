@@ -302,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from armature.sim.planned_fleet import ReplayTooLongError
     from armature.sim.profile_timing import load_profile_timing
     from armature.sim.replay import replay
 
@@ -316,7 +317,10 @@ def run(args: argparse.Namespace) -> int:
     requests = load_requests(args)
     config = _replay_config(args)
     _check_before(args, config)
-    result = replay(requests, config, timing, prefill_timing)
+    try:
+        result = replay(requests, config, timing, prefill_timing)
+    except ReplayTooLongError as exc:
+        raise CliError(str(exc)) from None
     _check_result(args, result, len(requests))
     report = dataclasses.asdict(result)
     _print_summary(args, config, report)

@@ -15,21 +15,19 @@ if TYPE_CHECKING:
 __all__ = ["load_requests"]
 
 
-# fleet samples (one a --load-interval-s of simulated time) a replay may take: a workload
-# that spans more (timestamps years apart, a near-zero rate) would run for hours
-MAX_SAMPLES = 1_000_000
-
-
 def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
     """The workload `args` name, reshaped by --rate-shape; a one-line CliError when the trace
     cannot be read, is empty, or spans more simulated time than a replay should take."""
+    from armature.sim.planned_fleet import get_max_samples
+
     requests = _reshape(args, _read(args))
     if not requests:
         raise CliError(f"trace {args.trace} has no requests")
     span_s = (requests[-1].arrival_ms - requests[0].arrival_ms) / 1000.0
-    if span_s / args.load_interval_s > MAX_SAMPLES:
+    max_samples = get_max_samples(args.planner is not None)
+    if span_s / args.load_interval_s > max_samples:
         raise CliError(
-            f"the workload spans {span_s:.3g} s of simulated time, more than {MAX_SAMPLES:,} "
+            f"the workload spans {span_s:.3g} s of simulated time, more than {max_samples:,} "
             f"fleet samples of --load-interval-s {args.load_interval_s:g} (compress it with "
             "--time-scale or raise the rate)"
         )

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from armature.errors import ArmatureError
 from armature.planner.core import PlannerEffects
 from armature.planner.limit_watch import LimitWatch
 from armature.planner.observation import PlannerObservation, WorkerSteps
@@ -34,9 +35,34 @@ from armature.sim.replay_disagg import DisaggSimulation
 from armature.sim.simulation import Simulation
 from armature.workload.measure import Slo
 
-__all__ = ["FleetSizer", "PlannedFleet", "WorkerSpan", "get_sla_attainment"]
+__all__ = [
+    "MAX_FLEET_SAMPLES",
+    "MAX_PLANNED_SAMPLES",
+    "FleetSizer",
+    "PlannedFleet",
+    "ReplayTooLongError",
+    "WorkerSpan",
+    "get_max_samples",
+    "get_sla_attainment",
+]
 
+# fleet samples a replay takes at most (one a load interval of simulated time, kept in its
+# timeline): more is a replay of hours, a workload spanning years or steps far slower than
+# its arrivals; with a planner, whose load rule runs at each (~1-10 ms here), fewer
+MAX_FLEET_SAMPLES = 50_000
+MAX_PLANNED_SAMPLES = 10_000
 _LOAD, _INTERVAL = "load", "interval"
+
+
+def get_max_samples(planned: bool) -> int:
+    """The fleet samples a replay may take (`planned`: with a planner)."""
+    return MAX_PLANNED_SAMPLES if planned else MAX_FLEET_SAMPLES
+
+
+class ReplayTooLongError(ArmatureError, ValueError):
+    """The replay's simulated time passed MAX_FLEET_SAMPLES load intervals with work left."""
+
+
 # step records kept per worker between two interval ticks (older ones are dropped)
 _MAX_RECORDS_PER_WORKER = 4096
 
@@ -123,6 +149,14 @@ class PlannedFleet:
 
     # ---- ticks ---------------------------------------------------------------------------
     def _on_load_tick(self, now_ms: float) -> None:
+        max_samples = get_max_samples(self._planner is not None)
+        if len(self.timeline) >= max_samples:
+            raise ReplayTooLongError(
+                f"the replay passed {max_samples:,} fleet samples of --load-interval-s "
+                f"{self._load_ms / 1000:g} ({(now_ms - self._start_ms) / 1000:.3g} s of "
+                "simulated time) with work left: steps far slower than the arrivals (a timing "
+                "profile's?) or a load interval too short for the workload"
+            )
         if self._planner is not None:  # nobody else reads step records
             self._collect_records()
         frontend = self._windows.take(_LOAD, self._load_ms / 1000.0)

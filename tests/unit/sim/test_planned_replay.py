@@ -8,6 +8,8 @@ import dataclasses
 import pytest
 
 from armature.config import PlannerConfig
+from armature.sim import planned_fleet
+from armature.sim.planned_fleet import ReplayTooLongError
 from armature.sim.replay import ReplayConfig, replay
 from armature.workload.rate_shapes import StepShape, reshape_arrivals
 from armature.workload.traces import TraceRequest
@@ -164,3 +166,19 @@ def test_the_report_says_how_long_a_maximum_held_the_fleet_short() -> None:
     assert (roomy.planner_limited_s, roomy.planner_most_wanted) == ({}, {})
     static = replay(STEP, _config(1, None))
     assert (static.planner_limited_s, static.planner_most_wanted) == ({}, {})
+
+
+def test_a_replay_past_its_sample_budget_stops_with_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fleet sample every load interval of simulated time, at most MAX_FLEET_SAMPLES: past
+    them (a timing far slower than the arrivals, a load interval far too short) the replay
+    stops saying so, where it ran for hours."""
+    workload = _steady(10.0, 20.0)  # 20 s of arrivals: 10 samples at 2 s, and the drain
+    assert len(replay(workload, _config(1, None)).timeline) > 10
+    monkeypatch.setattr(planned_fleet, "MAX_FLEET_SAMPLES", 10)
+    with pytest.raises(ReplayTooLongError) as caught:
+        replay(workload, _config(1, None))
+    assert str(caught.value).startswith(
+        "the replay passed 10 fleet samples of --load-interval-s 2 (22 s of simulated time)"
+    )
