@@ -10,7 +10,7 @@ from pathlib import Path
 from armature.bench.client import BenchRequest
 from armature.bench.prompts import TextSynth
 from armature.errors import ArmatureError
-from armature.workload.traces import read_mooncake_trace
+from armature.workload.traces import TraceRequest, read_mooncake_trace
 
 __all__ = [
     "WorkloadError",
@@ -18,6 +18,7 @@ __all__ = [
     "from_trace",
     "multi_turn",
     "prefix_groups",
+    "read_trace",
     "synthetic",
 ]
 
@@ -35,7 +36,9 @@ def _length(rng: random.Random, mean: int, spread: float) -> int:
 def synthetic(
     synth: TextSynth, count: int, input_len: int, output_len: int, spread: float, seed: int
 ) -> list[BenchRequest]:
-    """`count` independent prompts; lengths uniform within +-spread of the means."""
+    """`count` independent prompts; lengths uniform within +-spread (in [0, 1)) of the means."""
+    if not 0 <= spread < 1:
+        raise WorkloadError(f"--len-spread must be in [0, 1), got {spread}")
     rng = random.Random(seed)
     out = []
     for i in range(count):
@@ -85,15 +88,18 @@ def multi_turn(
     return out
 
 
-def from_trace(
-    synth: TextSynth, path: Path, limit: int | None, time_scale: float
-) -> list[BenchRequest]:
+def read_trace(path: Path, limit: int | None, time_scale: float) -> list[TraceRequest]:
+    """The first `limit` requests of the Mooncake trace at `path`, sorted by arrival."""
     try:
-        trace = read_mooncake_trace(path, limit=limit, time_scale=time_scale)
+        return read_mooncake_trace(path, limit=limit, time_scale=time_scale)
     except OSError as exc:
         raise WorkloadError(f"cannot read trace {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise WorkloadError(str(exc)) from None
+
+
+def from_trace(synth: TextSynth, trace: list[TraceRequest]) -> list[BenchRequest]:
+    """The trace's requests with their prompts synthesized (equal hash ids, equal text)."""
     return [
         BenchRequest(synth.trace_text(r), r.output_length, r.arrival_ms / 1000, r.input_length)
         for r in trace
@@ -103,9 +109,14 @@ def from_trace(
 def from_prompts_file(path: Path, default_max_tokens: int) -> list[BenchRequest]:
     """JSONL: {"prompt": "...", "max_tokens": 64} per line (max_tokens optional)."""
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise WorkloadError(f"cannot read prompts file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(
+            f"prompts file {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+            f"offset {exc.start})"
+        ) from None
     out = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -114,7 +125,7 @@ def from_prompts_file(path: Path, default_max_tokens: int) -> list[BenchRequest]
             item = json.loads(line)
             prompt = item["prompt"]
             max_tokens = int(item.get("max_tokens", default_max_tokens))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError):
             raise WorkloadError(
                 f'{path}:{number}: expected {{"prompt": str, "max_tokens": int}}'
             ) from None

@@ -1,21 +1,39 @@
 """`armature bench`: load against any OpenAI-compatible server, with a live progress line,
 a summary table, and a report directory (JSON + Markdown). Exit 0 when every request
-succeeded, 1 when some failed (results kept), 2 for a usage mistake or an unreachable
-server."""
+succeeded, 1 when some failed (results kept), 2 for a usage mistake, an unreachable server or
+a --model it does not serve: all found before the first request is sent."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from armature.cli.options import CliError, HelpFormatter, arg_type, setup_logging
-from armature.config import positive_float, positive_int
+from armature.cli.paths import make_dir
+from armature.config import fraction, positive_float, positive_int
+from armature.config.values import http_url, int_between
+from armature.errors import ConfigError
 
 __all__ = ["add_parser", "run"]
+
+# The flags' upper bounds: past them a value is a typo, not a benchmark, and would cost
+# minutes of work or gigabytes before the first request.
+MAX_NUM_REQUESTS = 1_000_000
+MAX_WARMUP = 10_000  # sent one at a time
+MAX_SEQUENCE_TOKENS = 1 << 20  # --input-len, --output-len: a long-context model's window
+MAX_TURNS = 1_000
+MAX_CONCURRENCY = 100_000
+# prompt tokens synthesized before the first request (about 30 s and 300 MB of text)
+MAX_WORKLOAD_TOKENS = 50_000_000
+# The longest a schedule (a trace's arrivals, --rate's) may keep a run sending: longer is a
+# bad timestamp or a mistyped rate. Not `armature replay`'s bound, which counts fleet samples
+# of simulated time; a bench waits in real time.
+MAX_SCHEDULE_S = 7 * 24 * 3600.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,46 +44,64 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "loop (--rate) or a trace's own schedule (--trace).",
         formatter_class=HelpFormatter,
     )
-    bench.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:8000")
+    bench.add_argument(
+        "--url",
+        required=True,
+        type=arg_type(_server_url),
+        help="server root, e.g. http://127.0.0.1:8000",
+    )
     bench.add_argument("--model", default=None, help="model name (default: the server's first)")
     bench.add_argument("--endpoint", choices=["chat", "completions"], default="completions")
     shape = bench.add_mutually_exclusive_group()
     shape.add_argument(
-        "--concurrency", type=arg_type(positive_int), default=None, help="closed loop"
+        "--concurrency", type=arg_type(_concurrency), default=None, help="closed loop"
     )
     shape.add_argument(
         "--rate", type=arg_type(positive_float), default=None, help="Poisson requests/s"
     )
     shape.add_argument(
-        "--sweep-concurrency", type=_int_list, default=None, help="e.g. 1,4,16,64: one run each"
+        "--sweep-concurrency",
+        type=arg_type(_list_of(_concurrency, f"integers in 1..{MAX_CONCURRENCY}")),
+        default=None,
+        help="e.g. 1,4,16,64: one run each",
     )
     shape.add_argument(
-        "--sweep-rate", type=_float_list, default=None, help="e.g. 1,2,4: one run each"
+        "--sweep-rate",
+        type=arg_type(_list_of(positive_float, "positive numbers")),
+        default=None,
+        help="e.g. 1,2,4: one run each",
     )
     bench.add_argument("--trace", type=Path, default=None, help="Mooncake JSONL; its schedule")
     bench.add_argument(
         "--time-scale", type=arg_type(positive_float), default=1.0, help="trace times x"
     )
     bench.add_argument("--prompts", type=Path, default=None, help='JSONL of {"prompt": ...}')
+    bench.add_argument("--input-len", type=arg_type(_tokens), default=256, help="synthetic tokens")
+    bench.add_argument("--output-len", type=arg_type(_tokens), default=128, help="max_tokens")
     bench.add_argument(
-        "--input-len", type=arg_type(positive_int), default=256, help="synthetic tokens"
+        "--len-spread", type=arg_type(_spread), default=0.0, help="lengths +- this fraction"
     )
-    bench.add_argument("--output-len", type=arg_type(positive_int), default=128, help="max_tokens")
-    bench.add_argument("--len-spread", type=float, default=0.0, help="lengths +- this fraction")
     bench.add_argument("--prefix-groups", type=arg_type(positive_int), default=None)
     bench.add_argument(
         "--multi-turn",
-        type=arg_type(positive_int),
+        type=arg_type(int_between(1, MAX_TURNS)),
         default=None,
         help="sessions of this many turns, each resending the history (--num-requests "
         "counts sessions; --input-len is the length of one user turn)",
     )
-    bench.add_argument("--prefix-ratio", type=float, default=0.5)
-    bench.add_argument("--num-requests", type=arg_type(positive_int), default=100)
+    bench.add_argument("--prefix-ratio", type=arg_type(fraction), default=0.5)
+    bench.add_argument(
+        "--num-requests", type=arg_type(int_between(1, MAX_NUM_REQUESTS)), default=100
+    )
     bench.add_argument(
         "--duration-s", type=arg_type(positive_float), default=None, help="stop sending"
     )
-    bench.add_argument("--warmup", type=int, default=2, help="requests sent first, not counted")
+    bench.add_argument(
+        "--warmup",
+        type=arg_type(int_between(0, MAX_WARMUP)),
+        default=2,
+        help="requests sent first, not counted",
+    )
     bench.add_argument("--ignore-eos", action="store_true", help="ask for exactly max_tokens")
     bench.add_argument("--slo-ttft-ms", type=arg_type(positive_float), default=None)
     bench.add_argument("--slo-itl-ms", type=arg_type(positive_float), default=None)
@@ -79,18 +115,55 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="local HF directory to synthesize prompts and count tokens (default: the "
         "embedded SmolLM2 tokenizer)",
     )
-    bench.add_argument("--report", type=Path, default=None, help="write JSON + Markdown here")
+    bench.add_argument(
+        "--report", type=Path, default=None, help="a directory: report.json, report.md, plots"
+    )
     bench.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], default="warning"
     )
 
 
-def _int_list(text: str) -> list[int]:
-    return [int(positive_int(part)) for part in text.split(",") if part.strip()]
+def _server_url(text: str) -> str:
+    """An http(s) server root that httpx can ask (a valid host), without its trailing '/'."""
+    import httpx
+
+    url = http_url(text)
+    try:
+        parts = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"not a valid URL: {url!r} ({exc})") from None
+    if parts.query or parts.fragment:
+        raise ConfigError(f"give the server's root, without a query or fragment: {url!r}")
+    return url.rstrip("/")
 
 
-def _float_list(text: str) -> list[float]:
-    return [float(positive_float(part)) for part in text.split(",") if part.strip()]
+_concurrency = int_between(1, MAX_CONCURRENCY)
+_tokens = int_between(1, MAX_SEQUENCE_TOKENS)
+
+
+def _spread(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:  # NaN too
+        raise ConfigError(f"expected a fraction of the mean in [0, 1), got {text!r}")
+    return value
+
+
+def _list_of(parse: Any, what: str) -> Any:
+    """A parser of comma-separated values, each read by `parse` (`what` names them)."""
+
+    def parse_list(text: str) -> list[Any]:
+        parts = [part.strip() for part in text.split(",")]
+        try:
+            if not all(parts):
+                raise ConfigError("a value left out")
+            return [parse(part) for part in parts]
+        except ConfigError:
+            raise ConfigError(f"expected comma-separated {what}, got {text!r}") from None
+
+    return parse_list
 
 
 def _tokenizer(spec: str | None) -> Any:
@@ -105,18 +178,99 @@ def _tokenizer(spec: str | None) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def _requests(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
+def _read_files(args: argparse.Namespace) -> tuple[list[Any] | None, list[Any] | None]:
+    """(the --prompts file's requests, the --trace's requests): each None when not given."""
     from armature.bench import workloads
-    from armature.bench.prompts import TextSynth
 
-    total = args.num_requests + max(0, args.warmup)
+    total = args.num_requests + args.warmup
     try:
         if args.prompts is not None:
             items = workloads.from_prompts_file(args.prompts, args.output_len)
-            return [items[i % len(items)] for i in range(total)]
-        synth = TextSynth(tokenizer, args.seed)
+            return [items[i % len(items)] for i in range(total)], None
         if args.trace is not None:
-            return workloads.from_trace(synth, args.trace, total, args.time_scale)
+            return None, workloads.read_trace(args.trace, total, args.time_scale)
+    except workloads.WorkloadError as exc:
+        raise CliError(str(exc)) from None
+    return None, None
+
+
+def _check_workload(args: argparse.Namespace, trace: list[Any] | None) -> None:
+    """CliError for a workload with nothing to measure, one that takes minutes to synthesize,
+    or a schedule that keeps the run sending for days."""
+    if trace is not None:
+        if len(trace) <= args.warmup:
+            raise CliError(
+                f"trace {args.trace} has {len(trace)} requests, none left to measure after "
+                f"--warmup {args.warmup}"
+                if trace
+                else f"trace {args.trace} has no requests"
+            )
+        first, last = trace[args.warmup].arrival_ms, trace[-1].arrival_ms
+        span_s = (last - first) / 1000 if math.isfinite(last) else math.inf
+        what = f"trace {args.trace}'s arrivals span {span_s:.3g} s"
+        _check_wait(args, span_s, what, "compress them with --time-scale below 1")
+        num_tokens = sum(r.input_length for r in trace)
+    elif args.prompts is not None:
+        num_tokens = 0
+    else:
+        num_tokens = (args.num_requests + args.warmup) * args.input_len * (args.multi_turn or 1)
+    if num_tokens > MAX_WORKLOAD_TOKENS:
+        raise CliError(
+            f"the workload is {num_tokens:,} prompt tokens to synthesize before the first "
+            f"request, more than {MAX_WORKLOAD_TOKENS:,}: lower --num-requests or --input-len"
+        )
+    for rate in args.sweep_rate or ([args.rate] if args.rate else []):
+        span_s = (args.num_requests - 1) / rate
+        what = f"--rate {rate:g} spreads the requests over ~{span_s:.3g} s"
+        _check_wait(args, span_s, what, "raise the rate")
+
+
+def _check_wait(args: argparse.Namespace, span_s: float, what: str, hint: str) -> None:
+    """CliError `what` ... `hint` when a schedule of `span_s` keeps the run sending (up to
+    --duration-s) for longer than MAX_SCHEDULE_S."""
+    if min(span_s, args.duration_s or math.inf) > MAX_SCHEDULE_S:
+        raise CliError(
+            f"{what}, more than a run may take ({MAX_SCHEDULE_S / 86400:g} days): {hint}, "
+            "or stop sending after --duration-s"
+        )
+
+
+def _check_report_dir(path: Path) -> None:
+    """--report can be made a directory and written; checked before the run (the directories
+    made for the check are removed again: the report makes them once the run is done)."""
+    try:
+        if path.exists() and not path.is_dir():
+            raise CliError(
+                f"--report {path} is a file; give a directory (the report is report.json, "
+                "report.md and plots)"
+            )
+        missing = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    except OSError as exc:  # e.g. a name too long
+        raise CliError(f"--report {path}: {exc.strerror}") from None
+    try:
+        make_dir(path, "--report")
+    finally:
+        for made in missing:
+            if made.is_dir():
+                made.rmdir()
+
+
+def _requests(
+    args: argparse.Namespace, tokenizer: Any, prompts: list[Any] | None, trace: list[Any] | None
+) -> list[Any]:
+    from armature.bench import workloads
+    from armature.bench.prompts import TextSynth
+
+    if prompts is not None:
+        return prompts
+    total = args.num_requests + args.warmup
+    try:
+        synth = TextSynth(tokenizer, args.seed)
+    except ValueError as exc:
+        raise CliError(f"--tokenizer {args.tokenizer}: {exc}") from None
+    try:
+        if trace is not None:
+            return workloads.from_trace(synth, trace)
         if args.multi_turn is not None:
             return workloads.multi_turn(
                 synth, total, args.multi_turn, args.input_len, args.output_len, args.seed
@@ -168,19 +322,32 @@ class _Progress:
             print(file=sys.stderr)
 
 
-async def _first_model(client: Any, url: str) -> str:
+async def _get_model(args: argparse.Namespace) -> str:
+    """The model to ask for, checked against what the server lists: CliError when the server
+    cannot be reached or does not serve --model."""
     import httpx
 
+    from armature.bench.server import (
+        ModelListError,
+        ServerCheckError,
+        choose_model,
+        get_served_models,
+    )
+
+    timeout = httpx.Timeout(args.timeout_s, connect=10.0)
     try:
-        response = await client.get(f"{url}/v1/models")
-    except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach {url}: {exc}") from None
-    if response.status_code != 200:
-        raise CliError(f"{url}/v1/models answered {response.status_code}")
-    try:
-        return str(response.json()["data"][0]["id"])
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise CliError(f"{url}/v1/models lists no model") from None
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            try:
+                served = await get_served_models(client, args.url)
+            except ModelListError as exc:
+                if args.model is None:
+                    raise
+                # a server without a model listing: its answers to the run say the rest
+                print(f"armature bench: note: {exc}; --model not checked", file=sys.stderr)
+                return str(args.model)
+        return choose_model(args.url, served, args.model)
+    except ServerCheckError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _shapes(args: argparse.Namespace) -> list[tuple[str, Any]]:
@@ -198,59 +365,53 @@ def _shapes(args: argparse.Namespace) -> list[tuple[str, Any]]:
     return [(f"c={concurrency}", LoadShape("closed", concurrency=concurrency))]
 
 
-async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int:
-    import httpx
-
+async def _run(args: argparse.Namespace, model: str, requests: list[Any], count: Any) -> int:
     from armature.bench.client import count_chunk_tokens, send
     from armature.bench.http import HttpPool
     from armature.bench.report import pareto_table, summary_table, write_report
     from armature.bench.runner import run_load
     from armature.bench.stats import summarize
 
-    url = args.url.rstrip("/")
-    timeout = httpx.Timeout(args.timeout_s, connect=10.0)
+    url = args.url
     results = []
     failed = 0
     try:
         pool = HttpPool(url, read_timeout_s=args.timeout_s)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    async with httpx.AsyncClient(timeout=timeout) as client:
-        model = args.model or await _first_model(client, url)
 
-        async def one(request: Any) -> Any:
-            ignore_eos = args.ignore_eos
-            return await send(pool, args.endpoint, model, request, ignore_eos=ignore_eos)
+    async def one(request: Any) -> Any:
+        return await send(pool, args.endpoint, model, request, ignore_eos=args.ignore_eos)
 
-        for label, shape in _shapes(args):
-            measured = requests[max(0, args.warmup) :]
-            progress = _Progress(sum(1 + len(r.followups) for r in measured), label)
-            cpu_started = time.process_time()
-            try:
-                records, wall_s = await run_load(
-                    requests,
-                    shape,
-                    one,
-                    num_warmup=max(0, args.warmup),
-                    duration_s=args.duration_s,
-                    on_record=progress.update,
-                    seed=args.seed,
-                )
-            finally:
-                progress.close()
-            client_cpu = 100 * (time.process_time() - cpu_started) / max(wall_s, 1e-9)
-            count_chunk_tokens(records, count)
-            summary = summarize(records, wall_s, args.slo_ttft_ms, args.slo_itl_ms, client_cpu)
-            results.append((label, shape, summary, records))
-            print(f"== {label}\n{summary_table(summary)}")
-            if summary.errors:
-                failed += summary.num_requests - summary.num_ok
-                first = next(r for r in records if r.error is not None)
-                print(
-                    f"armature bench: {summary.num_requests - summary.num_ok} requests failed "
-                    f"at {label} (first: {first.error} {first.error_detail})",
-                    file=sys.stderr,
-                )
+    for label, shape in _shapes(args):
+        measured = requests[args.warmup :]
+        progress = _Progress(sum(1 + len(r.followups) for r in measured), label)
+        cpu_started = time.process_time()
+        try:
+            records, wall_s = await run_load(
+                requests,
+                shape,
+                one,
+                num_warmup=args.warmup,
+                duration_s=args.duration_s,
+                on_record=progress.update,
+                seed=args.seed,
+            )
+        finally:
+            progress.close()
+        client_cpu = 100 * (time.process_time() - cpu_started) / max(wall_s, 1e-9)
+        count_chunk_tokens(records, count)
+        summary = summarize(records, wall_s, args.slo_ttft_ms, args.slo_itl_ms, client_cpu)
+        results.append((label, shape, summary, records))
+        print(f"== {label}\n{summary_table(summary)}")
+        if summary.errors:
+            failed += summary.num_requests - summary.num_ok
+            first = next(r for r in records if r.error is not None)
+            print(
+                f"armature bench: {summary.num_requests - summary.num_ok} requests failed "
+                f"at {label} (first: {first.error} {first.error_detail})",
+                file=sys.stderr,
+            )
     pool.close()
     if len(results) > 1:
         print("== sweep\n" + pareto_table([(label, s) for label, _, s, _ in results]))
@@ -266,21 +427,39 @@ async def _run(args: argparse.Namespace, requests: list[Any], count: Any) -> int
             "slo_ttft_ms": args.slo_ttft_ms,
             "slo_itl_ms": args.slo_itl_ms,
         }
-        for path in write_report(args.report, results, settings):
+        try:
+            written = write_report(args.report, results, settings)
+        except OSError as exc:  # changed since the check before the run
+            raise CliError(
+                f"--report {args.report}: cannot write the report ({exc.strerror or exc}); "
+                "the tables above are the run's results"
+            ) from None
+        for path in written:
             print(f"wrote {path}")
     return 1 if failed else 0
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.trace is not None and (args.rate or args.sweep_rate or args.concurrency):
+    """Every check that can fail runs before the first request: the flags, the report
+    directory, the input files, then the server (reachable, serving --model)."""
+    if args.trace is not None and (
+        args.rate or args.sweep_rate or args.concurrency or args.sweep_concurrency
+    ):
         raise CliError("--trace brings its own schedule; drop --rate/--concurrency/sweeps")
-    if args.warmup < 0:
-        raise CliError("--warmup must be >= 0")
+    if args.prompts is not None and (args.trace or args.multi_turn or args.prefix_groups):
+        raise CliError(
+            "--prompts brings its own prompts; drop --trace/--multi-turn/--prefix-groups"
+        )
     setup_logging(args.log_level)
+    if args.report is not None:
+        _check_report_dir(args.report)
+    prompts, trace = _read_files(args)
+    _check_workload(args, trace)
+    model = asyncio.run(_get_model(args))
     tokenizer = _tokenizer(args.tokenizer)
 
     def count(texts: list[str]) -> list[int]:
         return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
-    requests = _requests(args, tokenizer)
-    return asyncio.run(_run(args, requests, count))
+    requests = _requests(args, tokenizer, prompts, trace)
+    return asyncio.run(_run(args, model, requests, count))
