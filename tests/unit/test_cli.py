@@ -32,6 +32,9 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     [
         (["serve", "--port", "0"], "--port: must be positive"),
         (["serve", "--port", "70000"], "port must be 1..65535"),
+        # "" listened on every interface
+        (["serve", "--host", ""], "--host: must be a host name or an IP address, got ''"),
+        (["worker", "--host", " "], "--host: must be a host name or an IP address, got ' '"),
         (["serve", "--kv-cache-bytes", "12XB"], "not a size"),
         (["serve", "--dtype", "int3"], "invalid choice"),
         (["serve", "--model", "/definitely/not/here"], "does not exist"),

@@ -10,6 +10,7 @@ from armature.config.values import (
     float_at_most,
     fraction,
     int_between,
+    listen_host,
     non_negative_float,
     parse_bytes,
     port,
@@ -34,7 +35,7 @@ MAX_QUEUE_TIMEOUT_S = 3600.0
 class HttpConfig:
     """The HTTP server: where it listens, what it accepts, how it stops."""
 
-    host: str = setting("127.0.0.1", "address to listen on")
+    host: str = setting("127.0.0.1", "address to listen on", parse=listen_host)
     port: int = setting(8000, "port to listen on", parse=port)
     reuse_port: bool = setting(
         False,

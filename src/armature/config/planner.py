@@ -11,6 +11,7 @@ from armature.config.values import (
     http_url,
     int_at_least,
     int_between,
+    listen_host,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -340,7 +341,9 @@ class PlannerServiceConfig:
         "armature-agg", "kubernetes: the Deployment of the aggregated workers (--planner-mode agg)"
     )
     dry_run: bool = setting(False, "log the decisions without acting on them")
-    host: str = setting("127.0.0.1", "address of the planner's /metrics endpoint")
+    host: str = setting(
+        "127.0.0.1", "address of the planner's /metrics endpoint", parse=listen_host
+    )
     metrics_port: int = setting(
         0,
         "the planner's Prometheus /metrics port (0: any free port; -1: none)",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from armature.config.settings import setting
 from armature.config.values import (
     int_between,
+    listen_host,
     non_negative_float,
     positive_float,
     worker_role,
@@ -81,7 +82,7 @@ class RuntimeConfig:
 class WorkerProcessConfig:
     """One `armature worker` process: where it listens and what part it plays."""
 
-    host: str = setting("127.0.0.1", "request-plane address to listen on")
+    host: str = setting("127.0.0.1", "request-plane address to listen on", parse=listen_host)
     port: int = setting(0, "request-plane port (0: any free)", parse=int_between(0, 65535))
     metrics_port: int = setting(
         0,

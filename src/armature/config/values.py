@@ -140,6 +140,15 @@ def port(text: str) -> int:
     return value
 
 
+def listen_host(text: str) -> str:
+    """An address to listen on: not empty (a server given "" listens on every interface),
+    no spaces (0.0.0.0 says every interface on purpose)."""
+    value = text.strip()
+    if not value or any(c.isspace() for c in value):
+        raise ConfigError(f"must be a host name or an IP address, got {text!r}")
+    return value
+
+
 def http_url(text: str) -> str:
     """An http(s) URL with a host (and a valid port, if any)."""
     url = text.strip()
