@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -307,6 +309,21 @@ def test_replay_bad_trace_is_a_one_line_error(
     assert "bad.jsonl:1:" in err
     code, err = run(["replay", "--trace", str(tmp_path / "missing.jsonl")], capsys)
     assert code == 2 and "does not exist" in err
+
+
+def test_replay_reads_a_trace_from_a_pipe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--trace <(...)`: a path that exists but is not a regular file ("does not exist"
+    before)."""
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    line = '{"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [1]}\n'
+    writer = threading.Thread(target=fifo.write_text, args=(line * 3,))
+    writer.start()
+    code, err = run(["replay", "--trace", str(fifo)], capsys)
+    writer.join()
+    assert (code, err) == (0, "")
 
 
 def test_replay_refuses_to_write_over_its_own_files(

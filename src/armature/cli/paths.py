@@ -25,7 +25,7 @@ def read_trace(
 
     if path.is_dir():
         raise CliError(f"trace file {path} is a directory")
-    if not path.is_file():
+    if not path.exists():  # a pipe (`<(...)`) or a device is read as it comes
         raise CliError(f"trace file {path} does not exist")
     try:
         return read_mooncake_trace(path, limit=limit, time_scale=time_scale)

@@ -139,14 +139,12 @@ def _parse_line(raw: bytes, time_scale: float) -> TraceRequest:
         raise _InvalidLine(f"expected a JSON object, got {type(obj).__name__}")
     timestamp = _get(obj, "timestamp")
     if not _is_number(timestamp) or not _is_finite(timestamp) or timestamp < 0:
-        shown = repr(timestamp)
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        raise _InvalidLine(f"timestamp must be a finite number >= 0, got {shown}")
+        raise _InvalidLine(f"timestamp must be a finite number >= 0, got {_shown(timestamp)}")
     input_length = _get_int(obj, "input_length", minimum=1)
     output_length = _get_int(obj, "output_length", minimum=1)
     hash_ids = _get(obj, "hash_ids")
     if not isinstance(hash_ids, list) or not all(_is_int(h) and h >= 0 for h in hash_ids):
-        raise _InvalidLine(f"hash_ids must be a list of ints >= 0, got {hash_ids!r}")
+        raise _InvalidLine(f"hash_ids must be a list of ints >= 0, got {_shown(hash_ids)}")
     expected = _num_blocks(input_length)
     if len(hash_ids) != expected:
         raise _InvalidLine(
@@ -154,6 +152,12 @@ def _parse_line(raw: bytes, time_scale: float) -> TraceRequest:
             f"{TRACE_BLOCK_TOKENS}) = {expected}"
         )
     return TraceRequest(timestamp * time_scale, input_length, output_length, tuple(hash_ids))
+
+
+def _shown(value: object) -> str:
+    """`value`'s repr for an error line, cut to 40 characters (a line may hold megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _get(obj: dict[str, Any], key: str) -> Any:
@@ -165,7 +169,7 @@ def _get(obj: dict[str, Any], key: str) -> Any:
 def _get_int(obj: dict[str, Any], key: str, *, minimum: int) -> int:
     value = _get(obj, key)
     if not _is_int(value) or value < minimum:
-        raise _InvalidLine(f"{key} must be an int >= {minimum}, got {value!r}")
+        raise _InvalidLine(f"{key} must be an int >= {minimum}, got {_shown(value)}")
     return int(value)
 
 

@@ -130,6 +130,12 @@ def test_read_limit_stops_before_a_later_bad_line(tmp_path: Path) -> None:
         (_line(0, 1, 1, [-1]), "hash_ids must be a list of ints >= 0, got [-1]"),
         (_line(0, 513, 1, [0]), "hash_ids has 1 ids, expected ceil(input_length / 512) = 2"),
         (_line(0, 512, 1, [0, 1]), "hash_ids has 2 ids, expected ceil(input_length / 512) = 1"),
+        # values cut to 40 characters: a line may hold megabytes
+        (
+            _line(0, 1, 1, [-1] * 200_000),
+            "hash_ids must be a list of ints >= 0, got [" + "-1, " * 9 + "...",
+        ),
+        (_line(0, "x" * 100, 1, [0]), "input_length must be an int >= 1, got '" + "x" * 36 + "..."),
     ],
 )
 def test_read_error_names_file_and_line(tmp_path: Path, bad_line: str, reason: str) -> None:
