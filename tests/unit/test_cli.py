@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from armature.cli.main import build_parser, main
+from armature.cli.planner import check_worker_args
 from armature.config import parse_bytes
 from profiles import write_small_profile
 from servers import free_port as _free_port
@@ -579,6 +580,26 @@ def test_planner_with_an_unreachable_frontend_is_a_one_line_error(
     code, err = run(argv, capsys)
     assert code == 2
     assert err.count("\n") == 1 and "the frontend does not answer: cannot read" in err
+
+
+@pytest.mark.parametrize(
+    ("worker_args", "message"),
+    [
+        ("--engine mocker --port abc", "--worker-args: argument --port: not an integer: 'abc'"),
+        ("--engine mocker --no-such-flag", "--worker-args: unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_planner_refuses_worker_args_a_worker_would_refuse(
+    worker_args: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The local connector's workers would exit at start, and be started again for good."""
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile)
+    argv = ["planner", "--connector", "local", "--performance-model", str(profile)]
+    argv += ["--worker-args", worker_args, "--discovery-dir", str(tmp_path / "discovery")]
+    code, err = run([*argv, "--metrics-port", "-1"], capsys)
+    assert (code, err) == (2, f"armature: error: {message}\n")
+    check_worker_args(("--engine mocker", "--max-num-seqs 4"))  # what a worker takes passes
 
 
 @pytest.mark.parametrize("flag", ["--load-interval-s", "--planner-interval-s"])

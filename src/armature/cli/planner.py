@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import NoReturn
 
 from armature.cli.options import (
     HelpFormatter,
@@ -13,6 +14,7 @@ from armature.cli.options import (
     setup_logging,
 )
 from armature.config import PlannerCommandConfig, PlannerConfig
+from armature.errors import ConfigError
 
 __all__ = ["add_parser", "check_index_room", "run"]
 
@@ -35,11 +37,34 @@ def run(args: argparse.Namespace) -> int:
 
     config = read_settings(args, PlannerCommandConfig)
     check_index_room(config.planner)
+    if config.service.connector == "local" and not config.service.dry_run:
+        check_worker_args(config.service.worker_args)
     setup_logging(config.service.log_level)
     if config.service.log_level != "debug":  # one line per scrape otherwise
         logging.getLogger("httpx").setLevel(logging.WARNING)
     run_planner(config)
     return 0
+
+
+class _Refusing(argparse.ArgumentParser):
+    """A parser whose errors are ConfigErrors (argparse's own exits the process)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def check_worker_args(worker_args: tuple[str, ...]) -> None:
+    """A one-line error for --worker-args that `armature worker` would refuse: the local
+    connector's workers would each exit at start, and be started again, for good."""
+    from armature.cli import worker
+    from armature.planner.main import get_worker_argv
+
+    root = _Refusing(prog="armature")
+    worker.add_parser(root.add_subparsers(dest="command", parser_class=_Refusing))
+    try:
+        root.parse_args(["worker", *get_worker_argv(worker_args), "--role", "agg"])
+    except ConfigError as exc:
+        raise ConfigError(f"--worker-args: {exc}") from None
 
 
 def check_index_room(planner: PlannerConfig) -> None:
