@@ -37,6 +37,9 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--port", "70000"], "port must be 1..65535"),
         # "" listened on every interface
         (["serve", "--host", ""], "--host: must be a host name or an IP address, got ''"),
+        (["replay", "--synthetic", "multi-turn", "--report", ""], "--report is empty: give a file"),
+        (["replay", "--synthetic", "multi-turn", "--plot", " "], "--plot is empty: give a file"),
+        (["profile", "--engines-at-once", "1000"], "--engines-at-once: must be"),
         (["worker", "--host", " "], "--host: must be a host name or an IP address, got ' '"),
         (["serve", "--kv-cache-bytes", "12XB"], "not a size"),
         (["serve", "--dtype", "int3"], "invalid choice"),

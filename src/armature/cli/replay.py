@@ -376,6 +376,9 @@ def _check_before(args: argparse.Namespace, config: ReplayConfig) -> None:
     if args.slo_itl_quantile is not None and args.slo_itl_ms is None:
         raise CliError("--slo-itl-quantile is a quantile of --slo-itl-ms: give that too")
     _note_ignored_flags(args, config)
+    for flag, value in (("--report", args.report), ("--plot", args.plot)):
+        if value is not None and not value.strip():  # else quietly not written
+            raise CliError(f"{flag} is empty: give a file")
     inputs = {
         "--trace": args.trace,
         "--timing-profile": args.timing_profile,

@@ -15,7 +15,13 @@ from armature.config.responses import ResponsesConfig
 from armature.config.routing import DisaggConfig, HealthConfig, ReplicaConfig, RouterConfig
 from armature.config.runtime import RuntimeConfig, WorkerProcessConfig
 from armature.config.settings import setting
-from armature.config.values import int64, non_negative_int, positive_float, positive_int
+from armature.config.values import (
+    int64,
+    int_between,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from armature.errors import ConfigError
 from armature.protocols.worker import WorkerRole
 
@@ -153,5 +159,5 @@ class ProfileConfig:
         "on this host sees (they share its memory bandwidth and caches)",
         flag="engines-at-once",
         env="ARMATURE_PROFILE_ENGINES_AT_ONCE",
-        parse=positive_int,
+        parse=int_between(1, 64),  # a host's accelerators (or cores): more is a typo
     )
