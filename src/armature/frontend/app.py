@@ -301,13 +301,14 @@ def _add_info_routes(app: FastAPI, parts: FrontendParts) -> None:
         ]
         return {"object": "list", "data": [base, *adapters]}
 
-    @app.get("/health", responses=error_responses(503))
+    # HEAD as well: load balancers' and probes' checks often send it
+    @app.api_route("/health", methods=["GET", "HEAD"], responses=error_responses(503))
     async def health() -> JSONResponse:
         if not router.is_alive and not parts.embedder.get_workers():
             return JSONResponse({"status": "unhealthy", "reason": "engine stopped"}, 503)
         return JSONResponse({"status": "ok", "model": model.name})
 
-    @app.get("/live")
+    @app.api_route("/live", methods=["GET", "HEAD"])
     async def live() -> dict[str, str]:
         return {"status": "alive"}
 

@@ -136,6 +136,8 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
         return JSONResponse(body, status_code=400)
     if first.get("type") == "missing" and not loc:
         message = "the request body must be a JSON object"
+    elif not loc and isinstance(first.get("input"), bytes):  # not read as JSON
+        message = "the request body must be a JSON object sent as content-type application/json"
     else:
         where = ".".join(loc) or "body"
         message = f"{where}: {first['msg']}"

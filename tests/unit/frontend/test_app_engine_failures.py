@@ -128,3 +128,13 @@ async def test_an_engine_failure_of_its_own_is_a_500(preprocessor: Preprocessor)
         r = await c.post("/v1/completions", json={"model": "m", "prompt": "hi"})
     assert r.status_code == 500
     assert (r.json()["error"]["type"], r.json()["error"]["param"]) == ("internal_error", None)
+
+
+async def test_health_and_live_answer_head(preprocessor: Preprocessor) -> None:
+    """Load balancers' and probes' checks often send HEAD (405 before)."""
+    async with client(preprocessor, FailingEngine(None)) as c:
+        for path in ("/health", "/live"):
+            head = await c.head(path)
+            assert (head.status_code, head.content) == (200, b""), path
+    async with client(preprocessor) as c:  # a dead engine
+        assert (await c.head("/health")).status_code == 503

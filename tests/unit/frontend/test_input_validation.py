@@ -228,3 +228,20 @@ async def test_the_param_is_the_field_as_the_client_wrote_it(
     response = await post(path, json.dumps(body))
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", None])
+async def test_a_body_not_sent_as_json_says_so(content_type: str | None) -> None:
+    """The body's bytes were echoed as Python's b'...' repr."""
+    headers = {} if content_type is None else {"content-type": content_type}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app()), base_url="http://t"
+    ) as c:
+        response = await c.post("/completions", content=json.dumps(COMPLETION), headers=headers)
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "message": "the request body must be a JSON object sent as content-type application/json",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
