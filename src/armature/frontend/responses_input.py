@@ -169,7 +169,8 @@ RENAMED_WORDS = (
 def responses_error(exc: ApiError) -> ApiError:
     """A chat request's error in the Responses request's terms: `messages...` is `input`,
     `max_tokens` is `max_output_tokens`, `response_format` is `text.format` (flat: its
-    `json_schema.schema` is `schema`)."""
+    `json_schema.schema` is `schema`), a tool's `function.parameters` its `parameters` (flat
+    too)."""
     param = exc.param or ""
     if param.startswith("messages"):
         renamed: str | None = "input"
@@ -179,6 +180,8 @@ def responses_error(exc: ApiError) -> ApiError:
         renamed = "text.format" + param.removeprefix("response_format").replace(
             ".json_schema", "", 1
         )
+    elif param.startswith("tools.") and ".function." in param:
+        renamed = param.replace(".function.", ".", 1)
     else:
         return exc
     message = exc.message

@@ -414,6 +414,10 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
         ({"tools": [{"type": "web_search"}]}, "tools.0"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools.0.name"),
         ({"tools": [{**TIME_TOOL, "parameters": {"type": "array"}}]}, "tools.0.parameters"),
+        (  # a schema the grammar compiler refuses (named as chat names it before)
+            {"tools": [{**TIME_TOOL, "parameters": {"properties": {"x": {"type": "strnig"}}}}]},
+            "tools.0.parameters",
+        ),
         ({"tools": [TIME_TOOL, TIME_TOOL]}, "tools"),
         ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "launch"}}, "tool_choice"),
         ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
