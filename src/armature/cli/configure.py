@@ -122,6 +122,13 @@ def _hardware(
                 "--system local needs --timing-profile (write one with armature profile)"
             )
         profile = read_profile(Path(config.timing_profile))
+        if profile.source.model != served_name:  # a directory's name may differ, so a note
+            print(
+                f"armature: note: the timing profile was measured on model "
+                f"{profile.source.model!r}, not {served_name!r}: its step times are that "
+                "model's",
+                file=sys.stderr,
+            )
         cores = config.host_cores or float(os.cpu_count() or 1)
         try:  # the flags' parsers refuse every other bad value: this is the parts' sum
             host = HostShare(

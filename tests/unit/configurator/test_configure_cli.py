@@ -320,6 +320,13 @@ def test_local_system_saves_native_commands(
     write_profile(pair, profile)
     assert main([*argv[:-2], "--save-dir", str(tmp_path / "pair")]) == 0
     assert capsys.readouterr().err == ""
+    # a profile of another model: said (it was taken silently)
+    write_profile(replace(pair, source=replace(pair.source, model="other")), profile)
+    assert main([*argv[:-2], "--save-dir", str(tmp_path / "other")]) == 0
+    assert capsys.readouterr().err == (
+        "armature: note: the timing profile was measured on model 'other', not 'tiny': its "
+        "step times are that model's\n"
+    )
 
 
 @pytest.mark.parametrize(
