@@ -40,6 +40,10 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["replay", "--synthetic", "multi-turn", "--report", ""], "--report is empty: give a file"),
         (["replay", "--synthetic", "multi-turn", "--plot", " "], "--plot is empty: give a file"),
         (["profile", "--engines-at-once", "1000"], "--engines-at-once: must be"),
+        (["--bogus"], "unrecognized arguments: --bogus; give a command first"),  # "required"
+        (["replay", "--synthetic", "multi-turn", "--kv-remote", ""], "--kv-remote: must not be"),
+        (["serve", "--kv-disk-dir", " "], "--kv-disk-dir: must not be empty, got ' '"),
+        ([], "the following arguments are required: command"),
         (["worker", "--host", " "], "--host: must be a host name or an IP address, got ' '"),
         (["serve", "--kv-cache-bytes", "12XB"], "not a size"),
         (["serve", "--dtype", "int3"], "invalid choice"),

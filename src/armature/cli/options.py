@@ -67,6 +67,9 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         message = with_dash_value_hint(message, self._arg_strings)
+        options = [a for a in self._arg_strings if a.startswith("-")]
+        if message.endswith("required: command") and options:  # `armature --bogus`
+            message = f"unrecognized arguments: {' '.join(options)}; give a command first"
         self.exit(2, f"armature: error: {message} (see --help)\n")
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from armature.config.settings import setting
-from armature.config.values import parse_bytes, positive_float, positive_int
+from armature.config.values import non_empty, parse_bytes, positive_float, positive_int
 from armature.errors import ConfigError
 
 __all__ = [
@@ -47,6 +47,7 @@ class KvTierConfig:
         None,
         "G3: a directory on local disk for KV blocks (found again after a restart; the mocker "
         "writes no files and needs none)",
+        parse=non_empty,
     )
     kv_disk_bytes: int | None = setting(
         None, "G3 capacity in bytes (with --kv-disk-dir; alone for the mocker)", parse=parse_bytes
@@ -58,6 +59,7 @@ class KvTierConfig:
         None,
         "G4: a KV store shared by every worker: file:///shared/dir or s3://bucket/prefix (the "
         "mocker opens nothing: any value turns its modeled G4 on)",
+        parse=non_empty,
     )
     kv_remote_endpoint: str | None = setting(
         None, "the S3 endpoint for --kv-remote s3://... (e.g. http://127.0.0.1:9000)"

@@ -140,6 +140,14 @@ def port(text: str) -> int:
     return value
 
 
+def non_empty(text: str) -> str:
+    """A path or URL given as text: not empty (an empty one read as "none" turned nothing on
+    without a word)."""
+    if not text.strip():
+        raise ConfigError(f"must not be empty, got {text!r}")
+    return text
+
+
 def listen_host(text: str) -> str:
     """An address to listen on: not empty (a server given "" listens on every interface),
     no spaces (0.0.0.0 says every interface on purpose)."""
