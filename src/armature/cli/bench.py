@@ -48,6 +48,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     bench.add_argument("--model", default=None, help="model name (default: the server's first)")
     bench.add_argument("--endpoint", choices=["chat", "completions"], default="completions")
+    _add_schedule_args(bench)
+    _add_workload_args(bench)
+    bench.add_argument("--ignore-eos", action="store_true", help="ask for exactly max_tokens")
+    bench.add_argument("--slo-ttft-ms", type=arg_type(positive_float), default=None)
+    bench.add_argument("--slo-itl-ms", type=arg_type(positive_float), default=None)
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument(
+        "--timeout-s", type=arg_type(positive_float), default=600.0, help="per request"
+    )
+    bench.add_argument(
+        "--tokenizer",
+        default=None,
+        help="local HF directory to synthesize prompts and count tokens (default: the "
+        "embedded SmolLM2 tokenizer)",
+    )
+    bench.add_argument(
+        "--report", type=Path, default=None, help="a directory: report.json, report.md, plots"
+    )
+    bench.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], default="warning"
+    )
+
+
+def _add_schedule_args(bench: argparse.ArgumentParser) -> None:
+    """How requests are sent: a closed or open loop (or a sweep of either), or a trace's
+    schedule."""
     shape = bench.add_mutually_exclusive_group()
     shape.add_argument(
         "--concurrency", type=arg_type(concurrency), default=None, help="closed loop"
@@ -71,6 +97,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--time-scale", type=arg_type(positive_float), default=1.0, help="trace times x"
     )
+
+
+def _add_workload_args(bench: argparse.ArgumentParser) -> None:
+    """What is sent: a prompts file or synthetic prompts (lengths, prefixes, sessions), how
+    many, and for how long."""
     bench.add_argument("--prompts", type=Path, default=None, help='JSONL of {"prompt": ...}')
     bench.add_argument(
         "--input-len", type=arg_type(sequence_tokens), default=256, help="synthetic tokens"
@@ -101,25 +132,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=arg_type(int_between(0, MAX_WARMUP)),
         default=2,
         help="requests sent first, not counted",
-    )
-    bench.add_argument("--ignore-eos", action="store_true", help="ask for exactly max_tokens")
-    bench.add_argument("--slo-ttft-ms", type=arg_type(positive_float), default=None)
-    bench.add_argument("--slo-itl-ms", type=arg_type(positive_float), default=None)
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument(
-        "--timeout-s", type=arg_type(positive_float), default=600.0, help="per request"
-    )
-    bench.add_argument(
-        "--tokenizer",
-        default=None,
-        help="local HF directory to synthesize prompts and count tokens (default: the "
-        "embedded SmolLM2 tokenizer)",
-    )
-    bench.add_argument(
-        "--report", type=Path, default=None, help="a directory: report.json, report.md, plots"
-    )
-    bench.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], default="warning"
     )
 
 

@@ -214,11 +214,8 @@ async def _respond(
         status = str(exc.status_code)
         raise
     except GenerationError as exc:
-        if exc.param is not None:  # the request's field could not be followed
-            status = "400"
-            body = error_body(str(exc), "invalid_request_error", exc.param, "invalid_value")
-            return JSONResponse(body, status_code=400)
-        return JSONResponse(error_body(str(exc), "internal_error"), status_code=500)
+        status = str(exc.status_code)
+        return JSONResponse(exc.body(), status_code=exc.status_code)
     except EngineDeadError as exc:
         status = "503"
         body = error_body(f"the engine is not serving: {exc}", "service_unavailable")

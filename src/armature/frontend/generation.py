@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from armature.errors import ArmatureError
 from armature.frontend.detokenizer import IncrementalDetokenizer
+from armature.frontend.errors import error_body
 from armature.frontend.metrics import FrontendMetrics
 from armature.protocols.engine import EngineOutput, FinishReason, TokenLogprob
 
@@ -23,6 +24,17 @@ class GenerationError(ArmatureError, RuntimeError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+    @property
+    def status_code(self) -> int:
+        return 500 if self.param is None else 400
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        """OpenAI's error object: the request's (invalid_request_error naming `param`) or
+        the engine's (internal_error)."""
+        if self.param is None:
+            return error_body(str(self), "internal_error")
+        return error_body(str(self), "invalid_request_error", self.param, "invalid_value")
 
 
 @dataclass(slots=True)

@@ -202,12 +202,10 @@ class OpenAIService:
                         yield b"".join(pending)
                         pending.clear()
         except (GenerationError, EngineDeadError) as exc:
-            param = exc.param if isinstance(exc, GenerationError) else None  # the request's
-            if param is None:
-                body = error_body(str(exc), "internal_error")
+            if isinstance(exc, GenerationError):  # the request's field, or the engine's fault
+                pending.append(sse_event(exc.body()))
             else:
-                body = error_body(str(exc), "invalid_request_error", param, "invalid_value")
-            pending.append(sse_event(body))
+                pending.append(sse_event(error_body(str(exc), "internal_error")))
         yield _ending(job, usages, head, pending)
 
     def _chat_choice(

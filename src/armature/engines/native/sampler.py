@@ -10,6 +10,7 @@ same tokens whatever it is batched with.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -97,13 +98,14 @@ def sample(
     tokens: list[int] = []
     for row, item in enumerate(inputs):
         p = item.params
-        if p.temperature < MIN_SAMPLING_TEMPERATURE or p.top_k == 1:
-            tokens.append(int(greedy_ids[row]))
+        greedy = int(greedy_ids[row])
+        # truncation keeps the most likely token, so a row whose best is not finite (every
+        # token blocked) has nothing to draw from
+        greedy_only = p.temperature < MIN_SAMPLING_TEMPERATURE or p.top_k == 1
+        if greedy_only or not math.isfinite(float(logits[row, greedy])):
+            tokens.append(greedy)
             continue
         scaled = _truncate(logits[row] / p.temperature, p.top_k, p.top_p)
-        if not bool(torch.isfinite(scaled).any()):  # nothing left to draw from (all -inf)
-            tokens.append(int(greedy_ids[row]))
-            continue
         probs = torch.softmax(scaled, dim=-1)
         tokens.append(int(torch.multinomial(probs, 1, generator=item.generator).item()))
     out_logprobs: list[TokenLogprob | None] = [None] * len(inputs)

@@ -19,7 +19,14 @@ import json
 import re
 from typing import Any
 
-__all__ = ["JSON_SPACE", "MAX_JSON_DEPTH", "CanonicalJson", "json_depth", "loads_bounded"]
+__all__ = [
+    "JSON_SPACE",
+    "MAX_JSON_DEPTH",
+    "CanonicalJson",
+    "json_depth",
+    "loads_bounded",
+    "within_depth",
+]
 
 MAX_JSON_DEPTH = 256  # nested containers a call may carry, streamed or whole (far below
 # the recursion limit that json.loads would otherwise hit at ~1,000 levels)
@@ -57,6 +64,11 @@ def loads_bounded(text: str, decoder: json.JSONDecoder | None = None) -> Any:
         value = (decoder or _PLAIN).decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deep") from None
+    return within_depth(value)
+
+
+def within_depth(value: Any) -> Any:
+    """`value` (decoded JSON), or ValueError when it nests deeper than MAX_JSON_DEPTH."""
     if json_depth(value) > MAX_JSON_DEPTH:
         raise ValueError("JSON nested too deep")
     return value

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from armature.frontend.parsing.json_canon import MAX_JSON_DEPTH, json_depth, loads_bounded
+from armature.frontend.parsing.json_canon import loads_bounded, within_depth
 
 __all__ = [
     "ARGUMENT_KEYS",
@@ -161,13 +161,7 @@ def raw_decode_json(text: str, at: int) -> tuple[Any, int]:
         value, end = _DECODER.raw_decode(text, at)
     except RecursionError:
         raise ValueError("JSON nested too deep") from None
-    return _shallow(value), end
-
-
-def _shallow(value: Any) -> Any:
-    if json_depth(value) > MAX_JSON_DEPTH:
-        raise ValueError("JSON nested too deep")
-    return value
+    return within_depth(value), end
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
