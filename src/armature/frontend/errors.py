@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -147,10 +148,25 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
 
 
+def body_parse_detail(cause: BaseException | None) -> str | None:
+    """What is wrong with a JSON body the decoder gave up on without a decode error (FastAPI
+    answers those "There was an error parsing the body"), or None for any other cause."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the request body is not UTF-8 text (invalid byte at offset {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "malformed JSON body: nested too deeply"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        return f"malformed JSON body: a number with more than {sys.get_int_max_str_digits()} digits"
+    return None
+
+
 def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+    detail = str(exc.detail)
+    if exc.status_code == 400:
+        detail = body_parse_detail(exc.__cause__) or detail
+    return JSONResponse(error_body(detail, kind), status_code=exc.status_code)
 
 
 def _internal_error(_: Request, exc: Exception) -> JSONResponse:

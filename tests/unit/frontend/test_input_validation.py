@@ -245,3 +245,35 @@ async def test_a_body_not_sent_as_json_says_so(content_type: str | None) -> None
         "param": None,
         "code": None,
     }
+
+
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        (
+            b'{"model": "m", "prompt": "\xff"}',
+            "the request body is not UTF-8 text (invalid byte at offset 26)",
+        ),
+        (b"[" * 5000 + b"]" * 5000, "malformed JSON body: nested too deeply"),
+        (
+            b'{"model": "m", "n": ' + b"9" * 5000 + b"}",
+            "malformed JSON body: a number with more than 4300 digits",
+        ),
+    ],
+    ids=["not-utf8", "deep", "long-number"],
+)
+async def test_a_body_the_decoder_gives_up_on_is_named(content: bytes, text: str) -> None:
+    """JSON the decoder raised on without a decode error was "There was an error parsing the
+    body", whatever was wrong."""
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app()), base_url="http://t"
+    ) as c:
+        headers = {"content-type": "application/json"}
+        response = await c.post("/completions", content=content, headers=headers)
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "message": text,
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
