@@ -136,15 +136,21 @@ def _add_workload_args(bench: argparse.ArgumentParser) -> None:
 
 
 def _tokenizer(spec: str | None) -> Any:
-    from transformers import AutoTokenizer
-
+    from armature.errors import ConfigError
+    from armature.frontend.preprocess import load_tokenizer
     from armature.model.source import ModelSourceError, resolve_model
 
+    if spec is not None and Path(spec).expanduser().is_dir():
+        path = Path(spec).expanduser()  # a tokenizer's own files need no model config
+    else:
+        try:
+            path = resolve_model(spec).path
+        except ModelSourceError as exc:
+            raise CliError(f"--tokenizer: {exc}" if spec is not None else str(exc)) from None
     try:
-        path = resolve_model(spec).path
-    except ModelSourceError as exc:
-        raise CliError(str(exc)) from None
-    return AutoTokenizer.from_pretrained(str(path))
+        return load_tokenizer(path)
+    except ConfigError as exc:
+        raise CliError(f"--tokenizer: {exc}") from None
 
 
 def _read_files(args: argparse.Namespace) -> tuple[list[Any] | None, list[Any] | None]:
@@ -349,7 +355,8 @@ async def _run(args: argparse.Namespace, model: str, requests: list[Any], count:
 
 def run(args: argparse.Namespace) -> int:
     """Every check that can fail runs before the first request: the flags, the report
-    directory, the input files, then the server (reachable, serving --model)."""
+    directory, the input files, the tokenizer, then the server (reachable, serving
+    --model)."""
     if args.trace is not None and (
         args.rate or args.sweep_rate or args.concurrency or args.sweep_concurrency
     ):
@@ -363,8 +370,8 @@ def run(args: argparse.Namespace) -> int:
         check_report_dir(args.report)
     prompts, trace = _read_files(args)
     check_workload(args, trace)
-    model = asyncio.run(_get_model(args))
     tokenizer = _tokenizer(args.tokenizer)
+    model = asyncio.run(_get_model(args))
 
     def count(texts: list[str]) -> list[int]:
         return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]

@@ -82,6 +82,21 @@ def uses_tools(messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] |
     return bool(tools) or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
 
 
+def load_tokenizer(model_dir: Path) -> Any:
+    """The Hugging Face tokenizer in `model_dir`; ConfigError, in one line, where it does not
+    load."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir))
+    # the library reads the directory's files with whatever raises on bad ones (a JSON
+    # error, a KeyError for a missing section, the Rust tokenizer's own Exception)
+    except Exception as exc:
+        first = str(exc).strip().split("\n", 1)[0]
+        what = f"cannot load the tokenizer in {model_dir}: {type(exc).__name__}: {first}"
+        raise ConfigError(what) from None
+
+
 class Preprocessor:
     """The model's tokenizer and chat template; `chat_template` (Jinja source) replaces the
     model's own. A tools template (`with_tools_template`) renders the chats that use tools
@@ -89,16 +104,7 @@ class Preprocessor:
     drops tools gets one that renders them in its format (chat_setup.py chooses it)."""
 
     def __init__(self, model_dir: Path, chat_template: str | None = None):
-        from transformers import AutoTokenizer
-
-        try:
-            self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir))
-        # the library reads the directory's files with whatever raises on bad ones (a JSON
-        # error, a KeyError for a missing section, the Rust tokenizer's own Exception)
-        except Exception as exc:
-            first = str(exc).strip().split("\n", 1)[0]
-            what = f"cannot load the tokenizer in {model_dir}: {type(exc).__name__}: {first}"
-            raise ConfigError(what) from None
+        self.tokenizer: Any = load_tokenizer(model_dir)
         self._chat_template = chat_template
         self.tools_template: str | None = None
         template = chat_template or getattr(self.tokenizer, "chat_template", None)

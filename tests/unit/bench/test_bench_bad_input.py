@@ -199,6 +199,28 @@ def test_an_unreachable_server_is_exit_2_before_the_run(
     assert f"cannot reach {dead_url}" in err
 
 
+def test_the_tokenizer_is_loaded_before_the_server_is_asked(
+    default_model_dir: Path, dead_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A directory of a tokenizer's own files (no model config.json) is a tokenizer: it was
+    refused as "--model needs a Hugging Face model dir"; one that does not load is one line,
+    before the server is asked."""
+    only = tmp_path / "tokenizer-only"
+    only.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (only / name).write_bytes((default_model_dir / name).read_bytes())
+    argv = ["bench", "--url", dead_url, "--num-requests", "2"]
+    err = one_line_error([*argv, "--tokenizer", str(only)], capsys)
+    assert f"cannot reach {dead_url}" in err  # past the tokenizer
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    write(broken / "tokenizer_config.json", "{}")
+    err = one_line_error([*argv, "--tokenizer", str(broken)], capsys)
+    assert err.startswith(f"armature: error: --tokenizer: cannot load the tokenizer in {broken}: ")
+    err = one_line_error([*argv, "--tokenizer", str(tmp_path / "none")], capsys)
+    assert err == f"armature: error: --tokenizer: model path {tmp_path / 'none'} does not exist\n"
+
+
 def test_a_model_the_server_does_not_serve_is_exit_2_naming_what_it_serves(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
