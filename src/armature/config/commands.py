@@ -94,7 +94,10 @@ class ServeConfig:
         parse=non_negative_int,
     )
     decode_workers: int | None = setting(
-        None, "disaggregated serving: decode workers", parse=positive_int
+        None,
+        "disaggregated serving: decode workers (alone, or with --prefill-workers 0: they "
+        "prefill their own prompts until prefill workers join)",
+        parse=positive_int,
     )
     engine: EngineConfig = EngineConfig()
     kv: KvCacheConfig = KvCacheConfig()
