@@ -298,14 +298,17 @@ def _add_info_routes(app: FastAPI, parts: FrontendParts) -> None:
         ]
         return {"object": "list", "data": [base, *adapters]}
 
-    # HEAD as well: load balancers' and probes' checks often send it
-    @app.api_route("/health", methods=["GET", "HEAD"], responses=error_responses(503))
+    # HEAD as well: load balancers' and probes' checks often send it (out of the schema,
+    # where it would repeat the GET's operation id)
+    @app.get("/health", responses=error_responses(503))
+    @app.head("/health", include_in_schema=False)
     async def health() -> JSONResponse:
         if not router.is_alive and not parts.embedder.get_workers():
             return JSONResponse({"status": "unhealthy", "reason": "engine stopped"}, 503)
         return JSONResponse({"status": "ok", "model": model.name})
 
-    @app.api_route("/live", methods=["GET", "HEAD"])
+    @app.get("/live")
+    @app.head("/live", include_in_schema=False)
     async def live() -> dict[str, str]:
         return {"status": "alive"}
 

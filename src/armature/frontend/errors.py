@@ -119,11 +119,26 @@ def field_path(loc: Sequence[object]) -> list[str]:
     return kept
 
 
+def most_telling(errors: Sequence[Any]) -> Any:
+    """Of a body's validation errors, the one to report: pydantic lists one per member of a
+    union the value failed (`str | list[...]`), the members' type mismatches first; the
+    member that took the value's type and failed inside it tells the client more."""
+    first = errors[0]
+    path = field_path(first.get("loc", ()))
+
+    def telling(error: Any) -> tuple[bool, int]:
+        mismatch = str(error.get("type", "")).endswith("_type")
+        return (not mismatch, len(field_path(error.get("loc", ()))))
+
+    same_field = [e for e in errors if field_path(e.get("loc", ()))[: len(path)] == path]
+    return max(same_field, key=telling)  # the first of the most telling
+
+
 def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     """400 for a body that fails the schema (malformed JSON, wrong types, bad ranges)."""
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
-    first = errors[0] if errors else {"msg": "invalid request", "loc": ()}
+    first = most_telling(errors) if errors else {"msg": "invalid request", "loc": ()}
     loc = field_path(first.get("loc", ()))
     if first.get("type") == "json_invalid":
         ctx = first.get("ctx")

@@ -176,7 +176,8 @@ class ResponsesRequest(_Request):
     and the lone-surrogate check come from `_Request`, as on chat and completions."""
 
     model: str
-    input: str | list[dict[str, Any]] = Field(max_length=MAX_MESSAGES)
+    # the item count is bounded; a string is text (its length is the context's to bound)
+    input: str | Annotated[list[dict[str, Any]], Field(max_length=MAX_MESSAGES)]
     instructions: str | None = None
     previous_response_id: str | None = Field(
         default=None, min_length=1, max_length=MAX_RESPONSE_ID_CHARS

@@ -411,6 +411,8 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
             "input.0.call_id",
         ),
         ({"input": []}, "input"),
+        ({"input": [{"role": "user", "content": "x"}] * 4097}, "input"),
+        ({"input": ["x"]}, "input.0"),
         ({"tools": [{"type": "web_search"}]}, "tools.0"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools.0.name"),
         ({"tools": [{**TIME_TOOL, "parameters": {"type": "array"}}]}, "tools.0.parameters"),
@@ -450,6 +452,10 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
     for fields, param in cases:
         error = await bad_request(client, 400, **fields)
         assert (error["param"], error["type"]) == (param, "invalid_request_error"), fields
+    error = await bad_request(client, 400, input=[{"role": "user", "content": "x"}] * 4097)
+    assert error["message"].startswith("input: List should have at most 4096 items")
+    error = await bad_request(client, 400, input=["x"])  # the list member's error, not str's
+    assert error["message"].startswith("input.0: Input should be a valid dictionary")
     error = await bad_request(client, 400, previous_response_id=unstored.id)
     assert error["code"] == "response_not_stored" and "store: false" in error["message"]
     error = await bad_request(client, 404, previous_response_id="resp_nope")
@@ -464,6 +470,16 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
     assert caught.value.body["code"] == "response_not_stored"  # type: ignore[index]
     with pytest.raises(openai.NotFoundError):
         await client.responses.delete("resp_nope")
+
+
+async def test_a_string_input_is_text_however_many_characters(preprocessor: Preprocessor) -> None:
+    """The item count's bound (4,096) was applied to a string's characters too."""
+    engine, client = serve(preprocessor)
+    engine.outputs = [TEXT_OUTPUT]
+    text = "hello " * 1000  # 6,000 characters, ~1,000 tokens: within the context
+    response = await client.responses.create(model=MODEL, input=text)
+    assert response.status == "completed"
+    assert text.strip() in preprocessor.decode(engine.prompts[0], skip_special_tokens=False)
 
 
 async def test_text_format_and_forced_tools_are_the_guides_of_chat(
