@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.frontend.compose import FrontendParts
 from armature.frontend.embedding_protocol import EmbeddingRequest
 from armature.frontend.errors import ApiError, error_body, error_responses
+from armature.frontend.service import ClientDisconnectedError, unless_disconnected
 
 __all__ = ["EMBEDDINGS_PATH", "add_embedding_routes"]
 
@@ -26,14 +27,18 @@ def add_embedding_routes(app: FastAPI, parts: FrontendParts) -> None:
     }
 
     @app.post(EMBEDDINGS_PATH, responses=responses)
-    async def embeddings(body: EmbeddingRequest) -> Response:
+    async def embeddings(body: EmbeddingRequest, http_request: Request) -> Response:
         metrics = parts.metrics
         metrics.in_flight.inc()
         status = "500"
         try:
-            answer = await parts.embeddings.create(body)
+            # a client that leaves cancels its legs on the workers
+            answer = await unless_disconnected(parts.embeddings.create(body), http_request)
             status = "200"
             return JSONResponse(answer)
+        except ClientDisconnectedError:
+            status = "499"
+            return Response(status_code=499)  # the client is gone; nobody reads this
         except ApiError as exc:
             status = str(exc.status_code)
             raise

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from fastapi import Request
@@ -43,6 +43,8 @@ from armature.protocols.engine import TokenLogprob
 from armature.router.service import EngineRouter, RouteGroup
 
 __all__ = ["ClientDisconnectedError", "OpenAIService", "unless_disconnected"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
@@ -261,9 +263,9 @@ def _chunk_object(kind: Kind) -> str:
     return "chat.completion.chunk" if kind == "chat" else "text_completion"
 
 
-async def unless_disconnected(work: Awaitable[None], http_request: Request) -> None:
-    """Run `work`; if the client disconnects first, cancel it (which aborts the request) and
-    raise ClientDisconnectedError."""
+async def unless_disconnected(work: Awaitable[_T], http_request: Request) -> _T:
+    """`work`'s result; if the client disconnects first, cancel it (which aborts the request)
+    and raise ClientDisconnectedError."""
     work_task = asyncio.ensure_future(work)
     watch_task = asyncio.ensure_future(_wait_for_disconnect(http_request))
     try:
@@ -275,7 +277,7 @@ async def unless_disconnected(work: Awaitable[None], http_request: Request) -> N
             log.info("client disconnected; request cancelled")
             # Not CancelledError: out of the ASGI app, uvicorn logs that as a crash.
             raise ClientDisconnectedError
-    work_task.result()
+    return work_task.result()
 
 
 async def _wait_for_disconnect(http_request: Request) -> None:

@@ -6,7 +6,9 @@ format naming the field; a request for the task the workers do not serve names i
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,14 @@ async def serve(
     embed_engines = {}
     if runner is not None:
         embed_engines["e0"] = NativeEmbeddingEngine(runner, EmbedQueue(256, 8))
+    return await serve_engines(preprocessor, embed_engines, generate)
+
+
+async def serve_engines(
+    preprocessor: Preprocessor,
+    embed_engines: dict[str, NativeEmbeddingEngine],
+    generate: bool = False,
+) -> tuple[FrontendParts, httpx.AsyncClient, openai.AsyncOpenAI]:
     parts = compose_frontend(
         engines={"g0": IdleEngine()} if generate else {},  # type: ignore[dict-item]
         embed_engines=embed_engines,
@@ -234,3 +244,79 @@ async def test_each_task_refuses_the_other_naming_model_and_task(
     )
     assert "with any engine" in body["message"]
     assert "no embeddings" not in body["message"]
+
+
+class HeldRunner:
+    """The runner, held on its first batch until `release` is set."""
+
+    def __init__(self, runner: EmbeddingRunner) -> None:
+        self.shape = runner.shape
+        self.arch = runner.arch
+        self.max_model_len = runner.max_model_len
+        self._runner = runner
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def embed(self, prompts: list[list[int]]) -> list[bytes]:
+        self.entered.set()
+        self.release.wait(60)
+        return self._runner.embed(prompts)
+
+
+def asgi_post(path: str, body: dict[str, Any], leave_when: threading.Event) -> Any:
+    """An ASGI call of POST `path` whose client disconnects once `leave_when` is set."""
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": json.dumps(body).encode()}
+        await asyncio.to_thread(leave_when.wait, 60)
+        return {"type": "http.disconnect"}
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"t")],
+        "client": ("127.0.0.1", 1),
+        "server": ("t", 80),
+    }
+    return scope, receive
+
+
+async def test_a_client_that_leaves_cancels_its_embeddings(
+    preprocessor: Preprocessor, runner: EmbeddingRunner
+) -> None:
+    """The route awaited the vectors however long they took, counted the request 200 and
+    held its place in flight; the queued legs ran for nobody."""
+    held = HeldRunner(runner)
+    engine = NativeEmbeddingEngine(held, EmbedQueue(256, 1))  # type: ignore[arg-type]
+    parts, _, _ = await serve_engines(preprocessor, {"e0": engine})
+    body = {"model": MODEL, "input": ["one", "two", "three"]}  # three legs, one a batch
+    scope, receive = asgi_post("/v1/embeddings", body, held.entered)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    try:
+        # the client leaves while the first leg computes: the route answers without it
+        await asyncio.wait_for(build_app(parts)(scope, receive, send), 30)
+        assert not held.release.is_set()
+        assert sent[0]["status"] == 499
+        load = engine.get_load()
+        assert (load.num_waiting, load.num_running) == (0, 1)  # the other two left the queue
+        metrics = parts.metrics.render().decode()
+        assert 'armature_requests_total{endpoint="embeddings",status="499"} 1.0' in metrics
+        assert "armature_requests_in_flight 0.0" in metrics
+    finally:
+        held.release.set()
+        await parts.embedder.stop()
