@@ -325,7 +325,9 @@ class EngineRouter:
         self.load.start(request.request_id, decision.worker, uncached, -(-num_tokens // bs))
         self.load_changed.set()
         num_output = 0
-        reason = "cancelled"
+        # the caller closed the stream before the engine finished: the frontend's stop string,
+        # a client that left, or a cancellation
+        reason = "closed by the caller"
         try:
             stream = self.engines[decision.worker].generate(request)
             try:

@@ -53,7 +53,7 @@ class LoraSet:
         with self._lock:
             name = served.adapter.name
             if name in self._by_name:
-                raise LoraError(f"an adapter named {name!r} is already loaded; unload it first")
+                raise LoraError(f"the LoRA adapter {name!r} is already loaded; unload it first")
             self._by_name[name] = served
 
     def remove(self, name: str) -> bool:
