@@ -175,6 +175,16 @@ CASES = [
         param="top_logprobs",
         code="unsupported_parameter",
     ),
+    Case(  # the echoed prompt came without logprobs: tokens that did not join the text
+        "echo-with-logprobs",
+        COMPLETIONS,
+        completion(echo=True, logprobs=1),
+        param="echo",
+        code="unsupported_parameter",
+    ),
+    Case(
+        "suffix", COMPLETIONS, completion(suffix="x"), param="suffix", code="unsupported_parameter"
+    ),
     # The first two used to kill the engine thread (500, then every request failed):
     Case("seed-past-64-bits", CHAT, chat(seed=2**64, max_tokens=2), param="seed"),
     Case(

@@ -244,6 +244,10 @@ class CompletionRequest(GenerationFields):
         out = super().unsupported_fields()
         if self.suffix:
             out.append(("suffix", "suffix is not supported"))
+        if self.echo and self.logprobs is not None:
+            # the echoed prompt would come without logprobs: its tokens would not join the text
+            reason = "echo with logprobs is not supported (no logprobs of prompt tokens)"
+            out.append(("echo", reason))
         return out
 
 
