@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP app: routes, error handling, request accounting.
 
     POST /v1/chat/completions   POST /v1/completions   POST /v1/embeddings   GET /v1/models
-    POST /v1/responses   GET|DELETE /v1/responses/{id}   (responses_service.py)
+    POST /v1/responses   GET|DELETE /v1/responses/{id}   GET /v1/responses/{id}/input_items
+                                                          (responses_service.py)
     POST /v1/load_lora_adapter   POST /v1/unload_lora_adapter   (lora_admin.py)
     GET /health   GET /live   GET /metrics   GET /openapi.json   GET|POST /admin/overload
 
@@ -17,9 +18,9 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from fastapi import FastAPI, Path, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from armature.config import HttpConfig
@@ -34,6 +35,7 @@ from armature.frontend.generation import GenerationError
 from armature.frontend.jobs import Job, ServedModel
 from armature.frontend.lora_admin import add_lora_routes
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
+from armature.frontend.responses_listing import MAX_PAGE_ITEMS
 from armature.frontend.responses_protocol import MAX_RESPONSE_ID_CHARS, ResponsesRequest
 from armature.frontend.service import ClientDisconnectedError, OpenAIService
 from armature.frontend.tasks import wrong_task
@@ -271,6 +273,21 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
     async def get_response(response_id: ResponseId) -> dict[str, Any]:
         """A stored response (see --max-stored-responses, --stored-response-ttl-s)."""
         return parts.responses.get(response_id)
+
+    @app.get("/v1/responses/{response_id}/input_items", responses=stored)
+    async def list_input_items(
+        response_id: ResponseId,
+        after: Annotated[str | None, Query(max_length=MAX_RESPONSE_ID_CHARS)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE_ITEMS)] = 20,
+        order: Literal["asc", "desc"] = "desc",
+        include: Annotated[list[str] | None, Query()] = None,
+    ) -> dict[str, Any]:
+        """The items a stored response ran on: the chain's before its own input."""
+        if include:
+            raise ApiError(
+                "include is not supported", param="include", code="unsupported_parameter"
+            )
+        return parts.responses.list_input_items(response_id, after, limit, order)
 
     @app.delete("/v1/responses/{response_id}", responses=stored)
     async def delete_response(response_id: ResponseId) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Request
 
@@ -24,6 +24,7 @@ from armature.frontend.generation import GenerationError, Usage
 from armature.frontend.jobs import Job, JobBuilder
 from armature.frontend.response_store import Missing, ResponseStore
 from armature.frontend.responses_input import chat_request, read_items, responses_error
+from armature.frontend.responses_listing import get_page, listed_items
 from armature.frontend.responses_output import ResponseBuilder, response_fields
 from armature.frontend.responses_protocol import InputItem, ResponsesRequest
 from armature.frontend.service import OpenAIService, unless_disconnected
@@ -39,6 +40,7 @@ Clock = Callable[[], float]  # monotonic seconds
 class StoredResponse:
     response: dict[str, Any]  # the response object, as GET returns it
     conversation: tuple[InputItem, ...]  # what a response that follows it continues
+    input_items: tuple[dict[str, Any], ...]  # what it ran on, as input_items lists them
 
 
 class ResponsesService:
@@ -65,21 +67,32 @@ class ResponsesService:
             log.info("responses: ignoring unknown fields %s", sorted(body.model_extra))
         for param, reason in body.unsupported_fields():
             raise ApiError(reason, param=param, code="unsupported_parameter")
-        history = self._history(body.previous_response_id)
+        history, history_listed = self._history(body.previous_response_id)
         items = read_items(body.input)
         try:
             job = await self.jobs.chat_job(chat_request(body, history, items))
         except ApiError as exc:
             raise responses_error(exc) from None
         fields = response_fields(body, f"resp_{uuid.uuid4().hex}", int(time.time()), job.model_name)
-        builder = ResponseBuilder(fields, lambda prefix: f"{prefix}_{uuid.uuid4().hex}")
-        return ResponseRun(self, job, builder, (*history, *items), body.store)
+        new_id = _new_id
+        builder = ResponseBuilder(fields, new_id)
+        listed = (*history_listed, *listed_items(items, body.input, new_id))
+        return ResponseRun(self, job, builder, (*history, *items), listed, body.store)
 
     def get(self, response_id: str) -> dict[str, Any]:
         found = self.store.get(response_id, self.clock())
         if isinstance(found, Missing):
             raise _missing(response_id, found, "response_id")
         return found.response
+
+    def list_input_items(
+        self, response_id: str, after: str | None, limit: int, order: Literal["asc", "desc"]
+    ) -> dict[str, Any]:
+        """A page of the items a stored response ran on (see responses_listing.py)."""
+        found = self.store.get(response_id, self.clock())
+        if isinstance(found, Missing):
+            raise _missing(response_id, found, "response_id")
+        return get_page(found.input_items, after, limit, order)
 
     def delete(self, response_id: str) -> dict[str, Any]:
         self.get(response_id)  # ApiError when there is none
@@ -95,17 +108,24 @@ class ResponsesService:
             self.store.put_tombstone(response["id"], now_s)
             return
         output = read_items(run.builder.output, "output")
-        self.store.put(
-            response["id"], StoredResponse(response, (*run.conversation, *output)), now_s
-        )
+        stored = StoredResponse(response, (*run.conversation, *output), run.input_items)
+        self.store.put(response["id"], stored, now_s)
 
-    def _history(self, previous_id: str | None) -> tuple[InputItem, ...]:
+    def _history(
+        self, previous_id: str | None
+    ) -> tuple[tuple[InputItem, ...], tuple[dict[str, Any], ...]]:
+        """The conversation a response after `previous_id` continues, and its items as
+        input_items lists them (the previous response's input items, then its output)."""
         if previous_id is None:
-            return ()
+            return (), ()
         found = self.store.get(previous_id, self.clock())
         if isinstance(found, Missing):
             raise _missing(previous_id, found, "previous_response_id")
-        return found.conversation
+        return found.conversation, (*found.input_items, *found.response["output"])
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 def _missing(response_id: str, why: Missing, param: str) -> ApiError:
@@ -136,6 +156,7 @@ class ResponseRun:
     job: Job
     builder: ResponseBuilder
     conversation: tuple[InputItem, ...]  # the history and this request's input items
+    input_items: tuple[dict[str, Any], ...]  # the same, as input_items lists them
     store: bool
 
     async def complete(self, http_request: Request) -> dict[str, Any]:

@@ -374,6 +374,70 @@ async def test_store_bound_ttl_get_and_delete(preprocessor: Preprocessor) -> Non
         await client.responses.retrieve(latest.id)
 
 
+async def test_input_items_list_what_a_response_ran_on(preprocessor: Preprocessor) -> None:
+    """The chain's items (each response's input, then its output) before the response's own
+    input, with ids; a page in either order, `after` an item, through the openai client."""
+    engine, client = serve(preprocessor)
+    engine.outputs = [TEXT_OUTPUT, TEXT_OUTPUT]
+    first = await client.responses.create(model=MODEL, input="Hi", instructions="Be brief.")
+    second = await client.responses.create(
+        model=MODEL,
+        previous_response_id=first.id,
+        input=[
+            {"type": "message", "role": "user", "content": "And you?", "id": "msg_mine"},
+            {"role": "developer", "content": "Answer in French."},
+        ],
+    )
+    page = await client.responses.input_items.list(second.id, order="asc")
+    items = [item.model_dump(exclude_none=True) for item in page.data]
+    first_input = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Hi"}],
+        "status": "completed",
+    }
+    assert [{k: v for k, v in i.items() if k != "id"} for i in items] == [
+        first_input,
+        *without_ids(first.output),  # reasoning, then the message
+        {**first_input, "content": [{"type": "input_text", "text": "And you?"}]},
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "Answer in French."}],
+            "status": "completed",
+        },
+    ]
+    ids = [item["id"] for item in items]
+    assert ids[1:3] == [o.id for o in first.output] and ids[3] == "msg_mine"
+    assert ids[0].startswith("msg_") and ids[4].startswith("msg_") and len(set(ids)) == 5
+    assert (page.first_id, page.last_id, page.has_more) == (ids[0], ids[4], False)
+    # the instructions are no item; the first response's own items are its input alone
+    first_page = await client.responses.input_items.list(first.id)
+    assert [item.id for item in first_page.data] == [ids[0]]
+    # newest first by default, two a page, the client following `after` page by page
+    newest = await client.responses.input_items.list(second.id, limit=2)
+    assert [item.id for item in newest.data] == ids[:2:-1][:2]
+    assert newest.has_more
+    listed = [item.id async for item in client.responses.input_items.list(second.id, limit=2)]
+    assert listed == ids[::-1]
+    after = await client.responses.input_items.list(second.id, after=ids[1], order="asc")
+    assert [item.id for item in after.data] == ids[2:]
+    # bad queries: 4xx naming the parameter, in OpenAI's error format
+    http = client._client
+    url = f"http://test/v1/responses/{second.id}/input_items"
+    for query, status, param in [
+        ("?after=msg_nope", 400, "after"),
+        ("?limit=0", 400, "query.limit"),
+        ("?limit=101", 400, "query.limit"),
+        ("?order=sideways", 400, "query.order"),
+        ("?include=message.input_image.image_url", 400, "include"),
+    ]:
+        response = await http.get(url + query)
+        assert (response.status_code, response.json()["error"]["param"]) == (status, param), query
+    response = await http.get("http://test/v1/responses/resp_nope/input_items")
+    assert (response.status_code, response.json()["error"]["param"]) == (404, "response_id")
+
+
 async def bad_request(client: openai.AsyncOpenAI, status: int, **fields: Any) -> dict[str, Any]:
     with pytest.raises(openai.APIStatusError) as caught:
         await client.responses.create(**{"model": MODEL, "input": ASK, **fields})
@@ -562,6 +626,7 @@ async def test_openapi_lists_the_responses_routes(preprocessor: Preprocessor) ->
     _, client = serve(preprocessor)
     schema = (await client._client.get("http://test/openapi.json")).json()
     assert set(schema["paths"]["/v1/responses/{response_id}"]) == {"get", "delete"}
+    assert set(schema["paths"]["/v1/responses/{response_id}/input_items"]) == {"get"}
     assert "post" in schema["paths"]["/v1/responses"]
     with pytest.raises(openai.BadRequestError) as caught:  # longer than any id
         await client.responses.retrieve("r" * 129)
