@@ -306,13 +306,18 @@ class KvTierManager(TierPolicyShell):
             if tier in self._writers:
                 self._writers[tier].submit(lambda: None).result()
 
-    def close(self) -> None:
-        """Wait for loads and writes in flight, then stop the threads."""
+    def finish_loads(self) -> None:
+        """Stop listing the shared store and wait for the loads in flight: what they leave to
+        settle (`take_finished`) may still queue drops on the writers, which `close` stops."""
         self._closing.set()
         if self._lister is not None:
             self._lister.join()
         self._loaders.shutdown(wait=True)
         self._readers.shutdown(wait=True)
+
+    def close(self) -> None:
+        """Wait for loads and writes in flight, then stop the threads."""
+        self.finish_loads()
         for tier in LOWER_TIERS:  # a disk writer may still hand blocks to the G4 writer
             if tier in self._writers:
                 self._writers[tier].shutdown(wait=True)

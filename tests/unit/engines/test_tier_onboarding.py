@@ -188,6 +188,34 @@ def test_a_corrupt_disk_block_is_refused_and_the_rest_computed(
     core.close()
 
 
+def test_closing_while_a_corrupt_disk_block_loads_settles_it(
+    tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    """A worker stopped while a load it will refuse is in flight: settling the refusal drops
+    the block from disk, which the writers did after they had been shut down (a
+    RuntimeError out of close, the other loads' blocks held)."""
+    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_disk_dir=str(tmp_path), kv_disk_blocks=64))
+    a, b, c = prompts(3, seed=8)
+    for i, prompt in enumerate((a, b, c)):
+        run(core, prompt, f"r{i}")
+    tiers = core.tiers
+    assert tiers is not None
+    tiers.flush()
+    bad_hash = hashes_of(a)[2]
+    [path] = tmp_path.rglob(f"{bad_hash:016x}-*.kvb")
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0)
+    core.add_request(EngineRequest(request_id="a2", prompt_token_ids=a, sampling=params))
+    assert core.step() == []  # admission started the loads
+    assert core.onboarding is not None and len(core.onboarding) == 1
+    core.close()
+    assert tiers.counters.blocks_refused == {"corrupt": 1}
+    assert not path.exists()  # dropped before the writers stopped
+    assert tiers.policy.get_num_pinned_blocks() == 0
+
+
 def test_an_abort_while_onboarding_leaks_nothing(tiny_llama_dir: Path) -> None:
     core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_host_blocks=64))
     a, b, c = prompts(3, seed=5)

@@ -258,9 +258,12 @@ class EngineCore:
             self.grammar.close()
         if self.tiers is None or self.onboarding is None:
             return
-        self.tiers.close()
+        # the finished loads settle first: a block a load refused is dropped from its tier
+        # by the writers, which close() stops
+        self.tiers.finish_loads()
         for request in self.onboarding.take_ready():
             self.kv.release_held(request)
+        self.tiers.close()
 
     # ---- the step ----------------------------------------------------------------------
     def step(self) -> list[EngineOutput]:
