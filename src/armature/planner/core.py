@@ -266,9 +266,18 @@ class Planner:
         decisions: list[ScalingDecision] = []
         held: list[ScalingDecision] = []
         holds: list[LimitHold] = []
-        for role, want in wants.items():
+        max_total = self._config.get_max_total_workers()
+        # shrinking roles first: a role grows only into the room the others leave as they
+        # are after their cool-downs (a held shrink leaves none: the total stays in budget)
+        for role, want in sorted(
+            wants.items(), key=lambda w: limited[w[0]][0] > self._num_workers[w[0]]
+        ):
             current = self._num_workers[role]
             target, limit = limited[role]
+            if max_total is not None and target > current:
+                room = max_total - sum(n for r, n in self._num_workers.items() if r != role)
+                if target > room:
+                    target, limit = max(current, room), LimitReason.TOTAL_WORKERS
             if limit is not None and want.num_workers > target:  # a maximum held it
                 holds.append(
                     LimitHold(

@@ -211,6 +211,35 @@ def test_a_total_budget_that_holds_a_role_is_reported(profile: PerformanceModel)
     ]
 
 
+def test_a_held_shrink_leaves_no_room_in_the_total_budget(profile: PerformanceModel) -> None:
+    """Total 4. The load rule takes prefill 1 -> 2 -> 3 (t = 0, 10). At t = 20 the plan for
+    10 req/s wants (3, 4) and shares the 4 as (2, 2): prefill's shrink is held by its 60 s
+    down cool-down, so decode may not grow into the room it would have left (the fleet went
+    to 5, and stayed above its budget)."""
+    planner = make_planner(profile, worker_startup_s=0.0, max_total_workers=4)
+    planner.plan_load(observe(2, window_s=5.0, workers=prefill_workers(1, 12000)), now_s=0.0)
+    planner.plan_load(observe(2, window_s=5.0, workers=prefill_workers(2, 24000)), now_s=10.0)
+    assert planner.get_num_workers() == {P: 3, D: 1}
+    effects = planner.plan_interval(observe(10), now_s=20.0)
+    assert (summary(effects.decisions), summary(effects.held)) == (
+        [],
+        [("prefill", 3, 2, "throughput")],
+    )
+    assert [(h.role, h.num_workers, h.wanted_workers) for h in effects.limited] == [
+        (P, 2, 3),
+        (D, 1, 4),  # held at what the total leaves it now
+    ]
+    assert all(h.limited_by is LimitReason.TOTAL_WORKERS for h in effects.limited)
+    assert planner.get_num_workers() == {P: 3, D: 1}
+    # once prefill's cool-down lets it shrink, decode grows into the room
+    effects = planner.plan_interval(observe(10), now_s=80.0)
+    assert summary(effects.decisions) == [
+        ("prefill", 3, 2, "throughput"),
+        ("decode", 1, 2, "throughput"),
+    ]
+    assert planner.get_num_workers() == {P: 2, D: 2}
+
+
 def prefill_workers(num_workers: int, queued_tokens: float) -> list[WorkerSteps]:
     record = StepRecord(num_queued_prefill_tokens=round(queued_tokens / num_workers))
     return [
