@@ -2,8 +2,9 @@
 off the tick loop (a drain can take a minute; the planner keeps observing meanwhile).
 
 `set_targets` records what each role should have and wakes the actuator; it scales each
-role whose connector count differs. A `ConnectorError` is logged and counted, and the role
-is tried again after `retry_s` (or at the next new target); the planner never crashes on it.
+role whose connector count differs. A `ConnectorError` (or any other error a connector
+raises) is logged and counted, and the role is tried again after `retry_s` (or at the next
+new target); neither the planner nor the actuator stops on it.
 Every `retry_s` it also looks again without being woken, so a worker that left by itself (a
 local process that died) is replaced.
 """
@@ -61,12 +62,22 @@ class Actuator:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._retry_s)
             self._wake.clear()
-            if not self.get_pending():
-                self.idle.set()
-                continue
-            self.idle.clear()
-            if not await self._step() and not self.get_pending():
-                self.idle.set()
+            try:
+                await self._follow()
+            except Exception:  # a connector's own bug or its client's: log, count, retry
+                log.exception(
+                    "the connector failed unexpectedly (retrying in %.0f s)", self._retry_s
+                )
+                self._on_failure()
+
+    async def _follow(self) -> None:
+        """One look at the fleet: scale the roles that differ from their targets."""
+        if not self.get_pending():
+            self.idle.set()
+            return
+        self.idle.clear()
+        if not await self._step() and not self.get_pending():
+            self.idle.set()
 
     async def _step(self) -> bool:
         """One pass over the roles; whether an action failed."""
@@ -75,13 +86,16 @@ class Actuator:
             _, reason = self._targets[role]
             try:
                 await self._connector.scale(role, num, reason)
-            except ConnectorError as exc:
+            except Exception as exc:
+                # ConnectorError is the connectors' word for it; anything else (a discovery
+                # backend's error, a malformed answer) must not end the actuator either
                 log.error(
                     "scaling %s to %d failed (retrying in %.0f s): %s",
                     role,
                     num,
                     self._retry_s,
-                    exc,
+                    exc if isinstance(exc, ConnectorError) else f"{type(exc).__name__}: {exc}",
+                    exc_info=not isinstance(exc, ConnectorError),
                 )
                 self._on_failure()
                 failed = True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -29,12 +30,19 @@ from armature.planner.observation import PlannerObservation
 from armature.planner.scrape import judges_by
 from armature.planner.worker_feed import WorkerStepFeed
 
-__all__ = ["INTERVAL_WINDOW", "LOAD_WINDOW", "PlannerService"]
+__all__ = ["INTERVAL_WINDOW", "LOAD_WINDOW", "PlannerService", "get_next_due_s"]
 
 log = logging.getLogger(__name__)
 
 LOAD_WINDOW = "load"
 INTERVAL_WINDOW = "interval"
+
+
+def get_next_due_s(due_s: float, interval_s: float, now_s: float) -> float:
+    """The first time after `now_s` on the schedule of `due_s` every `interval_s`: the ticks a
+    stall (a paused process, a throttled CPU) missed are skipped, not run back to back over
+    windows of a few milliseconds."""
+    return due_s + max(1, math.floor((now_s - due_s) / interval_s) + 1) * interval_s
 
 
 class PlannerService:
@@ -95,10 +103,10 @@ class PlannerService:
                 pass
             now_s = self._clock()
             if now_s >= next_interval_s:
-                next_interval_s += self._config.interval_s
+                next_interval_s = get_next_due_s(next_interval_s, self._config.interval_s, now_s)
                 await self._tick(INTERVAL_WINDOW, now_s)
             if now_s >= next_load_s:
-                next_load_s = max(next_load_s + self._config.load_interval_s, now_s)
+                next_load_s = get_next_due_s(next_load_s, self._config.load_interval_s, now_s)
                 await self._tick(LOAD_WINDOW, now_s)
 
     async def _tick(self, window: str, now_s: float) -> None:

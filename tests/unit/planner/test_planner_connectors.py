@@ -120,29 +120,47 @@ async def test_local_replaces_a_worker_that_died_and_reports_a_refused_start() -
 
 
 class FlakyConnector:
-    """Fails its first `num_failures` actions, then does them."""
+    """Fails its first `num_failures` actions with `error`, then does them; its first
+    `num_count_failures` counts raise `error` too."""
 
-    def __init__(self, num_failures: int) -> None:
+    def __init__(
+        self,
+        num_failures: int,
+        error: Exception | None = None,
+        num_count_failures: int = 0,
+    ) -> None:
         self.num_failures = num_failures
+        self.num_count_failures = num_count_failures
+        self.error = error or ConnectorError("the orchestrator is down")
         self.counts: dict[WorkerRole, int] = {}
         self.calls: list[tuple[WorkerRole, int, str]] = []
 
     def get_num_workers(self) -> dict[WorkerRole, int]:
+        if self.num_count_failures > 0:
+            self.num_count_failures -= 1
+            raise self.error
         return dict(self.counts)
 
     async def scale(self, role: WorkerRole, num_workers: int, reason: str) -> None:
         self.calls.append((role, num_workers, reason))
         if self.num_failures > 0:
             self.num_failures -= 1
-            raise ConnectorError("the orchestrator is down")
+            raise self.error
         self.counts[role] = num_workers
 
     async def close(self) -> None:
         return None
 
 
-async def test_the_actuator_logs_and_retries_a_failed_action() -> None:
-    connector = FlakyConnector(num_failures=2)
+@pytest.mark.parametrize(
+    "error",
+    [ConnectorError("the orchestrator is down"), RuntimeError("etcd is unreachable")],
+    ids=["connector-error", "any-other-error"],
+)
+async def test_the_actuator_logs_and_retries_a_failed_action(error: Exception) -> None:
+    """Any error a connector raises (a discovery backend's, a malformed answer's) is logged
+    and retried: another than ConnectorError ended the actuator for good, unseen."""
+    connector = FlakyConnector(num_failures=2, error=error)
     failures: list[int] = []
     actuator = Actuator(connector, retry_s=0.01, on_failure=lambda: failures.append(1))
     task = asyncio.create_task(actuator.run())
@@ -156,6 +174,20 @@ async def test_the_actuator_logs_and_retries_a_failed_action() -> None:
     assert connector.calls == [(AGG, 2, reason)] * 3
     assert connector.counts == {AGG: 2} and len(failures) == 2
     assert actuator.get_pending() == {}
+
+
+async def test_the_actuator_survives_a_connector_that_cannot_count() -> None:
+    connector = FlakyConnector(num_failures=0, error=ValueError("not JSON"), num_count_failures=2)
+    failures: list[int] = []
+    actuator = Actuator(connector, retry_s=0.01, on_failure=lambda: failures.append(1))
+    task = asyncio.create_task(actuator.run())
+    try:
+        actuator.set_targets({AGG: 1}, {AGG: "planner: agg 0 -> 1 workers, throughput"})
+        await asyncio.wait_for(actuator.idle.wait(), 5.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert connector.counts == {AGG: 1} and len(failures) == 2
 
 
 async def test_the_actuator_replaces_a_worker_that_died_without_a_new_target() -> None:

@@ -17,7 +17,7 @@ from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableErro
 from armature.planner.metrics import PlannerMetrics
 from armature.planner.predictors import ConstantPredictor
 from armature.planner.scrape import FrontendSample
-from armature.planner.service import LOAD_WINDOW, PlannerService
+from armature.planner.service import LOAD_WINDOW, PlannerService, get_next_due_s
 from armature.planner.timing_performance import TimingPerformanceModel
 from armature.protocols.worker import WorkerRole
 
@@ -161,3 +161,21 @@ def test_a_role_held_at_its_maximum_is_logged_once_and_shown_in_the_metrics(
     assert wanted() == 3
     assert caplog.records[-1].getMessage() == "planner: agg is back within its limits"
     assert len(caplog.records) == 2
+
+
+@pytest.mark.parametrize(
+    ("now_s", "due_s"),
+    [
+        (100.0, 160.0),  # on time
+        (100.004, 160.0),  # woken a little late: the schedule keeps its phase
+        (159.9, 160.0),  # late by almost an interval
+        (160.0, 220.0),  # a whole interval late: that tick is skipped
+        (250.0, 280.0),  # a stall of 2.5 intervals: the next due on the old phase
+    ],
+)
+def test_ticks_missed_in_a_stall_are_skipped_not_run_back_to_back(
+    now_s: float, due_s: float
+) -> None:
+    """A tick due at 100 s every 60 s runs at `now_s`; the next is due at `due_s`. The
+    interval tick ran every missed tick at once, over windows of milliseconds."""
+    assert get_next_due_s(100.0, 60.0, now_s) == due_s
