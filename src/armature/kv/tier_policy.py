@@ -294,11 +294,16 @@ class TierPolicy:
 
     def add_existing(self, tier: KvTier, keys: Sequence[BlockKey]) -> list[TierOp]:
         """Blocks found in `tier`'s storage (a disk tier at restart, oldest first; a listing of
-        the shared store): known from now on, with no copy. Beyond capacity the oldest go."""
+        the shared store): known from now on, with no copy. On disk, beyond capacity the
+        oldest go; a shared store's listing only fills the room left (a store larger than
+        the index evicted known blocks for listed ones, and took them back at the next
+        listing, every round)."""
         assert tier in (KvTier.DISK, KvTier.EXTERNAL)
         ops: list[TierOp] = []
         state = self._tiers[tier]
         new = [key for key in keys if key.seq_hash not in state.entries]
+        if tier is KvTier.EXTERNAL:
+            del new[max(0, state.capacity - len(state.entries)) :]
         for key in new:
             self._insert(tier, key, None, NO_SLOT, 0, ops, force=True)
         self._flush()

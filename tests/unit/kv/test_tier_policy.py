@@ -214,6 +214,25 @@ def test_existing_disk_blocks_are_known_without_copies_and_trimmed_to_capacity()
     assert policy.get_keys(S) == [key(1), key(2)]
 
 
+def test_a_shared_store_larger_than_the_index_does_not_churn_it() -> None:
+    """The store holds 5 blocks, the index 3: the first listing fills the index, later ones
+    change nothing (each evicted known blocks for listed ones, and took those back next
+    time: a Stored and a Removed event per block every round)."""
+    policy, log = make(has_remote=True, num_remote_index_blocks=3)
+    listing = [key(i) for i in range(5)]
+    assert policy.add_existing(X, listing) == []
+    assert policy.get_keys(X) == [key(0), key(1), key(2)]
+    log.take()
+    for _ in range(3):
+        assert policy.add_existing(X, listing) == []
+        assert policy.get_keys(X) == [key(0), key(1), key(2)]
+        assert log.take() == []
+    # room made by a block the engine forgets is filled at the next listing, in its order
+    policy.on_write_failed(X, 1, disable=False)
+    policy.add_existing(X, listing[2:])
+    assert policy.get_keys(X) == [key(0), key(2), key(3)]
+
+
 def test_events_of_the_pool_and_the_tiers_share_one_id_sequence() -> None:
     log = KvEventLog()
     policy = TierPolicy(TierPolicyConfig(num_host_blocks=4), log)

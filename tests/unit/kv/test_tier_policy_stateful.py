@@ -266,7 +266,10 @@ class TierMachine(RuleBasedStateMachine):
         keys = [key(h) for h in hashes]
         (self.storage.disk if tier is S else self.storage.store).update(keys)
         self.storage.run(self.policy.add_existing(tier, keys))
-        for k in [k for k in keys if self.model.get(tier, k.seq_hash) is None]:
+        new = [k for k in keys if self.model.get(tier, k.seq_hash) is None]
+        if tier is X:  # a shared store's listing only fills the room left
+            new = new[: max(0, self.model.cap[X] - len(self.model.tiers[X]))]
+        for k in new:
             self.model.insert(tier, k, False, 0, force=True)
 
     @invariant()
