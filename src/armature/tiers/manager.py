@@ -78,6 +78,7 @@ class KvTierManager(TierPolicyShell):
         self._pending: dict[KvTier, dict[int, bytes]] = {tier: {} for tier in stores}
         self._pending_lock = threading.Lock()
         self._failures: queue.SimpleQueue[tuple[KvTier, int, Exception]] = queue.SimpleQueue()
+        self._writes_off: set[KvTier] = set()  # writer threads: tiers that failed a write
         self._finished: queue.SimpleQueue[LoadResult] = queue.SimpleQueue()
         self._load_done = threading.Event()
         self._job_ids = count()
@@ -178,6 +179,8 @@ class KvTierManager(TierPolicyShell):
                 self._listings.put(store.list_keys())
             except StoreError as exc:
                 log.debug("listing %s failed: %s", store.describe(), exc)
+            except Exception:  # a store client's own bug: the next round may do better
+                log.exception("listing %s failed unexpectedly", store.describe())
 
     # ---- loader threads ----------------------------------------------------------------
     def _load(self, job_id: int, hits: list[TierHit], g1_ids: list[int], started_s: float) -> None:
@@ -275,8 +278,14 @@ class KvTierManager(TierPolicyShell):
     # ---- writer threads ----------------------------------------------------------------
     def _put(self, tier: KvTier, key: BlockKey, data: bytes) -> None:
         try:
+            if tier in self._writes_off:  # the first failure turns the tier's writes off:
+                # the puts queued behind it are not tried (each could wait out a timeout)
+                skipped = StoreError(f"not written: the {tier} tier's writes are off")
+                self._failures.put((tier, key.seq_hash, skipped))
+                return
             self.stores[tier].put(key, data)
         except StoreError as exc:
+            self._writes_off.add(tier)
             self._failures.put((tier, key.seq_hash, exc))
         finally:
             with self._pending_lock:
