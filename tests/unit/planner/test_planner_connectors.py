@@ -14,7 +14,7 @@ from armature.config import RuntimeConfig
 from armature.errors import ConfigError
 from armature.planner.actuator import Actuator
 from armature.planner.connectors.api import ConnectorError
-from armature.planner.connectors.local import LocalConnector, SubprocessLauncher
+from armature.planner.connectors.local import CrashBackoff, LocalConnector, SubprocessLauncher
 from armature.planner.connectors.virtual import VirtualConnector
 from armature.planner.main import get_worker_argv
 from armature.protocols.planner import ScaleAck, ScaleTarget, planner_ack_key, planner_prefix
@@ -117,6 +117,56 @@ async def test_local_replaces_a_worker_that_died_and_reports_a_refused_start() -
     with pytest.raises(ConnectorError, match="cannot start worker agg-3: no more processes"):
         await connector.scale(AGG, 2, "replace")
     assert connector.get_num_workers() == {AGG: 1}
+
+
+def test_crash_backoff_waits_longer_after_each_quick_exit_in_a_row() -> None:
+    backoff = CrashBackoff(quick_exit_s=60.0, first_wait_s=5.0, max_wait_s=30.0)
+    waits = []
+    now_s = 0.0
+    for _ in range(6):  # each worker exits 1 s after its start
+        backoff.on_exit(started_s=now_s, now_s=now_s + 1.0)
+        now_s += 1.0
+        waits.append(backoff.get_wait_s(now_s))
+        now_s += waits[-1]
+    assert waits == [0.0, 5.0, 10.0, 20.0, 30.0, 30.0]  # the first replaced at once
+    assert backoff.num_quick_exits == 6
+    backoff.on_running(started_s=now_s, now_s=now_s + 60.0)  # one ran a minute: row over
+    assert backoff.num_quick_exits == 0
+    backoff.on_exit(started_s=now_s, now_s=now_s + 61.0)  # and its exit is no quick one
+    assert backoff.num_quick_exits == 0
+    assert backoff.get_wait_s(now_s + 61.0) == 0.0
+
+
+async def test_local_backs_off_a_role_whose_workers_exit_at_start() -> None:
+    """A worker whose flags make it exit at once: the first is replaced at once, the second
+    only after the wait (a ConnectorError meanwhile, which the actuator logs and retries):
+    every few seconds for good before, each start a new log file."""
+    clock = Clock()
+    launcher = FakeLauncher()
+    connector = LocalConnector(launcher, drain_timeout_s=5.0, clock=clock)
+    await connector.scale(AGG, 1, "start")
+    clock.now_s += 1.0
+    launcher.procs[-1].running = False
+    await connector.scale(AGG, 1, "replace")  # the first quick exit: at once
+    clock.now_s += 1.0
+    launcher.procs[-1].running = False
+    with pytest.raises(ConnectorError, match="exited within 60 s of their start 2 times in a row"):
+        await connector.scale(AGG, 1, "replace")
+    assert len(launcher.procs) == 2
+    clock.now_s += 5.0
+    await connector.scale(AGG, 1, "replace")
+    assert [p.name for p in connector.get_processes(AGG)] == ["agg-3"]
+    # scaling down is never held back
+    await connector.scale(AGG, 0, "idle")
+    assert connector.get_num_workers() == {AGG: 0}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
 
 
 class FlakyConnector:

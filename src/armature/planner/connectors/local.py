@@ -5,7 +5,10 @@ Scaling up launches workers of the role; scaling down picks the newest, sends it
 which makes the worker leave discovery (the frontend stops routing to it), finish its
 in-flight requests within its --shutdown-grace-s and exit; only one that outlives
 `drain_timeout_s` is killed. A worker that died by itself is dropped from the count (and
-logged) the next time the connector looks, so the planner starts a replacement.
+logged) the next time the connector looks, so the planner starts a replacement: at once
+after one that ran a while or a first quick exit, later after each quick exit in a row
+(`CrashBackoff`: a worker whose flags or machine make it exit at start is not restarted
+every few seconds for good, each start a new log file).
 
 Processes come from a `ProcessLauncher` (the seam tests fake); `SubprocessLauncher` runs
 `python -m armature.cli worker <worker args> --role R <runtime flags>`.
@@ -17,10 +20,13 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import math
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -28,7 +34,13 @@ from armature.config import RuntimeConfig, to_argv
 from armature.planner.connectors.api import ConnectorError
 from armature.protocols.worker import WorkerRole
 
-__all__ = ["LocalConnector", "ProcessLauncher", "SubprocessLauncher", "WorkerProcess"]
+__all__ = [
+    "CrashBackoff",
+    "LocalConnector",
+    "ProcessLauncher",
+    "SubprocessLauncher",
+    "WorkerProcess",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +72,57 @@ class ProcessLauncher(Protocol):
         ...
 
 
+@dataclass
+class CrashBackoff:
+    """When a role's next worker may start after its workers exited by themselves: a worker
+    that exits within `quick_exit_s` of its start is a quick exit; the first of a row is
+    replaced at once, each later one waits twice as long as the one before (`first_wait_s`,
+    at most `max_wait_s`). A worker that ran `quick_exit_s` ends the row. Pure: the caller
+    passes the time."""
+
+    quick_exit_s: float = 60.0
+    first_wait_s: float = 5.0
+    max_wait_s: float = 300.0
+    num_quick_exits: int = 0
+    start_after_s: float = field(default=-math.inf)
+
+    def on_exit(self, started_s: float, now_s: float) -> None:
+        if now_s - started_s >= self.quick_exit_s:
+            self.num_quick_exits = 0
+            return
+        self.num_quick_exits += 1
+        if self.num_quick_exits > 1:
+            wait_s = self.first_wait_s * 2 ** (self.num_quick_exits - 2)
+            self.start_after_s = now_s + min(self.max_wait_s, wait_s)
+
+    def on_running(self, started_s: float, now_s: float) -> None:
+        """A worker still running: one past `quick_exit_s` ends the row."""
+        if now_s - started_s >= self.quick_exit_s:
+            self.num_quick_exits = 0
+
+    def get_wait_s(self, now_s: float) -> float:
+        return max(0.0, self.start_after_s - now_s)
+
+
 class LocalConnector:
     """Scales roles by starting and stopping worker processes through `launcher`. Owns the
     processes it started (a list per role, oldest first)."""
 
-    def __init__(self, launcher: ProcessLauncher, *, drain_timeout_s: float) -> None:
+    def __init__(
+        self,
+        launcher: ProcessLauncher,
+        *,
+        drain_timeout_s: float,
+        backoff: Callable[[], CrashBackoff] = CrashBackoff,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._launcher = launcher
         self._drain_timeout_s = drain_timeout_s
         self._workers: dict[WorkerRole, list[WorkerProcess]] = {}
+        self._started_s: dict[int, float] = {}  # by pid
+        self._make_backoff = backoff
+        self._backoffs: dict[WorkerRole, CrashBackoff] = {}
+        self._clock = clock
         self._num_started = 0
 
     def get_num_workers(self) -> dict[WorkerRole, int]:
@@ -82,6 +137,15 @@ class LocalConnector:
     async def scale(self, role: WorkerRole, num_workers: int, reason: str) -> None:
         self._reap()
         procs = self._workers.setdefault(role, [])
+        backoff = self._backoffs.get(role)
+        wait_s = 0.0 if backoff is None else backoff.get_wait_s(self._clock())
+        if len(procs) < num_workers and wait_s > 0:
+            assert backoff is not None
+            raise ConnectorError(
+                f"{role.value} workers exited within {backoff.quick_exit_s:g} s of their "
+                f"start {backoff.num_quick_exits} times in a row (see their logs); the next "
+                f"starts in {wait_s:.0f} s"
+            )
         while len(procs) < num_workers:
             self._num_started += 1
             name = f"{role.value}-{self._num_started}"
@@ -90,10 +154,11 @@ class LocalConnector:
             except OSError as exc:
                 raise ConnectorError(f"cannot start worker {name}: {exc}") from None
             procs.append(proc)
+            self._started_s[proc.pid] = self._clock()
             log.info("started worker %s (pid %d): %s", name, proc.pid, reason)
         while len(procs) > num_workers:
             await self._stop(procs[-1], reason)
-            procs.pop()
+            self._started_s.pop(procs.pop().pid, None)
 
     async def _stop(self, proc: WorkerProcess, reason: str) -> None:
         log.info("draining worker %s (pid %d): %s", proc.name, proc.pid, reason)
@@ -111,15 +176,21 @@ class LocalConnector:
         await proc.wait(self._drain_timeout_s)
 
     def _reap(self) -> None:
-        for procs in self._workers.values():
+        now_s = self._clock()
+        for role, procs in self._workers.items():
+            backoff = self._backoffs.setdefault(role, self._make_backoff())
             for proc in [p for p in procs if not p.is_running()]:
                 log.warning("worker %s (pid %d) exited by itself", proc.name, proc.pid)
+                backoff.on_exit(self._started_s.pop(proc.pid, now_s), now_s)
                 procs.remove(proc)
+            for proc in procs:
+                backoff.on_running(self._started_s.get(proc.pid, now_s), now_s)
 
     async def close(self) -> None:
         """Stop every worker this connector started (draining, all at once)."""
         procs = [p for ps in self._workers.values() for p in ps]
         self._workers = {}
+        self._started_s = {}
         await asyncio.gather(*(self._stop(p, "the planner is stopping") for p in procs))
 
 
