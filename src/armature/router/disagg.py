@@ -160,7 +160,10 @@ class DisaggRouter(EngineRouter):
             yield first  # finished with its first token (or failed): no decode leg
             return
         handle = first.kv_handle
-        decoding = False  # once the decode leg answers, it has released the handle itself
+        # once the decode leg is asked, the decode engine releases the handle itself, after
+        # it has copied the blocks in (or the handle's deadline frees them): released here
+        # too, a shared-memory or NIXL copy could read blocks the prefill worker had reused
+        handed = False
         try:
             yield msgspec.structs.replace(first, finish_reason=None, kv_handle=None)
             sampling = request.sampling
@@ -172,16 +175,16 @@ class DisaggRouter(EngineRouter):
                 ),
                 kv_handle=handle,
             )
+            handed = True
             async for output in super().generate(decode_request, group=group):
-                decoding = True
                 if output.num_prompt_tokens:  # the prefill leg reported the prompt already
                     output = msgspec.structs.replace(
                         output, num_prompt_tokens=0, num_cached_tokens=0
                     )
                 yield output
         finally:
-            if not decoding and handle is not None and handle.seq_hashes:
-                self._release(handle)  # cancelled or failed before the decode leg took it
+            if not handed and handle is not None and handle.seq_hashes:
+                self._release(handle)  # the client left before the decode leg was asked
 
     def _release(self, handle: KvHandle) -> None:
         """Free a handle's pinned blocks on its prefill worker now (best effort; they are

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
+import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
@@ -25,11 +27,12 @@ from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.engines.native.transfer import start_transfer_agent
 from armature.protocols.engine import (
+    EngineOutput,
     EngineRequest,
     FinishReason,
     SamplingParams,
 )
-from armature.protocols.kv_transfer import ConnectorTransfer
+from armature.protocols.kv_transfer import ConnectorTransfer, KvHandle
 from armature.router.disagg import DisaggRouter, PrefillDecision
 from armature.router.policies import RoutingError
 
@@ -302,6 +305,102 @@ async def test_a_native_decode_computes_a_connector_handles_prompt(
     finally:
         await prefill.stop()
         await decode.stop()
+
+
+async def test_a_decode_leg_cancelled_during_its_pull_releases_the_handle(
+    tiny_llama_dir: Path,
+) -> None:
+    """Nothing was copied yet: the handle is released at once (it waited for the 30 s
+    deadline)."""
+    prefill = make_engine(tiny_llama_dir, "p0", ("tcp",))
+    decode = make_engine(tiny_llama_dir, "d0", ("tcp",))
+    prefill.start()
+    decode.start()
+    try:
+        prompt = prompts_of([50], 512, seed=28)[0]
+        params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0)
+        first = EngineRequest(
+            request_id="x", prompt_token_ids=prompt, sampling=params, remote_prefill=True
+        )
+        [out] = [o async for o in prefill.generate(first)]
+        assert out.kv_handle is not None
+        transfer = decode.transfer
+        assert transfer is not None
+        pulling, go_on = threading.Event(), threading.Event()
+        real_pull = transfer.pull
+
+        def held_pull(handle: KvHandle, start_block: int) -> object:
+            pulling.set()
+            go_on.wait(30)
+            return real_pull(handle, start_block)
+
+        transfer.pull = held_pull  # type: ignore[method-assign,assignment]
+        resumed = msgspec.structs.replace(
+            first, remote_prefill=False, output_token_ids=out.new_token_ids, kv_handle=out.kv_handle
+        )
+        leg = asyncio.ensure_future(anext(decode.generate(resumed)))  # type: ignore[arg-type]
+        await asyncio.to_thread(pulling.wait, 30)
+        leg.cancel()
+        await asyncio.gather(leg, return_exceptions=True)
+        go_on.set()
+        await wait_until(lambda: len(prefill.core.pins) == 0, "released")
+        assert prefill.core.pins.num_expired == 0  # released, not freed at its deadline
+    finally:
+        await prefill.stop()
+        await decode.stop()
+
+
+class HeldDecode:
+    """The decode engine, asked for a request and never answering (its pull and copy still
+    to come): what a remote decode worker looks like to the router until its first output."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.asked = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.engine, name)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        self.asked.set()
+        await asyncio.Event().wait()
+        yield  # type: ignore[misc]  # never reached
+
+
+async def test_a_client_gone_once_the_decode_leg_was_asked_leaves_the_handle_to_it(
+    tiny_llama_dir: Path,
+) -> None:
+    """The decode engine releases the handle after it has copied the blocks in; the router
+    released it too when the client left before the decode leg's first output, so the
+    prefill worker could reuse blocks a shared-memory copy had still to read (the decode
+    worker's prefix cache then held another prompt's KV under this prompt's hashes)."""
+    router = build(tiny_llama_dir)
+    held = HeldDecode(router.engines["d0"])  # type: ignore[arg-type]
+    router.engines["d0"] = held  # type: ignore[assignment]
+    prefill_engine = router.prefill.engines["p0"]
+    released: list[str] = []
+
+    async def record_release(handle: KvHandle) -> None:
+        released.append(handle.handle_id)
+
+    prefill_engine.release_kv = record_release  # type: ignore[method-assign]
+    router.start()
+    try:
+        stream = router.generate(request("x", prompts_of([64], 512, seed=27)[0]))
+        await anext(stream)  # type: ignore[arg-type]  # the prefill worker's token
+        pending = asyncio.ensure_future(anext(stream))  # type: ignore[arg-type]
+        await asyncio.wait_for(held.asked.wait(), 30)
+        pending.cancel()
+        await asyncio.gather(pending, return_exceptions=True)
+        await stream.aclose()  # type: ignore[attr-defined]
+        await asyncio.gather(*router._releases)
+        assert released == []  # the router sent none (it did, at once)
+        prefill = prefill_engine.core  # type: ignore[attr-defined]
+        assert prefill.pins.get_num_pinned_blocks() == 4  # the decode side's, or the deadline's
+    finally:
+        router.engines["d0"] = held.engine
+        del prefill_engine.release_kv
+        await router.stop()
 
 
 async def test_a_client_gone_after_the_first_token_frees_the_prefill_blocks(

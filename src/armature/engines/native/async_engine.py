@@ -232,6 +232,9 @@ class AsyncEngine:
             )
             release()
             return _Add(request)
+        except asyncio.CancelledError:  # the caller left before the copy: nothing was read
+            release()
+            raise
         self.num_kv_pulls += 1
         self.num_kv_blocks_pulled += blocks.num_blocks
         return _Add(request, _Import(hashes, start, blocks), release)
