@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 # how long an engine's watcher waits for news before it asks again (any length works: the
 # KV-event round has its own idle interval; a long one keeps idle watchers asleep)
 WATCH_TIMEOUT_S = 5.0
+DUMP_TIMEOUT_S = 60.0  # a worker's dump of its KV blocks after a gap; longer: it hangs
 
 
 class RouterObserver:
@@ -421,27 +422,45 @@ class EngineRouter:
     # ---- KV events -> index ------------------------------------------------------------
     async def sync_events(self) -> int:
         """Apply every worker's pending KV events (returns how many); a gap triggers a dump
-        from that worker. First each worker's load report refreshes its lower tiers'
+        from that worker (a worker that leaves meanwhile, or sends none in DUMP_TIMEOUT_S,
+        holds no other worker's events). First each worker's load report refreshes its lower tiers'
         capacities in the index and its tier weights."""
         num_applied = 0
         for worker, engine in list(self.engines.items()):
-            if not engine.is_alive:
-                self._forget(worker)  # a dead worker's blocks are gone
-                continue
-            load = engine.get_load()
-            if not self.index.has_worker(worker):  # alive again after it was dropped:
-                self.index.add_worker(worker, load.num_total_blocks)  # its next event is a gap
-            self.index.set_tier_capacities(worker, load.num_tier_total_blocks)
-            if self.tier_weights is not None:
-                self.tier_weights.update(worker, load.prefill_s_per_block, load.onboard_s_per_block)
-            for event in engine.take_kv_events():
-                num_applied += 1
-                if not self.index.apply(worker, event):
-                    log.warning("KV event gap from worker %s; asking for a dump", worker)
-                    dump = await engine.dump_kv_blocks()
-                    self.index.load_dump(
-                        worker, dump.seq_hashes, dump.last_event_id, dump.tier_seq_hashes
-                    )
+            try:
+                num_applied += await self._sync_worker(worker, engine)
+            except EngineDeadError as exc:
+                log.warning("worker %s died during its KV sync: %s", worker, exc)
+            except TimeoutError:
+                log.warning(
+                    "worker %s sent no KV dump within %g s; its index entries wait for its "
+                    "next gap",
+                    worker,
+                    DUMP_TIMEOUT_S,
+                )
+        return num_applied
+
+    async def _sync_worker(self, worker: str, engine: Engine) -> int:
+        if not engine.is_alive:
+            self._forget(worker)  # a dead worker's blocks are gone
+            return 0
+        load = engine.get_load()
+        if not self.index.has_worker(worker):  # alive again after it was dropped:
+            self.index.add_worker(worker, load.num_total_blocks)  # its next event is a gap
+        self.index.set_tier_capacities(worker, load.num_tier_total_blocks)
+        if self.tier_weights is not None:
+            self.tier_weights.update(worker, load.prefill_s_per_block, load.onboard_s_per_block)
+        num_applied = 0
+        for event in engine.take_kv_events():
+            if not self.index.apply(worker, event):
+                log.warning("KV event gap from worker %s; asking for a dump", worker)
+                dump = await asyncio.wait_for(engine.dump_kv_blocks(), DUMP_TIMEOUT_S)
+                if self.engines.get(worker) is not engine or not self.index.has_worker(worker):
+                    return num_applied  # it left while it dumped: nothing of it to index
+                self.index.load_dump(
+                    worker, dump.seq_hashes, dump.last_event_id, dump.tier_seq_hashes
+                )
+            num_applied += 1
         return num_applied
 
     def _forget(self, worker: str) -> None:
@@ -475,8 +494,8 @@ class EngineRouter:
             started_s = loop.time()
             try:
                 await self.sync_events()
-            except EngineDeadError:
-                log.warning("a worker engine died; its KV events stop")
+            except Exception:  # a bug must not end every later round: the index would freeze
+                log.exception("a KV event round failed; the next one tries again")
             await wait_for_event(self._news, self.config.event_sync_idle_interval_s)
             # news during a round, or right after it, waits for the next (they come together)
             await asyncio.sleep(

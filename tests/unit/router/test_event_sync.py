@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
+
 from armature.config import RouterConfig
 from armature.engines.api import wait_and_clear
 from armature.protocols.engine import (
@@ -16,7 +18,8 @@ from armature.protocols.engine import (
     FinishReason,
     SamplingParams,
 )
-from armature.protocols.kv_events import KvDump, KvEvent
+from armature.protocols.kv_events import KvDump, KvEvent, KvStored, StoredBlock
+from armature.router import service
 from armature.router.service import EngineRouter
 from idle_engine import idle_load
 
@@ -121,3 +124,56 @@ async def test_a_burst_of_news_is_one_round_an_interval() -> None:
         assert [e.num_polls for e in engines.values()] == [2, 2, 2, 2]
     finally:
         await router.stop()
+
+
+class DumpingEngine(CountingEngine):
+    """An engine with one event queued; its dump waits for `answer` (None: never answers)."""
+
+    def __init__(self, event: KvEvent, answer: asyncio.Event | None) -> None:
+        super().__init__()
+        self.events = [event]
+        self.answer = answer
+        self.dumping = asyncio.Event()
+
+    def take_kv_events(self) -> list[KvEvent]:
+        events, self.events = self.events, []
+        return events
+
+    async def dump_kv_blocks(self) -> KvDump:
+        self.dumping.set()
+        await (self.answer or asyncio.Event()).wait()
+        return KvDump(seq_hashes=[7], last_event_id=9)
+
+
+def stored(event_id: int, seq_hash: int) -> KvStored:
+    return KvStored(event_id, None, [StoredBlock(seq_hash, seq_hash)])
+
+
+async def test_a_worker_that_leaves_during_its_dump_stops_no_later_round() -> None:
+    """Worker a's event is a gap (its first id is 9): the router asks for a dump, and a
+    leaves meanwhile. Loading its dump raised KeyError, which ended the sync task for good:
+    no worker's events were applied again. Now b's events are, this round and the next."""
+    answer = asyncio.Event()
+    a, b = DumpingEngine(stored(9, 7), answer), DumpingEngine(stored(0, 8), None)
+    b.events.clear()
+    router = EngineRouter({"a": a, "b": b}, RouterConfig())  # type: ignore[dict-item]
+    sync = asyncio.ensure_future(router.sync_events())
+    await a.dumping.wait()
+    await router.remove_engine("a")
+    answer.set()
+    assert await sync == 0  # a's event went with it
+    assert not router.index.has_worker("a")
+    b.events.append(stored(0, 8))
+    assert await router.sync_events() == 1
+    assert router.index.find_overlaps([8]) == {"b": 1}
+
+
+async def test_a_dump_that_never_comes_does_not_hold_the_other_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hung worker's dump held every worker's events (the stream had no timeout)."""
+    monkeypatch.setattr(service, "DUMP_TIMEOUT_S", 0.05)
+    a, b = DumpingEngine(stored(9, 7), None), DumpingEngine(stored(0, 8), None)
+    router = EngineRouter({"a": a, "b": b}, RouterConfig())  # type: ignore[dict-item]
+    assert await asyncio.wait_for(router.sync_events(), 30) == 1
+    assert router.index.find_overlaps([8]) == {"b": 1}
