@@ -40,7 +40,7 @@ from armature.frontend.responses_protocol import MAX_RESPONSE_ID_CHARS, Response
 from armature.frontend.service import ClientDisconnectedError, OpenAIService
 from armature.frontend.tasks import wrong_task
 from armature.protocols.embedding import WorkerTask
-from armature.router.policies import RoutingError
+from armature.router.policies import NoWorkerError, RoutingError
 
 __all__ = ["REQUEST_ID_HEADER", "WORKER_HEADER", "ServedModel", "build_app"]
 
@@ -161,6 +161,10 @@ async def _admit(parts: FrontendParts, job: Job, http_request: Request) -> None:
     job.target_worker = http_request.headers.get(WORKER_HEADER)
     try:
         parts.router.check_route(job.target_worker)
+    except NoWorkerError as exc:  # no worker of a role it needs: the fleet's state
+        raise ApiError(
+            str(exc), status_code=503, type="service_unavailable", code="routing_error"
+        ) from None
     except RoutingError as exc:
         raise ApiError(str(exc), param=WORKER_HEADER, code="routing_error") from None
     try:

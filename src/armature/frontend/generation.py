@@ -8,11 +8,13 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
-from armature.errors import ArmatureError
+from armature.engines.api import EngineDeadError
+from armature.errors import ArmatureError, InvalidRequestError
 from armature.frontend.detokenizer import IncrementalDetokenizer
 from armature.frontend.errors import error_body
 from armature.frontend.metrics import FrontendMetrics
 from armature.protocols.engine import EngineOutput, FinishReason, TokenLogprob
+from armature.router.policies import RoutingError
 
 __all__ = ["Delta", "GenerationError", "Usage", "delta_batches", "total_usage"]
 
@@ -21,20 +23,26 @@ class GenerationError(ArmatureError, RuntimeError):
     """The engine failed this request after it was accepted; with `param`, because of that
     field of the request (a guide it could not follow: a 400), else its own failure."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, param: str | None = None, *, is_invalid_request: bool = False
+    ) -> None:
         super().__init__(message)
         self.param = param
+        # the request's fault without a field to name (a worker refused it after the
+        # frontend's own checks: an adapter unloaded meanwhile)
+        self.is_invalid_request = is_invalid_request or param is not None
 
     @property
     def status_code(self) -> int:
-        return 500 if self.param is None else 400
+        return 400 if self.is_invalid_request else 500
 
     def body(self) -> dict[str, dict[str, str | None]]:
-        """OpenAI's error object: the request's (invalid_request_error naming `param`) or
-        the engine's (internal_error)."""
-        if self.param is None:
+        """OpenAI's error object: the request's (invalid_request_error, naming `param` when
+        one is at fault) or the engine's (internal_error)."""
+        if not self.is_invalid_request:
             return error_body(str(self), "internal_error")
-        return error_body(str(self), "invalid_request_error", self.param, "invalid_value")
+        code = "invalid_value" if self.param is not None else "invalid_request"
+        return error_body(str(self), "invalid_request_error", self.param, code)
 
 
 @dataclass(slots=True)
@@ -140,6 +148,10 @@ async def delta_batches(
             yield deltas
             if finished:
                 return
+    except RoutingError as exc:  # every worker it could go to left after its admission
+        raise EngineDeadError(f"no worker can serve it now: {exc}") from None
+    except InvalidRequestError as exc:  # a worker refused what the frontend's checks passed
+        raise GenerationError(str(exc), exc.param, is_invalid_request=True) from None
     finally:
         await stream.aclose()
         metrics.e2e_s.observe(time.perf_counter() - clock.started_s)

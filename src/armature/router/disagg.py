@@ -35,7 +35,7 @@ from armature.protocols.engine import (
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.worker import WorkerRole
 from armature.router.load import WorkerLoad
-from armature.router.policies import RoutingError
+from armature.router.policies import NoWorkerError
 from armature.router.prefill_decision import PrefillDecision, decide_prefill
 from armature.router.pressure import BusyWorkers
 from armature.router.service import EngineRouter, RouteGroup, RouterObserver
@@ -109,7 +109,7 @@ class DisaggRouter(EngineRouter):
     def check_route(self, target_worker: str | None) -> None:
         super().check_route(target_worker)
         if self.disagg.enforce_disagg and target_worker is None and not self.prefill.get_workers():
-            raise RoutingError("no prefill worker is available and disaggregation is enforced")
+            raise NoWorkerError("no prefill worker is available and disaggregation is enforced")
 
     def decide_prefill(self, request: EngineRequest) -> PrefillDecision:
         """Whether `request` goes to the prefill pool first, and why (conditional
@@ -142,7 +142,7 @@ class DisaggRouter(EngineRouter):
         follows = group is not None and group.worker is not None
         if target_worker is not None or follows or not self.decide_prefill(request).is_remote:
             if self.disagg.enforce_disagg and target_worker is None and not follows:
-                raise RoutingError("no prefill worker is available and disaggregation is enforced")
+                raise NoWorkerError("no prefill worker is available and disaggregation is enforced")
             self._count("local")
             async for output in super().generate(request, target_worker, group):
                 yield output

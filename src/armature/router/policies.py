@@ -33,6 +33,7 @@ __all__ = [
     "DirectPolicy",
     "KvPolicy",
     "LeastLoadedPolicy",
+    "NoWorkerError",
     "RandomPolicy",
     "RoundRobinPolicy",
     "RouteDecision",
@@ -47,6 +48,11 @@ POLICY_NAMES = ("round-robin", "random", "least-loaded", "kv", "kv-approx", "dir
 
 class RoutingError(ArmatureError, ValueError):
     """The request cannot be routed (no workers, unknown direct target)."""
+
+
+class NoWorkerError(RoutingError):
+    """No worker of a role the request needs is live: the fleet's state, not the request's
+    fault (a 503 at the edge)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ class RoutingPolicy(Protocol):
 
 def _require(workers: Sequence[str]) -> None:
     if not workers:
-        raise RoutingError("no workers are available")
+        raise NoWorkerError("no workers are available")
 
 
 class RoundRobinPolicy:

@@ -26,9 +26,9 @@ from armature.router.load import ActiveLoad, WorkerLoad
 from armature.router.policies import (
     DirectPolicy,
     KvPolicy,
+    NoWorkerError,
     RouteDecision,
     RouteRequest,
-    RoutingError,
     RoutingPolicy,
     make_policy,
 )
@@ -211,7 +211,7 @@ class EngineRouter:
         known target, or no live worker)."""
         workers = self.get_workers()
         if not workers:
-            raise RoutingError("no workers are available")
+            raise NoWorkerError("no workers are available")
         if isinstance(self.policy, DirectPolicy):
             self.policy.select(RouteRequest("check", [], target_worker), workers)
 
