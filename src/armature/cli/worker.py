@@ -29,5 +29,4 @@ def run(args: argparse.Namespace) -> int:
 
     config = read_settings(args, WorkerConfig)
     setup_logging(config.process.log_level)
-    run_worker(config)
-    return 0
+    return run_worker(config)

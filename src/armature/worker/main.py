@@ -63,11 +63,13 @@ async def _check_peers(
             )
 
 
-def run_worker(config: WorkerConfig) -> None:
-    asyncio.run(_run(config))
+def run_worker(config: WorkerConfig) -> int:
+    """Serve until a stop signal (exit code 0) or the engine's death (1: whatever runs the
+    worker, the planner's local connector or Kubernetes, starts another)."""
+    return asyncio.run(_run(config))
 
 
-async def _run(config: WorkerConfig) -> None:
+async def _run(config: WorkerConfig) -> int:
     process, runtime = config.process, config.runtime
     check_namespace(runtime.namespace)
     instance_id = _instance_id(config)
@@ -106,14 +108,18 @@ async def _run(config: WorkerConfig) -> None:
         ) from None
     _log_ready(config, card, info.kv_endpoints)
     settle_heap()
-    await _wait_for_stop_signal()
-    log.info("worker %s stopping", card.worker_id)
-    await service.stop(process.shutdown_grace_s)
+    died = await _wait_for_stop(service.engine_died)
+    if died:
+        log.error("worker %s leaves: its engine died", card.worker_id)
+    else:
+        log.info("worker %s stopping", card.worker_id)
+    await service.stop(0.0 if died else process.shutdown_grace_s)
     await event_plane.close()
     await servers.close()
     await discovery.close()
     if runtime.discovery == "file" and runtime.discovery_dir:  # a serve's, if the serve is gone
         remove_if_orphaned(Path(runtime.discovery_dir))
+    return 1 if died else 0
 
 
 def _build_engine(config: WorkerConfig, instance_id: int) -> tuple[EngineSpec, BuiltEngine]:
@@ -161,9 +167,14 @@ def _log_ready(config: WorkerConfig, card: WorkerCard, kv_endpoints: dict[str, s
     )
 
 
-async def _wait_for_stop_signal() -> None:
+async def _wait_for_stop(engine_died: asyncio.Event) -> bool:
+    """Until SIGINT or SIGTERM (False) or the engine's death (True)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(engine_died.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
+    return engine_died.is_set() and not stop.is_set()

@@ -87,6 +87,9 @@ class WorkerService:
         self.role = role
         self._in_flight = 0
         self._draining = False
+        # set when the engine died (its thread, its process): the worker must leave, or
+        # frontends keep routing to a worker whose every request fails
+        self.engine_died = asyncio.Event()
         handlers = {
             "generate": self._generate,
             "dump": self._dump,
@@ -287,6 +290,10 @@ class WorkerService:
         last_sent_s = 0.0
         loop = asyncio.get_running_loop()
         while True:
+            if not self.engine.is_alive:
+                log.error("the engine died; this worker stops taking requests")
+                self.engine_died.set()
+                return  # no heartbeat either: frontends drop it at their liveness timeout
             events = self.engine.take_kv_events()
             records = self.engine.take_step_records()
             load = self.engine.get_load()

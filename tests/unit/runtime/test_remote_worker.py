@@ -5,6 +5,7 @@ step records reach them over the event plane."""
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import msgspec
 import pytest
 
 from armature.config import RouterConfig
-from armature.engines.api import InvalidRequestError
+from armature.engines.api import EngineDeadError, InvalidRequestError
 from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig
 from armature.protocols.engine import EngineLoad, EngineRequest, SamplingParams, StepRecord
@@ -27,6 +28,7 @@ from armature.runtime.tcp_client import RequestPlaneClient
 from armature.runtime.tcp_server import RequestPlaneServer
 from armature.sim.mocker import build_mocker_core
 from armature.sim.timing import PolynomialTiming, StepWork
+from armature.worker.main import _wait_for_stop
 from armature.worker.service import WorkerService
 
 
@@ -270,3 +272,46 @@ async def test_a_card_says_whether_its_engine_enforces_guides(tiny_llama_dir: Pa
         RemoteEngine(old_card, RequestPlaneClient(), plane).validate(guided)
     finally:
         await service.stop()
+
+
+async def test_a_worker_whose_engine_died_says_so_and_stops_its_heartbeat(
+    tiny_llama_dir: Path,
+) -> None:
+    """The engine thread died of a bug: the worker went on heartbeating its last load, so
+    frontends kept routing to it and every request failed. Now its service says the engine
+    died (the worker's main then leaves discovery and exits 1) and sends no more updates."""
+    discovery = MemDiscovery(MemStore(), expire_interval_s=0.05)
+    plane = ZmqEventPlane()
+    service = await start_worker(discovery, plane, tiny_llama_dir, 3)
+    engine = service.engine
+    assert isinstance(engine, AsyncEngine)
+
+    def broken_step() -> list[Any]:
+        raise RuntimeError("a bug in the step")
+
+    engine.core.step = broken_step  # type: ignore[method-assign]
+    try:
+        with pytest.raises(EngineDeadError, match="a bug in the step"):
+            [o async for o in engine.generate(request("x", [1, 2, 3]))]
+        await asyncio.wait_for(service.engine_died.wait(), 30)
+        assert not engine.is_alive
+        assert service._pump is not None and service._pump.done()  # no more heartbeats
+    finally:
+        await service.stop()
+        await discovery.close()
+        await plane.close()
+    assert await discovery.list("") == {}
+
+
+async def test_the_worker_process_leaves_when_its_engine_dies() -> None:
+    """What `armature worker` waits for besides SIGINT and SIGTERM: its engine's death (it
+    then leaves discovery and exits 1)."""
+    died = asyncio.Event()
+    waiting = asyncio.ensure_future(_wait_for_stop(died))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    died.set()
+    assert await asyncio.wait_for(waiting, 30) is True
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        assert loop.remove_signal_handler(sig)  # it had installed them
