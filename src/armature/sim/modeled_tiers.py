@@ -139,9 +139,12 @@ class ModeledTiers(TierPolicyShell):
     def flush(self) -> None:
         """Writes land at once: nothing to wait for."""
 
-    def close(self) -> None:
+    def finish_loads(self) -> None:
         """Loads in flight finish at once (`take_finished` reports them all from now on)."""
         self._closed = True
+
+    def close(self) -> None:
+        self.finish_loads()
 
 
 def build_modeled_tiers(

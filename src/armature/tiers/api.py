@@ -98,6 +98,11 @@ class KvTiers(Protocol):
         """Wait until every write submitted so far has landed."""
         ...
 
+    def finish_loads(self) -> None:
+        """Finish the loads in flight (`take_finished` reports them); writes go on until
+        `close`, which settling them may still need (a refused block's drop)."""
+        ...
+
     def close(self) -> None:
         """Finish loads and writes in flight (`take_finished` reports the loads), then stop."""
         ...
