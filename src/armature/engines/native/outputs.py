@@ -89,15 +89,15 @@ def _sample(
     eos_token_ids: tuple[int, ...],
 ) -> tuple[list[int], list[TokenLogprob | None]]:
     # the sampler is torch's: loaded with the first logits, so the mocker never loads it
-    from armature.engines.native.sampler import SampleInput, new_generator, sample
+    from armature.engines.native.sampler import SampleInput, sample, seeded_for
 
     if masks is not None:
         masks.apply(logits)
     inputs: list[SampleInput] = []
     for chunk in completing:
         req: RequestState = chunk.request
-        if req.generator is None and req.sampling_seed is not None:
-            req.generator = new_generator(req.sampling_seed)
+        if req.sampling_seed is not None:
+            req.generator = seeded_for(req.generator, req.sampling_seed, req.num_output_tokens)
         blocked = _blocked_token_ids(req, eos_token_ids)
         inputs.append(
             SampleInput(

@@ -65,7 +65,7 @@ class RequestState:
     grammar: RequestGrammar | None = None  # structured output: advanced by each output token
     lora: ServedLora | None = None  # the adapter it runs with (None: the base model)
     hash_seed: int = DEFAULT_HASH_SEED  # of its block hashes: its adapter's salt
-    # its random draws, made from `sampling_seed` by the sampler on its first logits (a runner
+    # its random draws, seeded from `sampling_seed` and the position by the sampler (a runner
     # that picks its own tokens, the mocker's, never makes one)
     generator: torch.Generator | None = None
 

@@ -19,7 +19,7 @@ import torch
 from armature.engines.native.penalties import PenaltyRow, apply_penalties
 from armature.protocols.engine import SamplingParams, TokenLogprob
 
-__all__ = ["SampleInput", "new_generator", "sample"]
+__all__ = ["SampleInput", "sample", "seeded_for"]
 
 
 # Below this temperature, sampling is greedy: logits / temperature would overflow to inf and
@@ -37,11 +37,19 @@ class SampleInput:
     num_prompt_tokens: int = 0
 
 
-def new_generator(seed: int) -> torch.Generator:
-    """A request's own generator: the same seed draws the same tokens in any batch."""
-    generator = torch.Generator()
-    generator.manual_seed(seed)
+def seeded_for(generator: torch.Generator | None, seed: int, position: int) -> torch.Generator:
+    """A request's own generator (`generator`, or a new one), seeded for its output token at
+    `position`: each draw depends on the seed and the position alone, so the same seed draws
+    the same tokens in any batch, and a request resumed after `position` tokens elsewhere
+    (migrated, or decoded after a remote prefill) draws what it would have drawn on one
+    worker (one generator's running state started over at the seed on each worker)."""
+    if generator is None:
+        generator = torch.Generator()
+    generator.manual_seed((seed + position * _POSITION_STRIDE) % 2**64)
     return generator
+
+
+_POSITION_STRIDE = 0x9E3779B97F4A7C15  # 2**64 over the golden ratio: positions far apart
 
 
 def _truncate(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
