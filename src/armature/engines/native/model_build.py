@@ -53,7 +53,10 @@ def _tiers(spec: EngineSpec) -> TierBuilder | None:
     def build(event_log: KvEventLog, kv_store: KvBlockStore) -> KvTierManager:
         tensors = kv_store.kv_tensors()
         assert tensors is not None, "the native engine's KV cache holds data"
-        name = spec.model.served_name
+        # the name clients call it by: the same for a worker serve starts on the converted
+        # default model's directory and for serve's own in-process engine (a directory's
+        # name differed, and one's stored blocks were the other's misses)
+        name = spec.get_served_model_name()
         return build_tier_manager(tiers, event_log, tensors, kv_store.layout, model_name=name)
 
     return build

@@ -1,0 +1,42 @@
+"""Where a worker files its blocks in a disk tier or a shared store: under the name clients
+call the model by. A worker that `serve` starts loads the converted default model from its
+cache directory (whose name carries a digest) as SmolLM2-135M-Instruct; it filed its blocks
+under the directory's name while serve's in-process engine used the served one, so the
+blocks one stored were the other's misses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from armature.config import EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig
+from armature.engines.registry import get_kind
+from armature.engines.spec import EngineSpec
+from armature.model.source import ResolvedModel
+
+
+def namespaces(model_dir: Path, disk: Path, served_model_name: str | None) -> list[str]:
+    engine = EngineConfig(
+        engine="torch", dtype="float32", device="cpu", served_model_name=served_model_name
+    )
+    spec = EngineSpec(
+        engine=engine,
+        kv=KvCacheConfig(num_kv_blocks=32),
+        transfer=TransferConfig(),
+        model=ResolvedModel(model_dir, model_dir.name),
+        worker_id="w",
+        tiers=KvTierConfig(kv_disk_dir=str(disk), kv_disk_blocks=64),
+    )
+    built = get_kind("torch").build(spec)
+    built.engine.core.close()  # type: ignore[attr-defined]
+    return sorted(p.name for p in disk.iterdir())
+
+
+def test_blocks_are_filed_under_the_served_name(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    [served] = namespaces(tiny_llama_dir, tmp_path / "a", "smol")
+    assert served.startswith("smol-")
+    [own] = namespaces(tiny_llama_dir, tmp_path / "b", None)
+    assert own.startswith(f"{tiny_llama_dir.name}-")  # without one, the model's own name
+    # the same served name, whichever directory it is loaded from: one namespace
+    link = tmp_path / "SmolLM2-135M-Instruct-2b4642d961"
+    link.symlink_to(tiny_llama_dir)
+    assert namespaces(link, tmp_path / "c", "smol") == [served]
