@@ -17,6 +17,7 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 from armature.errors import ConfigError
 from armature.tiers.disk_store import DiskStore
+from armature.tiers.errors import StoreError
 from armature.tiers.store import BlockStore
 
 __all__ = ["SHARED_STALE_TEMP_S", "open_remote_store"]
@@ -55,7 +56,10 @@ def _open_shared_directory(
     path = unquote(parts.path)
     if parts.netloc not in ("", "localhost") or not path.startswith("/"):
         raise ConfigError(f"remote KV store URL {url!r}: needs an absolute path; {_FORMS}")
-    return DiskStore(Path(path), namespace, stale_temp_after_s=SHARED_STALE_TEMP_S)
+    try:
+        return DiskStore(Path(path), namespace, stale_temp_after_s=SHARED_STALE_TEMP_S)
+    except StoreError as error:  # a file, /proc, a directory it may not write
+        raise ConfigError(f"cannot use --kv-remote {url}: {error}") from None
 
 
 def _open_s3(url: str, parts: SplitResult, endpoint: str | None, namespace: str) -> BlockStore:

@@ -104,3 +104,15 @@ def test_s3_without_boto3_is_a_config_error_and_file_urls_work(tmp_path: Path) -
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "s3:// needs `pip install armature[s3]` (boto3)\n"
+
+
+def test_a_shared_directory_that_cannot_be_one_is_a_config_error(tmp_path: Path) -> None:
+    """A file, or a path under one: a traceback out of the worker's start before."""
+    afile = tmp_path / "afile"
+    afile.write_bytes(b"")
+    for path in (afile, afile / "below"):
+        with pytest.raises(
+            ConfigError, match=re.escape(f"cannot use --kv-remote file://{path}: ")
+        ) as e:
+            open_remote_store(f"file://{path}", endpoint=None, namespace=NS)
+        assert "\n" not in str(e.value)

@@ -34,9 +34,13 @@ def build_model_core(config: NativeEngineConfig, spec: EngineSpec) -> EngineCore
     spec.tiers.check_stored()
     try:
         return EngineCore(config, eviction_observer=spec.eviction_observer, tiers=_tiers(spec))
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        # a GPU's OutOfMemoryError; the CPU allocator's is a RuntimeError of its own words
+        if not isinstance(exc, torch.OutOfMemoryError) and "can't allocate memory" not in str(exc):
+            raise
         raise ConfigError(
-            "out of memory while allocating the model or KV cache; lower --kv-cache-bytes"
+            "out of memory while allocating the model, the KV cache or the host tier; lower "
+            "--kv-cache-bytes/--num-kv-blocks or --kv-host-bytes/--kv-host-blocks"
         ) from None
 
 

@@ -1,16 +1,20 @@
-"""Where a worker files its blocks in a disk tier or a shared store: under the name clients
-call the model by. A worker that `serve` starts loads the converted default model from its
-cache directory (whose name carries a digest) as SmolLM2-135M-Instruct; it filed its blocks
-under the directory's name while serve's in-process engine used the served one, so the
-blocks one stored were the other's misses."""
+"""Building the native engine. Where a worker files its blocks in a disk tier or a shared
+store: under the name clients call the model by (a worker that `serve` starts loads the
+converted default model from its cache directory, whose name carries a digest, as
+SmolLM2-135M-Instruct; it filed its blocks under the directory's name while serve's
+in-process engine used the served one, so the blocks one stored were the other's misses).
+Memory that cannot be had is one line."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from armature.config import EngineConfig, KvCacheConfig, KvTierConfig, TransferConfig
 from armature.engines.registry import get_kind
 from armature.engines.spec import EngineSpec
+from armature.errors import ConfigError
 from armature.model.source import ResolvedModel
 
 
@@ -40,3 +44,23 @@ def test_blocks_are_filed_under_the_served_name(tiny_llama_dir: Path, tmp_path: 
     link = tmp_path / "SmolLM2-135M-Instruct-2b4642d961"
     link.symlink_to(tiny_llama_dir)
     assert namespaces(link, tmp_path / "c", "smol") == [served]
+
+
+def test_a_kv_cache_larger_than_memory_is_one_line(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    """The CPU allocator's failure is a RuntimeError (a traceback before), not torch's
+    OutOfMemoryError: a G1 of 2**31 - 2 blocks, or a host tier of 2**40 (terabytes)."""
+    engine = EngineConfig(engine="torch", dtype="float32", device="cpu")
+    for kv, tiers in [
+        (KvCacheConfig(num_kv_blocks=2**31 - 2), KvTierConfig()),
+        (KvCacheConfig(num_kv_blocks=32), KvTierConfig(kv_host_blocks=2**40)),
+    ]:
+        spec = EngineSpec(
+            engine=engine,
+            kv=kv,
+            transfer=TransferConfig(),
+            model=ResolvedModel(tiny_llama_dir, tiny_llama_dir.name),
+            worker_id="w",
+            tiers=tiers,
+        )
+        with pytest.raises(ConfigError, match=r"^out of memory while allocating the model, the KV"):
+            get_kind("torch").build(spec)
