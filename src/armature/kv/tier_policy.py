@@ -130,8 +130,18 @@ class _Tier:
     name: KvTier
     capacity: int
     entries: OrderedDict[int, _Entry] = field(default_factory=OrderedDict)  # LRU head first
-    free_slots: list[int] = field(default_factory=list)  # host only
+    # host only: slots freed (reused last freed first), then fresh ones from `num_fresh_used`
+    # up (a list of every slot up front took ~80 bytes a slot: a modeled host tier of 2**31
+    # blocks took all of a machine's memory)
+    free_slots: list[int] = field(default_factory=list)
+    num_fresh_used: int = 0
     writes_enabled: bool = True
+
+    def take_slot(self) -> int:
+        if self.free_slots:
+            return self.free_slots.pop()
+        self.num_fresh_used += 1
+        return self.num_fresh_used - 1
 
 
 class TierPolicy:
@@ -143,9 +153,7 @@ class TierPolicy:
         self._log = event_log
         self._tiers: dict[KvTier, _Tier] = {}
         if config.num_host_blocks:
-            host = _Tier(KvTier.HOST, config.num_host_blocks)
-            host.free_slots = list(range(config.num_host_blocks - 1, -1, -1))  # pop() -> 0 first
-            self._tiers[KvTier.HOST] = host
+            self._tiers[KvTier.HOST] = _Tier(KvTier.HOST, config.num_host_blocks)
         if config.num_disk_blocks:
             self._tiers[KvTier.DISK] = _Tier(KvTier.DISK, config.num_disk_blocks)
         if config.has_remote:
@@ -332,7 +340,7 @@ class TierPolicy:
             return  # a refused copy is still being read: not replaced until it goes
         if len(state.entries) >= state.capacity and not self._evict_one(state, ops):
             return  # every block is pinned: this one is not stored
-        slot = state.free_slots.pop() if tier is KvTier.HOST else NO_SLOT
+        slot = state.take_slot() if tier is KvTier.HOST else NO_SLOT
         state.entries[key.seq_hash] = _Entry(key, slot, hits)
         if src is not None:
             ops.append(CopyOp(key, src, src_slot, tier, slot))
@@ -398,6 +406,7 @@ class TierPolicy:
             if state.name is KvTier.HOST:
                 used = [e.slot for e in state.entries.values()]
                 assert len(set(used)) == len(used)
-                assert sorted(used + state.free_slots) == list(range(state.capacity))
+                assert state.num_fresh_used <= state.capacity
+                assert sorted(used + state.free_slots) == list(range(state.num_fresh_used))
             else:
                 assert all(e.slot == NO_SLOT for e in state.entries.values())

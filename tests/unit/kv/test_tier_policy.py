@@ -214,6 +214,15 @@ def test_existing_disk_blocks_are_known_without_copies_and_trimmed_to_capacity()
     assert policy.get_keys(S) == [key(1), key(2)]
 
 
+def test_a_huge_host_tier_takes_memory_as_it_fills() -> None:
+    """A replay's modeled host tier of 2**40 blocks: its slots were listed up front (~80
+    bytes each: the kernel killed the replay), now taken as blocks arrive."""
+    policy, _ = make(num_host_blocks=2**40)
+    ops = policy.on_evict([evicted(0), evicted(1), evicted(2)])
+    assert [op.dst_slot for op in ops if isinstance(op, CopyOp)] == [0, 1, 2]
+    policy.check_integrity()
+
+
 def test_a_shared_store_larger_than_the_index_does_not_churn_it() -> None:
     """The store holds 5 blocks, the index 3: the first listing fills the index, later ones
     change nothing (each evicted known blocks for listed ones, and took those back next
