@@ -52,6 +52,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--engine", "mocker", "--speedup-ratio", "0"], "must be positive"),
         (["serve", "--engine", "gpt"], "invalid choice"),
         (["serve", "--prefill-workers", "1"], "--prefill-workers needs --decode-workers"),
+        # aggregated workers only: every request was refused (a 503 each) after a clean start
+        (["serve", "--enforce-disagg"], "--enforce-disagg needs --decode-workers"),
         (
             ["serve", "--workers", "3", "--prefill-workers", "1", "--decode-workers", "1"],
             "either --workers or --prefill-workers",

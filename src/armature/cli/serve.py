@@ -42,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(config.http.log_level)
     roles = config.get_worker_roles()
     _check_index_room(roles)
+    if config.disagg.enforce_disagg and config.decode_workers is None:
+        # its workers all prefill themselves: every request would be refused
+        raise ConfigError("--enforce-disagg needs --decode-workers (and --prefill-workers)")
     if config.frontends > 1 and config.in_process_workers:
         raise ConfigError(
             "--frontends above 1 runs the workers as processes the frontends share: drop "
