@@ -266,17 +266,18 @@ class KvTierManager(TierPolicyShell):
         self.counters.blocks_offloaded[(batch[0].src, KvTier.HOST)] += len(batch)
 
     def _copy_to_store(self, op: CopyOp) -> None:
-        self.counters.blocks_offloaded[(op.src, op.dst)] += 1
         if op.src in (KvTier.DEVICE, KvTier.HOST):
             data = self.mover.encode(op.src, op.src_slot, op.key)
             with self._pending_lock:
                 self._pending[op.dst][op.key.seq_hash] = data
-            self._writers[op.dst].submit(self._put, op.dst, op.key, data)
+            self._writers[op.dst].submit(self._put, op.dst, op.key, data, op.src)
         else:  # store to store: read it in the source's writer, so a later drop waits for it
             self._writers[op.src].submit(self._forward, op.src, op.dst, op.key)
 
     # ---- writer threads ----------------------------------------------------------------
-    def _put(self, tier: KvTier, key: BlockKey, data: bytes) -> None:
+    def _put(self, tier: KvTier, key: BlockKey, data: bytes, src: KvTier) -> None:
+        """Writer thread of `tier`: the block's bytes into its store, counted once they are
+        there (each path is counted by one thread: its destination's writer)."""
         try:
             if tier in self._writes_off:  # the first failure turns the tier's writes off:
                 # the puts queued behind it are not tried (each could wait out a timeout)
@@ -284,6 +285,7 @@ class KvTierManager(TierPolicyShell):
                 self._failures.put((tier, key.seq_hash, skipped))
                 return
             self.stores[tier].put(key, data)
+            self.counters.blocks_offloaded[(src, tier)] += 1
         except StoreError as exc:
             self._writes_off.add(tier)
             self._failures.put((tier, key.seq_hash, exc))
@@ -300,7 +302,7 @@ class KvTierManager(TierPolicyShell):
             return
         with self._pending_lock:
             self._pending[dst][key.seq_hash] = data
-        self._writers[dst].submit(self._put, dst, key, data)
+        self._writers[dst].submit(self._put, dst, key, data, src)
 
     def _delete(self, tier: KvTier, key: BlockKey) -> None:
         try:

@@ -1,7 +1,8 @@
-"""The tier manager's writers after a failed write: the first failure turns the tier's writes
-off, and the puts queued behind it are not tried (against a store that would make each wait
-out its timeout: on a stalled shared store, hours of queued puts, their bytes held); every
-block not written is forgotten by the policy when the engine thread settles the failures."""
+"""The tier manager's writers. A block is counted offloaded once its store holds it (it was
+counted when queued, failed writes too). After a failed write the tier's writes are off, and
+the puts queued behind it are not tried (against a store that would make each wait out its
+timeout: on a stalled shared store, hours of queued puts, their bytes held); every block not
+written is forgotten by the policy when the engine thread settles the failures."""
 
 from __future__ import annotations
 
@@ -69,9 +70,37 @@ def test_puts_queued_behind_a_failed_one_are_not_tried() -> None:
     store.release.set()
     manager.flush()
     assert store.num_puts == 1
+    assert manager.counters.blocks_offloaded == {}  # none of them was copied down
     manager.take_finished()  # the engine thread settles the failures
     assert manager.counters.write_failures == {KvTier.DISK: NUM_BLOCKS}
     assert policy.get_keys(KvTier.DISK) == []  # none of them is on disk
     assert not policy.is_writable(KvTier.DISK)
     assert manager._pending[KvTier.DISK] == {}  # no bytes held for them
+    manager.close()
+
+
+class ListStore(StalledStore):
+    """A store that keeps what it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks: dict[int, bytes] = {}
+
+    def put(self, key: BlockKey, data: bytes) -> None:
+        self.blocks[key.seq_hash] = data
+
+
+def test_blocks_are_counted_offloaded_once_they_are_stored() -> None:
+    policy = TierPolicy(TierPolicyConfig(num_disk_blocks=16), KvEventLog())
+    store = ListStore()
+    manager = KvTierManager(
+        policy,
+        EncodingMover(),  # type: ignore[arg-type]
+        {KvTier.DISK: store},  # type: ignore[dict-item]
+        max_inflight_bytes=1 << 20,
+    )
+    manager.on_evict([EvictedBlock(i, 100 + i, 200 + i, None) for i in range(NUM_BLOCKS)])
+    manager.flush()
+    assert sorted(store.blocks) == [100 + i for i in range(NUM_BLOCKS)]
+    assert manager.counters.blocks_offloaded == {(KvTier.DEVICE, KvTier.DISK): NUM_BLOCKS}
     manager.close()
