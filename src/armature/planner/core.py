@@ -267,11 +267,12 @@ class Planner:
         held: list[ScalingDecision] = []
         holds: list[LimitHold] = []
         max_total = self._config.get_max_total_workers()
-        # shrinking roles first: a role grows only into the room the others leave as they
-        # are after their cool-downs (a held shrink leaves none: the total stays in budget)
-        for role, want in sorted(
-            wants.items(), key=lambda w: limited[w[0]][0] > self._num_workers[w[0]]
-        ):
+        ordered = list(wants.items())
+        if max_total is not None:
+            # shrinking roles first: a role grows only into the room the others leave as
+            # they are after their cool-downs (a held shrink leaves none: within budget)
+            ordered.sort(key=lambda w: limited[w[0]][0] > self._num_workers[w[0]])
+        for role, want in ordered:
             current = self._num_workers[role]
             target, limit = limited[role]
             if max_total is not None and target > current:
