@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -66,6 +66,11 @@ class RouteGroup:
     lives (a dead one sends them back to the policy)."""
 
     worker: str | None = None
+    # set once the member routed by policy has its first output there (or ended): the
+    # prompt is in that worker's cache. Members wait for it: in disaggregated serving the
+    # first's first token comes from a prefill worker, and members that went on at once
+    # each computed the whole prompt on the decode worker before its KV arrived
+    has_prompt: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class _WorkerDied(Exception):
@@ -304,9 +309,12 @@ class EngineRouter:
         target_worker: str | None,
         group: RouteGroup | None,
     ) -> AsyncGenerator[EngineOutput, None]:
+        if group is not None and group.worker in workers:
+            await group.has_prompt.wait()
         started_s = time.perf_counter()
         bs = self.config.block_size_tokens
         num_tokens = len(request.prompt_token_ids)
+        led: RouteGroup | None = None  # the group this member leads (routed by policy)
         if group is not None and group.worker in workers:
             # the group's first member computed this prompt there: all of it but the block
             # holding the last token is cached (unless evicted since)
@@ -319,6 +327,7 @@ class EngineRouter:
             decision = self.policy.select(route, workers)
             if group is not None:
                 group.worker = decision.worker
+                led = group
         self.observer.decision(
             decision.worker, decision.overlap_blocks, time.perf_counter() - started_s
         )
@@ -337,6 +346,8 @@ class EngineRouter:
                         if num_output == 0:
                             self.load.first_token(request.request_id)
                             self.load_changed.set()
+                            if led is not None:
+                                led.has_prompt.set()
                         num_output += len(output.new_token_ids)
                     if output.finish_reason is not None:
                         reason = output.finish_reason.value
@@ -347,6 +358,8 @@ class EngineRouter:
             finally:
                 await stream.aclose()
         finally:
+            if led is not None:  # ended without output: the members route by themselves
+                led.has_prompt.set()
             self.load.finish(request.request_id)
             self.load_changed.set()
             log.info(

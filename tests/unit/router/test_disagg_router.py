@@ -6,6 +6,7 @@ prefill pool or an expired handle falls back to local prefill, and every pool en
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import sys
 import threading
@@ -26,6 +27,7 @@ from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.engines.native.transfer import start_transfer_agent
+from armature.frontend.choices import fork_streams
 from armature.protocols.engine import (
     EngineOutput,
     EngineRequest,
@@ -35,6 +37,7 @@ from armature.protocols.engine import (
 from armature.protocols.kv_transfer import ConnectorTransfer, KvHandle
 from armature.router.disagg import DisaggRouter, PrefillDecision
 from armature.router.policies import RoutingError
+from armature.router.service import RouteGroup
 
 NEW_TOKENS = 8
 
@@ -348,6 +351,38 @@ async def test_a_decode_leg_cancelled_during_its_pull_releases_the_handle(
     finally:
         await prefill.stop()
         await decode.stop()
+
+
+async def test_the_choices_of_n_wait_for_the_first_s_kv_on_its_decode_worker(
+    tiny_llama_dir: Path, ref: HfReference
+) -> None:
+    """n = 3 over a remote prefill: the other choices start once the first has its first
+    token (the prefill worker's), and follow it to its decode worker. They went on at once
+    and each computed the whole prompt there before the first's KV had arrived; now they
+    wait for it and find the prompt cached (all but the last token's block)."""
+    router = build(tiny_llama_dir)
+    router.start()
+    try:
+        prompt = prompts_of([64], 512, seed=29)[0]
+        group = RouteGroup()
+        starts = [
+            functools.partial(router.generate, request(f"x-{i}", prompt), group=group)
+            for i in range(3)
+        ]
+        outputs: dict[int, list[EngineOutput]] = {0: [], 1: [], 2: []}
+        async for index, output in fork_streams(starts):  # type: ignore[arg-type]
+            outputs[index].append(output)
+        assert router.num_prefills == {"remote": 1, "local": 2}
+        cached = [
+            next(o for o in outputs[i] if o.num_prompt_tokens).num_cached_tokens for i in (1, 2)
+        ]
+        assert cached == [48, 48]
+        texts = [[t for o in outputs[i] for t in o.new_token_ids] for i in range(3)]
+        assert texts[1] == texts[2] == texts[0]
+        check_all(ref, [prompt], [texts[0]])
+        await settle(router)
+    finally:
+        await router.stop()
 
 
 class HeldDecode:
