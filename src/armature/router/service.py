@@ -331,8 +331,14 @@ class EngineRouter:
         self.observer.decision(
             decision.worker, decision.overlap_blocks, time.perf_counter() - started_s
         )
-        uncached = max(0, num_tokens - decision.overlap_blocks * bs)
-        self.load.start(request.request_id, decision.worker, uncached, -(-num_tokens // bs))
+        # what the worker computes before its first token: a migrated leg's carried output
+        # too; of a decode leg after a remote prefill, only what its KV handle lacks
+        num_context = num_tokens + len(request.output_token_ids)
+        num_held = decision.overlap_blocks
+        if request.kv_handle is not None:
+            num_held = max(num_held, len(request.kv_handle.seq_hashes))
+        uncached = max(0, num_context - num_held * bs)
+        self.load.start(request.request_id, decision.worker, uncached, -(-num_context // bs))
         self.load_changed.set()
         num_output = 0
         # the caller closed the stream before the engine finished: the frontend's stop string,

@@ -425,6 +425,9 @@ async def test_a_client_gone_once_the_decode_leg_was_asked_leaves_the_handle_to_
         await anext(stream)  # type: ignore[arg-type]  # the prefill worker's token
         pending = asyncio.ensure_future(anext(stream))  # type: ignore[arg-type]
         await asyncio.wait_for(held.asked.wait(), 30)
+        # the decode leg computes what its handle lacks: the first token, carried (it was
+        # counted as the whole 64-token prompt on the decode worker until its first output)
+        assert router.load.get("d0").active_prefill_tokens == 1
         pending.cancel()
         await asyncio.gather(pending, return_exceptions=True)
         await stream.aclose()  # type: ignore[attr-defined]

@@ -4,6 +4,8 @@ group worker sends them back to the policy."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from armature.config import RouterConfig
@@ -82,5 +84,46 @@ async def test_a_dead_group_worker_sends_members_back_to_the_policy(tiny_llama_d
         assert group.worker == other
         assert observer.made[-1] == (other, 0)
         assert second.num_cached_tokens == 0  # its prompt is computed anew there
+    finally:
+        await router.stop()
+
+
+class Held:
+    """An engine asked for a request and never answering (as a worker still prefilling)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.asked = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.engine, name)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        self.asked.set()
+        await asyncio.Event().wait()
+        yield  # type: ignore[misc]  # never reached
+
+
+async def test_a_resumed_leg_counts_its_carried_output_as_prefill(tiny_llama_dir: Path) -> None:
+    """A migrated request recomputes its prompt and the tokens it carries: the router counts
+    them all as the worker's prefill until its first output (it counted the prompt only)."""
+    held = Held(engines(tiny_llama_dir)["a"])
+    router = EngineRouter({"a": held}, RouterConfig(policy="round-robin"))  # type: ignore[dict-item]
+    router.start()
+    try:
+        carried = EngineRequest(
+            request_id="m",
+            prompt_token_ids=PROMPT,
+            output_token_ids=[7] * 30,
+            sampling=SamplingParams(max_tokens=3, temperature=0.0),
+        )
+        stream = router.generate(carried)
+        started = asyncio.ensure_future(anext(stream))  # type: ignore[arg-type]
+        await asyncio.wait_for(held.asked.wait(), 30)
+        load = router.load.get("a")
+        assert (load.active_prefill_tokens, load.active_blocks) == (80, 5)  # 50 + 30; 80 / 16
+        started.cancel()
+        await asyncio.gather(started, return_exceptions=True)
+        await stream.aclose()  # type: ignore[attr-defined]
     finally:
         await router.stop()
