@@ -74,9 +74,21 @@ def test_a_long_prompt_evicted_from_g1_comes_back_from_host(
         complete(url, long_prompt("bridges"))
         complete(url, long_prompt("comets"))
         second, num_prompt_again, cached = complete(url, a)
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
     assert num_prompt_again == num_prompt
     assert_mostly_cached(num_prompt, cached)
     assert second == first
+    # the in-process engine's tiers on the serve's own /metrics (no worker process serves
+    # them: they were nowhere)
+    offloaded = sample(metrics, 'armature_worker_kv_offloaded_blocks_total{path="g1->g2"}')
+    onboarded = sample(metrics, 'armature_worker_kv_onboarded_blocks_total{path="g2->g1"}')
+    assert offloaded > 0 and 0 < onboarded <= cached // BLOCK
+    assert sample(metrics, 'armature_worker_kv_tier_capacity_blocks{tier="host"}') == 512
+
+
+def sample(metrics: str, series: str) -> float:
+    [line] = [line for line in metrics.splitlines() if line.startswith(series + " ")]
+    return float(line.split()[-1])
 
 
 def _wait_for_files(directory: Path, num_files: int, timeout_s: float = 60.0) -> None:

@@ -24,6 +24,7 @@ from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerRole
 from armature.runtime.heap import settle_heap
 from armature.runtime.ports import reserve_listen_socket
+from armature.worker.metrics import add_tier_metrics
 
 __all__ = ["serve_in_process"]
 
@@ -119,6 +120,11 @@ async def _serve(
         responses=config.responses,
         slo=config.slo,
     )
+    if config.tiers.is_enabled:  # no worker process serves their metrics: this one does
+        add_tier_metrics(
+            parts.metrics.registry,
+            [one.engine.stats for one in built if one.embedder is None],
+        )
     app = build_app(
         parts,
         api_keys=api_keys,

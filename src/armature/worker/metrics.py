@@ -19,7 +19,7 @@ from armature.protocols.engine import EngineLoad, EngineStats, KvTierStats
 from armature.runtime.latency_buckets import LATENCY_BUCKETS_S
 from armature.runtime.load_metrics import WorkerLoadCollector
 
-__all__ = ["WorkerMetrics"]
+__all__ = ["WorkerMetrics", "add_tier_metrics", "sum_tier_stats"]
 
 
 class _TransferCollector(Collector):
@@ -77,15 +77,57 @@ _NO_TIERS = KvTierStats(
 )
 
 
+def sum_tier_stats(stats: list[KvTierStats]) -> KvTierStats | None:
+    """The tiers of several engines of one model as one (counts and sizes summed; their
+    onboarding histograms share their buckets); None for none."""
+    if not stats:
+        return None
+
+    def summed(field: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for one in stats:
+            for key, value in getattr(one, field).items():
+                out[key] = out.get(key, 0) + value
+        return out
+
+    first = stats[0]
+    return KvTierStats(
+        bytes_per_block=first.bytes_per_block,
+        blocks_offloaded=summed("blocks_offloaded"),
+        blocks_onboarded=summed("blocks_onboarded"),
+        blocks_refused=summed("blocks_refused"),
+        write_failures=summed("write_failures"),
+        num_lookup_blocks=sum(s.num_lookup_blocks for s in stats),
+        hit_blocks=summed("hit_blocks"),
+        tier_blocks=summed("tier_blocks"),
+        tier_capacity_blocks=summed("tier_capacity_blocks"),
+        onboard_latency_buckets_s=first.onboard_latency_buckets_s,
+        onboard_latency_counts=[
+            sum(c) for c in zip(*(s.onboard_latency_counts for s in stats), strict=True)
+        ],
+        onboard_latency_sum_s=sum(s.onboard_latency_sum_s for s in stats),
+    )
+
+
+def add_tier_metrics(registry: CollectorRegistry, engines: list[Callable[[], EngineStats]]) -> None:
+    """The lower tiers of engines in this process (serve's in-process workers, whose process
+    serves no metrics of its own), summed, in `registry`'s families."""
+
+    def get_tiers() -> KvTierStats | None:
+        return sum_tier_stats([t for t in (get().tiers for get in engines) if t is not None])
+
+    registry.register(_TierCollector(get_tiers))
+
+
 class _TierCollector(Collector):
     """The lower KV tiers (G2-G4). Every path and tier is exported, at zero where the worker
     has no such tier, so dashboards and alerts see one set of series on every worker."""
 
-    def __init__(self, get_stats: Callable[[], EngineStats]):
-        self.get_stats = get_stats
+    def __init__(self, get_tiers: Callable[[], KvTierStats | None]):
+        self.get_tiers = get_tiers
 
     def collect(self) -> Iterator[Metric]:
-        t = self.get_stats().tiers or _NO_TIERS
+        t = self.get_tiers() or _NO_TIERS
         yield from _paths("offloaded", "copied down a tier", t.blocks_offloaded, OFFLOAD_PATHS, t)
         yield from _paths("onboarded", "loaded back into G1", t.blocks_onboarded, ONBOARD_PATHS, t)
         ratio = GaugeMetricFamily(
@@ -165,7 +207,7 @@ class WorkerMetrics:
         self.registry = CollectorRegistry()
         self.registry.register(WorkerLoadCollector(lambda: {worker_id: get_load()}))
         self.registry.register(_TransferCollector(get_stats))
-        self.registry.register(_TierCollector(get_stats))
+        self.registry.register(_TierCollector(lambda: get_stats().tiers))
         self.requests = Counter(
             "armature_worker_requests",
             "Requests the worker finished, by how they ended",
