@@ -113,14 +113,12 @@ class LocalConnector:
         launcher: ProcessLauncher,
         *,
         drain_timeout_s: float,
-        backoff: Callable[[], CrashBackoff] = CrashBackoff,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._launcher = launcher
         self._drain_timeout_s = drain_timeout_s
         self._workers: dict[WorkerRole, list[WorkerProcess]] = {}
         self._started_s: dict[int, float] = {}  # by pid
-        self._make_backoff = backoff
         self._backoffs: dict[WorkerRole, CrashBackoff] = {}
         self._clock = clock
         self._num_started = 0
@@ -178,7 +176,7 @@ class LocalConnector:
     def _reap(self) -> None:
         now_s = self._clock()
         for role, procs in self._workers.items():
-            backoff = self._backoffs.setdefault(role, self._make_backoff())
+            backoff = self._backoffs.setdefault(role, CrashBackoff())
             for proc in [p for p in procs if not p.is_running()]:
                 log.warning("worker %s (pid %d) exited by itself", proc.name, proc.pid)
                 backoff.on_exit(self._started_s.pop(proc.pid, now_s), now_s)
