@@ -172,12 +172,18 @@ def read_model_spec(path: Path, dtype: str) -> ModelSpec:
         raise ConfigError(
             f"config.json: num_experts_per_tok ({per_token}) is above the experts ({experts})"
         )
+    kv_heads = _positive(config, "num_key_value_heads", default=heads)
+    if heads % kv_heads:  # grouped-query attention shares each KV head among whole groups
+        raise ConfigError(
+            f"config.json: num_attention_heads ({heads}) is not a multiple of "
+            f"num_key_value_heads ({kv_heads})"
+        )
     return ModelSpec(
         name=name,
         num_layers=num_layers,
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=_positive(config, "num_key_value_heads", default=heads),
+        num_kv_heads=kv_heads,
         head_dim=_positive(config, "head_dim", default=hidden // heads),
         intermediate_size=intermediate,
         vocab_size=_positive(config, "vocab_size"),

@@ -143,6 +143,15 @@ def test_a_config_json_with_a_bad_text_config_or_experts(
         tmp_path / "moe", {**TINY_LLAMA, "num_local_experts": 8, "num_experts_per_tok": 16}
     )
     _fails(capsys, ["--model", str(moe)], "num_experts_per_tok (16) is above the experts (8)")
+    # heads that no grouping of KV heads can serve (it was priced as if it ran)
+    odd = write_config(
+        tmp_path / "odd", {**TINY_LLAMA, "num_attention_heads": 4, "num_key_value_heads": 3}
+    )
+    _fails(
+        capsys,
+        ["--model", str(odd)],
+        "config.json: num_attention_heads (4) is not a multiple of num_key_value_heads (3)",
+    )
 
 
 def test_a_trace_of_one_token_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
