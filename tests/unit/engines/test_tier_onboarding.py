@@ -161,6 +161,16 @@ def test_a_prompt_comes_back_from_the_shared_store_on_another_engine(
     reader.close()
 
 
+def corrupt_on_disk(tiers: KvTierManager, disk_dir: Path, seq_hash: int) -> Path:
+    """Flip one payload byte of block `seq_hash`'s file (once every write has landed)."""
+    tiers.flush()
+    [path] = disk_dir.rglob(f"{seq_hash:016x}-*.kvb")
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
 def test_a_corrupt_disk_block_is_refused_and_the_rest_computed(
     tiny_llama_dir: Path, ref: HfReference, tmp_path: Path
 ) -> None:
@@ -171,12 +181,8 @@ def test_a_corrupt_disk_block_is_refused_and_the_rest_computed(
     run(core, c, "c")
     tiers = core.tiers
     assert tiers is not None
-    tiers.flush()
     bad_hash = hashes_of(a)[2]
-    [path] = tmp_path.rglob(f"{bad_hash:016x}-*.kvb")
-    data = bytearray(path.read_bytes())
-    data[-5] ^= 0xFF  # one payload byte
-    path.write_bytes(bytes(data))
+    path = corrupt_on_disk(tiers, tmp_path, bad_hash)
     second, cached = run(core, a, "a2")
     assert cached == 2 * BLOCK  # the blocks before the bad one
     assert first == second
@@ -200,12 +206,7 @@ def test_closing_while_a_corrupt_disk_block_loads_settles_it(
         run(core, prompt, f"r{i}")
     tiers = core.tiers
     assert tiers is not None
-    tiers.flush()
-    bad_hash = hashes_of(a)[2]
-    [path] = tmp_path.rglob(f"{bad_hash:016x}-*.kvb")
-    data = bytearray(path.read_bytes())
-    data[-5] ^= 0xFF
-    path.write_bytes(bytes(data))
+    path = corrupt_on_disk(tiers, tmp_path, hashes_of(a)[2])
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0)
     core.add_request(EngineRequest(request_id="a2", prompt_token_ids=a, sampling=params))
     assert core.step() == []  # admission started the loads

@@ -10,12 +10,12 @@ import functools
 import importlib.util
 import sys
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from idle_engine import HeldEngine
 from polling import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
@@ -385,23 +385,6 @@ async def test_the_choices_of_n_wait_for_the_first_s_kv_on_its_decode_worker(
         await router.stop()
 
 
-class HeldDecode:
-    """The decode engine, asked for a request and never answering (its pull and copy still
-    to come): what a remote decode worker looks like to the router until its first output."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self.asked = asyncio.Event()
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.engine, name)
-
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        self.asked.set()
-        await asyncio.Event().wait()
-        yield  # type: ignore[misc]  # never reached
-
-
 async def test_a_client_gone_once_the_decode_leg_was_asked_leaves_the_handle_to_it(
     tiny_llama_dir: Path,
 ) -> None:
@@ -410,7 +393,7 @@ async def test_a_client_gone_once_the_decode_leg_was_asked_leaves_the_handle_to_
     prefill worker could reuse blocks a shared-memory copy had still to read (the decode
     worker's prefix cache then held another prompt's KV under this prompt's hashes)."""
     router = build(tiny_llama_dir)
-    held = HeldDecode(router.engines["d0"])  # type: ignore[arg-type]
+    held = HeldEngine(router.engines["d0"])
     router.engines["d0"] = held  # type: ignore[assignment]
     prefill_engine = router.prefill.engines["p0"]
     released: list[str] = []

@@ -5,7 +5,6 @@ group worker sends them back to the policy."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 from armature.config import RouterConfig
@@ -14,6 +13,7 @@ from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.router.service import EngineRouter, RouteGroup, RouterObserver
+from idle_engine import HeldEngine
 
 PROMPT = list(range(3, 3 + 50))  # 3 full blocks of 16 and 2 tokens
 
@@ -88,26 +88,10 @@ async def test_a_dead_group_worker_sends_members_back_to_the_policy(tiny_llama_d
         await router.stop()
 
 
-class Held:
-    """An engine asked for a request and never answering (as a worker still prefilling)."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self.asked = asyncio.Event()
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.engine, name)
-
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        self.asked.set()
-        await asyncio.Event().wait()
-        yield  # type: ignore[misc]  # never reached
-
-
 async def test_a_resumed_leg_counts_its_carried_output_as_prefill(tiny_llama_dir: Path) -> None:
     """A migrated request recomputes its prompt and the tokens it carries: the router counts
     them all as the worker's prefill until its first output (it counted the prompt only)."""
-    held = Held(engines(tiny_llama_dir)["a"])
+    held = HeldEngine(engines(tiny_llama_dir)["a"])
     router = EngineRouter({"a": held}, RouterConfig(policy="round-robin"))  # type: ignore[dict-item]
     router.start()
     try:

@@ -55,15 +55,20 @@ class EncodingMover:
         return key.seq_hash.to_bytes(8, "little")
 
 
-def test_puts_queued_behind_a_failed_one_are_not_tried() -> None:
-    policy = TierPolicy(TierPolicyConfig(num_disk_blocks=16), KvEventLog())
-    store = StalledStore()
-    manager = KvTierManager(
-        policy,
+def disk_manager(store: StalledStore) -> KvTierManager:
+    """A manager of one disk tier of 16 blocks over `store`."""
+    return KvTierManager(
+        TierPolicy(TierPolicyConfig(num_disk_blocks=16), KvEventLog()),
         EncodingMover(),  # type: ignore[arg-type]
         {KvTier.DISK: store},  # type: ignore[dict-item]
         max_inflight_bytes=1 << 20,
     )
+
+
+def test_puts_queued_behind_a_failed_one_are_not_tried() -> None:
+    store = StalledStore()
+    manager = disk_manager(store)
+    policy = manager.policy
     blocks = [EvictedBlock(i, 100 + i, 200 + i, None) for i in range(NUM_BLOCKS)]
     manager.on_evict(blocks)  # five puts queued on the disk writer; the first stalls
     assert len(policy.get_keys(KvTier.DISK)) == NUM_BLOCKS
@@ -91,14 +96,8 @@ class ListStore(StalledStore):
 
 
 def test_blocks_are_counted_offloaded_once_they_are_stored() -> None:
-    policy = TierPolicy(TierPolicyConfig(num_disk_blocks=16), KvEventLog())
     store = ListStore()
-    manager = KvTierManager(
-        policy,
-        EncodingMover(),  # type: ignore[arg-type]
-        {KvTier.DISK: store},  # type: ignore[dict-item]
-        max_inflight_bytes=1 << 20,
-    )
+    manager = disk_manager(store)
     manager.on_evict([EvictedBlock(i, 100 + i, 200 + i, None) for i in range(NUM_BLOCKS)])
     manager.flush()
     assert sorted(store.blocks) == [100 + i for i in range(NUM_BLOCKS)]
