@@ -770,3 +770,20 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
         code = proc.wait(timeout=120)
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert code == 141  # as a process killed by SIGPIPE reads to a shell
+
+
+def test_replay_reports_goodput_only_against_a_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --slo-* flags every finished request would meet 'no bound', so goodput would
+    read as throughput beside a low sla_attainment: the report has none, the summary says why."""
+    argv = ["replay", "--synthetic", "prefix-groups", "--num-requests", "20", "--workers", "2"]
+    assert main([*argv, "--report", str(tmp_path / "none.json")]) == 0
+    out = capsys.readouterr().out
+    assert "goodput_requests_s: n/a (no --slo-ttft-ms / --slo-itl-ms)" in out
+    none = json.loads((tmp_path / "none.json").read_text())
+    assert none["goodput_requests_s"] == none["goodput_tokens_s"] == {}
+    bounded = [*argv, "--slo-ttft-ms", "0.001", "--report", str(tmp_path / "tight.json")]
+    assert main(bounded) == 0
+    tight = json.loads((tmp_path / "tight.json").read_text())
+    assert tight["goodput_requests_s"] == {"sla": 0.0}

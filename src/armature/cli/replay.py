@@ -81,7 +81,11 @@ def _replay_config(args: argparse.Namespace) -> ReplayConfig:
         kv_bytes_per_block=args.kv_bytes_per_block,
         tiers=KvTierConfig(**{name: getattr(args, name) for name in TIER_SETTINGS}),
         tier_aware=args.tier_aware,
-        slos=(Slo("sla", args.slo_ttft_ms, args.slo_itl_ms, args.slo_itl_quantile),),
+        # goodput needs a bound: without one every finished request would count, and
+        # goodput would read as throughput beside a low sla_attainment
+        slos=(Slo("sla", args.slo_ttft_ms, args.slo_itl_ms, args.slo_itl_quantile),)
+        if args.slo_ttft_ms is not None or args.slo_itl_ms is not None
+        else (),
         planner=_planner_config(args),
         planner_rule=args.planner,
         worker_startup_s=args.worker_startup_s,
@@ -168,7 +172,7 @@ def _print_summary(args: argparse.Namespace, config: ReplayConfig, report: dict[
         )
     }
     for key in ("goodput_requests_s", "goodput_tokens_s"):
-        summary[key] = report[key]["sla"]
+        summary[key] = report[key].get("sla", "n/a (no --slo-ttft-ms / --slo-itl-ms)")
     if config.tiers.is_enabled:
         for key in ("onboarded_token_ratio", "blocks_onboarded", "blocks_offloaded"):
             summary[key] = report[key]
