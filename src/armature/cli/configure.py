@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from armature.cli.options import CliError, HelpFormatter, add_settings, read_settings
 from armature.config import flag_name, iter_settings
-from armature.config.configure import ConfigureConfig
+from armature.config.configure import DEFAULT_ITL_MS, ConfigureConfig
 
 if TYPE_CHECKING:
     from armature.configurator.hardware import Hardware
@@ -197,7 +197,9 @@ def run(args: argparse.Namespace) -> int:
             f"requests of up to {workload.get_max_request_tokens()} tokens exceed the model's "
             f"context ({model.max_context_tokens})"
         )
-    itl_ms = None if config.e2e_ms is not None else config.itl_ms
+    if config.e2e_ms is not None and config.itl_ms is not None:
+        raise CliError("--e2e-ms replaces --itl-ms as the latency target: give one of them")
+    itl_ms = DEFAULT_ITL_MS if config.e2e_ms is None and config.itl_ms is None else config.itl_ms
     settings = SearchSettings(
         workload=workload,
         targets=Targets(config.ttft_ms, itl_ms, config.e2e_ms),

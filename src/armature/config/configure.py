@@ -17,10 +17,11 @@ from armature.config.values import (
 )
 from armature.errors import ConfigError
 
-__all__ = ["CONFIGURE_DTYPES", "CONFIGURE_MODES", "ConfigureConfig"]
+__all__ = ["CONFIGURE_DTYPES", "CONFIGURE_MODES", "DEFAULT_ITL_MS", "ConfigureConfig"]
 
 CONFIGURE_DTYPES = ("bfloat16", "float16", "fp8", "float32")
 CONFIGURE_MODES = ("agg", "disagg")
+DEFAULT_ITL_MS = 50.0  # the latency target without --itl-ms or --e2e-ms
 
 
 def _modes(text: str) -> tuple[str, ...]:
@@ -117,7 +118,10 @@ class ConfigureConfig:
         500.0, "target median time to first token, ms", parse=positive_float, env=_env("TTFT_MS")
     )
     itl_ms: float | None = setting(
-        50.0, "target mean inter-token latency, ms", parse=positive_float, env=_env("ITL_MS")
+        None,
+        f"target mean inter-token latency, ms ({DEFAULT_ITL_MS:g} unless --e2e-ms is given)",
+        parse=positive_float,
+        env=_env("ITL_MS"),
     )
     e2e_ms: float | None = setting(
         None,

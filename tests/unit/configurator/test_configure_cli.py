@@ -476,12 +476,18 @@ def test_a_request_rate_ranks_by_fewest_gpus(
 def test_an_e2e_target_takes_the_place_of_the_itl_one(
     tiny_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--e2e-ms judges the whole request instead of its mean ITL: an ITL target nothing could
-    meet is not used beside it, and an end-to-end target nothing can meet is named."""
-    argv = ["--model", str(tiny_dir), *SMALL, "--ttft-ms", "5000", "--itl-ms", "0.001"]
+    """--e2e-ms judges the whole request instead of its mean ITL (the default ITL target is
+    not used beside it); an end-to-end target nothing can meet is named, and both targets at
+    once are refused (the ITL one was dropped without a word)."""
+    argv = ["--model", str(tiny_dir), *SMALL, "--ttft-ms", "5000"]
     assert main(["configure", *argv, "--e2e-ms", "100000"]) == 0
     assert _ranked_rows(capsys.readouterr().out)[0][-1] == "yes"
     _fails(capsys, [*argv, "--e2e-ms", "0.01"], "relax --ttft-ms/--e2e-ms")
+    _fails(
+        capsys,
+        [*argv, "--e2e-ms", "100000", "--itl-ms", "0.001"],
+        "--e2e-ms replaces --itl-ms as the latency target: give one of them",
+    )
 
 
 def test_inputs_under_the_save_dir_are_refused_before_they_are_overwritten(
