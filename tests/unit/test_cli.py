@@ -79,6 +79,14 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
             "--prefill-workers: the router's prefix index holds at most 4,096 workers, got 4,097",
         ),
         (["serve", "--kv-transfer-backends", "shm"], "that includes tcp"),
+        (
+            ["serve", "--no-prefix-caching", "--kv-host-bytes", "1GiB"],
+            "keep cached prefix blocks: drop --no-prefix-caching or the tier flags",
+        ),
+        (
+            ["worker", "--engine", "mocker", "--no-prefix-caching", "--kv-disk-blocks", "64"],
+            "keep cached prefix blocks: drop --no-prefix-caching or the tier flags",
+        ),
         (["serve", "--kv-transfer-backends", "rdma,tcp"], "shm,nixl,tcp"),
         (["serve", "--max-local-prefill-tokens", "-1"], "must be"),
         (["serve", "--migration-limit", "x"], "--migration-limit"),

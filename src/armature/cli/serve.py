@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     config = read_settings(args, ServeConfig)
     setup_logging(config.http.log_level)
     roles = config.get_worker_roles()
+    config.tiers.check_prefix_caching(config.kv.enable_prefix_caching)
     _check_index_room(roles)
     if config.disagg.enforce_disagg and config.decode_workers is None:
         # its workers all prefill themselves: every request would be refused

@@ -146,6 +146,15 @@ class KvTierConfig:
             "remote": self.kv_remote_bandwidth_gbps,
         }
 
+    def check_prefix_caching(self, enable_prefix_caching: bool) -> None:
+        """ConfigError for lower tiers under --no-prefix-caching: they keep a copy of each
+        cached block and find it again by its prefix hash, and no block is cached."""
+        if self.is_enabled and not enable_prefix_caching:
+            raise ConfigError(
+                "the lower KV tiers (--kv-host-*, --kv-disk-*, --kv-remote) keep cached prefix "
+                "blocks: drop --no-prefix-caching or the tier flags"
+            )
+
     def check_stored(self) -> None:
         """ConfigError for what an engine that stores real blocks (torch) cannot run: a disk
         size with no directory to hold it, or a modeled bandwidth (the mocker's alone)."""
