@@ -573,6 +573,15 @@ def test_bad_timing_profiles_exit_2_with_one_line(
         (["--prefill-input-tokens", "64,32"], "expected increasing positive integers"),
         (["--prefill-input-tokens", "64,,256"], "got '64,,256'"),
         (["--prefill-input-tokens", "2048,4096"], "at least two lengths within"),
+        # the flag that sized the cache is the one to raise
+        (
+            ["--num-kv-blocks", "20"],
+            "(320 tokens): lower --prefill-batch-requests or raise --num-kv-blocks",
+        ),
+        (
+            ["--kv-cache-bytes", "1MiB"],
+            "(32 tokens): lower --prefill-batch-requests or raise --kv-cache-bytes",
+        ),
     ],
 )
 def test_profile_mistakes_exit_2_with_one_line(

@@ -36,6 +36,7 @@ class EngineLimits:
     max_model_len_tokens: int
     block_size_tokens: int
     num_kv_blocks: int
+    kv_cache_flag: str = "--kv-cache-bytes"  # the flag that sized the cache
 
     @property
     def num_kv_tokens(self) -> int:
@@ -105,7 +106,7 @@ def check_sweep(sweep: ProfileSweepConfig, limits: EngineLimits) -> None:
         raise ConfigError(
             f"{batch} prompts of {longest} tokens do not fit the KV cache "
             f"({limits.num_kv_tokens} tokens): lower --prefill-batch-requests or raise "
-            "--kv-cache-bytes"
+            f"{limits.kv_cache_flag}"
         )
     for length, context in prefill_context_points(sweep, limits):
         if context + length + 1 > limits.max_model_len_tokens:
@@ -118,7 +119,7 @@ def check_sweep(sweep: ProfileSweepConfig, limits: EngineLimits) -> None:
             raise ConfigError(
                 f"a prompt of {context} cached and {length} new tokens does not fit the KV "
                 f"cache ({limits.num_kv_tokens} tokens): lower --prefill-context-tokens or "
-                "raise --kv-cache-bytes"
+                f"raise {limits.kv_cache_flag}"
             )
     _check_decode_requests(sweep, limits.max_num_seqs)
     most = max(sweep.decode_requests)
@@ -133,5 +134,5 @@ def check_sweep(sweep: ProfileSweepConfig, limits: EngineLimits) -> None:
         raise ConfigError(
             f"{most} requests of {length} tokens do not fit the KV cache "
             f"({limits.num_kv_tokens} tokens): lower --decode-requests or "
-            "--decode-context-tokens, or raise --kv-cache-bytes"
+            f"--decode-context-tokens, or raise {limits.kv_cache_flag}"
         )

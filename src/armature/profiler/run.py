@@ -74,6 +74,7 @@ def _limits(config: ProfileConfig, info: EngineInfo) -> EngineLimits:
         max_model_len_tokens=info.max_model_len_tokens,
         block_size_tokens=info.block_size_tokens,
         num_kv_blocks=info.num_kv_blocks,
+        kv_cache_flag="--kv-cache-bytes" if config.kv.num_kv_blocks is None else "--num-kv-blocks",
     )
 
 
