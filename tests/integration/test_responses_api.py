@@ -44,6 +44,7 @@ def test_text_equals_chat_whole_and_streamed(openai_client: openai.OpenAI, model
         "incomplete",
         "max_output_tokens",
     )
+    assert [(item.type, item.status) for item in whole.output] == [("message", "incomplete")]
     assert whole.usage is not None and chat.usage is not None
     assert (whole.usage.input_tokens, whole.usage.output_tokens) == (
         chat.usage.prompt_tokens,

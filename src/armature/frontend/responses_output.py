@@ -138,8 +138,8 @@ class ResponseBuilder:
     def finish(self, finish_reason: str | None, usage: Usage) -> list[Event]:
         """Close the open item; `response.completed`, or `response.incomplete` when the
         output hit max_output_tokens (or the context)."""
-        events = self._close()
         status = "incomplete" if finish_reason == "length" else "completed"
+        events = self._close(status)  # the item the limit cut is incomplete too
         self.response = self.snapshot(status, usage)
         return [*events, self._event(f"response.{status}", response=self.response)]
 
@@ -200,7 +200,7 @@ class ResponseBuilder:
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}
         return [added, self._event("response.content_part.added", **where, part=dict(part))]
 
-    def _close(self) -> list[Event]:
+    def _close(self, status: str = "completed") -> list[Event]:
         self._held_space = ""  # whitespace before a call or the end is dropped
         if self._open is None:
             return []
@@ -208,7 +208,7 @@ class ResponseBuilder:
         self._open = None
         item = self.items[index]
         if kind == "function_call":
-            item["status"] = "completed"
+            item["status"] = status
             where = {"item_id": item["id"], "output_index": index}
             done = self._event(
                 "response.function_call_arguments.done",
@@ -220,7 +220,7 @@ class ResponseBuilder:
                 done,
                 self._event("response.output_item.done", output_index=index, item=dict(item)),
             ]
-        item["status"] = "completed"
+        item["status"] = status
         part = item["content"][0]
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}
         if kind == "message":

@@ -79,6 +79,8 @@ def test_events_keep_the_item_as_it_was() -> None:
 
 
 def test_hitting_the_token_limit_is_incomplete() -> None:
+    """The response and the item the limit cut are incomplete; items closed before it are
+    completed (the cut one read `completed` inside an incomplete response)."""
     b = builder()
     b.start()
     b.feed(ChatPiece(reasoning="thinking"))
@@ -89,8 +91,31 @@ def test_hitting_the_token_limit_is_incomplete() -> None:
         "incomplete",
         {"reason": "max_output_tokens"},
     )
-    assert [(i["type"], i["status"]) for i in response["output"]] == [("reasoning", "completed")]
+    assert [(i["type"], i["status"]) for i in response["output"]] == [("reasoning", "incomplete")]
+    assert events[-2]["item"]["status"] == "incomplete"  # output_item.done says so too
     assert response["usage"]["output_tokens_details"] == {"reasoning_tokens": 3}
+
+    b = builder()
+    b.start()
+    b.feed(ChatPiece(reasoning="thinking"))
+    b.feed(ChatPiece(parts=("The ans",)))
+    response = b.finish("length", Usage(completion_tokens=5, reasoning_tokens=3))[-1]["response"]
+    assert [(i["type"], i["status"]) for i in response["output"]] == [
+        ("reasoning", "completed"),
+        ("message", "incomplete"),
+    ]
+    b = builder()
+    b.start()
+    b.feed(call(0, "f"))
+    response = b.finish("length", Usage(completion_tokens=4))[-1]["response"]
+    assert [(i["type"], i["status"]) for i in response["output"]] == [
+        ("function_call", "incomplete")
+    ]
+    b = builder()
+    b.start()
+    b.feed(ChatPiece(parts=("Done.",)))
+    response = b.finish("stop", Usage(completion_tokens=2))[-1]["response"]
+    assert [(i["type"], i["status"]) for i in response["output"]] == [("message", "completed")]
 
 
 def test_an_engine_failure_is_a_failed_response() -> None:
