@@ -331,9 +331,13 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     }
     prediction |= {"ttft_ms_p50": p.ttft_ms, "itl_ms_mean": p.itl_ms}
     prediction |= {"tokens_per_s_per_gpu": p.tokens_per_s_per_gpu}
-    # the replay's rate is that of the groups it simulates, which may be fewer than the
-    # deployment's (--max-sim-groups): both counts, and the rate the whole deployment serves
+    # the replay's offered rate is that of the groups it simulates, which may be fewer than
+    # the deployment's (--max-sim-groups): both counts, and the rate the whole deployment
+    # is offered
     prediction |= {"request_rate_per_s": plan.request_rate_per_s}
+    # what the table shows: the rate one group served in the simulation (the requests that
+    # finished, over the arrivals' span), not the rate offered
+    prediction |= {"request_rate_per_s_per_group": p.request_rate_per_s}
     prediction |= {"simulated_groups": plan.num_groups, "groups": req.chosen.num_groups}
     rate, groups = plan.request_rate_per_s, req.chosen.num_groups
     if groups != plan.num_groups:  # all simulated: the replay's rate as it is, not x / n * n

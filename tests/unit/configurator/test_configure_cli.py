@@ -296,6 +296,14 @@ def test_save_dir_replays_to_the_saved_prediction(
     assert num_deployed * predicted["simulated_groups"] == num_replayed * predicted["groups"]
     rate = predicted["request_rate_per_s"] / predicted["simulated_groups"] * predicted["groups"]
     assert predicted["deployment_request_rate_per_s"] == pytest.approx(rate, rel=1e-12)
+    # the table's rate per group is the one the simulation served, saved under its own name
+    [row] = [line for line in out.splitlines() if line.startswith("requests/s per group")]
+    shown = row.split()[3 if mode == "agg" else 4]
+    assert shown == f"{predicted['request_rate_per_s_per_group']:.2f}"
+    arrivals_s = [json.loads(line)["timestamp"] / 1000 for line in (save / "workload.jsonl").open()]
+    served = (len(arrivals_s) - 1) / (arrivals_s[-1] - arrivals_s[0])
+    served *= replayed["num_requests"] / len(arrivals_s) / predicted["simulated_groups"]
+    assert predicted["request_rate_per_s_per_group"] == pytest.approx(served, rel=1e-9)
 
 
 def test_local_system_saves_native_commands(
