@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
         "bench",
         "profiler",
         "router.service",
+        "router.event_sync",
         "router.disagg",
         "router.embedding",
         "planner.connectors",

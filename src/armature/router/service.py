@@ -1,6 +1,6 @@
 """The router shell inside the frontend: picks a worker engine per request with a routing
-policy, keeps the prefix index fed from the workers' KV events (asking a worker for a dump
-when its event ids show a gap), and tracks each request's load on every path.
+policy, keeps the prefix index fed from the workers' KV events (router.event_sync), and
+tracks each request's load on every path.
 
     app --generate(request, target)--> EngineRouter --policy.select--> worker engine
                                            ^    |
@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 import msgspec
 
 from armature.config import RouterConfig
-from armature.engines.api import Engine, EngineDeadError, wait_for_event
+from armature.engines.api import Engine, EngineDeadError
 from armature.kv.hashing import DEFAULT_HASH_SEED, hash_seed_for_salt
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, StepRecord
 from armature.protocols.lora import LoraAdapter
+from armature.router.event_sync import KvEventSync
 from armature.router.load import ActiveLoad, WorkerLoad
 from armature.router.policies import (
     DirectPolicy,
@@ -39,11 +40,6 @@ from armature.router.tier_weights import TierWeightBook
 __all__ = ["EngineRouter", "RouteGroup", "RouterObserver"]
 
 log = logging.getLogger(__name__)
-
-# how long an engine's watcher waits for news before it asks again (any length works: the
-# KV-event round has its own idle interval; a long one keeps idle watchers asleep)
-WATCH_TIMEOUT_S = 5.0
-DUMP_TIMEOUT_S = 60.0  # a worker's dump of its KV blocks after a gap; longer: it hangs
 
 
 class RouterObserver:
@@ -104,11 +100,8 @@ class EngineRouter:
         # tier-aware routing: each worker's tier weights, from its load reports (see sync_events)
         self.tier_weights = TierWeightBook() if config.tier_aware else None
         self.policy = self._make_policy(config)
-        self._sync_task: asyncio.Task[None] | None = None
-        # a task per engine waits for its news (`Engine.wait_for_update`) and sets `_news`,
-        # which wakes the KV-event round
-        self._watchers: dict[str, asyncio.Task[None]] = {}
-        self._news = asyncio.Event()
+        # keeps the index fed from the workers' KV events (it reads `self.engines` as it is)
+        self.events = KvEventSync(self.engines, self.index, self.tier_weights, config)
 
     def _make_policy(self, config: RouterConfig) -> RoutingPolicy:
         total_blocks = max(1, sum(e.get_load().num_total_blocks for e in self.engines.values()))
@@ -135,8 +128,7 @@ class EngineRouter:
         for worker, engine in self.engines.items():
             engine.start()
             self.index.add_worker(worker, engine.get_load().num_total_blocks)
-            self._watch(worker, engine)
-        self._sync_task = asyncio.get_running_loop().create_task(self._sync_forever())
+        self.events.start()
 
     def add_engine(self, worker: str, engine: Engine) -> None:
         """A worker joined: start routing to it (its blocks join the index as events come)."""
@@ -146,8 +138,7 @@ class EngineRouter:
         engine.start()
         self.index.add_worker(worker, engine.get_load().num_total_blocks)
         self.engines[worker] = engine
-        if self._sync_task is not None:  # started: watch it as the others
-            self._watch(worker, engine)
+        self.events.add(worker, engine)
         if isinstance(self.policy, KvPolicy) and self.policy.routed is not None:
             # the routed predictions stay bounded by the total capacity
             total = sum(e.get_load().num_total_blocks for e in self.engines.values())
@@ -158,17 +149,11 @@ class EngineRouter:
         engine = self.engines.pop(worker, None)
         if engine is None:
             return
-        self._forget(worker)
-        await self._unwatch(worker)
+        await self.events.remove(worker)
         await engine.stop()
 
     async def stop(self) -> None:
-        if self._sync_task is not None:
-            self._sync_task.cancel()
-            await asyncio.gather(self._sync_task, return_exceptions=True)
-            self._sync_task = None
-        for worker in list(self._watchers):
-            await self._unwatch(worker)
+        await self.events.stop()
         for engine in self.engines.values():
             await engine.stop()
 
@@ -427,6 +412,10 @@ class EngineRouter:
         """Each live worker's load as last reported."""
         return {w: e.get_load() for w, e in self.engines.items() if e.is_alive}
 
+    async def sync_events(self) -> int:
+        """Apply every worker's pending KV events now (returns how many): `KvEventSync`."""
+        return await self.events.sync_events()
+
     def get_load(self) -> EngineLoad:
         """The sum over workers."""
         loads = [e.get_load() for e in self.engines.values()]
@@ -437,90 +426,6 @@ class EngineRouter:
             num_running=sum(x.num_running for x in loads),
             num_prefill_tokens_queued=sum(x.num_prefill_tokens_queued for x in loads),
         )
-
-    # ---- KV events -> index ------------------------------------------------------------
-    async def sync_events(self) -> int:
-        """Apply every worker's pending KV events (returns how many); a gap triggers a dump
-        from that worker (a worker that leaves meanwhile, or sends none in DUMP_TIMEOUT_S,
-        holds no other worker's events). First each worker's load report refreshes its lower tiers'
-        capacities in the index and its tier weights."""
-        num_applied = 0
-        for worker, engine in list(self.engines.items()):
-            try:
-                num_applied += await self._sync_worker(worker, engine)
-            except EngineDeadError as exc:
-                log.warning("worker %s died during its KV sync: %s", worker, exc)
-            except TimeoutError:
-                log.warning(
-                    "worker %s sent no KV dump within %g s; its index entries wait for its "
-                    "next gap",
-                    worker,
-                    DUMP_TIMEOUT_S,
-                )
-        return num_applied
-
-    async def _sync_worker(self, worker: str, engine: Engine) -> int:
-        if not engine.is_alive:
-            self._forget(worker)  # a dead worker's blocks are gone
-            return 0
-        load = engine.get_load()
-        if not self.index.has_worker(worker):  # alive again after it was dropped:
-            self.index.add_worker(worker, load.num_total_blocks)  # its next event is a gap
-        self.index.set_tier_capacities(worker, load.num_tier_total_blocks)
-        if self.tier_weights is not None:
-            self.tier_weights.update(worker, load.prefill_s_per_block, load.onboard_s_per_block)
-        num_applied = 0
-        for event in engine.take_kv_events():
-            if not self.index.apply(worker, event):
-                log.warning("KV event gap from worker %s; asking for a dump", worker)
-                dump = await asyncio.wait_for(engine.dump_kv_blocks(), DUMP_TIMEOUT_S)
-                if self.engines.get(worker) is not engine or not self.index.has_worker(worker):
-                    return num_applied  # it left while it dumped: nothing of it to index
-                self.index.load_dump(
-                    worker, dump.seq_hashes, dump.last_event_id, dump.tier_seq_hashes
-                )
-            num_applied += 1
-        return num_applied
-
-    def _forget(self, worker: str) -> None:
-        """Drop a worker that left or died from the index and the tier weights."""
-        if self.index.has_worker(worker):
-            self.index.remove_worker(worker)
-        if self.tier_weights is not None:
-            self.tier_weights.remove(worker)
-
-    def _watch(self, worker: str, engine: Engine) -> None:
-        task = asyncio.get_running_loop().create_task(self._watch_engine(engine))
-        self._watchers[worker] = task
-
-    async def _unwatch(self, worker: str) -> None:
-        task = self._watchers.pop(worker, None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _watch_engine(self, engine: Engine) -> None:
-        while True:
-            if await engine.wait_for_update(WATCH_TIMEOUT_S):
-                self._news.set()
-
-    async def _sync_forever(self) -> None:
-        """A KV-event round whenever an engine has news, at most once every
-        `event_sync_interval_s`, and at least every `event_sync_idle_interval_s` (which
-        notices dead workers)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            started_s = loop.time()
-            try:
-                await self.sync_events()
-            except Exception:  # a bug must not end every later round: the index would freeze
-                log.exception("a KV event round failed; the next one tries again")
-            await wait_for_event(self._news, self.config.event_sync_idle_interval_s)
-            # news during a round, or right after it, waits for the next (they come together)
-            await asyncio.sleep(
-                max(0.0, started_s + self.config.event_sync_interval_s - loop.time())
-            )
-            self._news.clear()
 
 
 def _resumed(request: EngineRequest, generated: list[int]) -> EngineRequest:

@@ -19,7 +19,7 @@ from armature.protocols.engine import (
     SamplingParams,
 )
 from armature.protocols.kv_events import KvDump, KvEvent, KvStored, StoredBlock
-from armature.router import service
+from armature.router import event_sync
 from armature.router.service import EngineRouter
 from idle_engine import idle_load
 
@@ -172,7 +172,7 @@ async def test_a_dump_that_never_comes_does_not_hold_the_other_workers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A hung worker's dump held every worker's events (the stream had no timeout)."""
-    monkeypatch.setattr(service, "DUMP_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(event_sync, "DUMP_TIMEOUT_S", 0.05)
     a, b = DumpingEngine(stored(9, 7), None), DumpingEngine(stored(0, 8), None)
     router = EngineRouter({"a": a, "b": b}, RouterConfig())  # type: ignore[dict-item]
     assert await asyncio.wait_for(router.sync_events(), 30) == 1
