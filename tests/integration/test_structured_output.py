@@ -278,3 +278,50 @@ def test_bad_structured_output_is_a_400_naming_the_field(
     error: Any = caught.value.body
     assert error["param"] == param, error
     assert problem in error["message"]
+
+
+def test_top_logprobs_past_what_a_guide_allows_are_reported_as_no_probability(
+    client: openai.OpenAI,
+) -> None:
+    """Where a guide leaves fewer tokens than top_logprobs asks for, the others are masked
+    (-inf): they are reported at -9999.0, as OpenAI reports a token of no probability (the
+    whole reply was a 500, JSON cannot carry -inf; a stream carried null)."""
+    request: Any = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Answer 1 for yes, 0 for no: is water wet?"}],
+        "max_tokens": 4,
+        "temperature": 0.0,
+        "logprobs": True,
+        "top_logprobs": 5,
+        "extra_body": {"guided_regex": "[01]"},  # two tokens allowed
+    }
+    whole = client.chat.completions.create(**request)
+    streamed = list(client.chat.completions.create(**request, stream=True))
+    entries = [e for e in whole.choices[0].logprobs.content]  # type: ignore[union-attr]
+    assert whole.choices[0].message.content in {"0", "1"}
+    streamed_entries = [
+        e
+        for c in streamed
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content
+    ]  # type: ignore[union-attr]
+
+    def shape(items: list[Any]) -> list[tuple[str, list[str]]]:
+        return [(e.token, [t.token for t in e.top_logprobs]) for e in items]
+
+    assert shape(streamed_entries) == shape(entries)  # the values within float noise
+    tops = [t.logprob for e in entries for t in e.top_logprobs]
+    assert len(tops) == 5 * len(entries)
+    assert -9999.0 in tops and all(isinstance(v, float) and v >= -9999.0 for v in tops)
+    assert all(e.logprob > -9999.0 for e in entries)  # the drawn tokens were allowed
+    completion = client.completions.create(
+        model=MODEL,
+        prompt="Is water wet? Answer 1 for yes, 0 for no:",
+        max_tokens=3,
+        temperature=0.0,
+        logprobs=5,
+        extra_body={"guided_regex": "[01]"},
+    )
+    logprobs = completion.choices[0].logprobs
+    assert logprobs is not None and logprobs.top_logprobs
+    assert -9999.0 in [v for top in logprobs.top_logprobs for v in top.values()]

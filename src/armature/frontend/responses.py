@@ -21,10 +21,18 @@ __all__ = [
 
 TokenText = Callable[[int], str]
 
+# the logprob reported for a token that could not be drawn (a guide or min_tokens masked it:
+# -inf, which JSON cannot carry), as OpenAI reports a token of no probability
+MIN_REPORTED_LOGPROB = -9999.0
+
+
+def _reported(logprob: float) -> float:
+    return logprob if logprob > MIN_REPORTED_LOGPROB else MIN_REPORTED_LOGPROB
+
 
 def _entry(token_text: TokenText, token_id: int, logprob: float) -> dict[str, Any]:
     text = token_text(token_id)
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+    return {"token": text, "logprob": _reported(logprob), "bytes": list(text.encode("utf-8"))}
 
 
 def chat_logprobs(items: list[TokenLogprob], token_text: TokenText) -> dict[str, Any]:
@@ -50,8 +58,8 @@ def completion_logprobs(
         offset += len(text)
     return {
         "tokens": tokens,
-        "token_logprobs": [item.logprob for item in items],
-        "top_logprobs": [{token_text(t): lp for t, lp in item.top} for item in items],
+        "token_logprobs": [_reported(item.logprob) for item in items],
+        "top_logprobs": [{token_text(t): _reported(lp) for t, lp in item.top} for item in items],
         "text_offset": offsets,
     }
 
