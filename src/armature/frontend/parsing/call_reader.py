@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from armature.frontend.parsing.json_canon import JSON_SPACE, CanonicalJson
+from armature.frontend.parsing.json_canon import JSON_SPACE, CanonicalJson, dumps_canonical
 from armature.frontend.parsing.tool_call import ARGUMENT_KEYS, CallDelta, loads_json
 
 __all__ = ["ArgumentsReader", "CallObjectReader"]
@@ -72,7 +72,7 @@ class ArgumentsReader:
         try:
             obj = loads_json(json.loads(string_json))
             if isinstance(obj, dict):
-                return json.dumps(obj, ensure_ascii=False, allow_nan=False)
+                return dumps_canonical(obj)
         except ValueError:
             pass
         self.failed = True

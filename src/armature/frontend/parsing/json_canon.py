@@ -1,6 +1,7 @@
 """One JSON value read from text that arrives in pieces, written out as it is read in the
-one canonical form the whole-output parsers give a call's arguments:
-`json.dumps(json.loads(text), ensure_ascii=False, allow_nan=False)`. The pieces written so
+one canonical form the whole-output parsers give a call's arguments (`dumps_canonical`):
+`json.dumps(json.loads(text), ensure_ascii=False, allow_nan=False)`, a lone surrogate
+(`"\\ud800"`: no character, UTF-8 cannot carry it) kept as its escape. The pieces written so
 far are always a prefix of that text, so streamed argument deltas join to exactly the
 arguments a non-streamed response carries.
 
@@ -23,6 +24,7 @@ __all__ = [
     "JSON_SPACE",
     "MAX_JSON_DEPTH",
     "CanonicalJson",
+    "dumps_canonical",
     "json_depth",
     "loads_bounded",
     "within_depth",
@@ -37,6 +39,19 @@ _NUMBER_CHARS = frozenset("0123456789+-.eE")
 _LITERALS = ("true", "false", "null")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _HEX = frozenset("0123456789abcdefABCDEF")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # left in a str by json.loads: a lone one
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def dumps_canonical(value: Any) -> str:
+    """The canonical JSON text of `value` (ValueError for NaN and infinities): non-ASCII
+    characters as they are, lone surrogates escaped (a surrogate in a str is always lone
+    once json.loads has read it: it joins a pair into one character)."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return _SURROGATE.sub(_escaped, text) if _SURROGATE.search(text) else text
 
 
 def json_depth(value: object) -> int:
@@ -265,7 +280,7 @@ class CanonicalJson:
         assert self._string is not None
         self._string.append(char)
         if not self._is_key:  # a key is written whole, once known not to repeat
-            out.append(json.dumps(char, ensure_ascii=False)[1:-1])
+            out.append(dumps_canonical(char)[1:-1])
 
     def _close_string(self, out: list[str]) -> None:
         assert self._string is not None
@@ -278,5 +293,5 @@ class CanonicalJson:
         if text in keys:
             raise _Failed
         keys.add(text)
-        out.append(json.dumps(text, ensure_ascii=False))
+        out.append(dumps_canonical(text))
         self._expect = "colon"

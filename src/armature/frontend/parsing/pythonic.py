@@ -10,8 +10,8 @@ booleans, None, and lists and dicts of them) that JSON can carry.
 from __future__ import annotations
 
 import ast
-import json
 
+from armature.frontend.parsing.json_canon import dumps_canonical
 from armature.frontend.parsing.region import RegionFormat
 from armature.frontend.parsing.tool_call import ToolCall
 
@@ -49,7 +49,7 @@ def _call(node: ast.expr) -> ToolCall | None:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return None
     try:
-        text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+        text = dumps_canonical(arguments)
     except (TypeError, ValueError):  # sets, bytes, complex numbers, NaN: not JSON
         return None
     return ToolCall(node.func.id, text)

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from armature.frontend.parsing.json_canon import loads_bounded, within_depth
+from armature.frontend.parsing.json_canon import dumps_canonical, loads_bounded, within_depth
 
 __all__ = [
     "ARGUMENT_KEYS",
@@ -144,7 +144,7 @@ def call_from_object(obj: Any) -> ToolCall | None:
     if not isinstance(arguments, dict):
         return None
     try:  # json.loads reads NaN and Infinity, which JSON text must not carry
-        return ToolCall(name, json.dumps(arguments, ensure_ascii=False, allow_nan=False))
+        return ToolCall(name, dumps_canonical(arguments))
     except ValueError:
         return None
 

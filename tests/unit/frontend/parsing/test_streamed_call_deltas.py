@@ -202,3 +202,21 @@ def test_a_long_name_form_without_args_is_content_and_a_short_one_a_call() -> No
     name_form = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
     out = run_stream(parser, list(name_form))
     assert [(c.name, c.arguments) for c in out.calls()] == [("get_weather", '{"city": "Paris"}')]
+
+
+def test_a_lone_surrogate_escape_stays_an_escape_streamed_and_whole() -> None:
+    """`"\\ud800"` reads as a lone surrogate, which UTF-8 cannot carry: the arguments keep it
+    as its escape (written raw, encoding the reply failed: a 500, a stream cut mid-body). A
+    pair of escapes is one character, written as it is."""
+    arguments = '{"s": "a\\ud800b", "k\\udc00": 1, "pair": "\\ud83d\\ude00", "x": "\\ud800"}'
+    canonical = '{"s": "a\\ud800b", "k\\udc00": 1, "pair": "😀", "x": "\\ud800"}'
+    text = '<tool_call>{"name": "f", "arguments": ' + arguments + "}</tool_call>"
+    parser = TOOL_CALL_PARSERS["hermes"]
+    [whole] = parser.parse(text).calls
+    assert whole.arguments == canonical
+    assert json.loads(canonical) == json.loads(arguments)
+    canonical.encode("utf-8")  # no lone surrogate left in it
+    assert run_stream(parser, list(text)).calls() == (whole,)
+    assert run_stream(parser, [text]).calls() == (whole,)
+    python = TOOL_CALL_PARSERS["pythonic"].parse("[f(s='a\\ud800')]")
+    assert [c.arguments for c in python.calls] == ['{"s": "a\\ud800"}']
