@@ -101,6 +101,11 @@ class ChatOutput:
     # the stream's call number -> its index in the choice (None: dropped past max_calls)
     _indexes: dict[int, int | None] = field(default_factory=dict, init=False)
     _num_broken: int = field(default=0, init=False)
+    # content that is only whitespace so far is held: the whole message's content is null
+    # when it is all there is beside calls (the blank lines around and between them), so a
+    # stream sends it only once text follows, or at the end of an output with no call
+    _held: str = field(default="", init=False)
+    _has_text: bool = field(default=False, init=False)
 
     @property
     def num_reasoning_tokens(self) -> int | None:
@@ -128,8 +133,20 @@ class ChatOutput:
         parsed = self.tools.feed(text)
         if last:
             parsed += self.tools.finish()
-        parts = [self._issue(part) for part in parsed.parts]
-        return ChatPiece(parts=tuple(p for p in parts if p is not None))
+        parts: list[ContentPart] = []
+        for part in parsed.parts:
+            issued = self._issue(part)
+            if isinstance(issued, str) and not self._has_text:
+                if not issued.strip():
+                    self._held += issued
+                    continue
+                issued, self._held, self._has_text = self._held + issued, "", True
+            if issued is not None:
+                parts.append(issued)
+        if last and self._held and self.num_calls == self._num_broken:
+            parts.append(self._held)  # no call after all: the whitespace is the content
+            self._held = ""
+        return ChatPiece(parts=tuple(parts))
 
     def _issue(self, part: StreamPart) -> ContentPart | None:
         """The stream's part with the call's index in the choice (None: a dropped call's)."""

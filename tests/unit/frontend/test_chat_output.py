@@ -151,3 +151,25 @@ def test_a_call_broken_after_its_header_is_content_and_left_out_of_the_message()
     assert pieces[1].parts == (CallPiece(0, "1}"), BrokenPiece(0), text)
     assert chat_message(pieces) == {"role": "assistant", "content": text}
     assert out.finish_reason("stop") == "stop"
+
+
+def test_blank_content_around_calls_is_not_streamed_when_the_message_has_none() -> None:
+    """A stream sends what the whole message holds: whitespace around and between calls is
+    null content there, so it is held until text follows (then sent before it) or the output
+    ends with no call (then it is the content). It streamed as content before."""
+    cases = {
+        "\n\n" + CALL + "\n\n" + CALL + "\n": None,
+        CALL + "\n\n" + CALL: None,
+        "\n" + CALL + "\nDone.": "\n\nDone.",
+        "Checking.\n" + CALL + "\n\n" + CALL + "\n": "Checking.\n\n\n\n",
+        "  \n": "  \n",
+        "\n\nHello": "\n\nHello",
+    }
+    for text, content in cases.items():
+        for cut in (1, 3, len(text)):
+            out = output()
+            chunks = [text[i : i + cut] for i in range(0, len(text), cut)]
+            pieces = [out.feed(c, 1, last=i == len(chunks) - 1) for i, c in enumerate(chunks)]
+            streamed = "".join(p.delta().get("content", "") for p in pieces)
+            assert chat_message(pieces)["content"] == content, text
+            assert streamed == (content or ""), (text, cut)
