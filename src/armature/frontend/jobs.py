@@ -190,17 +190,20 @@ class JobBuilder:
             raise ApiError(str(exc), param="messages") from None
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         sampling = self._sampling(body, body.get_max_tokens(), len(prompt_ids), logprobs, guide)
-        outputs = functools.partial(self._chat_output, tool_use)
+        outputs = functools.partial(self._chat_output, tool_use, guide is not None)
         kept = self.parsers.kept_tokens if tool_use.parse_calls else None
         return self._job(
             "chat", "chatcmpl", body, prompt_ids, sampling, body.n, lora_name, outputs, kept
         )
 
-    def _chat_output(self, tool_use: ToolUse) -> ChatOutput:
-        """A fresh reader of one choice's output: reasoning, then tool calls."""
+    def _chat_output(self, tool_use: ToolUse, guided: bool) -> ChatOutput:
+        """A fresh reader of one choice's output: reasoning, then tool calls. A `guided`
+        output is its guide's format (a JSON value, forced calls) from its first token: no
+        reasoning is read from it (a parser that takes text before its end marker as
+        reasoning took all of it, leaving no content and no call)."""
         tool_call, reasoning = self.parsers.tool_call, self.parsers.reasoning
         return ChatOutput(
-            reasoning=None if reasoning is None else reasoning.stream(),
+            reasoning=None if reasoning is None or guided else reasoning.stream(),
             tools=tool_call.stream() if tool_call is not None and tool_use.parse_calls else None,
             new_call_id=lambda: f"call_{uuid.uuid4().hex[:24]}",
             max_calls=tool_use.max_calls,

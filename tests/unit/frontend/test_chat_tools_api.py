@@ -428,3 +428,39 @@ async def test_messages_a_template_refuses_are_a_400(default_model_dir: Path) ->
     assert (error["type"], error["param"]) == ("invalid_request_error", "messages")
     assert "system messages are not supported" in error["message"]
     assert engine.prompts == []
+
+
+async def test_a_guided_output_is_not_read_as_reasoning(tool_preprocessor: Preprocessor) -> None:
+    """Under deepseek_r1 (the output starts inside reasoning) a guided output, a forced call
+    or a JSON format from its first token, never writes </think>: read as reasoning it was
+    all reasoning, with no call and empty content. A guided output is its format; an
+    unguided one is still split."""
+    engine, client = serve(tool_preprocessor, OutputParsers.named("hermes", "deepseek_r1"))
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    forced: Any = {"model": MODEL, "messages": ASK, "tools": [WEATHER_TOOL]}
+    forced["tool_choice"] = "required"
+    json_format: Any = {"model": MODEL, "messages": ASK, "response_format": {"type": "json_object"}}
+    free: Any = {"model": MODEL, "messages": ASK}
+    for stream in (False, True):
+        engine.outputs = [call, '{"a": 1}', "Thinking.</think>Sunny."]
+        got = []
+        for request in (forced, json_format, free):
+            if stream:
+                chunks = [
+                    c async for c in await client.chat.completions.create(**request, stream=True)
+                ]
+                deltas = [c.choices[0].delta for c in chunks if c.choices]
+                content = "".join(d.content or "" for d in deltas)
+                reasoning = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+                names = [t.function.name for d in deltas for t in d.tool_calls or [] if t.id]  # type: ignore[union-attr]
+            else:
+                message = (await client.chat.completions.create(**request)).choices[0].message
+                content = message.content or ""
+                reasoning = getattr(message, "reasoning_content", None) or ""
+                names = [t.function.name for t in message.tool_calls or []]  # type: ignore[union-attr]
+            got.append((content, reasoning, names))
+        assert got == [
+            ("", "", ["get_weather"]),
+            ('{"a": 1}', "", []),
+            ("Sunny.", "Thinking.", []),
+        ], stream
