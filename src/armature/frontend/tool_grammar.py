@@ -138,13 +138,18 @@ FORCED_CALL_FORMATS: dict[str, _Builder] = {
 }
 
 
+# a function without `parameters` (or with `{}`) takes none, as OpenAI reads it: its forced
+# call's arguments are `{}` (an open object let the model invent any)
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
 def _arguments_schema(tool: ToolSpec) -> dict[str, Any]:
-    parameters = tool.function.parameters or {"type": "object", "properties": {}}
+    parameters = tool.function.parameters or NO_PARAMETERS
     return {"x-guidance": JSON_OPTIONS, **parameters}
 
 
 def _call_schema(tool: ToolSpec, arguments_key: str) -> dict[str, Any]:
-    parameters = tool.function.parameters or {"type": "object", "properties": {}}
+    parameters = tool.function.parameters or NO_PARAMETERS
     return {
         "x-guidance": JSON_OPTIONS,  # the %json of a Lark grammar takes its options here
         "type": "object",

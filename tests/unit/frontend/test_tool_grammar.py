@@ -230,3 +230,24 @@ def test_pythonic_refuses_what_python_keyword_arguments_cannot_carry() -> None:
         with pytest.raises(InvalidRequestError) as caught:
             tool_call_guide("pythonic", [tool], None, {})
         assert caught.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("parser", "special"), [("hermes", False), ("llama3_json", False), ("mistral", True)]
+)
+@pytest.mark.parametrize("parameters", [None, {}])
+def test_a_function_without_parameters_is_forced_to_take_none(
+    tokenizers: Any, parser: str, special: bool, parameters: Any
+) -> None:
+    """OpenAI reads a function without `parameters` (or `{}`) as taking none: its forced
+    calls carry `{}` (an open object let the model invent arguments)."""
+    hf, ll = tokenizers[special]
+    spec: Any = {"type": "function", "function": {"name": "get_time"}}
+    if parameters is not None:
+        spec["function"]["parameters"] = parameters
+    guide = tool_call_guide(parser, [ToolSpec.model_validate(spec)], 1, MARKERS if special else {})
+    for seed in range(4):
+        m = llguidance.LLMatcher(ll, check_guide(guide), log_level=0)
+        text = decode(hf, sample(hf, m, VOCAB + (2 if special else 0), seed))
+        [call] = TOOL_CALL_PARSERS[parser].parse(text).calls
+        assert (call.name, json.loads(call.arguments)) == ("get_time", {}), text
