@@ -189,7 +189,11 @@ class GenerationFields(_Request):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
     def unsupported_fields(self) -> list[tuple[str, str]]:
-        """(param, reason) for each known parameter this server does not implement."""
+        """(param, reason) for each known parameter this server does not implement, or
+        cannot honour as given."""
+        if self.stream_options is not None and not self.stream:
+            # as OpenAI: the options of a stream that is not there would do nothing
+            return [("stream_options", "stream_options is only allowed when stream is true")]
         return []
 
 

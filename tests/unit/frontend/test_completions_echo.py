@@ -1,6 +1,7 @@
 """`echo` on /v1/completions: the prompt's text before the completion, whole and streamed,
 for a text prompt and a token-id prompt; with `logprobs` it is refused (no logprobs of the
-prompt's tokens are computed, so the tokens would not join the text)."""
+prompt's tokens are computed, so the tokens would not join the text). Also: stream_options
+without a stream is refused, as OpenAI refuses it."""
 
 from __future__ import annotations
 
@@ -72,4 +73,22 @@ async def test_echo_with_logprobs_is_refused_before_the_engine(
     assert isinstance(body, dict)
     assert (body["param"], body["code"]) == ("echo", "unsupported_parameter")
     assert body["message"] == "echo with logprobs is not supported (no logprobs of prompt tokens)"
+    assert engine.prompts == []
+
+
+async def test_stream_options_without_a_stream_is_refused(preprocessor: Preprocessor) -> None:
+    """The options of a stream that is not there did nothing, without a word."""
+    engine, client = serve(preprocessor)
+    for create in (client.completions.create, client.chat.completions.create):
+        body: dict[str, object] = {"model": "m", "max_tokens": 4}
+        if create == client.completions.create:
+            body["prompt"] = PROMPT
+        else:
+            body["messages"] = [{"role": "user", "content": PROMPT}]
+        with pytest.raises(openai.BadRequestError) as caught:
+            await create(**body, stream_options={"include_usage": True})  # type: ignore[call-overload]
+        error = caught.value.body
+        assert isinstance(error, dict)
+        assert error["param"] == "stream_options"
+        assert error["message"] == "stream_options is only allowed when stream is true"
     assert engine.prompts == []
