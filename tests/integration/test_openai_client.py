@@ -144,3 +144,48 @@ def test_errors_surface_as_openai_exceptions(openai_client: openai.OpenAI, model
     assert bad.value.status_code == 400
     assert bad.value.code == "invalid_request"
     assert bad.value.param == "logit_bias"
+
+
+def test_echo_scores_the_prompt_as_transformers_does(
+    openai_client: openai.OpenAI, model_name: str, tokenizer: Any, default_model_dir: Any
+) -> None:
+    """How evaluation harnesses score text (echo, logprobs, max_tokens 0 or more): each
+    prompt token's logprob after the first equals transformers' in float32, whole and
+    streamed; with a completion its tokens follow the prompt's. The prompt was cached by an
+    earlier request: scoring computes it whole all the same."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    text = f"Note {uuid.uuid4().hex[:8]}: the three primary colors are red, yellow and blue."
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    openai_client.completions.create(model=model_name, prompt=ids, max_tokens=1)  # cached
+    ask: dict[str, Any] = {"model": model_name, "prompt": ids, "echo": True, "logprobs": 2}
+    whole = openai_client.completions.create(**ask, max_tokens=0)
+    [streamed] = [c for c in openai_client.completions.create(**ask, max_tokens=0, stream=True)]
+    longer = openai_client.completions.create(**ask, max_tokens=3, temperature=0)
+
+    model = AutoModelForCausalLM.from_pretrained(str(default_model_dir), dtype=torch.float32)
+    with torch.no_grad():
+        expected = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
+    reference = [float(expected[i, ids[i + 1]]) for i in range(len(ids) - 1)]
+    choice = whole.choices[0]
+    assert (choice.text, choice.finish_reason) == (tokenizer.decode(ids), "length")
+    assert whole.usage is not None and whole.usage.completion_tokens == 0
+    assert whole.usage.prompt_tokens_details.cached_tokens == 0  # type: ignore[union-attr]
+    logprobs = choice.logprobs
+    assert logprobs is not None and logprobs.token_logprobs is not None
+    assert logprobs.token_logprobs[0] is None
+    assert logprobs.token_logprobs[1:] == pytest.approx(reference, abs=1e-3)
+    assert logprobs.top_logprobs is not None
+    assert all(len(top) <= 2 for top in logprobs.top_logprobs[1:])
+    assert streamed.choices[0].text == choice.text
+    assert streamed.choices[0].logprobs.tokens == logprobs.tokens  # type: ignore[union-attr]
+    assert streamed.choices[0].logprobs.token_logprobs[1:] == pytest.approx(  # type: ignore[union-attr]
+        reference, abs=1e-3
+    )
+    both = longer.choices[0].logprobs
+    assert both is not None and both.tokens is not None and both.text_offset is not None
+    assert len(both.tokens) == len(ids) + 3
+    assert both.token_logprobs[1 : len(ids)] == pytest.approx(reference, abs=1e-3)  # type: ignore[index]
+    assert both.text_offset[len(ids)] == len(choice.text)  # the completion follows the echo
+    assert longer.choices[0].text.startswith(choice.text)

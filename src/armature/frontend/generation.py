@@ -51,6 +51,8 @@ class Delta:
     token_ids: list[int]
     logprobs: list[TokenLogprob]
     finish_reason: str | None = None
+    # the first delta of a request that asked for them: prompt tokens 1..'s logprobs
+    prompt_logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass
@@ -176,6 +178,7 @@ def _split(
         update = detokenizer.update(tokens)
         stop = update.stop_reason
         deltas = [Delta(update.text_delta, tokens, logprobs)]
+    deltas[0].prompt_logprobs = output.prompt_logprobs
     last = deltas[-1]
     if stop is not None:
         last.finish_reason = "stop"

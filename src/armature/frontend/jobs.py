@@ -78,6 +78,8 @@ class Job:
     include_usage: bool
     want_logprobs: bool
     echo_text: str = ""
+    # echo with max_tokens 0: the prompt alone (the engine makes one token, not returned)
+    echo_only: bool = False
     model_name: str = ""  # as the request named it: the base model or a LoRA adapter
     target_worker: str | None = None  # from the x-worker-id header (direct routing)
     priority: int = 0  # overload queue order: lower first
@@ -224,7 +226,17 @@ class JobBuilder:
         if not prompt_ids:
             raise ApiError("prompt must not be empty", param="prompt")
         guide = await _checked_guide(body, None)
-        sampling = self._sampling(body, body.max_tokens, len(prompt_ids), body.logprobs, guide)
+        echo_only = body.max_tokens == 0
+        if echo_only and not body.echo:
+            raise ApiError(
+                "max_tokens 0 returns nothing without echo",
+                param="max_tokens",
+                code="invalid_value",
+            )
+        max_tokens = 1 if echo_only else body.max_tokens
+        sampling = self._sampling(body, max_tokens, len(prompt_ids), body.logprobs, guide)
+        if body.echo and body.logprobs is not None:  # the echoed prompt's tokens scored too
+            sampling = msgspec.structs.replace(sampling, prompt_logprobs=body.logprobs)
         job = self._job(
             "completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body), lora_name
         )
@@ -232,6 +244,7 @@ class JobBuilder:
             job.echo_text = (
                 prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
             )
+            job.echo_only = echo_only
         return job
 
     def _job(

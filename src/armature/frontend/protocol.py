@@ -222,7 +222,10 @@ class ChatCompletionRequest(GenerationFields):
 
 class CompletionRequest(GenerationFields):
     prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
-    max_tokens: TokenCount | None = Field(default=16, description="Tokens to generate at most.")
+    # 0 with echo: the prompt alone (with logprobs: its tokens scored)
+    max_tokens: Annotated[int, Field(ge=0, lt=INT32_END)] | None = Field(
+        default=16, description="Tokens to generate at most."
+    )
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
@@ -248,10 +251,6 @@ class CompletionRequest(GenerationFields):
         out = super().unsupported_fields()
         if self.suffix:
             out.append(("suffix", "suffix is not supported"))
-        if self.echo and self.logprobs is not None:
-            # the echoed prompt would come without logprobs: its tokens would not join the text
-            reason = "echo with logprobs is not supported (no logprobs of prompt tokens)"
-            out.append(("echo", reason))
         return out
 
 

@@ -48,18 +48,40 @@ def chat_logprobs(items: list[TokenLogprob], token_text: TokenText) -> dict[str,
 
 
 def completion_logprobs(
-    items: list[TokenLogprob], token_text: TokenText, text_offset_start: int
+    items: list[TokenLogprob],
+    token_text: TokenText,
+    text_offset_start: int,
+    prompt: tuple[list[int], list[TokenLogprob]] | None = None,
 ) -> dict[str, Any]:
-    tokens = [token_text(item.token_id) for item in items]
-    offsets = []
-    offset = text_offset_start
-    for text in tokens:
+    """The completion's `logprobs` of `items`, its text starting at `text_offset_start`;
+    with `prompt` (echo: its token ids and the logprobs of all but the first), the prompt's
+    tokens come first from offset 0, the first with null logprobs, as OpenAI gives them."""
+    tokens: list[str] = []
+    token_logprobs: list[float | None] = []
+    top_logprobs: list[dict[str, float] | None] = []
+    offsets: list[int] = []
+
+    def add(token_id: int, item: TokenLogprob | None, offset: int) -> int:
+        text = token_text(token_id)
+        tokens.append(text)
+        token_logprobs.append(None if item is None else _reported(item.logprob))
+        top = None if item is None else {token_text(t): _reported(lp) for t, lp in item.top}
+        top_logprobs.append(top)
         offsets.append(offset)
-        offset += len(text)
+        return offset + len(text)
+
+    if prompt is not None:
+        prompt_ids, prompt_items = prompt
+        offset = add(prompt_ids[0], None, 0)
+        for item in prompt_items:
+            offset = add(item.token_id, item, offset)
+    offset = text_offset_start
+    for item in items:
+        offset = add(item.token_id, item, offset)
     return {
         "tokens": tokens,
-        "token_logprobs": [_reported(item.logprob) for item in items],
-        "top_logprobs": [{token_text(t): _reported(lp) for t, lp in item.top} for item in items],
+        "token_logprobs": token_logprobs,
+        "top_logprobs": top_logprobs,
         "text_offset": offsets,
     }
 

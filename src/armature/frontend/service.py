@@ -102,13 +102,23 @@ class OpenAIService:
                     usage.reasoning_tokens = output.num_reasoning_tokens
                     yield piece, output.finish_reason(delta.finish_reason)
 
-    def _logprobs(self, job: Job, items: list[TokenLogprob], offset: int) -> Any:
+    def _logprobs(
+        self,
+        job: Job,
+        items: list[TokenLogprob],
+        offset: int,
+        prompt_items: list[TokenLogprob] | None = None,
+    ) -> Any:
+        """The choice's `logprobs` (None unless asked for); a completion's echoed prompt's
+        tokens first where the engine scored them (`prompt_items`)."""
         if not job.want_logprobs:
             return None
         token_text = self.preprocessor.token_text
         if job.kind == "chat":
             return chat_logprobs(items, token_text)
-        return completion_logprobs(items, token_text, offset)
+        prompt_ids = job.engine_request.prompt_token_ids
+        prompt = None if prompt_items is None else (prompt_ids, prompt_items)
+        return completion_logprobs(items, token_text, offset, prompt)
 
     async def complete(self, job: Job, http_request: Request) -> dict[str, Any]:
         """Run `job` to the end; a client that disconnects cancels it (and raises
@@ -117,6 +127,7 @@ class OpenAIService:
         usages = [Usage() for _ in range(num)]
         texts: list[list[str]] = [[job.echo_text] for _ in range(num)]
         items: list[list[TokenLogprob]] = [[] for _ in range(num)]
+        prompts: list[list[TokenLogprob] | None] = [None] * num  # echo: the prompt scored
         finishes: list[str | None] = [None] * num
         pieces: list[list[ChatPiece]] = [[] for _ in range(num)]
 
@@ -125,6 +136,8 @@ class OpenAIService:
                 async for index, batch in batches:
                     output = job.candidates[index].chat_output
                     for delta in batch:
+                        if delta.prompt_logprobs is not None:
+                            prompts[index] = delta.prompt_logprobs
                         texts[index].append(delta.text)
                         items[index].extend(delta.logprobs)
                         finishes[index] = delta.finish_reason or finishes[index]
@@ -132,6 +145,12 @@ class OpenAIService:
                             pieces[index].append(_feed(output, delta))
 
         await unless_disconnected(collect(), http_request)
+        if job.echo_only:  # the engine's one token is not returned
+            texts = [[job.echo_text] for _ in range(num)]
+            items = [[] for _ in range(num)]
+            finishes = ["length"] * num
+            for usage in usages:
+                usage.completion_tokens = 0
         for sequence, usage in zip(job.candidates, usages, strict=True):
             if sequence.chat_output is not None:
                 usage.reasoning_tokens = sequence.chat_output.num_reasoning_tokens
@@ -141,7 +160,7 @@ class OpenAIService:
             chosen = list(range(num))
         choices = []
         for index, candidate in enumerate(chosen):
-            logprobs = self._logprobs(job, items[candidate], len(job.echo_text))
+            logprobs = self._logprobs(job, items[candidate], len(job.echo_text), prompts[candidate])
             choice: dict[str, Any] = {"index": index}
             finish = finishes[candidate]
             output = job.candidates[candidate].chat_output
@@ -174,11 +193,15 @@ class OpenAIService:
         head = (job.request_id, _chunk_object(job.kind), int(time.time()), job.model_name)
         events = StreamEvents(*head, usage_field)
         offsets = [0] * job.num_choices
+        # the echoed prompt goes first, at once; with logprobs (its tokens scored) or alone
+        # (max_tokens 0), with the choice's first output, which brings them or the end
+        waits = bool(job.echo_text) and (job.want_logprobs or job.echo_only)
+        echo_waits = [waits] * job.num_choices
         for index in range(job.num_choices):
             if job.kind == "chat":
                 role = {"role": "assistant", "content": ""}
                 yield events.event(ChatChoiceChunk(index, role))
-            elif job.echo_text:
+            elif job.echo_text and not waits:
                 yield events.event(CompletionChoiceChunk(index, job.echo_text))
                 offsets[index] = len(job.echo_text)
         pending: list[bytes] = []
@@ -188,6 +211,13 @@ class OpenAIService:
                     output = job.candidates[index].chat_output
                     sent: ChatChoiceChunk | CompletionChoiceChunk | None
                     for delta in batch:
+                        if echo_waits[index]:
+                            echo_waits[index] = False
+                            pending.append(events.event(self._echo_choice(job, delta, index)))
+                            offsets[index] = len(job.echo_text)
+                        if job.echo_only:
+                            usages[index].completion_tokens = 0  # its token is not returned
+                            continue
                         if output is not None:
                             sent = self._chat_choice(job, output, delta, usages[index], index)
                         else:
@@ -221,6 +251,17 @@ class OpenAIService:
         if not fields and not finish and not job.want_logprobs:
             return None
         return ChatChoiceChunk(index, fields, self._logprobs(job, delta.logprobs, 0), finish)
+
+    def _echo_choice(self, job: Job, first: Delta, index: int) -> CompletionChoiceChunk:
+        """The echoed prompt's chunk of choice `index`, from its first delta: its tokens'
+        logprobs where asked for, the end where it is all (max_tokens 0)."""
+        logprobs = None
+        if job.want_logprobs:
+            prompt_ids = job.engine_request.prompt_token_ids
+            prompt = None if first.prompt_logprobs is None else (prompt_ids, first.prompt_logprobs)
+            logprobs = completion_logprobs([], self.preprocessor.token_text, 0, prompt)
+        finish = "length" if job.echo_only else None
+        return CompletionChoiceChunk(index, job.echo_text, logprobs, finish)
 
     def _completion_choice(
         self, job: Job, delta: Delta, offset: int, index: int

@@ -45,6 +45,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
 
     temperature 0 means greedy. top_k 0 means disabled. logprobs None means none returned;
     an int n >= 0 returns the sampled token's logprob and the n most likely alternatives.
+    prompt_logprobs n >= 0 returns, with the first output, each prompt token's logprob (all
+    but the first token's) and the n most likely alternatives there, from the model's raw
+    logits: the whole prompt is computed (no prefix-cache or lower-tier hits; a remote
+    prefill computes them, a resumed request with output asks for none).
     Penalties (0, 0, 1 and no bias: off) change the logits that pick the token, never the
     logprobs reported: presence and frequency penalties (OpenAI) are subtracted from the
     logits of tokens already generated, once and once per occurrence; the repetition penalty
@@ -63,6 +67,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
@@ -111,6 +116,9 @@ class EngineOutput(msgspec.Struct, kw_only=True):
     request_id: str
     new_token_ids: list[int]
     logprobs: list[TokenLogprob] | None = None
+    # with the first output of a request that asked for them: prompt tokens 1.. (the first
+    # has no logprob), in order (None: not asked for, or an engine that does not compute them)
+    prompt_logprobs: list[TokenLogprob] | None = None
     finish_reason: FinishReason | None = None
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
@@ -229,6 +237,7 @@ def merge_outputs(outputs: list[EngineOutput]) -> EngineOutput:
         request_id=first.request_id,
         new_token_ids=[t for o in outputs for t in o.new_token_ids],
         logprobs=[lp for o in outputs for lp in (o.logprobs or [])] if has_logprobs else None,
+        prompt_logprobs=first.prompt_logprobs,
         finish_reason=last.finish_reason,
         num_prompt_tokens=first.num_prompt_tokens,
         num_cached_tokens=first.num_cached_tokens,

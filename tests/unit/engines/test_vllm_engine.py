@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from vllm_fakes import FakeCompletion, FakeOutput
+from vllm_fakes import FakeCompletion, FakeLogprob, FakeOutput
 from vllm_fakes import make_engine as make_fake_engine
 
 from armature.cli.main import main
@@ -21,7 +21,13 @@ from armature.engines.vllm.build import _StatLogger
 from armature.engines.vllm.engine import VllmEngine, VllmEngineInfo
 from armature.engines.vllm.load import SchedulerSnapshot
 from armature.engines.vllm.sampling import VllmSampling
-from armature.protocols.engine import EngineRequest, FinishReason, SamplingParams, StepRecord
+from armature.protocols.engine import (
+    EngineRequest,
+    FinishReason,
+    SamplingParams,
+    StepRecord,
+    TokenLogprob,
+)
 from polling import wait_until
 
 INFO = VllmEngineInfo(
@@ -328,3 +334,41 @@ def test_engine_flags_map_to_vllm_settings(tmp_path: Path) -> None:
         seed=3,
         enforce_eager=True,
     )
+
+
+@dataclass
+class ScoringLlm:
+    """Sends the prompt's logprobs in two chunks, the first alone (no token yet), as vLLM's
+    deltas may: position 0 has none, each later one its token and the top 1 by rank."""
+
+    errored: bool = False
+
+    async def generate(
+        self, prompt: Any, sampling_params: VllmSampling, request_id: str
+    ) -> AsyncGenerator[FakeOutput, None]:
+        assert sampling_params.prompt_logprobs == 1
+
+        def entry(token: int) -> dict[int, FakeLogprob]:
+            return {token: FakeLogprob(-float(token), 2), 0: FakeLogprob(-0.1, 1)}
+
+        yield FakeOutput([FakeCompletion([])], prompt_logprobs=[None, entry(prompt[1])])
+        rest = [entry(t) for t in prompt[2:]]
+        yield FakeOutput([FakeCompletion([50])], prompt_logprobs=rest, num_cached_tokens=0)
+        yield FakeOutput([FakeCompletion([51], "length")])
+
+    def shutdown(self) -> None:
+        pass
+
+
+async def test_prompt_logprobs_come_whole_with_the_first_token() -> None:
+    engine = make_fake_engine(ScoringLlm(), INFO)
+    sampling = SamplingParams(max_tokens=2, temperature=0.0, prompt_logprobs=1)
+    scored = EngineRequest(request_id="s", prompt_token_ids=[7, 8, 9, 10], sampling=sampling)
+    outputs = [o async for o in engine.generate(scored)]
+    assert [o.new_token_ids for o in outputs] == [[50], [51]]
+    assert outputs[0].prompt_logprobs == [
+        TokenLogprob(t, -float(t), [(0, -0.1)]) for t in (8, 9, 10)
+    ]
+    assert outputs[1].prompt_logprobs is None
+    assert outputs[0].num_prompt_tokens == 4
+    await engine.stop()

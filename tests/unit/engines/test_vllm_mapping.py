@@ -117,6 +117,10 @@ def test_a_resumed_request_continues_after_its_output() -> None:
     ("change", "message"),
     [
         ({"sampling": SamplingParams(max_tokens=5, logprobs=21)}, "at most 20 logprobs"),
+        (
+            {"sampling": SamplingParams(max_tokens=5, prompt_logprobs=21)},
+            "at most 20 logprobs per prompt token",
+        ),
     ],
 )
 def test_what_vllm_lacks_is_refused(change: dict[str, object], message: str) -> None:
@@ -223,3 +227,12 @@ def test_step_record_from_vllm_numbers() -> None:
 def test_stats_vllm_does_not_send_read_as_nothing_reported() -> None:
     assert read_iteration(None, None) == IterationSnapshot()
     assert read_iteration(object(), object()) == IterationSnapshot()
+
+
+def test_prompt_logprobs_are_asked_for_once() -> None:
+    """A resumed request (migrated after its first output) gave them already."""
+    fresh = request(prompt_logprobs=2)
+    assert to_vllm_sampling(fresh, max_logprobs=20).prompt_logprobs == 2
+    resumed = msgspec.structs.replace(fresh, output_token_ids=[9])
+    assert to_vllm_sampling(resumed, max_logprobs=20).prompt_logprobs is None
+    assert to_vllm_sampling(request(), max_logprobs=20).prompt_logprobs is None

@@ -28,6 +28,7 @@ class FakeOutput:
     outputs: list[FakeCompletion] = field(default_factory=list)
     num_cached_tokens: int | None = 0
     kv_transfer_params: dict[str, object] | None = None
+    prompt_logprobs: list[dict[int, FakeLogprob] | None] | None = None
 
 
 def make_engine(

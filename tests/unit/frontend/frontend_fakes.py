@@ -1,5 +1,7 @@
 """Engines for frontend tests at the Engine seam: everything but `generate`, idle; and one
-whose `generate` emits the token ids of chosen outputs."""
+whose `generate` emits the token ids of chosen outputs (with made-up logprobs where asked
+for: SCRIPTED_LOGPROB for each output token, SCRIPTED_PROMPT_LOGPROB for each prompt token
+after the first, each its own top alternative unless none are asked for)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,16 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from armature.frontend.preprocess import Preprocessor
-from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, FinishReason
+from armature.protocols.engine import (
+    EngineLoad,
+    EngineOutput,
+    EngineRequest,
+    FinishReason,
+    TokenLogprob,
+)
+
+SCRIPTED_LOGPROB = -0.25
+SCRIPTED_PROMPT_LOGPROB = -0.5
 
 
 class IdleEngine:
@@ -52,11 +63,30 @@ class ScriptedEngine(IdleEngine):
         while at < len(ids):  # 1, 2, 3, 1, 2, 3... tokens per step
             steps.append(ids[at : at + 1 + len(steps) % 3])
             at += len(steps[-1])
+        sampling = request.sampling
         for i, step in enumerate(steps):
             last = i == len(steps) - 1
+            prompt_logprobs = None
+            if i == 0 and sampling.prompt_logprobs is not None:
+                prompt_logprobs = [
+                    TokenLogprob(
+                        t,
+                        SCRIPTED_PROMPT_LOGPROB,
+                        [(t, SCRIPTED_PROMPT_LOGPROB)][: sampling.prompt_logprobs],
+                    )
+                    for t in request.prompt_token_ids[1:]
+                ]
+            logprobs = None
+            if sampling.logprobs is not None:
+                logprobs = [
+                    TokenLogprob(t, SCRIPTED_LOGPROB, [(t, SCRIPTED_LOGPROB)][: sampling.logprobs])
+                    for t in step
+                ]
             yield EngineOutput(
                 request_id=request.request_id,
                 new_token_ids=step,
+                logprobs=logprobs,
+                prompt_logprobs=prompt_logprobs,
                 num_prompt_tokens=len(request.prompt_token_ids) if i == 0 else 0,
                 finish_reason=FinishReason.STOP if last else None,
             )

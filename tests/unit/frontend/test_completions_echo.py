@@ -1,7 +1,8 @@
 """`echo` on /v1/completions: the prompt's text before the completion, whole and streamed,
-for a text prompt and a token-id prompt; with `logprobs` it is refused (no logprobs of the
-prompt's tokens are computed, so the tokens would not join the text). Also: stream_options
-without a stream is refused, as OpenAI refuses it."""
+for a text prompt and a token-id prompt; with `logprobs` the prompt's tokens come first in
+them (the first with null logprobs), asked of the engine as prompt logprobs; `max_tokens` 0
+with echo returns the prompt alone. Also: stream_options without a stream is refused, as
+OpenAI refuses it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from frontend_fakes import ScriptedEngine
+from frontend_fakes import SCRIPTED_LOGPROB, SCRIPTED_PROMPT_LOGPROB, ScriptedEngine
 
 from armature.config import RouterConfig
 from armature.frontend.app import ServedModel, build_app
@@ -61,19 +62,86 @@ async def test_echo_puts_the_prompt_before_the_completion(preprocessor: Preproce
     assert engine.prompts == [ids, ids, ids]
 
 
-async def test_echo_with_logprobs_is_refused_before_the_engine(
+async def test_echo_with_logprobs_scores_the_prompt_first(preprocessor: Preprocessor) -> None:
+    """OpenAI's shape: the prompt's tokens, then the completion's, text offsets into the
+    returned text; the first prompt token has no logprob. Whole and streamed alike."""
+    engine, client = serve(preprocessor)
+    engine.outputs = [OUTPUT, OUTPUT]
+    ids = preprocessor.encode(PROMPT)
+    out_ids = preprocessor.encode(OUTPUT, add_special_tokens=False)
+    ask = {"model": "m", "prompt": PROMPT, "echo": True, "logprobs": 1, "max_tokens": 32}
+    whole = await client.completions.create(**ask)  # type: ignore[arg-type]
+    chunks = [c async for c in await client.completions.create(**ask, stream=True)]  # type: ignore[arg-type]
+    [request, _] = engine.requests
+    assert (request.sampling.prompt_logprobs, request.sampling.logprobs) == (1, 1)
+    choice = whole.choices[0]
+    assert choice.text == PROMPT + OUTPUT
+    logprobs = choice.logprobs
+    assert logprobs is not None and logprobs.tokens is not None
+    texts = [preprocessor.token_text(t) for t in [*ids, *out_ids]]
+    assert logprobs.tokens == texts
+    assert "".join(texts) == PROMPT + OUTPUT
+    num_prompt = len(ids)
+    assert logprobs.token_logprobs == [None] + [SCRIPTED_PROMPT_LOGPROB] * (num_prompt - 1) + [
+        SCRIPTED_LOGPROB
+    ] * len(out_ids)
+    assert logprobs.top_logprobs is not None and logprobs.top_logprobs[0] is None
+    assert logprobs.top_logprobs[1] == {texts[1]: SCRIPTED_PROMPT_LOGPROB}
+    offsets = [sum(len(t) for t in texts[:i]) for i in range(len(texts))]
+    assert logprobs.text_offset == offsets
+    # streamed: the prompt's chunk first, with its tokens' logprobs, then the completion's
+    parts = [c.choices[0] for c in chunks if c.choices]
+    assert parts[0].text == PROMPT
+    assert parts[0].logprobs is not None and parts[0].logprobs.tokens == texts[:num_prompt]
+    joined: dict[str, list[object]] = {"tokens": [], "token_logprobs": [], "text_offset": []}
+    for part in parts:
+        assert part.logprobs is not None
+        for key, values in joined.items():
+            values.extend(getattr(part.logprobs, key))
+    assert joined == {
+        "tokens": logprobs.tokens,
+        "token_logprobs": logprobs.token_logprobs,
+        "text_offset": logprobs.text_offset,
+    }
+
+
+async def test_max_tokens_0_with_echo_returns_the_prompt_scored(
     preprocessor: Preprocessor,
 ) -> None:
+    """How evaluation harnesses score a text: the prompt alone, its tokens' logprobs, no
+    completion token returned or counted. Without echo, max_tokens 0 is refused."""
     engine, client = serve(preprocessor)
-    with pytest.raises(openai.BadRequestError) as caught:
-        await client.completions.create(
-            model="m", prompt=PROMPT, echo=True, logprobs=0, max_tokens=4
+    engine.outputs = [OUTPUT, OUTPUT]
+    ids = preprocessor.encode(PROMPT)
+    ask = {"model": "m", "prompt": PROMPT, "echo": True, "logprobs": 0, "max_tokens": 0}
+    whole = await client.completions.create(**ask)  # type: ignore[arg-type]
+    chunks = [
+        c
+        async for c in await client.completions.create(
+            **ask, stream=True, stream_options={"include_usage": True}
         )
+    ]  # type: ignore[arg-type]
+    assert engine.requests[0].sampling.max_tokens == 1  # one step; its token is dropped
+    choice = whole.choices[0]
+    assert (choice.text, choice.finish_reason) == (PROMPT, "length")
+    assert choice.logprobs is not None and choice.logprobs.tokens is not None
+    assert len(choice.logprobs.tokens) == len(ids)
+    assert choice.logprobs.top_logprobs == [None] + [{}] * (len(ids) - 1)  # logprobs 0: none
+    assert whole.usage is not None
+    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens) == (len(ids), 0)
+    parts = [c.choices[0] for c in chunks if c.choices]
+    assert [(p.text, p.finish_reason) for p in parts] == [(PROMPT, "length")]
+    assert parts[0].logprobs is not None
+    assert parts[0].logprobs.token_logprobs == choice.logprobs.token_logprobs
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 0
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.completions.create(model="m", prompt=PROMPT, max_tokens=0)
     body = caught.value.body
     assert isinstance(body, dict)
-    assert (body["param"], body["code"]) == ("echo", "unsupported_parameter")
-    assert body["message"] == "echo with logprobs is not supported (no logprobs of prompt tokens)"
-    assert engine.prompts == []
+    assert (body["param"], body["message"]) == (
+        "max_tokens",
+        "max_tokens 0 returns nothing without echo",
+    )
 
 
 async def test_stream_options_without_a_stream_is_refused(preprocessor: Preprocessor) -> None:

@@ -91,7 +91,7 @@ def message(content: Any) -> dict[str, Any]:
         ("/completions", {**COMPLETION, "temperature": True}, "temperature"),
         ("/completions", {**COMPLETION, "temperature": "0.5"}, "temperature"),
         ("/completions", {**COMPLETION, "max_tokens": True}, "max_tokens"),
-        ("/completions", {**COMPLETION, "max_tokens": 0}, "max_tokens"),
+        ("/completions", {**COMPLETION, "max_tokens": -1}, "max_tokens"),  # 0: echo alone
         ("/completions", {**COMPLETION, "max_tokens": 2**31}, "max_tokens"),
         ("/completions", {**COMPLETION, "n": False}, "n"),
         ("/completions", {**COMPLETION, "logprobs": 21}, "logprobs"),

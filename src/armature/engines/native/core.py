@@ -233,6 +233,8 @@ class EngineCore:
         )
         if block_hashes is not None:
             state.block_hashes = block_hashes
+        if request.sampling.prompt_logprobs is not None and not request.output_token_ids:
+            state.prompt_logprobs = []  # a resumed request gave them with its first output
         self._arrivals += 1
         self._requests[request.request_id] = state
         self.scheduler.add_request(state)

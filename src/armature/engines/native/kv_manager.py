@@ -27,10 +27,13 @@ class KvCacheManager:
 
     def find_cached_prefix(self, request: RequestState) -> list[int]:
         """Blocks of the longest cached prefix of a request with nothing computed. At least
-        the last token is always left to compute (its logits are needed). A queue's head
+        the last token is always left to compute (its logits are needed); none for a request
+        that wants its prompt's logprobs (every position's logits). A queue's head
         that does not fit is looked up again every step: where nothing left the cache since
         its last lookup, that prefix still holds, and only the blocks past it are looked up."""
         assert request.num_computed_tokens == 0 and not request.block_ids
+        if request.prompt_logprobs is not None:  # every prompt position's logits are wanted
+            return []
         hashes = request.update_block_hashes(self.block_size)
         max_blocks = (request.num_tokens - 1) // self.block_size
         pool = self.pool

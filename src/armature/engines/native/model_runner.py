@@ -11,6 +11,7 @@ import torch
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.kv_store import PagedCacheStore
 from armature.engines.native.lora_set import ServedLora
+from armature.engines.native.sampler import prompt_logprobs
 from armature.engines.native.scheduler import ScheduledChunk
 from armature.kv.hashing import hash_seed_for_salt
 from armature.model.arch import ModelArch, read_arch
@@ -81,6 +82,7 @@ class TorchModelRunner:
         slots: list[int] = []
         spans: list[PrefillSpan] = []
         logits_rows: list[int] = []
+        prompt_rows: list[int] = []  # after the sampling rows (see `execute`)
         row_adapters: list[LoraWeights | None] = []
         for chunk in ordered:
             req = chunk.request
@@ -97,6 +99,7 @@ class TorchModelRunner:
                 spans.append(PrefillSpan(row_start, chunk.num_tokens, chunk.start_pos, table))
             if chunk.completes_sequence:
                 logits_rows.append(len(input_ids) - 1)
+            prompt_rows += [row_start + p - chunk.start_pos for p in _prompt_positions(chunk)]
         decode_groups = []
         first_decode_row = len(input_ids) - len(decode)
         context_lens = [c.start_pos + 1 for c in decode]
@@ -122,11 +125,14 @@ class TorchModelRunner:
                 for s in spans
             ],
             decodes=decode_groups,
-            logits_rows=torch.tensor(logits_rows, dtype=torch.long, device=dev),
+            logits_rows=torch.tensor(logits_rows + prompt_rows, dtype=torch.long, device=dev),
             lora=group_lora_rows(row_adapters, dev),
         )
 
     def execute(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
+        """The logits to sample from, one row per chunk that completes its sequence, in
+        chunk order. Requests that want their prompt's logprobs get those of the tokens
+        after each of their chunk's positions appended (`RequestState.prompt_logprobs`)."""
         ordered = _batch_order(chunks)
         batch = self.build_batch(ordered)
         logits = forward(batch, self.weights, self.arch, self.rope, self.cache)
@@ -136,7 +142,37 @@ class TorchModelRunner:
         in_batch = [c for c in ordered if c.completes_sequence]
         position = {id(c): i for i, c in enumerate(in_batch)}
         index = torch.tensor([position[id(c)] for c in completing], dtype=torch.long)
+        if logits.shape[0] > len(in_batch):
+            _add_prompt_logprobs(ordered, logits[len(in_batch) :])
         return logits[index.to(logits.device)].cpu()
+
+
+def _prompt_positions(chunk: ScheduledChunk) -> range:
+    """The positions of `chunk` whose logits give a prompt token's logprob (the token after
+    each), for a request that wants them."""
+    req = chunk.request
+    if req.prompt_logprobs is None:
+        return range(0)
+    end = min(chunk.start_pos + chunk.num_tokens, req.num_prompt_tokens - 1)
+    return range(chunk.start_pos, end)
+
+
+def _add_prompt_logprobs(ordered: list[ScheduledChunk], logits: torch.Tensor) -> None:
+    """Extend each request's prompt logprobs from its rows of `logits` (the prompt rows of
+    `build_batch`, in batch order). A prompt computed again (preempted) starts over."""
+    first_row = 0
+    for chunk in ordered:
+        positions = _prompt_positions(chunk)
+        if not positions:
+            continue
+        req = chunk.request
+        assert req.prompt_logprobs is not None
+        rows = logits[first_row : first_row + len(positions)]
+        first_row += len(positions)
+        targets = [req.token_ids[p + 1] for p in positions]
+        del req.prompt_logprobs[chunk.start_pos :]
+        assert len(req.prompt_logprobs) == chunk.start_pos, "a prompt is computed in order"
+        req.prompt_logprobs += prompt_logprobs(rows, targets, req.sampling.prompt_logprobs or 0)
 
 
 def _padded(block_ids: list[int], length: int) -> list[int]:

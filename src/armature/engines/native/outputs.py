@@ -41,6 +41,7 @@ def sample_and_finish(
     those that are done (`finish`), and return one output each, in order."""
     tokens: list[int]
     logprobs: list[TokenLogprob | None]
+    computes_logprobs = not isinstance(result, list)
     if isinstance(result, list):  # the runner chose the tokens (the mocker)
         assert masks is None, "a runner that picks tokens takes no guided requests"
         tokens, logprobs = result, [None] * len(result)
@@ -50,6 +51,8 @@ def sample_and_finish(
     for chunk, token, logprob in zip(completing, tokens, logprobs, strict=True):
         req: RequestState = chunk.request
         first = req.num_output_tokens == req.num_output_at_start
+        # given once, with the first output (a runner that picks tokens computes none)
+        prompt_logprobs, req.prompt_logprobs = req.prompt_logprobs, None
         req.token_ids.append(token)
         reason, error = _finish_reason(req, token, eos_token_ids, max_model_len), None
         error_param = None
@@ -71,6 +74,7 @@ def sample_and_finish(
                 request_id=req.request_id,
                 new_token_ids=[token],
                 logprobs=[logprob] if logprob is not None else None,
+                prompt_logprobs=prompt_logprobs if computes_logprobs else None,
                 finish_reason=reason,
                 num_prompt_tokens=req.num_prompt_tokens if first else 0,
                 num_cached_tokens=req.num_cached_tokens if first else 0,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from armature.engines.native.lora_set import ServedLora
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
-from armature.protocols.engine import FinishReason, SamplingParams
+from armature.protocols.engine import FinishReason, SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     import torch
@@ -68,6 +68,11 @@ class RequestState:
     # its random draws, seeded from `sampling_seed` and the position by the sampler (a runner
     # that picks its own tokens, the mocker's, never makes one)
     generator: torch.Generator | None = None
+    # prompt logprobs asked for and not yet given: those of prompt tokens 1.. as far as the
+    # runner has computed the prompt (entry i: token i + 1). While set, the whole prompt is
+    # computed (no cached prefix), and a preemption computes it again. None once the first
+    # output took them, or where none were asked for (or the request resumes with output)
+    prompt_logprobs: list[TokenLogprob] | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -77,6 +77,24 @@ def _logprobs(logprobs: torch.Tensor, token_id: int, num_top: int) -> TokenLogpr
     return TokenLogprob(token_id, float(logprobs[token_id]), top)
 
 
+def prompt_logprobs(logits: torch.Tensor, token_ids: list[int], num_top: int) -> list[TokenLogprob]:
+    """Each row's logprob of the token that follows it (`token_ids`, one per row), with the
+    `num_top` most likely tokens there: logits [rows, vocab] as the model gave them, no
+    penalty, bias or mask."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    targets = torch.tensor(token_ids, dtype=torch.long, device=logprobs.device)
+    chosen = logprobs.gather(1, targets[:, None])[:, 0].tolist()
+    if num_top <= 0:
+        return [TokenLogprob(t, lp, []) for t, lp in zip(token_ids, chosen, strict=True)]
+    values, ids = torch.topk(logprobs, min(num_top, logprobs.shape[-1]), dim=-1)
+    return [
+        TokenLogprob(t, lp, list(zip(top_ids, top_values, strict=True)))
+        for t, lp, top_ids, top_values in zip(
+            token_ids, chosen, ids.tolist(), values.tolist(), strict=True
+        )
+    ]
+
+
 def _penalized(logits: torch.Tensor, inputs: list[SampleInput]) -> torch.Tensor:
     """`logits` with the penalties of the rows that use any: `logits` itself when none does,
     penalized in place when no row wants (raw) logprobs, else a penalized copy."""

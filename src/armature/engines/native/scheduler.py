@@ -146,7 +146,11 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
             cached = None
-            if self.onboarding is not None and not request.onboard_checked:
+            if (
+                self.onboarding is not None
+                and not request.onboard_checked
+                and request.prompt_logprobs is None  # computes its whole prompt
+            ):
                 cached = self.kv.find_cached_prefix(request)
                 start = self.onboarding.try_start(request, cached)
                 if start is OnboardStart.WAIT:

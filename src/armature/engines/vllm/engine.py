@@ -36,7 +36,7 @@ from armature.engines.vllm.disagg import (
     to_kv_handle,
 )
 from armature.engines.vllm.load import LoadTracker, SchedulerSnapshot
-from armature.engines.vllm.outputs import RequestOutputLike, to_engine_output
+from armature.engines.vllm.outputs import PromptLogprobs, RequestOutputLike, to_engine_output
 from armature.engines.vllm.sampling import VllmSampling, to_vllm_prompt, to_vllm_sampling
 from armature.engines.vllm.steps import IterationSnapshot, to_step_record
 from armature.engines.vllm.subscriber import KvEventSubscriber
@@ -190,8 +190,16 @@ class VllmEngine:
         self._load.add_request(request_id, len(prompt.token_ids))
         stream = self.llm.generate(self._make_prompt(prompt.token_ids), sampling, request_id)
         first = True
+        scored = None  # prompt logprobs, given with the first output
+        if args.prompt_logprobs is not None:
+            scored = PromptLogprobs(prompt.token_ids, args.prompt_logprobs)
         try:
             async for delta in stream:
+                if scored is not None:
+                    scored.add(delta.prompt_logprobs)
+                    (completion,) = delta.outputs
+                    if not completion.token_ids and completion.finish_reason is None:
+                        continue  # a chunk of prompt logprobs alone
                 output = to_engine_output(
                     request_id,
                     delta,
@@ -199,6 +207,9 @@ class VllmEngine:
                     num_prompt_tokens=prompt.num_prompt_tokens,
                     first=first,
                 )
+                if scored is not None:
+                    output = msgspec.structs.replace(output, prompt_logprobs=scored.items)
+                    scored = None
                 if first:
                     self._load.prefill_done(request_id)
                     first = False

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from armature.protocols.engine import EngineOutput, FinishReason, TokenLogprob
 
-__all__ = ["to_engine_output", "to_finish_reason"]
+__all__ = ["PromptLogprobs", "to_engine_output", "to_finish_reason"]
 
 # vLLM's finish reasons (vllm.v1.engine.FINISH_REASON_STRINGS). "repetition" is its
 # repetition detector, which this adapter never enables; it would end the text like a stop.
@@ -45,6 +45,9 @@ class RequestOutputLike(Protocol):
     def outputs(self) -> Sequence[CompletionLike]: ...
 
     @property
+    def prompt_logprobs(self) -> Sequence[Mapping[int, LogprobLike] | None] | None: ...
+
+    @property
     def num_cached_tokens(self) -> int | None: ...
 
 
@@ -65,6 +68,27 @@ def _to_logprob(token_id: int, entries: Mapping[int, LogprobLike], num_top: int)
     )
     top = [(t, lp) for rank, t, lp in ranked if rank <= num_top]
     return TokenLogprob(token_id, entries[token_id].logprob, top[:num_top])
+
+
+class PromptLogprobs:
+    """A request's prompt logprobs as vLLM's deltas bring them (the first position's entry
+    None, then one per prompt token; over one delta or several chunks), into ours: prompt
+    tokens 1.. with their `num_top` alternatives."""
+
+    def __init__(self, prompt_token_ids: Sequence[int], num_top: int):
+        self.prompt_token_ids = prompt_token_ids
+        self.num_top = num_top
+        self.num_positions = 0  # of the prompt, the first included
+        self.items: list[TokenLogprob] = []
+
+    def add(self, entries: Sequence[Mapping[int, LogprobLike] | None] | None) -> None:
+        for entry in entries or ():
+            position = self.num_positions
+            self.num_positions += 1
+            if entry is None:  # the first token: nothing before it to predict it
+                continue
+            token = self.prompt_token_ids[position]
+            self.items.append(_to_logprob(token, entry, self.num_top))
 
 
 def to_engine_output(

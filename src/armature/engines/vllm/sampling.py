@@ -14,6 +14,7 @@ Every field of our SamplingParams has a one-to-one vLLM field:
     ignore_eos      ignore_eos
     stop_token_ids  stop_token_ids
     logprobs        logprobs        at most the engine's max_logprobs (vLLM refuses more)
+    prompt_logprobs prompt_logprobs the same bound
     presence_penalty    presence_penalty
     frequency_penalty   frequency_penalty
     repetition_penalty  repetition_penalty
@@ -81,6 +82,7 @@ class VllmSampling:
     ignore_eos: bool
     stop_token_ids: list[int]
     logprobs: int | None
+    prompt_logprobs: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
@@ -107,6 +109,11 @@ def to_vllm_sampling(request: EngineRequest, max_logprobs: int) -> VllmSampling:
         raise InvalidRequestError(
             f"at most {max_logprobs} logprobs per token with the vllm engine, got {p.logprobs}"
         )
+    if p.prompt_logprobs is not None and p.prompt_logprobs > max_logprobs:
+        raise InvalidRequestError(
+            f"at most {max_logprobs} logprobs per prompt token with the vllm engine, got "
+            f"{p.prompt_logprobs}"
+        )
     if p.top_k < 0:
         raise InvalidRequestError(f"top_k must be at least 0 (0 disables it), got {p.top_k}")
     num_carried = len(request.output_token_ids)
@@ -120,6 +127,8 @@ def to_vllm_sampling(request: EngineRequest, max_logprobs: int) -> VllmSampling:
         ignore_eos=p.ignore_eos,
         stop_token_ids=list(p.stop_token_ids),
         logprobs=p.logprobs,
+        # a resumed request gave them with its first output
+        prompt_logprobs=None if num_carried else p.prompt_logprobs,
         presence_penalty=p.presence_penalty,
         frequency_penalty=p.frequency_penalty,
         repetition_penalty=p.repetition_penalty,
