@@ -79,6 +79,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
             "--prefill-workers: the router's prefix index holds at most 4,096 workers, got 4,097",
         ),
         (["serve", "--kv-transfer-backends", "shm"], "that includes tcp"),
+        # TEST-NET-1: no machine's address (the load publisher failed later, unseen)
+        (["frontend", "--replica-host", "192.0.2.1"], "--replica-host 192.0.2.1: cannot bind"),
         (
             ["serve", "--no-prefix-caching", "--kv-host-bytes", "1GiB"],
             "keep cached prefix blocks: drop --no-prefix-caching or the tier flags",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -91,10 +92,12 @@ def build_app(
 
 def _lifespan(parts: FrontendParts, background: Sequence[Background]) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         parts.router.start()
         parts.embedder.start()
         tasks = [asyncio.get_running_loop().create_task(run()) for run in background]
+        for task in tasks:
+            task.add_done_callback(functools.partial(_background_ended, app))
         yield
         for task in tasks:
             task.cancel()
@@ -104,6 +107,20 @@ def _lifespan(parts: FrontendParts, background: Sequence[Background]) -> Callabl
         await parts.embedder.stop()
 
     return lifespan
+
+
+def _background_ended(app: FastAPI, task: asyncio.Task[None]) -> None:
+    """A background task (following the workers) that fails leaves the frontend serving a
+    fleet it no longer follows: say so, and stop serving (`app.state.stop_serving`, set by
+    whoever serves the app) with the failure in `app.state.background_failure`."""
+    if task.cancelled() or task.exception() is None:
+        return
+    exc = task.exception()
+    log.error("the frontend stops: following its workers failed", exc_info=exc)
+    app.state.background_failure = exc
+    stop_serving = getattr(app.state, "stop_serving", None)
+    if stop_serving is not None:
+        stop_serving()
 
 
 class Run(Protocol):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import socket
 import subprocess
@@ -31,7 +32,7 @@ from armature.frontend.replicas import LoadSharing
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
 from armature.runtime.heap import settle_heap
-from armature.runtime.ports import reserve_listen_socket
+from armature.runtime.ports import check_bindable, reserve_listen_socket
 
 __all__ = ["run_frontend", "run_serving", "serve_app", "uvicorn_config"]
 
@@ -59,9 +60,14 @@ def run_serving(main: Coroutine[Any, Any, None]) -> None:
 
 def serve_app(app: FastAPI, http: HttpConfig, listen_socket: socket.socket) -> None:
     """Serve `app` on `listen_socket` (bound to `http.host:http.port`) until SIGINT/SIGTERM
-    (then drain)."""
+    (then drain), or until a background task of the app fails (then drain, and exit 1: the
+    app logged why)."""
     settle_heap()
-    uvicorn.Server(uvicorn_config(app, http)).run(sockets=[listen_socket])
+    server = uvicorn.Server(uvicorn_config(app, http))
+    app.state.stop_serving = functools.partial(setattr, server, "should_exit", True)
+    server.run(sockets=[listen_socket])
+    if getattr(app.state, "background_failure", None) is not None:
+        raise SystemExit(1)
 
 
 async def _first_card(
@@ -127,6 +133,7 @@ def run_frontend(
     `listen_socket` (`serve` reserves it before starting its workers) or on a socket bound
     to `config.http` now."""
     api_keys = load_api_keys(config.security)
+    check_bindable("--replica-host", config.replicas.replica_host)
     if listen_socket is None:
         listen_socket = reserve_listen_socket(
             config.http.host, config.http.port, reuse_port=config.http.reuse_port

@@ -7,7 +7,7 @@ import socket
 
 from armature.errors import ConfigError
 
-__all__ = ["free_port", "reserve_listen_socket", "reserve_shared_listen_socket"]
+__all__ = ["check_bindable", "free_port", "reserve_listen_socket", "reserve_shared_listen_socket"]
 
 
 def _bind_port(host: str, port: int) -> int:
@@ -56,3 +56,14 @@ def reserve_shared_listen_socket(host: str, port: int) -> socket.socket:
 def free_port(host: str) -> int:
     """A port on `host` that was free a moment ago (for servers that cannot bind port 0)."""
     return _bind_port(host, 0)
+
+
+def check_bindable(flag: str, host: str) -> None:
+    """ConfigError naming `flag` when `host` is no address of this machine (nothing could
+    bind it), before a server that binds it later fails where no one sees it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError as exc:
+            raise ConfigError(f"{flag} {host}: cannot bind it here: {exc.strerror}") from None

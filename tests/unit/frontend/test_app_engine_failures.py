@@ -1,8 +1,10 @@
 """The app over a fake engine (the Engine seam): a dead engine gives 503s, not tracebacks;
-rejected bodies are counted in the request metrics."""
+rejected bodies are counted in the request metrics; a background task that fails (following
+the workers) stops the serving, with the failure kept for the exit code."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -138,3 +140,32 @@ async def test_health_and_live_answer_head(preprocessor: Preprocessor) -> None:
             assert (head.status_code, head.content) == (200, b""), path
     async with client(preprocessor) as c:  # a dead engine
         assert (await c.head("/health")).status_code == 503
+
+
+async def test_a_failed_background_task_stops_the_serving(preprocessor: Preprocessor) -> None:
+    """Following the workers ran in a background task whose failure nobody saw: the frontend
+    served on with a fleet it no longer followed (every request a 503 once its first worker
+    left). Now it is logged and the server is told to stop; a task that ends cleanly, or is
+    cancelled at shutdown, stops nothing."""
+    parts = compose_frontend(
+        engines={"w0": IdleEngine()},  # type: ignore[dict-item]
+        router_config=RouterConfig(),
+        preprocessor=preprocessor,
+        model=ServedModel("m", 2048, 0),
+    )
+    failed = asyncio.Event()
+
+    async def follow() -> None:
+        raise OSError("cannot bind the load publisher")
+
+    async def done_early() -> None:
+        return None
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    app = build_app(parts, background=[done_early, forever, follow])
+    app.state.stop_serving = failed.set
+    async with app.router.lifespan_context(app):
+        await asyncio.wait_for(failed.wait(), 30)
+        assert isinstance(app.state.background_failure, OSError)
