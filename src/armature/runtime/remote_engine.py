@@ -8,9 +8,12 @@ reached counts as dead for `unreachable_backoff_s` (the router routes around it)
 removes it for good when its lease ends.
 
 Hung workers: a worker that sends no update (it sends one at least every second) for
-`liveness_timeout_s` is not routed to; a stream that brings nothing for `stall_timeout_s`
-fails (the router moves the request elsewhere) and the worker is not routed to again until
-its reported engine steps advance (or it reports no work at all).
+`liveness_timeout_s` is not routed to, and its streams in flight fail then (the router moves
+their requests elsewhere: a worker killed on a request plane with no connection per stream,
+NATS, would otherwise hold them until the stall timeout); a stream that brings nothing for
+`stall_timeout_s` fails too, and the worker is not routed to again until its reported engine
+steps advance (or it reports no work at all). A worker that leaves discovery keeps its
+streams: it drains them while it still sends updates.
 """
 
 from __future__ import annotations
@@ -87,15 +90,42 @@ class RemoteEngine:
         self._updated = asyncio.Event()  # set by each WorkerUpdate (`wait_for_update`)
         self._stalled_at_steps: int | None = None  # engine steps when a stream stalled
         self._lora = LoraState(0, list(card.lora_adapters))  # the newest state heard
+        self._watches: set[StallWatch] = set()  # of the streams in flight
+        self._liveness: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._subscription = asyncio.get_running_loop().create_task(self._subscribe())
+        loop = asyncio.get_running_loop()
+        self._subscription = loop.create_task(self._subscribe())
+        self._liveness = loop.create_task(self._watch_liveness())
 
     async def stop(self) -> None:
         self._alive = False
-        if self._subscription is not None:
-            self._subscription.cancel()
-            await asyncio.gather(self._subscription, return_exceptions=True)
+        for task in (self._subscription, self._liveness):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    def _is_silent(self) -> bool:
+        return time.monotonic() - self._last_update_s > self.liveness_timeout_s
+
+    async def _watch_liveness(self) -> None:
+        """Fail the streams in flight once the worker has sent no update for
+        `liveness_timeout_s` (checked again every second while it stays silent)."""
+        while True:
+            due_s = self._last_update_s + self.liveness_timeout_s
+            await asyncio.sleep(max(due_s - time.monotonic(), 0.0) + 0.01)
+            if not self._is_silent():
+                continue
+            if self._watches:
+                log.warning(
+                    "%s sent no update for %g s: its %d streams move to other workers",
+                    self.card.worker_id,
+                    self.liveness_timeout_s,
+                    len(self._watches),
+                )
+                for watch in list(self._watches):
+                    watch.expire()
+            await asyncio.sleep(1.0)
 
     @property
     def is_alive(self) -> bool:
@@ -127,6 +157,7 @@ class RemoteEngine:
             raise EngineDeadError(f"{self.card.worker_id} is gone")
         batches = self._batches("generate", msgspec.msgpack.encode(request))
         watch = StallWatch(self.stall_timeout_s)
+        self._watches.add(watch)
         try:
             while True:
                 try:
@@ -134,6 +165,11 @@ class RemoteEngine:
                 except StopAsyncIteration:
                     return
                 except TimeoutError:
+                    if self._is_silent():  # the worker itself, not this stream
+                        raise EngineDeadError(
+                            f"{self.card.worker_id} sent no update for "
+                            f"{self.liveness_timeout_s:g} s"
+                        ) from None
                     self._stalled_at_steps = self._load.num_steps
                     log.warning(
                         "%s sent nothing for %.0f s; not routing to it until it makes progress",
@@ -147,6 +183,7 @@ class RemoteEngine:
                 for output in coalesce_outputs(outputs):
                     yield output
         finally:
+            self._watches.discard(watch)
             watch.close()
             await batches.aclose()  # type: ignore[attr-defined]
 

@@ -35,11 +35,16 @@ class StallWatch:
         self._began_s: float | None = None  # the current wait's start on the loop's clock
         self._timer: asyncio.TimerHandle | None = None
         self._expired = False
+        self._gone = False  # expired from outside: every wait gives up
 
     async def wait(self, awaitable: Awaitable[T]) -> T:
         task = asyncio.current_task()
         assert task is not None, "StallWatch.wait runs in a task"
         assert self._began_s is None, "one wait at a time"
+        if self._gone:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never awaited
+            raise TimeoutError
         cancelling = task.cancelling()
         self._task = task
         self._began_s = self._loop.time()
@@ -58,6 +63,14 @@ class StallWatch:
             if self._expired:  # the awaitable swallowed the cancellation: take it back
                 self._expired = False
                 task.uncancel()
+
+    def expire(self) -> None:
+        """Give up now, as if the wait had stalled: the wait in progress raises TimeoutError
+        (or the next one does, at once)."""
+        self._gone = True
+        if self._began_s is not None and self._task is not None and not self._expired:
+            self._expired = True
+            self._task.cancel()
 
     def close(self) -> None:
         if self._timer is not None:

@@ -146,3 +146,22 @@ async def test_a_stream_that_stalls_fails_and_is_closed() -> None:
         await anext(stream)
     assert client.closed  # the stream to the worker was closed: the plane sends its Cancel
     assert not remote.is_alive  # not routed to until its steps advance
+
+
+async def test_a_silent_worker_fails_its_streams_at_the_liveness_timeout() -> None:
+    """A worker killed on a plane with no connection per stream (NATS) sends nothing: its
+    streams failed only at the stall timeout (60 s), long after its updates stopped. They
+    fail once it has sent no update for the liveness timeout, without marking it stalled."""
+    client = BatchesClient([[output([1])]], then_hang=True)
+    health = HealthConfig(worker_liveness_timeout_s=0.2, worker_stall_timeout_s=600.0)
+    remote = engine(client, health)
+    remote.start()  # no update ever comes on its events url
+    try:
+        stream = remote.generate(REQUEST)
+        assert await anext(stream) == output([1])
+        with pytest.raises(EngineDeadError, match=r"sent no update for 0\.2 s"):
+            await asyncio.wait_for(anext(stream), 30)
+        assert client.closed
+        assert remote._stalled_at_steps is None  # silence, not a stall
+    finally:
+        await remote.stop()
