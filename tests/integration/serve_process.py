@@ -63,10 +63,11 @@ def running_server(
     *,
     env: dict[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    started: list[subprocess.Popen[bytes]] | None = None,
 ) -> Iterator[str]:
     """Start `armature serve` on a free loopback port (with `env` added to this process's
-    environment; `preexec_fn` run in the child before exec); yield its URL; stop it by PID
-    and assert its stderr holds no traceback. Its $XDG_RUNTIME_DIR is `log_dir / "run"`:
+    environment; `preexec_fn` run in the child before exec; the process appended to
+    `started`); yield its URL; stop it by PID and assert its stderr holds no traceback. Its $XDG_RUNTIME_DIR is `log_dir / "run"`:
     a `--workers` fleet's private directory lies there, not in a directory others share."""
     port = _free_port()
     runtime_dir = log_dir / "run"
@@ -101,6 +102,8 @@ def running_server(
             },
             preexec_fn=preexec_fn,
         )
+    if started is not None:
+        started.append(proc)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(proc, url, stderr_path)

@@ -1,11 +1,17 @@
 """The HTTP edge on a real server. API keys: missing, wrong and right keys over HTTP and
 through the openai client; /health and /live stay open, /metrics as configured; keys from
 flags, a key file and the environment; no key ever appears in the server's logs. Overload
-control: 503s with Retry-After when every worker is busy, changed at runtime."""
+control: 503s with Retry-After when every worker is busy, changed at runtime. A shutdown
+whose grace ends with requests in flight ends them in OpenAI's error format."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -98,3 +104,54 @@ def test_overload_control_over_http(default_model_dir: Path, tmp_path: Path) -> 
     assert served.status_code == 200
     assert 'armature_requests_total{endpoint="completions",status="503"} 2.0' in metrics
     assert "armature_requests_queued 0.0" in metrics
+
+
+def test_a_shutdown_grace_that_ends_answers_what_is_in_flight(
+    default_model_dir: Path, tmp_path: Path
+) -> None:
+    """SIGTERM with a stream and a whole request in flight, longer than --shutdown-grace-s:
+    the stream ended with an error event and [DONE] (it was cut, neither), the whole request
+    got a 503 in OpenAI's format (an empty 499, counted as the client's leaving)."""
+    slow = ["--engine", "mocker", "--num-kv-blocks", "4096", "--served-model-name", "mock"]
+    args = [*slow, "--shutdown-grace-s", "2", "--max-model-len", "8192"]
+    long_body = {"model": "mock", "prompt": "hello", "max_tokens": 6000, "ignore_eos": True}
+    started: list[subprocess.Popen[bytes]] = []
+    lines: list[str] = []
+    whole: list[httpx.Response] = []
+    with running_server(default_model_dir, tmp_path, args, started=started) as url:
+        first_event = threading.Event()
+
+        def stream() -> None:
+            body = {**long_body, "stream": True}
+            with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+                for line in r.iter_lines():
+                    lines.append(line)
+                    first_event.set()
+
+        def complete() -> None:
+            whole.append(httpx.post(f"{url}/v1/completions", json=long_body, timeout=60))
+
+        threads = [threading.Thread(target=stream), threading.Thread(target=complete)]
+        for thread in threads:
+            thread.start()
+        assert first_event.wait(60)
+        deadline_s = time.monotonic() + 60
+        while "armature_requests_in_flight 2.0" not in httpx.get(f"{url}/metrics").text:
+            assert time.monotonic() < deadline_s, "both requests in flight"
+            time.sleep(0.05)
+        started[0].send_signal(signal.SIGTERM)
+        for thread in threads:
+            thread.join(60)
+        # drained, then uvicorn raises the signal it caught again: killed by it, as asked
+        assert started[0].wait(60) == -signal.SIGTERM
+    events = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert (error["type"], error["message"]) == (
+        "service_unavailable",
+        "the server is shutting down and its grace ended: retry the request",
+    )
+    assert len(events) > 3  # tokens went out before it
+    [response] = whole
+    assert response.status_code == 503
+    assert "the server is shutting down" in response.json()["error"]["message"]

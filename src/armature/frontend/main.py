@@ -13,7 +13,7 @@ import logging
 import socket
 import subprocess
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,39 @@ from armature.runtime.factory import make_event_plane, make_request_client, open
 from armature.runtime.heap import settle_heap
 from armature.runtime.ports import check_bindable, reserve_listen_socket
 
-__all__ = ["run_frontend", "run_serving", "serve_app", "uvicorn_config"]
+__all__ = ["make_server", "run_frontend", "run_serving", "serve_app", "uvicorn_config"]
 
 log = logging.getLogger("armature")
+
+
+# a shutdown's requests still in flight end this long before its grace does: time for their
+# 503s and streams' error events to go out before uvicorn cancels what is left
+CLOSING_MARGIN_S = 0.5
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server that, on shutdown, tells `on_grace_ending` CLOSING_MARGIN_S before
+    the graceful shutdown's timeout (then uvicorn cancels the requests left, which reached
+    clients as a cut stream or an empty 499)."""
+
+    def __init__(self, config: uvicorn.Config, on_grace_ending: Callable[[], None]):
+        super().__init__(config)
+        self.on_grace_ending = on_grace_ending
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        grace_s = self.config.timeout_graceful_shutdown
+        if grace_s is not None:
+            delay_s = max(0.0, grace_s - CLOSING_MARGIN_S)
+            asyncio.get_running_loop().call_later(delay_s, self.on_grace_ending)
+        await super().shutdown(sockets)
+
+
+def make_server(app: FastAPI, http: HttpConfig) -> uvicorn.Server:
+    """The server of `app` (built by `build_app`): it ends the requests in flight cleanly
+    when a shutdown's grace is about to end, and a failed background task stops it."""
+    server = GracefulServer(uvicorn_config(app, http), app.state.service.closing.set)
+    app.state.stop_serving = functools.partial(setattr, server, "should_exit", True)
+    return server
 
 
 def uvicorn_config(app: FastAPI, http: HttpConfig) -> uvicorn.Config:
@@ -63,9 +93,7 @@ def serve_app(app: FastAPI, http: HttpConfig, listen_socket: socket.socket) -> N
     (then drain), or until a background task of the app fails (then drain, and exit 1: the
     app logged why)."""
     settle_heap()
-    server = uvicorn.Server(uvicorn_config(app, http))
-    app.state.stop_serving = functools.partial(setattr, server, "should_exit", True)
-    server.run(sockets=[listen_socket])
+    make_server(app, http).run(sockets=[listen_socket])
     if getattr(app.state, "background_failure", None) is not None:
         raise SystemExit(1)
 

@@ -8,8 +8,6 @@ import logging
 import socket
 import time
 
-import uvicorn
-
 from armature.config import ServeConfig
 from armature.engines.api import EmbeddingEngine, Engine
 from armature.engines.registry import get_kind
@@ -19,7 +17,7 @@ from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import ApiKeys, load_api_keys
 from armature.frontend.chat_setup import load_chat_setup
 from armature.frontend.compose import compose_frontend
-from armature.frontend.main import run_serving, uvicorn_config
+from armature.frontend.main import make_server, run_serving
 from armature.model.source import ResolvedModel
 from armature.protocols.worker import WorkerRole
 from armature.runtime.heap import settle_heap
@@ -135,6 +133,6 @@ async def _serve(
     log.info("serving %r on http://%s:%d (OpenAI API under /v1)", name, http.host, http.port)
     settle_heap()
     try:
-        await uvicorn.Server(uvicorn_config(app, http)).serve(sockets=[listen_socket])
+        await make_server(app, http).serve(sockets=[listen_socket])
     finally:
         await parts.router.stop()  # idempotent: the app's shutdown stops the engines first

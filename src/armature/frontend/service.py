@@ -49,6 +49,9 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 
+SHUTTING_DOWN = "the server is shutting down and its grace ended: retry the request"
+
+
 class ClientDisconnectedError(ArmatureError):
     """The client went away before its non-streaming response was ready."""
 
@@ -61,6 +64,9 @@ class OpenAIService:
         self.engine = engine
         self.preprocessor = preprocessor
         self.metrics = metrics
+        # set when a shutdown's grace is about to end: requests still in flight end now with
+        # a 503 (whole) or an error event and [DONE] (streamed), while they can still be sent
+        self.closing = asyncio.Event()
 
     def _deltas(
         self, job: Job, index: int, usage: Usage, group: RouteGroup | None
@@ -144,7 +150,7 @@ class OpenAIService:
                         if output is not None:
                             pieces[index].append(_feed(output, delta))
 
-        await unless_disconnected(collect(), http_request)
+        await unless_disconnected(collect(), http_request, self.closing)
         if job.echo_only:  # the engine's one token is not returned
             texts = [[job.echo_text] for _ in range(num)]
             items = [[] for _ in range(num)]
@@ -230,6 +236,9 @@ class OpenAIService:
                         # before the engine stream is closed (after the client has them)
                         yield _ending(job, usages, head, pending)
                         return
+                    if self.closing.is_set():  # checked per output: a flag read
+                        pending.append(sse_event(error_body(SHUTTING_DOWN, "service_unavailable")))
+                        break
                     if pending:
                         yield b"".join(pending)
                         pending.clear()
@@ -304,17 +313,28 @@ def _chunk_object(kind: Kind) -> str:
     return "chat.completion.chunk" if kind == "chat" else "text_completion"
 
 
-async def unless_disconnected(work: Awaitable[_T], http_request: Request) -> _T:
+async def unless_disconnected(
+    work: Awaitable[_T], http_request: Request, closing: asyncio.Event | None = None
+) -> _T:
     """`work`'s result; if the client disconnects first, cancel it (which aborts the request)
-    and raise ClientDisconnectedError."""
+    and raise ClientDisconnectedError; if `closing` is set first (a shutdown's grace ends),
+    cancel it and raise EngineDeadError (a 503)."""
     work_task = asyncio.ensure_future(work)
     watch_task = asyncio.ensure_future(_wait_for_disconnect(http_request))
+    waits: set[asyncio.Future[Any]] = {work_task, watch_task}
+    closing_task = None if closing is None else asyncio.ensure_future(closing.wait())
+    if closing_task is not None:
+        waits.add(closing_task)
     try:
-        await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watch_task.cancel()
+        if closing_task is not None:
+            closing_task.cancel()
         if not work_task.done():
             work_task.cancel()
+            if closing is not None and closing.is_set():
+                raise EngineDeadError(SHUTTING_DOWN)
             log.info("client disconnected; request cancelled")
             # Not CancelledError: out of the ASGI app, uvicorn logs that as a crash.
             raise ClientDisconnectedError
