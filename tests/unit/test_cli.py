@@ -607,7 +607,7 @@ def test_planner_with_an_unreachable_frontend_is_a_one_line_error(
     argv += ["--discovery-dir", str(tmp_path / "discovery"), "--metrics-port", "-1"]
     code, err = run(argv, capsys)
     assert code == 2
-    assert err.count("\n") == 1 and "the frontend does not answer: cannot read" in err
+    assert err.count("\n") == 1 and "no metrics from the frontend: cannot read" in err
 
 
 @pytest.mark.parametrize(

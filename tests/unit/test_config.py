@@ -150,13 +150,19 @@ def test_planner_command_settings_round_trip_through_their_flags() -> None:
         ),
         runtime=RuntimeConfig(namespace="fleet", discovery_dir="/tmp/discovery"),
     )
-    service_settings = list(iter_settings(PlannerServiceConfig))
+    # every setting but the secret (never on a command line: the environment carries it)
+    service_settings = [s for s in iter_settings(PlannerServiceConfig) if not s[2].secret]
     assert all(
         get_setting_value(config.service, path) != get_setting_value(PlannerServiceConfig(), path)
         for path, _, _ in service_settings
     )
     argv = to_argv(config)
     assert parse("planner", argv, PlannerCommandConfig) == config
+    assert parse(
+        "planner", [*argv, "--frontend-api-key", "k"], PlannerCommandConfig
+    ) == dataclasses.replace(
+        config, service=dataclasses.replace(config.service, frontend_api_key="k")
+    )
     assert to_argv(PlannerCommandConfig()) == []
     assert parse("planner", [], PlannerCommandConfig) == PlannerCommandConfig()
 

@@ -116,6 +116,9 @@ BLOCKS: tuple[ValuesBlock, ...] = (
         owned={
             ("planner", "mode"): "the chart: agg with workers.roles.agg, else disagg",
             ("service", "frontend_url"): "the chart: the frontend's Service",
+            ("service", "frontend_api_key"): (
+                "the Secret (the first of secrets.apiKeys), as ARMATURE_FRONTEND_API_KEY"
+            ),
             ("service", "performance_model"): "planner.performanceProfile (a ConfigMap)",
             ("service", "connector"): "the chart: kubernetes",
             ("service", "worker_args"): _LOCAL_ONLY,

@@ -288,6 +288,12 @@ class PlannerServiceConfig:
     frontend_url: str = setting(
         "http://127.0.0.1:8000", "the frontend whose /metrics the planner reads", parse=http_url
     )
+    frontend_api_key: str | None = setting(
+        None,
+        "the API key the planner sends the frontend (one of its --api-key), for a frontend "
+        "that protects /metrics (--protect-metrics)",
+        secret=True,
+    )
     frontend_wait_s: float = setting(
         30.0,
         "how long to wait at start for the frontend's /metrics to answer (the local connector "

@@ -28,10 +28,17 @@ class FrontendFeed:
     """Owns an httpx client and, per window, the last scrape and its window."""
 
     def __init__(
-        self, frontend_url: str, windows: Sequence[str], *, timeout_s: float = 5.0
+        self,
+        frontend_url: str,
+        windows: Sequence[str],
+        *,
+        timeout_s: float = 5.0,
+        api_key: str | None = None,
     ) -> None:
+        """`api_key`: sent as a bearer token (a frontend whose /metrics needs one)."""
         self.metrics_url = frontend_url.rstrip("/") + "/metrics"
-        self._client = httpx.AsyncClient(timeout=timeout_s)
+        headers = {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
+        self._client = httpx.AsyncClient(timeout=timeout_s, headers=headers)
         self._baselines: dict[str, tuple[FrontendSample, float]] = {}
         self._last: dict[str, FrontendMetrics] = {}
         self._windows = tuple(windows)
@@ -44,6 +51,14 @@ class FrontendFeed:
             raise FrontendUnreachableError(
                 f"cannot read {self.metrics_url}: {str(exc) or type(exc).__name__}"
             ) from None
+        if response.status_code == 401:
+            raise FrontendUnreachableError(
+                f"{self.metrics_url} needs an API key (the frontend runs --protect-metrics): "
+                "give the planner one of its keys (--frontend-api-key, or "
+                "ARMATURE_FRONTEND_API_KEY)"
+                if "Authorization" not in self._client.headers
+                else f"{self.metrics_url} refused the planner's API key (HTTP 401)"
+            )
         if response.status_code != 200:
             raise FrontendUnreachableError(
                 f"{self.metrics_url} answered HTTP {response.status_code}"

@@ -180,7 +180,7 @@ async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendSample
             return await frontend.scrape()
         except FrontendUnreachableError as exc:
             if time.monotonic() >= deadline_s:
-                raise ConfigError(f"the frontend does not answer: {exc}") from None
+                raise ConfigError(f"no metrics from the frontend: {exc}") from None
             if not waiting:
                 waiting = True
                 log.info("waiting up to %.0f s for %s: %s", wait_s, frontend.metrics_url, exc)
@@ -226,7 +226,11 @@ async def _run(config: PlannerCommandConfig) -> None:
     tasks: list[asyncio.Task[None]] = []
     connector: Connector | None = None
     metrics = PlannerMetrics(config.planner.get_roles())
-    frontend = FrontendFeed(service.frontend_url, (LOAD_WINDOW, INTERVAL_WINDOW))
+    frontend = FrontendFeed(
+        service.frontend_url,
+        (LOAD_WINDOW, INTERVAL_WINDOW),
+        api_key=service.frontend_api_key,
+    )
     try:
         discovered = await _discovered(discovery, runtime.namespace)
         if not service.dry_run:

@@ -234,9 +234,15 @@ def test_the_dashboard_configmap_is_the_repository_dashboard() -> None:
 
 
 def test_secrets_reach_the_processes_from_one_secret() -> None:
-    manifests = render({"secrets": {"apiKeys": ["k1", "k2"], "planeSecret": "s3cret"}})
+    secrets = {"apiKeys": ["k1", "k2"], "planeSecret": "s3cret"}
+    manifests = render({"secrets": secrets, **CASES["planner-agg"]})
+    assert "planner" in {_component(w) for w, _ in manifests.pod_templates()}
     secret = manifests.get("Secret", f"{FULL}-secrets")
-    assert secret["data"] == {"api-keys": "azEsazI=", "plane-secret": "czNjcmV0"}
+    assert secret["data"] == {
+        "api-keys": "azEsazI=",
+        "plane-secret": "czNjcmV0",
+        "planner-api-key": "azE=",  # the first key: the planner reads a protected /metrics
+    }
     for workload, pod in manifests.pod_templates():
         if _component(workload) not in ARMATURE_COMPONENTS:
             continue
@@ -247,6 +253,12 @@ def test_secrets_reach_the_processes_from_one_secret() -> None:
             assert env["ARMATURE_API_KEYS"] == {
                 "name": f"{FULL}-secrets",
                 "key": "api-keys",
+                "optional": True,
+            }
+        if _component(workload) == "planner":
+            assert env["ARMATURE_FRONTEND_API_KEY"] == {
+                "name": f"{FULL}-secrets",
+                "key": "planner-api-key",
                 "optional": True,
             }
         assert "--plane-secret" not in container["args"] and "--api-key" not in container["args"]

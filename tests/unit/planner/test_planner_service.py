@@ -179,3 +179,32 @@ def test_ticks_missed_in_a_stall_are_skipped_not_run_back_to_back(
     """A tick due at 100 s every 60 s runs at `now_s`; the next is due at `due_s`. The
     interval tick ran every missed tick at once, over windows of milliseconds."""
     assert get_next_due_s(100.0, 60.0, now_s) == due_s
+
+
+async def test_a_frontend_that_protects_its_metrics_is_read_with_a_key() -> None:
+    """A frontend run with --protect-metrics answers 401 without a key: the planner sends
+    --frontend-api-key as a bearer token, and without one it says which flag to give (it
+    said "the frontend does not answer ... HTTP 401")."""
+    seen: list[str | None] = []
+
+    def protected(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Authorization"))
+        if request.headers.get("Authorization") != "Bearer k1":
+            return httpx.Response(401, json={"error": {"message": "Incorrect API key"}})
+        return httpx.Response(200, text="not metrics")
+
+    errors = []
+    for key in (None, "wrong", "k1"):
+        feed = FrontendFeed("http://127.0.0.1:9", ["load"], api_key=key)
+        headers = feed._client.headers
+        feed._client = httpx.AsyncClient(transport=httpx.MockTransport(protected), headers=headers)
+        with pytest.raises(FrontendUnreachableError) as caught:
+            await feed.scrape()
+        errors.append(str(caught.value))
+    assert seen == [None, "Bearer wrong", "Bearer k1"]
+    assert errors[0] == (
+        "http://127.0.0.1:9/metrics needs an API key (the frontend runs --protect-metrics): "
+        "give the planner one of its keys (--frontend-api-key, or ARMATURE_FRONTEND_API_KEY)"
+    )
+    assert errors[1] == "http://127.0.0.1:9/metrics refused the planner's API key (HTTP 401)"
+    assert "needs an API key" not in errors[2] and "401" not in errors[2]  # read, not parsed
