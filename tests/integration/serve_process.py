@@ -67,8 +67,9 @@ def running_server(
 ) -> Iterator[str]:
     """Start `armature serve` on a free loopback port (with `env` added to this process's
     environment; `preexec_fn` run in the child before exec; the process appended to
-    `started`); yield its URL; stop it by PID and assert its stderr holds no traceback. Its $XDG_RUNTIME_DIR is `log_dir / "run"`:
-    a `--workers` fleet's private directory lies there, not in a directory others share."""
+    `started`); yield its URL; stop it by PID and assert its stderr holds no traceback. Its
+    $XDG_RUNTIME_DIR is `log_dir / "run"`: a `--workers` fleet's private directory lies
+    there, not in a directory others share."""
     port = _free_port()
     runtime_dir = log_dir / "run"
     runtime_dir.mkdir(exist_ok=True)
