@@ -216,6 +216,21 @@ def test_port_in_use_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> 
     assert f"cannot listen on 127.0.0.1:{port}" in err
 
 
+def test_a_worker_metrics_port_in_use_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The message named the request port (127.0.0.1:0) for a taken --metrics-port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        argv = ["worker", "--engine", "mocker", "--discovery-dir", str(tmp_path)]
+        code, err = run([*argv, "--metrics-port", str(port)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert f"--metrics-port: cannot listen on 127.0.0.1:{port}" in err
+
+
 def test_a_flag_left_without_its_value_gets_no_hint(capsys: pytest.CaptureFixture[str]) -> None:
     """The hint is for a value that starts with '-', not for a value that is missing."""
     code, err = run(["serve", "--port"], capsys)

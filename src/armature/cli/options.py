@@ -54,6 +54,8 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if level != "debug":  # one INFO line per HTTP request: an etcd lease's every keepalive
+        logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class Parser(argparse.ArgumentParser):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import NoReturn
 
 from armature.cli.options import (
@@ -40,8 +39,6 @@ def run(args: argparse.Namespace) -> int:
     if config.service.connector == "local" and not config.service.dry_run:
         check_worker_args(config.service.worker_args)
     setup_logging(config.service.log_level)
-    if config.service.log_level != "debug":  # one line per scrape otherwise
-        logging.getLogger("httpx").setLevel(logging.WARNING)
     run_planner(config)
     return 0
 

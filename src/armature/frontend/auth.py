@@ -44,7 +44,8 @@ class ApiKeys:
     def accepts(self, authorization: bytes | None) -> bool:
         """Whether an Authorization header value carries one of the keys. Every key is
         compared (no early exit), each in constant time."""
-        if authorization is None or not authorization.startswith(b"Bearer "):
+        # the scheme is case-insensitive (RFC 9110): "bearer KEY" as "Bearer KEY"
+        if authorization is None or authorization[:7].lower() != b"bearer ":
             return False
         offered = authorization[len(b"Bearer ") :].strip()
         found = False

@@ -102,7 +102,13 @@ async def _run(config: WorkerConfig) -> int:
     )
     try:
         card = await service.start()
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:  # a port taken: what started stops first
+        await service.stop()
+        await event_plane.close()
+        await servers.close()
+        await discovery.close()
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError(
             f"cannot listen on {process.host}:{process.port}: {exc.strerror}"
         ) from None

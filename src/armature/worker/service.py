@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from armature.engines.api import EmbeddingEngine, Engine, InvalidRequestError
+from armature.errors import ConfigError
 from armature.protocols.embedding import EmbedRequest, WorkerTask
 from armature.protocols.engine import EngineRequest
 from armature.protocols.failures import FailureCode
@@ -119,7 +120,13 @@ class WorkerService:
         self._publisher = await self.event_plane.publisher(f"{self.namespace}.{self.instance_id:x}")
         metrics_url = ""
         if self.metrics_port is not None:
-            metrics_url = self.metrics.serve(self.metrics_host, self.metrics_port)
+            try:
+                metrics_url = self.metrics.serve(self.metrics_host, self.metrics_port)
+            except OSError as exc:  # not the request port's: say which
+                raise ConfigError(
+                    f"--metrics-port: cannot listen on {self.metrics_host}:{self.metrics_port}: "
+                    f"{exc.strerror}"
+                ) from None
         self._pump = asyncio.get_running_loop().create_task(self._pump_events())
         self.card = WorkerCard(
             instance_id=self.instance_id,

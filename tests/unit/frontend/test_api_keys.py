@@ -15,6 +15,8 @@ def test_accepts_only_a_bearer_with_a_known_key() -> None:
     keys = ApiKeys(["sk-one", "sk-two"])
     assert keys.accepts(b"Bearer sk-one") and keys.accepts(b"Bearer sk-two")
     assert keys.accepts(b"Bearer sk-two ")  # surrounding spaces of the header are ignored
+    # the scheme is case-insensitive (RFC 9110; lowercase was refused)
+    assert keys.accepts(b"bearer sk-one") and keys.accepts(b"BEARER sk-two")
     for header in (
         None,
         b"",
@@ -22,7 +24,8 @@ def test_accepts_only_a_bearer_with_a_known_key() -> None:
         b"Basic sk-one",
         b"Bearer ",
         b"Bearer sk-on",
-        b"bearer sk-one",
+        b"Bearer SK-ONE",  # the key itself is not
+        b"bearersk-one",
     ):
         assert not keys.accepts(header), header
     with pytest.raises(ValueError, match="no API key"):
