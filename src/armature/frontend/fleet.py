@@ -34,6 +34,11 @@ def card_conflict(served: WorkerCard, card: WorkerCard) -> str | None:
         return f"serves model {card.model_name!r}, this frontend serves {served.model_name!r}"
     if card.block_size != served.block_size:
         return f"block size {card.block_size} differs from the running {served.block_size}"
+    if card.max_model_len != served.max_model_len:  # requests are checked against one
+        return (
+            f"context length {card.max_model_len} differs from the running "
+            f"{served.max_model_len}"
+        )
     if card.model_path != served.model_path:
         return f"tokenizer source {card.model_path} differs from the running {served.model_path}"
     return None

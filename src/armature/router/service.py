@@ -206,12 +206,23 @@ class EngineRouter:
             self.policy.select(RouteRequest("check", [], target_worker), workers)
 
     def validate(self, request: EngineRequest) -> None:
-        """The checks of a worker that serves `request`'s adapter (the workers of one model
-        share its limits); of the first worker when none does."""
+        """The checks of the worker with the largest KV cache among those that serve
+        `request`'s adapter (among all when none does): the workers of one model share its
+        other limits (a worker of another context length or block size is not taken), and
+        routing then keeps to the workers whose cache holds it (`_fits`)."""
         holders = [w for w in self.engines if self._holds_lora(w, request.lora_name)]
-        for worker in holders or self.engines:
-            self.engines[worker].validate(request)
-            return
+        workers = holders or list(self.engines)
+        if workers:
+            largest = max(workers, key=lambda w: self.engines[w].get_load().num_total_blocks)
+            self.engines[largest].validate(request)
+
+    def _fits(self, worker: str, request: EngineRequest) -> bool:
+        """Whether `worker`'s KV cache holds `request` whole (prompt, output so far and
+        max_tokens), as its engine's validation counts it."""
+        total = len(request.prompt_token_ids) + len(request.output_token_ids)
+        total += request.sampling.max_tokens
+        num_blocks = -(-total // self.config.block_size_tokens)
+        return num_blocks <= self.engines[worker].get_load().num_total_blocks
 
     async def generate(
         self,
@@ -231,10 +242,14 @@ class EngineRouter:
         num_migrations = 0
         leg = request
         while True:
-            workers = await self._candidates(failed, request.lora_name)
+            workers = await self._candidates(failed, request)
             if not workers:
-                if request.lora_name is not None and self.get_workers():
+                live = [w for w in self.get_workers() if w not in failed]
+                serving = [w for w in live if self._holds_lora(w, request.lora_name)]
+                if live and not serving:
                     raise EngineDeadError(f"no worker serves LoRA adapter {request.lora_name!r}")
+                if serving:
+                    raise EngineDeadError("no live worker's KV cache holds this request whole")
                 raise EngineDeadError("no worker engine is serving")
             try:
                 async for output in self._generate_on(leg, workers, target_worker, group):
@@ -272,15 +287,18 @@ class EngineRouter:
                 )
                 leg = _resumed(request, generated)
 
-    async def _candidates(self, failed: set[str], lora_name: str | None) -> list[str]:
-        """Live workers not yet failed for this request that serve its LoRA adapter. After
-        a failure, wait up to `failover_wait_s` for one (replacements join while a fleet
-        recovers)."""
+    async def _candidates(self, failed: set[str], request: EngineRequest) -> list[str]:
+        """Live workers not yet failed for this request that serve its LoRA adapter and whose
+        KV cache holds it. After a failure, wait up to `failover_wait_s` for one
+        (replacements join while a fleet recovers)."""
         loop = asyncio.get_running_loop()
         deadline_s = loop.time() + (self.config.failover_wait_s if failed else 0.0)
+        lora_name = request.lora_name
         while True:
             workers = [
-                w for w in self.get_workers() if w not in failed and self._holds_lora(w, lora_name)
+                w
+                for w in self.get_workers()
+                if w not in failed and self._holds_lora(w, lora_name) and self._fits(w, request)
             ]
             if workers or loop.time() >= deadline_s:
                 busy = self.get_busy_workers() if len(workers) > 1 else set()

@@ -33,7 +33,7 @@ class IdleEngine:
     def validate(self, request: EngineRequest) -> None: ...
 
     def get_load(self) -> EngineLoad:
-        return EngineLoad.idle(1)
+        return EngineLoad.idle(1 << 20)  # blocks: the router routes to a cache that holds it
 
     def take_kv_events(self) -> list:  # type: ignore[type-arg]
         return []

@@ -44,6 +44,10 @@ def test_card_conflicts_name_the_difference() -> None:
     assert "block size 32" in (card_conflict(served, card(2, block_size=32)) or "")
     assert "tokenizer source /other" in (card_conflict(served, card(2, model_path="/other")) or "")
     assert "serves model 'x'" in (card_conflict(served, card(2, model_name="x")) or "")
+    # requests are checked against one context length (a shorter one refused them)
+    assert "context length 100 differs from the running 512" in (
+        card_conflict(served, card(2, max_model_len=100)) or ""
+    )
 
 
 async def wait_for(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
