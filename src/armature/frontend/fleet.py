@@ -36,8 +36,7 @@ def card_conflict(served: WorkerCard, card: WorkerCard) -> str | None:
         return f"block size {card.block_size} differs from the running {served.block_size}"
     if card.max_model_len != served.max_model_len:  # requests are checked against one
         return (
-            f"context length {card.max_model_len} differs from the running "
-            f"{served.max_model_len}"
+            f"context length {card.max_model_len} differs from the running {served.max_model_len}"
         )
     if card.model_path != served.model_path:
         return f"tokenizer source {card.model_path} differs from the running {served.model_path}"
