@@ -13,6 +13,7 @@ import helm_python
 import kubernetes_validate
 import pytest
 import yaml
+from chart_cases import CASES
 from helm_chart import CHART_DIR, KUBE_VERSIONS, MONITORING_API, render
 from helm_python import HelmRenderError
 
@@ -46,6 +47,9 @@ def test_a_values_mistake_stops_the_render() -> None:
         render({"model": {"source": "pvc"}})
     with pytest.raises(HelmRenderError, match="prefill workers need decode workers"):
         render({"workers": {"roles": {"agg": {"enabled": False}, "prefill": {"enabled": True}}}})
+    # through the Service the planner would read one replica's metrics, at random
+    with pytest.raises(HelmRenderError, match="keep frontend.replicas at 1"):
+        render({**CASES["planner-agg"], **CASES["frontend-replicas"]})
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
