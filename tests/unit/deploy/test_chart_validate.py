@@ -48,7 +48,7 @@ def test_a_values_mistake_stops_the_render() -> None:
     with pytest.raises(HelmRenderError, match="prefill workers need decode workers"):
         render({"workers": {"roles": {"agg": {"enabled": False}, "prefill": {"enabled": True}}}})
     # through the Service the planner would read one replica's metrics, at random
-    with pytest.raises(HelmRenderError, match="keep frontend.replicas at 1"):
+    with pytest.raises(HelmRenderError, match=r"keep frontend\.replicas at 1"):
         render({**CASES["planner-agg"], **CASES["frontend-replicas"]})
 
 
