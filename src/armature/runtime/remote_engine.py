@@ -13,7 +13,8 @@ their requests elsewhere: a worker killed on a request plane with no connection 
 NATS, would otherwise hold them until the stall timeout); a stream that brings nothing for
 `stall_timeout_s` fails too, and the worker is not routed to again until its reported engine
 steps advance (or it reports no work at all). A worker that leaves discovery keeps its
-streams: it drains them while it still sends updates.
+streams: it drains them while it still sends updates, which are heard (and their silence
+watched) until its last stream ends.
 """
 
 from __future__ import annotations
@@ -99,11 +100,20 @@ class RemoteEngine:
         self._liveness = loop.create_task(self._watch_liveness())
 
     async def stop(self) -> None:
+        """No new requests; its updates are heard until its streams in flight end (a worker
+        that left discovery drains them, one that crashed falls silent)."""
         self._alive = False
-        for task in (self._subscription, self._liveness):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        if self._watches:
+            return  # the last stream's end stops the tasks (`_stop_tasks`)
+        tasks = self._stop_tasks()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _stop_tasks(self) -> list[asyncio.Task[None]]:
+        tasks = [t for t in (self._subscription, self._liveness) if t is not None]
+        for task in tasks:
+            task.cancel()
+        self._subscription = self._liveness = None
+        return tasks
 
     def _is_silent(self) -> bool:
         return time.monotonic() - self._last_update_s > self.liveness_timeout_s
@@ -165,7 +175,7 @@ class RemoteEngine:
                 except StopAsyncIteration:
                     return
                 except TimeoutError:
-                    if self._is_silent():  # the worker itself, not this stream
+                    if watch.expired_from_outside:  # the worker fell silent, not this stream
                         raise EngineDeadError(
                             f"{self.card.worker_id} sent no update for "
                             f"{self.liveness_timeout_s:g} s"
@@ -184,6 +194,8 @@ class RemoteEngine:
                     yield output
         finally:
             self._watches.discard(watch)
+            if not self._alive and not self._watches:  # stopped: its last stream is done
+                self._stop_tasks()
             watch.close()
             await batches.aclose()  # type: ignore[attr-defined]
 

@@ -64,6 +64,11 @@ class StallWatch:
                 self._expired = False
                 task.uncancel()
 
+    @property
+    def expired_from_outside(self) -> bool:
+        """`expire` was called (a TimeoutError since is its, not a stall's)."""
+        return self._gone
+
     def expire(self) -> None:
         """Give up now, as if the wait had stalled: the wait in progress raises TimeoutError
         (or the next one does, at once)."""

@@ -165,3 +165,22 @@ async def test_a_silent_worker_fails_its_streams_at_the_liveness_timeout() -> No
         assert remote._stalled_at_steps is None  # silence, not a stall
     finally:
         await remote.stop()
+
+
+async def test_a_worker_gone_from_discovery_is_still_heard_until_its_streams_end() -> None:
+    """A crashed worker often leaves discovery (its lease ends) before its silence reaches
+    the liveness timeout: stopping it cancelled the watch, and its streams waited out the
+    stall timeout. Its streams still fail at the liveness timeout; the watch ends with
+    them."""
+    client = BatchesClient([[output([1])]], then_hang=True)
+    health = HealthConfig(worker_liveness_timeout_s=0.3, worker_stall_timeout_s=600.0)
+    remote = engine(client, health)
+    remote.start()
+    stream = remote.generate(REQUEST)
+    assert await anext(stream) == output([1])
+    pending = asyncio.ensure_future(anext(stream))
+    await remote.stop()  # left discovery with a stream in flight
+    assert remote._liveness is not None and not pending.done()
+    with pytest.raises(EngineDeadError, match=r"sent no update for 0\.3 s"):
+        await asyncio.wait_for(pending, 30)
+    assert remote._liveness is None and remote._subscription is None  # stopped with it
