@@ -237,6 +237,10 @@ class EngineRouter:
         that dies mid-stream is migrated from: the request goes to another worker with the
         tokens generated so far appended (and max_tokens reduced), up to `migration_limit`
         times; the caller sees one uninterrupted stream."""
+        if target_worker is not None and target_worker in self.engines:
+            # its own checks: a worker whose KV cache cannot hold it says so (a 400), where
+            # the capacity filter would leave it out as if it were unknown
+            self.engines[target_worker].validate(request)
         failed: set[str] = set()
         generated: list[int] = []
         num_migrations = 0

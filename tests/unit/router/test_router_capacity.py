@@ -86,5 +86,8 @@ async def test_requests_go_only_to_workers_whose_kv_cache_holds_them(
             _ = [o async for o in router.generate(request("left", 20, 5))]
         small = [o async for o in router.generate(request("fits", 8, 4))]
         assert sum(len(o.new_token_ids) for o in small) == 4
+        # sent to it by name (x-worker-id): its own refusal, a 400 (it read as unknown)
+        with pytest.raises(InvalidRequestError, match="this engine holds 16"):
+            _ = [o async for o in router.generate(request("named", 20, 5), "small")]
     finally:
         await router.stop()
