@@ -113,10 +113,11 @@ def test_a_shutdown_grace_that_ends_answers_what_is_in_flight(
     the stream ended with an error event and [DONE] (it was cut, neither), the whole request
     got a 503 in OpenAI's format (an empty 499, counted as the client's leaving)."""
     slow = ["--engine", "mocker", "--num-kv-blocks", "4096", "--served-model-name", "mock"]
-    args = [*slow, "--shutdown-grace-s", "2", "--max-model-len", "8192"]
+    args = [*slow, "--shutdown-grace-s", "2", "--max-model-len", "8192", "--max-num-seqs", "2"]
     long_body = {"model": "mock", "prompt": "hello", "max_tokens": 6000, "ignore_eos": True}
     started: list[subprocess.Popen[bytes]] = []
     lines: list[str] = []
+    queued_lines: list[str] = []  # a third request, queued behind the two (no output yet)
     whole: list[httpx.Response] = []
     with running_server(default_model_dir, tmp_path, args, started=started) as url:
         first_event = threading.Event()
@@ -131,6 +132,11 @@ def test_a_shutdown_grace_that_ends_answers_what_is_in_flight(
         def complete() -> None:
             whole.append(httpx.post(f"{url}/v1/completions", json=long_body, timeout=60))
 
+        def queued() -> None:
+            body = {**long_body, "stream": True}
+            with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+                queued_lines.extend(r.iter_lines())
+
         threads = [threading.Thread(target=stream), threading.Thread(target=complete)]
         for thread in threads:
             thread.start()
@@ -138,6 +144,11 @@ def test_a_shutdown_grace_that_ends_answers_what_is_in_flight(
         deadline_s = time.monotonic() + 60
         while "armature_requests_in_flight 2.0" not in httpx.get(f"{url}/metrics").text:
             assert time.monotonic() < deadline_s, "both requests in flight"
+            time.sleep(0.05)
+        threads.append(threading.Thread(target=queued))
+        threads[-1].start()
+        while "armature_requests_in_flight 3.0" not in httpx.get(f"{url}/metrics").text:
+            assert time.monotonic() < deadline_s, "the third request in flight"
             time.sleep(0.05)
         started[0].send_signal(signal.SIGTERM)
         for thread in threads:
@@ -155,3 +166,9 @@ def test_a_shutdown_grace_that_ends_answers_what_is_in_flight(
     [response] = whole
     assert response.status_code == 503
     assert "the server is shutting down" in response.json()["error"]["message"]
+    # the queued stream had nothing yet: woken, it ends the same way (it was cut)
+    queued_events = [
+        line.removeprefix("data: ") for line in queued_lines if line.startswith("data: ")
+    ]
+    assert queued_events[-1] == "[DONE]"
+    assert json.loads(queued_events[-2])["error"]["type"] == "service_unavailable"

@@ -175,12 +175,12 @@ CASES = [
         param="top_logprobs",
         code="unsupported_parameter",
     ),
-    Case(  # the echoed prompt came without logprobs: tokens that did not join the text
-        "echo-with-logprobs",
+    Case(  # max_tokens 0 returns the prompt alone: nothing without echo
+        "max-tokens-0-without-echo",
         COMPLETIONS,
-        completion(echo=True, logprobs=1),
-        param="echo",
-        code="unsupported_parameter",
+        completion(max_tokens=0),
+        param="max_tokens",
+        code="invalid_value",
     ),
     Case(
         "suffix", COMPLETIONS, completion(suffix="x"), param="suffix", code="unsupported_parameter"

@@ -164,7 +164,7 @@ async def _counted_stream(
         async with aclosing(run.stream()) as events:
             async for event in events:
                 yield event
-        status = "200"
+        status = "503" if run.job.shut_down else "200"
     except (asyncio.CancelledError, GeneratorExit):  # the client left mid-stream
         status = "499"
         raise

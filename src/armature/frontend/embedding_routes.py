@@ -33,7 +33,9 @@ def add_embedding_routes(app: FastAPI, parts: FrontendParts) -> None:
         status = "500"
         try:
             # a client that leaves cancels its legs on the workers
-            answer = await unless_disconnected(parts.embeddings.create(body), http_request)
+            answer = await unless_disconnected(
+                parts.embeddings.create(body), http_request, parts.service.closing
+            )
             status = "200"
             return JSONResponse(answer)
         except ClientDisconnectedError:

@@ -77,6 +77,7 @@ class Job:
     stream: bool
     include_usage: bool
     want_logprobs: bool
+    echo: bool = False  # the prompt's text goes first (`echo_text`, empty for some prompts)
     echo_text: str = ""
     # echo with max_tokens 0: the prompt alone (the engine makes one token, not returned)
     echo_only: bool = False
@@ -85,6 +86,7 @@ class Job:
     priority: int = 0  # overload queue order: lower first
     num_choices: int = 1
     per_step: bool = False  # stream one event per engine output, not one per token
+    shut_down: bool = False  # its stream ended early: the server's shutdown grace ended
 
     @property
     def engine_request(self) -> EngineRequest:
@@ -236,11 +238,13 @@ class JobBuilder:
         max_tokens = 1 if echo_only else body.max_tokens
         sampling = self._sampling(body, max_tokens, len(prompt_ids), body.logprobs, guide)
         if body.echo and body.logprobs is not None:  # the echoed prompt's tokens scored too
+            _check_prompt_logprobs_size(len(prompt_ids), body.logprobs)
             sampling = msgspec.structs.replace(sampling, prompt_logprobs=body.logprobs)
         job = self._job(
             "completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body), lora_name
         )
         if body.echo:
+            job.echo = True
             job.echo_text = (
                 prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
             )
@@ -352,6 +356,28 @@ async def _checked_guide(
     if guide is not None:
         await asyncio.to_thread(check_request_guide, guide)
     return guide
+
+
+# A prompt's logprobs come in one engine output, one message of the request plane: NATS's
+# smallest default payload is 1 MiB. Measured msgpack sizes: 35 bytes a prompt token and 13
+# an alternative (tests/unit/frontend/test_completions_echo.py holds them to it).
+MAX_PROMPT_LOGPROBS_BYTES = 900_000
+PROMPT_LOGPROB_TOKEN_BYTES = 36
+PROMPT_LOGPROB_ALTERNATIVE_BYTES = 13
+
+
+def _check_prompt_logprobs_size(num_prompt_tokens: int, num_alternatives: int) -> None:
+    """ApiError (400) when the prompt's logprobs would not fit one engine output."""
+    per_token = PROMPT_LOGPROB_TOKEN_BYTES + PROMPT_LOGPROB_ALTERNATIVE_BYTES * num_alternatives
+    most = MAX_PROMPT_LOGPROBS_BYTES // per_token
+    if num_prompt_tokens > most:
+        raise ApiError(
+            f"echo with logprobs {num_alternatives} scores at most {most} prompt tokens (the "
+            f"logprobs of one engine output), the prompt has {num_prompt_tokens}: shorten it "
+            "or ask fewer logprobs",
+            param="logprobs",
+            code="invalid_value",
+        )
 
 
 def _num_candidates(body: CompletionRequest) -> int:

@@ -52,32 +52,35 @@ def completion_logprobs(
     token_text: TokenText,
     text_offset_start: int,
     prompt: tuple[list[int], list[TokenLogprob]] | None = None,
+    echoed_text: TokenText | None = None,
 ) -> dict[str, Any]:
     """The completion's `logprobs` of `items`, its text starting at `text_offset_start`;
     with `prompt` (echo: its token ids and the logprobs of all but the first), the prompt's
-    tokens come first from offset 0, the first with null logprobs, as OpenAI gives them."""
+    tokens come first from offset 0, the first with null logprobs, as OpenAI gives them;
+    each moves the offset by what it adds to the echoed text (`echoed_text`: a special token
+    such as a BOS, which the echo leaves out, adds nothing)."""
     tokens: list[str] = []
     token_logprobs: list[float | None] = []
     top_logprobs: list[dict[str, float] | None] = []
     offsets: list[int] = []
 
-    def add(token_id: int, item: TokenLogprob | None, offset: int) -> int:
-        text = token_text(token_id)
-        tokens.append(text)
+    def add(token_id: int, item: TokenLogprob | None, offset: int, width: int) -> int:
+        tokens.append(token_text(token_id))
         token_logprobs.append(None if item is None else _reported(item.logprob))
         top = None if item is None else {token_text(t): _reported(lp) for t, lp in item.top}
         top_logprobs.append(top)
         offsets.append(offset)
-        return offset + len(text)
+        return offset + width
 
     if prompt is not None:
         prompt_ids, prompt_items = prompt
-        offset = add(prompt_ids[0], None, 0)
+        echoed = echoed_text or token_text
+        offset = add(prompt_ids[0], None, 0, len(echoed(prompt_ids[0])))
         for item in prompt_items:
-            offset = add(item.token_id, item, offset)
+            offset = add(item.token_id, item, offset, len(echoed(item.token_id)))
     offset = text_offset_start
     for item in items:
-        offset = add(item.token_id, item, offset)
+        offset = add(item.token_id, item, offset, len(token_text(item.token_id)))
     return {
         "tokens": tokens,
         "token_logprobs": token_logprobs,

@@ -171,7 +171,7 @@ class ResponseRun:
                     finish[0] = reason
 
         self.builder.start()
-        await unless_disconnected(collect(), http_request)
+        await unless_disconnected(collect(), http_request, self.service.chat.closing)
         self.builder.finish(finish[0], usage)
         self.service.keep(self)
         assert self.builder.response is not None

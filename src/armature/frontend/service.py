@@ -64,9 +64,18 @@ class OpenAIService:
         self.engine = engine
         self.preprocessor = preprocessor
         self.metrics = metrics
-        # set when a shutdown's grace is about to end: requests still in flight end now with
-        # a 503 (whole) or an error event and [DONE] (streamed), while they can still be sent
+        # set when a shutdown's grace is about to end (`begin_closing`): requests still in
+        # flight end now with a 503 (whole) or an error event and [DONE] (streamed), while
+        # they can still be sent
         self.closing = asyncio.Event()
+        self._streaming: set[asyncio.Task[Any]] = set()  # the tasks sending streams
+
+    def begin_closing(self) -> None:
+        """End every request in flight now (see `closing`): a stream waiting for its next
+        output (queued, or in a long prefill) is woken to send its error ending."""
+        self.closing.set()
+        for task in list(self._streaming):
+            task.cancel(SHUTTING_DOWN)
 
     def _deltas(
         self, job: Job, index: int, usage: Usage, group: RouteGroup | None
@@ -124,7 +133,11 @@ class OpenAIService:
             return chat_logprobs(items, token_text)
         prompt_ids = job.engine_request.prompt_token_ids
         prompt = None if prompt_items is None else (prompt_ids, prompt_items)
-        return completion_logprobs(items, token_text, offset, prompt)
+        return completion_logprobs(items, token_text, offset, prompt, self._echoed_text)
+
+    def _echoed_text(self, token_id: int) -> str:
+        """What a prompt token adds to the echoed text (special tokens: nothing)."""
+        return self.preprocessor.decode([token_id])
 
     async def complete(self, job: Job, http_request: Request) -> dict[str, Any]:
         """Run `job` to the end; a client that disconnects cancels it (and raises
@@ -201,7 +214,7 @@ class OpenAIService:
         offsets = [0] * job.num_choices
         # the echoed prompt goes first, at once; with logprobs (its tokens scored) or alone
         # (max_tokens 0), with the choice's first output, which brings them or the end
-        waits = bool(job.echo_text) and (job.want_logprobs or job.echo_only)
+        waits = job.echo and (job.want_logprobs or job.echo_only)
         echo_waits = [waits] * job.num_choices
         for index in range(job.num_choices):
             if job.kind == "chat":
@@ -211,6 +224,9 @@ class OpenAIService:
                 yield events.event(CompletionChoiceChunk(index, job.echo_text))
                 offsets[index] = len(job.echo_text)
         pending: list[bytes] = []
+        task = asyncio.current_task()
+        assert task is not None
+        self._streaming.add(task)
         try:
             async with aclosing(self._choice_deltas(job, usages)) as batches:
                 async for index, batch in batches:
@@ -234,19 +250,30 @@ class OpenAIService:
                     if len(usages) == 1 and batch[-1].finish_reason is not None:
                         # the only choice's last events go out with [DONE], in one write,
                         # before the engine stream is closed (after the client has them)
+                        self._streaming.discard(task)
                         yield _ending(job, usages, head, pending)
                         return
                     if self.closing.is_set():  # checked per output: a flag read
-                        pending.append(sse_event(error_body(SHUTTING_DOWN, "service_unavailable")))
-                        break
+                        raise asyncio.CancelledError(SHUTTING_DOWN)
                     if pending:
+                        self._streaming.discard(task)  # not while the client reads
                         yield b"".join(pending)
+                        self._streaming.add(task)
                         pending.clear()
         except (GenerationError, EngineDeadError) as exc:
             if isinstance(exc, GenerationError):  # the request's field, or the engine's fault
                 pending.append(sse_event(exc.body()))
             else:
                 pending.append(sse_event(error_body(str(exc), "internal_error")))
+        except asyncio.CancelledError:
+            if not self.closing.is_set():
+                raise  # the client left: nothing to send
+            if task.cancelling():
+                task.uncancel()  # ours (`begin_closing`): the ending still goes out
+            job.shut_down = True
+            pending.append(sse_event(error_body(SHUTTING_DOWN, "service_unavailable")))
+        finally:
+            self._streaming.discard(task)
         yield _ending(job, usages, head, pending)
 
     def _chat_choice(
@@ -268,7 +295,8 @@ class OpenAIService:
         if job.want_logprobs:
             prompt_ids = job.engine_request.prompt_token_ids
             prompt = None if first.prompt_logprobs is None else (prompt_ids, first.prompt_logprobs)
-            logprobs = completion_logprobs([], self.preprocessor.token_text, 0, prompt)
+            token_text = self.preprocessor.token_text
+            logprobs = completion_logprobs([], token_text, 0, prompt, self._echoed_text)
         finish = "length" if job.echo_only else None
         return CompletionChoiceChunk(index, job.echo_text, logprobs, finish)
 

@@ -15,6 +15,9 @@ from mocker_cores import mocker_core
 
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
+from armature.engines.native.model_runner import _add_prompt_logprobs
+from armature.engines.native.request import RequestState
+from armature.engines.native.scheduler import ScheduledChunk
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams, TokenLogprob
 
 TOP = 3
@@ -166,3 +169,29 @@ def test_the_default_model_equals_transformers_chunked(default_model_dir: Path) 
     first = run(core, [request("d", prompt)])["d"][0]
     assert first.prompt_logprobs is not None
     assert_equal_to_transformers(ref, prompt, first.prompt_logprobs)
+
+
+def test_a_prompt_computed_again_restarts_its_logprobs() -> None:
+    """After a preemption the prompt is computed from its first token again: the logprobs
+    kept from before are dropped, not doubled (the preemption test above cannot make sure
+    one came mid-prefill)."""
+    prompt = [5, 6, 7, 8, 9]
+    state = RequestState(
+        request_id="r",
+        token_ids=list(prompt),
+        num_prompt_tokens=5,
+        sampling=SamplingParams(max_tokens=1, prompt_logprobs=0),
+        sampling_seed=None,
+        arrival_index=0,
+        prompt_logprobs=[],
+    )
+    logits = torch.zeros(4, 16)
+    _add_prompt_logprobs([ScheduledChunk(state, 0, 3)], logits[:3])  # positions 0-2
+    assert [lp.token_id for lp in state.prompt_logprobs or []] == [6, 7, 8]
+    _add_prompt_logprobs([ScheduledChunk(state, 0, 2)], logits[:2])  # preempted: again
+    assert [lp.token_id for lp in state.prompt_logprobs or []] == [6, 7]
+    _add_prompt_logprobs([ScheduledChunk(state, 2, 3)], logits[:2])  # the last chunk
+    assert [lp.token_id for lp in state.prompt_logprobs or []] == [6, 7, 8, 9]
+    assert [lp.logprob for lp in state.prompt_logprobs or []] == [
+        pytest.approx(-2.7726, abs=1e-4)
+    ] * 4

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import msgspec
 import openai
 import pytest
 from frontend_fakes import SCRIPTED_LOGPROB, SCRIPTED_PROMPT_LOGPROB, ScriptedEngine
@@ -16,7 +17,13 @@ from frontend_fakes import SCRIPTED_LOGPROB, SCRIPTED_PROMPT_LOGPROB, ScriptedEn
 from armature.config import RouterConfig
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.compose import compose_frontend
+from armature.frontend.jobs import (
+    MAX_PROMPT_LOGPROBS_BYTES,
+    PROMPT_LOGPROB_ALTERNATIVE_BYTES,
+    PROMPT_LOGPROB_TOKEN_BYTES,
+)
 from armature.frontend.preprocess import Preprocessor
+from armature.protocols.engine import EngineOutput, TokenLogprob
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
@@ -29,13 +36,15 @@ def preprocessor(default_model_dir: Path) -> Preprocessor:
     return Preprocessor(default_model_dir)
 
 
-def serve(preprocessor: Preprocessor) -> tuple[ScriptedEngine, openai.AsyncOpenAI]:
+def serve(
+    preprocessor: Preprocessor, max_model_len: int = 2048
+) -> tuple[ScriptedEngine, openai.AsyncOpenAI]:
     engine = ScriptedEngine(preprocessor)
     parts = compose_frontend(
         engines={"w0": engine},  # type: ignore[dict-item]
         router_config=RouterConfig(),
         preprocessor=preprocessor,
-        model=ServedModel("m", 2048, 0),
+        model=ServedModel("m", max_model_len, 0),
     )
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(parts)))
     client = openai.AsyncOpenAI(
@@ -160,3 +169,70 @@ async def test_stream_options_without_a_stream_is_refused(preprocessor: Preproce
         assert error["param"] == "stream_options"
         assert error["message"] == "stream_options is only allowed when stream is true"
     assert engine.prompts == []
+
+
+async def test_an_echo_whose_text_is_empty_still_ends_its_stream(
+    preprocessor: Preprocessor,
+) -> None:
+    """A prompt of special tokens alone echoes as "": with max_tokens 0 its stream still
+    has its choice's chunk and finish_reason (it had none)."""
+    engine, client = serve(preprocessor)
+    engine.outputs = [OUTPUT]
+    [eos] = preprocessor.encode("<|endoftext|>", add_special_tokens=False)
+    chunks = await client.completions.create(
+        model="m", prompt=[eos], echo=True, max_tokens=0, logprobs=0, stream=True
+    )
+    parts = [c.choices[0] async for c in chunks if c.choices]
+    assert [(p.text, p.finish_reason) for p in parts] == [("", "length")]
+
+
+async def test_a_prompt_too_long_to_score_in_one_output_is_refused(
+    preprocessor: Preprocessor,
+) -> None:
+    """A prompt's logprobs travel in one engine output, one request-plane message (NATS: 1
+    MiB by default): a prompt whose logprobs would not fit is a 400 naming the bound (it
+    failed on the worker, read as a dead worker, and was recomputed on every other). The
+    bound's per-token sizes are msgpack's own."""
+    for n in (0, 1, 20):  # the most it lets through fits NATS's default 1 MiB message
+        per_token = PROMPT_LOGPROB_TOKEN_BYTES + PROMPT_LOGPROB_ALTERNATIVE_BYTES * n
+        items = [TokenLogprob(49151, -1.25, [(49150, -2.5)] * n)] * (
+            MAX_PROMPT_LOGPROBS_BYTES // per_token
+        )
+        output = EngineOutput(
+            request_id="cmpl-" + "0" * 32, new_token_ids=[1], prompt_logprobs=items
+        )
+        assert len(msgspec.msgpack.encode(output)) < 1 << 20
+    engine, client = serve(preprocessor, max_model_len=8192)
+    most = MAX_PROMPT_LOGPROBS_BYTES // (PROMPT_LOGPROB_TOKEN_BYTES + 20 * 13)
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.completions.create(
+            model="m", prompt=[42] * (most + 1), echo=True, logprobs=20, max_tokens=0
+        )
+    body = caught.value.body
+    assert isinstance(body, dict) and body["param"] == "logprobs"
+    assert f"scores at most {most} prompt tokens" in body["message"]
+    assert engine.prompts == []
+
+
+async def test_a_special_token_in_the_prompt_adds_nothing_to_the_offsets(
+    preprocessor: Preprocessor,
+) -> None:
+    """The echo leaves a special token out (a BOS): its offset width is 0, so every offset
+    indexes the returned text and they never run backwards (the BOS's own text was counted:
+    the completion's offsets then went back)."""
+    engine, client = serve(preprocessor)
+    engine.outputs = [OUTPUT]
+    [eos] = preprocessor.encode("<|endoftext|>", add_special_tokens=False)
+    ids = [eos, *preprocessor.encode(PROMPT, add_special_tokens=False)]
+    whole = await client.completions.create(
+        model="m", prompt=ids, echo=True, logprobs=0, max_tokens=32
+    )
+    choice = whole.choices[0]
+    assert choice.text == PROMPT + OUTPUT
+    logprobs = choice.logprobs
+    assert logprobs is not None and logprobs.tokens is not None and logprobs.text_offset
+    assert logprobs.tokens[0] == "<|endoftext|>" and logprobs.text_offset[:2] == [0, 0]
+    offsets = logprobs.text_offset
+    assert offsets == sorted(offsets)
+    for token, offset in zip(logprobs.tokens[1:], offsets[1:], strict=True):
+        assert choice.text[offset : offset + len(token)] == token
