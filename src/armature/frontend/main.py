@@ -129,6 +129,15 @@ async def _first_card(
         await discovery.close()
 
 
+async def _share_load(sharing: LoadSharing) -> None:
+    """`sharing.run()`; its failure is logged and leaves this frontend routing on its own
+    load (following the workers goes on: a frontend without it serves nothing)."""
+    try:
+        await sharing.run()
+    except Exception:
+        log.exception("sharing load with the other frontends stopped; this one counts its own")
+
+
 def _compose(config: FrontendConfig, served: WorkerCard) -> FrontendParts:
     """The frontend's parts for the model the first worker serves (no engine yet: workers
     join from discovery)."""
@@ -197,7 +206,7 @@ def run_frontend(
             )
             async with asyncio.TaskGroup() as group:
                 group.create_task(fleet.run())
-                group.create_task(sharing.run())
+                group.create_task(_share_load(sharing))
         finally:
             await event_plane.close()
             await discovery.close()

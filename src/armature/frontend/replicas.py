@@ -139,6 +139,7 @@ class LoadSharing:
         appears gets a snapshot at once (`_peer_joined`)."""
         changed = self.router.load_changed
         seq = 0
+        failing = False  # the last publish failed (say so once a streak)
         while True:
             news = changed if self._subscriptions else self._peer_joined
             with contextlib.suppress(TimeoutError):  # no news: a heartbeat
@@ -148,7 +149,14 @@ class LoadSharing:
             shares = get_shares(self.router.get_own_loads())
             snapshot = ReplicaLoad(replica_id=self.replica_id, seq=seq, shares=shares)
             seq += 1
-            await publisher.publish(self._encoder.encode(snapshot))
+            try:
+                await publisher.publish(self._encoder.encode(snapshot))
+            except Exception as exc:  # a snapshot is best effort: the next one may go
+                if not failing:
+                    log.warning("%s: its load snapshots do not go out: %s", self.name, exc)
+                failing = True
+            else:
+                failing = False
             self._expire()
             await asyncio.sleep(self.config.share_load_interval_s)  # changes meanwhile: one
 

@@ -114,3 +114,51 @@ async def test_a_silent_replica_expires_and_comes_back(plane: EventPlane) -> Non
     task_b.cancel()
     await asyncio.gather(task_b, return_exceptions=True)
     await dead.close()
+
+
+class FlakyPublisher:
+    """A publisher whose sends fail while `failing` (a NATS client's buffer full during an
+    outage raises, as any plane may)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.failing = True
+        self.num_failed = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def publish(self, payload: bytes) -> None:
+        if self.failing:
+            self.num_failed += 1
+            raise RuntimeError("outbound buffer limit exceeded")
+        await self.inner.publish(payload)  # type: ignore[attr-defined]
+
+
+async def test_a_failing_publish_does_not_end_the_sharing(plane: EventPlane) -> None:
+    """A publish that raised ended the sharing task, and with it (the frontend stops when a
+    background task fails) every replica at once during a NATS outage. It is logged, and the
+    snapshots go out again once the plane takes them."""
+    store = MemStore()
+    a, b = Router(), Router()
+    flaky: list[FlakyPublisher] = []
+
+    class FlakyPlane:
+        def __getattr__(self, name: str) -> object:
+            return getattr(plane, name)
+
+        async def publisher(self, topic: str) -> FlakyPublisher:
+            flaky.append(FlakyPublisher(await plane.publisher(topic)))
+            return flaky[-1]
+
+    a.start("r1", "w0", 64, 5)
+    sharing = LoadSharing(a, MemDiscovery(store), FlakyPlane(), NAMESPACE, CONFIG, lease_ttl_s=5.0)  # type: ignore[arg-type]
+    task_a = asyncio.get_running_loop().create_task(sharing.run())
+    task_b = start(b, store, plane)
+    await wait_until(lambda: bool(flaky) and flaky[0].num_failed >= 3, "A's sends failing")
+    assert not task_a.done()
+    flaky[0].failing = False
+    await wait_until(lambda: b.peers() == {"w0": WorkerLoad(64, 5, 1)}, "A's load seen again")
+    for task in (task_a, task_b):
+        task.cancel()
+    await asyncio.gather(task_a, task_b, return_exceptions=True)
