@@ -111,15 +111,25 @@ class _EtcdRegistration:
         self._task = asyncio.get_running_loop().create_task(self._keep_alive())
 
     async def _grant_and_put(self) -> None:
+        """A new lease with the key on it; the lease is kept only once the put succeeded (a
+        lease kept after a failed put would be renewed forever with no key on it)."""
         ttl = max(1, math.ceil(self.ttl_s))
         granted = await self.owner.call("/v3/lease/grant", {"TTL": ttl})
-        self.lease_id = int(granted["ID"])
-        await self.owner.call(
-            "/v3/kv/put",
-            {"key": _b64(self.key.encode()), "value": _b64(self.value), "lease": self.lease_id},
-        )
+        lease_id = int(granted["ID"])
+        try:
+            await self.owner.call(
+                "/v3/kv/put",
+                {"key": _b64(self.key.encode()), "value": _b64(self.value), "lease": lease_id},
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.owner.call("/v3/lease/revoke", {"ID": lease_id})
+            raise
+        self.lease_id = lease_id
 
     async def _keep_alive(self) -> None:
+        """Renew the lease every third of its TTL; once it is gone, register again (until a
+        put succeeds). Any failure is logged and the next round tries again."""
         while True:
             await asyncio.sleep(self.ttl_s / 3)
             try:
@@ -127,7 +137,7 @@ class _EtcdRegistration:
                 if int(answer.get("result", {}).get("TTL", 0)) <= 0:
                     log.warning("etcd lease for %s is gone; registering again", self.key)
                     await self._grant_and_put()
-            except EtcdError as exc:
+            except Exception as exc:  # an answer of an unexpected shape too: never stop
                 log.warning("etcd keepalive for %s failed: %s", self.key, exc)
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import tempfile
 import time
@@ -26,6 +27,8 @@ import msgspec
 from armature.runtime.discovery import Registration, WatchEvent
 
 __all__ = ["FileDiscovery", "default_discovery_dir"]
+
+log = logging.getLogger(__name__)
 
 
 class _Entry(msgspec.Struct, frozen=True):
@@ -56,15 +59,21 @@ class _FileRegistration:
         self._task = asyncio.get_running_loop().create_task(self._renew_forever())
 
     async def _renew_forever(self) -> None:
+        """Touch the lease every third of its TTL; one collected meanwhile (we were stalled)
+        is registered again. A failure (no space, too many open files) is logged and the
+        next round tries again: the renewal never stops while the registration lives."""
         while True:
             await asyncio.sleep(self.ttl_s / 3)
             try:
-                os.utime(self.lease_path)
-            except FileNotFoundError:  # expired and collected (we were stalled): re-register
-                self.lease_path.touch()
-                self.owner.write_entry(
-                    self.key, _Entry(self.value, self.lease_path.name, self.ttl_s)
-                )
+                try:
+                    os.utime(self.lease_path)
+                except FileNotFoundError:
+                    self.lease_path.touch()
+                    self.owner.write_entry(
+                        self.key, _Entry(self.value, self.lease_path.name, self.ttl_s)
+                    )
+            except OSError as exc:
+                log.warning("renewing the lease of %s failed: %s", self.key, exc)
 
     async def close(self) -> None:
         self._task.cancel()

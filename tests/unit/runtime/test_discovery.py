@@ -6,6 +6,7 @@ makes them slower."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from armature.runtime import discovery_file
 from armature.runtime.discovery import Discovery, MemDiscovery, Registration, WatchEvent
 from armature.runtime.discovery_file import FileDiscovery
 
@@ -96,6 +98,7 @@ async def test_a_lease_that_stops_renewing_expires(discovery: Discovery) -> None
 
 _REGISTER_AND_HANG = """
 import asyncio, sys
+from armature.runtime import discovery_file
 from armature.runtime.discovery_file import FileDiscovery
 async def main():
     d = FileDiscovery(sys.argv[1])
@@ -125,3 +128,34 @@ async def test_file_lease_of_a_killed_process_expires(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+async def test_a_file_lease_renewal_that_fails_tries_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal that failed with anything but a missing file (no space, too many open
+    files) ended the renewal task unseen: the lease lapsed with its worker still running.
+    It is logged and the next round renews."""
+    d = FileDiscovery(tmp_path / "disc", poll_interval_s=0.05)
+    reg = await d.register("k", b"v", ttl_s=0.3)
+    real_utime = os.utime
+    failures = [OSError(errno.ENOSPC, "No space left on device")] * 2
+
+    def utime(path: object, *args: object) -> None:
+        if failures:
+            raise failures.pop()
+        real_utime(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(discovery_file.os, "utime", utime)
+    deadline_s = time.monotonic() + DEADLINE_S
+    while failures:
+        assert time.monotonic() < deadline_s
+        await asyncio.sleep(0.01)
+    stamp = renewal_stamp(d, reg)
+    before = stamp()
+    while stamp() == before:  # renewed after the failures: the task lives
+        assert time.monotonic() < deadline_s, "no renewal after the failures"
+        await asyncio.sleep(0.01)
+    assert await d.list("k") == {"k": b"v"}
+    await reg.close()
+    await d.close()

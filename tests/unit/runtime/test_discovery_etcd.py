@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from armature.runtime.discovery import WatchEvent
-from armature.runtime.discovery_etcd import EtcdDiscovery, EtcdError
+from armature.runtime.discovery_etcd import EtcdDiscovery, EtcdError, _EtcdRegistration
 from servers import Etcd
 
 DEADLINE_S = 60.0  # a bound for waits on events, far beyond their time on an idle machine
@@ -111,3 +111,53 @@ async def test_unreachable_etcd_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(EtcdError, match="no etcd endpoint answered"):
         await d.register("k", b"v", ttl_s=1)
     await d.close()
+
+
+class ScriptedEtcd:
+    """The registration's seam to etcd (`call`): answers by path, a put failing while
+    `puts_failing`; records the calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.puts_failing = 0
+        self.next_lease = 100
+        self.live: set[int] = set()
+
+    async def call(self, path: str, body: Any) -> Any:
+        self.calls.append((path, body))
+        if path == "/v3/lease/grant":
+            self.next_lease += 1
+            self.live.add(self.next_lease)
+            return {"ID": str(self.next_lease)}
+        if path == "/v3/kv/put":
+            if self.puts_failing:
+                self.puts_failing -= 1
+                raise EtcdError("etcdserver: leader changed")
+            return {}
+        if path == "/v3/lease/revoke":
+            self.live.discard(int(body["ID"]))
+            return {}
+        if path == "/v3/lease/keepalive":
+            return {"result": {"TTL": 9 if body["ID"] in self.live else 0}}
+        raise AssertionError(path)
+
+
+async def test_a_lease_lost_is_put_again_until_a_put_succeeds() -> None:
+    """After a lapse the new lease was kept even when its put failed: renewed forever with
+    no key on it, the worker never routed to again. A lease is kept only once its put
+    succeeded; a failed one is revoked and the next round tries again."""
+    etcd = ScriptedEtcd()
+    registration = _EtcdRegistration(etcd, "k", b"v", 0.03)  # type: ignore[arg-type]
+    await registration.start()
+    first = registration.lease_id
+    etcd.live.clear()  # the lease lapsed (a partition longer than its TTL)
+    etcd.puts_failing = 2
+    deadline_s = time.monotonic() + 10
+    while registration.lease_id == first:
+        assert time.monotonic() < deadline_s, "registered again"
+        await asyncio.sleep(0.01)
+    await registration.close()
+    puts = [body["lease"] for path, body in etcd.calls if path == "/v3/kv/put"]
+    revoked = [int(body["ID"]) for path, body in etcd.calls if path == "/v3/lease/revoke"]
+    assert len(puts) == 4 and puts[-1] == registration.lease_id  # two failed, then one held
+    assert revoked[:2] == puts[1:3]  # the leases whose put failed went back at once
