@@ -93,8 +93,11 @@ class WorkerFleet:
             engine = self.router.get_engine(previous)
             if engine is None and self.embedder is not None:
                 engine = self.embedder.engines.get(previous)
-            if engine is not None and engine.is_alive:
+            same_card = isinstance(engine, RemoteEngine) and engine.card == card
+            if engine is not None and engine.is_alive and same_card:
                 return  # a renewal or re-registration of a worker we already route to
+            # gone, or another card under its key: a worker restarted with the same id (its
+            # events are on another port) is followed anew
             await self._remove(previous)
         remote = RemoteEngine(
             card,

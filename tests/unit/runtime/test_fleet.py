@@ -120,3 +120,24 @@ async def test_fleet_refuses_a_worker_the_full_router_cannot_index(
         await a.close()  # worker-1 leaves: the fleet goes on following discovery
         await wait_for(lambda: "worker-1" not in router.engines)
         await b.close()
+
+
+async def test_a_worker_restarted_under_its_key_is_followed_anew() -> None:
+    """A worker restarted with the same instance id re-registers another card (its events
+    on another port): the frontend kept the old engine while it looked alive, listening to
+    the dead address, and never routed to the worker again once that lapsed."""
+    router = DisaggRouter({}, RouterConfig(policy="round-robin", block_size_tokens=16))
+    async with following(router) as discovery:
+        key = worker_key("ns", 1)
+        first = await discovery.register(key, msgspec.msgpack.encode(card(1)), 5)
+        await wait_for(lambda: list(router.engines) == ["worker-1"])
+        old = router.engines["worker-1"]
+        again = await discovery.register(key, msgspec.msgpack.encode(card(1)), 5)  # renewal
+        await asyncio.sleep(0.1)
+        assert router.engines["worker-1"] is old
+        restarted = card(1, events_url="tcp://127.0.0.1:3")
+        third = await discovery.register(key, msgspec.msgpack.encode(restarted), 5)
+        await wait_for(lambda: router.engines.get("worker-1") not in (None, old))
+        assert router.engines["worker-1"].card.events_url == "tcp://127.0.0.1:3"  # type: ignore[attr-defined]
+        for registration in (first, again, third):
+            await registration.close()
