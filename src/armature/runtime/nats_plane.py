@@ -22,10 +22,12 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from armature.protocols.failures import FailureCode
 from armature.runtime.frames import (
     Accept,
     Cancel,
@@ -246,6 +248,14 @@ class NatsRequestPlaneClient:
             await self.nc.publish(subject, encode_message(frame), reply=reply)
         except (msgspec.EncodeError, FrameError):
             raise
+        except nats.errors.MaxPayloadError:
+            # the request's own size, not the peer: every worker would refuse it alike (read
+            # as unreachable, each was routed around in turn and the request failed a 503)
+            raise RemoteError(
+                FailureCode.INVALID_REQUEST,
+                f"the request is larger than the NATS server takes in one message "
+                f"(max_payload {self.nc.max_payload} bytes)",
+            ) from None
         except Exception as exc:
             raise PeerUnavailableError(f"NATS publish failed: {exc}") from None
 

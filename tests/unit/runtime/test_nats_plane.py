@@ -93,6 +93,11 @@ async def test_errors_and_nobody_listening(nc: Client) -> None:
     assert missing.value.code is FailureCode.NOT_FOUND
     with pytest.raises(PeerUnavailableError, match="nobody accepted"):
         await collect(client, "nats:nobody.here", "count", b"1")
+    # larger than the server's max_payload (1 MiB by default): the request's fault, not the
+    # worker's (read as unreachable, every worker was routed around in turn)
+    with pytest.raises(RemoteError, match=r"max_payload 1048576 bytes") as too_big:
+        await collect(client, server.url, "count", b"1" * (2 << 20))
+    assert too_big.value.code is FailureCode.INVALID_REQUEST
     await server.stop()
 
 
