@@ -20,6 +20,7 @@ watched) until its last stream ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -49,7 +50,7 @@ from armature.protocols.kv_events import KvDump, KvEvent
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.lora import LoadLora, LoraAdapter, LoraNotFoundError, LoraState, UnloadLora
 from armature.protocols.worker import WorkerCard, WorkerUpdate
-from armature.runtime.events import EventPlane, EventPlaneError
+from armature.runtime.events import EventPlane
 from armature.runtime.request_plane import (
     PeerUnavailableError,
     RemoteError,
@@ -257,8 +258,21 @@ class RemoteEngine:
         return EngineStats()
 
     async def release_kv(self, handle: KvHandle) -> None:
-        async for _ in self._stream("release", msgspec.msgpack.encode(handle)):
-            return
+        async with self._answer_within("release"):
+            async for _ in self._stream("release", msgspec.msgpack.encode(handle)):
+                return
+
+    @contextlib.asynccontextmanager
+    async def _answer_within(self, endpoint: str) -> AsyncIterator[None]:
+        """EngineDeadError when the worker has not answered `endpoint` within the stall
+        timeout (a worker whose engine hangs held a LoRA load, or a release, forever)."""
+        try:
+            async with asyncio.timeout(self.stall_timeout_s):
+                yield
+        except TimeoutError:
+            raise EngineDeadError(
+                f"{self.card.worker_id} did not answer {endpoint} within {self.stall_timeout_s:g} s"
+            ) from None
 
     # ---- LoRA adapters: the worker's newest state, from its card, updates and answers ----
     def get_lora_adapters(self) -> list[LoraAdapter]:
@@ -280,8 +294,9 @@ class RemoteEngine:
         self._set_lora(await self._call("unload_lora", msgspec.msgpack.encode(UnloadLora(name))))
 
     async def _call(self, endpoint: str, payload: bytes) -> LoraState:
-        async for answer in self._stream(endpoint, payload):
-            return msgspec.msgpack.decode(answer, type=LoraState)
+        async with self._answer_within(endpoint):
+            async for answer in self._stream(endpoint, payload):
+                return msgspec.msgpack.decode(answer, type=LoraState)
         raise EngineDeadError(f"{self.card.worker_id} did not answer {endpoint}")
 
     def _stream(self, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
@@ -304,25 +319,32 @@ class RemoteEngine:
             await stream.aclose()  # type: ignore[attr-defined]
 
     async def _subscribe(self) -> None:
-        try:
-            async with aclosing(self.event_plane.subscribe(self.card.events_url)) as updates:
-                async for payload in updates:
-                    try:
-                        update = msgspec.msgpack.decode(payload, type=WorkerUpdate)
-                    except msgspec.DecodeError as exc:
-                        log.warning("bad update from %s: %s", self.card.worker_id, exc)
-                        continue
-                    self._events.extend(update.kv_events)
-                    self._step_records.extend(update.step_records)
-                    self._load = update.load
-                    if update.lora is not None:
-                        self._set_lora(update.lora)
-                    self._last_update_s = time.monotonic()
-                    self._updated.set()
-                    stalled, load = self._stalled_at_steps, update.load
-                    idle = load.num_running == 0 and load.num_waiting == 0
-                    if stalled is not None and (load.num_steps > stalled or idle):
-                        log.info("%s is making progress again", self.card.worker_id)
-                        self._stalled_at_steps = None
-        except EventPlaneError as exc:
-            log.error("no events from %s: %s", self.card.worker_id, exc)
+        """Hear the worker's updates until cancelled; a subscription that fails is logged
+        and made again (it ended unseen, and the worker looked silent for good)."""
+        while True:
+            try:
+                await self._follow_updates()
+            except Exception as exc:  # EventPlaneError, or its client's own
+                log.error("no events from %s: %s; subscribing again", self.card.worker_id, exc)
+            await asyncio.sleep(1.0)
+
+    async def _follow_updates(self) -> None:
+        async with aclosing(self.event_plane.subscribe(self.card.events_url)) as updates:
+            async for payload in updates:
+                try:
+                    update = msgspec.msgpack.decode(payload, type=WorkerUpdate)
+                except msgspec.DecodeError as exc:
+                    log.warning("bad update from %s: %s", self.card.worker_id, exc)
+                    continue
+                self._events.extend(update.kv_events)
+                self._step_records.extend(update.step_records)
+                self._load = update.load
+                if update.lora is not None:
+                    self._set_lora(update.lora)
+                self._last_update_s = time.monotonic()
+                self._updated.set()
+                stalled, load = self._stalled_at_steps, update.load
+                idle = load.num_running == 0 and load.num_waiting == 0
+                if stalled is not None and (load.num_steps > stalled or idle):
+                    log.info("%s is making progress again", self.card.worker_id)
+                    self._stalled_at_steps = None

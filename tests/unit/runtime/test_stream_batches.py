@@ -13,6 +13,7 @@ from test_fleet import card
 from armature.config import HealthConfig
 from armature.engines.api import EngineDeadError
 from armature.protocols.engine import (
+    EngineLoad,
     EngineOutput,
     EngineRequest,
     FinishReason,
@@ -20,6 +21,7 @@ from armature.protocols.engine import (
     coalesce_outputs,
 )
 from armature.protocols.failures import FailureCode
+from armature.protocols.worker import WorkerUpdate
 from armature.runtime.events import ZmqEventPlane
 from armature.runtime.frames import Data, End
 from armature.runtime.remote_engine import RemoteEngine
@@ -184,3 +186,63 @@ async def test_a_worker_gone_from_discovery_is_still_heard_until_its_streams_end
     with pytest.raises(EngineDeadError, match=r"sent no update for 0\.3 s"):
         await asyncio.wait_for(pending, 30)
     assert remote._liveness is None and remote._subscription is None  # stopped with it
+
+
+class SilentClient:
+    """A worker that takes any call and never answers it (its engine hangs)."""
+
+    def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
+        return payloads(self.stream_batches(url, endpoint, payload))
+
+    async def stream_batches(
+        self, url: str, endpoint: str, payload: bytes
+    ) -> AsyncIterator[list[bytes]]:
+        await asyncio.Event().wait()
+        yield []
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_calls_other_than_generate_are_answered_within_the_stall_timeout() -> None:
+    """A LoRA load (or a release: the same wait) on a worker whose engine hangs waited
+    forever (no stream watch covers them): now an EngineDeadError at the stall timeout."""
+    remote = RemoteEngine(
+        card(1),
+        SilentClient(),  # type: ignore[arg-type]
+        ZmqEventPlane(),
+        health=HealthConfig(worker_stall_timeout_s=0.05),
+    )
+    with pytest.raises(EngineDeadError, match=r"did not answer load_lora within 0\.05 s"):
+        await asyncio.wait_for(remote.load_lora("a", "/adapters/a"), 30)
+
+
+class FlakyEvents:
+    """An event plane whose first subscription fails (a NATS client error), the next one
+    brings one update."""
+
+    def __init__(self, update: bytes) -> None:
+        self.update = update
+        self.num_subscribes = 0
+
+    async def subscribe(self, url: str) -> AsyncIterator[bytes]:
+        self.num_subscribes += 1
+        if self.num_subscribes == 1:
+            raise RuntimeError("nats: connection closed")
+        yield self.update
+        await asyncio.Event().wait()
+
+
+async def test_a_failed_subscription_to_a_worker_is_made_again() -> None:
+    """It ended the subscription task unseen: the worker looked silent for good (never
+    routed to, its streams ended at the liveness timeout)."""
+    update = WorkerUpdate(kv_events=[], load=EngineLoad.idle(77))
+    plane = FlakyEvents(msgspec.msgpack.encode(update))
+    remote = RemoteEngine(card(1), BatchesClient([]), plane)  # type: ignore[arg-type]
+    remote.start()
+    try:
+        await asyncio.wait_for(remote.wait_for_update(30), 30)
+        assert plane.num_subscribes == 2
+        assert remote.get_load().num_total_blocks == 77
+    finally:
+        await remote.stop()
