@@ -235,6 +235,7 @@ class EtcdDiscovery:
     async def watch(self, prefix: str) -> AsyncIterator[WatchEvent]:
         known: dict[str, bytes] = {}
         backoff_s = 0.1
+        broken_s = 0.1  # the wait after a watch broke: doubles while it keeps breaking
         while True:
             try:
                 current, revision = await self._range(prefix)
@@ -252,14 +253,18 @@ class EtcdDiscovery:
             known = current
             try:
                 async for event in self._follow(prefix, revision + 1):
+                    broken_s = 0.1  # it works: a later break resumes at once again
                     if event.kind == "put":
                         known[event.key] = event.value
                     else:
                         known.pop(event.key, None)
                     yield event
             except (httpx.HTTPError, ssl.SSLError, EtcdError, ValueError) as exc:
+                # a watch that keeps failing at once (the range works, the watch does not)
+                # backs off as a failing range does, not ten tries a second
                 log.warning("etcd watch on %r broke (%s); resuming", prefix, exc)
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(broken_s + random.uniform(0, broken_s))
+                broken_s = min(self.retry_max_s, broken_s * 2)
 
     async def _follow(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
         raw = prefix.encode()

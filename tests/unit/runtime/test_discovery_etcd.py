@@ -161,3 +161,30 @@ async def test_a_lease_lost_is_put_again_until_a_put_succeeds() -> None:
     revoked = [int(body["ID"]) for path, body in etcd.calls if path == "/v3/lease/revoke"]
     assert len(puts) == 4 and puts[-1] == registration.lease_id  # two failed, then one held
     assert revoked[:2] == puts[1:3]  # the leases whose put failed went back at once
+
+
+async def test_a_watch_that_keeps_breaking_backs_off() -> None:
+    """The range works and the watch breaks at once, again and again: it was tried ten
+    times a second (a log line each) for as long as it lasted; it backs off as a failing
+    range does."""
+    discovery = EtcdDiscovery(["http://127.0.0.1:9"], retry_max_s=2.0)
+    follows = 0
+
+    async def fake_range(prefix: str) -> tuple[dict[str, bytes], int]:
+        return {}, 1
+
+    async def fake_follow(prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
+        nonlocal follows
+        follows += 1
+        raise EtcdError("watch refused")
+        yield  # an async generator, as the real one
+
+    discovery._range = fake_range  # type: ignore[method-assign]
+    discovery._follow = fake_follow  # type: ignore[method-assign]
+    watch = discovery.watch("k")
+    pending = asyncio.ensure_future(anext(watch))
+    await asyncio.sleep(1.5)
+    pending.cancel()
+    await asyncio.gather(pending, return_exceptions=True)
+    await discovery.close()
+    assert 1 <= follows <= 6  # 0.1-0.2, 0.2-0.4, 0.4-0.8 s waits: ~4 tries (were ~15)
