@@ -9,7 +9,23 @@ import enum
 
 import msgspec
 
-__all__ = ["KvCleared", "KvDump", "KvEvent", "KvRemoved", "KvStored", "KvTier", "StoredBlock"]
+__all__ = [
+    "DUMP_PART_HASHES",
+    "KvCleared",
+    "KvDump",
+    "KvEvent",
+    "KvRemoved",
+    "KvStored",
+    "KvTier",
+    "StoredBlock",
+    "merge_dumps",
+    "split_dump",
+]
+
+# hashes in one part of a dump sent over a request plane: ~9 bytes each in msgpack, so a
+# part stays far below NATS's default 1 MiB message (a dump of 116k blocks or more, one
+# message, could never cross it, and the router's index stayed stale)
+DUMP_PART_HASHES = 50_000
 
 
 class KvTier(enum.StrEnum):
@@ -57,3 +73,30 @@ class KvDump(msgspec.Struct, frozen=True):
     seq_hashes: list[int]
     last_event_id: int
     tier_seq_hashes: dict[KvTier, list[int]] = msgspec.field(default_factory=dict)
+
+
+def split_dump(dump: KvDump, part_hashes: int = DUMP_PART_HASHES) -> list[KvDump]:
+    """`dump` as parts of at most `part_hashes` hashes each (at least one part), every one
+    with its `last_event_id`: G1's hashes first, then each tier's, in order."""
+    parts = [
+        KvDump(dump.seq_hashes[i : i + part_hashes], dump.last_event_id)
+        for i in range(0, len(dump.seq_hashes), part_hashes)
+    ]
+    for tier, hashes in dump.tier_seq_hashes.items():  # a tier with none keeps its part
+        parts += [
+            KvDump([], dump.last_event_id, {tier: hashes[i : i + part_hashes]})
+            for i in range(0, max(len(hashes), 1), part_hashes)
+        ]
+    return parts or [KvDump([], dump.last_event_id, dict(dump.tier_seq_hashes))]
+
+
+def merge_dumps(parts: list[KvDump]) -> KvDump:
+    """The dump `split_dump` cut into `parts` (one part: itself)."""
+    if len(parts) == 1:
+        return parts[0]
+    tiers: dict[KvTier, list[int]] = {}
+    for part in parts:
+        for tier, hashes in part.tier_seq_hashes.items():
+            tiers.setdefault(tier, []).extend(hashes)
+    seq_hashes = [h for part in parts for h in part.seq_hashes]
+    return KvDump(seq_hashes, parts[0].last_event_id, tiers)

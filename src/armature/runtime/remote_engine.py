@@ -46,7 +46,7 @@ from armature.protocols.engine import (
     coalesce_outputs,
 )
 from armature.protocols.failures import FailureCode
-from armature.protocols.kv_events import KvDump, KvEvent
+from armature.protocols.kv_events import KvDump, KvEvent, merge_dumps
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.lora import LoadLora, LoraAdapter, LoraNotFoundError, LoraState, UnloadLora
 from armature.protocols.worker import WorkerCard, WorkerUpdate
@@ -249,9 +249,13 @@ class RemoteEngine:
         return await wait_and_clear(self._updated, timeout_s)
 
     async def dump_kv_blocks(self) -> KvDump:
-        async for payload in self._stream("dump", b""):
-            return msgspec.msgpack.decode(payload, type=KvDump)
-        raise EngineDeadError(f"{self.card.worker_id} sent no dump")
+        parts = [
+            msgspec.msgpack.decode(payload, type=KvDump)
+            async for payload in self._stream("dump", b"")
+        ]
+        if not parts:
+            raise EngineDeadError(f"{self.card.worker_id} sent no dump")
+        return merge_dumps(parts)  # it comes in parts (a large one passed a message's size)
 
     def stats(self) -> EngineStats:
         """A remote worker's counters are on its own /metrics endpoint."""

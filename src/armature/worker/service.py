@@ -2,7 +2,7 @@
 
 Endpoints (payloads are msgpack):
     generate  EngineRequest -> stream of EngineOutput; closing the stream aborts the request
-    dump      (empty) -> one KvDump
+    dump      (empty) -> a KvDump in parts (split_dump)
     release   KvHandle -> one empty item, once the handle's pinned blocks are released
     embed     EmbedRequest -> one EmbedResult (only on a worker started with --task embed,
               whose card says so; its engine refuses `generate`)
@@ -29,6 +29,7 @@ from armature.errors import ConfigError
 from armature.protocols.embedding import EmbedRequest, WorkerTask
 from armature.protocols.engine import EngineRequest
 from armature.protocols.failures import FailureCode
+from armature.protocols.kv_events import split_dump
 from armature.protocols.kv_transfer import KvHandle
 from armature.protocols.lora import LoadLora, LoraState, UnloadLora
 from armature.protocols.worker import WorkerCard, WorkerRole, WorkerUpdate, worker_key
@@ -252,7 +253,8 @@ class WorkerService:
             )
 
     async def _dump(self, payload: bytes) -> AsyncIterator[bytes]:
-        yield msgspec.msgpack.encode(await self.engine.dump_kv_blocks())
+        for part in split_dump(await self.engine.dump_kv_blocks()):  # each its own message
+            yield msgspec.msgpack.encode(part)
 
     async def _release(self, payload: bytes) -> AsyncIterator[bytes]:
         try:

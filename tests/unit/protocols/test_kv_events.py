@@ -8,11 +8,14 @@ import pytest
 from armature.protocols.engine import EngineLoad
 from armature.protocols.kv_events import (
     KvCleared,
+    KvDump,
     KvEvent,
     KvRemoved,
     KvStored,
     KvTier,
     StoredBlock,
+    merge_dumps,
+    split_dump,
 )
 from armature.protocols.worker import WorkerUpdate
 
@@ -87,3 +90,23 @@ def test_worker_update_carries_tiers() -> None:
     assert decoded == update
     assert isinstance(decoded.kv_events[0], KvStored)
     assert decoded.kv_events[0].tier is KvTier.HOST
+
+
+def test_a_dump_is_sent_in_parts_each_within_a_message() -> None:
+    """A dump was one request-plane message: past ~116k blocks it passed NATS's 1 MiB, could
+    never be sent, and the router's index stayed stale. Parts of DUMP_PART_HASHES, merged
+    back to the same dump; an empty dump is one part."""
+    big = KvDump(
+        list(range(2**63 - 130_000, 2**63 - 1)),
+        last_event_id=41,
+        tier_seq_hashes={KvTier.HOST: list(range(60_000)), KvTier.DISK: []},
+    )
+    parts = split_dump(big)
+    assert len(parts) == 3 + 2 + 1  # G1 in three, the host tier in two, the empty disk one
+    assert all(len(msgspec.msgpack.encode(p)) < 1 << 19 for p in parts)
+    assert {p.last_event_id for p in parts} == {41}
+    merged = merge_dumps(parts)
+    assert merged.seq_hashes == big.seq_hashes and merged.last_event_id == 41
+    assert merged.tier_seq_hashes == big.tier_seq_hashes
+    empty = KvDump([], 7)
+    assert split_dump(empty) == [empty] and merge_dumps([empty]) == empty

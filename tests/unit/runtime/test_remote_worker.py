@@ -18,7 +18,7 @@ from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig
 from armature.protocols.engine import EngineLoad, EngineRequest, SamplingParams, StepRecord
 from armature.protocols.guide import JsonObjectGuide
-from armature.protocols.kv_events import KvCleared
+from armature.protocols.kv_events import DUMP_PART_HASHES, KvCleared, KvDump, KvTier
 from armature.protocols.worker import WorkerCard, WorkerUpdate, worker_prefix
 from armature.router.service import EngineRouter
 from armature.runtime.discovery import MemDiscovery, MemStore
@@ -315,3 +315,32 @@ async def test_the_worker_process_leaves_when_its_engine_dies() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         assert loop.remove_signal_handler(sig)  # it had installed them
+
+
+async def test_a_large_kv_dump_crosses_the_request_plane_in_parts(tiny_llama_dir: Path) -> None:
+    """A worker's dump went as one message (past ~116k blocks too large for NATS's 1 MiB):
+    it goes in parts and arrives whole."""
+    discovery = MemDiscovery(MemStore(), expire_interval_s=0.05)
+    plane = ZmqEventPlane()
+    engine = mocker_engine(tiny_llama_dir)
+    big = KvDump(
+        list(range(2 * DUMP_PART_HASHES + 7)), 5, {KvTier.HOST: list(range(DUMP_PART_HASHES))}
+    )
+
+    async def dump() -> KvDump:
+        return big
+
+    engine.dump_kv_blocks = dump  # type: ignore[method-assign]
+    service = worker_service(engine, discovery, plane, tiny_llama_dir, instance_id=3)
+    card = await service.start()
+    client = RequestPlaneClient()
+    remote = RemoteEngine(card, client, plane)
+    try:
+        assert await remote.dump_kv_blocks() == big
+        sent = [len(part) async for part in service._dump(b"")]
+        assert len(sent) == 4 and max(sent) < 1 << 19
+    finally:
+        await client.close()
+        await service.stop()
+        await discovery.close()
+        await plane.close()
