@@ -17,7 +17,6 @@ first hears from a new peer), within a heartbeat at worst.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -29,6 +28,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, Gauge
 
 from armature.config import ReplicaConfig
+from armature.engines.api import wait_for_event
 from armature.errors import ArmatureError
 from armature.protocols.replica import (
     FrontendCard,
@@ -142,8 +142,9 @@ class LoadSharing:
         failing = False  # the last publish failed (say so once a streak)
         while True:
             news = changed if self._subscriptions else self._peer_joined
-            with contextlib.suppress(TimeoutError):  # no news: a heartbeat
-                await asyncio.wait_for(news.wait(), self.config.heartbeat_s)
+            # no news: a heartbeat (not asyncio.wait_for: on 3.11 it can swallow the cancel
+            # that stops the sharing, and whoever cancelled it waited forever)
+            await wait_for_event(news, self.config.heartbeat_s)
             changed.clear()
             self._peer_joined.clear()
             shares = get_shares(self.router.get_own_loads())

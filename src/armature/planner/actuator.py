@@ -12,10 +12,10 @@ local process that died) is replaced.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
+from armature.engines.api import wait_for_event
 from armature.planner.connectors.api import Connector, ConnectorError
 from armature.protocols.worker import WorkerRole
 
@@ -59,8 +59,7 @@ class Actuator:
 
     async def run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._retry_s)
+            await wait_for_event(self._wake, self._retry_s)  # keeps a cancel (3.11)
             self._wake.clear()
             try:
                 await self._follow()

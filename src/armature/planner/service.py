@@ -21,6 +21,7 @@ from collections.abc import Callable
 import msgspec
 
 from armature.config.planner import PlannerConfig
+from armature.engines.api import wait_for_event
 from armature.planner.actuator import Actuator
 from armature.planner.core import Planner, PlannerEffects
 from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
@@ -84,11 +85,8 @@ class PlannerService:
                     exc,
                 )
                 self._metrics.scrape_failures.inc()
-            try:
-                await asyncio.wait_for(stop.wait(), self._config.load_interval_s)
+            if await wait_for_event(stop, self._config.load_interval_s):  # keeps a cancel
                 return
-            except TimeoutError:
-                pass
         self._frontend.start(sample, start_s)
         for window in (LOAD_WINDOW, INTERVAL_WINDOW):
             self._workers.take_steps(window)
@@ -96,11 +94,8 @@ class PlannerService:
         next_interval_s = start_s + self._config.interval_s
         while not stop.is_set():
             wait_s = max(0.0, min(next_load_s, next_interval_s) - self._clock())
-            try:
-                await asyncio.wait_for(stop.wait(), wait_s)
+            if await wait_for_event(stop, wait_s):
                 return
-            except TimeoutError:
-                pass
             now_s = self._clock()
             if now_s >= next_interval_s:
                 next_interval_s = get_next_due_s(next_interval_s, self._config.interval_s, now_s)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from armature.engines.api import wait_for_event
 from armature.errors import ArmatureError
 from armature.protocols.failures import FailureCode
 from armature.runtime.frames import Data, End, Fail, Frame
@@ -127,7 +128,10 @@ class CreditWindow:
         """Wait for credit (TimeoutError after `timeout_s`), then use one."""
         while self.credit <= 0:
             self._changed.clear()
-            await asyncio.wait_for(self._changed.wait(), timeout_s)
+            if timeout_s is None:
+                await self._changed.wait()
+            elif not await wait_for_event(self._changed, timeout_s):  # keeps a cancel
+                raise TimeoutError
         self.credit -= 1
 
 
