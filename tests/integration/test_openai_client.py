@@ -189,3 +189,15 @@ def test_echo_scores_the_prompt_as_transformers_does(
     assert both.token_logprobs[1 : len(ids)] == pytest.approx(reference, abs=1e-3)  # type: ignore[index]
     assert both.text_offset[len(ids)] == len(choice.text)  # the completion follows the echo
     assert longer.choices[0].text.startswith(choice.text)
+
+
+def test_a_model_is_retrieved_by_its_id(openai_client: openai.OpenAI, model_name: str) -> None:
+    """models.retrieve: the entry /v1/models lists (it was a 404); an unknown id is a 404 in
+    OpenAI's format."""
+    listed = {m.id: m for m in openai_client.models.list().data}
+    retrieved = openai_client.models.retrieve(model_name)
+    assert retrieved == listed[model_name]
+    with pytest.raises(openai.NotFoundError) as missing:
+        openai_client.models.retrieve("no-such-model")
+    body = missing.value.body
+    assert isinstance(body, dict) and body["code"] == "model_not_found"

@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP app: routes, error handling, request accounting.
 
-    POST /v1/chat/completions   POST /v1/completions   POST /v1/embeddings   GET /v1/models
+    POST /v1/chat/completions   POST /v1/completions   POST /v1/embeddings
+    GET /v1/models   GET /v1/models/{id}
     POST /v1/responses   GET|DELETE /v1/responses/{id}   GET /v1/responses/{id}/input_items
                                                           (responses_service.py)
     POST /v1/load_lora_adapter   POST /v1/unload_lora_adapter   (lora_admin.py)
@@ -58,6 +59,8 @@ ENDPOINTS = {
 
 Background = Callable[[], Coroutine[Any, Any, None]]
 ResponseId = Annotated[str, Path(min_length=1, max_length=MAX_RESPONSE_ID_CHARS)]
+MAX_MODEL_ID_CHARS = 512  # a served name or a LoRA adapter's, ORG/NAME included
+ModelId = Annotated[str, Path(min_length=1, max_length=MAX_MODEL_ID_CHARS)]
 
 
 def build_app(
@@ -318,8 +321,7 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
 def _add_info_routes(app: FastAPI, parts: FrontendParts) -> None:
     model, router = parts.model, parts.router
 
-    @app.get("/v1/models", responses=error_responses(401))
-    async def models() -> dict[str, Any]:
+    def served_models() -> list[dict[str, Any]]:
         """The base model, then the LoRA adapters its workers serve (`parent`: the base)."""
         base = {
             "id": model.name,
@@ -334,7 +336,25 @@ def _add_info_routes(app: FastAPI, parts: FrontendParts) -> None:
             {**base, "id": name, "parent": model.name}
             for name in sorted(router.get_lora_adapters())
         ]
-        return {"object": "list", "data": [base, *adapters]}
+        return [base, *adapters]
+
+    @app.get("/v1/models", responses=error_responses(401))
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": served_models()}
+
+    @app.get("/v1/models/{model_id:path}", responses=error_responses(400, 401, 404))
+    async def retrieve_model(model_id: ModelId) -> dict[str, Any]:
+        """One of `/v1/models` by id (the openai client's models.retrieve)."""
+        for served in served_models():
+            if served["id"] == model_id:
+                return served
+        raise ApiError(
+            f"the model {model_id!r} does not exist",
+            status_code=404,
+            type="not_found_error",
+            param="model",
+            code="model_not_found",
+        )
 
     # HEAD as well: load balancers' and probes' checks often send it (out of the schema,
     # where it would repeat the GET's operation id)
