@@ -31,7 +31,13 @@ from armature.frontend.admission import Overloaded
 from armature.frontend.auth import ApiKeyMiddleware, ApiKeys, BodyLimitMiddleware
 from armature.frontend.compose import FrontendParts, serves_generation
 from armature.frontend.embedding_routes import EMBEDDINGS_PATH, add_embedding_routes
-from armature.frontend.errors import ApiError, error_body, error_responses, install_error_handlers
+from armature.frontend.errors import (
+    NO_WORKER_RETRY_AFTER_S,
+    ApiError,
+    error_body,
+    error_responses,
+    install_error_handlers,
+)
 from armature.frontend.event_stream import EventStreamResponse
 from armature.frontend.generation import GenerationError
 from armature.frontend.jobs import Job, ServedModel
@@ -245,7 +251,8 @@ async def _respond(
     except EngineDeadError as exc:
         status = "503"
         body = error_body(f"the engine is not serving: {exc}", "service_unavailable")
-        return JSONResponse(body, status_code=503)
+        retry = {"Retry-After": str(NO_WORKER_RETRY_AFTER_S)}
+        return JSONResponse(body, status_code=503, headers=retry)
     except ClientDisconnectedError:
         status = "499"
         return Response(status_code=499)  # the client is gone; nobody reads this

@@ -20,12 +20,17 @@ from armature.errors import ArmatureError
 from armature.frontend.text_check import LONE_SURROGATE
 
 __all__ = [
+    "NO_WORKER_RETRY_AFTER_S",
     "ApiError",
     "ErrorResponse",
     "error_body",
     "error_responses",
     "install_error_handlers",
 ]
+
+# a 503 for want of a live worker: clients retry after this (workers come back: a planner's
+# replacement, a restart), as an overloaded fleet's 503 tells them when
+NO_WORKER_RETRY_AFTER_S = 1
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from armature.engines.api import InvalidRequestError
 from armature.frontend.chat_output import ChatOutput
 from armature.frontend.chat_request import ToolUse, plan_tools, template_messages
 from armature.frontend.detokenizer import IncrementalDetokenizer
-from armature.frontend.errors import ApiError
+from armature.frontend.errors import NO_WORKER_RETRY_AFTER_S, ApiError
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import ChatRenderError, Preprocessor
 from armature.frontend.protocol import (
@@ -269,6 +269,7 @@ class JobBuilder:
                 status_code=503,
                 type="service_unavailable",
                 code="engine_unavailable",
+                headers={"Retry-After": str(NO_WORKER_RETRY_AFTER_S)},
             )
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         want_logprobs = sampling.logprobs is not None

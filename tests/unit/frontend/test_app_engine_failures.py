@@ -76,6 +76,30 @@ async def test_dead_engine_answers_503(preprocessor: Preprocessor) -> None:
         assert r.status_code == 503
         assert r.json()["error"]["type"] == "service_unavailable"
         assert r.json()["error"]["code"] == "engine_unavailable"
+        assert r.headers["Retry-After"] == "1"  # as an overloaded fleet's 503 says when
+
+
+class VanishingEngine(IdleEngine):
+    """A worker that looks alive and dies as a request reaches it."""
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        raise EngineDeadError("worker gone: simulated")
+        yield  # pragma: no cover
+
+
+async def test_a_worker_lost_under_a_request_is_a_503_to_retry(preprocessor: Preprocessor) -> None:
+    parts = compose_frontend(
+        engines={"w0": VanishingEngine()},  # type: ignore[dict-item]
+        router_config=RouterConfig(failover_wait_s=0.0),
+        preprocessor=preprocessor,
+        model=ServedModel("m", 2048, 0),
+    )
+    transport = httpx.ASGITransport(app=build_app(parts))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        r = await c.post("/v1/completions", json={"model": "m", "prompt": "hi"})
+    assert r.status_code == 503
+    assert r.json()["error"]["type"] == "service_unavailable"
+    assert r.headers["Retry-After"] == "1"
 
 
 async def test_schema_rejections_are_counted(preprocessor: Preprocessor) -> None:
