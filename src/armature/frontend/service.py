@@ -291,12 +291,7 @@ class OpenAIService:
     def _echo_choice(self, job: Job, first: Delta, index: int) -> CompletionChoiceChunk:
         """The echoed prompt's chunk of choice `index`, from its first delta: its tokens'
         logprobs where asked for, the end where it is all (max_tokens 0)."""
-        logprobs = None
-        if job.want_logprobs:
-            prompt_ids = job.engine_request.prompt_token_ids
-            prompt = None if first.prompt_logprobs is None else (prompt_ids, first.prompt_logprobs)
-            token_text = self.preprocessor.token_text
-            logprobs = completion_logprobs([], token_text, 0, prompt, self._echoed_text)
+        logprobs = self._logprobs(job, [], 0, first.prompt_logprobs)
         finish = "length" if job.echo_only else None
         return CompletionChoiceChunk(index, job.echo_text, logprobs, finish)
 
