@@ -6,7 +6,10 @@ we stalled past the TTL) grants a new lease and puts the key again. close: revok
 which deletes the key at once.
 watch: list the prefix (as puts), then follow a streaming /v3/watch from the next revision;
 when the stream breaks (etcd restarted), retry with backoff, re-list, emit the difference
-(puts for new or changed keys, deletes for vanished ones) and follow again.
+(puts for new or changed keys, deletes for vanished ones) and follow again. A watch that
+hears nothing for `watch_idle_s` re-lists and follows anew, quietly: etcd sends nothing on an
+idle watch, so silence is the only sign of a connection that died without a reset (a host
+powered off, a partition), which would otherwise hang the watch for good.
 
 Security: `EtcdAccess` carries etcd's own options. A user and password authenticate once
 (/v3/auth/authenticate) and every call carries the token; a call answered 401 (the token
@@ -37,6 +40,10 @@ from armature.runtime.discovery import Registration, WatchEvent
 __all__ = ["EtcdAccess", "EtcdDiscovery", "EtcdError"]
 
 log = logging.getLogger(__name__)
+
+# A watch silent this long is listed and followed anew (see the module's comment): one range
+# a minute on an idle prefix, and a dead connection found within a minute.
+WATCH_IDLE_S = 60.0
 
 
 class EtcdError(ArmatureError, RuntimeError):
@@ -156,10 +163,14 @@ class EtcdDiscovery:
         request_timeout_s: float = 5.0,
         retry_max_s: float = 2.0,
         access: EtcdAccess | None = None,
+        watch_idle_s: float = WATCH_IDLE_S,
     ):
         """ValueError for unusable options, OSError or ssl.SSLError for unreadable TLS files."""
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
+        if not watch_idle_s > 0:
+            raise ValueError(f"watch_idle_s must be > 0, got {watch_idle_s}")
+        self.watch_idle_s = watch_idle_s
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self.retry_max_s = retry_max_s
         self.access = access or EtcdAccess()
@@ -259,6 +270,11 @@ class EtcdDiscovery:
                     else:
                         known.pop(event.key, None)
                     yield event
+            except httpx.ReadTimeout:
+                # nothing heard for watch_idle_s: idle, or a connection dead without a reset
+                log.debug(
+                    "etcd watch on %r silent for %gs; listing again", prefix, self.watch_idle_s
+                )
             except (httpx.HTTPError, ssl.SSLError, EtcdError, ValueError) as exc:
                 # a watch that keeps failing at once (the range works, the watch does not)
                 # backs off as a failing range does, not ten tries a second
@@ -276,7 +292,7 @@ class EtcdDiscovery:
             }
         }
         endpoint = self.endpoints[self._next % len(self.endpoints)]
-        timeout = httpx.Timeout(5.0, read=None)
+        timeout = httpx.Timeout(5.0, read=self.watch_idle_s)
         async with self._client.stream(
             "POST", f"{endpoint}/v3/watch", json=body, timeout=timeout, headers=self._headers()
         ) as response:

@@ -46,7 +46,11 @@ from lightkube.types import PatchType
 
 from armature.errors import ArmatureError
 from armature.runtime.discovery import Registration, WatchEvent
-from armature.runtime.kube_client import describe_api_failure, get_credentials_source
+from armature.runtime.kube_client import (
+    TIMEOUT_S,
+    describe_api_failure,
+    get_credentials_source,
+)
 from armature.runtime.kube_membership import (
     ANNOTATION,
     NAMESPACE_LABEL,
@@ -62,6 +66,9 @@ log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "armature-discovery"  # who wrote the annotation, in the Pod's managedFields
 _WATCH_TIMEOUT_S = 300  # the API server ends each watch request after this (then we resume)
+# A watch silent this much longer than its timeout is on a connection that died without a
+# reset (a host powered off, a partition): it is dropped and resumed, where it hung for good.
+_WATCH_GRACE_S = 30.0
 
 
 class KubeDiscoveryError(ArmatureError, RuntimeError):
@@ -89,13 +96,21 @@ class KubernetesDiscovery:
         pod_name: str | None,
         retry_max_s: float = 2.0,
         watch_timeout_s: int = _WATCH_TIMEOUT_S,
+        watch_idle_s: float | None = None,
     ) -> None:
+        """A watch silent for `watch_idle_s` (default: `watch_timeout_s` + 30 s, by when the
+        API server has ended it) is resumed on a new connection."""
         self._client = client
         self.namespace = namespace  # armature's, the value of the label
         self._selector = f"{NAMESPACE_LABEL}={namespace}"
         self.pod_name = pod_name
         self.retry_max_s = retry_max_s
         self.watch_timeout_s = watch_timeout_s
+        self.watch_idle_s = (
+            watch_timeout_s + _WATCH_GRACE_S if watch_idle_s is None else watch_idle_s
+        )
+        # lightkube reads its watches with no read timeout (this is where it keeps theirs)
+        client._client._watch_timeout = httpx2.Timeout(TIMEOUT_S, read=self.watch_idle_s)
         self._entries: dict[str, bytes] = {}
         self._publish_lock = asyncio.Lock()
 

@@ -30,7 +30,7 @@ __all__ = [
     "make_kube_client",
 ]
 
-TIMEOUT_S = 10.0  # per API call (a watch's stream has no read timeout)
+TIMEOUT_S = 10.0  # per API call (a watch's stream: to connect and write; its reads: discovery's)
 # where Kubernetes mounts a Pod's service account (lightkube's default)
 SERVICE_ACCOUNT_DIR = Path(SERVICE_ACCOUNT)
 

@@ -15,6 +15,7 @@ import pytest
 
 from armature.runtime.discovery import WatchEvent
 from armature.runtime.discovery_etcd import EtcdDiscovery, EtcdError, _EtcdRegistration
+from freezing_proxy import FreezingProxy
 from servers import Etcd
 
 DEADLINE_S = 60.0  # a bound for waits on events, far beyond their time on an idle machine
@@ -188,3 +189,38 @@ async def test_a_watch_that_keeps_breaking_backs_off() -> None:
     await asyncio.gather(pending, return_exceptions=True)
     await discovery.close()
     assert 1 <= follows <= 6  # 0.1-0.2, 0.2-0.4, 0.4-0.8 s waits: ~4 tries (were ~15)
+
+
+async def test_a_watch_whose_connection_dies_silently_resumes(etcd: Etcd) -> None:
+    """The watch's connection stops carrying bytes without closing (a peer powered off): the
+    watch waited for good and missed every later worker; it lists again once silent for
+    watch_idle_s, on a new connection."""
+    host, port = etcd.url.removeprefix("http://").split(":")
+    proxy = FreezingProxy(host, int(port))
+    await proxy.start()
+    watcher = EtcdDiscovery([f"http://127.0.0.1:{proxy.port}"], watch_idle_s=1.0)
+    writer = EtcdDiscovery([etcd.url])
+    first = await writer.register("t9/w/1", b"a", ttl_s=30)
+    watch = watcher.watch("t9/")
+    try:
+        assert await next_event(watch) == WatchEvent("put", "t9/w/1", b"a")
+        pending = asyncio.ensure_future(anext(watch))
+        await asyncio.sleep(0.2)  # the watch request is on its way (it may still be pending)
+        proxy.freeze()
+        connections_at_freeze = proxy.connections
+        second = await writer.register("t9/w/2", b"b", ttl_s=30)
+        event = await asyncio.wait_for(pending, DEADLINE_S)
+        assert event == WatchEvent("put", "t9/w/2", b"b")
+        assert proxy.connections > connections_at_freeze  # found on a new connection
+        await second.close()
+    finally:
+        await watch.aclose()  # type: ignore[attr-defined]
+        await first.close()
+        await watcher.close()
+        await writer.close()
+        await proxy.close()
+
+
+def test_watch_idle_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="watch_idle_s"):
+        EtcdDiscovery(["http://127.0.0.1:9"], watch_idle_s=0)

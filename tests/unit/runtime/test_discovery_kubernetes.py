@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -26,10 +27,16 @@ from armature.cli.main import main
 from armature.config import RuntimeConfig
 from armature.errors import ConfigError
 from armature.runtime.discovery import Discovery, WatchEvent
-from armature.runtime.discovery_kubernetes import KubeDiscoveryError
+from armature.runtime.discovery_kubernetes import (
+    FIELD_MANAGER,
+    KubeDiscoveryError,
+    KubernetesDiscovery,
+)
 from armature.runtime.factory import open_discovery
+from armature.runtime.kube_client import make_kube_client
 from armature.runtime.kube_membership import ANNOTATION, encode_entries
 from armature.runtime.ports import free_port
+from freezing_proxy import FreezingProxy
 from kube_api import POD_RULES, POD_WATCH_RULES, KubeApiFake, RecordedRequest
 from kube_cluster import FakeSetup, KubeCluster, fake_only, get_drivers, open_cluster
 
@@ -229,6 +236,44 @@ async def test_a_watch_resumes_from_its_bookmark_without_listing_again(fake: Kub
         await wait_for_watches(fake, 1)
         await follower.then_only(fake, "m0")
     assert [c for c in calls(fake) if c[1] == PODS] == [LIST, LIST, watch_from(1), watch_from(2)]
+
+
+@fake_only("the watch's connection is frozen by a proxy in front of the fake")
+async def test_a_watch_whose_connection_dies_silently_resumes(
+    fake: KubeApiFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's connection stops carrying bytes without closing (a peer powered off): the
+    watch waited for good (lightkube reads watches with no timeout) and missed every later
+    worker; silent for watch_idle_s, it resumes from its version on a new connection."""
+    proxy = FreezingProxy("127.0.0.1", fake.port)
+    await proxy.start()
+    config = json.loads(fake.write_kubeconfig(tmp_path / "fake").read_text())
+    config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{proxy.port}"
+    (tmp_path / "proxied").write_text(json.dumps(config))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "proxied"))
+    client = make_kube_client(namespace=None, field_manager=FIELD_MANAGER, user="test")
+    discovery = KubernetesDiscovery(client, "armature", pod_name=None, watch_idle_s=1.0)
+    with_entries(fake, "w0", {A: b"a"}, ready=True)  # version 1
+    follower = Follower(discovery)
+    try:
+        assert await follower.next() == [WatchEvent("put", A, b"a")]
+        await wait_for_watches(fake, 1)
+        proxy.freeze()
+        connections_at_freeze = proxy.connections
+        with_entries(fake, "w1", {B: b"b"}, ready=True)  # version 2: held in the frozen pipe
+        assert await follower.next() == [WatchEvent("put", B, b"b")]
+        assert proxy.connections > connections_at_freeze
+    finally:
+        await follower.close()
+        await discovery.close()
+        await proxy.close()
+    assert [c for c in calls(fake) if c[1] == PODS][-1] == watch_from(1)  # resumed, no list
+
+
+def test_a_watch_is_read_until_the_api_server_has_surely_ended_it(fake: KubeApiFake) -> None:
+    client = make_kube_client(namespace="x", field_manager=FIELD_MANAGER, user="test")
+    discovery = KubernetesDiscovery(client, "armature", pod_name=None, watch_timeout_s=300)
+    assert discovery.watch_idle_s == 330.0
 
 
 @fake_only("watch expiry (410) is forced by compacting the fake's history")
