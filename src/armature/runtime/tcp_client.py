@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from armature.protocols.framing import take_bodies
 from armature.runtime.frames import (
@@ -31,6 +32,7 @@ from armature.runtime.frames import (
     decode_frame,
     encode_frame,
 )
+from armature.runtime.keepalive import set_keepalive
 from armature.runtime.request_plane import (
     PeerUnavailableError,
     RemoteError,
@@ -56,11 +58,17 @@ def parse_tcp_url(url: str) -> tuple[str, int]:
 
 
 class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        on_closed: Callable[[_Connection], None],
+    ):
         self.reader = reader
         self.writer = writer
         self.queues: dict[int, asyncio.Queue[object]] = {}
         self.closed = False
+        self._on_closed = on_closed
         self.reader_task = asyncio.get_running_loop().create_task(self._read_forever())
 
     async def _read_forever(self) -> None:
@@ -84,6 +92,7 @@ class _Connection:
             for queue in self.queues.values():
                 queue.put_nowait(PeerUnavailableError(reason))
             self.writer.close()
+            self._on_closed(self)
 
     def _route(self, frame: Frame) -> None:
         if isinstance(frame, Data | End | Fail):
@@ -144,11 +153,24 @@ class RequestPlaneClient:
                 )
             except (OSError, TimeoutError) as exc:
                 raise PeerUnavailableError(f"cannot connect to {host}:{port}: {exc}") from None
-            conn = _Connection(reader, writer)
+            set_keepalive(writer.get_extra_info("socket"))  # a dead worker host is let go
+            conn = _Connection(reader, writer, functools.partial(self._forget, key))
             if self.secret is not None:
                 await conn.send(Hello(self.secret))
             self._pools[key] = [*pool, conn]
             return conn
+
+    def _forget(self, key: tuple[str, int], conn: _Connection) -> None:
+        """A closed connection leaves its pool, and an address with none left is dropped
+        (workers come and go at new addresses: their entries were kept for good)."""
+        pool = self._pools.get(key)
+        if pool is not None and conn in pool:
+            pool.remove(conn)
+        if not self._pools.get(key):
+            self._pools.pop(key, None)
+            lock = self._locks.get(key)
+            if lock is not None and not lock.locked():  # locked: a connect is under way
+                del self._locks[key]
 
     def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
         """Stream `endpoint` at `url` (tcp://host:port)."""

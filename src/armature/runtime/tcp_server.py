@@ -29,6 +29,7 @@ from armature.runtime.frames import (
     decode_frame,
     encode_frame,
 )
+from armature.runtime.keepalive import set_keepalive
 from armature.runtime.request_plane import ClientGoneError, CreditWindow, Handler, serve_stream
 
 __all__ = ["RequestPlaneServer", "read_frame"]
@@ -218,6 +219,7 @@ class RequestPlaneServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        set_keepalive(writer.get_extra_info("socket"))  # a dead client host is let go
         try:
             await _Connection(self, reader, writer).run()
         except asyncio.CancelledError:

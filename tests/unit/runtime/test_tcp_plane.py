@@ -7,6 +7,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from armature.protocols.failures import FailureCode
 from armature.protocols.framing import frame
 from armature.runtime.frames import Data, End, FrameError, Open, encode_frame
+from armature.runtime.keepalive import KEEPALIVE_IDLE_S, set_keepalive
 from armature.runtime.request_plane import HandlerError, PeerUnavailableError, RemoteError
 from armature.runtime.tcp_client import RequestPlaneClient, _Connection
 from armature.runtime.tcp_server import RequestPlaneServer, read_frame
@@ -274,7 +276,7 @@ def test_sends_on_a_connection_the_loop_already_closed_fail_as_peer_unavailable(
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        conn = _Connection(reader, writer)
+        conn = _Connection(reader, writer, lambda closed: None)
         writer.transport.abort()
         for _ in range(2):  # and the cancel sent after the failed send fails the same way
             with pytest.raises(PeerUnavailableError):
@@ -340,7 +342,7 @@ async def client_routes(*pieces: bytes) -> dict[int, list[object]]:
     reader = asyncio.StreamReader()
     left, right = socket.socketpair()
     _, writer = await asyncio.open_connection(sock=left)
-    conn = _Connection(reader, writer)
+    conn = _Connection(reader, writer, lambda closed: None)
     queues: dict[int, asyncio.Queue[object]] = {1: asyncio.Queue(), 2: asyncio.Queue()}
     conn.queues.update(queues)
     for piece in pieces:
@@ -378,3 +380,77 @@ async def test_the_client_routes_frames_cut_across_reads() -> None:
     routed = await client_routes(*pieces)
     assert routed[1][:-1] == [Data(1, b"a" * 300), Data(1, b"c"), End(1)]
     assert routed[2][:-1] == [Data(2, b"b"), End(2)]
+
+
+def keepalive_timers(port: int) -> dict[str, tuple[int, int]]:
+    """The kernel's timer on each end of the loopback connections to `port`: "server" and
+    "client" -> (timer kind, centiseconds to its next firing); kind 2 is keepalive."""
+    found = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port = int(fields[1].split(":")[1], 16)
+        remote_port = int(fields[2].split(":")[1], 16)
+        if fields[3] != "01":  # established only
+            continue
+        kind, when = fields[5].split(":")
+        if local_port == port:
+            found["server"] = (int(kind, 16), int(when, 16))
+        elif remote_port == port:
+            found["client"] = (int(kind, 16), int(when, 16))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net/tcp")
+async def test_both_ends_keep_an_idle_connection_alive() -> None:
+    """An idle connection to a host that died without a reset stayed open on both ends
+    (a worker held a dead frontend's engine slots): the kernel now probes it within
+    KEEPALIVE_IDLE_S of silence, on the worker's end and the frontend's."""
+    server = await start(Probe())
+    client = RequestPlaneClient()
+    try:
+        assert await collect(client, server.port, "count", b"2") == [b"0", b"1"]
+        timers: dict[str, tuple[int, int]] = {}
+
+        def armed() -> bool:
+            timers.update(keepalive_timers(server.port))
+            return all(timers.get(end, (0, 0))[0] == 2 for end in ("server", "client"))
+
+        await wait_until(armed, "a keepalive timer on both ends")
+        assert all(when <= KEEPALIVE_IDLE_S * 100 for _, when in timers.values())
+    finally:
+        await client.close()
+        await server.stop()
+
+
+def test_keepalive_options_on_a_socket() -> None:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as listener,
+        socket.create_connection(listener.getsockname()) as sock,
+    ):
+        set_keepalive(sock)
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_USER_TIMEOUT"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 5
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 30_000
+    set_keepalive(None)  # no socket (a transport without one): nothing to do
+
+
+async def test_a_closed_connection_leaves_no_entry_for_its_address() -> None:
+    """Workers come and go at new addresses: the client kept a pool and a lock for every
+    address it had ever reached; once its connections close, the address is forgotten."""
+    server = await start(Probe())
+    client = RequestPlaneClient()
+    try:
+        assert await collect(client, server.port, "count", b"1") == [b"0"]
+        assert list(client._pools) == [("127.0.0.1", server.port)]
+        await server.stop()
+        await wait_until(lambda: not client._pools and not client._locks, "forgotten")
+        assert client._pools == {} and client._locks == {}
+        await server.start()  # the address again: a new connection, as before
+        assert await collect(client, server.port, "count", b"1") == [b"0"]
+        assert [len(pool) for pool in client._pools.values()] == [1]
+    finally:
+        await client.close()
+        await server.stop()
