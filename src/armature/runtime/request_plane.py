@@ -176,6 +176,10 @@ async def serve_stream(
         pass  # cancelled by the client or the connection closing: nothing to send
     except TimeoutError:
         log.warning("request plane: the client of stream %d went silent; cancelled", stream_id)
+        # a client that is alive after all (its credit lost on the way) hears why at once,
+        # where it waited out its stall timeout for data that would never come
+        message = f"no credit from the client for {idle_timeout_s:g} s: the stream was cancelled"
+        await send_quietly(Fail(stream_id, FailureCode.UNAVAILABLE, message))
     except HandlerError as exc:
         await send_quietly(Fail(stream_id, exc.code, exc.message))
     except ClientGoneError as exc:  # nobody to answer

@@ -26,7 +26,9 @@ async def nc(nats_server: Nats) -> AsyncIterator[Client]:
     await client.close()
 
 
-async def serve(nc: Client, probe: Probe, subject: str = "w.1") -> NatsRequestPlaneServer:
+async def serve(
+    nc: Client, probe: Probe, subject: str = "w.1", idle_timeout_s: float = 30.0
+) -> NatsRequestPlaneServer:
     server = NatsRequestPlaneServer(
         nc,
         subject,
@@ -37,6 +39,7 @@ async def serve(nc: Client, probe: Probe, subject: str = "w.1") -> NatsRequestPl
             "fail": probe.fail,
             "gated": probe.gated,
         },
+        idle_timeout_s=idle_timeout_s,
     )
     await server.start()
     return server
@@ -79,6 +82,24 @@ async def test_cancel_and_back_pressure(nc: Client) -> None:
     assert probe.produced <= 8 + 1
     await stream.aclose()  # type: ignore[attr-defined]
     await asyncio.wait_for(probe.closed.wait(), 5)
+    await server.stop()
+
+
+async def test_a_stream_cancelled_for_want_of_credit_says_so(nc: Client) -> None:
+    """The server cancels a stream whose client granted no credit for idle_timeout_s (a
+    dead frontend, or credit lost on the way): a live client waited out its stall timeout
+    for data that never came, and blamed the worker; it hears a Fail at once."""
+    probe = Probe()
+    server = await serve(nc, probe, idle_timeout_s=0.3)
+    client = NatsRequestPlaneClient(nc, window=4)
+    stream = client.stream(server.url, "endless", b"")
+    await anext(stream)  # then nothing taken: no credit goes back
+    await asyncio.wait_for(probe.closed.wait(), 10)  # the server cancelled the handler
+    with pytest.raises(RemoteError, match=r"no credit from the client for 0\.3 s") as failed:
+        async with asyncio.timeout(10):
+            while True:
+                await anext(stream)
+    assert failed.value.code is FailureCode.UNAVAILABLE
     await server.stop()
 
 
