@@ -7,10 +7,11 @@
 NATS cannot tell a publisher that nobody listens, so a stream that is not accepted within
 `accept_timeout_s` fails with PeerUnavailableError. Back-pressure is the same credit window as
 over TCP. A server stream whose client has gone silent (no credit for `idle_timeout_s` while it
-waits for credit: the frontend died) is cancelled with an UNAVAILABLE Fail. A NATS restart is survived by the client
-library's reconnect; messages sent during the gap are lost, so a stream that was open across
-a reconnect fails on both sides (PeerUnavailableError for the client, which reroutes what had
-not started; cancellation on the worker, which frees the request's KV blocks).
+waits for credit: the frontend died) is cancelled with an UNAVAILABLE Fail. A NATS restart is
+survived by the client library's reconnect; messages sent during the gap are lost, so a stream
+that was open across a reconnect fails on both sides (PeerUnavailableError for the client,
+which reroutes what had not started; cancellation on the worker, which frees the request's KV
+blocks).
 """
 
 from __future__ import annotations
