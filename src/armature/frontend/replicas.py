@@ -47,6 +47,8 @@ __all__ = ["LoadSharing", "SharedRouter"]
 log = logging.getLogger(__name__)
 
 _MISSED_HEARTBEATS = 3  # a peer not heard from for this many of its heartbeats has expired
+REGISTER_RETRY_S = 0.5  # the first wait after discovery refused the card; doubles
+REGISTER_RETRY_MAX_S = 30.0
 
 
 class SharedRouter(Protocol):
@@ -101,20 +103,24 @@ class LoadSharing:
     async def run(self) -> None:
         """Share load until cancelled; on the way out leave discovery and unsubscribe."""
         publisher = await self.event_plane.publisher(f"{self.namespace}.{self.name}")
-        registration = await self._register(publisher.url)
+        registered: list[Registration] = []
         try:
             async with asyncio.TaskGroup() as group:
+                group.create_task(self._register(publisher.url, registered))
                 group.create_task(self._publish_forever(publisher))
                 group.create_task(self._follow_peers())
         finally:
             for task in self._subscriptions.values():
                 task.cancel()
             await asyncio.gather(*self._subscriptions.values(), return_exceptions=True)
-            if registration is not None:
+            for registration in registered:
                 await registration.close()
             await publisher.close()
 
-    async def _register(self, events_url: str) -> Registration | None:
+    async def _register(self, events_url: str, registered: list[Registration]) -> None:
+        """Register this replica's card (into `registered`), retrying with backoff while
+        discovery refuses: one transient failure (etcd unreachable for a moment) kept the
+        replica's load unseen by the others for good."""
         card = FrontendCard(
             replica_id=self.replica_id,
             namespace=self.namespace,
@@ -122,15 +128,25 @@ class LoadSharing:
             heartbeat_s=self.config.heartbeat_s,
         )
         key = frontend_key(self.namespace, self.replica_id)
-        try:
-            registration = await self.discovery.register(
-                key, msgspec.msgpack.encode(card), self.lease_ttl_s
-            )
-        except ArmatureError as exc:  # e.g. Kubernetes discovery without this Pod's name
-            log.warning("%s: other frontends will not see this one's load: %s", self.name, exc)
-            return None
-        log.info("%s shares its load on %s", self.name, events_url)
-        return registration
+        wait_s = REGISTER_RETRY_S
+        while True:
+            try:
+                registration = await self.discovery.register(
+                    key, msgspec.msgpack.encode(card), self.lease_ttl_s
+                )
+            except ArmatureError as exc:  # unreachable, or Kubernetes without the Pod's name
+                if wait_s == REGISTER_RETRY_S:  # said once a streak
+                    log.warning(
+                        "%s: other frontends do not see this one's load (retrying): %s",
+                        self.name,
+                        exc,
+                    )
+                await asyncio.sleep(wait_s)
+                wait_s = min(REGISTER_RETRY_MAX_S, wait_s * 2)
+                continue
+            registered.append(registration)
+            log.info("%s shares its load on %s", self.name, events_url)
+            return
 
     # ---- own load -> peers -------------------------------------------------------------
     async def _publish_forever(self, publisher: Publisher) -> None:

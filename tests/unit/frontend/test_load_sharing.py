@@ -10,12 +10,14 @@ import time
 from collections.abc import Mapping
 
 import msgspec
+import pytest
 
 from armature.config import ReplicaConfig
 from armature.frontend.replicas import LoadSharing
 from armature.protocols.replica import FrontendCard, ReplicaLoad, WorkerShare, frontend_key
 from armature.router.load import ActiveLoad, WorkerLoad
-from armature.runtime.discovery import MemDiscovery, MemStore
+from armature.runtime.discovery import MemDiscovery, MemStore, Registration
+from armature.runtime.discovery_etcd import EtcdError
 from armature.runtime.events import EventPlane
 from polling import wait_until
 
@@ -164,3 +166,35 @@ async def test_a_failing_publish_does_not_end_the_sharing(plane: EventPlane) -> 
     # both end: a cancel that came as a heartbeat's wait ended was swallowed (3.11's
     # asyncio.wait_for), and this waited forever under a loaded machine's timing
     await asyncio.wait_for(asyncio.gather(task_a, task_b, return_exceptions=True), 30)
+
+
+async def test_a_refused_registration_is_tried_again(
+    plane: EventPlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Discovery refused the card once (etcd unreachable for a moment): the replica gave up
+    registering for good and no other replica ever counted its load. It tries again until
+    the card is in, and says so once."""
+    store = MemStore()
+    a, b = Router(), Router()
+    refusals = 2
+
+    class FlakyDiscovery(MemDiscovery):
+        async def register(self, key: str, value: bytes, ttl_s: float) -> Registration:
+            nonlocal refusals
+            if refusals > 0:
+                refusals -= 1
+                raise EtcdError("no etcd endpoint answered /v3/lease/grant")
+            return await super().register(key, value, ttl_s)
+
+    a.start("r1", "w0", 64, 5)
+    sharing = LoadSharing(a, FlakyDiscovery(store), plane, NAMESPACE, CONFIG, lease_ttl_s=5.0)
+    task_a = asyncio.get_running_loop().create_task(sharing.run())
+    task_b = start(b, store, plane)
+    await wait_until(lambda: b.peers() == {"w0": WorkerLoad(64, 5, 1)}, "A's load seen by B")
+    assert refusals == 0
+    assert len([r for r in caplog.records if "do not see this one's load" in r.message]) == 1
+    task_a.cancel()  # its card, registered late, leaves with it
+    await asyncio.gather(task_a, return_exceptions=True)
+    await wait_until(lambda: b.peers() == {}, "A's load gone from B")
+    task_b.cancel()
+    await asyncio.gather(task_b, return_exceptions=True)
