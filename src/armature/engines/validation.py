@@ -9,7 +9,13 @@ from armature.kv.hashing import get_token_id_range
 from armature.protocols.embedding import EmbedRequest
 from armature.protocols.engine import EngineRequest
 
-__all__ = ["check_structured_output", "validate_embed_request", "validate_request"]
+__all__ = [
+    "check_structured_output",
+    "fits_kv_cache",
+    "get_num_kv_tokens",
+    "validate_embed_request",
+    "validate_request",
+]
 
 
 def validate_request(
@@ -39,17 +45,30 @@ def validate_request(
         )
     if request.sampling.max_tokens < 1:
         raise InvalidRequestError("max_tokens must be at least 1")
-    total = num_tokens + request.sampling.max_tokens
+    total = get_num_kv_tokens(request)
     if total > max_model_len:
         raise InvalidRequestError(
             f"prompt ({num_tokens} tokens) plus max_tokens ({request.sampling.max_tokens}) "
             f"exceeds the context length of {max_model_len} tokens"
         )
-    if -(-total // block_size) > num_kv_blocks:
+    if not fits_kv_cache(request, block_size=block_size, num_kv_blocks=num_kv_blocks):
         raise InvalidRequestError(
             f"request needs {total} tokens of KV cache; this engine holds "
             f"{num_kv_blocks * block_size}"
         )
+
+
+def get_num_kv_tokens(request: EngineRequest) -> int:
+    """The tokens `request` may hold in KV cache at once: its prompt, its output so far
+    (a migrated request's) and max_tokens more."""
+    num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
+    return num_tokens + request.sampling.max_tokens
+
+
+def fits_kv_cache(request: EngineRequest, *, block_size: int, num_kv_blocks: int) -> bool:
+    """Whether a KV cache of `num_kv_blocks` blocks of `block_size` tokens holds `request`
+    whole (the rule validation refuses by, and routing keeps to)."""
+    return -(-get_num_kv_tokens(request) // block_size) <= num_kv_blocks
 
 
 def check_structured_output(request: EngineRequest, *, engine: str, supported: bool) -> None:

@@ -19,6 +19,7 @@ import msgspec
 
 from armature.config import RouterConfig
 from armature.engines.api import Engine, EngineDeadError
+from armature.engines.validation import fits_kv_cache
 from armature.kv.hashing import DEFAULT_HASH_SEED, hash_seed_for_salt
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, StepRecord
 from armature.protocols.lora import LoraAdapter
@@ -219,10 +220,10 @@ class EngineRouter:
     def _fits(self, worker: str, request: EngineRequest) -> bool:
         """Whether `worker`'s KV cache holds `request` whole (prompt, output so far and
         max_tokens), as its engine's validation counts it."""
-        total = len(request.prompt_token_ids) + len(request.output_token_ids)
-        total += request.sampling.max_tokens
-        num_blocks = -(-total // self.config.block_size_tokens)
-        return num_blocks <= self.engines[worker].get_load().num_total_blocks
+        num_blocks = self.engines[worker].get_load().num_total_blocks
+        return fits_kv_cache(
+            request, block_size=self.config.block_size_tokens, num_kv_blocks=num_blocks
+        )
 
     async def generate(
         self,
