@@ -209,6 +209,19 @@ def forward(
 ) -> torch.Tensor:
     """Run the decoder over `batch`, writing its K/V into `cache`; returns float32 logits
     [num_outputs, vocab] for `batch.logits_rows`."""
+    return project_logits(forward_hidden(batch, weights, arch, rope, cache), weights)
+
+
+@torch.inference_mode()
+def forward_hidden(
+    batch: ForwardBatch,
+    weights: ModelWeights,
+    arch: ModelArch,
+    rope: RopeTables,
+    cache: PagedKvCache,
+) -> torch.Tensor:
+    """`forward` up to the final norm: the hidden states [num_outputs, hidden] of
+    `batch.logits_rows`, for a caller that projects them to logits a slice at a time."""
     x = F.embedding(batch.input_ids, weights.embed)
     step = _StepInputs(
         batch=batch,
@@ -220,10 +233,15 @@ def forward(
     for i, layer_weights in enumerate(weights.layers):
         x = _layer(x, layer_weights, i, step, arch, cache)
     x = x.index_select(0, batch.logits_rows)
-    x = _rms_norm(x, weights.final_norm, arch.rms_norm_eps)
-    if x.shape[0] == 1 and weights.lm_head_t is not None:
-        return torch.mm(x, weights.lm_head_t).float()
-    return F.linear(x, weights.lm_head).float()
+    return _rms_norm(x, weights.final_norm, arch.rms_norm_eps)
+
+
+@torch.inference_mode()
+def project_logits(hidden: torch.Tensor, weights: ModelWeights) -> torch.Tensor:
+    """float32 logits [rows, vocab] of final hidden states [rows, hidden]."""
+    if hidden.shape[0] == 1 and weights.lm_head_t is not None:
+        return torch.mm(hidden, weights.lm_head_t).float()
+    return F.linear(hidden, weights.lm_head).float()
 
 
 @torch.inference_mode()

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 import torch
 from hf_reference import HfReference
 from mocker_cores import mocker_core
 
+from armature.engines.native import model_runner
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.engines.native.model_runner import _add_prompt_logprobs
 from armature.engines.native.request import RequestState
 from armature.engines.native.scheduler import ScheduledChunk
+from armature.model.weights import ModelWeights
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams, TokenLogprob
 
 TOP = 3
@@ -108,6 +112,32 @@ def test_chunked_prefill_gives_the_same(
     assert_equal_to_transformers(ref, long, logprobs)
 
 
+def test_a_chunk_s_logits_are_made_a_slice_at_a_time(
+    tiny: tuple[Path, HfReference], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's prompt rows are projected to logits PROMPT_LOGITS_ROWS at a time (a whole
+    chunk's logits at once took chunk x vocab x 4 bytes): the same logprobs, and no
+    projection of more rows than the slice."""
+    model_dir, ref = tiny
+    monkeypatch.setattr(model_runner, "PROMPT_LOGITS_ROWS", 5)
+    projected: list[int] = []
+    project = model_runner.project_logits
+
+    def recording(hidden: torch.Tensor, weights: ModelWeights) -> torch.Tensor:
+        projected.append(hidden.shape[0])
+        return project(hidden, weights)
+
+    monkeypatch.setattr(model_runner, "project_logits", recording)
+    long, other = prompts_of([100, 40], seed=2)
+    core = engine(model_dir, max_num_batched_tokens=33)
+    outputs = run(core, [request("other", other, None), request("long", long)])
+    logprobs = outputs["long"][0].prompt_logprobs
+    assert logprobs is not None
+    assert_equal_to_transformers(ref, long, logprobs)
+    assert max(projected) == 5  # 2 at most where a step samples (other, long)
+    assert sum(n for n in projected if n) >= 99
+
+
 def test_a_cached_prompt_is_computed_again_and_its_blocks_stay_cached(
     tiny: tuple[Path, HfReference],
 ) -> None:
@@ -185,12 +215,13 @@ def test_a_prompt_computed_again_restarts_its_logprobs() -> None:
         arrival_index=0,
         prompt_logprobs=[],
     )
-    logits = torch.zeros(4, 16)
-    _add_prompt_logprobs([ScheduledChunk(state, 0, 3)], logits[:3])  # positions 0-2
+    hidden = torch.zeros(4, 8)
+    weights = cast(ModelWeights, SimpleNamespace(lm_head=torch.zeros(16, 8), lm_head_t=None))
+    _add_prompt_logprobs([ScheduledChunk(state, 0, 3)], hidden[:3], weights)  # positions 0-2
     assert [lp.token_id for lp in state.prompt_logprobs or []] == [6, 7, 8]
-    _add_prompt_logprobs([ScheduledChunk(state, 0, 2)], logits[:2])  # preempted: again
+    _add_prompt_logprobs([ScheduledChunk(state, 0, 2)], hidden[:2], weights)  # preempted
     assert [lp.token_id for lp in state.prompt_logprobs or []] == [6, 7]
-    _add_prompt_logprobs([ScheduledChunk(state, 2, 3)], logits[:2])  # the last chunk
+    _add_prompt_logprobs([ScheduledChunk(state, 2, 3)], hidden[:2], weights)  # the last chunk
     assert [lp.token_id for lp in state.prompt_logprobs or []] == [6, 7, 8, 9]
     assert [lp.logprob for lp in state.prompt_logprobs or []] == [
         pytest.approx(-2.7726, abs=1e-4)

@@ -17,13 +17,19 @@ from armature.kv.hashing import hash_seed_for_salt
 from armature.model.arch import ModelArch, read_arch
 from armature.model.decode_groups import split_by_context
 from armature.model.dtypes import torch_dtype
-from armature.model.forward import DecodeBatch, ForwardBatch, PrefillSpan, forward
+from armature.model.forward import (
+    DecodeBatch,
+    ForwardBatch,
+    PrefillSpan,
+    forward_hidden,
+    project_logits,
+)
 from armature.model.kv_cache import PagedKvCache
 from armature.model.lora import LoraWeights, load_lora
 from armature.model.lora_batch import group_lora_rows
 from armature.model.lora_names import check_lora_name
 from armature.model.rope import build_rope_tables
-from armature.model.weights import load_weights
+from armature.model.weights import ModelWeights, load_weights
 from armature.protocols.lora import LoraAdapter
 from armature.transfer.blocks import KvBlockStore
 
@@ -35,6 +41,9 @@ __all__ = ["TorchModelRunner", "read_served_lora"]
 # not tuned (bench/decode_groups.py measures a two-group batch against an equal one)
 DECODE_GROUP_TOKENS = 64
 MAX_DECODE_GROUPS = 4
+# prompt rows projected to logits at once (a scored prompt): 256 x vocab x 4 bytes, 50 MB at a
+# 49k vocabulary, where a whole chunk's took 200 MB at the default 1,024-token chunk
+PROMPT_LOGITS_ROWS = 256
 
 
 def read_served_lora(
@@ -135,15 +144,17 @@ class TorchModelRunner:
         after each of their chunk's positions appended (`RequestState.prompt_logprobs`)."""
         ordered = _batch_order(chunks)
         batch = self.build_batch(ordered)
-        logits = forward(batch, self.weights, self.arch, self.rope, self.cache)
+        hidden = forward_hidden(batch, self.weights, self.arch, self.rope, self.cache)
         # the batch holds prefills, then decodes by context length; give the rows back in
         # chunk order
         completing = [c for c in chunks if c.completes_sequence]
         in_batch = [c for c in ordered if c.completes_sequence]
         position = {id(c): i for i, c in enumerate(in_batch)}
         index = torch.tensor([position[id(c)] for c in completing], dtype=torch.long)
-        if logits.shape[0] > len(in_batch):
-            _add_prompt_logprobs(ordered, logits[len(in_batch) :])
+        if hidden.shape[0] > len(in_batch):  # prompt rows: their logits a slice at a time
+            _add_prompt_logprobs(ordered, hidden[len(in_batch) :], self.weights)
+            hidden = hidden[: len(in_batch)]
+        logits = project_logits(hidden, self.weights)
         return logits[index.to(logits.device)].cpu()
 
 
@@ -157,9 +168,14 @@ def _prompt_positions(chunk: ScheduledChunk) -> range:
     return range(chunk.start_pos, end)
 
 
-def _add_prompt_logprobs(ordered: list[ScheduledChunk], logits: torch.Tensor) -> None:
-    """Extend each request's prompt logprobs from its rows of `logits` (the prompt rows of
-    `build_batch`, in batch order). A prompt computed again (preempted) starts over."""
+def _add_prompt_logprobs(
+    ordered: list[ScheduledChunk], hidden: torch.Tensor, weights: ModelWeights
+) -> None:
+    """Extend each request's prompt logprobs from its rows of `hidden` (the final hidden
+    states of the prompt rows of `build_batch`, in batch order), projected to logits
+    PROMPT_LOGITS_ROWS at a time: a whole chunk's logits at once took chunk x vocab x 4 bytes
+    (and as much again for their log-softmax). A prompt computed again (preempted) starts
+    over."""
     first_row = 0
     for chunk in ordered:
         positions = _prompt_positions(chunk)
@@ -167,12 +183,15 @@ def _add_prompt_logprobs(ordered: list[ScheduledChunk], logits: torch.Tensor) ->
             continue
         req = chunk.request
         assert req.prompt_logprobs is not None
-        rows = logits[first_row : first_row + len(positions)]
-        first_row += len(positions)
-        targets = [req.token_ids[p + 1] for p in positions]
         del req.prompt_logprobs[chunk.start_pos :]
         assert len(req.prompt_logprobs) == chunk.start_pos, "a prompt is computed in order"
-        req.prompt_logprobs += prompt_logprobs(rows, targets, req.sampling.prompt_logprobs or 0)
+        num_top = req.sampling.prompt_logprobs or 0
+        for start in range(0, len(positions), PROMPT_LOGITS_ROWS):
+            part = positions[start : start + PROMPT_LOGITS_ROWS]
+            rows = hidden[first_row + start : first_row + start + len(part)]
+            targets = [req.token_ids[p + 1] for p in part]
+            req.prompt_logprobs += prompt_logprobs(project_logits(rows, weights), targets, num_top)
+        first_row += len(positions)
 
 
 def _padded(block_ids: list[int], length: int) -> list[int]:
