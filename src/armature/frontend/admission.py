@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterable
 from armature.errors import ArmatureError
 from armature.router.pressure import OverloadThresholds, WorkerPressure
 
-__all__ = ["AdmissionGate", "Overloaded"]
+__all__ = ["SHUTTING_DOWN", "AdmissionGate", "Overloaded"]
+
+SHUTTING_DOWN = "the server is shutting down and its grace ended: retry the request"
 
 
 class Overloaded(ArmatureError):
@@ -45,6 +47,7 @@ class AdmissionGate:
         self._sequence = itertools.count()
         self._pump: asyncio.Task[None] | None = None
         self.num_rejected = 0
+        self.closed = False  # a shutdown's grace is ending: nobody waits any more
 
     @property
     def num_queued(self) -> int:
@@ -58,6 +61,8 @@ class AdmissionGate:
         config = self.thresholds.config
         if not config.enabled or (not self._waiters and self.has_capacity()):
             return
+        if self.closed:
+            raise self._shutting_down()
         if self.num_queued >= config.max_queued_requests:
             self.num_rejected += 1
             raise Overloaded(
@@ -82,6 +87,19 @@ class AdmissionGate:
         finally:
             if not future.done():
                 future.cancel()  # the caller left (client gone): its place is given up
+
+    def close(self) -> None:
+        """A shutdown's grace is about to end: every waiter, and any request that would
+        wait, gets a 503 now (they were cut with the connection, with no answer)."""
+        self.closed = True
+        for *_, future in self._waiters:
+            if not future.done():
+                self.num_rejected += 1
+                future.set_exception(self._shutting_down())
+        self._waiters.clear()
+
+    def _shutting_down(self) -> Overloaded:
+        return Overloaded(SHUTTING_DOWN, "shutting_down", 1)  # another replica may serve it
 
     def _retry_after_s(self) -> int:
         return max(1, math.ceil(min(self.thresholds.config.queue_timeout_s, 5.0)))

@@ -83,7 +83,7 @@ def build_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
     if api_keys is not None:  # added last: runs first, so unauthenticated bodies go unread
         app.add_middleware(ApiKeyMiddleware, keys=api_keys, protect_metrics=protect_metrics)
-    app.state.service = parts.service
+    app.state.begin_closing = functools.partial(_begin_closing, parts)
 
     def count_rejected(request: Request, status: int) -> None:
         endpoint = ENDPOINTS.get(request.url.path)
@@ -97,6 +97,13 @@ def build_app(
     _add_admin_routes(app, parts)
     add_lora_routes(app, parts)
     return app
+
+
+def _begin_closing(parts: FrontendParts) -> None:
+    """A shutdown's grace is about to end: what is in flight, and what waits for a busy
+    fleet, is answered now (503, or a stream's error ending) while it still can be."""
+    parts.gate.close()
+    parts.service.begin_closing()
 
 
 def _lifespan(parts: FrontendParts, background: Sequence[Background]) -> Callable[[FastAPI], Any]:

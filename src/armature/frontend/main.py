@@ -64,7 +64,7 @@ class GracefulServer(uvicorn.Server):
 def make_server(app: FastAPI, http: HttpConfig) -> uvicorn.Server:
     """The server of `app` (built by `build_app`): it ends the requests in flight cleanly
     when a shutdown's grace is about to end, and a failed background task stops it."""
-    server = GracefulServer(uvicorn_config(app, http), app.state.service.begin_closing)
+    server = GracefulServer(uvicorn_config(app, http), app.state.begin_closing)
     app.state.stop_serving = functools.partial(setattr, server, "should_exit", True)
     return server
 

@@ -17,6 +17,7 @@ from fastapi import Request
 
 from armature.engines.api import EngineDeadError
 from armature.errors import ArmatureError
+from armature.frontend.admission import SHUTTING_DOWN
 from armature.frontend.chat_output import ChatOutput, ChatPiece, chat_message
 from armature.frontend.choices import fork_streams, top_by_score
 from armature.frontend.errors import error_body
@@ -47,9 +48,6 @@ __all__ = ["ClientDisconnectedError", "OpenAIService", "unless_disconnected"]
 _T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
-
-
-SHUTTING_DOWN = "the server is shutting down and its grace ended: retry the request"
 
 
 class ClientDisconnectedError(ArmatureError):

@@ -88,3 +88,23 @@ async def test_a_cancelled_waiter_gives_up_its_place() -> None:
     await asyncio.gather(first, return_exceptions=True)
     assert gate.num_queued == 0
     await gate.stop()
+
+
+async def test_closing_answers_every_waiter_and_whoever_would_wait() -> None:
+    """A shutdown's grace ends: the waiters were cut with their connections; each gets a
+    503 now, and a request that would wait gets one at once (one with room still passes)."""
+    workers = Workers()  # both busy
+    gate = AdmissionGate(
+        OverloadThresholds(OverloadConfig(busy_kv_usage=0.9, busy_prefill_tokens=100)), workers
+    )
+    waiters = [asyncio.ensure_future(gate.admit(priority)) for priority in (0, 1)]
+    await wait_until(lambda: gate.num_queued == 2, "both queued")
+    gate.close()
+    for outcome in await asyncio.gather(*waiters, return_exceptions=True):
+        assert isinstance(outcome, Overloaded) and outcome.code == "shutting_down"
+    with pytest.raises(Overloaded, match="shutting down"):
+        await gate.admit()
+    assert gate.num_queued == 0 and gate.num_rejected == 2
+    workers.pressures = [WorkerPressure(0.1, 0)]
+    await asyncio.wait_for(gate.admit(), 1)  # room: it goes on (the service ends it)
+    await gate.stop()

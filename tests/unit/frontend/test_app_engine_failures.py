@@ -13,12 +13,13 @@ import httpx
 import pytest
 from frontend_fakes import IdleEngine
 
-from armature.config import RouterConfig
+from armature.config import OverloadConfig, RouterConfig
 from armature.engines.api import EngineDeadError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.compose import compose_frontend
 from armature.frontend.preprocess import Preprocessor
-from armature.protocols.engine import EngineOutput, EngineRequest, FinishReason
+from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, FinishReason
+from polling import wait_until
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
@@ -193,3 +194,48 @@ async def test_a_failed_background_task_stops_the_serving(preprocessor: Preproce
     async with app.router.lifespan_context(app):
         await asyncio.wait_for(failed.wait(), 30)
         assert isinstance(app.state.background_failure, OSError)
+
+
+class BusyEngine(IdleEngine):
+    """An engine with more prompt tokens queued than any overload threshold lets by."""
+
+    def get_load(self) -> EngineLoad:
+        return EngineLoad(
+            num_active_blocks=0,
+            num_total_blocks=1 << 20,
+            num_waiting=1,
+            num_running=1,
+            num_prefill_tokens_queued=10_000,
+        )
+
+
+async def test_requests_waiting_for_a_busy_fleet_are_answered_when_the_grace_ends(
+    preprocessor: Preprocessor,
+) -> None:
+    """A shutdown's grace ends with requests in the overload queue: they were cut with the
+    connection, no answer; now a 503 in OpenAI's format that says to retry."""
+    parts = compose_frontend(
+        engines={"w0": BusyEngine()},  # type: ignore[dict-item]
+        router_config=RouterConfig(),
+        preprocessor=preprocessor,
+        model=ServedModel("m", 2048, 0),
+        overload=OverloadConfig(busy_prefill_tokens=100, queue_timeout_s=600),
+    )
+    app = build_app(parts)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+        waiting = [
+            asyncio.ensure_future(c.post("/v1/completions", json={**body, "stream": stream}))
+            for stream in (False, True)
+        ]
+        await wait_until(lambda: parts.gate.num_queued == 2, "both requests queued")
+        app.state.begin_closing()
+        for answer in await asyncio.wait_for(asyncio.gather(*waiting), 10):
+            assert answer.status_code == 503
+            assert answer.json()["error"]["code"] == "shutting_down"
+            assert "shutting down" in answer.json()["error"]["message"]
+            assert answer.headers["Retry-After"] == "1"
+        assert parts.gate.num_queued == 0
+        late = await c.post("/v1/completions", json=body)  # one more: no wait, a 503
+        assert late.status_code == 503 and late.json()["error"]["code"] == "shutting_down"
