@@ -7,8 +7,10 @@ frontend that routed it; its prefix index), never for a time."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -315,3 +317,55 @@ def test_serve_runs_replicas_on_one_port(default_model_dir: Path, tmp_path: Path
         routed = {sum(decisions(url).values()) for _ in range(40)}
         assert 0 not in routed and 24 not in routed, routed
         assert sum(routed) == 24 if len(routed) == 2 else routed == {12}, routed
+
+
+def children_of(pid: int) -> dict[int, str]:
+    """The live child processes of `pid`: their pid -> the armature command they run."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        ppid = int(re.search(r"^PPid:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+        state = re.search(r"^State:\s+(\S)", status, re.M).group(1)  # type: ignore[union-attr]
+        if ppid == pid and state != "Z" and b"armature.cli" in argv:
+            found[int(entry.name)] = argv[argv.index(b"armature.cli") + 1].decode()
+    return found
+
+
+def test_serve_starts_again_a_replica_or_worker_that_failed(
+    default_model_dir: Path, tmp_path: Path
+) -> None:
+    """A frontend replica and a worker killed outright (the OOM killer's SIGKILL): serve
+    went on with fewer, silently; it logs each and starts it again, and the fleet serves
+    every request after."""
+    args = ["--engine", "mocker", "--workers", "2", "--frontends", "2"]
+    args += ["--served-model-name", SERVED_MODEL_NAME]
+    started: list[subprocess.Popen[bytes]] = []
+    with running_server(default_model_dir, tmp_path, args, started=started) as url:
+        serve = started[0].pid
+        wait_until(lambda: peers(url) == 1, "a replica that hears from the other")
+        before = children_of(serve)
+        assert sorted(before.values()) == ["frontend", "worker", "worker"]
+        replica = next(pid for pid, kind in before.items() if kind == "frontend")
+        worker = next(pid for pid, kind in before.items() if kind == "worker")
+        os.kill(replica, signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
+
+        def replaced() -> bool:
+            now = children_of(serve)
+            return sorted(now.values()) == ["frontend", "worker", "worker"] and not (
+                {replica, worker} & set(now)
+            )
+
+        wait_until(replaced, "the killed replica and worker started again")
+        wait_until(lambda: peers(url) == 1, "the new replica heard from")
+        for i in range(16):
+            complete(url, f"request {i} after the restarts")
+        log = (tmp_path / "stderr.log").read_text()
+        assert f"frontend replica 1 (pid {replica}) failed (exit code -9)" in log
+        assert re.search(rf"worker \d \(agg\) \(pid {worker}\) failed \(exit code -9\)", log)

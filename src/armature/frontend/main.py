@@ -26,6 +26,7 @@ from armature.errors import ConfigError
 from armature.frontend.app import ServedModel, build_app
 from armature.frontend.auth import load_api_keys
 from armature.frontend.chat_setup import load_chat_setup
+from armature.frontend.children import ChildWatch
 from armature.frontend.compose import FrontendParts, compose_frontend
 from armature.frontend.fleet import WorkerFleet
 from armature.frontend.replicas import LoadSharing
@@ -66,6 +67,7 @@ def make_server(app: FastAPI, http: HttpConfig) -> uvicorn.Server:
     when a shutdown's grace is about to end, and a failed background task stops it."""
     server = GracefulServer(uvicorn_config(app, http), app.state.begin_closing)
     app.state.stop_serving = functools.partial(setattr, server, "should_exit", True)
+    app.state.is_stopping = lambda: bool(server.should_exit)  # SIGINT/SIGTERM came
     return server
 
 
@@ -159,16 +161,23 @@ def _compose(config: FrontendConfig, served: WorkerCard) -> FrontendParts:
     )
 
 
+def _is_stopping(app: FastAPI) -> bool:
+    """Whether the server of `app` (`make_server`'s) was told to stop."""
+    is_stopping = getattr(app.state, "is_stopping", None)
+    return is_stopping is not None and bool(is_stopping())
+
+
 def run_frontend(
     config: FrontendConfig,
     *,
     min_workers: int = 1,
     worker_processes: Sequence[subprocess.Popen[bytes]] = (),
     listen_socket: socket.socket | None = None,
+    children: ChildWatch | None = None,
 ) -> None:
     """Serve the OpenAI API over the workers in discovery, following joins and leaves, on
     `listen_socket` (`serve` reserves it before starting its workers) or on a socket bound
-    to `config.http` now."""
+    to `config.http` now. `children` (serve's processes) are kept running while it serves."""
     api_keys = load_api_keys(config.security)
     check_bindable("--replica-host", config.replicas.replica_host)
     if listen_socket is None:
@@ -211,9 +220,13 @@ def run_frontend(
             await event_plane.close()
             await discovery.close()
 
+    background = [follow_discovery]
+    if children is not None:
+        children.stopping = lambda: _is_stopping(app)
+        background.append(children.run)
     app = build_app(
         parts,
-        background=[follow_discovery],
+        background=background,
         api_keys=api_keys,
         protect_metrics=config.security.protect_metrics,
         max_request_bytes=config.http.max_request_bytes,

@@ -5,9 +5,10 @@ so every worker setting `serve` took reaches the workers. With `--frontends N`, 
 `armature frontend` processes (`to_argv` of this frontend's config) serve the same port
 beside this one: each listens on a socket of its own with SO_REUSEPORT (the kernel spreads
 connections over them; one that dies takes only its own queued connections), and they share
-their in-flight load over the fleet's event plane (frontend/replicas.py). The children die
-with this process (SIGTERM on exit, and the kernel's parent-death signal should it be killed
-outright); no registration outlives it. The private directory lies where the OS cleans up;
+their in-flight load over the fleet's event plane (frontend/replicas.py). A child that fails
+while the fleet serves is started again (frontend/children.py). The children die with this
+process (SIGTERM on exit, and the kernel's parent-death signal should it be killed outright);
+no registration outlives it. The private directory lies where the OS cleans up;
 a serve killed outright leaves it to its workers, which remove it as they stop, and one left
 when the workers were killed outright too is removed by the next serve to start
 (serve_dir.py)."""
@@ -24,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +42,7 @@ from armature.config import (
 )
 from armature.engines.registry import get_kind
 from armature.engines.spec import resolve_engine_model
+from armature.frontend.children import Child, ChildWatch
 from armature.frontend.main import run_frontend
 from armature.frontend.serve_dir import create_serve_dir, remove_stale_serve_dirs, serve_dir_root
 from armature.model.source import ResolvedModel
@@ -200,13 +203,13 @@ def _serve_fleet(
     log.info("the workers meet in %s", directory)
     # a fresh secret per run: only this frontend and its workers speak on their planes
     runtime = fleet_runtime(directory, secrets.token_hex(16))
-    workers: list[subprocess.Popen[bytes]] = []
-    frontends: list[subprocess.Popen[bytes]] = []
+    workers: list[Child] = []
+    frontends: list[Child] = []
     try:
         env = worker_environment(runtime)
-        for worker in worker_configs(config, runtime, model):
-            command = worker_command(worker)
-            workers.append(subprocess.Popen(command, preexec_fn=_die_with_parent, env=env))
+        for index, worker in enumerate(worker_configs(config, runtime, model)):
+            name = f"worker {index} ({worker.process.role})"
+            workers.append(_start_child(name, worker_command(worker), env))
         frontend = FrontendConfig(
             runtime=runtime,
             router=config.router,
@@ -221,24 +224,29 @@ def _serve_fleet(
             seed=config.engine.seed,
         )
         replica = replica_config(frontend, listen_socket.getsockname()[1])
-        for _ in range(config.frontends - 1):
-            frontends.append(
-                subprocess.Popen(
-                    frontend_command(replica),
-                    preexec_fn=_die_with_parent,
-                    env=frontend_environment(replica),
-                )
-            )
+        for index in range(1, config.frontends):
+            command, replica_env = frontend_command(replica), frontend_environment(replica)
+            frontends.append(_start_child(f"frontend replica {index}", command, replica_env))
         run_frontend(
             frontend,
             min_workers=len(workers),
-            worker_processes=workers,
+            worker_processes=[w.proc for w in workers],
             listen_socket=listen_socket,
+            children=ChildWatch([*workers, *frontends], _start_process),
         )
     finally:
-        _stop(frontends)  # first: their requests drain while the workers still serve
-        _stop(workers)
+        # the replicas first: their requests drain while the workers still serve
+        _stop([c.proc for c in frontends])
+        _stop([c.proc for c in workers])
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _start_process(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, preexec_fn=_die_with_parent, env=env)
+
+
+def _start_child(name: str, command: list[str], env: dict[str, str]) -> Child:
+    return Child(name, command, env, _start_process(command, env), time.monotonic())
 
 
 def replica_config(frontend: FrontendConfig, port: int) -> FrontendConfig:

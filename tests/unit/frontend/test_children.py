@@ -1,0 +1,133 @@
+"""`serve`'s processes kept running (ChildWatch) with real child processes and a hand-moved
+clock: a failed child starts again after a wait that doubles while it keeps failing soon
+after its start, and resets once it ran long; one stopped cleanly or by SIGTERM stays
+stopped; nothing starts once the fleet is stopping."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from armature.frontend.children import FIRST_WAIT_S, STABLE_S, Child, ChildWatch
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def exiting(code: int) -> list[str]:
+    return [sys.executable, "-c", f"import sys; sys.exit({code})"]
+
+
+SLEEPING = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+class Starts:
+    """Starts real processes, every one recorded (all ended at the test's end)."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __call__(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(command, env=env)
+        self.procs.append(proc)
+        return proc
+
+    def child(self, name: str, command: list[str], clock: Clock) -> Child:
+        return Child(name, command, {}, self(command, {}), clock())
+
+    def end(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def starts() -> Iterator[Starts]:
+    s = Starts()
+    yield s
+    s.end()
+
+
+def test_a_failed_child_starts_again_with_a_doubling_wait(
+    starts: Starts, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="armature")
+    clock = Clock()
+    child = starts.child("worker 0 (aggregated)", exiting(3), clock)
+    watch = ChildWatch([child], starts, clock=clock)
+    child.proc.wait()
+    first_pid = child.proc.pid
+    watch.check()  # noticed: it starts again in FIRST_WAIT_S
+    assert (child.restart_at_s, watch.num_restarts) == (FIRST_WAIT_S, 0)
+    assert (
+        f"worker 0 (aggregated) (pid {first_pid}) failed (exit code 3); starting it again in 1 s"
+        in caplog.text
+    )
+    clock.now_s = FIRST_WAIT_S - 0.01
+    watch.check()
+    assert watch.num_restarts == 0 and child.proc.pid == first_pid
+    clock.now_s = FIRST_WAIT_S
+    watch.check()
+    assert watch.num_restarts == 1 and child.proc.pid != first_pid and child.restart_at_s is None
+    assert f"worker 0 (aggregated) started again (pid {child.proc.pid})" in caplog.text
+    child.proc.wait()  # fails again at once: the wait doubles
+    clock.now_s = 2.0
+    watch.check()
+    assert child.restart_at_s == 2.0 + 2 * FIRST_WAIT_S
+    clock.now_s = 4.0
+    watch.check()
+    child.proc.wait()
+    clock.now_s = 4.0 + STABLE_S  # it ran long before it failed: the first wait again
+    watch.check()
+    assert child.restart_at_s == 4.0 + STABLE_S + FIRST_WAIT_S
+    assert watch.num_restarts == 2
+
+
+@pytest.mark.parametrize("how", ["code 0", "SIGTERM", "SIGINT"])
+def test_a_child_stopped_on_purpose_stays_stopped(
+    starts: Starts, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    command = exiting(0) if how == "code 0" else SLEEPING
+    child = starts.child("frontend replica 1", command, clock)
+    if how != "code 0":
+        child.proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+    child.proc.wait()
+    watch = ChildWatch([child], starts, clock=clock)
+    for clock.now_s in (0.0, 100.0, 1000.0):
+        watch.check()
+    assert child.stopped and watch.num_restarts == 0 and len(starts.procs) == 1
+    assert "frontend replica 1" in caplog.text and "not started again" in caplog.text
+
+
+def test_nothing_starts_once_the_fleet_is_stopping(starts: Starts) -> None:
+    clock = Clock()
+    stopping = False
+    child = starts.child("worker 1 (decode)", exiting(1), clock)
+    watch = ChildWatch([child], starts, stopping=lambda: stopping, clock=clock)
+    child.proc.wait()
+    watch.check()
+    stopping = True  # SIGTERM reached serve while the child waited to start again
+    clock.now_s = 100.0
+    watch.check()
+    assert watch.num_restarts == 0 and len(starts.procs) == 1
+
+
+def test_a_running_child_is_left_alone(starts: Starts) -> None:
+    clock = Clock()
+    child = starts.child("worker 0 (aggregated)", SLEEPING, clock)
+    watch = ChildWatch([child], starts, clock=clock)
+    for clock.now_s in (0.0, 1.0, 1000.0):
+        watch.check()
+    assert child.proc.poll() is None and child.restart_at_s is None and not child.stopped
