@@ -75,6 +75,12 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     guide: Guide | None = None  # structured output: what the output must match (guide.py)
 
     @property
+    def computes_whole_prompt(self) -> bool:
+        """Whether every prompt position is computed (its logprobs are wanted): no cached
+        prefix serves it, wherever it goes."""
+        return self.prompt_logprobs is not None
+
+    @property
     def uses_penalties(self) -> bool:
         """Whether any penalty or bias changes the logits."""
         return bool(

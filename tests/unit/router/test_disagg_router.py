@@ -147,6 +147,10 @@ async def test_conditional_disaggregation(tiny_llama_dir: Path, ref: HfReference
                 break
             await asyncio.sleep(0.01)
         assert router.decide_prefill(request("f", follow)) is PrefillDecision.LOCAL_SHORT_PREFILL
+        # the same follow-up scored computes its whole prompt: not short, a remote prefill
+        sampling = SamplingParams(max_tokens=NEW_TOKENS, prompt_logprobs=0)
+        scored = EngineRequest(request_id="s", prompt_token_ids=follow, sampling=sampling)
+        assert router.decide_prefill(scored) is PrefillDecision.REMOTE
         outs.append(await run(router, request("f", follow)))
         check_all(ref, [short, long, follow], outs)
         await settle(router)

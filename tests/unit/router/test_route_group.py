@@ -111,3 +111,28 @@ async def test_a_resumed_leg_counts_its_carried_output_as_prefill(tiny_llama_dir
         await stream.aclose()  # type: ignore[attr-defined]
     finally:
         await router.stop()
+
+
+async def test_scored_members_count_no_cached_prefix(tiny_llama_dir: Path) -> None:
+    """Members that want their prompt's logprobs compute all of it where they follow: the
+    router counted the first's prompt as cached there (its load, and the prefix hits it
+    reports, over-stated)."""
+    observer = Decisions()
+    workers = engines(tiny_llama_dir)
+    router = round_robin(workers, observer)
+    sampling = SamplingParams(max_tokens=3, temperature=0.0, prompt_logprobs=0)
+    try:
+        group = RouteGroup()
+        outputs = [
+            await run(
+                router,
+                EngineRequest(request_id=f"s-{i}", prompt_token_ids=PROMPT, sampling=sampling),
+                group,
+            )
+            for i in range(3)
+        ]
+        assert observer.made == [(group.worker, 0)] * 3
+        assert [o.num_cached_tokens for o in outputs] == [0, 0, 0]
+        assert all(o.prompt_logprobs is not None for o in outputs)
+    finally:
+        await router.stop()
