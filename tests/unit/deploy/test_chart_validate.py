@@ -50,6 +50,12 @@ def test_a_values_mistake_stops_the_render() -> None:
     # through the Service the planner would read one replica's metrics, at random
     with pytest.raises(HelmRenderError, match=r"keep frontend\.replicas at 1"):
         render({**CASES["planner-agg"], **CASES["frontend-replicas"]})
+    # an in-chart server that nothing would use (the processes stayed on their defaults)
+    with pytest.raises(HelmRenderError, match=r"set runtime\.discovery to etcd"):
+        render({"etcd": {"enabled": True}})
+    with pytest.raises(HelmRenderError, match=r"set runtime\.request-plane or"):
+        render({"nats": {"enabled": True}})
+    render({"nats": {"enabled": True}, "runtime": {"event-plane": "nats"}})  # one plane is a use
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)

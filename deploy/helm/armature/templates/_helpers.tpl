@@ -99,6 +99,12 @@ nothing, a switch its flag when true, a list one comma-joined value. */}}
 {{/* The runtime flags, with the in-chart etcd and NATS filled in where enabled and unset. */}}
 {{- define "armature.runtimeFlags" -}}
 {{- $runtime := deepCopy .Values.runtime -}}
+{{- if and .Values.etcd.enabled (ne (index $runtime "discovery") "etcd") -}}
+{{- fail "etcd.enabled runs an etcd no process would use: set runtime.discovery to etcd, or leave etcd.enabled false" -}}
+{{- end -}}
+{{- if and .Values.nats.enabled (ne (toString (index $runtime "request-plane")) "nats") (ne (toString (index $runtime "event-plane")) "nats") -}}
+{{- fail "nats.enabled runs a NATS no process would use: set runtime.request-plane or runtime.event-plane to nats, or leave nats.enabled false" -}}
+{{- end -}}
 {{- if and .Values.etcd.enabled (not (index $runtime "etcd-endpoints")) -}}
 {{- $_ := set $runtime "etcd-endpoints" (printf "http://%s-etcd:2379" (include "armature.fullname" .)) -}}
 {{- end -}}
