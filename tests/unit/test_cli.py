@@ -98,6 +98,24 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
             "--kv-remote-offload needs --kv-remote",
         ),
         (["replay", "--synthetic", "multi-turn", "--kv-host-bytes", "1MiB"], "below one KV block"),
+        # a tier's count past the index's integers (the frontend's event sync failed on it in
+        # a loop, a traceback each round) and a listing wait past what a wait can take
+        (
+            ["replay", "--synthetic", "multi-turn", "--kv-disk-blocks", str(2**63)],
+            "--kv-disk-blocks: must be at most 2,147,483,646",
+        ),
+        (
+            ["replay", "--synthetic", "multi-turn", "--kv-disk-bytes", "10000000000000TiB"],
+            "--kv-disk-bytes holds",
+        ),
+        (
+            ["replay", "--synthetic", "multi-turn", "--kv-host-bytes", "10000000000000TiB"],
+            "--kv-host-bytes holds",
+        ),
+        (
+            ["serve", "--kv-remote", "file:///tmp", "--kv-remote-refresh-s", "1e10"],
+            "--kv-remote-refresh-s: must be at most 86400",
+        ),
         (["replay", "--synthetic", "multi-turn", "--kv-host-bandwidth-gbps", "0"], "positive"),
         (["replay", "--synthetic", "multi-turn", "--kv-disk-dir", "/tmp"], "unrecognized"),
         (["replay", "--synthetic", "multi-turn", "--shape-factor", "0.5"], "must be >= 1"),

@@ -13,7 +13,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from armature.config.settings import setting
-from armature.config.values import non_empty, parse_bytes, positive_float, positive_int
+from armature.config.values import (
+    MAX_KV_BLOCKS,
+    float_at_most,
+    non_empty,
+    parse_bytes,
+    positive_float,
+    tier_blocks,
+)
 from armature.errors import ConfigError
 
 __all__ = [
@@ -29,6 +36,7 @@ DEFAULT_ONBOARD_MAX_INFLIGHT_BYTES = 1 << 30
 DEFAULT_HOST_BANDWIDTH_GBPS = 25.0  # PCIe Gen4 x16 (32 GB/s) at ~80%: pinned block copies
 DEFAULT_DISK_BANDWIDTH_GBPS = 5.0  # one NVMe Gen4 SSD (~7 GB/s sequential), a file per block
 DEFAULT_REMOTE_BANDWIDTH_GBPS = 2.5  # one worker's share of a network store (~20 Gb/s)
+MAX_REMOTE_REFRESH_S = 86_400.0  # a listing a day: longer is a typo (and past a wait's range)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +49,7 @@ class KvTierConfig:
         parse=parse_bytes,
     )
     kv_host_blocks: int | None = setting(
-        None, "G2 capacity in blocks (overrides --kv-host-bytes)", parse=positive_int
+        None, "G2 capacity in blocks (overrides --kv-host-bytes)", parse=tier_blocks
     )
     kv_disk_dir: str | None = setting(
         None,
@@ -53,7 +61,7 @@ class KvTierConfig:
         None, "G3 capacity in bytes (with --kv-disk-dir; alone for the mocker)", parse=parse_bytes
     )
     kv_disk_blocks: int | None = setting(
-        None, "G3 capacity in blocks (overrides --kv-disk-bytes)", parse=positive_int
+        None, "G3 capacity in blocks (overrides --kv-disk-bytes)", parse=tier_blocks
     )
     kv_remote: str | None = setting(
         None,
@@ -67,7 +75,7 @@ class KvTierConfig:
     kv_remote_refresh_s: float = setting(
         10.0,
         "how often a worker lists the shared store for blocks other workers wrote there",
-        parse=positive_float,
+        parse=float_at_most(MAX_REMOTE_REFRESH_S),
     )
     kv_offload: str = setting(
         "evicted",
@@ -174,12 +182,12 @@ class KvTierConfig:
     def get_num_host_blocks(self, bytes_per_block: int) -> int:
         if self.kv_host_blocks is not None:
             return self.kv_host_blocks
-        return (self.kv_host_bytes or 0) // bytes_per_block
+        return _num_blocks("host", self.kv_host_bytes, bytes_per_block)
 
     def get_num_disk_blocks(self, bytes_per_block: int) -> int:
         if self.kv_disk_blocks is not None:
             return self.kv_disk_blocks
-        return (self.kv_disk_bytes or 0) // bytes_per_block
+        return _num_blocks("disk", self.kv_disk_bytes, bytes_per_block)
 
     def for_worker(self, index: int, num_workers: int) -> KvTierConfig:
         """Worker `index`'s tiers when one command starts `num_workers`: each gets its own
@@ -187,3 +195,15 @@ class KvTierConfig:
         if num_workers <= 1 or self.kv_disk_dir is None:
             return self
         return dataclasses.replace(self, kv_disk_dir=f"{self.kv_disk_dir}/worker-{index}")
+
+
+def _num_blocks(tier: str, num_bytes: int | None, bytes_per_block: int) -> int:
+    """The blocks --kv-`tier`-bytes holds; ConfigError past MAX_KV_BLOCKS (a tier's count,
+    like a cache's, must fit the index's integers)."""
+    num_blocks = (num_bytes or 0) // bytes_per_block
+    if num_blocks > MAX_KV_BLOCKS:
+        raise ConfigError(
+            f"--kv-{tier}-bytes holds {num_blocks:,} blocks of {bytes_per_block:,} bytes: at "
+            f"most {MAX_KV_BLOCKS:,}"
+        )
+    return num_blocks

@@ -92,9 +92,18 @@ MAX_KV_BLOCKS = 2**31 - 2
 
 def kv_blocks(text: str) -> int:
     """A count of KV blocks: positive, at most MAX_KV_BLOCKS."""
-    value = positive_int(text)
+    return _at_most_kv_blocks(positive_int(text), "32-bit block ids")
+
+
+def tier_blocks(text: str) -> int:
+    """A lower KV tier's capacity in blocks: positive, at most MAX_KV_BLOCKS, as a cache's
+    (the router's index counts a tier's blocks in machine integers)."""
+    return _at_most_kv_blocks(positive_int(text), "as many as a KV cache")
+
+
+def _at_most_kv_blocks(value: int, why: str) -> int:
     if value > MAX_KV_BLOCKS:
-        raise ConfigError(f"must be at most {MAX_KV_BLOCKS:,} (32-bit block ids), got {value:,}")
+        raise ConfigError(f"must be at most {MAX_KV_BLOCKS:,} ({why}), got {value:,}")
     return value
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import torch
 
@@ -47,6 +48,8 @@ def build_tier_manager(
         host = HostBlocks(layout, policy_config.num_host_blocks, g1_k.dtype, pin=pin)
     namespace = layout_namespace(model_name, layout)
     stores: dict[KvTier, BlockStore] = {}
+    if config.kv_disk_dir is not None and config.kv_remote is not None:
+        _check_apart(config.kv_disk_dir, config.kv_remote)
     if config.kv_disk_dir is not None:
         stores[KvTier.DISK] = _open_disk(Path(config.kv_disk_dir), namespace)
     if config.kv_remote is not None:
@@ -73,6 +76,21 @@ def build_tier_manager(
         if keys:
             log.info("KV %s tier: found %d blocks in %s", tier, len(keys), store.describe())
     return manager
+
+
+def _check_apart(disk_dir: str, remote_url: str) -> None:
+    """ConfigError when the disk tier's directory and a file:// shared store's overlap: the
+    disk tier deletes the files of the blocks it evicts, the shared store's among them."""
+    if urlsplit(remote_url).scheme != "file":
+        return
+    local = Path(disk_dir).resolve()
+    shared = Path(unquote(urlsplit(remote_url).path)).resolve()
+    if local == shared or shared in local.parents or local in shared.parents:
+        raise ConfigError(
+            f"--kv-disk-dir {disk_dir} and --kv-remote {remote_url} overlap: the disk tier "
+            "would delete the shared store's blocks as it evicts its own; give each a "
+            "directory of its own"
+        )
 
 
 def _open_disk(root: Path, namespace: str) -> DiskStore:

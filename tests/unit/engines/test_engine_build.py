@@ -64,3 +64,26 @@ def test_a_kv_cache_larger_than_memory_is_one_line(tiny_llama_dir: Path, tmp_pat
         )
         with pytest.raises(ConfigError, match=r"^out of memory while allocating the model, the KV"):
             get_kind("torch").build(spec)
+
+
+@pytest.mark.parametrize("remote", ["{disk}", "{disk}/..", "{disk}/shared"])
+def test_a_disk_tier_overlapping_a_shared_directory_is_refused(
+    tiny_llama_dir: Path, tmp_path: Path, remote: str
+) -> None:
+    """G3 and a file:// G4 in one directory (or one inside the other): the disk tier deleted
+    the shared store's files as it evicted its own blocks, and G4's loads failed."""
+    disk = tmp_path / "tiers"
+    spec = EngineSpec(
+        engine=EngineConfig(engine="torch", dtype="float32", device="cpu"),
+        kv=KvCacheConfig(num_kv_blocks=32),
+        transfer=TransferConfig(),
+        model=ResolvedModel(tiny_llama_dir, tiny_llama_dir.name),
+        worker_id="w",
+        tiers=KvTierConfig(
+            kv_disk_dir=str(disk),
+            kv_disk_blocks=64,
+            kv_remote="file://" + remote.format(disk=disk),
+        ),
+    )
+    with pytest.raises(ConfigError, match=r"^--kv-disk-dir .* overlap: the disk tier would"):
+        get_kind("torch").build(spec)
