@@ -163,6 +163,7 @@ class TierPolicy:
         self._lowest_local = local[-1] if local else None
         self._pending: list[BlockKey] = []  # a run of Stored keys not yet logged
         self._pending_tier: KvTier | None = None
+        self._unreadable: set[KvTier] = set()  # tiers whose store failed a read: not found
 
     # ---- reads -------------------------------------------------------------------------
     def get_tiers(self) -> list[KvTier]:
@@ -197,7 +198,9 @@ class TierPolicy:
         """The longest prefix of `seq_hashes` held in lower tiers, each block from the
         fastest tier that holds it (takes no pin)."""
         out: list[TierHit] = []
-        tiers = [self._tiers[t] for t in LOWER_TIERS if t in self._tiers]
+        tiers = [
+            self._tiers[t] for t in LOWER_TIERS if t in self._tiers and t not in self._unreadable
+        ]
         for seq_hash in seq_hashes:
             for tier in tiers:
                 entry = tier.entries.get(seq_hash)
@@ -285,6 +288,14 @@ class TierPolicy:
                 ops.append(DropOp(entry.key, KvTier.DISK))
 
     # ---- feedback from the shell -------------------------------------------------------
+    def set_readable(self, tier: KvTier, readable: bool) -> None:
+        """Whether `find` offers `tier`'s blocks: a store that failed a read (unreachable,
+        hung) is not read for a while; what it holds stays known."""
+        if readable:
+            self._unreadable.discard(tier)
+        else:
+            self._unreadable.add(tier)
+
     def on_write_failed(self, tier: KvTier, seq_hash: int, *, disable: bool) -> None:
         """The shell could not store `seq_hash` in `tier`: forget it (if still known; a pinned
         block stays until its loader refuses it); `disable` stops all further writes there

@@ -42,6 +42,7 @@ class LoadResult:
     elapsed_s: float
     # loader seconds per tier: its runs, plus the final wait for copies shared out per block
     tier_load_s: dict[KvTier, float] = field(default_factory=dict)
+    error: str | None = None  # with `failure`: what the store or the block check said
 
 
 class KvTiers(Protocol):

@@ -10,8 +10,11 @@ the policy asks for and loads blocks back into the engine's cache off the engine
 Every policy call happens on the engine thread. Writers and loaders only move bytes and
 report back through queues. A block waiting to be written stays readable from memory
 (`_pending`) until its store has it. A full or unreachable store disables that tier's writes
-with one log line; reads of what it holds go on. A block that fails its checks on load is
-refused: the policy forgets it, the rest of the prompt is computed and the count says why.
+with one log line; reads of what it holds go on. A read that fails for the store (unreachable,
+timed out) turns the tier's reads off for READS_OFF_S, doubling while they keep failing (each
+read of a hung store cost a request the store's whole timeout): one log line, and again when
+they come back. A block that fails its checks on load is refused: the policy forgets it, the
+rest of the prompt is computed and the count says why.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import count
 
@@ -38,6 +42,8 @@ __all__ = ["KvTierManager"]
 log = logging.getLogger(__name__)
 
 READ_AHEAD_BLOCKS = 32  # stored blocks a load reads at once
+READS_OFF_S = 10.0  # a tier's reads off after its store failed one; doubles while it fails
+MAX_READS_OFF_S = 300.0
 NUM_READER_THREADS = 8  # parallel reads of stored blocks (disk and store I/O overlap)
 
 
@@ -60,9 +66,11 @@ class KvTierManager(TierPolicyShell):
         max_inflight_bytes: int,
         num_loader_threads: int = 2,
         remote_refresh_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         """`remote_refresh_s`: how often the shared store (G4) is listed for blocks other
-        workers wrote (None: only at start)."""
+        workers wrote (None: only at start). `clock` times the pauses of a failing tier's
+        reads."""
         super().__init__(
             policy,
             bytes_per_block=mover.layout.bytes_per_block,
@@ -86,6 +94,10 @@ class KvTierManager(TierPolicyShell):
         self._listings: queue.SimpleQueue[list[BlockKey]] = queue.SimpleQueue()
         self._closing = threading.Event()
         self._lister: threading.Thread | None = None
+        # engine thread: tiers whose reads are off until a monotonic time, and the next wait
+        self.clock = clock
+        self._reads_off_until: dict[KvTier, float] = {}
+        self._reads_off_s: dict[KvTier, float] = {}
         if remote_refresh_s is not None and KvTier.EXTERNAL in stores:
             self._lister = threading.Thread(
                 target=self._list_remote,
@@ -119,6 +131,7 @@ class KvTierManager(TierPolicyShell):
         policy; the load results, oldest first."""
         self._settle_write_failures()
         self._take_listings()
+        self._turn_reads_back_on()
         results: list[LoadResult] = []
         while True:
             try:
@@ -135,12 +148,15 @@ class KvTierManager(TierPolicyShell):
         loaded = result.hits[: result.num_loaded]
         tier_load_s = result.tier_load_s if result.failure is None else None
         ops = self._onboarded(loaded, result.elapsed_s, tier_load_s)
+        for tier in {hit.tier for hit in loaded}:  # it answers: the next failure waits less
+            self._reads_off_s.pop(tier, None)
         rest = result.hits[result.num_loaded :]
         if rest:
             assert result.failure is not None
             self.counters.blocks_refused[result.failure] += 1
             if result.failure == "unavailable":  # the store, not the block: try it later
                 ops += self.policy.unpin(rest)
+                self._turn_reads_off(rest[0].tier, result.error)
             else:
                 log.warning(
                     "KV block %016x from %s refused (%s); computing it instead",
@@ -151,6 +167,29 @@ class KvTierManager(TierPolicyShell):
                 ops += self.policy.refuse(rest[0])
                 ops += self.policy.unpin(rest[1:])
         self._run(ops)
+
+    def _turn_reads_off(self, tier: KvTier, why: str | None) -> None:
+        if tier in self._reads_off_until:  # loads begun before it was turned off
+            return
+        wait_s = self._reads_off_s.get(tier, READS_OFF_S)
+        self._reads_off_until[tier] = self.clock() + wait_s
+        self._reads_off_s[tier] = min(MAX_READS_OFF_S, wait_s * 2)
+        self.policy.set_readable(tier, False)
+        log.warning(
+            "KV %s tier: reading %s failed (%s); not read for %g s, its blocks computed instead",
+            tier,
+            self.stores[tier].describe(),
+            why,
+            wait_s,
+        )
+
+    def _turn_reads_back_on(self) -> None:
+        now_s = self.clock()
+        for tier, until_s in list(self._reads_off_until.items()):
+            if now_s >= until_s:
+                del self._reads_off_until[tier]
+                self.policy.set_readable(tier, True)
+                log.info("KV %s tier: reading %s again", tier, self.stores[tier].describe())
 
     def _settle_write_failures(self) -> None:
         while True:
@@ -184,12 +223,12 @@ class KvTierManager(TierPolicyShell):
 
     # ---- loader threads ----------------------------------------------------------------
     def _load(self, job_id: int, hits: list[TierHit], g1_ids: list[int], started_s: float) -> None:
-        num_loaded, failure = 0, None
+        num_loaded, failure, error = 0, None, None
         tier_load_s: dict[KvTier, float] = {}
         try:
             while num_loaded < len(hits) and failure is None:
                 tier, run_started_s = hits[num_loaded].tier, time.perf_counter()
-                num_done, failure = self._load_run(hits, g1_ids, num_loaded)
+                num_done, failure, error = self._load_run(hits, g1_ids, num_loaded)
                 num_loaded += num_done
                 tier_load_s[tier] = tier_load_s.get(tier, 0.0) + time.perf_counter() - run_started_s
         except Exception:  # a bug must not leave its request waiting forever
@@ -203,23 +242,26 @@ class KvTierManager(TierPolicyShell):
                 tier_load_s[hit.tier] += waited_s / num_loaded
         finally:
             elapsed_s = time.perf_counter() - started_s
-            result = LoadResult(job_id, hits, g1_ids, num_loaded, failure, elapsed_s, tier_load_s)
+            result = LoadResult(
+                job_id, hits, g1_ids, num_loaded, failure, elapsed_s, tier_load_s, error
+            )
             self._finished.put(result)
             self._load_done.set()
 
     def _load_run(
         self, hits: list[TierHit], g1_ids: list[int], start: int
-    ) -> tuple[int, str | None]:
+    ) -> tuple[int, str | None, str | None]:
         """Load hits[start] and the hits of the same tier after it: host blocks as one copy,
         stored ones up to READ_AHEAD_BLOCKS at a time, read in parallel and applied in order.
-        Returns how many loaded and why the next one did not (None: it was not tried)."""
+        Returns how many loaded, why the next one did not (None: it was not tried) and what
+        the store or the check said."""
         tier = hits[start].tier
         end = start
         while end < len(hits) and hits[end].tier is tier:
             end += 1
         if tier is KvTier.HOST:
             self.mover.load_from_host([h.slot for h in hits[start:end]], g1_ids[start:end])
-            return end - start, None
+            return end - start, None, None
         run = hits[start : min(end, start + READ_AHEAD_BLOCKS)]
         reads = [self._readers.submit(self._read, tier, h.key.seq_hash) for h in run]
         for i, (hit, read) in enumerate(zip(run, reads, strict=True)):
@@ -228,8 +270,8 @@ class KvTierManager(TierPolicyShell):
             except (BlockRefusedError, StoreError) as exc:
                 for later in reads[i + 1 :]:
                     later.cancel()
-                return i, _failure(exc)
-        return len(run), None
+                return i, _failure(exc), str(exc)
+        return len(run), None, None
 
     def _read(self, tier: KvTier, seq_hash: int) -> bytes:
         with self._pending_lock:

@@ -157,10 +157,13 @@ class _TierCollector(Collector):
         yield from (ratio, usage, capacity, failures)
         refused = CounterMetricFamily(
             "armature_worker_kv_refused_blocks",
-            "Blocks a lower tier offered that failed their checks (computed instead)",
+            "Loads from a lower tier that stopped at a block (it and the rest computed "
+            "instead): the block failed its checks, was missing, or the store did not answer "
+            "(unavailable)",
             labels=["reason"],
         )
-        for reason in ("corrupt", "truncated", "foreign-layout", "wrong-hash", "missing"):
+        reasons = ("corrupt", "truncated", "foreign-layout", "wrong-hash", "missing")
+        for reason in (*reasons, "unavailable", "error"):
             refused.add_metric([reason], t.blocks_refused.get(reason, 0))
         yield refused
         yield _latency(t)

@@ -389,12 +389,17 @@ class EngineCore:
         the prefill-only steps so far, per lower tier the seconds to load a block back, and
         the lower tiers' capacities."""
         tiers = self.tiers
+        # requests waiting for their blocks to load from lower tiers wait too
+        onboarding = self.scheduler.onboarding
+        num_onboarding = len(onboarding) if onboarding is not None else 0
+        onboarding_tokens = onboarding.get_num_tokens_to_compute() if onboarding is not None else 0
         return EngineLoad(
             num_active_blocks=self.pool.get_num_active_blocks(),
             num_total_blocks=self.pool.num_blocks,
-            num_waiting=len(self.scheduler.waiting),
+            num_waiting=len(self.scheduler.waiting) + num_onboarding,
             num_running=len(self.scheduler.running),
-            num_prefill_tokens_queued=self.scheduler.get_num_prefill_tokens_queued(),
+            num_prefill_tokens_queued=self.scheduler.get_num_prefill_tokens_queued()
+            + onboarding_tokens,
             num_steps=self._num_steps,
             prefill_s_per_block=self.step_stats.get_prefill_s_per_block(),
             onboard_s_per_block=tiers.counters.get_onboard_s_per_block()

@@ -49,6 +49,16 @@ class Onboarding:
     def __len__(self) -> int:
         return len(self._jobs)
 
+    def get_num_tokens_to_compute(self) -> int:
+        """The prompt tokens the waiting requests compute once their loads are done (if
+        every block loads)."""
+        bs = self.pool.block_size
+        return sum(
+            job.request.num_tokens - (len(job.prefix_ids) + len(job.hits)) * bs
+            for job in self._jobs.values()
+            if not job.cancelled
+        )
+
     def try_start(self, request: RequestState, cached_ids: list[int]) -> OnboardStart:
         """Start loading what lower tiers hold of `request`'s uncached prompt blocks (its block
         hashes are computed). At least the last token is left to compute."""

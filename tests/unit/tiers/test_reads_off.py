@@ -1,0 +1,160 @@
+"""A shared store (G4) that stops answering reads: the first load from it fails as
+`unavailable` and the prompt is computed; then the tier is not read for READS_OFF_S (each read
+of a hung store cost a request the store's whole timeout), the pause doubling while its reads
+keep failing, and loads from it resume once it answers. Same tokens throughout. The store is
+a real shared directory; a wrapper at the store seam makes its reads fail while `down`."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+from armature.config import KvTierConfig
+from armature.engines.native.config import NativeEngineConfig
+from armature.engines.native.core import EngineCore
+from armature.kv.event_log import KvEventLog
+from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
+from armature.protocols.kv_events import KvTier
+from armature.tiers.errors import StoreUnavailableError
+from armature.tiers.factory import build_tier_manager
+from armature.tiers.manager import READS_OFF_S, KvTierManager
+from armature.tiers.store import BlockStore
+from armature.transfer.blocks import KvBlockStore
+
+BLOCK = 16
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+class FailingReads:
+    """A store whose reads fail as unreachable while `down`; counts the reads tried."""
+
+    def __init__(self, inner: BlockStore) -> None:
+        self.inner = inner
+        self.down = True
+        self.num_gets = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def get(self, seq_hash: int) -> bytes:
+        self.num_gets += 1
+        if self.down:
+            raise StoreUnavailableError("s3://kv/fleet: read timeout")
+        return self.inner.get(seq_hash)
+
+
+def engine(model_dir: Path, tiers: KvTierConfig, clock: Clock | None = None) -> EngineCore:
+    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", num_kv_blocks=64)
+
+    def build(log: KvEventLog, store: KvBlockStore) -> KvTierManager:
+        tensors = store.kv_tensors()
+        assert tensors is not None
+        manager = build_tier_manager(tiers, log, tensors, store.layout, model_name="tiny")
+        if clock is not None:
+            manager.clock = clock
+        return manager
+
+    return EngineCore(config, tiers=build)
+
+
+def run(core: EngineCore, prompt: list[int], request_id: str) -> tuple[list[int], int]:
+    params = SamplingParams(max_tokens=4, temperature=0.0, min_tokens=4)
+    core.add_request(EngineRequest(request_id=request_id, prompt_token_ids=prompt, sampling=params))
+    outputs: list[EngineOutput] = []
+    while core.has_work():
+        outputs.extend(core.step())
+    return [t for o in outputs for t in o.new_token_ids], outputs[0].num_cached_tokens
+
+
+def test_a_store_that_fails_reads_is_not_read_for_a_while(
+    tiny_llama_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="armature.tiers.manager")
+    url = f"file://{tmp_path / 'shared'}"
+    writer = engine(
+        tiny_llama_dir,
+        KvTierConfig(kv_remote=url, kv_remote_offload="all", kv_offload="write-through"),
+    )
+    rng = random.Random(5)
+    prompts = [[rng.randrange(3, 512) for _ in range(100)] for _ in range(4)]  # 6 blocks each
+    expected = [run(writer, p, f"w{i}")[0] for i, p in enumerate(prompts)]
+    writer.close()
+
+    clock = Clock()
+    reader = engine(tiny_llama_dir, KvTierConfig(kv_remote=url), clock)
+    tiers = reader.tiers
+    assert isinstance(tiers, KvTierManager)
+    store = FailingReads(tiers.stores[KvTier.EXTERNAL])
+    tiers.stores[KvTier.EXTERNAL] = store  # type: ignore[assignment]
+
+    assert run(reader, prompts[0], "a") == (expected[0], 0)  # tried, failed, computed
+    assert tiers.counters.blocks_refused == {"unavailable": 1}
+    tried = store.num_gets
+    assert tried >= 1
+    assert f"not read for {READS_OFF_S:g} s" in caplog.text
+    assert run(reader, prompts[1], "b") == (expected[1], 0)  # not tried: no request waits
+    assert store.num_gets == tried
+
+    clock.now_s += READS_OFF_S  # the pause is over, the store still down: twice as long
+    assert run(reader, prompts[2], "c") == (expected[2], 0)
+    assert store.num_gets > tried
+    assert f"not read for {2 * READS_OFF_S:g} s" in caplog.text
+    assert tiers.counters.blocks_refused == {"unavailable": 2}
+
+    store.down = False
+    clock.now_s += 2 * READS_OFF_S
+    assert run(reader, prompts[3], "d") == (expected[3], 6 * BLOCK)  # loaded again
+    assert tiers.counters.blocks_onboarded == {KvTier.EXTERNAL: 6}
+    assert caplog.records[-1].message == f"KV external tier: reading {store.describe()} again"
+    reader.close()
+
+
+def test_engine_load_counts_requests_waiting_for_their_blocks(
+    tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    """A request loading its blocks from a lower tier is neither running nor in the waiting
+    queue: the engine's load said it had no work (routing and overload control read it)."""
+    url = f"file://{tmp_path / 'shared'}"
+    writer = engine(
+        tiny_llama_dir,
+        KvTierConfig(kv_remote=url, kv_remote_offload="all", kv_offload="write-through"),
+    )
+    prompt = [random.Random(6).randrange(3, 512) for _ in range(100)]
+    run(writer, prompt, "w")
+    writer.close()
+    reader = engine(tiny_llama_dir, KvTierConfig(kv_remote=url))
+    tiers = reader.tiers
+    assert isinstance(tiers, KvTierManager)
+    store = FailingReads(tiers.stores[KvTier.EXTERNAL])
+    store.down = False
+    gate = threading.Event()
+    get = store.get
+
+    def held_get(seq_hash: int) -> bytes:
+        gate.wait(30)
+        return get(seq_hash)
+
+    store.get = held_get  # type: ignore[method-assign]
+    tiers.stores[KvTier.EXTERNAL] = store  # type: ignore[assignment]
+    params = SamplingParams(max_tokens=4, temperature=0.0)
+    reader.add_request(EngineRequest(request_id="r", prompt_token_ids=prompt, sampling=params))
+    reader.step()  # admitted: its blocks are loading
+    load = reader.get_load()
+    assert (load.num_waiting, load.num_running) == (1, 0)
+    assert load.num_prefill_tokens_queued == 100 - 6 * BLOCK  # what it computes after
+    gate.set()
+    while reader.has_work():
+        reader.step()
+    assert reader.get_load().num_waiting == 0
+    reader.close()
