@@ -27,7 +27,9 @@ POLL_S = 0.5
 FIRST_WAIT_S = 1.0  # before a restart; doubles while the child fails within STABLE_S
 MAX_WAIT_S = 60.0
 STABLE_S = 60.0  # a child that ran this long before it failed starts again after FIRST_WAIT_S
-_STOPPED_BY = {0, -signal.SIGINT, -signal.SIGTERM}  # exit codes that are not failures
+# exit codes that are not failures: a clean exit, SIGINT or SIGTERM (or the CLI's own exit
+# code for a KeyboardInterrupt, 128 + SIGINT)
+_STOPPED_BY = {0, -signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT}
 
 StartChild = Callable[[list[str], dict[str, str]], "subprocess.Popen[bytes]"]
 
@@ -74,11 +76,16 @@ class ChildWatch:
                     continue
                 self._exited(child, code, now_s)
             elif now_s >= child.restart_at_s:
-                child.proc = self.start(child.command, child.env)
-                child.started_s = now_s
-                child.restart_at_s = None
+                try:
+                    proc = self.start(child.command, child.env)
+                except OSError as exc:  # no fork for now (memory, pids), a command gone
+                    log.error("%s could not be started again: %s", child.name, exc)
+                    child.restart_at_s = now_s + child.wait_s
+                    child.wait_s = min(MAX_WAIT_S, child.wait_s * 2)
+                    continue
+                child.proc, child.started_s, child.restart_at_s = proc, now_s, None
                 self.num_restarts += 1
-                log.info("%s started again (pid %d)", child.name, child.proc.pid)
+                log.info("%s started again (pid %d)", child.name, proc.pid)
 
     def _exited(self, child: Child, code: int, now_s: float) -> None:
         if code in _STOPPED_BY:

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from armature.config import ReplicaConfig
 from armature.engines.api import wait_for_event
-from armature.errors import ArmatureError
+from armature.errors import ArmatureError, ConfigError
 from armature.protocols.replica import (
     FrontendCard,
     ReplicaLoad,
@@ -134,7 +134,10 @@ class LoadSharing:
                 registration = await self.discovery.register(
                     key, msgspec.msgpack.encode(card), self.lease_ttl_s
                 )
-            except ArmatureError as exc:  # unreachable, or Kubernetes without the Pod's name
+            except ConfigError as exc:  # e.g. Kubernetes discovery without this Pod's name
+                log.warning("%s: other frontends will not see this one's load: %s", self.name, exc)
+                return
+            except ArmatureError as exc:  # unreachable: it may answer later
                 if wait_s == REGISTER_RETRY_S:  # said once a streak
                     log.warning(
                         "%s: other frontends do not see this one's load (retrying): %s",

@@ -26,7 +26,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -63,12 +63,23 @@ _PR_SET_PDEATHSIG = 1
 SERVE_NAMESPACE = "serve"
 
 
+def _find_prctl() -> Callable[..., int] | None:
+    """libc's prctl, found once in the parent: a child forked from a process with threads
+    (serve starts children again while it serves) must not load a library itself."""
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the SIGTERM on exit still applies
+        return None
+    return prctl
+
+
+_PRCTL = _find_prctl()
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: get SIGTERM when the parent dies (Linux)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the SIGTERM on exit still applies
-        return
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def fleet_runtime(directory: Path, secret: str) -> RuntimeConfig:

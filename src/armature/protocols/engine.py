@@ -75,12 +75,6 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     guide: Guide | None = None  # structured output: what the output must match (guide.py)
 
     @property
-    def computes_whole_prompt(self) -> bool:
-        """Whether every prompt position is computed (its logprobs are wanted): no cached
-        prefix serves it, wherever it goes."""
-        return self.prompt_logprobs is not None
-
-    @property
     def uses_penalties(self) -> bool:
         """Whether any penalty or bias changes the logits."""
         return bool(
@@ -106,6 +100,12 @@ class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
     kv_handle: KvHandle | None = None
     # the LoRA adapter to run with, by name (None: the base model); it salts the block hashes
     lora_name: str | None = None
+
+    @property
+    def computes_whole_prompt(self) -> bool:
+        """Whether every prompt position is computed, no cached prefix serving it: its
+        prompt's logprobs are wanted (a resumed leg gave them already, and hits the cache)."""
+        return self.sampling.prompt_logprobs is not None and not self.output_token_ids
 
 
 class TokenLogprob(msgspec.Struct, frozen=True):

@@ -117,7 +117,7 @@ class DisaggRouter(EngineRouter):
         bs = self.config.block_size_tokens
 
         def get_num_cached_blocks() -> int:
-            if request.sampling.computes_whole_prompt:  # a scored prompt hits no cache
+            if request.computes_whole_prompt:  # a scored prompt hits no cache
                 return 0
             seed = self.get_hash_seed(request)
             hashes = compute_seq_hashes(request.prompt_token_ids, bs, seed)

@@ -336,7 +336,7 @@ class EngineRouter:
             if group is not None:
                 group.worker = decision.worker
                 led = group
-        if request.sampling.computes_whole_prompt:  # a scored prompt hits no cache
+        if request.computes_whole_prompt:  # a scored prompt hits no cache
             decision = RouteDecision(decision.worker, 0)
         self.observer.decision(
             decision.worker, decision.overlap_blocks, time.perf_counter() - started_s

@@ -44,7 +44,7 @@ from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from armature.errors import ArmatureError
+from armature.errors import ArmatureError, ConfigError
 from armature.runtime.discovery import Registration, WatchEvent
 from armature.runtime.kube_client import (
     TIMEOUT_S,
@@ -60,7 +60,7 @@ from armature.runtime.kube_membership import (
     get_pod_state,
 )
 
-__all__ = ["FIELD_MANAGER", "KubeDiscoveryError", "KubernetesDiscovery"]
+__all__ = ["FIELD_MANAGER", "KubeDiscoveryError", "KubePodUnknownError", "KubernetesDiscovery"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ _WATCH_GRACE_S = 30.0
 
 class KubeDiscoveryError(ArmatureError, RuntimeError):
     """The API server refused or failed a discovery call; the message is one line."""
+
+
+class KubePodUnknownError(KubeDiscoveryError, ConfigError):
+    """Registering needs this process's own Pod and none is named: a setting to fix, not a
+    failure to retry."""
 
 
 class _PodRegistration:
@@ -177,7 +182,7 @@ class KubernetesDiscovery:
         if ttl_s <= 0:
             raise ValueError("ttl_s must be > 0")
         if self.pod_name is None:
-            raise KubeDiscoveryError(
+            raise KubePodUnknownError(
                 "kubernetes discovery: registering needs this process's own Pod: set "
                 "ARMATURE_K8S_POD_NAME from the downward API (fieldRef metadata.name)"
             )

@@ -3,13 +3,15 @@
 A peer host that dies without a reset (power lost, a partition) leaves its connections open
 for the kernel's defaults: two hours of silence before the first keepalive probe, and ~15
 minutes of retransmissions for data sent and never acknowledged. A worker would hold the
-engine slots of a dead frontend's streams that long. With these options an idle connection
-to a dead peer ends after ~25 s of unanswered probes, and one with data in flight after 30 s
-unacknowledged. Options the platform lacks are skipped (they are Linux's names).
+engine slots of a dead frontend's streams that long. With these options a connection to a
+dead peer ends ~30 s after its last acknowledgement, idle (probes from 10 s of silence on,
+unanswered) or with data in flight (TCP_USER_TIMEOUT, which on Linux also bounds the probes).
+Options the platform lacks, or refuses for this socket, are skipped (they are Linux's names).
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 
 __all__ = ["KEEPALIVE_IDLE_S", "KEEPALIVE_INTERVAL_S", "KEEPALIVE_PROBES", "USER_TIMEOUT_MS"]
@@ -24,13 +26,14 @@ def set_keepalive(sock: socket.socket | None) -> None:
     """Turn keepalive on for a connected TCP socket (None, or not TCP: nothing to do)."""
     if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (
-        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
-        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
-        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
-        ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
-    ):
-        option = getattr(socket, name, None)
-        if option is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    with contextlib.suppress(OSError):  # a connection already reset, a sandbox's refusal
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (
+            ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+            ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+            ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+            ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
+        ):
+            option = getattr(socket, name, None)
+            if option is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)

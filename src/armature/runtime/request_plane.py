@@ -20,6 +20,7 @@ from armature.runtime.frames import Data, End, Fail, Frame
 
 __all__ = [
     "ClientGoneError",
+    "CreditTimeoutError",
     "CreditWindow",
     "Handler",
     "HandlerError",
@@ -112,6 +113,11 @@ def take_waiting(queue: asyncio.Queue[Any], first: Data) -> tuple[list[bytes], A
 ServerFactory = Callable[[Mapping[str, Handler]], RequestServer]
 
 
+class CreditTimeoutError(ArmatureError):
+    """A stream's client granted no credit for the idle timeout (a handler's own timeouts
+    are not this)."""
+
+
 class CreditWindow:
     """How many more items the client will take; the client's Credit frames add to it."""
 
@@ -125,13 +131,15 @@ class CreditWindow:
             self._changed.set()
 
     async def take(self, timeout_s: float | None) -> None:
-        """Wait for credit (TimeoutError after `timeout_s`), then use one."""
+        """Wait for credit (CreditTimeoutError after `timeout_s`), then use one."""
         while self.credit <= 0:
             self._changed.clear()
             if timeout_s is None:
                 await self._changed.wait()
             elif not await wait_for_event(self._changed, timeout_s):  # keeps a cancel
-                raise TimeoutError
+                raise CreditTimeoutError(
+                    f"no credit from the client for {timeout_s:g} s: the stream was cancelled"
+                )
         self.credit -= 1
 
 
@@ -174,12 +182,11 @@ async def serve_stream(
         await send(End(stream_id))
     except asyncio.CancelledError:
         pass  # cancelled by the client or the connection closing: nothing to send
-    except TimeoutError:
+    except CreditTimeoutError as exc:
         log.warning("request plane: the client of stream %d went silent; cancelled", stream_id)
         # a client that is alive after all (its credit lost on the way) hears why at once,
         # where it waited out its stall timeout for data that would never come
-        message = f"no credit from the client for {idle_timeout_s:g} s: the stream was cancelled"
-        await send_quietly(Fail(stream_id, FailureCode.UNAVAILABLE, message))
+        await send_quietly(Fail(stream_id, FailureCode.UNAVAILABLE, str(exc)))
     except HandlerError as exc:
         await send_quietly(Fail(stream_id, exc.code, exc.message))
     except ClientGoneError as exc:  # nobody to answer

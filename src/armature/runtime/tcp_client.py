@@ -136,41 +136,55 @@ class RequestPlaneClient:
         self.connect_timeout_s = connect_timeout_s
         self._pools: dict[tuple[str, int], list[_Connection]] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._lock_users: dict[tuple[str, int], int] = {}  # callers holding or awaiting it
         self._ids = itertools.count(1)
 
     async def _connection(self, host: str, port: int) -> _Connection:
         key = (host, port)
         lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            pool = [c for c in self._pools.get(key, []) if not c.closed]
-            idle = [c for c in pool if not c.queues]
-            if idle or len(pool) >= self.connections_per_peer:
-                self._pools[key] = pool
-                return idle[0] if idle else min(pool, key=lambda c: len(c.queues))
-            try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), self.connect_timeout_s
-                )
-            except (OSError, TimeoutError) as exc:
-                raise PeerUnavailableError(f"cannot connect to {host}:{port}: {exc}") from None
-            set_keepalive(writer.get_extra_info("socket"))  # a dead worker host is let go
-            conn = _Connection(reader, writer, functools.partial(self._forget, key))
-            if self.secret is not None:
-                await conn.send(Hello(self.secret))
-            self._pools[key] = [*pool, conn]
-            return conn
+        self._lock_users[key] = self._lock_users.get(key, 0) + 1
+        try:
+            async with lock:
+                return await self._pick_or_connect(key)
+        finally:
+            self._lock_users[key] -= 1
+            if not self._lock_users[key]:
+                del self._lock_users[key]
+                if key not in self._pools:  # nothing pooled: the address is forgotten
+                    del self._locks[key]
+
+    async def _pick_or_connect(self, key: tuple[str, int]) -> _Connection:
+        """Under the address's lock: the least busy open connection, or a new one."""
+        host, port = key
+        pool = [c for c in self._pools.get(key, []) if not c.closed]
+        idle = [c for c in pool if not c.queues]
+        if idle or len(pool) >= self.connections_per_peer:
+            return idle[0] if idle else min(pool, key=lambda c: len(c.queues))
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), self.connect_timeout_s
+            )
+        except (OSError, TimeoutError) as exc:
+            raise PeerUnavailableError(f"cannot connect to {host}:{port}: {exc}") from None
+        set_keepalive(writer.get_extra_info("socket"))  # a dead worker host is let go
+        conn = _Connection(reader, writer, functools.partial(self._forget, key))
+        # as the pool is now (a connection may have closed, and left it, meanwhile)
+        self._pools[key] = [*self._pools.get(key, []), conn]
+        if self.secret is not None:
+            await conn.send(Hello(self.secret))
+        return conn
 
     def _forget(self, key: tuple[str, int], conn: _Connection) -> None:
         """A closed connection leaves its pool, and an address with none left is dropped
-        (workers come and go at new addresses: their entries were kept for good)."""
+        (workers come and go at new addresses: their entries were kept for good); its lock
+        goes with it unless a caller holds or awaits it (that caller drops it)."""
         pool = self._pools.get(key)
         if pool is not None and conn in pool:
             pool.remove(conn)
         if not self._pools.get(key):
             self._pools.pop(key, None)
-            lock = self._locks.get(key)
-            if lock is not None and not lock.locked():  # locked: a connect is under way
-                del self._locks[key]
+            if key not in self._lock_users:
+                self._locks.pop(key, None)
 
     def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
         """Stream `endpoint` at `url` (tcp://host:port)."""

@@ -98,6 +98,8 @@ class KvTierManager(TierPolicyShell):
         self.clock = clock
         self._reads_off_until: dict[KvTier, float] = {}
         self._reads_off_s: dict[KvTier, float] = {}
+        self._off_after_job: dict[KvTier, int] = {}  # the last job submitted when it went off
+        self._last_job_id = -1
         if remote_refresh_s is not None and KvTier.EXTERNAL in stores:
             self._lister = threading.Thread(
                 target=self._list_remote,
@@ -112,7 +114,7 @@ class KvTierManager(TierPolicyShell):
         """Load reserved `hits` into `g1_ids` on a loader thread; returns the job id that
         `take_finished` reports."""
         assert len(hits) == len(g1_ids)
-        job_id = next(self._job_ids)
+        job_id = self._last_job_id = next(self._job_ids)
         self._inflight_bytes += len(hits) * self.bytes_per_block
         self._num_inflight += 1
         self._loaders.submit(self._load, job_id, hits, g1_ids, time.perf_counter())
@@ -148,15 +150,18 @@ class KvTierManager(TierPolicyShell):
         loaded = result.hits[: result.num_loaded]
         tier_load_s = result.tier_load_s if result.failure is None else None
         ops = self._onboarded(loaded, result.elapsed_s, tier_load_s)
-        for tier in {hit.tier for hit in loaded}:  # it answers: the next failure waits less
-            self._reads_off_s.pop(tier, None)
         rest = result.hits[result.num_loaded :]
+        failed = rest[0].tier if rest and result.failure == "unavailable" else None
+        for tier in {hit.tier for hit in loaded} - {failed}:  # they answer: reset the pause
+            self._reads_off_s.pop(tier, None)
         if rest:
             assert result.failure is not None
             self.counters.blocks_refused[result.failure] += 1
-            if result.failure == "unavailable":  # the store, not the block: try it later
+            if failed is not None:  # the store, not the block: try it later
                 ops += self.policy.unpin(rest)
-                self._turn_reads_off(rest[0].tier, result.error)
+                # a load begun before the tier's reads last went off found it as it was then
+                if result.job_id > self._off_after_job.get(failed, -1):
+                    self._turn_reads_off(failed, result.error)
             else:
                 log.warning(
                     "KV block %016x from %s refused (%s); computing it instead",
@@ -172,6 +177,7 @@ class KvTierManager(TierPolicyShell):
         if tier in self._reads_off_until:  # loads begun before it was turned off
             return
         wait_s = self._reads_off_s.get(tier, READS_OFF_S)
+        self._off_after_job[tier] = self._last_job_id
         self._reads_off_until[tier] = self.clock() + wait_s
         self._reads_off_s[tier] = min(MAX_READS_OFF_S, wait_s * 2)
         self.policy.set_readable(tier, False)

@@ -18,6 +18,7 @@ from armature.protocols.replica import FrontendCard, ReplicaLoad, WorkerShare, f
 from armature.router.load import ActiveLoad, WorkerLoad
 from armature.runtime.discovery import MemDiscovery, MemStore, Registration
 from armature.runtime.discovery_etcd import EtcdError
+from armature.runtime.discovery_kubernetes import KubePodUnknownError
 from armature.runtime.events import EventPlane
 from polling import wait_until
 
@@ -198,3 +199,23 @@ async def test_a_refused_registration_is_tried_again(
     await wait_until(lambda: b.peers() == {}, "A's load gone from B")
     task_b.cancel()
     await asyncio.gather(task_b, return_exceptions=True)
+
+
+async def test_a_registration_that_cannot_work_is_said_once_and_not_retried(
+    plane: EventPlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kubernetes discovery with no Pod of its own named: a setting to fix, not a failure to
+    retry every 30 s under a warning that hid it."""
+    calls = 0
+
+    class NoPod(MemDiscovery):
+        async def register(self, key: str, value: bytes, ttl_s: float) -> Registration:
+            nonlocal calls
+            calls += 1
+            raise KubePodUnknownError("registering needs this process's own Pod: set ...")
+
+    sharing = LoadSharing(Router(), NoPod(MemStore()), plane, NAMESPACE, CONFIG, lease_ttl_s=5.0)
+    registered: list[Registration] = []
+    await asyncio.wait_for(sharing._register("tcp://127.0.0.1:1", registered), 10)
+    assert (calls, registered) == (1, [])
+    assert "other frontends will not see this one's load" in caplog.text

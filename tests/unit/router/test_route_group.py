@@ -136,3 +136,15 @@ async def test_scored_members_count_no_cached_prefix(tiny_llama_dir: Path) -> No
         assert all(o.prompt_logprobs is not None for o in outputs)
     finally:
         await router.stop()
+
+
+def test_a_resumed_scored_leg_hits_the_cache() -> None:
+    """A migrated leg of a scored request carries its output so far: the first leg gave the
+    prompt's logprobs, and this one is served from the cache like any other."""
+    sampling = SamplingParams(max_tokens=3, prompt_logprobs=0)
+    first = EngineRequest(request_id="s", prompt_token_ids=PROMPT, sampling=sampling)
+    resumed = EngineRequest(
+        request_id="s", prompt_token_ids=PROMPT, sampling=sampling, output_token_ids=[7]
+    )
+    assert first.computes_whole_prompt and not resumed.computes_whole_prompt
+    assert not request("plain").computes_whole_prompt

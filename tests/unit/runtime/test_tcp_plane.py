@@ -62,6 +62,10 @@ class Probe:
         if payload == b"fail":
             raise HandlerError(FailureCode.INVALID_REQUEST, "bad")
 
+    async def times_out(self, payload: bytes) -> AsyncIterator[bytes]:
+        raise TimeoutError("the handler's own wait")
+        yield b""  # an async generator, as a handler is
+
     async def fail(self, payload: bytes) -> AsyncIterator[bytes]:
         yield b"one"
         if payload == b"typed":
@@ -78,6 +82,7 @@ async def start(probe: Probe, **kwargs: float) -> RequestPlaneServer:
             "slow": probe.slow_then_close,
             "fail": probe.fail,
             "gated": probe.gated,
+            "times_out": probe.times_out,
         },
         **kwargs,  # type: ignore[arg-type]
     )
@@ -435,6 +440,43 @@ def test_keepalive_options_on_a_socket() -> None:
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 30_000
     set_keepalive(None)  # no socket (a transport without one): nothing to do
+    closed = socket.socket()
+    closed.close()
+    set_keepalive(closed)  # refused (EBADF here; a reset peer, a sandbox): nothing raised
+
+
+async def test_many_streams_at_once_leave_no_entry_once_closed() -> None:
+    """Connects race for one address's lock (two connections, twenty streams): once the
+    server is gone, neither a pool, a lock nor a waiter count is left."""
+    server = await start(Probe())
+    client = RequestPlaneClient(connections_per_peer=2)
+    try:
+        results = await asyncio.gather(
+            *(collect(client, server.port, "count", b"3") for _ in range(20))
+        )
+        assert results == [[b"0", b"1", b"2"]] * 20
+        assert [len(pool) for pool in client._pools.values()] == [2]
+        await server.stop()
+        await wait_until(lambda: not client._pools, "the pool emptied")
+        assert (client._pools, client._locks, client._lock_users) == ({}, {}, {})
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_a_handler_s_own_timeout_is_a_failure_not_a_silent_client() -> None:
+    """A handler that raises TimeoutError itself was taken for a client granting no credit:
+    on TCP (no idle timeout) the stream died formatting the message, and the client waited
+    out its stall timeout; it fails as any handler error does."""
+    server = await start(Probe())
+    client = RequestPlaneClient()
+    try:
+        with pytest.raises(RemoteError, match="TimeoutError") as failed:
+            await asyncio.wait_for(collect(client, server.port, "times_out", b""), 10)
+        assert failed.value.code is FailureCode.INTERNAL
+    finally:
+        await client.close()
+        await server.stop()
 
 
 async def test_a_closed_connection_leaves_no_entry_for_its_address() -> None:
@@ -447,7 +489,7 @@ async def test_a_closed_connection_leaves_no_entry_for_its_address() -> None:
         assert list(client._pools) == [("127.0.0.1", server.port)]
         await server.stop()
         await wait_until(lambda: not client._pools and not client._locks, "forgotten")
-        assert client._pools == {} and client._locks == {}
+        assert client._pools == {} and client._locks == {} and client._lock_users == {}
         await server.start()  # the address again: a new connection, as before
         assert await collect(client, server.port, "count", b"1") == [b"0"]
         assert [len(pool) for pool in client._pools.values()] == [1]

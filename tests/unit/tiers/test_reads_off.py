@@ -17,6 +17,7 @@ from armature.config import KvTierConfig
 from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
 from armature.kv.event_log import KvEventLog
+from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
 from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
 from armature.protocols.kv_events import KvTier
 from armature.tiers.errors import StoreUnavailableError
@@ -42,6 +43,7 @@ class FailingReads:
     def __init__(self, inner: BlockStore) -> None:
         self.inner = inner
         self.down = True
+        self.failing: set[int] | None = None  # while down, the blocks that fail (None: all)
         self.num_gets = 0
 
     def __getattr__(self, name: str) -> object:
@@ -49,7 +51,7 @@ class FailingReads:
 
     def get(self, seq_hash: int) -> bytes:
         self.num_gets += 1
-        if self.down:
+        if self.down and (self.failing is None or seq_hash in self.failing):
             raise StoreUnavailableError("s3://kv/fleet: read timeout")
         return self.inner.get(seq_hash)
 
@@ -153,8 +155,44 @@ def test_engine_load_counts_requests_waiting_for_their_blocks(
     load = reader.get_load()
     assert (load.num_waiting, load.num_running) == (1, 0)
     assert load.num_prefill_tokens_queued == 100 - 6 * BLOCK  # what it computes after
+    reader.abort_request("r")  # its load goes on; it waits for nothing any more
+    load = reader.get_load()
+    assert (load.num_waiting, load.num_prefill_tokens_queued) == (0, 0)
     gate.set()
     while reader.has_work():
         reader.step()
     assert reader.get_load().num_waiting == 0
+    reader.close()
+
+
+def test_a_store_that_answers_some_reads_still_backs_off(
+    tiny_llama_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Loads that read a few blocks and then hang on the next: the blocks read reset the
+    pause to its first length each time, so a store failing half its reads was read at
+    every pause's end; it doubles while loads keep failing."""
+    url = f"file://{tmp_path / 'shared'}"
+    writer = engine(
+        tiny_llama_dir,
+        KvTierConfig(kv_remote=url, kv_remote_offload="all", kv_offload="write-through"),
+    )
+    rng = random.Random(7)
+    prompts = [[rng.randrange(3, 512) for _ in range(100)] for _ in range(2)]
+    expected = [run(writer, p, f"w{i}")[0] for i, p in enumerate(prompts)]
+    writer.close()
+    clock = Clock()
+    reader = engine(tiny_llama_dir, KvTierConfig(kv_remote=url), clock)
+    tiers = reader.tiers
+    assert isinstance(tiers, KvTierManager)
+    store = FailingReads(tiers.stores[KvTier.EXTERNAL])
+    store.failing = {
+        h for p in prompts for h, _ in compute_block_hashes(p, BLOCK, DEFAULT_HASH_SEED, None)[3:]
+    }
+    tiers.stores[KvTier.EXTERNAL] = store  # type: ignore[assignment]
+    assert run(reader, prompts[0], "a") == (expected[0], 3 * BLOCK)  # 3 read, then a hang
+    assert f"not read for {READS_OFF_S:g} s" in caplog.text
+    clock.now_s += READS_OFF_S
+    assert run(reader, prompts[1], "b") == (expected[1], 3 * BLOCK)
+    assert f"not read for {2 * READS_OFF_S:g} s" in caplog.text
+    assert tiers.counters.blocks_refused == {"unavailable": 2}
     reader.close()

@@ -233,7 +233,7 @@ class EngineCore:
         )
         if block_hashes is not None:
             state.block_hashes = block_hashes
-        if request.sampling.prompt_logprobs is not None and not request.output_token_ids:
+        if request.computes_whole_prompt:
             state.prompt_logprobs = []  # a resumed request gave them with its first output
         self._arrivals += 1
         self._requests[request.request_id] = state
@@ -391,7 +391,7 @@ class EngineCore:
         tiers = self.tiers
         # requests waiting for their blocks to load from lower tiers wait too
         onboarding = self.scheduler.onboarding
-        num_onboarding = len(onboarding) if onboarding is not None else 0
+        num_onboarding = onboarding.get_num_waiting() if onboarding is not None else 0
         onboarding_tokens = onboarding.get_num_tokens_to_compute() if onboarding is not None else 0
         return EngineLoad(
             num_active_blocks=self.pool.get_num_active_blocks(),

@@ -49,6 +49,10 @@ class Onboarding:
     def __len__(self) -> int:
         return len(self._jobs)
 
+    def get_num_waiting(self) -> int:
+        """Requests waiting for their loads (not those aborted meanwhile)."""
+        return sum(1 for job in self._jobs.values() if not job.cancelled)
+
     def get_num_tokens_to_compute(self) -> int:
         """The prompt tokens the waiting requests compute once their loads are done (if
         every block loads)."""
