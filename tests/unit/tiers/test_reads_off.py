@@ -79,26 +79,42 @@ def run(core: EngineCore, prompt: list[int], request_id: str) -> tuple[list[int]
     return [t for o in outputs for t in o.new_token_ids], outputs[0].num_cached_tokens
 
 
+def stored_prompts(
+    model_dir: Path, url: str, seed: int, count: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """`count` prompts of 100 tokens (6 full blocks) a writer stored in the shared store at
+    `url`, and the tokens it generated for each."""
+    writer = engine(
+        model_dir,
+        KvTierConfig(kv_remote=url, kv_remote_offload="all", kv_offload="write-through"),
+    )
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(3, 512) for _ in range(100)] for _ in range(count)]
+    expected = [run(writer, p, f"w{i}")[0] for i, p in enumerate(prompts)]
+    writer.close()
+    return prompts, expected
+
+
+def reader_of(
+    model_dir: Path, url: str, clock: Clock | None = None
+) -> tuple[EngineCore, KvTierManager, FailingReads]:
+    """An engine reading the shared store at `url` through a FailingReads (down)."""
+    reader = engine(model_dir, KvTierConfig(kv_remote=url), clock)
+    tiers = reader.tiers
+    assert isinstance(tiers, KvTierManager)
+    store = FailingReads(tiers.stores[KvTier.EXTERNAL])
+    tiers.stores[KvTier.EXTERNAL] = store  # type: ignore[assignment]
+    return reader, tiers, store
+
+
 def test_a_store_that_fails_reads_is_not_read_for_a_while(
     tiny_llama_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="armature.tiers.manager")
     url = f"file://{tmp_path / 'shared'}"
-    writer = engine(
-        tiny_llama_dir,
-        KvTierConfig(kv_remote=url, kv_remote_offload="all", kv_offload="write-through"),
-    )
-    rng = random.Random(5)
-    prompts = [[rng.randrange(3, 512) for _ in range(100)] for _ in range(4)]  # 6 blocks each
-    expected = [run(writer, p, f"w{i}")[0] for i, p in enumerate(prompts)]
-    writer.close()
-
+    prompts, expected = stored_prompts(tiny_llama_dir, url, seed=5, count=4)
     clock = Clock()
-    reader = engine(tiny_llama_dir, KvTierConfig(kv_remote=url), clock)
-    tiers = reader.tiers
-    assert isinstance(tiers, KvTierManager)
-    store = FailingReads(tiers.stores[KvTier.EXTERNAL])
-    tiers.stores[KvTier.EXTERNAL] = store  # type: ignore[assignment]
+    reader, tiers, store = reader_of(tiny_llama_dir, url, clock)
 
     assert run(reader, prompts[0], "a") == (expected[0], 0)  # tried, failed, computed
     assert tiers.counters.blocks_refused == {"unavailable": 1}
@@ -128,17 +144,8 @@ def test_engine_load_counts_requests_waiting_for_their_blocks(
     """A request loading its blocks from a lower tier is neither running nor in the waiting
     queue: the engine's load said it had no work (routing and overload control read it)."""
     url = f"file://{tmp_path / 'shared'}"
-    writer = engine(
-        tiny_llama_dir,
-        KvTierConfig(kv_remote=url, kv_remote_offload="all", kv_offload="write-through"),
-    )
-    prompt = [random.Random(6).randrange(3, 512) for _ in range(100)]
-    run(writer, prompt, "w")
-    writer.close()
-    reader = engine(tiny_llama_dir, KvTierConfig(kv_remote=url))
-    tiers = reader.tiers
-    assert isinstance(tiers, KvTierManager)
-    store = FailingReads(tiers.stores[KvTier.EXTERNAL])
+    [prompt], _ = stored_prompts(tiny_llama_dir, url, seed=6, count=1)
+    reader, tiers, store = reader_of(tiny_llama_dir, url)
     store.down = False
     gate = threading.Event()
     get = store.get
@@ -148,7 +155,6 @@ def test_engine_load_counts_requests_waiting_for_their_blocks(
         return get(seq_hash)
 
     store.get = held_get  # type: ignore[method-assign]
-    tiers.stores[KvTier.EXTERNAL] = store  # type: ignore[assignment]
     params = SamplingParams(max_tokens=4, temperature=0.0)
     reader.add_request(EngineRequest(request_id="r", prompt_token_ids=prompt, sampling=params))
     reader.step()  # admitted: its blocks are loading
@@ -172,23 +178,12 @@ def test_a_store_that_answers_some_reads_still_backs_off(
     pause to its first length each time, so a store failing half its reads was read at
     every pause's end; it doubles while loads keep failing."""
     url = f"file://{tmp_path / 'shared'}"
-    writer = engine(
-        tiny_llama_dir,
-        KvTierConfig(kv_remote=url, kv_remote_offload="all", kv_offload="write-through"),
-    )
-    rng = random.Random(7)
-    prompts = [[rng.randrange(3, 512) for _ in range(100)] for _ in range(2)]
-    expected = [run(writer, p, f"w{i}")[0] for i, p in enumerate(prompts)]
-    writer.close()
+    prompts, expected = stored_prompts(tiny_llama_dir, url, seed=7, count=2)
     clock = Clock()
-    reader = engine(tiny_llama_dir, KvTierConfig(kv_remote=url), clock)
-    tiers = reader.tiers
-    assert isinstance(tiers, KvTierManager)
-    store = FailingReads(tiers.stores[KvTier.EXTERNAL])
+    reader, tiers, store = reader_of(tiny_llama_dir, url, clock)
     store.failing = {
         h for p in prompts for h, _ in compute_block_hashes(p, BLOCK, DEFAULT_HASH_SEED, None)[3:]
     }
-    tiers.stores[KvTier.EXTERNAL] = store  # type: ignore[assignment]
     assert run(reader, prompts[0], "a") == (expected[0], 3 * BLOCK)  # 3 read, then a hang
     assert f"not read for {READS_OFF_S:g} s" in caplog.text
     clock.now_s += READS_OFF_S
