@@ -145,7 +145,7 @@ def test_engine_load_counts_requests_waiting_for_their_blocks(
     queue: the engine's load said it had no work (routing and overload control read it)."""
     url = f"file://{tmp_path / 'shared'}"
     [prompt], _ = stored_prompts(tiny_llama_dir, url, seed=6, count=1)
-    reader, tiers, store = reader_of(tiny_llama_dir, url)
+    reader, _, store = reader_of(tiny_llama_dir, url)
     store.down = False
     gate = threading.Event()
     get = store.get
