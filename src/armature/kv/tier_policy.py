@@ -350,7 +350,11 @@ class TierPolicy:
         if entry is not None or (not state.writes_enabled and not force):
             return  # a refused copy is still being read: not replaced until it goes
         if len(state.entries) >= state.capacity and not self._evict_one(state, ops):
-            return  # every block is pinned: this one is not stored
+            # every block is pinned (loads in flight): this one is not stored here; where the
+            # lowest local tier passes blocks on to G4, it goes there now (it was dropped)
+            if tier is self._lowest_local and src is not None and self._offloads_to_remote():
+                self._insert(KvTier.EXTERNAL, key, src, src_slot, hits, ops)
+            return
         slot = state.take_slot() if tier is KvTier.HOST else NO_SLOT
         state.entries[key.seq_hash] = _Entry(key, slot, hits)
         if src is not None:
@@ -375,6 +379,11 @@ class TierPolicy:
         if state.name is KvTier.DISK:
             ops.append(DropOp(victim.key, KvTier.DISK))
         return True
+
+    def _offloads_to_remote(self) -> bool:
+        return (
+            KvTier.EXTERNAL in self._tiers and self.config.remote_offload is not RemoteOffload.OFF
+        )
 
     def _tier_below(self, tier: KvTier, victim: _Entry) -> KvTier | None:
         """Where a victim of `tier` goes (None: dropped)."""

@@ -184,6 +184,20 @@ def test_remote_evicted_copies_disk_victims_before_deleting_them() -> None:
     assert policy.find([0, 1]) == [TierHit(key(0), X, NO_SLOT), TierHit(key(1), S, NO_SLOT)]
 
 
+@pytest.mark.parametrize("mode", [RemoteOffload.EVICTED, RemoteOffload.ALL])
+def test_a_block_the_pinned_lowest_tier_cannot_take_goes_to_the_store(mode: RemoteOffload) -> None:
+    """The disk tier full of blocks pinned for loads: a host victim bound for it was dropped,
+    though G4 takes what the disk tier passes on; it goes to G4 straight from host memory."""
+    policy, _ = make(num_host_blocks=1, num_disk_blocks=1, has_remote=True, remote_offload=mode)
+    policy.add_existing(S, [key(5)])
+    policy.pin(policy.find([5]))  # its load is in flight
+    policy.on_evict([evicted(0, hits=2)])
+    ops = policy.on_evict([evicted(1)])  # 0 leaves host memory; the disk tier is all pinned
+    assert ops == [CopyOp(key(0), H, 0, X, NO_SLOT), CopyOp(key(1), D, 1, H, 0)]
+    assert policy.find([0]) == [TierHit(key(0), X, NO_SLOT)]
+    assert policy.get_keys(S) == [key(5)]
+
+
 def test_remote_without_local_tiers_takes_g1_evictions() -> None:
     policy, _ = make(has_remote=True, remote_offload=RemoteOffload.EVICTED)
     assert policy.on_evict([evicted(0)]) == [CopyOp(key(0), D, 0, X, NO_SLOT)]
