@@ -13,8 +13,9 @@ report back through queues. A block waiting to be written stays readable from me
 with one log line; reads of what it holds go on. A read that fails for the store (unreachable,
 timed out) turns the tier's reads off for READS_OFF_S, doubling while they keep failing (each
 read of a hung store cost a request the store's whole timeout): one log line, and again when
-they come back. A block that fails its checks on load is refused: the policy forgets it, the
-rest of the prompt is computed and the count says why.
+they come back. A block that fails its checks on load is refused: the policy forgets it and the
+blocks of its tier after it in the prompt (reached only through it, they are stored again with
+the prompt's rest, computed), and the count says why.
 """
 
 from __future__ import annotations
@@ -170,7 +171,14 @@ class KvTierManager(TierPolicyShell):
                     result.failure,
                 )
                 ops += self.policy.refuse(rest[0])
-                ops += self.policy.unpin(rest[1:])
+                # the tier's blocks after it are reached only through it: forgotten too, they
+                # are stored again with the prompt's recomputed rest, so that a run of bad
+                # blocks heals in one request (it healed one a request)
+                later = rest[1:]
+                for hit in later:
+                    if hit.tier is rest[0].tier:
+                        ops += self.policy.refuse(hit)
+                ops += self.policy.unpin([hit for hit in later if hit.tier is not rest[0].tier])
         self._run(ops)
 
     def _turn_reads_off(self, tier: KvTier, why: str | None) -> None:

@@ -194,6 +194,34 @@ def test_a_corrupt_disk_block_is_refused_and_the_rest_computed(
     core.close()
 
 
+def test_a_run_of_corrupt_disk_blocks_heals_in_one_request(
+    tiny_llama_dir: Path, ref: HfReference, tmp_path: Path
+) -> None:
+    """Blocks 2 and 5 of a prompt corrupt on disk: the first is refused and the rest
+    computed; the blocks after it stayed known, so the next return of the prompt stopped at
+    block 5 (a bad run healed one block a request). They are forgotten with the first, stored
+    again from the recomputed prompt, and the next return loads all 12."""
+    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_disk_dir=str(tmp_path), kv_disk_blocks=64))
+    a, b, c = prompts(3, seed=14)
+    first, _ = run(core, a, "a1")
+    run(core, b, "b")
+    run(core, c, "c")
+    tiers = core.tiers
+    assert tiers is not None
+    corrupt_on_disk(tiers, tmp_path, hashes_of(a)[2])
+    corrupt_on_disk(tiers, tmp_path, hashes_of(a)[5])
+    second, cached = run(core, a, "a2")
+    assert (second, cached) == (first, 2 * BLOCK)
+    assert [tiers.policy.get_slot(KvTier.DISK, h) for h in hashes_of(a)[2:]] == [None] * 10
+    run(core, b, "b2")  # A leaves G1 again, down to disk
+    run(core, c, "c2")
+    third, cached = run(core, a, "a3")
+    assert (third, cached) == (first, 12 * BLOCK)
+    assert ref.assert_matches(a, third, NEW_TOKENS)
+    assert tiers.counters.blocks_refused == {"corrupt": 1}
+    core.close()
+
+
 def test_closing_while_a_corrupt_disk_block_loads_settles_it(
     tiny_llama_dir: Path, tmp_path: Path
 ) -> None:
