@@ -50,7 +50,8 @@ class EmbeddingRequest(_Request):
             raise PydanticCustomError("input_shape", _SHAPE) from None
         if not parsed:
             raise PydanticCustomError("input_empty", "input must not be empty")
-        if isinstance(parsed, list):
+        # a flat list of token ids is one input (its length is the context's to bound)
+        if isinstance(parsed, list) and not all(isinstance(item, int) for item in parsed):
             if len(parsed) > MAX_EMBEDDING_INPUTS:
                 raise PydanticCustomError(
                     "input_too_long",

@@ -163,9 +163,16 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
         where = ".".join(loc) or "body"
         message = f"{where}: {first['msg']}"
         if "input" in first and first.get("type") != "missing":
-            message += f" (got {json.dumps(first['input'], default=str)[:100]})"
+            message += f" (got {_shortened(json.dumps(first['input'], default=str))})"
     param = ".".join(loc) or None
     return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
+
+
+def _shortened(text: str, max_chars: int = 100) -> str:
+    """`text`, or its start and a note of how much was left out (a cut value read as whole)."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}... ({len(text) - max_chars:,} more characters)"
 
 
 def body_parse_detail(cause: BaseException | None) -> str | None:

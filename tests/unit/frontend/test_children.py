@@ -28,6 +28,12 @@ def exiting(code: int) -> list[str]:
     return [sys.executable, "-c", f"import sys; sys.exit({code})"]
 
 
+def killed_by(signum: int) -> list[str]:
+    """A child that ends by `signum` at its default action."""
+    code = "import os, signal; signal.signal({0}, signal.SIG_DFL); os.kill(os.getpid(), {0})"
+    return [sys.executable, "-c", code.format(signum)]
+
+
 SLEEPING = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
@@ -99,12 +105,18 @@ def test_a_child_stopped_on_purpose_stays_stopped(
     starts: Starts, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = Clock()
-    # 130: the CLI's exit code for a KeyboardInterrupt (SIGINT before its handlers are set)
-    exits = {"code 0": exiting(0), "code 130": exiting(130)}
-    child = starts.child("frontend replica 1", exits.get(how, SLEEPING), clock)
-    if how not in exits:
-        child.proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+    # 130: the CLI's exit code for a KeyboardInterrupt (SIGINT before its handlers are set).
+    # The signals are the child's own, at their default action: a child of a test process may
+    # inherit SIGINT ignored (pytest-xdist's workers ignore it), and would sleep on.
+    exits = {
+        "code 0": exiting(0),
+        "code 130": exiting(130),
+        "SIGTERM": killed_by(signal.SIGTERM),
+        "SIGINT": killed_by(signal.SIGINT),
+    }
+    child = starts.child("frontend replica 1", exits[how], clock)
     child.proc.wait()
+    assert child.proc.returncode in (0, 130, -signal.SIGTERM, -signal.SIGINT)
     watch = ChildWatch([child], starts, clock=clock)
     for clock.now_s in (0.0, 100.0, 1000.0):
         watch.check()

@@ -157,6 +157,10 @@ BAD_INPUTS: list[tuple[dict[str, Any], str, str]] = [
     ({"input": [[-1]]}, "input", "token ids (integers 0..2**31-1)"),
     ({"input": [1.5]}, "input", "input must be a string"),
     ({"input": ["x"] * 2049}, "input", "at most 2048 items, got 2049"),
+    # the value shown is cut, and says so (it read as a whole list missing its end)
+    ({"input": ["x"] * 2049}, "input", '"x",... (10,145 more characters))'),
+    # a flat list of token ids is one input: the context bounds it, not the count of inputs
+    ({"input": [7] * 3000}, "input", "input[0] has 3000 tokens; this model's maximum"),
     ({"input": [49152]}, "input", "token ids must be in [0, 49152)"),
     ({"input": [7] * (MAX_MODEL_LEN + 1)}, "input", "input[0] has 65 tokens; this model's maximum"),
     ({"input": ["ok", "word " * 80]}, "input", "input[1] has 81 tokens"),
