@@ -236,12 +236,13 @@ async def _respond(
     metrics = parts.metrics
     metrics.in_flight.inc()
     status: str | None = "500"
+    headers: dict[str, str] = {}  # the request's id once it has one, errors included
     try:
         _check_task(parts, model)
         run = await make_run()
         job = run.job
+        headers[REQUEST_ID_HEADER] = job.request_id
         await _admit(parts, job, http_request)
-        headers = {REQUEST_ID_HEADER: job.request_id}
         if job.stream:
             status = None  # _counted_stream counts it when it ends
             events = _counted_stream(parts, endpoint, run)
@@ -251,14 +252,15 @@ async def _respond(
         return JSONResponse(body, headers=headers)
     except ApiError as exc:
         status = str(exc.status_code)
+        exc.headers = {**headers, **(exc.headers or {})}
         raise
     except GenerationError as exc:
         status = str(exc.status_code)
-        return JSONResponse(exc.body(), status_code=exc.status_code)
+        return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
     except EngineDeadError as exc:
         status = "503"
         body = error_body(f"the engine is not serving: {exc}", "service_unavailable")
-        retry = {"Retry-After": str(NO_WORKER_RETRY_AFTER_S)}
+        retry = {**headers, "Retry-After": str(NO_WORKER_RETRY_AFTER_S)}
         return JSONResponse(body, status_code=503, headers=retry)
     except ClientDisconnectedError:
         status = "499"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -49,9 +50,15 @@ class UnloadLoraAdapterRequest(BaseModel):
 class LoraAdmin:
     """Loads and unloads adapters on every generate worker a router routes to."""
 
-    def __init__(self, router: DisaggRouter, base_name: str) -> None:
+    def __init__(
+        self, router: DisaggRouter, base_name: str, has_embed_workers: Callable[[], bool]
+    ) -> None:
+        """`has_embed_workers`: whether workers of task embed serve the model (they take no
+        adapters)."""
         self.router = router
         self.base_name = base_name
+        self.has_embed_workers = has_embed_workers
+        self._loading: set[str] = set()  # names whose load is under way
 
     def _engines(self) -> dict[str, Engine]:
         pools = {**self.router.prefill.engines, **self.router.engines}
@@ -66,15 +73,30 @@ class LoraAdmin:
             check_lora_name(name)
         except LoraError as exc:
             raise ApiError(str(exc), param="lora_name", code="invalid_lora_adapter") from None
-        if name in self.router.get_lora_adapters():
+        if name in self.router.get_lora_adapters() or name in self._loading:
+            # a load of the same name under way counts as loaded: the workers would refuse
+            # the second as a bad directory
             raise ApiError(
                 f"the LoRA adapter {name!r} is already loaded; unload it first",
                 param="lora_name",
                 code="lora_adapter_exists",
             )
         engines = self._engines()
+        if not engines and self.has_embed_workers():
+            raise ApiError(
+                f"the workers serving {self.base_name!r} compute embeddings: they take no "
+                "LoRA adapters",
+                param="lora_name",
+            )
         if not engines:
             raise ApiError("no worker is serving", status_code=503, type="service_unavailable")
+        self._loading.add(name)
+        try:
+            return await self._load_on(engines, name, path)
+        finally:
+            self._loading.discard(name)
+
+    async def _load_on(self, engines: dict[str, Engine], name: str, path: str) -> LoraAdapter:
         results = await asyncio.gather(
             *(e.load_lora(name, path) for e in engines.values()), return_exceptions=True
         )
@@ -127,7 +149,7 @@ class LoraAdmin:
 
 
 def add_lora_routes(app: FastAPI, parts: FrontendParts) -> None:
-    admin = LoraAdmin(parts.router, parts.model.name)
+    admin = LoraAdmin(parts.router, parts.model.name, lambda: bool(parts.embedder.engines))
 
     @app.post("/v1/load_lora_adapter", responses=error_responses(400, 401, 413, 503))
     async def load_lora_adapter(body: LoadLoraAdapterRequest) -> dict[str, Any]:

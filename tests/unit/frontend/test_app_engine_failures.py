@@ -236,6 +236,27 @@ async def test_requests_waiting_for_a_busy_fleet_are_answered_when_the_grace_end
             assert answer.json()["error"]["code"] == "shutting_down"
             assert "shutting down" in answer.json()["error"]["message"]
             assert answer.headers["Retry-After"] == "1"
+            assert answer.headers["x-request-id"].startswith("cmpl-")
         assert parts.gate.num_queued == 0
         late = await c.post("/v1/completions", json=body)  # one more: no wait, a 503
         assert late.status_code == 503 and late.json()["error"]["code"] == "shutting_down"
+
+
+async def test_an_error_after_the_request_has_its_id_carries_it(
+    preprocessor: Preprocessor,
+) -> None:
+    """A request refused once it has its id (here: the direct router, a worker named that
+    does not exist): the 400 carried no x-request-id, though the logs name the request by
+    it."""
+    parts = compose_frontend(
+        engines={"w0": IdleEngine()},  # type: ignore[dict-item]
+        router_config=RouterConfig(policy="direct"),
+        preprocessor=preprocessor,
+        model=ServedModel("m", 2048, 0),
+    )
+    transport = httpx.ASGITransport(app=build_app(parts))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+        r = await c.post("/v1/completions", json=body, headers={"x-worker-id": "nope"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "x-worker-id"
+        assert r.headers["x-request-id"].startswith("cmpl-")

@@ -100,7 +100,7 @@ async def test_adapters_route_salt_and_load_across_workers(tiny_llama_dir: Path)
     router.start()
     for card in cards:
         router.add_engine(card.worker_id, RemoteEngine(card, client, plane))
-    admin = LoraAdmin(router, "tiny")
+    admin = LoraAdmin(router, "tiny", lambda: False)
     try:
         assert router.get_lora_adapters() == {"a": LoraAdapter("a", "a")}
         # round-robin over two workers, yet every request of adapter a goes to worker 1
@@ -137,6 +137,15 @@ async def test_adapters_route_salt_and_load_across_workers(tiny_llama_dir: Path)
         assert exists.value.status_code == 400
         with pytest.raises(ApiError, match="base model's name"):
             await admin.load("tiny", "/x")
+        # two loads of one name at once: the second is told it exists (the workers refused
+        # it as a bad directory, param lora_path)
+        first, second = await asyncio.gather(
+            admin.load("c", "/x"), admin.load("c", "/x"), return_exceptions=True
+        )
+        assert first == LoraAdapter("c", "c")
+        assert isinstance(second, ApiError) and second.status_code == 400
+        assert (second.param, second.code) == ("lora_name", "lora_adapter_exists")
+        await admin.unload("c")
         # unloaded: gone from every worker and the router
         await admin.unload("b")
         assert [w.engine.get_lora_adapters() for w in workers] == [[LoraAdapter("a", "a")], []]
@@ -156,3 +165,17 @@ async def test_adapters_route_salt_and_load_across_workers(tiny_llama_dir: Path)
             await w.stop()
         await discovery.close()
         await plane.close()
+
+
+async def test_a_fleet_of_embedding_workers_takes_no_adapter() -> None:
+    """Only workers of task embed: a load was a 503 "no worker is serving", which clients
+    retry; it is the request's 400."""
+    router = DisaggRouter({}, RouterConfig(policy="round-robin", block_size_tokens=BLOCK))
+    admin = LoraAdmin(router, "embedder", lambda: True)
+    with pytest.raises(ApiError, match="compute embeddings: they take no LoRA") as refused:
+        await admin.load("a", "/x")
+    assert (refused.value.status_code, refused.value.param) == (400, "lora_name")
+    without = LoraAdmin(router, "embedder", lambda: False)
+    with pytest.raises(ApiError, match="no worker is serving") as none:
+        await without.load("a", "/x")
+    assert none.value.status_code == 503
