@@ -78,7 +78,10 @@ class NaiveTiers:
             return
         if len(entries) >= self.cap[tier]:
             unpinned = [v for v in entries if v.pins == 0]
-            if not unpinned:
+            if not unpinned:  # all pinned: what the lowest local tier passes on goes on now
+                remote = X in self.tiers and self.cfg.remote_offload is not RemoteOffload.OFF
+                if tier is self.lowest and copied and remote:
+                    self.insert(X, k, True, hits)
                 return
             victim = unpinned[0]
             entries.remove(victim)
