@@ -27,7 +27,14 @@ from armature.model.lora_batch import LoraBatch, add_lora
 from armature.model.rope import RopeTables, apply_rope
 from armature.model.weights import LayerWeights, ModelWeights
 
-__all__ = ["DecodeBatch", "ForwardBatch", "PrefillSpan", "encode", "forward"]
+__all__ = [
+    "DecodeBatch",
+    "ForwardBatch",
+    "PrefillSpan",
+    "encode",
+    "forward_hidden",
+    "project_logits",
+]
 
 
 @dataclass(frozen=True)
@@ -200,19 +207,6 @@ def _layer(
 
 
 @torch.inference_mode()
-def forward(
-    batch: ForwardBatch,
-    weights: ModelWeights,
-    arch: ModelArch,
-    rope: RopeTables,
-    cache: PagedKvCache,
-) -> torch.Tensor:
-    """Run the decoder over `batch`, writing its K/V into `cache`; returns float32 logits
-    [num_outputs, vocab] for `batch.logits_rows`."""
-    return project_logits(forward_hidden(batch, weights, arch, rope, cache), weights)
-
-
-@torch.inference_mode()
 def forward_hidden(
     batch: ForwardBatch,
     weights: ModelWeights,
@@ -220,8 +214,9 @@ def forward_hidden(
     rope: RopeTables,
     cache: PagedKvCache,
 ) -> torch.Tensor:
-    """`forward` up to the final norm: the hidden states [num_outputs, hidden] of
-    `batch.logits_rows`, for a caller that projects them to logits a slice at a time."""
+    """Run the decoder over `batch`, writing its K/V into `cache`; returns the final-normed
+    hidden states [num_outputs, hidden] of `batch.logits_rows` (`project_logits` makes their
+    logits, all at once or a slice at a time)."""
     x = F.embedding(batch.input_ids, weights.embed)
     step = _StepInputs(
         batch=batch,

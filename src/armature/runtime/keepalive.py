@@ -14,7 +14,13 @@ from __future__ import annotations
 import contextlib
 import socket
 
-__all__ = ["KEEPALIVE_IDLE_S", "KEEPALIVE_INTERVAL_S", "KEEPALIVE_PROBES", "USER_TIMEOUT_MS"]
+__all__ = [
+    "KEEPALIVE_IDLE_S",
+    "KEEPALIVE_INTERVAL_S",
+    "KEEPALIVE_PROBES",
+    "USER_TIMEOUT_MS",
+    "set_keepalive",
+]
 
 KEEPALIVE_IDLE_S = 10  # silence before the first probe
 KEEPALIVE_INTERVAL_S = 5  # between unanswered probes

@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from itertools import count
 
 from armature.kv.block_key import BlockKey
 from armature.kv.tier_policy import LOWER_TIERS, CopyOp, DropOp, TierHit, TierOp, TierPolicy
@@ -90,7 +89,6 @@ class KvTierManager(TierPolicyShell):
         self._writes_off: set[KvTier] = set()  # writer threads: tiers that failed a write
         self._finished: queue.SimpleQueue[LoadResult] = queue.SimpleQueue()
         self._load_done = threading.Event()
-        self._job_ids = count()
         self._num_inflight = 0
         self._listings: queue.SimpleQueue[list[BlockKey]] = queue.SimpleQueue()
         self._closing = threading.Event()
@@ -100,7 +98,7 @@ class KvTierManager(TierPolicyShell):
         self._reads_off_until: dict[KvTier, float] = {}
         self._reads_off_s: dict[KvTier, float] = {}
         self._off_after_job: dict[KvTier, int] = {}  # the last job submitted when it went off
-        self._last_job_id = -1
+        self._last_job_id = -1  # job ids count up from 0
         if remote_refresh_s is not None and KvTier.EXTERNAL in stores:
             self._lister = threading.Thread(
                 target=self._list_remote,
@@ -115,7 +113,8 @@ class KvTierManager(TierPolicyShell):
         """Load reserved `hits` into `g1_ids` on a loader thread; returns the job id that
         `take_finished` reports."""
         assert len(hits) == len(g1_ids)
-        job_id = self._last_job_id = next(self._job_ids)
+        self._last_job_id += 1
+        job_id = self._last_job_id
         self._inflight_bytes += len(hits) * self.bytes_per_block
         self._num_inflight += 1
         self._loaders.submit(self._load, job_id, hits, g1_ids, time.perf_counter())

@@ -171,16 +171,24 @@ def corrupt_on_disk(tiers: KvTierManager, disk_dir: Path, seq_hash: int) -> Path
     return path
 
 
+def evicted_to_disk(
+    model_dir: Path, disk_dir: Path, seed: int
+) -> tuple[EngineCore, KvTierManager, list[list[int]], list[int]]:
+    """An engine with a disk tier in `disk_dir` that ran prompts A, B and C (A's blocks are
+    then on disk alone): the engine, its tiers, the prompts and A's tokens."""
+    core = tiered_engine(model_dir, KvTierConfig(kv_disk_dir=str(disk_dir), kv_disk_blocks=64))
+    abc = prompts(3, seed)
+    first, _ = run(core, abc[0], "a1")
+    run(core, abc[1], "b")
+    run(core, abc[2], "c")
+    assert isinstance(core.tiers, KvTierManager)
+    return core, core.tiers, abc, first
+
+
 def test_a_corrupt_disk_block_is_refused_and_the_rest_computed(
     tiny_llama_dir: Path, ref: HfReference, tmp_path: Path
 ) -> None:
-    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_disk_dir=str(tmp_path), kv_disk_blocks=64))
-    a, b, c = prompts(3, seed=4)
-    first, _ = run(core, a, "a1")
-    run(core, b, "b")
-    run(core, c, "c")
-    tiers = core.tiers
-    assert tiers is not None
+    core, tiers, (a, _, _), first = evicted_to_disk(tiny_llama_dir, tmp_path, seed=4)
     bad_hash = hashes_of(a)[2]
     path = corrupt_on_disk(tiers, tmp_path, bad_hash)
     second, cached = run(core, a, "a2")
@@ -201,13 +209,7 @@ def test_a_run_of_corrupt_disk_blocks_heals_in_one_request(
     computed; the blocks after it stayed known, so the next return of the prompt stopped at
     block 5 (a bad run healed one block a request). They are forgotten with the first, stored
     again from the recomputed prompt, and the next return loads all 12."""
-    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_disk_dir=str(tmp_path), kv_disk_blocks=64))
-    a, b, c = prompts(3, seed=14)
-    first, _ = run(core, a, "a1")
-    run(core, b, "b")
-    run(core, c, "c")
-    tiers = core.tiers
-    assert tiers is not None
+    core, tiers, (a, b, c), first = evicted_to_disk(tiny_llama_dir, tmp_path, seed=14)
     corrupt_on_disk(tiers, tmp_path, hashes_of(a)[2])
     corrupt_on_disk(tiers, tmp_path, hashes_of(a)[5])
     second, cached = run(core, a, "a2")
@@ -228,12 +230,7 @@ def test_closing_while_a_corrupt_disk_block_loads_settles_it(
     """A worker stopped while a load it will refuse is in flight: settling the refusal drops
     the block from disk, which the writers did after they had been shut down (a
     RuntimeError out of close, the other loads' blocks held)."""
-    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_disk_dir=str(tmp_path), kv_disk_blocks=64))
-    a, b, c = prompts(3, seed=8)
-    for i, prompt in enumerate((a, b, c)):
-        run(core, prompt, f"r{i}")
-    tiers = core.tiers
-    assert tiers is not None
+    core, tiers, (a, _, _), _ = evicted_to_disk(tiny_llama_dir, tmp_path, seed=8)
     path = corrupt_on_disk(tiers, tmp_path, hashes_of(a)[2])
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0)
     core.add_request(EngineRequest(request_id="a2", prompt_token_ids=a, sampling=params))

@@ -391,8 +391,11 @@ class EngineCore:
         tiers = self.tiers
         # requests waiting for their blocks to load from lower tiers wait too
         onboarding = self.scheduler.onboarding
-        num_onboarding = onboarding.get_num_waiting() if onboarding is not None else 0
-        onboarding_tokens = onboarding.get_num_tokens_to_compute() if onboarding is not None else 0
+        num_onboarding, onboarding_tokens = (
+            (onboarding.get_num_waiting(), onboarding.get_num_tokens_to_compute())
+            if onboarding is not None
+            else (0, 0)
+        )
         return EngineLoad(
             num_active_blocks=self.pool.get_num_active_blocks(),
             num_total_blocks=self.pool.num_blocks,

@@ -12,21 +12,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_tier_onboarding import BLOCK, run, tiered_engine
 
 from armature.config import KvTierConfig
-from armature.engines.native.config import NativeEngineConfig
 from armature.engines.native.core import EngineCore
-from armature.kv.event_log import KvEventLog
 from armature.kv.hashing import DEFAULT_HASH_SEED, compute_block_hashes
-from armature.protocols.engine import EngineOutput, EngineRequest, SamplingParams
+from armature.protocols.engine import EngineRequest, SamplingParams
 from armature.protocols.kv_events import KvTier
 from armature.tiers.errors import StoreUnavailableError
-from armature.tiers.factory import build_tier_manager
 from armature.tiers.manager import READS_OFF_S, KvTierManager
 from armature.tiers.store import BlockStore
-from armature.transfer.blocks import KvBlockStore
-
-BLOCK = 16
 
 
 class Clock:
@@ -56,35 +51,12 @@ class FailingReads:
         return self.inner.get(seq_hash)
 
 
-def engine(model_dir: Path, tiers: KvTierConfig, clock: Clock | None = None) -> EngineCore:
-    config = NativeEngineConfig(model_dir=model_dir, dtype="float32", num_kv_blocks=64)
-
-    def build(log: KvEventLog, store: KvBlockStore) -> KvTierManager:
-        tensors = store.kv_tensors()
-        assert tensors is not None
-        manager = build_tier_manager(tiers, log, tensors, store.layout, model_name="tiny")
-        if clock is not None:
-            manager.clock = clock
-        return manager
-
-    return EngineCore(config, tiers=build)
-
-
-def run(core: EngineCore, prompt: list[int], request_id: str) -> tuple[list[int], int]:
-    params = SamplingParams(max_tokens=4, temperature=0.0, min_tokens=4)
-    core.add_request(EngineRequest(request_id=request_id, prompt_token_ids=prompt, sampling=params))
-    outputs: list[EngineOutput] = []
-    while core.has_work():
-        outputs.extend(core.step())
-    return [t for o in outputs for t in o.new_token_ids], outputs[0].num_cached_tokens
-
-
 def stored_prompts(
     model_dir: Path, url: str, seed: int, count: int
 ) -> tuple[list[list[int]], list[list[int]]]:
     """`count` prompts of 100 tokens (6 full blocks) a writer stored in the shared store at
     `url`, and the tokens it generated for each."""
-    writer = engine(
+    writer = tiered_engine(
         model_dir,
         KvTierConfig(kv_remote=url, kv_remote_offload="all", kv_offload="write-through"),
     )
@@ -99,9 +71,11 @@ def reader_of(
     model_dir: Path, url: str, clock: Clock | None = None
 ) -> tuple[EngineCore, KvTierManager, FailingReads]:
     """An engine reading the shared store at `url` through a FailingReads (down)."""
-    reader = engine(model_dir, KvTierConfig(kv_remote=url), clock)
+    reader = tiered_engine(model_dir, KvTierConfig(kv_remote=url))
     tiers = reader.tiers
     assert isinstance(tiers, KvTierManager)
+    if clock is not None:
+        tiers.clock = clock
     store = FailingReads(tiers.stores[KvTier.EXTERNAL])
     tiers.stores[KvTier.EXTERNAL] = store  # type: ignore[assignment]
     return reader, tiers, store
