@@ -21,6 +21,8 @@ import pytest
 from fleet import Fleet, Load, decisions, wait_until
 from serve_process import SERVED_MODEL_NAME, parse_metrics, running_server
 
+from profiles import write_small_profile
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MOCKER_ARGS = [
@@ -219,6 +221,44 @@ def test_two_replicas_spread_load_like_one_frontend(replicas: tuple[str, str]) -
     two = _staged_run(plan((a, b), "two replicas"), (a, b))
     assert sum(one.values()) == sum(two.values()) == 10
     assert abs(_skew(two) - _skew(one)) <= 0.1 * _skew(one), (one, two)
+
+
+def test_the_planner_reads_every_replica_at_its_own_address(
+    fleet: Fleet, replicas: tuple[str, str], tmp_path: Path
+) -> None:
+    """A planner given no frontend url reads each replica's /metrics at the address its card
+    names, and sums them: it counts every request, whichever replica served it (through one
+    replica's port it counted that one's). Before the kill tests: a killed replica's card
+    stays listed until its lease ends, and the planner skips its ticks meanwhile."""
+    a, b = replicas
+    write_small_profile(tmp_path / "profile.json", model=SERVED_MODEL_NAME)
+    args = ["planner", "--dry-run", "--planner-mode", "agg", "--load-interval-s", "0.2"]
+    args += ["--ttft-ms", "3000", "--itl-ms", "500", "--metrics-port", "0"]
+    args += ["--performance-model", str(tmp_path / "profile.json"), *fleet.runtime_args()]
+    planner = fleet._spawn("planner-replicas", args)
+    try:
+        fleet.wait_for_log("planner-replicas", "planner ready", planner)
+        log = fleet.log_text("planner-replicas")
+        assert "the frontends of namespace 'armature' in discovery (2 now)" in log, log
+        found = re.search(r"metrics (http://\S+/metrics)", log)
+        assert found, log
+
+        def read() -> dict[str, float]:
+            return parse_metrics(httpx.get(found.group(1), timeout=10).text)
+
+        wait_until(lambda: read().get("armature_planner_frontends") == 2, "a tick read both")
+        for i, url in enumerate([a, a, a, b, b]):
+            complete(url, f"planner count {i}")
+        wait_until(
+            lambda: read()["armature_planner_observed_requests_total"] >= 5,
+            "the planner counting the 5 requests",
+        )
+        # every one, once: no window counted twice, none left out
+        assert read()["armature_planner_observed_requests_total"] == 5
+    finally:
+        planner.send_signal(signal.SIGTERM)
+        planner.wait(timeout=30)
+    assert planner.returncode == 0, fleet.log_text("planner-replicas")
 
 
 def test_a_joining_replica_gets_the_load_in_flight_and_a_killed_ones_expires(

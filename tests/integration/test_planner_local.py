@@ -257,10 +257,11 @@ def test_the_disagg_planner_adds_a_decode_worker_under_load_and_drains_it_after(
 
 def _assert_a_profile_of_another_model_is_refused(fleet: Fleet, url: str, tmp_path: Path) -> None:
     """A second planner given a profile of another model than the frontend serves stops
-    before acting: one line, exit code 2."""
+    before acting: one line, exit code 2. It reads the frontend from discovery, at the
+    address the frontend's card names."""
     other = tmp_path / "other-profile.json"
     write_small_profile(other, model="another-model")
-    argv = ["planner", "--dry-run", "--performance-model", str(other), "--frontend-url", url]
+    argv = ["planner", "--dry-run", "--performance-model", str(other)]
     argv += ["--metrics-port", "-1", *fleet.runtime_args()]
     done = subprocess.run(
         [sys.executable, "-m", "armature.cli", *argv],
@@ -272,9 +273,11 @@ def _assert_a_profile_of_another_model_is_refused(fleet: Fleet, url: str, tmp_pa
     assert "Traceback" not in done.stderr
     # refused before it reads the workers, each of which would warn of the other model
     assert "joined" not in done.stderr and "timing profile was measured" not in done.stderr
+    own = re.search(r"this replica alone: (http://\S+)\)", fleet.log_text("frontend"))
+    assert own, fleet.log_text("frontend")
     assert done.stderr.splitlines()[-1] == (  # after the log lines of its start
         "armature: error: --performance-model was measured on model 'another-model'; the "
-        f"frontend serves '{SERVED_MODEL_NAME}' (profile that model)"
+        f"frontend at {own.group(1)} serves '{SERVED_MODEL_NAME}' (profile that model)"
     )
 
 

@@ -75,7 +75,9 @@ def test_a_hung_worker_is_taken_out_of_routing(default_model_dir: Path, tmp_path
     hung = fleet.start_worker("worker-a")
     fleet.start_worker("worker-b")
     try:
-        health = ["--worker-liveness-timeout-s", "2", "--worker-stall-timeout-s", "2"]
+        # the stall timeout alone finds it: a liveness timeout as short raced it (whichever
+        # fired first failed the streams over, with its own log line)
+        health = ["--worker-liveness-timeout-s", "60", "--worker-stall-timeout-s", "2"]
         url = fleet.start_frontend(extra=["--router", "round-robin", *health])
 
         def routed_to_both() -> bool:

@@ -195,6 +195,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["worker", "--metrics-port", "-2"], "--metrics-port: must be -1..65535"),
         (["serve", "--frontends", "0"], "--frontends: must be"),
         (["serve", "--frontends", "2", "--in-process-workers"], "drop --in-process-workers"),
+        (["serve", "--frontends", "2", "--replica-port", "9100"], "leave it 0 (any free port)"),
+        (["frontend", "--replica-port", "65536"], "--replica-port: must be 0..65535"),
         (["serve", "--worker-processes", "--in-process-workers"], "give one of them"),
         (["frontend", "--share-load-ttl-s", "0"], "--share-load-ttl-s: must be"),
         (["worker", "--kv-transfer-port", "65536"], "--kv-transfer-port: must be 0..65535"),
@@ -630,17 +632,31 @@ def test_profile_mistakes_exit_2_with_one_line(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("frontend", "message"),
+    [
+        ("http://127.0.0.1:{port}", "no metrics from http://127.0.0.1:{port}: cannot read"),
+        # none given: every frontend in discovery, where there is none
+        (
+            None,
+            "no metrics from the frontends of namespace 'armature' in discovery: no frontend "
+            "is listed\n",
+        ),
+    ],
+)
 def test_planner_with_an_unreachable_frontend_is_a_one_line_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    frontend: str | None, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     profile = tmp_path / "profile.json"
     write_small_profile(profile)
+    port = _free_port()
     argv = ["planner", "--dry-run", "--performance-model", str(profile), "--frontend-wait-s", "0"]
-    argv += ["--frontend-url", f"http://127.0.0.1:{_free_port()}"]
+    if frontend is not None:
+        argv += ["--frontend-url", frontend.format(port=port)]
     argv += ["--discovery-dir", str(tmp_path / "discovery"), "--metrics-port", "-1"]
     code, err = run(argv, capsys)
     assert code == 2
-    assert err.count("\n") == 1 and "no metrics from the frontend: cannot read" in err
+    assert err.count("\n") == 1 and message.format(port=port) in err
 
 
 @pytest.mark.parametrize(

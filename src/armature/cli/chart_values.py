@@ -115,7 +115,6 @@ BLOCKS: tuple[ValuesBlock, ...] = (
         elsewhere={"runtime": "runtime"},
         owned={
             ("planner", "mode"): "the chart: agg with workers.roles.agg, else disagg",
-            ("service", "frontend_url"): "the chart: the frontend's Service",
             ("service", "frontend_api_key"): (
                 "the Secret (the first of secrets.apiKeys), as ARMATURE_FRONTEND_API_KEY"
             ),

@@ -51,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
             "--frontends above 1 runs the workers as processes the frontends share: drop "
             "--in-process-workers"
         )
+    if config.frontends > 1 and config.replicas.replica_port != 0:
+        raise ConfigError(
+            f"--replica-port {config.replicas.replica_port}: with --frontends above 1 each "
+            "replica takes a port of its own; leave it 0 (any free port)"
+        )
     if config.worker_processes and config.in_process_workers:
         raise ConfigError("--worker-processes and --in-process-workers: give one of them")
     as_processes = len(roles) > 1 or config.frontends > 1 or config.worker_processes

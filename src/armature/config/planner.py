@@ -285,8 +285,11 @@ class PlannerServiceConfig:
     """`armature planner`'s shell: the frontend it reads, the performance model, and the
     connector that carries decisions out."""
 
-    frontend_url: str = setting(
-        "http://127.0.0.1:8000", "the frontend whose /metrics the planner reads", parse=http_url
+    frontend_url: str | None = setting(
+        None,
+        "the one frontend whose /metrics the planner reads (none: every frontend replica of "
+        "--namespace, each at the address its card in discovery names, summed)",
+        parse=http_url,
     )
     frontend_api_key: str | None = setting(
         None,
@@ -296,7 +299,7 @@ class PlannerServiceConfig:
     )
     frontend_wait_s: float = setting(
         30.0,
-        "how long to wait at start for the frontend's /metrics to answer (the local connector "
+        "how long to wait at start for the frontends' /metrics to answer (the local connector "
         "starts the first workers before: a frontend waits for one)",
         parse=non_negative_float,
     )

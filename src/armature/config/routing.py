@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from armature.config.engine import DEFAULT_BLOCK_SIZE_TOKENS
 from armature.config.settings import setting
 from armature.config.values import (
-    load_bound as parse_bound,
-)
-from armature.config.values import (
+    int_between,
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
+)
+from armature.config.values import (
+    load_bound as parse_bound,
 )
 from armature.errors import ConfigError
 
@@ -191,6 +192,13 @@ class ReplicaConfig:
         "the address this frontend publishes its in-flight load on for the other frontend "
         "replicas (the zmq event plane binds it): with replicas on many hosts, this host's "
         "address",
+    )
+    replica_port: int = setting(
+        0,
+        "the port on --replica-host where this frontend alone also serves its API (0: any "
+        "free port), named in its card in discovery: the planner reads each frontend "
+        "replica's /metrics there, where replicas share --port",
+        parse=int_between(0, 65535),
     )
     share_load_interval_s: float = setting(
         0.01,

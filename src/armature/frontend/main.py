@@ -35,7 +35,14 @@ from armature.runtime.factory import make_event_plane, make_request_client, open
 from armature.runtime.heap import settle_heap
 from armature.runtime.ports import check_bindable, reserve_listen_socket
 
-__all__ = ["make_server", "run_frontend", "run_serving", "serve_app", "uvicorn_config"]
+__all__ = [
+    "get_http_url",
+    "make_server",
+    "run_frontend",
+    "run_serving",
+    "serve_app",
+    "uvicorn_config",
+]
 
 log = logging.getLogger("armature")
 
@@ -90,12 +97,12 @@ def run_serving(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
-def serve_app(app: FastAPI, http: HttpConfig, listen_socket: socket.socket) -> None:
-    """Serve `app` on `listen_socket` (bound to `http.host:http.port`) until SIGINT/SIGTERM
-    (then drain), or until a background task of the app fails (then drain, and exit 1: the
-    app logged why)."""
+def serve_app(app: FastAPI, http: HttpConfig, *listen_sockets: socket.socket) -> None:
+    """Serve `app` on `listen_sockets` (the first bound to `http.host:http.port`) until
+    SIGINT/SIGTERM (then drain), or until a background task of the app fails (then drain,
+    and exit 1: the app logged why)."""
     settle_heap()
-    make_server(app, http).run(sockets=[listen_socket])
+    make_server(app, http).run(sockets=list(listen_sockets))
     if getattr(app.state, "background_failure", None) is not None:
         raise SystemExit(1)
 
@@ -184,6 +191,9 @@ def run_frontend(
         listen_socket = reserve_listen_socket(
             config.http.host, config.http.port, reuse_port=config.http.reuse_port
         )
+    # this replica's own address (replicas may share --port): its card in discovery names it
+    own_socket = reserve_listen_socket(config.replicas.replica_host, config.replicas.replica_port)
+    http_url = get_http_url(own_socket)
     served = asyncio.run(_first_card(config, min_workers, worker_processes))
     parts = _compose(config, served)
 
@@ -212,6 +222,7 @@ def run_frontend(
                 config.replicas,
                 lease_ttl_s=config.runtime.lease_ttl_s,
                 registry=parts.metrics.registry,
+                http_url=http_url,
             )
             async with asyncio.TaskGroup() as group:
                 group.create_task(fleet.run())
@@ -232,10 +243,19 @@ def run_frontend(
         max_request_bytes=config.http.max_request_bytes,
     )
     log.info(
-        "frontend serving %r on http://%s:%d (OpenAI API under /v1), %s router",
+        "frontend serving %r on http://%s:%d (OpenAI API under /v1; this replica alone: %s), "
+        "%s router",
         served.model_name,
         config.http.host,
         config.http.port,
+        http_url,
         config.router.policy,
     )
-    serve_app(app, config.http, listen_socket)
+    with own_socket:
+        serve_app(app, config.http, listen_socket, own_socket)
+
+
+def get_http_url(sock: socket.socket) -> str:
+    """The http:// url of a bound socket (IPv6 hosts in brackets)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -1,7 +1,8 @@
 """This frontend as one replica among the frontends of its namespace: it tells the others the
 in-flight load it adds to each worker, and counts theirs in its own routing cost.
 
-    discovery:   registers a FrontendCard (its event-plane url); watches the others' cards
+    discovery:   registers a FrontendCard (its event-plane url, and the url where it alone
+                 serves HTTP); watches the others' cards
     event plane: publishes ReplicaLoad snapshots of its own load (on change, at most every
                  share_load_interval_s; at least every heartbeat_s); subscribes to each
                  peer's, into PeerLoads (router/shared_load.py, the pure core)
@@ -74,8 +75,10 @@ class LoadSharing:
         registry: CollectorRegistry | None = None,
         replica_id: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        http_url: str | None = None,
     ):
-        """`registry`: where the gauge of peers heard from goes (armature_frontend_peers)."""
+        """`registry`: where the gauge of peers heard from goes (armature_frontend_peers);
+        `http_url`: where this replica alone serves HTTP, for its card."""
         self.router = router
         self.discovery = discovery
         self.event_plane = event_plane
@@ -84,6 +87,7 @@ class LoadSharing:
         self.lease_ttl_s = lease_ttl_s
         self.replica_id = secrets.randbits(64) if replica_id is None else replica_id
         self.clock = clock
+        self.http_url = http_url
         self.peers = PeerLoads()
         self._subscriptions: dict[int, asyncio.Task[None]] = {}
         self._heard: set[int] = set()  # peers a snapshot came from
@@ -126,6 +130,7 @@ class LoadSharing:
             namespace=self.namespace,
             events_url=events_url,
             heartbeat_s=self.config.heartbeat_s,
+            http_url=self.http_url,
         )
         key = frontend_key(self.namespace, self.replica_id)
         wait_s = REGISTER_RETRY_S

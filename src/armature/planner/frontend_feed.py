@@ -1,27 +1,97 @@
-"""The frontend's metrics for the planner: scrapes its Prometheus /metrics (httpx) and keeps
-one baseline per window name, so that the load rule's and the throughput plan's windows are
-each the difference between two scrapes (scrape.py does the arithmetic)."""
+"""The frontends' metrics for the planner: scrapes each frontend replica's Prometheus /metrics
+(httpx) and keeps one baseline per window name, so that the load rule's and the throughput
+plan's windows are each the difference between two scrapes (scrape.py does the arithmetic).
+
+Which frontends: one url (`--frontend-url`), or every frontend replica of the namespace, at
+the address its card in discovery names (`FrontendCard.http_url`): replicas that share a port
+each count only the requests they served, so the planner reads them all and sums them. A
+replica that joins counts from its start (its counters start at zero); while a replica
+listed does not answer, the ticks are skipped, as with one frontend that does not answer
+(its requests missing from a window would read as less traffic)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
+import msgspec
 
 from armature.errors import ArmatureError
 from armature.planner.observation import FrontendMetrics
 from armature.planner.scrape import (
+    ZERO_SAMPLE,
     FrontendSample,
     ScrapeError,
-    get_window_metrics,
+    get_fleet_window_metrics,
     parse_frontend_sample,
+    sum_samples,
 )
+from armature.protocols.replica import FrontendCard, frontend_prefix
+from armature.runtime.discovery import Discovery
 
-__all__ = ["FrontendFeed", "FrontendUnreachableError"]
+__all__ = [
+    "FrontendFeed",
+    "FrontendScrape",
+    "FrontendUnreachableError",
+    "discovered_frontends",
+    "one_frontend",
+]
+
+log = logging.getLogger(__name__)
+
+# replica name -> its base url (http://host:port)
+FrontendLister = Callable[[], Awaitable[dict[str, str]]]
 
 
 class FrontendUnreachableError(ArmatureError):
-    """The frontend's /metrics did not answer, or not with its metrics."""
+    """No frontend's /metrics answered, or not with its metrics."""
+
+
+class FrontendScrape(msgspec.Struct, frozen=True):
+    """One scrape of the frontends: each replica's sample, by name (its card's key), and
+    the url it was read at."""
+
+    samples: dict[str, FrontendSample]
+    urls: dict[str, str]
+
+    @property
+    def total(self) -> FrontendSample:
+        """The replicas' samples as one frontend's (`sum_samples`)."""
+        return sum_samples(list(self.samples.values()))
+
+
+def one_frontend(url: str) -> FrontendLister:
+    """The frontend at `url` alone."""
+    frontends = {url: url}
+
+    async def listed() -> dict[str, str]:
+        return frontends
+
+    return listed
+
+
+def discovered_frontends(discovery: Discovery, namespace: str) -> FrontendLister:
+    """Every frontend of `namespace` whose card in `discovery` names its own address
+    (ArmatureError when discovery cannot be read)."""
+    unreadable: set[str] = set()  # said once each
+
+    async def listed() -> dict[str, str]:
+        frontends = {}
+        for key, value in (await discovery.list(frontend_prefix(namespace))).items():
+            try:
+                card = msgspec.msgpack.decode(value, type=FrontendCard)
+            except msgspec.DecodeError:
+                if key not in unreadable:
+                    unreadable.add(key)
+                    log.warning("frontend card %s is unreadable; not read", key)
+                continue
+            if card.http_url is not None:
+                frontends[key] = card.http_url
+        return frontends
+
+    return listed
 
 
 class FrontendFeed:
@@ -29,58 +99,82 @@ class FrontendFeed:
 
     def __init__(
         self,
-        frontend_url: str,
+        frontends: FrontendLister,
+        describe: str,
         windows: Sequence[str],
         *,
         timeout_s: float = 5.0,
         api_key: str | None = None,
     ) -> None:
-        """`api_key`: sent as a bearer token (a frontend whose /metrics needs one)."""
-        self.metrics_url = frontend_url.rstrip("/") + "/metrics"
+        """`frontends` lists the replicas to read; `describe` says which, for messages.
+        `api_key`: sent as a bearer token (a frontend whose /metrics needs one)."""
+        self._frontends = frontends
+        self.describe = describe
         headers = {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
         self._client = httpx.AsyncClient(timeout=timeout_s, headers=headers)
-        self._baselines: dict[str, tuple[FrontendSample, float]] = {}
+        self._baselines: dict[str, tuple[FrontendScrape, float]] = {}
         self._last: dict[str, FrontendMetrics] = {}
         self._windows = tuple(windows)
 
-    async def scrape(self) -> FrontendSample:
-        """One scrape; FrontendUnreachableError when it fails (never "no traffic")."""
+    async def scrape(self) -> FrontendScrape:
+        """One scrape of every replica listed; FrontendUnreachableError when one does not
+        answer (a window without some replica's requests would read as less traffic)."""
         try:
-            response = await self._client.get(self.metrics_url)
+            frontends = await self._frontends()
+        except ArmatureError as exc:
+            raise FrontendUnreachableError(f"cannot list the frontends: {exc}") from None
+        if not frontends:
+            raise FrontendUnreachableError("no frontend is listed")
+        names = sorted(frontends)
+        answers = await asyncio.gather(
+            *(self._scrape_one(frontends[name]) for name in names), return_exceptions=True
+        )
+        errors = [str(a) for a in answers if isinstance(a, FrontendUnreachableError)]
+        if errors:
+            raise FrontendUnreachableError("; ".join(errors))
+        samples = {}
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            samples[name] = answer
+        return FrontendScrape(samples, {name: frontends[name] for name in names})
+
+    async def _scrape_one(self, base_url: str) -> FrontendSample:
+        metrics_url = base_url.rstrip("/") + "/metrics"
+        try:
+            response = await self._client.get(metrics_url)
         except httpx.HTTPError as exc:
             raise FrontendUnreachableError(
-                f"cannot read {self.metrics_url}: {str(exc) or type(exc).__name__}"
+                f"cannot read {metrics_url}: {str(exc) or type(exc).__name__}"
             ) from None
         if response.status_code == 401:
             raise FrontendUnreachableError(
-                f"{self.metrics_url} needs an API key (the frontend runs --protect-metrics): "
+                f"{metrics_url} needs an API key (the frontend runs --protect-metrics): "
                 "give the planner one of its keys (--frontend-api-key, or "
                 "ARMATURE_FRONTEND_API_KEY)"
                 if "Authorization" not in self._client.headers
-                else f"{self.metrics_url} refused the planner's API key (HTTP 401)"
+                else f"{metrics_url} refused the planner's API key (HTTP 401)"
             )
         if response.status_code != 200:
-            raise FrontendUnreachableError(
-                f"{self.metrics_url} answered HTTP {response.status_code}"
-            )
+            raise FrontendUnreachableError(f"{metrics_url} answered HTTP {response.status_code}")
         try:
             return parse_frontend_sample(response.text)
         except ScrapeError as exc:
-            raise FrontendUnreachableError(f"{self.metrics_url}: {exc}") from None
+            raise FrontendUnreachableError(f"{metrics_url}: {exc}") from None
 
-    def start(self, sample: FrontendSample, now_s: float) -> None:
-        """Every window starts at `sample`, taken at `now_s`."""
+    def start(self, scrape: FrontendScrape, now_s: float) -> None:
+        """Every window starts at `scrape`, taken at `now_s`."""
         for window in self._windows:
-            self._baselines[window] = (sample, now_s)
+            self._baselines[window] = (scrape, now_s)
 
-    def take_window(self, window: str, sample: FrontendSample, now_s: float) -> FrontendMetrics:
-        """`window` from its baseline to `sample` (taken at `now_s`), which becomes the new
-        baseline."""
+    def take_window(self, window: str, scrape: FrontendScrape, now_s: float) -> FrontendMetrics:
+        """`window` from its baseline to `scrape` (taken at `now_s`), which becomes the new
+        baseline: each replica's differences, a replica that was not there before from zero
+        (it joined since: its counters started at zero), summed."""
         before, then_s = self._baselines[window]
-        metrics = get_window_metrics(
-            before, sample, max(now_s - then_s, 1e-6), self._last.get(window)
-        )
-        self._baselines[window] = (sample, now_s)
+        pairs = [(before.samples.get(name, ZERO_SAMPLE), s) for name, s in scrape.samples.items()]
+        metrics = get_fleet_window_metrics(pairs, max(now_s - then_s, 1e-6), self._last.get(window))
+        self._baselines[window] = (scrape, now_s)
         self._last[window] = metrics
         return metrics
 

@@ -1,8 +1,9 @@
 """`armature planner`, assembled: the performance model, discovery and the event plane, the
 connector, the planner's metrics, then the tick loop until SIGINT/SIGTERM. Settings that
 cannot work (no or a bad timing profile, an unreachable frontend, a profile measured on
-another model, a Kubernetes API server that cannot be reached or refuses) are a ConfigError
-before the loop starts; the workers a local connector started by then are stopped first.
+another model than a frontend serves, a Kubernetes API server that cannot be reached or
+refuses) are a ConfigError before the loop starts; the workers a local connector started by
+then are stopped first.
 
 The performance model is one worker as `armature profile` measured it: step times from the
 profile's tables, and its KV pool (block size, blocks), step budget and batch size as the
@@ -27,7 +28,13 @@ from armature.planner.connectors.api import Connector
 from armature.planner.connectors.local import LocalConnector, SubprocessLauncher
 from armature.planner.connectors.virtual import VirtualConnector
 from armature.planner.core import Planner
-from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
+from armature.planner.frontend_feed import (
+    FrontendFeed,
+    FrontendScrape,
+    FrontendUnreachableError,
+    discovered_frontends,
+    one_frontend,
+)
 from armature.planner.metrics import PlannerMetrics
 from armature.planner.profile_match import ProfiledWorker
 from armature.planner.scrape import FrontendSample, judges_by
@@ -43,8 +50,10 @@ from armature.sim.profile_timing import load_profile
 __all__ = [
     "MIN_LIVE_INTERVAL_S",
     "check_live_intervals",
+    "check_model",
     "describe_unseen_workers",
     "get_worker_argv",
+    "open_frontend_feed",
     "read_performance_model",
     "run_planner",
 ]
@@ -172,7 +181,7 @@ def _ms(seconds: float | None) -> str:
     return "none" if seconds is None else f"{seconds * 1000.0:g} ms"
 
 
-async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendSample:
+async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendScrape:
     deadline_s = time.monotonic() + wait_s
     waiting = False
     while True:
@@ -180,11 +189,36 @@ async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendSample
             return await frontend.scrape()
         except FrontendUnreachableError as exc:
             if time.monotonic() >= deadline_s:
-                raise ConfigError(f"no metrics from the frontend: {exc}") from None
+                raise ConfigError(f"no metrics from {frontend.describe}: {exc}") from None
             if not waiting:
                 waiting = True
-                log.info("waiting up to %.0f s for %s: %s", wait_s, frontend.metrics_url, exc)
+                log.info("waiting up to %.0f s for %s: %s", wait_s, frontend.describe, exc)
         await asyncio.sleep(0.25)  # polling a server that is still starting
+
+
+def open_frontend_feed(
+    service: PlannerServiceConfig, discovery: Discovery, namespace: str
+) -> FrontendFeed:
+    """The frontends the planner reads: --frontend-url alone, else every replica in
+    discovery."""
+    windows = (LOAD_WINDOW, INTERVAL_WINDOW)
+    if service.frontend_url is not None:
+        frontends, describe = one_frontend(service.frontend_url), service.frontend_url
+    else:
+        frontends = discovered_frontends(discovery, namespace)
+        describe = f"the frontends of namespace {namespace!r} in discovery"
+    return FrontendFeed(frontends, describe, windows, api_key=service.frontend_api_key)
+
+
+def check_model(scrape: FrontendScrape, profiled: ProfiledWorker) -> None:
+    """ConfigError when a frontend serves another model than the profile's."""
+    for name, sample in scrape.samples.items():
+        if sample.model_name not in (None, profiled.model_name):
+            raise ConfigError(
+                f"--performance-model was measured on model {profiled.model_name!r}; the "
+                f"frontend at {scrape.urls[name]} serves {sample.model_name!r} (profile that "
+                "model)"
+            )
 
 
 def _serve_metrics(metrics: PlannerMetrics, service: PlannerServiceConfig) -> str:
@@ -226,11 +260,7 @@ async def _run(config: PlannerCommandConfig) -> None:
     tasks: list[asyncio.Task[None]] = []
     connector: Connector | None = None
     metrics = PlannerMetrics(config.planner.get_roles())
-    frontend = FrontendFeed(
-        service.frontend_url,
-        (LOAD_WINDOW, INTERVAL_WINDOW),
-        api_key=service.frontend_api_key,
-    )
+    frontend = open_frontend_feed(service, discovery, runtime.namespace)
     try:
         discovered = await _discovered(discovery, runtime.namespace)
         if not service.dry_run:
@@ -249,12 +279,9 @@ async def _run(config: PlannerCommandConfig) -> None:
             tasks.append(asyncio.create_task(actuator.run()))
         # the frontend's model before the workers' step records are read: a profile of
         # another model is refused without a warning from each worker that it differs
-        sample = await _first_scrape(frontend, service.frontend_wait_s)
-        if sample.model_name not in (None, profiled.model_name):
-            raise ConfigError(
-                f"--performance-model was measured on model {profiled.model_name!r}; the frontend "
-                f"serves {sample.model_name!r} (profile that model)"
-            )
+        scrape = await _first_scrape(frontend, service.frontend_wait_s)
+        check_model(scrape, profiled)
+        sample = scrape.total
         workers = WorkerStepFeed(
             discovery, event_plane, runtime.namespace, (LOAD_WINDOW, INTERVAL_WINDOW), profiled
         )
@@ -271,7 +298,7 @@ async def _run(config: PlannerCommandConfig) -> None:
             ", ".join(f"{r.value}={n}" for r, n in planner.get_num_workers().items()),
             f"ttft {config.planner.ttft_ms:g} ms itl {config.planner.itl_ms:g} ms",
             "none (dry run)" if connector is None else service.connector,
-            service.frontend_url,
+            f"{frontend.describe} ({len(scrape.samples)} now)",
             metrics_url,
             describe_attainment_source(config.planner, sample),
         )

@@ -101,6 +101,16 @@ class PlannerMetrics:
             "scrape_failures",
             "Ticks skipped because the frontend's metrics could not be read",
         )
+        self.frontends = _metric(
+            Gauge, r, "frontends", "Frontend replicas whose metrics the last tick read"
+        )
+        self.observed_requests = _metric(
+            Counter,
+            r,
+            "observed_requests",
+            "Requests the frontends received, as the planner's load windows counted them "
+            "(summed over the frontend replicas)",
+        )
         self._start_series(roles)
         self._server: object | None = None
 

@@ -10,11 +10,16 @@
                  frontend without it, tokens streamed over the streams that ended)
     the rest     the counters' differences: prompt, cached and output tokens, the TTFT and
                  ITL histograms' sums and counts, the SLO judgements; the queue's gauge
+
+Frontend replicas (each counts only the requests it served): `get_fleet_window_metrics` sums
+each replica's differences, `sum_samples` their scrapes.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,12 +29,17 @@ from armature.planner.observation import FrontendMetrics
 from armature.planner.window_counts import WindowCounts, get_metrics
 
 __all__ = [
+    "ZERO_SAMPLE",
     "FrontendSample",
     "ScrapeError",
+    "get_fleet_window_metrics",
     "get_window_metrics",
     "judges_by",
     "parse_frontend_sample",
+    "sum_samples",
 ]
+
+T = TypeVar("T")
 
 
 class ScrapeError(ArmatureError):
@@ -61,6 +71,23 @@ class FrontendSample(msgspec.Struct, frozen=True, kw_only=True):
     slo_itl_target_s: float | None = None
     num_workers: int = 0  # the workers the frontend routes to (its per-worker KV series)
 
+
+# a frontend's counters and gauges at its start (a replica that joined since the last scrape)
+ZERO_SAMPLE = FrontendSample(
+    model_name=None,
+    num_finished_requests=0.0,
+    num_in_flight_requests=0.0,
+    num_queued_requests=0.0,
+    num_prompt_tokens=0.0,
+    num_cached_tokens=0.0,
+    num_output_tokens=0.0,
+    num_first_tokens=0.0,
+    ttft_sum_s=0.0,
+    num_token_gaps=0.0,
+    itl_sum_s=0.0,
+    num_finished_streams=0.0,
+    num_output_lengths=0.0,
+)
 
 _SCALARS = {
     "armature_requests_in_flight": "num_in_flight_requests",
@@ -150,20 +177,39 @@ def get_window_metrics(
     (`window_counts.get_metrics` of their differences). `previous`: the last window, whose
     lengths stand in for unmeasured ones. A counter that went down (the frontend restarted)
     counts from zero."""
+    return get_fleet_window_metrics([(before, after)], window_s, previous)
+
+
+def get_fleet_window_metrics(
+    pairs: Sequence[tuple[FrontendSample, FrontendSample]],
+    window_s: float,
+    previous: FrontendMetrics | None = None,
+) -> FrontendMetrics:
+    """The window of several frontend replicas: each pair is one replica's scrapes at the
+    window's two ends (`get_window_metrics` of one), their differences summed, each counter's
+    reset (a restart) found in its own replica."""
     assert window_s > 0.0
+    # the output lengths of the requests that finished in the window, where every replica
+    # exports them; else (an older frontend) tokens streamed over the streams that ended
+    by_lengths = all(
+        b.num_output_lengths is not None and a.num_output_lengths is not None for b, a in pairs
+    )
+    tokens, finished = (
+        ("finished_output_tokens", "num_output_lengths")
+        if by_lengths
+        else ("num_output_tokens", "num_finished_streams")
+    )
 
     def delta(name: str) -> float:
-        now: float = getattr(after, name)
-        then: float = getattr(before, name)
-        return now if now < then else now - then
+        total = 0.0
+        for before, after in pairs:
+            now: float = getattr(after, name)
+            then: float = getattr(before, name)
+            total += now if now < then else now - then
+        return total
 
-    in_flight_change = after.num_in_flight_requests - before.num_in_flight_requests
+    in_flight_change = sum(a.num_in_flight_requests - b.num_in_flight_requests for b, a in pairs)
     num_requests = max(0, math.floor(delta("num_finished_requests") + in_flight_change + 0.5))
-    if before.num_output_lengths is not None and after.num_output_lengths is not None:
-        # the output lengths of the requests that finished in the window
-        output_tokens, num_finished = delta("finished_output_tokens"), delta("num_output_lengths")
-    else:  # an older frontend: tokens streamed in the window over the streams that ended
-        output_tokens, num_finished = delta("num_output_tokens"), delta("num_finished_streams")
     counts = WindowCounts(
         window_s=window_s,
         num_requests=num_requests,
@@ -171,12 +217,39 @@ def get_window_metrics(
         prompt_tokens=delta("num_prompt_tokens"),
         cached_tokens=delta("num_cached_tokens"),
         ttft_sum_s=delta("ttft_sum_s"),
-        num_finished=num_finished,
-        output_tokens=output_tokens,
+        num_finished=delta(finished),
+        output_tokens=delta(tokens),
         num_token_gaps=delta("num_token_gaps"),
         itl_sum_s=delta("itl_sum_s"),
-        num_queued_requests=int(after.num_queued_requests),
+        num_queued_requests=int(sum(a.num_queued_requests for _, a in pairs)),
         num_met_requests=delta("num_slo_met"),
         num_missed_requests=delta("num_slo_missed"),
     )
     return get_metrics(counts, previous)
+
+
+def _common(values: Iterable[T]) -> T | None:
+    """The one value all of `values` have; None when they differ (or there are none)."""
+    distinct = set(values)
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def sum_samples(samples: Sequence[FrontendSample]) -> FrontendSample:
+    """The replicas' scrapes as one frontend's: counters and gauges summed, the model and
+    the SLO targets where they all agree (else None), the workers routed to the most any
+    replica routes to (they route to one fleet). At least one sample."""
+    assert samples
+    summed = {name: sum(getattr(s, name) for s in samples) for name in _SCALARS.values()}
+    lengths = [s.num_output_lengths for s in samples]
+    return FrontendSample(
+        model_name=_common(s.model_name for s in samples),
+        num_finished_requests=sum(s.num_finished_requests for s in samples),
+        finished_output_tokens=sum(s.finished_output_tokens for s in samples),
+        num_output_lengths=None if None in lengths else sum(x for x in lengths if x is not None),
+        num_slo_met=sum(s.num_slo_met for s in samples),
+        num_slo_missed=sum(s.num_slo_missed for s in samples),
+        slo_ttft_target_s=_common(s.slo_ttft_target_s for s in samples),
+        slo_itl_target_s=_common(s.slo_itl_target_s for s in samples),
+        num_workers=max(s.num_workers for s in samples),
+        **summed,
+    )

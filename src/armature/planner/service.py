@@ -112,8 +112,11 @@ class PlannerService:
             self._metrics.scrape_failures.inc()
             return
         frontend = self._frontend.take_window(window, sample, now_s)
+        self._metrics.frontends.set(len(sample.samples))
+        if window == LOAD_WINDOW:
+            self._metrics.observed_requests.inc(frontend.num_requests)
         config = self._config
-        if not judges_by(sample, config.ttft_ms, config.itl_ms):
+        if not judges_by(sample.total, config.ttft_ms, config.itl_ms):
             # judged against other targets (or none): not the planner's attainment
             frontend = msgspec.structs.replace(frontend, num_judged_requests=0, num_met_requests=0)
         observation = PlannerObservation(

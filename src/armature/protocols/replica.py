@@ -5,7 +5,9 @@ A replica registers a `FrontendCard` in discovery under `frontend_key(namespace,
 others, watching `frontend_prefix(namespace)`, subscribe to its event-plane url, where it
 publishes `ReplicaLoad` snapshots: its whole contribution each time (so a lost message
 costs nothing and a replica that joins has the current state with the next one), when it
-changes (at most every `share_load_interval_s`) and at least every `heartbeat_s`.
+changes (at most every `share_load_interval_s`) and at least every `heartbeat_s`. The card
+also names the address where that replica alone answers HTTP (`http_url`): replicas that
+share a port are each reached there (the planner reads every replica's /metrics).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class FrontendCard(msgspec.Struct, frozen=True, kw_only=True):
     namespace: str
     events_url: str  # where its ReplicaLoad snapshots are published (zmq or nats url)
     heartbeat_s: float  # it publishes at least this often
+    # where this replica alone serves its HTTP API (its /metrics), e.g. http://10.0.0.5:41234;
+    # None: a replica that names none
+    http_url: str | None = None
 
 
 class WorkerShare(msgspec.Struct, frozen=True, array_like=True):

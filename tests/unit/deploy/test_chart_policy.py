@@ -297,3 +297,18 @@ def test_frontend_replicas_share_their_load_from_their_pod_ip() -> None:
     assert _rules(role) == {(v, "", "pods", ()) for v in ("get", "list", "watch", "patch")}
     # nothing binds the read-only role without a planner
     assert not [b for b in manifests.of_kind("RoleBinding") if "discovery-watch" in str(b)]
+
+
+def test_a_planner_reads_every_frontend_replica_from_discovery() -> None:
+    """With frontend replicas behind the Service, the planner is given no frontend url: it
+    reads each replica's /metrics at the address its card names (through the Service it would
+    read one replica's share, at random), with the discovery read access that takes."""
+    manifests = render({**CASES["planner-agg"], **CASES["frontend-replicas"]})
+    (container,) = manifests.get("Deployment", f"{FULL}-planner")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "--frontend-url" not in container["args"]
+    watch = manifests.get("RoleBinding", f"{FULL}-discovery-watch")
+    assert {"kind": "ServiceAccount", "name": f"{FULL}-planner", "namespace": "serving"} in (
+        watch["subjects"]
+    )

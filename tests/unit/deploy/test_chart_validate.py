@@ -13,7 +13,6 @@ import helm_python
 import kubernetes_validate
 import pytest
 import yaml
-from chart_cases import CASES
 from helm_chart import CHART_DIR, KUBE_VERSIONS, MONITORING_API, render
 from helm_python import HelmRenderError
 
@@ -47,9 +46,6 @@ def test_a_values_mistake_stops_the_render() -> None:
         render({"model": {"source": "pvc"}})
     with pytest.raises(HelmRenderError, match="prefill workers need decode workers"):
         render({"workers": {"roles": {"agg": {"enabled": False}, "prefill": {"enabled": True}}}})
-    # through the Service the planner would read one replica's metrics, at random
-    with pytest.raises(HelmRenderError, match=r"keep frontend\.replicas at 1"):
-        render({**CASES["planner-agg"], **CASES["frontend-replicas"]})
     # an in-chart server that nothing would use (the processes stayed on their defaults)
     with pytest.raises(HelmRenderError, match=r"set runtime\.discovery to etcd"):
         render({"etcd": {"enabled": True}})

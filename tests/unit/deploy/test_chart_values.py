@@ -197,7 +197,7 @@ def test_frontend_and_planner_args_parse_into_the_values_config() -> None:
     _check_config(planned, BLOCK["planner.config"], sections, runtime)
     assert planned.planner.ttft_ms == 250.0 and planned.planner.queue_aware is False
     assert (planned.planner.mode, planned.service.connector) == ("agg", "kubernetes")
-    assert planned.service.frontend_url == f"http://{FULL}-frontend:8000"
+    assert planned.service.frontend_url is None  # every frontend replica, from discovery
     assert planned.service.k8s_agg_deployment == f"{FULL}-agg"
     assert planned.service.k8s_namespace == "serving"
     assert planned.service.performance_model == "/etc/armature/profile/profile.json"

@@ -219,3 +219,40 @@ async def test_a_registration_that_cannot_work_is_said_once_and_not_retried(
     await asyncio.wait_for(sharing._register("tcp://127.0.0.1:1", registered), 10)
     assert (calls, registered) == (1, [])
     assert "other frontends will not see this one's load" in caplog.text
+
+
+async def test_the_card_names_the_replicas_own_address(plane: EventPlane) -> None:
+    """Replicas that share a port are reached, each alone, at the address their card names
+    (the planner reads every replica's /metrics there)."""
+    store = MemStore()
+    discovery = MemDiscovery(store)
+    sharing = LoadSharing(
+        Router(),
+        discovery,
+        plane,
+        NAMESPACE,
+        CONFIG,
+        lease_ttl_s=5.0,
+        replica_id=0x2A,
+        http_url="http://127.0.0.1:41234",
+    )
+    task = asyncio.get_running_loop().create_task(sharing.run())
+    key = frontend_key(NAMESPACE, 0x2A)
+
+    async def listed() -> dict[str, bytes]:
+        return await discovery.list(frontend_key(NAMESPACE, 0x2A))
+
+    found: dict[str, bytes] = {}
+
+    async def registered() -> bool:
+        found.update(await listed())
+        return key in found
+
+    deadline_s = time.monotonic() + 30
+    while not await registered():
+        assert time.monotonic() < deadline_s, "the card was not registered"
+        await asyncio.sleep(0.01)
+    card = msgspec.msgpack.decode(found[key], type=FrontendCard)
+    assert (card.replica_id, card.http_url) == (0x2A, "http://127.0.0.1:41234")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -3,6 +3,7 @@ expositions (the frontend's metric names and prometheus_client's text format).""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from armature.planner.main import describe_unseen_workers
@@ -10,8 +11,10 @@ from armature.planner.observation import FrontendMetrics
 from armature.planner.scrape import (
     FrontendSample,
     ScrapeError,
+    get_fleet_window_metrics,
     get_window_metrics,
     parse_frontend_sample,
+    sum_samples,
 )
 from armature.protocols.worker import WorkerRole
 
@@ -230,3 +233,74 @@ armature_worker_kv_blocks_total{worker="in-process-1"} 512.0
     assert warning.startswith("the frontend routes to 2 worker(s) that the planner does not ")
     assert describe_unseen_workers(sample, {WorkerRole.AGG: 2}) == ""
     assert describe_unseen_workers(parse_frontend_sample(BEFORE), {}) == ""  # none to route to
+
+
+def test_replicas_windows_are_each_ones_differences_summed() -> None:
+    """Two frontend replicas, each counting only its own requests: the fleet's window is the
+    sum of each one's differences, a reset (a replica restarted) found in its own counters:
+    the second replica went from AFTER's counts down to BEFORE's, which count from zero."""
+    before, after = parse_frontend_sample(BEFORE), parse_frontend_sample(AFTER)
+    window = get_fleet_window_metrics([(before, after), (after, before)], 10.0)
+    # 23 arrived at the first (see above); the second's window is BEFORE itself: 11
+    # finished + 3 in flight, less the 5 it had in flight before (its gauge is not a count)
+    assert window.num_requests == 23 + 11 + (3 - 5)
+    assert window.mean_ttft_ms == pytest.approx((6.6 + 2.6) / (22 + 13) * 1000.0)
+    assert window.mean_input_tokens == pytest.approx((10000 + 5000) / (22 + 13))
+    assert window.prefix_hit_rate == pytest.approx((3000 + 1000) / (10000 + 5000))
+    assert window.num_queued_requests == 4 + 0  # the gauges as they are at the end
+    # one replica alone is get_window_metrics
+    assert get_fleet_window_metrics([(before, after)], 10.0) == get_window_metrics(
+        before, after, 10.0
+    )
+
+
+def test_replicas_that_do_not_all_export_lengths_fall_back_together() -> None:
+    """The output length is the finished requests' own where every replica exports it, else
+    the streamed tokens of every replica (not a mix of the two measures)."""
+    with_hist = (
+        parse_frontend_sample(with_lengths(BEFORE, 1000, 11)),
+        parse_frontend_sample(with_lengths(AFTER, 3100, 32)),
+    )
+    plain = (parse_frontend_sample(BEFORE), parse_frontend_sample(AFTER))
+    assert get_fleet_window_metrics([with_hist, with_hist], 10.0).mean_output_tokens == (
+        pytest.approx(100.0)
+    )
+    # streamed tokens over the streams that ended, both replicas: 2 x 4,000 / 2 x 21
+    assert get_fleet_window_metrics([with_hist, plain], 10.0).mean_output_tokens == (
+        pytest.approx(4000 / 21)
+    )
+
+
+def test_replicas_scrapes_sum_into_one_frontends() -> None:
+    first = parse_frontend_sample(with_lengths(BEFORE, 1000, 11))
+    second = msgspec.structs.replace(
+        parse_frontend_sample(with_lengths(AFTER, 3100, 32)),
+        num_workers=3,
+        slo_ttft_target_s=0.5,
+        slo_itl_target_s=0.05,
+    )
+    total = sum_samples([first, second])
+    assert total == FrontendSample(
+        model_name="smollm2",
+        num_finished_requests=11.0 + 32.0,
+        num_in_flight_requests=3.0 + 5.0,
+        num_queued_requests=0.0 + 4.0,
+        num_prompt_tokens=5000.0 + 15000.0,
+        num_cached_tokens=1000.0 + 4000.0,
+        num_output_tokens=1200.0 + 5200.0,
+        num_first_tokens=13.0 + 35.0,
+        ttft_sum_s=pytest.approx(2.6 + 9.2),
+        num_token_gaps=1187.0 + 5165.0,
+        itl_sum_s=pytest.approx(23.74 + 103.3),
+        num_finished_streams=11.0 + 32.0,
+        finished_output_tokens=1000.0 + 3100.0,
+        num_output_lengths=11.0 + 32.0,
+        slo_ttft_target_s=None,  # the replicas judge against different targets: none
+        slo_itl_target_s=None,
+        num_workers=3,  # one fleet: the most any replica routes to
+    )
+    assert sum_samples([second, second]).slo_ttft_target_s == 0.5
+    assert sum_samples([first, parse_frontend_sample(BEFORE)]).num_output_lengths is None
+    other_model = msgspec.structs.replace(first, model_name="other")
+    assert sum_samples([first, other_model]).model_name is None
+    assert sum_samples([first]) == first

@@ -8,32 +8,29 @@ import logging
 from typing import Any, cast
 
 import httpx
+import msgspec
 import pytest
 
 from armature.config.planner import PlannerConfig
 from armature.planner.core import Planner, PlannerEffects
 from armature.planner.decisions import DecisionReason, LimitHold, LimitReason
-from armature.planner.frontend_feed import FrontendFeed, FrontendUnreachableError
+from armature.planner.frontend_feed import (
+    FrontendFeed,
+    FrontendScrape,
+    FrontendUnreachableError,
+    one_frontend,
+)
 from armature.planner.metrics import PlannerMetrics
 from armature.planner.predictors import ConstantPredictor
-from armature.planner.scrape import FrontendSample
+from armature.planner.scrape import ZERO_SAMPLE
 from armature.planner.service import LOAD_WINDOW, PlannerService, get_next_due_s
 from armature.planner.timing_performance import TimingPerformanceModel
 from armature.protocols.worker import WorkerRole
 
-SAMPLE = FrontendSample(
-    model_name="m",
-    num_finished_requests=0.0,
-    num_in_flight_requests=0.0,
-    num_queued_requests=0.0,
-    num_prompt_tokens=0.0,
-    num_cached_tokens=0.0,
-    num_output_tokens=0.0,
-    num_first_tokens=0.0,
-    ttft_sum_s=0.0,
-    num_token_gaps=0.0,
-    itl_sum_s=0.0,
-    num_finished_streams=0.0,
+# a frontend that has served nothing yet
+SAMPLE = msgspec.structs.replace(ZERO_SAMPLE, model_name="m", num_output_lengths=None)
+SCRAPE = FrontendScrape(
+    {"http://127.0.0.1:9": SAMPLE}, {"http://127.0.0.1:9": "http://127.0.0.1:9"}
 )
 
 
@@ -45,14 +42,14 @@ class FlakyFeed:
         self.num_scrapes = 0
         self.started = asyncio.Event()
 
-    async def scrape(self) -> FrontendSample:
+    async def scrape(self) -> FrontendScrape:
         self.num_scrapes += 1
         if self.num_scrapes <= self.num_failures:
             raise FrontendUnreachableError("http://127.0.0.1:9/metrics answered HTTP 500")
-        return SAMPLE
+        return SCRAPE
 
-    def start(self, sample: FrontendSample, now_s: float) -> None:
-        assert sample is SAMPLE
+    def start(self, scrape: FrontendScrape, now_s: float) -> None:
+        assert scrape is SCRAPE
         self.started.set()
 
 
@@ -118,7 +115,7 @@ async def test_a_scrape_failure_without_a_message_names_its_kind() -> None:
     def reset(request: httpx.Request) -> httpx.Response:
         raise httpx.ReadError("", request=request)
 
-    feed = FrontendFeed("http://127.0.0.1:9", ["load"])
+    feed = FrontendFeed(one_frontend("http://127.0.0.1:9"), "it", ["load"])
     feed._client = httpx.AsyncClient(transport=httpx.MockTransport(reset))
     with pytest.raises(FrontendUnreachableError) as caught:
         await feed.scrape()
@@ -195,7 +192,7 @@ async def test_a_frontend_that_protects_its_metrics_is_read_with_a_key() -> None
 
     errors = []
     for key in (None, "wrong", "k1"):
-        feed = FrontendFeed("http://127.0.0.1:9", ["load"], api_key=key)
+        feed = FrontendFeed(one_frontend("http://127.0.0.1:9"), "it", ["load"], api_key=key)
         headers = feed._client.headers
         feed._client = httpx.AsyncClient(transport=httpx.MockTransport(protected), headers=headers)
         with pytest.raises(FrontendUnreachableError) as caught:

@@ -1,0 +1,170 @@
+"""The planner's feed over several frontend replicas: each replica's /metrics read at its own
+address (httpx's MockTransport answers as each would), their windows summed; a replica that
+joins counts from zero, one that does not answer skips the tick; the replicas listed from
+their cards in discovery (a real FileDiscovery)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from armature.planner.frontend_feed import (
+    FrontendFeed,
+    FrontendUnreachableError,
+    discovered_frontends,
+)
+from armature.protocols.replica import FrontendCard, frontend_key
+from armature.runtime.discovery_file import FileDiscovery
+
+
+def metrics_text(*, finished: int, in_flight: int, prompt: int, first_tokens: int) -> str:
+    """A frontend's /metrics with the families the feed needs."""
+    return f"""\
+# TYPE armature_requests_total counter
+armature_requests_total{{endpoint="chat",status="200"}} {finished}.0
+# TYPE armature_requests_in_flight gauge
+armature_requests_in_flight {in_flight}.0
+# TYPE armature_prompt_tokens_total counter
+armature_prompt_tokens_total {prompt}.0
+# TYPE armature_time_to_first_token_seconds histogram
+armature_time_to_first_token_seconds_bucket{{le="+Inf"}} {first_tokens}.0
+armature_time_to_first_token_seconds_count {first_tokens}.0
+armature_time_to_first_token_seconds_sum {first_tokens * 0.1}
+# TYPE armature_model_info gauge
+armature_model_info{{model="m"}} 1.0
+"""
+
+
+class Replicas:
+    """Frontends by host, as the feed lists and reads them: `texts[host]` is what its /metrics
+    answers (None: it does not answer)."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str | None] = {}
+        self.read: list[str] = []
+
+    async def list(self) -> dict[str, str]:
+        return {f"frontend-{host}": f"http://{host}:8000" for host in self.texts}
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        self.read.append(f"{host}{request.url.path}")
+        text = self.texts[host]
+        if text is None:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, text=text)
+
+    def feed(self) -> FrontendFeed:
+        feed = FrontendFeed(self.list, "the test's replicas", ["load"])
+        feed._client = httpx.AsyncClient(transport=httpx.MockTransport(self.answer))
+        return feed
+
+
+async def test_each_replica_is_read_and_the_windows_summed() -> None:
+    replicas = Replicas()
+    replicas.texts = {
+        "a": metrics_text(finished=10, in_flight=1, prompt=1000, first_tokens=11),
+        "b": metrics_text(finished=4, in_flight=0, prompt=400, first_tokens=4),
+    }
+    feed = replicas.feed()
+    first = await feed.scrape()
+    assert sorted(replicas.read) == ["a/metrics", "b/metrics"]
+    assert set(first.samples) == {"frontend-a", "frontend-b"}
+    assert first.total.num_finished_requests == 14.0
+    feed.start(first, 0.0)
+    replicas.texts = {
+        "a": metrics_text(finished=30, in_flight=2, prompt=3000, first_tokens=32),
+        "b": metrics_text(finished=24, in_flight=1, prompt=2400, first_tokens=25),
+    }
+    window = feed.take_window("load", await feed.scrape(), 10.0)
+    # a: 20 finished + 1 more in flight; b: 20 + 1: 42 arrived in 10 s
+    assert window.num_requests == 42
+    assert window.get_request_rate_per_s() == pytest.approx(4.2)
+    assert window.mean_input_tokens == pytest.approx(4000 / 42)  # prompt tokens per first token
+    await feed.close()
+
+
+async def test_a_replica_that_joins_counts_from_its_start() -> None:
+    replicas = Replicas()
+    replicas.texts = {"a": metrics_text(finished=10, in_flight=0, prompt=1000, first_tokens=10)}
+    feed = replicas.feed()
+    feed.start(await feed.scrape(), 0.0)
+    replicas.texts["a"] = metrics_text(finished=15, in_flight=0, prompt=1500, first_tokens=15)
+    # started since the last scrape: all it counted is in this window
+    replicas.texts["c"] = metrics_text(finished=6, in_flight=2, prompt=800, first_tokens=8)
+    window = feed.take_window("load", await feed.scrape(), 5.0)
+    assert window.num_requests == 5 + (6 + 2)
+    assert window.mean_input_tokens == pytest.approx((500 + 800) / (5 + 8))
+    # a replica that left is simply not read: the next window is the one left's
+    del replicas.texts["a"]
+    replicas.texts["c"] = metrics_text(finished=9, in_flight=0, prompt=1100, first_tokens=10)
+    assert feed.take_window("load", await feed.scrape(), 10.0).num_requests == 3 - 2
+    await feed.close()
+
+
+async def test_a_replica_that_does_not_answer_skips_the_tick() -> None:
+    """A window without one replica's requests would read as less traffic: the scrape fails,
+    naming it, and the next window spans from the last scrape that read every replica."""
+    replicas = Replicas()
+    replicas.texts = {
+        "a": metrics_text(finished=10, in_flight=0, prompt=1000, first_tokens=10),
+        "b": metrics_text(finished=10, in_flight=0, prompt=1000, first_tokens=10),
+    }
+    feed = replicas.feed()
+    feed.start(await feed.scrape(), 0.0)
+    replicas.texts["a"] = metrics_text(finished=20, in_flight=0, prompt=2000, first_tokens=20)
+    replicas.texts["b"] = None
+    with pytest.raises(FrontendUnreachableError) as caught:
+        await feed.scrape()
+    assert str(caught.value) == "cannot read http://b:8000/metrics: connection refused"
+    replicas.texts["b"] = metrics_text(finished=16, in_flight=0, prompt=1600, first_tokens=16)
+    window = feed.take_window("load", await feed.scrape(), 10.0)
+    assert window.num_requests == 10 + 6
+    assert window.window_s == 10.0
+    replicas.texts.clear()
+    with pytest.raises(FrontendUnreachableError, match="no frontend is listed"):
+        await feed.scrape()
+    await feed.close()
+
+
+async def test_the_replicas_are_listed_from_their_cards(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    discovery = FileDiscovery(tmp_path, poll_interval_s=0.05)
+    registrations = []
+    for replica_id, url in ((1, "http://10.0.0.1:41001"), (2, None), (3, "http://[::1]:41003")):
+        card = FrontendCard(
+            replica_id=replica_id,
+            namespace="ns",
+            events_url="tcp://10.0.0.1:5000",
+            heartbeat_s=1.0,
+            http_url=url,
+        )
+        key = frontend_key("ns", replica_id)
+        registrations.append(await discovery.register(key, msgspec.msgpack.encode(card), 30.0))
+    registrations.append(await discovery.register(frontend_key("ns", 4), b"\xc1", 30.0))
+    other = FrontendCard(
+        replica_id=5, namespace="other", events_url="x", heartbeat_s=1.0, http_url="http://o:1"
+    )
+    registrations.append(
+        await discovery.register(frontend_key("other", 5), msgspec.msgpack.encode(other), 30.0)
+    )
+    listed = discovered_frontends(discovery, "ns")
+    with caplog.at_level(logging.WARNING, logger="armature.planner.frontend_feed"):
+        assert await listed() == {
+            frontend_key("ns", 1): "http://10.0.0.1:41001",
+            frontend_key("ns", 3): "http://[::1]:41003",
+        }
+        await listed()
+    # the unreadable card is said once; the one naming no address (an older frontend) is
+    # left out
+    assert [r.getMessage() for r in caplog.records] == [
+        f"frontend card {frontend_key('ns', 4)} is unreadable; not read"
+    ]
+    for registration in registrations:
+        await registration.close()
+    await discovery.close()
