@@ -261,6 +261,32 @@ def test_the_planner_reads_every_replica_at_its_own_address(
     assert planner.returncode == 0, fleet.log_text("planner-replicas")
 
 
+def test_an_overload_change_on_one_replica_reaches_the_others(
+    fleet: Fleet, replicas: tuple[str, str]
+) -> None:
+    """POST /admin/overload on one replica changes every replica (through a Service it changed
+    whichever one the connection reached); with x-armature-replica-only, that one alone."""
+    a, b = replicas
+    before = httpx.get(f"{b}/admin/overload", timeout=10).json()
+    changed = httpx.post(f"{a}/admin/overload", json={"max_queued_requests": 17}, timeout=30)
+    assert changed.status_code == 200, changed.text
+    b_name = re.search(r"(frontend-[0-9a-f]+) shares its load", fleet.log_text("frontend-b"))
+    assert b_name
+    assert changed.json()["peers"] == {b_name.group(1): "changed"}
+    assert httpx.get(f"{b}/admin/overload", timeout=10).json()["max_queued_requests"] == 17
+    alone = httpx.post(
+        f"{a}/admin/overload",
+        json={"max_queued_requests": 5},
+        headers={"x-armature-replica-only": "1"},
+        timeout=30,
+    )
+    assert alone.json()["max_queued_requests"] == 5 and alone.json()["peers"] == {}
+    assert httpx.get(f"{b}/admin/overload", timeout=10).json()["max_queued_requests"] == 17
+    restored = {"max_queued_requests": before["max_queued_requests"]}
+    assert httpx.post(f"{a}/admin/overload", json=restored, timeout=30).status_code == 200
+    assert httpx.get(f"{b}/admin/overload", timeout=10).json() == before
+
+
 def test_a_joining_replica_gets_the_load_in_flight_and_a_killed_ones_expires(
     fleet: Fleet, replicas: tuple[str, str]
 ) -> None:

@@ -42,6 +42,7 @@ from armature.frontend.event_stream import EventStreamResponse
 from armature.frontend.generation import GenerationError
 from armature.frontend.jobs import Job, ServedModel
 from armature.frontend.lora_admin import add_lora_routes
+from armature.frontend.peer_admin import REPLICA_ONLY_HEADER, send_to_peers
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
 from armature.frontend.responses_listing import MAX_PAGE_ITEMS
 from armature.frontend.responses_protocol import MAX_RESPONSE_ID_CHARS, ResponsesRequest
@@ -84,6 +85,9 @@ def build_app(
     if api_keys is not None:  # added last: runs first, so unauthenticated bodies go unread
         app.add_middleware(ApiKeyMiddleware, keys=api_keys, protect_metrics=protect_metrics)
     app.state.begin_closing = functools.partial(_begin_closing, parts)
+    # the other frontend replicas' own addresses (name -> url), for admin changes that go to
+    # every replica; whoever follows the replicas sets it (frontend/main.py)
+    app.state.get_peer_urls = dict
 
     def count_rejected(request: Request, status: int) -> None:
         endpoint = ENDPOINTS.get(request.url.path)
@@ -402,9 +406,20 @@ def _add_admin_routes(app: FastAPI, parts: FrontendParts) -> None:
         return state()
 
     @app.post("/admin/overload", responses=error_responses(400, 401, 413))
-    async def set_overload(update: OverloadUpdate) -> dict[str, Any]:
-        """Change the busy thresholds and queue bounds at runtime (fields left out stay)."""
+    async def set_overload(update: OverloadUpdate, request: Request) -> dict[str, Any]:
+        """Change the busy thresholds and queue bounds at runtime (fields left out stay), on
+        this replica and every other of the namespace (`peers`: each one's outcome), or on
+        this one alone with the x-armature-replica-only header."""
         changes = update.model_dump(exclude_unset=True)
         thresholds.config = dataclasses.replace(thresholds.config, **changes)
         log.info("overload control now %s", thresholds.config)
-        return state()
+        peers: dict[str, str] = {}
+        if REPLICA_ONLY_HEADER not in request.headers:
+            authorization = request.headers.get("authorization")
+            peers = await send_to_peers(
+                app.state.get_peer_urls(), "/admin/overload", changes, authorization
+            )
+            for name, outcome in peers.items():
+                if outcome != "changed":
+                    log.warning("overload control not changed on %s: %s", name, outcome)
+        return {**state(), "peers": peers}

@@ -224,6 +224,7 @@ def run_frontend(
                 registry=parts.metrics.registry,
                 http_url=http_url,
             )
+            app.state.get_peer_urls = sharing.get_peer_urls  # admin changes reach them all
             async with asyncio.TaskGroup() as group:
                 group.create_task(fleet.run())
                 group.create_task(_share_load(sharing))

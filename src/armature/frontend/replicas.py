@@ -90,6 +90,7 @@ class LoadSharing:
         self.http_url = http_url
         self.peers = PeerLoads()
         self._subscriptions: dict[int, asyncio.Task[None]] = {}
+        self._peer_urls: dict[int, str] = {}  # peers' own addresses, from their cards
         self._heard: set[int] = set()  # peers a snapshot came from
         self._peer_joined = asyncio.Event()
         self._encoder = msgspec.msgpack.Encoder()
@@ -103,6 +104,10 @@ class LoadSharing:
     @property
     def name(self) -> str:
         return replica_name(self.replica_id)
+
+    def get_peer_urls(self) -> dict[str, str]:
+        """The other replicas in discovery that name their own address: name -> its url."""
+        return {replica_name(i): url for i, url in self._peer_urls.items()}
 
     async def run(self) -> None:
         """Share load until cancelled; on the way out leave discovery and unsubscribe."""
@@ -220,6 +225,8 @@ class LoadSharing:
             if card.replica_id == self.replica_id or card.replica_id in self._subscriptions:
                 continue
             ids_by_key[event.key] = card.replica_id
+            if card.http_url is not None:
+                self._peer_urls[card.replica_id] = card.http_url
             ttl_s = _MISSED_HEARTBEATS * card.heartbeat_s
             self.peers.watch(card.replica_id, ttl_s, self.clock())
             task = asyncio.get_running_loop().create_task(self._subscribe(card))
@@ -228,6 +235,7 @@ class LoadSharing:
             log.info("frontend %s joined (%s)", replica_name(card.replica_id), card.events_url)
 
     async def _forget(self, replica_id: int) -> None:
+        self._peer_urls.pop(replica_id, None)
         task = self._subscriptions.pop(replica_id, None)
         if task is not None:
             task.cancel()
