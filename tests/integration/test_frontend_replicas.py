@@ -287,6 +287,38 @@ def test_an_overload_change_on_one_replica_reaches_the_others(
     assert httpx.get(f"{b}/admin/overload", timeout=10).json() == before
 
 
+def test_a_replicas_own_address_answers_the_planner_while_it_drains(fleet: Fleet) -> None:
+    """A replica's own address serves what the planner and the other replicas read (its
+    /metrics, /admin/overload), not the API clients use; it answers until the replica's drain
+    has ended, where the planner skipped every tick of the drain (it read a closed port)."""
+    url, proc = fleet.start_frontend_process("frontend-f", extra=REPLICA_ARGS)
+    found = re.search(r"this replica alone: (http://\S+)\)", fleet.log_text("frontend-f"))
+    assert found
+    own = found.group(1)
+    assert httpx.get(f"{own}/metrics", timeout=10).status_code == 200
+    assert httpx.get(f"{own}/admin/overload", timeout=10).status_code == 200
+    body = {"model": SERVED_MODEL_NAME, "prompt": "not here", "max_tokens": 2}
+    assert httpx.post(f"{own}/v1/completions", json=body, timeout=10).status_code == 404
+    held = HeldStream(url, HOT + "held while its frontend drains")
+    held.wait_first_token()
+    proc.send_signal(signal.SIGTERM)
+
+    def refused() -> bool:
+        try:
+            httpx.get(f"{url}/health", timeout=10)
+        except httpx.ConnectError:
+            return True
+        return False
+
+    wait_until(refused, "the draining replica's port closed")
+    draining = parse_metrics(httpx.get(f"{own}/metrics", timeout=10).text)
+    assert draining["armature_requests_in_flight"] == 1  # the held stream, still going
+    held.close()
+    assert proc.wait(timeout=60) == -signal.SIGTERM  # drained, it ends by the signal it got
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{own}/metrics", timeout=10)
+
+
 def test_a_joining_replica_gets_the_load_in_flight_and_a_killed_ones_expires(
     fleet: Fleet, replicas: tuple[str, str]
 ) -> None:

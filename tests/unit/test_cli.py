@@ -855,3 +855,27 @@ def test_replay_reports_goodput_only_against_a_bound(
     assert main(bounded) == 0
     tight = json.loads((tmp_path / "tight.json").read_text())
     assert tight["goodput_requests_s"] == {"sla": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        # a card naming every address: no peer or planner could dial it
+        (
+            ["--replica-host", "0.0.0.0"],
+            "--replica-host 0.0.0.0: the other frontends and the planner connect to it; give an "
+            "address of this host they reach",
+        ),
+        (["--replica-port", "{port}"], "--replica-host/--replica-port: cannot listen on"),
+    ],
+)
+def test_a_frontends_own_address_that_cannot_work_is_a_one_line_error(
+    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before it waits for workers: the replica's own address, beside --port (which
+    the second case takes too)."""
+    port = _free_port()
+    argv = ["frontend", "--port", str(port), "--discovery-dir", str(tmp_path / "discovery")]
+    code, err = run([*argv, *(x.format(port=port) for x in extra)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith(f"armature: error: {message}")

@@ -190,14 +190,15 @@ class ReplicaConfig:
     replica_host: str = setting(
         "127.0.0.1",
         "the address this frontend publishes its in-flight load on for the other frontend "
-        "replicas (the zmq event plane binds it): with replicas on many hosts, this host's "
-        "address",
+        "replicas (the zmq event plane binds it), and serves its /metrics and /admin/overload "
+        "on for the planner and the other replicas (--replica-port): with replicas on many "
+        "hosts, this host's address",
     )
     replica_port: int = setting(
         0,
-        "the port on --replica-host where this frontend alone also serves its API (0: any "
-        "free port), named in its card in discovery: the planner reads each frontend "
-        "replica's /metrics there, where replicas share --port",
+        "the port on --replica-host where this frontend alone serves /metrics, /health and "
+        "/admin/overload, not generation (0: any free port), named in its card in discovery: "
+        "the planner reads each frontend replica's /metrics there, where replicas share --port",
         parse=int_between(0, 65535),
     )
     share_load_interval_s: float = setting(

@@ -51,7 +51,7 @@ from armature.frontend.tasks import wrong_task
 from armature.protocols.embedding import WorkerTask
 from armature.router.policies import NoWorkerError, RoutingError
 
-__all__ = ["REQUEST_ID_HEADER", "WORKER_HEADER", "ServedModel", "build_app"]
+__all__ = ["REQUEST_ID_HEADER", "WORKER_HEADER", "ServedModel", "build_app", "build_replica_app"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ ENDPOINTS = {
 }
 
 Background = Callable[[], Coroutine[Any, Any, None]]
+PeerUrls = Callable[[], dict[str, str]]  # the other replicas' own addresses: name -> url
 ResponseId = Annotated[str, Path(min_length=1, max_length=MAX_RESPONSE_ID_CHARS)]
 MAX_MODEL_ID_CHARS = 512  # a served name or a LoRA adapter's, ORG/NAME included
 ModelId = Annotated[str, Path(min_length=1, max_length=MAX_MODEL_ID_CHARS)]
@@ -76,18 +77,15 @@ def build_app(
     api_keys: ApiKeys | None = None,
     protect_metrics: bool = False,
     max_request_bytes: int = HttpConfig().max_request_bytes,
+    peer_urls: PeerUrls = dict,
 ) -> FastAPI:
     """The app over `parts` (a router in front of one or more worker engines). `background`
     coroutines (e.g. following discovery) run from startup until shutdown. With `api_keys`,
-    the API needs one of them (see auth.py)."""
+    the API needs one of them (see auth.py). `peer_urls`: the other frontend replicas' own
+    addresses, which admin changes reach too."""
     app = FastAPI(title="Armature", version="0.1.0", lifespan=_lifespan(parts, background))
-    app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
-    if api_keys is not None:  # added last: runs first, so unauthenticated bodies go unread
-        app.add_middleware(ApiKeyMiddleware, keys=api_keys, protect_metrics=protect_metrics)
+    _add_middleware(app, api_keys, protect_metrics, max_request_bytes)
     app.state.begin_closing = functools.partial(_begin_closing, parts)
-    # the other frontend replicas' own addresses (name -> url), for admin changes that go to
-    # every replica; whoever follows the replicas sets it (frontend/main.py)
-    app.state.get_peer_urls = dict
 
     def count_rejected(request: Request, status: int) -> None:
         endpoint = ENDPOINTS.get(request.url.path)
@@ -98,9 +96,37 @@ def build_app(
     _add_generation_routes(app, parts)
     add_embedding_routes(app, parts)
     _add_info_routes(app, parts)
-    _add_admin_routes(app, parts)
+    _add_admin_routes(app, parts, peer_urls)
     add_lora_routes(app, parts)
     return app
+
+
+def build_replica_app(
+    parts: FrontendParts,
+    api_keys: ApiKeys | None = None,
+    protect_metrics: bool = False,
+    max_request_bytes: int = HttpConfig().max_request_bytes,
+    peer_urls: PeerUrls = dict,
+) -> FastAPI:
+    """What a frontend replica serves on its own address (`--replica-host`,
+    `--replica-port`) for the planner and the other replicas: /metrics, /health, /live,
+    /v1/models and /admin/overload over the same `parts`, behind the same keys; no
+    generation (that goes through the address clients use). Its owner serves it until the
+    main app's shutdown ends: a replica's /metrics answers while it drains."""
+    app = FastAPI(title="Armature (this replica)", version="0.1.0")
+    _add_middleware(app, api_keys, protect_metrics, max_request_bytes)
+    install_error_handlers(app, lambda request, status: None)
+    _add_info_routes(app, parts)
+    _add_admin_routes(app, parts, peer_urls)
+    return app
+
+
+def _add_middleware(
+    app: FastAPI, api_keys: ApiKeys | None, protect_metrics: bool, max_request_bytes: int
+) -> None:
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
+    if api_keys is not None:  # added last: runs first, so unauthenticated bodies go unread
+        app.add_middleware(ApiKeyMiddleware, keys=api_keys, protect_metrics=protect_metrics)
 
 
 def _begin_closing(parts: FrontendParts) -> None:
@@ -395,7 +421,7 @@ def _add_info_routes(app: FastAPI, parts: FrontendParts) -> None:
         return Response(parts.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
-def _add_admin_routes(app: FastAPI, parts: FrontendParts) -> None:
+def _add_admin_routes(app: FastAPI, parts: FrontendParts, peer_urls: PeerUrls) -> None:
     thresholds, gate = parts.thresholds, parts.gate
 
     def state() -> dict[str, Any]:
@@ -416,9 +442,7 @@ def _add_admin_routes(app: FastAPI, parts: FrontendParts) -> None:
         peers: dict[str, str] = {}
         if REPLICA_ONLY_HEADER not in request.headers:
             authorization = request.headers.get("authorization")
-            peers = await send_to_peers(
-                app.state.get_peer_urls(), "/admin/overload", changes, authorization
-            )
+            peers = await send_to_peers(peer_urls(), "/admin/overload", changes, authorization)
             for name, outcome in peers.items():
                 if outcome != "changed":
                     log.warning("overload control not changed on %s: %s", name, outcome)

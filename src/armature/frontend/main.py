@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import ipaddress
 import logging
 import socket
 import subprocess
@@ -23,7 +24,7 @@ from fastapi import FastAPI
 
 from armature.config import FrontendConfig, HttpConfig
 from armature.errors import ConfigError
-from armature.frontend.app import ServedModel, build_app
+from armature.frontend.app import Background, ServedModel, build_app, build_replica_app
 from armature.frontend.auth import load_api_keys
 from armature.frontend.chat_setup import load_chat_setup
 from armature.frontend.children import ChildWatch
@@ -38,9 +39,11 @@ from armature.runtime.ports import check_bindable, reserve_listen_socket
 __all__ = [
     "get_http_url",
     "make_server",
+    "reserve_replica_socket",
     "run_frontend",
     "run_serving",
     "serve_app",
+    "serve_beside",
     "uvicorn_config",
 ]
 
@@ -97,12 +100,12 @@ def run_serving(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
-def serve_app(app: FastAPI, http: HttpConfig, *listen_sockets: socket.socket) -> None:
-    """Serve `app` on `listen_sockets` (the first bound to `http.host:http.port`) until
-    SIGINT/SIGTERM (then drain), or until a background task of the app fails (then drain,
-    and exit 1: the app logged why)."""
+def serve_app(app: FastAPI, http: HttpConfig, listen_socket: socket.socket) -> None:
+    """Serve `app` on `listen_socket` (bound to `http.host:http.port`) until SIGINT/SIGTERM
+    (then drain), or until a background task of the app fails (then drain, and exit 1: the
+    app logged why)."""
     settle_heap()
-    make_server(app, http).run(sockets=list(listen_sockets))
+    make_server(app, http).run(sockets=[listen_socket])
     if getattr(app.state, "background_failure", None) is not None:
         raise SystemExit(1)
 
@@ -191,11 +194,15 @@ def run_frontend(
         listen_socket = reserve_listen_socket(
             config.http.host, config.http.port, reuse_port=config.http.reuse_port
         )
-    # this replica's own address (replicas may share --port): its card in discovery names it
-    own_socket = reserve_listen_socket(config.replicas.replica_host, config.replicas.replica_port)
+    own_socket = reserve_replica_socket(config)
     http_url = get_http_url(own_socket)
     served = asyncio.run(_first_card(config, min_workers, worker_processes))
     parts = _compose(config, served)
+
+    sharings: list[LoadSharing] = []  # the load sharing, once discovery is open
+
+    def get_peer_urls() -> dict[str, str]:
+        return sharings[0].get_peer_urls() if sharings else {}
 
     async def follow_discovery() -> None:
         """Follow the workers, and share load with the other frontend replicas."""
@@ -224,7 +231,7 @@ def run_frontend(
                 registry=parts.metrics.registry,
                 http_url=http_url,
             )
-            app.state.get_peer_urls = sharing.get_peer_urls  # admin changes reach them all
+            sharings.append(sharing)  # admin changes reach the replicas it follows
             async with asyncio.TaskGroup() as group:
                 group.create_task(fleet.run())
                 group.create_task(_share_load(sharing))
@@ -232,7 +239,20 @@ def run_frontend(
             await event_plane.close()
             await discovery.close()
 
-    background = [follow_discovery]
+    security = config.security
+    replica_app = build_replica_app(
+        parts,
+        api_keys=api_keys,
+        protect_metrics=security.protect_metrics,
+        max_request_bytes=config.http.max_request_bytes,
+        peer_urls=get_peer_urls,
+    )
+
+    # served from the app's start until its shutdown's end: it answers while the app drains
+    async def serve_replica_app() -> None:
+        await serve_beside(replica_app, own_socket)
+
+    background: list[Background] = [follow_discovery, serve_replica_app]
     if children is not None:
         children.stopping = lambda: _is_stopping(app)
         background.append(children.run)
@@ -240,8 +260,9 @@ def run_frontend(
         parts,
         background=background,
         api_keys=api_keys,
-        protect_metrics=config.security.protect_metrics,
+        protect_metrics=security.protect_metrics,
         max_request_bytes=config.http.max_request_bytes,
+        peer_urls=get_peer_urls,
     )
     log.info(
         "frontend serving %r on http://%s:%d (OpenAI API under /v1; this replica alone: %s), "
@@ -253,7 +274,45 @@ def run_frontend(
         config.router.policy,
     )
     with own_socket:
-        serve_app(app, config.http, listen_socket, own_socket)
+        serve_app(app, config.http, listen_socket)
+
+
+def reserve_replica_socket(config: FrontendConfig) -> socket.socket:
+    """This replica's own listening socket (`--replica-host`, `--replica-port`), which its
+    card in discovery names (replicas may share --port); a ConfigError naming the flags."""
+    replicas = config.replicas
+    if _is_unspecified(replicas.replica_host):
+        raise ConfigError(
+            f"--replica-host {replicas.replica_host}: the other frontends and the planner "
+            "connect to it; give an address of this host they reach"
+        )
+    try:
+        return reserve_listen_socket(replicas.replica_host, replicas.replica_port)
+    except ConfigError as exc:
+        raise ConfigError(f"--replica-host/--replica-port: {exc}") from None
+
+
+def _is_unspecified(host: str) -> bool:
+    """Whether `host` is 0.0.0.0 or :: (every address: none that a peer could dial)."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a host name
+        return False
+
+
+async def serve_beside(app: FastAPI, listen_socket: socket.socket) -> None:
+    """Serve `app` on `listen_socket` until cancelled, then close it and wait for its
+    connections: uvicorn's server without its signal handling (the main server owns the
+    process's signals)."""
+    config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning")
+    config.load()
+    server = uvicorn.Server(config)
+    server.lifespan = config.lifespan_class(config)
+    await server.startup(sockets=[listen_socket])
+    try:
+        await asyncio.Future()  # until cancelled
+    finally:
+        await server.shutdown(sockets=[listen_socket])
 
 
 def get_http_url(sock: socket.socket) -> str:

@@ -5,9 +5,10 @@ plan's windows are each the difference between two scrapes (scrape.py does the a
 Which frontends: one url (`--frontend-url`), or every frontend replica of the namespace, at
 the address its card in discovery names (`FrontendCard.http_url`): replicas that share a port
 each count only the requests they served, so the planner reads them all and sums them. A
-replica that joins counts from its start (its counters start at zero); while a replica
-listed does not answer, the ticks are skipped, as with one frontend that does not answer
-(its requests missing from a window would read as less traffic)."""
+replica that joins counts from its start (its counters start at zero); one that was out of
+discovery for a while (under the same name: the same process) counts again from its return;
+while a replica listed does not answer, the ticks are skipped, as with one frontend that
+does not answer (its requests missing from a window would read as less traffic)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+FORGET_AFTER_S = 3600.0  # a replica unseen this long is forgotten
 # replica name -> its base url (http://host:port)
 FrontendLister = Callable[[], Awaitable[dict[str, str]]]
 
@@ -75,7 +77,7 @@ def one_frontend(url: str) -> FrontendLister:
 def discovered_frontends(discovery: Discovery, namespace: str) -> FrontendLister:
     """Every frontend of `namespace` whose card in `discovery` names its own address
     (ArmatureError when discovery cannot be read)."""
-    unreadable: set[str] = set()  # said once each
+    said: set[str] = set()  # cards left out, said once each
 
     async def listed() -> dict[str, str]:
         frontends = {}
@@ -83,12 +85,19 @@ def discovered_frontends(discovery: Discovery, namespace: str) -> FrontendLister
             try:
                 card = msgspec.msgpack.decode(value, type=FrontendCard)
             except msgspec.DecodeError:
-                if key not in unreadable:
-                    unreadable.add(key)
+                if key not in said:
+                    said.add(key)
                     log.warning("frontend card %s is unreadable; not read", key)
                 continue
             if card.http_url is not None:
                 frontends[key] = card.http_url
+            elif key not in said:  # an older frontend: the windows leave its requests out
+                said.add(key)
+                log.warning(
+                    "frontend card %s names no address of its own (an older frontend): its "
+                    "requests are not counted",
+                    key,
+                )
         return frontends
 
     return listed
@@ -115,6 +124,8 @@ class FrontendFeed:
         self._baselines: dict[str, tuple[FrontendScrape, float]] = {}
         self._last: dict[str, FrontendMetrics] = {}
         self._windows = tuple(windows)
+        self._first_seen_s: dict[str, float] = {}  # replica name -> when first scraped
+        self._last_seen_s: dict[str, float] = {}
 
     async def scrape(self) -> FrontendScrape:
         """One scrape of every replica listed; FrontendUnreachableError when one does not
@@ -164,19 +175,40 @@ class FrontendFeed:
 
     def start(self, scrape: FrontendScrape, now_s: float) -> None:
         """Every window starts at `scrape`, taken at `now_s`."""
+        for name in scrape.samples:
+            self._first_seen_s.setdefault(name, now_s)
+            self._last_seen_s[name] = now_s
         for window in self._windows:
             self._baselines[window] = (scrape, now_s)
 
     def take_window(self, window: str, scrape: FrontendScrape, now_s: float) -> FrontendMetrics:
         """`window` from its baseline to `scrape` (taken at `now_s`), which becomes the new
-        baseline: each replica's differences, a replica that was not there before from zero
-        (it joined since: its counters started at zero), summed."""
+        baseline: each replica's differences, summed. A replica first seen since the window
+        began counts from zero (its counters started then); one seen before but missing from
+        the baseline (out of discovery for a while: a lease lost, a Pod not ready) counts
+        from this scrape on (what it served while unseen is not known to this window)."""
         before, then_s = self._baselines[window]
-        pairs = [(before.samples.get(name, ZERO_SAMPLE), s) for name, s in scrape.samples.items()]
+        for name in scrape.samples:
+            self._first_seen_s.setdefault(name, now_s)
+            self._last_seen_s[name] = now_s
+        pairs = []
+        for name, sample in scrape.samples.items():
+            if name in before.samples:
+                pairs.append((before.samples[name], sample))
+            elif self._first_seen_s[name] > then_s:
+                pairs.append((ZERO_SAMPLE, sample))
         metrics = get_fleet_window_metrics(pairs, max(now_s - then_s, 1e-6), self._last.get(window))
         self._baselines[window] = (scrape, now_s)
         self._last[window] = metrics
+        self._forget_unseen(now_s)
         return metrics
+
+    def _forget_unseen(self, now_s: float) -> None:
+        """Replicas unseen for FORGET_AFTER_S are forgotten (a restart has a new name)."""
+        gone = [n for n, seen_s in self._last_seen_s.items() if now_s - seen_s > FORGET_AFTER_S]
+        for name in gone:
+            del self._last_seen_s[name]
+            del self._first_seen_s[name]
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -89,6 +89,7 @@ async def test_each_replica_is_read_and_the_windows_summed() -> None:
 
 
 async def test_a_replica_that_joins_counts_from_its_start() -> None:
+    """A replica first seen since the window began: its counters started at zero then."""
     replicas = Replicas()
     replicas.texts = {"a": metrics_text(finished=10, in_flight=0, prompt=1000, first_tokens=10)}
     feed = replicas.feed()
@@ -103,6 +104,33 @@ async def test_a_replica_that_joins_counts_from_its_start() -> None:
     del replicas.texts["a"]
     replicas.texts["c"] = metrics_text(finished=9, in_flight=0, prompt=1100, first_tokens=10)
     assert feed.take_window("load", await feed.scrape(), 10.0).num_requests == 3 - 2
+    await feed.close()
+
+
+async def test_a_replica_back_in_discovery_counts_from_its_return() -> None:
+    """The same replica out of discovery for a while (its lease lost in a stall, its Pod not
+    ready) and back under its name: its counters went on, so counting it from zero counted
+    its whole life again (1,000 requests that had long been counted). Each window counts it
+    from its return, and a longer window that saw it before counts it from then."""
+    replicas = Replicas()
+    replicas.texts = {
+        "a": metrics_text(finished=1000, in_flight=0, prompt=10**5, first_tokens=1000)
+    }
+    feed = FrontendFeed(replicas.list, "the test's replicas", ["load", "interval"])
+    feed._client = httpx.AsyncClient(transport=httpx.MockTransport(replicas.answer))
+    feed.start(await feed.scrape(), 0.0)
+    replicas.texts["b"] = metrics_text(finished=0, in_flight=0, prompt=0, first_tokens=0)
+    del replicas.texts["a"]  # unlisted at the next scrape
+    assert feed.take_window("load", await feed.scrape(), 5.0).num_requests == 0
+    replicas.texts["a"] = metrics_text(finished=1010, in_flight=0, prompt=10**5, first_tokens=1010)
+    replicas.texts["b"] = metrics_text(finished=3, in_flight=0, prompt=30, first_tokens=3)
+    scrape = await feed.scrape()
+    # a's 10 while it was unlisted are not this window's; b, new since 0, counts from zero
+    assert feed.take_window("load", scrape, 10.0).num_requests == 3
+    # the interval's window began when a was listed: all of a's 10 in it, and b's 3
+    assert feed.take_window("interval", scrape, 10.0).num_requests == 13
+    replicas.texts["a"] = metrics_text(finished=1015, in_flight=0, prompt=10**5, first_tokens=1015)
+    assert feed.take_window("load", await feed.scrape(), 15.0).num_requests == 5
     await feed.close()
 
 
@@ -160,10 +188,12 @@ async def test_the_replicas_are_listed_from_their_cards(
             frontend_key("ns", 3): "http://[::1]:41003",
         }
         await listed()
-    # the unreadable card is said once; the one naming no address (an older frontend) is
-    # left out
-    assert [r.getMessage() for r in caplog.records] == [
-        f"frontend card {frontend_key('ns', 4)} is unreadable; not read"
+    # the unreadable card and the one naming no address (an older frontend) are left out,
+    # each said once
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        f"frontend card {frontend_key('ns', 2)} names no address of its own (an older "
+        "frontend): its requests are not counted",
+        f"frontend card {frontend_key('ns', 4)} is unreadable; not read",
     ]
     for registration in registrations:
         await registration.close()
