@@ -169,6 +169,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["replay", "--synthetic", "multi-turn", "--plot", "/etc/hostname/x.png"], "not a dir"),
         (["profile", "--engine", "mocker", "--output", "/tmp"], "--output /tmp is a directory"),
         (["profile", "--engine", "mocker", "--report", "/etc/hostname"], "is not a directory"),
+        (["profile", "--engine", "mocker", "--report", ""], "--report needs a directory"),
         (["replay", "--synthetic", "multi-turn", "--limit", "3"], "--limit is for --trace"),
         (["replay", "--synthetic", "multi-turn", "--time-scale", "2"], "--time-scale is for"),
         (["replay", "--synthetic", "multi-turn", "--speedup", "1e-300"], "at least 0.001"),
@@ -461,7 +462,7 @@ def test_replay_says_when_the_planner_was_held_at_its_maximum(
     assert lines["planner_decisions"] == "none"
     held = re.fullmatch(
         r"agg (\d+) s, asked for up to (\d+) workers "
-        r"\(held by --max-workers / --max-total-workers\)",
+        r"\(held by --max-workers, --max-total-workers or --gpu-budget\)",
         lines["planner_limited"],
     )
     assert held is not None
@@ -879,3 +880,60 @@ def test_a_frontends_own_address_that_cannot_work_is_a_one_line_error(
     code, err = run([*argv, *(x.format(port=port) for x in extra)], capsys)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith(f"armature: error: {message}")
+
+
+def test_a_report_that_cannot_be_written_keeps_the_one_there(tmp_path: Path) -> None:
+    """A replay whose report hits the file size limit (a full disk alike): one line, exit 2,
+    and the report an earlier run wrote is as it was (it was cut to the limit, unreadable,
+    under a traceback)."""
+    import resource
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.json"
+    report.write_text('{"earlier": true}\n')
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+    argv = ["replay", "--synthetic", "multi-turn", "--num-requests", "40", "--report"]
+    done = subprocess.run(
+        [sys.executable, "-m", "armature.cli", *argv, str(report)],
+        preexec_fn=limit,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"armature: error: --report {report}: cannot write it: File too large"
+    ]
+    assert report.read_text() == '{"earlier": true}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_a_worker_log_dir_that_cannot_be_one_is_refused_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was found at each worker's start, retried every load interval for ever."""
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile)
+    argv = ["planner", "--performance-model", str(profile), "--connector", "local"]
+    argv += ["--worker-args=--engine mocker", "--worker-log-dir", str(profile)]
+    argv += ["--discovery-dir", str(tmp_path / "discovery"), "--metrics-port", "-1"]
+    code, err = run(argv, capsys)
+    assert code == 2
+    assert err == (f"armature: error: --worker-log-dir {profile}: {profile} is not a directory\n")
+
+
+def test_a_planned_disaggregated_fleet_cut_to_the_limits_is_noted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As for an aggregated fleet (the disaggregated one was cut without a word)."""
+    argv = ["replay", "--synthetic", "multi-turn", "--num-requests", "20", "--workers", "12"]
+    argv += ["--prefill-workers", "4", "--planner", "both", "--max-workers", "2"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "armature: note: the planner starts the fleet within --min-workers 1 and --max-workers "
+        "2 per role, not at --prefill-workers 4 and decode workers (the rest of --workers) 8"
+    )

@@ -130,6 +130,12 @@ def _hardware(
                 file=sys.stderr,
             )
         cores = config.host_cores or float(os.cpu_count() or 1)
+        if config.stack_idle_cores >= cores:
+            raise CliError(
+                f"--stack-idle-cores {config.stack_idle_cores:g}: the serving stack alone would "
+                f"take every one of the host's {cores:g} cores (--host-cores), none left for "
+                "the engines"
+            )
         try:  # the flags' parsers refuse every other bad value: this is the parts' sum
             host = HostShare(
                 cores,
@@ -268,21 +274,43 @@ def _answer(
     print()
     print(format_side_by_side(result))
     plot = _plot_path(config)
-    if plot is not None:
+    # the closest configurations are plotted into the save directory when none meets the
+    # targets, except over a deployment saved there before: its plot goes with it
+    keep = config.plot is None and not result.meets_targets and _holds_a_save(config.save_dir)
+    if plot is not None and not keep:
         title = f"{model.name} on {hardware.name}: tokens/s per GPU vs per user"
-        print(f"\nplot: {plot_pareto(result, plot, title, config.top)}")
+        try:
+            print(f"\nplot: {plot_pareto(result, plot, title, config.top)}")
+        except OSError as exc:
+            flag = "--plot" if config.plot is not None else "--save-dir"
+            raise CliError(f"{flag}: cannot write {plot}: {exc.strerror or exc}") from None
     if not result.meets_targets:
         e2e = settings.targets.e2e_ms is not None
         relax = "--ttft-ms/--e2e-ms" if e2e else "--ttft-ms/--itl-ms"
         saved_to = config.save_dir
         unsaved = "" if saved_to is None else f"; no deployment saved to {saved_to}"
+        if keep:
+            unsaved += " (the one saved there before, and its plot, are as they were)"
         raise CliError(
             f"no configuration meets the targets (the closest are shown above: relax "
             f"{relax}, --step-margin or --max-ttft-growth, or give more GPUs){unsaved}"
         )
     if config.save_dir is not None:
-        _save(config, hardware, settings, result, served_name)
+        try:
+            _save(config, hardware, settings, result, served_name)
+        except OSError as exc:  # each file is whole or as it was (outputs.write_atomically)
+            raise CliError(
+                f"--save-dir {config.save_dir}: cannot write {exc.filename or 'a file'}: "
+                f"{exc.strerror or exc}"
+            ) from None
     return 0
+
+
+def _holds_a_save(save_dir: str | None) -> bool:
+    """Whether `save_dir` holds files of a deployment saved there before."""
+    from armature.configurator.save import SAVED_NAMES
+
+    return save_dir is not None and any((Path(save_dir) / n).exists() for n in SAVED_NAMES)
 
 
 def _plot_path(config: ConfigureConfig) -> Path | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import NoReturn
 
 from armature.cli.options import (
@@ -12,6 +13,7 @@ from armature.cli.options import (
     read_settings,
     setup_logging,
 )
+from armature.cli.paths import make_dir
 from armature.config import PlannerCommandConfig, PlannerConfig
 from armature.errors import ConfigError
 
@@ -38,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     check_index_room(config.planner)
     if config.service.connector == "local" and not config.service.dry_run:
         check_worker_args(config.service.worker_args)
+        if config.service.worker_log_dir:  # found at start, not at each worker's (for ever)
+            make_dir(Path(config.service.worker_log_dir), "--worker-log-dir")
     setup_logging(config.service.log_level)
     run_planner(config)
     return 0

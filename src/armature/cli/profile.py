@@ -5,8 +5,17 @@ mocker from."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
-from armature.cli.options import HelpFormatter, add_settings, read_settings, setup_logging
+from armature.cli.options import (
+    CliError,
+    HelpFormatter,
+    add_settings,
+    read_settings,
+    setup_logging,
+)
 from armature.cli.paths import check_file, make_dir
 from armature.config import ProfileConfig
 from armature.engines.registry import KINDS
@@ -15,6 +24,9 @@ from armature.protocols.timing_profile import TimingProfile
 __all__ = ["add_parser", "run"]
 
 CHOICES = {"engine.engine": list(KINDS)}
+
+
+T = TypeVar("T")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +48,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    from pathlib import Path
 
     from armature.profiler.plan import check_sweep_flags
     from armature.profiler.run import profile_engine
@@ -49,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     check_sweep_flags(config.sweep, engine.max_num_seqs, engine.max_num_batched_tokens)
     check_file(Path(config.output), "--output")  # before the sweep, which takes minutes
     if config.report_dir is not None:
+        if not config.report_dir.strip():
+            raise CliError("--report needs a directory (an empty path names none)")
         make_dir(Path(config.report_dir), "--report")
     setup_logging("info")
     engines: list[TimingProfile] = []
@@ -61,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         profile = asyncio.run(profile_engine(config))
     output = Path(config.output)
-    write_profile(profile, output)
+    _write(lambda: write_profile(profile, output), "--output", output)
     for p in profile.prefill:
         after = f" after {p.context_tokens} cached" if p.context_tokens else ""
         print(
@@ -94,10 +107,19 @@ def run(args: argparse.Namespace) -> int:
         from armature.profiler.plots import plot_profile
 
         report_dir = Path(config.report_dir)
-        for path in plot_profile(profile, report_dir):
+        for path in _write(lambda: plot_profile(profile, report_dir), "--report", report_dir):
             print(f"plot: {path}")
         for number, one in enumerate(engines, 1):  # each engine's own, beside the plots
             path = report_dir / f"engine{number}.json"
-            write_profile(one, path)
+            _write(lambda: write_profile(one, path), "--report", path)  # noqa: B023 - now
             print(f"engine {number}'s profile: {path}")
     return 0
+
+
+def _write(write: Callable[[], T], flag: str, path: Path) -> T:
+    """`write()`, an OSError a one-line CliError naming `flag` (the file that was there is
+    kept: outputs are written whole or not at all)."""
+    try:
+        return write()
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: cannot write it: {exc.strerror or exc}") from None

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from armature.outputs import write_atomically
     from armature.sim.planned_fleet import ReplayTooLongError
     from armature.sim.profile_timing import load_profile_timing
     from armature.sim.replay import replay
@@ -48,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
     report = dataclasses.asdict(result)
     _print_summary(args, config, report)
     if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        try:  # whole or not at all: a report that was there is kept
+            write_atomically(Path(args.report), json.dumps(report, indent=2) + "\n")
+        except OSError as exc:
+            raise CliError(f"--report {args.report}: cannot write it: {exc.strerror}") from None
         print(f"{'report':>24}: {args.report}")
     if args.plot:
         _write_plot(args, config, result)
@@ -116,12 +120,21 @@ def _check_before(args: argparse.Namespace, config: ReplayConfig) -> None:
         check_file(Path(args.report), "--report")
     if args.plot:
         check_image(Path(args.plot), "--plot")
-    if args.planner is not None and not args.prefill_workers:
+    if args.planner is not None:
         low, high = config.planner.min_workers, config.planner.max_workers
-        if not low <= args.workers <= high:
+        asked = (
+            [("--workers", args.workers)]
+            if not args.prefill_workers
+            else [
+                ("--prefill-workers", args.prefill_workers),
+                ("decode workers (the rest of --workers)", args.workers - args.prefill_workers),
+            ]
+        )
+        outside = [f"{flag} {n}" for flag, n in asked if not low <= n <= high]
+        if outside:
             print(
                 f"armature: note: the planner starts the fleet within --min-workers {low} and "
-                f"--max-workers {high}, not at --workers {args.workers}",
+                f"--max-workers {high} per role, not at {' and '.join(outside)}",
                 file=sys.stderr,
             )
 
@@ -189,7 +202,7 @@ def _print_summary(args: argparse.Namespace, config: ReplayConfig, report: dict[
                 f"{role} {seconds:.0f} s, asked for up to {most_wanted[role]} workers"
                 for role, seconds in report["planner_limited_s"].items()
             )
-            + " (held by --max-workers / --max-total-workers)"
+            + " (held by --max-workers, --max-total-workers or --gpu-budget)"
             if report["planner_limited_s"]
             else "never"
         )
@@ -204,14 +217,17 @@ def _write_plot(args: argparse.Namespace, config: ReplayConfig, report: ReplayRe
 
     source = args.trace or f"synthetic {args.synthetic}"
     rule = f"planner {args.planner}" if args.planner else "static fleet"
-    plot_fleet(
-        report.timeline,
-        Path(args.plot),
-        ttft_target_ms=config.planner.ttft_ms,
-        itl_target_ms=config.planner.itl_ms,
-        title=f"{source}, {rule}: SLA attainment {report.sla_attainment:.3f}, "
-        f"{report.worker_seconds:.0f} worker-seconds",
-    )
+    try:  # whole or not at all: a plot that was there is kept
+        plot_fleet(
+            report.timeline,
+            Path(args.plot),
+            ttft_target_ms=config.planner.ttft_ms,
+            itl_target_ms=config.planner.itl_ms,
+            title=f"{source}, {rule}: SLA attainment {report.sla_attainment:.3f}, "
+            f"{report.worker_seconds:.0f} worker-seconds",
+        )
+    except OSError as exc:
+        raise CliError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
     print(f"{'plot':>24}: {args.plot}")
 
 

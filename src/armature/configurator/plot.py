@@ -33,6 +33,7 @@ from matplotlib.transforms import Bbox
 from armature.configurator.estimate import Prediction
 from armature.configurator.search import Ranked, SearchResult
 from armature.configurator.space import AGG, DISAGG, Deployment
+from armature.outputs import replacing
 
 __all__ = ["get_pareto_front", "label_ranks", "make_pareto_figure", "plot_pareto"]
 
@@ -249,7 +250,8 @@ def plot_pareto(result: SearchResult, path: Path, title: str, num_marked: int = 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig = make_pareto_figure(result, title, num_marked)
     try:
-        fig.savefig(path, dpi=110)
+        with replacing(path) as temp:
+            fig.savefig(temp, dpi=110)
     finally:
         plt.close(fig)
     return path

@@ -41,12 +41,31 @@ from armature.configurator.search import Ranked, SearchSettings, get_sim_timings
 from armature.configurator.simulate import SimPlan, make_requests
 from armature.configurator.space import AGG
 from armature.configurator.timing import with_limits
+from armature.outputs import write_atomically
 from armature.protocols.timing_profile import write_profile
 from armature.protocols.worker import WorkerRole
 from armature.sim.replay_config import gbs_from_bytes_s
 from armature.workload.traces import TraceRequest
 
-__all__ = ["SaveRequest", "save_deployment"]
+__all__ = ["SAVED_NAMES", "SaveRequest", "save_deployment"]
+
+# every file a save may write, and replay.sh's report (the other files of the directory are
+# not the save's: left alone)
+SAVED_NAMES = frozenset(
+    {
+        "profile.json",
+        "prefill_profile.json",
+        "commands.sh",
+        "commands_native.sh",
+        "values.yaml",
+        "planner.sh",
+        "targets.json",
+        "workload.jsonl",
+        "replay.sh",
+        "prediction.json",
+        "replay.json",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -277,15 +296,19 @@ def _replay_line(req: SaveRequest, plan: SimPlan, profiles: dict[WorkerRole, Pat
 
 
 def _write_trace(requests: list[TraceRequest], path: Path) -> None:
-    with path.open("w") as f:
-        for r in requests:
-            row = {
+    rows = [
+        json.dumps(
+            {
                 "timestamp": r.arrival_ms,
                 "input_length": r.input_length,
                 "output_length": r.output_length,
                 "hash_ids": list(r.hash_ids),
             }
-            f.write(json.dumps(row) + "\n")
+        )
+        + "\n"
+        for r in requests
+    ]
+    write_atomically(path, "".join(rows))
 
 
 def save_deployment(req: SaveRequest) -> list[Path]:
@@ -294,27 +317,28 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     d.mkdir(parents=True, exist_ok=True)
     profiles = _write_profiles(req)
     written = list(profiles.values())
-    (d / "commands.sh").write_text("#!/bin/sh\n" + _commands(req, profiles))
+    write_atomically(d / "commands.sh", "#!/bin/sh\n" + _commands(req, profiles))
     written.append(d / "commands.sh")
     if req.hardware.system is None:  # this machine: the real engine too
-        (d / "commands_native.sh").write_text("#!/bin/sh\n" + _commands(req, None))
+        write_atomically(d / "commands_native.sh", "#!/bin/sh\n" + _commands(req, None))
         written.append(d / "commands_native.sh")
     main_profile = profiles.get(WorkerRole.AGG) or profiles[WorkerRole.DECODE]
-    (d / "values.yaml").write_text(_values_yaml(req, main_profile))
+    write_atomically(d / "values.yaml", _values_yaml(req, main_profile))
     # the workers the planner starts: the engine and KV pool the prediction was made for
     c = req.chosen.deployment
     worker = WorkerConfig(engine=_engine(req, main_profile), kv=_kv(req, c.decode_tp))
     worker_argv = to_argv(worker)
     caveat = _planner_caveat(req)
     note = f"# note: {caveat}\n" if caveat else ""
-    (d / "planner.sh").write_text(
-        "#!/bin/sh\n" + note + _planner_line(req, main_profile, worker_argv) + "\n"
+    write_atomically(
+        d / "planner.sh",
+        "#!/bin/sh\n" + note + _planner_line(req, main_profile, worker_argv) + "\n",
     )
     t, w = req.settings.targets, req.settings.workload
     targets = {"ttft_ms": t.ttft_ms, "itl_ms": t.itl_ms, "e2e_ms": t.e2e_ms}
     targets |= {"request_rate_per_s": req.settings.request_rate_per_s}
     targets |= {"isl_tokens": w.isl_tokens, "osl_tokens": w.osl_tokens}
-    (d / "targets.json").write_text(json.dumps(targets, indent=2) + "\n")
+    write_atomically(d / "targets.json", json.dumps(targets, indent=2) + "\n")
     written += [d / "values.yaml", d / "planner.sh", d / "targets.json"]
     plan = req.chosen.plan or make_plan(
         req.hardware, req.chosen, req.chosen.prediction.request_rate_per_s, req.settings
@@ -323,7 +347,7 @@ def save_deployment(req: SaveRequest) -> list[Path]:
         w, plan.request_rate_per_s, plan.num_requests, req.settings.seed, plan.arrival_shape
     )
     _write_trace(requests, d / "workload.jsonl")
-    (d / "replay.sh").write_text("#!/bin/sh\n" + _replay_line(req, plan, profiles) + "\n")
+    write_atomically(d / "replay.sh", "#!/bin/sh\n" + _replay_line(req, plan, profiles) + "\n")
     p = req.chosen.prediction
     prediction = {
         "configuration": req.chosen.deployment.describe(),
@@ -346,8 +370,12 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     estimate = req.chosen.estimate
     if estimate is not None:  # what the fast estimate said before the simulation
         prediction |= {"estimate_ttft_ms": estimate.ttft_ms, "estimate_itl_ms": estimate.itl_ms}
-    (d / "prediction.json").write_text(json.dumps(prediction, indent=2) + "\n")
+    write_atomically(d / "prediction.json", json.dumps(prediction, indent=2) + "\n")
     written += [d / "workload.jsonl", d / "replay.sh", d / "prediction.json"]
     for script in d.glob("*.sh"):
         script.chmod(0o755)
+    # an earlier save's files that this one does not write (another layout's, a replay's
+    # result) would read as this deployment's
+    for name in SAVED_NAMES - {path.name for path in written}:
+        (d / name).unlink(missing_ok=True)
     return written

@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from armature.outputs import replacing
 from armature.protocols.timing_profile import TimingProfile
 
 __all__ = ["plot_profile"]
@@ -49,7 +50,8 @@ def plot_profile(profile: TimingProfile, directory: Path) -> list[Path]:
         ax.legend()
         ax.grid(alpha=0.3)
     fig.suptitle(f"Prefill: {_title(profile)}", fontsize=9)
-    fig.savefig(paths[0], dpi=100, bbox_inches="tight")
+    with replacing(paths[0]) as temp:
+        fig.savefig(temp, dpi=100, bbox_inches="tight")
     plt.close(fig)
     fig, (itl, rate) = plt.subplots(1, 2, figsize=(12, 4))
     for context in sorted({d.context_tokens for d in profile.decode}):
@@ -67,6 +69,7 @@ def plot_profile(profile: TimingProfile, directory: Path) -> list[Path]:
         ax.legend()
         ax.grid(alpha=0.3)
     fig.suptitle(f"Decode: {_title(profile)}", fontsize=9)
-    fig.savefig(paths[1], dpi=100, bbox_inches="tight")
+    with replacing(paths[1]) as temp:
+        fig.savefig(temp, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return paths

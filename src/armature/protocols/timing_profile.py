@@ -46,6 +46,7 @@ from typing import Annotated
 import msgspec
 
 from armature.errors import ConfigError
+from armature.outputs import write_atomically
 
 __all__ = [
     "PROFILE_VERSION",
@@ -159,9 +160,10 @@ class _Versioned(msgspec.Struct):
 
 
 def write_profile(profile: TimingProfile, path: Path) -> None:
-    """Write `profile` as indented JSON (parent directories created)."""
+    """Write `profile` as indented JSON (parent directories created), whole or not at all
+    (OSError: the file that was there is kept)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(msgspec.json.format(msgspec.json.encode(profile), indent=2) + b"\n")
+    write_atomically(path, msgspec.json.format(msgspec.json.encode(profile), indent=2) + b"\n")
 
 
 def read_profile(path: Path) -> TimingProfile:

@@ -516,3 +516,56 @@ def test_inputs_under_the_save_dir_are_refused_before_they_are_overwritten(
     _fails(capsys, [*model, "--save-dir", str(save)], f"--trace {trace} is under --save-dir")
     assert trace.read_bytes() == before
     _fails(capsys, [*model, "--plot", str(trace)], f"--plot {trace} is the file --trace names")
+
+
+def test_a_save_over_an_earlier_one_leaves_none_of_its_files(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A disaggregated save, then an aggregated one into the same directory: the prefill
+    profile, and the replay report of the first, no longer describe what is saved there
+    (they stayed beside the new files). Files the save does not write are left alone."""
+    save = tmp_path / "out"
+    base = ["configure", "--model", str(tiny_dir), *SMALL, "--save-dir", str(save)]
+    assert main([*base, "--modes", "disagg"]) == 0
+    assert (save / "prefill_profile.json").exists()
+    (save / "replay.json").write_text("{}\n")  # as replay.sh writes it
+    (save / "notes.txt").write_text("the team's own\n")
+    assert main([*base, "--modes", "agg"]) == 0
+    capsys.readouterr()
+    names = {p.name for p in save.iterdir()}
+    assert "prefill_profile.json" not in names and "replay.json" not in names
+    assert {"profile.json", "commands.sh", "prediction.json", "notes.txt"} <= names
+    replay = _saved_lines(save / "replay.sh")[0]
+    assert "--prefill-workers" not in replay
+
+
+def test_a_failed_search_leaves_an_earlier_save_and_its_plot_as_they_were(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save = tmp_path / "out"
+    base = ["--model", str(tiny_dir), *SMALL, "--save-dir", str(save)]
+    assert main(["configure", *base]) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in save.iterdir() if p.is_file()}
+    _fails(
+        capsys,
+        [*base, "--ttft-ms", "0.001"],
+        f"no deployment saved to {save} (the one saved there before, and its plot, are as "
+        "they were)",
+    )
+    assert {p.name: p.read_bytes() for p in save.iterdir() if p.is_file()} == before
+
+
+def test_a_stack_that_takes_every_core_is_refused(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile, model="tiny")
+    argv = ["--model", str(tiny_dir), "--system", "local", "--timing-profile", str(profile)]
+    argv += ["--host-cores", "1", "--stack-idle-cores", "5"]
+    _fails(
+        capsys,
+        argv,
+        "--stack-idle-cores 5: the serving stack alone would take every one of the host's 1 "
+        "cores (--host-cores), none left for the engines",
+    )
