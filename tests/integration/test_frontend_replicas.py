@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 from collections import Counter
@@ -317,6 +318,29 @@ def test_a_replicas_own_address_answers_the_planner_while_it_drains(fleet: Fleet
     assert proc.wait(timeout=60) == -signal.SIGTERM  # drained, it ends by the signal it got
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{own}/metrics", timeout=10)
+
+
+def test_a_stalled_client_of_the_own_address_does_not_keep_the_replica_alive(
+    fleet: Fleet,
+) -> None:
+    """A client that sent half a request to the replica's own address and went silent: the
+    replica waited for it for ever after SIGTERM (that server had no grace limit)."""
+    _, proc = fleet.start_frontend_process(
+        "frontend-g", extra=[*REPLICA_ARGS, "--shutdown-grace-s", "2"]
+    )
+    found = re.search(r"this replica alone: http://([\d.]+):(\d+)\)", fleet.log_text("frontend-g"))
+    assert found
+    with socket.create_connection((found.group(1), int(found.group(2))), timeout=10) as stalled:
+        stalled.sendall(
+            b"POST /admin/overload HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{"
+        )
+        # one event loop serves the address: once a later connection is answered, the
+        # stalled one's bytes (sent before) have been read, and its request has begun
+        own = f"http://{found.group(1)}:{found.group(2)}"
+        assert httpx.get(f"{own}/live", timeout=10).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM
 
 
 def test_a_joining_replica_gets_the_load_in_flight_and_a_killed_ones_expires(

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import os
 import resource
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 from armature.outputs import write_atomically
 
@@ -59,3 +63,34 @@ def test_a_link_is_followed_and_the_mode_is_an_ordinary_files(tmp_path: Path) ->
     os.umask(umask)
     # as open() makes it (0666 less the umask), not a temporary file's private 0600
     assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_file_that_was_there_keeps_its_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "private.json"
+    path.write_text("old")
+    path.chmod(0o600)
+    write_atomically(path, "new")
+    assert (path.read_text(), path.stat().st_mode & 0o777) == ("new", 0o600)
+
+
+def test_a_target_that_is_not_a_regular_file_is_written_in_place(tmp_path: Path) -> None:
+    """A pipe (as /dev/stdout or /dev/null are not regular files either): renaming a file
+    over it replaced it with a regular file."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()))
+    reader.start()
+    write_atomically(pipe, b"through the pipe")
+    reader.join(timeout=30)
+    assert got == [b"through the pipe"]
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+def test_an_error_names_the_target_not_the_temporary_file(tmp_path: Path) -> None:
+    target = tmp_path / "not made" / "report.json"
+    with pytest.raises(FileNotFoundError) as caught:
+        write_atomically(target, "x")
+    assert caught.value.filename == str(target)
+    assert not target.parent.exists()

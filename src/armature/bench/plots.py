@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 
 from armature.bench.client import RequestRecord
 from armature.bench.stats import BenchSummary
+from armature.outputs import replacing
 
 __all__ = ["plot_pareto", "plot_run"]
 
@@ -45,7 +46,8 @@ def plot_run(directory: Path, records: Sequence[RequestRecord]) -> list[Path]:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     path = directory / "latency_cdf.png"
-    fig.savefig(path, dpi=90)
+    with replacing(path) as temp:
+        fig.savefig(temp, dpi=90)
     plt.close(fig)
     paths.append(path)
 
@@ -74,7 +76,8 @@ def plot_run(directory: Path, records: Sequence[RequestRecord]) -> list[Path]:
         bottom.grid(alpha=0.3)
         fig.tight_layout()
         path = directory / "over_time.png"
-        fig.savefig(path, dpi=90)
+        with replacing(path) as temp:
+            fig.savefig(temp, dpi=90)
         plt.close(fig)
         paths.append(path)
     return paths
@@ -94,6 +97,7 @@ def plot_pareto(directory: Path, points: Sequence[tuple[str, BenchSummary]]) -> 
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path = directory / "pareto.png"
-    fig.savefig(path, dpi=90)
+    with replacing(path) as temp:
+        fig.savefig(temp, dpi=90)
     plt.close(fig)
     return path

@@ -11,6 +11,7 @@ import msgspec
 
 from armature.bench.client import RequestRecord
 from armature.bench.stats import BenchSummary
+from armature.outputs import write_atomically
 
 __all__ = ["summary_table", "write_report"]
 
@@ -101,12 +102,12 @@ def write_report(
     if len(results) > 1:
         paths.append(plot_pareto(directory, [(label, s) for label, _, s, _ in results]))
     json_path = directory / "report.json"
-    json_path.write_text(json.dumps({"settings": settings, "steps": steps}, indent=2))
+    write_atomically(json_path, json.dumps({"settings": settings, "steps": steps}, indent=2))
     md = ["# armature bench", "", *(f"- {k}: {v}" for k, v in settings.items()), ""]
     for label, _, summary, _ in results:
         md += [f"## {label}", "", "```", summary_table(summary), "```", ""]
     if len(results) > 1:
         md += ["## Sweep", "", pareto_table([(label, s) for label, _, s, _ in results]), ""]
     md_path = directory / "report.md"
-    md_path.write_text("\n".join(md))
+    write_atomically(md_path, "\n".join(md))
     return [json_path, md_path, *paths]

@@ -52,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
         try:  # whole or not at all: a report that was there is kept
             write_atomically(Path(args.report), json.dumps(report, indent=2) + "\n")
         except OSError as exc:
-            raise CliError(f"--report {args.report}: cannot write it: {exc.strerror}") from None
+            raise CliError(
+                f"--report {args.report}: cannot write it: {exc.strerror or exc}"
+            ) from None
         print(f"{'report':>24}: {args.report}")
     if args.plot:
         _write_plot(args, config, result)

@@ -162,7 +162,11 @@ def _background_ended(app: FastAPI, task: asyncio.Task[None]) -> None:
     if task.cancelled() or task.exception() is None:
         return
     exc = task.exception()
-    log.error("the frontend stops: following its workers failed", exc_info=exc)
+    log.error(
+        "the frontend stops: a background task failed (following the workers, or serving "
+        "this replica's own address)",
+        exc_info=exc,
+    )
     app.state.background_failure = exc
     stop_serving = getattr(app.state, "stop_serving", None)
     if stop_serving is not None:

@@ -72,10 +72,32 @@ class GracefulServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+class GraceEndFilter(logging.Filter):
+    """uvicorn logs a request cancelled at the end of a shutdown's grace (a client that went
+    silent mid-request) as an application error with a traceback: one warning line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, asyncio.CancelledError) and "graceful shutdown" in str(exc):
+            record.msg = "a request still in progress when the shutdown's grace ended was cut"
+            record.args = ()
+            record.exc_info = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _quiet_grace_end() -> None:
+    """GraceEndFilter on uvicorn's error log (once: its logging is set up by then)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, GraceEndFilter) for f in logger.filters):
+        logger.addFilter(GraceEndFilter())
+
+
 def make_server(app: FastAPI, http: HttpConfig) -> uvicorn.Server:
     """The server of `app` (built by `build_app`): it ends the requests in flight cleanly
     when a shutdown's grace is about to end, and a failed background task stops it."""
     server = GracefulServer(uvicorn_config(app, http), app.state.begin_closing)
+    _quiet_grace_end()
     app.state.stop_serving = functools.partial(setattr, server, "should_exit", True)
     app.state.is_stopping = lambda: bool(server.should_exit)  # SIGINT/SIGTERM came
     return server
@@ -250,7 +272,7 @@ def run_frontend(
 
     # served from the app's start until its shutdown's end: it answers while the app drains
     async def serve_replica_app() -> None:
-        await serve_beside(replica_app, own_socket)
+        await serve_beside(replica_app, own_socket, config.http.shutdown_grace_s)
 
     background: list[Background] = [follow_discovery, serve_replica_app]
     if children is not None:
@@ -300,12 +322,19 @@ def _is_unspecified(host: str) -> bool:
         return False
 
 
-async def serve_beside(app: FastAPI, listen_socket: socket.socket) -> None:
+async def serve_beside(app: FastAPI, listen_socket: socket.socket, grace_s: float) -> None:
     """Serve `app` on `listen_socket` until cancelled, then close it and wait for its
-    connections: uvicorn's server without its signal handling (the main server owns the
-    process's signals)."""
-    config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning")
+    connections at most `grace_s`: uvicorn's server without its signal handling (the main
+    server owns the process's signals) nor logging setup (the main server's stands)."""
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=max(1, round(grace_s)),
+    )
     config.load()
+    _quiet_grace_end()
     server = uvicorn.Server(config)
     server.lifespan = config.lifespan_class(config)
     await server.startup(sockets=[listen_socket])

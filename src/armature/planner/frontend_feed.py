@@ -53,10 +53,11 @@ class FrontendUnreachableError(ArmatureError):
 
 class FrontendScrape(msgspec.Struct, frozen=True):
     """One scrape of the frontends: each replica's sample, by name (its card's key), and
-    the url it was read at."""
+    the url it was read at; `seq` counts the feed's scrapes (two can share a time)."""
 
     samples: dict[str, FrontendSample]
     urls: dict[str, str]
+    seq: int = 0
 
     @property
     def total(self) -> FrontendSample:
@@ -124,7 +125,8 @@ class FrontendFeed:
         self._baselines: dict[str, tuple[FrontendScrape, float]] = {}
         self._last: dict[str, FrontendMetrics] = {}
         self._windows = tuple(windows)
-        self._first_seen_s: dict[str, float] = {}  # replica name -> when first scraped
+        self._num_scrapes = 0
+        self._first_seen: dict[str, int] = {}  # replica name -> the scrape that first had it
         self._last_seen_s: dict[str, float] = {}
 
     async def scrape(self) -> FrontendScrape:
@@ -148,7 +150,8 @@ class FrontendFeed:
             if isinstance(answer, BaseException):
                 raise answer
             samples[name] = answer
-        return FrontendScrape(samples, {name: frontends[name] for name in names})
+        self._num_scrapes += 1
+        return FrontendScrape(samples, {name: frontends[name] for name in names}, self._num_scrapes)
 
     async def _scrape_one(self, base_url: str) -> FrontendSample:
         metrics_url = base_url.rstrip("/") + "/metrics"
@@ -175,9 +178,7 @@ class FrontendFeed:
 
     def start(self, scrape: FrontendScrape, now_s: float) -> None:
         """Every window starts at `scrape`, taken at `now_s`."""
-        for name in scrape.samples:
-            self._first_seen_s.setdefault(name, now_s)
-            self._last_seen_s[name] = now_s
+        self._see(scrape, now_s)
         for window in self._windows:
             self._baselines[window] = (scrape, now_s)
 
@@ -188,14 +189,12 @@ class FrontendFeed:
         the baseline (out of discovery for a while: a lease lost, a Pod not ready) counts
         from this scrape on (what it served while unseen is not known to this window)."""
         before, then_s = self._baselines[window]
-        for name in scrape.samples:
-            self._first_seen_s.setdefault(name, now_s)
-            self._last_seen_s[name] = now_s
+        self._see(scrape, now_s)
         pairs = []
         for name, sample in scrape.samples.items():
             if name in before.samples:
                 pairs.append((before.samples[name], sample))
-            elif self._first_seen_s[name] > then_s:
+            elif self._first_seen[name] > before.seq:
                 pairs.append((ZERO_SAMPLE, sample))
         metrics = get_fleet_window_metrics(pairs, max(now_s - then_s, 1e-6), self._last.get(window))
         self._baselines[window] = (scrape, now_s)
@@ -203,12 +202,17 @@ class FrontendFeed:
         self._forget_unseen(now_s)
         return metrics
 
+    def _see(self, scrape: FrontendScrape, now_s: float) -> None:
+        for name in scrape.samples:
+            self._first_seen.setdefault(name, scrape.seq)
+            self._last_seen_s[name] = now_s
+
     def _forget_unseen(self, now_s: float) -> None:
         """Replicas unseen for FORGET_AFTER_S are forgotten (a restart has a new name)."""
         gone = [n for n, seen_s in self._last_seen_s.items() if now_s - seen_s > FORGET_AFTER_S]
         for name in gone:
             del self._last_seen_s[name]
-            del self._first_seen_s[name]
+            del self._first_seen[name]
 
     async def close(self) -> None:
         await self._client.aclose()

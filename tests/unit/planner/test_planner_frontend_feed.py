@@ -198,3 +198,20 @@ async def test_the_replicas_are_listed_from_their_cards(
     for registration in registrations:
         await registration.close()
     await discovery.close()
+
+
+async def test_a_replica_first_seen_by_a_tick_at_the_same_time_counts_in_both_windows() -> None:
+    """The interval's tick and the load's fall due together: each scrapes, at one time. A
+    replica first in the load tick's scrape started after the interval's window began: it
+    counts there too (by time, the two scrapes were one instant and it was left out)."""
+    replicas = Replicas()
+    replicas.texts = {"a": metrics_text(finished=10, in_flight=0, prompt=100, first_tokens=10)}
+    feed = FrontendFeed(replicas.list, "the test's replicas", ["load", "interval"])
+    feed._client = httpx.AsyncClient(transport=httpx.MockTransport(replicas.answer))
+    feed.start(await feed.scrape(), 0.0)
+    assert feed.take_window("interval", await feed.scrape(), 60.0).num_requests == 0
+    replicas.texts["b"] = metrics_text(finished=7, in_flight=0, prompt=70, first_tokens=7)
+    assert feed.take_window("load", await feed.scrape(), 60.0).num_requests == 7
+    replicas.texts["b"] = metrics_text(finished=9, in_flight=0, prompt=90, first_tokens=9)
+    assert feed.take_window("interval", await feed.scrape(), 120.0).num_requests == 9
+    await feed.close()
