@@ -39,7 +39,10 @@ MOCKER_ARGS = [
 # a replica's load expires 1.5 s after its last report; its card would stay 60 s
 REPLICA_ARGS = ["--share-load-ttl-s", "1.5", "--lease-ttl-s", "60"]
 HOT = "You are the replica test suite's assistant; answer briefly and exactly. " * 8
-LONG_TOKENS = 3000  # a held request stays in flight until its stream is closed
+# a held request stays in flight until its stream is closed: long enough for a replica to
+# start on a loaded machine while C's are held (at 3000 tokens they finished first there, and
+# the joining replica never counted them); prompt and output within --max-model-len 8192
+LONG_TOKENS = 7000
 
 
 @pytest.fixture(scope="module")

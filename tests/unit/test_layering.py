@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "armature"
 # lowest first; a module may import from any module at its level or below. A module is
 # placed by its most specific entry: "router.service" wins over "router".
 LAYERS: list[set[str]] = [
-    {"protocols", "workload", "config", "errors", "backends"},
+    {"protocols", "workload", "config", "errors", "backends", "outputs"},
     {"kv", "model", "router", "planner", "grammar"},
     # the planner's performance model read off the mocker's step-time models
     {"transfer", "engines", "sim", "tiers", "planner.timing_performance", "configurator"},

@@ -355,9 +355,13 @@ def _add_generation_routes(app: FastAPI, parts: FrontendParts) -> None:
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_ITEMS)] = 20,
         order: Literal["asc", "desc"] = "desc",
         include: Annotated[list[str] | None, Query()] = None,
+        # the openai client's form of it (include[]=...)
+        include_list: Annotated[
+            list[str] | None, Query(alias="include[]", include_in_schema=False)
+        ] = None,
     ) -> dict[str, Any]:
         """The items a stored response ran on: the chain's before its own input."""
-        if include:
+        if include or include_list:
             raise ApiError(
                 "include is not supported", param="include", code="unsupported_parameter"
             )

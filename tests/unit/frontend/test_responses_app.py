@@ -431,9 +431,12 @@ async def test_input_items_list_what_a_response_ran_on(preprocessor: Preprocesso
         ("?limit=101", 400, "query.limit"),
         ("?order=sideways", 400, "query.order"),
         ("?include=message.input_image.image_url", 400, "include"),
+        ("?include%5B%5D=message.input_image.image_url", 400, "include"),  # the client's form
     ]:
         response = await http.get(url + query)
         assert (response.status_code, response.json()["error"]["param"]) == (status, param), query
+    with pytest.raises(openai.BadRequestError):  # as the client sends it, include[]=...
+        await client.responses.input_items.list(second.id, include=["file_search_call.results"])
     response = await http.get("http://test/v1/responses/resp_nope/input_items")
     assert (response.status_code, response.json()["error"]["param"]) == (404, "response_id")
 
