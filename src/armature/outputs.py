@@ -27,10 +27,14 @@ def replacing(path: Path) -> Iterator[Path]:
     when the block ends without an exception, removed otherwise; `path` itself where it is
     not a regular file."""
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode) if path.exists() else None
-        if mode is not None and not path.is_file():
+        try:
+            st_mode: int | None = os.stat(path).st_mode
+        except FileNotFoundError:
+            st_mode = None
+        if st_mode is not None and not stat.S_ISREG(st_mode):
             yield path  # a device or a pipe: written in place
             return
+        mode = None if st_mode is None else stat.S_IMODE(st_mode)
         target = path.resolve()
         temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp{target.suffix}")
         try:

@@ -232,6 +232,7 @@ def _answer(
     served_name: str,
     elapsed_s: float,
 ) -> int:
+    from armature.cli.paths import writing
     from armature.configurator.plot import plot_pareto
     from armature.configurator.report import format_side_by_side, format_table
     from armature.configurator.space import AGG
@@ -279,11 +280,8 @@ def _answer(
     keep = config.plot is None and not result.meets_targets and _holds_a_save(config.save_dir)
     if plot is not None and not keep:
         title = f"{model.name} on {hardware.name}: tokens/s per GPU vs per user"
-        try:
+        with writing("--plot" if config.plot else "--save-dir", plot):  # its own, or the dir's
             print(f"\nplot: {plot_pareto(result, plot, title, config.top)}")
-        except OSError as exc:
-            flag = "--plot" if config.plot is not None else "--save-dir"
-            raise CliError(f"{flag}: cannot write {plot}: {exc.strerror or exc}") from None
     if not result.meets_targets:
         e2e = settings.targets.e2e_ms is not None
         relax = "--ttft-ms/--e2e-ms" if e2e else "--ttft-ms/--itl-ms"
@@ -296,13 +294,8 @@ def _answer(
             f"{relax}, --step-margin or --max-ttft-growth, or give more GPUs){unsaved}"
         )
     if config.save_dir is not None:
-        try:
+        with writing("--save-dir", config.save_dir):
             _save(config, hardware, settings, result, served_name)
-        except OSError as exc:  # each file is whole or as it was (outputs.write_atomically)
-            raise CliError(
-                f"--save-dir {config.save_dir}: cannot write {exc.filename or 'a file'}: "
-                f"{exc.strerror or exc}"
-            ) from None
     return 0
 
 

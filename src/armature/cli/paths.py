@@ -4,8 +4,9 @@ that a path that cannot be written is not a traceback once the work is lost."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ from armature.cli.options import CliError
 if TYPE_CHECKING:
     from armature.workload.traces import TraceRequest
 
-__all__ = ["check_apart", "check_file", "check_image", "make_dir", "read_trace"]
+__all__ = ["check_apart", "check_file", "check_image", "make_dir", "read_trace", "writing"]
 
 
 def read_trace(
@@ -62,6 +63,19 @@ def check_apart(
                 f"{flag} {value} is the file {taken[path]} names; writing it would lose that"
             )
         taken[path] = flag
+
+
+@contextlib.contextmanager
+def writing(flag: str, path: Path | str) -> Iterator[None]:
+    """Within: an OSError writing the output `flag` names (`path`, a file or a directory) is
+    a one-line CliError naming the flag and the file (outputs are written whole or not at
+    all, armature.outputs: the file that was there is kept)."""
+    try:
+        yield
+    except OSError as exc:
+        name = exc.filename
+        what = "it" if name is None or str(name) == str(path) else str(name)
+        raise CliError(f"{flag} {path}: cannot write {what}: {exc.strerror or exc}") from None
 
 
 def make_dir(path: Path, flag: str) -> None:

@@ -5,9 +5,7 @@ mocker from."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from armature.cli.options import (
     CliError,
@@ -16,7 +14,7 @@ from armature.cli.options import (
     read_settings,
     setup_logging,
 )
-from armature.cli.paths import check_file, make_dir
+from armature.cli.paths import check_file, make_dir, writing
 from armature.config import ProfileConfig
 from armature.engines.registry import KINDS
 from armature.protocols.timing_profile import TimingProfile
@@ -24,9 +22,6 @@ from armature.protocols.timing_profile import TimingProfile
 __all__ = ["add_parser", "run"]
 
 CHOICES = {"engine.engine": list(KINDS)}
-
-
-T = TypeVar("T")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -74,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         profile = asyncio.run(profile_engine(config))
     output = Path(config.output)
-    _write(lambda: write_profile(profile, output), "--output", output)
+    with writing("--output", output):
+        write_profile(profile, output)
     for p in profile.prefill:
         after = f" after {p.context_tokens} cached" if p.context_tokens else ""
         print(
@@ -107,19 +103,13 @@ def run(args: argparse.Namespace) -> int:
         from armature.profiler.plots import plot_profile
 
         report_dir = Path(config.report_dir)
-        for path in _write(lambda: plot_profile(profile, report_dir), "--report", report_dir):
+        with writing("--report", report_dir):
+            plots = plot_profile(profile, report_dir)
+        for path in plots:
             print(f"plot: {path}")
         for number, one in enumerate(engines, 1):  # each engine's own, beside the plots
             path = report_dir / f"engine{number}.json"
-            _write(lambda: write_profile(one, path), "--report", path)  # noqa: B023 - now
+            with writing("--report", path):
+                write_profile(one, path)
             print(f"engine {number}'s profile: {path}")
     return 0
-
-
-def _write(write: Callable[[], T], flag: str, path: Path) -> T:
-    """`write()`, an OSError a one-line CliError naming `flag` (the file that was there is
-    kept: outputs are written whole or not at all)."""
-    try:
-        return write()
-    except OSError as exc:
-        raise CliError(f"{flag} {path}: cannot write it: {exc.strerror or exc}") from None

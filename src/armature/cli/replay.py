@@ -8,7 +8,7 @@ from collections.abc import Collection
 from typing import Any
 
 from armature.cli.options import CliError, check_fits_index, setup_logging
-from armature.cli.paths import check_apart, check_file, check_image
+from armature.cli.paths import check_apart, check_file, check_image, writing
 from armature.cli.replay_args import PLANNER_SETTINGS, ROUTER_SETTINGS, TIER_SETTINGS, add_parser
 from armature.cli.replay_workload import load_requests
 from armature.config import KvTierConfig, PlannerConfig, RouterConfig, flag_name, iter_settings
@@ -49,12 +49,8 @@ def run(args: argparse.Namespace) -> int:
     report = dataclasses.asdict(result)
     _print_summary(args, config, report)
     if args.report:
-        try:  # whole or not at all: a report that was there is kept
+        with writing("--report", args.report):
             write_atomically(Path(args.report), json.dumps(report, indent=2) + "\n")
-        except OSError as exc:
-            raise CliError(
-                f"--report {args.report}: cannot write it: {exc.strerror or exc}"
-            ) from None
         print(f"{'report':>24}: {args.report}")
     if args.plot:
         _write_plot(args, config, result)
@@ -219,7 +215,7 @@ def _write_plot(args: argparse.Namespace, config: ReplayConfig, report: ReplayRe
 
     source = args.trace or f"synthetic {args.synthetic}"
     rule = f"planner {args.planner}" if args.planner else "static fleet"
-    try:  # whole or not at all: a plot that was there is kept
+    with writing("--plot", args.plot):
         plot_fleet(
             report.timeline,
             Path(args.plot),
@@ -228,8 +224,6 @@ def _write_plot(args: argparse.Namespace, config: ReplayConfig, report: ReplayRe
             title=f"{source}, {rule}: SLA attainment {report.sla_attainment:.3f}, "
             f"{report.worker_seconds:.0f} worker-seconds",
         )
-    except OSError as exc:
-        raise CliError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
     print(f"{'plot':>24}: {args.plot}")
 
 
