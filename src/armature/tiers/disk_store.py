@@ -15,6 +15,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from armature.kv.block_key import BlockKey
@@ -31,6 +32,7 @@ __all__ = ["DiskStore"]
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _TEMP_SUFFIX = ".tmp"
 _FILE_MODE = 0o644  # shared stores: other workers (maybe other users) read our blocks
+JOURNAL_DIR = "journal"  # a shared directory's journal objects (`armature.tiers.journal`)
 
 
 class DiskStore:
@@ -61,15 +63,8 @@ class DiskStore:
 
     def put(self, key: BlockKey, data: bytes) -> None:
         name = block_name(key)
-        temp = self.directory / f".{name}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
-            try:
-                with open(fd, "wb", closefd=True) as out:
-                    out.write(data)
-                os.replace(temp, self.directory / name)
-            finally:
-                temp.unlink(missing_ok=True)  # gone after the replace; a failed write's rest
+            _write_whole(self.directory, name, data)
         except OSError as error:
             raise _store_error(self, f"put {name}", error) from error
         with self._lock:
@@ -118,6 +113,52 @@ class DiskStore:
             self._names.update((key.seq_hash, name) for _, name, key in found)
         return [key for _, _, key in found]
 
+    # ---- the journal of a shared directory (`armature.tiers.journal.JournalObjects`) ----
+    def put_journal(self, name: str, data: bytes) -> None:
+        journal = self.directory / JOURNAL_DIR
+        try:
+            journal.mkdir(exist_ok=True)
+            _write_whole(journal, name, data)
+        except OSError as error:
+            raise _store_error(self, f"put {JOURNAL_DIR}/{name}", error) from error
+
+    def get_journal(self, name: str) -> bytes | None:
+        try:
+            return (self.directory / JOURNAL_DIR / name).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise _store_error(self, f"get {JOURNAL_DIR}/{name}", error) from error
+
+    def list_journals(self) -> list[tuple[float, str]]:
+        found: list[tuple[float, str]] = []
+        try:
+            with os.scandir(self.directory / JOURNAL_DIR) as entries:
+                for entry in entries:
+                    if entry.name.startswith("."):  # a put's temp file
+                        continue
+                    try:
+                        found.append((entry.stat().st_mtime, entry.name))
+                    except FileNotFoundError:
+                        continue  # deleted between the listing and the stat
+        except FileNotFoundError:
+            return []  # no journal written here yet
+        except OSError as error:
+            raise _store_error(self, f"list {JOURNAL_DIR}", error) from error
+        return found
+
+    def delete_journal(self, name: str) -> None:
+        try:
+            (self.directory / JOURNAL_DIR / name).unlink(missing_ok=True)
+        except OSError as error:
+            raise _store_error(self, f"delete {JOURNAL_DIR}/{name}", error) from error
+
+    def learn_names(self, names: Iterable[str]) -> list[BlockKey]:
+        known = [(name, key) for name in names if (key := parse_block_name(name)) is not None]
+        with self._lock:
+            self._names.update((key.seq_hash, name) for name, key in known)
+        return [key for _, key in known]
+
     def _read(self, name: str, seq_hash: int) -> bytes | None:
         """The file's bytes; None (and `name` forgotten) when it is gone, perhaps deleted
         by another worker sharing the directory."""
@@ -144,8 +185,10 @@ class DiskStore:
 
     def _remove_stale_temp_files(self, stale_after_s: float) -> None:
         now_s = time.time()
+        temps = f".*{_TEMP_SUFFIX}"
         try:
-            for path in self.directory.glob(f".*{_TEMP_SUFFIX}"):
+            journal_temps = self.directory.glob(f"{JOURNAL_DIR}/{temps}")
+            for path in [*self.directory.glob(temps), *journal_temps]:
                 try:
                     if now_s - path.stat().st_mtime >= stale_after_s:
                         path.unlink()
@@ -153,6 +196,18 @@ class DiskStore:
                     continue  # another worker renamed or removed it meanwhile
         except OSError as error:
             raise _store_error(self, "open", error) from error
+
+
+def _write_whole(directory: Path, name: str, data: bytes) -> None:
+    """`data` as `directory / name`, through a temp file renamed over it: never a part."""
+    temp = directory / f".{name}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    try:
+        with open(fd, "wb", closefd=True) as out:
+            out.write(data)
+        os.replace(temp, directory / name)
+    finally:
+        temp.unlink(missing_ok=True)  # gone after the replace; a failed write's rest
 
 
 def _store_error(store: DiskStore, action: str, error: OSError) -> StoreError:

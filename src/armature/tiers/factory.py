@@ -19,6 +19,7 @@ from armature.tiers.block_file import layout_namespace
 from armature.tiers.disk_store import DiskStore
 from armature.tiers.errors import StoreError
 from armature.tiers.host import HostBlocks
+from armature.tiers.journal import JournaledStore
 from armature.tiers.manager import KvTierManager
 from armature.tiers.mover import BlockMover
 from armature.tiers.policy_config import tier_policy_config
@@ -54,8 +55,8 @@ def build_tier_manager(
         stores[KvTier.DISK] = _open_disk(Path(config.kv_disk_dir), namespace)
     if config.kv_remote is not None:
         endpoint = config.kv_remote_endpoint
-        stores[KvTier.EXTERNAL] = open_remote_store(
-            config.kv_remote, endpoint=endpoint, namespace=namespace
+        stores[KvTier.EXTERNAL] = JournaledStore(
+            open_remote_store(config.kv_remote, endpoint=endpoint, namespace=namespace)
         )
     manager = KvTierManager(
         TierPolicy(policy_config, event_log),

@@ -33,6 +33,7 @@ from armature.protocols.kv_events import KvTier
 from armature.tiers.api import LoadResult
 from armature.tiers.block_file import BlockRefusedError
 from armature.tiers.errors import BlockMissingError, StoreError, StoreFullError
+from armature.tiers.journal import JournaledStore
 from armature.tiers.mover import BlockMover
 from armature.tiers.policy_shell import TierPolicyShell
 from armature.tiers.store import BlockStore
@@ -225,14 +226,33 @@ class KvTierManager(TierPolicyShell):
             self.add_existing(KvTier.EXTERNAL, keys)
 
     def _list_remote(self, store: BlockStore, every_s: float) -> None:
-        """Lister thread: what the shared store holds, every `every_s`, for the engine thread."""
+        """Lister thread, every `every_s`: our puts to the shared store into its journal, and
+        what the others put there (journalled, or the whole store where it keeps none), for
+        the engine thread."""
         while not self._closing.wait(every_s):
+            self._flush_journal()
             try:
-                self._listings.put(store.list_keys())
+                if isinstance(store, JournaledStore):
+                    self._listings.put(store.list_new_keys())
+                else:
+                    self._listings.put(store.list_keys())
             except StoreError as exc:
                 log.debug("listing %s failed: %s", store.describe(), exc)
             except Exception:  # a store client's own bug: the next round may do better
                 log.exception("listing %s failed unexpectedly", store.describe())
+
+    def _flush_journal(self) -> None:
+        """Our puts to the shared store since the last flush into its journal, if it keeps
+        one (a failure keeps them for the next flush)."""
+        store = self.stores.get(KvTier.EXTERNAL)
+        if not isinstance(store, JournaledStore):
+            return
+        try:
+            store.flush_journal()
+        except StoreError as exc:
+            log.debug("writing the journal of %s failed: %s", store.describe(), exc)
+        except Exception:  # a store client's own bug: the next round may do better
+            log.exception("writing the journal of %s failed unexpectedly", store.describe())
 
     # ---- loader threads ----------------------------------------------------------------
     def _load(self, job_id: int, hits: list[TierHit], g1_ids: list[int], started_s: float) -> None:
@@ -387,3 +407,4 @@ class KvTierManager(TierPolicyShell):
         for tier in LOWER_TIERS:  # a disk writer may still hand blocks to the G4 writer
             if tier in self._writers:
                 self._writers[tier].shutdown(wait=True)
+        self._flush_journal()  # the other workers learn our last puts

@@ -18,7 +18,7 @@ from urllib.parse import SplitResult, unquote, urlsplit
 from armature.errors import ConfigError
 from armature.tiers.disk_store import DiskStore
 from armature.tiers.errors import StoreError
-from armature.tiers.store import BlockStore
+from armature.tiers.journal import SharedStore
 
 __all__ = ["SHARED_STALE_TEMP_S", "open_remote_store"]
 
@@ -31,7 +31,7 @@ _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _KEY_SEGMENT_RE = re.compile(r"[A-Za-z0-9!_.*'()-]+")  # AWS's "safe" key characters
 
 
-def open_remote_store(url: str, *, endpoint: str | None, namespace: str) -> BlockStore:
+def open_remote_store(url: str, *, endpoint: str | None, namespace: str) -> SharedStore:
     """The store `url` names, for blocks under `namespace`. Raises ConfigError for a URL of
     another scheme or a malformed one, for `endpoint` with a file:// URL or a malformed
     endpoint, and for s3:// without boto3 installed. Sends no request to an S3 store."""
@@ -62,7 +62,7 @@ def _open_shared_directory(
         raise ConfigError(f"cannot use --kv-remote {url}: {error}") from None
 
 
-def _open_s3(url: str, parts: SplitResult, endpoint: str | None, namespace: str) -> BlockStore:
+def _open_s3(url: str, parts: SplitResult, endpoint: str | None, namespace: str) -> SharedStore:
     if not _BUCKET_RE.fullmatch(parts.netloc):
         raise ConfigError(f"remote KV store URL {url!r}: {parts.netloc!r} is not a bucket name")
     segments = [segment for segment in parts.path.split("/") if segment]

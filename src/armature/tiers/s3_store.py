@@ -10,7 +10,7 @@ Importing this module imports boto3: `armature.tiers.remote_store` imports it on
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,6 +40,7 @@ MAX_POOL_CONNECTIONS = 32  # concurrent calls from the tier's worker threads
 # Error codes that mean "no space": MinIO's 507 XMinioStorageFull, Ceph RGW's quota refusal
 _FULL_CODES = frozenset({"XMinioStorageFull", "QuotaExceeded"})
 _HTTP_INSUFFICIENT_STORAGE = 507
+JOURNAL_PREFIX = "journal/"  # under the store's prefix: its journal (`armature.tiers.journal`)
 
 
 def make_s3_client(endpoint: str | None) -> Any:
@@ -124,6 +125,43 @@ class S3Store:
         with self._lock:
             self._keys.update((key.seq_hash, object_key) for _, object_key, key in found)
         return [key for _, _, key in found]
+
+    # ---- the journal (`armature.tiers.journal.JournalObjects`) ---------------------------
+    def put_journal(self, name: str, data: bytes) -> None:
+        object_key = self.key_prefix + JOURNAL_PREFIX + name
+        with self._errors(f"put {object_key}"):
+            self._client.put_object(Bucket=self.bucket, Key=object_key, Body=data)
+
+    def get_journal(self, name: str) -> bytes | None:
+        object_key = self.key_prefix + JOURNAL_PREFIX + name
+        try:
+            with self._errors(f"get {object_key}"):
+                response = self._client.get_object(Bucket=self.bucket, Key=object_key)
+                return bytes(response["Body"].read())
+        except BlockMissingError:
+            return None
+
+    def list_journals(self) -> list[tuple[float, str]]:
+        prefix = self.key_prefix + JOURNAL_PREFIX
+        found: list[tuple[float, str]] = []
+        with self._errors(f"list {prefix}"):
+            pages = self._client.get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    modified_s = float(item["LastModified"].timestamp())
+                    found.append((modified_s, str(item["Key"])[len(prefix) :]))
+        return found
+
+    def delete_journal(self, name: str) -> None:
+        object_key = self.key_prefix + JOURNAL_PREFIX + name
+        with self._errors(f"delete {object_key}"):
+            self._client.delete_object(Bucket=self.bucket, Key=object_key)
+
+    def learn_names(self, names: Iterable[str]) -> list[BlockKey]:
+        known = [(name, key) for name in names if (key := parse_block_name(name)) is not None]
+        with self._lock:
+            self._keys.update((key.seq_hash, self.key_prefix + name) for name, key in known)
+        return [key for _, key in known]
 
     def _read(self, object_key: str, seq_hash: int) -> bytes | None:
         """The object's bytes; None (and the key forgotten) when it is gone."""

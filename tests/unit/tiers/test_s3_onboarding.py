@@ -60,8 +60,14 @@ def test_a_truncated_object_is_refused_and_the_rest_computed(
     first, _ = run(writer, prompt, "w")
     writer.close()
     client = make_s3_client(moto_s3.url)
-    objects = client.list_objects_v2(Bucket=bucket)["Contents"]
+    listed = client.list_objects_v2(Bucket=bucket)["Contents"]
+    [journal] = [
+        o["Key"] for o in listed if o["Key"].startswith("fleet/tiny-") and "/journal/" in o["Key"]
+    ]
+    objects = [o for o in listed if o["Key"] != journal]
     assert len(objects) == 12
+    named = client.get_object(Bucket=bucket, Key=journal)["Body"].read().decode().split()
+    assert sorted(named) == sorted(o["Key"].rsplit("/", 1)[1] for o in objects)
     bad = compute_block_hashes(prompt, BLOCK, DEFAULT_HASH_SEED, None)[4][0]
     [key] = [o["Key"] for o in objects if f"/{bad:016x}-" in o["Key"]]
     data = client.get_object(Bucket=bucket, Key=key)["Body"].read()

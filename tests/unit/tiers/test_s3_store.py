@@ -13,6 +13,7 @@ import pytest
 
 from armature.kv.block_key import BlockKey
 from armature.tiers.errors import BlockMissingError, StoreUnavailableError
+from armature.tiers.journal import JournaledStore
 from armature.tiers.remote_store import open_remote_store
 from armature.tiers.s3_store import S3Store, make_s3_client
 from servers import MotoS3
@@ -66,6 +67,40 @@ def test_a_second_worker_reads_what_the_first_wrote(
     with pytest.raises(BlockMissingError):
         writer.get(0x1001)  # the writer's map still names it: the object is gone
     assert sorted(writer.list_keys()) == [block(0)[0], block(2)[0]]
+
+
+def test_a_second_worker_learns_the_first_ones_puts_from_its_journal(
+    moto_s3: MotoS3, bucket: str, block: Block
+) -> None:
+    """The journal's objects on a real S3 server: written beside the blocks (not among the
+    keys a listing gives), read by the other worker, deleted after the retention."""
+    now_s = [0.0]
+    writer, reader = (
+        JournaledStore(
+            _open(moto_s3, bucket),
+            retention_s=100.0,
+            clock=lambda: now_s[0],
+            wall_clock_s=lambda: 1_700_000_000.0,
+            writer_id=writer_id,
+        )
+        for writer_id in ("aaaaaaaaaaaa", "bbbbbbbbbbbb")
+    )
+    assert reader.list_keys() == writer.list_keys() == []
+    for i in range(2):
+        writer.put(*block(i))
+    _open(moto_s3, bucket).put(*block(2))  # no journal names it
+    writer.flush_journal()
+    journal = f"kv/tiers/{NS}/journal/1700000000000-aaaaaaaaaaaa-00000000.jnl"
+    assert journal in _object_keys(moto_s3, bucket)
+    assert sorted(reader.list_keys()) == [block(i)[0] for i in range(3)]  # no journal object
+    writer.put(*block(3))
+    writer.flush_journal()
+    assert reader.list_new_keys() == [block(3)[0]]
+    assert reader.get(0x1003) == block(3)[1]
+    assert reader.list_new_keys() == []
+    now_s[0] = 100.0
+    writer.flush_journal()  # both objects expired
+    assert [k for k in _object_keys(moto_s3, bucket) if "/journal/" in k] == []
 
 
 def test_prefixes_and_namespaces_are_apart(moto_s3: MotoS3, bucket: str, block: Block) -> None:
