@@ -68,7 +68,7 @@ class Fleet:
         while time.monotonic() < deadline:
             try:
                 text = httpx.get(f"{url}/metrics", timeout=2).text
-                if text.count("armature_worker_kv_blocks_total{") >= num_workers:
+                if text.count("armature_worker_kv_capacity_blocks{") >= num_workers:
                     return url
             except httpx.HTTPError:
                 pass

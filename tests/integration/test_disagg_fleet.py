@@ -90,7 +90,7 @@ def wait_for_workers(url: str, count: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
-        if sum(1 for k in metrics if k.startswith("armature_worker_kv_blocks_total{")) >= count:
+        if sum(1 for k in metrics if k.startswith("armature_worker_kv_capacity_blocks{")) >= count:
             return
         time.sleep(0.2)
     pytest.fail(f"the frontend did not see {count} workers")

@@ -191,7 +191,7 @@ def test_serve_forwards_worker_flags_to_the_worker_processes(
         totals = [
             line
             for line in metrics.splitlines()
-            if line.startswith("armature_worker_kv_blocks_total{")
+            if line.startswith("armature_worker_kv_capacity_blocks{")
         ]
         assert len(totals) == 2 and all(line.endswith(" 999.0") for line in totals), totals
     finally:

@@ -89,6 +89,10 @@ ZERO_SAMPLE = FrontendSample(
     num_output_lengths=0.0,
 )
 
+# one series per worker: its KV capacity (the name before 2026-12: a frontend not yet upgraded)
+_WORKER_CAPACITY_NAMES = frozenset(
+    {"armature_worker_kv_capacity_blocks", "armature_worker_kv_blocks_total"}
+)
 _SCALARS = {
     "armature_requests_in_flight": "num_in_flight_requests",
     "armature_requests_queued": "num_queued_requests",
@@ -132,7 +136,7 @@ def parse_frontend_sample(text: str) -> FrontendSample:
                 lengths["sum"] = float(sample.value)
             elif sample.name == "armature_request_generation_tokens_count":
                 lengths["count"] = float(sample.value)
-            elif sample.name == "armature_worker_kv_blocks_total":
+            elif sample.name in _WORKER_CAPACITY_NAMES:
                 workers.add(sample.labels.get("worker", ""))
             elif sample.name == "armature_requests_total":
                 if _is_served(sample.labels.get("status", "")):

@@ -18,7 +18,7 @@ WORKER_LOAD_METRICS: dict[str, tuple[str, Callable[[EngineLoad], float]]] = {
         "Fraction of the worker's KV blocks in use",
         lambda x: x.num_active_blocks / x.num_total_blocks if x.num_total_blocks else 0.0,
     ),
-    "armature_worker_kv_blocks_total": ("KV blocks of the worker", lambda x: x.num_total_blocks),
+    "armature_worker_kv_capacity_blocks": ("KV blocks of the worker", lambda x: x.num_total_blocks),
     "armature_worker_requests_running": ("Requests running", lambda x: x.num_running),
     "armature_worker_requests_waiting": ("Requests waiting to start", lambda x: x.num_waiting),
     "armature_worker_prefill_tokens_queued": (

@@ -222,10 +222,10 @@ def test_the_frontends_workers_are_counted_and_unseen_ones_named() -> None:
     """Workers the frontend routes to (its per-worker KV series) that the planner's discovery
     does not list: it warns, since it can neither read nor scale them."""
     workers = """\
-# HELP armature_worker_kv_blocks_total KV blocks of the worker
-# TYPE armature_worker_kv_blocks_total gauge
-armature_worker_kv_blocks_total{worker="in-process-0"} 512.0
-armature_worker_kv_blocks_total{worker="in-process-1"} 512.0
+# HELP armature_worker_kv_capacity_blocks KV blocks of the worker
+# TYPE armature_worker_kv_capacity_blocks gauge
+armature_worker_kv_capacity_blocks{worker="in-process-0"} 512.0
+armature_worker_kv_capacity_blocks{worker="in-process-1"} 512.0
 """
     sample = parse_frontend_sample(BEFORE + workers)
     assert sample.num_workers == 2
@@ -233,6 +233,9 @@ armature_worker_kv_blocks_total{worker="in-process-1"} 512.0
     assert warning.startswith("the frontend routes to 2 worker(s) that the planner does not ")
     assert describe_unseen_workers(sample, {WorkerRole.AGG: 2}) == ""
     assert describe_unseen_workers(parse_frontend_sample(BEFORE), {}) == ""  # none to route to
+    # a frontend from before the series' rename (a rolling upgrade) is read alike
+    old_name = workers.replace("kv_capacity_blocks", "kv_blocks_total")
+    assert parse_frontend_sample(BEFORE + old_name).num_workers == 2
 
 
 def test_replicas_windows_are_each_ones_differences_summed() -> None:
