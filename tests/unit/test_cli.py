@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import os
 import re
@@ -282,6 +283,13 @@ def test_every_commands_help_prints(capsys: pytest.CaptureFixture[str]) -> None:
         assert out.startswith(f"usage: armature {name}") and not err, name
     profile = commands["profile"].format_help()
     assert "at 70% of the" in " ".join(profile.split())
+
+
+def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"armature {importlib.metadata.version('armature')}\n"
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+import armature
 from armature.cli import (  # the subcommands
     bench,
     configure,
@@ -39,6 +40,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand's flags; a malformed `ARMATURE_*` variable is a ConfigError."""
     parser = Parser(prog="armature", description="Armature: LLM inference serving.")
+    parser.add_argument("--version", action="version", version=f"armature {armature.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for add, _ in COMMANDS.values():
         add(sub)
