@@ -216,7 +216,7 @@ def _add_fleet_args(replay: argparse.ArgumentParser) -> None:
         "--speedup",
         type=arg_type(float_at_least(1e-3)),  # slower steps: a replay simulating years
         default=DEFAULTS.speedup_ratio,
-        help="divide every simulated step time by this",
+        help="divide every simulated time (steps, KV transfers, lower-tier loads) by this",
     )
     replay.add_argument(
         "--timing-profile",

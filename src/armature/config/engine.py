@@ -49,7 +49,9 @@ class EngineConfig:
         None, "name clients pass as `model` (default: derived from --model)"
     )
     speedup_ratio: float = setting(
-        1.0, "mocker only: divide every simulated step time by this", parse=positive_float
+        1.0,
+        "mocker only: divide every simulated time (steps, KV transfers, lower-tier loads) by this",
+        parse=positive_float,
     )
     timing_profile: str | None = setting(
         None,
