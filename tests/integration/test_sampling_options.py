@@ -131,7 +131,7 @@ def test_chat_logprobs_with_top_logprobs(http: httpx.Client, model_name: str) ->
     for entry in content:
         assert set(entry) == {"token", "logprob", "bytes", "top_logprobs"}
         assert entry["logprob"] <= 0
-        assert entry["bytes"] == list(entry["token"].encode("utf-8"))
+        assert entry["bytes"] == list(entry["token"].encode("utf-8"))  # whole characters here
         top = entry["top_logprobs"]
         assert len(top) == 3
         for alternative in top:

@@ -118,6 +118,15 @@ def test_json_object_and_vllm_guided_fields(client: openai.OpenAI) -> None:
     assert regex.choices[0].finish_reason == "stop"
     assert len(regex.choices[0].text) == 8 and regex.choices[0].text[3] == "-"
     schema = SCHEMAS["bounds"]
+    completion = client.completions.create(  # response_format on completions, as vLLM's
+        model=MODEL,
+        prompt=PROMPTS["bounds"] + "\n",
+        max_tokens=120,
+        temperature=0,
+        extra_body={"response_format": response_format("bounds")},
+    )
+    assert completion.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(completion.choices[0].text), schema)
     guided_json = client.chat.completions.create(
         model=MODEL,
         messages=messages,

@@ -110,15 +110,23 @@ _MEMBER_TYPE = re.compile(
 )
 
 
+# tagged unions whose members are flat (their fields beside `type`): pydantic puts the
+# member's tag in an error's location, the client's object has no such level
+_FLAT_TAGGED = {("text", "format"): frozenset({"text", "json_object", "json_schema"})}
+
+
 def field_path(loc: Sequence[object]) -> list[str]:
     """The request field an error's location names, as the client wrote it: without the
-    body's root, the union members' types pydantic adds (`messages.0.content.str`), or a
+    body's root, the union members' types pydantic adds (`messages.0.content.str`), a
     tagged member's tag before its field of the same name, as OpenAI's objects name theirs
-    (`response_format.json_schema.json_schema.schema`)."""
+    (`response_format.json_schema.json_schema.schema`), or a flat member's tag
+    (`text.format.json_schema.name`: Responses' `text.format.name`)."""
     items = list(loc)[1:] if loc and loc[0] == "body" else list(loc)
-    kept = []
+    kept: list[str] = []
     for i, item in enumerate(items):
         if isinstance(item, str) and (_MEMBER_TYPE.match(item) or items[i + 1 : i + 2] == [item]):
+            continue
+        if item in _FLAT_TAGGED.get((kept[-2], kept[-1]) if len(kept) >= 2 else ("", ""), ()):
             continue
         kept.append(str(item))
     return kept

@@ -4,7 +4,9 @@ off the event loop with asyncio.to_thread, see jobs.py's INLINE_PROMPT_CHARS).""
 from __future__ import annotations
 
 import copy
+import functools
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -185,3 +187,60 @@ class Preprocessor:
     def token_text(self, token_id: int) -> str:
         """The text of one token as OpenAI logprobs report it."""
         return self.decode([token_id], skip_special_tokens=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token adds to the text, as OpenAI logprobs' `bytes` give them: a
+        token holding part of a character gives its own bytes (its text is U+FFFD), so that
+        the bytes of consecutive tokens join into the text."""
+        piece = self._piece(token_id)
+        if piece is not None:
+            if match := _BYTE_PIECE_RE.fullmatch(piece):  # a byte-fallback piece: <0xF0>
+                return bytes([int(match.group(1), 16)])
+            if self._byte_level and all(c in _BYTE_OF_CHAR for c in piece):
+                return bytes(_BYTE_OF_CHAR[c] for c in piece)
+        return self.token_text(token_id).encode("utf-8")
+
+    def _piece(self, token_id: int) -> str | None:
+        """The token's vocabulary entry (None: the tokenizer does not say)."""
+        id_to_token = getattr(self.decoder, "id_to_token", None)
+        if id_to_token is None:
+            return None
+        piece = id_to_token(token_id)
+        return piece if isinstance(piece, str) else None
+
+    @functools.cached_property
+    def _byte_level(self) -> bool:
+        """Whether the tokenizer's pieces are bytes spelled as characters (GPT-2's byte-level
+        BPE), found by its decoder (one of a sequence)."""
+        decoder = getattr(self.decoder, "decoder", None)
+        if decoder is None:
+            return False
+        return "ByteLevel" in _decoder_kinds(decoder)
+
+
+def _decoder_kinds(decoder: Any) -> set[str]:
+    """The type names of a `tokenizers` decoder and, for a Sequence, of its parts."""
+    import json
+
+    try:
+        state = json.loads(decoder.__getstate__())
+    except (AttributeError, TypeError, ValueError):
+        return {type(decoder).__name__}
+    parts = state.get("decoders") or [state]
+    return {str(part.get("type")) for part in parts if isinstance(part, dict)}
+
+
+def _byte_chars() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: the character that stands for each byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    chars = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in chars.items()}
+
+
+_BYTE_OF_CHAR = _byte_chars()
+_BYTE_PIECE_RE = re.compile(r"<0x([0-9A-Fa-f]{2})>")

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from armature.config.edge import MAX_QUEUE_TIMEOUT_S, MAX_QUEUED_REQUESTS, OverloadConfig
@@ -86,10 +93,21 @@ class ChatMessage(_Strict):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    # checked when left out too: only an assistant's (its tool calls') may be
+    content: str | list[dict[str, Any]] | None = Field(default=None, validate_default=True)
     name: str | None = None
     tool_calls: list[MessageToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS)
     tool_call_id: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _content_unless_assistant(cls, content: Any, info: ValidationInfo) -> Any:
+        role = info.data.get("role")
+        if content is None and role is not None and role != "assistant":
+            raise PydanticCustomError(
+                "missing", "a {role} message needs content (a string or parts)", {"role": role}
+            )
+        return content
 
     def text(self) -> str:
         """The message's text; list content must be text parts only."""
@@ -144,6 +162,8 @@ class GenerationFields(_Request):
         lt=INT32_END,
         description="Queue order under overload: lower first.",
     )
+    # OpenAI's structured output (chat's; on completions too, as vLLM takes it)
+    response_format: ResponseFormat | None = None
     # vLLM's guided decoding (structured.py): at most one, and not with response_format
     guided_json: str | dict[str, Any] | None = Field(
         default=None, description="A JSON schema the output must match (vLLM)."
@@ -205,7 +225,6 @@ class ChatCompletionRequest(GenerationFields):
     tools: list[ToolSpec] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
     functions: list[dict[str, Any]] | None = None
-    response_format: ResponseFormat | None = None
     parallel_tool_calls: bool | None = None
 
     def get_max_tokens(self) -> int | None:

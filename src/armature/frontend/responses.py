@@ -20,6 +20,7 @@ __all__ = [
 ]
 
 TokenText = Callable[[int], str]
+TokenBytes = Callable[[int], bytes]
 
 # the logprob reported for a token that could not be drawn (a guide or min_tokens masked it:
 # -inf, which JSON cannot carry), as OpenAI reports a token of no probability
@@ -30,17 +31,24 @@ def _reported(logprob: float) -> float:
     return logprob if logprob > MIN_REPORTED_LOGPROB else MIN_REPORTED_LOGPROB
 
 
-def _entry(token_text: TokenText, token_id: int, logprob: float) -> dict[str, Any]:
-    text = token_text(token_id)
-    return {"token": text, "logprob": _reported(logprob), "bytes": list(text.encode("utf-8"))}
+def chat_logprobs(
+    items: list[TokenLogprob], token_text: TokenText, token_bytes: TokenBytes
+) -> dict[str, Any]:
+    """A chat choice's `logprobs` of `items`: each token's text and its own bytes (a token
+    holding part of a character: its text is U+FFFD, its bytes join with the next ones')."""
 
+    def entry(token_id: int, logprob: float) -> dict[str, Any]:
+        return {
+            "token": token_text(token_id),
+            "logprob": _reported(logprob),
+            "bytes": list(token_bytes(token_id)),
+        }
 
-def chat_logprobs(items: list[TokenLogprob], token_text: TokenText) -> dict[str, Any]:
     return {
         "content": [
             {
-                **_entry(token_text, item.token_id, item.logprob),
-                "top_logprobs": [_entry(token_text, t, lp) for t, lp in item.top],
+                **entry(item.token_id, item.logprob),
+                "top_logprobs": [entry(t, lp) for t, lp in item.top],
             }
             for item in items
         ]
@@ -65,9 +73,13 @@ def completion_logprobs(
     offsets: list[int] = []
 
     def add(token_id: int, item: TokenLogprob | None, offset: int, width: int) -> int:
-        tokens.append(token_text(token_id))
+        text = token_text(token_id)
+        tokens.append(text)
         token_logprobs.append(None if item is None else _reported(item.logprob))
-        top = None if item is None else {token_text(t): _reported(lp) for t, lp in item.top}
+        top = None
+        if item is not None:  # the sampled token's too, as OpenAI's (up to logprobs + 1)
+            top = {token_text(t): _reported(lp) for t, lp in item.top}
+            top.setdefault(text, _reported(item.logprob))
         top_logprobs.append(top)
         offsets.append(offset)
         return offset + width

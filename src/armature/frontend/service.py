@@ -128,7 +128,7 @@ class OpenAIService:
             return None
         token_text = self.preprocessor.token_text
         if job.kind == "chat":
-            return chat_logprobs(items, token_text)
+            return chat_logprobs(items, token_text, self.preprocessor.token_bytes)
         prompt_ids = job.engine_request.prompt_token_ids
         prompt = None if prompt_items is None else (prompt_ids, prompt_items)
         return completion_logprobs(items, token_text, offset, prompt, self._echoed_text)

@@ -12,7 +12,7 @@ from armature.errors import InvalidRequestError
 from armature.frontend.errors import ApiError
 from armature.frontend.format_protocol import JsonObjectFormat, JsonSchemaFormat
 from armature.frontend.parsing.json_canon import loads_bounded
-from armature.frontend.protocol import ChatCompletionRequest, GenerationFields
+from armature.frontend.protocol import GenerationFields
 from armature.frontend.tool_protocol import ToolSpec
 from armature.grammar.compile import check_guide
 from armature.protocols.guide import (
@@ -61,8 +61,6 @@ def check_tool_schemas(tools: list[ToolSpec]) -> None:
 
 
 def _response_format(body: GenerationFields) -> Guide | None:
-    if not isinstance(body, ChatCompletionRequest):
-        return None
     fmt = body.response_format
     if isinstance(fmt, JsonObjectFormat):
         return JsonObjectGuide(param="response_format")

@@ -50,6 +50,17 @@ def test_repetition_below_one_favours_seen_tokens() -> None:
     assert out.tolist() == [[2.0, -0.5, 0.5, 0.0, 6.0]]
 
 
+def test_a_vanishing_repetition_penalty_stays_finite() -> None:
+    """1e-320 is 0 in float32: seen positive logits go to the dtype's largest value (not
+    inf, whose softmax is NaN), a seen -inf (a masked token) stays -inf (not -inf x 0)."""
+    logits = torch.tensor([[5.0, -1.0, 0.5, -math.inf, 3.0]])
+    out = apply(logits, [row([0, 4, 3], [1], repetition_penalty=1e-320)])
+    largest, tiny = torch.finfo(torch.float32).max, torch.finfo(torch.float32).tiny
+    three_over_tiny = (torch.tensor(3.0) / tiny).item()  # 2.6e38: in range
+    assert out.tolist() == [[largest, -tiny, 0.5, -math.inf, three_over_tiny]]
+    assert not torch.softmax(out, dim=-1).isnan().any()
+
+
 def test_logit_bias_adds_per_token() -> None:
     out = apply(torch.tensor([LOGITS]), [row([0], [], logit_bias=((0, -100.0), (2, 1.5)))])
     assert out.tolist() == [[-98.0, -1.0, 2.0, 0.0, 3.0]]

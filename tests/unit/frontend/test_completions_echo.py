@@ -135,7 +135,10 @@ async def test_max_tokens_0_with_echo_returns_the_prompt_scored(
     assert (choice.text, choice.finish_reason) == (PROMPT, "length")
     assert choice.logprobs is not None and choice.logprobs.tokens is not None
     assert len(choice.logprobs.tokens) == len(ids)
-    assert choice.logprobs.top_logprobs == [None] + [{}] * (len(ids) - 1)  # logprobs 0: none
+    # logprobs 0: no alternatives, the sampled (here: the prompt's) token alone
+    assert choice.logprobs.top_logprobs == [None] + [
+        {preprocessor.token_text(t): SCRIPTED_PROMPT_LOGPROB} for t in ids[1:]
+    ]
     assert whole.usage is not None
     assert (whole.usage.prompt_tokens, whole.usage.completion_tokens) == (len(ids), 0)
     parts = [c.choices[0] for c in chunks if c.choices]

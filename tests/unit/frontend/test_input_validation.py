@@ -204,6 +204,12 @@ def test_find_lone_surrogate_names_the_path() -> None:
     [
         ("/chat", {**CHAT, "messages": [message(5)]}, "messages.0.content"),
         ("/chat", {**CHAT, "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        ("/chat", {**CHAT, "messages": [{"role": "user"}]}, "messages.0.content"),
+        (  # only an assistant's content may be null (its tool calls say what it did)
+            "/chat",
+            {**CHAT, "messages": [{"role": "assistant"}, {"role": "tool", "content": None}]},
+            "messages.1.content",
+        ),
         ("/chat", {**CHAT, "stop": 5}, "stop"),
         ("/completions", {"model": "m", "prompt": 5}, "prompt"),
         ("/chat", {**CHAT, "guided_json": 5}, "guided_json"),

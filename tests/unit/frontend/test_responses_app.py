@@ -492,9 +492,12 @@ async def test_bad_inputs_are_4xx_naming_the_field(preprocessor: Preprocessor) -
         ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
         ({"tool_choice": "auto"}, "tool_choice"),
         ({"text": {"format": {"type": "xml"}}}, "text.format"),
+        # the format's fields are flat: no json_schema level in their names
+        ({"text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name"),
+        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
         (
-            {"text": {"format": {"type": "json_schema", "schema": {}}}},
-            "text.format.json_schema.name",
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": "str"}}},
+            "text.format.schema",
         ),
         (
             {"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "nope"}}}},

@@ -69,9 +69,14 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[PenaltyRow]) -> None:
     if repeating:
         seen = torch.unique(_flat_ids(repeating, vocab_size, False, flat.device))
         by_row = {r.row: r.params.repetition_penalty for r in repeating}
-        penalty = _per_row(by_row, num_rows, 1.0, flat)[seen // vocab_size]
+        # a penalty below the dtype's smallest normal number (1e-320: 0 in float32) is that
+        # number, and a logit it lifts past the dtype's range its largest value: never an inf
+        # (softmax's NaN) or a masked token's -inf times 0
+        finfo = torch.finfo(flat.dtype)
+        penalty = _per_row(by_row, num_rows, 1.0, flat)[seen // vocab_size].clamp(min=finfo.tiny)
         values = flat[seen]
-        flat[seen] = torch.where(values > 0, values / penalty, values * penalty)
+        raised = (values / penalty).clamp(max=finfo.max)
+        flat[seen] = torch.where(values > 0, raised, values * penalty)
     counting = [r for r in rows if r.params.frequency_penalty or r.params.presence_penalty]
     if counting:
         output, counts = torch.unique(
