@@ -54,7 +54,18 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--engine", "gpt"], "invalid choice"),
         (["serve", "--prefill-workers", "1"], "--prefill-workers needs --decode-workers"),
         # aggregated workers only: every request was refused (a 503 each) after a clean start
-        (["serve", "--enforce-disagg"], "--enforce-disagg needs --decode-workers"),
+        (["serve", "--enforce-disagg"], "--enforce-disagg needs --prefill-workers above 0"),
+        (  # no prefill worker can join serve's own fleet
+            ["serve", "--enforce-disagg", "--prefill-workers", "0", "--decode-workers", "1"],
+            "--enforce-disagg needs --prefill-workers above 0 and --decode-workers",
+        ),
+        # flags of another engine, task or tier: they did nothing, unseen
+        (["worker", "--speedup-ratio", "2"], "--speedup-ratio is for --engine mocker, not torch"),
+        (["serve", "--enforce-eager"], "--enforce-eager is for --engine vllm, not torch"),
+        (["serve", "--engine", "mocker", "--pooling", "cls"], "--pooling is for --task embed"),
+        (["serve", "--kv-offload", "write-through"], "--kv-offload needs a lower KV tier"),
+        (["worker", "--kv-disk-offload", "all"], "--kv-disk-offload needs a disk tier"),
+        (["serve", "--kv-remote-refresh-s", "5"], "--kv-remote-refresh-s needs --kv-remote"),
         (
             ["serve", "--workers", "3", "--prefill-workers", "1", "--decode-workers", "1"],
             "either --workers or --prefill-workers",

@@ -265,6 +265,12 @@ def test_api_keys_from_the_variable_and_the_flags_add_up(monkeypatch: pytest.Mon
     assert config.security.api_keys == ("a", "b", "c")
 
 
+def test_a_blank_api_keys_variable_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chart sets it empty where it has no keys."""
+    monkeypatch.setenv("ARMATURE_API_KEYS", "")
+    assert parse("frontend", [], FrontendConfig).security.api_keys == ()
+
+
 @pytest.mark.parametrize(
     ("command", "variable", "value", "fragment"),
     [
@@ -284,6 +290,9 @@ def test_api_keys_from_the_variable_and_the_flags_add_up(monkeypatch: pytest.Mon
         # choices the command gives (the engine registry's, the router's policies)
         ("worker", "ARMATURE_ENGINE", "bogus", "ARMATURE_ENGINE: expected one of torch, mocker"),
         ("frontend", "ARMATURE_ROUTER", "bogus", "ARMATURE_ROUTER: expected one of round-robin"),
+        # "$KEY1,$KEY2" with both unset: no keys would be no protection, unseen
+        ("frontend", "ARMATURE_API_KEYS", ",", "ARMATURE_API_KEYS: an item of the comma list is"),
+        ("frontend", "ARMATURE_API_KEYS", "k1, ", "ARMATURE_API_KEYS: an item of the comma list"),
     ],
 )
 def test_a_bad_variable_is_a_one_line_error(

@@ -125,7 +125,7 @@ def _from_env(
             return (not present) if setting.negate else present
         parse = setting.parse or str
         if setting.repeat:
-            return [parse(part.strip()) for part in text.split(",") if part.strip()]
+            return _comma_list(text, parse, secret=setting.secret)
         value = parse(text)
         allowed = setting.choices if choices is None else choices
         if allowed is not None and value not in allowed:
@@ -133,6 +133,19 @@ def _from_env(
         return value
     except ConfigError as exc:
         raise ConfigError(f"{name}: {exc}") from None
+
+
+def _comma_list(text: str, parse: Callable[[str], Any], *, secret: bool) -> list[Any]:
+    """A repeatable setting's variable: a comma list, each item parsed. Blank: no items (the
+    chart sets ARMATURE_API_KEYS empty where it has no keys). An empty item is an error: with
+    API keys, `"$KEY1,$KEY2"` with both unset would turn the protection off unseen."""
+    if not text.strip():
+        return []
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        shown = "" if secret else f": {text!r}"  # a secret's other items are not shown
+        raise ConfigError(f"an item of the comma list is empty{shown}")
+    return [parse(part) for part in parts]
 
 
 # a namespace key holding a bad variable's error (`check_env_errors`)

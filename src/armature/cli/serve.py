@@ -42,10 +42,11 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(config.http.log_level)
     roles = config.get_worker_roles()
     config.tiers.check_prefix_caching(config.kv.enable_prefix_caching)
+    config.tiers.check_applies()
     _check_index_room(roles)
-    if config.disagg.enforce_disagg and config.decode_workers is None:
-        # its workers all prefill themselves: every request would be refused
-        raise ConfigError("--enforce-disagg needs --decode-workers (and --prefill-workers)")
+    if config.disagg.enforce_disagg and WorkerRole.PREFILL not in roles:
+        # no prefill worker can join serve's own fleet: every request would be refused
+        raise ConfigError("--enforce-disagg needs --prefill-workers above 0 and --decode-workers")
     if config.frontends > 1 and config.in_process_workers:
         raise ConfigError(
             "--frontends above 1 runs the workers as processes the frontends share: drop "

@@ -30,4 +30,5 @@ def run(args: argparse.Namespace) -> int:
     config = read_settings(args, WorkerConfig)
     setup_logging(config.process.log_level)
     config.tiers.check_prefix_caching(config.kv.enable_prefix_caching)
+    config.tiers.check_applies()
     return run_worker(config)

@@ -126,6 +126,7 @@ class KvTierConfig:
             raise ConfigError("--kv-remote-offload needs --kv-remote")
         if self.kv_remote is None and self.kv_remote_endpoint is not None:
             raise ConfigError("--kv-remote-endpoint needs --kv-remote s3://...")
+
         if self.kv_onboard_max_inflight_bytes <= 0:
             raise ConfigError("--kv-onboard-max-inflight-bytes must be positive")
         for name, gbps in self.get_bandwidths_gbps().items():
@@ -164,6 +165,18 @@ class KvTierConfig:
                 "blocks: drop --no-prefix-caching or the tier flags"
             )
 
+    def check_applies(self) -> None:
+        """ConfigError for a tier policy flag a serving worker would ignore, its tier not
+        there (a replay notes them instead: it compares settings)."""
+        if self.kv_remote is None and not _is_default(self, "kv_remote_refresh_s"):
+            raise ConfigError("--kv-remote-refresh-s needs --kv-remote")
+        if not self.has_disk_tier and not _is_default(self, "kv_disk_offload"):
+            raise ConfigError("--kv-disk-offload needs a disk tier (--kv-disk-dir)")
+        if not self.is_enabled and not _is_default(self, "kv_offload"):
+            raise ConfigError(
+                "--kv-offload needs a lower KV tier (--kv-host-*, --kv-disk-*, --kv-remote)"
+            )
+
     def check_stored(self) -> None:
         """ConfigError for what an engine that stores real blocks (torch) cannot run: a disk
         size with no directory to hold it, or a modeled bandwidth (the mocker's alone)."""
@@ -196,6 +209,12 @@ class KvTierConfig:
         if num_workers <= 1 or self.kv_disk_dir is None:
             return self
         return dataclasses.replace(self, kv_disk_dir=f"{self.kv_disk_dir}/worker-{index}")
+
+
+def _is_default(config: KvTierConfig, name: str) -> bool:
+    """Whether setting `name` of `config` has its default value."""
+    value: object = getattr(config, name)
+    return bool(value == KvTierConfig.__dataclass_fields__[name].default)
 
 
 def _num_blocks(tier: str, num_bytes: int | None, bytes_per_block: int) -> int:

@@ -18,7 +18,7 @@ from armature.config import EngineConfig
 from armature.engines.spec import BuiltEngine, EngineSpec
 from armature.errors import ConfigError
 from armature.model.lora_names import LoraError, check_lora_name
-from armature.protocols.embedding import WorkerTask
+from armature.protocols.embedding import Pooling, WorkerTask
 from armature.protocols.worker import WorkerRole
 
 __all__ = ["KINDS", "EngineKind", "get_kind"]
@@ -64,6 +64,16 @@ def _no_timing_profile(engine: EngineConfig) -> None:
         raise ConfigError(f"--timing-profile is for --engine mocker, not {engine.engine}")
 
 
+def _check_flags_apply(engine: EngineConfig) -> None:
+    """ConfigError for a flag of another engine or task (it would do nothing, unseen)."""
+    if engine.engine != "mocker" and engine.speedup_ratio != 1.0:
+        raise ConfigError(f"--speedup-ratio is for --engine mocker, not {engine.engine}")
+    if engine.engine != "vllm" and engine.enforce_eager:
+        raise ConfigError(f"--enforce-eager is for --engine vllm, not {engine.engine}")
+    if engine.task is not WorkerTask.EMBED and engine.pooling is not Pooling.LAST:
+        raise ConfigError("--pooling is for --task embed")
+
+
 def _check_lora_names(engine: EngineConfig) -> None:
     """--lora names that can be model names, each once, none the base model's name."""
     seen: set[str] = set()
@@ -85,6 +95,7 @@ def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
     from armature.engines.vllm.factory import check_vllm
 
     _no_timing_profile(engine)
+    _check_flags_apply(engine)
     if engine.lora_modules:
         raise ConfigError(
             "--lora needs --engine torch (or mocker): the vllm adapter serves no LoRA adapters"
@@ -96,6 +107,7 @@ def _check_vllm(engine: EngineConfig, roles: Iterable[str]) -> None:
 def _check_native(engine: EngineConfig, roles: Iterable[str]) -> None:
     """Every other setting the native engine takes is checked when it is built."""
     _no_timing_profile(engine)
+    _check_flags_apply(engine)
     _check_lora_names(engine)
     _embed_aggregated(engine, roles)
 
@@ -117,6 +129,7 @@ def _check_mocker(engine: EngineConfig, roles: Iterable[str]) -> None:
 
     _embed_aggregated(engine, roles)
     _check_lora_names(engine)
+    _check_flags_apply(engine)
     if engine.timing_profile is not None:
         load_profile_timing(Path(engine.timing_profile), engine.speedup_ratio)
 
