@@ -75,7 +75,7 @@ class KvTierConfig:
     kv_remote_refresh_s: float = setting(
         10.0,
         "how often a worker journals the blocks it wrote to the shared store and reads the "
-        "other workers' journals (above 300 s: lists the whole store instead)",
+        "other workers' journals (450 s or more: lists the whole store instead)",
         parse=float_at_most(MAX_REMOTE_REFRESH_S),
     )
     kv_offload: str = setting(

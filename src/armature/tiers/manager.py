@@ -69,9 +69,9 @@ class KvTierManager(TierPolicyShell):
         remote_refresh_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        """`remote_refresh_s`: how often the shared store (G4) is listed for blocks other
-        workers wrote (None: only at start). `clock` times the pauses of a failing tier's
-        reads."""
+        """`remote_refresh_s`: how often the shared store's (G4) journal is written and read
+        for blocks other workers wrote (None: only at start; `armature.tiers.journal`).
+        `clock` times the pauses of a failing tier's reads."""
         super().__init__(
             policy,
             bytes_per_block=mover.layout.bytes_per_block,

@@ -21,7 +21,7 @@ from armature.protocols.kv_transfer import KvLayout
 from armature.tiers.block_file import block_name
 from armature.tiers.disk_store import JOURNAL_DIR, DiskStore
 from armature.tiers.errors import StoreUnavailableError
-from armature.tiers.journal import JournaledStore
+from armature.tiers.journal import MAX_GAP_SHARE, JournaledStore
 from armature.tiers.manager import KvTierManager
 
 Block = Callable[[int], tuple[BlockKey, bytes]]
@@ -88,7 +88,7 @@ def test_a_reader_learns_a_writers_puts_from_its_journal_not_from_a_listing(
     writer.flush_journal()  # nothing put since: no object
     assert journal_names(tmp_path) == [name]
     assert writer.list_new_keys() == []  # its own journal is not read back
-    clock.now_s = 10.0 + RETENTION_S / 2 + 1  # not read for half the retention: list it all
+    clock.now_s = 10.0 + MAX_GAP_SHARE * RETENTION_S  # its objects may be gone: list it all
     assert sorted(reader.list_new_keys()) == [k0, k1, k2]
     assert reader.list_new_keys() == []
 
@@ -125,13 +125,20 @@ def test_own_objects_expire_and_a_dead_writers_are_swept(tmp_path: Path, block: 
     clock.now_s = RETENTION_S
     writer.flush_journal()  # nothing to write; seq 0 expired
     assert journal_names(tmp_path) == [f"1700000000500-{WRITER}-00000001.jnl"]
-    # a writer that died without deleting its object: 2 x the retention older than the newest
+    other = journaled(tmp_path, "dddddddddddd", clock)
+    other.put(*block(3))
+    other.flush_journal()
+    # a writer that died without deleting its object: 2 x the retention older than the
+    # median of the objects listed
     dead = tmp_path / NS / JOURNAL_DIR / f"1600000000000-{'c' * 12}-00000007.jnl"
     dead.write_text(block_name(block(2)[0]))
-    newest_s = (tmp_path / NS / JOURNAL_DIR / journal_names(tmp_path)[0]).stat().st_mtime
-    os.utime(dead, (newest_s - 2 * RETENTION_S - 1, newest_s - 2 * RETENTION_S - 1))
-    assert reader.list_new_keys() == [block(2)[0]]  # read, then swept
-    assert journal_names(tmp_path) == [f"1700000000500-{WRITER}-00000001.jnl"]
+    live_s = (tmp_path / NS / JOURNAL_DIR / journal_names(tmp_path)[0]).stat().st_mtime
+    os.utime(dead, (live_s - 2 * RETENTION_S - 1, live_s - 2 * RETENTION_S - 1))
+    assert reader.list_new_keys() == [block(2)[0], block(3)[0]]  # read (oldest first), swept
+    assert journal_names(tmp_path) == [
+        f"1700000000500-{WRITER}-00000001.jnl",
+        "1700000000500-dddddddddddd-00000000.jnl",
+    ]
 
 
 class LosingStore(DiskStore):
@@ -186,6 +193,109 @@ def test_a_failed_journal_write_keeps_its_names_for_the_next_flush(
     writer.flush_journal()
     assert journal_names(tmp_path) == [f"1700000000500-{WRITER}-00000001.jnl"]
     assert reader.list_new_keys() == [block(0)[0], block(1)[0]]
+
+
+class NoDeletes(DiskStore):
+    """A shared directory where journal objects cannot be deleted (a bucket policy without
+    delete, an outage) until `deletes` is set."""
+
+    deletes = False
+
+    def delete_journal(self, name: str) -> None:
+        if not self.deletes:
+            raise StoreUnavailableError("a shared directory: delete refused")
+        super().delete_journal(name)
+
+
+def test_failing_deletes_lose_no_names_and_are_tried_again(tmp_path: Path, block: Block) -> None:
+    clock = Clock()
+    store = NoDeletes(tmp_path, NS)
+    writer = journaled(tmp_path, WRITER, clock, store)
+    reader = journaled(tmp_path, READER, clock, NoDeletes(tmp_path, NS))
+    reader.list_keys()
+    writer.put(*block(0))
+    writer.flush_journal()
+    dead = tmp_path / NS / JOURNAL_DIR / f"1600000000000-{'c' * 12}-00000007.jnl"
+    dead.write_text(block_name(block(2)[0]))
+    live_s = (tmp_path / NS / JOURNAL_DIR / journal_names(tmp_path)[-1]).stat().st_mtime
+    os.utime(dead, (live_s - 3 * RETENTION_S, live_s - 3 * RETENTION_S))
+    clock.now_s = RETENTION_S / 2  # the reader's sweep fails, and so the writer's expiry
+    assert reader.list_new_keys() == [block(2)[0], block(0)[0]]
+    writer.put(*block(1))
+    clock.now_s = RETENTION_S
+    writer.flush_journal()  # its first object expired: the delete fails, the flush does not
+    assert reader.list_new_keys() == [block(1)[0]]
+    assert len(journal_names(tmp_path)) == 3
+    store.deletes = True
+    writer.flush_journal()  # the expiry tried again
+    assert journal_names(tmp_path) == [dead.name, f"1700000000500-{WRITER}-00000001.jnl"]
+
+
+class FlakyJournalReads(DiskStore):
+    """A shared directory whose journal reads fail while `failing` is set."""
+
+    failing = False
+
+    def get_journal(self, name: str) -> bytes | None:
+        if self.failing:
+            raise StoreUnavailableError("a shared directory: read timed out")
+        return super().get_journal(name)
+
+
+def test_a_round_that_fails_is_done_again(tmp_path: Path, block: Block) -> None:
+    clock = Clock()
+    writer = journaled(tmp_path, WRITER, clock)
+    store = FlakyJournalReads(tmp_path, NS)
+    reader = journaled(tmp_path, READER, clock, store)
+    reader.list_keys()
+    writer.put(*block(0))
+    writer.flush_journal()
+    store.failing = True
+    try:
+        reader.list_new_keys()
+        raise AssertionError("the journal read did not fail")
+    except StoreUnavailableError:
+        pass
+    store.failing = False
+    assert reader.list_new_keys() == [block(0)[0]]
+
+
+def test_a_journal_that_cannot_be_written_keeps_the_newest_names(
+    tmp_path: Path, block: Block
+) -> None:
+    clock = Clock()
+    store = FailingJournal(tmp_path, NS)
+    store.num_failures = 3
+    writer = JournaledStore(
+        store, clock=clock, wall_clock_s=lambda: 1_700_000_000.0, max_pending_names=3
+    )
+    reader = journaled(tmp_path, READER, clock)
+    reader.list_keys()
+    writer.put(*block(0))
+    for i in range(1, 4):
+        writer.put(*block(i))
+        try:
+            writer.flush_journal()  # the third failure holds four names: the oldest goes
+            raise AssertionError("the journal write did not fail")
+        except StoreUnavailableError:
+            pass
+    writer.flush_journal()
+    assert reader.list_new_keys() == [block(i)[0] for i in (1, 2, 3)]
+
+
+def test_one_writers_clock_ahead_does_not_sweep_the_others(tmp_path: Path, block: Block) -> None:
+    clock = Clock()
+    reader = journaled(tmp_path, READER, clock)
+    reader.list_keys()
+    for i, writer_id in enumerate(("aaaaaaaaaaaa", "dddddddddddd", "eeeeeeeeeeee")):
+        writer = journaled(tmp_path, writer_id, clock)
+        writer.put(*block(i))
+        writer.flush_journal()
+    ahead = tmp_path / NS / JOURNAL_DIR / journal_names(tmp_path)[2]
+    ahead_s = ahead.stat().st_mtime + 2 * RETENTION_S + 10
+    os.utime(ahead, (ahead_s, ahead_s))  # its client's clock 20 minutes ahead
+    assert sorted(reader.list_new_keys()) == [block(i)[0] for i in range(3)]
+    assert len(journal_names(tmp_path)) == 3  # the two others not taken for dead
 
 
 def remote_manager(root: Path, offload: RemoteOffload) -> KvTierManager:
