@@ -1,4 +1,5 @@
-"""Several sequences for one prompt (n > 1, best_of): prefill once, then fork.
+"""Several sequences for one prompt (n > 1, best_of): prefill once, then fork. Several prompts
+(a batch of completions): all at once (`merge_streams`).
 
 The first sequence starts alone. Once it yields its first item, its engine has computed the
 prompt and cached its full blocks, so the others start then, on the same worker (a
@@ -14,7 +15,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["fork_streams", "top_by_score"]
+__all__ = ["fork_streams", "merge_streams", "top_by_score"]
 
 T = TypeVar("T")
 
@@ -83,6 +84,28 @@ async def fork_streams(
                         streams.start(start())
     finally:
         await streams.close()
+
+
+async def merge_streams(
+    streams: Sequence[AsyncGenerator[T, None]],
+) -> AsyncGenerator[tuple[int, T], None]:
+    """(index, item) from every stream in `streams`, all running at once (a batch's prompts),
+    items as they come. An error in any stream ends them all and is raised; closing this
+    generator early closes every stream."""
+    running: _Streams[T] = _Streams()
+    try:
+        for stream in streams:
+            running.start(stream)
+        while running.pending:
+            done, _ = await asyncio.wait(running.pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=lambda t: running.pending[t]):
+                index = running.pending.pop(task)
+                item = task.result()
+                if not isinstance(item, _End):
+                    yield index, item
+                    running.advance(index)
+    finally:
+        await running.close()
 
 
 def top_by_score(scores: Sequence[float], num: int) -> list[int]:

@@ -22,6 +22,7 @@ from armature.frontend.errors import NO_WORKER_RETRY_AFTER_S, ApiError
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import ChatRenderError, Preprocessor
 from armature.frontend.protocol import (
+    MAX_BATCH_SEQUENCES,
     ChatCompletionRequest,
     CompletionRequest,
     GenerationFields,
@@ -63,13 +64,15 @@ class Candidate:
     engine_request: EngineRequest
     detokenizer: IncrementalDetokenizer
     chat_output: ChatOutput | None = None  # chat: reads reasoning and tool calls
+    echo_text: str = ""  # echo: its prompt's text, which goes first (empty for some prompts)
 
 
 @dataclass
 class Job:
-    """One accepted request, ready to run. It generates `candidates` (n, or best_of of them)
-    and returns `num_choices` (n): all of them, or with best_of the n whose tokens have the
-    highest cumulative logprob."""
+    """One accepted request, ready to run. For each of its `num_prompts` prompts (a batch of
+    completions: several) it generates `candidates_per_prompt` sequences (n, or best_of of
+    them), in prompt order, and returns `num_choices` (n): all of them, or with best_of the n
+    whose tokens have the highest cumulative logprob. Choice i * n + j is prompt i's j-th."""
 
     kind: Kind
     request_id: str
@@ -77,8 +80,7 @@ class Job:
     stream: bool
     include_usage: bool
     want_logprobs: bool
-    echo: bool = False  # the prompt's text goes first (`echo_text`, empty for some prompts)
-    echo_text: str = ""
+    echo: bool = False  # each prompt's text goes first (its candidates' `echo_text`)
     # echo with max_tokens 0: the prompt alone (the engine makes one token, not returned)
     echo_only: bool = False
     model_name: str = ""  # as the request named it: the base model or a LoRA adapter
@@ -87,11 +89,17 @@ class Job:
     num_choices: int = 1
     per_step: bool = False  # stream one event per engine output, not one per token
     shut_down: bool = False  # its stream ended early: the server's shutdown grace ended
+    num_prompts: int = 1
 
     @property
     def engine_request(self) -> EngineRequest:
-        """The first sequence's request (the others differ only in id and seed)."""
+        """The first sequence's request (the others of its prompt differ only in id and
+        seed)."""
         return self.candidates[0].engine_request
+
+    @property
+    def candidates_per_prompt(self) -> int:
+        return len(self.candidates) // self.num_prompts
 
 
 class JobBuilder:
@@ -216,17 +224,18 @@ class JobBuilder:
     async def completion_job(self, body: CompletionRequest) -> Job:
         lora_name = self._check_common(body, "completions")
         try:
-            prompt = body.single_prompt()
+            prompts = body.get_prompts()
         except InvalidRequestError as exc:
             raise ApiError(str(exc), param="prompt") from None
-        if isinstance(prompt, str):
-            if not prompt:
-                raise ApiError("prompt must not be empty", param="prompt")
-            prompt_ids = await _encoded(len(prompt), self.preprocessor.encode, prompt)
-        else:
-            prompt_ids = prompt
-        if not prompt_ids:
-            raise ApiError("prompt must not be empty", param="prompt")
+        num_candidates = _num_candidates(body)
+        if len(prompts) * num_candidates > MAX_BATCH_SEQUENCES:
+            raise ApiError(
+                f"{len(prompts)} prompts with {num_candidates} sequences each are "
+                f"{len(prompts) * num_candidates} sequences; at most {MAX_BATCH_SEQUENCES} "
+                "in one request",
+                param="prompt",
+                code="invalid_value",
+            )
         guide = await _checked_guide(body, None)
         echo_only = body.max_tokens == 0
         if echo_only and not body.echo:
@@ -236,19 +245,35 @@ class JobBuilder:
                 code="invalid_value",
             )
         max_tokens = 1 if echo_only else body.max_tokens
-        sampling = self._sampling(body, max_tokens, len(prompt_ids), body.logprobs, guide)
-        if body.echo and body.logprobs is not None:  # the echoed prompt's tokens scored too
-            _check_prompt_logprobs_size(len(prompt_ids), body.logprobs)
-            sampling = msgspec.structs.replace(sampling, prompt_logprobs=body.logprobs)
-        job = self._job(
-            "completion", "cmpl", body, prompt_ids, sampling, _num_candidates(body), lora_name
-        )
-        if body.echo:
-            job.echo = True
-            job.echo_text = (
-                prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
+        self._check_alive()
+        request_id = f"cmpl-{uuid.uuid4().hex}"
+        candidates: list[Candidate] = []
+        for index, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                if not prompt:
+                    raise ApiError("prompt must not be empty", param="prompt")
+                prompt_ids = await _encoded(len(prompt), self.preprocessor.encode, prompt)
+            else:
+                prompt_ids = prompt
+            if not prompt_ids:
+                raise ApiError("prompt must not be empty", param="prompt")
+            sampling = self._sampling(body, max_tokens, len(prompt_ids), body.logprobs, guide)
+            if body.echo and body.logprobs is not None:  # the echoed prompt's tokens scored too
+                _check_prompt_logprobs_size(len(prompt_ids), body.logprobs)
+                sampling = msgspec.structs.replace(sampling, prompt_logprobs=body.logprobs)
+            echo_text = ""
+            if body.echo:
+                echo_text = (
+                    prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
+                )
+            ids_from = request_id if len(prompts) == 1 else f"{request_id}-{index}"
+            candidates += self._candidates(
+                ids_from, body, prompt_ids, sampling, num_candidates, lora_name, echo_text
             )
-            job.echo_only = echo_only
+        job = self._new_job("completion", request_id, body, candidates, body.logprobs)
+        job.num_prompts = len(prompts)
+        job.echo = body.echo
+        job.echo_only = echo_only and body.echo
         return job
 
     def _job(
@@ -263,6 +288,22 @@ class JobBuilder:
         chat_outputs: Callable[[], ChatOutput] | None = None,
         kept_tokens: Mapping[int, str] | None = None,
     ) -> Job:
+        """A job of one prompt."""
+        self._check_alive()
+        request_id = f"{prefix}-{uuid.uuid4().hex}"
+        candidates = self._candidates(
+            request_id,
+            body,
+            prompt_ids,
+            sampling,
+            num_candidates,
+            lora_name,
+            chat_outputs=chat_outputs,
+            kept_tokens=kept_tokens,
+        )
+        return self._new_job(kind, request_id, body, candidates, sampling.logprobs)
+
+    def _check_alive(self) -> None:
         if not self.engine.is_alive:
             raise ApiError(
                 "the engine is not serving",
@@ -271,14 +312,27 @@ class JobBuilder:
                 code="engine_unavailable",
                 headers={"Retry-After": str(NO_WORKER_RETRY_AFTER_S)},
             )
-        request_id = f"{prefix}-{uuid.uuid4().hex}"
-        want_logprobs = sampling.logprobs is not None
+
+    def _candidates(
+        self,
+        ids_from: str,
+        body: GenerationFields,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        num_candidates: int,
+        lora_name: str | None,
+        echo_text: str = "",
+        chat_outputs: Callable[[], ChatOutput] | None = None,
+        kept_tokens: Mapping[int, str] | None = None,
+    ) -> list[Candidate]:
+        """The sequences of one prompt, their requests named from `ids_from`, checked by the
+        engine (ApiError for a request it refuses)."""
         if num_candidates > body.n and sampling.logprobs is None:
             sampling = msgspec.structs.replace(sampling, logprobs=0)  # best_of ranks by them
         candidates = [
             Candidate(
                 EngineRequest(
-                    request_id=request_id if num_candidates == 1 else f"{request_id}-{i}",
+                    request_id=ids_from if num_candidates == 1 else f"{ids_from}-{i}",
                     prompt_token_ids=prompt_ids,
                     sampling=_candidate_sampling(sampling, i),
                     lora_name=lora_name,
@@ -291,6 +345,7 @@ class JobBuilder:
                     kept_tokens=kept_tokens,
                 ),
                 None if chat_outputs is None else chat_outputs(),
+                echo_text,
             )
             for i in range(num_candidates)
         ]
@@ -298,6 +353,16 @@ class JobBuilder:
             self.engine.validate(candidates[0].engine_request)
         except InvalidRequestError as exc:
             raise _invalid(exc) from None
+        return candidates
+
+    def _new_job(
+        self,
+        kind: Kind,
+        request_id: str,
+        body: GenerationFields,
+        candidates: list[Candidate],
+        logprobs: int | None,
+    ) -> Job:
         options = body.stream_options
         include_usage = bool(options and options.include_usage)
         return Job(
@@ -306,7 +371,7 @@ class JobBuilder:
             candidates,
             body.stream,
             include_usage,
-            want_logprobs,
+            want_logprobs=logprobs is not None,
             priority=body.priority,
             num_choices=body.n,
             per_step=bool(options and options.per_step),

@@ -51,6 +51,9 @@ MAX_STOP_TOKEN_IDS = 64
 MAX_MESSAGES = 4096
 MAX_LOGIT_BIAS_ENTRIES = 300
 MAX_N = 128
+# a completions request's prompts, and sequences in all (prompts x n, or best_of)
+MAX_BATCH_PROMPTS = 128
+MAX_BATCH_SEQUENCES = 128
 MAX_LOGPROBS = 20
 MAX_PENALTY = 2.0  # presence and frequency penalties lie in -2..2 (OpenAI)
 MAX_REPETITION_PENALTY = 10.0  # above 1 discourages repeats; past 10 every seen token is gone
@@ -250,21 +253,26 @@ class CompletionRequest(GenerationFields):
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
 
-    def single_prompt(self) -> str | list[int]:
-        """The one prompt of this request; a batch of several is refused."""
+    def get_prompts(self) -> list[str | list[int]]:
+        """The request's prompts: one (text, or token ids), or a batch of several (a list of
+        texts or of token id lists), each giving its own choices."""
         p = self.prompt
         if isinstance(p, str):
-            return p
+            return [p]
         if not p:
             raise InvalidRequestError("prompt must not be empty")
         if all(isinstance(t, int) for t in p):
-            return list(p)  # type: ignore[arg-type]
-        if len(p) == 1:
-            first = p[0]
-            return first if isinstance(first, str) else list(first)  # type: ignore[arg-type]
-        raise InvalidRequestError(
-            "a batch of several prompts is not supported; send one per request"
-        )
+            return [list(p)]  # type: ignore[arg-type]
+        if len(p) > MAX_BATCH_PROMPTS:
+            raise InvalidRequestError(
+                f"a batch of {len(p)} prompts; at most {MAX_BATCH_PROMPTS} in one request"
+            )
+        prompts: list[str | list[int]] = []
+        for item in p:
+            if isinstance(item, int):  # ints beside texts or lists (the schema allows none)
+                raise InvalidRequestError("a batch is a list of texts or of token id lists")
+            prompts.append(item if isinstance(item, str) else list(item))
+        return prompts
 
     def unsupported_fields(self) -> list[tuple[str, str]]:
         out = super().unsupported_fields()

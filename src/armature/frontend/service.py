@@ -19,7 +19,7 @@ from armature.engines.api import EngineDeadError
 from armature.errors import ArmatureError
 from armature.frontend.admission import SHUTTING_DOWN
 from armature.frontend.chat_output import ChatOutput, ChatPiece, chat_message
-from armature.frontend.choices import fork_streams, top_by_score
+from armature.frontend.choices import fork_streams, merge_streams, top_by_score
 from armature.frontend.errors import error_body
 from armature.frontend.generation import (
     Delta,
@@ -90,14 +90,26 @@ class OpenAIService:
         self, job: Job, usages: list[Usage]
     ) -> AsyncGenerator[tuple[int, list[Delta]], None]:
         """(candidate index, deltas of one engine output) of every candidate: one streams
-        alone, several share the prompt's KV (prefill once, then fork; see choices.py)."""
-        if len(job.candidates) == 1:
-            return _indexed(self._deltas(job, 0, usages[0], None))
+        alone, several of a prompt share its KV (prefill once, then fork; see choices.py),
+        the prompts of a batch run at once."""
+        per = job.candidates_per_prompt
+        if job.num_prompts == 1:
+            return self._prompt_deltas(job, usages, 0, per)
+        prompts = [self._prompt_deltas(job, usages, p * per, per) for p in range(job.num_prompts)]
+        return _flattened(merge_streams(prompts))
+
+    def _prompt_deltas(
+        self, job: Job, usages: list[Usage], first: int, count: int
+    ) -> AsyncGenerator[tuple[int, list[Delta]], None]:
+        """The deltas of candidates first .. first + count - 1 (one prompt's)."""
+        if count == 1:
+            return _indexed(self._deltas(job, first, usages[first], None), first)
         group = RouteGroup()
         starts = [
-            functools.partial(self._deltas, job, i, usage, group) for i, usage in enumerate(usages)
+            functools.partial(self._deltas, job, i, usages[i], group)
+            for i in range(first, first + count)
         ]
-        return fork_streams(starts)
+        return _shifted(fork_streams(starts), first)
 
     async def chat_pieces(
         self, job: Job, usage: Usage
@@ -121,15 +133,17 @@ class OpenAIService:
         items: list[TokenLogprob],
         offset: int,
         prompt_items: list[TokenLogprob] | None = None,
+        candidate: int = 0,
     ) -> Any:
         """The choice's `logprobs` (None unless asked for); a completion's echoed prompt's
-        tokens first where the engine scored them (`prompt_items`)."""
+        tokens first where the engine scored them (`prompt_items`, of `candidate`'s
+        prompt)."""
         if not job.want_logprobs:
             return None
         token_text = self.preprocessor.token_text
         if job.kind == "chat":
             return chat_logprobs(items, token_text, self.preprocessor.token_bytes)
-        prompt_ids = job.engine_request.prompt_token_ids
+        prompt_ids = job.candidates[candidate].engine_request.prompt_token_ids
         prompt = None if prompt_items is None else (prompt_ids, prompt_items)
         return completion_logprobs(items, token_text, offset, prompt, self._echoed_text)
 
@@ -142,7 +156,7 @@ class OpenAIService:
         ClientDisconnectedError)."""
         num = len(job.candidates)
         usages = [Usage() for _ in range(num)]
-        texts: list[list[str]] = [[job.echo_text] for _ in range(num)]
+        texts: list[list[str]] = [[c.echo_text] for c in job.candidates]
         items: list[list[TokenLogprob]] = [[] for _ in range(num)]
         prompts: list[list[TokenLogprob] | None] = [None] * num  # echo: the prompt scored
         finishes: list[str | None] = [None] * num
@@ -163,7 +177,7 @@ class OpenAIService:
 
         await unless_disconnected(collect(), http_request, self.closing)
         if job.echo_only:  # the engine's one token is not returned
-            texts = [[job.echo_text] for _ in range(num)]
+            texts = [[c.echo_text] for c in job.candidates]
             items = [[] for _ in range(num)]
             finishes = ["length"] * num
             for usage in usages:
@@ -171,13 +185,20 @@ class OpenAIService:
         for sequence, usage in zip(job.candidates, usages, strict=True):
             if sequence.chat_output is not None:
                 usage.reasoning_tokens = sequence.chat_output.num_reasoning_tokens
-        if num > job.num_choices:  # best_of: the n with the highest cumulative logprob
-            chosen = top_by_score([sum(i.logprob for i in its) for its in items], job.num_choices)
-        else:
-            chosen = list(range(num))
+        per = job.candidates_per_prompt
+        chosen: list[int] = []  # each prompt's in turn
+        for first in range(0, num, per):
+            if per > job.num_choices:  # best_of: the n with the highest cumulative logprob
+                scores = [sum(i.logprob for i in its) for its in items[first : first + per]]
+                chosen += [first + k for k in top_by_score(scores, job.num_choices)]
+            else:
+                chosen += range(first, first + per)
         choices = []
         for index, candidate in enumerate(chosen):
-            logprobs = self._logprobs(job, items[candidate], len(job.echo_text), prompts[candidate])
+            echo_chars = len(job.candidates[candidate].echo_text)
+            logprobs = self._logprobs(
+                job, items[candidate], echo_chars, prompts[candidate], candidate
+            )
             choice: dict[str, Any] = {"index": index}
             finish = finishes[candidate]
             output = job.candidates[candidate].chat_output
@@ -194,7 +215,7 @@ class OpenAIService:
             "created": int(time.time()),
             "model": job.model_name,
             "choices": choices,
-            "usage": total_usage(usages).as_dict(),
+            "usage": _usage_of(job, usages).as_dict(),
         }
 
     async def stream(self, job: Job) -> AsyncGenerator[bytes, None]:
@@ -203,24 +224,24 @@ class OpenAIService:
         (per delta that has text); the events of the tokens that arrived together go out as
         one body chunk (one write), the last ones with [DONE]. Closing this generator (client
         gone) closes the engine streams, which aborts the requests."""
-        assert len(job.candidates) == job.num_choices, "best_of > n is never streamed"
+        assert job.candidates_per_prompt == job.num_choices, "best_of > n is never streamed"
         usages = [Usage() for _ in job.candidates]
         # with include_usage every chunk carries "usage": null but the last
         usage_field: msgspec.UnsetType | None = None if job.include_usage else msgspec.UNSET
         head = (job.request_id, _chunk_object(job.kind), int(time.time()), job.model_name)
         events = StreamEvents(*head, usage_field)
-        offsets = [0] * job.num_choices
+        offsets = [0] * len(job.candidates)
         # the echoed prompt goes first, at once; with logprobs (its tokens scored) or alone
         # (max_tokens 0), with the choice's first output, which brings them or the end
         waits = job.echo and (job.want_logprobs or job.echo_only)
-        echo_waits = [waits] * job.num_choices
-        for index in range(job.num_choices):
+        echo_waits = [waits] * len(job.candidates)
+        for index, candidate in enumerate(job.candidates):
             if job.kind == "chat":
                 role = {"role": "assistant", "content": ""}
                 yield events.event(ChatChoiceChunk(index, role))
-            elif job.echo_text and not waits:
-                yield events.event(CompletionChoiceChunk(index, job.echo_text))
-                offsets[index] = len(job.echo_text)
+            elif candidate.echo_text and not waits:
+                yield events.event(CompletionChoiceChunk(index, candidate.echo_text))
+                offsets[index] = len(candidate.echo_text)
         pending: list[bytes] = []
         task = asyncio.current_task()
         assert task is not None
@@ -234,7 +255,7 @@ class OpenAIService:
                         if echo_waits[index]:
                             echo_waits[index] = False
                             pending.append(events.event(self._echo_choice(job, delta, index)))
-                            offsets[index] = len(job.echo_text)
+                            offsets[index] = len(job.candidates[index].echo_text)
                         if job.echo_only:
                             usages[index].completion_tokens = 0  # its token is not returned
                             continue
@@ -289,9 +310,9 @@ class OpenAIService:
     def _echo_choice(self, job: Job, first: Delta, index: int) -> CompletionChoiceChunk:
         """The echoed prompt's chunk of choice `index`, from its first delta: its tokens'
         logprobs where asked for, the end where it is all (max_tokens 0)."""
-        logprobs = self._logprobs(job, [], 0, first.prompt_logprobs)
+        logprobs = self._logprobs(job, [], 0, first.prompt_logprobs, index)
         finish = "length" if job.echo_only else None
-        return CompletionChoiceChunk(index, job.echo_text, logprobs, finish)
+        return CompletionChoiceChunk(index, job.candidates[index].echo_text, logprobs, finish)
 
     def _completion_choice(
         self, job: Job, delta: Delta, offset: int, index: int
@@ -310,7 +331,7 @@ def _ending(
     """A stream's last body chunk: the events still pending, the usage chunk if asked for,
     and `data: [DONE]`."""
     if job.include_usage:
-        usage = total_usage(usages).as_dict()
+        usage = _usage_of(job, usages).as_dict()
         pending = [*pending, sse_event(StreamChunk(*head, [], usage))]
     return b"".join(pending) + b"data: [DONE]\n\n"
 
@@ -320,14 +341,51 @@ def _feed(output: ChatOutput, delta: Delta) -> ChatPiece:
 
 
 async def _indexed(
-    batches: AsyncGenerator[list[Delta], None],
+    batches: AsyncGenerator[list[Delta], None], index: int
 ) -> AsyncGenerator[tuple[int, list[Delta]], None]:
-    """The deltas of a job's only sequence, as choice 0's."""
+    """The deltas of one sequence, as candidate `index`'s."""
     try:
         async for batch in batches:
-            yield 0, batch
+            yield index, batch
     finally:
         await batches.aclose()
+
+
+async def _shifted(
+    indexed: AsyncGenerator[tuple[int, list[Delta]], None], first: int
+) -> AsyncGenerator[tuple[int, list[Delta]], None]:
+    """A prompt's candidates' deltas, their indices counted from `first`."""
+    try:
+        async for index, batch in indexed:
+            yield first + index, batch
+    finally:
+        await indexed.aclose()
+
+
+async def _flattened(
+    merged: AsyncGenerator[tuple[int, tuple[int, list[Delta]]], None],
+) -> AsyncGenerator[tuple[int, list[Delta]], None]:
+    """The prompts' (candidate index, deltas), their prompt's index dropped."""
+    try:
+        async for _, item in merged:
+            yield item
+    finally:
+        await merged.aclose()
+
+
+def _usage_of(job: Job, usages: list[Usage]) -> Usage:
+    """A job's usage: each prompt's (its prompt once, all its sequences' output), summed."""
+    per = job.candidates_per_prompt
+    totals = [total_usage(usages[p * per : (p + 1) * per]) for p in range(job.num_prompts)]
+    if len(totals) == 1:
+        return totals[0]
+    reasoning = [u.reasoning_tokens for u in totals if u.reasoning_tokens is not None]
+    return Usage(
+        prompt_tokens=sum(u.prompt_tokens for u in totals),
+        completion_tokens=sum(u.completion_tokens for u in totals),
+        cached_tokens=sum(u.cached_tokens for u in totals),
+        reasoning_tokens=sum(reasoning) if reasoning else None,
+    )
 
 
 def _chunk_object(kind: Kind) -> str:
