@@ -133,3 +133,20 @@ async def test_a_batch_past_the_bounds_is_a_400_naming_prompt(preprocessor: Prep
             await client.completions.create(model="m", max_tokens=4, **fields)  # type: ignore[call-overload]
         assert caught.value.body["param"] == "prompt", fields  # type: ignore[index]
     assert engine.requests == []
+
+
+async def test_a_batch_scored_with_echo_and_no_tokens(preprocessor: Preprocessor) -> None:
+    """How evaluation harnesses score several texts at once: each prompt alone, its tokens'
+    logprobs, no completion token."""
+    _, client = serve(preprocessor)
+    whole = await client.completions.create(
+        model="m", prompt=PROMPTS[:2], echo=True, logprobs=0, max_tokens=0
+    )
+    for choice, prompt in zip(whole.choices, PROMPTS[:2], strict=True):
+        assert (choice.text, choice.finish_reason) == (prompt, "length")
+        assert choice.logprobs is not None and choice.logprobs.tokens is not None
+        ids = preprocessor.encode(prompt)
+        assert choice.logprobs.tokens == [preprocessor.token_text(t) for t in ids]
+        assert choice.logprobs.token_logprobs is not None
+        assert choice.logprobs.token_logprobs[0] is None
+    assert whole.usage is not None and whole.usage.completion_tokens == 0
