@@ -25,7 +25,7 @@ SCRIPTS = sorted(
 )
 DOCS = [REPO / "docs" / "benchmarks.md", REPO / "README.md"]
 # `python -m bench.NAME ARGS` inside backticks, on one line or wrapped
-QUOTED_COMMAND = re.compile(r"`[^`\s]*python -m bench\.([a-z_]+)([^`]*)`")
+QUOTED_COMMAND = re.compile(r"`[^`\s]*python -m bench\.([a-z0-9_]+)([^`]*)`")
 
 
 def _help(name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
@@ -47,6 +47,7 @@ def test_bench_holds_its_scripts_and_shared_modules() -> None:
         "decode_groups",
         "disagg_serve",
         "frontend_replicas",
+        "g4_journal",
         "http_overhead",
         "kv_tiers",
         "kv_transfer",
