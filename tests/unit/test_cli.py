@@ -553,6 +553,13 @@ def test_unreachable_nats_is_a_one_line_error(
     code, err = run([*argv, "--nats-url", f"nats://127.0.0.1:{_free_port()}"], capsys)
     assert code == 2
     assert "cannot connect to NATS" in err and err.count("\n") == 1
+    # a frontend too, at start (it waited for workers, then failed with a traceback)
+    for plane in ("--event-plane", "--request-plane"):
+        argv = ["frontend", "--discovery-dir", str(tmp_path), "--port", str(_free_port())]
+        argv += [plane, "nats", "--nats-url", f"nats://127.0.0.1:{_free_port()}"]
+        code, err = run(argv, capsys)
+        assert code == 2
+        assert "cannot connect to NATS" in err and err.count("\n") == 1, plane
 
 
 def test_a_worker_whose_card_conflicts_is_refused(

@@ -82,7 +82,14 @@ class Response:
 
 
 class HttpPool:
-    def __init__(self, url: str, read_timeout_s: float = 600.0, connect_timeout_s: float = 10.0):
+    def __init__(
+        self,
+        url: str,
+        read_timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        api_key: str | None = None,
+    ):
+        """`api_key`: sent as `Authorization: Bearer KEY` (a server with API keys)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) url: {url!r}")
@@ -93,6 +100,7 @@ class HttpPool:
         self.read_timeout_s = read_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.idle: list[_Conn] = []
+        self.auth = "" if api_key is None else f"Authorization: Bearer {api_key}\r\n"
 
     async def _connect(self) -> _Conn:
         try:
@@ -107,7 +115,7 @@ class HttpPool:
     async def post(self, path: str, body: bytes) -> Response:
         request = (
             f"POST {self.base_path}{path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+            f"Content-Type: application/json\r\nAccept: text/event-stream\r\n{self.auth}"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode() + body
         # An idle keep-alive connection may have been closed by the server (its keep-alive

@@ -62,9 +62,11 @@ async def run_load(
     num_warmup: int = 0,
     duration_s: float | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    on_start: Callable[[], None] | None = None,
     seed: int = 0,
 ) -> tuple[list[RequestRecord], float]:
-    """(records of the measured requests, measured wall time in seconds)."""
+    """(records of the measured requests, measured wall time in seconds). `on_start` is
+    called when the warm-up is over and the measured requests begin."""
     warmup, measured = list(requests[:num_warmup]), list(requests[num_warmup:])
     for request in warmup:  # one at a time: warms caches and connections, measures nothing
         await expand_session(request, send, lambda record: None)
@@ -75,6 +77,8 @@ async def run_load(
         if on_record is not None:
             on_record(record)
 
+    if on_start is not None:
+        on_start()
     started = time.perf_counter()
     deadline = started + duration_s if duration_s else None
     if shape.kind == "closed":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -45,6 +46,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         required=True,
         type=arg_type(server_url),
         help="server root, e.g. http://127.0.0.1:8000",
+    )
+    bench.add_argument(
+        "--api-key",
+        default=None,
+        help="sent as 'Authorization: Bearer KEY' to a server with API keys (default: the env "
+        f"{API_KEY_ENV})",
     )
     bench.add_argument("--model", default=None, help="model name (default: the server's first)")
     bench.add_argument("--endpoint", choices=["chat", "completions"], default="completions")
@@ -236,6 +243,19 @@ class _Progress:
             print(file=sys.stderr)
 
 
+API_KEY_ENV = "ARMATURE_BENCH_API_KEY"
+
+
+def get_api_key(args: argparse.Namespace) -> str | None:
+    """--api-key, else its variable; CliError for a key no header can carry."""
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    if key is None:
+        return None
+    if not key or key != key.strip() or not all(" " < c <= "~" for c in key):
+        raise CliError("--api-key must be printable ASCII without spaces")
+    return str(key)
+
+
 async def _get_model(args: argparse.Namespace) -> str:
     """The model to ask for, checked against what the server lists: CliError when the server
     cannot be reached or does not serve --model."""
@@ -249,8 +269,10 @@ async def _get_model(args: argparse.Namespace) -> str:
     )
 
     timeout = httpx.Timeout(args.timeout_s, connect=10.0)
+    key = get_api_key(args)
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
     try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
             try:
                 served = await get_served_models(client, args.url)
             except ModelListError as exc:
@@ -290,7 +312,7 @@ async def _run(args: argparse.Namespace, model: str, requests: list[Any], count:
     results = []
     failed = 0
     try:
-        pool = HttpPool(url, read_timeout_s=args.timeout_s)
+        pool = HttpPool(url, read_timeout_s=args.timeout_s, api_key=get_api_key(args))
     except ValueError as exc:
         raise CliError(str(exc)) from None
 
@@ -300,7 +322,11 @@ async def _run(args: argparse.Namespace, model: str, requests: list[Any], count:
     for label, shape in _shapes(args):
         measured = requests[args.warmup :]
         progress = _Progress(sum(1 + len(r.followups) for r in measured), label)
-        cpu_started = time.process_time()
+        cpu_started = [time.process_time()]  # reset when the measured requests start
+
+        def measuring(cpu_started: list[float] = cpu_started) -> None:
+            cpu_started[0] = time.process_time()
+
         try:
             records, wall_s = await run_load(
                 requests,
@@ -309,11 +335,12 @@ async def _run(args: argparse.Namespace, model: str, requests: list[Any], count:
                 num_warmup=args.warmup,
                 duration_s=args.duration_s,
                 on_record=progress.update,
+                on_start=measuring,
                 seed=args.seed,
             )
         finally:
             progress.close()
-        client_cpu = 100 * (time.process_time() - cpu_started) / max(wall_s, 1e-9)
+        client_cpu = 100 * (time.process_time() - cpu_started[0]) / max(wall_s, 1e-9)
         count_chunk_tokens(records, count)
         summary = summarize(records, wall_s, args.slo_ttft_ms, args.slo_itl_ms, client_cpu)
         results.append((label, shape, summary, records))

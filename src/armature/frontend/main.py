@@ -22,7 +22,7 @@ import msgspec
 import uvicorn
 from fastapi import FastAPI
 
-from armature.config import FrontendConfig, HttpConfig
+from armature.config import FrontendConfig, HttpConfig, RuntimeConfig
 from armature.errors import ConfigError
 from armature.frontend.app import Background, ServedModel, build_app, build_replica_app
 from armature.frontend.auth import load_api_keys
@@ -32,7 +32,12 @@ from armature.frontend.compose import FrontendParts, compose_frontend
 from armature.frontend.fleet import WorkerFleet
 from armature.frontend.replicas import LoadSharing
 from armature.protocols.worker import WorkerCard, worker_prefix
-from armature.runtime.factory import make_event_plane, make_request_client, open_discovery
+from armature.runtime.factory import (
+    connect_nats,
+    make_event_plane,
+    make_request_client,
+    open_discovery,
+)
 from armature.runtime.heap import settle_heap
 from armature.runtime.ports import check_bindable, reserve_listen_socket
 
@@ -193,6 +198,13 @@ def _compose(config: FrontendConfig, served: WorkerCard) -> FrontendParts:
     )
 
 
+async def _check_nats(runtime: RuntimeConfig) -> None:
+    """ConfigError (one line at start) where a plane is NATS and it cannot be reached."""
+    if "nats" in (runtime.request_plane, runtime.event_plane):
+        client = await connect_nats(runtime)
+        await client.close()
+
+
 def _is_stopping(app: FastAPI) -> bool:
     """Whether the server of `app` (`make_server`'s) was told to stop."""
     is_stopping = getattr(app.state, "is_stopping", None)
@@ -218,6 +230,7 @@ def run_frontend(
         )
     own_socket = reserve_replica_socket(config)
     http_url = get_http_url(own_socket)
+    asyncio.run(_check_nats(config.runtime))  # before waiting for workers, not after
     served = asyncio.run(_first_card(config, min_workers, worker_processes))
     parts = _compose(config, served)
 

@@ -1,6 +1,7 @@
 """A minimal OpenAI-style streaming server with a fixed schedule, for testing the load
 generator: first chunk after `ttft_s`, then one chunk every `itl_s`, `tokens` chunks in all.
-Modes: "ok", "http_500" (every request), "malformed" (garbage after the first chunk)."""
+Modes: "ok", "http_500" (every request), "malformed" (garbage after the first chunk). With
+`api_key`, a request without `Authorization: Bearer KEY` gets a 401."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import threading
 
 
 class FixedServer:
-    def __init__(self, ttft_s: float, itl_s: float, tokens: int, mode: str = "ok"):
+    def __init__(
+        self, ttft_s: float, itl_s: float, tokens: int, mode: str = "ok", api_key: str = ""
+    ):
         self.ttft_s, self.itl_s, self.tokens, self.mode = ttft_s, itl_s, tokens, mode
+        self.api_key = api_key
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -42,6 +46,16 @@ class FixedServer:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
                 await reader.readexactly(length)
+                expected = f"authorization: bearer {self.api_key}".encode()
+                if self.api_key and expected not in head.lower().split(b"\r\n"):
+                    body = b'{"error": {"message": "a valid API key is needed"}}'
+                    writer.write(
+                        b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
+                        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                        + body
+                    )
+                    await writer.drain()
+                    continue
                 if head.startswith(b"GET /v1/models"):
                     body = json.dumps({"data": [{"id": "fixed"}]}).encode()
                     writer.write(

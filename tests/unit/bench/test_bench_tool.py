@@ -101,6 +101,21 @@ def test_server_errors_keep_partial_results_and_exit_1(
     assert "3 requests failed at c=1 (first: http_500" in capsys.readouterr().err
 
 
+def test_a_server_with_api_keys_is_benched_with_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FixedServer(0.01, 0.001, 3, api_key="sk-bench") as url:
+        assert bench(url, tmp_path, "--num-requests", "2")[0] == 2  # the models check: 401
+        assert "answered 401" in capsys.readouterr().err
+        code, report = bench(url, tmp_path, "--num-requests", "2", "--api-key", "sk-bench")
+        assert code == 0 and report["steps"][0]["summary"]["num_ok"] == 2
+        monkeypatch.setenv("ARMATURE_BENCH_API_KEY", "sk-bench")
+        code, report = bench(url, tmp_path, "--num-requests", "2")
+        assert code == 0 and report["steps"][0]["summary"]["num_ok"] == 2
+        assert bench(url, tmp_path, "--num-requests", "1", "--api-key", "sk bench")[0] == 2
+        assert "--api-key must be printable ASCII" in capsys.readouterr().err
+
+
 def test_malformed_sse_is_reported_by_type(tmp_path: Path) -> None:
     with FixedServer(0.01, 0.001, 3, mode="malformed") as url:
         code, report = bench(url, tmp_path, "--num-requests", "2")
@@ -147,6 +162,34 @@ def test_multi_turn_sessions_resend_the_history(tmp_path: Path) -> None:
     records, _ = asyncio.run(run_load([session], LoadShape("closed"), fake_send))
     assert len(records) == 3
     assert seen == ["hi.", "hi.<answer 1>and?", "hi.<answer 1>and?<answer 2>bye."]
+
+
+def test_the_measured_part_starts_after_the_warmup() -> None:
+    """`on_start` (where the client's CPU clock starts) comes between the warm-up's requests
+    and the measured ones: the CPU figure counted the warm-up's CPU over the measured time."""
+    events: list[str] = []
+
+    async def fake_send(request: Any) -> RequestRecord:
+        events.append(request.prompt)
+        return RequestRecord(sent_s=0.0, done_s=0.0, text="ok")
+
+    import asyncio
+
+    from armature.bench.client import BenchRequest
+    from armature.bench.runner import LoadShape, run_load
+
+    requests = [BenchRequest(p, 4) for p in ("warm", "a", "b")]
+    records, _ = asyncio.run(
+        run_load(
+            requests,
+            LoadShape("closed"),
+            fake_send,
+            num_warmup=1,
+            on_start=lambda: events.append("start"),
+        )
+    )
+    assert events == ["warm", "start", "a", "b"]
+    assert len(records) == 2
 
 
 def test_multi_turn_against_a_server(tmp_path: Path) -> None:
