@@ -5,13 +5,14 @@
     client -> <control subject>         Credit, Cancel
 
 NATS cannot tell a publisher that nobody listens, so a stream that is not accepted within
-`accept_timeout_s` fails with PeerUnavailableError. Back-pressure is the same credit window as
-over TCP. A server stream whose client has gone silent (no credit for `idle_timeout_s` while it
-waits for credit: the frontend died) is cancelled with an UNAVAILABLE Fail. A NATS restart is
-survived by the client library's reconnect; messages sent during the gap are lost, so a stream
-that was open across a reconnect fails on both sides (PeerUnavailableError for the client,
-which reroutes what had not started; cancellation on the worker, which frees the request's KV
-blocks).
+`accept_timeout_s` fails with PeerUnavailableError. A stream its caller closes before the
+Accept came is cancelled when the Accept comes (its control subject is known only then).
+Back-pressure is the same credit window as over TCP. A server stream whose client has gone
+silent (no credit for `idle_timeout_s` while it waits for credit: the frontend died) is
+cancelled with an UNAVAILABLE Fail. A NATS restart is survived by the client library's
+reconnect; messages sent during the gap are lost, so a stream that was open across a reconnect
+fails on both sides (PeerUnavailableError for the client, which reroutes what had not started;
+cancellation on the worker, which frees the request's KV blocks).
 """
 
 from __future__ import annotations
@@ -178,6 +179,8 @@ class NatsRequestPlaneClient:
         self.window = window
         self.accept_timeout_s = accept_timeout_s
         self._ids = itertools.count(1)
+        # streams closed before their Accept came: each waits for it to send the Cancel
+        self._late_cancels: set[asyncio.Task[None]] = set()
 
     def stream(self, url: str, endpoint: str, payload: bytes) -> AsyncIterator[bytes]:
         """Stream `endpoint` at `url` (nats:<subject>)."""
@@ -240,8 +243,34 @@ class NatsRequestPlaneClient:
         finally:
             if watch is not None:
                 watch.close()
-            if not finished and control is not None:
-                await end_quietly("send a Cancel", self._publish(control, Cancel(sid)))
+            if not finished and control is None:
+                # closed before the Accept (the caller left while the worker had the Open
+                # in hand): the worker would serve it until its idle timeout, holding a slot
+                task = asyncio.get_running_loop().create_task(
+                    self._cancel_when_accepted(sid, queue, subscription)
+                )
+                self._late_cancels.add(task)
+                task.add_done_callback(self._late_cancels.discard)
+            else:
+                if not finished and control is not None:
+                    await end_quietly("send a Cancel", self._publish(control, Cancel(sid)))
+                await end_quietly("unsubscribe", subscription.unsubscribe())
+
+    async def _cancel_when_accepted(
+        self, sid: int, queue: asyncio.Queue[Frame], subscription: Subscription
+    ) -> None:
+        """Cancel stream `sid` once its Accept comes (if within the accept timeout)."""
+        try:
+            async with asyncio.timeout(self.accept_timeout_s):
+                while True:
+                    frame = await queue.get()
+                    if isinstance(frame, Accept):
+                        cancel = self._publish(frame.control_subject, Cancel(sid))
+                        await end_quietly("send a Cancel", cancel)
+                        return
+        except TimeoutError:
+            return  # never accepted: nothing runs on a worker
+        finally:
             await end_quietly("unsubscribe", subscription.unsubscribe())
 
     async def _publish(self, subject: str, frame: Frame, reply: str = "") -> None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
 from test_tcp_plane import Probe, check_a_backlog_comes_as_one_batch
 
 from armature.protocols.failures import FailureCode
+from armature.runtime.frames import Accept, Cancel, Open, decode_frame, encode_message
 from armature.runtime.nats_conn import connect_nats
 from armature.runtime.nats_plane import NatsRequestPlaneClient, NatsRequestPlaneServer
 from armature.runtime.request_plane import PeerUnavailableError, RemoteError
@@ -83,6 +85,36 @@ async def test_cancel_and_back_pressure(nc: Client) -> None:
     await stream.aclose()  # type: ignore[attr-defined]
     await asyncio.wait_for(probe.closed.wait(), 5)
     await server.stop()
+
+
+async def test_a_stream_closed_before_its_accept_is_cancelled_when_it_comes(nc: Client) -> None:
+    """The caller leaves while the worker holds the Open, before its Accept reached the
+    client (a frontend that read its client's request late): the client still cancels the
+    stream, once the Accept comes. It was served until the worker's idle timeout."""
+    opens: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+    controls: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def on_open(msg: Any) -> None:
+        await opens.put((msg.reply, msg.data))
+
+    async def on_control(msg: Any) -> None:
+        await controls.put(msg.data)
+
+    worker = await nc.subscribe("w.late", cb=on_open)  # a worker that accepts when told
+    await nc.subscribe("w.late.ctl", cb=on_control)
+    await nc.flush()
+    client = NatsRequestPlaneClient(nc, window=4)
+    stream = client.stream("nats:w.late", "count", b"3")
+    waiting = asyncio.ensure_future(anext(stream))
+    inbox, data = await asyncio.wait_for(opens.get(), 5)
+    assert isinstance(decode_frame(data), Open)
+    waiting.cancel()  # the caller leaves before the Accept
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await nc.publish(inbox, encode_message(Accept(1, "w.late.ctl")))
+    cancel = decode_frame(await asyncio.wait_for(controls.get(), 5))
+    assert isinstance(cancel, Cancel)
+    await worker.unsubscribe()
 
 
 async def test_a_stream_cancelled_for_want_of_credit_says_so(nc: Client) -> None:
