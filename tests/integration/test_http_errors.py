@@ -159,7 +159,8 @@ CASES = [
         ),
         param="messages.0.content",
     ),
-    Case("two-prompts", COMPLETIONS, completion(prompt=["Hi", "Ho"]), param="prompt"),
+    Case("too-many-prompts", COMPLETIONS, completion(prompt=["Hi"] * 129), param="prompt"),
+    Case("an-empty-prompt-of-a-batch", COMPLETIONS, completion(prompt=["Hi", ""]), param="prompt"),
     Case("empty-prompt", COMPLETIONS, completion(prompt=""), param="prompt"),
     Case("empty-stop-string", COMPLETIONS, completion(stop=[""]), param="stop"),
     Case(
