@@ -49,12 +49,7 @@ class FixedServer:
                 expected = f"authorization: bearer {self.api_key}".encode()
                 if self.api_key and expected not in head.lower().split(b"\r\n"):
                     body = b'{"error": {"message": "a valid API key is needed"}}'
-                    writer.write(
-                        b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
-                        + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                        + body
-                    )
-                    await writer.drain()
+                    await _send_json(writer, b"401 Unauthorized", body)
                     continue
                 if head.startswith(b"GET /v1/models"):
                     body = json.dumps({"data": [{"id": "fixed"}]}).encode()
@@ -71,13 +66,9 @@ class FixedServer:
 
     async def _stream(self, writer: asyncio.StreamWriter) -> None:
         if self.mode == "http_500":
-            body = b'{"error": {"message": "boom"}}'
-            writer.write(
-                b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
-                + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
+            await _send_json(
+                writer, b"500 Internal Server Error", b'{"error": {"message": "boom"}}'
             )
-            await writer.drain()
             return
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -101,3 +92,14 @@ class FixedServer:
         writer.write(chunk(b"data: " + json.dumps(usage).encode() + b"\n\n"))
         writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
+
+
+async def _send_json(writer: asyncio.StreamWriter, status: bytes, body: bytes) -> None:
+    writer.write(
+        b"HTTP/1.1 "
+        + status
+        + b"\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
