@@ -193,10 +193,15 @@ class JobBuilder:
         markers = {text: token for token, text in self.parsers.kept_tokens.items()}
         tool_use = plan_tools(body, features, self.parsers.tool_call_name, markers)
         guide = await _checked_guide(body, tool_use.guide, body.tools)
+        template_kwargs = body.template_kwargs()
         try:
-            size_chars = len(msgspec.json.encode([messages, tool_use.tools]))
+            size_chars = len(msgspec.json.encode([messages, tool_use.tools, template_kwargs]))
             prompt_ids = await _encoded(
-                size_chars, self.preprocessor.encode_chat, messages, tool_use.tools
+                size_chars,
+                self.preprocessor.encode_chat,
+                messages,
+                tool_use.tools,
+                template_kwargs,
             )
         except ChatRenderError as exc:
             raise ApiError(str(exc), param="messages") from None

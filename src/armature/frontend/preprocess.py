@@ -7,7 +7,7 @@ import copy
 import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,19 @@ def load_tokenizer(model_dir: Path) -> Any:
         raise ConfigError(what) from None
 
 
+# what a template's own code raises on the values it is given (a string plus a number, a
+# missing key, raise_exception): the request's fault
+_RENDER_ERRORS = (
+    TemplateError,
+    RecursionError,
+    TypeError,
+    ValueError,
+    LookupError,
+    AttributeError,
+    ArithmeticError,
+)
+
+
 class Preprocessor:
     """The model's tokenizer and chat template; `chat_template` (Jinja source) replaces the
     model's own. A tools template (`with_tools_template`) renders the chats that use tools
@@ -141,8 +154,10 @@ class Preprocessor:
         tools: list[dict[str, Any]] | None = None,
         *,
         add_generation_prompt: bool = True,
+        template_kwargs: Mapping[str, Any] | None = None,
     ) -> str:
-        """The prompt text of `messages` (and `tools`, for a template that takes them)."""
+        """The prompt text of `messages` (and `tools`, for a template that takes them);
+        `template_kwargs` are further variables the template may read."""
         template = self._chat_template
         if self.tools_template is not None and uses_tools(messages, tools):
             template = self.tools_template
@@ -155,8 +170,9 @@ class Preprocessor:
                 chat_template=template,
                 tokenize=False,
                 add_generation_prompt=add_generation_prompt,
+                **(template_kwargs or {}),
             )
-        except (TemplateError, RecursionError) as exc:
+        except _RENDER_ERRORS as exc:  # the request's data: its messages, its variables
             raise ChatRenderError(
                 f"the chat template cannot render these messages: {exc}"
             ) from None
@@ -164,9 +180,13 @@ class Preprocessor:
         return text
 
     def encode_chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[int]:
-        return self.encode(self.render_chat(messages, tools), add_special_tokens=False)
+        text = self.render_chat(messages, tools, template_kwargs=template_kwargs)
+        return self.encode(text, add_special_tokens=False)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if self.segmented is not None:  # adds no special tokens either way

@@ -57,6 +57,31 @@ MAX_BATCH_SEQUENCES = 128
 MAX_LOGPROBS = 20
 MAX_PENALTY = 2.0  # presence and frequency penalties lie in -2..2 (OpenAI)
 MAX_REPETITION_PENALTY = 10.0  # above 1 discourages repeats; past 10 every seen token is gone
+MAX_TEMPLATE_KWARGS = 64
+
+# OpenAI's reasoning efforts; the chat template reads the request's as `reasoning_effort`
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+# what `apply_chat_template` itself takes: a template variable of these names would reach
+# the renderer, not the template
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "add_generation_prompt",
+        "chat_template",
+        "continue_final_message",
+        "conversation",
+        "documents",
+        "max_length",
+        "messages",
+        "padding",
+        "return_assistant_tokens_mask",
+        "return_dict",
+        "return_tensors",
+        "tokenize",
+        "tokenizer_kwargs",
+        "tools",
+        "truncation",
+    }
+)
 MAX_LOGIT_BIAS = 100.0  # a logit bias lies in -100..100 (OpenAI)
 INT32_END = 2**31  # token counts, ids and priorities are 32-bit in the engine
 INT64_END = 2**63  # torch generators take 64-bit seeds
@@ -229,6 +254,30 @@ class ChatCompletionRequest(GenerationFields):
     tool_choice: ToolChoice | None = None
     functions: list[dict[str, Any]] | None = None
     parallel_tool_calls: bool | None = None
+    # the template's `reasoning_effort` (templates that take one; others ignore it)
+    reasoning_effort: ReasoningEffort | None = None
+    # variables for the chat template, e.g. {"enable_thinking": false} (vLLM's extension)
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, max_length=MAX_TEMPLATE_KWARGS
+    )
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_kwargs_names(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key in value or {}:
+            if not key.isidentifier():
+                raise ValueError(f"keys must be template variable names, got {key!r}")
+            if key in RESERVED_TEMPLATE_KWARGS:
+                raise ValueError(f"{key!r} is the renderer's own argument, not a variable")
+        return value
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The chat template's extra variables: `chat_template_kwargs`, with the request's
+        `reasoning_effort` (where given) as `reasoning_effort`."""
+        kwargs = dict(self.chat_template_kwargs or {})
+        if self.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = self.reasoning_effort
+        return kwargs
 
     def get_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

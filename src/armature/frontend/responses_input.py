@@ -90,6 +90,7 @@ def chat_request(
         "top_p": body.top_p,
         "parallel_tool_calls": body.parallel_tool_calls,
         "user": body.user,
+        "reasoning_effort": body.reasoning.effort if body.reasoning is not None else None,
     }
     chat.update({k: v for k, v in optional.items() if v is not None})
     if body.tools is not None:

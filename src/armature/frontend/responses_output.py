@@ -48,7 +48,7 @@ def response_fields(
         "metadata": body.metadata or {},
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
-        "reasoning": {"effort": None, "summary": None},
+        "reasoning": _reasoning(body),
         "store": body.store,
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "text": {"format": _text_format(body)},
@@ -58,6 +58,13 @@ def response_fields(
         "truncation": "disabled",
         "user": body.user,
     }
+
+
+def _reasoning(body: ResponsesRequest) -> dict[str, Any]:
+    options = body.reasoning
+    if options is None:
+        return {"effort": None, "summary": None}
+    return {"effort": options.effort, "summary": options.summary or options.generate_summary}
 
 
 def _text_format(body: ResponsesRequest) -> dict[str, Any]:

@@ -22,7 +22,13 @@ from pydantic_core import PydanticCustomError
 from armature.frontend.format_protocol import JsonObjectFormat, JsonSchemaSpec
 from armature.frontend.format_protocol import TextFormat as PlainTextFormat
 from armature.frontend.parsing.json_canon import loads_bounded
-from armature.frontend.protocol import INT32_END, MAX_MESSAGES, TokenCount, _Request
+from armature.frontend.protocol import (
+    INT32_END,
+    MAX_MESSAGES,
+    ReasoningEffort,
+    TokenCount,
+    _Request,
+)
 from armature.frontend.tool_protocol import MAX_TOOLS, FunctionName, FunctionSpec
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "MessageItem",
     "NamedFunctionChoice",
     "ReasoningItem",
+    "ReasoningOptions",
     "ResponsesRequest",
     "TextFormat",
     "TextPart",
@@ -170,6 +177,17 @@ class TextOptions(BaseModel):
     format: TextFormat | None = None
 
 
+class ReasoningOptions(BaseModel):
+    """`reasoning`: the effort reaches the chat template as `reasoning_effort` (templates
+    that take one); the summary is echoed (the reasoning item holds the reasoning itself)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    effort: ReasoningEffort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None  # the older name
+
+
 class ResponsesRequest(_Request):
     """POST /v1/responses. Unknown fields are kept (logged and ignored, as on chat); known
     fields this server does not implement are refused by `unsupported_fields`. Strict types
@@ -193,6 +211,7 @@ class ResponsesRequest(_Request):
     metadata: dict[str, str] | None = Field(default=None, max_length=MAX_METADATA_ENTRIES)
     user: str | None = None
     text: TextOptions | None = None
+    reasoning: ReasoningOptions | None = None
     truncation: Literal["auto", "disabled"] | None = None
     background: bool | None = None
     include: list[str] | None = None

@@ -1,13 +1,21 @@
 """Engines for frontend tests at the Engine seam: everything but `generate`, idle; and one
 whose `generate` emits the token ids of chosen outputs (with made-up logprobs where asked
 for: SCRIPTED_LOGPROB for each output token, SCRIPTED_PROMPT_LOGPROB for each prompt token
-after the first, each its own top alternative unless none are asked for)."""
+after the first, each its own top alternative unless none are asked for); and the whole
+frontend over one of them, with the official openai client in front."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 
+import httpx
+import openai
+
+from armature.config import RouterConfig
+from armature.frontend.app import ServedModel, build_app
+from armature.frontend.compose import FrontendParts, compose_frontend
+from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.engine import (
     EngineLoad,
@@ -90,3 +98,25 @@ class ScriptedEngine(IdleEngine):
                 num_prompt_tokens=len(request.prompt_token_ids) if i == 0 else 0,
                 finish_reason=FinishReason.STOP if last else None,
             )
+
+
+def one_engine_frontend(
+    engine: ScriptedEngine, parsers: OutputParsers | None = None, model: str = "m"
+) -> FrontendParts:
+    """The whole frontend over `engine` alone (its preprocessor's model, served as `model`
+    with a context of 2048 tokens), its output read with `parsers`."""
+    return compose_frontend(
+        engines={"w0": engine},  # type: ignore[dict-item]
+        router_config=RouterConfig(),
+        preprocessor=engine.preprocessor,
+        model=ServedModel(model, 2048, 0),
+        parsers=parsers,
+    )
+
+
+def openai_client(parts: FrontendParts) -> openai.AsyncOpenAI:
+    """The official client over `parts`' app, in process (no retries)."""
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(parts)))
+    return openai.AsyncOpenAI(
+        base_url="http://test/v1", api_key="unused", http_client=http, max_retries=0
+    )

@@ -8,14 +8,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
-from frontend_fakes import ScriptedEngine
+from frontend_fakes import ScriptedEngine, one_engine_frontend, openai_client
 
-from armature.config import RouterConfig
-from armature.frontend.app import ServedModel, build_app
-from armature.frontend.compose import compose_frontend
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.engine import EngineOutput, EngineRequest
 
@@ -42,17 +38,7 @@ def preprocessor(default_model_dir: Path) -> Preprocessor:
 
 def serve(preprocessor: Preprocessor) -> tuple[ReplyingEngine, openai.AsyncOpenAI]:
     engine = ReplyingEngine(preprocessor)
-    parts = compose_frontend(
-        engines={"w0": engine},  # type: ignore[dict-item]
-        router_config=RouterConfig(),
-        preprocessor=preprocessor,
-        model=ServedModel("m", 2048, 0),
-    )
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(parts)))
-    client = openai.AsyncOpenAI(
-        base_url="http://test/v1", api_key="unused", http_client=http, max_retries=0
-    )
-    return engine, client
+    return engine, openai_client(one_engine_frontend(engine))
 
 
 def num_tokens(preprocessor: Preprocessor, text: str) -> int:

@@ -13,15 +13,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
-from frontend_fakes import ScriptedEngine
+from frontend_fakes import ScriptedEngine, one_engine_frontend, openai_client
 
-from armature.config import ResponsesConfig, RouterConfig
-from armature.frontend.app import ServedModel, build_app
+from armature.config import ResponsesConfig
 from armature.frontend.chat_setup import chatml_tools_template
-from armature.frontend.compose import compose_frontend
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.responses_service import ResponsesService
@@ -94,21 +91,11 @@ def serve(
     engine_type: type[ScriptedEngine] = ScriptedEngine,
 ) -> tuple[ScriptedEngine, openai.AsyncOpenAI]:
     engine = engine_type(preprocessor)
-    parts = compose_frontend(
-        engines={"w0": engine},  # type: ignore[dict-item]
-        router_config=RouterConfig(),
-        preprocessor=preprocessor,
-        model=ServedModel(MODEL, 2048, 0),
-        parsers=OutputParsers.named("hermes", "qwen3"),
-    )
+    parts = one_engine_frontend(engine, OutputParsers.named("hermes", "qwen3"), MODEL)
     if clock is not None:
         store = ResponsesService(parts.jobs, parts.service, config or ResponsesConfig(), clock)
         parts = dataclasses.replace(parts, responses=store)
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(parts)))
-    client = openai.AsyncOpenAI(
-        base_url="http://test/v1", api_key="unused", http_client=http, max_retries=0
-    )
-    return engine, client
+    return engine, openai_client(parts)
 
 
 def without_ids(items: list[Any]) -> list[dict[str, Any]]:

@@ -1,0 +1,118 @@
+"""A request's chat template variables: `chat_template_kwargs` and `reasoning_effort` on
+chat, `reasoning.effort` on /v1/responses, through the whole frontend with the official
+openai client (a scripted engine records the prompt the template rendered). Bad names and
+values are 400s naming the field; a template that fails on a variable's value is a 400."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from frontend_fakes import ScriptedEngine, one_engine_frontend, openai_client
+
+from armature.frontend.parsing import OutputParsers
+from armature.frontend.preprocess import Preprocessor
+
+pytestmark = pytest.mark.slow  # loads the default model's tokenizer
+
+MODEL = "m"
+# a template that prints the variables a request may set (and fails on a bad `depth`)
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}[effort={{ reasoning_effort | default('unset') }} "
+    "thinking={{ enable_thinking | default('unset') }}"
+    "{% if depth is defined %} depth={{ depth + 1 }}{% endif %}]\n"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+ASK: Any = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.fixture(scope="module")
+def preprocessor(default_model_dir: Path) -> Preprocessor:
+    return Preprocessor(default_model_dir, TEMPLATE)
+
+
+def serve(preprocessor: Preprocessor) -> tuple[ScriptedEngine, openai.AsyncOpenAI]:
+    engine = ScriptedEngine(preprocessor)
+    return engine, openai_client(one_engine_frontend(engine, OutputParsers.named(None, "qwen3")))
+
+
+def rendered_line(preprocessor: Preprocessor, prompt: list[int]) -> str:
+    """The template's line of variables in the prompt the engine was given."""
+    text = preprocessor.decode(prompt, skip_special_tokens=False)
+    return text[text.index("[") : text.index("]") + 1]
+
+
+async def test_chat_variables_reach_the_template(preprocessor: Preprocessor) -> None:
+    engine, client = serve(preprocessor)
+    engine.outputs = ["Hello."] * 4
+
+    await client.chat.completions.create(model=MODEL, messages=ASK)
+    await client.chat.completions.create(model=MODEL, messages=ASK, reasoning_effort="low")
+    await client.chat.completions.create(
+        model=MODEL, messages=ASK, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+    )
+    # the request's reasoning_effort over a template variable of the same name
+    await client.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        reasoning_effort="high",
+        extra_body={"chat_template_kwargs": {"reasoning_effort": "low", "depth": 2}},
+    )
+
+    assert [rendered_line(preprocessor, p) for p in engine.prompts] == [
+        "[effort=unset thinking=unset]",
+        "[effort=low thinking=unset]",
+        "[effort=unset thinking=False]",
+        "[effort=high thinking=unset depth=3]",
+    ]
+
+
+async def test_responses_reasoning_effort_reaches_the_template_and_is_echoed(
+    preprocessor: Preprocessor,
+) -> None:
+    engine, client = serve(preprocessor)
+    engine.outputs = ["Hello.", "Hello."]
+
+    plain = await client.responses.create(model=MODEL, input="Hi")
+    asked = await client.responses.create(
+        model=MODEL, input="Hi", reasoning={"effort": "minimal", "summary": "auto"}
+    )
+
+    assert [rendered_line(preprocessor, p) for p in engine.prompts] == [
+        "[effort=unset thinking=unset]",
+        "[effort=minimal thinking=unset]",
+    ]
+    assert plain.reasoning is not None and asked.reasoning is not None
+    assert (plain.reasoning.effort, plain.reasoning.summary) == (None, None)
+    assert (asked.reasoning.effort, asked.reasoning.summary) == ("minimal", "auto")
+    assert asked.output_text == "Hello."
+
+
+async def test_bad_variables_are_400s_naming_the_field(preprocessor: Preprocessor) -> None:
+    engine, client = serve(preprocessor)
+    chat, kw = "chat/completions", "chat_template_kwargs"
+    cases: list[tuple[str, dict[str, Any], str, str]] = [
+        (chat, {"reasoning_effort": "extreme"}, "reasoning_effort", "Input should"),
+        (chat, {kw: {"tools": []}}, kw, "renderer's own"),
+        (chat, {kw: {"a b": 1}}, kw, "variable names"),
+        (chat, {kw: [1]}, kw, "dictionary"),
+        (chat, {kw: {f"k{i}": i for i in range(65)}}, kw, "at most 64"),
+        # the template adds 1 to `depth`: a string fails while rendering
+        (chat, {kw: {"depth": "two"}}, "messages", "cannot render"),
+        ("responses", {"reasoning": {"effort": "max"}}, "reasoning.effort", "Input should"),
+        ("responses", {"reasoning": {"summary": "long"}}, "reasoning.summary", "Input should"),
+    ]
+    for path, extra, param, message in cases:
+        body = {"model": MODEL, **extra}
+        body.update({"messages": ASK} if path == chat else {"input": "Hi"})
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.post(f"/{path}", body=body, cast_to=httpx.Response)
+        error = caught.value.body
+        assert isinstance(error, dict), (path, extra)
+        assert error["param"] == param, (path, extra, error)
+        assert message in error["message"], (path, extra, error)
+    assert engine.prompts == []  # nothing reached the engine
