@@ -206,7 +206,8 @@ async def _counted_stream(
     parts: FrontendParts, endpoint: str, run: Run
 ) -> AsyncGenerator[str | bytes, None]:
     """`run.stream()`, counted in flight until the last event is sent or the client
-    leaves. A stream the client leaves before its first event is never counted."""
+    leaves; a stream that ends in an error event is counted with the error's status. A
+    stream the client leaves before its first event is never counted."""
     metrics = parts.metrics
     metrics.in_flight.inc()
     status = "500"
@@ -214,7 +215,7 @@ async def _counted_stream(
         async with aclosing(run.stream()) as events:
             async for event in events:
                 yield event
-        status = "503" if run.job.shut_down else "200"
+        status = str(run.job.error_status or 200)  # an error event: the error's status
     except (asyncio.CancelledError, GeneratorExit):  # the client left mid-stream
         status = "499"
         raise

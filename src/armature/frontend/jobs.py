@@ -88,7 +88,9 @@ class Job:
     priority: int = 0  # overload queue order: lower first
     num_choices: int = 1
     per_step: bool = False  # stream one event per engine output, not one per token
-    shut_down: bool = False  # its stream ended early: the server's shutdown grace ended
+    # its stream ended in an error event: the HTTP status the error has unstreamed (the
+    # server's shutdown grace ended: 503)
+    error_status: int | None = None
     num_prompts: int = 1
 
     @property

@@ -192,6 +192,7 @@ class ResponseRun:
                     for event in self.builder.feed(piece):
                         yield _sse(event)
         except (GenerationError, EngineDeadError) as exc:
+            self.job.error_status = exc.status_code if isinstance(exc, GenerationError) else 503
             for event in self.builder.fail(str(exc)):
                 yield _sse(event)
             return

@@ -281,15 +281,17 @@ class OpenAIService:
                         pending.clear()
         except (GenerationError, EngineDeadError) as exc:
             if isinstance(exc, GenerationError):  # the request's field, or the engine's fault
+                job.error_status = exc.status_code
                 pending.append(sse_event(exc.body()))
             else:
+                job.error_status = 503
                 pending.append(sse_event(error_body(str(exc), "internal_error")))
         except asyncio.CancelledError:
             if not self.closing.is_set():
                 raise  # the client left: nothing to send
             if task.cancelling():
                 task.uncancel()  # ours (`begin_closing`): the ending still goes out
-            job.shut_down = True
+            job.error_status = 503
             pending.append(sse_event(error_body(SHUTTING_DOWN, "service_unavailable")))
         finally:
             self._streaming.discard(task)

@@ -137,7 +137,9 @@ async def test_a_guide_the_engine_could_not_follow_is_a_400_naming_it(
         "param": "guided_regex",
         "code": "invalid_value",
     }
-    assert 'armature_requests_total{endpoint="completions",status="400"} 1.0' in metrics
+    # streamed too: counted with the error's status, as unstreamed
+    assert 'armature_requests_total{endpoint="completions",status="400"} 2.0' in metrics
+    assert 'status="200"' not in metrics
     # streamed: the first token went out with the 200; the error event names the field
     assert streamed.status_code == 200
     events = [e for e in streamed.text.split("\n\n") if e.startswith("data: {")]
@@ -151,10 +153,24 @@ async def test_a_guide_the_engine_could_not_follow_is_a_400_naming_it(
 
 
 async def test_an_engine_failure_of_its_own_is_a_500(preprocessor: Preprocessor) -> None:
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     async with client(preprocessor, FailingEngine(None)) as c:
         r = await c.post("/v1/completions", json={"model": "m", "prompt": "hi"})
+        streams = [
+            await c.post("/v1/completions", json={"model": "m", "prompt": "hi", "stream": True}),
+            await c.post("/v1/chat/completions", json=chat),
+            await c.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True}),
+        ]
+        metrics = (await c.get("/metrics")).text
     assert r.status_code == 500
     assert (r.json()["error"]["type"], r.json()["error"]["param"]) == ("internal_error", None)
+    # each stream went out with a 200 and ended in an error event: counted as its error
+    assert [s.status_code for s in streams] == [200, 200, 200]
+    assert ["error" in s.text for s in streams] == [True, True, True]
+    assert 'armature_requests_total{endpoint="completions",status="500"} 2.0' in metrics
+    assert 'armature_requests_total{endpoint="chat",status="500"} 1.0' in metrics
+    assert 'armature_requests_total{endpoint="responses",status="500"} 1.0' in metrics
+    assert 'status="200"' not in metrics
 
 
 async def test_health_and_live_answer_head(preprocessor: Preprocessor) -> None:
