@@ -15,7 +15,7 @@ from armature.bench.client import RequestRecord
 from armature.bench.stats import BenchSummary
 from armature.outputs import replacing
 
-__all__ = ["plot_pareto", "plot_run"]
+__all__ = ["plot_pareto", "plot_run", "sent_points"]
 
 
 def _cdf(ax: plt.Axes, values_ms: Sequence[float], label: str) -> None:
@@ -26,8 +26,28 @@ def _cdf(ax: plt.Axes, values_ms: Sequence[float], label: str) -> None:
     ax.step(ordered, ys, where="post", label=label)
 
 
+def sent_points(
+    records: Sequence[RequestRecord],
+) -> tuple[list[tuple[float, float]], list[float]]:
+    """(seconds since the first request was sent, TTFT ms) of each request that finished,
+    and the send times of those that failed (the first send among all of them: 0)."""
+    if not records:
+        return [], []
+    start = min(r.sent_s for r in records)
+    ok = [(r.sent_s - start, r.ttft_s * 1000) for r in records if _ok(r) and r.ttft_s is not None]
+    failed = [r.sent_s - start for r in records if r.error is not None]
+    return ok, failed
+
+
+def _ok(record: RequestRecord) -> bool:
+    return record.error is None and record.ttft_s is not None
+
+
 def plot_run(directory: Path, records: Sequence[RequestRecord]) -> list[Path]:
-    ok = [r for r in records if r.error is None and r.ttft_s is not None]
+    """latency_cdf.png (the requests that finished; the title counts those that failed) and
+    over_time.png (TTFT by send time, failed requests marked at theirs; output tokens/s)."""
+    ok = [r for r in records if _ok(r)]
+    num_failed = sum(1 for r in records if r.error is not None)
     paths = []
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for ax, (name, values) in zip(
@@ -42,7 +62,8 @@ def plot_run(directory: Path, records: Sequence[RequestRecord]) -> list[Path]:
         _cdf(ax, values, name)
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("fraction of requests" if name != "ITL" else "fraction of tokens")
-        ax.set_title(f"{name} CDF ({len(values)} samples)")
+        failed = f"; {num_failed} failed requests not shown" if num_failed else ""
+        ax.set_title(f"{name} CDF ({len(values)} samples{failed})")
         ax.grid(alpha=0.3)
     fig.tight_layout()
     path = directory / "latency_cdf.png"
@@ -51,18 +72,25 @@ def plot_run(directory: Path, records: Sequence[RequestRecord]) -> list[Path]:
     plt.close(fig)
     paths.append(path)
 
-    if ok:
-        start = min(r.sent_s for r in ok)
+    points, failed_s = sent_points(records)
+    if points or failed_s:
+        start = min(r.sent_s for r in records)
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-        top.scatter(
-            [r.sent_s - start for r in ok],
-            [(r.ttft_s or 0) * 1000 for r in ok],
-            s=8,
-        )
+        top.scatter([x for x, _ in points], [y for _, y in points], s=8, label="TTFT")
+        if failed_s:
+            top.scatter(
+                failed_s,
+                [0.0] * len(failed_s),
+                s=24,
+                marker="x",
+                color="tab:red",
+                label=f"failed ({len(failed_s)}), at their send times",
+            )
+            top.legend(loc="upper left")
         top.set_ylabel("TTFT (ms)")
         top.ticklabel_format(axis="y", useOffset=False)
         top.grid(alpha=0.3)
-        end = max(r.done_s for r in ok) - start
+        end = max(r.done_s for r in records) - start
         bin_s = max(0.05, end / 60)  # about 60 bins whatever the run's length
         bins = [0.0] * (int(end / bin_s) + 1)
         for r in ok:
@@ -72,7 +100,7 @@ def plot_run(directory: Path, records: Sequence[RequestRecord]) -> list[Path]:
         bottom.step([i * bin_s for i in range(len(rates))], rates, where="post")
         top.set_title(f"TTFT by send time, and output tokens/s ({bin_s:.2g} s bins)")
         bottom.set_xlabel("seconds since the first request")
-        bottom.set_ylabel("output tokens/s")
+        bottom.set_ylabel("output tokens/s (requests that finished)")
         bottom.grid(alpha=0.3)
         fig.tight_layout()
         path = directory / "over_time.png"
