@@ -48,6 +48,16 @@ def _timing(record: RequestRecord) -> RequestTiming:
     )
 
 
+def _decode_rate(record: RequestRecord) -> float | None:
+    """Tokens per second a user sees after the first: the tokens of the chunks after the
+    first over the time from the first chunk to the last (the gaps `itl_s` spreads; the first
+    chunk's tokens came with the TTFT). None with fewer than two chunks."""
+    times = record.chunk_times_s
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    return sum(record.chunk_tokens[1 : len(times)]) / (times[-1] - times[0])
+
+
 def _ms(values_s: Sequence[float]) -> LatencySummary:
     return LatencySummary.of([v * 1000 for v in values_s])
 
@@ -62,11 +72,7 @@ def summarize(
     ok = [r for r in records if r.error is None]
     wall = max(wall_time_s, 1e-9)
     output_tokens = sum(r.output_tokens for r in ok)
-    per_user = [
-        r.output_tokens / (r.e2e_s - (r.ttft_s or 0.0))
-        for r in ok
-        if r.output_tokens > 1 and r.e2e_s - (r.ttft_s or 0.0) > 0
-    ]
+    per_user = [rate for r in ok if (rate := _decode_rate(r)) is not None]
     good = goodput([_timing(r) for r in ok], Slo("bench", slo_ttft_ms, slo_itl_ms), wall)
     return BenchSummary(
         num_requests=len(records),

@@ -57,6 +57,15 @@ def record(ttft_s: float, gaps_s: list[float], error: str | None = None) -> Requ
     )
 
 
+def test_tokens_per_user_are_those_after_the_first_over_their_gaps() -> None:
+    """N tokens in N chunks hold N - 1 gaps: 1 / the mean gap, not N over them."""
+    records = [record(0.1, [0.01] * 7), record(0.2, [0.02, 0.03]), record(0.1, [])]
+    records[1].chunk_tokens = [3, 2, 4]  # 6 tokens after the first chunk, in 0.05 s
+    summary = summarize(records, wall_time_s=1.0)
+    # 100 and 120 tokens/s; the one-chunk request has no decode rate
+    assert summary.output_tokens_per_s_per_user == pytest.approx(110.0)
+
+
 def test_goodput_counts_exactly_the_requests_meeting_both_slos() -> None:
     records = [
         record(0.1, [0.01, 0.01]),  # meets both
