@@ -134,6 +134,7 @@ def test_planner_command_settings_round_trip_through_their_flags() -> None:
             frontend_url="http://127.0.0.1:9000",
             frontend_wait_s=5.0,
             performance_model="/tmp/table.json",
+            prefill_performance_model="/tmp/prefill.json",
             connector="virtual",
             worker_args=("--engine mocker", "--speedup-ratio 10"),
             worker_log_dir="/tmp/workers",

@@ -119,6 +119,9 @@ BLOCKS: tuple[ValuesBlock, ...] = (
                 "the Secret (the first of secrets.apiKeys), as ARMATURE_FRONTEND_API_KEY"
             ),
             ("service", "performance_model"): "planner.performanceProfile (a ConfigMap)",
+            ("service", "prefill_performance_model"): (
+                "planner.prefillPerformanceProfile (a ConfigMap)"
+            ),
             ("service", "connector"): "the chart: kubernetes",
             ("service", "worker_args"): _LOCAL_ONLY,
             ("service", "worker_log_dir"): _LOCAL_ONLY,

@@ -309,6 +309,12 @@ class PlannerServiceConfig:
         "the frontend serves: its step times, and its KV blocks, block size, --max-num-seqs and "
         "--max-num-batched-tokens as profiled (run the workers with the same); required",
     )
+    prefill_performance_model: str | None = setting(
+        None,
+        "timing profile of one prefill worker where the prefill workers differ from the "
+        "others (--planner-mode disagg): the prefill pool is sized by its step times and "
+        "their workers checked against it (default: --performance-model for both roles)",
+    )
     connector: str = setting(
         "local",
         "local: start and stop `armature worker` processes on this host; virtual: publish "

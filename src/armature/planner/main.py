@@ -36,6 +36,7 @@ from armature.planner.frontend_feed import (
     one_frontend,
 )
 from armature.planner.metrics import PlannerMetrics
+from armature.planner.performance import PerformanceModel, RoleModels
 from armature.planner.profile_match import ProfiledWorker
 from armature.planner.scrape import FrontendSample, judges_by
 from armature.planner.service import INTERVAL_WINDOW, LOAD_WINDOW, PlannerService
@@ -55,6 +56,7 @@ __all__ = [
     "get_worker_argv",
     "open_frontend_feed",
     "read_performance_model",
+    "read_role_models",
     "run_planner",
 ]
 
@@ -100,6 +102,33 @@ def read_performance_model(path: str | None) -> tuple[TimingPerformanceModel, Pr
         num_kv_blocks=profile.num_kv_blocks,
     )
     return model, profiled
+
+
+def read_role_models(
+    service: PlannerServiceConfig, planner: PlannerConfig
+) -> tuple[PerformanceModel, ProfiledWorker, ProfiledWorker | None]:
+    """The planner's model of the workers, what they were measured on, and the prefill
+    workers' where they have a profile of their own (--prefill-performance-model, which
+    only a disaggregated planner takes; measured on the same served model)."""
+    model, profiled = read_performance_model(service.performance_model)
+    path = service.prefill_performance_model
+    if path is None:
+        return model, profiled, None
+    if planner.mode != "disagg":
+        raise ConfigError(
+            "--prefill-performance-model is for --planner-mode disagg (aggregated workers "
+            "prefill and decode alike: one --performance-model)"
+        )
+    try:
+        prefill, prefill_profiled = read_performance_model(path)
+    except ConfigError as exc:
+        raise ConfigError(f"--prefill-{str(exc).removeprefix('--')}") from None
+    if prefill_profiled.model_name != profiled.model_name:
+        raise ConfigError(
+            f"--prefill-performance-model was measured on model {prefill_profiled.model_name!r}"
+            f", --performance-model on {profiled.model_name!r}: profile the same model"
+        )
+    return RoleModels(prefill=prefill, decode=model), profiled, prefill_profiled
 
 
 def run_planner(config: PlannerCommandConfig) -> None:
@@ -251,7 +280,7 @@ def check_live_intervals(planner: PlannerConfig) -> None:
 async def _run(config: PlannerCommandConfig) -> None:
     service, runtime = config.service, config.runtime
     check_live_intervals(config.planner)
-    model, profiled = read_performance_model(service.performance_model)
+    model, profiled, prefill_profiled = read_role_models(service, config.planner)
     worker_argv = get_worker_argv(service.worker_args)
     if not service.dry_run and service.connector == "local" and not worker_argv:
         raise ConfigError('--connector local needs --worker-args, e.g. "--engine mocker"')
@@ -283,7 +312,12 @@ async def _run(config: PlannerCommandConfig) -> None:
         check_model(scrape, profiled)
         sample = scrape.total
         workers = WorkerStepFeed(
-            discovery, event_plane, runtime.namespace, (LOAD_WINDOW, INTERVAL_WINDOW), profiled
+            discovery,
+            event_plane,
+            runtime.namespace,
+            (LOAD_WINDOW, INTERVAL_WINDOW),
+            profiled,
+            prefill_profiled,
         )
         tasks.append(asyncio.create_task(workers.run()))
         # read again: the connector may have started workers since (they are the planner's)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["KvHeadroom", "PerformanceModel"]
+__all__ = ["KvHeadroom", "PerformanceModel", "RoleModels"]
 
 
 class PerformanceModel(Protocol):
@@ -60,3 +60,24 @@ class KvHeadroom:
 
     def get_max_decode_requests(self, context_tokens: float) -> int:
         return self.model.get_max_decode_requests(context_tokens / self.kv_share)
+
+
+@dataclass(frozen=True)
+class RoleModels:
+    """Disaggregated workers of two speeds: prefill times from `prefill` (the prefill
+    workers' profile), decode times and batches from `decode`."""
+
+    prefill: PerformanceModel
+    decode: PerformanceModel
+
+    def get_prefill_s(self, num_tokens: float) -> float:
+        return self.prefill.get_prefill_s(num_tokens)
+
+    def get_prefill_step_s(self, num_tokens: int, num_context_pairs: int) -> float:
+        return self.prefill.get_prefill_step_s(num_tokens, num_context_pairs)
+
+    def get_decode_step_s(self, num_requests: int, context_tokens: float) -> float:
+        return self.decode.get_decode_step_s(num_requests, context_tokens)
+
+    def get_max_decode_requests(self, context_tokens: float) -> int:
+        return self.decode.get_max_decode_requests(context_tokens)

@@ -5,7 +5,8 @@ Records are kept per window name (the load rule's and the throughput plan's wind
 drained separately, each at its own cadence): `take_steps(window)` returns every live
 worker's records since that window was last taken. A worker that leaves discovery is
 dropped with its records. A worker whose card differs from what the timing profile was
-measured on (`profiled`) is logged once as it joins and listed by `get_mismatches`.
+measured on (`profiled`; a prefill worker's: `prefill_profiled` where the prefill workers
+have a profile of their own) is logged once as it joins and listed by `get_mismatches`.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ class WorkerStepFeed:
         namespace: str,
         windows: Sequence[str],
         profiled: ProfiledWorker | None = None,
+        prefill_profiled: ProfiledWorker | None = None,
     ) -> None:
         self._discovery = discovery
         self._profiled = profiled
+        self._prefill_profiled = prefill_profiled or profiled  # the prefill workers'
         self._mismatches: dict[str, list[str]] = {}  # worker id -> what differs
         self._event_plane = event_plane
         self._namespace = namespace
@@ -103,7 +106,8 @@ class WorkerStepFeed:
         self._cards[key] = card
         self._tasks[key] = asyncio.get_running_loop().create_task(self._subscribe(card))
         log.info("worker %s (%s) joined", card.worker_id, card.role)
-        mismatches = [] if self._profiled is None else get_card_mismatches(card, self._profiled)
+        profiled = self._prefill_profiled if card.role is WorkerRole.PREFILL else self._profiled
+        mismatches = [] if profiled is None else get_card_mismatches(card, profiled)
         if mismatches:
             self._mismatches[card.worker_id] = mismatches
             log.warning(

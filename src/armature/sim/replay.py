@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from armature.planner.core import Planner
+from armature.planner.performance import PerformanceModel, RoleModels
 from armature.planner.timing_performance import TimingPerformanceModel
 from armature.protocols.worker import WorkerRole
 from armature.sim.planned_fleet import FleetSizer, PlannedFleet, get_sla_attainment
@@ -62,9 +63,8 @@ def replay(
                 WorkerRole.PREFILL: config.num_prefill_workers,
                 WorkerRole.DECODE: config.num_workers - config.num_prefill_workers,
             }
-        planner = Planner(
-            planner_config, get_performance_model(config, timing), num_workers=fleet_size
-        )
+        model = get_performance_model(config, timing, prefill_timing)
+        planner = Planner(planner_config, model, num_workers=fleet_size)
     kind = DisaggSimulation if config.num_prefill_workers else Simulation
     simulation = kind(requests, config, timing, prefill_timing)
     fleet = PlannedFleet(
@@ -115,12 +115,21 @@ def _young_collections_every(num_allocations: int) -> Iterator[None]:
             gc.set_threshold(*thresholds)
 
 
-def get_performance_model(config: ReplayConfig, timing: TimingModel) -> TimingPerformanceModel:
-    """The planner's model of one simulated worker: the step times the mocker runs on."""
-    return TimingPerformanceModel(
-        timing,
-        block_size=config.block_size,
-        num_kv_blocks=config.num_kv_blocks,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-    )
+def get_performance_model(
+    config: ReplayConfig, timing: TimingModel, prefill_timing: TimingModel | None = None
+) -> PerformanceModel:
+    """The planner's model of one simulated worker: the step times the mocker runs on
+    (disaggregated with `prefill_timing`: the prefill workers' for prefill)."""
+
+    def of(step_times: TimingModel) -> TimingPerformanceModel:
+        return TimingPerformanceModel(
+            step_times,
+            block_size=config.block_size,
+            num_kv_blocks=config.num_kv_blocks,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+        )
+
+    if prefill_timing is None or not config.num_prefill_workers:
+        return of(timing)
+    return RoleModels(prefill=of(prefill_timing), decode=of(timing))

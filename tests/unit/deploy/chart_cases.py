@@ -11,6 +11,7 @@ from typing import Any
 from helm_chart import CHART_DIR, EXAMPLES, load_values
 
 PROFILE = json.dumps({"format": "a timing profile; the chart only mounts it"})
+PREFILL_PROFILE = json.dumps({"format": "the prefill workers' timing profile"})
 
 
 def _cases() -> dict[str, dict[str, Any]]:
@@ -20,7 +21,9 @@ def _cases() -> dict[str, dict[str, Any]]:
     planner = {"enabled": True, "performanceProfile": PROFILE}
     cases["planner-agg"] = {"planner": planner}
     disagg = load_values(CHART_DIR / "examples" / "disaggregated-gpu-nixl.yaml")
-    cases["planner-disagg"] = {**disagg, "planner": planner}
+    # the prefill workers with a profile of their own
+    prefill = {**planner, "prefillPerformanceProfile": PREFILL_PROFILE}
+    cases["planner-disagg"] = {**disagg, "planner": prefill}
     cases["frontend-replicas"] = {"frontend": {"replicas": 3}}
     cases["etcd-nats"] = {
         "runtime": {"discovery": "etcd", "request-plane": "nats", "event-plane": "nats"},

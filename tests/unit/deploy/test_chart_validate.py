@@ -52,6 +52,10 @@ def test_a_values_mistake_stops_the_render() -> None:
     with pytest.raises(HelmRenderError, match=r"set runtime\.request-plane or"):
         render({"nats": {"enabled": True}})
     render({"nats": {"enabled": True}, "runtime": {"event-plane": "nats"}})  # one plane is a use
+    # a prefill profile without prefill workers
+    planner = {"enabled": True, "performanceProfile": "{}", "prefillPerformanceProfile": "{}"}
+    with pytest.raises(HelmRenderError, match=r"prefillPerformanceProfile is for prefill workers"):
+        render({"planner": planner})
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_cases import PROFILE
+from chart_cases import CASES, PREFILL_PROFILE, PROFILE
 from helm_chart import CHART_DIR, EXAMPLES, RELEASE, load_values, render
 
 from armature.cli.chart_values import BLOCKS, ValuesBlock, check_blocks, get_values_key, rewrite
@@ -201,3 +201,17 @@ def test_frontend_and_planner_args_parse_into_the_values_config() -> None:
     assert planned.service.k8s_agg_deployment == f"{FULL}-agg"
     assert planned.service.k8s_namespace == "serving"
     assert planned.service.performance_model == "/etc/armature/profile/profile.json"
+    assert planned.service.prefill_performance_model is None
+
+
+def test_the_prefill_workers_profile_is_mounted_beside_the_workers() -> None:
+    manifests = render(CASES["planner-disagg"])
+    (planner,) = manifests.get("Deployment", f"{FULL}-planner")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    planned: PlannerCommandConfig = _parse(planner["args"], PlannerCommandConfig)
+    assert planned.planner.mode == "disagg"
+    assert planned.service.performance_model == "/etc/armature/profile/profile.json"
+    assert planned.service.prefill_performance_model == "/etc/armature/profile/prefill_profile.json"
+    profiles = manifests.get("ConfigMap", f"{FULL}-planner-profile")["data"]
+    assert profiles == {"profile.json": PROFILE, "prefill_profile.json": PREFILL_PROFILE}

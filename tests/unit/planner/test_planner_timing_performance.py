@@ -4,13 +4,18 @@ and read from a timing profile with the limits the engine was profiled with."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
-from armature.planner.main import read_performance_model
+from armature.config import PlannerConfig, PlannerServiceConfig
+from armature.errors import ConfigError
+from armature.planner.main import read_performance_model, read_role_models
+from armature.planner.performance import RoleModels
 from armature.planner.profile_match import ProfiledWorker
 from armature.planner.timing_performance import TimingPerformanceModel
+from armature.protocols.timing_profile import PrefillPoint, write_profile
 from armature.sim.profile_timing import ProfileTiming, timing_from_profile
 from armature.sim.timing import PolynomialTiming
 from profiles import make_profile, write_small_profile
@@ -98,3 +103,44 @@ def test_a_timing_profile_gives_one_worker_with_the_limits_it_was_profiled_with(
     assert model.get_max_decode_requests(16) == 32  # --max-num-seqs
     # 2048 tokens in two 1024-token steps of 32 ms each
     assert model.get_prefill_s(2048) == pytest.approx(0.064)
+
+
+def test_disaggregated_prefill_workers_may_have_a_profile_of_their_own(tmp_path: Path) -> None:
+    decode_path, prefill_path, other_path = (tmp_path / f"{n}.json" for n in "dpo")
+    write_small_profile(decode_path, model="tiny")
+    # the prefill workers' profile: every prefill twice as long
+    slow = [
+        PrefillPoint(num_requests=1, input_tokens=n, ttft_ms=ms, tokens_per_s=n / ms * 1e3)
+        for n, ms in ((16, 34.0), (1024, 64.0))
+    ]
+    write_profile(make_profile(model="tiny", prefill=slow), prefill_path)
+    write_small_profile(other_path, model="other")
+    disagg = PlannerConfig(mode="disagg")
+
+    alone = PlannerServiceConfig(performance_model=str(decode_path))
+    model, profiled, prefill_profiled = read_role_models(alone, disagg)
+    assert isinstance(model, TimingPerformanceModel) and prefill_profiled is None
+
+    both = dataclasses.replace(alone, prefill_performance_model=str(prefill_path))
+    model, profiled, prefill_profiled = read_role_models(both, disagg)
+    assert isinstance(model, RoleModels)
+    assert model.get_prefill_s(2048) == pytest.approx(0.128)  # two 1024-token steps of 64 ms
+    assert model.get_decode_step_s(1, 128) == pytest.approx(0.008)  # the decode profile's
+    assert profiled == prefill_profiled == ProfiledWorker("tiny", 16, 96)
+
+    errors = [
+        (both, PlannerConfig(mode="agg"), "--prefill-performance-model is for --planner-mode"),
+        (
+            dataclasses.replace(alone, prefill_performance_model=str(other_path)),
+            disagg,
+            "measured on model 'other', --performance-model on 'tiny'",
+        ),
+        (
+            dataclasses.replace(alone, prefill_performance_model=str(tmp_path / "none.json")),
+            disagg,
+            "--prefill-performance-model: ",
+        ),
+    ]
+    for service, planner, message in errors:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            read_role_models(service, planner)

@@ -10,7 +10,8 @@ import pytest
 from armature.config import PlannerConfig
 from armature.sim import planned_fleet
 from armature.sim.planned_fleet import ReplayTooLongError
-from armature.sim.replay import ReplayConfig, replay
+from armature.sim.replay import ReplayConfig, get_performance_model, replay
+from armature.sim.timing import PolynomialTiming
 from armature.workload.rate_shapes import StepShape, reshape_arrivals
 from armature.workload.traces import TraceRequest
 
@@ -182,3 +183,29 @@ def test_a_replay_past_its_sample_budget_stops_with_a_clear_error(
     assert str(caught.value).startswith(
         "the replay passed 10 fleet samples of --load-interval-s 2 (22 s of simulated time)"
     )
+
+
+def test_disaggregated_planner_sizes_prefill_by_the_prefill_workers_step_times() -> None:
+    # the prefill workers prefill 2x slower than the decode workers would: the throughput
+    # plan asks for prefill workers by their own step times, not the decode workers'
+    prompts = _steady(6.0, 40.0, input_tokens=2048)
+    config = dataclasses.replace(
+        _config(2, "sla", mode="disagg", max_workers=16),
+        num_prefill_workers=1,
+        max_local_prefill_tokens=0,
+    )
+    default = PolynomialTiming()
+    slow = PolynomialTiming(prefill_coeffs=tuple(2 * c for c in default.prefill_coeffs))  # type: ignore[arg-type]
+    model = get_performance_model(config, default, slow)
+    assert model.get_prefill_s(2048) == pytest.approx(2 * default.prefill_ms(2048) / 1000.0)
+    assert model.get_decode_step_s(8, 2048) == get_performance_model(
+        config, default
+    ).get_decode_step_s(8, 2048)
+
+    as_fast = replay(prompts, config, default)
+    as_slow = replay(prompts, config, default, slow)
+    # the same fleet as when every worker runs the slow step times (decode steps are alike)
+    all_slow = replay(prompts, config, slow)
+    assert as_fast.peak_workers == {"prefill": 2, "decode": 1}
+    assert as_slow.peak_workers == all_slow.peak_workers == {"prefill": 3, "decode": 1}
+    assert as_slow.num_requests == as_fast.num_requests == len(prompts)
