@@ -149,7 +149,11 @@ def _arguments_schema(tool: ToolSpec) -> dict[str, Any]:
 
 
 def _call_schema(tool: ToolSpec, arguments_key: str) -> dict[str, Any]:
-    parameters = tool.function.parameters or NO_PARAMETERS
+    """The schema of one call object, `{"name": ..., arguments_key: {...}}`: the function's
+    parameters nested under the key, their local references (`#/$defs/X`, `#`) made to point
+    there."""
+    where = "/properties/" + arguments_key.replace("~", "~0").replace("/", "~1")
+    parameters = _rebased(tool.function.parameters or NO_PARAMETERS, where)
     return {
         "x-guidance": JSON_OPTIONS,  # the %json of a Lark grammar takes its options here
         "type": "object",
@@ -157,6 +161,36 @@ def _call_schema(tool: ToolSpec, arguments_key: str) -> dict[str, Any]:
         "required": ["name", arguments_key],
         "additionalProperties": False,
     }
+
+
+# keywords whose values are instances, not schemas: a "$ref" inside one is data
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+# keywords whose values map names (a property's, a definition's) to schemas
+_NAMED_SCHEMAS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+
+
+def _rebased(schema: Any, pointer: str) -> Any:
+    """`schema` (a copy) with each local `$ref` ("#" and "#/...", which name places in the
+    schema's own document) prefixed by `pointer`, where the schema now sits in a larger one;
+    other references are kept."""
+    if isinstance(schema, list):
+        return [_rebased(item, pointer) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith("#"):
+            rest = value[1:]
+            out[key] = value if rest and not rest.startswith("/") else "#" + pointer + rest
+        elif key in _DATA_KEYWORDS:
+            out[key] = value
+        elif key in _NAMED_SCHEMAS and isinstance(value, dict):  # names, each a schema
+            out[key] = {name: _rebased(sub, pointer) for name, sub in value.items()}
+        else:
+            out[key] = _rebased(value, pointer)
+    return out
 
 
 def _lit(text: str) -> str:

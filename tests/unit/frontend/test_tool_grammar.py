@@ -251,3 +251,53 @@ def test_a_function_without_parameters_is_forced_to_take_none(
         text = decode(hf, sample(hf, m, VOCAB + (2 if special else 0), seed))
         [call] = TOOL_CALL_PARSERS[parser].parse(text).calls
         assert (call.name, json.loads(call.arguments)) == ("get_time", {}), text
+
+
+# a nested model as the openai client writes it (`pydantic_function_tool`): `$defs` and
+# `$ref`, and a self-reference (`#`); properties named as keywords keep their references
+NESTED: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "$defs": {
+                "Loc": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string", "maxLength": 8}},
+                    "required": ["city"],
+                    "additionalProperties": False,
+                }
+            },
+            "definitions": {"Days": {"type": "integer", "minimum": 1, "maximum": 3}},
+            "type": "object",
+            "properties": {
+                "loc": {"$ref": "#/$defs/Loc"},
+                "const": {"$ref": "#/definitions/Days"},
+                "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]},
+            },
+            "required": ["loc", "const", "next"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("parser", "special"), [("hermes", False), ("llama3_json", False), ("mistral", False)]
+)
+def test_forced_calls_follow_parameters_that_refer_to_their_own_definitions(
+    tokenizers: Any, parser: str, special: bool
+) -> None:
+    hf, ll = tokenizers[special]
+    tool = ToolSpec.model_validate(NESTED)
+    schema = tool.function.parameters
+    guide = tool_call_guide(parser, [tool], 1, {})
+    for seed in range(4):
+        m = llguidance.LLMatcher(ll, check_guide(guide), log_level=0)
+        text = decode(hf, sample(hf, m, VOCAB, seed))
+        [call] = TOOL_CALL_PARSERS[parser].parse(text).calls
+        arguments = json.loads(call.arguments)
+        # the function's own schema, references resolved within it
+        jsonschema.validate(arguments, schema)
+        nested = arguments["next"]
+        assert nested is None or set(nested) == {"loc", "const", "next"}, text
