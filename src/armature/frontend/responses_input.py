@@ -4,8 +4,8 @@ tools and tool_choice their chat shapes. Pure: request in, ChatCompletionRequest
 (a 400 naming the field, `input.2.call_id`) out.
 
     instructions                  ─▶ a system message first (not carried to later turns)
-    message: user, assistant      ─▶ a message of that role
-             system, developer    ─▶ a system message (chat templates know no developer)
+    message: user, assistant,     ─▶ a message of that role (a developer message renders as
+             system, developer       chat's: a system message unless the template knows it)
     function_call                 ─▶ a tool call of the assistant message just before it
                                      (or of a new, empty one)
     function_call_output          ─▶ a tool message answering that call_id
@@ -40,7 +40,6 @@ ITEM_MODELS: dict[str, type[BaseModel]] = {
     "function_call_output": FunctionCallOutputItem,
     "reasoning": ReasoningItem,
 }
-CHAT_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 
 
 def read_items(raw: str | list[dict[str, Any]], param: str = "input") -> list[InputItem]:
@@ -133,7 +132,8 @@ def _messages(history: Sequence[InputItem], items: Sequence[InputItem]) -> list[
     for at, item in enumerate([*history, *items]):
         param = f"input.{at - len(history)}.call_id"  # history was checked when stored
         if isinstance(item, MessageItem):
-            messages.append({"role": CHAT_ROLES[item.role], "content": item.text()})
+            # developer as chat's: a system message unless the template knows the role
+            messages.append({"role": item.role, "content": item.text()})
         elif isinstance(item, FunctionCallItem):
             if item.call_id in call_ids:
                 raise ApiError(f"{param}: call_id {item.call_id!r} appears twice", param=param)

@@ -16,6 +16,9 @@ __all__ = ["TemplateFeatures", "read_template_features"]
 class TemplateFeatures:
     takes_tools: bool = False
     renders_tool_calls: bool = False
+    # the template names the developer role ('developer' as a string); one that does not
+    # gets developer messages as system messages (OpenAI's developer replaces system)
+    knows_developer: bool = False
 
 
 def read_template_features(sources: list[str]) -> TemplateFeatures:
@@ -24,7 +27,7 @@ def read_template_features(sources: list[str]) -> TemplateFeatures:
     Jinja cannot parse has none (transformers could not render it either)."""
     # transformers renders with this environment and the loop-controls extension
     env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
-    takes_tools = renders_tool_calls = False
+    takes_tools = renders_tool_calls = knows_developer = False
     for source in sources:
         try:
             tree = env.parse(source)
@@ -32,7 +35,8 @@ def read_template_features(sources: list[str]) -> TemplateFeatures:
             continue
         takes_tools |= "tools" in meta.find_undeclared_variables(tree)
         renders_tool_calls |= _mentions(tree, "tool_calls")
-    return TemplateFeatures(takes_tools, renders_tool_calls)
+        knows_developer |= any(node.value == "developer" for node in tree.find_all(nodes.Const))
+    return TemplateFeatures(takes_tools, renders_tool_calls, knows_developer)
 
 
 def _mentions(tree: nodes.Template, name: str) -> bool:

@@ -1,7 +1,8 @@
-"""A request's chat template variables: `chat_template_kwargs` and `reasoning_effort` on
-chat, `reasoning.effort` on /v1/responses, through the whole frontend with the official
-openai client (a scripted engine records the prompt the template rendered). Bad names and
-values are 400s naming the field; a template that fails on a variable's value is a 400."""
+"""What reaches the chat template from a request: the variables `chat_template_kwargs` and
+`reasoning_effort` on chat, `reasoning.effort` on /v1/responses, and developer messages,
+through the whole frontend with the official openai client (a scripted engine records the
+prompt the template rendered). Bad names and values are 400s naming the field; a template
+that fails on a variable's value is a 400."""
 
 from __future__ import annotations
 
@@ -116,3 +117,29 @@ async def test_bad_variables_are_400s_naming_the_field(preprocessor: Preprocesso
         assert error["param"] == param, (path, extra, error)
         assert message in error["message"], (path, extra, error)
     assert engine.prompts == []  # nothing reached the engine
+
+
+async def test_a_developer_message_is_a_system_message_unless_the_template_knows_it(
+    default_model_dir: Path,
+) -> None:
+    """OpenAI's developer role replaces system: a template that never names it (the default
+    model's) renders it as a system message, on chat and on /v1/responses; one that names
+    it gets it as it came."""
+    prompts = {}
+    for name, template in [
+        ("own", None),
+        ("knows", "{% for m in messages %}{{ m.role == 'developer' }}:{{ m.role }} {% endfor %}"),
+    ]:
+        engine, client = serve(Preprocessor(default_model_dir, template))
+        engine.outputs = ["Hello."] * 3
+        for role in ("system", "developer"):
+            ask = [{"role": role, "content": "Answer in French."}, *ASK]
+            await client.chat.completions.create(model=MODEL, messages=ask)  # type: ignore[arg-type]
+        await client.responses.create(
+            model=MODEL, input=[{"role": "developer", "content": "Answer in French."}, *ASK]
+        )
+        prompts[name] = [engine.preprocessor.decode(p, False) for p in engine.prompts]
+    system, developer, responses = prompts["own"]
+    assert developer == system == responses
+    assert "<|im_start|>system\nAnswer in French.<|im_end|>" in system
+    assert prompts["knows"] == ["False:system False:user ", *["True:developer False:user "] * 2]
