@@ -138,20 +138,21 @@ class ChatMessage(_Strict):
         return content
 
     def text(self) -> str:
-        """The message's text; list content must be text parts only."""
+        """The message's text; list content must be text parts only (an assistant's may
+        also hold refusal parts, rendered as what it said)."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
         texts = []
         for part in self.content:
-            if part.get("type") != "text":
-                raise InvalidRequestError(
-                    f"content part type {part.get('type')!r} is not supported"
-                )
-            text = part.get("text")
+            kind = part.get("type")
+            key = "refusal" if kind == "refusal" and self.role == "assistant" else "text"
+            if kind != key:
+                raise InvalidRequestError(f"content part type {kind!r} is not supported")
+            text = part.get(key)
             if not isinstance(text, str):
-                raise InvalidRequestError("a content part of type 'text' needs a 'text' string")
+                raise InvalidRequestError(f"a content part of type {kind!r} needs a {key!r} string")
             texts.append(text)
         return "".join(texts)
 

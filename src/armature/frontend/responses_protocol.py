@@ -14,6 +14,7 @@ from pydantic import (
     Field,
     PlainValidator,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -65,18 +66,37 @@ class TextPart(_Lenient):
     text: str
 
 
+class RefusalPart(_Lenient):
+    """An assistant's refusal, sent back in its history: rendered as what it said."""
+
+    type: Literal["refusal"]
+    refusal: str
+
+
+ContentPart = Annotated[TextPart | RefusalPart, Field(discriminator="type")]
+
+
 class MessageItem(_Lenient):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: list[TextPart]  # a string comes in as one input_text part
+    content: list[ContentPart]  # a string comes in as one input_text part
 
     @field_validator("content", mode="before")
     @classmethod
     def _text_as_part(cls, value: Any) -> Any:
         return [{"type": "input_text", "text": value}] if isinstance(value, str) else value
 
+    @field_validator("content")
+    @classmethod
+    def _refusals_are_the_assistants(
+        cls, value: list[TextPart | RefusalPart], info: ValidationInfo
+    ) -> list[TextPart | RefusalPart]:
+        if info.data.get("role") != "assistant" and any(isinstance(p, RefusalPart) for p in value):
+            raise ValueError("only an assistant message may hold a refusal part")
+        return value
+
     def text(self) -> str:
-        return "".join(part.text for part in self.content)
+        return "".join(p.text if isinstance(p, TextPart) else p.refusal for p in self.content)
 
 
 class FunctionCallItem(_Lenient):

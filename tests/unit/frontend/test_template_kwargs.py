@@ -143,3 +143,36 @@ async def test_a_developer_message_is_a_system_message_unless_the_template_knows
     assert developer == system == responses
     assert "<|im_start|>system\nAnswer in French.<|im_end|>" in system
     assert prompts["knows"] == ["False:system False:user ", *["True:developer False:user "] * 2]
+
+
+async def test_an_assistants_refusal_in_the_history_renders_as_what_it_said(
+    default_model_dir: Path,
+) -> None:
+    engine, client = serve(Preprocessor(default_model_dir))
+    engine.outputs = ["Hello."] * 4
+    said = "I cannot help with that."
+    for content in (said, [{"type": "refusal", "refusal": said}]):
+        history = [
+            *ASK,
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": "Ok"},
+        ]
+        await client.chat.completions.create(model=MODEL, messages=history)  # type: ignore[arg-type]
+    items = [{"type": "refusal", "refusal": said}]
+    for content in ([{"type": "output_text", "text": said}], items):
+        history = [
+            *ASK,
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": "Ok"},
+        ]
+        await client.responses.create(model=MODEL, input=history)  # type: ignore[arg-type]
+    assert len(set(map(tuple, engine.prompts))) == 1  # all four the same prompt
+    assert said in engine.preprocessor.decode(engine.prompts[0])
+
+    # only an assistant refuses
+    refusal = [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]
+    with pytest.raises(openai.BadRequestError, match="'refusal' is not supported"):
+        await client.chat.completions.create(model=MODEL, messages=refusal)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError, match="only an assistant message may hold"):
+        await client.responses.create(model=MODEL, input=refusal)  # type: ignore[arg-type]
+    assert len(engine.prompts) == 4
