@@ -25,9 +25,27 @@ from armature.sim.replay_config import (
     gbs_from_bytes_s,
 )
 
-__all__ = ["PLANNER_SETTINGS", "ROUTER_SETTINGS", "TIER_SETTINGS", "add_parser"]
+__all__ = [
+    "DEFAULT_NUM_REQUESTS",
+    "DEFAULT_RATE_RPS",
+    "PLANNER_SETTINGS",
+    "ROUTER_SETTINGS",
+    "SHAPE_DEFAULTS",
+    "TIER_SETTINGS",
+    "add_parser",
+]
 
 DEFAULTS = ReplayConfig()
+# the synthetic workload's and the rate shapes' defaults: a flag away from its default
+# without the workload or shape it is for is refused (cli/replay_workload.py)
+DEFAULT_NUM_REQUESTS = 1000
+DEFAULT_RATE_RPS = 8.0
+SHAPE_DEFAULTS = {
+    "shape_factor": 4.0,
+    "step_at_s": 120.0,
+    "step_for_s": 300.0,
+    "shape_period_s": 1800.0,
+}
 # the planner's settings replay takes: all but its mode (from --prefill-workers)
 PLANNER_SETTINGS = tuple(name for name in PlannerConfig.__dataclass_fields__ if name != "mode")
 # the router settings replay takes, which only the kv policies read
@@ -106,13 +124,13 @@ def _add_workload_args(replay: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--num-requests",
         type=arg_type(positive_int),
-        default=1000,
+        default=DEFAULT_NUM_REQUESTS,
         help="synthetic: requests to generate",
     )
     replay.add_argument(
         "--rate-rps",
         type=arg_type(positive_float),
-        default=8.0,
+        default=DEFAULT_RATE_RPS,
         help="synthetic: mean arrival rate (Poisson)",
     )
     replay.add_argument(
@@ -140,22 +158,25 @@ def _add_shape_args(replay: argparse.ArgumentParser) -> None:
     shape.add_argument(
         "--shape-factor",
         type=arg_type(at_least_one),
-        default=4.0,
+        default=SHAPE_DEFAULTS["shape_factor"],
         help="the peak's rate over the base rate",
     )
     shape.add_argument(
         "--step-at-s",
         type=arg_type(non_negative_float),
-        default=120.0,
+        default=SHAPE_DEFAULTS["step_at_s"],
         help="step: seconds from the first arrival to the step",
     )
     shape.add_argument(
-        "--step-for-s", type=arg_type(positive_float), default=300.0, help="step: its length"
+        "--step-for-s",
+        type=arg_type(positive_float),
+        default=SHAPE_DEFAULTS["step_for_s"],
+        help="step: its length",
     )
     shape.add_argument(
         "--shape-period-s",
         type=arg_type(positive_float),
-        default=1800.0,
+        default=SHAPE_DEFAULTS["shape_period_s"],
         help="diurnal: the length of one day, seconds",
     )
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from armature.cli.options import CliError
 from armature.cli.paths import read_trace
+from armature.cli.replay_args import DEFAULT_NUM_REQUESTS, DEFAULT_RATE_RPS, SHAPE_DEFAULTS
 
 if TYPE_CHECKING:
     from armature.workload.traces import TraceRequest
@@ -48,19 +49,47 @@ def _read(args: argparse.Namespace) -> list[TraceRequest]:
                     f"{flag} is for --trace (a synthetic workload: --num-requests, --rate-rps)"
                 )
         return _synthetic_workload(args)
+    for flag, given in (
+        ("--num-requests", args.num_requests != DEFAULT_NUM_REQUESTS),
+        ("--rate-rps", args.rate_rps != DEFAULT_RATE_RPS),
+    ):
+        if given:
+            raise CliError(f"{flag} is for --synthetic (a trace: --limit, --time-scale)")
     return read_trace(Path(args.trace), limit=args.limit, time_scale=args.time_scale)
 
 
 def _reshape(args: argparse.Namespace, requests: list[TraceRequest]) -> list[TraceRequest]:
     from armature.workload.rate_shapes import DiurnalShape, StepShape, reshape_arrivals
 
+    _check_shape_flags(args)
     if args.rate_shape is None:
         return requests
     if args.rate_shape == "step":
+        span_s = (requests[-1].arrival_ms - requests[0].arrival_ms) / 1000.0 if requests else 0.0
+        if args.step_at_s >= span_s:
+            raise CliError(
+                f"--step-at-s {args.step_at_s:g}: the workload's last arrival is {span_s:.4g} s "
+                "after its first, so the step would change nothing"
+            )
         return reshape_arrivals(
             requests, StepShape(args.shape_factor, args.step_at_s, args.step_for_s)
         )
     return reshape_arrivals(requests, DiurnalShape(args.shape_factor, args.shape_period_s))
+
+
+def _check_shape_flags(args: argparse.Namespace) -> None:
+    """A one-line CliError for a shape's flag given without that shape."""
+    needs = {
+        "--shape-factor": ("step", "diurnal"),
+        "--step-at-s": ("step",),
+        "--step-for-s": ("step",),
+        "--shape-period-s": ("diurnal",),
+    }
+    for flag, shapes in needs.items():
+        name = flag.removeprefix("--").replace("-", "_")
+        if getattr(args, name) != SHAPE_DEFAULTS[name] and args.rate_shape not in shapes:
+            wanted = " or ".join(shapes)
+            raise CliError(f"{flag} is for --rate-shape {wanted}")
 
 
 def _synthetic_workload(args: argparse.Namespace) -> list[TraceRequest]:
