@@ -814,6 +814,21 @@ def test_replay_says_which_planner_flags_need_the_planner(
             "--kv-offload takes effect with a lower KV tier only\n"
             "armature: note: --kv-tier-blind takes effect with a lower KV tier only",
         ),
+        (
+            ["--max-local-prefill-tokens", "100", "--transfer-bandwidth-gbs", "1"],
+            "--max-local-prefill-tokens, --transfer-bandwidth-gbs take effect with "
+            "--prefill-workers (a disaggregated fleet) only",
+        ),
+        (
+            ["--kv-bytes-per-block", "100"],
+            "--kv-bytes-per-block takes effect with --prefill-workers (a disaggregated fleet) "
+            "only",
+        ),
+        (
+            ["--planner", "load", "--min-prefill-workers", "2", "--max-decode-workers", "3"],
+            "--min-prefill-workers, --max-decode-workers take effect with --prefill-workers (a "
+            "disaggregated fleet) only",
+        ),
     ],
 )
 def test_replay_notes_flags_that_do_nothing_where_given(

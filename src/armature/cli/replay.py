@@ -9,12 +9,23 @@ from typing import Any
 
 from armature.cli.options import CliError, check_fits_index, setup_logging
 from armature.cli.paths import check_apart, check_file, check_image, writing
-from armature.cli.replay_args import PLANNER_SETTINGS, ROUTER_SETTINGS, TIER_SETTINGS, add_parser
+from armature.cli.replay_args import (
+    DEFAULTS,
+    PLANNER_SETTINGS,
+    ROUTER_SETTINGS,
+    TIER_SETTINGS,
+    add_parser,
+)
 from armature.cli.replay_workload import load_requests
 from armature.config import KvTierConfig, PlannerConfig, RouterConfig, flag_name, iter_settings
 from armature.config.routing import check_routed_ttl
 from armature.errors import ConfigError
-from armature.sim.replay_config import ReplayConfig, ReplayReport, bytes_s_from_gbs
+from armature.sim.replay_config import (
+    ReplayConfig,
+    ReplayReport,
+    bytes_s_from_gbs,
+    gbs_from_bytes_s,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -243,6 +254,12 @@ def _note_ignored_flags(args: argparse.Namespace, config: ReplayConfig) -> None:
     if not config.tiers.is_enabled:
         cases.append(("a lower KV tier", KvTierConfig, TIER_SETTINGS))
         cases.append(("a lower KV tier", RouterConfig, ("tier_aware",)))
+    if args.planner is not None and not args.prefill_workers:
+        roles = [
+            f"{end}_{role}_workers" for role in ("prefill", "decode") for end in ("min", "max")
+        ]
+        cases.append(("--prefill-workers (a disaggregated fleet)", PlannerConfig, roles))
+    notes: list[tuple[str, list[str]]] = []
     for needs, config_type, names in cases:
         defaults = config_type()
         ignored = [
@@ -250,12 +267,35 @@ def _note_ignored_flags(args: argparse.Namespace, config: ReplayConfig) -> None:
             for _, field, setting in iter_settings(config_type)
             if field.name in names and getattr(args, field.name) != getattr(defaults, field.name)
         ]
+        notes.append((needs, ignored))
+    if not args.prefill_workers:
+        disagg = [
+            flag
+            for flag, given in (
+                ("--max-local-prefill-tokens", _given(args, "max_local_prefill_tokens")),
+                ("--transfer-bandwidth-gbs", _given(args, "transfer_bandwidth_gbs")),
+                ("--kv-bytes-per-block", _given(args, "kv_bytes_per_block")),
+            )
+            if given and not (flag == "--kv-bytes-per-block" and config.tiers.is_enabled)
+        ]
+        notes.append(("--prefill-workers (a disaggregated fleet)", disagg))
+    for needs, ignored in notes:
         if ignored:
             print(
                 f"armature: note: {', '.join(ignored)} "
                 f"{'takes' if len(ignored) == 1 else 'take'} effect with {needs} only",
                 file=sys.stderr,
             )
+
+
+def _given(args: argparse.Namespace, name: str) -> bool:
+    """Whether replay's argument `name` differs from its default."""
+    defaults = {
+        "max_local_prefill_tokens": DEFAULTS.max_local_prefill_tokens,
+        "transfer_bandwidth_gbs": gbs_from_bytes_s(DEFAULTS.transfer_bandwidth_bytes_s),
+        "kv_bytes_per_block": DEFAULTS.kv_bytes_per_block,
+    }
+    return bool(getattr(args, name) != defaults[name])
 
 
 def _planner_config(args: argparse.Namespace) -> PlannerConfig:

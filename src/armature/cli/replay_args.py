@@ -26,6 +26,7 @@ from armature.sim.replay_config import (
 )
 
 __all__ = [
+    "DEFAULTS",
     "DEFAULT_NUM_REQUESTS",
     "DEFAULT_RATE_RPS",
     "PLANNER_SETTINGS",
