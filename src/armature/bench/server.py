@@ -35,8 +35,9 @@ class ModelListError(ServerCheckError):
     """The server answered, but not with a model listing (an error status, not JSON)."""
 
 
-async def get_served_models(client: httpx.AsyncClient, url: str) -> list[str]:
-    """The model ids `url`/v1/models lists, in its order (reads nothing else). Raises
+async def get_served_models(client: httpx.AsyncClient, url: str) -> dict[str, int | None]:
+    """The model ids `url`/v1/models lists, in its order, each with the context length it
+    lists (`max_model_len`, as vLLM and armature list it; None: none). Raises
     ServerUnreachableError when no answer came, ModelListError when the answer is no listing."""
     try:
         response = await client.get(f"{url}/v1/models")
@@ -45,9 +46,16 @@ async def get_served_models(client: httpx.AsyncClient, url: str) -> list[str]:
     if response.status_code != 200:
         raise ModelListError(f"{url}/v1/models answered {response.status_code}")
     try:
-        return [str(entry["id"]) for entry in response.json()["data"]]
+        return {str(entry["id"]): _context(entry) for entry in response.json()["data"]}
     except (ValueError, KeyError, TypeError):
         raise ModelListError(f"{url}/v1/models answered no model list") from None
+
+
+def _context(entry: dict[str, object]) -> int | None:
+    length = entry.get("max_model_len")
+    return (
+        length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None
+    )
 
 
 def choose_model(url: str, served: list[str], requested: str | None) -> str:

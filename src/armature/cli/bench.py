@@ -14,12 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from armature.cli.bench_checks import (
+    DEFAULT_INPUT_LEN,
+    DEFAULT_PREFIX_RATIO,
     MAX_CONCURRENCY,
     MAX_NUM_REQUESTS,
     MAX_TURNS,
     MAX_WARMUP,
+    check_context,
     check_report_dir,
     check_workload,
+    check_workload_flags,
     concurrency,
     len_spread,
     list_of,
@@ -111,7 +115,10 @@ def _add_workload_args(bench: argparse.ArgumentParser) -> None:
     many, and for how long."""
     bench.add_argument("--prompts", type=Path, default=None, help='JSONL of {"prompt": ...}')
     bench.add_argument(
-        "--input-len", type=arg_type(sequence_tokens), default=256, help="synthetic tokens"
+        "--input-len",
+        type=arg_type(sequence_tokens),
+        default=DEFAULT_INPUT_LEN,
+        help="synthetic tokens",
     )
     bench.add_argument(
         "--output-len", type=arg_type(sequence_tokens), default=128, help="max_tokens"
@@ -127,7 +134,7 @@ def _add_workload_args(bench: argparse.ArgumentParser) -> None:
         help="sessions of this many turns, each resending the history (--num-requests "
         "counts sessions; --input-len is the length of one user turn)",
     )
-    bench.add_argument("--prefix-ratio", type=arg_type(fraction), default=0.5)
+    bench.add_argument("--prefix-ratio", type=arg_type(fraction), default=DEFAULT_PREFIX_RATIO)
     bench.add_argument(
         "--num-requests", type=arg_type(int_between(1, MAX_NUM_REQUESTS)), default=100
     )
@@ -256,9 +263,10 @@ def get_api_key(args: argparse.Namespace) -> str | None:
     return str(key)
 
 
-async def _get_model(args: argparse.Namespace) -> str:
-    """The model to ask for, checked against what the server lists: CliError when the server
-    cannot be reached or does not serve --model."""
+async def _get_model(args: argparse.Namespace) -> tuple[str, int | None]:
+    """The model to ask for, checked against what the server lists, and the context it lists
+    for it (None: none listed): CliError when the server cannot be reached or does not serve
+    --model."""
     import httpx
 
     from armature.bench.server import (
@@ -280,8 +288,9 @@ async def _get_model(args: argparse.Namespace) -> str:
                     raise
                 # a server without a model listing: its answers to the run say the rest
                 print(f"armature bench: note: {exc}; --model not checked", file=sys.stderr)
-                return str(args.model)
-        return choose_model(args.url, served, args.model)
+                return str(args.model), None
+        model = choose_model(args.url, list(served), args.model)
+        return model, served[model]
     except ServerCheckError as exc:
         raise CliError(str(exc)) from None
 
@@ -392,13 +401,15 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             "--prompts brings its own prompts; drop --trace/--multi-turn/--prefix-groups"
         )
+    check_workload_flags(args)
     setup_logging(args.log_level)
     if args.report is not None:
         check_report_dir(args.report)
     prompts, trace = _read_files(args)
     check_workload(args, trace)
     tokenizer = _tokenizer(args.tokenizer)
-    model = asyncio.run(_get_model(args))
+    model, max_model_len = asyncio.run(_get_model(args))
+    check_context(args, max_model_len, trace)
 
     def count(texts: list[str]) -> list[int]:
         return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]

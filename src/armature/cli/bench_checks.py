@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,16 @@ from armature.config.values import http_url, int_between
 from armature.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_INPUT_LEN",
+    "DEFAULT_PREFIX_RATIO",
     "MAX_CONCURRENCY",
     "MAX_NUM_REQUESTS",
     "MAX_TURNS",
     "MAX_WARMUP",
+    "check_context",
     "check_report_dir",
     "check_workload",
+    "check_workload_flags",
     "concurrency",
     "len_spread",
     "list_of",
@@ -31,6 +36,9 @@ __all__ = [
 # The flags' upper bounds: past them a value is a typo, not a benchmark, and would cost
 # minutes of work or gigabytes before the first request.
 MAX_NUM_REQUESTS = 1_000_000
+# defaults a flag is told apart from (given where its workload does not read it: an error)
+DEFAULT_INPUT_LEN = 256
+DEFAULT_PREFIX_RATIO = 0.5
 MAX_WARMUP = 10_000  # sent one at a time
 MAX_SEQUENCE_TOKENS = 1 << 20  # --input-len, --output-len: a long-context model's window
 MAX_TURNS = 1_000
@@ -84,6 +92,67 @@ def list_of(parse: Any, what: str) -> Any:
             raise ConfigError(f"expected comma-separated {what}, got {text!r}") from None
 
     return parse_list
+
+
+def check_workload_flags(args: argparse.Namespace) -> None:
+    """CliError for a workload flag the chosen workload does not read (after the --trace and
+    --prompts checks): each workload takes its own, and one given to another did nothing."""
+    if args.time_scale != 1.0 and args.trace is None:
+        raise CliError("--time-scale is for --trace (it scales the trace's arrival times)")
+    if args.trace is not None and (args.multi_turn or args.prefix_groups):
+        raise CliError("--trace brings its own prompts; drop --multi-turn/--prefix-groups")
+    if args.multi_turn is not None and args.prefix_groups is not None:
+        raise CliError("give one of --multi-turn and --prefix-groups")
+    if args.prefix_ratio != DEFAULT_PREFIX_RATIO and args.prefix_groups is None:
+        raise CliError("--prefix-ratio is for --prefix-groups (the share of a prompt shared)")
+    plain = not (args.trace or args.prompts or args.multi_turn or args.prefix_groups)
+    if args.len_spread and not plain:
+        raise CliError(
+            "--len-spread is for synthetic prompts of their own (not --trace, --prompts, "
+            "--multi-turn or --prefix-groups)"
+        )
+    if args.input_len != DEFAULT_INPUT_LEN and (args.trace or args.prompts):
+        raise CliError("--input-len is for synthetic prompts (--trace and --prompts bring theirs)")
+
+
+def check_context(
+    args: argparse.Namespace, max_model_len: int | None, trace: list[Any] | None
+) -> None:
+    """CliError when the longest request the workload sends cannot fit the context the server
+    lists for the model (None: it lists none), before a run whose requests would all fail; a
+    trace is refused when none of its requests fits, and noted when some do not."""
+    if max_model_len is None or args.prompts is not None:
+        return
+    if trace is not None:
+        over = sum(1 for r in trace if r.input_length + r.output_length > max_model_len)
+        if over == len(trace):
+            raise CliError(
+                f"every request of trace {args.trace} is longer than the {max_model_len:,}-token"
+                " context the server lists for the model (max_model_len)"
+            )
+        if over:
+            print(
+                f"armature bench: note: {over:,} of the trace's {len(trace):,} requests are "
+                f"longer than the {max_model_len:,}-token context the server lists for the "
+                "model: they will fail (a 400 each)",
+                file=sys.stderr,
+            )
+        return
+    turns = args.multi_turn or 1
+    input_len = math.ceil(args.input_len * (1.0 + args.len_spread))
+    output_len = math.ceil(args.output_len * (1.0 + args.len_spread))
+    # a session's last turn resends every turn before it, answers included
+    longest = turns * input_len + turns * output_len
+    what = (
+        f"--input-len {args.input_len} + --output-len {args.output_len}"
+        + (f" over {turns} turns" if turns > 1 else "")
+        + (f" (+{args.len_spread:g})" if args.len_spread else "")
+    )
+    if longest > max_model_len:
+        raise CliError(
+            f"{what} is {longest:,} tokens, more than the {max_model_len:,}-token context "
+            "the server lists for the model (max_model_len)"
+        )
 
 
 def check_workload(args: argparse.Namespace, trace: list[Any] | None) -> None:

@@ -1,7 +1,8 @@
 """A minimal OpenAI-style streaming server with a fixed schedule, for testing the load
 generator: first chunk after `ttft_s`, then one chunk every `itl_s`, `tokens` chunks in all.
 Modes: "ok", "http_500" (every request), "malformed" (garbage after the first chunk). With
-`api_key`, a request without `Authorization: Bearer KEY` gets a 401."""
+`api_key`, a request without `Authorization: Bearer KEY` gets a 401. Its model, "fixed", is
+listed with `max_model_len` where one is given."""
 
 from __future__ import annotations
 
@@ -12,10 +13,19 @@ import threading
 
 class FixedServer:
     def __init__(
-        self, ttft_s: float, itl_s: float, tokens: int, mode: str = "ok", api_key: str = ""
+        self,
+        ttft_s: float,
+        itl_s: float,
+        tokens: int,
+        mode: str = "ok",
+        api_key: str = "",
+        max_model_len: int | None = None,
     ):
         self.ttft_s, self.itl_s, self.tokens, self.mode = ttft_s, itl_s, tokens, mode
         self.api_key = api_key
+        self.listed: dict[str, object] = {"id": "fixed"}
+        if max_model_len is not None:
+            self.listed["max_model_len"] = max_model_len
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -52,7 +62,7 @@ class FixedServer:
                     await _send_json(writer, b"401 Unauthorized", body)
                     continue
                 if head.startswith(b"GET /v1/models"):
-                    body = json.dumps({"data": [{"id": "fixed"}]}).encode()
+                    body = json.dumps({"data": [self.listed]}).encode()
                     writer.write(
                         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                         + f"Content-Length: {len(body)}\r\n\r\n".encode()

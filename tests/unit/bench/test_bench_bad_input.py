@@ -93,6 +93,12 @@ def test_bad_flags_are_refused_when_parsed(
         (["--sweep-rate", "4,1e-9"], "--rate 1e-09 spreads"),
         (["--sweep-concurrency", "1,2", "--trace", "t.jsonl"], "--trace brings its own schedule"),
         (["--prompts", "p.jsonl", "--multi-turn", "2"], "--prompts brings its own prompts"),
+        (["--time-scale", "0.5"], "--time-scale is for --trace"),
+        (["--trace", "t.jsonl", "--multi-turn", "2"], "--trace brings its own prompts"),
+        (["--multi-turn", "2", "--prefix-groups", "2"], "give one of --multi-turn and --prefix"),
+        (["--prefix-ratio", "0.9"], "--prefix-ratio is for --prefix-groups"),
+        (["--prefix-groups", "2", "--len-spread", "0.5"], "--len-spread is for synthetic"),
+        (["--trace", "t.jsonl", "--input-len", "64"], "--input-len is for synthetic prompts"),
     ],
 )
 def test_workloads_out_of_bounds_are_refused_before_the_server_is_asked(
@@ -239,10 +245,45 @@ def models_client(status: int, body: object) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.MockTransport(answer))
 
 
-async def test_served_models_are_the_listings_ids_in_order() -> None:
-    body = {"object": "list", "data": [{"id": "b"}, {"id": "a"}, {"id": 7}]}
-    async with models_client(200, body) as client:
-        assert await get_served_models(client, "http://s") == ["b", "a", "7"]
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--input-len", "9000"], "--input-len 9000 + --output-len 128 is 9,128 tokens"),
+        (["--input-len", "64", "--output-len", "4096", "--multi-turn", "2"], "over 2 turns"),
+        (["--input-len", "2000", "--len-spread", "0.5"], "(+0.5) is 3,192 tokens"),
+    ],
+)
+def test_requests_longer_than_the_listed_context_are_refused_before_the_run(
+    flags: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FixedServer(0.01, 0.001, 3, max_model_len=2048) as url:
+        err = one_line_error(["bench", "--url", url, "--num-requests", "2", *flags], capsys)
+    assert fragment in err and "than the 2,048-token context the server lists" in err
+
+
+def test_a_trace_is_refused_when_no_request_fits_the_context_and_noted_when_some_do_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = '{"timestamp": %d, "input_length": %d, "output_length": 8, "hash_ids": %s}\n'
+    long = [line % (i, 4000, list(range(8))) for i in range(3)]
+    short = [line % (i, 16, [0]) for i in (1, 2)]
+    longs = write(tmp_path / "long.jsonl", "".join(long))
+    mixed = write(tmp_path / "mixed.jsonl", "".join([long[0], *short]))
+    with FixedServer(0.01, 0.001, 3, max_model_len=2048) as url:
+        argv = ["bench", "--url", url, "--warmup", "0"]
+        err = one_line_error([*argv, "--trace", str(longs)], capsys)
+        assert f"every request of trace {longs} is longer than the 2,048-token context" in err
+        # the run goes on (this server answers every request; a real one refuses the long)
+        assert main([*argv, "--trace", str(mixed)]) == 0
+    err = capsys.readouterr().err
+    assert "note: 1 of the trace's 3 requests are longer than the 2,048-token context" in err
+
+
+async def test_served_models_are_the_listings_ids_in_order_with_their_contexts() -> None:
+    data = [{"id": "b", "max_model_len": 2048}, {"id": "a", "max_model_len": True}, {"id": 7}]
+    async with models_client(200, {"object": "list", "data": data}) as client:
+        served = await get_served_models(client, "http://s")
+    assert list(served.items()) == [("b", 2048), ("a", None), ("7", None)]
 
 
 @pytest.mark.parametrize(
