@@ -174,6 +174,16 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["planner", "--metrics-port", "70000"], "--metrics-port: must be -1..65535"),
         (["planner", "--season-intervals", "1"], "--season-intervals: must be at least 2"),
         (
+            ["planner", "--connector", "virtual", "--worker-args", "--engine mocker"],
+            "--worker-args is for --connector local (this planner's is virtual)",
+        ),
+        (
+            ["planner", "--dry-run", "--k8s-namespace", "x", "--frontend-wait-s", "0"],
+            "--k8s-namespace is for --connector kubernetes (this planner's is local)",
+        ),
+        (["planner", "--connector", "kubernetes", "--ack-timeout-s", "5"], "--ack-timeout-s is"),
+        (["planner", "--connector", "virtual", "--drain-timeout-s", "5"], "--drain-timeout-s is"),
+        (
             ["replay", "--synthetic", "multi-turn", "--report", "/tmp"],
             "--report /tmp is a directory",
         ),
@@ -821,8 +831,7 @@ def test_replay_says_which_planner_flags_need_the_planner(
         ),
         (
             ["--kv-bytes-per-block", "100"],
-            "--kv-bytes-per-block takes effect with --prefill-workers (a disaggregated fleet) "
-            "only",
+            "--kv-bytes-per-block takes effect with --prefill-workers (a disaggregated fleet) only",
         ),
         (
             ["--planner", "load", "--min-prefill-workers", "2", "--max-decode-workers", "3"],

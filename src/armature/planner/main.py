@@ -21,7 +21,13 @@ from pathlib import Path
 
 import msgspec
 
-from armature.config import PlannerCommandConfig, PlannerConfig, PlannerServiceConfig
+from armature.config import (
+    PlannerCommandConfig,
+    PlannerConfig,
+    PlannerServiceConfig,
+    flag_name,
+    iter_settings,
+)
 from armature.errors import ConfigError
 from armature.planner.actuator import Actuator
 from armature.planner.connectors.api import Connector
@@ -50,6 +56,7 @@ from armature.sim.profile_timing import load_profile
 
 __all__ = [
     "MIN_LIVE_INTERVAL_S",
+    "check_connector_settings",
     "check_live_intervals",
     "check_model",
     "describe_unseen_workers",
@@ -129,6 +136,34 @@ def read_role_models(
             f", --performance-model on {profiled.model_name!r}: profile the same model"
         )
     return RoleModels(prefill=prefill, decode=model), profiled, prefill_profiled
+
+
+# each connector's own settings: given with another connector, they would do nothing
+CONNECTOR_SETTINGS = {
+    "local": ("worker_args", "worker_log_dir", "drain_timeout_s"),
+    "virtual": ("ack_timeout_s",),
+    "kubernetes": (
+        "k8s_namespace",
+        "k8s_prefill_deployment",
+        "k8s_decode_deployment",
+        "k8s_agg_deployment",
+    ),
+}
+
+
+def check_connector_settings(service: PlannerServiceConfig) -> None:
+    """ConfigError for a connector's setting given with another connector."""
+    defaults = PlannerServiceConfig()
+    for connector, names in CONNECTOR_SETTINGS.items():
+        if connector == service.connector:
+            continue
+        for _, field, setting in iter_settings(PlannerServiceConfig):
+            name = field.name
+            if name in names and getattr(service, name) != getattr(defaults, name):
+                raise ConfigError(
+                    f"--{flag_name(name, setting)} is for --connector {connector} (this planner's "
+                    f"is {service.connector})"
+                )
 
 
 def run_planner(config: PlannerCommandConfig) -> None:
@@ -280,6 +315,7 @@ def check_live_intervals(planner: PlannerConfig) -> None:
 async def _run(config: PlannerCommandConfig) -> None:
     service, runtime = config.service, config.runtime
     check_live_intervals(config.planner)
+    check_connector_settings(service)
     model, profiled, prefill_profiled = read_role_models(service, config.planner)
     worker_argv = get_worker_argv(service.worker_args)
     if not service.dry_run and service.connector == "local" and not worker_argv:
