@@ -108,6 +108,13 @@ def check_sweep(sweep: ProfileSweepConfig, limits: EngineLimits) -> None:
             f"({limits.num_kv_tokens} tokens): lower --prefill-batch-requests or raise "
             f"{limits.kv_cache_flag}"
         )
+    bs = limits.block_size_tokens
+    for context in sweep.prefill_context_tokens:
+        if 0 < context < bs:
+            raise ConfigError(
+                f"--prefill-context-tokens {context} is less than one block ({bs} tokens): a "
+                "cached prefix is whole blocks (0: none)"
+            )
     for length, context in prefill_context_points(sweep, limits):
         if context + length + 1 > limits.max_model_len_tokens:
             raise ConfigError(

@@ -99,6 +99,10 @@ def test_a_sweep_that_fits_passes() -> None:
             "--prefill-context-tokens 400 (in whole blocks) plus --prefill-input-tokens 128 "
             "does not fit the context of 512",
         ),
+        (
+            _sweep(prefill_input_tokens=(32, 64), prefill_context_tokens=(5, 64)),
+            "--prefill-context-tokens 5 is less than one block (16 tokens)",
+        ),
     ],
 )
 def test_a_sweep_the_engine_cannot_run_is_refused(sweep: ProfileSweepConfig, message: str) -> None:
