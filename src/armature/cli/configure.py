@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from armature.configurator.model_spec import ModelSpec
     from armature.configurator.search import SearchResult, SearchSettings
     from armature.configurator.space import SearchSpace, Workload
+    from armature.protocols.timing_profile import TimingProfile
 
 __all__ = ["add_parser", "run"]
 
@@ -122,6 +123,7 @@ def _hardware(
                 "--system local needs --timing-profile (write one with armature profile)"
             )
         profile = read_profile(Path(config.timing_profile))
+        _check_local_space(config, profile)
         if profile.source.model != served_name:  # a directory's name may differ, so a note
             print(
                 f"armature: note: the timing profile was measured on model "
@@ -183,6 +185,29 @@ def _hardware(
     return accelerator_hardware(model, system, space, total, served_name), total
 
 
+def _check_local_space(config: ConfigureConfig, profile: TimingProfile) -> None:
+    """CliError for a search flag --system local cannot honour: it runs the engine as the
+    timing profile measured it (tensor parallelism 1, the profile's step budget); a note for
+    --max-num-seqs values above the profile's, which it leaves out."""
+    defaults = ConfigureConfig()
+    if config.tensor_parallel != defaults.tensor_parallel and config.tensor_parallel != (1,):
+        raise CliError("--tp: --system local runs one engine per worker (tp 1); drop --tp")
+    budget = profile.max_num_batched_tokens
+    given = config.max_num_batched_tokens
+    if given != defaults.max_num_batched_tokens and given != (budget,):
+        raise CliError(
+            f"--max-num-batched-tokens: --system local searches the timing profile's step "
+            f"budget, {budget} tokens (profile again with another to search it)"
+        )
+    above = [n for n in config.max_num_seqs if n > profile.max_num_seqs]
+    if above and config.max_num_seqs != defaults.max_num_seqs:
+        print(
+            f"armature: note: --max-num-seqs {','.join(map(str, above))} left out: the timing "
+            f"profile measured at most {profile.max_num_seqs} requests at once",
+            file=sys.stderr,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from armature.configurator.model_spec import read_model_spec
     from armature.configurator.search import SearchSettings, search
@@ -191,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
     config = read_settings(args, ConfigureConfig)
     if config.model is None:
         raise CliError("give --model (a local HF model directory or its config.json)")
+    if config.step_margin == 0 and config.max_ttft_growth != ConfigureConfig().max_ttft_growth:
+        raise CliError("--max-ttft-growth limits growth under --step-margin; it is 0 (none)")
     model_path = Path(config.model)
     model = read_model_spec(model_path, config.dtype)
     served_name = config.served_model_name or model.name

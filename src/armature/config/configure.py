@@ -183,7 +183,7 @@ class ConfigureConfig:
         0.5,
         "away from the knee: with every step --step-margin slower, a simulated configuration's "
         "TTFT p50 may grow at most this fraction (else it is offered less, as for the "
-        "margin); 0 for no limit; no effect with --step-margin 0",
+        "margin); 0 for no limit; not with --step-margin 0",
         parse=non_negative_float,
         env=_env("MAX_TTFT_GROWTH"),
     )

@@ -569,3 +569,25 @@ def test_a_stack_that_takes_every_core_is_refused(
         "--stack-idle-cores 5: the serving stack alone would take every one of the host's 1 "
         "cores (--host-cores), none left for the engines",
     )
+
+
+def test_the_local_system_refuses_search_flags_it_cannot_honour(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "profile.json"
+    write_small_profile(profile, model="tiny")  # 32 requests, a 1024-token step
+    argv = ["configure", "--model", str(tiny_dir), "--system", "local"]
+    argv += ["--timing-profile", str(profile), "--isl", "64", "--osl", "16"]
+    for flags, message in [
+        (["--tp", "4"], "--tp: --system local runs one engine per worker (tp 1)"),
+        (["--max-num-batched-tokens", "16384"], "searches the timing profile's step budget, 1024"),
+        (["--step-margin", "0", "--max-ttft-growth", "0.9"], "--max-ttft-growth limits growth"),
+    ]:
+        assert main([*argv, *flags]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], lines
+    # the profile's own values are taken; values above what it measured are left out, said
+    fine = ["--tp", "1", "--max-num-batched-tokens", "1024", "--max-num-seqs", "4,64,512"]
+    assert main([*argv, *fine, "--ttft-ms", "5000", "--itl-ms", "200", "--finalists", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "note: --max-num-seqs 64,512 left out: the timing profile measured at most 32" in err
