@@ -63,10 +63,12 @@ def pareto_table(points: list[tuple[str, BenchSummary]]) -> str:
     )
     lines = [header, "|" + "---|" * 9]
     for label, s in points:
+        judged = s.slo_ttft_ms is not None or s.slo_itl_ms is not None
+        goodput = f"{s.goodput_per_s:.2f}" if judged else "n/a (no --slo-*)"
         lines.append(
             f"| {label} | {s.requests_per_s:.2f} | {s.output_tokens_per_s:.1f} | "
             f"{s.output_tokens_per_s_per_user:.1f} | {s.ttft_ms.p50:.1f} | {s.ttft_ms.p99:.1f} | "
-            f"{s.itl_ms.p50:.1f} | {s.goodput_per_s:.2f} | {s.num_requests - s.num_ok} |"
+            f"{s.itl_ms.p50:.1f} | {goodput} | {s.num_requests - s.num_ok} |"
         )
     return "\n".join(lines)
 

@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 
 from armature.bench.client import RequestRecord
 from armature.bench.prompts import TextSynth
+from armature.bench.report import pareto_table
 from armature.bench.stats import summarize
 from armature.cli.main import main
 from armature.workload.traces import TraceRequest
@@ -64,6 +65,15 @@ def test_tokens_per_user_are_those_after_the_first_over_their_gaps() -> None:
     summary = summarize(records, wall_time_s=1.0)
     # 100 and 120 tokens/s; the one-chunk request has no decode rate
     assert summary.output_tokens_per_s_per_user == pytest.approx(110.0)
+
+
+def test_the_sweep_table_shows_goodput_only_where_slos_judge_it() -> None:
+    records = [record(0.1, [0.01, 0.01]), record(0.3, [0.01, 0.01])]
+    table = pareto_table(
+        [("c=1", summarize(records, 2.0)), ("c=2", summarize(records, 2.0, slo_ttft_ms=200))]
+    )
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    assert [row[7] for row in rows] == ["n/a (no --slo-*)", "0.50"]
 
 
 def test_goodput_counts_exactly_the_requests_meeting_both_slos() -> None:
