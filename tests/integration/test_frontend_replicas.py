@@ -494,3 +494,25 @@ def test_serve_starts_again_a_replica_or_worker_that_failed(
         log = (tmp_path / "stderr.log").read_text()
         assert f"frontend replica 1 (pid {replica}) failed (exit code -9)" in log
         assert re.search(rf"worker \d \(agg\) \(pid {worker}\) failed \(exit code -9\)", log)
+
+
+def test_a_replica_still_starting_on_a_shared_port_takes_no_connection(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A replica joining a shared port (`--reuse-port`) listens once it serves: while it
+    waits for workers, every connection to the port goes to the replica serving (a listener
+    of the group gets its share at once, and they waited out the other's start)."""
+    url, _ = fleet.start_frontend_process("frontend-shared", extra=[*REPLICA_ARGS, "--reuse-port"])
+    port = url.rsplit(":", 1)[1]
+    empty = tmp_path / "no-workers"
+    empty.mkdir()
+    args = ["frontend", "--port", port, "--reuse-port", "--host", "127.0.0.1"]
+    args += ["--discovery", "file", "--discovery-dir", str(empty)]
+    joining = fleet._spawn("frontend-joining", args)
+    try:
+        fleet.wait_for_log("frontend-joining", "waiting for workers", joining)
+        for _ in range(32):  # each a connection of its own
+            assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+    finally:
+        joining.terminate()
+        joining.wait(30)

@@ -225,8 +225,11 @@ def run_frontend(
     api_keys = load_api_keys(config.security)
     check_bindable("--replica-host", config.replicas.replica_host)
     if listen_socket is None:
+        # a replica joining a shared port listens once it serves: a listener of the group
+        # gets its share of the connections at once, and they would wait out its start
+        reuse_port = config.http.reuse_port
         listen_socket = reserve_listen_socket(
-            config.http.host, config.http.port, reuse_port=config.http.reuse_port
+            config.http.host, config.http.port, reuse_port=reuse_port, listen_now=not reuse_port
         )
     own_socket = reserve_replica_socket(config)
     http_url = get_http_url(own_socket)

@@ -23,13 +23,18 @@ def _bind_port(host: str, port: int) -> int:
         return bound
 
 
-def reserve_listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+def reserve_listen_socket(
+    host: str, port: int, *, reuse_port: bool = False, listen_now: bool = True
+) -> socket.socket:
     """A socket bound to `host`:`port` and listening, for the HTTP server to serve on later:
     ConfigError now, rather than after the model loaded, when the address is taken; and no
     port that a worker or transfer server binds meanwhile (port 0) can land on it. Not
     inherited by child processes. `reuse_port`: SO_REUSEPORT, so that other processes of
     this user listening on the same address with it too share the connections (the kernel
-    spreads them over the sockets); a socket without it still finds the address taken."""
+    spreads them over the sockets); a socket without it still finds the address taken.
+    Without `listen_now` it is bound only, and the server listens when it starts serving
+    (asyncio's `create_server` does): a process joining a shared port then gets no share of
+    the connections while it starts (they would wait in its backlog until it serves)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -37,7 +42,8 @@ def reserve_listen_socket(host: str, port: int, *, reuse_port: bool = False) -> 
         if reuse_port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
-        sock.listen(2048)
+        if listen_now:
+            sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
