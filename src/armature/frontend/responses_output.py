@@ -102,10 +102,13 @@ class ResponseBuilder:
     def output(self) -> list[dict[str, Any]]:
         return [item for i, item in enumerate(self.items) if i not in self._broken]
 
-    def snapshot(self, status: str, usage: Usage | None = None) -> dict[str, Any]:
+    def snapshot(
+        self, status: str, usage: Usage | None = None, completed_at_s: int | None = None
+    ) -> dict[str, Any]:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {
             **self.fields,
+            "completed_at": completed_at_s if status == "completed" else None,
             "status": status,
             "output": self.output,
             "usage": None if usage is None else response_usage(usage),
@@ -142,12 +145,14 @@ class ResponseBuilder:
         self._held_space = text  # e.g. the blank line between reasoning and calls: held
         return []
 
-    def finish(self, finish_reason: str | None, usage: Usage) -> list[Event]:
-        """Close the open item; `response.completed`, or `response.incomplete` when the
-        output hit max_output_tokens (or the context)."""
+    def finish(
+        self, finish_reason: str | None, usage: Usage, completed_at_s: int | None = None
+    ) -> list[Event]:
+        """Close the open item; `response.completed` (at `completed_at_s`, Unix seconds), or
+        `response.incomplete` when the output hit max_output_tokens (or the context)."""
         status = "incomplete" if finish_reason == "length" else "completed"
         events = self._close(status)  # the item the limit cut is incomplete too
-        self.response = self.snapshot(status, usage)
+        self.response = self.snapshot(status, usage, completed_at_s)
         return [*events, self._event(f"response.{status}", response=self.response)]
 
     def fail(self, message: str) -> list[Event]:

@@ -62,24 +62,32 @@ class _Lenient(BaseModel):
 
 
 class TextPart(_Lenient):
-    type: Literal["input_text", "output_text"]
-    text: str
+    """A message's text, or an assistant's refusal sent back in its history (rendered as
+    what it said)."""
 
+    type: Literal["input_text", "output_text", "refusal"]
+    text: str | None = None
+    refusal: str | None = None
 
-class RefusalPart(_Lenient):
-    """An assistant's refusal, sent back in its history: rendered as what it said."""
+    @model_validator(mode="after")
+    def _its_field(self) -> TextPart:
+        field = "refusal" if self.type == "refusal" else "text"
+        if getattr(self, field) is None:
+            raise PydanticCustomError(
+                "missing", "a {kind} part needs its {field}", {"kind": self.type, "field": field}
+            )
+        return self
 
-    type: Literal["refusal"]
-    refusal: str
-
-
-ContentPart = Annotated[TextPart | RefusalPart, Field(discriminator="type")]
+    def get_text(self) -> str:
+        text = self.refusal if self.type == "refusal" else self.text
+        assert text is not None  # checked when made
+        return text
 
 
 class MessageItem(_Lenient):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: list[ContentPart]  # a string comes in as one input_text part
+    content: list[TextPart]  # a string comes in as one input_text part
 
     @field_validator("content", mode="before")
     @classmethod
@@ -89,14 +97,14 @@ class MessageItem(_Lenient):
     @field_validator("content")
     @classmethod
     def _refusals_are_the_assistants(
-        cls, value: list[TextPart | RefusalPart], info: ValidationInfo
-    ) -> list[TextPart | RefusalPart]:
-        if info.data.get("role") != "assistant" and any(isinstance(p, RefusalPart) for p in value):
+        cls, value: list[TextPart], info: ValidationInfo
+    ) -> list[TextPart]:
+        if info.data.get("role") != "assistant" and any(p.type == "refusal" for p in value):
             raise ValueError("only an assistant message may hold a refusal part")
         return value
 
     def text(self) -> str:
-        return "".join(p.text if isinstance(p, TextPart) else p.refusal for p in self.content)
+        return "".join(part.get_text() for part in self.content)
 
 
 class FunctionCallItem(_Lenient):

@@ -172,7 +172,7 @@ class ResponseRun:
 
         self.builder.start()
         await unless_disconnected(collect(), http_request, self.service.chat.closing)
-        self.builder.finish(finish[0], usage)
+        self.builder.finish(finish[0], usage, int(time.time()))
         self.service.keep(self)
         assert self.builder.response is not None
         return self.builder.response
@@ -196,7 +196,7 @@ class ResponseRun:
             for event in self.builder.fail(str(exc)):
                 yield _sse(event)
             return
-        events = self.builder.finish(finish, usage)
+        events = self.builder.finish(finish, usage, int(time.time()))
         self.service.keep(self)
         for event in events:
             yield _sse(event)

@@ -107,15 +107,18 @@ def test_hitting_the_token_limit_is_incomplete() -> None:
     b = builder()
     b.start()
     b.feed(call(0, "f"))
-    response = b.finish("length", Usage(completion_tokens=4))[-1]["response"]
+    response = b.finish("length", Usage(completion_tokens=4), 1_800_000_000)[-1]["response"]
     assert [(i["type"], i["status"]) for i in response["output"]] == [
         ("function_call", "incomplete")
     ]
+    assert response["completed_at"] is None  # only a completed response has the time
     b = builder()
-    b.start()
+    created = b.start()[0]["response"]
+    assert created["completed_at"] is None
     b.feed(ChatPiece(parts=("Done.",)))
-    response = b.finish("stop", Usage(completion_tokens=2))[-1]["response"]
+    response = b.finish("stop", Usage(completion_tokens=2), 1_800_000_000)[-1]["response"]
     assert [(i["type"], i["status"]) for i in response["output"]] == [("message", "completed")]
+    assert response["completed_at"] == 1_800_000_000
 
 
 def test_an_engine_failure_is_a_failed_response() -> None:
