@@ -149,6 +149,16 @@ def read_model_spec(path: Path, dtype: str) -> ModelSpec:
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
     name, config = _read_config(path)
+    try:
+        return _spec(name, config, dtype)
+    except ConfigError as exc:  # "config.json: ...": the file as given, which may be another
+        message = str(exc).removeprefix("config.json")
+        file = path / "config.json" if path.is_dir() else path
+        raise ConfigError(f"--model {path}: {file.name}{message}") from None
+
+
+def _spec(name: str, config: dict[str, Any], dtype: str) -> ModelSpec:
+    """The shape `config` (a config.json's object) gives; ConfigError naming config.json."""
     text = config.get("text_config")  # a multimodal model's language model
     if text is not None:
         if not isinstance(text, dict):

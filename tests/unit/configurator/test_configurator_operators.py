@@ -191,6 +191,17 @@ def test_model_spec_refuses_what_is_not_an_llm_config(
         read_model_spec(tmp_path, "bfloat16")
 
 
+def test_a_file_given_as_the_model_is_named_in_its_errors(tmp_path: Path) -> None:
+    other = tmp_path / "prediction.json"
+    other.write_text(json.dumps({"ttft_ms_p50": 12.5}))
+    with pytest.raises(ConfigError) as caught:
+        read_model_spec(other, "bfloat16")
+    assert str(caught.value) == (
+        f"--model {other}: prediction.json has no num_attention_heads (not a decoder-only LLM "
+        "config?)"
+    )
+
+
 def test_model_spec_refuses_a_missing_file_and_an_unknown_dtype(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"no config\.json there"):
         read_model_spec(tmp_path, "bfloat16")
