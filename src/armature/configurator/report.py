@@ -16,22 +16,24 @@ _HEADER = (
 )
 
 
-def _row(rank: int, r: Ranked) -> str:
+def _row(rank: int, r: Ranked, result: SearchResult) -> str:
     p = r.prediction
     config = f"{r.deployment.describe()} x{r.num_groups}"
+    _, per_gpu = result.get_served(r)
     return (
         f"{rank:>2}  {config:<50} {r.num_gpus:>5} {p.ttft_ms:>8.1f} {p.itl_ms:>7.2f} "
-        f"{p.tokens_per_s_per_gpu:>10.1f} {p.tokens_per_s_per_user:>10.1f}  "
+        f"{per_gpu:>10.1f} {p.tokens_per_s_per_user:>10.1f}  "
         f"{'sim' if r.simulated else 'est':<3} {'yes' if r.meets_targets else 'no':<5}"
     )
 
 
 def format_table(result: SearchResult, top: int) -> str:
     """The first `top` configurations, best first ("x N": N groups deployed; "by": sim for
-    the simulator's prediction, est for the fast estimate's)."""
+    the simulator's prediction, est for the fast estimate's; tokens/s per GPU as served:
+    with a request rate, its share per group)."""
     lines = [_HEADER, "-" * len(_HEADER)]
     shown = result.ranked[:top]
-    lines += [_row(i + 1, r) for i, r in enumerate(shown)]
+    lines += [_row(i + 1, r, result) for i, r in enumerate(shown)]
     if len({r.simulated for r in shown}) == 2:  # why a sim row ranks above a better-looking est
         lines.append(
             "sim rows (the simulator's prediction) rank above est rows (the fast estimate, "
@@ -61,9 +63,9 @@ def format_side_by_side(result: SearchResult) -> str:
     add("groups x GPUs", lambda r: f"{r.num_groups} x {r.deployment.num_gpus}")
     add("TTFT ms (median)", lambda r: f"{r.prediction.ttft_ms:.1f}")
     add("ITL ms (mean)", lambda r: f"{r.prediction.itl_ms:.2f}")
-    add("tokens/s per GPU", lambda r: f"{r.prediction.tokens_per_s_per_gpu:.1f}")
+    add("tokens/s per GPU", lambda r: f"{result.get_served(r)[1]:.1f}")
     add("tokens/s per user", lambda r: f"{r.prediction.tokens_per_s_per_user:.1f}")
-    add("requests/s per group", lambda r: f"{r.prediction.request_rate_per_s:.2f}")
+    add("requests/s per group", lambda r: f"{result.get_served(r)[0]:.2f}")
     add("meets the targets", lambda r: "yes" if r.meets_targets else "no")
     add("TTFT / ITL ms, --step-margin slower", _slower)
     add("predicted by", lambda r: "simulator" if r.simulated else "estimate")

@@ -112,10 +112,22 @@ class SearchResult:
     points: list[tuple[Deployment, Prediction]] = field(default_factory=list)  # every estimate
     num_deployments: int = 0
     num_fitting: int = 0
+    request_rate_per_s: float | None = None  # --request-rate, which the groups share
 
     @property
     def meets_targets(self) -> bool:
         return bool(self.ranked) and self.ranked[0].meets_targets
+
+    def get_served(self, r: Ranked) -> tuple[float, float]:
+        """(requests/s per group, output tokens/s per GPU) `r` serves: a simulated row's as
+        simulated; an estimated one's at its capacity, or with --request-rate at that rate's
+        share per group (at most its capacity), as the simulated rows are."""
+        p = r.prediction
+        rate = self.request_rate_per_s
+        if r.simulated or rate is None or p.request_rate_per_s <= 0:
+            return p.request_rate_per_s, p.tokens_per_s_per_gpu
+        share = min(1.0, rate / r.num_groups / p.request_rate_per_s)
+        return p.request_rate_per_s * share, p.tokens_per_s_per_gpu * share
 
     def get_best(self, mode: str) -> Ranked | None:
         return next((r for r in self.ranked if r.deployment.mode == mode), None)
@@ -356,4 +368,6 @@ def search(
     simulated.sort(key=lambda r: rank_key(r, by_gpus))
     done = {id(r.deployment) for r in simulated}
     rest = [r for r in ranked if id(r.deployment) not in done]
-    return SearchResult(simulated + rest, points, num_deployments, num_fitting)
+    return SearchResult(
+        simulated + rest, points, num_deployments, num_fitting, settings.request_rate_per_s
+    )

@@ -98,6 +98,35 @@ def test_with_a_request_rate_it_ranks_by_fewest_gpus() -> None:
     assert first.meets_targets
 
 
+def test_with_a_request_rate_every_row_shows_what_it_serves_of_it() -> None:
+    """An estimated row's capacity is more than the rate's share of its groups: the table
+    shows the share (as the simulated rows show what they were offered), never more than the
+    rate allows."""
+    result = search(_toy_hardware(), _settings(request_rate_per_s=10.0, num_finalists=1))
+    estimated = [r for r in result.ranked if not r.simulated]
+    assert estimated and any(r.simulated for r in result.ranked)
+    osl = WORKLOAD.osl_tokens
+    for r in result.ranked:
+        per_group, per_gpu = result.get_served(r)
+        if r.simulated:
+            assert (per_group, per_gpu) == (
+                r.prediction.request_rate_per_s,
+                r.prediction.tokens_per_s_per_gpu,
+            )
+            continue
+        share = min(10.0 / r.num_groups, r.prediction.request_rate_per_s)
+        assert per_group == pytest.approx(share)
+        assert per_gpu == pytest.approx(share * osl / r.deployment.num_gpus)
+        assert per_gpu * r.num_gpus <= 10.0 * osl * (1 + 1e-9)
+    # without a rate: each at its capacity
+    plain = search(_toy_hardware(), _settings(num_finalists=1))
+    r = next(r for r in plain.ranked if not r.simulated)
+    assert plain.get_served(r) == (
+        r.prediction.request_rate_per_s,
+        r.prediction.tokens_per_s_per_gpu,
+    )
+
+
 def test_a_rate_beyond_the_gpus_misses() -> None:
     result = search(_toy_hardware(), _settings(request_rate_per_s=1000.0, num_finalists=1))
     assert not result.meets_targets
