@@ -834,6 +834,14 @@ def test_replay_says_which_planner_flags_need_the_planner(
             "--kv-bytes-per-block takes effect with --prefill-workers (a disaggregated fleet) only",
         ),
         (
+            ["--planner", "load", "--predictor", "moving-average", "--planner-trim-step", "0.1"],
+            "--predictor, --planner-trim-step take effect with --planner sla or both only",
+        ),
+        (
+            ["--planner", "sla", "--scale-down-ratio", "0.9"],
+            "--scale-down-ratio takes effect with --planner load or both only",
+        ),
+        (
             ["--planner", "load", "--min-prefill-workers", "2", "--max-decode-workers", "3"],
             "--min-prefill-workers, --max-decode-workers take effect with --prefill-workers (a "
             "disaggregated fleet) only",

@@ -254,6 +254,11 @@ def _note_ignored_flags(args: argparse.Namespace, config: ReplayConfig) -> None:
     if not config.tiers.is_enabled:
         cases.append(("a lower KV tier", KvTierConfig, TIER_SETTINGS))
         cases.append(("a lower KV tier", RouterConfig, ("tier_aware",)))
+    if args.planner == "load":  # the throughput plan's settings: it never runs
+        unread = ("predictor", "season_intervals", "trim_step", "trim_min_scale")
+        cases.append(("--planner sla or both", PlannerConfig, unread))
+    if args.planner == "sla":  # the load rule's
+        cases.append(("--planner load or both", PlannerConfig, ("scale_down_ratio",)))
     if args.planner is not None and not args.prefill_workers:
         roles = [
             f"{end}_{role}_workers" for role in ("prefill", "decode") for end in ("min", "max")
