@@ -1018,3 +1018,18 @@ def test_a_planned_disaggregated_fleet_cut_to_the_limits_is_noted(
         "armature: note: the planner starts the fleet within --min-workers 1 and --max-workers "
         "2 per role, not at --prefill-workers 4 and decode workers (the rest of --workers) 8"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "total"),
+    [(["--max-total-workers", "2"], 2), (["--gpus-per-worker", "2", "--gpu-budget", "5"], 2)],
+)
+def test_a_planned_fleet_cut_to_its_total_budget_is_noted(
+    capsys: pytest.CaptureFixture[str], flags: list[str], total: int
+) -> None:
+    argv = ["replay", "--synthetic", "multi-turn", "--num-requests", "20", "--workers", "3"]
+    assert main([*argv, "--planner", "load", *flags]) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"armature: note: the planner starts the fleet within {total} workers in all "
+        "(--max-total-workers, or --gpu-budget over --gpus-per-worker), not at --workers 3"
+    )

@@ -146,6 +146,14 @@ def _check_before(args: argparse.Namespace, config: ReplayConfig) -> None:
                 f"--max-workers {high} per role, not at {' and '.join(outside)}",
                 file=sys.stderr,
             )
+        total = config.planner.get_max_total_workers()
+        if total is not None and args.workers > total:
+            print(
+                f"armature: note: the planner starts the fleet within {total} workers in all "
+                "(--max-total-workers, or --gpu-budget over --gpus-per-worker), not at "
+                f"--workers {args.workers}",
+                file=sys.stderr,
+            )
 
 
 def _check_index_room(args: argparse.Namespace, config: ReplayConfig) -> None:
