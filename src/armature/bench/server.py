@@ -3,7 +3,7 @@ unreachable server or a model it does not serve is one clear error up front, not
 every request fails.
 
     served = await get_served_models(client, "http://127.0.0.1:8000")
-    model = choose_model("http://127.0.0.1:8000", served, requested=None)  # the first listed
+    model = choose_model("http://127.0.0.1:8000", list(served), requested=None)  # the first
 """
 
 from __future__ import annotations

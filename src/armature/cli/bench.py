@@ -15,6 +15,7 @@ from typing import Any
 
 from armature.cli.bench_checks import (
     DEFAULT_INPUT_LEN,
+    DEFAULT_OUTPUT_LEN,
     DEFAULT_PREFIX_RATIO,
     MAX_CONCURRENCY,
     MAX_NUM_REQUESTS,
@@ -121,7 +122,10 @@ def _add_workload_args(bench: argparse.ArgumentParser) -> None:
         help="synthetic tokens",
     )
     bench.add_argument(
-        "--output-len", type=arg_type(sequence_tokens), default=128, help="max_tokens"
+        "--output-len",
+        type=arg_type(sequence_tokens),
+        default=DEFAULT_OUTPUT_LEN,
+        help="max_tokens",
     )
     bench.add_argument(
         "--len-spread", type=arg_type(len_spread), default=0.0, help="lengths +- this fraction"

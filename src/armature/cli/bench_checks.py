@@ -17,6 +17,7 @@ from armature.errors import ConfigError
 
 __all__ = [
     "DEFAULT_INPUT_LEN",
+    "DEFAULT_OUTPUT_LEN",
     "DEFAULT_PREFIX_RATIO",
     "MAX_CONCURRENCY",
     "MAX_NUM_REQUESTS",
@@ -38,6 +39,7 @@ __all__ = [
 MAX_NUM_REQUESTS = 1_000_000
 # defaults a flag is told apart from (given where its workload does not read it: an error)
 DEFAULT_INPUT_LEN = 256
+DEFAULT_OUTPUT_LEN = 128
 DEFAULT_PREFIX_RATIO = 0.5
 MAX_WARMUP = 10_000  # sent one at a time
 MAX_SEQUENCE_TOKENS = 1 << 20  # --input-len, --output-len: a long-context model's window
@@ -113,6 +115,8 @@ def check_workload_flags(args: argparse.Namespace) -> None:
         )
     if args.input_len != DEFAULT_INPUT_LEN and (args.trace or args.prompts):
         raise CliError("--input-len is for synthetic prompts (--trace and --prompts bring theirs)")
+    if args.output_len != DEFAULT_OUTPUT_LEN and args.trace:
+        raise CliError("--output-len is for prompts without their own (the trace's requests have)")
 
 
 def check_context(

@@ -32,6 +32,12 @@ def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
             f"fleet samples of --load-interval-s {args.load_interval_s:g} (compress it with "
             "--time-scale or raise the rate)"
         )
+    # the throughput plan (a forecaster's fit each) runs every --planner-interval-s
+    if args.planner in ("sla", "both") and span_s / args.interval_s > max_samples:
+        raise CliError(
+            f"the workload spans {span_s:.3g} s of simulated time, more than {max_samples:,} "
+            f"throughput plans of --planner-interval-s {args.interval_s:g} (raise it)"
+        )
     return requests
 
 

@@ -196,6 +196,9 @@ class JobBuilder:
         tool_use = plan_tools(body, features, self.parsers.tool_call_name, markers)
         guide = await _checked_guide(body, tool_use.guide, body.tools)
         template_kwargs = body.template_kwargs()
+        unread = sorted(set(template_kwargs) - features.variables)
+        if unread:  # as unknown fields: clients send them to every model alike
+            log.info("chat: the chat template reads no %s; ignoring them", ", ".join(unread))
         try:
             size_chars = len(msgspec.json.encode([messages, tool_use.tools, template_kwargs]))
             prompt_ids = await _encoded(

@@ -173,8 +173,9 @@ class Preprocessor:
                 **(template_kwargs or {}),
             )
         except _RENDER_ERRORS as exc:  # the request's data: its messages, its variables
+            given = f" with the variables {', '.join(template_kwargs)}" if template_kwargs else ""
             raise ChatRenderError(
-                f"the chat template cannot render these messages: {exc}"
+                f"the chat template cannot render these messages{given}: {exc}"
             ) from None
         assert isinstance(text, str)
         return text

@@ -61,14 +61,15 @@ MAX_TEMPLATE_KWARGS = 64
 
 # OpenAI's reasoning efforts; the chat template reads the request's as `reasoning_effort`
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
-# what `apply_chat_template` itself takes: a template variable of these names would reach
-# the renderer, not the template
+# what `apply_chat_template` and its renderer take themselves: a template variable of these
+# names would reach the renderer, not the template (a test checks them against transformers)
 RESERVED_TEMPLATE_KWARGS = frozenset(
     {
         "add_generation_prompt",
         "chat_template",
         "continue_final_message",
         "conversation",
+        "conversations",
         "documents",
         "max_length",
         "messages",
@@ -76,6 +77,7 @@ RESERVED_TEMPLATE_KWARGS = frozenset(
         "return_assistant_tokens_mask",
         "return_dict",
         "return_tensors",
+        "sanitize_control_tokens",
         "tokenize",
         "tokenizer_kwargs",
         "tools",
@@ -126,6 +128,14 @@ class ChatMessage(_Strict):
     name: str | None = None
     tool_calls: list[MessageToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS)
     tool_call_id: str | None = None
+    refusal: str | None = None  # an assistant's, as OpenAI returned it: what it said
+
+    @field_validator("refusal")
+    @classmethod
+    def _refusal_is_the_assistants(cls, refusal: Any, info: ValidationInfo) -> Any:
+        if refusal is not None and info.data.get("role") != "assistant":
+            raise ValueError("only an assistant message holds a refusal")
+        return refusal
 
     @field_validator("content")
     @classmethod
@@ -139,7 +149,10 @@ class ChatMessage(_Strict):
 
     def text(self) -> str:
         """The message's text; list content must be text parts only (an assistant's may
-        also hold refusal parts, rendered as what it said)."""
+        also hold refusal parts, and a refusal, each rendered as what it said)."""
+        return self._content_text() + (self.refusal or "")
+
+    def _content_text(self) -> str:
         if self.content is None:
             return ""
         if isinstance(self.content, str):

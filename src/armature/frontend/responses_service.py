@@ -65,6 +65,11 @@ class ResponsesService:
         what cannot run."""
         if body.model_extra:
             log.info("responses: ignoring unknown fields %s", sorted(body.model_extra))
+        if body.reasoning is not None and body.reasoning.model_extra:
+            log.info(
+                "responses: ignoring unknown reasoning fields %s",
+                sorted(body.reasoning.model_extra),
+            )
         for param, reason in body.unsupported_fields():
             raise ApiError(reason, param=param, code="unsupported_parameter")
         history, history_listed = self._history(body.previous_response_id)

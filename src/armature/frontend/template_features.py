@@ -19,6 +19,8 @@ class TemplateFeatures:
     # the template names the developer role ('developer' as a string); one that does not
     # gets developer messages as system messages (OpenAI's developer replaces system)
     knows_developer: bool = False
+    # the variables the template reads that nothing defines in it (request variables among)
+    variables: frozenset[str] = frozenset()
 
 
 def read_template_features(sources: list[str]) -> TemplateFeatures:
@@ -28,15 +30,18 @@ def read_template_features(sources: list[str]) -> TemplateFeatures:
     # transformers renders with this environment and the loop-controls extension
     env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
     takes_tools = renders_tool_calls = knows_developer = False
+    variables: set[str] = set()
     for source in sources:
         try:
             tree = env.parse(source)
         except TemplateSyntaxError:
             continue
-        takes_tools |= "tools" in meta.find_undeclared_variables(tree)
+        read = meta.find_undeclared_variables(tree)
+        variables |= read
+        takes_tools |= "tools" in read
         renders_tool_calls |= _mentions(tree, "tool_calls")
         knows_developer |= any(node.value == "developer" for node in tree.find_all(nodes.Const))
-    return TemplateFeatures(takes_tools, renders_tool_calls, knows_developer)
+    return TemplateFeatures(takes_tools, renders_tool_calls, knows_developer, frozenset(variables))
 
 
 def _mentions(tree: nodes.Template, name: str) -> bool:

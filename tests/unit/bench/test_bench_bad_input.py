@@ -99,6 +99,7 @@ def test_bad_flags_are_refused_when_parsed(
         (["--prefix-ratio", "0.9"], "--prefix-ratio is for --prefix-groups"),
         (["--prefix-groups", "2", "--len-spread", "0.5"], "--len-spread is for synthetic"),
         (["--trace", "t.jsonl", "--input-len", "64"], "--input-len is for synthetic prompts"),
+        (["--trace", "t.jsonl", "--output-len", "64"], "--output-len is for prompts without"),
     ],
 )
 def test_workloads_out_of_bounds_are_refused_before_the_server_is_asked(

@@ -12,7 +12,6 @@ import pytest
 from armature.config.chat import ChatConfig
 from armature.frontend.chat_setup import chatml_tools_template, load_chat_setup, renders_like
 from armature.frontend.preprocess import Preprocessor
-from armature.frontend.template_features import TemplateFeatures
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
@@ -33,7 +32,8 @@ def test_default_model_gets_the_bundled_template_and_hermes(
         setup = load_chat_setup(default_model_dir, ChatConfig())
     assert setup.parsers.tool_call_name == "hermes"
     assert setup.preprocessor.tools_template == chatml_tools_template()
-    assert setup.preprocessor.template_features == TemplateFeatures(True, True)
+    features = setup.preprocessor.template_features
+    assert (features.takes_tools, features.renders_tool_calls) == (True, True)
     assert caplog.messages == [
         "chat template: the bundled ChatML tools template for chats with tools (the model's "
         "own ChatML template renders no tools); tool-call parser: hermes; reasoning parser: "

@@ -16,7 +16,6 @@ from armature.frontend.parsing import TOOL_CALL_PARSERS
 from armature.frontend.parsing.tool_call import ToolCall
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.protocol import ChatMessage
-from armature.frontend.template_features import TemplateFeatures
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
@@ -43,7 +42,8 @@ HISTORY: Any = [
 
 def test_the_default_template_renders_neither_tools_nor_calls(default_model_dir: Path) -> None:
     preprocessor = Preprocessor(default_model_dir)
-    assert preprocessor.template_features == TemplateFeatures(False, False)
+    features = preprocessor.template_features
+    assert (features.takes_tools, features.renders_tool_calls) == (False, False)
     # a tool message alone still renders, by its role
     messages = template_messages(
         [ChatMessage.model_validate(m) for m in [HISTORY[0], HISTORY[2]]],
@@ -57,7 +57,8 @@ def test_the_default_template_renders_neither_tools_nor_calls(default_model_dir:
 def test_calls_written_by_the_template_parse_back(default_model_dir: Path) -> None:
     preprocessor = Preprocessor(default_model_dir, TEMPLATE)
     features = preprocessor.template_features
-    assert features == TemplateFeatures(takes_tools=True, renders_tool_calls=True)
+    assert (features.takes_tools, features.renders_tool_calls) == (True, True)
+    assert {"messages", "tools", "add_generation_prompt"} <= features.variables
     messages = template_messages([ChatMessage.model_validate(m) for m in HISTORY], features)
     text = preprocessor.render_chat(messages, TOOLS)
     assert json.dumps(TOOLS[0]) in text

@@ -6,6 +6,8 @@ that fails on a variable's value is a 400."""
 
 from __future__ import annotations
 
+import inspect
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from frontend_fakes import ScriptedEngine, one_engine_frontend, openai_client
 
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
+from armature.frontend.protocol import RESERVED_TEMPLATE_KWARGS
 
 pytestmark = pytest.mark.slow  # loads the default model's tokenizer
 
@@ -103,7 +106,7 @@ async def test_bad_variables_are_400s_naming_the_field(preprocessor: Preprocesso
         (chat, {kw: [1]}, kw, "dictionary"),
         (chat, {kw: {f"k{i}": i for i in range(65)}}, kw, "at most 64"),
         # the template adds 1 to `depth`: a string fails while rendering
-        (chat, {kw: {"depth": "two"}}, "messages", "cannot render"),
+        (chat, {kw: {"depth": "two"}}, "messages", "messages with the variables depth:"),
         ("responses", {"reasoning": {"effort": "max"}}, "reasoning.effort", "Input should"),
         ("responses", {"reasoning": {"summary": "long"}}, "reasoning.summary", "Input should"),
     ]
@@ -149,24 +152,22 @@ async def test_an_assistants_refusal_in_the_history_renders_as_what_it_said(
     default_model_dir: Path,
 ) -> None:
     engine, client = serve(Preprocessor(default_model_dir))
-    engine.outputs = ["Hello."] * 4
+    engine.outputs = ["Hello."] * 5
     said = "I cannot help with that."
-    for content in (said, [{"type": "refusal", "refusal": said}]):
-        history = [
-            *ASK,
-            {"role": "assistant", "content": content},
-            {"role": "user", "content": "Ok"},
-        ]
-        await client.chat.completions.create(model=MODEL, messages=history)  # type: ignore[arg-type]
-    items = [{"type": "refusal", "refusal": said}]
-    for content in ([{"type": "output_text", "text": said}], items):
-        history = [
-            *ASK,
-            {"role": "assistant", "content": content},
-            {"role": "user", "content": "Ok"},
-        ]
+    refused = [{"type": "refusal", "refusal": said}]
+    then = {"role": "user", "content": "Ok"}
+    assistants: list[dict[str, Any]] = [
+        {"role": "assistant", "content": said},
+        {"role": "assistant", "content": refused},
+        # the message as OpenAI returned it: no content, the refusal beside it
+        {"role": "assistant", "content": None, "refusal": said},
+    ]
+    for assistant in assistants:
+        await client.chat.completions.create(model=MODEL, messages=[*ASK, assistant, then])
+    for content in ([{"type": "output_text", "text": said}], refused):
+        history = [*ASK, {"role": "assistant", "content": content}, then]
         await client.responses.create(model=MODEL, input=history)  # type: ignore[arg-type]
-    assert len(set(map(tuple, engine.prompts))) == 1  # all four the same prompt
+    assert len(set(map(tuple, engine.prompts))) == 1  # all five the same prompt
     assert said in engine.preprocessor.decode(engine.prompts[0])
 
     # only an assistant refuses
@@ -175,4 +176,32 @@ async def test_an_assistants_refusal_in_the_history_renders_as_what_it_said(
         await client.chat.completions.create(model=MODEL, messages=refusal)  # type: ignore[arg-type]
     with pytest.raises(openai.BadRequestError, match="only an assistant message may hold"):
         await client.responses.create(model=MODEL, input=refusal)  # type: ignore[arg-type]
-    assert len(engine.prompts) == 4
+    user_refusal: Any = [{"role": "user", "content": "hi", "refusal": "no"}]
+    with pytest.raises(openai.BadRequestError, match="only an assistant message holds a ref"):
+        await client.chat.completions.create(model=MODEL, messages=user_refusal)
+    assert len(engine.prompts) == 5
+
+
+def test_the_renderers_own_arguments_are_refused_as_variables() -> None:
+    """Every argument transformers' renderer takes itself is a reserved name (a new one in a
+    later transformers would reach the renderer, not the template)."""
+    from transformers import PreTrainedTokenizerBase
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    taken = set(inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters)
+    taken |= set(inspect.signature(render_jinja_template).parameters)
+    assert taken - {"self", "kwargs"} <= RESERVED_TEMPLATE_KWARGS
+
+
+async def test_variables_the_template_does_not_read_are_logged(
+    preprocessor: Preprocessor, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, client = serve(preprocessor)
+    engine.outputs = ["Hello."] * 2
+    caplog.set_level(logging.INFO, logger="armature.frontend.jobs")
+    read: Any = {"chat_template_kwargs": {"enable_thinking": False}}
+    await client.chat.completions.create(model=MODEL, messages=ASK, extra_body=read)
+    assert "reads no" not in caplog.text
+    unread: Any = {"chat_template_kwargs": {"thinking_budget": 5, "enable_thinking": True}}
+    await client.chat.completions.create(model=MODEL, messages=ASK, extra_body=unread)
+    assert "chat: the chat template reads no thinking_budget; ignoring them" in caplog.text
