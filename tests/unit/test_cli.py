@@ -195,6 +195,18 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["replay", "--synthetic", "multi-turn", "--limit", "3"], "--limit is for --trace"),
         (["replay", "--synthetic", "multi-turn", "--time-scale", "2"], "--time-scale is for"),
         (["replay", "--trace", "t.jsonl", "--num-requests", "5"], "--num-requests is for --synth"),
+        (
+            [
+                "replay",
+                "--synthetic",
+                "multi-turn",
+                "--planner",
+                "sla",
+                "--planner-interval-s",
+                "1e-4",
+            ],
+            "more than 10,000 throughput plans of --planner-interval-s 0.0001 (raise it)",
+        ),
         (["replay", "--trace", "t.jsonl", "--rate-rps", "100"], "--rate-rps is for --synthetic"),
         (["replay", "--synthetic", "multi-turn", "--shape-factor", "9"], "is for --rate-shape st"),
         (
