@@ -101,16 +101,12 @@ def _forced(
 def template_messages(
     messages: list[ChatMessage], features: TemplateFeatures
 ) -> list[dict[str, Any]]:
-    """The history as the chat template takes it: text content, for assistant calls the
-    arguments as objects (templates write them with `tojson`), and developer messages as
-    system messages where the template knows no developer role."""
+    """The history as the chat template takes it: text content, and for assistant calls the
+    arguments as objects (templates write them with `tojson`)."""
     out = []
     for i, message in enumerate(messages):
-        role = message.role
-        if role == "developer" and not features.knows_developer:
-            role = "system"
         try:
-            item: dict[str, Any] = {"role": role, "content": message.text()}
+            item: dict[str, Any] = {"role": message.role, "content": message.text()}
         except InvalidRequestError as exc:
             raise ApiError(str(exc), param=f"messages.{i}.content") from None
         if message.name is not None:

@@ -112,6 +112,10 @@ _RENDER_ERRORS = (
 )
 
 
+def _as_system(message: dict[str, Any]) -> dict[str, Any]:
+    return {**message, "role": "system"}
+
+
 class Preprocessor:
     """The model's tokenizer and chat template; `chat_template` (Jinja source) replaces the
     model's own. A tools template (`with_tools_template`) renders the chats that use tools
@@ -128,6 +132,7 @@ class Preprocessor:
         whose = "the --chat-template template" if chat_template else "the model's chat template"
         _check_template_syntax(sources, whose)
         self.template_features: TemplateFeatures = read_template_features(sources)
+        self._own_features = self.template_features  # the chat template's, whatever renders tools
         # the raw `tokenizers` object decodes several times faster than the transformers
         # wrapper; streaming calls it once or twice per token
         self.decoder: Any = getattr(self.tokenizer, "backend_tokenizer", self.tokenizer)
@@ -157,12 +162,15 @@ class Preprocessor:
         template_kwargs: Mapping[str, Any] | None = None,
     ) -> str:
         """The prompt text of `messages` (and `tools`, for a template that takes them);
-        `template_kwargs` are further variables the template may read."""
-        template = self._chat_template
+        `template_kwargs` are further variables the template may read. A developer message
+        is rendered as a system message by a template that names no developer role."""
+        template, features = self._chat_template, self._own_features
         if self.tools_template is not None and uses_tools(messages, tools):
-            template = self.tools_template
+            template, features = self.tools_template, self.template_features
         elif not self.has_chat_template:
             raise NoChatTemplateError("this model has no chat template; use /v1/completions")
+        if not features.knows_developer:  # OpenAI's developer replaces system
+            messages = [_as_system(m) if m.get("role") == "developer" else m for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(
                 messages,

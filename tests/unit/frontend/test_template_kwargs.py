@@ -16,6 +16,7 @@ import openai
 import pytest
 from frontend_fakes import ScriptedEngine, one_engine_frontend, openai_client
 
+from armature.frontend.chat_setup import chatml_tools_template
 from armature.frontend.parsing import OutputParsers
 from armature.frontend.preprocess import Preprocessor
 from armature.frontend.protocol import RESERVED_TEMPLATE_KWARGS
@@ -146,6 +147,22 @@ async def test_a_developer_message_is_a_system_message_unless_the_template_knows
     assert developer == system == responses
     assert "<|im_start|>system\nAnswer in French.<|im_end|>" in system
     assert prompts["knows"] == ["False:system False:user ", *["True:developer False:user "] * 2]
+
+
+def test_whichever_template_renders_decides_the_developer_role(default_model_dir: Path) -> None:
+    """A chat template that names the developer role beside a tools template that does not
+    (the bundled ChatML one): chats without tools keep the role, chats with tools render it
+    as system."""
+    knows = "{% for m in messages %}{{ m.role }}{{ '!' if m.role == 'developer' }} {% endfor %}"
+    preprocessor = Preprocessor(default_model_dir, knows).with_tools_template(
+        chatml_tools_template()
+    )
+    messages = [{"role": "developer", "content": "Be brief."}, *ASK]
+    assert preprocessor.render_chat(messages) == "developer! user "
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with_tools = preprocessor.render_chat(messages, [tool])
+    assert with_tools.startswith("<|im_start|>system\nBe brief.")
+    assert "developer" not in with_tools
 
 
 async def test_an_assistants_refusal_in_the_history_renders_as_what_it_said(
