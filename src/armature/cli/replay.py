@@ -10,7 +10,7 @@ from typing import Any
 from armature.cli.options import CliError, check_fits_index, setup_logging
 from armature.cli.paths import check_apart, check_file, check_image, writing
 from armature.cli.replay_args import (
-    DEFAULTS,
+    DISAGG_DEFAULTS,
     PLANNER_SETTINGS,
     ROUTER_SETTINGS,
     TIER_SETTINGS,
@@ -24,7 +24,6 @@ from armature.sim.replay_config import (
     ReplayConfig,
     ReplayReport,
     bytes_s_from_gbs,
-    gbs_from_bytes_s,
 )
 
 __all__ = ["add_parser", "run"]
@@ -302,13 +301,8 @@ def _note_ignored_flags(args: argparse.Namespace, config: ReplayConfig) -> None:
 
 
 def _given(args: argparse.Namespace, name: str) -> bool:
-    """Whether replay's argument `name` differs from its default."""
-    defaults = {
-        "max_local_prefill_tokens": DEFAULTS.max_local_prefill_tokens,
-        "transfer_bandwidth_gbs": gbs_from_bytes_s(DEFAULTS.transfer_bandwidth_bytes_s),
-        "kv_bytes_per_block": DEFAULTS.kv_bytes_per_block,
-    }
-    return bool(getattr(args, name) != defaults[name])
+    """Whether replay's disaggregation argument `name` differs from its default."""
+    return bool(getattr(args, name) != DISAGG_DEFAULTS[name])
 
 
 def _planner_config(args: argparse.Namespace) -> PlannerConfig:

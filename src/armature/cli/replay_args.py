@@ -26,9 +26,9 @@ from armature.sim.replay_config import (
 )
 
 __all__ = [
-    "DEFAULTS",
     "DEFAULT_NUM_REQUESTS",
     "DEFAULT_RATE_RPS",
+    "DISAGG_DEFAULTS",
     "PLANNER_SETTINGS",
     "ROUTER_SETTINGS",
     "SHAPE_DEFAULTS",
@@ -41,6 +41,13 @@ DEFAULTS = ReplayConfig()
 # without the workload or shape it is for is refused (cli/replay_workload.py)
 DEFAULT_NUM_REQUESTS = 1000
 DEFAULT_RATE_RPS = 8.0
+# the disaggregation flags' defaults: one away from its default without --prefill-workers
+# is noted (cli/replay.py)
+DISAGG_DEFAULTS: dict[str, float] = {
+    "max_local_prefill_tokens": DEFAULTS.max_local_prefill_tokens,
+    "transfer_bandwidth_gbs": gbs_from_bytes_s(DEFAULTS.transfer_bandwidth_bytes_s),
+    "kv_bytes_per_block": DEFAULTS.kv_bytes_per_block,
+}
 SHAPE_DEFAULTS = {
     "shape_factor": 4.0,
     "step_at_s": 120.0,
@@ -264,19 +271,19 @@ def _add_disagg_args(replay: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--max-local-prefill-tokens",
         type=arg_type(non_negative_int),
-        default=DEFAULTS.max_local_prefill_tokens,
+        default=DISAGG_DEFAULTS["max_local_prefill_tokens"],
         help="disaggregated: prefill on the decode worker when fewer tokens are uncached",
     )
     replay.add_argument(
         "--transfer-bandwidth-gbs",
         type=arg_type(positive_float),
-        default=gbs_from_bytes_s(DEFAULTS.transfer_bandwidth_bytes_s),
+        default=DISAGG_DEFAULTS["transfer_bandwidth_gbs"],
         help="disaggregated: KV transfer bandwidth between workers, GB/s",
     )
     replay.add_argument(
         "--kv-bytes-per-block",
         type=arg_type(positive_int),
-        default=DEFAULTS.kv_bytes_per_block,
+        default=DISAGG_DEFAULTS["kv_bytes_per_block"],
         help="bytes of one KV block, for KV transfers and lower-tier loads and sizes "
         "(default: an 8B model, bf16, 16 tokens)",
     )
