@@ -2,7 +2,8 @@
 
 Percentiles, the SLO and goodput are workload.measure's: goodput counts the requests that met
 both SLOs (TTFT <= slo_ttft_ms and the request's own mean inter-token latency <= slo_itl_ms; a
-missing SLO is always met) per second of the run's wall time."""
+missing SLO is always met) per second of the run's wall time; without either SLO the goodput
+fields are None (a run judged by nothing has no goodput, not its successes)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ class BenchSummary(msgspec.Struct, frozen=True):
     ttft_ms: LatencySummary
     itl_ms: LatencySummary
     e2e_ms: LatencySummary
-    goodput_requests: int
-    goodput_per_s: float
-    goodput_tokens_per_s: float
+    goodput_requests: int | None  # None without an SLO: nothing was judged
+    goodput_per_s: float | None
+    goodput_tokens_per_s: float | None
     slo_ttft_ms: float | None
     slo_itl_ms: float | None
     client_cpu_percent: float = 0.0  # the bench process's CPU, % of one core, while measuring
@@ -73,6 +74,7 @@ def summarize(
     wall = max(wall_time_s, 1e-9)
     output_tokens = sum(r.output_tokens for r in ok)
     per_user = [rate for r in ok if (rate := _decode_rate(r)) is not None]
+    judged = slo_ttft_ms is not None or slo_itl_ms is not None
     good = goodput([_timing(r) for r in ok], Slo("bench", slo_ttft_ms, slo_itl_ms), wall)
     return BenchSummary(
         num_requests=len(records),
@@ -87,9 +89,9 @@ def summarize(
         ttft_ms=_ms([r.ttft_s for r in ok if r.ttft_s is not None]),
         itl_ms=_ms([x for r in ok for x in r.itl_s()]),
         e2e_ms=_ms([r.e2e_s for r in ok]),
-        goodput_requests=good.num_requests,
-        goodput_per_s=good.requests_per_s,
-        goodput_tokens_per_s=good.tokens_per_s,
+        goodput_requests=good.num_requests if judged else None,
+        goodput_per_s=good.requests_per_s if judged else None,
+        goodput_tokens_per_s=good.tokens_per_s if judged else None,
         slo_ttft_ms=slo_ttft_ms,
         slo_itl_ms=slo_itl_ms,
         client_cpu_percent=client_cpu_percent,

@@ -42,6 +42,7 @@ def test_measures_a_known_schedule_within_ten_percent(tmp_path: Path) -> None:
     assert s["requests_per_s"] == pytest.approx(4 / e2e_s, rel=0.10)
     assert s["output_tokens_per_s"] == pytest.approx(4 * TOKENS / e2e_s, rel=0.10)
     assert s["output_tokens"] == 16 * TOKENS  # the server's usage
+    assert s["goodput_requests"] is s["goodput_per_s"] is None  # no --slo-*: nothing judged
 
 
 def record(ttft_s: float, gaps_s: list[float], error: str | None = None) -> RequestRecord:
@@ -88,7 +89,9 @@ def test_goodput_counts_exactly_the_requests_meeting_both_slos() -> None:
     assert (summary.goodput_requests, summary.goodput_per_s) == (2, 1.0)
     assert summary.goodput_tokens_per_s == 3.0  # 3 tokens each, over 2 s
     assert summary.num_ok == 4 and summary.errors == {"http_500": 1}
-    assert summarize(records, 2.0).goodput_requests == 4  # no SLOs: every success counts
+    unjudged = summarize(records, 2.0)  # no SLO: nothing judged, no goodput (not the successes)
+    assert (unjudged.goodput_requests, unjudged.goodput_per_s) == (None, None)
+    assert unjudged.goodput_tokens_per_s is None
 
 
 @pytest.fixture(scope="module")
