@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -33,10 +34,19 @@ class FrontendMetrics:
         worker_loads: Callable[[], Mapping[str, EngineLoad]] = dict,
         registry: CollectorRegistry | None = None,
         slo: SloConfig | None = None,
+        clock_s: Callable[[], float] = time.monotonic,
     ):
         self.registry = registry or CollectorRegistry()
         r = self.registry
         r.register(WorkerLoadCollector(worker_loads))
+        # how long the counters below have counted: a reader that first meets this frontend
+        # tells one that started since its last read (all it counted is new) from one it
+        # could not list for a while (its counters went on)
+        started_s = clock_s()
+        uptime = Gauge(
+            "armature_frontend_uptime_seconds", "Seconds since the counters started", registry=r
+        )
+        uptime.set_function(lambda: clock_s() - started_s)
         self.requests = Counter(
             "armature_requests", "Finished HTTP requests", ["endpoint", "status"], registry=r
         )

@@ -6,7 +6,9 @@ Which frontends: one url (`--frontend-url`), or every frontend replica of the na
 the address its card in discovery names (`FrontendCard.http_url`): replicas that share a port
 each count only the requests they served, so the planner reads them all and sums them. A
 replica that joins counts from its start (its counters start at zero); one that was out of
-discovery for a while (under the same name: the same process) counts again from its return;
+discovery for a while (under the same name: the same process), or was already running when
+the planner first listed the fleet without it, counts from its return (its uptime gauge,
+`armature_frontend_uptime_seconds`, tells the two apart);
 while a replica listed does not answer, the ticks are skipped, as with one frontend that
 does not answer (its requests missing from a window would read as less traffic)."""
 
@@ -185,18 +187,21 @@ class FrontendFeed:
     def take_window(self, window: str, scrape: FrontendScrape, now_s: float) -> FrontendMetrics:
         """`window` from its baseline to `scrape` (taken at `now_s`), which becomes the new
         baseline: each replica's differences, summed. A replica first seen since the window
-        began counts from zero (its counters started then); one seen before but missing from
-        the baseline (out of discovery for a while: a lease lost, a Pod not ready) counts
-        from this scrape on (what it served while unseen is not known to this window)."""
+        began counts from zero where its counters started since then (its uptime within the
+        window; a frontend that exports no uptime is taken as started then); one seen before
+        but missing from the baseline (out of discovery for a while: a lease lost, a Pod not
+        ready), or running before the window unlisted, counts from this scrape on (what it
+        served while unseen is not known to this window)."""
         before, then_s = self._baselines[window]
+        window_s = max(now_s - then_s, 1e-6)
         self._see(scrape, now_s)
         pairs = []
         for name, sample in scrape.samples.items():
             if name in before.samples:
                 pairs.append((before.samples[name], sample))
-            elif self._first_seen[name] > before.seq:
+            elif self._first_seen[name] > before.seq and _started_within(sample, window_s):
                 pairs.append((ZERO_SAMPLE, sample))
-        metrics = get_fleet_window_metrics(pairs, max(now_s - then_s, 1e-6), self._last.get(window))
+        metrics = get_fleet_window_metrics(pairs, window_s, self._last.get(window))
         self._baselines[window] = (scrape, now_s)
         self._last[window] = metrics
         self._forget_unseen(now_s)
@@ -216,3 +221,9 @@ class FrontendFeed:
 
     async def close(self) -> None:
         await self._client.aclose()
+
+
+def _started_within(sample: FrontendSample, window_s: float) -> bool:
+    """Whether the replica's counters started within the last `window_s` (its uptime, read at
+    the window's end, is no longer); True where it exports none."""
+    return sample.uptime_s is None or sample.uptime_s <= window_s

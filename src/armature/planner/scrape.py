@@ -70,6 +70,8 @@ class FrontendSample(msgspec.Struct, frozen=True, kw_only=True):
     slo_ttft_target_s: float | None = None  # the targets they are judged against
     slo_itl_target_s: float | None = None
     num_workers: int = 0  # the workers the frontend routes to (its per-worker KV series)
+    # seconds its counters have counted (None: a frontend that does not export it)
+    uptime_s: float | None = None
 
 
 # a frontend's counters and gauges at its start (a replica that joined since the last scrape)
@@ -123,6 +125,7 @@ def parse_frontend_sample(text: str) -> FrontendSample:
     targets: dict[str, float] = {}
     lengths: dict[str, float] = {}
     workers: set[str] = set()
+    uptime_s = None
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:
@@ -147,6 +150,8 @@ def parse_frontend_sample(text: str) -> FrontendSample:
                 slo[sample.labels.get("result", "")] = float(sample.value)
             elif sample.name == "armature_slo_target_seconds":
                 targets[sample.labels.get("target", "")] = float(sample.value)
+            elif sample.name == "armature_frontend_uptime_seconds":
+                uptime_s = float(sample.value)
     missing = [name for name in _REQUIRED if name not in seen]
     if missing:
         raise ScrapeError(f"not an armature frontend's metrics (no {', '.join(missing)})")
@@ -160,6 +165,7 @@ def parse_frontend_sample(text: str) -> FrontendSample:
         finished_output_tokens=lengths.get("sum", 0.0),
         num_output_lengths=lengths.get("count"),
         num_workers=len(workers),
+        uptime_s=uptime_s,
         **values,
     )
 

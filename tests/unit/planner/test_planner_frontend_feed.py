@@ -21,9 +21,14 @@ from armature.protocols.replica import FrontendCard, frontend_key
 from armature.runtime.discovery_file import FileDiscovery
 
 
-def metrics_text(*, finished: int, in_flight: int, prompt: int, first_tokens: int) -> str:
-    """A frontend's /metrics with the families the feed needs."""
-    return f"""\
+def metrics_text(
+    *, finished: int, in_flight: int, prompt: int, first_tokens: int, uptime_s: float | None = None
+) -> str:
+    """A frontend's /metrics with the families the feed needs (and its uptime, if given)."""
+    uptime = "" if uptime_s is None else f"armature_frontend_uptime_seconds {uptime_s}\n"
+    return (
+        uptime
+        + f"""\
 # TYPE armature_requests_total counter
 armature_requests_total{{endpoint="chat",status="200"}} {finished}.0
 # TYPE armature_requests_in_flight gauge
@@ -37,6 +42,7 @@ armature_time_to_first_token_seconds_sum {first_tokens * 0.1}
 # TYPE armature_model_info gauge
 armature_model_info{{model="m"}} 1.0
 """
+    )
 
 
 class Replicas:
@@ -132,6 +138,50 @@ async def test_a_replica_back_in_discovery_counts_from_its_return() -> None:
     replicas.texts["a"] = metrics_text(finished=1015, in_flight=0, prompt=10**5, first_tokens=1015)
     assert feed.take_window("load", await feed.scrape(), 15.0).num_requests == 5
     await feed.close()
+
+
+async def test_a_replica_running_unlisted_at_the_planners_start_counts_from_its_listing() -> None:
+    """A replica out of discovery when the planner first listed the fleet, listed later: its
+    uptime (an hour) is longer than the window, so its counters went on before it; counting
+    it from zero counted its whole life (1,000 requests) as the window's arrivals. One whose
+    uptime is within the window started in it and counts from zero."""
+    replicas = Replicas()
+    replicas.texts = {"a": metrics_text(finished=10, in_flight=0, prompt=100, first_tokens=10)}
+    feed = replicas.feed()
+    feed.start(await feed.scrape(), 0.0)
+    replicas.texts["a"] = metrics_text(finished=14, in_flight=0, prompt=140, first_tokens=14)
+    replicas.texts["old"] = metrics_text(
+        finished=1000, in_flight=1, prompt=10**5, first_tokens=1001, uptime_s=3600.0
+    )
+    replicas.texts["new"] = metrics_text(
+        finished=6, in_flight=0, prompt=60, first_tokens=6, uptime_s=4.0
+    )
+    assert feed.take_window("load", await feed.scrape(), 5.0).num_requests == 4 + 6
+    replicas.texts["old"] = metrics_text(
+        finished=1003, in_flight=1, prompt=10**5 + 30, first_tokens=1004, uptime_s=3605.0
+    )
+    assert feed.take_window("load", await feed.scrape(), 10.0).num_requests == 3
+    await feed.close()
+
+
+def test_the_frontend_exports_how_long_its_counters_have_counted() -> None:
+    """The uptime the feed reads: the seconds since the frontend's metrics started, from the
+    clock it is given, as the planner's parser reads it."""
+    from armature.frontend.metrics import FrontendMetrics
+    from armature.planner.scrape import parse_frontend_sample
+    from armature.protocols.engine import EngineLoad
+
+    now_s = [100.0]
+    idle = EngineLoad(
+        num_active_blocks=0,
+        num_total_blocks=1,
+        num_waiting=0,
+        num_running=0,
+        num_prefill_tokens_queued=0,
+    )
+    metrics = FrontendMetrics("m", lambda: idle, clock_s=lambda: now_s[0])
+    now_s[0] = 142.5
+    assert parse_frontend_sample(metrics.render().decode()).uptime_s == 42.5
 
 
 async def test_a_replica_that_does_not_answer_skips_the_tick() -> None:
