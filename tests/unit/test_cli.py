@@ -194,6 +194,11 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["profile", "--engine", "mocker", "--report", ""], "--report needs a directory"),
         (["replay", "--synthetic", "multi-turn", "--limit", "3"], "--limit is for --trace"),
         (["replay", "--synthetic", "multi-turn", "--time-scale", "2"], "--time-scale is for"),
+        # given at its default where it does nothing
+        (["replay", "--synthetic", "multi-turn", "--time-scale", "1"], "--time-scale is for"),
+        (["replay", "--trace", "t.jsonl", "--num-requests", "1000"], "--num-requests is for"),
+        (["replay", "--trace", "t.jsonl", "--rate-rps", "8"], "--rate-rps is for --synthetic"),
+        (["replay", "--synthetic", "multi-turn", "--shape-factor", "4"], "is for --rate-shape"),
         (["replay", "--trace", "t.jsonl", "--num-requests", "5"], "--num-requests is for --synth"),
         (
             [
@@ -227,7 +232,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         ),
         (
             ["replay", "--synthetic", "multi-turn", "--num-requests", "20", "--rate-shape", "step"],
-            "--step-at-s 120: the workload's last arrival is",
+            "--step-at-s 120 (the default; give an earlier one): the workload's last arrival is",
         ),
         (["replay", "--synthetic", "multi-turn", "--speedup", "1e-300"], "at least 0.001"),
         (["replay", "--synthetic", "multi-turn", "--rate-rps", "1e-9"], "more than 50,000"),
@@ -840,6 +845,11 @@ def test_replay_says_which_planner_flags_need_the_planner(
             ["--max-local-prefill-tokens", "100", "--transfer-bandwidth-gbs", "1"],
             "--max-local-prefill-tokens, --transfer-bandwidth-gbs take effect with "
             "--prefill-workers (a disaggregated fleet) only",
+        ),
+        (
+            ["--transfer-bandwidth-gbs", "25"],  # its default, given: still does nothing
+            "--transfer-bandwidth-gbs takes effect with --prefill-workers (a disaggregated fleet) "
+            "only",
         ),
         (
             ["--kv-bytes-per-block", "100"],

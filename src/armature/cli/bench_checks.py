@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from armature.cli.options import CliError
+from armature.cli.options import CliError, is_given
 from armature.cli.paths import make_dir
 from armature.config.values import http_url, int_between
 from armature.errors import ConfigError
@@ -99,13 +99,13 @@ def list_of(parse: Any, what: str) -> Any:
 def check_workload_flags(args: argparse.Namespace) -> None:
     """CliError for a workload flag the chosen workload does not read (after the --trace and
     --prompts checks): each workload takes its own, and one given to another did nothing."""
-    if args.time_scale != 1.0 and args.trace is None:
+    if is_given(args, "time_scale", 1.0) and args.trace is None:
         raise CliError("--time-scale is for --trace (it scales the trace's arrival times)")
     if args.trace is not None and (args.multi_turn or args.prefix_groups):
         raise CliError("--trace brings its own prompts; drop --multi-turn/--prefix-groups")
     if args.multi_turn is not None and args.prefix_groups is not None:
         raise CliError("give one of --multi-turn and --prefix-groups")
-    if args.prefix_ratio != DEFAULT_PREFIX_RATIO and args.prefix_groups is None:
+    if is_given(args, "prefix_ratio", DEFAULT_PREFIX_RATIO) and args.prefix_groups is None:
         raise CliError("--prefix-ratio is for --prefix-groups (the share of a prompt shared)")
     plain = not (args.trace or args.prompts or args.multi_turn or args.prefix_groups)
     if args.len_spread and not plain:
@@ -113,9 +113,9 @@ def check_workload_flags(args: argparse.Namespace) -> None:
             "--len-spread is for synthetic prompts of their own (not --trace, --prompts, "
             "--multi-turn or --prefix-groups)"
         )
-    if args.input_len != DEFAULT_INPUT_LEN and (args.trace or args.prompts):
+    if is_given(args, "input_len", DEFAULT_INPUT_LEN) and (args.trace or args.prompts):
         raise CliError("--input-len is for synthetic prompts (--trace and --prompts bring theirs)")
-    if args.output_len != DEFAULT_OUTPUT_LEN and args.trace:
+    if is_given(args, "output_len", DEFAULT_OUTPUT_LEN) and args.trace:
         raise CliError("--output-len is for prompts without their own (the trace's requests have)")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import sys
@@ -24,6 +25,7 @@ __all__ = [
     "Parser",
     "add_settings",
     "arg_type",
+    "is_given",
     "read_settings",
     "setup_logging",
     "with_dash_value_hint",
@@ -58,8 +60,49 @@ def setup_logging(level: str) -> None:
         logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
+# a namespace key: the dests of the options the command line gave (`is_given`)
+GIVEN_KEY = "_given_dests"
+_RECORDED_ACTIONS: tuple[str | None, ...] = (None, "store", "store_const", "store_true")
+_RECORDED_ACTIONS += ("store_false", "append", "append_const", "count", "extend")
+
+
+@functools.cache
+def _recording(action: type[argparse.Action]) -> type[argparse.Action]:
+    """`action` that also notes its dest in the namespace when the command line gives it."""
+
+    class Recording(action):  # type: ignore[valid-type,misc]
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: Any,
+            option_string: str | None = None,
+        ) -> None:
+            vars(namespace).setdefault(GIVEN_KEY, set()).add(self.dest)
+            super().__call__(parser, namespace, values, option_string)
+
+    Recording.__name__ = action.__name__
+    return Recording
+
+
+def is_given(args: argparse.Namespace, dest: str, default: object) -> bool:
+    """Whether the option of `dest` was given: on the command line (even at its default
+    value), or set otherwise than `default` (a namespace built by hand, an environment
+    variable)."""
+    return dest in vars(args).get(GIVEN_KEY, ()) or getattr(args, dest) != default
+
+
 class Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line errors and options that note when they are given
+    (`is_given`: a flag given at its default value where it does nothing is still a
+    mistake)."""
+
     _arg_strings: Sequence[str] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in _RECORDED_ACTIONS:
+            self.register("action", name, _recording(self._registry_get("action", name)))
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None

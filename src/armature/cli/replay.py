@@ -7,7 +7,7 @@ import sys
 from collections.abc import Collection
 from typing import Any
 
-from armature.cli.options import CliError, check_fits_index, setup_logging
+from armature.cli.options import CliError, check_fits_index, is_given, setup_logging
 from armature.cli.paths import check_apart, check_file, check_image, writing
 from armature.cli.replay_args import (
     DISAGG_DEFAULTS,
@@ -301,8 +301,8 @@ def _note_ignored_flags(args: argparse.Namespace, config: ReplayConfig) -> None:
 
 
 def _given(args: argparse.Namespace, name: str) -> bool:
-    """Whether replay's disaggregation argument `name` differs from its default."""
-    return bool(getattr(args, name) != DISAGG_DEFAULTS[name])
+    """Whether replay's disaggregation argument `name` was given."""
+    return is_given(args, name, DISAGG_DEFAULTS[name])
 
 
 def _planner_config(args: argparse.Namespace) -> PlannerConfig:

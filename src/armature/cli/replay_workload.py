@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from armature.cli.options import CliError
+from armature.cli.options import CliError, is_given
 from armature.cli.paths import read_trace
 from armature.cli.replay_args import DEFAULT_NUM_REQUESTS, DEFAULT_RATE_RPS, SHAPE_DEFAULTS
 
@@ -48,7 +48,7 @@ def _read(args: argparse.Namespace) -> list[TraceRequest]:
     if args.synthetic:
         for flag, given in (
             ("--limit", args.limit is not None),
-            ("--time-scale", args.time_scale != 1.0),
+            ("--time-scale", is_given(args, "time_scale", 1.0)),
         ):
             if given:
                 raise CliError(
@@ -56,8 +56,8 @@ def _read(args: argparse.Namespace) -> list[TraceRequest]:
                 )
         return _synthetic_workload(args)
     for flag, given in (
-        ("--num-requests", args.num_requests != DEFAULT_NUM_REQUESTS),
-        ("--rate-rps", args.rate_rps != DEFAULT_RATE_RPS),
+        ("--num-requests", is_given(args, "num_requests", DEFAULT_NUM_REQUESTS)),
+        ("--rate-rps", is_given(args, "rate_rps", DEFAULT_RATE_RPS)),
     ):
         if given:
             raise CliError(f"{flag} is for --synthetic (a trace: --limit, --time-scale)")
@@ -73,9 +73,11 @@ def _reshape(args: argparse.Namespace, requests: list[TraceRequest]) -> list[Tra
     if args.rate_shape == "step":
         span_s = (requests[-1].arrival_ms - requests[0].arrival_ms) / 1000.0 if requests else 0.0
         if args.step_at_s >= span_s:
+            given = is_given(args, "step_at_s", SHAPE_DEFAULTS["step_at_s"])
+            at = "" if given else " (the default; give an earlier one)"
             raise CliError(
-                f"--step-at-s {args.step_at_s:g}: the workload's last arrival is {span_s:.4g} s "
-                "after its first, so the step would change nothing"
+                f"--step-at-s {args.step_at_s:g}{at}: the workload's last arrival is "
+                f"{span_s:.4g} s after its first, so the step would change nothing"
             )
         return reshape_arrivals(
             requests, StepShape(args.shape_factor, args.step_at_s, args.step_for_s)
@@ -93,7 +95,7 @@ def _check_shape_flags(args: argparse.Namespace) -> None:
     }
     for flag, shapes in needs.items():
         name = flag.removeprefix("--").replace("-", "_")
-        if getattr(args, name) != SHAPE_DEFAULTS[name] and args.rate_shape not in shapes:
+        if is_given(args, name, SHAPE_DEFAULTS[name]) and args.rate_shape not in shapes:
             wanted = " or ".join(shapes)
             raise CliError(f"{flag} is for --rate-shape {wanted}")
 

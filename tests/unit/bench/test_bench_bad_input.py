@@ -100,6 +100,11 @@ def test_bad_flags_are_refused_when_parsed(
         (["--prefix-groups", "2", "--len-spread", "0.5"], "--len-spread is for synthetic"),
         (["--trace", "t.jsonl", "--input-len", "64"], "--input-len is for synthetic prompts"),
         (["--trace", "t.jsonl", "--output-len", "64"], "--output-len is for prompts without"),
+        # given at their defaults, still where they do nothing
+        (["--trace", "t.jsonl", "--input-len", "256"], "--input-len is for synthetic prompts"),
+        (["--trace", "t.jsonl", "--output-len", "128"], "--output-len is for prompts without"),
+        (["--prefix-ratio", "0.5"], "--prefix-ratio is for --prefix-groups"),
+        (["--time-scale", "1"], "--time-scale is for --trace"),
     ],
 )
 def test_workloads_out_of_bounds_are_refused_before_the_server_is_asked(
