@@ -860,6 +860,10 @@ def test_replay_says_which_planner_flags_need_the_planner(
             "--predictor, --planner-trim-step take effect with --planner sla or both only",
         ),
         (
+            ["--planner", "sla", "--scale-down-ratio", "0.5"],  # its default
+            "--scale-down-ratio takes effect with --planner load or both only",
+        ),
+        (
             ["--planner", "sla", "--scale-down-ratio", "0.9"],
             "--scale-down-ratio takes effect with --planner load or both only",
         ),

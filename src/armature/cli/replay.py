@@ -277,7 +277,7 @@ def _note_ignored_flags(args: argparse.Namespace, config: ReplayConfig) -> None:
         ignored = [
             f"--{flag_name(field.name, setting)}"
             for _, field, setting in iter_settings(config_type)
-            if field.name in names and getattr(args, field.name) != getattr(defaults, field.name)
+            if field.name in names and is_given(args, field.name, getattr(defaults, field.name))
         ]
         notes.append((needs, ignored))
     if not args.prefill_workers:
