@@ -158,18 +158,22 @@ class JobBuilder:
                 param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
                 code="context_length_exceeded",
             )
+        # the field the request set the limit with (chat's newer name where given)
+        field = "max_tokens"
+        if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
+            field = "max_completion_tokens"
         if max_tokens is None:
             max_tokens = limit - num_prompt
         elif num_prompt + max_tokens > limit:
             raise ApiError(
                 f"this model's maximum context length is {limit} tokens; you requested "
                 f"{num_prompt + max_tokens} tokens ({num_prompt} in the prompt, {max_tokens} "
-                "for the completion); reduce the prompt or max_tokens",
-                param="max_tokens",
+                f"for the completion); reduce the prompt or {field}",
+                param=field,
                 code="context_length_exceeded",
             )
         if body.min_tokens > max_tokens:
-            raise ApiError("min_tokens must not exceed max_tokens", param="min_tokens")
+            raise ApiError(f"min_tokens must not exceed {field}", param="min_tokens")
         temperature = 1.0 if body.temperature is None else body.temperature
         return SamplingParams(
             max_tokens=max_tokens,

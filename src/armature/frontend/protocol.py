@@ -11,7 +11,8 @@ A body holding a lone UTF-16 surrogate anywhere is refused (see text_check.py).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import functools
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -110,6 +111,27 @@ class _Request(_Strict):
                 {"param": path or "body"},
             )
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        """A null where the field has a default that is not null stands for that default
+        (OpenAI types these fields nullable: the openai client sends `n=None` as null); a
+        required field's null is still refused."""
+        if not isinstance(data, dict) or None not in data.values():
+            return data
+        defaulted = _defaulted_not_null(cls)
+        return {k: v for k, v in data.items() if v is not None or k not in defaulted}
+
+
+@functools.cache
+def _defaulted_not_null(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of `model` with a default whose type does not take None."""
+    return frozenset(
+        name
+        for name, field in model.model_fields.items()
+        if not field.is_required() and type(None) not in get_args(field.annotation)
+    )
 
 
 class StreamOptions(_Strict):

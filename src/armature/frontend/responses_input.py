@@ -161,6 +161,7 @@ def _messages(history: Sequence[InputItem], items: Sequence[InputItem]) -> list[
 
 # chat's fields -> the Responses request's, in error messages
 RENAMED_WORDS = (
+    ("max_completion_tokens", "max_output_tokens"),
     ("max_tokens", "max_output_tokens"),
     ("response_format.json_schema.schema", "text.format.schema"),
     ("response_format", "text.format"),
@@ -169,13 +170,13 @@ RENAMED_WORDS = (
 
 def responses_error(exc: ApiError) -> ApiError:
     """A chat request's error in the Responses request's terms: `messages...` is `input`,
-    `max_tokens` is `max_output_tokens`, `response_format` is `text.format` (flat: its
-    `json_schema.schema` is `schema`), a tool's `function.parameters` its `parameters` (flat
-    too)."""
+    `max_tokens` (or `max_completion_tokens`) is `max_output_tokens`, `response_format` is
+    `text.format` (flat: its `json_schema.schema` is `schema`), a tool's
+    `function.parameters` its `parameters` (flat too)."""
     param = exc.param or ""
     if param.startswith("messages"):
         renamed: str | None = "input"
-    elif param == "max_tokens":
+    elif param in ("max_tokens", "max_completion_tokens"):
         renamed = "max_output_tokens"
     elif param.startswith("response_format"):
         renamed = "text.format" + param.removeprefix("response_format").replace(
