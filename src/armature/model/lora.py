@@ -41,6 +41,9 @@ __all__ = [
 ]
 
 LORA_CONFIG_FILE = "adapter_config.json"
+# the largest |lora_alpha / r| taken: real adapters' are below 100; far above it, the delta
+# swamps the model's activations (and past float32's range, becomes inf and NaN)
+MAX_SCALING = 1e6
 LORA_WEIGHTS_FILE = "adapter_model.safetensors"
 # the projections of a Llama-family layer an adapter may target, with their sublayer
 LORA_MODULES = {
@@ -146,6 +149,13 @@ def _check_config(config: dict[str, Any], where: Path) -> tuple[int, float, set[
     if not isinstance(alpha, int | float) or isinstance(alpha, bool):
         raise LoraError(f"{where}: lora_alpha must be a number, got {alpha!r}")
     scaling = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
+    # JSON's NaN and Infinity read as floats; a scaling past float32's range turns every
+    # logit of the adapter's requests into NaN
+    if not abs(scaling) <= MAX_SCALING:
+        raise LoraError(
+            f"{where}: lora_alpha {alpha!r} gives a scaling of {scaling!r}; it must be finite "
+            f"and at most {MAX_SCALING:g} in size"
+        )
     return rank, scaling, _target_modules(config.get("target_modules"), where)
 
 
@@ -153,7 +163,10 @@ def _target_modules(targets: Any, where: Path) -> set[str]:
     if targets == "all-linear":
         return set(LORA_MODULES)
     if isinstance(targets, str):  # PEFT: a regex that must match a module's full name
-        pattern = re.compile(targets)
+        try:
+            pattern = re.compile(targets)
+        except re.error as exc:
+            raise LoraError(f"{where}: target_modules {targets!r} is not a regex: {exc}") from None
         names = {
             m for m, sub in LORA_MODULES.items() if pattern.fullmatch(f"model.layers.0.{sub}.{m}")
         }

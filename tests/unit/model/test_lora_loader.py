@@ -139,6 +139,11 @@ def test_a_without_b(adapter_dir: Path, tiny_llama_dir: Path, tmp_path: Path) ->
         ("rank_pattern", {"q_proj": 8}, "rank_pattern is not supported"),
         ("peft_type", "IA3", "peft_type 'IA3' is not LORA"),
         ("r", 0, "r must be a positive integer"),
+        # JSON's NaN and Infinity, and a scaling that makes every logit NaN
+        ("lora_alpha", math.nan, r"lora_alpha nan gives a scaling of nan; it must be finite"),
+        ("lora_alpha", math.inf, r"lora_alpha inf gives a scaling of inf"),
+        ("lora_alpha", 1e308, r"scaling of 2\.5e\+307; it must be finite and at most 1e\+06"),
+        ("target_modules", "(q_proj", r"target_modules '\(q_proj' is not a regex: missing \)"),
     ],
 )
 def test_refused_config(
