@@ -8,7 +8,7 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, ParamSpec
 
@@ -28,6 +28,7 @@ from armature.frontend.protocol import (
     GenerationFields,
 )
 from armature.frontend.structured import check_request_guide, check_tool_schemas, request_guide
+from armature.frontend.text_offsets import prompt_offsets
 from armature.frontend.tool_protocol import ToolSpec
 from armature.protocols.engine import EngineRequest, SamplingParams
 from armature.protocols.guide import Guide
@@ -65,6 +66,8 @@ class Candidate:
     detokenizer: IncrementalDetokenizer
     chat_output: ChatOutput | None = None  # chat: reads reasoning and tool calls
     echo_text: str = ""  # echo: its prompt's text, which goes first (empty for some prompts)
+    # echo with logprobs: each prompt token's offset into echo_text (text_offsets.py)
+    echo_offsets: Sequence[int] = ()
 
 
 @dataclass
@@ -275,14 +278,23 @@ class JobBuilder:
             if body.echo and body.logprobs is not None:  # the echoed prompt's tokens scored too
                 _check_prompt_logprobs_size(len(prompt_ids), body.logprobs)
                 sampling = msgspec.structs.replace(sampling, prompt_logprobs=body.logprobs)
-            echo_text = ""
+            echo_text, echo_offsets = "", []
             if body.echo:
                 echo_text = (
                     prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
                 )
+            if body.echo and body.logprobs is not None:
+                pre = self.preprocessor
+                echo_offsets = prompt_offsets(pre.tokenizer, pre.decoder, prompt, prompt_ids)
             ids_from = request_id if len(prompts) == 1 else f"{request_id}-{index}"
             candidates += self._candidates(
-                ids_from, body, prompt_ids, sampling, num_candidates, lora_name, echo_text
+                ids_from,
+                body,
+                prompt_ids,
+                sampling,
+                num_candidates,
+                lora_name,
+                (echo_text, echo_offsets),
             )
         job = self._new_job("completion", request_id, body, candidates, body.logprobs)
         job.num_prompts = len(prompts)
@@ -335,7 +347,7 @@ class JobBuilder:
         sampling: SamplingParams,
         num_candidates: int,
         lora_name: str | None,
-        echo_text: str = "",
+        echo: tuple[str, Sequence[int]] = ("", ()),
         chat_outputs: Callable[[], ChatOutput] | None = None,
         kept_tokens: Mapping[int, str] | None = None,
     ) -> list[Candidate]:
@@ -359,7 +371,7 @@ class JobBuilder:
                     kept_tokens=kept_tokens,
                 ),
                 None if chat_outputs is None else chat_outputs(),
-                echo_text,
+                *echo,
             )
             for i in range(num_candidates)
         ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -58,21 +58,19 @@ def chat_logprobs(
 def completion_logprobs(
     items: list[TokenLogprob],
     token_text: TokenText,
-    text_offset_start: int,
-    prompt: tuple[list[int], list[TokenLogprob]] | None = None,
-    echoed_text: TokenText | None = None,
+    offsets: Sequence[int],
+    prompt: tuple[Sequence[int], list[TokenLogprob], Sequence[int]] | None = None,
 ) -> dict[str, Any]:
-    """The completion's `logprobs` of `items`, its text starting at `text_offset_start`;
-    with `prompt` (echo: its token ids and the logprobs of all but the first), the prompt's
-    tokens come first from offset 0, the first with null logprobs, as OpenAI gives them;
-    each moves the offset by what it adds to the echoed text (`echoed_text`: a special token
-    such as a BOS, which the echo leaves out, adds nothing)."""
+    """The completion's `logprobs` of `items`, each at its offset into the text returned
+    (`offsets`, text_offsets.py); with `prompt` (echo: its token ids, the logprobs of all but
+    the first, and their offsets), the prompt's tokens come first, the first with null
+    logprobs, as OpenAI gives them."""
     tokens: list[str] = []
     token_logprobs: list[float | None] = []
     top_logprobs: list[dict[str, float] | None] = []
-    offsets: list[int] = []
+    text_offsets: list[int] = []
 
-    def add(token_id: int, item: TokenLogprob | None, offset: int, width: int) -> int:
+    def add(token_id: int, item: TokenLogprob | None) -> None:
         text = token_text(token_id)
         tokens.append(text)
         token_logprobs.append(None if item is None else _reported(item.logprob))
@@ -81,23 +79,22 @@ def completion_logprobs(
             top = {token_text(t): _reported(lp) for t, lp in item.top}
             top.setdefault(text, _reported(item.logprob))
         top_logprobs.append(top)
-        offsets.append(offset)
-        return offset + width
 
     if prompt is not None:
-        prompt_ids, prompt_items = prompt
-        echoed = echoed_text or token_text
-        offset = add(prompt_ids[0], None, 0, len(echoed(prompt_ids[0])))
+        prompt_ids, prompt_items, prompt_offsets = prompt
+        add(prompt_ids[0], None)
         for item in prompt_items:
-            offset = add(item.token_id, item, offset, len(echoed(item.token_id)))
-    offset = text_offset_start
+            add(item.token_id, item)
+        text_offsets += prompt_offsets[: 1 + len(prompt_items)]
     for item in items:
-        offset = add(item.token_id, item, offset, len(token_text(item.token_id)))
+        add(item.token_id, item)
+    assert len(offsets) == len(items)
+    text_offsets += offsets
     return {
         "tokens": tokens,
         "token_logprobs": token_logprobs,
         "top_logprobs": top_logprobs,
-        "text_offset": offsets,
+        "text_offset": text_offsets,
     }
 
 

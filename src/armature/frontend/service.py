@@ -8,7 +8,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from contextlib import aclosing
 from typing import Any, TypeVar
 
@@ -131,25 +131,23 @@ class OpenAIService:
         self,
         job: Job,
         items: list[TokenLogprob],
-        offset: int,
+        offsets: Sequence[int] = (),
         prompt_items: list[TokenLogprob] | None = None,
         candidate: int = 0,
     ) -> Any:
-        """The choice's `logprobs` (None unless asked for); a completion's echoed prompt's
-        tokens first where the engine scored them (`prompt_items`, of `candidate`'s
-        prompt)."""
+        """The choice's `logprobs` (None unless asked for); a completion's at `offsets` into
+        its text, its echoed prompt's tokens first where the engine scored them
+        (`prompt_items`, of `candidate`'s prompt)."""
         if not job.want_logprobs:
             return None
         token_text = self.preprocessor.token_text
         if job.kind == "chat":
             return chat_logprobs(items, token_text, self.preprocessor.token_bytes)
-        prompt_ids = job.candidates[candidate].engine_request.prompt_token_ids
-        prompt = None if prompt_items is None else (prompt_ids, prompt_items)
-        return completion_logprobs(items, token_text, offset, prompt, self._echoed_text)
-
-    def _echoed_text(self, token_id: int) -> str:
-        """What a prompt token adds to the echoed text (special tokens: nothing)."""
-        return self.preprocessor.decode([token_id])
+        prompt = None
+        if prompt_items is not None:
+            c = job.candidates[candidate]
+            prompt = (c.engine_request.prompt_token_ids, prompt_items, c.echo_offsets)
+        return completion_logprobs(items, token_text, offsets, prompt)
 
     async def complete(self, job: Job, http_request: Request) -> dict[str, Any]:
         """Run `job` to the end; a client that disconnects cancels it (and raises
@@ -158,6 +156,9 @@ class OpenAIService:
         usages = [Usage() for _ in range(num)]
         texts: list[list[str]] = [[c.echo_text] for c in job.candidates]
         items: list[list[TokenLogprob]] = [[] for _ in range(num)]
+        # each item's offset into its choice's text: where the text before its delta ends
+        offsets: list[list[int]] = [[] for _ in range(num)]
+        lengths = [len(c.echo_text) for c in job.candidates]
         prompts: list[list[TokenLogprob] | None] = [None] * num  # echo: the prompt scored
         finishes: list[str | None] = [None] * num
         pieces: list[list[ChatPiece]] = [[] for _ in range(num)]
@@ -171,6 +172,8 @@ class OpenAIService:
                             prompts[index] = delta.prompt_logprobs
                         texts[index].append(delta.text)
                         items[index].extend(delta.logprobs)
+                        offsets[index] += [lengths[index]] * len(delta.logprobs)
+                        lengths[index] += len(delta.text)
                         finishes[index] = delta.finish_reason or finishes[index]
                         if output is not None:
                             pieces[index].append(_feed(output, delta))
@@ -178,7 +181,7 @@ class OpenAIService:
         await unless_disconnected(collect(), http_request, self.closing)
         if job.echo_only:  # the engine's one token is not returned
             texts = [[c.echo_text] for c in job.candidates]
-            items = [[] for _ in range(num)]
+            items, offsets = [[] for _ in range(num)], [[] for _ in range(num)]
             finishes = ["length"] * num
             for usage in usages:
                 usage.completion_tokens = 0
@@ -195,9 +198,8 @@ class OpenAIService:
                 chosen += range(first, first + per)
         choices = []
         for index, candidate in enumerate(chosen):
-            echo_chars = len(job.candidates[candidate].echo_text)
             logprobs = self._logprobs(
-                job, items[candidate], echo_chars, prompts[candidate], candidate
+                job, items[candidate], offsets[candidate], prompts[candidate], candidate
             )
             choice: dict[str, Any] = {"index": index}
             finish = finishes[candidate]
@@ -307,12 +309,12 @@ class OpenAIService:
         usage.reasoning_tokens = output.num_reasoning_tokens
         if not fields and not finish and not job.want_logprobs:
             return None
-        return ChatChoiceChunk(index, fields, self._logprobs(job, delta.logprobs, 0), finish)
+        return ChatChoiceChunk(index, fields, self._logprobs(job, delta.logprobs), finish)
 
     def _echo_choice(self, job: Job, first: Delta, index: int) -> CompletionChoiceChunk:
         """The echoed prompt's chunk of choice `index`, from its first delta: its tokens'
         logprobs where asked for, the end where it is all (max_tokens 0)."""
-        logprobs = self._logprobs(job, [], 0, first.prompt_logprobs, index)
+        logprobs = self._logprobs(job, [], (), first.prompt_logprobs, index)
         finish = "length" if job.echo_only else None
         return CompletionChoiceChunk(index, job.candidates[index].echo_text, logprobs, finish)
 
@@ -323,7 +325,7 @@ class OpenAIService:
         so far has `offset` characters (None: nothing to send)."""
         if not delta.text and not delta.finish_reason and not job.want_logprobs:
             return None
-        logprobs = self._logprobs(job, delta.logprobs, offset)
+        logprobs = self._logprobs(job, delta.logprobs, [offset] * len(delta.logprobs))
         return CompletionChoiceChunk(index, delta.text, logprobs, delta.finish_reason)
 
 

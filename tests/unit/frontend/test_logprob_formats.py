@@ -88,8 +88,8 @@ def test_a_completions_top_logprobs_hold_the_sampled_token(smol: Preprocessor) -
     """logprobs 1: the most likely token, and the sampled one where it is another."""
     a, b = smol.encode(" the here", add_special_tokens=False)
     items = [TokenLogprob(b, -7.0, [(a, -1.5)]), TokenLogprob(a, -1.5, [(a, -1.5)])]
-    logprobs = completion_logprobs(items, smol.token_text, 0)
+    logprobs = completion_logprobs(items, smol.token_text, [0, 5])
     assert logprobs["tokens"] == [" here", " the"]
     assert logprobs["top_logprobs"] == [{" the": -1.5, " here": -7.0}, {" the": -1.5}]
-    no_top = completion_logprobs([TokenLogprob(b, -7.0, [])], smol.token_text, 0)  # logprobs 0
+    no_top = completion_logprobs([TokenLogprob(b, -7.0, [])], smol.token_text, [0])  # logprobs 0
     assert no_top["top_logprobs"] == [{" here": -7.0}]
