@@ -183,6 +183,7 @@ class JobBuilder:
             temperature=temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             top_k=max(0, body.top_k or 0),
+            min_p=body.min_p,
             seed=body.seed,
             min_tokens=body.min_tokens,
             ignore_eos=body.ignore_eos,

@@ -202,6 +202,9 @@ class GenerationFields(_Request):
     top_k: int | None = Field(
         default=None, ge=-1, lt=INT32_END, description="0 or -1 disables (vLLM)."
     )
+    min_p: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="0 disables (vLLM): the least share of the best."
+    )
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -43,7 +43,9 @@ class FinishReason(enum.StrEnum):
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """How to pick tokens. Validated at the edge (frontend); the engine trusts these values.
 
-    temperature 0 means greedy. top_k 0 means disabled. logprobs None means none returned;
+    temperature 0 means greedy. top_k 0 means disabled. min_p (vLLM's) drops the tokens whose
+    probability, after temperature, is below min_p times the most likely one's (0: off).
+    logprobs None means none returned;
     an int n >= 0 returns the sampled token's logprob and the n most likely alternatives.
     prompt_logprobs n >= 0 returns, with the first output, each prompt token's logprob (all
     but the first token's) and the n most likely alternatives there, from the model's raw
@@ -62,6 +64,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
     seed: int | None = None
     min_tokens: int = 0
     ignore_eos: bool = False

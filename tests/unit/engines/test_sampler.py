@@ -1,4 +1,4 @@
-"""Sampler: greedy, temperature, top-k, top-p, seeds, blocked tokens, logprobs."""
+"""Sampler: greedy, temperature, min-p, top-k, top-p, seeds, blocked tokens, logprobs."""
 
 from __future__ import annotations
 
@@ -47,6 +47,21 @@ def test_top_k_limits_candidates() -> None:
         tokens, _ = sample(logits.clone(), [item(seed=seed, temperature=5.0, top_k=3)])
         seen.add(tokens[0])
     assert seen == {1, 2, 3}
+
+
+def test_min_p_drops_tokens_below_its_share_of_the_best() -> None:
+    """min_p 0.4 over [0.5, 0.3, 0.15, 0.05]: 0.15 and 0.05 are below 0.4 x 0.5, so the
+    draws see only the first two; at temperature 2 the tempered shares ~[0.38, 0.29,
+    0.21, 0.12] keep three (0.21 >= 0.4 x 0.38; vLLM's order: min-p after temperature)."""
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    for temperature, kept in ((1.0, {0, 1}), (2.0, {0, 1, 2})):
+        seen = set()
+        for seed in range(300):
+            draw = item(seed=seed, temperature=temperature, min_p=0.4)
+            seen.add(sample(logits.clone(), [draw])[0][0])
+        assert seen == kept, temperature
+    seen = {sample(logits.clone(), [item(seed=s, temperature=1.0)])[0][0] for s in range(300)}
+    assert seen == {0, 1, 2, 3}  # off by default
 
 
 def test_top_p_keeps_the_smallest_nucleus() -> None:

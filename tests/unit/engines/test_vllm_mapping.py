@@ -45,6 +45,7 @@ def test_every_sampling_field_maps_one_to_one() -> None:
         temperature=0.5,
         top_p=0.9,
         top_k=40,
+        min_p=0.05,
         seed=3,
         min_tokens=2,
         ignore_eos=True,
@@ -62,6 +63,7 @@ def test_every_sampling_field_maps_one_to_one() -> None:
         top_k=40,
         seed=3,
         min_tokens=2,
+        min_p=0.05,
         ignore_eos=True,
         stop_token_ids=[5, 6],
         logprobs=4,
@@ -77,6 +79,7 @@ def test_every_sampling_field_maps_one_to_one() -> None:
 def test_defaults_mean_the_same_in_vllm() -> None:
     s = to_vllm_sampling(request(), max_logprobs=20)
     assert (s.temperature, s.top_p, s.top_k, s.seed, s.logprobs) == (1.0, 1.0, 0, None, None)
+    assert s.min_p == 0.0
     penalties = (s.presence_penalty, s.frequency_penalty, s.repetition_penalty, s.logit_bias)
     assert penalties == (0.0, 0.0, 1.0, None)
 

@@ -105,6 +105,8 @@ def message(content: Any) -> dict[str, Any]:
         ("/completions", {**COMPLETION, "logit_bias": {str(2**31): 1}}, "logit_bias"),
         ("/chat", {**CHAT, "logit_bias": {"٥": 1}}, "logit_bias"),  # an Arabic-Indic 5
         ("/completions", {**COMPLETION, "repetition_penalty": 0}, "repetition_penalty"),
+        ("/completions", {**COMPLETION, "min_p": 1.5}, "min_p"),
+        ("/chat", {**CHAT, "min_p": -0.1}, "min_p"),
         ("/completions", {**COMPLETION, "repetition_penalty": 10.5}, "repetition_penalty"),
         ("/chat", {**CHAT, "repetition_penalty": True}, "repetition_penalty"),
         ("/completions", {**COMPLETION, "n": 129}, "n"),

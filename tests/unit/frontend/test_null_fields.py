@@ -46,6 +46,9 @@ async def test_nulls_stand_for_the_defaults(preprocessor: Preprocessor) -> None:
     assert (await client.responses.retrieve(response.id)).id == response.id  # stored
     sampling = [r.sampling for r in engine.requests]
     assert [(s.presence_penalty, s.frequency_penalty) for s in sampling] == [(0.0, 0.0)] * 3
+    engine.outputs = ["Hi."]
+    await client.chat.completions.create(model="m", messages=ASK, extra_body={"min_p": 0.05})
+    assert engine.requests[-1].sampling.min_p == 0.05  # vLLM's min_p reaches the engine
 
 
 async def test_a_required_fields_null_is_still_refused(preprocessor: Preprocessor) -> None:

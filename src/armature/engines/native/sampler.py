@@ -1,5 +1,6 @@
-"""Token sampling: greedy, temperature, top-k, top-p, per-request seeds, min_tokens, logprobs,
-penalties and logit bias (penalties.py).
+"""Token sampling: greedy, temperature, min-p, top-k, top-p, per-request seeds, min_tokens,
+logprobs, penalties and logit bias (penalties.py). As vLLM: min-p on the tempered
+probabilities, then top-k and top-p.
 
 Logprobs are the model's raw log-softmax (before penalties, temperature and truncation), as
 OpenAI reports them and as vLLM does by default. Penalties are applied only to the rows of
@@ -52,8 +53,10 @@ def seeded_for(generator: torch.Generator | None, seed: int, position: int) -> t
 _POSITION_STRIDE = 0x9E3779B97F4A7C15  # 2**64 over the golden ratio: positions far apart
 
 
-def _truncate(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask logits [vocab] outside top-k and the top-p nucleus to -inf."""
+def _truncate(logits: torch.Tensor, top_k: int, top_p: float, min_p: float = 0.0) -> torch.Tensor:
+    """Mask logits [vocab] below min-p, outside top-k and outside the top-p nucleus to -inf."""
+    if min_p > 0.0:  # p < min_p * p_max, in logits: below the best's + log(min_p)
+        logits = logits.masked_fill(logits < logits.max() + math.log(min_p), float("-inf"))
     if top_k > 0 and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -131,7 +134,7 @@ def sample(
         if greedy_only or not math.isfinite(float(logits[row, greedy])):
             tokens.append(greedy)
             continue
-        scaled = _truncate(logits[row] / p.temperature, p.top_k, p.top_p)
+        scaled = _truncate(logits[row] / p.temperature, p.top_k, p.top_p, p.min_p)
         probs = torch.softmax(scaled, dim=-1)
         tokens.append(int(torch.multinomial(probs, 1, generator=item.generator).item()))
     out_logprobs: list[TokenLogprob | None] = [None] * len(inputs)

@@ -9,6 +9,7 @@ Every field of our SamplingParams has a one-to-one vLLM field:
     temperature     temperature     0 = greedy in both
     top_p           top_p
     top_k           top_k           0 = disabled in both
+    min_p           min_p           0 = disabled in both
     seed            seed
     min_tokens      min_tokens      minus the output tokens a resumed request carries
     ignore_eos      ignore_eos
@@ -83,6 +84,7 @@ class VllmSampling:
     stop_token_ids: list[int]
     logprobs: int | None
     prompt_logprobs: int | None = None
+    min_p: float = 0.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
@@ -124,6 +126,7 @@ def to_vllm_sampling(request: EngineRequest, max_logprobs: int) -> VllmSampling:
         top_k=p.top_k,
         seed=p.seed,
         min_tokens=max(0, p.min_tokens - num_carried),
+        min_p=p.min_p,
         ignore_eos=p.ignore_eos,
         stop_token_ids=list(p.stop_token_ids),
         logprobs=p.logprobs,
