@@ -19,6 +19,7 @@ import pytest
 from armature.cli.main import build_parser, main
 from armature.cli.planner import check_worker_args
 from armature.config import parse_bytes
+from armature.errors import ConfigError
 from profiles import write_small_profile
 from servers import free_port as _free_port
 
@@ -359,6 +360,31 @@ def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[st
 )
 def test_parse_bytes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1ib", "not a size: '1ib'"),  # an i with no prefix before it (a KeyError before)
+        ("1i", "not a size: '1i'"),
+        ("9" * 400, "size 99999999999999999999... (400 digits) is too large"),  # overflowed
+        ("9" * 400 + ".5", "(402 digits) is too large"),  # a float's inf
+        (str(2**63), f"size {2**63} is too large (at most 2**63 - 1 bytes)"),
+    ],
+)
+def test_parse_bytes_refuses(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_bytes(text)
+    assert parse_bytes(str(2**63 - 1)) == 2**63 - 1  # the largest, exactly
+
+
+def test_a_bad_size_flag_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(["serve", "--kv-host-bytes", "1ib"], capsys)
+    assert code == 2
+    assert err == (
+        "armature: error: argument --kv-host-bytes: not a size: '1ib' (e.g. 2GiB, 512MiB, "
+        "1000000) (see --help)\n"
+    )
 
 
 def write_trace(path: Path, lines: list[str]) -> Path:

@@ -41,7 +41,10 @@ __all__ = [
 TRANSFER_BACKENDS = ("shm", "nixl", "tcp")
 E = TypeVar("E", bound=enum.StrEnum)
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+# a number, then a unit: B, or a prefix (k, m, g, t, with i for powers of two) and an
+# optional B; `i` needs a prefix before it (`1ib` is no size)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*((?:[kmgt]i?)?b?)\s*$", re.IGNORECASE)
+MAX_BYTES = 2**63  # sizes end up in C long longs and numpy int64s
 _UNITS = {
     "": 1,
     "b": 1,
@@ -62,7 +65,13 @@ def parse_bytes(text: str) -> int:
     if not match:
         raise ConfigError(f"not a size: {text!r} (e.g. 2GiB, 512MiB, 1000000)")
     unit = (match.group(2) or "").lower().removesuffix("b")
-    value = int(float(match.group(1)) * _UNITS[unit])
+    number = match.group(1)
+    # whole numbers exactly; a fraction through a float (inf past float's range)
+    scaled = int(number) * _UNITS[unit] if "." not in number else float(number) * _UNITS[unit]
+    if not scaled < MAX_BYTES:  # inf included (NaN cannot be written)
+        shown = number if len(number) <= 24 else f"{number[:20]}... ({len(number)} digits)"
+        raise ConfigError(f"size {shown} is too large (at most 2**63 - 1 bytes)")
+    value = int(scaled)
     if value <= 0:
         raise ConfigError("size must be positive")
     return value
