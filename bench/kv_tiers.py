@@ -47,7 +47,9 @@ def tiers_of(config: KvTierConfig) -> TierBuilder:
     def build(log: KvEventLog, store: KvBlockStore) -> KvTierManager:
         tensors = store.kv_tensors()
         assert tensors is not None
-        return build_tier_manager(config, log, tensors, store.layout, model_name="bench")
+        return build_tier_manager(
+            config, log, tensors, store.layout, model_name="bench", weights="w"
+        )
 
     return build
 

@@ -184,16 +184,17 @@ def block_name_prefix(seq_hash: int) -> str:
     return f"{seq_hash:016x}-"
 
 
-def layout_namespace(model_name: str, layout: KvLayout) -> str:
+def layout_namespace(model_name: str, layout: KvLayout, weights: str) -> str:
     """The directory / key prefix of one model's blocks in a store: its name made safe for
     file systems and S3 keys (`[A-Za-z0-9._-]`, at most 64 characters), then 12 hex digits of
-    xxh3_64 over the exact model name, the layout and the format version. Two models, two
-    layouts of one model or two format versions never share a namespace, even when their
-    names sanitize alike."""
+    xxh3_64 over the exact model name, its weights' fingerprint (`weights`:
+    model/fingerprint.py), the layout and the format version. Two models, two checkpoints
+    served under one name, two layouts of one model or two format versions never share a
+    namespace, even when their names sanitize alike."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", model_name).strip("-.")[:_NAMESPACE_MODEL_CHARS]
     fields = (
         f"{model_name}\0{layout.num_layers}\0{layout.block_size}\0{layout.num_kv_heads}"
-        f"\0{layout.head_dim}\0{layout.dtype}\0{FORMAT_VERSION}"
+        f"\0{layout.head_dim}\0{layout.dtype}\0{FORMAT_VERSION}\0{weights}"
     )
     digest = xxhash.xxh3_64_hexdigest(fields.encode())[:12]
     return f"{safe.rstrip('-.') or 'model'}-{digest}"

@@ -38,16 +38,18 @@ def build_tier_manager(
     layout: KvLayout,
     *,
     model_name: str,
+    weights: str,
 ) -> KvTierManager:
     """The tiers of one engine whose KV cache is `g1` (k, v) of `layout`. Blocks already in
-    the disk directory or the shared store are known at once (announced as Stored events)."""
+    the disk directory or the shared store are known at once (announced as Stored events).
+    `model_name` and `weights` (the weights' fingerprint) name the blocks' namespace."""
     policy_config = tier_policy_config(config, layout.bytes_per_block)
     g1_k, g1_v = g1
     host = None
     if policy_config.num_host_blocks:
         pin = g1_k.device.type == "cuda"
         host = HostBlocks(layout, policy_config.num_host_blocks, g1_k.dtype, pin=pin)
-    namespace = layout_namespace(model_name, layout)
+    namespace = layout_namespace(model_name, layout, weights)
     stores: dict[KvTier, BlockStore] = {}
     if config.kv_disk_dir is not None and config.kv_remote is not None:
         _check_apart(config.kv_disk_dir, config.kv_remote)

@@ -46,6 +46,28 @@ def test_blocks_are_filed_under_the_served_name(tiny_llama_dir: Path, tmp_path: 
     assert namespaces(link, tmp_path / "c", "smol") == [served]
 
 
+def test_another_checkpoint_under_the_same_name_has_blocks_of_its_own(
+    tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    """Weights replaced under one served name (a fine-tune, an upgrade in place): the KV the
+    old ones computed must not be found by the new (its greedy output went wrong)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    changed = tmp_path / "changed"
+    shutil.copytree(tiny_llama_dir, changed)
+    [weights] = changed.glob("*.safetensors")
+    tensors = load_file(weights)
+    name = "model.layers.0.self_attn.k_proj.weight"
+    tensors[name] = tensors[name] * 1.5
+    save_file(tensors, weights, metadata={"format": "pt"})
+    [before] = namespaces(tiny_llama_dir, tmp_path / "disk", "smol")
+    both = namespaces(changed, tmp_path / "disk", "smol")  # the same disk directory
+    assert len(both) == 2 and before in both
+    assert all(n.startswith("smol-") for n in both)  # one name, two namespaces
+
+
 def test_a_kv_cache_larger_than_memory_is_one_line(tiny_llama_dir: Path, tmp_path: Path) -> None:
     """The CPU allocator's failure is a RuntimeError (a traceback before), not torch's
     OutOfMemoryError: a G1 of 2**31 - 2 blocks, or a host tier of 2**40 (terabytes)."""

@@ -194,8 +194,9 @@ def test_other_names_are_not_blocks(name: str) -> None:
 
 
 def test_layout_namespace_is_the_safe_model_name_and_a_digest() -> None:
-    namespace = layout_namespace("HuggingFaceTB/SmolLM2-135M-Instruct", LAYOUT)
-    assert namespace == "HuggingFaceTB-SmolLM2-135M-Instruct-a1cc56afa84e"
+    namespace = layout_namespace("HuggingFaceTB/SmolLM2-135M-Instruct", LAYOUT, "060d5729f27813e4")
+    assert namespace.startswith("HuggingFaceTB-SmolLM2-135M-Instruct-")
+    assert len(namespace) == len("HuggingFaceTB-SmolLM2-135M-Instruct-") + 12
 
 
 @pytest.mark.parametrize(
@@ -210,19 +211,20 @@ def test_layout_namespace_is_the_safe_model_name_and_a_digest() -> None:
     ],
 )
 def test_layout_namespace_is_safe_for_paths_and_s3_keys(model: str, safe: str) -> None:
-    namespace = layout_namespace(model, LAYOUT)
+    namespace = layout_namespace(model, LAYOUT, "w")
     assert namespace[: -len("-0123456789ab")] == safe
     assert all(c.isalnum() or c in "._-" for c in namespace)
     assert not namespace.startswith((".", "-"))
 
 
-def test_models_and_layouts_never_share_a_namespace() -> None:
+def test_models_weights_and_layouts_never_share_a_namespace() -> None:
     other_layout = msgspec.structs.replace(LAYOUT, block_size=16)
     namespaces = {
-        layout_namespace("org/model", LAYOUT),
-        layout_namespace("org-model", LAYOUT),  # sanitizes like "org/model"
-        layout_namespace("org/model", other_layout),
-        layout_namespace("org/other", LAYOUT),
+        layout_namespace("org/model", LAYOUT, "w"),
+        layout_namespace("org-model", LAYOUT, "w"),  # sanitizes like "org/model"
+        layout_namespace("org/model", other_layout, "w"),
+        layout_namespace("org/other", LAYOUT, "w"),
+        layout_namespace("org/model", LAYOUT, "other weights"),  # a fine-tune of one name
     }
-    assert len(namespaces) == 4
-    assert layout_namespace("org/model", LAYOUT) == layout_namespace("org/model", LAYOUT)
+    assert len(namespaces) == 5
+    assert layout_namespace("org/model", LAYOUT, "w") == layout_namespace("org/model", LAYOUT, "w")

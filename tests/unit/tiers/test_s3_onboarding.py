@@ -28,7 +28,7 @@ def s3_engine(model_dir: Path, tiers: KvTierConfig) -> EngineCore:
     def build(log: KvEventLog, store: KvBlockStore) -> KvTierManager:
         tensors = store.kv_tensors()
         assert tensors is not None
-        return build_tier_manager(tiers, log, tensors, store.layout, model_name="tiny")
+        return build_tier_manager(tiers, log, tensors, store.layout, model_name="tiny", weights="w")
 
     return EngineCore(config, tiers=build)
 

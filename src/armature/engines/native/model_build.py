@@ -15,6 +15,7 @@ from armature.engines.native.embedding_runner import EmbeddingRunner
 from armature.engines.spec import EngineSpec
 from armature.errors import ConfigError
 from armature.kv.event_log import KvEventLog
+from armature.model.fingerprint import weights_fingerprint
 from armature.tiers.factory import build_tier_manager
 from armature.tiers.manager import KvTierManager
 from armature.transfer.blocks import KvBlockStore
@@ -61,6 +62,10 @@ def _tiers(spec: EngineSpec) -> TierBuilder | None:
         # default model's directory and for serve's own in-process engine (a directory's
         # name differed, and one's stored blocks were the other's misses)
         name = spec.get_served_model_name()
-        return build_tier_manager(tiers, event_log, tensors, kv_store.layout, model_name=name)
+        # and the weights': another checkpoint served under the name computes other KV
+        weights = weights_fingerprint(spec.model.path)
+        return build_tier_manager(
+            tiers, event_log, tensors, kv_store.layout, model_name=name, weights=weights
+        )
 
     return build
