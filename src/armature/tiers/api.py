@@ -62,7 +62,12 @@ class KvTiers(Protocol):
         ...
 
     def find(self, seq_hashes: Sequence[int]) -> list[TierHit]:
-        """The longest prefix of `seq_hashes` held below G1 (no pin taken; counted)."""
+        """The longest prefix of `seq_hashes` held below G1 (no pin taken; not counted)."""
+        ...
+
+    def count_lookup(self, num_blocks: int, hits: Sequence[TierHit]) -> None:
+        """Count one admission's lookup of `num_blocks` blocks, answered by `hits` (the
+        tier hit ratio's numbers): once per decision, not per retry of a waiting request."""
         ...
 
     def can_load(self, num_blocks: int) -> bool:

@@ -49,10 +49,14 @@ class TierPolicyShell(ABC):
 
     # ---- onboarding --------------------------------------------------------------------
     def find(self, seq_hashes: Sequence[int]) -> list[TierHit]:
-        hits = self.policy.find(seq_hashes)
-        self.counters.num_lookup_blocks += len(seq_hashes)
+        """What the tiers hold of `seq_hashes` (counted apart: `count_lookup`)."""
+        return self.policy.find(seq_hashes)
+
+    def count_lookup(self, num_blocks: int, hits: Sequence[TierHit]) -> None:
+        """One lookup of `num_blocks` prompt blocks, which `hits` answered: counted once
+        per admission decision (a request waiting for room looks again each step)."""
+        self.counters.num_lookup_blocks += num_blocks
         self.counters.hit_blocks.update(hit.tier for hit in hits)
-        return hits
 
     def can_load(self, num_blocks: int) -> bool:
         """Whether a load of `num_blocks` fits the in-flight bound (one load always may)."""

@@ -113,6 +113,42 @@ def test_a_prompt_evicted_to_host_comes_back_with_the_same_tokens(
     core.close()
 
 
+def test_a_request_waiting_for_room_is_counted_once_in_the_hit_ratio(
+    tiny_llama_dir: Path,
+) -> None:
+    """A (evicted to host) arrives while D holds most of G1: its load waits for room, looking
+    its blocks up again each step; the hit ratio's counts take its lookup once (they counted
+    it per step, a ratio near 1 after a few waits)."""
+    core = tiered_engine(tiny_llama_dir, KvTierConfig(kv_host_blocks=64))
+    a, b, c = prompts(3, seed=1)
+    for prompt, name in ((a, "a1"), (b, "b"), (c, "c")):
+        run(core, prompt, name)
+    d = [random.Random(9).randrange(3, 512) for _ in range(300)]  # 19 of G1's 26 blocks
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, min_tokens=NEW_TOKENS)
+    core.add_request(EngineRequest(request_id="d", prompt_token_ids=d, sampling=params))
+    core.add_request(EngineRequest(request_id="a2", prompt_token_ids=a, sampling=params))
+    tiers = core.tiers
+    assert tiers is not None
+    looked_up = []
+    find = tiers.find
+
+    def counted_find(seq_hashes: list[int]) -> list[object]:
+        looked_up.append(len(seq_hashes))
+        return find(seq_hashes)  # type: ignore[return-value]
+
+    tiers.find = counted_find  # type: ignore[method-assign,assignment]
+    while core.has_work():
+        core.step()
+    assert looked_up.count(12) > 2  # a2 looked its blocks up again while it waited
+    stats = tiers.get_stats()
+    assert stats.blocks_onboarded == {"g2->g1": 12}
+    assert stats.hit_blocks == {"host": 12}
+    # a1, b, c: 12 uncached blocks each, none below G1; d: 18 (its last token's block is
+    # computed); a2: 12, all in host
+    assert stats.num_lookup_blocks == 3 * 12 + 18 + 12
+    core.close()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_the_host_tier_is_pinned_and_a_prompt_comes_back_with_the_same_tokens(
     tiny_llama_dir: Path, ref: HfReference

@@ -70,13 +70,17 @@ class Onboarding:
         rest = [h for h, _ in request.block_hashes[len(cached_ids) : max_blocks]]
         hits = self.tiers.find(rest) if rest else []
         if not hits:
+            self.tiers.count_lookup(len(rest), hits)
             return OnboardStart.NONE
         if not self.tiers.can_load(len(hits)):
-            return OnboardStart.WAIT
+            return OnboardStart.WAIT  # looked up again next step: counted when decided
         num_cached_free = self.pool.get_num_unreferenced(cached_ids)
         if len(hits) + num_cached_free > self.pool.get_num_free_blocks():
-            busy = self.pool.get_num_active_blocks() > 0
-            return OnboardStart.WAIT if busy else OnboardStart.NONE
+            if self.pool.get_num_active_blocks() > 0:
+                return OnboardStart.WAIT
+            self.tiers.count_lookup(len(rest), hits)
+            return OnboardStart.NONE
+        self.tiers.count_lookup(len(rest), hits)
         self.tiers.reserve(hits)
         self.pool.touch(cached_ids)
         new_ids = self.pool.allocate(len(hits))
