@@ -10,6 +10,7 @@ directory on a shared file system (G4, `file://`); there each worker is one `Dis
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -95,6 +96,8 @@ class DiskStore:
                 raise _store_error(self, f"delete {name}", error) from error
 
     def list_keys(self) -> list[BlockKey]:
+        """Every block's key, the least recently used first (`prefix_order`: by the files'
+        times, which a read renews, a block as recent as its most recent descendant)."""
         found: list[tuple[int, str, BlockKey]] = []
         try:
             with os.scandir(self.directory) as entries:
@@ -103,12 +106,13 @@ class DiskStore:
                     if key is None:
                         continue
                     try:
-                        found.append((entry.stat().st_mtime_ns, entry.name, key))
+                        if entry.is_file():  # a directory under a block's name is none
+                            found.append((entry.stat().st_mtime_ns, entry.name, key))
                     except FileNotFoundError:
                         continue  # deleted between the listing and the stat
         except OSError as error:
             raise _store_error(self, "list", error) from error
-        found.sort()
+        found = prefix_order(found)
         with self._lock:
             self._names.update((key.seq_hash, name) for _, name, key in found)
         return [key for _, _, key in found]
@@ -162,15 +166,19 @@ class DiskStore:
     def _read(self, name: str, seq_hash: int) -> bytes | None:
         """The file's bytes; None (and `name` forgotten) when it is gone, perhaps deleted
         by another worker sharing the directory."""
+        path = self.directory / name
         try:
-            return (self.directory / name).read_bytes()
-        except FileNotFoundError:
+            data = path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError):  # gone, or never a block
             with self._lock:
                 if self._names.get(seq_hash) == name:
                     del self._names[seq_hash]
             return None
         except OSError as error:
             raise _store_error(self, f"get {name}", error) from error
+        with contextlib.suppress(OSError):  # its use renews it: recency outlives a restart
+            os.utime(path)
+        return data
 
     def _glob_names(self, seq_hash: int) -> list[str]:
         pattern = f"{block_name_prefix(seq_hash)}*"
@@ -208,6 +216,24 @@ def _write_whole(directory: Path, name: str, data: bytes) -> None:
         os.replace(temp, directory / name)
     finally:
         temp.unlink(missing_ok=True)  # gone after the replace; a failed write's rest
+
+
+def prefix_order(
+    found: list[tuple[int, str, BlockKey]],
+) -> list[tuple[int, str, BlockKey]]:
+    """(time, name, key) of stored blocks, the first to evict first: by time, where a block
+    counts as recent as its most recent descendant (its prefix is needed to use them), and
+    of blocks equally recent the later written (a prompt's later blocks) first. Evicting
+    from the front then leaves whole prefixes: by file times alone a prompt's first block,
+    written first, went first, leaving the rest stored and of no use."""
+    recency = {key.seq_hash: time_ns for time_ns, _, key in found}
+    parents = {key.seq_hash: key.parent_hash for _, _, key in found}
+    for time_ns, _, key in sorted(found, reverse=True):  # newest first: each raised once
+        parent = key.parent_hash
+        while parent is not None and recency.get(parent, time_ns) < time_ns:
+            recency[parent] = time_ns
+            parent = parents[parent]
+    return sorted(found, key=lambda f: (recency[f[2].seq_hash], -f[0], f[1]))
 
 
 def _store_error(store: DiskStore, action: str, error: OSError) -> StoreError:

@@ -61,15 +61,61 @@ def test_put_replaces_a_block_of_the_same_key(tmp_path: Path, block: Block) -> N
 
 
 def test_list_keys_is_oldest_first_and_skips_strays(tmp_path: Path, block: Block) -> None:
+    """Oldest first, a block as recent as its most recent descendant, and of blocks equally
+    recent the later written first; ties by name; strays and directories left out."""
     store = DiskStore(tmp_path, NS)
-    keys = [block(i)[0] for i in range(4)]
+    keys = [block(i)[0] for i in range(4)]  # one chain: 0 <- 1 <- 2 <- 3
     for i in range(4):
         store.put(*block(i))
     for key, mtime_s in zip(keys, (300, 100, 200, 100), strict=True):
         os.utime(store.directory / block_name(key), (mtime_s, mtime_s))
     (store.directory / "notes.txt").write_text("not a block")
     (store.directory / "00000000000000ab-cd.kvb").write_bytes(b"")
-    assert store.list_keys() == [keys[1], keys[3], keys[2], keys[0]]  # ties: by name
+    (store.directory / "00000000000000ab-00000000000000cd-none.kvb").mkdir()
+    # 1 is as recent as 2 (200), then 2 before 1 (written later)
+    assert store.list_keys() == [keys[3], keys[2], keys[1], keys[0]]
+
+
+def chain(store: DiskStore, first: int, times_s: list[int]) -> list[BlockKey]:
+    """A prompt's blocks, stored with these file times (seconds), first block first."""
+    keys: list[BlockKey] = []
+    for i, time_s in enumerate(times_s):
+        key = BlockKey(first + i, first + i, keys[-1].seq_hash if keys else None)
+        store.put(key, b"kv")
+        os.utime(store.directory / block_name(key), (time_s, time_s))
+        keys.append(key)
+    return keys
+
+
+def test_a_restart_evicts_a_prompts_last_blocks_first(tmp_path: Path) -> None:
+    """Prompts A (written at 1-3 s) and B (4-5 s): after a restart the tier evicts from the
+    front of the listing; by file times alone A's first block went first, leaving its other
+    two stored and of no use. Now A goes from its end, and B after A."""
+    store = DiskStore(tmp_path, NS)
+    a = chain(store, 0xA0, [1, 2, 3])
+    b = chain(store, 0xB0, [4, 5])
+    assert store.list_keys() == [a[2], a[1], a[0], b[1], b[0]]
+
+
+def test_a_read_renews_a_block_so_its_prefix_outlives_a_restart(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, NS)
+    a = chain(store, 0xA0, [1, 2, 3])
+    b = chain(store, 0xB0, [4, 5])
+    assert store.get(a[0].seq_hash) == b"kv"  # A's first block served: used now
+    listed = DiskStore(tmp_path, NS).list_keys()  # a restart
+    assert listed == [a[2], a[1], b[1], b[0], a[0]]
+
+
+def test_a_directory_under_a_blocks_name_is_a_missing_block(tmp_path: Path) -> None:
+    """Not an unavailable store (which turned every disk read off, again and again)."""
+    store = DiskStore(tmp_path, NS)
+    [key] = chain(store, 0xA0, [1])
+    path = store.directory / block_name(key)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(BlockMissingError):
+        store.get(key.seq_hash)
+    assert store.list_keys() == []
 
 
 def test_a_reopened_store_finds_earlier_blocks(tmp_path: Path, block: Block) -> None:
