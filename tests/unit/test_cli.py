@@ -66,6 +66,26 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--engine", "mocker", "--pooling", "cls"], "--pooling is for --task embed"),
         (["serve", "--kv-offload", "write-through"], "--kv-offload needs a lower KV tier"),
         (["worker", "--kv-disk-offload", "all"], "--kv-disk-offload needs a disk tier"),
+        (  # G1's blocks go to the first lower tier whatever it says
+            [
+                "serve",
+                "--kv-disk-dir",
+                "/tmp/d",
+                "--kv-disk-blocks",
+                "9",
+                "--kv-disk-offload",
+                "all",
+            ],
+            "--kv-disk-offload picks which host-tier (G2) victims go down to disk: it needs",
+        ),
+        (  # a G4 only read takes no blocks
+            ["serve", "--kv-remote", "file:///tmp/g4", "--kv-offload", "write-through"],
+            "--kv-offload: nothing takes the blocks (--kv-remote with --kv-remote-offload off",
+        ),
+        (
+            ["worker", "--kv-onboard-max-inflight-bytes", "1MiB"],
+            "--kv-onboard-max-inflight-bytes needs a lower KV tier",
+        ),
         (["serve", "--kv-remote-refresh-s", "5"], "--kv-remote-refresh-s needs --kv-remote"),
         (
             ["serve", "--workers", "3", "--prefill-workers", "1", "--decode-workers", "1"],
@@ -118,12 +138,16 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
             "--kv-disk-blocks: must be at most 2,147,483,646",
         ),
         (
-            ["replay", "--synthetic", "multi-turn", "--kv-disk-bytes", "10000000000000TiB"],
+            ["replay", "--synthetic", "multi-turn", "--kv-disk-bytes", "1000000TiB"],
             "--kv-disk-bytes holds",
         ),
         (
-            ["replay", "--synthetic", "multi-turn", "--kv-host-bytes", "10000000000000TiB"],
+            ["replay", "--synthetic", "multi-turn", "--kv-host-bytes", "1000000TiB"],
             "--kv-host-bytes holds",
+        ),
+        (
+            ["replay", "--synthetic", "multi-turn", "--kv-host-bytes", "10000000000000TiB"],
+            "--kv-host-bytes: size 10000000000000TiB is too large (at most 2**63 - 1 bytes)",
         ),
         (
             ["serve", "--kv-remote", "file:///tmp", "--kv-remote-refresh-s", "1e10"],
@@ -367,8 +391,8 @@ def test_parse_bytes(text: str, expected: int) -> None:
     [
         ("1ib", "not a size: '1ib'"),  # an i with no prefix before it (a KeyError before)
         ("1i", "not a size: '1i'"),
-        ("9" * 400, "size 99999999999999999999... (400 digits) is too large"),  # overflowed
-        ("9" * 400 + ".5", "(402 digits) is too large"),  # a float's inf
+        ("9" * 400, "size 99999999999999999999... (400 characters) is too large"),  # overflowed
+        ("9" * 400 + ".5", "(402 characters) is too large"),  # a float's inf
         (str(2**63), f"size {2**63} is too large (at most 2**63 - 1 bytes)"),
     ],
 )

@@ -140,6 +140,10 @@ class KvTierConfig:
         )
 
     @property
+    def has_host_tier(self) -> bool:
+        return bool(self.kv_host_bytes or self.kv_host_blocks)
+
+    @property
     def has_disk_size(self) -> bool:
         return self.kv_disk_bytes is not None or self.kv_disk_blocks is not None
 
@@ -172,9 +176,28 @@ class KvTierConfig:
             raise ConfigError("--kv-remote-refresh-s needs --kv-remote")
         if not self.has_disk_tier and not _is_default(self, "kv_disk_offload"):
             raise ConfigError("--kv-disk-offload needs a disk tier (--kv-disk-dir)")
+        if not self.has_host_tier and not _is_default(self, "kv_disk_offload"):
+            # G1's blocks go to the first lower tier whatever it says
+            raise ConfigError(
+                "--kv-disk-offload picks which host-tier (G2) victims go down to disk: it "
+                "needs --kv-host-bytes or --kv-host-blocks"
+            )
         if not self.is_enabled and not _is_default(self, "kv_offload"):
             raise ConfigError(
                 "--kv-offload needs a lower KV tier (--kv-host-*, --kv-disk-*, --kv-remote)"
+            )
+        only_read = (
+            not (self.has_host_tier or self.has_disk_tier) and self.kv_remote_offload == "off"
+        )
+        if self.is_enabled and only_read and not _is_default(self, "kv_offload"):
+            raise ConfigError(
+                "--kv-offload: nothing takes the blocks (--kv-remote with --kv-remote-offload "
+                "off is only read): add a host or disk tier, or --kv-remote-offload"
+            )
+        if not self.is_enabled and not _is_default(self, "kv_onboard_max_inflight_bytes"):
+            raise ConfigError(
+                "--kv-onboard-max-inflight-bytes needs a lower KV tier (--kv-host-*, "
+                "--kv-disk-*, --kv-remote)"
             )
 
     def check_stored(self) -> None:

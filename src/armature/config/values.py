@@ -69,7 +69,8 @@ def parse_bytes(text: str) -> int:
     # whole numbers exactly; a fraction through a float (inf past float's range)
     scaled = int(number) * _UNITS[unit] if "." not in number else float(number) * _UNITS[unit]
     if not scaled < MAX_BYTES:  # inf included (NaN cannot be written)
-        shown = number if len(number) <= 24 else f"{number[:20]}... ({len(number)} digits)"
+        given = text.strip()
+        shown = given if len(given) <= 32 else f"{given[:20]}... ({len(given)} characters)"
         raise ConfigError(f"size {shown} is too large (at most 2**63 - 1 bytes)")
     value = int(scaled)
     if value <= 0:
