@@ -56,6 +56,8 @@ def _open_shared_directory(
     path = unquote(parts.path)
     if parts.netloc not in ("", "localhost") or not path.startswith("/"):
         raise ConfigError(f"remote KV store URL {url!r}: needs an absolute path; {_FORMS}")
+    if "\0" in path:  # %00: no file system path holds one
+        raise ConfigError(f"remote KV store URL {url!r}: its path holds a NUL (%00)")
     try:
         return DiskStore(Path(path), namespace, stale_temp_after_s=SHARED_STALE_TEMP_S)
     except StoreError as error:  # a file, /proc, a directory it may not write

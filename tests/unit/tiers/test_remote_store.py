@@ -55,6 +55,7 @@ def test_file_url_spellings(tmp_path: Path) -> None:
         ("gs://bucket/prefix", None, "unsupported scheme"),
         ("file://host/shared", None, "needs an absolute path"),
         ("file:relative/dir", None, "needs an absolute path"),
+        ("file:///tmp/a%00b", None, "its path holds a NUL (%00)"),  # not the model's fault
         ("file:///shared?x=1", None, "query or fragment"),
         ("file:///shared", "http://127.0.0.1:9000", "applies to s3:// only"),
         ("s3://", None, "is not a bucket name"),
