@@ -56,6 +56,8 @@ def test_a_load_is_done_at_blocks_times_bytes_over_bandwidth_and_releases_its_pi
     assert tiers.counters.blocks_offloaded == {(D, H): 3, (H, S): 1}
     hits = tiers.find([0, 1, 2, 3])
     assert hits == [TierHit(key(0), S, -1), TierHit(key(1), H, 1), TierHit(key(2), H, 0)]
+    assert tiers.counters.num_lookup_blocks == 0  # counted once admitted, as onboarding does:
+    tiers.count_lookup(4, hits)
     tiers.reserve(hits)
     assert tiers.policy.get_num_pinned_blocks() == 3
     job = tiers.submit(hits, [10, 11, 12])
