@@ -245,6 +245,9 @@ class ResponsesRequest(_Request):
     include: list[str] | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     max_tool_calls: int | None = Field(default=None, ge=1, lt=INT32_END)
+    # OpenAI's Conversations and stored prompt templates: each changes what is generated
+    conversation: str | dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
     priority: int = Field(
         default=0, ge=-INT32_END, lt=INT32_END, description="Queue order under overload."
     )
@@ -273,4 +276,9 @@ class ResponsesRequest(_Request):
             out.append(("top_logprobs", "top_logprobs is not supported on /v1/responses"))
         if self.max_tool_calls is not None:
             out.append(("max_tool_calls", "max_tool_calls is not supported"))
+        if self.conversation is not None:
+            reason = "conversations are not supported; chain responses with previous_response_id"
+            out.append(("conversation", reason))
+        if self.prompt is not None:
+            out.append(("prompt", "stored prompt templates are not supported; send input"))
         return out
