@@ -242,14 +242,16 @@ class EngineRouter:
             # its own checks: a worker whose KV cache cannot hold it says so (a 400), where
             # the capacity filter would leave it out as if it were unknown
             self.engines[target_worker].validate(request)
-        failed: set[str] = set()
+        # the worker instances that failed this request: a replacement that joins under the
+        # same name (serve restarts worker-0 as worker-0; --instance-id) is another engine
+        failed: dict[str, Engine | None] = {}
         generated: list[int] = []
         num_migrations = 0
         leg = request
         while True:
             workers = await self._candidates(failed, request)
             if not workers:
-                live = [w for w in self.get_workers() if w not in failed]
+                live = [w for w in self.get_workers() if not self._has_failed(w, failed)]
                 serving = [w for w in live if self._holds_lora(w, request.lora_name)]
                 if live and not serving:
                     raise EngineDeadError(f"no worker serves LoRA adapter {request.lora_name!r}")
@@ -266,7 +268,7 @@ class EngineRouter:
                     yield output
                 return
             except _WorkerDied as died:
-                failed.add(died.worker)
+                failed[died.worker] = self.engines.get(died.worker)
                 if target_worker is not None:
                     raise EngineDeadError(str(died.cause)) from None
                 if not generated:
@@ -292,7 +294,13 @@ class EngineRouter:
                 )
                 leg = _resumed(request, generated)
 
-    async def _candidates(self, failed: set[str], request: EngineRequest) -> list[str]:
+    def _has_failed(self, worker: str, failed: dict[str, Engine | None]) -> bool:
+        """Whether `worker` is the instance that failed (not one that joined since)."""
+        return worker in failed and self.engines.get(worker) is failed[worker]
+
+    async def _candidates(
+        self, failed: dict[str, Engine | None], request: EngineRequest
+    ) -> list[str]:
         """Live workers not yet failed for this request that serve its LoRA adapter and whose
         KV cache holds it. After a failure, wait up to `failover_wait_s` for one
         (replacements join while a fleet recovers)."""
@@ -303,7 +311,9 @@ class EngineRouter:
             workers = [
                 w
                 for w in self.get_workers()
-                if w not in failed and self._holds_lora(w, lora_name) and self._fits(w, request)
+                if not self._has_failed(w, failed)
+                and self._holds_lora(w, lora_name)
+                and self._fits(w, request)
             ]
             if workers or loop.time() >= deadline_s:
                 busy = self.get_busy_workers() if len(workers) > 1 else set()

@@ -103,6 +103,51 @@ async def test_a_worker_lost_under_a_request_is_a_503_to_retry(preprocessor: Pre
     assert r.headers["Retry-After"] == "1"
 
 
+class OneTokenEngine(IdleEngine):
+    """A healthy worker: one token, then the end."""
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        yield EngineOutput(
+            request_id=request.request_id,
+            new_token_ids=[72],
+            num_prompt_tokens=len(request.prompt_token_ids),
+            finish_reason=FinishReason.LENGTH,
+        )
+
+
+async def test_a_request_fails_over_to_the_replacement_of_the_worker_that_died(
+    preprocessor: Preprocessor,
+) -> None:
+    """serve restarts a dead worker under its name (worker-0 again): the request waiting for
+    a live worker takes the replacement, another engine under the same name (it waited the
+    whole failover and answered 503, the replacement excluded by name)."""
+    dead = VanishingEngine()
+    parts = compose_frontend(
+        engines={"w0": dead},  # type: ignore[dict-item]
+        router_config=RouterConfig(failover_wait_s=60.0),
+        preprocessor=preprocessor,
+        model=ServedModel("m", 2048, 0),
+    )
+    generate = dead.generate
+    called = asyncio.Event()
+
+    def vanish(request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        called.set()
+        return generate(request)
+
+    dead.generate = vanish  # type: ignore[method-assign]
+    transport = httpx.ASGITransport(app=build_app(parts))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 1}
+        request = asyncio.create_task(c.post("/v1/completions", json=body))
+        await asyncio.wait_for(called.wait(), 30)
+        await parts.router.remove_engine("w0")  # its lease ends; serve starts it again
+        parts.router.add_engine("w0", OneTokenEngine())  # type: ignore[arg-type]
+        response = await asyncio.wait_for(request, 30)  # well within the failover's 60 s
+    assert response.status_code == 200
+    assert response.json()["usage"]["completion_tokens"] == 1
+
+
 async def test_schema_rejections_are_counted(preprocessor: Preprocessor) -> None:
     async with client(preprocessor) as c:
         r = await c.post("/v1/chat/completions", content=b"{bad json")
