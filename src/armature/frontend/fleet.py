@@ -40,7 +40,21 @@ def card_conflict(served: WorkerCard, card: WorkerCard) -> str | None:
         )
     if card.model_path != served.model_path:
         return f"tokenizer source {card.model_path} differs from the running {served.model_path}"
+    for plane, url, running in (
+        ("request", card.request_url, served.request_url),
+        ("event", card.events_url, served.events_url),
+    ):
+        theirs, ours = _plane(plane, url), _plane(plane, running)
+        if theirs != ours:  # this frontend's client cannot reach it
+            return f"its {plane} plane is {theirs}, this frontend's {ours}"
     return None
+
+
+def _plane(kind: str, url: str) -> str:
+    """The plane a card's url is on: tcp://host:port is tcp (requests) or zmq (events),
+    nats:subject nats."""
+    scheme = url.split(":", 1)[0]
+    return "zmq" if kind == "event" and scheme == "tcp" else scheme
 
 
 class WorkerFleet:

@@ -48,6 +48,11 @@ def test_card_conflicts_name_the_difference() -> None:
     assert "context length 100 differs from the running 512" in (
         card_conflict(served, card(2, max_model_len=100)) or ""
     )
+    # another plane: this frontend's client cannot reach it (500s and cut streams before)
+    nats_requests = card(2, request_url="nats:armature.rp.mx.2")
+    assert card_conflict(served, nats_requests) == "its request plane is nats, this frontend's tcp"
+    nats_events = card(2, events_url="nats:armature.ev.2")
+    assert card_conflict(served, nats_events) == "its event plane is nats, this frontend's zmq"
 
 
 async def wait_for(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
