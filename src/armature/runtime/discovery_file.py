@@ -7,6 +7,11 @@ An entry is live while its lease file exists and was renewed less than `ttl_s` a
 that dies stops renewing and its entries expire, and whoever next looks deletes them. Watchers
 poll (every `poll_interval_s`) and diff. The default directory is per user:
 $XDG_RUNTIME_DIR/armature/discovery, else /tmp/armature-<uid>/discovery.
+
+A directory removed under the fleet (a tmp cleaner, an operator) is made again: each
+registration writes its entry again at its next renewal, and a watcher keeps what it knew
+for `DIRECTORY_LOSS_GRACE_S` meanwhile (as through a discovery outage) instead of seeing
+every worker leave, or stopping.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from armature.runtime.discovery import Registration, WatchEvent
 __all__ = ["FileDiscovery", "default_discovery_dir"]
 
 log = logging.getLogger(__name__)
+
+# how long a watcher keeps the entries it knew after the directory went missing: longer than
+# a registration takes to renew (a third of its lease's TTL) at the usual TTLs
+DIRECTORY_LOSS_GRACE_S = 30.0
 
 
 class _Entry(msgspec.Struct, frozen=True):
@@ -68,6 +77,7 @@ class _FileRegistration:
                 try:
                     os.utime(self.lease_path)
                 except FileNotFoundError:
+                    self.owner.make_dirs()  # the directory may be gone too
                     self.lease_path.touch()
                     self.owner.write_entry(
                         self.key, _Entry(self.value, self.lease_path.name, self.ttl_s)
@@ -91,6 +101,9 @@ class FileDiscovery:
         self.poll_interval_s = poll_interval_s
         self.entries_dir = self.directory / "entries"
         self.leases_dir = self.directory / "leases"
+        self.make_dirs()
+
+    def make_dirs(self) -> None:
         self.entries_dir.mkdir(parents=True, exist_ok=True)
         self.leases_dir.mkdir(parents=True, exist_ok=True)
 
@@ -109,12 +122,18 @@ class FileDiscovery:
         return _FileRegistration(self, key, value, ttl_s)
 
     async def list(self, prefix: str) -> dict[str, bytes]:
-        return self._scan(prefix)
+        return self._scan(prefix) or {}
 
-    def _scan(self, prefix: str) -> dict[str, bytes]:
+    def _scan(self, prefix: str) -> dict[str, bytes] | None:
+        """The live entries under `prefix`; None when the directory was gone (made again)."""
         live: dict[str, bytes] = {}
         now = time.time()
-        for path in self.entries_dir.iterdir():
+        try:
+            paths = list(self.entries_dir.iterdir())
+        except FileNotFoundError:
+            self.make_dirs()
+            return None
+        for path in paths:
             if path.name.startswith(".tmp-"):
                 continue
             key = unquote(path.name)
@@ -142,14 +161,27 @@ class FileDiscovery:
 
     async def watch(self, prefix: str) -> AsyncIterator[WatchEvent]:
         known: dict[str, bytes] = {}
+        hold_until_s = 0.0  # after the directory went missing: keep what was known till then
         while True:
             current = self._scan(prefix)
+            if current is None:
+                log.warning(
+                    "the discovery directory %s was gone: made again; keeping the %d entries "
+                    "known while they register again",
+                    self.directory,
+                    len(known),
+                )
+                hold_until_s = time.monotonic() + DIRECTORY_LOSS_GRACE_S
+                current = {}
             for key, value in current.items():
                 if known.get(key) != value:
                     yield WatchEvent("put", key, value)
-            for key in known.keys() - current.keys():
-                yield WatchEvent("delete", key)
-            known = current
+            if time.monotonic() < hold_until_s:
+                known = {**known, **current}
+            else:
+                for key in known.keys() - current.keys():
+                    yield WatchEvent("delete", key)
+                known = current
             await asyncio.sleep(self.poll_interval_s)
 
     async def close(self) -> None:

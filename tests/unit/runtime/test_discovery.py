@@ -159,3 +159,39 @@ async def test_a_file_lease_renewal_that_fails_tries_again(
     assert await d.list("k") == {"k": b"v"}
     await reg.close()
     await d.close()
+
+
+async def test_a_file_discovery_directory_removed_is_made_again_and_nobody_leaves(
+    tmp_path: Path,
+) -> None:
+    """The directory removed under a running fleet (rm -rf, a tmp cleaner): the watcher
+    stopped with a FileNotFoundError (and the frontend, and serve, with it) and the worker's
+    renewals failed forever. Now the watcher keeps what it knew, the registration writes its
+    entry again at its next renewal, and no delete is seen."""
+    import shutil
+
+    d = FileDiscovery(tmp_path / "disc", poll_interval_s=0.05)
+    reg = await d.register("instances/ns/w/1", b"card", ttl_s=0.6)
+    watch = d.watch("instances/")
+    assert await next_event(watch) == WatchEvent("put", "instances/ns/w/1", b"card")
+    events: list[WatchEvent] = []
+
+    async def drain() -> None:
+        async for event in watch:
+            events.append(event)
+
+    reader = asyncio.ensure_future(drain())  # the watcher polls through the loss
+    shutil.rmtree(tmp_path / "disc")
+    deadline_s = time.monotonic() + DEADLINE_S
+    while not (tmp_path / "disc" / "entries").is_dir():  # a poll found it gone
+        assert time.monotonic() < deadline_s, "the directory was not made again"
+        await asyncio.sleep(0.02)
+    while await d.list("instances/") != {"instances/ns/w/1": b"card"}:  # registered again
+        assert time.monotonic() < deadline_s, "the entry was not written again"
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)  # a few more polls
+    assert not reader.done()  # the watcher goes on (it stopped with a FileNotFoundError)
+    reader.cancel()
+    assert [e for e in events if e.kind == "delete"] == []
+    await reg.close()
+    await d.close()
