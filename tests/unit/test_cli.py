@@ -695,6 +695,13 @@ def test_a_worker_whose_card_conflicts_is_refused(
     code, err = run([*argv, "--block-size", "32"], capsys)
     assert code == 2
     assert "model 'tiny' is already served with block size 16" in err
+    # another context length: every frontend refused it, saying so in its own log only
+    code, err = run([*argv, "--max-model-len", "256"], capsys)
+    assert code == 2
+    assert (
+        "model 'tiny' is already served with a context of 512 tokens in namespace 'armature'; "
+        "this worker's is 256 (--max-model-len)"
+    ) in err
 
 
 def test_replay_slo_quantile_above_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ import msgspec
 
 from armature.config import WorkerConfig
 from armature.engines.registry import get_kind
-from armature.engines.spec import BuiltEngine, EngineSpec, resolve_engine_model
+from armature.engines.spec import BuiltEngine, EngineInfo, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
 from armature.frontend.serve_dir import remove_if_orphaned
 from armature.model.source import ResolvedModel
@@ -44,9 +44,15 @@ def _instance_id(config: WorkerConfig) -> int:
 
 
 async def _check_peers(
-    discovery: Discovery, namespace: str, name: str, block_size: int, model: ResolvedModel
+    discovery: Discovery,
+    namespace: str,
+    name: str,
+    model: ResolvedModel,
+    info: EngineInfo,
 ) -> None:
-    """ConfigError when workers of the same model already serve it differently."""
+    """ConfigError when workers of the same model already serve it differently (a frontend
+    would refuse this one, saying so only in its own log)."""
+    block_size = info.block_size_tokens
     for value in (await discovery.list(worker_prefix(namespace))).values():
         other = msgspec.msgpack.decode(value, type=WorkerCard)
         if other.model_name != name:
@@ -55,6 +61,12 @@ async def _check_peers(
             raise ConfigError(
                 f"model {name!r} is already served with block size {other.block_size} in "
                 f"namespace {namespace!r}; this worker uses {block_size}"
+            )
+        if other.max_model_len != info.max_model_len_tokens:
+            raise ConfigError(
+                f"model {name!r} is already served with a context of {other.max_model_len:,} "
+                f"tokens in namespace {namespace!r}; this worker's is "
+                f"{info.max_model_len_tokens:,} (--max-model-len)"
             )
         if other.model_path != str(model.path):
             raise ConfigError(
@@ -76,7 +88,7 @@ async def _run(config: WorkerConfig) -> int:
     spec, built = _build_engine(config, instance_id)
     model, info, name = spec.model, built.info, spec.get_served_model_name()
     discovery = await open_discovery(runtime)
-    await _check_peers(discovery, runtime.namespace, name, info.block_size_tokens, model)
+    await _check_peers(discovery, runtime.namespace, name, model, info)
     event_plane = await make_event_plane(runtime, process.host)
     servers = RequestPlaneServerFactory(runtime, process.host, process.port, instance_id)
     await servers.open()
