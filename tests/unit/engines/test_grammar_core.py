@@ -153,6 +153,30 @@ def test_a_guide_past_the_librarys_limits_fails_naming_its_field(core: EngineCor
     assert core.pool.get_num_active_blocks() == 0
 
 
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("(.{1,100}){1,100}", "lexer error: too many expressions constructed"),  # at the mask
+        ("[a&&b]", ""),  # matches nothing: the mask allows EOS alone
+    ],
+)
+def test_a_guide_that_fails_computing_its_mask_fails_not_stops(
+    core: EngineCore, pattern: str, message: str
+) -> None:
+    """A grammar whose error arises computing a step's mask (not consuming a token): the
+    matcher then allows only EOS, which read as a clean stop with empty output that matched
+    nothing (a 200). It ends with the error naming its field."""
+    add(core, "bad", 20, guide=RegexGuide(pattern=pattern, param="guided_regex"))
+    last: dict[str, EngineOutput] = {}
+    while core.has_work():
+        for o in core.step():
+            last[o.request_id] = o
+    bad = last["bad"]
+    assert (bad.finish_reason, bad.error_param) == (FinishReason.ERROR, "guided_regex")
+    assert bad.error is not None and message in bad.error
+    assert core.pool.get_num_active_blocks() == 0
+
+
 def test_the_mocker_refuses_guides_naming_the_field(default_model_dir: Path) -> None:
     config = NativeEngineConfig(model_dir=default_model_dir, num_kv_blocks=64)
     mocker = build_mocker_core(config, timing=PolynomialTiming(speedup_ratio=1000.0))

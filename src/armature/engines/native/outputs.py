@@ -56,7 +56,11 @@ def sample_and_finish(
         req.token_ids.append(token)
         reason, error = _finish_reason(req, token, eos_token_ids, max_model_len), None
         error_param = None
-        if req.grammar is not None and reason is None:
+        if req.grammar is not None and req.grammar.error is not None:
+            # computing this step's mask failed: the matcher then allows only EOS, and the
+            # EOS drawn is no end of a match (it read as a clean stop, output unmatched)
+            reason, error, error_param = FinishReason.ERROR, req.grammar.error, req.grammar.param
+        elif req.grammar is not None and reason is None:
             req.grammar.accept(token)
             error = req.grammar.error
             if error is not None:  # the guide's: past the library's limits
