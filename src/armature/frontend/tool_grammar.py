@@ -143,9 +143,16 @@ FORCED_CALL_FORMATS: dict[str, _Builder] = {
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
-def _arguments_schema(tool: ToolSpec) -> dict[str, Any]:
+def _parameters(tool: ToolSpec) -> dict[str, Any]:
+    """The function's parameters as the schema of its arguments: an object always (a schema
+    without `type`, read as an object's, let a forced call's arguments be an array or a
+    number, which no parser takes for a call)."""
     parameters = tool.function.parameters or NO_PARAMETERS
-    return {"x-guidance": JSON_OPTIONS, **parameters}
+    return parameters if "type" in parameters else {"type": "object", **parameters}
+
+
+def _arguments_schema(tool: ToolSpec) -> dict[str, Any]:
+    return {"x-guidance": JSON_OPTIONS, **_parameters(tool)}
 
 
 def _call_schema(tool: ToolSpec, arguments_key: str) -> dict[str, Any]:
@@ -153,7 +160,7 @@ def _call_schema(tool: ToolSpec, arguments_key: str) -> dict[str, Any]:
     parameters nested under the key, their local references (`#/$defs/X`, `#`) made to point
     there."""
     where = "/properties/" + arguments_key.replace("~", "~0").replace("/", "~1")
-    parameters = _rebased(tool.function.parameters or NO_PARAMETERS, where)
+    parameters = _rebased(_parameters(tool), where)
     return {
         "x-guidance": JSON_OPTIONS,  # the %json of a Lark grammar takes its options here
         "type": "object",

@@ -301,3 +301,23 @@ def test_forced_calls_follow_parameters_that_refer_to_their_own_definitions(
         jsonschema.validate(arguments, schema)
         nested = arguments["next"]
         assert nested is None or set(nested) == {"loc", "const", "next"}, text
+
+
+@pytest.mark.parametrize("arguments", ["[1]", "1", '"x"'])
+def test_parameters_without_a_type_are_an_objects(tokenizers: Any, arguments: str) -> None:
+    """`parameters` without `type` reads as an object's schema (tool_protocol.py), but the
+    grammar took it as written: JSON Schema without `type` lets arrays and scalars through,
+    so a forced call's arguments could be `[1]`, which no parser reads as a call."""
+    hf, ll = tokenizers[False]
+    spec: Any = {
+        "type": "function",
+        "function": {"name": "a", "parameters": {"properties": {"x": {"type": "integer"}}}},
+    }
+    guide = tool_call_guide("hermes", [ToolSpec.model_validate(spec)], 1, {})
+    for text, accepted in (
+        ('<tool_call>\n{"name": "a", "arguments": ' + arguments, False),
+        ('<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>', True),
+    ):
+        m = llguidance.LLMatcher(ll, check_guide(guide), log_level=0)
+        ids = hf.encode(text, add_special_tokens=False).ids
+        assert all(m.consume_token(t) for t in ids) is accepted, text
