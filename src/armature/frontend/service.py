@@ -286,8 +286,9 @@ class OpenAIService:
                 job.error_status = exc.status_code
                 pending.append(sse_event(exc.body()))
             else:
-                job.error_status = 503
-                pending.append(sse_event(error_body(str(exc), "internal_error")))
+                job.error_status = 503  # as unstreamed: the fleet, not the request
+                body = error_body(f"the engine is not serving: {exc}", "service_unavailable")
+                pending.append(sse_event(body))
         except asyncio.CancelledError:
             if not self.closing.is_set():
                 raise  # the client left: nothing to send

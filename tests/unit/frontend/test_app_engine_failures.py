@@ -148,6 +148,33 @@ async def test_a_request_fails_over_to_the_replacement_of_the_worker_that_died(
     assert response.json()["usage"]["completion_tokens"] == 1
 
 
+async def test_a_stream_whose_fleet_is_gone_ends_as_the_unstreamed_503_says(
+    preprocessor: Preprocessor,
+) -> None:
+    """The streamed error event of a lost fleet is typed as the unstreamed 503's body
+    (service_unavailable; it was internal_error)."""
+    parts = compose_frontend(
+        engines={"w0": VanishingEngine()},  # type: ignore[dict-item]
+        router_config=RouterConfig(failover_wait_s=0.0),
+        preprocessor=preprocessor,
+        model=ServedModel("m", 2048, 0),
+    )
+    transport = httpx.ASGITransport(app=build_app(parts))
+    body = {"model": "m", "prompt": "hi", "stream": True}
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        streamed = await c.post("/v1/completions", json=body)
+        unstreamed = await c.post("/v1/completions", json={**body, "stream": False})
+    events = [
+        json.loads(line.removeprefix("data: "))
+        for line in streamed.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    error = unstreamed.json()["error"]
+    assert (unstreamed.status_code, error["type"]) == (503, "service_unavailable")
+    assert [e["error"]["type"] for e in events if "error" in e] == [error["type"]]
+    assert [e["error"]["message"] for e in events if "error" in e] == [error["message"]]
+
+
 async def test_schema_rejections_are_counted(preprocessor: Preprocessor) -> None:
     async with client(preprocessor) as c:
         r = await c.post("/v1/chat/completions", content=b"{bad json")
