@@ -89,6 +89,8 @@ class VanishingEngine(IdleEngine):
 
 
 async def test_a_worker_lost_under_a_request_is_a_503_to_retry(preprocessor: Preprocessor) -> None:
+    """Unstreamed, a 503; streamed, the same error in its event (typed internal_error
+    before)."""
     parts = compose_frontend(
         engines={"w0": VanishingEngine()},  # type: ignore[dict-item]
         router_config=RouterConfig(failover_wait_s=0.0),
@@ -98,9 +100,17 @@ async def test_a_worker_lost_under_a_request_is_a_503_to_retry(preprocessor: Pre
     transport = httpx.ASGITransport(app=build_app(parts))
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
         r = await c.post("/v1/completions", json={"model": "m", "prompt": "hi"})
+        body = {"model": "m", "prompt": "hi", "stream": True}
+        streamed = await c.post("/v1/completions", json=body)
     assert r.status_code == 503
     assert r.json()["error"]["type"] == "service_unavailable"
     assert r.headers["Retry-After"] == "1"
+    events = [
+        json.loads(line.removeprefix("data: "))
+        for line in streamed.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    assert [e["error"] for e in events if "error" in e] == [r.json()["error"]]
 
 
 class OneTokenEngine(IdleEngine):
@@ -146,33 +156,6 @@ async def test_a_request_fails_over_to_the_replacement_of_the_worker_that_died(
         response = await asyncio.wait_for(request, 30)  # well within the failover's 60 s
     assert response.status_code == 200
     assert response.json()["usage"]["completion_tokens"] == 1
-
-
-async def test_a_stream_whose_fleet_is_gone_ends_as_the_unstreamed_503_says(
-    preprocessor: Preprocessor,
-) -> None:
-    """The streamed error event of a lost fleet is typed as the unstreamed 503's body
-    (service_unavailable; it was internal_error)."""
-    parts = compose_frontend(
-        engines={"w0": VanishingEngine()},  # type: ignore[dict-item]
-        router_config=RouterConfig(failover_wait_s=0.0),
-        preprocessor=preprocessor,
-        model=ServedModel("m", 2048, 0),
-    )
-    transport = httpx.ASGITransport(app=build_app(parts))
-    body = {"model": "m", "prompt": "hi", "stream": True}
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
-        streamed = await c.post("/v1/completions", json=body)
-        unstreamed = await c.post("/v1/completions", json={**body, "stream": False})
-    events = [
-        json.loads(line.removeprefix("data: "))
-        for line in streamed.text.splitlines()
-        if line.startswith("data: {")
-    ]
-    error = unstreamed.json()["error"]
-    assert (unstreamed.status_code, error["type"]) == (503, "service_unavailable")
-    assert [e["error"]["type"] for e in events if "error" in e] == [error["type"]]
-    assert [e["error"]["message"] for e in events if "error" in e] == [error["message"]]
 
 
 async def test_schema_rejections_are_counted(preprocessor: Preprocessor) -> None:
