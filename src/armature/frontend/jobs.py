@@ -284,9 +284,11 @@ class JobBuilder:
                 echo_text = (
                     prompt if isinstance(prompt, str) else self.preprocessor.decode(prompt_ids)
                 )
-            if body.echo and body.logprobs is not None:
+            if body.echo and body.logprobs is not None:  # a second tokenizing: off the loop too
                 pre = self.preprocessor
-                echo_offsets = prompt_offsets(pre.tokenizer, pre.decoder, prompt, prompt_ids)
+                echo_offsets = await _encoded(
+                    len(echo_text), prompt_offsets, pre.tokenizer, pre.decoder, prompt, prompt_ids
+                )
             ids_from = request_id if len(prompts) == 1 else f"{request_id}-{index}"
             candidates += self._candidates(
                 ids_from,

@@ -86,6 +86,15 @@ def run(core: EngineCore) -> dict[str, tuple[list[int], FinishReason | None, str
     return out
 
 
+def last_outputs(core: EngineCore) -> dict[str, EngineOutput]:
+    """Each request's last output, the core run until it has no work."""
+    last: dict[str, EngineOutput] = {}
+    while core.has_work():
+        for o in core.step():
+            last[o.request_id] = o
+    return last
+
+
 def test_guided_and_free_requests_share_batches(core: EngineCore, hf_tokenizer: object) -> None:
     schema = JsonSchemaGuide(schema_json=json.dumps(SCHEMA), param=PARAM)
     for i in range(3):
@@ -142,10 +151,7 @@ def test_a_guide_past_the_librarys_limits_fails_naming_its_field(core: EngineCor
     guide = RegexGuide(pattern="((a{100}){100}){100}", param="guided_regex")
     add(core, "huge", 20, guide=guide)
     add(core, "free", 5, ignore_eos=True)
-    last: dict[str, EngineOutput] = {}
-    while core.has_work():
-        for o in core.step():
-            last[o.request_id] = o
+    last = last_outputs(core)
     huge = last["huge"]
     assert (huge.finish_reason, huge.error_param) == (FinishReason.ERROR, "guided_regex")
     assert huge.error == "structured output failed: lexer error: too many expressions constructed"
@@ -167,10 +173,7 @@ def test_a_guide_that_fails_computing_its_mask_fails_not_stops(
     matcher then allows only EOS, which read as a clean stop with empty output that matched
     nothing (a 200). It ends with the error naming its field."""
     add(core, "bad", 20, guide=RegexGuide(pattern=pattern, param="guided_regex"))
-    last: dict[str, EngineOutput] = {}
-    while core.has_work():
-        for o in core.step():
-            last[o.request_id] = o
+    last = last_outputs(core)
     bad = last["bad"]
     assert (bad.finish_reason, bad.error_param) == (FinishReason.ERROR, "guided_regex")
     assert bad.error is not None and message in bad.error
