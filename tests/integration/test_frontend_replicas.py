@@ -444,6 +444,39 @@ def test_serve_runs_replicas_on_one_port(default_model_dir: Path, tmp_path: Path
         assert sum(routed) == 24 if len(routed) == 2 else routed == {12}, routed
 
 
+def refuses_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_serve_stops_every_replica_listening_at_sigterm_and_drains_them_all(
+    default_model_dir: Path, tmp_path: Path
+) -> None:
+    """SIGTERM to `serve --frontends 2` while streams run on both frontends: the port stops
+    taking connections at once (the replica kept accepting new requests until serve's own
+    frontend had drained), and every stream in flight still ends whole."""
+    args = ["--engine", "mocker", "--workers", "2", "--frontends", "2"]
+    args += ["--served-model-name", SERVED_MODEL_NAME, "--shutdown-grace-s", "120"]
+    started: list[subprocess.Popen[bytes]] = []
+    with running_server(default_model_dir, tmp_path, args, started=started) as url:
+        wait_until(lambda: peers(url) == 1, "a replica that hears from the other")
+        streams = [HeldStream(url, f"drain {i}", max_tokens=800) for i in range(12)]
+        for stream in streams:
+            stream.wait_first_token()
+        # both frontends have some in flight (each scrape lands on either)
+        wait_until(lambda: 0 < in_flight(url, by="this") < 12, "streams on both frontends")
+        started[0].send_signal(signal.SIGTERM)
+        wait_until(lambda: refuses_connections(int(url.rsplit(":", 1)[1])), "the port closed")
+        assert [s.outcome for s in streams] == [None] * 12  # still in flight
+        for stream in streams:
+            stream.join()
+        assert [(s.outcome, s.finish_reason) for s in streams] == [("done", "length")] * 12
+        assert started[0].wait(timeout=120) == -signal.SIGTERM
+
+
 def children_of(pid: int) -> dict[int, str]:
     """The live child processes of `pid`: their pid -> the armature command they run."""
     found = {}

@@ -3,7 +3,8 @@ that fails while the fleet serves is logged and started again with the same comm
 a wait that doubles while it keeps failing soon after its start (a crash loop costs a start
 a minute at most, not a start a second). One that exits cleanly (code 0) or by SIGINT or
 SIGTERM (someone stopped it) is logged and left stopped, as is everything once the fleet
-itself is stopping.
+itself is stopping; then the children that drain beside the fleet's frontend (its replicas)
+are signalled at once (`ChildWatch.signal_drainers`).
 
 `ChildWatch.check` is the whole decision, on the caller's clock; `ChildWatch.run` calls it
 every `POLL_S`.
@@ -46,6 +47,9 @@ class Child:
     wait_s: float = FIRST_WAIT_S  # before its next restart
     restart_at_s: float | None = None  # it failed: started again at this time
     stopped: bool = field(default=False)  # exited cleanly: left stopped
+    # a frontend replica: signalled as soon as the fleet stops, so that it stops listening
+    # and drains beside serve's own frontend (workers wait until every frontend drained)
+    drains_beside: bool = False
 
 
 class ChildWatch:
@@ -86,6 +90,12 @@ class ChildWatch:
                 child.proc, child.started_s, child.restart_at_s = proc, now_s, None
                 self.num_restarts += 1
                 log.info("%s started again (pid %d)", child.name, proc.pid)
+
+    def signal_drainers(self) -> None:
+        """The fleet stops: SIGTERM to the running children that drain beside it."""
+        for child in self.children:
+            if child.drains_beside and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
 
     def _exited(self, child: Child, code: int, now_s: float) -> None:
         if code in _STOPPED_BY:

@@ -61,15 +61,23 @@ CLOSING_MARGIN_S = 0.5
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn's server that, on shutdown, tells `on_grace_ending` CLOSING_MARGIN_S before
-    the graceful shutdown's timeout (then uvicorn cancels the requests left, which reached
-    clients as a cut stream or an empty 499)."""
+    """uvicorn's server that, on shutdown, first tells `on_stopping` (it stops listening
+    now), then tells `on_grace_ending` CLOSING_MARGIN_S before the graceful shutdown's
+    timeout (then uvicorn cancels the requests left, which reached clients as a cut stream
+    or an empty 499)."""
 
-    def __init__(self, config: uvicorn.Config, on_grace_ending: Callable[[], None]):
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_grace_ending: Callable[[], None],
+        on_stopping: Callable[[], None] = lambda: None,
+    ):
         super().__init__(config)
         self.on_grace_ending = on_grace_ending
+        self.on_stopping = on_stopping
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.on_stopping()
         grace_s = self.config.timeout_graceful_shutdown
         if grace_s is not None:
             delay_s = max(0.0, grace_s - CLOSING_MARGIN_S)
@@ -98,10 +106,13 @@ def _quiet_grace_end() -> None:
         logger.addFilter(GraceEndFilter())
 
 
-def make_server(app: FastAPI, http: HttpConfig) -> uvicorn.Server:
-    """The server of `app` (built by `build_app`): it ends the requests in flight cleanly
-    when a shutdown's grace is about to end, and a failed background task stops it."""
-    server = GracefulServer(uvicorn_config(app, http), app.state.begin_closing)
+def make_server(
+    app: FastAPI, http: HttpConfig, on_stopping: Callable[[], None] = lambda: None
+) -> uvicorn.Server:
+    """The server of `app` (built by `build_app`): it tells `on_stopping` when SIGINT or
+    SIGTERM came, ends the requests in flight cleanly when a shutdown's grace is about to
+    end, and a failed background task stops it."""
+    server = GracefulServer(uvicorn_config(app, http), app.state.begin_closing, on_stopping)
     _quiet_grace_end()
     app.state.stop_serving = functools.partial(setattr, server, "should_exit", True)
     app.state.is_stopping = lambda: bool(server.should_exit)  # SIGINT/SIGTERM came
@@ -127,12 +138,17 @@ def run_serving(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
-def serve_app(app: FastAPI, http: HttpConfig, listen_socket: socket.socket) -> None:
+def serve_app(
+    app: FastAPI,
+    http: HttpConfig,
+    listen_socket: socket.socket,
+    on_stopping: Callable[[], None] = lambda: None,
+) -> None:
     """Serve `app` on `listen_socket` (bound to `http.host:http.port`) until SIGINT/SIGTERM
-    (then drain), or until a background task of the app fails (then drain, and exit 1: the
-    app logged why)."""
+    (then tell `on_stopping`, and drain), or until a background task of the app fails (then
+    drain, and exit 1: the app logged why)."""
     settle_heap()
-    make_server(app, http).run(sockets=[listen_socket])
+    make_server(app, http, on_stopping).run(sockets=[listen_socket])
     if getattr(app.state, "background_failure", None) is not None:
         raise SystemExit(1)
 
@@ -312,7 +328,9 @@ def run_frontend(
         config.router.policy,
     )
     with own_socket:
-        serve_app(app, config.http, listen_socket)
+        # serve's frontend replicas stop listening on the shared port when this one does
+        on_stopping = children.signal_drainers if children is not None else lambda: None
+        serve_app(app, config.http, listen_socket, on_stopping)
 
 
 def reserve_replica_socket(config: FrontendConfig) -> socket.socket:

@@ -53,6 +53,7 @@ __all__ = [
     "frontend_command",
     "frontend_environment",
     "serve_with_worker_processes",
+    "stop_processes",
     "worker_command",
     "worker_configs",
 ]
@@ -61,6 +62,7 @@ log = logging.getLogger("armature")
 
 _PR_SET_PDEATHSIG = 1
 SERVE_NAMESPACE = "serve"
+STOP_MARGIN_S = 10.0  # past a child's shutdown grace before it is killed
 
 
 def _find_prctl() -> Callable[..., int] | None:
@@ -152,13 +154,17 @@ def frontend_environment(frontend: FrontendConfig) -> dict[str, str]:
     return env
 
 
-def _stop(workers: list[subprocess.Popen[bytes]]) -> None:
-    for proc in workers:
+def stop_processes(procs: list[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM to each process still running (again to one signalled before: harmless),
+    then SIGKILL to those not ended within `grace_s` + STOP_MARGIN_S of it (their drain's
+    grace, then leaving discovery and closing the planes)."""
+    for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-    for proc in workers:
+    deadline_s = time.monotonic() + grace_s + STOP_MARGIN_S
+    for proc in procs:
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=max(0.0, deadline_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -216,9 +222,11 @@ def _serve_fleet(
     runtime = fleet_runtime(directory, secrets.token_hex(16))
     workers: list[Child] = []
     frontends: list[Child] = []
+    configs: list[WorkerConfig] = []
     try:
+        configs = worker_configs(config, runtime, model)
         env = worker_environment(runtime)
-        for index, worker in enumerate(worker_configs(config, runtime, model)):
+        for index, worker in enumerate(configs):
             name = f"worker {index} ({worker.process.role})"
             workers.append(_start_child(name, worker_command(worker), env))
         frontend = FrontendConfig(
@@ -237,7 +245,8 @@ def _serve_fleet(
         replica = replica_config(frontend, listen_socket.getsockname()[1])
         for index in range(1, config.frontends):
             command, replica_env = frontend_command(replica), frontend_environment(replica)
-            frontends.append(_start_child(f"frontend replica {index}", command, replica_env))
+            child = _start_child(f"frontend replica {index}", command, replica_env)
+            frontends.append(dataclasses.replace(child, drains_beside=True))
         run_frontend(
             frontend,
             min_workers=len(workers),
@@ -246,9 +255,11 @@ def _serve_fleet(
             children=ChildWatch([*workers, *frontends], _start_process),
         )
     finally:
-        # the replicas first: their requests drain while the workers still serve
-        _stop([c.proc for c in frontends])
-        _stop([c.proc for c in workers])
+        # the replicas first (signalled when this frontend stopped: they drained beside it),
+        # their requests served by the workers to the end
+        stop_processes([c.proc for c in frontends], config.http.shutdown_grace_s)
+        worker_grace_s = max((w.process.shutdown_grace_s for w in configs), default=0.0)
+        stop_processes([c.proc for c in workers], worker_grace_s)
         shutil.rmtree(directory, ignore_errors=True)
 
 

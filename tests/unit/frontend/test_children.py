@@ -5,15 +5,18 @@ stopped; nothing starts once the fleet is stopping."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from armature.frontend.children import FIRST_WAIT_S, STABLE_S, Child, ChildWatch
+from armature.frontend.worker_processes import STOP_MARGIN_S, stop_processes
 
 
 class Clock:
@@ -172,3 +175,49 @@ def test_a_start_that_fails_is_tried_again_later(
     clock.now_s = 3 * FIRST_WAIT_S
     watch.check()
     assert watch.num_restarts == 1 and child.proc is starts.procs[-1]
+
+
+def test_the_fleet_stopping_signals_the_children_that_drain_beside_it(starts: Starts) -> None:
+    """serve's frontend replicas are told as soon as serve's frontend stops listening (they
+    kept accepting connections on the shared port until it had drained); the workers are
+    left serving, and nothing is started again."""
+    clock = Clock()
+    replica = dataclasses.replace(starts.child("replica", SLEEPING, clock), drains_beside=True)
+    worker = starts.child("worker", SLEEPING, clock)
+    stopping = False
+    watch = ChildWatch([replica, worker], starts, lambda: stopping, clock)
+    watch.signal_drainers()
+    assert replica.proc.wait(timeout=30) == -signal.SIGTERM
+    assert worker.proc.poll() is None
+    stopping = True
+    watch.check()
+    assert (replica.restart_at_s, replica.stopped, watch.num_restarts) == (None, False, 0)
+    assert len(starts.procs) == 2
+
+
+def test_stop_processes_waits_out_the_grace_then_kills() -> None:
+    """serve stops its children with their shutdown grace (it killed them after 20 s
+    whatever --shutdown-grace-s said): one that drains within it ends by itself, one that
+    does not is killed once the grace and the margin are over."""
+    drains = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))"
+    slow = "import signal, time; signal.signal(signal.SIGTERM, lambda *a: time.sleep(600))"
+    ready = "; print('ready', flush=True); time.sleep(600)"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code + ready], stdout=subprocess.PIPE)
+        for code in (drains, slow)
+    ]
+    try:
+        for proc in procs:  # their handlers are in place
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        started_s = time.monotonic()
+        stop_processes(procs, grace_s=0.5)
+        waited_s = time.monotonic() - started_s
+        assert [p.returncode for p in procs] == [0, -signal.SIGKILL]
+        assert waited_s >= 0.5 + STOP_MARGIN_S
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            assert proc.stdout is not None
+            proc.stdout.close()
