@@ -645,6 +645,48 @@ def test_frontend_without_workers_gives_up_clearly(
     assert "0 of 1 workers registered in namespace 'armature' within 0.3 s" in err
 
 
+def test_frontend_over_several_models_must_name_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_llama_dir: Path
+) -> None:
+    """Workers of two models in the namespace: a frontend that names neither is a one-line
+    error (it served whichever model's card sorted first); one naming a model no worker
+    serves waits for its workers, and says which it waited for."""
+    import asyncio
+
+    import msgspec
+
+    from armature.protocols.worker import WorkerCard, worker_key
+    from armature.runtime.discovery_file import FileDiscovery
+
+    async def register() -> None:  # the entries outlive this loop for their 30 s lease
+        d = FileDiscovery(tmp_path)
+        for instance_id, name in ((1, "tiny"), (2, "other")):
+            card = WorkerCard(
+                instance_id=instance_id,
+                namespace="armature",
+                model_name=name,
+                model_path=str(tiny_llama_dir.resolve()),
+                block_size=16,
+                num_kv_blocks=64,
+                max_model_len=512,
+                vocab_size=1000,
+                request_url=f"tcp://127.0.0.1:{instance_id}",
+                events_url=f"tcp://127.0.0.1:{10 + instance_id}",
+            )
+            key = worker_key("armature", instance_id)
+            await d.register(key, msgspec.msgpack.encode(card), 30)
+
+    asyncio.run(register())
+    argv = ["frontend", "--discovery-dir", str(tmp_path), "--port", str(_free_port())]
+    code, err = run(argv, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "the workers serve 2 models (other, tiny): name the one this frontend" in err
+    argv += ["--served-model-name", "absent", "--wait-for-workers-s", "0.3"]
+    code, err = run(argv, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "0 of 1 workers of model 'absent' registered in namespace 'armature'" in err
+
+
 def test_unreachable_nats_is_a_one_line_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_llama_dir: Path
 ) -> None:

@@ -56,6 +56,11 @@ class FrontendConfig:
     chat: ChatConfig = ChatConfig()
     responses: ResponsesConfig = ResponsesConfig()
     slo: SloConfig = SloConfig()
+    served_model_name: str = setting(
+        "",
+        "the model this frontend serves: its workers' --served-model-name (empty: the one "
+        "model the namespace's workers serve; where they serve several, name one)",
+    )
     wait_for_workers_s: float = setting(
         600.0,
         "how long to wait for the first worker (it tells the model and tokenizer)",

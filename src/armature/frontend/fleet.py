@@ -10,10 +10,12 @@ refused with a logged error and never receives traffic.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import msgspec
 
 from armature.config import HealthConfig
+from armature.errors import ConfigError
 from armature.protocols.embedding import WorkerTask
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.router.disagg import DisaggRouter
@@ -23,9 +25,29 @@ from armature.runtime.events import EventPlane
 from armature.runtime.remote_engine import RemoteEngine
 from armature.runtime.request_plane import RequestClient
 
-__all__ = ["WorkerFleet", "card_conflict"]
+__all__ = ["WorkerFleet", "card_conflict", "served_cards"]
 
 log = logging.getLogger(__name__)
+
+
+def served_cards(cards: Mapping[str, bytes], model_name: str) -> list[WorkerCard]:
+    """The readable cards of the model a frontend serves, by key: the model named, or
+    (`model_name` empty) the one model they all serve; a ConfigError naming the models where
+    they serve several and none is named (a frontend picking one by its key could switch
+    models when it restarts)."""
+    readable = []
+    for _, value in sorted(cards.items()):
+        try:
+            readable.append(msgspec.msgpack.decode(value, type=WorkerCard))
+        except msgspec.DecodeError:
+            continue  # the fleet logs it when it follows the workers
+    models = sorted({card.model_name for card in readable})
+    if not model_name and len(models) > 1:
+        raise ConfigError(
+            f"the workers serve {len(models)} models ({', '.join(models)}): name the one "
+            "this frontend serves with --served-model-name"
+        )
+    return [card for card in readable if not model_name or card.model_name == model_name]
 
 
 def card_conflict(served: WorkerCard, card: WorkerCard) -> str | None:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import uvicorn
 from fastapi import FastAPI
 
@@ -29,7 +28,7 @@ from armature.frontend.auth import load_api_keys
 from armature.frontend.chat_setup import load_chat_setup
 from armature.frontend.children import ChildWatch
 from armature.frontend.compose import FrontendParts, compose_frontend
-from armature.frontend.fleet import WorkerFleet
+from armature.frontend.fleet import WorkerFleet, served_cards
 from armature.frontend.replicas import LoadSharing
 from armature.protocols.worker import WorkerCard, worker_prefix
 from armature.runtime.factory import (
@@ -160,20 +159,21 @@ async def _first_card(
     worker process this command started (`processes`) exits."""
     discovery = await open_discovery(config.runtime)
     namespace = config.runtime.namespace
+    model_name = config.served_model_name
     deadline = time.monotonic() + config.wait_for_workers_s
     logged = False
     try:
         while True:
-            cards = await discovery.list(worker_prefix(namespace))
-            if len(cards) >= min_workers:
-                first = next(iter(sorted(cards.items())))[1]
-                return msgspec.msgpack.decode(first, type=WorkerCard)
+            cards = served_cards(await discovery.list(worker_prefix(namespace)), model_name)
+            if cards and len(cards) >= min_workers:
+                return cards[0]
             for proc in processes:
                 if proc.poll() is not None:
                     raise ConfigError(f"a worker exited with code {proc.returncode} at start")
             if time.monotonic() > deadline:
+                of_model = f" of model {model_name!r}" if model_name else ""
                 raise ConfigError(
-                    f"{len(cards)} of {min_workers} workers registered in namespace "
+                    f"{len(cards)} of {min_workers} workers{of_model} registered in namespace "
                     f"{namespace!r} within {config.wait_for_workers_s:g} s"
                 )
             if not logged:
