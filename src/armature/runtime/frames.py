@@ -3,7 +3,8 @@ streams as every stream is (protocols/framing.py: a 4-byte big-endian length, th
 msgpack body). Pure.
 
 Client -> server: Open (start a stream on an endpoint, with an initial credit), Credit (the
-client consumed n more items), Cancel. Server -> client: Data (one item), End, Fail. A
+client consumed n more items), Cancel. Server -> client: Data (one item), End, Fail; on TCP,
+Refused (why the connection closes unserved: its Hello lacked the plane's secret). A
 server sends at most `credit` Data frames ahead of what the client has acknowledged: that is
 the per-stream back-pressure; TCP's own flow control covers the connection.
 """
@@ -28,6 +29,7 @@ __all__ = [
     "FrameError",
     "Hello",
     "Open",
+    "Refused",
     "decode_frame",
     "encode_frame",
     "encode_message",
@@ -80,7 +82,14 @@ class Fail(msgspec.Struct, tag="fail", frozen=True):
     message: str
 
 
-Frame = Hello | Open | Credit | Cancel | Data | End | Fail | Accept
+class Refused(msgspec.Struct, tag="refused", frozen=True):
+    """TCP only: the server closes the connection unserved, and says why (the plane's
+    secret: the client would otherwise see a worker that hangs up, as a dead one does)."""
+
+    reason: str
+
+
+Frame = Hello | Open | Credit | Cancel | Data | End | Fail | Accept | Refused
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Frame)

@@ -4,7 +4,8 @@
 connections to that peer (the least busy, opened lazily) and yields response payloads. It
 grants the server `window` items of credit and tops it up as items are consumed, so a slow
 consumer holds back its own stream and no other. Closing the iterator early sends Cancel.
-A lost connection fails every stream on it with `PeerUnavailableError`; a Fail frame raises
+A lost connection fails every stream on it with `PeerUnavailableError`, as does a server's
+refusal (Refused: the plane's secret), logged as an error with its reason; a Fail frame raises
 `RemoteError` with the server's code.
 """
 
@@ -29,6 +30,7 @@ from armature.runtime.frames import (
     FrameError,
     Hello,
     Open,
+    Refused,
     decode_frame,
     encode_frame,
 )
@@ -57,6 +59,10 @@ def parse_tcp_url(url: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class _RefusedError(Exception):
+    """The server sent Refused: the connection ends unserved, for this reason."""
+
+
 class _Connection:
     def __init__(
         self,
@@ -66,8 +72,10 @@ class _Connection:
     ):
         self.reader = reader
         self.writer = writer
+        self.peer = writer.get_extra_info("peername")
         self.queues: dict[int, asyncio.Queue[object]] = {}
         self.closed = False
+        self.close_reason = "connection closed"  # what a send on it raises once closed
         self._on_closed = on_closed
         self.reader_task = asyncio.get_running_loop().create_task(self._read_forever())
 
@@ -84,11 +92,14 @@ class _Connection:
                         self._route(decode_frame(body))
             if buffer:
                 raise FrameError("truncated frame")
+        except _RefusedError as exc:
+            reason = f"the server refused this client: {exc}"
+            log.error("request plane client: %s %s", self.peer, reason)
         except (FrameError, ConnectionError, OSError) as exc:
             reason = f"connection lost: {exc}"
             log.warning("request plane client: %s", reason)
         finally:
-            self.closed = True
+            self.closed, self.close_reason = True, reason
             for queue in self.queues.values():
                 queue.put_nowait(PeerUnavailableError(reason))
             self.writer.close()
@@ -99,12 +110,14 @@ class _Connection:
             queue = self.queues.get(frame.stream_id)
             if queue is not None:  # a cancelled stream's late frames are dropped
                 queue.put_nowait(frame)
+        elif isinstance(frame, Refused):
+            raise _RefusedError(frame.reason)
         else:
             raise FrameError(f"unexpected {type(frame).__name__} frame from a server")
 
     async def send(self, frame: Frame) -> None:
         if self.closed or self.writer.is_closing():
-            raise PeerUnavailableError("connection closed")
+            raise PeerUnavailableError(self.close_reason)
         try:
             self.writer.write(encode_frame(frame))
             await self.writer.drain()

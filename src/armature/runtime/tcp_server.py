@@ -26,6 +26,7 @@ from armature.runtime.frames import (
     FrameError,
     Hello,
     Open,
+    Refused,
     decode_frame,
     encode_frame,
 )
@@ -35,6 +36,10 @@ from armature.runtime.request_plane import ClientGoneError, CreditWindow, Handle
 __all__ = ["RequestPlaneServer", "read_frame"]
 
 log = logging.getLogger(__name__)
+
+SECRET_REFUSAL = (
+    "its request plane secret differs from this server's (--plane-secret, ARMATURE_PLANE_SECRET)"
+)
 
 
 async def read_frame(reader: asyncio.StreamReader, max_bytes: int, rest_timeout_s: float) -> Frame:
@@ -97,6 +102,7 @@ class _Connection:
                     return
                 if first and not self._authenticated(frame):
                     log.warning("request plane: %s gave no valid secret; closing", self.peer)
+                    self.writer.write(encode_frame(Refused(SECRET_REFUSAL)))
                     return
                 first = False
                 if not isinstance(frame, Hello):

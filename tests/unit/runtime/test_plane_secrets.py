@@ -31,12 +31,16 @@ async def test_the_tcp_plane_needs_the_secret(caplog: pytest.LogCaptureFixture) 
     server = RequestPlaneServer({"echo": echo}, secret="s3cret-plane")
     await server.start()
     try:
+        # the client is told why (it read as a worker hanging up, as a dead one does)
+        refused = "the server refused this client: its request plane secret differs"
         for secret in (None, "wrong"):
             client = RequestPlaneClient(secret=secret)
-            with pytest.raises(PeerUnavailableError):
+            with pytest.raises(PeerUnavailableError, match=refused):
                 _ = [x async for x in client.stream(server.url, "echo", b"hi")]
             await client.close()
         assert "gave no valid secret" in caplog.text
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 2 and all(refused in e for e in errors), errors
         assert "s3cret-plane" not in caplog.text and "wrong" not in caplog.text
         client = RequestPlaneClient(secret="s3cret-plane")
         assert [x async for x in client.stream(server.url, "echo", b"hi")] == [b"hi"]
