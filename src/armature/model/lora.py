@@ -134,8 +134,11 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _check_config(config: dict[str, Any], where: Path) -> tuple[int, float, set[str]]:
-    """(rank, scaling, target modules) of a PEFT LoRA config; LoraError for anything else."""
+def _check_config(
+    config: dict[str, Any], num_layers: int, where: Path
+) -> tuple[int, float, list[set[str]]]:
+    """(rank, scaling, target modules per layer) of a PEFT LoRA config for a model of
+    `num_layers` layers; LoraError for anything else."""
     if config.get("peft_type", "LORA") != "LORA":
         raise LoraError(f"{where}: peft_type {config.get('peft_type')!r} is not LORA")
     for name in _REFUSED_FIELDS:
@@ -156,23 +159,30 @@ def _check_config(config: dict[str, Any], where: Path) -> tuple[int, float, set[
             f"{where}: lora_alpha {alpha!r} gives a scaling of {scaling!r}; it must be finite "
             f"and at most {MAX_SCALING:g} in size"
         )
-    return rank, scaling, _target_modules(config.get("target_modules"), where)
+    return rank, scaling, _target_modules(config.get("target_modules"), num_layers, where)
 
 
-def _target_modules(targets: Any, where: Path) -> set[str]:
+def _target_modules(targets: Any, num_layers: int, where: Path) -> list[set[str]]:
+    """The modules targeted in each of the model's layers."""
     if targets == "all-linear":
-        return set(LORA_MODULES)
+        return [set(LORA_MODULES) for _ in range(num_layers)]
     if isinstance(targets, str):  # PEFT: a regex that must match a module's full name
         try:
             pattern = re.compile(targets)
         except re.error as exc:
             raise LoraError(f"{where}: target_modules {targets!r} is not a regex: {exc}") from None
-        names = {
-            m for m, sub in LORA_MODULES.items() if pattern.fullmatch(f"model.layers.0.{sub}.{m}")
-        }
-        if not names:
+        # matched layer by layer: the name holds the layer, which a regex may select
+        per_layer = [
+            {
+                m
+                for m, sub in LORA_MODULES.items()
+                if pattern.fullmatch(f"model.layers.{i}.{sub}.{m}")
+            }
+            for i in range(num_layers)
+        ]
+        if not any(per_layer):
             raise LoraError(f"{where}: target_modules {targets!r} matches no module of the model")
-        return names
+        return per_layer
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
         raise LoraError(f"{where}: target_modules must be a non-empty list or a regex")
     # PEFT: an entry names the modules whose name ends with it (`q_proj`, or a full name
@@ -184,7 +194,7 @@ def _target_modules(targets: Any, where: Path) -> set[str]:
             f"{where}: target module {unknown[0]!r} is not in the model (targets: "
             f"{', '.join(LORA_MODULES)})"
         )
-    return names
+    return [names for _ in range(num_layers)]
 
 
 def _read_tensors(file: Path) -> dict[str, torch.Tensor]:
@@ -200,7 +210,7 @@ def load_lora(path: Path, arch: ModelArch, dtype: torch.dtype, device: torch.dev
     targets), on `device` in `dtype`. LoraError (one line) for a directory that cannot be
     served."""
     config = _read_config(path)
-    rank, scaling, targets = _check_config(config, path)
+    rank, scaling, targets = _check_config(config, arch.num_layers, path)
     shapes = lora_module_shapes(arch)
     raw = _read_tensors(path / LORA_WEIGHTS_FILE)
     layers: list[dict[str, dict[str, torch.Tensor]]] = [{} for _ in range(arch.num_layers)]
@@ -209,12 +219,12 @@ def load_lora(path: Path, arch: ModelArch, dtype: torch.dtype, device: torch.dev
         if match is None:
             raise LoraError(f"{path}: tensor {key!r} is not a LoRA weight of a target module")
         layer, sublayer, module, which = int(match[1]), match[2], match[3], match[4]
-        if LORA_MODULES.get(module) != sublayer or module not in targets:
-            raise LoraError(f"{path}: tensor {key!r} is for a module the config does not target")
         if layer >= arch.num_layers:
             raise LoraError(
                 f"{path}: tensor {key!r} names layer {layer}; the model has {arch.num_layers}"
             )
+        if LORA_MODULES.get(module) != sublayer or module not in targets[layer]:
+            raise LoraError(f"{path}: tensor {key!r} is for a module the config does not target")
         out_features, in_features = shapes[module]
         want = (rank, in_features) if which == "A" else (out_features, rank)
         if tuple(tensor.shape) != want:

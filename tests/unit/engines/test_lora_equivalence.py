@@ -123,3 +123,31 @@ def test_qkv_bias_model_with_an_adapter_matches_peft(tiny_qwen2_dir: Path, tmp_p
     for i, prompt in enumerate(prompts):
         assert (base if i == 1 else ref).assert_matches(prompt, outputs[str(i)], NEW_TOKENS)
     assert outputs["0"] != base.greedy(prompts[0], NEW_TOKENS)
+
+
+def test_adapter_of_some_layers_by_regex_matches_peft(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    """A regex target_modules names modules of some layers only (PEFT matches it against each
+    module's full name): those alone are adapted, here as in PEFT."""
+    regex = r".*layers\.1\.self_attn\.(q|v)_proj|.*layers\.0\.mlp\.down_proj"
+    path = make_adapter(tiny_llama_dir, tmp_path / "r", seed=9, targets=regex)
+    config = NativeEngineConfig(model_dir=tiny_llama_dir, dtype="float32", num_kv_blocks=64)
+    core = EngineCore(config)
+    served = core.runner.read_lora("r", path)  # type: ignore[attr-defined]
+    core.loras.add(served)
+    reference = peft_model(tiny_llama_dir, path)
+    # PEFT's names: base_model.model.model.layers.{i}.{sublayer}.{module}.lora_A
+    names = [n.split(".") for n, _ in reference.named_modules() if n.endswith(".lora_A")]
+    adapted = {(int(parts[-4]), parts[-2]) for parts in names}
+    ours = {(i, m) for i, layer in enumerate(served.weights.layers) for m in layer}
+    assert adapted == ours == {(0, "down_proj"), (1, "q_proj"), (1, "v_proj")}
+    ref, base = HfReference(tiny_llama_dir, reference), HfReference(tiny_llama_dir)
+    prompts = _prompts([6, 23], seed=10, vocab=512)
+    for i, prompt in enumerate(prompts):
+        core.add_request(_request(i, prompt, "r"))
+    outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
+    while core.has_work():
+        for o in core.step():
+            outputs[o.request_id].extend(o.new_token_ids)
+    for i, prompt in enumerate(prompts):
+        assert ref.assert_matches(prompt, outputs[str(i)], NEW_TOKENS)
+        assert outputs[str(i)] != base.greedy(prompt, NEW_TOKENS)  # the adapter changed it

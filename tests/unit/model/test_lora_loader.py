@@ -144,6 +144,12 @@ def test_a_without_b(adapter_dir: Path, tiny_llama_dir: Path, tmp_path: Path) ->
         ("lora_alpha", math.inf, r"lora_alpha inf gives a scaling of inf"),
         ("lora_alpha", 1e308, r"scaling of 2\.5e\+307; it must be finite and at most 1e\+06"),
         ("target_modules", "(q_proj", r"target_modules '\(q_proj' is not a regex: missing \)"),
+        # a regex naming a layer the model (of two) lacks
+        (
+            "target_modules",
+            "model.layers.2.self_attn.q_proj",
+            r"target_modules 'model\.layers\.2\.self_attn\.q_proj' matches no module of the model",
+        ),
     ],
 )
 def test_refused_config(
@@ -172,3 +178,23 @@ def test_targets_by_full_module_name(
     _edit_config(path, target_modules=[*targets, "v_proj", "mlp.down_proj"])
     weights = _load(path, tiny_llama_dir)
     assert [sorted(layer) for layer in weights.layers] == [["down_proj", "q_proj", "v_proj"]] * 2  # type: ignore[attr-defined]
+
+
+def test_regex_targets_only_the_layers_it_matches(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    """PEFT matches a regex against each module's full name, its layer's index included: the
+    adapter adapts those modules of those layers only."""
+    regex = r".*layers\.1\.self_attn\.(q|v)_proj|.*layers\.0\.mlp\.down_proj"
+    path = make_adapter(tiny_llama_dir, tmp_path / "r", seed=9, targets=regex)
+    weights = load_lora(path, read_arch(tiny_llama_dir), torch.float32, CPU)
+    assert [sorted(layer) for layer in weights.layers] == [["down_proj"], ["q_proj", "v_proj"]]
+    assert [sorted(layer) for layer in weights.fused] == [["down"], ["qkv"]]
+
+
+def test_weights_for_a_layer_the_regex_does_not_match(
+    adapter_dir: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    path = _copy(adapter_dir, tmp_path)  # q_proj, v_proj and down_proj of both layers
+    _edit_config(path, target_modules=r".*layers\.0\.(self_attn\.(q|v)|mlp\.down)_proj")
+    key = r"base_model\.model\.model\.layers\.1\.mlp\.down_proj\.lora_A\.weight"
+    with pytest.raises(LoraError, match=rf"tensor '{key}' is for a module the config does not"):
+        _load(path, tiny_llama_dir)
