@@ -5,9 +5,12 @@ that cannot be served over the model (read when the engine is built)."""
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from armature.cli.main import main
 from lora_adapters import make_adapter
@@ -45,12 +48,18 @@ def test_bad_adapter_directories(
     wrong_rank = make_adapter(tiny_llama_dir, tmp_path / "rank", seed=3)
     config_file = wrong_rank / "adapter_config.json"
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "r": 2}))
+    nan = Path(shutil.copytree(good, tmp_path / "nan"))
+    tensors = load_file(nan / "adapter_model.safetensors")
+    key = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+    tensors[key][0, 0] = math.nan
+    save_file(tensors, nan / "adapter_model.safetensors")
     capsys.readouterr()  # transformers' progress bars while making the adapters
     serve = ["serve", "--model", str(tiny_llama_dir), "--dtype", "float32", "--device", "cpu"]
     cases = {
         str(tmp_path / "missing"): "is not a directory",
         str(tmp_path): "needs adapter_config.json and adapter_model.safetensors",
         str(wrong_rank): "has shape [4, 128], expected [2, 128]",
+        str(nan): f"{key} has non-finite values",
     }
     for path, message in cases.items():
         port = str(free_port())

@@ -232,7 +232,13 @@ def load_lora(path: Path, arch: ModelArch, dtype: torch.dtype, device: torch.dev
                 f"{path}: {key} has shape {list(tensor.shape)}, expected {list(want)} "
                 f"(r={rank}, the model's {module} is {in_features} -> {out_features})"
             )
-        layers[layer].setdefault(module, {})[which] = tensor.to(device=device, dtype=dtype)
+        served = tensor.to(device=device, dtype=dtype)
+        # NaN or inf in a delta makes every logit of the adapter's requests NaN (every token
+        # <|endoftext|>); finite values can also overflow in float16
+        if not torch.isfinite(served).all():
+            cast = f" once cast to {dtype}" if torch.isfinite(tensor).all() else ""
+            raise LoraError(f"{path}: {key} has non-finite values{cast}")
+        layers[layer].setdefault(module, {})[which] = served
     if not any(layers):
         raise LoraError(f"{path}: {LORA_WEIGHTS_FILE} holds no LoRA weights")
     modules: list[dict[str, LoraModule]] = []

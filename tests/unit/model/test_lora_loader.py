@@ -198,3 +198,32 @@ def test_weights_for_a_layer_the_regex_does_not_match(
     key = r"base_model\.model\.model\.layers\.1\.mlp\.down_proj\.lora_A\.weight"
     with pytest.raises(LoraError, match=rf"tensor '{key}' is for a module the config does not"):
         _load(path, tiny_llama_dir)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_weights(
+    adapter_dir: Path, tiny_llama_dir: Path, tmp_path: Path, value: float
+) -> None:
+    """NaN or inf in a weight made every token of the adapter's requests <|endoftext|>."""
+    path = _copy(adapter_dir, tmp_path)
+    tensors = load_file(path / "adapter_model.safetensors")
+    key = "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight"
+    tensors[key][3, 1] = value
+    save_file(tensors, path / "adapter_model.safetensors")
+    with pytest.raises(LoraError, match=rf"/copy: {key} has non-finite values$"):
+        _load(path, tiny_llama_dir)
+
+
+def test_weights_past_the_range_of_the_dtype(
+    adapter_dir: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    path = _copy(adapter_dir, tmp_path)
+    tensors = load_file(path / "adapter_model.safetensors")
+    key = "base_model.model.model.layers.0.mlp.down_proj.lora_A.weight"
+    tensors[key][0, 0] = 1e5  # float16's largest is 65504
+    save_file(tensors, path / "adapter_model.safetensors")
+    load_lora(path, read_arch(tiny_llama_dir), torch.float32, CPU)
+    with pytest.raises(
+        LoraError, match=rf"{key} has non-finite values once cast to torch\.float16$"
+    ):
+        load_lora(path, read_arch(tiny_llama_dir), torch.float16, CPU)

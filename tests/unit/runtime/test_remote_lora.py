@@ -6,15 +6,18 @@ adapter's salt, and the frontend's admin loads and unloads on every worker."""
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 
 import msgspec
 import pytest
+from safetensors.torch import load_file, save_file
 
 from armature.config import RouterConfig
 from armature.engines.api import EngineDeadError
 from armature.engines.native.async_engine import AsyncEngine
 from armature.engines.native.config import NativeEngineConfig
+from armature.engines.native.core import EngineCore
 from armature.engines.native.lora_set import served_lora_name
 from armature.frontend.errors import ApiError
 from armature.frontend.lora_admin import LoraAdmin
@@ -31,6 +34,7 @@ from armature.runtime.tcp_server import RequestPlaneServer
 from armature.sim.mocker import build_mocker_core
 from armature.sim.timing import PolynomialTiming
 from armature.worker.service import WorkerService
+from lora_adapters import make_adapter
 
 BLOCK = 4
 PROMPT = list(range(1, 41))  # 10 full blocks
@@ -46,10 +50,18 @@ def _request(rid: str, lora: str | None) -> EngineRequest:
 
 
 async def _worker(
-    discovery: MemDiscovery, plane: ZmqEventPlane, model_dir: Path, instance: int, loras: list[str]
+    discovery: MemDiscovery,
+    plane: ZmqEventPlane,
+    model_dir: Path,
+    instance: int,
+    loras: list[str],
+    core: EngineCore | None = None,
 ) -> WorkerService:
-    config = NativeEngineConfig(model_dir=model_dir, block_size=BLOCK, num_kv_blocks=256)
-    engine = AsyncEngine(build_mocker_core(config, timing=PolynomialTiming(speedup_ratio=100.0)))
+    """A worker of `core`, by default the mocker's (adapters by name only)."""
+    if core is None:
+        config = NativeEngineConfig(model_dir=model_dir, block_size=BLOCK, num_kv_blocks=256)
+        core = build_mocker_core(config, timing=PolynomialTiming(speedup_ratio=100.0))
+    engine = AsyncEngine(core)
     for name in loras:
         engine.core.loras.add(served_lora_name(name))
     service = WorkerService(
@@ -179,3 +191,43 @@ async def test_a_fleet_of_embedding_workers_takes_no_adapter() -> None:
     with pytest.raises(ApiError, match="no worker is serving") as none:
         await without.load("a", "/x")
     assert none.value.status_code == 503
+
+
+async def test_an_adapter_with_non_finite_weights_is_refused_at_load(
+    tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    """A worker of real weights refuses an adapter with NaN in a weight (it was served, every
+    token <|endoftext|>): the load is the request's 400 naming the tensor, and loads nowhere."""
+    path = make_adapter(tiny_llama_dir, tmp_path / "nan", seed=4)
+    tensors = load_file(path / "adapter_model.safetensors")
+    key = "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight"
+    tensors[key][5, 0] = math.nan
+    save_file(tensors, path / "adapter_model.safetensors")
+    discovery = MemDiscovery(MemStore(), expire_interval_s=0.05)
+    plane = ZmqEventPlane()
+    config = NativeEngineConfig(
+        model_dir=tiny_llama_dir, dtype="float32", block_size=BLOCK, num_kv_blocks=64
+    )
+    worker = await _worker(discovery, plane, tiny_llama_dir, 1, [], core=EngineCore(config))
+    client = RequestPlaneClient()
+    router = DisaggRouter({}, RouterConfig(policy="round-robin", block_size_tokens=BLOCK))
+    router.start()
+    (value,) = (await discovery.list(worker_prefix("lora"))).values()
+    card = msgspec.msgpack.decode(value, type=WorkerCard)
+    router.add_engine(card.worker_id, RemoteEngine(card, client, plane))
+    admin = LoraAdmin(router, "tiny", lambda: False)
+    try:
+        with pytest.raises(ApiError, match=rf"/nan: {key} has non-finite values$") as refused:
+            await admin.load("nan", str(path))
+        assert (refused.value.status_code, refused.value.param, refused.value.code) == (
+            400,
+            "lora_path",
+            "invalid_lora_adapter",
+        )
+        assert worker.engine.get_lora_adapters() == [] and router.get_lora_adapters() == {}
+    finally:
+        await router.stop()
+        await client.close()
+        await worker.stop()
+        await discovery.close()
+        await plane.close()
