@@ -67,9 +67,11 @@ async def connect_nats(url: str, connect_timeout_s: float = 5.0) -> Client:
     """Connect to `url` (credentials go in it: nats://TOKEN@host or nats://USER:PASS@host);
     NatsUnavailableError when nothing listens or the server refuses us."""
     shown = _redacted(url)
+    client = Client()
 
     async def disconnected() -> None:
-        log.warning("NATS %s: disconnected; reconnecting", shown)
+        if not client.is_closed:  # its own close calls this too: nothing reconnects then
+            log.warning("NATS %s: disconnected; reconnecting", shown)
 
     async def reconnected() -> None:
         log.info("NATS %s: reconnected", shown)
@@ -79,7 +81,7 @@ async def connect_nats(url: str, connect_timeout_s: float = 5.0) -> Client:
 
     await _probe(url, connect_timeout_s)
     try:
-        return await nats.connect(
+        await client.connect(
             url,
             connect_timeout=connect_timeout_s,
             reconnect_time_wait=0.2,
@@ -91,3 +93,4 @@ async def connect_nats(url: str, connect_timeout_s: float = 5.0) -> Client:
         )
     except Exception as exc:  # nats raises several unrelated types for "cannot connect"
         raise NatsUnavailableError(f"cannot connect to NATS at {shown}: {exc}") from None
+    return client

@@ -5,6 +5,7 @@ by a server restart failing on both sides instead of hanging."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -152,6 +153,27 @@ async def test_errors_and_nobody_listening(nc: Client) -> None:
         await collect(client, server.url, "count", b"1" * (2 << 20))
     assert too_big.value.code is FailureCode.INVALID_REQUEST
     await server.stop()
+
+
+async def test_a_close_of_ours_is_not_logged_as_a_disconnection(
+    nats_server: Nats, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every frontend start with NATS (its reachability check connects, then closes) and
+    every clean stop logged "disconnected; reconnecting"; a lost server still is."""
+    caplog.set_level(logging.INFO, logger="armature.runtime.nats_conn")
+    nc = await connect_nats(nats_server.url)
+    await nc.close()
+    assert caplog.messages == []
+    nc = await connect_nats(nats_server.url)
+    try:
+        nats_server.restart()
+        await wait_until(lambda: "reconnected" in caplog.text, "reconnected")
+        assert caplog.messages == [
+            f"NATS {nats_server.url}: disconnected; reconnecting",
+            f"NATS {nats_server.url}: reconnected",
+        ]
+    finally:
+        await nc.close()
 
 
 async def test_a_restart_fails_open_streams_on_both_sides(nats_server: Nats) -> None:
