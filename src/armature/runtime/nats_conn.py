@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
+from typing import Any
 from urllib.parse import urlsplit
 
 import nats
@@ -80,11 +81,13 @@ async def connect_nats(url: str, connect_timeout_s: float = 5.0) -> Client:
         log.debug("NATS %s: %s", shown, exc)
 
     await _probe(url, connect_timeout_s)
+    # seconds, which nats-py annotates as int and uses as float (nats.connect passes them on
+    # untyped)
+    timing: dict[str, Any] = {"connect_timeout": connect_timeout_s, "reconnect_time_wait": 0.2}
     try:
         await client.connect(
             url,
-            connect_timeout=connect_timeout_s,
-            reconnect_time_wait=0.2,
+            **timing,
             max_reconnect_attempts=-1,
             allow_reconnect=True,
             disconnected_cb=disconnected,
