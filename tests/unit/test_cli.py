@@ -746,6 +746,58 @@ def test_a_worker_whose_card_conflicts_is_refused(
     ) in err
 
 
+def test_a_worker_whose_instance_id_a_live_worker_holds_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_llama_dir: Path
+) -> None:
+    """Two workers given one --instance-id both started, the second's card replacing the
+    first's in discovery (every frontend lost the first); now the second is a one-line
+    error while the first answers on the request plane."""
+    import asyncio
+    import threading
+
+    import msgspec
+
+    from armature.protocols.worker import WorkerCard, worker_key
+    from armature.runtime.discovery_file import FileDiscovery
+    from armature.runtime.tcp_server import RequestPlaneServer
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    live = RequestPlaneServer({})  # the first worker's request plane
+    asyncio.run_coroutine_threadsafe(live.start(), loop).result(30)
+    try:
+        first = WorkerCard(
+            instance_id=7,
+            namespace="armature",
+            model_name="tiny",
+            model_path=str(tiny_llama_dir.resolve()),
+            block_size=16,
+            num_kv_blocks=64,
+            max_model_len=512,
+            vocab_size=1000,
+            request_url=live.url,
+            events_url="tcp://127.0.0.1:2",
+        )
+
+        async def register() -> None:  # the entry outlives this loop for its 30 s lease
+            d = FileDiscovery(tmp_path)
+            await d.register(worker_key("armature", 7), msgspec.msgpack.encode(first), 30)
+
+        asyncio.run(register())
+        argv = ["worker", "--engine", "mocker", "--model", str(tiny_llama_dir)]
+        argv += ["--discovery-dir", str(tmp_path), "--served-model-name", "tiny"]
+        code, err = run([*argv, "--instance-id", "7"], capsys)
+        assert code == 2 and err.count("\n") == 1, err
+        taken = f"--instance-id 7 is taken in namespace 'armature' by a live worker at {live.url}"
+        assert taken in err
+    finally:
+        asyncio.run_coroutine_threadsafe(live.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+
+
 def test_replay_slo_quantile_above_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["replay", "--synthetic", "prefix-groups", "--slo-itl-quantile", "1.5"]
     code, err = run(argv, capsys)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 
-from armature.config import WorkerConfig
+from armature.config import RuntimeConfig, WorkerConfig
 from armature.engines.registry import get_kind
 from armature.engines.spec import BuiltEngine, EngineInfo, EngineSpec, resolve_engine_model
 from armature.errors import ConfigError
@@ -23,10 +23,12 @@ from armature.runtime.factory import (
     RequestPlaneServerFactory,
     check_namespace,
     make_event_plane,
+    make_request_client,
     open_discovery,
 )
 from armature.runtime.heap import settle_heap
 from armature.runtime.ports import free_port
+from armature.worker.instance_id import check_instance_id_free
 from armature.worker.service import WorkerService
 
 __all__ = ["run_worker"]
@@ -75,6 +77,16 @@ async def _check_peers(
             )
 
 
+async def _check_instance_id(
+    discovery: Discovery, runtime: RuntimeConfig, instance_id: int
+) -> None:
+    client = await make_request_client(runtime)
+    try:
+        await check_instance_id_free(discovery, client, runtime.namespace, instance_id)
+    finally:
+        await client.close()
+
+
 def run_worker(config: WorkerConfig) -> int:
     """Serve until a stop signal (exit code 0) or the engine's death (1: whatever runs the
     worker, the planner's local connector or Kubernetes, starts another)."""
@@ -89,6 +101,8 @@ async def _run(config: WorkerConfig) -> int:
     model, info, name = spec.model, built.info, spec.get_served_model_name()
     discovery = await open_discovery(runtime)
     await _check_peers(discovery, runtime.namespace, name, model, info)
+    if process.instance_id is not None:  # a random one is not another's
+        await _check_instance_id(discovery, runtime, instance_id)
     event_plane = await make_event_plane(runtime, process.host)
     servers = RequestPlaneServerFactory(runtime, process.host, process.port, instance_id)
     await servers.open()
