@@ -645,12 +645,9 @@ def test_frontend_without_workers_gives_up_clearly(
     assert "0 of 1 workers registered in namespace 'armature' within 0.3 s" in err
 
 
-def test_frontend_over_several_models_must_name_one(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_llama_dir: Path
-) -> None:
-    """Workers of two models in the namespace: a frontend that names neither is a one-line
-    error (it served whichever model's card sorted first); one naming a model no worker
-    serves waits for its workers, and says which it waited for."""
+def register_cards(directory: Path, model_dir: Path, cards: list[tuple[int, str, str]]) -> None:
+    """Worker cards (instance id, model name, request url) of `model_dir` in file discovery
+    at `directory`; the entries outlive this call's loop for their 30 s lease."""
     import asyncio
 
     import msgspec
@@ -658,25 +655,35 @@ def test_frontend_over_several_models_must_name_one(
     from armature.protocols.worker import WorkerCard, worker_key
     from armature.runtime.discovery_file import FileDiscovery
 
-    async def register() -> None:  # the entries outlive this loop for their 30 s lease
-        d = FileDiscovery(tmp_path)
-        for instance_id, name in ((1, "tiny"), (2, "other")):
+    async def register() -> None:
+        d = FileDiscovery(directory)
+        for instance_id, name, request_url in cards:
             card = WorkerCard(
                 instance_id=instance_id,
                 namespace="armature",
                 model_name=name,
-                model_path=str(tiny_llama_dir.resolve()),
+                model_path=str(model_dir.resolve()),
                 block_size=16,
                 num_kv_blocks=64,
                 max_model_len=512,
                 vocab_size=1000,
-                request_url=f"tcp://127.0.0.1:{instance_id}",
+                request_url=request_url,
                 events_url=f"tcp://127.0.0.1:{10 + instance_id}",
             )
             key = worker_key("armature", instance_id)
             await d.register(key, msgspec.msgpack.encode(card), 30)
 
     asyncio.run(register())
+
+
+def test_frontend_over_several_models_must_name_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_llama_dir: Path
+) -> None:
+    """Workers of two models in the namespace: a frontend that names neither is a one-line
+    error (it served whichever model's card sorted first); one naming a model no worker
+    serves waits for its workers, and says which it waited for."""
+    cards = [(1, "tiny", "tcp://127.0.0.1:1"), (2, "other", "tcp://127.0.0.1:2")]
+    register_cards(tmp_path, tiny_llama_dir, cards)
     argv = ["frontend", "--discovery-dir", str(tmp_path), "--port", str(_free_port())]
     code, err = run(argv, capsys)
     assert code == 2 and err.count("\n") == 1
@@ -707,31 +714,7 @@ def test_unreachable_nats_is_a_one_line_error(
 def test_a_worker_whose_card_conflicts_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_llama_dir: Path
 ) -> None:
-    import asyncio
-
-    import msgspec
-
-    from armature.protocols.worker import WorkerCard, worker_key
-    from armature.runtime.discovery_file import FileDiscovery
-
-    running = WorkerCard(
-        instance_id=1,
-        namespace="armature",
-        model_name="tiny",
-        model_path=str(tiny_llama_dir.resolve()),
-        block_size=16,
-        num_kv_blocks=64,
-        max_model_len=512,
-        vocab_size=1000,
-        request_url="tcp://127.0.0.1:1",
-        events_url="tcp://127.0.0.1:2",
-    )
-
-    async def register() -> None:  # the entry outlives this loop for its 30 s lease
-        d = FileDiscovery(tmp_path)
-        await d.register(worker_key("armature", 1), msgspec.msgpack.encode(running), 30)
-
-    asyncio.run(register())
+    register_cards(tmp_path, tiny_llama_dir, [(1, "tiny", "tcp://127.0.0.1:1")])
     argv = ["worker", "--engine", "mocker", "--model", str(tiny_llama_dir)]
     argv += ["--discovery-dir", str(tmp_path), "--served-model-name", "tiny"]
     code, err = run([*argv, "--block-size", "32"], capsys)
@@ -755,10 +738,6 @@ def test_a_worker_whose_instance_id_a_live_worker_holds_is_refused(
     import asyncio
     import threading
 
-    import msgspec
-
-    from armature.protocols.worker import WorkerCard, worker_key
-    from armature.runtime.discovery_file import FileDiscovery
     from armature.runtime.tcp_server import RequestPlaneServer
 
     loop = asyncio.new_event_loop()
@@ -767,24 +746,7 @@ def test_a_worker_whose_instance_id_a_live_worker_holds_is_refused(
     live = RequestPlaneServer({})  # the first worker's request plane
     asyncio.run_coroutine_threadsafe(live.start(), loop).result(30)
     try:
-        first = WorkerCard(
-            instance_id=7,
-            namespace="armature",
-            model_name="tiny",
-            model_path=str(tiny_llama_dir.resolve()),
-            block_size=16,
-            num_kv_blocks=64,
-            max_model_len=512,
-            vocab_size=1000,
-            request_url=live.url,
-            events_url="tcp://127.0.0.1:2",
-        )
-
-        async def register() -> None:  # the entry outlives this loop for its 30 s lease
-            d = FileDiscovery(tmp_path)
-            await d.register(worker_key("armature", 7), msgspec.msgpack.encode(first), 30)
-
-        asyncio.run(register())
+        register_cards(tmp_path, tiny_llama_dir, [(7, "tiny", live.url)])
         argv = ["worker", "--engine", "mocker", "--model", str(tiny_llama_dir)]
         argv += ["--discovery-dir", str(tmp_path), "--served-model-name", "tiny"]
         code, err = run([*argv, "--instance-id", "7"], capsys)
