@@ -2,13 +2,12 @@
 and tool calls out (reasoning first, then tool calls read from what follows it). Pure: the
 parsers do the reading; this joins them, numbers the calls and builds the JSON.
 
-Streamed, a call goes out as OpenAI's deltas: first `{index, id, type, function: {name,
-arguments}}` once its name is known, then `{index, function: {arguments}}` pieces, which
-join to the arguments the whole message gives. When model output turns out malformed after
-a call began (parsing/tool_call.py), the streamed client keeps the call as far as it got
-(its arguments then not a whole JSON object), receives the call's text as content, and gets
-finish_reason `tool_calls` only if some call was whole; the whole message is then exactly
-the non-streamed one: that text as content, without the call. Never a 500.
+Streamed, a call goes out whole, in one delta `{index, id, type, function: {name,
+arguments}}`, once the parser has made it whole (parsing/tool_call.py: a Hermes block
+closed, a region of calls at the output's end): a delta sent cannot be taken back, and a
+call that turns out malformed after it began (bad JSON, its text cut by max_tokens) is no
+call in the non-streamed message. Its text comes as content instead, so the streamed
+deltas join to exactly the non-streamed message. Never a 500.
 
     text delta ─▶ ReasoningStream ─▶ reasoning_content
                         └─ content ─▶ ToolCallStream ─▶ content, tool_calls
@@ -24,40 +23,34 @@ from armature.frontend.parsing.reasoning import ReasoningStream
 from armature.frontend.parsing.tool_call import (
     BrokenCall,
     CallDelta,
-    StreamPart,
     ToolCallStream,
+    WholeCall,
 )
 
-__all__ = ["BrokenPiece", "CallPiece", "ChatOutput", "ChatPiece", "chat_message"]
+__all__ = ["CallPiece", "ChatOutput", "ChatPiece", "chat_message"]
 
 
 @dataclass(frozen=True)
 class CallPiece:
-    """A piece of one tool call of the choice, numbered `index` in it: the first names the
-    call (with the id clients answer it by); later ones carry only argument text."""
+    """One whole tool call of the choice, numbered `index` in it, with the id clients
+    answer it by."""
 
     index: int
     arguments: str
-    id: str | None = None
-    name: str | None = None
+    id: str
+    name: str
+
+    def call(self) -> dict[str, Any]:
+        """The message's `tool_calls` entry."""
+        function = {"name": self.name, "arguments": self.arguments}
+        return {"id": self.id, "type": "function", "function": function}
 
     def delta(self) -> dict[str, Any]:
-        """The chunk's `tool_calls` entry (OpenAI's incremental shape)."""
-        if self.id is None:
-            return {"index": self.index, "function": {"arguments": self.arguments}}
-        function = {"name": self.name, "arguments": self.arguments}
-        return {"index": self.index, "id": self.id, "type": "function", "function": function}
+        """The chunk's `tool_calls` entry: the call with its index (all of it at once)."""
+        return {"index": self.index, **self.call()}
 
 
-@dataclass(frozen=True)
-class BrokenPiece:
-    """The call `index`, begun, is not a call (parsing/tool_call.py): a streamed client
-    keeps what it got of it; the whole message leaves it out."""
-
-    index: int
-
-
-ContentPart = str | CallPiece | BrokenPiece  # str: content
+ContentPart = str | CallPiece  # str: content
 
 
 @dataclass(frozen=True)
@@ -97,10 +90,9 @@ class ChatOutput:
     tools: ToolCallStream | None
     new_call_id: Callable[[], str]
     max_calls: int | None = None  # calls past this many are dropped (parallel_tool_calls)
-    num_calls: int = field(default=0, init=False)  # calls begun
-    # the stream's call number -> its index in the choice (None: dropped past max_calls)
-    _indexes: dict[int, int | None] = field(default_factory=dict, init=False)
-    _num_broken: int = field(default=0, init=False)
+    num_calls: int = field(default=0, init=False)  # calls sent
+    # the calls begun and not yet whole: the stream's call number -> name, arguments so far
+    _begun: dict[int, tuple[str, list[str]]] = field(default_factory=dict, init=False)
     # content that is only whitespace so far is held: the whole message's content is null
     # when it is all there is beside calls (the blank lines around and between them), so a
     # stream sends it only once text follows, or at the end of an output with no call
@@ -123,9 +115,8 @@ class ChatOutput:
         return ChatPiece(reasoning, piece.parts)
 
     def finish_reason(self, engine_reason: str | None) -> str | None:
-        """`tool_calls` for an output that stopped after calling tools (calls not broken)."""
-        called = self.num_calls > self._num_broken
-        return "tool_calls" if called and engine_reason == "stop" else engine_reason
+        """`tool_calls` for an output that stopped after calling tools."""
+        return "tool_calls" if self.num_calls and engine_reason == "stop" else engine_reason
 
     def _content(self, text: str, *, last: bool) -> ChatPiece:
         if self.tools is None:
@@ -135,7 +126,10 @@ class ChatOutput:
             parsed += self.tools.finish()
         parts: list[ContentPart] = []
         for part in parsed.parts:
-            issued = self._issue(part)
+            if isinstance(part, CallDelta | BrokenCall):
+                self._hold(part)
+                continue
+            issued = self._issue(part.number) if isinstance(part, WholeCall) else part
             if isinstance(issued, str) and not self._has_text:
                 if not issued.strip():
                     self._held += issued
@@ -143,51 +137,42 @@ class ChatOutput:
                 issued, self._held, self._has_text = self._held + issued, "", True
             if issued is not None:
                 parts.append(issued)
-        if last and self._held and self.num_calls == self._num_broken:
-            parts.append(self._held)  # no call after all: the whitespace is the content
-            self._held = ""
+        if last:
+            assert not self._begun, "the stream's finish makes every call whole or broken"
+            if self._held and not self.num_calls:
+                parts.append(self._held)  # no call after all: the whitespace is the content
+                self._held = ""
         return ChatPiece(parts=tuple(parts))
 
-    def _issue(self, part: StreamPart) -> ContentPart | None:
-        """The stream's part with the call's index in the choice (None: a dropped call's)."""
-        if isinstance(part, str):
-            return part
-        if isinstance(part, CallDelta) and part.name is not None:
-            index = None
-            # a call that broke after it began gives its slot back (its text went out as
-            # content): the whole-output parse never counted it
-            if self.max_calls is None or self.num_calls - self._num_broken < self.max_calls:
-                index, self.num_calls = self.num_calls, self.num_calls + 1
-            self._indexes[part.number] = index
-            if index is None:
-                return None
-            return CallPiece(index, part.arguments, self.new_call_id(), part.name)
-        index = self._indexes[part.number]
-        if index is None:
-            return None
+    def _hold(self, part: CallDelta | BrokenCall) -> None:
+        """A call's delta is kept until the call is whole; a broken call is dropped (its
+        text follows as content)."""
         if isinstance(part, BrokenCall):
-            self._num_broken += 1
-            return BrokenPiece(index)
-        return CallPiece(index, part.arguments)
+            del self._begun[part.number]
+        elif part.name is not None:
+            self._begun[part.number] = (part.name, [part.arguments])
+        else:
+            self._begun[part.number][1].append(part.arguments)
+
+    def _issue(self, number: int) -> CallPiece | None:
+        """The stream's whole call `number` with its index in the choice (None: dropped
+        past max_calls)."""
+        name, arguments = self._begun.pop(number)
+        if self.max_calls is not None and self.num_calls >= self.max_calls:
+            return None
+        index, self.num_calls = self.num_calls, self.num_calls + 1
+        return CallPiece(index, "".join(arguments), self.new_call_id(), name)
 
 
 def chat_message(pieces: list[ChatPiece]) -> dict[str, Any]:
-    """The whole response's `message` from every piece of the choice: the calls joined from
-    their pieces, less the broken ones."""
+    """The whole response's `message` from every piece of the choice: what the streamed
+    deltas join to."""
     content = "".join(p.content for p in pieces)
     reasoning = "".join(p.reasoning for p in pieces)
-    calls: dict[int, dict[str, Any]] = {}
-    for part in (part for p in pieces for part in p.parts):
-        if isinstance(part, CallPiece) and part.id is not None:
-            function = {"name": part.name, "arguments": part.arguments}
-            calls[part.index] = {"id": part.id, "type": "function", "function": function}
-        elif isinstance(part, CallPiece):
-            calls[part.index]["function"]["arguments"] += part.arguments
-        elif isinstance(part, BrokenPiece):
-            calls.pop(part.index)
+    calls = [call.call() for p in pieces for call in p.calls]
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
-        message["tool_calls"] = list(calls.values())
+        message["tool_calls"] = calls
         if not content.strip():
             message["content"] = None
     if reasoning:

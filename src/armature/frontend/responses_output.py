@@ -4,15 +4,13 @@ sends the events; the whole response is the last event's `response`.
 
     piece.reasoning ─▶ a reasoning item   (reasoning_text part, response.reasoning_text.*)
     piece.content   ─▶ a message item     (output_text part, response.output_text.*)
-    call pieces     ─▶ function_call items (response.function_call_arguments.delta per
-                       argument piece, as the parser streams them)
+    call pieces     ─▶ function_call items (one response.function_call_arguments.delta:
+                       a call comes whole, chat_output.py)
 
-An item stays open while text of its kind (or its call's arguments) follows; text of
-another kind, or another call, closes it (…done events) and opens the next. A call that
-breaks (malformed after it began: chat_output.py) is closed with status `incomplete` and
-no arguments.done; it stays where the events put it, but the response's `output` (and the
-history kept for previous_response_id) leaves it out, as its text follows as a message.
-Every event carries `sequence_number`, from 0.
+An item stays open while text of its kind follows; text of another kind, or a call, closes
+it (…done events) and opens the next. Items are only added, so every event's output_index
+is its item's place in the response's `output`. Every event carries `sequence_number`,
+from 0.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from armature.frontend.chat_output import BrokenPiece, CallPiece, ChatPiece
+from armature.frontend.chat_output import CallPiece, ChatPiece
 from armature.frontend.generation import Usage
 from armature.frontend.responses_protocol import ResponsesRequest
 
@@ -84,8 +82,7 @@ def response_usage(usage: Usage) -> dict[str, Any]:
 
 class ResponseBuilder:
     """Call `start`, `feed` each piece in order, then `finish` (or `fail`); each returns the
-    events to send. `output` holds the items made so far (less broken calls); `response`
-    the final object."""
+    events to send. `output` holds the items made so far; `response` the final object."""
 
     def __init__(self, fields: dict[str, Any], new_id: NewId) -> None:
         self.fields = fields
@@ -95,12 +92,10 @@ class ResponseBuilder:
         self._num_events = 0
         self._open: tuple[ItemKind, int] | None = None  # the item open: kind, index
         self._held_space = ""  # whitespace-only content, sent once text follows it
-        self._broken: set[int] = set()  # output indexes of broken calls
-        self._call_items: dict[int, int] = {}  # a call's index in the choice -> output index
 
     @property
     def output(self) -> list[dict[str, Any]]:
-        return [item for i, item in enumerate(self.items) if i not in self._broken]
+        return list(self.items)
 
     def snapshot(
         self, status: str, usage: Usage | None = None, completed_at_s: int | None = None
@@ -129,12 +124,8 @@ class ResponseBuilder:
         for part in piece.parts:
             if isinstance(part, str):
                 events += self._content(part)
-            elif isinstance(part, BrokenPiece):
-                events += self._break(part)
-            elif part.id is not None:
-                events += self._call(part)
             else:
-                events += self._arguments(part)
+                events += self._call(part)
         return events
 
     def _content(self, content: str) -> list[Event]:
@@ -246,7 +237,7 @@ class ResponseBuilder:
         ]
 
     def _call(self, piece: CallPiece) -> list[Event]:
-        """A call's first piece: its item opens."""
+        """A whole call: its item opens with its arguments (closed by what follows)."""
         events = self._close()
         index = len(self.items)
         item = {
@@ -259,36 +250,15 @@ class ResponseBuilder:
         }
         self.items.append(item)
         self._open = ("function_call", index)
-        self._call_items[piece.index] = index
         events.append(
             self._event("response.output_item.added", output_index=index, item=dict(item))
         )
-        return events + self._arguments(piece)
-
-    def _arguments(self, piece: CallPiece) -> list[Event]:
-        assert self._open is not None and self._open[0] == "function_call", "calls are sequential"
         if not piece.arguments:
-            return []
-        index = self._open[1]
-        item = self.items[index]
-        item["arguments"] += piece.arguments
+            return events
+        item["arguments"] = piece.arguments
         where = {"item_id": item["id"], "output_index": index}
-        return [
-            self._event("response.function_call_arguments.delta", **where, delta=piece.arguments)
-        ]
-
-    def _break(self, piece: BrokenPiece) -> list[Event]:
-        """The call is not a call: closed incomplete (if still open), left out of `output`."""
-        index = self._call_items[piece.index]
-        if self._open == ("function_call", index):
-            self._open = None
-        elif self.items[index]["status"] == "completed":  # its done events went out
-            self._broken.add(index)
-            return []
-        self._broken.add(index)
-        item = self.items[index]
-        item["status"] = "incomplete"
-        return [self._event("response.output_item.done", output_index=index, item=dict(item))]
+        kind = "response.function_call_arguments.delta"
+        return [*events, self._event(kind, **where, delta=piece.arguments)]
 
     def _event(self, kind: str, **fields: Any) -> Event:
         event = {"type": kind, "sequence_number": self._num_events, **fields}

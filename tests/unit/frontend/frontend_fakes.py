@@ -55,7 +55,8 @@ class IdleEngine:
 
 
 class ScriptedEngine(IdleEngine):
-    """Emits the token ids of the next output queued, a few per step, then stops."""
+    """Emits the token ids of the next output queued, a few per step, then stops (at
+    max_tokens, as an engine does: finish_reason length)."""
 
     def __init__(self, preprocessor: Preprocessor) -> None:
         self.preprocessor = preprocessor
@@ -67,6 +68,9 @@ class ScriptedEngine(IdleEngine):
         self.prompts.append(request.prompt_token_ids)
         self.requests.append(request)
         ids = self.preprocessor.encode(self.outputs.pop(0), add_special_tokens=False)
+        cut = len(ids) > request.sampling.max_tokens
+        ids = ids[: request.sampling.max_tokens]
+        end = FinishReason.LENGTH if cut else FinishReason.STOP
         steps, at = [], 0
         while at < len(ids):  # 1, 2, 3, 1, 2, 3... tokens per step
             steps.append(ids[at : at + 1 + len(steps) % 3])
@@ -96,7 +100,7 @@ class ScriptedEngine(IdleEngine):
                 logprobs=logprobs,
                 prompt_logprobs=prompt_logprobs,
                 num_prompt_tokens=len(request.prompt_token_ids) if i == 0 else 0,
-                finish_reason=FinishReason.STOP if last else None,
+                finish_reason=end if last else None,
             )
 
 

@@ -1,12 +1,12 @@
 """ChatOutput: reasoning first, then tool calls read from the content after it; calls
-numbered and named in order, cut at max_calls; finish_reason tool_calls only on a stop."""
+numbered and named in order, each sent whole, cut at max_calls; finish_reason tool_calls
+only on a stop."""
 
 from __future__ import annotations
 
 import itertools
 
 from armature.frontend.chat_output import (
-    BrokenPiece,
     CallPiece,
     ChatOutput,
     ChatPiece,
@@ -115,7 +115,9 @@ def test_without_parsers_text_passes_through() -> None:
     assert out.num_reasoning_tokens is None
 
 
-def test_a_call_streams_as_a_header_then_argument_deltas() -> None:
+def test_a_call_streams_whole_once_its_block_closes() -> None:
+    """A call goes out in one delta once the parser has made it whole: sent in pieces, a
+    call later broken could not be taken back from a streamed client."""
     out = output()
     feeds = [
         '<tool_call>{"name": "get_weather", "arguments": {"ci',
@@ -124,18 +126,18 @@ def test_a_call_streams_as_a_header_then_argument_deltas() -> None:
     ]
     pieces = [out.feed(text, 1) for text in feeds] + [out.feed("", 0, last=True)]
     assert [p.delta() for p in pieces] == [
+        {},
+        {},
         {
             "tool_calls": [
                 {
                     "index": 0,
                     "id": "call_0",
                     "type": "function",
-                    "function": {"name": "get_weather", "arguments": "{"},
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
                 }
             ]
         },
-        {"tool_calls": [{"index": 0, "function": {"arguments": '"city": "Pa'}}]},
-        {"tool_calls": [{"index": 0, "function": {"arguments": 'ris"}'}}]},
         {},
     ]
     message = chat_message(pieces)
@@ -143,14 +145,49 @@ def test_a_call_streams_as_a_header_then_argument_deltas() -> None:
     assert out.finish_reason("stop") == "tool_calls"
 
 
-def test_a_call_broken_after_its_header_is_content_and_left_out_of_the_message() -> None:
+def test_a_call_broken_after_it_began_is_content_and_never_streamed() -> None:
     out = output()
     text = '<tool_call>{"name": "f", "arguments": {"x": 1}} oops</tool_call>'
     pieces = [out.feed(text[:45], 1), out.feed(text[45:], 1, last=True)]
-    assert pieces[0].parts == (CallPiece(0, '{"x": ', "call_0", "f"),)
-    assert pieces[1].parts == (CallPiece(0, "1}"), BrokenPiece(0), text)
+    assert [p.parts for p in pieces] == [(), (text,)]
     assert chat_message(pieces) == {"role": "assistant", "content": text}
     assert out.finish_reason("stop") == "stop"
+
+
+def test_a_call_cut_by_max_tokens_streams_as_the_unstreamed_message() -> None:
+    """The output ends (finish_reason length) inside a call's text: the whole message is
+    that text as content and no call; the streamed deltas join to exactly it (the call's
+    name and arguments went out as tool_calls, then its text as content, before)."""
+    whole = CALL + ' Then: <tool_call>\n{"name": "g", "arguments": {"city": "Par'
+    for cut in (1, 7, len(whole)):
+        out = output()
+        chunks = [whole[i : i + cut] for i in range(0, len(whole), cut)]
+        pieces = [out.feed(c, 1, last=i == len(chunks) - 1) for i, c in enumerate(chunks)]
+        deltas = [p.delta() for p in pieces]
+        assert [d["tool_calls"] for d in deltas if "tool_calls" in d] == [
+            [
+                {
+                    "index": 0,
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": '{"x": 1}'},
+                }
+            ]
+        ]
+        streamed = "".join(d.get("content", "") for d in deltas)
+        assert streamed == ' Then: <tool_call>\n{"name": "g", "arguments": {"city": "Par'
+        assert chat_message(pieces) == {
+            "role": "assistant",
+            "content": streamed,
+            "tool_calls": [
+                {
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": '{"x": 1}'},
+                }
+            ],
+        }
+        assert out.finish_reason("length") == "length"
 
 
 def test_blank_content_around_calls_is_not_streamed_when_the_message_has_none() -> None:

@@ -113,17 +113,13 @@ async def test_tool_calls_and_reasoning_whole_and_streamed(tool_preprocessor: Pr
         "\nThe user wants two things.\n"
     )
     streamed = [t for d in deltas for t in d.tool_calls or []]
-    # each call: a first delta with id, type and name, then argument pieces only
-    heads = [t for t in streamed if t.id is not None]
-    assert [(t.index, t.type, t.function.name) for t in heads] == [  # type: ignore[union-attr]
-        (0, "function", "get_weather"),
-        (1, "function", "get_time"),
+    # each call whole in one delta, once its block closed (the engine sends 1-3 tokens a
+    # step): its id, type, name and arguments, as the whole response has them
+    assert [(t.index, t.type, t.function.name, t.function.arguments) for t in streamed] == [  # type: ignore[union-attr]
+        (i, "function", c.function.name, c.function.arguments)  # type: ignore[union-attr]
+        for i, c in enumerate(calls)
     ]
-    rest = [t for t in streamed if t.id is None]
-    assert all(t.type is None and t.function.name is None for t in rest)  # type: ignore[union-attr]
-    arguments = [[t.function.arguments for t in streamed if t.index == i] for i in (0, 1)]  # type: ignore[union-attr]
-    assert len([a for a in arguments[0] if a]) >= 2  # the engine sends 1-3 tokens a step
-    assert ["".join(a) for a in arguments] == [c.function.arguments for c in calls]  # type: ignore[union-attr]
+    assert all((t.id or "").startswith("call_") for t in streamed)
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == num_reasoning  # type: ignore[union-attr]
@@ -194,13 +190,66 @@ async def test_malformed_calls_fall_back_to_content(tool_preprocessor: Preproces
     assert whole.choices[0].message.tool_calls is None
     assert whole.choices[0].finish_reason == "stop"
     chunks = [c async for c in await client.chat.completions.create(**request, stream=True)]
-    assert "".join(c.choices[0].delta.content or "" for c in chunks) == broken
-    # the call had begun when its text broke: the streamed client keeps it as far as it
-    # got (arguments not a whole object), gets its text as content, and finish_reason stop
-    streamed = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
-    assert streamed[0].function.name == "get_weather"  # type: ignore[union-attr]
-    assert "".join(t.function.arguments or "" for t in streamed) == '{"city": '  # type: ignore[union-attr]
+    # the call had begun when its text broke: a call goes out only once whole, so the
+    # streamed client gets its text as content alone, as the whole response
+    assert joined_message(chunks) == {"content": broken, "tool_calls": None}
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def joined_message(chunks: list[Any]) -> dict[str, Any]:
+    """The message a streamed client joins from the chunks of choice 0, as the openai
+    client's stream accumulation does: content concatenated, each call by its index (id,
+    type and name from its deltas, argument pieces concatenated)."""
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    calls: dict[int, dict[str, Any]] = {}
+    for t in (t for d in deltas for t in d.tool_calls or []):
+        call = calls.setdefault(t.index, {"function": {"arguments": ""}})
+        call.update({k: v for k, v in (("id", t.id), ("type", t.type)) if v is not None})
+        if t.function is not None and t.function.name is not None:
+            call["function"]["name"] = t.function.name
+        if t.function is not None:
+            call["function"]["arguments"] += t.function.arguments or ""
+    content = "".join(d.content or "" for d in deltas)
+    return {"content": content or None, "tool_calls": [calls[i] for i in sorted(calls)] or None}
+
+
+async def test_a_call_cut_by_max_tokens_streams_as_the_whole_response(
+    tool_preprocessor: Preprocessor,
+) -> None:
+    """max_tokens ends the output inside a call's text: the whole response has that text as
+    content and no such call (as for any malformed call); the streamed deltas join to
+    exactly that message (it held the cut call's name and argument pieces too, sent as
+    tool_calls before its text came as content)."""
+    engine, client = serve(tool_preprocessor, HERMES_QWEN3)
+    output = (
+        'Let me look.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n'
+        "</tool_call>"
+    )
+    request: Any = {"model": MODEL, "messages": ASK, "tools": [WEATHER_TOOL, TIME_TOOL]}
+    weather = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    cases = {  # max_tokens: (content, the calls' functions), the whole response's
+        25: ('Let me look.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris', []),
+        56: (
+            'Let me look.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "C',
+            [weather],
+        ),
+    }
+    for max_tokens, (content, functions) in cases.items():
+        engine.outputs = [output, output]
+        whole = await client.chat.completions.create(**request, max_tokens=max_tokens)
+        message = whole.choices[0].message
+        calls = [c.model_dump() for c in message.tool_calls or []]
+        assert (message.content, [c["function"] for c in calls]) == (content, functions)
+        assert whole.choices[0].finish_reason == "length"
+        stream = await client.chat.completions.create(**request, max_tokens=max_tokens, stream=True)
+        chunks = [c async for c in stream]
+        joined = joined_message(chunks)
+        assert joined["content"] == content
+        assert [c["function"] for c in joined["tool_calls"] or []] == functions
+        ids = [c["id"] for c in [*calls, *(joined["tool_calls"] or [])]]
+        assert all(i.startswith("call_") for i in ids)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
 
 async def test_parallel_tool_calls_false_keeps_the_first(tool_preprocessor: Preprocessor) -> None:

@@ -322,12 +322,10 @@ async def test_streamed_tool_calls(preprocessor: Preprocessor) -> None:
         (2, "get_weather", '{"city": "Paris"}'),
         (3, "get_time", "{}"),
     ]
-    # the arguments stream in pieces, each call's before its done, joining to its arguments
-    for done in dones:
-        before = calls[: calls.index(done)]
-        pieces = [e.delta for e in before if e.output_index == done.output_index]  # type: ignore[union-attr]
-        assert "".join(pieces) == done.arguments  # type: ignore[union-attr]
-    assert len([e for e in calls if e.output_index == 2]) > 2  # two pieces at least, and done
+    # each call's arguments in one delta (a call goes out once whole), before its done
+    steps = [(e.type.rsplit(".", 1)[1], e.output_index) for e in calls]
+    assert steps == [("delta", 2), ("done", 2), ("delta", 3), ("done", 3)]
+    assert [e.delta for e in calls[::2]] == [e.arguments for e in dones]  # type: ignore[union-attr]
     added = [e.item.type for e in events if e.type == "response.output_item.added"]  # type: ignore[union-attr]
     done = [e.item for e in events if e.type == "response.output_item.done"]  # type: ignore[union-attr]
     assert added == ["reasoning", "message", "function_call", "function_call"]

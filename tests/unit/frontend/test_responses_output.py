@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from armature.frontend.chat_output import BrokenPiece, CallPiece, ChatPiece
+from armature.frontend.chat_output import CallPiece, ChatPiece
 from armature.frontend.generation import Usage
 from armature.frontend.responses_output import ResponseBuilder
 
@@ -131,28 +131,22 @@ def test_an_engine_failure_is_a_failed_response() -> None:
     assert event["response"]["status"] == "failed"
 
 
-def test_call_arguments_stream_as_deltas_and_a_broken_call_leaves_the_output() -> None:
+def test_a_call_comes_whole_in_one_arguments_delta() -> None:
     b = builder()
-    events = b.feed(ChatPiece(parts=(CallPiece(0, '{"city": ', "call_0", "f"),)))
-    events += b.feed(ChatPiece(parts=(CallPiece(0, '"Paris"}'),)))
-    events += b.feed(ChatPiece(parts=(CallPiece(1, '{"x": ', "call_1", "g"),)))
-    events += b.feed(ChatPiece(parts=(BrokenPiece(1), '{"x": oops')))
+    events = b.feed(ChatPiece(parts=(CallPiece(0, '{"city": "Paris"}', "call_0", "f"),)))
+    events += b.feed(ChatPiece(parts=("Done.",)))
     events += b.finish("stop", Usage())
-    deltas = [e["delta"] for e in events if e["type"].endswith("arguments.delta")]
-    assert deltas == ['{"city": ', '"Paris"}', '{"x": ']
-    assert kinds(events)[:6] == [
+    assert kinds(events) == [
         *["output_item.added", "function_call_arguments.delta"],
-        "function_call_arguments.delta",
         *["function_call_arguments.done", "output_item.done"],
-        "output_item.added",
+        *["output_item.added", "content_part.added", "output_text.delta"],
+        *["output_text.done", "content_part.done", "output_item.done"],
+        "completed",
     ]
-    done = next(e for e in events if e["type"].endswith("arguments.done"))
-    assert (done["name"], done["arguments"]) == ("f", '{"city": "Paris"}')
-    broken = [e for e in events if e["type"] == "response.output_item.done"][1]
-    assert (broken["output_index"], broken["item"]["status"]) == (1, "incomplete")
+    assert events[0]["item"]["arguments"] == ""  # as it was when added
+    assert [(e["output_index"], e["delta"]) for e in events[1:2]] == [(0, '{"city": "Paris"}')]
+    assert (events[2]["name"], events[2]["arguments"]) == ("f", '{"city": "Paris"}')
     assert [(i["type"], i["status"]) for i in b.output] == [
         ("function_call", "completed"),
         ("message", "completed"),
     ]
-    assert b.output[1]["content"][0]["text"] == '{"x": oops'
-    assert b.response is not None and len(b.response["output"]) == 2

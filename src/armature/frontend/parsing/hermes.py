@@ -7,7 +7,8 @@ between `<tool_call>` and `</tool_call>`, anywhere in the output, with content a
 
 Each block stands alone: a block that holds one valid call becomes that call; any other
 block (bad JSON, not a call, never closed) stays in the content, markers and all. Streamed,
-a call's name goes out once known and its arguments as they are read.
+a call's name goes out once known and its arguments as they are read; it is whole once its
+block closes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from armature.frontend.parsing.tool_call import (
     StreamedToolCalls,
     StreamPart,
     ToolCall,
+    WholeCall,
     call_from_object,
     cut_at_marker,
     loads_json,
@@ -115,6 +117,7 @@ class HermesStream:
         if reader.header_sent:
             self._num_calls += 1
         if closed and reader.done and not reader.rest.strip(JSON_SPACE):
+            parts.append(WholeCall(reader.number))
             return
         if reader.header_sent:
             parts.append(BrokenCall(reader.number))

@@ -2,8 +2,8 @@
 pythonic lists, Mistral): content until the region of calls begins, then the region's calls
 streamed by the format's `reader` as they are read. Only the whole region says whether it is
 calls: a region that turns out not to be breaks the calls it began (tool_call.py) and is
-content from then on. A format without a reader holds the region whole and parses it at the
-end.
+content from then on; its calls are whole at the end of the output. A format without a
+reader holds the region whole and parses it at the end.
 
 Where the region may begin:
 - `at_start`: only at the output's start, leading whitespace aside, opened by one of
@@ -27,6 +27,7 @@ from armature.frontend.parsing.tool_call import (
     StreamedToolCalls,
     StreamPart,
     ToolCall,
+    WholeCall,
     held_prefix_chars,
 )
 
@@ -119,7 +120,9 @@ class RegionStream:
             return StreamedToolCalls.of([self._pending])
         parts: list[StreamPart] = []
         if self._reader is not None:
-            if not self._reader.finish():
+            if self._reader.finish():
+                parts.extend(WholeCall(number) for number in range(self._reader.num_begun))
+            else:
                 self._break(parts)
             return StreamedToolCalls.of(parts)
         # read whole: each call in one delta, name and arguments together
@@ -127,9 +130,9 @@ class RegionStream:
         calls = self._format.parse_region(region.lstrip())
         if not calls:
             return StreamedToolCalls.of([region])
-        return StreamedToolCalls(
-            tuple(CallDelta(i, c.name, c.arguments) for i, c in enumerate(calls))
-        )
+        for number, call in enumerate(calls):
+            parts += [CallDelta(number, call.name, call.arguments), WholeCall(number)]
+        return StreamedToolCalls(tuple(parts))
 
     def _break(self, parts: list[StreamPart]) -> None:
         """The region is not calls: its begun calls break and its text is content."""

@@ -11,7 +11,8 @@ which join to exactly the whole-output `arguments`. When the text of a call whos
 delta went out turns out not to be a call after all (bad JSON, a block never closed, prose
 after a region of calls), the stream cannot take the deltas back: it sends `BrokenCall`
 for it and then the text as content, so the content streamed always joins to the
-whole-output content, and the calls not broken are the whole-output calls.
+whole-output content; once no later text can break a call, it sends `WholeCall` for it.
+The calls made whole are the whole-output calls.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "ToolCall",
     "ToolCallParser",
     "ToolCallStream",
+    "WholeCall",
     "call_from_object",
     "cut_at_marker",
     "held_prefix_chars",
@@ -78,7 +80,14 @@ class BrokenCall:
     number: int
 
 
-StreamPart = str | CallDelta | BrokenCall  # str: content
+@dataclass(frozen=True)
+class WholeCall:
+    """The call `number`, all its deltas sent, is a call: no later text breaks it."""
+
+    number: int
+
+
+StreamPart = str | CallDelta | BrokenCall | WholeCall  # str: content
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,8 @@ class ToolCallStream(Protocol):
     """One output's incremental parser. `feed` takes each text delta in order and returns the
     content now safe to show and the call deltas now certain; `finish` (once, at the end)
     returns the rest. Joined, the content equals the whole-output `parse`'s content, and
-    the calls never broken equal its calls."""
+    the calls made whole equal its calls. Every call begun is made whole or broken, by
+    `finish` at the latest."""
 
     def feed(self, text: str) -> StreamedToolCalls: ...
 

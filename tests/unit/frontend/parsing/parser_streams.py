@@ -14,6 +14,7 @@ from armature.frontend.parsing.tool_call import (
     ParsedToolCalls,
     ToolCall,
     ToolCallParser,
+    WholeCall,
 )
 
 
@@ -32,9 +33,10 @@ class StreamedOutput:
     content: str
     deltas: list[CallDelta]
     broken: set[int]
+    whole: list[int]  # the calls made whole, in the order they were
 
     def calls(self) -> tuple[ToolCall, ...]:
-        """The calls never broken, each its name and joined arguments, in order."""
+        """The calls made whole, each its name and joined arguments, in order."""
         names: dict[int, str] = {}
         arguments: dict[int, list[str]] = {}
         for delta in self.deltas:
@@ -44,8 +46,8 @@ class StreamedOutput:
             assert delta.number in names, "a call's first delta names it"
             arguments.setdefault(delta.number, []).append(delta.arguments)
         assert sorted(names) == list(range(len(names))), "calls numbered from 0 in order"
-        kept = [n for n in names if n not in self.broken]
-        return tuple(ToolCall(names[n], "".join(arguments[n])) for n in kept)
+        assert sorted(self.broken | set(self.whole)) == sorted(names), "each whole or broken"
+        return tuple(ToolCall(names[n], "".join(arguments[n])) for n in self.whole)
 
     def argument_deltas(self, number: int) -> list[str]:
         return [d.arguments for d in self.deltas if d.number == number and d.arguments]
@@ -53,17 +55,20 @@ class StreamedOutput:
 
 def run_stream(parser: ToolCallParser, chunks: list[str]) -> StreamedOutput:
     stream = parser.stream()
-    out = StreamedOutput("", [], set())
+    out = StreamedOutput("", [], set(), [])
     for result in [*(stream.feed(c) for c in chunks), stream.finish()]:
         for part in result.parts:
             if isinstance(part, str):
                 assert part, "no empty content"
                 out.content += part
-            elif isinstance(part, BrokenCall):
-                assert part.number not in out.broken
-                out.broken.add(part.number)
+            elif isinstance(part, BrokenCall | WholeCall):
+                assert part.number not in out.broken | set(out.whole), "one end per call"
+                if isinstance(part, BrokenCall):
+                    out.broken.add(part.number)
+                else:
+                    out.whole.append(part.number)
             else:
-                assert part.number not in out.broken, "no delta after a call broke"
+                assert part.number not in out.broken | set(out.whole), "no delta after its end"
                 out.deltas.append(part)
     return out
 
