@@ -335,6 +335,49 @@ async def test_streamed_tool_calls(preprocessor: Preprocessor) -> None:
     assert [i.id for i in final.output] == [i.id for i in done]
 
 
+async def test_events_index_the_final_output_around_a_malformed_call(
+    preprocessor: Preprocessor,
+) -> None:
+    """A call malformed after it began (text after its object) is a message's text, as
+    unstreamed; every event's output_index is its item's place in the final output (the
+    malformed call's item took place 1 in the events but not in the output, so the items
+    after it were streamed one place off)."""
+    engine, client = serve(preprocessor)
+    output = (
+        "<think>\nPlan.\n</think>\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}} oops\n</tool_call>\n'
+        'Also:<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    )
+    engine.outputs = [output, output]
+    whole = await client.responses.create(model=MODEL, input=ASK, tools=TOOLS)
+    stream = await client.responses.create(model=MODEL, input=ASK, tools=TOOLS, stream=True)
+    events = [event async for event in stream]
+    final = events[-1].response  # type: ignore[union-attr]
+    assert without_ids(final.output) == without_ids(whole.output)
+    assert [(i.type, getattr(i, "name", None)) for i in final.output] == [
+        ("reasoning", None),
+        ("message", None),
+        ("function_call", "get_time"),
+    ]
+    assert final.output[1].content[0].text == (  # type: ignore[union-attr]
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}} oops\n'
+        "</tool_call>\nAlso:"
+    )
+    indexed = [e for e in events if hasattr(e, "output_index")]
+    places = [(e.type.removeprefix("response."), e.output_index) for e in indexed]  # type: ignore[union-attr]
+    assert [(kind, index) for kind, index in places if kind.startswith("output_item")] == [
+        ("output_item.added", 0),
+        ("output_item.done", 0),
+        ("output_item.added", 1),
+        ("output_item.done", 1),
+        ("output_item.added", 2),
+        ("output_item.done", 2),
+    ]
+    for event in indexed:
+        item_id = event.item.id if hasattr(event, "item") else event.item_id  # type: ignore[union-attr]
+        assert item_id == final.output[event.output_index].id, event  # type: ignore[union-attr]
+
+
 async def test_store_bound_ttl_get_and_delete(preprocessor: Preprocessor) -> None:
     clock = Clock()
     config = ResponsesConfig(max_stored_responses=2, stored_response_ttl_s=60.0)
