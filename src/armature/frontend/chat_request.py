@@ -26,6 +26,7 @@ class ToolUse:
 
     tools: list[dict[str, Any]] | None = None  # what the template renders
     parse_calls: bool = False  # read tool calls out of the output
+    names: frozenset[str] = frozenset()  # the functions offered: a call to another is text
     max_calls: int | None = None  # 1 when parallel_tool_calls is false or a function is named
     guide: LarkGuide | None = None  # forced calls (required, named): the calls' grammar
 
@@ -75,7 +76,8 @@ def plan_tools(
         )
     max_calls = 1 if body.parallel_tool_calls is False else None
     if choice == "auto":
-        return ToolUse(tools=rendered, parse_calls=True, max_calls=max_calls)
+        offered = frozenset(names)
+        return ToolUse(tools=rendered, parse_calls=True, names=offered, max_calls=max_calls)
     return _forced(body, rendered, parser_name, max_calls, special_tokens)
 
 
@@ -95,7 +97,8 @@ def _forced(
         guide = tool_call_guide(parser_name, body.tools or [], max_calls, special_tokens, named)
     except InvalidRequestError as exc:
         raise ApiError(str(exc), param=exc.param, code="unsupported_parameter") from None
-    return ToolUse(tools=rendered, parse_calls=True, max_calls=max_calls, guide=guide)
+    names = frozenset(tool.function.name for tool in body.tools or [])
+    return ToolUse(tools=rendered, parse_calls=True, names=names, max_calls=max_calls, guide=guide)
 
 
 def template_messages(

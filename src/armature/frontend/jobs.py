@@ -234,7 +234,11 @@ class JobBuilder:
         tool_call, reasoning = self.parsers.tool_call, self.parsers.reasoning
         return ChatOutput(
             reasoning=None if reasoning is None or guided else reasoning.stream(),
-            tools=tool_call.stream() if tool_call is not None and tool_use.parse_calls else None,
+            tools=(
+                tool_call.stream(tool_use.names)
+                if tool_call is not None and tool_use.parse_calls
+                else None
+            ),
             new_call_id=lambda: f"call_{uuid.uuid4().hex[:24]}",
             max_calls=tool_use.max_calls,
         )

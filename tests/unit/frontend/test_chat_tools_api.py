@@ -252,6 +252,36 @@ async def test_a_call_cut_by_max_tokens_streams_as_the_whole_response(
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
 
+async def test_a_call_to_a_function_not_offered_is_content(
+    tool_preprocessor: Preprocessor,
+) -> None:
+    """tool_choice auto: the model calls get_time, which the request did not offer. Its
+    block is content, as a malformed call's (it was returned as a tool call no client can
+    run); the offered call after it is a call. Whole and streamed alike."""
+    engine, client = serve(tool_preprocessor, HERMES_QWEN3)
+    unoffered = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\n'
+    output = (
+        f"Let me look.{unoffered}"
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    )
+    engine.outputs = [output, output]
+    request: Any = {"model": MODEL, "messages": ASK, "tools": [WEATHER_TOOL]}
+    whole = await client.chat.completions.create(**request)
+    message = whole.choices[0].message
+    calls = [c.model_dump() for c in message.tool_calls or []]
+    weather = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert (message.content, [c["function"] for c in calls]) == (
+        f"Let me look.{unoffered}",
+        [weather],
+    )
+    assert whole.choices[0].finish_reason == "tool_calls"
+    chunks = [c async for c in await client.chat.completions.create(**request, stream=True)]
+    joined = joined_message(chunks)
+    assert joined["content"] == f"Let me look.{unoffered}"
+    assert [c["function"] for c in joined["tool_calls"] or []] == [weather]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+
 async def test_parallel_tool_calls_false_keeps_the_first(tool_preprocessor: Preprocessor) -> None:
     engine, client = serve(tool_preprocessor, HERMES_QWEN3)
     engine.outputs = [CALLS_OUTPUT]

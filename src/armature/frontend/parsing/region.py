@@ -11,12 +11,13 @@ Where the region may begin:
 - otherwise: at the first `openers[0]` anywhere (content before it stays content).
 
 `parse_region(region)` gets the text from the opener to the end and returns the calls, or
-None when the region is not calls; then the whole output is content.
+None when the region is not calls; then the whole output is content, as it is when a call
+names a function not offered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +30,7 @@ from armature.frontend.parsing.tool_call import (
     ToolCall,
     WholeCall,
     held_prefix_chars,
+    offered,
 )
 
 __all__ = ["RegionFormat", "RegionStream"]
@@ -62,7 +64,7 @@ class RegionFormat:
     # streams the region's calls as they are read; None: the region is read whole at the end
     reader: Callable[[], RegionReader] | None = None
 
-    def parse(self, text: str) -> ParsedToolCalls:
+    def parse(self, text: str, names: Collection[str] | None = None) -> ParsedToolCalls:
         """The whole output at once."""
         if self.at_start:
             body = text.lstrip()
@@ -74,17 +76,18 @@ class RegionFormat:
             if begin < 0:
                 return ParsedToolCalls(text)
         calls = self.parse_region(text[begin:])
-        if not calls:
+        if not calls or not all(offered(call, names) for call in calls):
             return ParsedToolCalls(text)
         return ParsedToolCalls("" if self.at_start else text[:begin], calls)
 
-    def stream(self) -> RegionStream:
-        return RegionStream(self)
+    def stream(self, names: Collection[str] | None = None) -> RegionStream:
+        return RegionStream(self, names)
 
 
 class RegionStream:
-    def __init__(self, fmt: RegionFormat) -> None:
+    def __init__(self, fmt: RegionFormat, names: Collection[str] | None = None) -> None:
         self._format = fmt
+        self._names = names
         self._pending = ""  # held text before the region: undecided start, partial opener
         # the region's text so far, in pieces: joined only at its end (a string grown by +=
         # on an attribute is copied whole on every piece: quadratic in a long region)
@@ -106,8 +109,9 @@ class RegionStream:
             text, self._pending = self._pending, ""
         self._region.append(text)
         if self._reader is not None:
-            parts.extend(self._reader.feed(text))
-            if self._reader.failed:
+            deltas = self._reader.feed(text)
+            parts.extend(deltas)
+            if self._reader.failed or not all(offered(d, self._names) for d in deltas):
                 self._break(parts)
         return StreamedToolCalls.of(parts)
 
@@ -128,7 +132,7 @@ class RegionStream:
         # read whole: each call in one delta, name and arguments together
         region = "".join(self._region)
         calls = self._format.parse_region(region.lstrip())
-        if not calls:
+        if not calls or not all(offered(call, self._names) for call in calls):
             return StreamedToolCalls.of([region])
         for number, call in enumerate(calls):
             parts += [CallDelta(number, call.name, call.arguments), WholeCall(number)]

@@ -3,7 +3,8 @@ stream), and the one rule that turns a decoded JSON object into a call.
 
 A parser never raises on model output: text it cannot read as calls stays content. JSON
 with a repeated key is not read as calls (json.loads would keep the last value, while a
-stream has already sent the first).
+stream has already sent the first), nor is a call to a function not offered (`names`):
+the request's tools are all a client can run.
 
 Streams send a call as it is read: a first delta with its name once the name is known and
 its arguments have begun, then the arguments' canonical JSON text in pieces (json_canon.py),
@@ -18,6 +19,7 @@ The calls made whole are the whole-output calls.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,6 +40,7 @@ __all__ = [
     "cut_at_marker",
     "held_prefix_chars",
     "loads_json",
+    "offered",
     "raw_decode_json",
 ]
 
@@ -121,14 +124,21 @@ class ToolCallParser(Protocol):
     """A model family's tool-call format (chosen by --tool-call-parser). `markers`: the
     format's marker strings, which some vocabularies hold as special tokens (Mistral's
     `[TOOL_CALLS]`, Llama's `<|python_tag|>`); decoding drops special tokens, so the
-    frontend keeps these ones in the text it feeds the parser (chat_setup.py)."""
+    frontend keeps these ones in the text it feeds the parser (chat_setup.py). `names`: the
+    functions offered (None: any); a call to another is read as malformed."""
 
     @property
     def markers(self) -> tuple[str, ...]: ...
 
-    def parse(self, text: str) -> ParsedToolCalls: ...
+    def parse(self, text: str, names: Collection[str] | None = None) -> ParsedToolCalls: ...
 
-    def stream(self) -> ToolCallStream: ...
+    def stream(self, names: Collection[str] | None = None) -> ToolCallStream: ...
+
+
+def offered(call: ToolCall | CallDelta, names: Collection[str] | None) -> bool:
+    """Whether `call` names one of `names` (None: any function). A delta without a name
+    (arguments text) names nothing."""
+    return names is None or call.name is None or call.name in names
 
 
 def call_from_object(obj: Any) -> ToolCall | None:

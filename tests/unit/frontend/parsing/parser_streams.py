@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -53,8 +54,10 @@ class StreamedOutput:
         return [d.arguments for d in self.deltas if d.number == number and d.arguments]
 
 
-def run_stream(parser: ToolCallParser, chunks: list[str]) -> StreamedOutput:
-    stream = parser.stream()
+def run_stream(
+    parser: ToolCallParser, chunks: list[str], names: Collection[str] | None = None
+) -> StreamedOutput:
+    stream = parser.stream(names)
     out = StreamedOutput("", [], set(), [])
     for result in [*(stream.feed(c) for c in chunks), stream.finish()]:
         for part in result.parts:
@@ -73,9 +76,11 @@ def run_stream(parser: ToolCallParser, chunks: list[str]) -> StreamedOutput:
     return out
 
 
-def stream_tools(parser: ToolCallParser, chunks: list[str]) -> ParsedToolCalls:
+def stream_tools(
+    parser: ToolCallParser, chunks: list[str], names: Collection[str] | None = None
+) -> ParsedToolCalls:
     """The stream's content and unbroken calls, as the whole-output parse gives them."""
-    out = run_stream(parser, chunks)
+    out = run_stream(parser, chunks, names)
     return ParsedToolCalls(out.content, out.calls())
 
 

@@ -212,6 +212,78 @@ def test_stream_equals_whole_on_stitched_outputs(name: str, sample: tuple[str, l
         assert isinstance(json.loads(call.arguments), dict)
 
 
+OFFERED = ("get_weather", "get_time")
+NOT_OFFERED: list[tuple[str, str, ParsedToolCalls]] = [  # noop is not offered
+    (
+        "hermes",
+        'Sure.<tool_call>{"name": "noop", "arguments": {}}</tool_call>\n'
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+        ParsedToolCalls('Sure.<tool_call>{"name": "noop", "arguments": {}}</tool_call>\n', (W,)),
+    ),
+    (  # the name after the arguments
+        "hermes",
+        '<tool_call>{"arguments": {}, "name": "noop"}</tool_call>',
+        ParsedToolCalls('<tool_call>{"arguments": {}, "name": "noop"}</tool_call>'),
+    ),
+    (
+        "llama3_json",
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "noop", '
+        '"parameters": {}}',
+        ParsedToolCalls(
+            '{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "noop", '
+            '"parameters": {}}'
+        ),
+    ),
+    (
+        "mistral",
+        'Sure. [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]noop[ARGS]{}',
+        ParsedToolCalls(
+            'Sure. [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]noop[ARGS]{}'
+        ),
+    ),
+    (
+        "mistral",
+        '[TOOL_CALLS][{"name": "noop", "arguments": {}}]',
+        ParsedToolCalls('[TOOL_CALLS][{"name": "noop", "arguments": {}}]'),
+    ),
+    (
+        "pythonic",
+        '[get_weather(city="Paris"), noop()]',
+        ParsedToolCalls('[get_weather(city="Paris"), noop()]'),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "want"), NOT_OFFERED)
+def test_a_call_to_a_function_not_offered_is_content(
+    name: str, text: str, want: ParsedToolCalls
+) -> None:
+    """As a malformed call: its block (hermes) or the whole region of calls is content."""
+    parser = TOOL_CALL_PARSERS[name]
+    assert parser.parse(text, OFFERED) == want
+    assert stream_tools(parser, [text], OFFERED) == want
+    assert stream_tools(parser, list(text), OFFERED) == want
+    assert parser.parse(text, (*OFFERED, "noop")).calls  # offered, it is a call
+
+
+@seed(0)
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(sorted(TOOL_CALL_PARSERS)),
+    st.lists(st.sampled_from(FRAGMENTS), max_size=8)
+    .map("".join)
+    .flatmap(lambda text: st.tuples(st.just(text), chunked(text))),
+)
+def test_stream_equals_whole_with_only_some_functions_offered(
+    name: str, sample: tuple[str, list[str]]
+) -> None:
+    text, chunks = sample
+    parser = TOOL_CALL_PARSERS[name]
+    whole = parser.parse(text, ["get_weather"])
+    assert stream_tools(parser, chunks, ["get_weather"]) == whole
+    assert all(call.name == "get_weather" for call in whole.calls)
+
+
 def test_the_flag_choices_are_the_registered_parsers() -> None:
     from armature.config import chat
     from armature.frontend.parsing import REASONING_PARSERS
