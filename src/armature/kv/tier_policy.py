@@ -10,8 +10,11 @@ copies this policy asks for, in order, and reports back what failed.
   soon as it is written with `OffloadMode.WRITE_THROUGH` (`on_written`). With no host tier the
   first lower tier is the disk; with neither, G4 (when remote offload is on).
 - Every tier evicts least-recently-used first and holds at most one copy of a block. A block
-  pinned by an onboarding in flight is never evicted; when every block of a full tier is
-  pinned, the incoming block is not stored.
+  is evicted only once no block there extends it (`_Tier.find_victim`): a prompt's blocks go
+  from its end, its first block last (a prefix lookup stops at its first missing block, so
+  the rest would stay stored and of no use). A block pinned by an onboarding in flight is
+  never evicted; when that leaves a full tier nothing to evict, the incoming block is not
+  stored.
 - A host victim goes down to disk only if it served at least `MIN_DISK_REUSE_HITS` prefix hits
   (any with `DiskOffload.ALL`). The lowest local tier's blocks go to G4 as they leave it
   (`RemoteOffload.EVICTED`) or as they enter it (`RemoteOffload.ALL`). G4 is shared: this
@@ -26,12 +29,13 @@ Removed events name the tier; they share the engine pool's event log.
 from __future__ import annotations
 
 import enum
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from armature.kv.block_key import BlockKey
+from armature.kv.chain_order import children_first
 from armature.kv.event_log import KvEventLog
 from armature.kv.eviction import EvictedBlock
 from armature.protocols.kv_events import KvTier
@@ -123,6 +127,7 @@ class _Entry:
     num_hits: int = 0
     num_pins: int = 0
     is_refused: bool = False  # a loader found it bad; removed when the last pin goes
+    is_passed_over: bool = False  # an eviction passed it over (a parent) since last requeued
 
 
 @dataclass
@@ -136,12 +141,68 @@ class _Tier:
     free_slots: list[int] = field(default_factory=list)
     num_fresh_used: int = 0
     writes_enabled: bool = True
+    # seq hash -> how many blocks held here have it as parent; a block absent is a leaf
+    num_children: dict[int, int] = field(default_factory=dict)
 
     def take_slot(self) -> int:
         if self.free_slots:
             return self.free_slots.pop()
         self.num_fresh_used += 1
         return self.num_fresh_used - 1
+
+    def add(self, entry: _Entry) -> None:
+        """Hold `entry`, as the most recent."""
+        self.entries[entry.key.seq_hash] = entry
+        parent = entry.key.parent_hash
+        if parent is not None:
+            self.num_children[parent] = self.num_children.get(parent, 0) + 1
+
+    def pop(self, seq_hash: int) -> _Entry:
+        entry = self.entries.pop(seq_hash)
+        parent = entry.key.parent_hash
+        if parent is not None:
+            self.num_children[parent] -= 1
+            if not self.num_children[parent]:
+                del self.num_children[parent]
+        return entry
+
+    def renew(self, keys: Sequence[BlockKey]) -> None:
+        """Make the held blocks of `keys` the most recent, each after its children among them
+        (`children_first`), whatever order they came in."""
+        for key in children_first(keys):
+            entry = self.entries.get(key.seq_hash)
+            if entry is not None:
+                entry.is_passed_over = False
+                self.entries.move_to_end(key.seq_hash)
+
+    def find_victim(self) -> _Entry | None:
+        """The least recently used unpinned leaf (no block held here extends it), or None
+        when each is pinned. Only leaves are evicted, so a chain goes from its end.
+
+        A parent is as recent as its newest descendant; keeping that exactly would renew every
+        ancestor of each block stored or served, O(depth) a block (a prompt's blocks come a
+        step at a time, each step's the children of the last). So a parent keeps its own
+        recency, and the parents an eviction passes over (before the least recent leaf, so
+        their descendants are no older than it) are requeued, children first: the first time
+        at the least recent end, whence they go as soon as their last child has gone (the
+        leaf's recency is theirs then); passed over again (still extended, as a system prompt
+        shared by many prompts is), at the most recent end. Each parent is passed over at most
+        twice a round through the tier: O(1) amortised a block."""
+        first_passes: list[BlockKey] = []
+        second_passes: list[BlockKey] = []
+        victim = None
+        for seq_hash, entry in self.entries.items():
+            if entry.num_pins:
+                continue
+            if seq_hash not in self.num_children:
+                victim = entry
+                break
+            (second_passes if entry.is_passed_over else first_passes).append(entry.key)
+        for key in reversed(children_first(first_passes)):
+            self.entries[key.seq_hash].is_passed_over = True
+            self.entries.move_to_end(key.seq_hash, last=False)
+        self.renew(second_passes)
+        return victim
 
 
 class TierPolicy:
@@ -163,6 +224,7 @@ class TierPolicy:
         self._lowest_local = local[-1] if local else None
         self._pending: list[BlockKey] = []  # a run of Stored keys not yet logged
         self._pending_tier: KvTier | None = None
+        self._touched: dict[KvTier, list[BlockKey]] = {}  # blocks the call stored or served
         self._unreadable: set[KvTier] = set()  # tiers whose store failed a read: not found
 
     # ---- reads -------------------------------------------------------------------------
@@ -176,7 +238,8 @@ class TierPolicy:
         return self._tiers[tier].capacity if tier in self._tiers else 0
 
     def get_keys(self, tier: KvTier) -> list[BlockKey]:
-        """Blocks in `tier`, least recently used first."""
+        """Blocks in `tier`, least recently used first (a parent goes only after its children
+        there: `_Tier.find_victim`)."""
         if tier not in self._tiers:
             return []
         return [e.key for e in self._tiers[tier].entries.values()]
@@ -218,6 +281,7 @@ class TierPolicy:
         for b in blocks:
             key = BlockKey(b.seq_hash, b.local_hash, b.parent_hash)
             self._enter_below_device(key, b.block_id, b.num_hits, ops)
+        self._renew_touched()
         self._flush()
         return ops
 
@@ -228,6 +292,7 @@ class TierPolicy:
         if self.config.offload is OffloadMode.WRITE_THROUGH:
             for block_id, key in blocks:
                 self._enter_below_device(key, block_id, 0, ops)
+        self._renew_touched()
         self._flush()
         return ops
 
@@ -261,8 +326,9 @@ class TierPolicy:
             entry = tier.entries[hit.key.seq_hash]
             if not entry.is_refused:
                 entry.num_hits += 1
-                tier.entries.move_to_end(hit.key.seq_hash)
+                self._touch(tier, entry.key)
             self._release_pin(hit, ops)
+        self._renew_touched()
         self._flush()
         return ops
 
@@ -325,6 +391,7 @@ class TierPolicy:
             del new[max(0, state.capacity - len(state.entries)) :]
         for key in new:
             self._insert(tier, key, None, NO_SLOT, 0, ops, force=True)
+        self._renew_touched()
         self._flush()
         return ops
 
@@ -345,18 +412,19 @@ class TierPolicy:
         entry = state.entries.get(key.seq_hash)
         if entry is not None and not entry.is_refused:
             entry.num_hits += hits
-            state.entries.move_to_end(key.seq_hash)
+            self._touch(state, key)
             return
         if entry is not None or (not state.writes_enabled and not force):
             return  # a refused copy is still being read: not replaced until it goes
         if len(state.entries) >= state.capacity and not self._evict_one(state, ops):
-            # every block is pinned (loads in flight): this one is not stored here; where the
+            # every leaf is pinned (loads in flight): this one is not stored here; where the
             # lowest local tier passes blocks on to G4, it goes there now (it was dropped)
             if tier is self._lowest_local and src is not None and self._offloads_to_remote():
                 self._insert(KvTier.EXTERNAL, key, src, src_slot, hits, ops)
             return
         slot = state.take_slot() if tier is KvTier.HOST else NO_SLOT
-        state.entries[key.seq_hash] = _Entry(key, slot, hits)
+        state.add(_Entry(key, slot, hits))
+        self._touch(state, key)
         if src is not None:
             ops.append(CopyOp(key, src, src_slot, tier, slot))
         self._log_stored(tier, key)
@@ -368,8 +436,9 @@ class TierPolicy:
             self._insert(KvTier.EXTERNAL, key, src, src_slot, 0, ops)
 
     def _evict_one(self, state: _Tier, ops: list[TierOp]) -> bool:
-        """Evict `state`'s least recently used unpinned block, sending it down a tier first."""
-        victim = next((e for e in state.entries.values() if e.num_pins == 0), None)
+        """Evict `state`'s least recently used unpinned leaf (`_Tier.find_victim`), sending
+        it down a tier first."""
+        victim = state.find_victim()
         if victim is None:
             return False
         self._remove(state, victim.key.seq_hash)
@@ -397,12 +466,25 @@ class TierPolicy:
         return None
 
     def _remove(self, state: _Tier, seq_hash: int) -> _Entry:
-        entry = state.entries.pop(seq_hash)
+        entry = state.pop(seq_hash)
         if state.name is KvTier.HOST:
             state.free_slots.append(entry.slot)
         self._flush()
         self._log.removed([seq_hash], state.name)
         return entry
+
+    def _touch(self, state: _Tier, key: BlockKey) -> None:
+        """`key`, stored or served in `state`, is the most recent there now, and is renewed
+        again at the end of the call with the call's other blocks, each after its children
+        (a prompt's blocks come parents first, which would leave its first block the least
+        recent)."""
+        state.entries.move_to_end(key.seq_hash)
+        self._touched.setdefault(state.name, []).append(key)
+
+    def _renew_touched(self) -> None:
+        for tier, keys in self._touched.items():
+            self._tiers[tier].renew(keys)
+        self._touched = {}
 
     def _log_stored(self, tier: KvTier, key: BlockKey) -> None:
         if self._pending_tier is not tier:
@@ -418,9 +500,11 @@ class TierPolicy:
 
     def check_integrity(self) -> None:
         """Assert the policy's invariants (tests and debug builds)."""
-        assert not self._pending
+        assert not self._pending and not self._touched
         for state in self._tiers.values():
             assert len(state.entries) <= state.capacity, state.name
+            parents = [e.key.parent_hash for e in state.entries.values()]
+            assert state.num_children == Counter(p for p in parents if p is not None)
             assert all(e.num_pins >= 0 for e in state.entries.values())
             assert all(h == e.key.seq_hash for h, e in state.entries.items())
             if state.name is KvTier.HOST:

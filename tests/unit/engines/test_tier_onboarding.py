@@ -91,10 +91,11 @@ def test_a_prompt_evicted_to_host_comes_back_with_the_same_tokens(
     a, b, _ = prompts(3, seed=1)
     # C evicted A's 12 full blocks to host. A's loads took 12 G1 blocks: B's last 11 full
     # blocks (freed tail first) and C's partial one; A's own last block then evicted b0.
-    # Loaded blocks stay in host (tiers are inclusive) and become the most recent.
+    # Loaded blocks stay in host (tiers are inclusive) and become the most recent, A's first
+    # block last of all (a chain goes from its end).
     hb, ha = hashes_of(b), hashes_of(a)
     host = [k.seq_hash for k in tiers.policy.get_keys(KvTier.HOST)]
-    assert host == hb[1:12][::-1] + ha[:12] + hb[:1]
+    assert host == hb[1:12][::-1] + ha[:12][::-1] + hb[:1]
     tiers.policy.check_integrity()
     stats = tiers.get_stats()
     assert stats.blocks_offloaded == {"g1->g2": 24}

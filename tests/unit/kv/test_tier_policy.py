@@ -46,14 +46,16 @@ def test_host_tier_keeps_the_most_recent_evictions_in_slot_order() -> None:
         CopyOp(key(0), D, 0, H, 0),
         CopyOp(key(1), D, 1, H, 1),
     ]
-    # a third block takes the least recently used block's slot (block 0's)
-    assert policy.on_evict([evicted(2, block_id=7)]) == [CopyOp(key(2), D, 7, H, 0)]
-    assert policy.get_keys(H) == [key(1), key(2)]
-    assert [policy.get_slot(H, i) for i in (1, 2)] == [1, 0]
+    # another prompt's block takes the least recently used slot of a chain's end (block 1's:
+    # block 0 is its prefix, as recent as it)
+    other = BlockKey(50, 1050, None)
+    assert policy.on_evict([EvictedBlock(7, *other)]) == [CopyOp(other, D, 7, H, 1)]
+    assert policy.get_keys(H) == [key(0), other]
+    assert [policy.get_slot(H, i) for i in (0, 50)] == [0, 1]
     assert log.take() == [
         KvStored(0, None, [StoredBlock(0, 1000), StoredBlock(1, 1001)], H),
-        KvRemoved(1, [0], H),
-        KvStored(2, 1, [StoredBlock(2, 1002)], H),
+        KvRemoved(1, [1], H),
+        KvStored(2, None, [StoredBlock(50, 1050)], H),
     ]
     policy.check_integrity()
 
@@ -84,7 +86,7 @@ def test_host_victims_go_to_disk_only_when_reused_twice() -> None:
 def test_disk_offload_all_takes_every_host_victim() -> None:
     policy, _ = make(num_host_blocks=1, num_disk_blocks=4, disk_offload=DiskOffload.ALL)
     policy.on_evict([evicted(0), evicted(1), evicted(2)])
-    assert policy.get_keys(S) == [key(0), key(1)]
+    assert policy.get_keys(S) == [key(1), key(0)]  # a chain's end is the first to go
 
 
 def test_onboard_hits_count_towards_disk_reuse() -> None:
@@ -101,18 +103,19 @@ def test_onboard_hits_count_towards_disk_reuse() -> None:
 def test_disk_only_takes_every_eviction_and_drops_its_lru_file() -> None:
     policy, _ = make(num_disk_blocks=2)
     policy.on_evict([evicted(0), evicted(1)])
-    ops = policy.on_evict([evicted(2)])
-    assert ops == [DropOp(key(0), S), CopyOp(key(2), D, 2, S, NO_SLOT)]
+    other = BlockKey(50, 1050, None)
+    ops = policy.on_evict([EvictedBlock(2, *other)])
+    assert ops == [DropOp(key(1), S), CopyOp(other, D, 2, S, NO_SLOT)]  # block 0's child first
 
 
 def test_find_takes_the_fastest_tier_and_stops_at_the_first_miss() -> None:
     policy, _ = make(num_host_blocks=2, num_disk_blocks=4, disk_offload=DiskOffload.ALL)
-    policy.on_evict([evicted(0), evicted(1), evicted(2)])  # 0 -> disk; 1, 2 in host
-    policy.on_evict([evicted(4)])  # 1 -> disk
+    policy.on_evict([evicted(0), evicted(1), evicted(2)])  # 1 -> disk; 0 (its prefix), 2 in host
+    policy.on_evict([evicted(4)])  # 2 -> disk
     assert policy.find([0, 1, 2, 3, 4]) == [
-        TierHit(key(0), S, NO_SLOT),
+        TierHit(key(0), H, 0),
         TierHit(key(1), S, NO_SLOT),
-        TierHit(key(2), H, 0),
+        TierHit(key(2), S, NO_SLOT),
     ]
     assert policy.find([3, 0]) == []
 
@@ -223,9 +226,10 @@ def test_a_failed_write_forgets_the_block_and_disable_stops_the_tier() -> None:
 
 def test_existing_disk_blocks_are_known_without_copies_and_trimmed_to_capacity() -> None:
     policy, _ = make(num_disk_blocks=2)
-    ops = policy.add_existing(S, [key(0), key(1), key(2)])
-    assert ops == [DropOp(key(0), S)]
-    assert policy.get_keys(S) == [key(1), key(2)]
+    # oldest first, a chain's end before its prefix (`disk_store.prefix_order`)
+    ops = policy.add_existing(S, [key(2), key(1), key(0)])
+    assert ops == [DropOp(key(2), S)]
+    assert policy.get_keys(S) == [key(1), key(0)]
 
 
 def test_a_huge_host_tier_takes_memory_as_it_fills() -> None:
@@ -244,16 +248,16 @@ def test_a_shared_store_larger_than_the_index_does_not_churn_it() -> None:
     policy, log = make(has_remote=True, num_remote_index_blocks=3)
     listing = [key(i) for i in range(5)]
     assert policy.add_existing(X, listing) == []
-    assert policy.get_keys(X) == [key(0), key(1), key(2)]
+    assert policy.get_keys(X) == [key(2), key(1), key(0)]  # a chain's end the first to go
     log.take()
     for _ in range(3):
         assert policy.add_existing(X, listing) == []
-        assert policy.get_keys(X) == [key(0), key(1), key(2)]
+        assert policy.get_keys(X) == [key(2), key(1), key(0)]
         assert log.take() == []
     # room made by a block the engine forgets is filled at the next listing, in its order
     policy.on_write_failed(X, 1, disable=False)
     policy.add_existing(X, listing[2:])
-    assert policy.get_keys(X) == [key(0), key(2), key(3)]
+    assert policy.get_keys(X) == [key(2), key(0), key(3)]
 
 
 def test_events_of_the_pool_and_the_tiers_share_one_id_sequence() -> None:
@@ -278,6 +282,119 @@ class _Observer:
 
     def on_evict(self, blocks: list[EvictedBlock]) -> None:
         self.policy.on_evict(blocks)
+
+
+def chain(first: int, num_blocks: int) -> list[BlockKey]:
+    """A prompt's blocks: seq hashes first, first + 1, ..., each the parent of the next."""
+    return [
+        BlockKey(first + i, 1000 + first + i, first + i - 1 if i else None)
+        for i in range(num_blocks)
+    ]
+
+
+def written(keys: list[BlockKey]) -> list[tuple[int, BlockKey]]:
+    """(G1 block id, key) of freshly written blocks: each in the G1 block of its seq hash."""
+    return [(k.seq_hash, k) for k in keys]
+
+
+def removed(log: KvEventLog) -> list[int]:
+    """The seq hashes the tiers removed since the last call, in order."""
+    return [h for e in log.take() if isinstance(e, KvRemoved) for h in e.seq_hashes]
+
+
+def one_tier(tier: KvTier, num_blocks: int) -> dict[str, object]:
+    """`make`'s arguments for write-through into `tier` alone, of `num_blocks` blocks."""
+    if tier is H:
+        return {"num_host_blocks": num_blocks}
+    if tier is S:
+        return {"num_disk_blocks": num_blocks}
+    return {
+        "has_remote": True,
+        "num_remote_index_blocks": num_blocks,
+        "remote_offload": RemoteOffload.ALL,
+    }
+
+
+@pytest.mark.parametrize("tier", [H, S, X])
+def test_a_prompt_written_through_leaves_a_tier_from_its_end(tier: KvTier) -> None:
+    """Prompt A (3 blocks), then B (2), fill the tier; each new block then evicts A's last
+    block. Written parents first, A's first block was the least recent: evicted first, it
+    left A's other blocks stored and of no use (a lookup stops at the first missing one)."""
+    policy, log = make(offload=OffloadMode.WRITE_THROUGH, **one_tier(tier, 5))
+    a, b = chain(10, 3), chain(20, 2)
+    policy.on_written(written(a))
+    policy.on_written(written(b))
+    log.take()
+    policy.on_written(written(chain(30, 1)))
+    assert removed(log) == [12]
+    assert [hit.key for hit in policy.find([10, 11, 12])] == a[:2]  # A's head still serves
+    policy.on_written(written(chain(40, 1)))
+    policy.on_written(written(chain(50, 1)))
+    assert removed(log) == [11, 10]
+    assert policy.get_keys(tier) == [b[1], b[0], *chain(30, 1), *chain(40, 1), *chain(50, 1)]
+    policy.check_integrity()
+
+
+def test_disk_files_of_a_prompt_are_deleted_from_its_end() -> None:
+    policy, _ = make(offload=OffloadMode.WRITE_THROUGH, num_disk_blocks=5)
+    a = chain(10, 3)
+    policy.on_written(written(a))
+    policy.on_written(written(chain(20, 2)))
+    c = chain(30, 1)
+    assert policy.on_written(written(c)) == [DropOp(a[2], S), CopyOp(c[0], D, 30, S, NO_SLOT)]
+
+
+@pytest.mark.parametrize("tier", [H, S, X])
+def test_a_prompt_written_step_by_step_leaves_a_tier_from_its_end(tier: KvTier) -> None:
+    """A's blocks come in three steps ([0, 1], [2], [3]: each step's are children of the
+    last's), then B's. A later step's block was the most recent, its parents older: even
+    with each step's own blocks ordered, A went from its head. Now A, the older prompt,
+    goes from its end, then B."""
+    policy, log = make(offload=OffloadMode.WRITE_THROUGH, **one_tier(tier, 6))
+    a, b = chain(10, 4), chain(20, 2)
+    for step in (a[:2], a[2:3], a[3:]):
+        policy.on_written(written(step))
+    policy.on_written(written(b))
+    log.take()
+    for first in range(30, 90, 10):
+        policy.on_written(written(chain(first, 1)))
+        if first == 30:
+            assert [hit.key for hit in policy.find([10, 11, 12, 13])] == a[:3]
+    assert removed(log) == [13, 12, 11, 10, 21, 20]
+    policy.check_integrity()
+
+
+def test_an_onboarded_prefix_is_evicted_after_the_rest_of_its_prompt() -> None:
+    """A (3 blocks) then B (2) in a host tier of 5; A's first two blocks are onboarded:
+    they are the most recent, the first of them last to go (it went before the second)."""
+    policy, log = make(offload=OffloadMode.WRITE_THROUGH, num_host_blocks=5)
+    policy.on_written(written(chain(10, 3)))
+    policy.on_written(written(chain(20, 2)))
+    hits = policy.find([10, 11, 99])
+    policy.pin(hits)
+    policy.on_onboarded(hits)
+    log.take()
+    for first in range(30, 80, 10):
+        policy.on_written(written(chain(first, 1)))
+    assert removed(log) == [12, 21, 20, 11, 10]
+    policy.check_integrity()
+
+
+def test_a_prefix_shared_by_a_later_prompt_goes_after_its_ends() -> None:
+    """X = [s0, s1, x2]; A, B unrelated; Y = [y2] (a child of s1, s0 and s1 hit in G1) fill a
+    host tier of 6. An eviction passing over s0 and s1 (y2 extends them) requeues them at the
+    least recent end, the next one (still extended) at the most recent: each is passed over
+    at most twice a round, not at every eviction. They go after y2, s1 first; 40 and 50,
+    newer than y2, went before them (the price of parents not renewed with their children)."""
+    policy, log = make(offload=OffloadMode.WRITE_THROUGH, num_host_blocks=6)
+    x = [BlockKey(1, 1001, None), BlockKey(2, 1002, 1), BlockKey(3, 1003, 2)]
+    for keys in (x, chain(20, 1), chain(30, 1), [BlockKey(4, 1004, 2)]):
+        policy.on_written(written(keys))
+    log.take()
+    for first in range(40, 120, 10):
+        policy.on_written(written(chain(first, 1)))
+    assert removed(log) == [3, 20, 30, 4, 40, 50, 2, 1]
+    policy.check_integrity()
 
 
 def test_bad_sizes_are_refused() -> None:
