@@ -241,12 +241,7 @@ def run_frontend(
     api_keys = load_api_keys(config.security)
     check_bindable("--replica-host", config.replicas.replica_host)
     if listen_socket is None:
-        # a replica joining a shared port listens once it serves: a listener of the group
-        # gets its share of the connections at once, and they would wait out its start
-        reuse_port = config.http.reuse_port
-        listen_socket = reserve_listen_socket(
-            config.http.host, config.http.port, reuse_port=reuse_port, listen_now=not reuse_port
-        )
+        listen_socket = _reserve_client_socket(config.http)
     own_socket = reserve_replica_socket(config)
     http_url = get_http_url(own_socket)
     asyncio.run(_check_nats(config.runtime))  # before waiting for workers, not after
@@ -257,41 +252,6 @@ def run_frontend(
 
     def get_peer_urls() -> dict[str, str]:
         return sharings[0].get_peer_urls() if sharings else {}
-
-    async def follow_discovery() -> None:
-        """Follow the workers, and share load with the other frontend replicas."""
-        discovery = await open_discovery(config.runtime)
-        # zmq: the load publisher binds the replica host (worker events are only read)
-        event_plane = await make_event_plane(config.runtime, config.replicas.replica_host)
-        try:
-            client = await make_request_client(config.runtime)
-            fleet = WorkerFleet(
-                parts.router,
-                discovery,
-                config.runtime.namespace,
-                served,
-                client,
-                event_plane,
-                health=config.health,
-                embedder=parts.embedder,
-            )
-            sharing = LoadSharing(
-                parts.router,
-                discovery,
-                event_plane,
-                config.runtime.namespace,
-                config.replicas,
-                lease_ttl_s=config.runtime.lease_ttl_s,
-                registry=parts.metrics.registry,
-                http_url=http_url,
-            )
-            sharings.append(sharing)  # admin changes reach the replicas it follows
-            async with asyncio.TaskGroup() as group:
-                group.create_task(fleet.run())
-                group.create_task(_share_load(sharing))
-        finally:
-            await event_plane.close()
-            await discovery.close()
 
     security = config.security
     replica_app = build_replica_app(
@@ -306,7 +266,8 @@ def run_frontend(
     async def serve_replica_app() -> None:
         await serve_beside(replica_app, own_socket, config.http.shutdown_grace_s)
 
-    background: list[Background] = [follow_discovery, serve_replica_app]
+    follow = functools.partial(_follow_fleet, config, parts, served, http_url, sharings)
+    background: list[Background] = [follow, serve_replica_app]
     if children is not None:
         children.stopping = lambda: _is_stopping(app)
         background.append(children.run)
@@ -318,6 +279,67 @@ def run_frontend(
         max_request_bytes=config.http.max_request_bytes,
         peer_urls=get_peer_urls,
     )
+    _log_serving(config, served, http_url)
+    with own_socket:
+        # serve's frontend replicas stop listening on the shared port when this one does
+        on_stopping = children.signal_drainers if children is not None else lambda: None
+        serve_app(app, config.http, listen_socket, on_stopping)
+
+
+def _reserve_client_socket(http: HttpConfig) -> socket.socket:
+    """The socket clients connect to, bound to `http.host:http.port`. A replica joining a
+    shared port listens once it serves: a listener of the group gets its share of the
+    connections at once, and they would wait out its start."""
+    return reserve_listen_socket(
+        http.host, http.port, reuse_port=http.reuse_port, listen_now=not http.reuse_port
+    )
+
+
+async def _follow_fleet(
+    config: FrontendConfig,
+    parts: FrontendParts,
+    served: WorkerCard,
+    http_url: str,
+    sharings: list[LoadSharing],
+) -> None:
+    """Follow the workers, and share load with the other frontend replicas (the sharing
+    appended to `sharings` once discovery is open: admin changes reach the replicas it
+    follows)."""
+    discovery = await open_discovery(config.runtime)
+    # zmq: the load publisher binds the replica host (worker events are only read)
+    event_plane = await make_event_plane(config.runtime, config.replicas.replica_host)
+    try:
+        client = await make_request_client(config.runtime)
+        fleet = WorkerFleet(
+            parts.router,
+            discovery,
+            config.runtime.namespace,
+            served,
+            client,
+            event_plane,
+            health=config.health,
+            embedder=parts.embedder,
+        )
+        sharing = LoadSharing(
+            parts.router,
+            discovery,
+            event_plane,
+            config.runtime.namespace,
+            config.replicas,
+            lease_ttl_s=config.runtime.lease_ttl_s,
+            registry=parts.metrics.registry,
+            http_url=http_url,
+        )
+        sharings.append(sharing)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(fleet.run())
+            group.create_task(_share_load(sharing))
+    finally:
+        await event_plane.close()
+        await discovery.close()
+
+
+def _log_serving(config: FrontendConfig, served: WorkerCard, http_url: str) -> None:
     log.info(
         "frontend serving %r on http://%s:%d (OpenAI API under /v1; this replica alone: %s), "
         "%s router",
@@ -327,10 +349,6 @@ def run_frontend(
         http_url,
         config.router.policy,
     )
-    with own_socket:
-        # serve's frontend replicas stop listening on the shared port when this one does
-        on_stopping = children.signal_drainers if children is not None else lambda: None
-        serve_app(app, config.http, listen_socket, on_stopping)
 
 
 def reserve_replica_socket(config: FrontendConfig) -> socket.socket:
