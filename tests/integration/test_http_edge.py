@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -17,7 +18,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from serve_process import running_server
+from fleet import wait_until
+from serve_process import parse_metrics, running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -104,6 +106,54 @@ def test_overload_control_over_http(default_model_dir: Path, tmp_path: Path) -> 
     assert served.status_code == 200
     assert 'armature_requests_total{endpoint="completions",status="503"} 2.0' in metrics
     assert "armature_requests_queued 0.0" in metrics
+
+
+def queued(url: str) -> int:
+    return int(httpx.get(f"{url}/admin/overload", timeout=30).json()["queued"])
+
+
+def test_a_queued_clients_leaving_frees_its_place_and_a_wait_counts_in_its_ttft(
+    default_model_dir: Path, tmp_path: Path
+) -> None:
+    """A client that leaves while its request waits for a busy fleet gives its place up at
+    once (it kept it until the queue's timeout, and live clients got 503s), counted as 499;
+    a request that waited counts the wait in its TTFT and its SLO judgement (both began
+    after the queue)."""
+    args = [*MOCKER, "--busy-kv-usage", "0", "--max-queued-requests", "1"]
+    args += ["--queue-timeout-s", "600", "--slo-ttft-ms", "500"]
+    with running_server(default_model_dir, tmp_path, args) as url:
+        port = int(url.rsplit(":", 1)[1])
+        body = json.dumps(BODY).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as leaving:
+            leaving.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: test\r\n"
+                b"Content-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            wait_until(lambda: queued(url) == 1, "the request queued")
+        wait_until(lambda: queued(url) == 0, "its place given up")
+        # a request that waits, then is served once the thresholds are cleared
+        answer: list[httpx.Response] = []
+        waiting = threading.Thread(
+            target=lambda: answer.append(
+                httpx.post(f"{url}/v1/completions", json=BODY, timeout=120)
+            )
+        )
+        waiting.start()
+        wait_until(lambda: queued(url) == 1, "the second request queued")
+        queued_s = time.monotonic()
+        wait_until(lambda: time.monotonic() - queued_s > 1.0, "a second in the queue")
+        cleared = httpx.post(f"{url}/admin/overload", json={"busy_kv_usage": None}, timeout=30)
+        waited_s = time.monotonic() - queued_s
+        waiting.join(120)
+        metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=30).text)
+    assert cleared.status_code == 200 and answer[0].status_code == 200
+    assert metrics['armature_requests_total{endpoint="completions",status="499"}'] == 1
+    assert metrics["armature_time_to_first_token_seconds_count"] == 1
+    assert metrics["armature_time_to_first_token_seconds_sum"] >= waited_s
+    assert metrics["armature_e2e_request_latency_seconds_sum"] >= waited_s
+    assert metrics['armature_slo_requests_total{result="missed"}'] == 1
 
 
 def test_a_shutdown_grace_that_ends_answers_what_is_in_flight(

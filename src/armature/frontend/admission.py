@@ -56,10 +56,17 @@ class AdmissionGate:
     def has_capacity(self) -> bool:
         return any(not self.thresholds.is_busy(p) for p in self.pressures())
 
-    async def admit(self, priority: int = 0) -> None:
-        """Return when the request may be routed; Overloaded when it may not."""
+    def admits_now(self) -> bool:
+        """Whether `admit` returns at once (nobody waits and a worker has room, or no
+        threshold is set)."""
         config = self.thresholds.config
-        if not config.enabled or (not self._waiters and self.has_capacity()):
+        return not config.enabled or (not self._waiters and self.has_capacity())
+
+    async def admit(self, priority: int = 0) -> None:
+        """Return when the request may be routed; Overloaded when it may not. A caller
+        cancelled while it waits (its client gone) gives its place up at once."""
+        config = self.thresholds.config
+        if self.admits_now():
             return
         if self.closed:
             raise self._shutting_down()

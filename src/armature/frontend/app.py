@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
@@ -46,7 +47,11 @@ from armature.frontend.peer_admin import REPLICA_ONLY_HEADER, send_to_peers
 from armature.frontend.protocol import ChatCompletionRequest, CompletionRequest, OverloadUpdate
 from armature.frontend.responses_listing import MAX_PAGE_ITEMS
 from armature.frontend.responses_protocol import MAX_RESPONSE_ID_CHARS, ResponsesRequest
-from armature.frontend.service import ClientDisconnectedError, OpenAIService
+from armature.frontend.service import (
+    ClientDisconnectedError,
+    OpenAIService,
+    unless_disconnected,
+)
 from armature.frontend.tasks import wrong_task
 from armature.protocols.embedding import WorkerTask
 from armature.router.policies import NoWorkerError, RoutingError
@@ -235,8 +240,13 @@ async def _admit(parts: FrontendParts, job: Job, http_request: Request) -> None:
         ) from None
     except RoutingError as exc:
         raise ApiError(str(exc), param=WORKER_HEADER, code="routing_error") from None
+    job.started_s = time.perf_counter()  # a wait in the queue counts in its latencies
+    gate = parts.gate
     try:
-        await parts.gate.admit(job.priority)
+        if gate.admits_now():
+            return
+        # a client that leaves while its request waits frees its place (and counts as 499)
+        await unless_disconnected(gate.admit(job.priority), http_request)
     except Overloaded as exc:
         raise ApiError(
             str(exc),

@@ -114,13 +114,15 @@ async def delta_batches(
     usage: Usage,
     metrics: FrontendMetrics,
     per_token: bool = True,
+    started_s: float | None = None,
 ) -> AsyncGenerator[list[Delta], None]:
     """The text deltas of an engine stream, a list per engine output, until the request
     finishes (its delta is the last); fills `usage` as tokens arrive. With `per_token`, an
     output carrying several tokens (steps the consumer fell behind on, merged) gives one
-    delta per token, else one delta. Closing this generator closes `stream` (which cancels
-    the request)."""
-    clock = _Clock(time.perf_counter())
+    delta per token, else one delta. Its TTFT and latency count from `started_s`
+    (perf_counter; None: now). Closing this generator closes `stream` (which cancels the
+    request)."""
+    clock = _Clock(time.perf_counter() if started_s is None else started_s)
     usage.prompt_tokens = num_prompt_tokens
     try:
         async for output in stream:

@@ -95,6 +95,9 @@ class Job:
     # server's shutdown grace ended: 503)
     error_status: int | None = None
     num_prompts: int = 1
+    # perf_counter when its admission began: its TTFT and latency count from here, a wait
+    # in the overload queue included (None: from when its engine stream starts)
+    started_s: float | None = None
 
     @property
     def engine_request(self) -> EngineRequest:

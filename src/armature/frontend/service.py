@@ -83,7 +83,13 @@ class OpenAIService:
         stream = self.engine.generate(request, job.target_worker, group)
         num_prompt = len(request.prompt_token_ids)
         return delta_batches(
-            stream, num_prompt, candidate.detokenizer, usage, self.metrics, not job.per_step
+            stream,
+            num_prompt,
+            candidate.detokenizer,
+            usage,
+            self.metrics,
+            not job.per_step,
+            job.started_s,
         )
 
     def _choice_deltas(
