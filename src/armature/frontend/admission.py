@@ -24,6 +24,9 @@ from armature.router.pressure import OverloadThresholds, WorkerPressure
 __all__ = ["SHUTTING_DOWN", "AdmissionGate", "Overloaded"]
 
 SHUTTING_DOWN = "the server is shutting down and its grace ended: retry the request"
+# turns of the event loop an admitted request takes to reach the router (its prompt then
+# counts in the pressure the next request is weighed by)
+SETTLE_TURNS = 3
 
 
 class Overloaded(ArmatureError):
@@ -48,6 +51,8 @@ class AdmissionGate:
         self._pump: asyncio.Task[None] | None = None
         self.num_rejected = 0
         self.closed = False  # a shutdown's grace is ending: nobody waits any more
+        # held from one request's admission until it has reached the router
+        self._weighing = asyncio.Lock()
 
     @property
     def num_queued(self) -> int:
@@ -57,17 +62,29 @@ class AdmissionGate:
         return any(not self.thresholds.is_busy(p) for p in self.pressures())
 
     def admits_now(self) -> bool:
-        """Whether `admit` returns at once (nobody waits and a worker has room, or no
-        threshold is set)."""
+        """Whether `admit` returns at once: no threshold is set, or nobody waits, no request
+        just admitted is on its way to the router, and a worker has room."""
         config = self.thresholds.config
-        return not config.enabled or (not self._waiters and self.has_capacity())
+        if not config.enabled:
+            return True
+        return not self._waiters and not self._weighing.locked() and self.has_capacity()
 
     async def admit(self, priority: int = 0) -> None:
         """Return when the request may be routed; Overloaded when it may not. A caller
-        cancelled while it waits (its client gone) gives its place up at once."""
+        cancelled while it waits (its client gone) gives its place up at once.
+
+        Requests are weighed one at a time: one admitted holds the scale for a few turns of
+        the event loop, until it has reached the router and its prompt counts in the
+        workers' pressure (a burst weighed at once all saw the room one of them had, and
+        all went through)."""
         config = self.thresholds.config
-        if self.admits_now():
+        if not config.enabled:
             return
+        await self._weighing.acquire()
+        if not self._waiters and self.has_capacity():
+            self._release_after_turns(SETTLE_TURNS)
+            return
+        self._weighing.release()
         if self.closed:
             raise self._shutting_down()
         if self.num_queued >= config.max_queued_requests:
@@ -94,6 +111,13 @@ class AdmissionGate:
         finally:
             if not future.done():
                 future.cancel()  # the caller left (client gone): its place is given up
+
+    def _release_after_turns(self, turns: int) -> None:
+        """Release `_weighing` once the event loop has run `turns` more times."""
+        if turns <= 0:
+            self._weighing.release()
+            return
+        asyncio.get_running_loop().call_soon(self._release_after_turns, turns - 1)
 
     def close(self) -> None:
         """A shutdown's grace is about to end: every waiter, and any request that would
@@ -123,10 +147,11 @@ class AdmissionGate:
             if head.done():  # timed out or cancelled
                 heapq.heappop(self._waiters)
                 continue
-            if not self.thresholds.config.enabled or self.has_capacity():
+            enabled = self.thresholds.config.enabled
+            if not enabled or (not self._weighing.locked() and self.has_capacity()):
                 heapq.heappop(self._waiters)
                 head.set_result(None)
-                for _ in range(3):  # let the admitted request reach the router
+                for _ in range(SETTLE_TURNS):  # let the admitted request reach the router
                     await asyncio.sleep(0)
                 continue
             await asyncio.sleep(self.poll_interval_s)

@@ -244,9 +244,10 @@ async def _admit(parts: FrontendParts, job: Job, http_request: Request) -> None:
     gate = parts.gate
     try:
         if gate.admits_now():
-            return
-        # a client that leaves while its request waits frees its place (and counts as 499)
-        await unless_disconnected(gate.admit(job.priority), http_request)
+            await gate.admit(job.priority)  # at once: no wait to watch the client over
+        else:
+            # a client that leaves while its request waits frees its place (a 499)
+            await unless_disconnected(gate.admit(job.priority), http_request)
     except Overloaded as exc:
         raise ApiError(
             str(exc),

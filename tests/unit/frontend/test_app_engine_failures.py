@@ -331,3 +331,39 @@ async def test_an_error_after_the_request_has_its_id_carries_it(
         r = await c.post("/v1/completions", json=body, headers={"x-worker-id": "nope"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "x-worker-id"
         assert r.headers["x-request-id"].startswith("cmpl-")
+
+
+class HangingEngine(IdleEngine):
+    """Takes every request and never answers (its prompt stays routed, not prefilled)."""
+
+    def __init__(self) -> None:
+        self.num_requests = 0
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        self.num_requests += 1
+        await asyncio.Event().wait()
+        yield  # type: ignore[misc]
+
+
+async def test_a_burst_is_weighed_one_request_at_a_time(preprocessor: Preprocessor) -> None:
+    """Five requests at once to a worker with room for one prompt: one is routed, the others
+    wait in the queue (weighed together, all saw the room the first took, and all went
+    through to the engine)."""
+    engine = HangingEngine()
+    parts = compose_frontend(
+        engines={"w0": engine},  # type: ignore[dict-item]
+        router_config=RouterConfig(),
+        preprocessor=preprocessor,
+        model=ServedModel("m", 2048, 0),
+        overload=OverloadConfig(busy_prefill_tokens=1, queue_timeout_s=600),
+    )
+    app = build_app(parts)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        body = {"model": "m", "prompt": "a prompt of a few tokens", "max_tokens": 2}
+        burst = [asyncio.ensure_future(c.post("/v1/completions", json=body)) for _ in range(5)]
+        await wait_until(lambda: parts.gate.num_queued == 4, "four requests queued")
+        assert engine.num_requests == 1
+        for request in burst:
+            request.cancel()
+        await asyncio.gather(*burst, return_exceptions=True)
