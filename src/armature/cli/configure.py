@@ -94,11 +94,14 @@ def _space(config: ConfigureConfig) -> SearchSpace:
     from armature.configurator.space import SearchSpace
     from armature.configurator.timing import PREFILL_GRID_TOKENS
 
-    odd = [t for t in config.max_num_batched_tokens if t not in PREFILL_GRID_TOKENS]
+    # a step budget holds at least two of the grid's prompt lengths: prefill times between
+    # them are interpolated (the grid's first alone gives no slope)
+    allowed = PREFILL_GRID_TOKENS[1:]
+    odd = [t for t in config.max_num_batched_tokens if t not in allowed]
     if odd:
         raise CliError(
             f"--max-num-batched-tokens {odd[0]}: must be a power of 2, or 3 x one, from "
-            f"{PREFILL_GRID_TOKENS[0]} to {PREFILL_GRID_TOKENS[-1]}"
+            f"{allowed[0]} to {allowed[-1]}"
         )
     return SearchSpace(
         tensor_parallel=tuple(sorted(set(config.tensor_parallel))),

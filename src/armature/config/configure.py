@@ -150,7 +150,7 @@ class ConfigureConfig:
     )
     max_num_batched_tokens: tuple[int, ...] = setting(
         (2048, 4096, 8192, 16384),
-        "max-num-batched-tokens values to search, comma list (2^k or 3 x 2^k, 16..32768)",
+        "max-num-batched-tokens values to search, comma list (2^k or 3 x 2^k, 24..32768)",
         parse=positive_ints,
         env=_env("MAX_NUM_BATCHED_TOKENS"),
     )

@@ -103,6 +103,8 @@ def test_impossible_targets_save_nothing_and_say_so(
         (["--timing-profile", "p.json"], "--timing-profile is for --system local"),
         (["--system", "a100_sxm", "--dtype", "fp8"], "a100_sxm has no fp8 math"),
         (["--max-num-batched-tokens", "3000"], "--max-num-batched-tokens 3000: must be"),
+        # the grid's first length alone gives prefill no slope (a traceback before)
+        (["--max-num-batched-tokens", "16"], "16: must be a power of 2, or 3 x one, from 24"),
         (["--trace", "/nonexistent/trace.jsonl"], "does not exist"),
         (["--isl", "5000"], "exceed the model's context (4096)"),
         (["--system", "local", "--timing-profile", "/nonexistent.json"], "cannot read"),
