@@ -12,6 +12,7 @@ import msgspec
 from armature.bench.client import RequestRecord
 from armature.bench.stats import BenchSummary
 from armature.outputs import write_atomically
+from armature.workload.measure import LatencySummary
 
 __all__ = ["summary_table", "write_report"]
 
@@ -26,12 +27,10 @@ def summary_table(summary: BenchSummary) -> str:
         ("output tokens/s per user", f"{summary.output_tokens_per_s_per_user:.1f}"),
     ]
     for name, lat in (("TTFT", summary.ttft_ms), ("ITL", summary.itl_ms), ("E2E", summary.e2e_ms)):
-        rows.append(
-            (
-                f"{name} ms p50/p90/p99/mean",
-                f"{lat.p50:.1f} / {lat.p90:.1f} / {lat.p99:.1f} / {lat.mean:.1f}",
-            )
-        )
+        shown = "n/a"  # no request gave one (all failed)
+        if lat is not None:
+            shown = f"{lat.p50:.1f} / {lat.p90:.1f} / {lat.p99:.1f} / {lat.mean:.1f}"
+        rows.append((f"{name} ms p50/p90/p99/mean", shown))
     rows.append(("bench client CPU", f"{summary.client_cpu_percent:.0f}% of one core"))
     if summary.goodput_per_s is not None:
         rows.append(
@@ -66,10 +65,16 @@ def pareto_table(points: list[tuple[str, BenchSummary]]) -> str:
         goodput = "n/a (no --slo-*)" if s.goodput_per_s is None else f"{s.goodput_per_s:.2f}"
         lines.append(
             f"| {label} | {s.requests_per_s:.2f} | {s.output_tokens_per_s:.1f} | "
-            f"{s.output_tokens_per_s_per_user:.1f} | {s.ttft_ms.p50:.1f} | {s.ttft_ms.p99:.1f} | "
-            f"{s.itl_ms.p50:.1f} | {goodput} | {s.num_requests - s.num_ok} |"
+            f"{s.output_tokens_per_s_per_user:.1f} | {_ms(s.ttft_ms, 'p50')} | "
+            f"{_ms(s.ttft_ms, 'p99')} | {_ms(s.itl_ms, 'p50')} | {goodput} | "
+            f"{s.num_requests - s.num_ok} |"
         )
     return "\n".join(lines)
+
+
+def _ms(lat: LatencySummary | None, field: str) -> str:
+    """One percentile of `lat` for a table ("n/a" where no request gave one)."""
+    return "n/a" if lat is None else f"{getattr(lat, field):.1f}"
 
 
 def write_report(

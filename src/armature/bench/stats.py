@@ -29,9 +29,10 @@ class BenchSummary(msgspec.Struct, frozen=True):
     output_tokens_per_s_per_user: float
     prompt_tokens: int
     output_tokens: int
-    ttft_ms: LatencySummary
-    itl_ms: LatencySummary
-    e2e_ms: LatencySummary
+    # None where no request gave one (every request failed: not a latency of 0)
+    ttft_ms: LatencySummary | None
+    itl_ms: LatencySummary | None
+    e2e_ms: LatencySummary | None
     goodput_requests: int | None  # None without an SLO: nothing was judged
     goodput_per_s: float | None
     goodput_tokens_per_s: float | None
@@ -59,8 +60,9 @@ def _decode_rate(record: RequestRecord) -> float | None:
     return sum(record.chunk_tokens[1 : len(times)]) / (times[-1] - times[0])
 
 
-def _ms(values_s: Sequence[float]) -> LatencySummary:
-    return LatencySummary.of([v * 1000 for v in values_s])
+def _ms(values_s: Sequence[float]) -> LatencySummary | None:
+    """Percentiles in ms of `values_s`; None for none."""
+    return LatencySummary.of([v * 1000 for v in values_s]) if values_s else None
 
 
 def summarize(

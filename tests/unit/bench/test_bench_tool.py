@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from armature.bench.client import RequestRecord
 from armature.bench.prompts import TextSynth
-from armature.bench.report import pareto_table
+from armature.bench.report import pareto_table, summary_table
 from armature.bench.stats import summarize
 from armature.cli.main import main
 from armature.workload.traces import TraceRequest
@@ -92,6 +92,19 @@ def test_goodput_counts_exactly_the_requests_meeting_both_slos() -> None:
     unjudged = summarize(records, 2.0)  # no SLO: nothing judged, no goodput (not the successes)
     assert (unjudged.goodput_requests, unjudged.goodput_per_s) == (None, None)
     assert unjudged.goodput_tokens_per_s is None
+
+
+def test_a_run_whose_requests_all_failed_has_no_latencies() -> None:
+    """Every request failed: no TTFT, ITL or end-to-end figure (they read 0.0 ms, a perfect
+    run to whatever reads report.json); the tables say n/a."""
+    records = [record(0.1, [0.01], error="timeout"), record(0.2, [], error="http_500")]
+    summary = summarize(records, wall_time_s=1.0, slo_ttft_ms=200)
+    assert (summary.ttft_ms, summary.itl_ms, summary.e2e_ms) == (None, None, None)
+    assert summary.num_ok == 0 and summary.goodput_requests == 0
+    table = summary_table(summary)
+    assert [line.split()[-1] for line in table.splitlines() if "ms p50" in line] == ["n/a"] * 3
+    row = pareto_table([("c=1", summary)]).splitlines()[2].split(" | ")
+    assert row[4:7] == ["n/a", "n/a", "n/a"]
 
 
 @pytest.fixture(scope="module")
