@@ -209,6 +209,10 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["planner", "--connector", "kubernetes", "--ack-timeout-s", "5"], "--ack-timeout-s is"),
         (["planner", "--connector", "virtual", "--drain-timeout-s", "5"], "--drain-timeout-s is"),
         (
+            ["planner", "--connector", "virtual", "--prefill-worker-args", "--engine mocker"],
+            "--prefill-worker-args is for --connector local",
+        ),
+        (
             ["replay", "--synthetic", "multi-turn", "--report", "/tmp"],
             "--report /tmp is a directory",
         ),
@@ -867,6 +871,18 @@ def test_planner_refuses_worker_args_a_worker_would_refuse(
     code, err = run([*argv, "--metrics-port", "-1"], capsys)
     assert (code, err) == (2, f"armature: error: {message}\n")
     check_worker_args(("--engine mocker", "--max-num-seqs 4"))  # what a worker takes passes
+    # the prefill workers' own flags: checked alike, and only for a disaggregated fleet
+    fine = [*argv[: argv.index("--worker-args")], "--worker-args", "--engine mocker"]
+    prefill = ["--prefill-worker-args", worker_args, "--planner-mode", "disagg"]
+    code, err = run([*fine, *prefill, "--metrics-port", "-1"], capsys)
+    assert (code, err) == (2, f"armature: error: --prefill-{message.removeprefix('--')}\n")
+    agg = ["--prefill-worker-args", "--engine mocker", "--planner-mode", "agg"]
+    code, err = run([*fine, *agg, "--metrics-port", "-1"], capsys)
+    assert (code, err) == (
+        2,
+        "armature: error: --prefill-worker-args is for --planner-mode disagg (aggregated "
+        "workers take --worker-args alone)\n",
+    )
 
 
 @pytest.mark.parametrize("flag", ["--load-interval-s", "--planner-interval-s"])

@@ -124,6 +124,7 @@ BLOCKS: tuple[ValuesBlock, ...] = (
             ),
             ("service", "connector"): "the chart: kubernetes",
             ("service", "worker_args"): _LOCAL_ONLY,
+            ("service", "prefill_worker_args"): _LOCAL_ONLY,
             ("service", "worker_log_dir"): _LOCAL_ONLY,
             ("service", "drain_timeout_s"): _LOCAL_ONLY,
             ("service", "ack_timeout_s"): _LOCAL_ONLY,

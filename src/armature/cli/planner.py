@@ -40,6 +40,13 @@ def run(args: argparse.Namespace) -> int:
     check_index_room(config.planner)
     if config.service.connector == "local" and not config.service.dry_run:
         check_worker_args(config.service.worker_args)
+        if config.service.prefill_worker_args:
+            if config.planner.mode != "disagg":
+                raise ConfigError(
+                    "--prefill-worker-args is for --planner-mode disagg (aggregated workers "
+                    "take --worker-args alone)"
+                )
+            check_worker_args(config.service.prefill_worker_args, "--prefill-worker-args")
         if config.service.worker_log_dir:  # found at start, not at each worker's (for ever)
             make_dir(Path(config.service.worker_log_dir), "--worker-log-dir")
     setup_logging(config.service.log_level)
@@ -54,7 +61,7 @@ class _Refusing(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
-def check_worker_args(worker_args: tuple[str, ...]) -> None:
+def check_worker_args(worker_args: tuple[str, ...], flag: str = "--worker-args") -> None:
     """A one-line error for --worker-args that `armature worker` would refuse: the local
     connector's workers would each exit at start, and be started again, for good."""
     from armature.cli import worker
@@ -65,7 +72,7 @@ def check_worker_args(worker_args: tuple[str, ...]) -> None:
     try:
         root.parse_args(["worker", *get_worker_argv(worker_args), "--role", "agg"])
     except ConfigError as exc:
-        raise ConfigError(f"--worker-args: {exc}") from None
+        raise ConfigError(f"{flag}: {exc}") from None
 
 
 def check_index_room(planner: PlannerConfig) -> None:

@@ -328,6 +328,12 @@ class PlannerServiceConfig:
         '--worker-args="--engine mocker --model ./m"; the planner adds --role and the runtime',
         repeat=True,
     )
+    prefill_worker_args: tuple[str, ...] = setting(
+        (),
+        "local, --planner-mode disagg: the flags of each prefill worker it starts where they "
+        "differ from the others' (repeatable, as --worker-args; default: --worker-args)",
+        repeat=True,
+    )
     worker_log_dir: str | None = setting(
         None, "local: write each worker's output to <dir>/<worker>.log (default: discard)"
     )

@@ -197,15 +197,20 @@ def _planner_itl_ms(req: SaveRequest) -> float:
     return req.chosen.prediction.itl_ms
 
 
-def _values_yaml(req: SaveRequest, profile: Path) -> str:
+def _values_yaml(req: SaveRequest, profiles: dict[WorkerRole, Path]) -> str:
     c, t = req.chosen.deployment, req.settings.targets
+    profile = profiles.get(WorkerRole.AGG) or profiles[WorkerRole.DECODE]
+    set_files = f"--set-file planner.performanceProfile={profile}"
+    if WorkerRole.PREFILL in profiles and c.prefill_tp != c.decode_tp:
+        prefill = profiles[WorkerRole.PREFILL]
+        set_files += f" --set-file planner.prefillPerformanceProfile={prefill}"
     gpu = req.hardware.system is not None
     roles = {role: (tp, count) for role, tp, count in _roles(req)}
     lines = [
         f"# armature configure: {c.describe()} x{req.chosen.num_groups} on {req.hardware.name}",
         "# helm install armature deploy/helm/armature -f values.yaml",
         "# the planner then holds the targets from this size (it owns the replicas): add",
-        f"#   --set planner.enabled=true --set-file planner.performanceProfile={profile}",
+        f"#   --set planner.enabled=true {set_files}",
         "workers:",
         "  config:",
         "    engine:",
@@ -241,19 +246,23 @@ def _values_yaml(req: SaveRequest, profile: Path) -> str:
 
 
 def _planner_caveat(req: SaveRequest) -> str:
-    """What the planner cannot carry of the layout as chosen (it takes one profile, one GPU
-    count and one KV pool a worker for both roles); "" when nothing."""
+    """What the planner cannot carry of the layout as chosen (it counts one GPU count a
+    worker for both roles); "" when nothing."""
     c = req.chosen.deployment
     if c.mode == AGG or c.prefill_tp == c.decode_tp:
         return ""
     return (
         f"the prefill workers run at tp{c.prefill_tp} and the decode workers at "
-        f"tp{c.decode_tp}; the planner sizes both roles with the decode workers' profile, "
-        f"{c.decode_tp} GPUs and KV pool a worker"
+        f"tp{c.decode_tp}; the planner counts {c.decode_tp} GPUs a worker of either role "
+        "against --gpu-budget"
     )
 
 
-def _planner_line(req: SaveRequest, profile: Path, worker_argv: list[str]) -> str:
+def _planner_line(
+    req: SaveRequest, profiles: dict[WorkerRole, Path], argv: dict[WorkerRole, list[str]]
+) -> str:
+    """The planner over the saved workers: each role's profile and flags where the prefill
+    workers' differ (another TP: another profile and KV pool)."""
     t, c = req.settings.targets, req.chosen.deployment
     planner = PlannerConfig(
         ttft_ms=t.ttft_ms,
@@ -261,9 +270,16 @@ def _planner_line(req: SaveRequest, profile: Path, worker_argv: list[str]) -> st
         mode="agg" if c.mode == AGG else "disagg",
         gpus_per_worker=c.decode_tp,
     )
+    main_role = WorkerRole.AGG if WorkerRole.AGG in profiles else WorkerRole.DECODE
     service = PlannerServiceConfig(
-        performance_model=str(profile), worker_args=(shlex.join(worker_argv),)
+        performance_model=str(profiles[main_role]), worker_args=(shlex.join(argv[main_role]),)
     )
+    if WorkerRole.PREFILL in profiles and c.prefill_tp != c.decode_tp:
+        service = dataclasses.replace(
+            service,
+            prefill_performance_model=str(profiles[WorkerRole.PREFILL]),
+            prefill_worker_args=(shlex.join(argv[WorkerRole.PREFILL]),),
+        )
     # the frontend line's discovery: the workers the planner starts register where it reads
     command = PlannerCommandConfig(planner=planner, service=service, runtime=_runtime(req))
     return _line("planner", to_argv(command))
@@ -322,17 +338,18 @@ def save_deployment(req: SaveRequest) -> list[Path]:
     if req.hardware.system is None:  # this machine: the real engine too
         write_atomically(d / "commands_native.sh", "#!/bin/sh\n" + _commands(req, None))
         written.append(d / "commands_native.sh")
-    main_profile = profiles.get(WorkerRole.AGG) or profiles[WorkerRole.DECODE]
-    write_atomically(d / "values.yaml", _values_yaml(req, main_profile))
-    # the workers the planner starts: the engine and KV pool the prediction was made for
-    c = req.chosen.deployment
-    worker = WorkerConfig(engine=_engine(req, main_profile), kv=_kv(req, c.decode_tp))
-    worker_argv = to_argv(worker)
+    write_atomically(d / "values.yaml", _values_yaml(req, profiles))
+    # the workers the planner starts: each role's engine and KV pool the prediction was
+    # made for
+    argv = {
+        role: to_argv(WorkerConfig(engine=_engine(req, profiles[role]), kv=_kv(req, tp)))
+        for role, tp, _ in _roles(req)
+    }
     caveat = _planner_caveat(req)
     note = f"# note: {caveat}\n" if caveat else ""
     write_atomically(
         d / "planner.sh",
-        "#!/bin/sh\n" + note + _planner_line(req, main_profile, worker_argv) + "\n",
+        "#!/bin/sh\n" + note + _planner_line(req, profiles, argv) + "\n",
     )
     t, w = req.settings.targets, req.settings.workload
     targets = {"ttft_ms": t.ttft_ms, "itl_ms": t.itl_ms, "e2e_ms": t.e2e_ms}

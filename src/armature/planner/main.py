@@ -140,7 +140,7 @@ def read_role_models(
 
 # each connector's own settings: given with another connector, they would do nothing
 CONNECTOR_SETTINGS = {
-    "local": ("worker_args", "worker_log_dir", "drain_timeout_s"),
+    "local": ("worker_args", "prefill_worker_args", "worker_log_dir", "drain_timeout_s"),
     "virtual": ("ack_timeout_s",),
     "kubernetes": (
         "k8s_namespace",
@@ -190,7 +190,10 @@ async def _open_connector(
     service, runtime = config.service, config.runtime
     if service.connector == "local":
         log_dir = Path(service.worker_log_dir) if service.worker_log_dir else None
-        launcher = SubprocessLauncher(worker_argv, runtime, log_dir=log_dir)
+        prefill_argv = get_worker_argv(service.prefill_worker_args) or None
+        launcher = SubprocessLauncher(
+            worker_argv, runtime, log_dir=log_dir, prefill_worker_args=prefill_argv
+        )
         return LocalConnector(launcher, drain_timeout_s=service.drain_timeout_s)
     if service.connector == "kubernetes":
         try:  # an optional extra: imported only when chosen

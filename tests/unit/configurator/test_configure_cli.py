@@ -593,3 +593,52 @@ def test_the_local_system_refuses_search_flags_it_cannot_honour(
     assert main([*argv, *fine, "--ttft-ms", "5000", "--itl-ms", "200", "--finalists", "1"]) == 0
     err = capsys.readouterr().err
     assert "note: --max-num-seqs 64,512 left out: the timing profile measured at most 32" in err
+
+
+LLAMA_8B_SHAPE = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "head_dim": 128,
+}
+
+
+def test_the_saved_planner_starts_each_role_as_its_workers_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Prefill workers at another TP than the decode workers: the saved planner sizes the
+    prefill pool by their own profile and starts them with their own flags (their KV pool),
+    as commands.sh runs them (it started them with the decode workers' profile and pool)."""
+    model = write_config(tmp_path / "llama8b", LLAMA_8B_SHAPE)
+    save = tmp_path / "out"
+    argv = ["configure", "--model", str(model), "--total-gpus", "8", "--isl", "2000"]
+    argv += ["--osl", "200", "--spread", "0.2", "--ttft-ms", "500", "--itl-ms", "30"]
+    argv += ["--modes", "disagg", "--finalists", "1", "--sim-budget-s", "5"]
+    assert main([*argv, "--save-dir", str(save)]) == 0
+    capsys.readouterr()
+    workers = {
+        line[line.index("--role") + 1]: line
+        for line in _saved_lines(save / "commands.sh")
+        if line[1] == "worker"
+    }
+    [planner] = _saved_lines(save / "planner.sh")
+    build_parser().parse_args(planner[1:])
+    flags = {"decode": "--worker-args", "prefill": "--prefill-worker-args"}
+    for role, flag in flags.items():
+        started = shlex.split(planner[planner.index(flag) + 1])
+        for name in ("--timing-profile", "--num-kv-blocks"):
+            ran = workers[role]
+            assert started[started.index(name) + 1] == ran[ran.index(name) + 1], (role, name)
+    assert planner[planner.index("--prefill-performance-model") + 1] == str(
+        save / "prefill_profile.json"
+    )
+    assert "planner.prefillPerformanceProfile" in (save / "values.yaml").read_text()

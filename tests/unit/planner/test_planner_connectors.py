@@ -330,6 +330,34 @@ async def test_virtual_without_an_orchestrator_times_out_and_starts_above_old_ac
     await discovery.close()
 
 
+def test_prefill_workers_start_with_their_own_flags_where_given() -> None:
+    """--prefill-worker-args: a disaggregated fleet's prefill workers at another TP run
+    another KV pool (they were started with the decode workers' flags)."""
+    runtime = RuntimeConfig(namespace="fleet", discovery_dir="/tmp/d")
+    launcher = SubprocessLauncher(
+        get_worker_argv(("--engine mocker --num-kv-blocks 900",)),
+        runtime,
+        environ={},
+        prefill_worker_args=get_worker_argv(("--engine mocker --num-kv-blocks 300",)),
+    )
+    assert launcher.get_argv(PREFILL)[4:9] == [
+        "--engine",
+        "mocker",
+        "--num-kv-blocks",
+        "300",
+        "--role",
+    ]
+    assert launcher.get_argv(DECODE)[4:9] == [
+        "--engine",
+        "mocker",
+        "--num-kv-blocks",
+        "900",
+        "--role",
+    ]
+    same = SubprocessLauncher(get_worker_argv(("--engine mocker",)), runtime, environ={})
+    assert same.get_argv(PREFILL)[4:7] == ["--engine", "mocker", "--role"]
+
+
 def test_the_subprocess_launcher_adds_the_role_and_the_runtime() -> None:
     runtime = RuntimeConfig(namespace="fleet", discovery_dir="/tmp/d", plane_secret="s3")
     launcher = SubprocessLauncher(

@@ -227,7 +227,8 @@ class _Subprocess:
 class SubprocessLauncher:
     """Starts `python -m armature.cli worker <worker_args> --role R <runtime flags>` with the
     planner's runtime (discovery, planes, namespace; the plane secret in the environment),
-    output to `<log_dir>/<name>.log` or discarded."""
+    output to `<log_dir>/<name>.log` or discarded; prefill workers with `prefill_worker_args`
+    where given."""
 
     def __init__(
         self,
@@ -236,8 +237,12 @@ class SubprocessLauncher:
         *,
         log_dir: Path | None = None,
         environ: Mapping[str, str] | None = None,
+        prefill_worker_args: Sequence[str] | None = None,
     ) -> None:
         self._worker_args = list(worker_args)
+        self._prefill_worker_args = (
+            self._worker_args if prefill_worker_args is None else list(prefill_worker_args)
+        )
         self._runtime = runtime
         self._log_dir = log_dir
         env = dict(os.environ if environ is None else environ)
@@ -251,7 +256,7 @@ class SubprocessLauncher:
             "-m",
             "armature.cli",
             "worker",
-            *self._worker_args,
+            *(self._prefill_worker_args if role is WorkerRole.PREFILL else self._worker_args),
             "--role",
             role.value,
             *to_argv(self._runtime),
