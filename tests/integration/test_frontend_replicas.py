@@ -431,17 +431,22 @@ def _answer(url: str, i: int) -> tuple[str, int]:
 
 def test_serve_runs_replicas_on_one_port(default_model_dir: Path, tmp_path: Path) -> None:
     """`serve --frontends 2`: two frontend processes on one port, the kernel spreading the
-    connections; both route, and each counts the other's requests."""
+    connections; both route, and each counts the other's requests. Both judge requests by
+    serve's --slo-* targets (serve's frontend over worker processes left them out)."""
     args = ["--engine", "mocker", "--workers", "2", "--frontends", "2", "--router", "kv"]
-    args += ["--served-model-name", SERVED_MODEL_NAME]
+    args += ["--served-model-name", SERVED_MODEL_NAME, "--slo-ttft-ms", "60000"]
     with running_server(default_model_dir, tmp_path, args) as url:
         wait_until(lambda: peers(url) == 1, "a replica that hears from the other")
         for i in range(24):
             complete(url, f"request {i} to whichever replica the kernel picks")
         # each scrape lands on either replica: both routed some of the requests
+        scrapes = [metrics(url) for _ in range(40)]
         routed = {sum(decisions(url).values()) for _ in range(40)}
         assert 0 not in routed and 24 not in routed, routed
         assert sum(routed) == 24 if len(routed) == 2 else routed == {12}, routed
+        met = {m.get('armature_slo_requests_total{result="met"}') for m in scrapes}
+        assert None not in met and 0 not in met, met
+        assert sum(met) == 24 if len(met) == 2 else met == {12}, met
 
 
 def refuses_connections(port: int) -> bool:

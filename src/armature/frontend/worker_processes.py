@@ -240,6 +240,7 @@ def _serve_fleet(
             overload=config.overload,
             chat=config.chat,
             responses=config.responses,
+            slo=config.slo,
             seed=config.engine.seed,
         )
         replica = replica_config(frontend, listen_socket.getsockname()[1])
