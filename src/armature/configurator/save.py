@@ -32,6 +32,7 @@ from armature.config import (
     RouterConfig,
     RuntimeConfig,
     ServeConfig,
+    SloConfig,
     WorkerConfig,
     WorkerProcessConfig,
     to_argv,
@@ -132,6 +133,8 @@ def _commands(req: SaveRequest, profiles: dict[WorkerRole, Path] | None) -> str:
     profile = profiles[first_role] if profiles else None
     engine, kv = _engine(req, profile), _kv(req, c.decode_tp)
     disagg = DisaggConfig(max_local_prefill_tokens=0)
+    # the frontend judges requests by the targets: the planner reads its attainment
+    slo = SloConfig(ttft_ms=req.settings.targets.ttft_ms, itl_ms=_planner_itl_ms(req))
     lines = [f"# {req.chosen.deployment.describe()} x{req.chosen.num_groups}"]
     if not any(req.model_dir.glob("*.safetensors")):
         lines.append(
@@ -141,7 +144,9 @@ def _commands(req: SaveRequest, profiles: dict[WorkerRole, Path] | None) -> str:
     lines.append("# one command: a frontend and its workers")
     same_profile = c.mode == AGG or c.prefill_tp == c.decode_tp
     if same_profile:
-        serve = ServeConfig(engine=engine, kv=kv, router=RouterConfig(policy="kv"), disagg=disagg)
+        serve = ServeConfig(
+            engine=engine, kv=kv, router=RouterConfig(policy="kv"), disagg=disagg, slo=slo
+        )
         if c.mode == AGG:
             serve = dataclasses.replace(serve, workers=roles[0][2])
         else:
@@ -153,7 +158,7 @@ def _commands(req: SaveRequest, profiles: dict[WorkerRole, Path] | None) -> str:
         lines.append("# (none: prefill and decode workers run different profiles)")
     runtime = _runtime(req)
     lines.append("# or one process each (on one host: file discovery in the directory below)")
-    frontend = FrontendConfig(runtime=runtime, disagg=disagg)
+    frontend = FrontendConfig(runtime=runtime, disagg=disagg, slo=slo)
     lines.append(_line("frontend", to_argv(frontend)))
     for role, tp, count in roles:
         role_profile = profiles[role] if profiles else None

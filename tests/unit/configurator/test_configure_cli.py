@@ -291,6 +291,8 @@ def test_save_dir_replays_to_the_saved_prediction(
     [replay] = _saved_lines(save / "replay.sh")
     num_replayed = int(replay[replay.index("--workers") + 1])
     [serve] = [line for line in commands if line[1] == "serve"]
+    for line in (serve, frontend):  # judged as the planner's targets
+        assert all(flag in line for flag in SLO_FLAGS), line
     flags = ("--workers", "--prefill-workers", "--decode-workers")
     num_deployed = sum(int(serve[serve.index(f) + 1]) for f in flags if f in serve)
     if mode == "agg":  # 16 groups of one GPU, 4 of them simulated
@@ -595,6 +597,7 @@ def test_the_local_system_refuses_search_flags_it_cannot_honour(
     assert "note: --max-num-seqs 64,512 left out: the timing profile measured at most 32" in err
 
 
+SLO_FLAGS = ("--slo-ttft-ms", "--slo-itl-ms")
 LLAMA_8B_SHAPE = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -642,3 +645,8 @@ def test_the_saved_planner_starts_each_role_as_its_workers_run(
         save / "prefill_profile.json"
     )
     assert "planner.prefillPerformanceProfile" in (save / "values.yaml").read_text()
+    # the frontend judges requests by the planner's targets (it judged none: the planner
+    # read no attainment)
+    [frontend] = [line for line in _saved_lines(save / "commands.sh") if line[1] == "frontend"]
+    slo = {flag: float(frontend[frontend.index(flag) + 1]) for flag in SLO_FLAGS}
+    assert slo == {"--slo-ttft-ms": 500.0, "--slo-itl-ms": 30.0}
