@@ -25,6 +25,8 @@ def children_first(keys: Sequence[BlockKey]) -> list[BlockKey]:
     A prompt's blocks (0, 1, 2) come back (2, 1, 0); blocks already children first, as the
     pool evicts them, and unrelated blocks keep their order. A key in a cycle (only a hash
     collision makes one) is left out."""
+    if len(keys) < 2:
+        return list(keys)
     by_hash: dict[int, BlockKey] = {}  # each key at its last place: its last use
     for key in keys:
         by_hash.pop(key.seq_hash, None)

@@ -198,10 +198,12 @@ class _Tier:
                 victim = entry
                 break
             (second_passes if entry.is_passed_over else first_passes).append(entry.key)
-        for key in reversed(children_first(first_passes)):
-            self.entries[key.seq_hash].is_passed_over = True
-            self.entries.move_to_end(key.seq_hash, last=False)
-        self.renew(second_passes)
+        if first_passes:
+            for key in reversed(children_first(first_passes)):
+                self.entries[key.seq_hash].is_passed_over = True
+                self.entries.move_to_end(key.seq_hash, last=False)
+        if second_passes:
+            self.renew(second_passes)
         return victim
 
 
@@ -482,6 +484,8 @@ class TierPolicy:
         self._touched.setdefault(state.name, []).append(key)
 
     def _renew_touched(self) -> None:
+        if not self._touched:
+            return
         for tier, keys in self._touched.items():
             self._tiers[tier].renew(keys)
         self._touched = {}
