@@ -97,6 +97,7 @@ class LoadRule:
         current = state.current
         detail = describe_live(live)
         startup_s = self._config.worker_startup_s
+        held = False  # the queue model needs every worker the role has: it is not calm
         if plans is not None:
             up_plan = plans[0]
             by_backlog = 0
@@ -108,7 +109,9 @@ class LoadRule:
                     startup_s,
                     max(startup_s, self._config.load_interval_s),
                 )
+            held = max(up_plan.num_workers, by_backlog) >= current
             if max(up_plan.num_workers, by_backlog) > current:
+                self._calm_since_s.pop(role, None)
                 reason = DecisionReason.QUEUE_PREDICTED
                 if by_backlog > up_plan.num_workers:
                     reason = DecisionReason.QUEUE_BACKLOG
@@ -141,7 +144,9 @@ class LoadRule:
         pairs = ((live.ttft_s, ttft_s), (live.itl_s, itl_s))
         measured = [(v, t) for v, t in pairs if v is not None]
         quiet = bool(measured) and all(v < ratio * t for v, t in measured)
-        if not quiet and not trim_has_room:
+        if held or (not quiet and not trim_has_room):
+            # (a quiet role the queue model sized as it is was lowered by the throughput
+            # plan once calm, and raised again by the queue model at the next tick)
             self._calm_since_s.pop(role, None)
             return None
         self._calm_since_s.setdefault(role, now_s)

@@ -28,10 +28,11 @@ from armature.planner import (
     WorkerSteps,
 )
 from armature.planner.forecast import LoadForecast
-from armature.planner.load_rule import get_halfway
+from armature.planner.live import LiveEstimate
+from armature.planner.load_rule import LoadRule, Pending, RoleState, get_halfway
 from armature.planner.predictors import ConstantPredictor
 from armature.planner.recent_load import get_rate_bounds, get_rising_rate
-from armature.planner.replicas import Targets, plan_prefill
+from armature.planner.replicas import PoolPlan, Targets, plan_prefill
 from armature.protocols.engine import StepRecord
 from armature.protocols.worker import WorkerRole
 
@@ -477,9 +478,11 @@ def test_load_rule_scales_down_on_the_whole_rate_window(profile: PerformanceMode
     prompts wait within the slack, so 2 stay), then an empty one, the live TTFT (0.17 s)
     calm all along. On the empty window alone the high bound, 0.25 / 5 = 0.05 req/s, needs
     1; over the 30 s rate window, 12 arrivals in 10 s, (sqrt(12) + 0.5)^2 / 10 = 1.571
-    req/s, one would give 0.936: after the down cool-down of calm the pool stays at 2 (with
-    a 5 s rate window it goes 2 -> 1)."""
-    for rate_window_s, expected in ((30.0, []), (5.0, [("prefill", 2, 1, "below_target")])):
+    req/s, one would give 0.936: the pool stays at 2. With a 5 s rate window it goes 2 -> 1,
+    once calm for the down cool-down from the empty window: the first window's arrivals
+    needed both workers (the role was not calm then; counted calm from it, the queue model
+    raised what the throughput plan lowered, tick after tick)."""
+    for rate_window_s in (30.0, 5.0):
         config = PlannerConfig(
             ttft_ms=500.0,
             itl_ms=30.0,
@@ -491,7 +494,11 @@ def test_load_rule_scales_down_on_the_whole_rate_window(profile: PerformanceMode
         workers = prefill_workers(2, 0)
         planner.plan_load(observe(2.4, window_s=5.0, workers=workers), 0.0)
         effects = planner.plan_load(observe(0, window_s=5.0, workers=workers), 10.0)
-        assert summary([d for d in effects.decisions if d.role is P]) == expected
+        assert summary([d for d in effects.decisions if d.role is P]) == []
+        if rate_window_s == 5.0:
+            effects = planner.plan_load(observe(0, window_s=5.0, workers=workers), 20.0)
+            decisions = [d for d in effects.decisions if d.role is P]
+            assert summary(decisions) == [("prefill", 2, 1, "below_target")]
 
 
 def test_rate_bounds_of_a_window() -> None:
@@ -600,3 +607,25 @@ def test_the_kv_share_sizes_decode_for_headroom(profile: PerformanceModel) -> No
         return planner.get_num_workers()[D]
 
     assert (decode_workers(), decode_workers(decode_kv_share=0.5)) == (3, 4)
+
+
+def test_a_role_the_queue_model_raised_is_not_calm_while_it_needs_them() -> None:
+    """Quiet for long, then the queue model asks for a second prefill worker: the role was
+    still counted calm from before, so the throughput plan lowered it 10 s later and the
+    queue model raised it again (a flap a cool-down long, cutting requests each time). Calm
+    counts again only once the queue model needs fewer than the role has."""
+    rule = LoadRule(PlannerConfig(scale_down_cooldown_s=10.0), Targets(1.5, 0.15, 0.95))
+    role, quiet = WorkerRole.PREFILL, LiveEstimate(ttft_s=0.247, itl_s=None)
+    pending = Pending(1, 0, 0.0, 0.5, 0.5, 0.25, 0.25)
+    one = PoolPlan(1, 1, 1, 0.25, True, 0.25)
+    two = PoolPlan(2, 1, 2, 0.25, True, 0.25)
+    for now_s in range(0, 21, 2):  # idle and quiet
+        assert rule.decide(role, RoleState(1, 1), quiet, (one, one), pending, False, now_s) is None
+    want = rule.decide(role, RoleState(1, 1), quiet, (two, one), pending, False, 22.0)
+    assert want is not None and (want.num_workers, want.reason.value) == (2, "queue_predicted")
+    for now_s in range(24, 41, 2):  # two serve it, as the queue model says they must
+        assert rule.decide(role, RoleState(2, 1), quiet, (two, one), pending, False, now_s) is None
+        assert not rule.is_calm(role, now_s)
+    for now_s in range(42, 51, 2):  # the load went: calm from 42
+        rule.decide(role, RoleState(2, 1), quiet, (one, one), pending, False, now_s)
+    assert not rule.is_calm(role, 50.0) and rule.is_calm(role, 52.0)
