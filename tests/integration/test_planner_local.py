@@ -293,3 +293,22 @@ def _worker_roles(fleet: Fleet) -> dict[str, str]:
 
     cards = [msgspec.msgpack.decode(v, type=WorkerCard) for v in asyncio.run(read()).values()]
     return {card.worker_id: card.role.value for card in cards}
+
+
+@pytest.mark.integration
+def test_a_planner_stopped_while_it_waits_for_the_frontend_stops_its_workers(
+    default_model_dir: Path, tmp_path: Path
+) -> None:
+    """SIGTERM while the planner waits for a frontend (the README starts the planner first):
+    it ended on the spot (exit -15), its clean-up skipped; now it drains the worker it
+    started, leaves discovery and exits 0."""
+    fleet = Fleet(default_model_dir, tmp_path)
+    log = tmp_path / "planner.log"
+    planner = start_planner(fleet, "agg", _free_port(), [])  # no frontend ever answers
+    try:
+        wait_for("the first worker", lambda: len(fleet.registered()) == 1, log)
+        fleet.wait_for_log("planner", "waiting up to", planner)
+    finally:
+        fleet.stop()
+    assert_stopped_cleanly(fleet, planner)
+    assert "planner stopping before it read the frontend" in log.read_text()

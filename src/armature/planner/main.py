@@ -248,10 +248,13 @@ def _ms(seconds: float | None) -> str:
     return "none" if seconds is None else f"{seconds * 1000.0:g} ms"
 
 
-async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendScrape:
+async def _first_scrape(
+    frontend: FrontendFeed, wait_s: float, stop: asyncio.Event
+) -> FrontendScrape | None:
+    """The frontend's first metrics, polled for up to `wait_s`; None once `stop` is set."""
     deadline_s = time.monotonic() + wait_s
     waiting = False
-    while True:
+    while not stop.is_set():
         try:
             return await frontend.scrape()
         except FrontendUnreachableError as exc:
@@ -260,7 +263,9 @@ async def _first_scrape(frontend: FrontendFeed, wait_s: float) -> FrontendScrape
             if not waiting:
                 waiting = True
                 log.info("waiting up to %.0f s for %s: %s", wait_s, frontend.describe, exc)
-        await asyncio.sleep(0.25)  # polling a server that is still starting
+        with contextlib.suppress(TimeoutError):  # polling a server that is still starting
+            await asyncio.wait_for(stop.wait(), 0.25)
+    return None
 
 
 def open_frontend_feed(
@@ -329,6 +334,12 @@ async def _run(config: PlannerCommandConfig) -> None:
     connector: Connector | None = None
     metrics = PlannerMetrics(config.planner.get_roles())
     frontend = open_frontend_feed(service, discovery, runtime.namespace)
+    # from here SIGINT and SIGTERM stop the planner through its clean-up (a SIGTERM while
+    # it waited for the frontend ended it on the spot, the workers it started undrained)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
         discovered = await _discovered(discovery, runtime.namespace)
         if not service.dry_run:
@@ -347,7 +358,10 @@ async def _run(config: PlannerCommandConfig) -> None:
             tasks.append(asyncio.create_task(actuator.run()))
         # the frontend's model before the workers' step records are read: a profile of
         # another model is refused without a warning from each worker that it differs
-        scrape = await _first_scrape(frontend, service.frontend_wait_s)
+        scrape = await _first_scrape(frontend, service.frontend_wait_s, stop)
+        if scrape is None:
+            log.info("planner stopping before it read the frontend")
+            return
         check_model(scrape, profiled)
         sample = scrape.total
         workers = WorkerStepFeed(
@@ -375,10 +389,6 @@ async def _run(config: PlannerCommandConfig) -> None:
             metrics_url,
             describe_attainment_source(config.planner, sample),
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         loop_service = PlannerService(planner, config.planner, frontend, workers, metrics, actuator)
         await loop_service.run(stop)
         log.info("planner stopping")

@@ -97,7 +97,8 @@ async def _run(config: WorkerConfig) -> int:
     process, runtime = config.process, config.runtime
     check_namespace(runtime.namespace)
     instance_id = _instance_id(config)
-    spec, built = _build_engine(config, instance_id)
+    spec, built = _build_engine(config, instance_id)  # a signal while it loads ends it there
+    stop = _stop_on_signals()
     model, info, name = spec.model, built.info, spec.get_served_model_name()
     discovery = await open_discovery(runtime)
     await _check_peers(discovery, runtime.namespace, name, model, info)
@@ -140,7 +141,7 @@ async def _run(config: WorkerConfig) -> int:
         ) from None
     _log_ready(config, card, info.kv_endpoints)
     settle_heap()
-    died = await _wait_for_stop(service.engine_died)
+    died = await _wait_for_stop(service.engine_died, stop)
     if died:
         log.error("worker %s leaves: its engine died", card.worker_id)
     else:
@@ -199,12 +200,19 @@ def _log_ready(config: WorkerConfig, card: WorkerCard, kv_endpoints: dict[str, s
     )
 
 
-async def _wait_for_stop(engine_died: asyncio.Event) -> bool:
-    """Until SIGINT or SIGTERM (False) or the engine's death (True)."""
+def _stop_on_signals() -> asyncio.Event:
+    """An event SIGINT and SIGTERM set from now on: a stop that comes while the worker
+    registers is kept until it has, then it stops cleanly (it died on the spot, its
+    registration left behind until its lease expired)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _wait_for_stop(engine_died: asyncio.Event, stop: asyncio.Event) -> bool:
+    """Until SIGINT or SIGTERM (`stop`: False) or the engine's death (True)."""
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(engine_died.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for wait in waits:
