@@ -85,6 +85,7 @@ class PlannerService:
                     exc,
                 )
                 self._metrics.scrape_failures.inc()
+                self._metrics.frontends.set(0)
             if await wait_for_event(stop, self._config.load_interval_s):  # keeps a cancel
                 return
         self._frontend.start(sample, start_s)
@@ -110,6 +111,7 @@ class PlannerService:
         except FrontendUnreachableError as exc:
             log.error("skipping the %s tick: %s", window, exc)
             self._metrics.scrape_failures.inc()
+            self._metrics.frontends.set(0)  # the last tick read none
             return
         frontend = self._frontend.take_window(window, sample, now_s)
         self._metrics.frontends.set(len(sample.samples))

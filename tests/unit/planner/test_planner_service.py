@@ -88,13 +88,10 @@ async def test_a_stop_while_the_frontend_is_lost_ends_the_loop(
     config = PlannerConfig(mode="agg", ttft_ms=500.0, itl_ms=50.0, load_interval_s=0.01)
     planner = Planner(config, profile, predictor_factory=ConstantPredictor)
     feed = FlakyFeed(num_failures=10**9)
+    metrics = PlannerMetrics(config.get_roles())
+    metrics.frontends.set(2)  # as a tick that read two replicas left it
     service = PlannerService(
-        planner,
-        config,
-        cast(Any, feed),
-        cast(Any, NoWorkers()),
-        PlannerMetrics(config.get_roles()),
-        actuator=None,
+        planner, config, cast(Any, feed), cast(Any, NoWorkers()), metrics, actuator=None
     )
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
@@ -107,6 +104,8 @@ async def test_a_stop_while_the_frontend_is_lost_ends_the_loop(
     stop.set()
     await asyncio.wait_for(task, 5.0)
     assert not feed.started.is_set()
+    # the last tick read no frontend (it kept showing the last one that answered)
+    assert metrics.registry.get_sample_value("armature_planner_frontends") == 0
 
 
 async def test_a_scrape_failure_without_a_message_names_its_kind() -> None:
