@@ -137,6 +137,7 @@ def test_planner_command_settings_round_trip_through_their_flags() -> None:
             prefill_performance_model="/tmp/prefill.json",
             connector="virtual",
             worker_args=("--engine mocker", "--speedup-ratio 10"),
+            prefill_worker_args=("--engine mocker", "--num-kv-blocks 64"),
             worker_log_dir="/tmp/workers",
             drain_timeout_s=20.0,
             ack_timeout_s=15.0,
