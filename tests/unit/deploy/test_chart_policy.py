@@ -224,6 +224,31 @@ def test_prometheus_monitors_only_where_the_api_exists() -> None:
     assert not without.of_kind("ServiceMonitor") and not without.of_kind("PodMonitor")
 
 
+def test_prometheus_scrapes_protected_frontend_metrics_with_the_planners_key() -> None:
+    """With protect-metrics the frontends answer /metrics only with a key: the ServiceMonitor
+    sends the one the planner sends (the first API key; it scraped with none and got 401)."""
+    endpoint = {"port": "http", "path": "/metrics", "interval": "15s"}
+    (open_metrics,) = render({"secrets": {"apiKeys": ["k1"]}}).of_kind("ServiceMonitor")
+    assert open_metrics["spec"]["endpoints"] == [endpoint]
+    protected = {"security": {"protect-metrics": True}}
+    manifests = render({"secrets": {"apiKeys": ["k1", "k2"]}, "frontend": {"config": protected}})
+    (monitor,) = manifests.of_kind("ServiceMonitor")
+    secret_key = {"name": f"{FULL}-secrets", "key": "planner-api-key"}
+    assert monitor["spec"]["endpoints"] == [
+        {**endpoint, "authorization": {"type": "Bearer", "credentials": secret_key}}
+    ]
+    assert manifests.get("Secret", f"{FULL}-secrets")["data"]["planner-api-key"] == "azE="  # k1
+    # a Secret of your own: its planner-api-key
+    existing = {"existingSecret": "mine"}
+    (monitor,) = render({"secrets": existing, "frontend": {"config": protected}}).of_kind(
+        "ServiceMonitor"
+    )
+    assert monitor["spec"]["endpoints"][0]["authorization"]["credentials"] == {
+        "name": "mine",
+        "key": "planner-api-key",
+    }
+
+
 def test_the_dashboard_configmap_is_the_repository_dashboard() -> None:
     from helm_chart import CHART_DIR
 

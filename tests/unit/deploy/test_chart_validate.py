@@ -56,6 +56,10 @@ def test_a_values_mistake_stops_the_render() -> None:
     planner = {"enabled": True, "performanceProfile": "{}", "prefillPerformanceProfile": "{}"}
     with pytest.raises(HelmRenderError, match=r"prefillPerformanceProfile is for prefill workers"):
         render({"planner": planner})
+    # /metrics protected with no key the planner and Prometheus could send
+    protected = {"config": {"security": {"protect-metrics": True}}}
+    with pytest.raises(HelmRenderError, match=r"protect-metrics: .* set secrets\.apiKeys$"):
+        render({"frontend": protected})
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
