@@ -10,7 +10,7 @@ import pytest
 from chart_cases import CASES
 from helm_chart import MONITORING_API, RELEASE, Manifests, render
 
-from armature.config import WorkerProcessConfig
+from armature.config import HttpConfig, WorkerProcessConfig
 from kube_api import SCALE_RULES
 
 FULL = f"{RELEASE}-armature"
@@ -152,6 +152,28 @@ def test_the_drain_grace_is_the_workers_own_default() -> None:
     assert float(args[args.index("--shutdown-grace-s") + 1]) == (
         WorkerProcessConfig().shutdown_grace_s
     )
+
+
+def test_a_null_drain_grace_is_sized_as_armatures_own_default() -> None:
+    """shutdown-grace-s null passes no flag: the frontend and the workers drain for their own
+    default, which terminationGracePeriodSeconds covers (it was sized from 0 s: 20 s for the
+    frontend, 15 s for a worker, and Kubernetes killed them mid-drain)."""
+    assert HttpConfig().shutdown_grace_s == WorkerProcessConfig().shutdown_grace_s == 30.0
+    values = {
+        "frontend": {"config": {"http": {"shutdown-grace-s": None}}},
+        "workers": {"config": {"process": {"shutdown-grace-s": None}}},
+    }
+    manifests = render(values)
+    # the frontend's preStop sleep (5 s), the grace, the margin (15 s)
+    for name, period_s in [("frontend", 5 + 30 + 15), ("agg", 30 + 15)]:
+        pod = manifests.get("Deployment", f"{FULL}-{name}")["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert "--shutdown-grace-s" not in container["args"]
+        assert pod["terminationGracePeriodSeconds"] == period_s, name
+    # a role's own null: the same
+    role = {"config": {"process": {"shutdown-grace-s": None}}}
+    agg = render({"workers": {"roles": {"agg": role}}}).get("Deployment", f"{FULL}-agg")
+    assert agg["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 45
 
 
 def test_each_worker_role_has_a_disruption_budget(case: tuple[str, Any]) -> None:

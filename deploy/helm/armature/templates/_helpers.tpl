@@ -116,6 +116,17 @@ nothing, a switch its flag when true, a list one comma-joined value. */}}
 
 {{/* Pods --------------------------------------------------------------------------------- */}}
 
+{{/* A drain grace in whole seconds, from shutdown-grace-s (frontend.config.http,
+workers.config.process): null passes no flag, and the process drains for armature's own
+default, 30 s (HttpConfig and WorkerProcessConfig; a test holds them to it). */}}
+{{- define "armature.graceS" -}}
+{{- if kindIs "invalid" . -}}
+30
+{{- else -}}
+{{- ceil . | int -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "armature.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: {{ .Values.podDefaults.runAsUser }}
