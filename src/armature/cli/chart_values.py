@@ -74,7 +74,12 @@ BLOCKS: tuple[ValuesBlock, ...] = (
     ValuesBlock(
         "runtime",
         RuntimeConfig,
-        owned={("plane_secret",): "the Secret (secrets.planeSecret), as ARMATURE_PLANE_SECRET"},
+        owned={
+            ("plane_secret",): "the Secret (secrets.planeSecret), as ARMATURE_PLANE_SECRET",
+            # a URL's credentials on a command line show to whoever can read the Pod
+            ("nats_url",): "the Secret (secrets.natsUrl), as ARMATURE_NATS_URL; else the "
+            "in-chart NATS (nats.enabled)",
+        },
         overrides={
             ("discovery",): ("kubernetes", "the chart's default: Kubernetes-native discovery"),
         },

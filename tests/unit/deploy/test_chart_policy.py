@@ -311,6 +311,86 @@ def test_secrets_reach_the_processes_from_one_secret() -> None:
         assert "--plane-secret" not in container["args"] and "--api-key" not in container["args"]
 
 
+def test_etcd_and_nats_credentials_reach_every_process_from_the_secret() -> None:
+    """etcd's password and a NATS URL (credentials in it) come from the Secret, never on a
+    command line (the URL was a flag; nothing could set ARMATURE_ETCD_PASSWORD)."""
+    manifests = render(CASES["etcd-tls-nats-credentials"])
+    secret = manifests.get("Secret", f"{FULL}-secrets")["data"]
+    assert (secret["etcd-password"], secret["nats-url"]) == (
+        "ZXRjZC1wYXNz",  # etcd-pass
+        "bmF0czovL2FybWF0dXJlOm5hdHMtcGFzc0BuYXRzLmluZnJhOjQyMjI=",  # NATS_URL
+    )
+    components = set()
+    for workload, pod in manifests.pod_templates():
+        if _component(workload) not in ARMATURE_COMPONENTS:
+            continue
+        components.add(_component(workload))
+        for container in _containers(pod):  # the frontend's default-model init container too
+            env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in container["env"]}
+            assert env["ARMATURE_ETCD_PASSWORD"] == {
+                "name": f"{FULL}-secrets",
+                "key": "etcd-password",
+            }
+            assert env["ARMATURE_NATS_URL"] == {"name": f"{FULL}-secrets", "key": "nats-url"}
+        (container,) = pod["containers"]
+        args = container["args"]
+        assert "--nats-url" not in args and not [a for a in args if "pass" in a], args
+        assert args[args.index("--etcd-user") + 1] == "armature"
+    assert components == {"frontend", "planner", "worker-agg"}
+
+
+def test_an_existing_secret_gives_etcds_password_and_may_give_the_nats_url() -> None:
+    values = {
+        "secrets": {"existingSecret": "mine"},
+        "runtime": {"discovery": "etcd", "etcd-user": "armature", "event-plane": "nats"},
+    }
+    (container,) = render(values).get("Deployment", f"{FULL}-agg")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in container["env"]}
+    # a missing password stops the Pod at its start; the URL left out: armature's default
+    assert env["ARMATURE_ETCD_PASSWORD"] == {"name": "mine", "key": "etcd-password"}
+    assert env["ARMATURE_NATS_URL"] == {"name": "mine", "key": "nats-url", "optional": True}
+    # the in-chart NATS: its address, as a flag
+    in_chart = {**values, "nats": {"enabled": True}}
+    agg = render(in_chart).get("Deployment", f"{FULL}-agg")
+    (container,) = agg["spec"]["template"]["spec"]["containers"]
+    assert "ARMATURE_NATS_URL" not in {e["name"] for e in container["env"]}
+    args = container["args"]
+    assert args[args.index("--nats-url") + 1] == f"nats://{FULL}-nats:4222"
+    # neither where nothing asks for them
+    agg = render({"secrets": {"existingSecret": "mine"}}).get("Deployment", f"{FULL}-agg")
+    (container,) = agg["spec"]["template"]["spec"]["containers"]
+    names = {e["name"] for e in container["env"]}
+    assert not {"ARMATURE_ETCD_PASSWORD", "ARMATURE_NATS_URL"} & names
+
+
+def test_the_frontend_and_the_planner_mount_extra_volumes() -> None:
+    """The files their flags name (an API key file, etcd's TLS files) come from volumes of
+    their own, as the workers' do (they named paths no volume held)."""
+    manifests = render(CASES["etcd-tls-nats-credentials"])
+    for name in ("frontend", "planner", "agg"):
+        pod = manifests.get("Deployment", f"{FULL}-{name}")["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        args = container["args"]
+        assert args[args.index("--etcd-ca-file") + 1] == "/etc/etcd-tls/ca.crt"
+        assert pod["volumes"][-1] == {"name": "etcd-tls", "secret": {"secretName": "etcd-tls"}}
+        assert container["volumeMounts"][-1] == {
+            "name": "etcd-tls",
+            "mountPath": "/etc/etcd-tls",
+            "readOnly": True,
+        }
+    frontend = manifests.get("Deployment", f"{FULL}-frontend")["spec"]["template"]["spec"]
+    assert [v["name"] for v in frontend["volumes"]] == ["tmp", "cache", "etcd-tls"]
+    assert [m["mountPath"] for m in frontend["containers"][0]["volumeMounts"]] == [
+        "/tmp",
+        "/cache",
+        "/etc/etcd-tls",
+    ]
+    planner = manifests.get("Deployment", f"{FULL}-planner")["spec"]["template"]["spec"]
+    assert [v["name"] for v in planner["volumes"]] == ["tmp", "cache", "profile", "etcd-tls"]
+
+
 def test_in_chart_etcd_and_nats_are_what_every_process_uses() -> None:
 
     manifests: Manifests = render(CASES["etcd-nats"])

@@ -56,6 +56,19 @@ def test_a_values_mistake_stops_the_render() -> None:
     planner = {"enabled": True, "performanceProfile": "{}", "prefillPerformanceProfile": "{}"}
     with pytest.raises(HelmRenderError, match=r"prefillPerformanceProfile is for prefill workers"):
         render({"planner": planner})
+    # credentials on a command line, or a user without a password
+    nats, nats_url = {"request-plane": "nats"}, {"natsUrl": "nats://u:p@nats:4222"}
+    with pytest.raises(HelmRenderError, match=r"runtime\.nats-url: give the NATS URL as secrets"):
+        render({"runtime": {**nats, "nats-url": "nats://u:p@nats:4222"}})
+    with pytest.raises(HelmRenderError, match=r"secrets\.natsUrl names a NATS no process would"):
+        render({"secrets": nats_url})
+    render({"runtime": nats, "secrets": nats_url})
+    with pytest.raises(HelmRenderError, match=r"secrets\.natsUrl names the one they use"):
+        render({"runtime": nats, "secrets": nats_url, "nats": {"enabled": True}})
+    with pytest.raises(HelmRenderError, match=r"etcd-user needs its password: set secrets\.etcd"):
+        render({"runtime": {"discovery": "etcd", "etcd-user": "armature"}})
+    with pytest.raises(HelmRenderError, match=r"etcdPassword is runtime\.etcd-user's password"):
+        render({"secrets": {"etcdPassword": "pw"}})
     # /metrics protected with no key the planner and Prometheus could send
     protected = {"config": {"security": {"protect-metrics": True}}}
     with pytest.raises(HelmRenderError, match=r"protect-metrics: .* set secrets\.apiKeys$"):

@@ -5,12 +5,13 @@ configuration its values say."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
 import yaml
-from chart_cases import CASES, PREFILL_PROFILE, PROFILE
-from helm_chart import CHART_DIR, EXAMPLES, RELEASE, load_values, render
+from chart_cases import CASES, NATS_URL, PREFILL_PROFILE, PROFILE
+from helm_chart import CHART_DIR, EXAMPLES, RELEASE, Manifests, load_values, render
 
 from armature.cli.chart_values import BLOCKS, ValuesBlock, check_blocks, get_values_key, rewrite
 from armature.cli.main import build_parser
@@ -215,3 +216,40 @@ def test_the_prefill_workers_profile_is_mounted_beside_the_workers() -> None:
     assert planned.service.prefill_performance_model == "/etc/armature/profile/prefill_profile.json"
     profiles = manifests.get("ConfigMap", f"{FULL}-planner-profile")["data"]
     assert profiles == {"profile.json": PROFILE, "prefill_profile.json": PREFILL_PROFILE}
+
+
+def _pod_environment(manifests: Manifests, container: dict[str, Any]) -> dict[str, str]:
+    """The container's variables as Kubernetes sets them from values and from the chart's
+    Secret (the downward API's left out)."""
+    secret = manifests.get("Secret", f"{FULL}-secrets")["data"]
+    env = {}
+    for variable in container["env"]:
+        ref = variable.get("valueFrom", {}).get("secretKeyRef")
+        if "value" in variable:
+            env[variable["name"]] = variable["value"]
+        elif ref is not None and ref["key"] in secret:
+            env[variable["name"]] = base64.b64decode(secret[ref["key"]]).decode()
+    return env
+
+
+def test_credentials_from_the_secret_parse_into_the_runtime_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The NATS URL reaches each process as the variable armature's parser reads it by, and
+    etcd's password as the one etcd discovery reads."""
+    manifests = render(CASES["etcd-tls-nats-credentials"])
+    for name, config_type in [
+        ("frontend", FrontendConfig),
+        ("planner", PlannerCommandConfig),
+        ("agg", WorkerConfig),
+    ]:
+        (container,) = manifests.get("Deployment", f"{FULL}-{name}")["spec"]["template"]["spec"][
+            "containers"
+        ]
+        env = _pod_environment(manifests, container)
+        assert env["ARMATURE_ETCD_PASSWORD"] == "etcd-pass"  # src/armature/runtime/factory.py
+        with monkeypatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            runtime = _parse(container["args"], config_type).runtime
+        assert (runtime.nats_url, runtime.etcd_user) == (NATS_URL, "armature"), name

@@ -96,7 +96,23 @@ nothing, a switch its flag when true, a list one comma-joined value. */}}
 {{- end }}
 {{- end -}}
 
-{{/* The runtime flags, with the in-chart etcd and NATS filled in where enabled and unset. */}}
+{{/* "true" where a plane is nats, else "". */}}
+{{- define "armature.usesNats" -}}
+{{- if has "nats" (list (toString (index .Values.runtime "request-plane")) (toString (index .Values.runtime "event-plane"))) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" where the processes of a nats plane take the NATS URL from the Secret
+(secrets.natsUrl, or the `nats-url` of secrets.existingSecret), not the in-chart NATS, else "". */}}
+{{- define "armature.natsUrlSecret" -}}
+{{- if and (include "armature.usesNats" .) (not .Values.nats.enabled) (or .Values.secrets.existingSecret .Values.secrets.natsUrl) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The runtime flags, with the in-chart etcd and NATS filled in where enabled and unset. A
+NATS URL may hold credentials: it comes from the Secret (armature.env), never as a flag. */}}
 {{- define "armature.runtimeFlags" -}}
 {{- $runtime := deepCopy .Values.runtime -}}
 {{- if and .Values.etcd.enabled (ne (index $runtime "discovery") "etcd") -}}
@@ -108,8 +124,24 @@ nothing, a switch its flag when true, a list one comma-joined value. */}}
 {{- if and .Values.etcd.enabled (not (index $runtime "etcd-endpoints")) -}}
 {{- $_ := set $runtime "etcd-endpoints" (printf "http://%s-etcd:2379" (include "armature.fullname" .)) -}}
 {{- end -}}
-{{- if and .Values.nats.enabled (not (index $runtime "nats-url")) -}}
+{{- if index $runtime "nats-url" -}}
+{{- fail "runtime.nats-url: give the NATS URL as secrets.natsUrl (the chart passes it from its Secret, as ARMATURE_NATS_URL: credentials on a command line show to whoever can read the Pod)" -}}
+{{- end -}}
+{{- if and .Values.secrets.natsUrl (not .Values.secrets.existingSecret) -}}
+{{- if not (include "armature.usesNats" .) -}}
+{{- fail "secrets.natsUrl names a NATS no process would use: set runtime.request-plane or runtime.event-plane to nats, or leave it empty" -}}
+{{- else if .Values.nats.enabled -}}
+{{- fail "nats.enabled runs a NATS no process would use: secrets.natsUrl names the one they use; leave one of them out" -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.nats.enabled -}}
 {{- $_ := set $runtime "nats-url" (printf "nats://%s-nats:4222" (include "armature.fullname" .)) -}}
+{{- end -}}
+{{- if and (index $runtime "etcd-user") (not .Values.secrets.existingSecret) (not .Values.secrets.etcdPassword) -}}
+{{- fail "runtime.etcd-user needs its password: set secrets.etcdPassword (ARMATURE_ETCD_PASSWORD)" -}}
+{{- end -}}
+{{- if and .Values.secrets.etcdPassword (not (index $runtime "etcd-user")) -}}
+{{- fail "secrets.etcdPassword is runtime.etcd-user's password: set runtime.etcd-user too" -}}
 {{- end -}}
 {{- include "armature.flags" (dict "runtime" $runtime) -}}
 {{- end -}}
@@ -152,6 +184,23 @@ capabilities:
     secretKeyRef:
       name: {{ include "armature.secretName" . }}
       key: plane-secret
+{{- if index .Values.runtime "etcd-user" }}
+- name: ARMATURE_ETCD_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "armature.secretName" . }}
+      key: etcd-password
+{{- end }}
+{{- if include "armature.natsUrlSecret" . }}
+- name: ARMATURE_NATS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "armature.secretName" . }}
+      key: nats-url
+      {{- if .Values.secrets.existingSecret }}
+      optional: true
+      {{- end }}
+{{- end }}
 - name: ARMATURE_K8S_POD_NAME
   valueFrom:
     fieldRef:
