@@ -187,6 +187,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["serve", "--api-key-file", "/definitely/not/here"], "cannot read the API key file"),
         (["serve", "--protect-metrics"], "--protect-metrics needs an API key"),
         (["serve", "--api-key", " padded "], "--api-key must not be empty"),
+        # its replicas' ARMATURE_API_KEYS, a comma list, would split it in two keys
+        (["serve", "--api-key", "sk-prod,2024"], "argument --api-key: an API key must hold no"),
         (["planner", "--dry-run"], "--performance-model is required"),
         (["planner", "--performance-model", "/definitely/not/here.json"], "not/here.json"),
         (["planner", "--min-workers", "3", "--max-workers", "2"], "minimum (3) is above"),

@@ -267,6 +267,19 @@ def test_api_keys_from_the_variable_and_the_flags_add_up(monkeypatch: pytest.Mon
     assert config.security.api_keys == ("a", "b", "c")
 
 
+def test_an_api_key_with_a_comma_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """The keys travel on as the comma list ARMATURE_API_KEYS (serve's frontend replicas):
+    --api-key sk-prod,2024 went on as two keys, sk-prod and 2024. The key is not shown."""
+    for command in ("frontend", "serve"):
+        with pytest.raises(SystemExit) as exit_:
+            parse(command, ["--api-key", "sk-a", "--api-key", "sk-prod,2024"], FrontendConfig)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == (
+            "armature: error: argument --api-key: an API key must hold no comma "
+            "(ARMATURE_API_KEYS, a comma list, would split it in two) (see --help)\n"
+        )
+
+
 def test_a_blank_api_keys_variable_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
     """The chart sets it empty where it has no keys."""
     monkeypatch.setenv("ARMATURE_API_KEYS", "")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from armature.config.runtime import LOG_LEVELS
 from armature.config.settings import setting
 from armature.config.values import (
+    api_key,
     float_at_most,
     fraction,
     int_between,
@@ -65,6 +66,7 @@ class SecurityConfig:
         env="ARMATURE_API_KEYS",
         repeat=True,
         secret=True,
+        parse=api_key,
     )
     api_key_file: str | None = setting(None, "a file of API keys, one per line, # comments")
     protect_metrics: bool = setting(

@@ -16,6 +16,7 @@ from armature.protocols.worker import WorkerRole
 
 __all__ = [
     "TRANSFER_BACKENDS",
+    "api_key",
     "float_at_least",
     "float_at_most",
     "fraction",
@@ -164,6 +165,17 @@ def non_empty(text: str) -> str:
     without a word)."""
     if not text.strip():
         raise ConfigError(f"must not be empty, got {text!r}")
+    return text
+
+
+def api_key(text: str) -> str:
+    """One API key: no comma. The keys travel on as one comma list (ARMATURE_API_KEYS: to
+    serve's frontend replicas, from the Helm chart's Secret), which would split such a key in
+    two. The key is never shown: it is a secret."""
+    if "," in text:
+        raise ConfigError(
+            "an API key must hold no comma (ARMATURE_API_KEYS, a comma list, would split it in two)"
+        )
     return text
 
 

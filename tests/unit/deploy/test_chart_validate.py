@@ -75,6 +75,34 @@ def test_a_values_mistake_stops_the_render() -> None:
         render({"frontend": protected})
 
 
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (
+            "sk-prod,2024",
+            "secrets.apiKeys[1] holds a comma: the frontend reads the keys as one comma list "
+            "(ARMATURE_API_KEYS) and would take it for two keys",
+        ),
+        (
+            " sk-b",
+            "secrets.apiKeys[1] starts or ends with a space, which the frontend trims off the "
+            "keys of ARMATURE_API_KEYS",
+        ),
+        ("sk-b\t", "secrets.apiKeys[1] starts or ends with a space"),
+        ("", "secrets.apiKeys[1] is empty"),
+    ],
+)
+def test_an_api_key_the_frontend_would_not_read_whole_stops_the_render(
+    key: str, message: str
+) -> None:
+    """The Secret joins the keys into one comma list, which the frontend splits and trims:
+    "sk-prod,2024" was two keys, "sk-prod" and "2024". The message never shows the key."""
+    with pytest.raises(HelmRenderError) as error:
+        render({"secrets": {"apiKeys": ["sk-a", key]}})
+    assert f"): {message}" in str(error.value)
+    assert not key.strip() or key.strip() not in str(error.value)
+
+
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 def test_rendered_objects_pass_the_api_schemas(
     case: tuple[str, dict[str, Any]], kube_version: str
