@@ -5,6 +5,7 @@ step records reach them over the event plane."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from armature.runtime.tcp_client import RequestPlaneClient
 from armature.runtime.tcp_server import RequestPlaneServer
 from armature.sim.mocker import build_mocker_core
 from armature.sim.timing import PolynomialTiming, StepWork
-from armature.worker.main import _wait_for_stop
+from armature.worker.main import _stop_on_signals, _wait_for_stop
 from armature.worker.service import WorkerService
 
 
@@ -307,7 +308,8 @@ async def test_the_worker_process_leaves_when_its_engine_dies() -> None:
     """What `armature worker` waits for besides SIGINT and SIGTERM: its engine's death (it
     then leaves discovery and exits 1)."""
     died = asyncio.Event()
-    waiting = asyncio.ensure_future(_wait_for_stop(died))
+    stop = _stop_on_signals()
+    waiting = asyncio.ensure_future(_wait_for_stop(died, stop))
     await asyncio.sleep(0)
     assert not waiting.done()
     died.set()
@@ -315,6 +317,21 @@ async def test_the_worker_process_leaves_when_its_engine_dies() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         assert loop.remove_signal_handler(sig)  # it had installed them
+
+
+async def test_a_stop_signalled_while_the_worker_registers_is_kept() -> None:
+    """SIGTERM between the engine's load and the end of registration (the planner stopping
+    a worker it just started): kept, so the worker stops cleanly once started (it died on
+    the spot, its card left in discovery for its lease)."""
+    stop = _stop_on_signals()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(stop.wait(), 30)
+        assert await _wait_for_stop(asyncio.Event(), stop) is False  # a stop, not a death
+    finally:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 async def test_a_large_kv_dump_crosses_the_request_plane_in_parts(tiny_llama_dir: Path) -> None:
