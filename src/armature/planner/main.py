@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import shlex
-import signal
 import time
 from pathlib import Path
 
@@ -52,6 +51,7 @@ from armature.protocols.timing_profile import ProfileError
 from armature.protocols.worker import WorkerCard, WorkerRole, worker_prefix
 from armature.runtime.discovery import Discovery
 from armature.runtime.factory import make_event_plane, open_discovery
+from armature.runtime.stop_signals import stop_on_signals
 from armature.sim.profile_timing import load_profile
 
 __all__ = [
@@ -336,10 +336,7 @@ async def _run(config: PlannerCommandConfig) -> None:
     frontend = open_frontend_feed(service, discovery, runtime.namespace)
     # from here SIGINT and SIGTERM stop the planner through its clean-up (a SIGTERM while
     # it waited for the frontend ended it on the spot, the workers it started undrained)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         discovered = await _discovered(discovery, runtime.namespace)
         if not service.dry_run:

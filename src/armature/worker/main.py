@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import signal
 from pathlib import Path
 
 import msgspec
@@ -28,6 +27,7 @@ from armature.runtime.factory import (
 )
 from armature.runtime.heap import settle_heap
 from armature.runtime.ports import free_port
+from armature.runtime.stop_signals import stop_on_signals
 from armature.worker.instance_id import check_instance_id_free
 from armature.worker.service import WorkerService
 
@@ -204,11 +204,7 @@ def _stop_on_signals() -> asyncio.Event:
     """An event SIGINT and SIGTERM set from now on: a stop that comes while the worker
     registers is kept until it has, then it stops cleanly (it died on the spot, its
     registration left behind until its lease expired)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
+    return stop_on_signals()
 
 
 async def _wait_for_stop(engine_died: asyncio.Event, stop: asyncio.Event) -> bool:
