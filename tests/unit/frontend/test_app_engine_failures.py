@@ -16,7 +16,7 @@ from frontend_fakes import IdleEngine
 from armature.config import OverloadConfig, RouterConfig
 from armature.engines.api import EngineDeadError
 from armature.frontend.app import ServedModel, build_app
-from armature.frontend.compose import compose_frontend
+from armature.frontend.compose import FrontendParts, compose_frontend
 from armature.frontend.preprocess import Preprocessor
 from armature.protocols.engine import EngineLoad, EngineOutput, EngineRequest, FinishReason
 from polling import wait_until
@@ -267,6 +267,20 @@ async def test_a_failed_background_task_stops_the_serving(preprocessor: Preproce
         assert isinstance(app.state.background_failure, OSError)
 
 
+def overloaded_frontend(
+    engine: IdleEngine, preprocessor: Preprocessor, busy_prefill_tokens: int
+) -> FrontendParts:
+    """The frontend over `engine` alone, busy past `busy_prefill_tokens` queued prompt
+    tokens, its queue waiting 600 s."""
+    return compose_frontend(
+        engines={"w0": engine},  # type: ignore[dict-item]
+        router_config=RouterConfig(),
+        preprocessor=preprocessor,
+        model=ServedModel("m", 2048, 0),
+        overload=OverloadConfig(busy_prefill_tokens=busy_prefill_tokens, queue_timeout_s=600),
+    )
+
+
 class BusyEngine(IdleEngine):
     """An engine with more prompt tokens queued than any overload threshold lets by."""
 
@@ -285,13 +299,7 @@ async def test_requests_waiting_for_a_busy_fleet_are_answered_when_the_grace_end
 ) -> None:
     """A shutdown's grace ends with requests in the overload queue: they were cut with the
     connection, no answer; now a 503 in OpenAI's format that says to retry."""
-    parts = compose_frontend(
-        engines={"w0": BusyEngine()},  # type: ignore[dict-item]
-        router_config=RouterConfig(),
-        preprocessor=preprocessor,
-        model=ServedModel("m", 2048, 0),
-        overload=OverloadConfig(busy_prefill_tokens=100, queue_timeout_s=600),
-    )
+    parts = overloaded_frontend(BusyEngine(), preprocessor, busy_prefill_tokens=100)
     app = build_app(parts)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
@@ -350,13 +358,7 @@ async def test_a_burst_is_weighed_one_request_at_a_time(preprocessor: Preprocess
     wait in the queue (weighed together, all saw the room the first took, and all went
     through to the engine)."""
     engine = HangingEngine()
-    parts = compose_frontend(
-        engines={"w0": engine},  # type: ignore[dict-item]
-        router_config=RouterConfig(),
-        preprocessor=preprocessor,
-        model=ServedModel("m", 2048, 0),
-        overload=OverloadConfig(busy_prefill_tokens=1, queue_timeout_s=600),
-    )
+    parts = overloaded_frontend(engine, preprocessor, busy_prefill_tokens=1)
     app = build_app(parts)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
